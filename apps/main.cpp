@@ -1,0 +1,81 @@
+// main.cpp: the ztrain command line. Subcommands parse their flags, call the library
+// and turn its errors into one line on stderr and a non-zero exit code.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "flags.h"
+#include "train/train_args.h"
+
+namespace {
+
+const char* kUsage =
+    "ztrain: train GPT-2 and Llama language models on CPUs\n"
+    "usage: ztrain <command> [flags]\n"
+    "commands:\n"
+    "  train     train or fine-tune a model (HF Trainer flag names); ztrain train --help\n"
+    "  help      this text\n";
+
+int cmd_train(const std::vector<std::string>& args) {
+  zt::TrainArgs a;
+  zt::app::FlagSet f("train");
+  f.add("model_name_or_path", &a.model_name_or_path, "HF model folder (config.json + model.safetensors)");
+  f.add("model_config_path", &a.model_config_path, "config.json for a randomly initialised model");
+  f.add("train_file", &a.train_file, "token file: flat little-endian uint16 (nanoGPT train.bin)");
+  f.add("output_dir", &a.output_dir, "where the model, trainer_state.json and metrics go");
+  f.add("overwrite_output_dir", &a.overwrite_output_dir, "allow a non-empty --output_dir");
+  f.add("per_device_train_batch_size", &a.per_device_train_batch_size, "sequences per micro-batch (8)");
+  f.add("gradient_accumulation_steps", &a.gradient_accumulation_steps, "micro-batches per optimizer step (1)");
+  f.add("model_max_length", &a.model_max_length, "sequence length T (min(1024, model context))");
+  f.add("learning_rate", &a.learning_rate, "peak learning rate (5e-5)");
+  f.add("weight_decay", &a.weight_decay, "AdamW decoupled weight decay on rank>=2 tensors (0)");
+  f.add("adam_beta1", &a.adam_beta1, "(0.9)");
+  f.add("adam_beta2", &a.adam_beta2, "(0.999)");
+  f.add("adam_epsilon", &a.adam_epsilon, "(1e-8)");
+  f.add("max_grad_norm", &a.max_grad_norm, "global gradient-norm clip, 0 disables (1.0)");
+  f.add("lr_scheduler_type", &a.lr_scheduler_type, "constant | constant_with_warmup | linear | cosine (linear)");
+  f.add("warmup_ratio", &a.warmup_ratio, "warmup as a fraction of the total steps (0)");
+  f.add("warmup_steps", &a.warmup_steps, "warmup steps; a value < 1 is a ratio (0)");
+  f.add("max_steps", &a.max_steps, "optimizer steps; overrides --num_train_epochs (-1)");
+  f.add("num_train_epochs", &a.num_train_epochs, "passes over the data (3)");
+  f.add("logging_steps", &a.logging_steps, "log every N steps; < 1 is a ratio (500)");
+  f.add("save_strategy", &a.save_strategy, "steps | no (steps)");
+  f.add("save_steps", &a.save_steps, "save checkpoint-N/ every N steps (500)");
+  f.add("save_dtype", &a.save_dtype, "float32 | bfloat16 for saved weights (float32)");
+  f.add("seed", &a.seed, "seed for initialisation and shuffling (42)");
+  f.add("threads", &a.threads, "compute threads, 0 = all cores (0)");
+  f.add("no_shuffle", &a.no_shuffle, "consecutive windows in file order");
+  f.add("peak_gflops", &a.peak_gflops, "GEMM peak used for MFU (400, this machine's fp32 sgemm)");
+  for (auto& s : args)
+    if (s == "--help" || s == "-h") {
+      std::fputs(f.help().c_str(), stdout);
+      return 0;
+    }
+  f.parse(args);
+  zt::train_run(a);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (cmd == "train") return cmd_train(args);
+    std::fprintf(stderr, "ztrain: error: unknown command \"%s\"; run ztrain help for the list\n", cmd.c_str());
+    return 2;
+  } catch (const zt::Error& e) {
+    std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+    return 1;
+  }
+}

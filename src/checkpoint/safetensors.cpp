@@ -1,0 +1,233 @@
+// safetensors.cpp: see safetensors.h.
+#include "checkpoint/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace zt {
+namespace {
+
+size_t dtype_size(const std::string& dt) {
+  if (dt == "F32" || dt == "I32" || dt == "U32") return 4;
+  if (dt == "BF16" || dt == "F16" || dt == "I16" || dt == "U16") return 2;
+  if (dt == "F64" || dt == "I64" || dt == "U64") return 8;
+  if (dt == "I8" || dt == "U8" || dt == "BOOL" || dt == "F8_E4M3" || dt == "F8_E5M2") return 1;
+  return 0;
+}
+
+void write_all(int fd, const void* p, size_t n, const std::string& path) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::write(fd, c, n);
+    ZT_CHECK(w > 0, "writing ", path, " failed: ", std::strerror(errno), "; check free disk space");
+    c += w;
+    n -= size_t(w);
+  }
+}
+
+void fsync_dir_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
+int64_t StEntry::numel() const {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // keep NaN a NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+float bf16_to_f32(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: renormalise
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400)) {
+        man <<= 1;
+        --exp;
+      }
+      u = sign | (exp << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY);
+  ZT_CHECK(fd_ >= 0, "cannot open weight file ", path, ": ", std::strerror(errno),
+           "; the model folder needs a model.safetensors");
+  struct stat st {};
+  ::fstat(fd_, &st);
+  size_ = size_t(st.st_size);
+  ZT_CHECK(size_ >= 8, path, ": not a safetensors file (", size_, " bytes, too short for a header)");
+  void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+  ZT_CHECK(m != MAP_FAILED, "cannot map ", path, ": ", std::strerror(errno));
+  map_ = static_cast<const uint8_t*>(m);
+  uint64_t hlen;
+  std::memcpy(&hlen, map_, 8);
+  ZT_CHECK(hlen <= size_ - 8 && hlen < (uint64_t(1) << 30), path,
+           ": not a safetensors file or truncated (header length ", hlen, " exceeds the file size ", size_, ")");
+  data_ = map_ + 8 + hlen;
+  uint64_t data_size = size_ - 8 - hlen;
+  nlohmann::json h;
+  try {
+    h = nlohmann::json::parse(reinterpret_cast<const char*>(map_ + 8), reinterpret_cast<const char*>(map_ + 8 + hlen));
+  } catch (const nlohmann::json::exception&) {
+    throw Error(str_cat(path, ": not a safetensors file (its header is not valid JSON)"));
+  }
+  ZT_CHECK(h.is_object(), path, ": not a safetensors file (header is not a JSON object)");
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const auto& v = it.value();
+    if (it.key() == "__metadata__") {
+      ZT_CHECK(v.is_object() || v.is_null(), path, ": __metadata__ must be an object of strings");
+      if (v.is_object())
+        for (auto m2 = v.begin(); m2 != v.end(); ++m2)
+          if (m2.value().is_string()) metadata_[m2.key()] = m2.value().get<std::string>();
+      continue;
+    }
+    StEntry e;
+    e.name = it.key();
+    bool ok = v.is_object() && v.contains("dtype") && v["dtype"].is_string() && v.contains("shape") &&
+              v["shape"].is_array() && v.contains("data_offsets") && v["data_offsets"].is_array() &&
+              v["data_offsets"].size() == 2 && v["data_offsets"][0].is_number_unsigned() &&
+              v["data_offsets"][1].is_number_unsigned();
+    ZT_CHECK(ok, path, ": malformed header entry for tensor \"", e.name, "\"");
+    e.dtype = v["dtype"].get<std::string>();
+    for (auto& d : v["shape"]) {
+      ZT_CHECK(d.is_number_unsigned(), path, ": tensor \"", e.name, "\" has a non-integer shape");
+      e.shape.push_back(d.get<int64_t>());
+    }
+    e.begin = v["data_offsets"][0].get<uint64_t>();
+    e.end = v["data_offsets"][1].get<uint64_t>();
+    size_t es = dtype_size(e.dtype);
+    ZT_CHECK(es != 0, path, ": tensor \"", e.name, "\" has unknown dtype ", e.dtype);
+    ZT_CHECK(e.begin <= e.end && e.end <= data_size, path, ": truncated file: tensor \"", e.name,
+             "\" ends at byte ", e.end, " of a ", data_size, "-byte data section; re-download or re-save it");
+    ZT_CHECK(e.end - e.begin == uint64_t(e.numel()) * es, path, ": tensor \"", e.name, "\" has ", e.end - e.begin,
+             " bytes but its shape and dtype need ", uint64_t(e.numel()) * es);
+    entries_.push_back(std::move(e));
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const StEntry* SafetensorsFile::find(const std::string& name) const {
+  for (auto& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+void SafetensorsFile::read_f32(const StEntry& e, float* dst) const {
+  const uint8_t* src = data_ + e.begin;
+  int64_t n = e.numel();
+  if (e.dtype == "F32") {
+    std::memcpy(dst, src, size_t(n) * 4);
+  } else if (e.dtype == "BF16") {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = bf16_to_f32(h);
+    }
+  } else if (e.dtype == "F16") {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = f16_to_f32(h);
+    }
+  } else {
+    throw Error(str_cat(path_, ": tensor \"", e.name, "\" has dtype ", e.dtype, "; ztrain reads F32, BF16 and F16"));
+  }
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ZT_CHECK(fd >= 0, "cannot create ", tmp, ": ", std::strerror(errno));
+  write_all(fd, bytes.data(), bytes.size(), tmp);
+  ::fsync(fd);
+  ::close(fd);
+  ZT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
+  fsync_dir_of(path);
+}
+
+void safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, const std::string& dtype,
+                       const std::map<std::string, std::string>& metadata) {
+  ZT_CHECK(dtype == "F32" || dtype == "BF16", "safetensors can be written as F32 or BF16, not ", dtype);
+  size_t es = dtype == "F32" ? 4 : 2;
+  nlohmann::ordered_json h;
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  uint64_t off = 0;
+  for (auto& t : tensors) {
+    int64_t n = 1;
+    for (auto s : t.shape) n *= s;
+    h[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {off, off + uint64_t(n) * es}}};
+    off += uint64_t(n) * es;
+  }
+  std::string header = h.dump();
+  while ((header.size() + 8) % 8 != 0) header.push_back(' ');
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ZT_CHECK(fd >= 0, "cannot create ", tmp, ": ", std::strerror(errno));
+  uint64_t hl = header.size();
+  write_all(fd, &hl, 8, tmp);
+  write_all(fd, header.data(), header.size(), tmp);
+  std::vector<uint16_t> half;
+  for (auto& t : tensors) {
+    int64_t n = 1;
+    for (auto s : t.shape) n *= s;
+    if (es == 4) {
+      write_all(fd, t.data, size_t(n) * 4, tmp);
+    } else {
+      half.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) half[i] = f32_to_bf16(t.data[i]);
+      write_all(fd, half.data(), size_t(n) * 2, tmp);
+    }
+  }
+  ::fsync(fd);
+  ::close(fd);
+  ZT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
+  fsync_dir_of(path);
+}
+
+}  // namespace zt

@@ -1,0 +1,64 @@
+// safetensors.h: reading (memory-mapped, validated) and atomic writing of the
+// safetensors format: u64 little-endian header length, a JSON header mapping names to
+// {dtype, shape, data_offsets}, optional "__metadata__", then raw little-endian data.
+// Reads F32, BF16 and F16 into fp32; writes F32 or BF16. Every malformed file gets an
+// Error naming the file and the problem; nothing is read out of bounds.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+struct StEntry {
+  std::string name;
+  std::string dtype;  // "F32", "BF16", "F16" (others are listed but cannot be converted)
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte range inside the data section
+  int64_t numel() const;
+};
+
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const StEntry* find(const std::string& name) const;
+  const std::vector<StEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Converts the tensor to fp32 into dst (numel floats).
+  void read_f32(const StEntry& e, float* dst) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  const uint8_t* map_ = nullptr;
+  size_t size_ = 0;
+  const uint8_t* data_ = nullptr;  // start of the data section
+  std::vector<StEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+struct StTensorOut {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data;
+};
+
+// Writes tensors (in the given order) as dtype "F32" or "BF16" (round to nearest even),
+// atomically: temporary file, fsync, rename.
+void safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, const std::string& dtype,
+                       const std::map<std::string, std::string>& metadata);
+
+// Writes bytes to path atomically (temporary name, fsync, rename, fsync of the folder).
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+uint16_t f32_to_bf16(float f);
+float bf16_to_f32(uint16_t h);
+float f16_to_f32(uint16_t h);
+
+}  // namespace zt

@@ -1,0 +1,75 @@
+// memory.h: byte accounting by category and an aligned, accounted buffer.
+// Every large allocation in ztrain goes through Buffer so that the trainer can report
+// what it holds per category (parameters, gradients, optimizer state, activations,
+// temporaries) and the peak, and so the estimate can be checked against the measured
+// resident size. Small bookkeeping (strings, tables) is deliberately not counted.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace zt {
+
+enum class MemCategory { parameters, gradients, optimizer_state, activations, temporary, data, count };
+
+const char* mem_category_name(MemCategory c);
+
+// Process-wide counters (the only global state in core: allocation is global anyway).
+struct MemStats {
+  std::array<size_t, static_cast<size_t>(MemCategory::count)> current{};
+  std::array<size_t, static_cast<size_t>(MemCategory::count)> peak{};
+  size_t total_current = 0;
+  size_t total_peak = 0;
+};
+MemStats mem_stats();
+// Peak resident set size of this process in bytes (VmHWM), 0 where unavailable.
+size_t peak_rss_bytes();
+size_t current_rss_bytes();
+
+// A 64-byte aligned, zero-initialised block of bytes charged to one category.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(size_t bytes, MemCategory cat);
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept;
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  template <class T>
+  T* as() const {
+    return reinterpret_cast<T*>(data_);
+  }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  void reset();
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  MemCategory cat_ = MemCategory::temporary;
+};
+
+// Carves a planned region into sub-arrays. Run once with a null base to learn the size,
+// then again over the real allocation: the same code computes both, so they cannot drift.
+class Carver {
+ public:
+  explicit Carver(void* base = nullptr) : base_(static_cast<char*>(base)) {}
+  template <class T = float>
+  T* take(size_t count) {
+    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += (count * sizeof(T) + 63) / 64 * 64;
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+std::string format_bytes(double bytes);
+
+}  // namespace zt

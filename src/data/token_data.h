@@ -1,0 +1,49 @@
+// token_data.h: flat token files (nanoGPT's train.bin: little-endian uint16, no header)
+// memory-mapped, and the window sampler that turns them into training sequences.
+// Window i is inputs tokens[i*T .. i*T+T-1] with targets shifted by one; global
+// sequence g (counting from the start of training) is window g mod W in file order
+// (--no_shuffle) or through a seeded per-epoch permutation.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+class TokenFile {
+ public:
+  // Validates the file: even size, at least two tokens, every id < vocab_size.
+  TokenFile(const std::string& path, int vocab_size);
+  ~TokenFile();
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+  int64_t size() const { return count_; }
+  const uint16_t* data() const { return data_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint16_t* data_ = nullptr;
+  int64_t count_ = 0;
+  size_t bytes_ = 0;
+};
+
+class WindowSampler {
+ public:
+  WindowSampler(const TokenFile& f, int T, bool shuffle, uint64_t seed);
+  int64_t num_windows() const { return windows_; }
+  int64_t window_of(int64_t g);
+  // Fills count sequences starting at global sequence g into (count, T) arrays.
+  void fill(int32_t* inputs, int32_t* targets, int64_t g, int count);
+
+ private:
+  const TokenFile& f_;
+  int T_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t windows_;
+  int64_t perm_epoch_ = -1;
+  std::vector<int64_t> perm_;
+};
+
+}  // namespace zt

@@ -1,0 +1,65 @@
+// cross_entropy.cpp: see cross_entropy.h. Per chunk: one GEMM for the logits, a
+// row-parallel softmax that turns logits into their gradient in place, then two GEMMs
+// for dx and dw.
+#include "kernels/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/fast_math.h"
+#include "kernels/gemm.h"
+
+namespace zt::kernels {
+
+double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const LmHeadDims& d,
+                 float grad_scale, float* scratch, int64_t* count) {
+  const int C = d.C, V = d.V;
+  double loss = 0.0;
+  int64_t counted = 0;
+  for (int64_t r0 = 0; r0 < d.N; r0 += d.chunk) {
+    int64_t rows = std::min(d.chunk, d.N - r0);
+    const float* xc = x + r0 * C;
+    gemm(false, true, rows, V, C, 1.0f, xc, C, w, C, 0.0f, scratch, V);
+    double chunk_loss = 0.0;
+    int64_t chunk_count = 0;
+#pragma omp parallel for schedule(static) reduction(+ : chunk_loss, chunk_count)
+    for (int64_t i = 0; i < rows; ++i) {
+      float* z = scratch + i * V;
+      int32_t tgt = targets[r0 + i];
+      if (tgt == kIgnoreIndex) {
+        std::fill_n(z, V, 0.f);
+        continue;
+      }
+      float mx = z[0];
+#pragma omp simd reduction(max : mx)
+      for (int v = 0; v < V; ++v) mx = std::max(mx, z[v]);
+      // The target's logit relative to the max, kept before the row becomes probabilities:
+      // log(sum) - shifted logit never underflows the way log(p_target) can.
+      float shifted = z[tgt] - mx;
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int v = 0; v < V; ++v) {
+        z[v] = fast_exp(z[v] - mx);
+        sum += z[v];
+      }
+      chunk_loss += std::log(static_cast<double>(sum)) - static_cast<double>(shifted);
+      ++chunk_count;
+      if (dx) {
+        float k = grad_scale / sum;
+#pragma omp simd
+        for (int v = 0; v < V; ++v) z[v] *= k;
+        z[tgt] -= grad_scale;
+      }
+    }
+    loss += chunk_loss;
+    counted += chunk_count;
+    if (dx) {
+      gemm(false, false, rows, C, V, 1.0f, scratch, V, w, C, 0.0f, dx + r0 * C, C);
+      gemm(true, false, V, C, rows, 1.0f, scratch, V, xc, C, 1.0f, dw, C);
+    }
+  }
+  if (count) *count = counted;
+  return loss;
+}
+
+}  // namespace zt::kernels

@@ -1,0 +1,28 @@
+// gemm.h: the one matrix-multiply entry point of ztrain, row-major,
+// C = alpha * op(A) * op(B) + beta * C, with op = transpose when the flag is set.
+// The fast path is oneDNN's sgemm (chosen by measurement, docs/kernels.md); gemm_ref is
+// the naive reference, templated so tests can run it in double.
+#pragma once
+#include <cstdint>
+
+namespace zt::kernels {
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+template <class T>
+void gemm_ref(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+              const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        T av = trans_a ? a[p * lda + i] : a[i * lda + p];
+        T bv = trans_b ? b[j * ldb + p] : b[p * ldb + j];
+        s += static_cast<double>(av) * static_cast<double>(bv);
+      }
+      c[i * ldc + j] = static_cast<T>(alpha * s + (beta == T(0) ? 0.0 : static_cast<double>(beta * c[i * ldc + j])));
+    }
+}
+
+}  // namespace zt::kernels

@@ -1,0 +1,300 @@
+// ops.cpp: OpenMP-parallel, auto-vectorized implementations of kernels/ops.h.
+// Row kernels parallelize over rows; parameter-gradient reductions use per-thread
+// partial sums so no two threads write the same address.
+#include "kernels/ops.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/fast_math.h"
+
+namespace zt::kernels {
+namespace {
+
+// Sums per-thread partial column sums into dst (+=).
+struct ThreadPartials {
+  int threads;
+  int C;
+  std::vector<float> data;
+  ThreadPartials(int nparts, int c) : threads(omp_get_max_threads()), C(c), data(size_t(threads) * nparts * c, 0.f) {}
+  float* slot(int part) { return data.data() + (size_t(omp_get_thread_num()) * (data.size() / threads)) + size_t(part) * C; }
+  void reduce_into(float* dst, int part, int nparts) {
+    for (int t = 0; t < threads; ++t) {
+      const float* p = data.data() + size_t(t) * nparts * C + size_t(part) * C;
+      for (int c = 0; c < C; ++c) dst[c] += p[c];
+    }
+  }
+};
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                       int64_t N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* xi = x + i * C;
+    float s = 0.f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; ++c) s += xi[c];
+    float m = s / C;
+    float v = 0.f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; ++c) v += (xi[c] - m) * (xi[c] - m);
+    float r = 1.0f / std::sqrt(v / C + eps);
+    float* oi = out + i * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) oi[c] = (xi[c] - m) * r * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = r;
+  }
+}
+
+void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+                        const float* mean, const float* rstd, int64_t N, int C) {
+  ThreadPartials part(2, C);
+#pragma omp parallel
+  {
+    float* pw = part.slot(0);
+    float* pb = part.slot(1);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float* xi = x + i * C;
+      const float* gi = dout + i * C;
+      float m = mean[i], r = rstd[i];
+      float sd = 0.f, sdx = 0.f;
+#pragma omp simd reduction(+ : sd, sdx)
+      for (int c = 0; c < C; ++c) {
+        float xh = (xi[c] - m) * r;
+        float dn = gi[c] * w[c];
+        sd += dn;
+        sdx += dn * xh;
+      }
+      sd /= C;
+      sdx /= C;
+      float* dxi = dx + i * C;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) {
+        float xh = (xi[c] - m) * r;
+        float dn = gi[c] * w[c];
+        dxi[c] += r * (dn - sd - xh * sdx);
+        pw[c] += gi[c] * xh;
+        pb[c] += gi[c];
+      }
+    }
+  }
+  part.reduce_into(dw, 0, 2);
+  part.reduce_into(db, 1, 2);
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* xi = x + i * C;
+    float v = 0.f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; ++c) v += xi[c] * xi[c];
+    float r = 1.0f / std::sqrt(v / C + eps);
+    float* oi = out + i * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) oi[c] = xi[c] * r * w[c];
+    rstd[i] = r;
+  }
+}
+
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+                      int64_t N, int C) {
+  ThreadPartials part(1, C);
+#pragma omp parallel
+  {
+    float* pw = part.slot(0);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float* xi = x + i * C;
+      const float* gi = dout + i * C;
+      float r = rstd[i];
+      float sdx = 0.f;
+#pragma omp simd reduction(+ : sdx)
+      for (int c = 0; c < C; ++c) sdx += gi[c] * w[c] * xi[c] * r;
+      sdx /= C;
+      float* dxi = dx + i * C;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) {
+        float xh = xi[c] * r;
+        dxi[c] += r * (gi[c] * w[c] - xh * sdx);
+        pw[c] += gi[c] * xh;
+      }
+    }
+  }
+  part.reduce_into(dw, 0, 1);
+}
+
+namespace {
+constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluK = 0.044715f;
+}  // namespace
+
+void gelu_forward(float* out, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    out[i] = 0.5f * v * (1.0f + fast_tanh(kGeluS * (v + kGeluK * v * v * v)));
+  }
+}
+
+void gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    float u = kGeluS * (v + kGeluK * v * v * v);
+    float t = fast_tanh(u);
+    float du = kGeluS * (1.0f + 3.0f * kGeluK * v * v);
+    dx[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+}
+
+void swiglu_forward(float* out, const float* x, int64_t N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* g = x + i * 2 * F;
+    const float* u = g + F;
+    float* o = out + i * F;
+#pragma omp simd
+    for (int f = 0; f < F; ++f) o[f] = g[f] / (1.0f + fast_exp(-g[f])) * u[f];
+  }
+}
+
+void swiglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* g = x + i * 2 * F;
+    const float* u = g + F;
+    const float* d = dout + i * F;
+    float* dg = dx + i * 2 * F;
+    float* du = dg + F;
+#pragma omp simd
+    for (int f = 0; f < F; ++f) {
+      float s = 1.0f / (1.0f + fast_exp(-g[f]));
+      float silu = g[f] * s;
+      du[f] = d[f] * silu;
+      dg[f] = d[f] * u[f] * s * (1.0f + g[f] * (1.0f - s));
+    }
+  }
+}
+
+void rope_table(float* cos_t, float* sin_t, int T, int HS, float theta) {
+  int half = HS / 2;
+  for (int i = 0; i < half; ++i) {
+    // Same float32 arithmetic as HF: inv_freq = 1 / theta^(2i/HS), angle = t * inv_freq.
+    float inv_freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(HS));
+    for (int t = 0; t < T; ++t) {
+      float a = static_cast<float>(t) * inv_freq;
+      cos_t[t * half + i] = std::cos(a);
+      sin_t[t * half + i] = std::sin(a);
+    }
+  }
+}
+
+namespace {
+void rope_apply(float* qkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
+                int64_t row_stride, float sign) {
+  int half = HS / 2;
+  int heads = NH + KVH;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < int64_t(B) * T; ++r) {
+    int t = static_cast<int>(r % T);
+    const float* c = cos_t + t * half;
+    const float* s = sin_t + t * half;
+    float* row = qkv + r * row_stride;
+    for (int h = 0; h < heads; ++h) {
+      float* x1 = row + h * HS;
+      float* x2 = x1 + half;
+#pragma omp simd
+      for (int i = 0; i < half; ++i) {
+        float a = x1[i], b = x2[i], sn = sign * s[i];
+        x1[i] = a * c[i] - b * sn;
+        x2[i] = b * c[i] + a * sn;
+      }
+    }
+  }
+}
+}  // namespace
+
+void rope_forward(float* qkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
+                  int64_t row_stride) {
+  rope_apply(qkv, cos_t, sin_t, B, T, NH, KVH, HS, row_stride, 1.0f);
+}
+
+void rope_backward(float* dqkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
+                   int64_t row_stride) {
+  // The rotation is orthogonal: its transpose is the rotation by -angle.
+  rope_apply(dqkv, cos_t, sin_t, B, T, NH, KVH, HS, row_stride, -1.0f);
+}
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
+                       int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* e = wte + int64_t(tokens[i]) * C;
+    float* o = out + i * C;
+    if (wpe) {
+      const float* p = wpe + (i % T) * C;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    } else {
+#pragma omp simd
+      for (int c = 0; c < C; ++c) o[c] = e[c];
+    }
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C) {
+  // Split the channels between threads: every thread sees every token, so repeated
+  // token ids never race, and the accumulation order per address stays fixed.
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    int c0 = int(int64_t(C) * id / nt), c1 = int(int64_t(C) * (id + 1) / nt);
+    for (int64_t i = 0; i < N; ++i) {
+      const float* g = dout + i * C;
+      float* e = dwte + int64_t(tokens[i]) * C;
+      for (int c = c0; c < c1; ++c) e[c] += g[c];
+      if (dwpe) {
+        float* p = dwpe + (i % T) * C;
+        for (int c = c0; c < c1; ++c) p[c] += g[c];
+      }
+    }
+  }
+}
+
+void bias_forward(float* y, const float* b, int64_t N, int M) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    float* yi = y + i * M;
+#pragma omp simd
+    for (int j = 0; j < M; ++j) yi[j] += b[j];
+  }
+}
+
+void bias_backward(float* db, const float* dy, int64_t N, int M) {
+  ThreadPartials part(1, M);
+#pragma omp parallel
+  {
+    float* p = part.slot(0);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float* g = dy + i * M;
+#pragma omp simd
+      for (int j = 0; j < M; ++j) p[j] += g[j];
+    }
+  }
+  part.reduce_into(db, 0, 1);
+}
+
+void add(float* y, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+}  // namespace zt::kernels

@@ -1,0 +1,247 @@
+// reference.h: naive, obviously-correct versions of every fast kernel, templated on the
+// scalar type so tests can run them in double against finite differences and in float
+// against the fast kernels. Same argument conventions as ops.h / attention.h /
+// cross_entropy.h. Never used on the training path.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/gemm.h"
+
+namespace zt::ref {
+
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* x, const T* w, const T* b, int64_t N, int C, T eps) {
+  for (int64_t i = 0; i < N; ++i) {
+    T m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += x[i * C + c];
+    m /= C;
+    for (int c = 0; c < C; ++c) v += (x[i * C + c] - m) * (x[i * C + c] - m);
+    T r = T(1) / std::sqrt(v / C + eps);
+    for (int c = 0; c < C; ++c) out[i * C + c] = (x[i * C + c] - m) * r * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = r;
+  }
+}
+
+template <class T>
+void layernorm_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, const T* mean, const T* rstd,
+                        int64_t N, int C) {
+  for (int64_t i = 0; i < N; ++i) {
+    T sd = 0, sdx = 0;
+    for (int c = 0; c < C; ++c) {
+      T xh = (x[i * C + c] - mean[i]) * rstd[i];
+      sd += dout[i * C + c] * w[c];
+      sdx += dout[i * C + c] * w[c] * xh;
+    }
+    for (int c = 0; c < C; ++c) {
+      T xh = (x[i * C + c] - mean[i]) * rstd[i];
+      dx[i * C + c] += rstd[i] * (dout[i * C + c] * w[c] - sd / C - xh * sdx / C);
+      dw[c] += dout[i * C + c] * xh;
+      db[c] += dout[i * C + c];
+    }
+  }
+}
+
+template <class T>
+void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int C, T eps) {
+  for (int64_t i = 0; i < N; ++i) {
+    T v = 0;
+    for (int c = 0; c < C; ++c) v += x[i * C + c] * x[i * C + c];
+    T r = T(1) / std::sqrt(v / C + eps);
+    for (int c = 0; c < C; ++c) out[i * C + c] = x[i * C + c] * r * w[c];
+    rstd[i] = r;
+  }
+}
+
+template <class T>
+void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int64_t N, int C) {
+  for (int64_t i = 0; i < N; ++i) {
+    T sdx = 0;
+    for (int c = 0; c < C; ++c) sdx += dout[i * C + c] * w[c] * x[i * C + c] * rstd[i];
+    for (int c = 0; c < C; ++c) {
+      T xh = x[i * C + c] * rstd[i];
+      dx[i * C + c] += rstd[i] * (dout[i * C + c] * w[c] - xh * sdx / C);
+      dw[c] += dout[i * C + c] * xh;
+    }
+  }
+}
+
+template <class T>
+T gelu(T v) {
+  const T s = T(0.7978845608028654);
+  return T(0.5) * v * (T(1) + std::tanh(s * (v + T(0.044715) * v * v * v)));
+}
+
+template <class T>
+void gelu_forward(T* out, const T* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu(x[i]);
+}
+
+template <class T>
+void gelu_backward(T* dx, const T* dout, const T* x, int64_t n) {
+  const T s = T(0.7978845608028654), k = T(0.044715);
+  for (int64_t i = 0; i < n; ++i) {
+    T v = x[i], t = std::tanh(s * (v + k * v * v * v));
+    dx[i] = dout[i] * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * s * (T(1) + T(3) * k * v * v));
+  }
+}
+
+template <class T>
+void swiglu_forward(T* out, const T* x, int64_t N, int F) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int f = 0; f < F; ++f) {
+      T g = x[i * 2 * F + f], u = x[i * 2 * F + F + f];
+      out[i * F + f] = g / (T(1) + std::exp(-g)) * u;
+    }
+}
+
+template <class T>
+void swiglu_backward(T* dx, const T* dout, const T* x, int64_t N, int F) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int f = 0; f < F; ++f) {
+      T g = x[i * 2 * F + f], u = x[i * 2 * F + F + f], s = T(1) / (T(1) + std::exp(-g));
+      dx[i * 2 * F + F + f] = dout[i * F + f] * g * s;
+      dx[i * 2 * F + f] = dout[i * F + f] * u * (s + g * s * (T(1) - s));
+    }
+}
+
+// Rotate-half RoPE by explicit angle, (B*T rows), heads NH + KVH at the row start.
+template <class T>
+void rope_forward(T* qkv, int B, int Tn, int NH, int KVH, int HS, int64_t rs, double theta, double sign = 1.0) {
+  int half = HS / 2;
+  for (int64_t r = 0; r < int64_t(B) * Tn; ++r)
+    for (int h = 0; h < NH + KVH; ++h)
+      for (int i = 0; i < half; ++i) {
+        double ang = double(r % Tn) / std::pow(theta, 2.0 * i / HS);
+        T c = T(std::cos(ang)), s = T(sign * std::sin(ang));
+        T* x = qkv + r * rs + h * HS;
+        T a = x[i], b = x[i + half];
+        x[i] = a * c - b * s;
+        x[i + half] = b * c + a * s;
+      }
+}
+
+template <class T>
+void embedding_forward(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t N, int Tn, int C) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int c = 0; c < C; ++c) out[i * C + c] = wte[int64_t(tok[i]) * C + c] + (wpe ? wpe[(i % Tn) * C + c] : T(0));
+}
+
+template <class T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int64_t N, int Tn, int C) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int c = 0; c < C; ++c) {
+      dwte[int64_t(tok[i]) * C + c] += dout[i * C + c];
+      if (dwpe) dwpe[(i % Tn) * C + c] += dout[i * C + c];
+    }
+}
+
+// Materialises the full (T, T) probability matrix per (b, h).
+template <class T>
+void attention_forward(T* out, T* lse, const T* qkv, const kernels::AttnDims& d) {
+  int64_t rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
+  T scale = T(1) / std::sqrt(T(d.HS));
+  for (int b = 0; b < d.B; ++b)
+    for (int h = 0; h < d.NH; ++h) {
+      int g = h / (d.NH / d.KVH);
+      for (int t = 0; t < d.T; ++t) {
+        const T* q = qkv + (int64_t(b) * d.T + t) * rs + h * d.HS;
+        std::vector<T> s(t + 1);
+        T mx = -1e30;
+        for (int j = 0; j <= t; ++j) {
+          const T* k = qkv + (int64_t(b) * d.T + j) * rs + (d.NH + g) * d.HS;
+          T acc = 0;
+          for (int i = 0; i < d.HS; ++i) acc += q[i] * k[i];
+          s[j] = acc * scale;
+          mx = std::max(mx, s[j]);
+        }
+        T sum = 0;
+        for (int j = 0; j <= t; ++j) sum += std::exp(s[j] - mx);
+        T* o = out + (int64_t(b) * d.T + t) * os + h * d.HS;
+        for (int i = 0; i < d.HS; ++i) o[i] = 0;
+        for (int j = 0; j <= t; ++j) {
+          T p = std::exp(s[j] - mx) / sum;
+          const T* v = qkv + (int64_t(b) * d.T + j) * rs + (d.NH + d.KVH + g) * d.HS;
+          for (int i = 0; i < d.HS; ++i) o[i] += p * v[i];
+        }
+        lse[(int64_t(b) * d.NH + h) * d.T + t] = mx + std::log(sum);
+      }
+    }
+}
+
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const kernels::AttnDims& d) {
+  int64_t rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
+  T scale = T(1) / std::sqrt(T(d.HS));
+  for (int64_t i = 0; i < int64_t(d.B) * d.T * rs; ++i) dqkv[i] = 0;
+  for (int b = 0; b < d.B; ++b)
+    for (int h = 0; h < d.NH; ++h) {
+      int g = h / (d.NH / d.KVH);
+      for (int t = 0; t < d.T; ++t) {
+        int64_t qr = (int64_t(b) * d.T + t) * rs;
+        const T* q = qkv + qr + h * d.HS;
+        const T* dO = dout + (int64_t(b) * d.T + t) * os + h * d.HS;
+        std::vector<T> p(t + 1), dp(t + 1);
+        T mx = -1e30, sum = 0;
+        for (int j = 0; j <= t; ++j) {
+          const T* k = qkv + (int64_t(b) * d.T + j) * rs + (d.NH + g) * d.HS;
+          T acc = 0;
+          for (int i = 0; i < d.HS; ++i) acc += q[i] * k[i];
+          p[j] = acc * scale;
+          mx = std::max(mx, p[j]);
+        }
+        for (int j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        T pdp = 0;
+        for (int j = 0; j <= t; ++j) {
+          p[j] /= sum;
+          const T* v = qkv + (int64_t(b) * d.T + j) * rs + (d.NH + d.KVH + g) * d.HS;
+          T acc = 0;
+          for (int i = 0; i < d.HS; ++i) acc += dO[i] * v[i];
+          dp[j] = acc;
+          pdp += p[j] * acc;
+        }
+        for (int j = 0; j <= t; ++j) {
+          int64_t kr = (int64_t(b) * d.T + j) * rs;
+          T ds = p[j] * (dp[j] - pdp) * scale;
+          for (int i = 0; i < d.HS; ++i) {
+            dqkv[qr + h * d.HS + i] += ds * qkv[kr + (d.NH + g) * d.HS + i];
+            dqkv[kr + (d.NH + g) * d.HS + i] += ds * q[i];
+            dqkv[kr + (d.NH + d.KVH + g) * d.HS + i] += p[j] * dO[i];
+          }
+        }
+      }
+    }
+}
+
+// Unfused LM head + cross entropy: full (N, V) logits.
+template <class T>
+double lmhead_ce(T* dx, T* dw, const T* x, const T* w, const int32_t* tgt, int64_t N, int C, int V, T grad_scale) {
+  std::vector<T> z(size_t(N) * V);
+  kernels::gemm_ref<T>(false, true, N, V, C, T(1), x, C, w, C, T(0), z.data(), V);
+  double loss = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    T* zi = z.data() + i * V;
+    if (tgt[i] == kernels::kIgnoreIndex) {
+      for (int v = 0; v < V; ++v) zi[v] = 0;
+      continue;
+    }
+    T mx = zi[0];
+    for (int v = 0; v < V; ++v) mx = std::max(mx, zi[v]);
+    T sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(zi[v] - mx);
+    loss += double(std::log(sum) - (zi[tgt[i]] - mx));
+    for (int v = 0; v < V; ++v) zi[v] = std::exp(zi[v] - mx) / sum * grad_scale;
+    zi[tgt[i]] -= grad_scale;
+  }
+  if (dx) {
+    kernels::gemm_ref<T>(false, false, N, C, V, T(1), z.data(), V, w, C, T(0), dx, C);
+    kernels::gemm_ref<T>(true, false, V, C, N, T(1), z.data(), V, x, C, T(1), dw, C);
+  }
+  return loss;
+}
+
+}  // namespace zt::ref

@@ -1,0 +1,120 @@
+// config.cpp: HF config.json <-> ModelConfig.
+#include "models/config.h"
+
+#include <fstream>
+
+#include "core/error.h"
+
+namespace zt {
+namespace {
+
+int req_int(const nlohmann::json& j, const char* key, const std::string& where) {
+  ZT_CHECK(j.contains(key), where, ": config.json is missing the required key \"", key, "\"");
+  ZT_CHECK(j[key].is_number_integer() && j[key].get<long long>() > 0, where, ": config key \"", key,
+           "\" must be a positive integer, got ", j[key].dump());
+  return j[key].get<int>();
+}
+
+int opt_int(const nlohmann::json& j, const char* key, int def, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  ZT_CHECK(j[key].is_number_integer() && j[key].get<long long>() > 0, where, ": config key \"", key,
+           "\" must be a positive integer, got ", j[key].dump());
+  return j[key].get<int>();
+}
+
+float opt_float(const nlohmann::json& j, const char* key, float def, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  ZT_CHECK(j[key].is_number(), where, ": config key \"", key, "\" must be a number, got ", j[key].dump());
+  return j[key].get<float>();
+}
+
+bool opt_bool(const nlohmann::json& j, const char* key, bool def, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  ZT_CHECK(j[key].is_boolean(), where, ": config key \"", key, "\" must be true or false, got ", j[key].dump());
+  return j[key].get<bool>();
+}
+
+std::string opt_str(const nlohmann::json& j, const char* key, const std::string& def) {
+  if (!j.contains(key) || !j[key].is_string()) return def;
+  return j[key].get<std::string>();
+}
+
+}  // namespace
+
+ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) {
+  ZT_CHECK(j.is_object(), where, ": config.json must be a JSON object");
+  ModelConfig c;
+  c.raw = j;
+  ZT_CHECK(j.contains("model_type") && j["model_type"].is_string(), where,
+           ": config.json is missing the required key \"model_type\" (\"gpt2\" or \"llama\")");
+  std::string mt = j["model_type"].get<std::string>();
+  if (mt == "gpt2") {
+    c.arch = Arch::gpt2;
+    c.vocab_size = req_int(j, "vocab_size", where);
+    c.n_embd = req_int(j, "n_embd", where);
+    c.n_layer = req_int(j, "n_layer", where);
+    c.n_head = req_int(j, "n_head", where);
+    c.n_kv_head = c.n_head;
+    c.max_position = j.contains("n_positions") ? req_int(j, "n_positions", where) : req_int(j, "n_ctx", where);
+    c.ffn = opt_int(j, "n_inner", 4 * c.n_embd, where);
+    c.norm_eps = opt_float(j, "layer_norm_epsilon", 1e-5f, where);
+    c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", true, where);
+    ZT_CHECK(c.tie_word_embeddings, where, ": GPT-2 with an untied LM head is not supported; remove tie_word_embeddings");
+    std::string act = opt_str(j, "activation_function", "gelu_new");
+    ZT_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function \"", act,
+             "\" is not supported; ztrain's GPT-2 uses the tanh GELU (\"gelu_new\")");
+  } else if (mt == "llama") {
+    c.arch = Arch::llama;
+    c.vocab_size = req_int(j, "vocab_size", where);
+    c.n_embd = req_int(j, "hidden_size", where);
+    c.n_layer = req_int(j, "num_hidden_layers", where);
+    c.n_head = req_int(j, "num_attention_heads", where);
+    c.ffn = req_int(j, "intermediate_size", where);
+    c.n_kv_head = opt_int(j, "num_key_value_heads", c.n_head, where);
+    c.max_position = opt_int(j, "max_position_embeddings", 2048, where);
+    c.norm_eps = opt_float(j, "rms_norm_eps", 1e-6f, where);
+    c.rope_theta = opt_float(j, "rope_theta", 10000.f, where);
+    c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", false, where);
+    ZT_CHECK(!opt_bool(j, "attention_bias", false, where) && !opt_bool(j, "mlp_bias", false, where), where,
+             ": Llama attention_bias/mlp_bias are not supported; set them to false");
+    ZT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), where,
+             ": rope_scaling is not supported yet; remove it or set it to null");
+    std::string act = opt_str(j, "hidden_act", "silu");
+    ZT_CHECK(act == "silu", where, ": hidden_act \"", act, "\" is not supported; Llama uses \"silu\"");
+  } else {
+    throw Error(str_cat(where, ": model_type \"", mt, "\" is not supported; use \"gpt2\" or \"llama\""));
+  }
+  int default_hs = c.n_embd / c.n_head;
+  c.head_size = c.arch == Arch::llama ? opt_int(j, "head_dim", default_hs, where) : default_hs;
+  ZT_CHECK(c.arch == Arch::llama || c.n_embd % c.n_head == 0, where, ": n_embd (", c.n_embd,
+           ") must be divisible by n_head (", c.n_head, ")");
+  ZT_CHECK(c.n_head % c.n_kv_head == 0, where, ": num_attention_heads (", c.n_head,
+           ") must be a multiple of num_key_value_heads (", c.n_kv_head, ")");
+  ZT_CHECK(c.head_size % 2 == 0 || c.arch == Arch::gpt2, where, ": head size must be even for RoPE");
+  ZT_CHECK(c.vocab_size <= (1 << 30), where, ": vocab_size is implausibly large");
+  return c;
+}
+
+ModelConfig config_from_file(const std::string& path) {
+  std::ifstream f(path);
+  ZT_CHECK(f.good(), "cannot open model config ", path, "; pass an HF config.json");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat(path, ": not valid JSON (", e.what(), ")"));
+  }
+  return config_from_json(j, path);
+}
+
+nlohmann::json config_to_json(const ModelConfig& c, const std::string& torch_dtype) {
+  nlohmann::json j = c.raw;
+  j["model_type"] = c.arch_name();
+  if (!j.contains("architectures"))
+    j["architectures"] = {c.arch == Arch::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM"};
+  j["torch_dtype"] = torch_dtype;
+  if (c.arch == Arch::llama) j["tie_word_embeddings"] = c.tie_word_embeddings;
+  return j;
+}
+
+}  // namespace zt

@@ -1,0 +1,258 @@
+// transformer.cpp: see transformer.h.
+#include "models/transformer.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "checkpoint/safetensors.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/ops.h"
+
+namespace zt {
+
+struct Transformer::Views {
+  std::vector<float*> res;
+  std::vector<nn::BlockActs> acts;
+  nn::BlockScratch scratch{};
+  float *lnf_out, *lnf_mean, *lnf_rstd, *dres, *dlnf, *logits, *rope_cos, *rope_sin;
+  int64_t lm_chunk;
+};
+
+namespace {
+ModelSlots make_layout(const ModelConfig& c, ParamTable& t) {
+  return c.arch == Arch::gpt2 ? gpt2_layout(c, t) : llama_layout(c, t);
+}
+
+int64_t lm_chunk_rows(const ModelConfig& c, int64_t N) {
+  // About 16M logits (64 MiB) per chunk: big enough for efficient GEMMs, far below N*V.
+  return std::clamp<int64_t>((int64_t(1) << 24) / c.vocab_size, 32, std::max<int64_t>(N, 1));
+}
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg) {
+  slots_ = make_layout(cfg_, table_);
+  params_ = Buffer(size_t(table_.total()) * sizeof(float), MemCategory::parameters);
+  bind_layers();
+}
+
+void Transformer::bind_layers() {
+  float* P = params_.as<float>();
+  float* G = grads_.as<float>();
+  auto pp = [&](int64_t off) { return off < 0 ? nullptr : P + off; };
+  auto gp = [&](int64_t off) { return off < 0 || !G ? nullptr : G + off; };
+  auto lin = [&](const LinearSlot& s) {
+    nn::Linear l;
+    l.in = s.in;
+    l.out = s.out;
+    l.w_in_out = s.w_in_out;
+    l.w = pp(s.w);
+    l.b = pp(s.b);
+    l.dw = gp(s.w);
+    l.db = gp(s.b);
+    return l;
+  };
+  auto norm = [&](const NormSlot& s) {
+    nn::Norm n;
+    n.kind = slots_.shape.norm;
+    n.C = cfg_.n_embd;
+    n.eps = cfg_.norm_eps;
+    n.w = pp(s.w);
+    n.b = pp(s.b);
+    n.dw = gp(s.w);
+    n.db = gp(s.b);
+    return n;
+  };
+  blocks_.clear();
+  for (auto& bs : slots_.blocks) {
+    nn::Block b;
+    b.shape = slots_.shape;
+    b.ln1 = norm(bs.ln1);
+    b.ln2 = norm(bs.ln2);
+    b.qkv = lin(bs.qkv);
+    b.proj = lin(bs.proj);
+    b.fc_in = lin(bs.fc_in);
+    b.fc_out = lin(bs.fc_out);
+    blocks_.push_back(b);
+  }
+  lnf_ = norm(slots_.lnf);
+}
+
+void Transformer::init_random(uint64_t seed) {
+  const auto& list = table_.list();
+  float* P = params_.as<float>();
+  const double std_normal = 0.02, std_resid = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
+  // Chunks of 64K values, each with its own stream, so the result does not depend on
+  // the thread count and large tensors fill in parallel.
+  struct Job {
+    size_t param;
+    int64_t begin, end;
+  };
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < list.size(); ++i)
+    for (int64_t b = 0; b < list[i].numel; b += 65536) jobs.push_back({i, b, std::min(b + 65536, list[i].numel)});
+#pragma omp parallel for schedule(dynamic, 4)
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const ParamInfo& p = list[jobs[j].param];
+    float* dst = P + p.offset;
+    Rng rng(seed, (uint64_t(jobs[j].param) << 32) ^ uint64_t(jobs[j].begin / 65536));
+    double sd = p.init == ParamInit::residual_normal ? std_resid : std_normal;
+    for (int64_t k = jobs[j].begin; k < jobs[j].end; ++k) {
+      switch (p.init) {
+        case ParamInit::zeros: dst[k] = 0.f; break;
+        case ParamInit::ones: dst[k] = 1.f; break;
+        default: dst[k] = float(rng.normal() * sd);
+      }
+    }
+  }
+}
+
+void Transformer::load_safetensors(const std::string& path) {
+  SafetensorsFile f(path);
+  float* P = params_.as<float>();
+  for (const ParamInfo& p : table_.list()) {
+    const StEntry* e = f.find(p.name);
+    // GPT2Model checkpoints (e.g. the original "gpt2" upload) omit the "transformer." prefix.
+    if (!e && p.name.rfind("transformer.", 0) == 0) e = f.find(p.name.substr(12));
+    ZT_CHECK(e, path, ": tensor \"", p.name, "\" is missing; the weights do not match config.json (", cfg_.arch_name(),
+             ", ", cfg_.n_layer, " layers)");
+    ZT_CHECK(e->shape == p.shape, path, ": tensor \"", p.name, "\" has shape ", nlohmann::json(e->shape).dump(),
+             " but config.json implies ", nlohmann::json(p.shape).dump());
+    f.read_f32(*e, P + p.offset);
+  }
+}
+
+void Transformer::save_hf(const std::string& folder, const std::string& dtype) const {
+  ::mkdir(folder.c_str(), 0755);
+  std::vector<StTensorOut> out;
+  for (const ParamInfo& p : table_.list()) out.push_back({p.name, p.shape, params_.as<float>() + p.offset});
+  safetensors_write(folder + "/model.safetensors", out, dtype, {{"format", "pt"}});
+  nlohmann::json cj = config_to_json(cfg_, dtype == "F32" ? "float32" : "bfloat16");
+  write_file_atomic(folder + "/config.json", cj.dump(2) + "\n");
+}
+
+void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
+                        Views* v) {
+  const int64_t N = int64_t(B) * T, C = cfg.n_embd;
+  v->res.clear();
+  v->acts.clear();
+  for (int l = 0; l <= cfg.n_layer; ++l) v->res.push_back(ac.take(N * C));
+  for (int l = 0; l < cfg.n_layer; ++l) v->acts.push_back(nn::Block::carve_acts(ac, shape, B, T));
+  v->lnf_out = ac.take(N * C);
+  v->lnf_mean = ac.take(N);
+  v->lnf_rstd = ac.take(N);
+  v->scratch = nn::Block::carve_scratch(sc, shape, B, T);
+  v->dres = sc.take(N * C);
+  v->dlnf = sc.take(N * C);
+  v->lm_chunk = lm_chunk_rows(cfg, N);
+  v->logits = sc.take(v->lm_chunk * cfg.vocab_size);
+  v->rope_cos = sc.take(shape.rope ? int64_t(T) * cfg.head_size / 2 : 0);
+  v->rope_sin = sc.take(shape.rope ? int64_t(T) * cfg.head_size / 2 : 0);
+}
+
+void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary) {
+  ParamTable t;
+  ModelSlots s = make_layout(cfg, t);
+  Carver a, sc;
+  Views v;
+  carve(a, sc, cfg, s.shape, B, T, &v);
+  *activations = a.used();
+  *temporary = sc.used();
+}
+
+void Transformer::plan(int B, int T, bool training) {
+  ZT_CHECK(T <= cfg_.max_position, "sequence length ", T, " exceeds the model's context of ", cfg_.max_position,
+           " positions; lower --model_max_length");
+  if (training && !grads_.data()) {
+    grads_ = Buffer(size_t(table_.total()) * sizeof(float), MemCategory::gradients);
+    bind_layers();
+  }
+  training_ = training;
+  if (B == B_ && T == T_ && acts_.data()) return;
+  B_ = B;
+  T_ = T;
+  acts_.reset();
+  scratch_.reset();
+  Carver a, s;
+  Views v;
+  carve(a, s, cfg_, slots_.shape, B, T, &v);
+  acts_ = Buffer(a.used(), MemCategory::activations);
+  scratch_ = Buffer(s.used(), MemCategory::temporary);
+  Carver a2(acts_.data()), s2(scratch_.data());
+  carve(a2, s2, cfg_, slots_.shape, B, T, &v);
+  res_ = v.res;
+  block_acts_ = v.acts;
+  block_scratch_ = v.scratch;
+  lnf_out_ = v.lnf_out;
+  lnf_mean_ = v.lnf_mean;
+  lnf_rstd_ = v.lnf_rstd;
+  dres_ = v.dres;
+  dlnf_ = v.dlnf;
+  logits_ = v.logits;
+  lm_chunk_ = v.lm_chunk;
+  rope_cos_ = v.rope_cos;
+  rope_sin_ = v.rope_sin;
+  if (slots_.shape.rope) kernels::rope_table(rope_cos_, rope_sin_, T, cfg_.head_size, cfg_.rope_theta);
+}
+
+const float* Transformer::lm_head_weight() const {
+  return params_.as<float>() + (slots_.lm_head >= 0 ? slots_.lm_head : slots_.wte);
+}
+
+float* Transformer::lm_head_grad() const {
+  return grads_.as<float>() + (slots_.lm_head >= 0 ? slots_.lm_head : slots_.wte);
+}
+
+void Transformer::zero_grad() {
+  if (grads_.data()) std::memset(grads_.data(), 0, grads_.bytes());
+}
+
+double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale,
+                                     int64_t* count) {
+  ZT_ASSERT(training_ && grads_.data(), "plan(B, T, training=true) must come first");
+  return run(inputs, targets, grad_scale, count, true);
+}
+
+double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count) {
+  return run(inputs, targets, 0.f, count, false);
+}
+
+double Transformer::run(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
+                        bool backward) {
+  ZT_ASSERT(acts_.data(), "plan(B, T) must come first");
+  const int B = B_, T = T_, C = cfg_.n_embd, L = cfg_.n_layer;
+  const int64_t N = int64_t(B) * T;
+  const float* P = params_.as<float>();
+  nn::RopeTable rope{rope_cos_, rope_sin_};
+  kernels::embedding_forward(res_[0], inputs, P + slots_.wte, slots_.wpe >= 0 ? P + slots_.wpe : nullptr, N, T, C);
+  for (int l = 0; l < L; ++l) blocks_[l].forward(res_[l + 1], res_[l], block_acts_[l], block_scratch_, B, T, rope);
+  lnf_.forward(lnf_out_, lnf_mean_, lnf_rstd_, res_[L], N);
+  kernels::LmHeadDims hd{N, C, cfg_.vocab_size, lm_chunk_};
+  double loss = kernels::lmhead_ce(backward ? dlnf_ : nullptr, backward ? lm_head_grad() : nullptr, lnf_out_,
+                                   lm_head_weight(), targets, hd, grad_scale, logits_, count);
+  if (!backward) return loss;
+  std::memset(dres_, 0, sizeof(float) * N * C);
+  lnf_.backward(dres_, dlnf_, res_[L], lnf_mean_, lnf_rstd_, N);
+  for (int l = L - 1; l >= 0; --l) blocks_[l].backward(dres_, res_[l], block_acts_[l], block_scratch_, B, T, rope);
+  float* G = grads_.as<float>();
+  kernels::embedding_backward(G + slots_.wte, slots_.wpe >= 0 ? G + slots_.wpe : nullptr, dres_, inputs, N, T, C);
+  return loss;
+}
+
+int64_t Transformer::matmul_params() const {
+  int64_t n = 0;
+  for (auto& b : slots_.blocks)
+    for (auto* l : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) n += int64_t(l->in) * l->out;
+  return n + int64_t(cfg_.vocab_size) * cfg_.n_embd;
+}
+
+double Transformer::flops_per_token(int T) const {
+  return 6.0 * double(matmul_params()) + 12.0 * cfg_.n_layer * cfg_.n_head * cfg_.head_size * double(T);
+}
+
+}  // namespace zt

@@ -1,0 +1,45 @@
+// train_args.h: the resolved settings of `ztrain train`, named after Hugging Face
+// TrainingArguments where HF has the setting (same defaults), plus ztrain's own.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace zt {
+
+struct TrainArgs {
+  // Model: an HF folder (config.json + model.safetensors) or a config.json for random init.
+  std::string model_name_or_path;
+  std::string model_config_path;
+  std::string train_file;  // flat uint16 tokens (nanoGPT train.bin)
+  std::string output_dir;
+  bool overwrite_output_dir = false;
+
+  int per_device_train_batch_size = 8;  // B
+  int gradient_accumulation_steps = 1;  // micro-batches per optimizer step
+  int model_max_length = 0;             // T; 0 = min(1024, model context)
+
+  double learning_rate = 5e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;  // 0 disables clipping
+  std::string lr_scheduler_type = "linear";
+  double warmup_ratio = 0.0;
+  double warmup_steps = 0;  // HF v5: a float < 1 is a ratio of the total steps
+
+  int64_t max_steps = -1;  // > 0 overrides num_train_epochs
+  double num_train_epochs = 3.0;
+  double logging_steps = 500;  // < 1: a ratio of the total steps
+  std::string save_strategy = "steps";  // no | steps
+  int64_t save_steps = 500;
+  std::string save_dtype = "float32";  // float32 | bfloat16 for saved model weights
+  int64_t seed = 42;
+
+  int threads = 0;  // 0: all cores
+  bool no_shuffle = false;
+  double peak_gflops = 400.0;  // this machine's measured fp32 GEMM peak, for MFU
+};
+
+// Runs training; returns normally or throws zt::Error.
+void train_run(const TrainArgs& args);
+
+}  // namespace zt

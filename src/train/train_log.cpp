@@ -1,0 +1,137 @@
+// train_log.cpp: see train_log.h.
+#include "train/train_log.h"
+
+#include <cstdio>
+#include <string>
+
+#include "checkpoint/safetensors.h"
+#include "core/memory.h"
+
+namespace zt {
+namespace {
+
+std::string hms(double s) {
+  char b[32];
+  int h = int(s / 3600), m = int(s / 60) % 60;
+  std::snprintf(b, sizeof b, "%d:%02d:%05.2f", h, m, s - 3600.0 * h - 60.0 * m);
+  return b;
+}
+
+}  // namespace
+
+TrainLog::TrainLog(const TrainArgs& a, const ModelConfig&, const Transformer& model, int64_t total_steps,
+                   int64_t steps_per_epoch, int T)
+    : a_(a), model_(model), total_steps_(total_steps), steps_per_epoch_(steps_per_epoch), T_(T) {
+  tokens_per_step_ = double(a.per_device_train_batch_size) * a.gradient_accumulation_steps * T;
+  flops_per_token_ = model.flops_per_token(T);
+}
+
+void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
+  std::printf("***** Running training *****\n");
+  std::printf("  Num examples = %lld\n", (long long)num_examples);
+  std::printf("  Num Epochs = %g\n", double(total_steps_) / double(steps_per_epoch_));
+  std::printf("  Instantaneous batch size per device = %d\n", a_.per_device_train_batch_size);
+  std::printf("  Total train batch size (w. parallel, distributed & accumulation) = %lld\n", (long long)seqs_per_step);
+  std::printf("  Gradient Accumulation steps = %d\n", a_.gradient_accumulation_steps);
+  std::printf("  Total optimization steps = %lld\n", (long long)total_steps_);
+  std::printf("  Number of trainable parameters = %lld\n", (long long)model_.num_params());
+  std::printf("  Sequence length = %d, model = %s, threads = %d\n", T_, model_.config().arch_name(),
+              a_.threads > 0 ? a_.threads : 0);
+  std::fflush(stdout);
+}
+
+void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log) {
+  step_ = step;
+  loss_total_ += loss;
+  loss_since_log_ += loss;
+  time_since_log_ += step_s;
+  if (!log) return;
+  int64_t n = step - last_logged_;
+  double mean_loss = loss_since_log_ / double(n);
+  double tok_s = tokens_per_step_ * double(n) / time_since_log_;
+  double mfu = tok_s * flops_per_token_ / (a_.peak_gflops * 1e9);
+  nlohmann::json e;
+  e["epoch"] = epoch_at(step);
+  e["grad_norm"] = grad_norm;
+  e["learning_rate"] = lr;
+  e["loss"] = mean_loss;
+  e["step"] = step;
+  history_.push_back(e);
+  std::printf("{'loss': %.6g, 'grad_norm': %.6g, 'learning_rate': %.6g, 'epoch': %.4g}  step %lld/%lld  "
+              "%.1f tokens/s  MFU %.1f%%  ETA %s\n",
+              mean_loss, grad_norm, lr, epoch_at(step), (long long)step, (long long)total_steps_, tok_s, 100 * mfu,
+              hms(time_since_log_ / double(n) * double(total_steps_ - step)).c_str());
+  std::fflush(stdout);
+  last_logged_ = step;
+  loss_since_log_ = 0;
+  time_since_log_ = 0;
+}
+
+void TrainLog::first_step(double startup_s, double weights_s) const {
+  std::printf("start-up: %.3f s from launch to the first step (%.3f s of it reading or initialising weights)\n",
+              startup_s, weights_s);
+}
+
+void TrainLog::write_trainer_state(const std::string& dir) const {
+  nlohmann::json s;
+  s["best_metric"] = nullptr;
+  s["best_model_checkpoint"] = nullptr;
+  s["epoch"] = epoch_at(step_);
+  s["global_step"] = step_;
+  s["is_hyper_param_search"] = false;
+  s["is_local_process_zero"] = true;
+  s["is_world_process_zero"] = true;
+  s["log_history"] = history_;
+  s["logging_steps"] = a_.logging_steps;
+  s["max_steps"] = total_steps_;
+  s["num_train_epochs"] = std::ceil(double(total_steps_) / double(steps_per_epoch_));
+  s["save_steps"] = a_.save_steps;
+  s["total_flos"] = flops_per_token_ * tokens_per_step_ * double(step_);
+  s["train_batch_size"] = a_.per_device_train_batch_size;
+  s["trial_name"] = nullptr;
+  s["trial_params"] = nullptr;
+  write_file_atomic(dir + "/trainer_state.json", s.dump(2) + "\n");
+}
+
+void TrainLog::finish(double train_s) {
+  const double samples = double(step_) * a_.per_device_train_batch_size * a_.gradient_accumulation_steps;
+  const double tok_s = tokens_per_step_ * double(step_) / train_s;
+  nlohmann::json r;
+  r["epoch"] = epoch_at(step_);
+  r["total_flos"] = flops_per_token_ * tokens_per_step_ * double(step_);
+  r["train_loss"] = loss_total_ / double(step_);
+  r["train_runtime"] = train_s;
+  r["train_samples_per_second"] = samples / train_s;
+  r["train_steps_per_second"] = double(step_) / train_s;
+  r["train_tokens_per_second"] = tok_s;
+  r["train_mfu"] = tok_s * flops_per_token_ / (a_.peak_gflops * 1e9);
+  nlohmann::json final_entry = r;
+  final_entry.erase("train_tokens_per_second");
+  final_entry.erase("train_mfu");
+  final_entry["step"] = step_;
+  history_.push_back(final_entry);
+  write_trainer_state(a_.output_dir);
+  write_file_atomic(a_.output_dir + "/train_results.json", r.dump(2) + "\n");
+  write_file_atomic(a_.output_dir + "/all_results.json", r.dump(2) + "\n");
+
+  std::printf("***** train metrics *****\n");
+  std::printf("  %-26s = %.4g\n", "epoch", epoch_at(step_));
+  std::printf("  %-26s = %.0fGF\n", "total_flos", r["total_flos"].get<double>() / double(1 << 30));
+  std::printf("  %-26s = %.4f\n", "train_loss", r["train_loss"].get<double>());
+  std::printf("  %-26s = %s\n", "train_mfu", (std::to_string(100 * r["train_mfu"].get<double>()) + "%").c_str());
+  std::printf("  %-26s = %s\n", "train_runtime", hms(train_s).c_str());
+  std::printf("  %-26s = %.3f\n", "train_samples_per_second", samples / train_s);
+  std::printf("  %-26s = %.3f\n", "train_steps_per_second", double(step_) / train_s);
+  std::printf("  %-26s = %.1f\n", "train_tokens_per_second", tok_s);
+  MemStats m = mem_stats();
+  std::printf("***** memory (peak, by category) *****\n");
+  for (int c = 0; c < int(MemCategory::count); ++c)
+    std::printf("  %-26s = %s\n", mem_category_name(MemCategory(c)), format_bytes(double(m.peak[c])).c_str());
+  std::printf("  %-26s = %s\n", "accounted total", format_bytes(double(m.total_peak)).c_str());
+  std::printf("  %-26s = %s (%.3f of accounted)\n", "peak resident (VmHWM)", format_bytes(double(peak_rss_bytes())).c_str(),
+              double(peak_rss_bytes()) / double(m.total_peak));
+  std::printf("Saved model to %s\n", a_.output_dir.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace zt

@@ -1,0 +1,39 @@
+// train_log.h: what a training run tells its user: the HF start-up block, a line per
+// logging step, the closing metrics block with memory by category, and the files HF
+// writes (trainer_state.json with log_history at full precision, train_results.json).
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "models/config.h"
+#include "models/transformer.h"
+#include "train/train_args.h"
+
+namespace zt {
+
+class TrainLog {
+ public:
+  TrainLog(const TrainArgs& a, const ModelConfig& cfg, const Transformer& model, int64_t total_steps,
+           int64_t steps_per_epoch, int T);
+  void print_header(int64_t num_examples, int64_t seqs_per_step) const;
+  // Records an optimizer step; emits a log entry when `log` is set.
+  void step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log);
+  void first_step(double startup_s, double weights_s) const;
+  void write_trainer_state(const std::string& dir) const;
+  void finish(double train_s);
+
+ private:
+  double epoch_at(int64_t step) const { return double(step) / double(steps_per_epoch_); }
+
+  const TrainArgs& a_;
+  const Transformer& model_;
+  int64_t total_steps_, steps_per_epoch_;
+  int T_;
+  double tokens_per_step_, flops_per_token_;
+  int64_t step_ = 0, last_logged_ = 0;
+  double loss_total_ = 0, loss_since_log_ = 0, time_since_log_ = 0;
+  nlohmann::json history_ = nlohmann::json::array();
+};
+
+}  // namespace zt
