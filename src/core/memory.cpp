@@ -8,6 +8,9 @@
 #include <mutex>
 #include <new>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "core/error.h"
 
 namespace zt {
@@ -58,10 +61,17 @@ size_t current_rss_bytes() { return read_status_kb("VmRSS:"); }
 
 Buffer::Buffer(size_t bytes, MemCategory cat) : bytes_(bytes), cat_(cat) {
   if (bytes == 0) return;
-  size_t rounded = (bytes + 63) / 64 * 64;
-  data_ = std::aligned_alloc(64, rounded);
+  // Large blocks are 2 MiB aligned and advised for transparent huge pages: on a VM a
+  // 4 KiB page fault costs microseconds, and a 124M-parameter run touches ~3 GiB, so
+  // huge pages cut start-up by seconds (and TLB misses during the run).
+  constexpr size_t kHuge = size_t(2) << 20;
+  const bool huge = bytes >= kHuge / 2;
+  const size_t align = huge ? kHuge : 64;
+  size_t rounded = (bytes + align - 1) / align * align;
+  data_ = std::aligned_alloc(align, rounded);
   ZT_CHECK(data_ != nullptr, "out of memory allocating ", format_bytes(bytes), " for ", mem_category_name(cat),
            "; use a smaller batch or model");
+  if (huge) ::madvise(data_, rounded, MADV_HUGEPAGE);
   // Touching the pages now makes resident memory match the accounting and keeps
   // page faults out of the first training step.
   std::memset(data_, 0, rounded);

@@ -34,6 +34,18 @@ class Rng {
   double uniform() { return (next_u64() >> 11) * 0x1.0p-53; }
   // Uniform integer in [0, n).
   uint64_t below(uint64_t n) { return static_cast<uint64_t>(uniform() * static_cast<double>(n)); }
+  // Two independent standard normals by Marsaglia's polar method (no trigonometry).
+  void normal_pair(double* z) {
+    double u, v, s;
+    do {
+      u = 2.0 * uniform() - 1.0;
+      v = 2.0 * uniform() - 1.0;
+      s = u * u + v * v;
+    } while (s >= 1.0 || s == 0.0);
+    double f = std::sqrt(-2.0 * std::log(s) / s);
+    z[0] = u * f;
+    z[1] = v * f;
+  }
   // Standard normal by Box-Muller (one value per call keeps the state simple to save).
   double normal() {
     double u1 = uniform(), u2 = uniform();

@@ -1,8 +1,13 @@
 // attention.cpp: flash attention forward and backward on the CPU.
-// Forward: one task per (batch, query head, block of BQ query rows); keys in tiles of BK
-// so a K/V tile is reused from cache by every row of the query block. Backward: one
-// task per (batch, key/value head) so each task owns its dK, dV and its group's dQ and
-// no two threads write the same gradient (no atomics, deterministic order).
+// Work is cut into 64x64 tiles of (query rows) x (keys). Inside a tile every product
+// runs along a contiguous axis so it vectorizes without horizontal sums: K and V tiles
+// are transposed once into (HS, 64) so that a score row is a sum of key-vectors
+// scaled by q's elements. Forward: one task per (batch, query head, query tile), online
+// softmax over key tiles. Backward: one task per (batch, key/value head), which owns
+// its dK, dV and its heads' dQ, so no two threads write one gradient (no atomics,
+// a fixed summation order, run-to-run identical results).
+// The head size is a template parameter for the common 64 and 128 so the compiler
+// keeps the per-row accumulators in registers; other sizes take the generic path.
 #include "kernels/attention.h"
 
 #include <algorithm>
@@ -14,92 +19,134 @@
 
 namespace zt::kernels {
 namespace {
-constexpr int BQ = 32;
-constexpr int BK = 64;
+constexpr int TILE = 64;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-inline float dot(const float* a, const float* b, int n) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+// dst (HS, TILE) = src rows (n, HS) transposed, zero-padded to TILE columns.
+inline void transpose_tile(float* dst, const float* src, int64_t stride, int n, int HS) {
+  for (int j = 0; j < n; ++j)
+    for (int d = 0; d < HS; ++d) dst[d * TILE + j] = src[j * stride + d];
+  for (int j = n; j < TILE; ++j)
+    for (int d = 0; d < HS; ++d) dst[d * TILE + j] = 0.f;
 }
-inline void axpy(float* y, float a, const float* x, int n) {
+
+// s (rows, TILE) = a rows (rows, HS) @ bt (HS, TILE) * scale.
+template <int HSC>
+inline void tile_scores(float* s, const float* a, int64_t stride, int rows, const float* bt, float scale, int hs) {
+  const int HS = HSC ? HSC : hs;
+  for (int i = 0; i < rows; ++i) {
+    float acc[TILE] = {};
+    const float* ai = a + i * stride;
+    for (int d = 0; d < HS; ++d) {
+      const float ad = ai[d];
+      const float* b = bt + d * TILE;
 #pragma omp simd
-  for (int i = 0; i < n; ++i) y[i] += a * x[i];
+      for (int j = 0; j < TILE; ++j) acc[j] += ad * b[j];
+    }
+#pragma omp simd
+    for (int j = 0; j < TILE; ++j) s[i * TILE + j] = acc[j] * scale;
+  }
 }
-}  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d) {
-  const int T = d.T, HS = d.HS, NH = d.NH, group = d.NH / d.KVH;
-  const int64_t rs = d.row_stride(), os = int64_t(NH) * HS;
+template <int HSC>
+void forward_impl(float* out, float* lse, const float* qkv, const AttnDims& dm) {
+  const int T = dm.T, NH = dm.NH, KVH = dm.KVH, HS = HSC ? HSC : dm.HS, group = NH / KVH;
+  const int64_t rs = dm.row_stride(), os = int64_t(NH) * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const int nqb = (T + BQ - 1) / BQ;
-  const int64_t tasks = int64_t(d.B) * NH * nqb;
+  const int ntiles = (T + TILE - 1) / TILE;
+  const int64_t tasks = int64_t(dm.B) * NH * ntiles;
 #pragma omp parallel
   {
-    std::vector<float> acc(size_t(BQ) * HS), m(BQ), l(BQ);
-    float s[BK];
+    std::vector<float> kt(size_t(HS) * TILE), s(TILE * TILE), acc(size_t(TILE) * HS), m(TILE), l(TILE);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      // Largest query blocks first (they see the most keys) for better balance.
-      int qb = nqb - 1 - int(task % nqb);
-      int h = int((task / nqb) % NH), b = int(task / (int64_t(nqb) * NH));
-      int g = h / group;
-      int q0 = qb * BQ, q1 = std::min(q0 + BQ, T);
+      const int qt = ntiles - 1 - int(task % ntiles);  // biggest tiles first for balance
+      const int h = int((task / ntiles) % NH), b = int(task / (int64_t(ntiles) * NH)), g = h / group;
+      const int q0 = qt * TILE, nq = std::min(TILE, T - q0);
       const float* base = qkv + int64_t(b) * T * rs;
+      const float* q = base + int64_t(q0) * rs + int64_t(h) * HS;
       std::fill(acc.begin(), acc.end(), 0.f);
-      std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+      std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), 0.f);
-      for (int k0 = 0; k0 < q1; k0 += BK) {
-        int k1 = std::min(k0 + BK, q1);
-        for (int t = std::max(q0, k0); t < q1; ++t) {
-          int r = t - q0, kend = std::min(k1, t + 1);
-          const float* q = base + int64_t(t) * rs + int64_t(h) * HS;
-          float mx = m[r];
-          for (int j = k0; j < kend; ++j) {
-            s[j - k0] = dot(q, base + int64_t(j) * rs + int64_t(NH + g) * HS, HS) * scale;
-            mx = std::max(mx, s[j - k0]);
-          }
-          float corr = fast_exp(m[r] - mx), sum = 0.f;
-          int n = kend - k0;
+      for (int kt_i = 0; kt_i <= qt; ++kt_i) {
+        const int k0 = kt_i * TILE, nk = std::min(TILE, T - k0);
+        transpose_tile(kt.data(), base + int64_t(k0) * rs + int64_t(NH + g) * HS, rs, nk, HS);
+        tile_scores<HSC>(s.data(), q, rs, nq, kt.data(), scale, HS);
+        const float* v = base + int64_t(k0) * rs + int64_t(NH + KVH + g) * HS;
+        for (int i = 0; i < nq; ++i) {
+          float* si = s.data() + i * TILE;
+          const int valid = std::min(nk, q0 + i - k0 + 1);  // causal: keys <= query position
+          float mx = m[i];
+          for (int j = 0; j < valid; ++j) mx = std::max(mx, si[j]);
+          float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-          for (int j = 0; j < n; ++j) {
-            s[j] = fast_exp(s[j] - mx);
-            sum += s[j];
+          for (int j = 0; j < TILE; ++j) {
+            float p = j < valid ? fast_exp(si[j] - mx) : 0.f;
+            si[j] = p;
+            sum += p;
           }
-          float* a = acc.data() + size_t(r) * HS;
-          if (corr != 1.0f)
-            for (int i = 0; i < HS; ++i) a[i] *= corr;
-          for (int j = 0; j < n; ++j) axpy(a, s[j], base + int64_t(k0 + j) * rs + int64_t(NH + d.KVH + g) * HS, HS);
-          l[r] = l[r] * corr + sum;
-          m[r] = mx;
+          const float corr = fast_exp(m[i] - mx);
+          l[i] = l[i] * corr + sum;
+          m[i] = mx;
+          float* ai = acc.data() + size_t(i) * HS;
+          float r[HSC ? HSC : 1];
+          float* rr = HSC ? r : ai;
+#pragma omp simd
+          for (int d = 0; d < HS; ++d) rr[d] = ai[d] * corr;
+          for (int j = 0; j < valid; ++j) {
+            const float p = si[j];
+            const float* vj = v + j * rs;
+#pragma omp simd
+            for (int d = 0; d < HS; ++d) rr[d] += p * vj[d];
+          }
+          if (HSC)
+            for (int d = 0; d < HS; ++d) ai[d] = rr[d];
         }
       }
-      for (int t = q0; t < q1; ++t) {
-        int r = t - q0;
-        float inv = 1.0f / l[r];
-        float* o = out + (int64_t(b) * T + t) * os + int64_t(h) * HS;
-        const float* a = acc.data() + size_t(r) * HS;
-        for (int i = 0; i < HS; ++i) o[i] = a[i] * inv;
-        lse[(int64_t(b) * NH + h) * T + t] = m[r] + std::log(l[r]);
+      for (int i = 0; i < nq; ++i) {
+        const float inv = 1.0f / l[i];
+        float* o = out + (int64_t(b) * T + q0 + i) * os + int64_t(h) * HS;
+        for (int d = 0; d < HS; ++d) o[d] = acc[size_t(i) * HS + d] * inv;
+        lse[(int64_t(b) * NH + h) * T + q0 + i] = m[i] + std::log(l[i]);
       }
     }
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        const AttnDims& d) {
-  const int T = d.T, HS = d.HS, NH = d.NH, KVH = d.KVH, group = d.NH / d.KVH;
-  const int64_t rs = d.row_stride(), os = int64_t(NH) * HS;
+// acc (HS) += sum_j w[j * wstride] * rows[j] for j < n: the column-weighted row sum
+// behind dV += P^T dO, dK += dS^T Q and dQ += dS K.
+template <int HSC>
+inline void weighted_rows(float* acc, const float* w, int wstride, const float* rows, int64_t rstride, int n, int hs) {
+  const int HS = HSC ? HSC : hs;
+  float r[HSC ? HSC : 1];
+  float* rr = HSC ? r : acc;
+  if (HSC)
+    for (int d = 0; d < HS; ++d) rr[d] = acc[d];
+  for (int j = 0; j < n; ++j) {
+    const float wj = w[j * wstride];
+    const float* x = rows + j * rstride;
+#pragma omp simd
+    for (int d = 0; d < HS; ++d) rr[d] += wj * x[d];
+  }
+  if (HSC)
+    for (int d = 0; d < HS; ++d) acc[d] = rr[d];
+}
+
+template <int HSC>
+void backward_impl(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                   const AttnDims& dm) {
+  const int T = dm.T, NH = dm.NH, KVH = dm.KVH, HS = HSC ? HSC : dm.HS, group = NH / KVH;
+  const int64_t rs = dm.row_stride(), os = int64_t(NH) * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const int64_t tasks = int64_t(d.B) * KVH;
+  const int ntiles = (T + TILE - 1) / TILE;
+  const int64_t tasks = int64_t(dm.B) * KVH;
 #pragma omp parallel
   {
-    std::vector<float> D(T), dq(HS);
-    float p[BK], ds[BK];
+    std::vector<float> kt(size_t(HS) * TILE), vt(size_t(HS) * TILE), p(TILE * TILE), ds(TILE * TILE),
+        dq(size_t(TILE) * HS), D(TILE);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      int g = int(task % KVH), b = int(task / KVH);
+      const int g = int(task % KVH), b = int(task / KVH);
       const float* base = qkv + int64_t(b) * T * rs;
       float* dbase = dqkv + int64_t(b) * T * rs;
       const int64_t koff = int64_t(NH + g) * HS, voff = int64_t(NH + KVH + g) * HS;
@@ -108,42 +155,79 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         std::fill_n(dbase + t * rs + voff, HS, 0.f);
       }
       for (int h = g * group; h < (g + 1) * group; ++h) {
-        const float* ob = out + int64_t(b) * T * os + int64_t(h) * HS;
-        const float* dob = dout + int64_t(b) * T * os + int64_t(h) * HS;
-        const float* lrow = lse + (int64_t(b) * NH + h) * T;
-        for (int t = 0; t < T; ++t) D[t] = dot(dob + t * os, ob + t * os, HS);
-        for (int t = 0; t < T; ++t) {
-          const float* q = base + t * rs + int64_t(h) * HS;
-          const float* dO = dob + t * os;
-          std::fill(dq.begin(), dq.end(), 0.f);
-          for (int k0 = 0; k0 <= t; k0 += BK) {
-            int n = std::min(BK, t + 1 - k0);
-            for (int j = 0; j < n; ++j) {
-              const float* krow = base + int64_t(k0 + j) * rs + koff;
-              const float* vrow = base + int64_t(k0 + j) * rs + voff;
-              p[j] = dot(q, krow, HS) * scale - lrow[t];
-              ds[j] = dot(dO, vrow, HS);
-            }
-#pragma omp simd
-            for (int j = 0; j < n; ++j) {
-              p[j] = fast_exp(p[j]);
-              ds[j] = p[j] * (ds[j] - D[t]) * scale;
-            }
-            for (int j = 0; j < n; ++j) {
-              const float* krow = base + int64_t(k0 + j) * rs + koff;
-              float* dk = dbase + int64_t(k0 + j) * rs + koff;
-              float* dv = dbase + int64_t(k0 + j) * rs + voff;
-              axpy(dv, p[j], dO, HS);
-              axpy(dq.data(), ds[j], krow, HS);
-              axpy(dk, ds[j], q, HS);
-            }
+        const int64_t qoff = int64_t(h) * HS;
+        for (int qt = 0; qt < ntiles; ++qt) {
+          const int q0 = qt * TILE, nq = std::min(TILE, T - q0);
+          const float* q = base + int64_t(q0) * rs + qoff;
+          const float* dO = dout + (int64_t(b) * T + q0) * os + qoff;
+          const float* o = out + (int64_t(b) * T + q0) * os + qoff;
+          const float* lrow = lse + (int64_t(b) * NH + h) * T + q0;
+          for (int i = 0; i < nq; ++i) {
+            float sdo = 0.f;
+#pragma omp simd reduction(+ : sdo)
+            for (int d = 0; d < HS; ++d) sdo += dO[i * os + d] * o[i * os + d];
+            D[i] = sdo;
           }
-          float* dqo = dbase + t * rs + int64_t(h) * HS;
-          for (int i = 0; i < HS; ++i) dqo[i] = dq[i];
+          std::fill(dq.begin(), dq.end(), 0.f);
+          for (int kti = 0; kti <= qt; ++kti) {
+            const int k0 = kti * TILE, nk = std::min(TILE, T - k0);
+            const float* k = base + int64_t(k0) * rs + koff;
+            const float* v = base + int64_t(k0) * rs + voff;
+            transpose_tile(kt.data(), k, rs, nk, HS);
+            transpose_tile(vt.data(), v, rs, nk, HS);
+            tile_scores<HSC>(p.data(), q, rs, nq, kt.data(), scale, HS);   // S
+            tile_scores<HSC>(ds.data(), dO, os, nq, vt.data(), 1.0f, HS);  // dP = dO V^T
+            for (int i = 0; i < nq; ++i) {
+              const int valid = std::min(nk, q0 + i - k0 + 1);
+              float* pi = p.data() + i * TILE;
+              float* dsi = ds.data() + i * TILE;
+              const float li = lrow[i], Di = D[i];
+#pragma omp simd
+              for (int j = 0; j < TILE; ++j) {
+                float pj = j < valid ? fast_exp(pi[j] - li) : 0.f;
+                pi[j] = pj;
+                dsi[j] = pj * (dsi[j] - Di) * scale;
+              }
+            }
+            // Rows past the tile's end hold stale values; zero them so column sums skip them.
+            for (int i = nq; i < TILE; ++i) {
+              std::fill_n(p.data() + i * TILE, TILE, 0.f);
+              std::fill_n(ds.data() + i * TILE, TILE, 0.f);
+            }
+            float* dk = dbase + int64_t(k0) * rs + koff;
+            float* dv = dbase + int64_t(k0) * rs + voff;
+            for (int j = 0; j < nk; ++j) {
+              weighted_rows<HSC>(dv + j * rs, p.data() + j, TILE, dO, os, nq, HS);
+              weighted_rows<HSC>(dk + j * rs, ds.data() + j, TILE, q, rs, nq, HS);
+            }
+            for (int i = 0; i < nq; ++i) weighted_rows<HSC>(dq.data() + size_t(i) * HS, ds.data() + i * TILE, 1, k, rs, nk, HS);
+          }
+          for (int i = 0; i < nq; ++i) std::copy_n(dq.data() + size_t(i) * HS, HS, dbase + int64_t(q0 + i) * rs + qoff);
         }
       }
     }
   }
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d) {
+  if (d.HS == 64)
+    forward_impl<64>(out, lse, qkv, d);
+  else if (d.HS == 128)
+    forward_impl<128>(out, lse, qkv, d);
+  else
+    forward_impl<0>(out, lse, qkv, d);
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        const AttnDims& d) {
+  if (d.HS == 64)
+    backward_impl<64>(dqkv, dout, qkv, out, lse, d);
+  else if (d.HS == 128)
+    backward_impl<128>(dqkv, dout, qkv, out, lse, d);
+  else
+    backward_impl<0>(dqkv, dout, qkv, out, lse, d);
 }
 
 }  // namespace zt::kernels

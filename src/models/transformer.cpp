@@ -10,6 +10,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/profile.h"
 #include "core/rng.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/ops.h"
@@ -102,12 +103,15 @@ void Transformer::init_random(uint64_t seed) {
     float* dst = P + p.offset;
     Rng rng(seed, (uint64_t(jobs[j].param) << 32) ^ uint64_t(jobs[j].begin / 65536));
     double sd = p.init == ParamInit::residual_normal ? std_resid : std_normal;
-    for (int64_t k = jobs[j].begin; k < jobs[j].end; ++k) {
-      switch (p.init) {
-        case ParamInit::zeros: dst[k] = 0.f; break;
-        case ParamInit::ones: dst[k] = 1.f; break;
-        default: dst[k] = float(rng.normal() * sd);
-      }
+    if (p.init == ParamInit::zeros || p.init == ParamInit::ones) {
+      std::fill(dst + jobs[j].begin, dst + jobs[j].end, p.init == ParamInit::ones ? 1.f : 0.f);
+      continue;
+    }
+    for (int64_t k = jobs[j].begin; k < jobs[j].end; k += 2) {
+      double z[2];
+      rng.normal_pair(z);
+      dst[k] = float(z[0] * sd);
+      if (k + 1 < jobs[j].end) dst[k + 1] = float(z[1] * sd);
     }
   }
 }
@@ -233,13 +237,18 @@ double Transformer::run(const int32_t* inputs, const int32_t* targets, float gra
   for (int l = 0; l < L; ++l) blocks_[l].forward(res_[l + 1], res_[l], block_acts_[l], block_scratch_, B, T, rope);
   lnf_.forward(lnf_out_, lnf_mean_, lnf_rstd_, res_[L], N);
   kernels::LmHeadDims hd{N, C, cfg_.vocab_size, lm_chunk_};
-  double loss = kernels::lmhead_ce(backward ? dlnf_ : nullptr, backward ? lm_head_grad() : nullptr, lnf_out_,
-                                   lm_head_weight(), targets, hd, grad_scale, logits_, count);
+  double loss;
+  {
+    ZT_PROFILE("lmhead_ce");
+    loss = kernels::lmhead_ce(backward ? dlnf_ : nullptr, backward ? lm_head_grad() : nullptr, lnf_out_,
+                              lm_head_weight(), targets, hd, grad_scale, logits_, count);
+  }
   if (!backward) return loss;
-  std::memset(dres_, 0, sizeof(float) * N * C);
+  std::memset(dres_, 0, sizeof(float) * N * C);  // the final norm's backward adds into it
   lnf_.backward(dres_, dlnf_, res_[L], lnf_mean_, lnf_rstd_, N);
   for (int l = L - 1; l >= 0; --l) blocks_[l].backward(dres_, res_[l], block_acts_[l], block_scratch_, B, T, rope);
   float* G = grads_.as<float>();
+  ZT_PROFILE("embedding_bwd");
   kernels::embedding_backward(G + slots_.wte, slots_.wpe >= 0 ? G + slots_.wpe : nullptr, dres_, inputs, N, T, C);
   return loss;
 }

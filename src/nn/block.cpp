@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "core/profile.h"
 #include "kernels/ops.h"
 
 namespace zt::nn {
@@ -43,17 +44,27 @@ void Block::forward(float* y, const float* x, const BlockActs& a, const BlockScr
   ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, N);
   qkv.forward(a.qkv, a.ln1, N);
   if (s.rope) kernels::rope_forward(a.qkv, rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim());
-  kernels::attention_forward(a.att, a.lse, a.qkv, ad);
-  std::memcpy(a.mid, x, sizeof(float) * N * s.C);
+  {
+    ZT_PROFILE("attention_fwd");
+    kernels::attention_forward(a.att, a.lse, a.qkv, ad);
+  }
+  {
+    ZT_PROFILE("copy");
+    std::memcpy(a.mid, x, sizeof(float) * N * s.C);
+  }
   proj.forward(a.mid, a.att, N, /*accumulate=*/true);
   ln2.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, N);
   fc_in.forward(a.fc, a.ln2, N);
   activation_forward(sc.act, a.fc, N);
-  std::memcpy(y, a.mid, sizeof(float) * N * s.C);
+  {
+    ZT_PROFILE("copy");
+    std::memcpy(y, a.mid, sizeof(float) * N * s.C);
+  }
   fc_out.forward(y, sc.act, N, /*accumulate=*/true);
 }
 
 void Block::activation_forward(float* act, const float* fc, int64_t N) const {
+  ZT_PROFILE("act_fwd");
   if (shape.mlp == MlpKind::gelu)
     kernels::gelu_forward(act, fc, N * shape.F);
   else
@@ -71,17 +82,23 @@ void Block::backward(float* dres, const float* x, const BlockActs& a, const Bloc
   fc_out.backward(nullptr, dres, sc.act, N);
   fc_out.backward_input(sc.act, dres, N);
   float* dfc = sc.act;
-  if (s.mlp == MlpKind::gelu) {
-    kernels::gelu_backward(dfc, sc.act, a.fc, N * s.F);
-  } else {
-    kernels::swiglu_backward(sc.dfc, sc.act, a.fc, N, s.F);
-    dfc = sc.dfc;
+  {
+    ZT_PROFILE("act_bwd");
+    if (s.mlp == MlpKind::gelu) {
+      kernels::gelu_backward(dfc, sc.act, a.fc, N * s.F);
+    } else {
+      kernels::swiglu_backward(sc.dfc, sc.act, a.fc, N, s.F);
+      dfc = sc.dfc;
+    }
   }
   fc_in.backward(sc.dln, dfc, a.ln2, N);
   ln2.backward(dres, sc.dln, a.mid, a.ln2_mean, a.ln2_rstd, N);  // dres is now dL/dmid
   // Attention.
   proj.backward(sc.datt, dres, a.att, N);
-  kernels::attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, ad);
+  {
+    ZT_PROFILE("attention_bwd");
+    kernels::attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, ad);
+  }
   if (s.rope) kernels::rope_backward(sc.dqkv, rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim());
   qkv.backward(sc.dln, sc.dqkv, a.ln1, N);
   ln1.backward(dres, sc.dln, x, a.ln1_mean, a.ln1_rstd, N);  // dres is now dL/dx

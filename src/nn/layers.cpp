@@ -1,6 +1,7 @@
 // layers.cpp: Linear and Norm over the kernels.
 #include "nn/layers.h"
 
+#include "core/profile.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 
@@ -9,6 +10,7 @@ namespace zt::nn {
 using kernels::gemm;
 
 void Linear::forward(float* y, const float* x, int64_t N, bool accumulate) const {
+  ZT_PROFILE("gemm");
   float beta = accumulate ? 1.0f : 0.0f;
   if (w_in_out)
     gemm(false, false, N, out, in, 1.0f, x, in, w, out, beta, y, out);
@@ -18,6 +20,7 @@ void Linear::forward(float* y, const float* x, int64_t N, bool accumulate) const
 }
 
 void Linear::backward_input(float* dx, const float* dy, int64_t N) const {
+  ZT_PROFILE("gemm");
   if (w_in_out)
     gemm(false, true, N, in, out, 1.0f, dy, out, w, out, 0.0f, dx, in);
   else
@@ -26,6 +29,7 @@ void Linear::backward_input(float* dx, const float* dy, int64_t N) const {
 
 void Linear::backward(float* dx, const float* dy, const float* x, int64_t N) const {
   if (dx) backward_input(dx, dy, N);
+  ZT_PROFILE("gemm");
   if (w_in_out)
     gemm(true, false, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, out);
   else
@@ -34,6 +38,7 @@ void Linear::backward(float* dx, const float* dy, const float* x, int64_t N) con
 }
 
 void Norm::forward(float* out, float* mean, float* rstd, const float* x, int64_t N) const {
+  ZT_PROFILE("norm");
   if (kind == NormKind::layernorm)
     kernels::layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
   else
@@ -42,6 +47,7 @@ void Norm::forward(float* out, float* mean, float* rstd, const float* x, int64_t
 
 void Norm::backward(float* dx, const float* dout, const float* x, const float* mean, const float* rstd,
                     int64_t N) const {
+  ZT_PROFILE("norm");
   if (kind == NormKind::layernorm)
     kernels::layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
   else

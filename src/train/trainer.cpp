@@ -15,6 +15,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/profile.h"
 #include "data/token_data.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
@@ -141,6 +142,7 @@ void train_run(const TrainArgs& a) {
     const double loss = loss_sum / double(counted);
     ZT_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1,
              "; lower --learning_rate or check the data");
+    ZT_PROFILE("optimizer");
     const double norm = optim::grad_norm(model.grad_data(), model.num_params());
     optim::clip_grads(model.grad_data(), model.num_params(), norm, a.max_grad_norm);
     opt.step(model.param_data(), model.grad_data(), sched.lr_at(step));
@@ -158,6 +160,7 @@ void train_run(const TrainArgs& a) {
   const double train_s = seconds_since(t_train);
   model.save_hf(a.output_dir, a.save_dtype == "float32" ? "F32" : "BF16");
   log.finish(train_s);
+  prof::report();
 }
 
 }  // namespace zt
