@@ -1,0 +1,296 @@
+// test_kernels.cpp: tier 1. Each fast kernel against its naive reference (fp32, random
+// shapes), and each reference backward against central finite differences in double.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+#include "kernels/reference.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+#include "test_util.h"
+
+namespace zt {
+using test::cast;
+using test::dot;
+using test::expect_close;
+using test::expect_fd_grad;
+using test::randn;
+
+TEST(Gemm, MatchesReferenceAllTransposes) {
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (auto [m, n, k] : {std::tuple{1, 1, 1}, {7, 13, 5}, {64, 33, 129}, {130, 70, 40}}) {
+        auto a = randn(size_t(m) * k, 1), b = randn(size_t(k) * n, 2), c = randn(size_t(m) * n, 3);
+        auto c_ref = c;
+        int lda = ta ? m : k, ldb = tb ? k : n;
+        kernels::gemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), n);
+        kernels::gemm_ref<float>(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, c_ref.data(), n);
+        expect_close(c, c_ref, 1e-4, 1e-5, "gemm");
+      }
+}
+
+TEST(LayerNorm, FastMatchesReference) {
+  const int N = 37, C = 96;
+  auto x = randn(N * C, 1), w = randn(C, 2), b = randn(C, 3), dout = randn(N * C, 4);
+  std::vector<float> out(N * C), mean(N), rstd(N), out_r(N * C), mean_r(N), rstd_r(N);
+  kernels::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  ref::layernorm_forward<float>(out_r.data(), mean_r.data(), rstd_r.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  expect_close(out, out_r, 1e-5, 1e-5, "layernorm out");
+  std::vector<float> dx(N * C, 0.5f), dw(C, 0.25f), db(C), dx_r = dx, dw_r = dw, db_r = db;
+  kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                              rstd.data(), N, C);
+  ref::layernorm_backward<float>(dx_r.data(), dw_r.data(), db_r.data(), dout.data(), x.data(), w.data(), mean.data(),
+                                 rstd.data(), N, C);
+  expect_close(dx, dx_r, 1e-4, 1e-5, "layernorm dx");
+  expect_close(dw, dw_r, 1e-4, 1e-5, "layernorm dw");
+  expect_close(db, db_r, 1e-4, 1e-5, "layernorm db");
+}
+
+TEST(LayerNorm, ReferenceBackwardMatchesFiniteDifferences) {
+  const int N = 3, C = 8;
+  auto x = randn<double>(N * C, 1), w = randn<double>(C, 2), b = randn<double>(C, 3), r = randn<double>(N * C, 4);
+  std::vector<double> out(N * C), mean(N), rstd(N);
+  auto loss = [&] {
+    ref::layernorm_forward<double>(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
+    return dot(out, r);
+  };
+  loss();
+  std::vector<double> dx(N * C), dw(C), db(C);
+  ref::layernorm_backward<double>(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), mean.data(),
+                                  rstd.data(), N, C);
+  expect_fd_grad(x, dx, loss, "layernorm dx");
+  expect_fd_grad(w, dw, loss, "layernorm dw");
+  expect_fd_grad(b, db, loss, "layernorm db");
+}
+
+TEST(RmsNorm, FastMatchesReferenceAndFiniteDifferences) {
+  const int N = 29, C = 80;
+  auto x = randn(N * C, 5), w = randn(C, 6), dout = randn(N * C, 7);
+  std::vector<float> out(N * C), rstd(N), out_r(N * C), rstd_r(N);
+  kernels::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+  ref::rmsnorm_forward<float>(out_r.data(), rstd_r.data(), x.data(), w.data(), N, C, 1e-6f);
+  expect_close(out, out_r, 1e-5, 1e-5, "rmsnorm out");
+  std::vector<float> dx(N * C), dw(C), dx_r(N * C), dw_r(C);
+  kernels::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+  ref::rmsnorm_backward<float>(dx_r.data(), dw_r.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+  expect_close(dx, dx_r, 1e-4, 1e-5, "rmsnorm dx");
+  expect_close(dw, dw_r, 1e-4, 1e-5, "rmsnorm dw");
+
+  const int n = 3, c = 8;
+  auto xd = randn<double>(n * c, 8), wd = randn<double>(c, 9), r = randn<double>(n * c, 10);
+  std::vector<double> o(n * c), rs(n);
+  auto loss = [&] {
+    ref::rmsnorm_forward<double>(o.data(), rs.data(), xd.data(), wd.data(), n, c, 1e-6);
+    return dot(o, r);
+  };
+  loss();
+  std::vector<double> gx(n * c), gw(c);
+  ref::rmsnorm_backward<double>(gx.data(), gw.data(), r.data(), xd.data(), wd.data(), rs.data(), n, c);
+  expect_fd_grad(xd, gx, loss, "rmsnorm dx");
+  expect_fd_grad(wd, gw, loss, "rmsnorm dw");
+}
+
+TEST(Gelu, FastMatchesReferenceAndFiniteDifferences) {
+  const int n = 4099;
+  auto x = randn(n, 11, 3.0), dout = randn(n, 12);
+  // The reference runs in double: in float, 1 - tanh^2 itself loses digits near saturation.
+  auto xr = cast<double>(x), doutr = cast<double>(dout);
+  std::vector<float> y(n), dx(n);
+  std::vector<double> y_r(n), dx_r(n);
+  kernels::gelu_forward(y.data(), x.data(), n);
+  ref::gelu_forward<double>(y_r.data(), xr.data(), n);
+  expect_close(y, y_r, 1e-5, 1e-6, "gelu");
+  kernels::gelu_backward(dx.data(), dout.data(), x.data(), n);
+  ref::gelu_backward<double>(dx_r.data(), doutr.data(), xr.data(), n);
+  expect_close(dx, dx_r, 1e-5, 1e-6, "gelu backward");
+  auto xd = randn<double>(16, 13, 2.0), r = randn<double>(16, 14);
+  std::vector<double> yd(16), gd(16);
+  auto loss = [&] {
+    ref::gelu_forward<double>(yd.data(), xd.data(), 16);
+    return dot(yd, r);
+  };
+  ref::gelu_backward<double>(gd.data(), r.data(), xd.data(), 16);
+  expect_fd_grad(xd, gd, loss, "gelu dx");
+}
+
+TEST(SwiGlu, FastMatchesReferenceAndFiniteDifferences) {
+  const int N = 9, F = 50;
+  auto x = randn(N * 2 * F, 15, 2.0), dout = randn(N * F, 16);
+  std::vector<float> y(N * F), y_r(N * F), dx(N * 2 * F), dx_r(N * 2 * F);
+  kernels::swiglu_forward(y.data(), x.data(), N, F);
+  ref::swiglu_forward<float>(y_r.data(), x.data(), N, F);
+  expect_close(y, y_r, 1e-5, 1e-6, "swiglu");
+  kernels::swiglu_backward(dx.data(), dout.data(), x.data(), N, F);
+  ref::swiglu_backward<float>(dx_r.data(), dout.data(), x.data(), N, F);
+  expect_close(dx, dx_r, 1e-5, 1e-6, "swiglu backward");
+  auto xd = randn<double>(2 * 2 * 5, 17), r = randn<double>(2 * 5, 18);
+  std::vector<double> yd(10), gd(20);
+  auto loss = [&] {
+    ref::swiglu_forward<double>(yd.data(), xd.data(), 2, 5);
+    return dot(yd, r);
+  };
+  ref::swiglu_backward<double>(gd.data(), r.data(), xd.data(), 2, 5);
+  expect_fd_grad(xd, gd, loss, "swiglu dx");
+}
+
+TEST(Rope, FastMatchesReferenceAndBackwardIsTranspose) {
+  const int B = 2, T = 11, NH = 4, KVH = 2, HS = 16;
+  const int64_t rs = (NH + 2 * KVH) * HS;
+  auto x = randn(B * T * rs, 19);
+  std::vector<float> cs(T * HS / 2), sn(T * HS / 2);
+  kernels::rope_table(cs.data(), sn.data(), T, HS, 10000.f);
+  auto y = x, y_r = x;
+  kernels::rope_forward(y.data(), cs.data(), sn.data(), B, T, NH, KVH, HS, rs);
+  ref::rope_forward<float>(y_r.data(), B, T, NH, KVH, HS, rs, 10000.0);
+  expect_close(y, y_r, 1e-5, 1e-5, "rope");
+  // <R x, g> == <x, R^T g>: the backward is the transposed rotation.
+  auto g = randn(B * T * rs, 20), gt = g;
+  kernels::rope_backward(gt.data(), cs.data(), sn.data(), B, T, NH, KVH, HS, rs);
+  double lhs = 0, rhs = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    lhs += double(y[i]) * g[i];
+    rhs += double(x[i]) * gt[i];
+  }
+  EXPECT_NEAR(lhs, rhs, 1e-3 * std::abs(lhs) + 1e-3);
+}
+
+TEST(Embedding, FastMatchesReference) {
+  const int N = 40, T = 10, C = 24, V = 7;
+  std::vector<int32_t> tok(N);
+  for (int i = 0; i < N; ++i) tok[i] = (i * 5) % V;
+  auto wte = randn(V * C, 21), wpe = randn(T * C, 22), dout = randn(N * C, 23);
+  std::vector<float> y(N * C), y_r(N * C);
+  kernels::embedding_forward(y.data(), tok.data(), wte.data(), wpe.data(), N, T, C);
+  ref::embedding_forward<float>(y_r.data(), tok.data(), wte.data(), wpe.data(), N, T, C);
+  expect_close(y, y_r, 1e-6, 1e-6, "embedding");
+  std::vector<float> de(V * C), dp(T * C), de_r(V * C), dp_r(T * C);
+  kernels::embedding_backward(de.data(), dp.data(), dout.data(), tok.data(), N, T, C);
+  ref::embedding_backward<float>(de_r.data(), dp_r.data(), dout.data(), tok.data(), N, T, C);
+  expect_close(de, de_r, 1e-5, 1e-5, "embedding dwte");
+  expect_close(dp, dp_r, 1e-5, 1e-5, "embedding dwpe");
+}
+
+// Flash attention against the T x T reference, including sequence lengths that are not
+// multiples of the 64-row tile, grouped-query heads, and head sizes off the fast path.
+TEST(Attention, FlashMatchesNaive) {
+  for (auto d : {kernels::AttnDims{2, 5, 2, 2, 8}, kernels::AttnDims{1, 70, 4, 2, 64}, kernels::AttnDims{2, 130, 6, 2, 32},
+                 kernels::AttnDims{1, 65, 2, 1, 128}, kernels::AttnDims{1, 64, 4, 4, 64}}) {
+    const int64_t N = int64_t(d.B) * d.T, rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
+    auto qkv = randn(N * rs, 24), dout = randn(N * os, 25);
+    std::vector<float> out(N * os), lse(d.B * d.NH * d.T), out_r(N * os), lse_r(d.B * d.NH * d.T);
+    kernels::attention_forward(out.data(), lse.data(), qkv.data(), d);
+    ref::attention_forward<float>(out_r.data(), lse_r.data(), qkv.data(), d);
+    expect_close(out, out_r, 1e-4, 1e-5, "attention out");
+    expect_close(lse, lse_r, 1e-5, 1e-5, "attention lse");
+    std::vector<float> dq(N * rs, 7.f), dq_r(N * rs);
+    kernels::attention_backward(dq.data(), dout.data(), qkv.data(), out.data(), lse.data(), d);
+    ref::attention_backward<float>(dq_r.data(), dout.data(), qkv.data(), d);
+    expect_close(dq, dq_r, 1e-3, 1e-4, "attention dqkv");
+  }
+}
+
+TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
+  kernels::AttnDims d{1, 4, 4, 2, 4};
+  const int64_t N = d.T, rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
+  auto qkv = randn<double>(N * rs, 26), r = randn<double>(N * os, 27);
+  std::vector<double> out(N * os), lse(d.NH * d.T), g(N * rs);
+  auto loss = [&] {
+    ref::attention_forward<double>(out.data(), lse.data(), qkv.data(), d);
+    return dot(out, r);
+  };
+  ref::attention_backward<double>(g.data(), r.data(), qkv.data(), d);
+  expect_fd_grad(qkv, g, loss, "attention dqkv");
+}
+
+TEST(LmHeadCrossEntropy, FusedMatchesReferenceAcrossChunks) {
+  const int N = 45, C = 24, V = 301;
+  auto x = randn(N * C, 28), w = randn(V * C, 29, 0.3);
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = (i * 37) % V;
+  tgt[3] = kernels::kIgnoreIndex;
+  std::vector<float> dx_r(N * C), dw_r(V * C, 0.1f);
+  double loss_r = ref::lmhead_ce<float>(dx_r.data(), dw_r.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.02f);
+  for (int64_t chunk : {int64_t(1), int64_t(8), int64_t(45)}) {
+    std::vector<float> dx(N * C), dw(V * C, 0.1f), scratch(chunk * V);
+    int64_t count = 0;
+    double loss = kernels::lmhead_ce(dx.data(), dw.data(), x.data(), w.data(), tgt.data(), {N, C, V, chunk}, 0.02f,
+                                     scratch.data(), &count);
+    EXPECT_EQ(count, N - 1);
+    EXPECT_NEAR(loss, loss_r, 1e-5 * std::abs(loss_r));
+    expect_close(dx, dx_r, 1e-4, 1e-6, "lm head dx");
+    expect_close(dw, dw_r, 1e-4, 1e-6, "lm head dw");
+  }
+}
+
+TEST(LmHeadCrossEntropy, ReferenceBackwardMatchesFiniteDifferences) {
+  const int N = 3, C = 4, V = 6;
+  auto x = randn<double>(N * C, 30), w = randn<double>(V * C, 31);
+  std::vector<int32_t> tgt = {1, 5, 0};
+  std::vector<double> dx(N * C), dw(V * C);
+  auto loss = [&] { return ref::lmhead_ce<double>(nullptr, nullptr, x.data(), w.data(), tgt.data(), N, C, V, 1.0); };
+  ref::lmhead_ce<double>(dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 1.0);
+  expect_fd_grad(x, dx, loss, "ce dx");
+  expect_fd_grad(w, dw, loss, "ce dw");
+}
+
+TEST(AdamW, MatchesScalarFormulaAndDecaysOnlyMarkedRanges) {
+  const int n = 10;
+  auto p = randn(n, 32), g = randn(n, 33);
+  auto p0 = p;
+  optim::AdamWConfig cfg;
+  cfg.beta1 = 0.9;
+  cfg.beta2 = 0.95;
+  cfg.eps = 1e-8;
+  cfg.weight_decay = 0.1;
+  optim::AdamW opt(n, {{0, 6, true}, {6, 4, false}}, cfg);
+  std::vector<double> m(n, 0), v(n, 0), pd(p0.begin(), p0.end());
+  for (int t = 1; t <= 3; ++t) {
+    opt.step(p.data(), g.data(), 1e-2);
+    for (int i = 0; i < n; ++i) {
+      if (i < 6) pd[i] *= 1 - 1e-2 * 0.1;
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.95 * v[i] + 0.05 * double(g[i]) * g[i];
+      double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.95, t));
+      pd[i] -= 1e-2 * mh / (std::sqrt(vh) + 1e-8);
+    }
+  }
+  expect_close(p, pd, 1e-5, 1e-6, "adamw");
+}
+
+TEST(Clipping, ScalesToMaxNormLikePyTorch) {
+  std::vector<float> g = {3.f, 4.f};
+  double n = optim::grad_norm(g.data(), 2);
+  EXPECT_DOUBLE_EQ(n, 5.0);
+  optim::clip_grads(g.data(), 2, n, 1.0);
+  EXPECT_NEAR(g[0], 0.6f, 1e-6);
+  EXPECT_NEAR(g[1], 0.8f, 1e-6);
+  optim::clip_grads(g.data(), 2, 1.0, 2.0);  // below the threshold: untouched
+  EXPECT_NEAR(g[0], 0.6f, 1e-6);
+}
+
+TEST(Schedule, HuggingFaceFormulas) {
+  optim::Schedule s;
+  s.base_lr = 1.0f;
+  s.warmup_steps = 10;
+  s.total_steps = 110;
+  s.kind = optim::ScheduleKind::linear;
+  EXPECT_FLOAT_EQ(s.lr_at(0), 0.f);
+  EXPECT_FLOAT_EQ(s.lr_at(5), 0.5f);
+  EXPECT_FLOAT_EQ(s.lr_at(10), 1.f);
+  EXPECT_FLOAT_EQ(s.lr_at(60), 0.5f);
+  EXPECT_FLOAT_EQ(s.lr_at(110), 0.f);
+  s.kind = optim::ScheduleKind::cosine;
+  EXPECT_FLOAT_EQ(s.lr_at(60), 0.5f);
+  EXPECT_NEAR(s.lr_at(35), 0.5 * (1 + std::cos(M_PI * 0.25)), 1e-6);
+  s.kind = optim::ScheduleKind::constant_with_warmup;
+  EXPECT_FLOAT_EQ(s.lr_at(5), 0.5f);
+  EXPECT_FLOAT_EQ(s.lr_at(100), 1.f);
+  s.kind = optim::ScheduleKind::constant;
+  EXPECT_FLOAT_EQ(s.lr_at(0), 1.f);
+}
+
+}  // namespace zt

@@ -1,0 +1,163 @@
+// test_model.cpp: tier 2 (in-process). Whole-model gradients against finite
+// differences, the untrained loss, overfitting a short sequence, gradient-accumulation
+// invariance and the HF folder round trip, for GPT-2 and Llama with grouped-query heads.
+// Parity with PyTorch itself is tests/parity (run by ctest through python3).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint/safetensors.h"
+#include "models/transformer.h"
+#include "optim/adamw.h"
+#include "test_util.h"
+
+namespace zt {
+namespace {
+
+ModelConfig tiny(Arch a, bool tie = false) {
+  nlohmann::json j;
+  if (a == Arch::gpt2)
+    j = {{"model_type", "gpt2"}, {"vocab_size", 67}, {"n_embd", 32}, {"n_layer", 2}, {"n_head", 4}, {"n_positions", 32}};
+  else
+    j = {{"model_type", "llama"},        {"vocab_size", 67},      {"hidden_size", 32},
+         {"intermediate_size", 40},      {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+         {"num_key_value_heads", 2},     {"max_position_embeddings", 32}, {"tie_word_embeddings", tie}};
+  return config_from_json(j, "test");
+}
+
+std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
+  Rng r(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(r.below(V));
+  return t;
+}
+
+class ModelTest : public ::testing::TestWithParam<int> {
+ protected:
+  ModelConfig cfg() const { return GetParam() == 0 ? tiny(Arch::gpt2) : tiny(Arch::llama, GetParam() == 2); }
+};
+
+TEST_P(ModelTest, UntrainedLossIsLogVocab) {
+  Transformer m(cfg());
+  m.init_random(1);
+  m.plan(4, 16, false);
+  auto in = tokens(64, 67, 2), tg = tokens(64, 67, 3);
+  int64_t count = 0;
+  double loss = m.forward_loss(in.data(), tg.data(), &count) / double(count);
+  EXPECT_EQ(count, 64);
+  EXPECT_NEAR(loss, std::log(67.0), 0.05);
+}
+
+// For each parameter tensor, the derivative of the loss along that tensor's gradient
+// direction (central differences of the whole model in fp32, loss summed in double)
+// must equal the gradient's norm; plus two random directions over all parameters.
+TEST_P(ModelTest, GradientMatchesFiniteDifferences) {
+  Transformer m(cfg());
+  m.init_random(7);
+  // Larger weights than the default init so every path carries signal.
+  for (int64_t i = 0; i < m.num_params(); ++i) m.param_data()[i] *= 2.0f;
+  const int B = 2, T = 9;
+  m.plan(B, T, true);
+  auto in = tokens(B * T, 67, 4), tg = tokens(B * T, 67, 5);
+  m.zero_grad();
+  int64_t count = 0;
+  m.forward_backward(in.data(), tg.data(), 1.0f / (B * T), &count);
+  std::vector<double> grad(m.grad_data(), m.grad_data() + m.num_params());
+  auto loss_at = [&](const std::vector<double>& dir, double h) {
+    std::vector<float> saved(m.param_data(), m.param_data() + m.num_params());
+    for (int64_t i = 0; i < m.num_params(); ++i) m.param_data()[i] = float(saved[i] + h * dir[i]);
+    int64_t c = 0;
+    double l = m.forward_loss(in.data(), tg.data(), &c) / double(c);
+    std::memcpy(m.param_data(), saved.data(), saved.size() * sizeof(float));
+    return l;
+  };
+  auto check = [&](const std::vector<double>& dir, const std::string& what) {
+    double analytic = test::dot(dir, grad);
+    const double h = 1e-3;
+    double fd = (loss_at(dir, h) - loss_at(dir, -h)) / (2 * h);
+    EXPECT_NEAR(fd, analytic, 2e-3 * std::abs(analytic) + 2e-4) << what;
+  };
+  for (const ParamInfo& p : m.params().list()) {
+    std::vector<double> dir(m.num_params(), 0.0);
+    double n = 0;
+    for (int64_t i = 0; i < p.numel; ++i) n += grad[p.offset + i] * grad[p.offset + i];
+    n = std::sqrt(n);
+    ASSERT_GT(n, 0) << p.name << " has an all-zero gradient";
+    for (int64_t i = 0; i < p.numel; ++i) dir[p.offset + i] = grad[p.offset + i] / n;
+    check(dir, p.name);
+  }
+  for (uint64_t s : {11u, 12u}) {
+    auto r = test::randn<double>(m.num_params(), s);
+    double n = std::sqrt(test::dot(r, r));
+    for (auto& x : r) x /= n;
+    check(r, "random direction");
+  }
+}
+
+TEST_P(ModelTest, GradientAccumulationEqualsOneBigBatch) {
+  Transformer big(cfg()), small(cfg());
+  big.init_random(3);
+  small.init_random(3);
+  const int T = 8;
+  auto in = tokens(4 * T, 67, 6), tg = tokens(4 * T, 67, 7);
+  big.plan(4, T, true);
+  small.plan(2, T, true);
+  big.zero_grad();
+  small.zero_grad();
+  int64_t c;
+  double lb = big.forward_backward(in.data(), tg.data(), 1.0f / (4 * T), &c);
+  double ls = small.forward_backward(in.data(), tg.data(), 1.0f / (4 * T), &c) +
+              small.forward_backward(in.data() + 2 * T, tg.data() + 2 * T, 1.0f / (4 * T), &c);
+  EXPECT_NEAR(lb, ls, 1e-4 * std::abs(lb));
+  std::vector<float> gb(big.grad_data(), big.grad_data() + big.num_params());
+  std::vector<float> gs(small.grad_data(), small.grad_data() + small.num_params());
+  test::expect_close(gs, gb, 1e-4, 1e-6, "accumulated gradient");
+}
+
+TEST_P(ModelTest, OverfitsAShortSequence) {
+  Transformer m(cfg());
+  m.init_random(5);
+  const int B = 2, T = 16;
+  m.plan(B, T, true);
+  auto seq = tokens(B * T + 1, 67, 8);
+  std::vector<int32_t> in(seq.begin(), seq.end() - 1), tg(seq.begin() + 1, seq.end());
+  std::vector<optim::ParamRange> ranges;
+  for (auto& p : m.params().list()) ranges.push_back({p.offset, p.numel, p.decay()});
+  optim::AdamWConfig oc;
+  optim::AdamW opt(m.num_params(), ranges, oc);
+  double loss = 0;
+  for (int step = 0; step < 150; ++step) {
+    m.zero_grad();
+    int64_t c;
+    loss = m.forward_backward(in.data(), tg.data(), 1.0f / (B * T), &c) / double(c);
+    opt.step(m.param_data(), m.grad_data(), 1e-2);
+  }
+  EXPECT_LT(loss, 0.05);
+}
+
+TEST_P(ModelTest, HfFolderRoundTrip) {
+  Transformer m(cfg());
+  m.init_random(9);
+  auto dir = std::filesystem::temp_directory_path() / ("zt_roundtrip_" + std::to_string(GetParam()));
+  std::filesystem::create_directories(dir);
+  m.save_hf(dir.string(), "F32");
+  Transformer back(config_from_file((dir / "config.json").string()));
+  back.load_safetensors((dir / "model.safetensors").string());
+  ASSERT_EQ(back.num_params(), m.num_params());
+  EXPECT_EQ(0, std::memcmp(back.param_data(), m.param_data(), sizeof(float) * m.num_params()));
+  m.save_hf(dir.string(), "BF16");
+  Transformer half(config_from_file((dir / "config.json").string()));
+  half.load_safetensors((dir / "model.safetensors").string());
+  for (int64_t i = 0; i < m.num_params(); ++i)
+    ASSERT_NEAR(half.param_data()[i], m.param_data()[i], 4e-3 * std::abs(m.param_data()[i]) + 1e-30);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ModelTest, ::testing::Values(0, 1, 2), [](const auto& info) {
+  return std::string(info.param == 0 ? "Gpt2" : info.param == 1 ? "LlamaGqa" : "LlamaGqaTied");
+});
+
+}  // namespace
+}  // namespace zt

@@ -148,9 +148,12 @@ void gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
     float u = kGeluS * (v + kGeluK * v * v * v);
-    float t = fast_tanh(u);
+    // sech^2(u) = 4e / (e+1)^2 with e = exp(2u): exact where 1 - tanh^2 would cancel.
+    float e = fast_exp(2.0f * u), ep1 = e + 1.0f;
+    float t = 1.0f - 2.0f / ep1;
+    float sech2 = 4.0f * e / (ep1 * ep1);
     float du = kGeluS * (1.0f + 3.0f * kGeluK * v * v);
-    dx[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    dx[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * v * sech2 * du);
   }
 }
 

@@ -1,0 +1,66 @@
+// test_util.h: random tensors and comparison helpers shared by the test files.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace zt::test {
+
+template <class T = float>
+std::vector<T> randn(size_t n, uint64_t seed, double scale = 1.0) {
+  Rng r(seed);
+  std::vector<T> v(n);
+  for (auto& x : v) x = T(r.normal() * scale);
+  return v;
+}
+
+template <class A, class B>
+std::vector<A> cast(const std::vector<B>& v) {
+  return std::vector<A>(v.begin(), v.end());
+}
+
+// max |a-b| / (atol + rtol*|b|) must stay <= 1.
+template <class A, class B>
+void expect_close(const std::vector<A>& a, const std::vector<B>& b, double rtol, double atol, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double worst = 0;
+  size_t wi = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double e = std::abs(double(a[i]) - double(b[i])) / (atol + rtol * std::abs(double(b[i])));
+    if (!(e <= worst)) {
+      worst = e;
+      wi = i;
+    }
+  }
+  EXPECT_LE(worst, 1.0) << what << ": worst at " << wi << ": " << double(a[wi]) << " vs " << double(b[wi]);
+}
+
+// Central finite differences in double of f (a scalar function of x) at every index of x,
+// compared to the analytic gradient g.
+template <class F>
+void expect_fd_grad(std::vector<double>& x, const std::vector<double>& g, F f, const char* what, double h = 1e-6,
+                    double tol = 1e-6) {
+  ASSERT_EQ(x.size(), g.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    double x0 = x[i];
+    x[i] = x0 + h;
+    double fp = f();
+    x[i] = x0 - h;
+    double fm = f();
+    x[i] = x0;
+    double fd = (fp - fm) / (2 * h);
+    EXPECT_NEAR(g[i], fd, tol * (1 + std::abs(fd))) << what << " index " << i;
+  }
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace zt::test
