@@ -24,6 +24,9 @@ int cmd_train(const std::vector<std::string>& args) {
   f.add("model_name_or_path", &a.model_name_or_path, "HF model folder (config.json + model.safetensors)");
   f.add("model_config_path", &a.model_config_path, "config.json for a randomly initialised model");
   f.add("train_file", &a.train_file, "token file: flat little-endian uint16 (nanoGPT train.bin)");
+  f.add("validation_file", &a.validation_file, "token file for eval_loss / perplexity");
+  f.add("eval_steps", &a.eval_steps, "evaluate every N steps, 0 = at the end only (0)");
+  f.add("max_eval_samples", &a.max_eval_samples, "sequences evaluated, 0 = all (0)");
   f.add("output_dir", &a.output_dir, "where the model, trainer_state.json and metrics go");
   f.add("overwrite_output_dir", &a.overwrite_output_dir, "allow a non-empty --output_dir");
   f.add("per_device_train_batch_size", &a.per_device_train_batch_size, "sequences per micro-batch (8)");

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "checkpoint/safetensors.h"
+#include "models/decoder.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
 #include "test_util.h"
@@ -158,6 +159,36 @@ TEST_P(ModelTest, HfFolderRoundTrip) {
 INSTANTIATE_TEST_SUITE_P(Archs, ModelTest, ::testing::Values(0, 1, 2), [](const auto& info) {
   return std::string(info.param == 0 ? "Gpt2" : info.param == 1 ? "LlamaGqa" : "LlamaGqaTied");
 });
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// The KV-cache decoder must give the same next-token distribution as the full forward:
+// the summed log-likelihood of a sequence matches forward_loss.
+TEST_P(ModelTest, KvDecoderMatchesFullForward) {
+  Transformer m(cfg());
+  m.init_random(21);
+  for (int64_t i = 0; i < m.num_params(); ++i) m.param_data()[i] *= 3.0f;
+  const int T = 20;
+  auto seq = tokens(T + 1, 67, 22);
+  std::vector<int32_t> in(seq.begin(), seq.end() - 1), tg(seq.begin() + 1, seq.end());
+  m.plan(1, T, false);
+  int64_t c;
+  double full = m.forward_loss(in.data(), tg.data(), &c);
+  KvDecoder dec(m, T);
+  double inc = 0;
+  for (int t = 0; t < T; ++t) {
+    const float* z = dec.step(in[t]);
+    double mx = z[0], s = 0;
+    for (int v = 0; v < 67; ++v) mx = std::max(mx, double(z[v]));
+    for (int v = 0; v < 67; ++v) s += std::exp(double(z[v]) - mx);
+    inc += std::log(s) + mx - z[tg[t]];
+  }
+  EXPECT_NEAR(inc, full, 1e-4 * std::abs(full));
+}
 
 }  // namespace
 }  // namespace zt

@@ -211,6 +211,41 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
 
 }  // namespace
 
+void attention_decode(float* out, const float* q, const float* kcache, const float* vcache, int n, int NH, int KVH,
+                      int HS) {
+  const int group = NH / KVH;
+  const int64_t ks = int64_t(KVH) * HS;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel
+  {
+    std::vector<float> s(n);
+#pragma omp for schedule(static)
+    for (int h = 0; h < NH; ++h) {
+      const float* qh = q + int64_t(h) * HS;
+      const int64_t off = int64_t(h / group) * HS;
+      float mx = kNegInf;
+      for (int j = 0; j < n; ++j) {
+        const float* kj = kcache + j * ks + off;
+        float d = 0.f;
+#pragma omp simd reduction(+ : d)
+        for (int i = 0; i < HS; ++i) d += qh[i] * kj[i];
+        s[j] = d * scale;
+        mx = std::max(mx, s[j]);
+      }
+      float sum = 0.f;
+      for (int j = 0; j < n; ++j) sum += (s[j] = fast_exp(s[j] - mx));
+      float* o = out + int64_t(h) * HS;
+      std::fill_n(o, HS, 0.f);
+      for (int j = 0; j < n; ++j) {
+        const float p = s[j] / sum;
+        const float* vj = vcache + j * ks + off;
+#pragma omp simd
+        for (int i = 0; i < HS; ++i) o[i] += p * vj[i];
+      }
+    }
+  }
+}
+
 void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d) {
   if (d.HS == 64)
     forward_impl<64>(out, lse, qkv, d);

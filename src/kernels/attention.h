@@ -19,4 +19,10 @@ void attention_forward(float* out, float* lse, const float* qkv, const AttnDims&
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const AttnDims& d);
 
+// One query row per head against a cache of n keys/values (KV-cache decoding):
+// q (NH*HS), k/v caches (n rows of KVH*HS), out (NH*HS). Not causal-masked: the cache
+// holds exactly the visible positions.
+void attention_decode(float* out, const float* q, const float* kcache, const float* vcache, int n, int NH, int KVH,
+                      int HS);
+
 }  // namespace zt::kernels

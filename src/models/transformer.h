@@ -47,6 +47,13 @@ class Transformer {
   // masking is not discounted).
   int64_t matmul_params() const;
   double flops_per_token(int T) const;
+  // Read access for inference paths (KvDecoder) that reuse the layers one token at a time.
+  const std::vector<nn::Block>& blocks() const { return blocks_; }
+  const nn::Norm& final_norm() const { return lnf_; }
+  const float* token_embedding() const { return params_.as<float>() + slots_.wte; }
+  const float* position_embedding() const { return slots_.wpe >= 0 ? params_.as<float>() + slots_.wpe : nullptr; }
+  const float* lm_head() const { return lm_head_weight(); }
+
   // Bytes of the activation arena and temporaries planned for (B, T).
   static void planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary);
 

@@ -10,7 +10,10 @@ struct TrainArgs {
   // Model: an HF folder (config.json + model.safetensors) or a config.json for random init.
   std::string model_name_or_path;
   std::string model_config_path;
-  std::string train_file;  // flat uint16 tokens (nanoGPT train.bin)
+  std::string train_file;       // flat uint16 tokens (nanoGPT train.bin)
+  std::string validation_file;  // same format; evaluated every eval_steps and at the end
+  int64_t eval_steps = 0;       // 0: only at the end
+  int64_t max_eval_samples = 0; // windows evaluated, 0 = all
   std::string output_dir;
   bool overwrite_output_dir = false;
 

@@ -72,6 +72,22 @@ void TrainLog::first_step(double startup_s, double weights_s) const {
               startup_s, weights_s);
 }
 
+void TrainLog::eval_done(int64_t step, const EvalResult& r) {
+  nlohmann::json e;
+  e["epoch"] = epoch_at(step);
+  e["eval_loss"] = r.loss;
+  e["eval_perplexity"] = r.perplexity;
+  e["eval_runtime"] = r.seconds;
+  e["eval_samples_per_second"] = double(r.windows) / r.seconds;
+  e["eval_tokens"] = r.tokens;
+  e["step"] = step;
+  history_.push_back(e);
+  last_eval_ = e;
+  std::printf("{'eval_loss': %.6g, 'eval_perplexity': %.6g, 'eval_runtime': %.3f, 'epoch': %.4g}  step %lld\n", r.loss,
+              r.perplexity, r.seconds, epoch_at(step), (long long)step);
+  std::fflush(stdout);
+}
+
 void TrainLog::write_trainer_state(const std::string& dir) const {
   nlohmann::json s;
   s["best_metric"] = nullptr;
@@ -112,7 +128,17 @@ void TrainLog::finish(double train_s) {
   history_.push_back(final_entry);
   write_trainer_state(a_.output_dir);
   write_file_atomic(a_.output_dir + "/train_results.json", r.dump(2) + "\n");
-  write_file_atomic(a_.output_dir + "/all_results.json", r.dump(2) + "\n");
+  nlohmann::json all = r;
+  if (!last_eval_.is_null()) {
+    nlohmann::json ev = {{"epoch", last_eval_["epoch"]},
+                         {"eval_loss", last_eval_["eval_loss"]},
+                         {"perplexity", last_eval_["eval_perplexity"]},
+                         {"eval_runtime", last_eval_["eval_runtime"]},
+                         {"eval_samples_per_second", last_eval_["eval_samples_per_second"]}};
+    write_file_atomic(a_.output_dir + "/eval_results.json", ev.dump(2) + "\n");
+    all.update(ev);
+  }
+  write_file_atomic(a_.output_dir + "/all_results.json", all.dump(2) + "\n");
 
   std::printf("***** train metrics *****\n");
   std::printf("  %-26s = %.4g\n", "epoch", epoch_at(step_));
@@ -130,6 +156,11 @@ void TrainLog::finish(double train_s) {
   std::printf("  %-26s = %s\n", "accounted total", format_bytes(double(m.total_peak)).c_str());
   std::printf("  %-26s = %s (%.3f of accounted)\n", "peak resident (VmHWM)", format_bytes(double(peak_rss_bytes())).c_str(),
               double(peak_rss_bytes()) / double(m.total_peak));
+  if (!last_eval_.is_null()) {
+    std::printf("***** eval metrics *****\n");
+    std::printf("  %-26s = %.4f\n", "eval_loss", last_eval_["eval_loss"].get<double>());
+    std::printf("  %-26s = %.4f\n", "perplexity", last_eval_["eval_perplexity"].get<double>());
+  }
   std::printf("Saved model to %s\n", a_.output_dir.c_str());
   std::fflush(stdout);
 }

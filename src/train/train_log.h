@@ -8,6 +8,7 @@
 
 #include "models/config.h"
 #include "models/transformer.h"
+#include "train/evaluate.h"
 #include "train/train_args.h"
 
 namespace zt {
@@ -20,6 +21,7 @@ class TrainLog {
   // Records an optimizer step; emits a log entry when `log` is set.
   void step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log);
   void first_step(double startup_s, double weights_s) const;
+  void eval_done(int64_t step, const EvalResult& r);
   void write_trainer_state(const std::string& dir) const;
   void finish(double train_s);
 
@@ -34,6 +36,7 @@ class TrainLog {
   int64_t step_ = 0, last_logged_ = 0;
   double loss_total_ = 0, loss_since_log_ = 0, time_since_log_ = 0;
   nlohmann::json history_ = nlohmann::json::array();
+  nlohmann::json last_eval_;
 };
 
 }  // namespace zt

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors.h"
@@ -20,6 +21,7 @@
 #include "models/transformer.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
+#include "train/evaluate.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
 
@@ -83,6 +85,8 @@ void train_run(const TrainArgs& a) {
   ZT_CHECK(sampler.num_windows() >= seqs_per_step, a.train_file, " has ", data.size(), " tokens, only ",
            sampler.num_windows(), " sequences of ", T, "+1 tokens, fewer than one optimizer step needs (",
            seqs_per_step, " = batch ", B, " x accumulation ", G, "); use more data or a smaller batch");
+  std::unique_ptr<TokenFile> val;
+  if (!a.validation_file.empty()) val = std::make_unique<TokenFile>(a.validation_file, cfg.vocab_size);
   prepare_output_dir(a);
 
   Transformer model(cfg);
@@ -150,6 +154,8 @@ void train_run(const TrainArgs& a) {
     log.step_done(step + 1, loss, norm, sched.lr_at(step + 1), seconds_since(t_step), step + 1 == total_steps ||
                                                                              (step + 1) % log_every == 0);
     if (step == 0) log.first_step(startup_s, weights_s);
+    if (val && ((a.eval_steps > 0 && (step + 1) % a.eval_steps == 0) || step + 1 == total_steps))
+      log.eval_done(step + 1, evaluate(model, *val, B, T, a.max_eval_samples));
     if (a.save_strategy == "steps" && a.save_steps > 0 && (step + 1) % a.save_steps == 0 && step + 1 < total_steps) {
       std::string dir = a.output_dir + "/checkpoint-" + std::to_string(step + 1);
       fs::create_directories(dir);

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# setup.sh: installs ztrain's Debian dependencies (only those missing) and builds it.
+# Used by both README commands; safe to run again. ZT_BUILD_DIR picks the build folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev python3-torch python3-numpy nodejs npm)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+build=${ZT_BUILD_DIR:-build}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${ZT_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build" -j"$(nproc)" 2>&1 | grep -E "error|warning: " || true
+test -x "$build/ztrain" || { echo "setup: build failed"; exit 1; }

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# test.sh: the README's test command. Installs what is missing, builds, runs every test
+# tier through ctest (kernels, model, I/O, PyTorch parity).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cd "${ZT_BUILD_DIR:-build}"
+OMP_NUM_THREADS=2 ctest --output-on-failure -j1

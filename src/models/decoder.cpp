@@ -1,0 +1,78 @@
+// decoder.cpp: see decoder.h.
+#include "models/decoder.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+
+namespace zt {
+
+KvDecoder::KvDecoder(const Transformer& model, int max_len) : m_(model), max_len_(max_len) {
+  const ModelConfig& c = m_.config();
+  ZT_CHECK(max_len <= c.max_position, "generation length ", max_len, " exceeds the model's context of ",
+           c.max_position, " positions; lower --max_new_tokens or shorten the prompt");
+  const int64_t kvw = int64_t(c.n_kv_head) * c.head_size;
+  kv_ = Buffer(size_t(2) * c.n_layer * max_len * kvw * sizeof(float), MemCategory::activations);
+  for (int l = 0; l < c.n_layer; ++l) {
+    k_.push_back(kv_.as<float>() + (2 * int64_t(l)) * max_len * kvw);
+    v_.push_back(kv_.as<float>() + (2 * int64_t(l) + 1) * max_len * kvw);
+  }
+  const auto& shape = m_.blocks().front().shape;
+  Carver cv;
+  auto carve = [&](Carver& w) {
+    x_ = w.take(c.n_embd);
+    h_ = w.take(c.n_embd);
+    qkv_ = w.take(c.qkv_dim());
+    att_ = w.take(int64_t(c.n_head) * c.head_size);
+    fc_ = w.take(shape.fc_dim());
+    act_ = w.take(c.ffn);
+    logits_ = w.take(c.vocab_size);
+    cos_ = w.take(int64_t(max_len) * c.head_size / 2);
+    sin_ = w.take(int64_t(max_len) * c.head_size / 2);
+  };
+  carve(cv);
+  work_ = Buffer(cv.used(), MemCategory::temporary);
+  Carver real(work_.data());
+  carve(real);
+  if (shape.rope) kernels::rope_table(cos_, sin_, max_len, c.head_size, c.rope_theta);
+}
+
+const float* KvDecoder::step(int32_t token) {
+  const ModelConfig& c = m_.config();
+  ZT_CHECK(pos_ < max_len_, "KV cache is full (", max_len_, " positions)");
+  ZT_CHECK(token >= 0 && token < c.vocab_size, "token id ", token, " is outside the vocabulary of ", c.vocab_size);
+  const int C = c.n_embd, half = c.head_size / 2;
+  const int64_t kvw = int64_t(c.n_kv_head) * c.head_size, qw = int64_t(c.n_head) * c.head_size;
+  const float* wpe = m_.position_embedding();
+  for (int i = 0; i < C; ++i) x_[i] = m_.token_embedding()[int64_t(token) * C + i] + (wpe ? wpe[int64_t(pos_) * C + i] : 0.f);
+  for (size_t l = 0; l < m_.blocks().size(); ++l) {
+    const nn::Block& b = m_.blocks()[l];
+    float mean, rstd;
+    b.ln1.forward(h_, &mean, &rstd, x_, 1);
+    b.qkv.forward(qkv_, h_, 1);
+    if (b.shape.rope)  // position pos_: the table row at pos_ is "t = 0" of a 1-row call
+      kernels::rope_forward(qkv_, cos_ + int64_t(pos_) * half, sin_ + int64_t(pos_) * half, 1, 1, c.n_head,
+                            c.n_kv_head, c.head_size, c.qkv_dim());
+    std::memcpy(k_[l] + pos_ * kvw, qkv_ + qw, kvw * sizeof(float));
+    std::memcpy(v_[l] + pos_ * kvw, qkv_ + qw + kvw, kvw * sizeof(float));
+    kernels::attention_decode(att_, qkv_, k_[l], v_[l], pos_ + 1, c.n_head, c.n_kv_head, c.head_size);
+    b.proj.forward(x_, att_, 1, /*accumulate=*/true);
+    b.ln2.forward(h_, &mean, &rstd, x_, 1);
+    b.fc_in.forward(fc_, h_, 1);
+    if (b.shape.mlp == nn::MlpKind::gelu)
+      kernels::gelu_forward(act_, fc_, c.ffn);
+    else
+      kernels::swiglu_forward(act_, fc_, 1, c.ffn);
+    b.fc_out.forward(x_, act_, 1, /*accumulate=*/true);
+  }
+  float mean, rstd;
+  m_.final_norm().forward(h_, &mean, &rstd, x_, 1);
+  kernels::gemm(false, true, 1, c.vocab_size, C, 1.0f, h_, C, m_.lm_head(), C, 0.0f, logits_, c.vocab_size);
+  ++pos_;
+  return logits_;
+}
+
+}  // namespace zt

@@ -1,0 +1,30 @@
+// decoder.h: incremental (KV-cache) decoding for generation. Each new token runs the
+// model's own layers on one row and attends over cached keys and values, so the cost
+// per token is one pass over the weights, not a forward over the whole prefix.
+// Batch size 1; the cache holds up to max_len positions.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/memory.h"
+#include "models/transformer.h"
+
+namespace zt {
+
+class KvDecoder {
+ public:
+  KvDecoder(const Transformer& model, int max_len);
+  // Feeds the token at the next position and returns the logits (V) for the one after.
+  const float* step(int32_t token);
+  int position() const { return pos_; }
+  void reset() { pos_ = 0; }
+
+ private:
+  const Transformer& m_;
+  int max_len_, pos_ = 0;
+  Buffer kv_, work_;
+  std::vector<float*> k_, v_;  // per layer: (max_len, KVH*HS)
+  float *x_, *h_, *qkv_, *att_, *fc_, *act_, *logits_, *cos_, *sin_;
+};
+
+}  // namespace zt

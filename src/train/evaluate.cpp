@@ -1,0 +1,43 @@
+// evaluate.cpp: see evaluate.h.
+#include "train/evaluate.h"
+
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cross_entropy.h"
+
+namespace zt {
+
+EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows) {
+  auto t0 = std::chrono::steady_clock::now();
+  WindowSampler sampler(data, T, /*shuffle=*/false, 0);
+  int64_t windows = sampler.num_windows();
+  ZT_CHECK(windows > 0, data.path(), " has ", data.size(), " tokens, fewer than one sequence of ", T,
+           "+1; use a longer validation file or a smaller --model_max_length");
+  if (max_windows > 0 && max_windows < windows) windows = max_windows;
+  std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
+  double sum = 0;
+  int64_t tokens = 0;
+  for (int64_t w = 0; w < windows; w += B) {
+    int n = int(std::min<int64_t>(B, windows - w));
+    sampler.fill(in.data(), tg.data(), w, n);
+    for (size_t i = size_t(n) * T; i < in.size(); ++i) {
+      in[i] = 0;
+      tg[i] = kernels::kIgnoreIndex;
+    }
+    int64_t c = 0;
+    sum += model.forward_loss(in.data(), tg.data(), &c);
+    tokens += c;
+  }
+  EvalResult r;
+  r.loss = sum / double(tokens);
+  r.perplexity = std::exp(r.loss);
+  r.tokens = tokens;
+  r.windows = windows;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace zt

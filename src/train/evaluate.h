@@ -1,0 +1,23 @@
+// evaluate.h: validation loss over every whole window of a token file, in batches of
+// the model's planned B x T. A last, partial batch is padded with ignored targets so
+// every window counts exactly once.
+#pragma once
+#include <cstdint>
+
+#include "data/token_data.h"
+#include "models/transformer.h"
+
+namespace zt {
+
+struct EvalResult {
+  double loss = 0;        // mean over target tokens (nats)
+  double perplexity = 0;  // exp(loss)
+  int64_t tokens = 0;
+  int64_t windows = 0;
+  double seconds = 0;
+};
+
+// Uses the model's current plan (B, T). max_windows <= 0 means all.
+EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows);
+
+}  // namespace zt
