@@ -8,7 +8,7 @@
 
 namespace zt::optim {
 
-float Schedule::lr_at(int64_t s) const {
+double Schedule::lr_at(int64_t s) const {
   double w = double(warmup_steps);
   double m = 1.0;
   switch (kind) {
@@ -29,7 +29,7 @@ float Schedule::lr_at(int64_t s) const {
       }
       break;
   }
-  return float(base_lr * m);
+  return base_lr * m;
 }
 
 ScheduleKind schedule_kind_from_string(const std::string& s) {

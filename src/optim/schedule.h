@@ -11,11 +11,11 @@ enum class ScheduleKind { constant, constant_with_warmup, linear, cosine };
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::linear;
-  float base_lr = 5e-5f;
+  double base_lr = 5e-5;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
 
-  float lr_at(int64_t step) const;
+  double lr_at(int64_t step) const;
 };
 
 // Parses an HF --lr_scheduler_type value; throws an Error naming the valid ones.

@@ -24,6 +24,11 @@ TrainLog::TrainLog(const TrainArgs& a, const ModelConfig&, const Transformer& mo
     : a_(a), model_(model), total_steps_(total_steps), steps_per_epoch_(steps_per_epoch), T_(T) {
   tokens_per_step_ = double(a.per_device_train_batch_size) * a.gradient_accumulation_steps * T;
   flops_per_token_ = model.flops_per_token(T);
+  jsonl_ = std::fopen((a.output_dir + "/metrics.jsonl").c_str(), "w");
+}
+
+TrainLog::~TrainLog() {
+  if (jsonl_) std::fclose(jsonl_);
 }
 
 void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
@@ -45,6 +50,15 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
   loss_total_ += loss;
   loss_since_log_ += loss;
   time_since_log_ += step_s;
+  if (jsonl_) {
+    double tps = tokens_per_step_ / step_s;
+    nlohmann::json j = {{"step", step},          {"loss", loss},
+                        {"learning_rate", lr},   {"grad_norm", grad_norm},
+                        {"step_time_s", step_s}, {"tokens_per_second", tps},
+                        {"mfu", tps * flops_per_token_ / (a_.peak_gflops * 1e9)}};
+    std::fprintf(jsonl_, "%s\n", j.dump().c_str());
+    std::fflush(jsonl_);
+  }
   if (!log) return;
   int64_t n = step - last_logged_;
   double mean_loss = loss_since_log_ / double(n);
@@ -83,6 +97,10 @@ void TrainLog::eval_done(int64_t step, const EvalResult& r) {
   e["step"] = step;
   history_.push_back(e);
   last_eval_ = e;
+  if (jsonl_) {
+    std::fprintf(jsonl_, "%s\n", e.dump().c_str());
+    std::fflush(jsonl_);
+  }
   std::printf("{'eval_loss': %.6g, 'eval_perplexity': %.6g, 'eval_runtime': %.3f, 'epoch': %.4g}  step %lld\n", r.loss,
               r.perplexity, r.seconds, epoch_at(step), (long long)step);
   std::fflush(stdout);
@@ -121,9 +139,15 @@ void TrainLog::finish(double train_s) {
   r["train_steps_per_second"] = double(step_) / train_s;
   r["train_tokens_per_second"] = tok_s;
   r["train_mfu"] = tok_s * flops_per_token_ / (a_.peak_gflops * 1e9);
+  MemStats ms = mem_stats();
+  nlohmann::json mem;
+  for (int c = 0; c < int(MemCategory::count); ++c) mem[mem_category_name(MemCategory(c))] = ms.peak[c];
+  mem["accounted_peak"] = ms.total_peak;
+  mem["peak_rss"] = peak_rss_bytes();
   nlohmann::json final_entry = r;
   final_entry.erase("train_tokens_per_second");
   final_entry.erase("train_mfu");
+  r["memory_bytes"] = mem;
   final_entry["step"] = step_;
   history_.push_back(final_entry);
   write_trainer_state(a_.output_dir);

@@ -3,6 +3,7 @@
 // writes (trainer_state.json with log_history at full precision, train_results.json).
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -37,6 +38,11 @@ class TrainLog {
   double loss_total_ = 0, loss_since_log_ = 0, time_since_log_ = 0;
   nlohmann::json history_ = nlohmann::json::array();
   nlohmann::json last_eval_;
+  std::FILE* jsonl_ = nullptr;  // metrics.jsonl: one line per optimizer step and per eval
+ public:
+  ~TrainLog();
+  TrainLog(const TrainLog&) = delete;
+  TrainLog& operator=(const TrainLog&) = delete;
 };
 
 }  // namespace zt

@@ -104,7 +104,7 @@ void train_run(const TrainArgs& a) {
   ZT_CHECK(total_steps > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
   optim::Schedule sched;
   sched.kind = sched_kind;
-  sched.base_lr = float(a.learning_rate);
+  sched.base_lr = a.learning_rate;
   sched.total_steps = total_steps;
   double ws = a.warmup_steps > 0 ? a.warmup_steps : 0;
   sched.warmup_steps = ws >= 1 ? int64_t(ws)

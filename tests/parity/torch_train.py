@@ -1,6 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch oracle trainer for ztrain parity tests.
 
+  torch_train.py --model DIR --train_file tokens.bin [--per_device_train_batch_size B]
+      [--gradient_accumulation_steps G] [--model_max_length T] [--max_steps S]
+      [--learning_rate 1e-3] [--weight_decay 0.1] [--adam_beta1 0.9] [--adam_beta2 0.95]
+      [--adam_epsilon 1e-8] [--max_grad_norm 1.0] [--threads 2]
+      [--dump_grads grads.safetensors] [--save_dir OUT_DIR]
+
 Trains an HF model folder (gpt2 or llama) on a flat uint16 token file with the
 exact data order, loss scaling, clipping and AdamW grouping that ztrain is
 expected to implement, in fp32 on CPU with a constant learning rate, and prints
@@ -22,19 +28,36 @@ import json
 import os
 import sys
 
-import numpy as np
 
-# OpenBLAS (pthreads build) sizes its pool when it loads and ignores
-# torch.set_num_threads; pin it before torch is imported.
-_threads = "2"
-for _i, _arg in enumerate(sys.argv):
-    if _arg == "--threads" and _i + 1 < len(sys.argv):
-        _threads = sys.argv[_i + 1]
-    elif _arg.startswith("--threads="):
-        _threads = _arg.split("=", 1)[1]
-os.environ["OPENBLAS_NUM_THREADS"] = _threads
-os.environ["OMP_NUM_THREADS"] = _threads
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="HF folder: config.json + model.safetensors")
+    p.add_argument("--train_file", required=True, help="flat little-endian uint16 tokens")
+    p.add_argument("--per_device_train_batch_size", type=int, default=4)
+    p.add_argument("--gradient_accumulation_steps", type=int, default=1)
+    p.add_argument("--model_max_length", type=int, default=64)
+    p.add_argument("--max_steps", type=int, default=10)
+    p.add_argument("--learning_rate", type=float, default=1e-3)
+    p.add_argument("--weight_decay", type=float, default=0.1)
+    p.add_argument("--adam_beta1", type=float, default=0.9)
+    p.add_argument("--adam_beta2", type=float, default=0.95)
+    p.add_argument("--adam_epsilon", type=float, default=1e-8)
+    p.add_argument("--max_grad_norm", type=float, default=1.0, help="<= 0 disables clipping")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dump_grads", help="write step 0's accumulated, pre-clip gradients (safetensors F32)")
+    p.add_argument("--save_dir", help="save the trained model as an HF folder (F32)")
+    return p.parse_args()
 
+
+if __name__ == "__main__":
+    ARGS = parse_args()
+    # numpy and torch both load the system OpenBLAS (pthreads build), which sizes
+    # its thread pool from the environment at load time and ignores
+    # torch.set_num_threads, so pin it before either is imported.
+    os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.threads)
+    os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
+
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -52,25 +75,7 @@ def batch_for(tokens, first_window, B, T, n_windows):
     return torch.from_numpy(np.stack(xs)), torch.from_numpy(np.stack(ys))
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="HF folder: config.json + model.safetensors")
-    p.add_argument("--train_file", required=True, help="flat little-endian uint16 tokens")
-    p.add_argument("--per_device_train_batch_size", type=int, default=4)
-    p.add_argument("--gradient_accumulation_steps", type=int, default=1)
-    p.add_argument("--model_max_length", type=int, default=64)
-    p.add_argument("--max_steps", type=int, default=10)
-    p.add_argument("--learning_rate", type=float, default=1e-3)
-    p.add_argument("--weight_decay", type=float, default=0.1)
-    p.add_argument("--adam_beta1", type=float, default=0.9)
-    p.add_argument("--adam_beta2", type=float, default=0.95)
-    p.add_argument("--adam_epsilon", type=float, default=1e-8)
-    p.add_argument("--max_grad_norm", type=float, default=1.0, help="<= 0 disables clipping")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dump_grads", help="write step 0's accumulated, pre-clip gradients (safetensors F32)")
-    p.add_argument("--save_dir", help="save the trained model as an HF folder (F32)")
-    a = p.parse_args()
-
+def main(a):
     torch.set_num_threads(a.threads)
     B, G, T = a.per_device_train_batch_size, a.gradient_accumulation_steps, a.model_max_length
 
@@ -115,4 +120,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)
