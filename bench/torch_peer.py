@@ -35,7 +35,7 @@ PRESETS = {
         "n_layer": 12, "n_head": 12, "n_inner": None, "layer_norm_epsilon": 1e-5,
         "activation_function": "gelu_new",
     },
-    # A Llama with roughly GPT-2-small's parameter count (~134M with the untied head).
+    # A Llama with about GPT-2-small's parameter count (124.7M with the untied head, vs 124.4M).
     "llama-124m": {
         "model_type": "llama", "vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048,
         "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,

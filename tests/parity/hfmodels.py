@@ -62,7 +62,7 @@ def read_safetensors(path):
             arr = bits.view(np.float32)
         else:
             arr = np.frombuffer(raw, dtype=_NP_DTYPES[dt]).astype(np.float32)
-        out[name] = torch.from_numpy(arr.copy()).reshape(shape)
+        out[name] = torch.from_numpy(arr).reshape(shape)  # both branches made a fresh array
     return out
 
 

@@ -11,7 +11,6 @@ independent seeded generators so adding one never changes the other.
 """
 
 import argparse
-import json
 import os
 import sys
 

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bad_input.sh: every kind of bad input the core issue names must end in one clear
+# error line on stderr ("ztrain: error: ...") and a non-zero exit below 128 (no crash).
+# usage: bad_input.sh path/to/ztrain
+set -u
+Z=$1
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+pass=0; fail=0
+PY=/usr/bin/python3
+
+# A tiny valid model folder and token files, made with ztrain itself.
+cat > "$W/cfg.json" <<'J'
+{"model_type": "gpt2", "vocab_size": 200, "n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 64}
+J
+$PY -c "import sys; sys.stdout.buffer.write(bytes([i % 200 if j == 0 else 0 for i in range(4000) for j in (0, 1)]))" > "$W/ok.bin"
+$PY -c "import sys; sys.stdout.buffer.write(bytes([5, 0] * 100 + [250, 0] + [5, 0] * 100))" > "$W/badid.bin"
+$PY -c "import sys; sys.stdout.buffer.write(bytes([5, 0] * 40))" > "$W/short.bin"
+"$Z" train --model_config_path "$W/cfg.json" --train_file "$W/ok.bin" --output_dir "$W/model" --max_steps 1 \
+  --per_device_train_batch_size 2 --model_max_length 16 >/dev/null 2>&1 || { echo "could not make the model"; exit 1; }
+
+base=(--train_file "$W/ok.bin" --per_device_train_batch_size 2 --model_max_length 16 --max_steps 1 --overwrite_output_dir)
+
+# expect NAME PATTERN -- command...
+expect() {
+  local name=$1 pattern=$2; shift 3
+  local err rc lines
+  err=$("$@" 2>&1 >/dev/null); rc=$?
+  lines=$(printf '%s\n' "$err" | grep -c .)
+  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && printf '%s' "$err" | grep -q "^ztrain: error: .*$pattern"; then
+    pass=$((pass + 1)); echo "ok    $name: $err"
+  else
+    fail=$((fail + 1)); echo "FAIL  $name (exit $rc, $lines lines): $err"
+  fi
+}
+
+mkdir -p "$W/noweights" && cp "$W/model/config.json" "$W/noweights/"
+expect "missing weight file" "model.safetensors" -- "$Z" train --model_name_or_path "$W/noweights" --output_dir "$W/o1" "${base[@]}"
+mkdir -p "$W/trunc" && cp "$W/model/config.json" "$W/trunc/"
+head -c 20000 "$W/model/model.safetensors" > "$W/trunc/model.safetensors"
+expect "truncated weight file" "truncated" -- "$Z" train --model_name_or_path "$W/trunc" --output_dir "$W/o2" "${base[@]}"
+mkdir -p "$W/notst" && cp "$W/model/config.json" "$W/notst/" && echo "hello, I am a text file" > "$W/notst/model.safetensors"
+expect "non-safetensors weight file" "not a safetensors file" -- "$Z" train --model_name_or_path "$W/notst" --output_dir "$W/o3" "${base[@]}"
+mkdir -p "$W/nofield" && cp "$W/model/model.safetensors" "$W/nofield/"
+$PY -c "import json; c = json.load(open('$W/model/config.json')); del c['n_head']; json.dump(c, open('$W/nofield/config.json', 'w'))"
+expect "config.json missing a field" '"n_head"' -- "$Z" train --model_name_or_path "$W/nofield" --output_dir "$W/o4" "${base[@]}"
+expect "token id >= vocab size" "token id 250 at position 100" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o5" "${base[@]}" --train_file "$W/badid.bin"
+expect "data shorter than one batch" "fewer than one optimizer step" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o6" "${base[@]}" --train_file "$W/short.bin" --model_max_length 32
+expect "sequence longer than the context" "exceeds the model's context of 64" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o7" "${base[@]}" --model_max_length 128
+expect "unknown flag" "did you mean --learning_rate" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o8" "${base[@]}" --learnig_rate 1e-3
+expect "malformed flag value" "expects a number" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o9" "${base[@]}" --learning_rate abc
+expect "missing flag value" "needs a value" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o10" "${base[@]}" --seed
+expect "unknown command" "unknown command" -- "$Z" trian
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
