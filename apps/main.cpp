@@ -6,8 +6,22 @@
 #include <vector>
 
 #include "core/error.h"
+#include "commands.h"
 #include "flags.h"
 #include "train/train_args.h"
+
+namespace zt::app {
+
+bool wants_help(const Args& args, const std::string& help) {
+  for (auto& s : args)
+    if (s == "--help" || s == "-h") {
+      std::fputs(help.c_str(), stdout);
+      return true;
+    }
+  return false;
+}
+
+}  // namespace zt::app
 
 namespace {
 
@@ -16,9 +30,16 @@ const char* kUsage =
     "usage: ztrain <command> [flags]\n"
     "commands:\n"
     "  train     train or fine-tune a model (HF Trainer flag names); ztrain train --help\n"
+    "  tokenize  text / JSONL / folders -> token shards (train.bin, validation.bin)\n"
+    "  eval      loss and perplexity of a model folder on a token file\n"
+    "  generate  sample text from a model folder with a KV cache\n"
     "  help      this text\n";
 
-int cmd_train(const std::vector<std::string>& args) {
+}  // namespace
+
+namespace zt::app {
+
+int cmd_train(const Args& args) {
   zt::TrainArgs a;
   zt::app::FlagSet f("train");
   f.add("model_name_or_path", &a.model_name_or_path, "HF model folder (config.json + model.safetensors)");
@@ -46,22 +67,20 @@ int cmd_train(const std::vector<std::string>& args) {
   f.add("logging_steps", &a.logging_steps, "log every N steps; < 1 is a ratio (500)");
   f.add("save_strategy", &a.save_strategy, "steps | no (steps)");
   f.add("save_steps", &a.save_steps, "save checkpoint-N/ every N steps (500)");
+  f.add("save_total_limit", &a.save_total_limit, "keep at most N checkpoints, 0 = all (0)");
+  f.add("resume_from_checkpoint", &a.resume_from_checkpoint, "a checkpoint-N folder, or latest in --output_dir");
   f.add("save_dtype", &a.save_dtype, "float32 | bfloat16 for saved weights (float32)");
   f.add("seed", &a.seed, "seed for initialisation and shuffling (42)");
   f.add("threads", &a.threads, "compute threads, 0 = all cores (0)");
   f.add("no_shuffle", &a.no_shuffle, "consecutive windows in file order");
   f.add("peak_gflops", &a.peak_gflops, "GEMM peak used for MFU (400, this machine's fp32 sgemm)");
-  for (auto& s : args)
-    if (s == "--help" || s == "-h") {
-      std::fputs(f.help().c_str(), stdout);
-      return 0;
-    }
+  if (wants_help(args, f.help())) return 0;
   f.parse(args);
   zt::train_run(a);
   return 0;
 }
 
-}  // namespace
+}  // namespace zt::app
 
 int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
@@ -71,7 +90,10 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
-    if (cmd == "train") return cmd_train(args);
+    if (cmd == "train") return zt::app::cmd_train(args);
+    if (cmd == "tokenize") return zt::app::cmd_tokenize(args);
+    if (cmd == "eval") return zt::app::cmd_eval(args);
+    if (cmd == "generate") return zt::app::cmd_generate(args);
     std::fprintf(stderr, "ztrain: error: unknown command \"%s\"; run ztrain help for the list\n", cmd.c_str());
     return 2;
   } catch (const zt::Error& e) {

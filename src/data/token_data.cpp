@@ -10,39 +10,63 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/shard_format.h"
 
 namespace zt {
 
 TokenFile::TokenFile(const std::string& path, int vocab_size) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY);
-  ZT_CHECK(fd >= 0, "cannot open train file ", path, ": ", std::strerror(errno));
+  ZT_CHECK(fd >= 0, "cannot open token file ", path, ": ", std::strerror(errno));
   struct stat st {};
   ::fstat(fd, &st);
   bytes_ = size_t(st.st_size);
-  if (bytes_ % 2 != 0 || bytes_ < 4) {
-    ::close(fd);
-    throw Error(str_cat(path, ": not a uint16 token file (", bytes_,
-                        " bytes; expected an even size of at least 2 tokens)"));
-  }
-  void* m = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (bytes_ > 0) map_ = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  ZT_CHECK(m != MAP_FAILED, "cannot map ", path, ": ", std::strerror(errno));
-  data_ = static_cast<const uint16_t*>(m);
-  count_ = int64_t(bytes_ / 2);
+  ZT_CHECK(bytes_ == 0 || map_ != MAP_FAILED, "cannot map ", path, ": ", std::strerror(errno));
+  if (map_ == MAP_FAILED) map_ = nullptr;
+  const auto* base = static_cast<const unsigned char*>(map_);
+  size_t offset = 0;
+  if (bytes_ >= kShardHeaderBytes && std::memcmp(base, kShardMagic, 8) == 0) {
+    ShardHeader h;
+    std::memcpy(&h.version, base + 8, 4);
+    std::memcpy(&h.token_bytes, base + 12, 4);
+    std::memcpy(&h.count, base + 16, 8);
+    ZT_CHECK(h.version == kShardVersion, path, ": token shard version ", h.version, " is not supported (expected ",
+             kShardVersion, "); re-run ztrain tokenize");
+    ZT_CHECK(h.token_bytes == 2 || h.token_bytes == 4, path, ": token shard has ", h.token_bytes,
+             "-byte tokens; expected 2 or 4");
+    ZT_CHECK(h.count <= (bytes_ - kShardHeaderBytes) / h.token_bytes, path, ": truncated token shard (header says ",
+             h.count, " tokens, the file holds ", (bytes_ - kShardHeaderBytes) / h.token_bytes, ")");
+    token_bytes_ = int(h.token_bytes);
+    count_ = int64_t(h.count);
+    offset = kShardHeaderBytes;
+  } else {
+    ZT_CHECK(bytes_ % 2 == 0, path, ": not a token file (", bytes_,
+             " bytes: neither a ztrain shard nor an even-sized uint16 file)");
+    count_ = int64_t(bytes_ / 2);
+  }
+  ZT_CHECK(count_ >= 2, path, ": has ", count_, " tokens; a token file needs at least 2");
+  tokens16_ = reinterpret_cast<const uint16_t*>(base + offset);
+  tokens32_ = reinterpret_cast<const uint32_t*>(base + offset);
   // One vectorized pass (GB/s) finds any out-of-range id before training starts.
-  uint16_t mx = 0;
+  uint32_t mx = 0;
+  if (token_bytes_ == 2) {
 #pragma omp parallel for simd reduction(max : mx)
-  for (int64_t i = 0; i < count_; ++i) mx = data_[i] > mx ? data_[i] : mx;
-  if (mx >= vocab_size) {
+    for (int64_t i = 0; i < count_; ++i) mx = tokens16_[i] > mx ? tokens16_[i] : mx;
+  } else {
+#pragma omp parallel for simd reduction(max : mx)
+    for (int64_t i = 0; i < count_; ++i) mx = tokens32_[i] > mx ? tokens32_[i] : mx;
+  }
+  if (mx >= uint32_t(vocab_size)) {
     int64_t pos = 0;
-    while (data_[pos] < vocab_size) ++pos;
-    throw Error(str_cat(path, ": token id ", data_[pos], " at position ", pos, " is >= the model's vocab_size ",
+    while (at(pos) < uint32_t(vocab_size)) ++pos;
+    throw Error(str_cat(path, ": token id ", at(pos), " at position ", pos, " is >= the model's vocab_size ",
                         vocab_size, "; the file was tokenized for a different model"));
   }
 }
 
 TokenFile::~TokenFile() {
-  if (data_) ::munmap(const_cast<uint16_t*>(data_), bytes_);
+  if (map_) ::munmap(map_, bytes_);
 }
 
 WindowSampler::WindowSampler(const TokenFile& f, int T, bool shuffle, uint64_t seed)
@@ -63,10 +87,10 @@ int64_t WindowSampler::window_of(int64_t g) {
 
 void WindowSampler::fill(int32_t* inputs, int32_t* targets, int64_t g, int count) {
   for (int s = 0; s < count; ++s) {
-    const uint16_t* w = f_.data() + window_of(g + s) * T_;
+    const int64_t w = window_of(g + s) * T_;
     for (int t = 0; t < T_; ++t) {
-      inputs[int64_t(s) * T_ + t] = w[t];
-      targets[int64_t(s) * T_ + t] = w[t + 1];
+      inputs[int64_t(s) * T_ + t] = int32_t(f_.at(w + t));
+      targets[int64_t(s) * T_ + t] = int32_t(f_.at(w + t + 1));
     }
   }
 }

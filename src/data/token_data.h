@@ -1,5 +1,6 @@
-// token_data.h: flat token files (nanoGPT's train.bin: little-endian uint16, no header)
-// memory-mapped, and the window sampler that turns them into training sequences.
+// token_data.h: token files memory-mapped (ztrain shards with a header, see
+// shard_format.h, or nanoGPT's headerless uint16 train.bin), and the window sampler
+// that turns them into training sequences.
 // Window i is inputs tokens[i*T .. i*T+T-1] with targets shifted by one; global
 // sequence g (counting from the start of training) is window g mod W in file order
 // (--no_shuffle) or through a seeded per-epoch permutation.
@@ -18,14 +19,17 @@ class TokenFile {
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
   int64_t size() const { return count_; }
-  const uint16_t* data() const { return data_; }
+  uint32_t at(int64_t i) const { return token_bytes_ == 2 ? tokens16_[i] : tokens32_[i]; }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  const uint16_t* data_ = nullptr;
-  int64_t count_ = 0;
+  void* map_ = nullptr;
   size_t bytes_ = 0;
+  const uint16_t* tokens16_ = nullptr;
+  const uint32_t* tokens32_ = nullptr;
+  int token_bytes_ = 2;
+  int64_t count_ = 0;
 };
 
 class WindowSampler {

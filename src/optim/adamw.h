@@ -28,6 +28,7 @@ class AdamW {
   // One step with learning rate lr over params/grads (numel floats each).
   void step(float* params, const float* grads, double lr);
   int64_t steps() const { return t_; }
+  void set_steps(int64_t t) { t_ = t; }  // when resuming
   AdamWConfig& config() { return cfg_; }
   float* exp_avg() const { return m_.as<float>(); }
   float* exp_avg_sq() const { return v_.as<float>(); }

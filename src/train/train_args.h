@@ -34,6 +34,8 @@ struct TrainArgs {
   double logging_steps = 500;  // < 1: a ratio of the total steps
   std::string save_strategy = "steps";  // no | steps
   int64_t save_steps = 500;
+  int64_t save_total_limit = 0;        // keep at most N checkpoint-* folders, 0 = all
+  std::string resume_from_checkpoint;  // a checkpoint folder, or "latest" in output_dir
   std::string save_dtype = "float32";  // float32 | bfloat16 for saved model weights
   int64_t seed = 42;
 

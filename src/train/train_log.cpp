@@ -2,7 +2,9 @@
 #include "train/train_log.h"
 
 #include <cstdio>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "checkpoint/safetensors.h"
 #include "core/memory.h"
@@ -20,11 +22,31 @@ std::string hms(double s) {
 }  // namespace
 
 TrainLog::TrainLog(const TrainArgs& a, const ModelConfig&, const Transformer& model, int64_t total_steps,
-                   int64_t steps_per_epoch, int T)
+                   int64_t steps_per_epoch, int T, int64_t resume_step)
     : a_(a), model_(model), total_steps_(total_steps), steps_per_epoch_(steps_per_epoch), T_(T) {
   tokens_per_step_ = double(a.per_device_train_batch_size) * a.gradient_accumulation_steps * T;
   flops_per_token_ = model.flops_per_token(T);
-  jsonl_ = std::fopen((a.output_dir + "/metrics.jsonl").c_str(), "w");
+  const std::string path = a.output_dir + "/metrics.jsonl";
+  // On resume keep the lines up to the checkpoint's step, so each step appears once.
+  std::vector<std::string> keep;
+  if (resume_step > 0) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= resume_step) keep.push_back(line);
+    }
+  }
+  jsonl_ = std::fopen(path.c_str(), "w");
+  if (jsonl_)
+    for (auto& l : keep) std::fprintf(jsonl_, "%s\n", l.c_str());
+}
+
+void TrainLog::restore(const nlohmann::json& state) {
+  history_ = state.at("log_history");
+  step_ = last_logged_ = state.at("global_step").get<int64_t>();
+  loss_total_ = state.at("ztrain").at("loss_sum").get<double>();
+  // The last entry of a finished run's history is its summary; a resumed run writes a new one.
+  if (!history_.empty() && history_.back().contains("train_runtime")) history_.erase(history_.size() - 1);
 }
 
 TrainLog::~TrainLog() {
@@ -107,6 +129,10 @@ void TrainLog::eval_done(int64_t step, const EvalResult& r) {
 }
 
 void TrainLog::write_trainer_state(const std::string& dir) const {
+  write_file_atomic(dir + "/trainer_state.json", trainer_state().dump(2) + "\n");
+}
+
+nlohmann::json TrainLog::trainer_state() const {
   nlohmann::json s;
   s["best_metric"] = nullptr;
   s["best_model_checkpoint"] = nullptr;
@@ -124,7 +150,14 @@ void TrainLog::write_trainer_state(const std::string& dir) const {
   s["train_batch_size"] = a_.per_device_train_batch_size;
   s["trial_name"] = nullptr;
   s["trial_params"] = nullptr;
-  write_file_atomic(dir + "/trainer_state.json", s.dump(2) + "\n");
+  const int64_t seqs = int64_t(a_.per_device_train_batch_size) * a_.gradient_accumulation_steps;
+  s["ztrain"] = {{"loss_sum", loss_total_},
+                 {"sequences_consumed", step_ * seqs},
+                 {"seed", a_.seed},
+                 {"shuffle", !a_.no_shuffle},
+                 {"sequence_length", T_},
+                 {"sequences_per_step", seqs}};
+  return s;
 }
 
 void TrainLog::finish(double train_s) {

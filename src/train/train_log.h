@@ -17,13 +17,17 @@ namespace zt {
 class TrainLog {
  public:
   TrainLog(const TrainArgs& a, const ModelConfig& cfg, const Transformer& model, int64_t total_steps,
-           int64_t steps_per_epoch, int T);
+           int64_t steps_per_epoch, int T, int64_t resume_step);
   void print_header(int64_t num_examples, int64_t seqs_per_step) const;
   // Records an optimizer step; emits a log entry when `log` is set.
   void step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log);
   void first_step(double startup_s, double weights_s) const;
   void eval_done(int64_t step, const EvalResult& r);
+  // trainer_state.json as HF writes it, plus ztrain's resume state under "ztrain".
+  nlohmann::json trainer_state() const;
   void write_trainer_state(const std::string& dir) const;
+  // Continues a run from a checkpoint's trainer_state.json.
+  void restore(const nlohmann::json& state);
   void finish(double train_s);
 
  private:

@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -36,7 +37,8 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 void prepare_output_dir(const TrainArgs& a) {
   ZT_CHECK(!a.output_dir.empty(), "--output_dir is required");
   std::error_code ec;
-  if (fs::exists(a.output_dir) && !fs::is_empty(a.output_dir, ec) && !a.overwrite_output_dir)
+  if (fs::exists(a.output_dir) && !fs::is_empty(a.output_dir, ec) && !a.overwrite_output_dir &&
+      a.resume_from_checkpoint.empty())
     throw Error(str_cat("Output directory (", a.output_dir,
                         ") already exists and is not empty. Use --overwrite_output_dir to overcome."));
   fs::create_directories(a.output_dir, ec);
@@ -125,14 +127,35 @@ void train_run(const TrainArgs& a) {
   int32_t* inputs = batch.as<int32_t>();
   int32_t* targets = inputs + int64_t(B) * T;
 
-  TrainLog log(a, cfg, model, total_steps, steps_per_epoch, T);
+  // Resume: model, optimizer and trainer state from a verified checkpoint; the data
+  // order is a pure function of (seed, step), so the cursor is the step itself.
+  int64_t start_step = 0;
+  nlohmann::json resumed;
+  if (!a.resume_from_checkpoint.empty()) {
+    std::string dir = a.resume_from_checkpoint;
+    if (dir == "latest") {
+      dir = checkpoint_find_latest(a.output_dir);
+      ZT_CHECK(!dir.empty(), "--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a.output_dir);
+    }
+    resumed = checkpoint_load(dir, model, opt);
+    start_step = resumed.at("global_step").get<int64_t>();
+    const auto& zs = resumed.at("ztrain");
+    ZT_CHECK(zs.at("sequences_per_step").get<int64_t>() == seqs_per_step && zs.at("sequence_length").get<int>() == T,
+             dir, " was saved with ", zs.at("sequences_per_step"), " sequences of ", zs.at("sequence_length"),
+             " tokens per step; resume with the same batch size, accumulation and --model_max_length");
+    ZT_CHECK(zs.at("seed").get<int64_t>() == a.seed && zs.at("shuffle").get<bool>() == !a.no_shuffle, dir,
+             " was saved with a different --seed or --no_shuffle; resume with the same ones to continue its data order");
+    std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step);
+  }
+  TrainLog log(a, cfg, model, total_steps, steps_per_epoch, T, start_step);
+  if (start_step > 0) log.restore(resumed);
   log.print_header(sampler.num_windows(), seqs_per_step);
   const double startup_s = seconds_since(t_start);
   const double tokens_per_step = double(seqs_per_step) * T;
   const float grad_scale = float(1.0 / tokens_per_step);
 
   const auto t_train = Clock::now();
-  for (int64_t step = 0; step < total_steps; ++step) {
+  for (int64_t step = start_step; step < total_steps; ++step) {
     const auto t_step = Clock::now();
     model.zero_grad();
     double loss_sum = 0;
@@ -153,14 +176,12 @@ void train_run(const TrainArgs& a) {
     // HF logs the learning rate the scheduler holds after its step, i.e. the next one.
     log.step_done(step + 1, loss, norm, sched.lr_at(step + 1), seconds_since(t_step), step + 1 == total_steps ||
                                                                              (step + 1) % log_every == 0);
-    if (step == 0) log.first_step(startup_s, weights_s);
+    if (step == start_step) log.first_step(startup_s, weights_s);
     if (val && ((a.eval_steps > 0 && (step + 1) % a.eval_steps == 0) || step + 1 == total_steps))
       log.eval_done(step + 1, evaluate(model, *val, B, T, a.max_eval_samples));
-    if (a.save_strategy == "steps" && a.save_steps > 0 && (step + 1) % a.save_steps == 0 && step + 1 < total_steps) {
-      std::string dir = a.output_dir + "/checkpoint-" + std::to_string(step + 1);
-      fs::create_directories(dir);
-      model.save_hf(dir, a.save_dtype == "float32" ? "F32" : "BF16");
-      log.write_trainer_state(dir);
+    if (a.save_strategy == "steps" && a.save_steps > 0 && (step + 1) % a.save_steps == 0) {
+      checkpoint_save(a.output_dir, step + 1, model, opt, log.trainer_state());
+      checkpoint_prune(a.output_dir, a.save_total_limit);
     }
   }
   const double train_s = seconds_since(t_train);

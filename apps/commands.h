@@ -1,0 +1,18 @@
+// commands.h: the subcommands of the ztrain binary; each parses its own flags and
+// returns an exit code (errors propagate as zt::Error to main).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace zt::app {
+
+using Args = std::vector<std::string>;
+int cmd_train(const Args& args);
+int cmd_tokenize(const Args& args);
+int cmd_eval(const Args& args);
+int cmd_generate(const Args& args);
+
+// True (after printing help) when args ask for --help.
+bool wants_help(const Args& args, const std::string& help);
+
+}  // namespace zt::app

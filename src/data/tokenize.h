@@ -1,0 +1,35 @@
+// tokenize.h: raw text -> token shards (`ztrain tokenize`). Inputs are text files,
+// JSONL files (one JSON object per line, text in `text_field`) or folders of them,
+// read in sorted order and streamed in bounded batches, so a corpus larger than RAM
+// works. Each text file or JSONL record is one document, followed by the tokenizer's
+// EOS id. Documents are split deterministically between train.bin and validation.bin.
+// Batches are tokenized on all threads; output order is input order.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace zt {
+
+struct TokenizeConfig {
+  std::vector<std::string> inputs;
+  std::string text_field = "text";
+  std::string output_dir;
+  double validation_split_percentage = 5.0;  // HF run_clm's name and default
+  size_t batch_bytes = size_t(32) << 20;     // text held in memory at once
+};
+
+struct TokenizeStats {
+  int64_t documents = 0, train_tokens = 0, validation_tokens = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  // Entropy (nats) of the training tokens' unigram distribution: the loss of the best
+  // model that ignores context, a yardstick for validation loss.
+  double unigram_entropy = 0;
+};
+
+TokenizeStats tokenize_corpus(const Tokenizer& tok, const TokenizeConfig& cfg);
+
+}  // namespace zt

@@ -1,0 +1,40 @@
+// tokenizer.h: text <-> token ids for the models ztrain trains. Loads byte-pair-encoding
+// tokenizers in the two formats users bring: OpenAI's GPT-2 files (encoder.json + vocab.bpe)
+// and Hugging Face tokenizer.json BPE models (Llama-2 SentencePiece-style, Llama-3
+// tiktoken-style). Encoding matches the reference JavaScript tokenizers token for token; see
+// docs/tokenizers.md for the algorithm, the parity check and measured speed.
+// Deliberately not here: WordPiece/Unigram models, Unicode normalization (NFC/NFKC), padding,
+// truncation, chat templates and post-processors (the caller adds bos/eos where it wants them).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zt {
+
+class Tokenizer {
+ public:
+  // Loads from a folder or file: a folder with encoder.json + vocab.bpe (OpenAI GPT-2 format),
+  // or a Hugging Face tokenizer.json (the file, or a folder containing it). Throws zt::Error
+  // naming the file and the problem when something is missing, malformed or unsupported.
+  static std::unique_ptr<Tokenizer> load(const std::string& path);
+  virtual ~Tokenizer();
+
+  // Plain text to ids; no special tokens are added and none are recognized in the text (text that
+  // looks like "<|endoftext|>" is encoded as ordinary characters). Thread-safe on one instance.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Like encode, but occurrences of the added/special tokens' text become their ids
+  // (Hugging Face: every added token; GPT-2: <|endoftext|>). Thread-safe.
+  virtual std::vector<int32_t> encode_with_special(std::string_view text) const = 0;
+  // Ids to text; special tokens decode to their text. Throws zt::Error on an id outside the vocab.
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+
+  virtual int vocab_size() const = 0;   // 1 + the largest id (vocab and added tokens)
+  virtual int32_t eos_id() const = 0;   // <|endoftext|>, </s>, <|end_of_text|>; -1 if none
+  virtual int32_t bos_id() const = 0;   // -1 if none
+  virtual std::string name() const = 0; // "gpt2-bpe", "hf-bpe"
+};
+
+}  // namespace zt

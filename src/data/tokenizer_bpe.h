@@ -1,0 +1,182 @@
+// tokenizer_bpe.h: the byte-pair-encoding engine behind every tokenizer ztrain loads, and the
+// one Tokenizer class (BpeTokenizer) that both file formats are loaded into. The loaders
+// (tokenizer.cpp: GPT-2 files, tokenizer_hf.cpp: tokenizer.json) only translate their format
+// into a BpeModel plus BpeOptions; encoding and decoding live here.
+// Symbols are handled as ids and their raw bytes (byte-level tokens are decoded from GPT-2's
+// printable alphabet at load time), so encoding never builds the printable strings.
+// Not here: training merges, BPE dropout, WordPiece/Unigram. Internal to src/data.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "data/tokenizer.h"
+#include "data/tokenizer_pretok.h"
+
+namespace zt::tok {
+
+// GPT-2's bytes_to_unicode(): byte b <-> a printable code point, so byte strings can be stored
+// as JSON text. Printable Latin-1 bytes map to themselves, the other 68 to U+0100..U+0143.
+const std::array<uint32_t, 256>& byte_to_code_point();
+// Decodes a byte-level token (UTF-8 of mapped code points) to raw bytes; false if some code
+// point is outside the map (e.g. an added token written in plain text).
+bool byte_level_decode(std::string_view token, std::string& out);
+void append_utf8(std::string& out, uint32_t cp);
+
+// Which merge runs next. Both pick the lowest-ranked adjacent pair; they differ when a merge
+// creates a pair ranked lower than itself (Hugging Face merge lists do this, GPT-2's does not):
+//   all_occurrences: OpenAI encoder.py / gpt-3-encoder: merge every occurrence of the chosen
+//                    pair, left to right, before looking at the pairs that creates.
+//   leftmost_first:  Hugging Face / transformers.js: merge only the leftmost occurrence, then
+//                    choose again.
+enum class MergeOrder { all_occurrences, leftmost_first };
+
+// Open-addressing map (left id, right id) -> (rank, result id); the BPE inner loop's lookup.
+class PairTable {
+ public:
+  struct Merge {
+    int32_t rank, result;
+  };
+  void reserve(size_t n);
+  void insert_or_assign(int32_t left, int32_t right, Merge m);
+  const Merge* find(int32_t left, int32_t right) const;
+  size_t size() const { return size_; }
+
+ private:
+  static uint64_t key(int32_t l, int32_t r) { return (uint64_t(uint32_t(l)) << 32) | uint32_t(r); }
+  size_t slot(uint64_t k) const { return size_t((k * 0x9E3779B97F4A7C15ull) >> shift_); }
+  std::vector<uint64_t> keys_;
+  std::vector<Merge> vals_;
+  int shift_ = 64;
+  size_t size_ = 0;
+};
+
+// A symbol of a word being merged: a vocab id (or -1: a character the vocab lacks) and the
+// byte range of the word it covers.
+struct Symbol {
+  int32_t id;
+  uint32_t start, len;
+};
+
+class BpeModel {
+ public:
+  // `bytes` is the token's raw text. Later duplicates of the same text keep the first id.
+  void add_token(std::string_view bytes, int32_t id);
+  // Appends a merge with the next rank. A pair listed twice keeps its later rank, as in
+  // Hugging Face tokenizers, transformers.js and gpt-3-encoder (all build a map from the list).
+  void add_merge(int32_t left, int32_t right, int32_t result);
+  int32_t find(std::string_view bytes) const;  // -1 if absent
+  const std::string& text(int32_t id) const { return text_[size_t(id)]; }
+  const std::vector<int32_t>& merge_results() const { return results_; }
+  // Applies the merges to `word` in place.
+  void merge(std::vector<Symbol>& word, MergeOrder order) const;
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> ids_;
+  std::vector<std::string> text_;  // by id
+  std::vector<int32_t> results_;   // by rank
+  PairTable pairs_;
+};
+
+// Thread-safe memo of piece -> ids. Sharded mutexes keep concurrent encoders from contending;
+// a full shard is simply cleared (entries are cheap to recompute, results never change).
+class PieceCache {
+ public:
+  bool lookup(std::string_view piece, std::vector<int32_t>& out) const;  // appends on a hit
+  void store(std::string_view piece, const int32_t* ids, size_t n) const;
+  static constexpr size_t kMaxPieceBytes = 128;  // longer pieces rarely repeat
+
+ private:
+  static constexpr size_t kShards = 64, kShardCapacity = 4096;
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> map;
+  };
+  mutable std::array<Shard, kShards> shards_;
+};
+
+struct NormalizeStep {
+  enum class Kind { prepend, replace } kind;
+  std::string a, b;  // prepend a | replace every a with b
+};
+
+struct AddedToken {
+  std::string content;
+  int32_t id;
+  bool lstrip = false, rstrip = false;
+};
+
+struct BpeOptions {
+  std::string name;                      // "gpt2-bpe", "hf-bpe"
+  PreSplit pre_split = PreSplit::none;   // none: SentencePiece-style, the whole text is one word
+  bool byte_level = false;               // initial symbols are bytes, not code points
+  bool add_prefix_space = false;         // ByteLevel: prepend ' ' unless the text starts with one
+  std::vector<NormalizeStep> normalizer;
+  MergeOrder order = MergeOrder::leftmost_first;
+  bool ignore_merges = false;            // a piece that is itself a token skips the merges
+  bool byte_fallback = false;            // unknown characters become <0xNN> tokens
+  int32_t unk_id = -1, bos_id = -1, eos_id = -1;
+  int strip_leading_spaces = 0;          // decoder: spaces removed from the start of the text
+};
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  // id_text[id]: what id decodes to (empty and absent from has_id for unused ids).
+  BpeTokenizer(BpeModel model, BpeOptions opt, std::vector<std::string> id_text, std::vector<bool> has_id,
+               std::vector<AddedToken> added);
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::vector<int32_t> encode_with_special(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int vocab_size() const override { return int(id_text_.size()); }
+  int32_t eos_id() const override { return opt_.eos_id; }
+  int32_t bos_id() const override { return opt_.bos_id; }
+  std::string name() const override { return opt_.name; }
+
+ private:
+  void init_tables();
+  void encode_section(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_piece(std::string_view piece, bool whole_token_check, std::vector<int32_t>& out) const;
+  void encode_unsplit(std::string_view text, std::vector<int32_t>& out) const;
+  void emit_unknown(std::string_view bytes, std::vector<int32_t>& out) const;
+  bool joinable(uint32_t a, uint32_t b) const;
+  uint32_t next_unit(std::string_view s, size_t pos, uint32_t* len) const;  // byte or code point
+
+  BpeModel model_;
+  BpeOptions opt_;
+  std::vector<std::string> id_text_;
+  std::vector<bool> has_id_;
+  std::vector<AddedToken> added_;
+  std::array<std::vector<uint32_t>, 256> added_by_first_byte_;  // indexes into added_
+  // The token that spells byte b: the byte's own token (byte-level) or <0xNN> (byte fallback).
+  std::array<int32_t, 256> byte_token_{};
+  std::array<int32_t, 128> ascii_token_{};  // code-point models: the token of each ASCII char
+  // Without a pre-tokenizer the whole text is one word; it is cut between any two units (bytes
+  // or code points) that no merged token contains side by side, which cannot change the result
+  // but yields short, cacheable pieces (see encode_unsplit).
+  std::vector<uint64_t> joinable_small_;  // 256x256 bits for units < 256
+  std::vector<uint64_t> joinable_large_;  // sorted (a << 32 | b) for the other pairs
+  PieceCache cache_;
+};
+
+// Loader helpers (tokenizer.cpp), shared by both formats; errors name the file.
+std::string read_text_file(const std::string& path);
+nlohmann::json read_json_file(const std::string& path);
+std::unique_ptr<Tokenizer> load_gpt2_files(const std::string& dir);   // tokenizer.cpp
+std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::string& file);  // tokenizer_hf.cpp
+
+}  // namespace zt::tok
