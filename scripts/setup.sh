@@ -3,9 +3,13 @@
 # Used by both README commands; safe to run again. ZT_BUILD_DIR picks the build folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev python3-torch python3-numpy nodejs npm)
+pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev python3-torch python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+# Node.js and npm often come preinstalled from outside Debian (NodeSource, npm 11); asking apt
+# for Debian's npm then conflicts with that nodejs. Install them only when the commands are absent.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

