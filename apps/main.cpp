@@ -73,6 +73,13 @@ int cmd_train(const Args& args) {
   f.add("seed", &a.seed, "seed for initialisation and shuffling (42)");
   f.add("threads", &a.threads, "compute threads, 0 = all cores (0)");
   f.add("no_shuffle", &a.no_shuffle, "consecutive windows in file order");
+  f.add("logging_dir", &a.logging_dir, "TensorBoard folder (output_dir/runs/<date>_<host>)");
+  f.add("report_to", &a.report_to, "tensorboard | none (tensorboard)");
+  f.add("plot", &a.plot, "write output_dir/loss.png with the loss curves at the end");
+  f.add("disable_tqdm", &a.disable_tqdm, "auto | true | false: the live progress line on stderr (auto: on a terminal)");
+  f.add("packing", &a.packing, "attention and positions restart after each EOS token (packed documents)");
+  f.add("eos_token_id", &a.eos_token_id, "document separator for --packing (-1: config.json's eos_token_id)");
+  f.add("dataloader_prefetch", &a.dataloader_prefetch, "micro-batches the loader thread prepares ahead (3)");
   f.add("peak_gflops", &a.peak_gflops, "GEMM peak used for MFU (400, this machine's fp32 sgemm)");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);

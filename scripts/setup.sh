@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# setup.sh: installs ztrain's Debian dependencies (only those missing) and builds it.
-# Used by both README commands; safe to run again. ZT_BUILD_DIR picks the build folder.
+# setup.sh [EXTRA_PACKAGES...]: installs ztrain's Debian build dependencies (only those
+# missing) plus any extra packages named (the test command adds the PyTorch oracle), and
+# builds it. Used by both README commands; safe to run again. ZT_BUILD_DIR picks the build folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev python3-torch python3-numpy)
+pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # Node.js and npm often come preinstalled from outside Debian (NodeSource, npm 11); asking apt

@@ -2,6 +2,7 @@
 // shapes), and each reference backward against central finite differences in double.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/attention.h"
@@ -204,6 +205,132 @@ TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
   };
   ref::attention_backward<double>(g.data(), r.data(), qkv.data(), d);
   expect_fd_grad(qkv, g, loss, "attention dqkv");
+}
+
+// Packed documents: random boundaries (documents from 1 token to several 64-key tiles,
+// rows that begin mid-document), GQA, head sizes on and off the fast path, odd T.
+TEST(Attention, FlashMatchesNaiveWithDocuments) {
+  uint64_t seed = 100;
+  for (auto d : {kernels::AttnDims{2, 5, 2, 2, 8}, kernels::AttnDims{2, 70, 4, 2, 64}, kernels::AttnDims{2, 130, 6, 2, 32},
+                 kernels::AttnDims{1, 65, 2, 1, 128}, kernels::AttnDims{2, 201, 4, 2, 64},
+                 kernels::AttnDims{2, 131, 4, 1, 128}, kernels::AttnDims{3, 97, 2, 2, 16}})
+    for (int max_len : {3, 20, d.T}) {
+      const int64_t N = int64_t(d.B) * d.T, rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
+      auto pos = test::packed_positions(d.B, d.T, max_len, ++seed);
+      std::vector<int32_t> doc(N);
+      kernels::attention_doc_start(doc.data(), pos.data(), d.B, d.T);
+      d.doc_start = doc.data();
+      auto qkv = randn(N * rs, ++seed, 2.0), dout = randn(N * os, ++seed);
+      std::vector<float> out(N * os), lse(d.B * d.NH * d.T), out_r(N * os), lse_r(d.B * d.NH * d.T);
+      kernels::attention_forward(out.data(), lse.data(), qkv.data(), d);
+      ref::attention_forward<float>(out_r.data(), lse_r.data(), qkv.data(), d);
+      expect_close(out, out_r, 1e-4, 1e-5, "attention out (documents)");
+      expect_close(lse, lse_r, 1e-5, 1e-5, "attention lse (documents)");
+      std::vector<float> dq(N * rs, 7.f), dq_r(N * rs);
+      kernels::attention_backward(dq.data(), dout.data(), qkv.data(), out.data(), lse.data(), d);
+      ref::attention_backward<float>(dq_r.data(), dout.data(), qkv.data(), d);
+      expect_close(dq, dq_r, 1e-3, 1e-4, "attention dqkv (documents)");
+    }
+}
+
+TEST(Attention, DocStartFromPositions) {
+  const std::vector<int32_t> pos = {0, 1, 2, 0, 1, 0, /* row 1 starts mid-document */ 5, 6, 7, 0, 1, 2};
+  std::vector<int32_t> doc(12);
+  kernels::attention_doc_start(doc.data(), pos.data(), 2, 6);
+  EXPECT_EQ(doc, (std::vector<int32_t>{0, 0, 0, 3, 3, 5, 0, 0, 0, 3, 3, 3}));
+}
+
+TEST(Attention, ReferenceBackwardWithDocumentsMatchesFiniteDifferences) {
+  kernels::AttnDims d{2, 7, 4, 2, 4};
+  const std::vector<int32_t> pos = {0, 1, 2, 0, 1, 0, 1, 3, 4, 0, 1, 2, 3, 0};
+  std::vector<int32_t> doc(pos.size());
+  kernels::attention_doc_start(doc.data(), pos.data(), d.B, d.T);
+  d.doc_start = doc.data();
+  const int64_t N = int64_t(d.B) * d.T, rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
+  auto qkv = randn<double>(N * rs, 40), r = randn<double>(N * os, 41);
+  std::vector<double> out(N * os), lse(d.B * d.NH * d.T), g(N * rs);
+  auto loss = [&] {
+    ref::attention_forward<double>(out.data(), lse.data(), qkv.data(), d);
+    return dot(out, r);
+  };
+  ref::attention_backward<double>(g.data(), r.data(), qkv.data(), d);
+  expect_fd_grad(qkv, g, loss, "attention dqkv (documents)");
+}
+
+// A packed row gives each document exactly what that document gives alone: outputs,
+// log-sum-exps and gradients (including tiles that start inside a document).
+TEST(Attention, DocumentsEqualSeparateSequences) {
+  for (int HS : {64, 24}) {
+    const int T = 150, NH = 4, KVH = 2;
+    const std::vector<int> lens = {40, 1, 77, 32};
+    kernels::AttnDims d{1, T, NH, KVH, HS};
+    const int64_t rs = d.row_stride(), os = int64_t(NH) * HS;
+    std::vector<int32_t> pos, doc(T);
+    for (int n : lens)
+      for (int i = 0; i < n; ++i) pos.push_back(i);
+    kernels::attention_doc_start(doc.data(), pos.data(), 1, T);
+    d.doc_start = doc.data();
+    auto qkv = randn(T * rs, 42 + HS), dout = randn(T * os, 43 + HS);
+    std::vector<float> out(T * os), lse(NH * T), dq(T * rs);
+    kernels::attention_forward(out.data(), lse.data(), qkv.data(), d);
+    kernels::attention_backward(dq.data(), dout.data(), qkv.data(), out.data(), lse.data(), d);
+    int s0 = 0;
+    for (int n : lens) {
+      kernels::AttnDims e{1, n, NH, KVH, HS};
+      std::vector<float> q1(qkv.begin() + s0 * rs, qkv.begin() + (s0 + n) * rs);
+      std::vector<float> do1(dout.begin() + s0 * os, dout.begin() + (s0 + n) * os);
+      std::vector<float> o1(n * os), l1(NH * n), dq1(n * rs);
+      kernels::attention_forward(o1.data(), l1.data(), q1.data(), e);
+      kernels::attention_backward(dq1.data(), do1.data(), q1.data(), o1.data(), l1.data(), e);
+      expect_close(std::vector<float>(out.begin() + s0 * os, out.begin() + (s0 + n) * os), o1, 1e-5, 1e-6,
+                   "document out");
+      expect_close(std::vector<float>(dq.begin() + s0 * rs, dq.begin() + (s0 + n) * rs), dq1, 1e-4, 1e-6,
+                   "document dqkv");
+      for (int h = 0; h < NH; ++h)
+        expect_close(std::vector<float>(lse.begin() + h * T + s0, lse.begin() + h * T + s0 + n),
+                     std::vector<float>(l1.begin() + h * n, l1.begin() + (h + 1) * n), 1e-6, 1e-6, "document lse");
+      s0 += n;
+    }
+  }
+}
+
+// Position ids for RoPE and the learned position embedding: ids past T (a row that
+// starts mid-document) read further rows of the tables.
+TEST(Rope, PositionsMatchReference) {
+  const int B = 3, T = 13, NH = 4, KVH = 2, HS = 16;
+  const int64_t rs = (NH + 2 * KVH) * HS;
+  auto pos = test::packed_positions(B, T, 5, 50, 30);
+  const int rows = 1 + *std::max_element(pos.begin(), pos.end());
+  ASSERT_GT(rows, T);
+  auto x = randn(B * T * rs, 51);
+  std::vector<float> cs(rows * HS / 2), sn(rows * HS / 2);
+  kernels::rope_table(cs.data(), sn.data(), rows, HS, 10000.f);
+  auto y = x, y_r = x;
+  kernels::rope_forward(y.data(), cs.data(), sn.data(), B, T, NH, KVH, HS, rs, pos.data());
+  ref::rope_forward<float>(y_r.data(), B, T, NH, KVH, HS, rs, 10000.0, 1.0, pos.data());
+  expect_close(y, y_r, 1e-5, 2e-5, "rope (positions)");
+  auto g = randn(B * T * rs, 52), gt = g, gt_r = g;
+  kernels::rope_backward(gt.data(), cs.data(), sn.data(), B, T, NH, KVH, HS, rs, pos.data());
+  ref::rope_forward<float>(gt_r.data(), B, T, NH, KVH, HS, rs, 10000.0, -1.0, pos.data());
+  expect_close(gt, gt_r, 1e-5, 2e-5, "rope backward (positions)");
+}
+
+TEST(Embedding, PositionsMatchReference) {
+  const int B = 4, T = 10, C = 24, V = 7, P = 48;
+  const int N = B * T;
+  std::vector<int32_t> tok(N);
+  for (int i = 0; i < N; ++i) tok[i] = (i * 5) % V;
+  auto pos = test::packed_positions(B, T, 4, 53, P - T);
+  auto wte = randn(V * C, 54), wpe = randn(P * C, 55), dout = randn(N * C, 56);
+  std::vector<float> y(N * C), y_r(N * C);
+  kernels::embedding_forward(y.data(), tok.data(), wte.data(), wpe.data(), N, T, C, pos.data());
+  ref::embedding_forward<float>(y_r.data(), tok.data(), wte.data(), wpe.data(), N, T, C, pos.data());
+  expect_close(y, y_r, 1e-6, 1e-6, "embedding (positions)");
+  std::vector<float> de(V * C), dp(P * C, 0.5f), de_r(V * C), dp_r(P * C, 0.5f);
+  kernels::embedding_backward(de.data(), dp.data(), dout.data(), tok.data(), N, T, C, pos.data());
+  ref::embedding_backward<float>(de_r.data(), dp_r.data(), dout.data(), tok.data(), N, T, C, pos.data());
+  expect_close(de, de_r, 1e-5, 1e-5, "embedding dwte (positions)");
+  expect_close(dp, dp_r, 1e-5, 1e-5, "embedding dwpe (positions)");
 }
 
 TEST(LmHeadCrossEntropy, FusedMatchesReferenceAcrossChunks) {

@@ -9,6 +9,8 @@
 #include <filesystem>
 
 #include "checkpoint/safetensors.h"
+#include "core/error.h"
+#include "kernels/cross_entropy.h"
 #include "models/decoder.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
@@ -54,8 +56,9 @@ TEST_P(ModelTest, UntrainedLossIsLogVocab) {
 // For each parameter tensor, the derivative of the loss along that tensor's gradient
 // direction (central differences of the whole model in fp32, loss summed in double)
 // must equal the gradient's norm; plus two random directions over all parameters.
-TEST_P(ModelTest, GradientMatchesFiniteDifferences) {
-  Transformer m(cfg());
+// positions (2, 9) or null.
+void expect_model_fd_grad(const ModelConfig& cfg, const int32_t* positions) {
+  Transformer m(cfg);
   m.init_random(7);
   // Larger weights than the default init so every path carries signal.
   for (int64_t i = 0; i < m.num_params(); ++i) m.param_data()[i] *= 2.0f;
@@ -64,13 +67,13 @@ TEST_P(ModelTest, GradientMatchesFiniteDifferences) {
   auto in = tokens(B * T, 67, 4), tg = tokens(B * T, 67, 5);
   m.zero_grad();
   int64_t count = 0;
-  m.forward_backward(in.data(), tg.data(), 1.0f / (B * T), &count);
+  m.forward_backward(in.data(), tg.data(), 1.0f / (B * T), &count, positions);
   std::vector<double> grad(m.grad_data(), m.grad_data() + m.num_params());
   auto loss_at = [&](const std::vector<double>& dir, double h) {
     std::vector<float> saved(m.param_data(), m.param_data() + m.num_params());
     for (int64_t i = 0; i < m.num_params(); ++i) m.param_data()[i] = float(saved[i] + h * dir[i]);
     int64_t c = 0;
-    double l = m.forward_loss(in.data(), tg.data(), &c) / double(c);
+    double l = m.forward_loss(in.data(), tg.data(), &c, positions) / double(c);
     std::memcpy(m.param_data(), saved.data(), saved.size() * sizeof(float));
     return l;
   };
@@ -95,6 +98,148 @@ TEST_P(ModelTest, GradientMatchesFiniteDifferences) {
     for (auto& x : r) x /= n;
     check(r, "random direction");
   }
+}
+
+TEST_P(ModelTest, GradientMatchesFiniteDifferences) { expect_model_fd_grad(cfg(), nullptr); }
+
+// Packed rows: three documents in row 0; row 1 begins mid-document at id 12 (past T, so
+// Llama reads RoPE rows beyond the planned table) and then restarts twice.
+TEST_P(ModelTest, GradientWithPositionsMatchesFiniteDifferences) {
+  const std::vector<int32_t> pos = {0, 1, 2, 0, 1, 2, 3, 0, 1, 12, 13, 14, 15, 0, 1, 2, 0, 1};
+  expect_model_fd_grad(cfg(), pos.data());
+}
+
+// A document of a packed batch: row, first column, length, position id of its first
+// token (> 0 where the row begins mid-document).
+struct Segment {
+  int row, col, len, first_pos;
+};
+
+// Packing is exact: the loss and every parameter gradient of a packed batch equal the
+// sums over its documents run one at a time as ordinary (unpacked) sequences, with the
+// same tokens and the same targets (the last token of a document keeps the target the
+// batch gives it, here the next document's first token or -100).
+TEST_P(ModelTest, PackedBatchEqualsSeparateDocuments) {
+  const int B = 2, T = 16;
+  const std::vector<Segment> segs = {{0, 0, 5, 0}, {0, 5, 7, 0}, {0, 12, 4, 0},
+                                     {1, 0, 9, 11}, {1, 9, 1, 0}, {1, 10, 6, 0}};
+  std::vector<int32_t> pos(B * T);
+  for (const Segment& g : segs)
+    for (int i = 0; i < g.len; ++i) pos[g.row * T + g.col + i] = g.first_pos + i;
+  Transformer packed(cfg()), single(cfg());
+  packed.init_random(31);
+  for (int64_t i = 0; i < packed.num_params(); ++i) packed.param_data()[i] *= 2.0f;
+  std::memcpy(single.param_data(), packed.param_data(), sizeof(float) * packed.num_params());
+  auto in = tokens(B * T, 67, 32), tg = tokens(B * T, 67, 33);
+  tg[4] = kernels::kIgnoreIndex;  // end of the first document: no target
+  const float scale = 1.0f / (B * T);
+  packed.plan(B, T, true);
+  packed.zero_grad();
+  int64_t count_p = 0;
+  const double loss_p = packed.forward_backward(in.data(), tg.data(), scale, &count_p, pos.data());
+  single.plan(1, 1, true);
+  single.zero_grad();
+  double loss_s = 0;
+  int64_t count_s = 0;
+  for (const Segment& g : segs) {
+    const int64_t off = int64_t(g.row) * T + g.col;
+    // A row that begins mid-document continues it: its first part keeps its ids.
+    std::vector<int32_t> ids(g.len);
+    for (int i = 0; i < g.len; ++i) ids[i] = g.first_pos + i;
+    single.plan(1, g.len, true);
+    int64_t c = 0;
+    loss_s += single.forward_backward(in.data() + off, tg.data() + off, scale, &c,
+                                      g.first_pos ? ids.data() : nullptr);
+    count_s += c;
+  }
+  EXPECT_EQ(count_p, B * T - 1);
+  EXPECT_EQ(count_p, count_s);
+  EXPECT_NEAR(loss_p, loss_s, 1e-5 * std::abs(loss_s));
+  for (const ParamInfo& p : packed.params().list()) {
+    std::vector<float> gp(packed.grad_data() + p.offset, packed.grad_data() + p.offset + p.numel);
+    std::vector<float> gs(single.grad_data() + p.offset, single.grad_data() + p.offset + p.numel);
+    test::expect_close(gp, gs, 1e-4, 1e-6, p.name.c_str());
+  }
+}
+
+// A sequence that starts at position id k (a row cut mid-document) against an
+// independent model: for GPT-2, the same weights with wpe shifted up by k rows, run
+// unpacked; for Llama, RoPE attention depends only on id differences, so the unshifted
+// unpacked run itself.
+TEST_P(ModelTest, OffsetPositionsMatchShiftedPositionTable) {
+  const int T = 12, k = 15;
+  Transformer m(cfg()), ref(cfg());
+  m.init_random(41);
+  for (int64_t i = 0; i < m.num_params(); ++i) m.param_data()[i] *= 2.0f;
+  std::memcpy(ref.param_data(), m.param_data(), sizeof(float) * m.num_params());
+  const ParamInfo* wpe = m.params().find("transformer.wpe.weight");
+  const int64_t C = m.config().n_embd;
+  if (wpe)
+    for (int64_t i = 0; i < (m.config().max_position - k) * C; ++i)
+      ref.param_data()[wpe->offset + i] = m.param_data()[wpe->offset + k * C + i];
+  std::vector<int32_t> ids(T);
+  for (int t = 0; t < T; ++t) ids[t] = k + t;
+  auto in = tokens(T, 67, 42), tg = tokens(T, 67, 43);
+  m.plan(1, T, true);
+  ref.plan(1, T, true);
+  m.zero_grad();
+  ref.zero_grad();
+  int64_t c;
+  const double lm = m.forward_backward(in.data(), tg.data(), 1.0f / T, &c, ids.data());
+  const double lr = ref.forward_backward(in.data(), tg.data(), 1.0f / T, &c);
+  EXPECT_NEAR(lm, lr, 1e-5 * std::abs(lr));
+  std::vector<float> gm(m.grad_data(), m.grad_data() + m.num_params());
+  std::vector<float> gr(ref.grad_data(), ref.grad_data() + ref.num_params());
+  if (wpe) {  // move ref's position gradient back to the rows m used
+    std::fill_n(gr.begin() + wpe->offset, wpe->numel, 0.f);
+    for (int64_t i = 0; i < (m.config().max_position - k) * C; ++i)
+      gr[wpe->offset + k * C + i] = ref.grad_data()[wpe->offset + i];
+  }
+  test::expect_close(gm, gr, 1e-3, 1e-5, "gradient with offset positions");
+}
+
+// Ids 0..T-1 in every row are the unpacked case and take its path exactly.
+TEST_P(ModelTest, IdentityPositionsAreBitIdentical) {
+  Transformer a(cfg()), b(cfg());
+  a.init_random(51);
+  b.init_random(51);
+  const int B = 2, T = 10;
+  a.plan(B, T, true);
+  b.plan(B, T, true);
+  a.zero_grad();
+  b.zero_grad();
+  std::vector<int32_t> ids(B * T);
+  for (int i = 0; i < B * T; ++i) ids[i] = i % T;
+  auto in = tokens(B * T, 67, 52), tg = tokens(B * T, 67, 53);
+  int64_t c;
+  const double la = a.forward_backward(in.data(), tg.data(), 0.05f, &c);
+  const double lb = b.forward_backward(in.data(), tg.data(), 0.05f, &c, ids.data());
+  EXPECT_EQ(la, lb);
+  EXPECT_EQ(0, std::memcmp(a.grad_data(), b.grad_data(), sizeof(float) * a.num_params()));
+}
+
+TEST_P(ModelTest, BadPositionsNameRowAndColumn) {
+  Transformer m(cfg());
+  m.init_random(61);
+  const int B = 2, T = 6;
+  m.plan(B, T, false);
+  auto in = tokens(B * T, 67, 62), tg = tokens(B * T, 67, 63);
+  auto message = [&](std::vector<int32_t> ids) {
+    int64_t c;
+    try {
+      m.forward_loss(in.data(), tg.data(), &c, ids.data());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({0, 1, 2, 3, 4, 5, 0, 1, 3, 4, 5, 6}).find("row 1, column 2 is 3 after 1"), std::string::npos);
+  EXPECT_NE(message({0, 1, 2, 3, 4, 5, 7, 8, 9, 0, 1, 1}).find("row 1, column 5"), std::string::npos);
+  EXPECT_NE(message({0, 1, -1, 0, 1, 2, 0, 1, 2, 3, 4, 5}).find("row 0, column 2 is -1"), std::string::npos);
+  EXPECT_NE(message({0, 1, 2, 3, 4, 5, 28, 29, 30, 31, 32, 33}).find("row 1, column 4 is 32; ids must lie in [0, 32)"),
+            std::string::npos);
+  // A row may begin mid-document and restart anywhere.
+  EXPECT_EQ(message({5, 6, 0, 0, 1, 2, 26, 27, 28, 29, 30, 31}), "no error");
 }
 
 TEST_P(ModelTest, GradientAccumulationEqualsOneBigBatch) {

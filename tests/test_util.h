@@ -57,6 +57,26 @@ void expect_fd_grad(std::vector<double>& x, const std::vector<double>& g, F f, c
   }
 }
 
+// Position ids (B, T) of rows packed with documents of random lengths in [1, max_len]:
+// ids count up and restart at 0 at each document start (HF position_ids). Odd rows
+// begin mid-document, at a random id in [1, max_offset].
+inline std::vector<int32_t> packed_positions(int B, int T, int max_len, uint64_t seed, int max_offset = 40) {
+  Rng r(seed);
+  std::vector<int32_t> pos(size_t(B) * T);
+  for (int b = 0; b < B; ++b) {
+    int32_t p = b % 2 ? 1 + int32_t(r.below(max_offset)) : 0;
+    int left = 1 + int(r.below(max_len));
+    for (int t = 0; t < T; ++t, --left) {
+      if (left == 0) {
+        p = 0;
+        left = 1 + int(r.below(max_len));
+      }
+      pos[size_t(b) * T + t] = p++;
+    }
+  }
+  return pos;
+}
+
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_meta.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
 
@@ -22,18 +23,8 @@ namespace zt {
 void checkpoint_save(const std::string& output_dir, int64_t step, const Transformer& model,
                      const optim::AdamW& opt, const nlohmann::json& trainer_state);
 
-// Finds output_dir's newest checkpoint that verifies; "" if none. Damaged ones are
-// reported on stderr and skipped.
-std::string checkpoint_find_latest(const std::string& output_dir);
-
 // Verifies checksums (Error naming the damaged file), then loads model and optimizer
 // state; returns trainer_state.json.
 nlohmann::json checkpoint_load(const std::string& dir, Transformer& model, optim::AdamW& opt);
-
-// Throws an Error naming the first file whose size or hash does not match checksums.json.
-void checkpoint_verify(const std::string& dir);
-
-// Removes the oldest checkpoint-N folders of output_dir beyond `keep` (0 = keep all).
-void checkpoint_prune(const std::string& output_dir, int64_t keep);
 
 }  // namespace zt

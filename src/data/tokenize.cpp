@@ -46,24 +46,28 @@ std::vector<fs::path> list_inputs(const std::vector<std::string>& inputs) {
   return files;
 }
 
-// Splits a large text at a newline followed by a non-space character: the GPT-2 and
-// tiktoken pre-tokenizers never join tokens across such a point, so pieces encode to
-// exactly the tokens of the whole.
+// Splits a large text after a lone newline (non-space before it, non-space after it): the
+// GPT-2 and tiktoken pre-tokenizers never join tokens across such a point, so pieces encode
+// to exactly the tokens of the whole. A longer whitespace run is not a safe point: GPT-2's
+// `\s+(?!\S)` splits "\n\nX" as "\n" "\n" "X" inside a text but keeps "\n\n" whole at its end.
 size_t safe_cut(const std::string& s, size_t want) {
-  for (size_t i = std::max<size_t>(want, 1); i < s.size(); ++i)
-    if (s[i - 1] == '\n' && !std::isspace(static_cast<unsigned char>(s[i]))) return i;
+  auto space = [&](size_t i) { return std::isspace(static_cast<unsigned char>(s[i])) != 0; };
+  for (size_t i = std::max<size_t>(want, 2); i < s.size(); ++i)
+    if (s[i - 1] == '\n' && !space(i - 2) && !space(i)) return i;
   return s.size();
 }
 
 class Reader {
  public:
-  Reader(std::vector<fs::path> files, std::string field) : files_(std::move(files)), field_(std::move(field)) {}
+  // splittable: a long text may be encoded in pieces cut by safe_cut (Tokenizer::splits_at_newlines).
+  Reader(std::vector<fs::path> files, std::string field, bool splittable)
+      : files_(std::move(files)), field_(std::move(field)), splittable_(splittable) {}
   // Appends documents up to about `budget` bytes; false when the input is exhausted.
   bool next_batch(std::vector<Doc>& out, size_t budget, uint64_t* bytes) {
     size_t used = 0;
     while (used < budget) {
       if (!pending_.empty()) {
-        size_t cut = pending_.size() > budget ? safe_cut(pending_, budget) : pending_.size();
+        size_t cut = splittable_ && pending_.size() > budget ? safe_cut(pending_, budget) : pending_.size();
         bool last = cut == pending_.size();
         out.push_back({pending_.substr(0, cut), last, doc_});
         used += cut;
@@ -113,6 +117,7 @@ class Reader {
  private:
   std::vector<fs::path> files_;
   std::string field_;
+  bool splittable_;
   size_t next_file_ = 0;
   std::string pending_;
   std::ifstream jsonl_;
@@ -134,7 +139,7 @@ TokenizeStats tokenize_corpus(const Tokenizer& tok, const TokenizeConfig& cfg) {
   ZT_CHECK(cfg.validation_split_percentage >= 0 && cfg.validation_split_percentage < 100,
            "--validation_split_percentage must be in [0, 100)");
   fs::create_directories(cfg.output_dir);
-  Reader reader(list_inputs(cfg.inputs), cfg.text_field);
+  Reader reader(list_inputs(cfg.inputs), cfg.text_field, tok.splits_at_newlines());
   ShardWriter train(cfg.output_dir + "/train.bin", uint32_t(tok.vocab_size()), tok.eos_id());
   ShardWriter val(cfg.output_dir + "/validation.bin", uint32_t(tok.vocab_size()), tok.eos_id());
   TokenizeStats st;

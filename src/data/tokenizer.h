@@ -35,6 +35,11 @@ class Tokenizer {
   virtual int32_t eos_id() const = 0;   // <|endoftext|>, </s>, <|end_of_text|>; -1 if none
   virtual int32_t bos_id() const = 0;   // -1 if none
   virtual std::string name() const = 0; // "gpt2-bpe", "hf-bpe"
+  // True when a text cut just after a newline that precedes a non-space character encodes, piece
+  // by piece, to the ids of the whole (regex pre-tokenizers without normalizers: GPT-2,
+  // Llama-3). False for SentencePiece-style tokenizers, whose normalizer prepends "▁" to every
+  // text it is given: `ztrain tokenize` then encodes each document in one piece.
+  virtual bool splits_at_newlines() const = 0;
 };
 
 }  // namespace zt

@@ -146,6 +146,9 @@ class BpeTokenizer final : public Tokenizer {
   int32_t eos_id() const override { return opt_.eos_id; }
   int32_t bos_id() const override { return opt_.bos_id; }
   std::string name() const override { return opt_.name; }
+  bool splits_at_newlines() const override {
+    return opt_.pre_split != PreSplit::none && opt_.normalizer.empty() && !opt_.add_prefix_space;
+  }
 
  private:
   void init_tables();

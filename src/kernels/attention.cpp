@@ -8,6 +8,10 @@
 // a fixed summation order, run-to-run identical results).
 // The head size is a template parameter for the common 64 and 128 so the compiler
 // keeps the per-row accumulators in registers; other sizes take the generic path.
+// Packed documents (AttnDims::doc_start): key tiles wholly before the earliest
+// document start of a query tile are skipped, so a packed row costs roughly the sum of
+// its documents' causal costs (plus partial tiles); inside a tile, keys before a row's
+// start are masked like the causal future.
 #include "kernels/attention.h"
 
 #include <algorithm>
@@ -28,6 +32,14 @@ inline void transpose_tile(float* dst, const float* src, int64_t stride, int n, 
     for (int d = 0; d < HS; ++d) dst[d * TILE + j] = src[j * stride + d];
   for (int j = n; j < TILE; ++j)
     for (int d = 0; d < HS; ++d) dst[d * TILE + j] = 0.f;
+}
+
+// The first key any row of a query tile [q0, q0 + nq) may see: 0 without documents.
+inline int tile_first_key(const int32_t* doc, int q0, int nq) {
+  if (!doc) return 0;
+  int lo = q0 + nq - 1;
+  for (int i = 0; i < nq; ++i) lo = std::min(lo, int(doc[q0 + i]));
+  return std::max(lo, 0);
 }
 
 // s (rows, TILE) = a rows (rows, HS) @ bt (HS, TILE) * scale.
@@ -65,10 +77,11 @@ void forward_impl(float* out, float* lse, const float* qkv, const AttnDims& dm) 
       const int q0 = qt * TILE, nq = std::min(TILE, T - q0);
       const float* base = qkv + int64_t(b) * T * rs;
       const float* q = base + int64_t(q0) * rs + int64_t(h) * HS;
+      const int32_t* doc = dm.doc_start ? dm.doc_start + int64_t(b) * T : nullptr;
       std::fill(acc.begin(), acc.end(), 0.f);
       std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), 0.f);
-      for (int kt_i = 0; kt_i <= qt; ++kt_i) {
+      for (int kt_i = tile_first_key(doc, q0, nq) / TILE; kt_i <= qt; ++kt_i) {
         const int k0 = kt_i * TILE, nk = std::min(TILE, T - k0);
         transpose_tile(kt.data(), base + int64_t(k0) * rs + int64_t(NH + g) * HS, rs, nk, HS);
         tile_scores<HSC>(s.data(), q, rs, nq, kt.data(), scale, HS);
@@ -76,12 +89,14 @@ void forward_impl(float* out, float* lse, const float* qkv, const AttnDims& dm) 
         for (int i = 0; i < nq; ++i) {
           float* si = s.data() + i * TILE;
           const int valid = std::min(nk, q0 + i - k0 + 1);  // causal: keys <= query position
+          const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;  // keys >= its document start
+          if (first >= valid) continue;  // this row's document starts after this tile
           float mx = m[i];
-          for (int j = 0; j < valid; ++j) mx = std::max(mx, si[j]);
+          for (int j = first; j < valid; ++j) mx = std::max(mx, si[j]);
           float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
           for (int j = 0; j < TILE; ++j) {
-            float p = j < valid ? fast_exp(si[j] - mx) : 0.f;
+            float p = j >= first && j < valid ? fast_exp(si[j] - mx) : 0.f;
             si[j] = p;
             sum += p;
           }
@@ -93,7 +108,7 @@ void forward_impl(float* out, float* lse, const float* qkv, const AttnDims& dm) 
           float* rr = HSC ? r : ai;
 #pragma omp simd
           for (int d = 0; d < HS; ++d) rr[d] = ai[d] * corr;
-          for (int j = 0; j < valid; ++j) {
+          for (int j = first; j < valid; ++j) {
             const float p = si[j];
             const float* vj = v + j * rs;
 #pragma omp simd
@@ -162,6 +177,7 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
           const float* dO = dout + (int64_t(b) * T + q0) * os + qoff;
           const float* o = out + (int64_t(b) * T + q0) * os + qoff;
           const float* lrow = lse + (int64_t(b) * NH + h) * T + q0;
+          const int32_t* doc = dm.doc_start ? dm.doc_start + int64_t(b) * T : nullptr;
           for (int i = 0; i < nq; ++i) {
             float sdo = 0.f;
 #pragma omp simd reduction(+ : sdo)
@@ -169,7 +185,7 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
             D[i] = sdo;
           }
           std::fill(dq.begin(), dq.end(), 0.f);
-          for (int kti = 0; kti <= qt; ++kti) {
+          for (int kti = tile_first_key(doc, q0, nq) / TILE; kti <= qt; ++kti) {
             const int k0 = kti * TILE, nk = std::min(TILE, T - k0);
             const float* k = base + int64_t(k0) * rs + koff;
             const float* v = base + int64_t(k0) * rs + voff;
@@ -179,12 +195,13 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
             tile_scores<HSC>(ds.data(), dO, os, nq, vt.data(), 1.0f, HS);  // dP = dO V^T
             for (int i = 0; i < nq; ++i) {
               const int valid = std::min(nk, q0 + i - k0 + 1);
+              const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;
               float* pi = p.data() + i * TILE;
               float* dsi = ds.data() + i * TILE;
               const float li = lrow[i], Di = D[i];
 #pragma omp simd
               for (int j = 0; j < TILE; ++j) {
-                float pj = j < valid ? fast_exp(pi[j] - li) : 0.f;
+                float pj = j >= first && j < valid ? fast_exp(pi[j] - li) : 0.f;
                 pi[j] = pj;
                 dsi[j] = pj * (dsi[j] - Di) * scale;
               }
@@ -244,6 +261,10 @@ void attention_decode(float* out, const float* q, const float* kcache, const flo
       }
     }
   }
+}
+
+void attention_doc_start(int32_t* doc_start, const int32_t* positions, int B, int T) {
+  for (int64_t r = 0; r < int64_t(B) * T; ++r) doc_start[r] = std::max<int32_t>(0, int32_t(r % T) - positions[r]);
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d) {

@@ -3,7 +3,9 @@
 // query head h reads key/value head h / (NH/KVH). out is (B*T, NH*HS); lse (B, NH, T)
 // keeps each query row's log-sum-exp so the backward pass can rebuild probabilities.
 // The flash version tiles keys with an online softmax and never holds a T x T matrix;
-// attention_naive_* in kernels/reference.h materialise it and are the reference.
+// ref::attention_* in kernels/reference.h materialise it and are the reference.
+// Document packing: with doc_start set, query t of row b sees only keys s with
+// doc_start[b*T + t] <= s <= t, so packed documents never attend across a boundary.
 #pragma once
 #include <cstdint>
 
@@ -11,8 +13,16 @@ namespace zt::kernels {
 
 struct AttnDims {
   int B, T, NH, KVH, HS;
+  // (B, T) first key each query may see (packed documents), non-decreasing along a row
+  // with doc_start[t] <= t; null = plain causal (every query sees keys 0..t).
+  const int32_t* doc_start = nullptr;
   int64_t row_stride() const { return int64_t(NH + 2 * KVH) * HS; }
 };
+
+// doc_start (B, T) from position ids (B, T) that restart at 0 where a document starts
+// (Hugging Face's position_ids for packed rows): doc_start[t] = max(0, t - positions[t]);
+// a row that begins mid-document (positions[0] > 0) sees its whole first part.
+void attention_doc_start(int32_t* doc_start, const int32_t* positions, int B, int T);
 
 void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d);
 // dqkv (=) for all of q, k, v; dout is (B*T, NH*HS); out/lse from the forward pass.

@@ -201,12 +201,12 @@ void rope_table(float* cos_t, float* sin_t, int T, int HS, float theta) {
 
 namespace {
 void rope_apply(float* qkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
-                int64_t row_stride, float sign) {
+                int64_t row_stride, float sign, const int32_t* positions) {
   int half = HS / 2;
   int heads = NH + KVH;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < int64_t(B) * T; ++r) {
-    int t = static_cast<int>(r % T);
+    int t = positions ? positions[r] : static_cast<int>(r % T);
     const float* c = cos_t + t * half;
     const float* s = sin_t + t * half;
     float* row = qkv + r * row_stride;
@@ -225,24 +225,24 @@ void rope_apply(float* qkv, const float* cos_t, const float* sin_t, int B, int T
 }  // namespace
 
 void rope_forward(float* qkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
-                  int64_t row_stride) {
-  rope_apply(qkv, cos_t, sin_t, B, T, NH, KVH, HS, row_stride, 1.0f);
+                  int64_t row_stride, const int32_t* positions) {
+  rope_apply(qkv, cos_t, sin_t, B, T, NH, KVH, HS, row_stride, 1.0f, positions);
 }
 
 void rope_backward(float* dqkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
-                   int64_t row_stride) {
+                   int64_t row_stride, const int32_t* positions) {
   // The rotation is orthogonal: its transpose is the rotation by -angle.
-  rope_apply(dqkv, cos_t, sin_t, B, T, NH, KVH, HS, row_stride, -1.0f);
+  rope_apply(dqkv, cos_t, sin_t, B, T, NH, KVH, HS, row_stride, -1.0f, positions);
 }
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
-                       int C) {
+                       int C, const int32_t* positions) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* e = wte + int64_t(tokens[i]) * C;
     float* o = out + i * C;
     if (wpe) {
-      const float* p = wpe + (i % T) * C;
+      const float* p = wpe + (positions ? int64_t(positions[i]) : i % T) * C;
 #pragma omp simd
       for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
     } else {
@@ -252,7 +252,8 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   }
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C) {
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C,
+                        const int32_t* positions) {
   // Split the channels between threads: every thread sees every token, so repeated
   // token ids never race, and the accumulation order per address stays fixed.
 #pragma omp parallel
@@ -264,7 +265,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
       float* e = dwte + int64_t(tokens[i]) * C;
       for (int c = c0; c < c1; ++c) e[c] += g[c];
       if (dwpe) {
-        float* p = dwpe + (i % T) * C;
+        float* p = dwpe + (positions ? int64_t(positions[i]) : i % T) * C;
         for (int c = c0; c < c1; ++c) p[c] += g[c];
       }
     }

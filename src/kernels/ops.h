@@ -30,21 +30,25 @@ void swiglu_forward(float* out, const float* x, int64_t N, int F);
 // dx (N, 2F) = ...; must not alias dout.
 void swiglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F);
 
-// RoPE tables in HF rotate-half layout: cos/sin are (T, HS/2).
+// RoPE tables in HF rotate-half layout: cos/sin are (T, HS/2). Row t depends only on
+// t, so a longer table starts with the rows of a shorter one.
 void rope_table(float* cos, float* sin, int T, int HS, float theta);
 // Rotates, in place, the NH query heads and KVH key heads at the start of each row of
-// qkv (rows of `row_stride` floats, token t of each sequence at position t).
-// backward applies the inverse rotation to the gradients.
+// qkv (rows of `row_stride` floats). Token t of each sequence sits at position t, or at
+// positions[b*T + t] when given (packed documents: HF position_ids, (B, T)); the tables
+// must then have a row for every position used. backward applies the inverse rotation.
 void rope_forward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS,
-                  int64_t row_stride);
+                  int64_t row_stride, const int32_t* positions = nullptr);
 void rope_backward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS,
-                   int64_t row_stride);
+                   int64_t row_stride, const int32_t* positions = nullptr);
 
-// out (B*T, C) = wte[tokens] (+ wpe[t] when wpe is given).
+// out (B*T, C) = wte[tokens] (+ wpe[t] when wpe is given; wpe[positions[i]] when
+// positions (B*T) is given too, for packed documents).
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
-                       int C);
-// dwte +=, dwpe += (when given).
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C);
+                       int C, const int32_t* positions = nullptr);
+// dwte +=, dwpe += (when given), at the same rows the forward read.
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C,
+                        const int32_t* positions = nullptr);
 
 // y (N, M) += b (M) per row; db (M) += column sums of dy.
 void bias_forward(float* y, const float* b, int64_t N, int M);

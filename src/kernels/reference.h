@@ -110,13 +110,16 @@ void swiglu_backward(T* dx, const T* dout, const T* x, int64_t N, int F) {
 }
 
 // Rotate-half RoPE by explicit angle, (B*T rows), heads NH + KVH at the row start.
+// Row r sits at position positions[r] (packed documents), or r % Tn when null.
 template <class T>
-void rope_forward(T* qkv, int B, int Tn, int NH, int KVH, int HS, int64_t rs, double theta, double sign = 1.0) {
+void rope_forward(T* qkv, int B, int Tn, int NH, int KVH, int HS, int64_t rs, double theta, double sign = 1.0,
+                  const int32_t* positions = nullptr) {
   int half = HS / 2;
   for (int64_t r = 0; r < int64_t(B) * Tn; ++r)
     for (int h = 0; h < NH + KVH; ++h)
       for (int i = 0; i < half; ++i) {
-        double ang = double(r % Tn) / std::pow(theta, 2.0 * i / HS);
+        double pos = positions ? double(positions[r]) : double(r % Tn);
+        double ang = pos / std::pow(theta, 2.0 * i / HS);
         T c = T(std::cos(ang)), s = T(sign * std::sin(ang));
         T* x = qkv + r * rs + h * HS;
         T a = x[i], b = x[i + half];
@@ -125,22 +128,30 @@ void rope_forward(T* qkv, int B, int Tn, int NH, int KVH, int HS, int64_t rs, do
       }
 }
 
+// Token i reads position row positions[i] of wpe (packed documents), or i % Tn when null.
 template <class T>
-void embedding_forward(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t N, int Tn, int C) {
-  for (int64_t i = 0; i < N; ++i)
-    for (int c = 0; c < C; ++c) out[i * C + c] = wte[int64_t(tok[i]) * C + c] + (wpe ? wpe[(i % Tn) * C + c] : T(0));
+void embedding_forward(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t N, int Tn, int C,
+                       const int32_t* positions = nullptr) {
+  for (int64_t i = 0; i < N; ++i) {
+    int64_t p = positions ? positions[i] : i % Tn;
+    for (int c = 0; c < C; ++c) out[i * C + c] = wte[int64_t(tok[i]) * C + c] + (wpe ? wpe[p * C + c] : T(0));
+  }
 }
 
 template <class T>
-void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int64_t N, int Tn, int C) {
-  for (int64_t i = 0; i < N; ++i)
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int64_t N, int Tn, int C,
+                        const int32_t* positions = nullptr) {
+  for (int64_t i = 0; i < N; ++i) {
+    int64_t p = positions ? positions[i] : i % Tn;
     for (int c = 0; c < C; ++c) {
       dwte[int64_t(tok[i]) * C + c] += dout[i * C + c];
-      if (dwpe) dwpe[(i % Tn) * C + c] += dout[i * C + c];
+      if (dwpe) dwpe[p * C + c] += dout[i * C + c];
     }
+  }
 }
 
-// Materialises the full (T, T) probability matrix per (b, h).
+// Materialises the full (T, T) probability matrix per (b, h). Query t sees keys
+// j0..t, j0 = d.doc_start[b*T + t] with packed documents, else 0.
 template <class T>
 void attention_forward(T* out, T* lse, const T* qkv, const kernels::AttnDims& d) {
   int64_t rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
@@ -150,9 +161,10 @@ void attention_forward(T* out, T* lse, const T* qkv, const kernels::AttnDims& d)
       int g = h / (d.NH / d.KVH);
       for (int t = 0; t < d.T; ++t) {
         const T* q = qkv + (int64_t(b) * d.T + t) * rs + h * d.HS;
+        const int j0 = d.doc_start ? d.doc_start[int64_t(b) * d.T + t] : 0;
         std::vector<T> s(t + 1);
         T mx = -1e30;
-        for (int j = 0; j <= t; ++j) {
+        for (int j = j0; j <= t; ++j) {
           const T* k = qkv + (int64_t(b) * d.T + j) * rs + (d.NH + g) * d.HS;
           T acc = 0;
           for (int i = 0; i < d.HS; ++i) acc += q[i] * k[i];
@@ -160,10 +172,10 @@ void attention_forward(T* out, T* lse, const T* qkv, const kernels::AttnDims& d)
           mx = std::max(mx, s[j]);
         }
         T sum = 0;
-        for (int j = 0; j <= t; ++j) sum += std::exp(s[j] - mx);
+        for (int j = j0; j <= t; ++j) sum += std::exp(s[j] - mx);
         T* o = out + (int64_t(b) * d.T + t) * os + h * d.HS;
         for (int i = 0; i < d.HS; ++i) o[i] = 0;
-        for (int j = 0; j <= t; ++j) {
+        for (int j = j0; j <= t; ++j) {
           T p = std::exp(s[j] - mx) / sum;
           const T* v = qkv + (int64_t(b) * d.T + j) * rs + (d.NH + d.KVH + g) * d.HS;
           for (int i = 0; i < d.HS; ++i) o[i] += p * v[i];
@@ -185,18 +197,19 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const kernels::Att
         int64_t qr = (int64_t(b) * d.T + t) * rs;
         const T* q = qkv + qr + h * d.HS;
         const T* dO = dout + (int64_t(b) * d.T + t) * os + h * d.HS;
+        const int j0 = d.doc_start ? d.doc_start[int64_t(b) * d.T + t] : 0;
         std::vector<T> p(t + 1), dp(t + 1);
         T mx = -1e30, sum = 0;
-        for (int j = 0; j <= t; ++j) {
+        for (int j = j0; j <= t; ++j) {
           const T* k = qkv + (int64_t(b) * d.T + j) * rs + (d.NH + g) * d.HS;
           T acc = 0;
           for (int i = 0; i < d.HS; ++i) acc += q[i] * k[i];
           p[j] = acc * scale;
           mx = std::max(mx, p[j]);
         }
-        for (int j = 0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int j = j0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - mx));
         T pdp = 0;
-        for (int j = 0; j <= t; ++j) {
+        for (int j = j0; j <= t; ++j) {
           p[j] /= sum;
           const T* v = qkv + (int64_t(b) * d.T + j) * rs + (d.NH + d.KVH + g) * d.HS;
           T acc = 0;
@@ -204,7 +217,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const kernels::Att
           dp[j] = acc;
           pdp += p[j] * acc;
         }
-        for (int j = 0; j <= t; ++j) {
+        for (int j = j0; j <= t; ++j) {
           int64_t kr = (int64_t(b) * d.T + j) * rs;
           T ds = p[j] * (dp[j] - pdp) * scale;
           for (int i = 0; i < d.HS; ++i) {

@@ -216,25 +216,75 @@ void Transformer::zero_grad() {
   if (grads_.data()) std::memset(grads_.data(), 0, grads_.bytes());
 }
 
-double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale,
-                                     int64_t* count) {
+double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
+                                     const int32_t* positions) {
   ZT_ASSERT(training_ && grads_.data(), "plan(B, T, training=true) must come first");
-  return run(inputs, targets, grad_scale, count, true);
+  return run(inputs, targets, grad_scale, count, true, positions);
 }
 
-double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count) {
-  return run(inputs, targets, 0.f, count, false);
+double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count,
+                                 const int32_t* positions) {
+  return run(inputs, targets, 0.f, count, false, positions);
+}
+
+// Checks position ids (O(B*T), next to nothing beside a step) and turns them into what
+// the layers use. Ids equal to 0..T-1 in every row take the unpacked path, so they give
+// results bit-identical to positions = null; a row without a restart needs no mask.
+nn::Packing Transformer::prepare_packing(const int32_t* positions, nn::RopeTable* rope) {
+  if (!positions) return {};
+  const int B = B_, T = T_;
+  bool identity = true, restarts = false;
+  int32_t max_pos = 0;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      const int32_t p = positions[int64_t(b) * T + t];
+      ZT_CHECK(p >= 0 && p < cfg_.max_position, "position ids: row ", b, ", column ", t, " is ", p,
+               "; ids must lie in [0, ", cfg_.max_position, "), the model's context");
+      if (t > 0) {
+        const int32_t prev = positions[int64_t(b) * T + t - 1];
+        ZT_CHECK(p == prev + 1 || p == 0, "position ids: row ", b, ", column ", t, " is ", p, " after ", prev,
+                 "; each id must be the previous one plus 1, or 0 where a new document starts");
+        restarts |= p == 0;
+      }
+      identity &= p == t;
+      max_pos = std::max(max_pos, p);
+    }
+  if (identity) return {};
+  nn::Packing pack;
+  pack.positions = positions;
+  if (restarts) {
+    doc_start_.resize(size_t(B) * T);
+    kernels::attention_doc_start(doc_start_.data(), positions, B, T);
+    pack.doc_start = doc_start_.data();
+  }
+  if (slots_.shape.rope && max_pos >= T) {
+    const int64_t half = cfg_.head_size / 2;
+    if (max_pos >= rope_ext_rows_) {
+      // Row t of a table depends only on t, so the longer table agrees with the planned one.
+      const int rows = std::min(cfg_.max_position, std::max({max_pos + 1, 2 * rope_ext_rows_, 2 * T}));
+      rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary);
+      kernels::rope_table(rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows, cfg_.head_size,
+                          cfg_.rope_theta);
+      rope_ext_rows_ = rows;
+    }
+    rope->cos = rope_ext_.as<float>();
+    rope->sin = rope_ext_.as<float>() + rope_ext_rows_ * half;
+  }
+  return pack;
 }
 
 double Transformer::run(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
-                        bool backward) {
+                        bool backward, const int32_t* positions) {
   ZT_ASSERT(acts_.data(), "plan(B, T) must come first");
   const int B = B_, T = T_, C = cfg_.n_embd, L = cfg_.n_layer;
   const int64_t N = int64_t(B) * T;
   const float* P = params_.as<float>();
   nn::RopeTable rope{rope_cos_, rope_sin_};
-  kernels::embedding_forward(res_[0], inputs, P + slots_.wte, slots_.wpe >= 0 ? P + slots_.wpe : nullptr, N, T, C);
-  for (int l = 0; l < L; ++l) blocks_[l].forward(res_[l + 1], res_[l], block_acts_[l], block_scratch_, B, T, rope);
+  const nn::Packing pack = prepare_packing(positions, &rope);
+  kernels::embedding_forward(res_[0], inputs, P + slots_.wte, slots_.wpe >= 0 ? P + slots_.wpe : nullptr, N, T, C,
+                             pack.positions);
+  for (int l = 0; l < L; ++l)
+    blocks_[l].forward(res_[l + 1], res_[l], block_acts_[l], block_scratch_, B, T, rope, pack);
   lnf_.forward(lnf_out_, lnf_mean_, lnf_rstd_, res_[L], N);
   kernels::LmHeadDims hd{N, C, cfg_.vocab_size, lm_chunk_};
   double loss;
@@ -246,10 +296,12 @@ double Transformer::run(const int32_t* inputs, const int32_t* targets, float gra
   if (!backward) return loss;
   std::memset(dres_, 0, sizeof(float) * N * C);  // the final norm's backward adds into it
   lnf_.backward(dres_, dlnf_, res_[L], lnf_mean_, lnf_rstd_, N);
-  for (int l = L - 1; l >= 0; --l) blocks_[l].backward(dres_, res_[l], block_acts_[l], block_scratch_, B, T, rope);
+  for (int l = L - 1; l >= 0; --l)
+    blocks_[l].backward(dres_, res_[l], block_acts_[l], block_scratch_, B, T, rope, pack);
   float* G = grads_.as<float>();
   ZT_PROFILE("embedding_bwd");
-  kernels::embedding_backward(G + slots_.wte, slots_.wpe >= 0 ? G + slots_.wpe : nullptr, dres_, inputs, N, T, C);
+  kernels::embedding_backward(G + slots_.wte, slots_.wpe >= 0 ? G + slots_.wpe : nullptr, dres_, inputs, N, T, C,
+                              pack.positions);
   return loss;
 }
 

@@ -38,8 +38,16 @@ class Transformer {
   // One micro-batch: forward, loss and (training) backward; parameter gradients
   // accumulate. inputs/targets are (B, T). grad_scale scales d(sum of token losses);
   // returns the sum of token losses and sets *count to the number of counted tokens.
-  double forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count);
-  double forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count);
+  // positions (B, T), optional, packs several documents into a row the way Hugging
+  // Face's position_ids do (DataCollatorWithFlattening): along a row each id is the
+  // previous plus 1, or 0 where a new document starts (a row may begin mid-document at
+  // any id), all < the model's context. Queries then attend only within their own
+  // document, and the position embedding / RoPE use the ids. null means 0..T-1 in every
+  // row (one sequence per row, the unchanged fast path). Bad ids throw zt::Error.
+  double forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
+                          const int32_t* positions = nullptr);
+  double forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count,
+                      const int32_t* positions = nullptr);
   void zero_grad();
 
   // Parameters in matrix multiplies (incl. the LM head), and training FLOPs per token:
@@ -62,7 +70,9 @@ class Transformer {
   static void carve(Carver& acts, Carver& scratch, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
                     Views* v);
   void bind_layers();
-  double run(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count, bool backward);
+  double run(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count, bool backward,
+             const int32_t* positions);
+  nn::Packing prepare_packing(const int32_t* positions, nn::RopeTable* rope);
   const float* lm_head_weight() const;
   float* lm_head_grad() const;
 
@@ -81,6 +91,11 @@ class Transformer {
   float *lnf_out_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
   float *dres_ = nullptr, *dlnf_ = nullptr, *logits_ = nullptr, *rope_cos_ = nullptr, *rope_sin_ = nullptr;
   int64_t lm_chunk_ = 0;
+  // Packed batches: per-token first visible key, and a RoPE table for positions >= T
+  // (rows that start mid-document), grown on demand up to the context.
+  std::vector<int32_t> doc_start_;
+  Buffer rope_ext_;
+  int rope_ext_rows_ = 0;
 };
 
 }  // namespace zt

@@ -37,13 +37,14 @@ BlockScratch Block::carve_scratch(Carver& c, const BlockShape& s, int B, int T) 
 }
 
 void Block::forward(float* y, const float* x, const BlockActs& a, const BlockScratch& sc, int B, int T,
-                    const RopeTable& rope) const {
+                    const RopeTable& rope, const Packing& pack) const {
   const int64_t N = int64_t(B) * T;
   const BlockShape& s = shape;
-  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS};
+  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start};
   ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, N);
   qkv.forward(a.qkv, a.ln1, N);
-  if (s.rope) kernels::rope_forward(a.qkv, rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim());
+  if (s.rope)
+    kernels::rope_forward(a.qkv, rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
   {
     ZT_PROFILE("attention_fwd");
     kernels::attention_forward(a.att, a.lse, a.qkv, ad);
@@ -72,10 +73,10 @@ void Block::activation_forward(float* act, const float* fc, int64_t N) const {
 }
 
 void Block::backward(float* dres, const float* x, const BlockActs& a, const BlockScratch& sc, int B, int T,
-                     const RopeTable& rope) const {
+                     const RopeTable& rope, const Packing& pack) const {
   const int64_t N = int64_t(B) * T;
   const BlockShape& s = shape;
-  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS};
+  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start};
   // MLP: recompute the activation for fc_out's weight gradient, then reuse its buffer
   // for the activation's gradient.
   activation_forward(sc.act, a.fc, N);
@@ -99,7 +100,8 @@ void Block::backward(float* dres, const float* x, const BlockActs& a, const Bloc
     ZT_PROFILE("attention_bwd");
     kernels::attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, ad);
   }
-  if (s.rope) kernels::rope_backward(sc.dqkv, rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim());
+  if (s.rope)
+    kernels::rope_backward(sc.dqkv, rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
   qkv.backward(sc.dln, sc.dqkv, a.ln1, N);
   ln1.backward(dres, sc.dln, x, a.ln1_mean, a.ln1_rstd, N);  // dres is now dL/dx
 }

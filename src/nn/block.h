@@ -39,6 +39,14 @@ struct RopeTable {
   const float* sin = nullptr;
 };
 
+// Document packing (optional, all null = token t at position t, causal over the row):
+// positions (B, T) are the position ids RoPE rotates by (the table must cover them);
+// doc_start (B, T) is the first key each query may attend to (kernels/attention.h).
+struct Packing {
+  const int32_t* positions = nullptr;
+  const int32_t* doc_start = nullptr;
+};
+
 class Block {
  public:
   BlockShape shape{};
@@ -50,10 +58,10 @@ class Block {
 
   // y (B*T, C) from x; y must not alias x. Uses s.act as a temporary.
   void forward(float* y, const float* x, const BlockActs& a, const BlockScratch& s, int B, int T,
-               const RopeTable& rope) const;
+               const RopeTable& rope, const Packing& pack = {}) const;
   // In: dres = dL/dy. Out: dres = dL/dx (updated in place); parameter grads +=.
   void backward(float* dres, const float* x, const BlockActs& a, const BlockScratch& s, int B, int T,
-                const RopeTable& rope) const;
+                const RopeTable& rope, const Packing& pack = {}) const;
 
  private:
   void activation_forward(float* act, const float* fc, int64_t N) const;

@@ -6,18 +6,20 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/loader.h"
 #include "kernels/cross_entropy.h"
 
 namespace zt {
 
-EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows) {
+EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows, int64_t packing_eos) {
   auto t0 = std::chrono::steady_clock::now();
   WindowSampler sampler(data, T, /*shuffle=*/false, 0);
   int64_t windows = sampler.num_windows();
   ZT_CHECK(windows > 0, data.path(), " has ", data.size(), " tokens, fewer than one sequence of ", T,
            "+1; use a longer validation file or a smaller --model_max_length");
   if (max_windows > 0 && max_windows < windows) windows = max_windows;
-  std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
+  std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T), pos;
+  if (packing_eos >= 0) pos.resize(in.size());
   double sum = 0;
   int64_t tokens = 0;
   for (int64_t w = 0; w < windows; w += B) {
@@ -28,7 +30,8 @@ EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int
       tg[i] = kernels::kIgnoreIndex;
     }
     int64_t c = 0;
-    sum += model.forward_loss(in.data(), tg.data(), &c);
+    if (packing_eos >= 0) packing_positions(pos.data(), in.data(), B, T, packing_eos);
+    sum += model.forward_loss(in.data(), tg.data(), &c, pos.empty() ? nullptr : pos.data());
     tokens += c;
   }
   EvalResult r;

@@ -17,7 +17,9 @@ struct EvalResult {
   double seconds = 0;
 };
 
-// Uses the model's current plan (B, T). max_windows <= 0 means all.
-EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows);
+// Uses the model's current plan (B, T). max_windows <= 0 means all. packing_eos >= 0 evaluates
+// as --packing trains: attention and positions restart after each such token.
+EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows,
+                    int64_t packing_eos = -1);
 
 }  // namespace zt

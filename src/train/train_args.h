@@ -39,6 +39,18 @@ struct TrainArgs {
   std::string save_dtype = "float32";  // float32 | bfloat16 for saved model weights
   int64_t seed = 42;
 
+  // Observability: TensorBoard event files under logging_dir (HF's default output_dir/runs/
+  // <date>_<host>), a PNG of the loss curves at the end, a live progress line on a terminal.
+  std::string logging_dir;           // "" = output_dir/runs/<date>_<host>
+  std::string report_to = "tensorboard";  // tensorboard | none
+  bool plot = false;                 // write output_dir/loss.png at the end
+  std::string disable_tqdm = "auto";  // auto (progress line when stderr is a terminal) | true | false
+
+  // Data: document packing (attention does not cross EOS boundaries, positions restart).
+  bool packing = false;
+  int64_t eos_token_id = -1;  // -1: the model config's eos_token_id
+  int dataloader_prefetch = 3;  // micro-batches prepared ahead by the loader thread
+
   int threads = 0;  // 0: all cores
   bool no_shuffle = false;
   double peak_gflops = 400.0;  // this machine's measured fp32 GEMM peak, for MFU

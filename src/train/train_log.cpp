@@ -6,8 +6,16 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <cmath>
+#include <ctime>
+
 #include "checkpoint/safetensors.h"
+#include "core/error.h"
 #include "core/memory.h"
+#include "train/plot_png.h"
+#include "train/tfevents.h"
 
 namespace zt {
 namespace {
@@ -39,6 +47,22 @@ TrainLog::TrainLog(const TrainArgs& a, const ModelConfig&, const Transformer& mo
   jsonl_ = std::fopen(path.c_str(), "w");
   if (jsonl_)
     for (auto& l : keep) std::fprintf(jsonl_, "%s\n", l.c_str());
+  ZT_CHECK(a.report_to == "tensorboard" || a.report_to == "none", "--report_to \"", a.report_to,
+           "\" is not supported; use tensorboard or none");
+  if (a.report_to == "tensorboard") {
+    tb_dir_ = a.logging_dir;
+    if (tb_dir_.empty()) {  // HF's default: output_dir/runs/<Mon>DD_HH-MM-SS_<host>
+      char when[64], host[128] = "localhost";
+      std::time_t now = std::time(nullptr);
+      std::strftime(when, sizeof when, "%b%d_%H-%M-%S", std::localtime(&now));
+      ::gethostname(host, sizeof host - 1);
+      tb_dir_ = a.output_dir + "/runs/" + when + "_" + host;
+    }
+    tb_ = std::make_unique<TfEventsWriter>(tb_dir_);
+  }
+  ZT_CHECK(a.disable_tqdm == "auto" || a.disable_tqdm == "true" || a.disable_tqdm == "false",
+           "--disable_tqdm must be auto, true or false");
+  progress_ = a.disable_tqdm == "false" || (a.disable_tqdm == "auto" && ::isatty(2));
 }
 
 void TrainLog::restore(const nlohmann::json& state) {
@@ -51,6 +75,27 @@ void TrainLog::restore(const nlohmann::json& state) {
 
 TrainLog::~TrainLog() {
   if (jsonl_) std::fclose(jsonl_);
+}
+
+// The live line: redrawn in place on stderr every step (like tqdm), erased before any
+// ordinary output so logs and the line never interleave.
+void TrainLog::progress(int64_t step, double loss, double grad_norm, double lr, double step_s) {
+  ema_step_s_ = ema_step_s_ == 0 ? step_s : 0.8 * ema_step_s_ + 0.2 * step_s;
+  if (!progress_) return;
+  const double tok_s = tokens_per_step_ / ema_step_s_;
+  const double mfu = tok_s * flops_per_token_ / (a_.peak_gflops * 1e9);
+  std::fprintf(stderr, "\r%5.1f%% step %lld/%lld | loss %.4f | lr %.3g | grad_norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s\x1b[K",
+               100.0 * double(step) / double(total_steps_), (long long)step, (long long)total_steps_, loss, lr,
+               grad_norm, tok_s, 100 * mfu, hms(ema_step_s_ * double(total_steps_ - step)).c_str());
+  std::fflush(stderr);
+  progress_shown_ = true;
+}
+
+void TrainLog::clear_progress() {
+  if (!progress_shown_) return;
+  std::fprintf(stderr, "\r\x1b[K");
+  std::fflush(stderr);
+  progress_shown_ = false;
 }
 
 void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
@@ -81,7 +126,11 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
     std::fprintf(jsonl_, "%s\n", j.dump().c_str());
     std::fflush(jsonl_);
   }
-  if (!log) return;
+  if (!log) {
+    progress(step, loss, grad_norm, lr, step_s);
+    return;
+  }
+  clear_progress();
   int64_t n = step - last_logged_;
   double mean_loss = loss_since_log_ / double(n);
   double tok_s = tokens_per_step_ * double(n) / time_since_log_;
@@ -98,6 +147,16 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
               mean_loss, grad_norm, lr, epoch_at(step), (long long)step, (long long)total_steps_, tok_s, 100 * mfu,
               hms(time_since_log_ / double(n) * double(total_steps_ - step)).c_str());
   std::fflush(stdout);
+  if (tb_) {
+    tb_->add_scalar("train/loss", step, mean_loss);
+    tb_->add_scalar("train/learning_rate", step, lr);
+    tb_->add_scalar("train/grad_norm", step, grad_norm);
+    tb_->add_scalar("train/epoch", step, epoch_at(step));
+    tb_->add_scalar("train/tokens_per_second", step, tok_s);
+    tb_->add_scalar("train/mfu", step, mfu);
+    tb_->flush();
+  }
+  progress(step, loss, grad_norm, lr, step_s);
   last_logged_ = step;
   loss_since_log_ = 0;
   time_since_log_ = 0;
@@ -122,6 +181,13 @@ void TrainLog::eval_done(int64_t step, const EvalResult& r) {
   if (jsonl_) {
     std::fprintf(jsonl_, "%s\n", e.dump().c_str());
     std::fflush(jsonl_);
+  }
+  clear_progress();
+  if (tb_) {
+    tb_->add_scalar("eval/loss", step, r.loss);
+    tb_->add_scalar("eval/perplexity", step, r.perplexity);
+    tb_->add_scalar("eval/runtime", step, r.seconds);
+    tb_->flush();
   }
   std::printf("{'eval_loss': %.6g, 'eval_perplexity': %.6g, 'eval_runtime': %.3f, 'epoch': %.4g}  step %lld\n", r.loss,
               r.perplexity, r.seconds, epoch_at(step), (long long)step);
@@ -160,7 +226,20 @@ nlohmann::json TrainLog::trainer_state() const {
   return s;
 }
 
-void TrainLog::finish(double train_s) {
+void TrainLog::write_plot() const {
+  PlotSeries train{"train loss", {}, 0x1f77b4}, eval{"eval loss", {}, 0xd62728};
+  for (auto& e : history_) {
+    if (e.contains("loss")) train.points.push_back({e["step"].get<double>(), e["loss"].get<double>()});
+    if (e.contains("eval_loss")) eval.points.push_back({e["step"].get<double>(), e["eval_loss"].get<double>()});
+  }
+  std::vector<PlotSeries> series{train};
+  if (!eval.points.empty()) series.push_back(eval);
+  write_loss_plot(a_.output_dir + "/loss.png", series,
+                  std::string("ztrain: ") + model_.config().arch_name() + " loss (nats/token) by step");
+}
+
+void TrainLog::finish(double train_s, double data_wait_s) {
+  clear_progress();
   const double samples = double(step_) * a_.per_device_train_batch_size * a_.gradient_accumulation_steps;
   const double tok_s = tokens_per_step_ * double(step_) / train_s;
   nlohmann::json r;
@@ -172,6 +251,8 @@ void TrainLog::finish(double train_s) {
   r["train_steps_per_second"] = double(step_) / train_s;
   r["train_tokens_per_second"] = tok_s;
   r["train_mfu"] = tok_s * flops_per_token_ / (a_.peak_gflops * 1e9);
+  r["data_wait_seconds"] = data_wait_s;
+  r["data_wait_fraction"] = data_wait_s / train_s;
   MemStats ms = mem_stats();
   nlohmann::json mem;
   for (int c = 0; c < int(MemCategory::count); ++c) mem[mem_category_name(MemCategory(c))] = ms.peak[c];
@@ -180,6 +261,8 @@ void TrainLog::finish(double train_s) {
   nlohmann::json final_entry = r;
   final_entry.erase("train_tokens_per_second");
   final_entry.erase("train_mfu");
+  final_entry.erase("data_wait_seconds");
+  final_entry.erase("data_wait_fraction");
   r["memory_bytes"] = mem;
   final_entry["step"] = step_;
   history_.push_back(final_entry);
@@ -206,6 +289,7 @@ void TrainLog::finish(double train_s) {
   std::printf("  %-26s = %.3f\n", "train_samples_per_second", samples / train_s);
   std::printf("  %-26s = %.3f\n", "train_steps_per_second", double(step_) / train_s);
   std::printf("  %-26s = %.1f\n", "train_tokens_per_second", tok_s);
+  std::printf("  %-26s = %.3f s (%.3f%% of training time)\n", "data_wait", data_wait_s, 100 * data_wait_s / train_s);
   MemStats m = mem_stats();
   std::printf("***** memory (peak, by category) *****\n");
   for (int c = 0; c < int(MemCategory::count); ++c)
@@ -218,6 +302,11 @@ void TrainLog::finish(double train_s) {
     std::printf("  %-26s = %.4f\n", "eval_loss", last_eval_["eval_loss"].get<double>());
     std::printf("  %-26s = %.4f\n", "perplexity", last_eval_["eval_perplexity"].get<double>());
   }
+  if (a_.plot) {
+    write_plot();
+    std::printf("Loss plot: %s/loss.png\n", a_.output_dir.c_str());
+  }
+  if (tb_) std::printf("TensorBoard: tensorboard --logdir %s\n", tb_dir_.c_str());
   std::printf("Saved model to %s\n", a_.output_dir.c_str());
   std::fflush(stdout);
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -28,10 +29,15 @@ class TrainLog {
   void write_trainer_state(const std::string& dir) const;
   // Continues a run from a checkpoint's trainer_state.json.
   void restore(const nlohmann::json& state);
-  void finish(double train_s);
+  // data_wait_s: time the step loop spent blocked on the data loader.
+  void finish(double train_s, double data_wait_s);
+  const std::string& tensorboard_dir() const { return tb_dir_; }
 
  private:
   double epoch_at(int64_t step) const { return double(step) / double(steps_per_epoch_); }
+  void progress(int64_t step, double loss, double grad_norm, double lr, double step_s);
+  void clear_progress();
+  void write_plot() const;
 
   const TrainArgs& a_;
   const Transformer& model_;
@@ -43,6 +49,11 @@ class TrainLog {
   nlohmann::json history_ = nlohmann::json::array();
   nlohmann::json last_eval_;
   std::FILE* jsonl_ = nullptr;  // metrics.jsonl: one line per optimizer step and per eval
+  std::unique_ptr<class TfEventsWriter> tb_;
+  std::string tb_dir_;
+  bool progress_ = false;  // live line on stderr
+  bool progress_shown_ = false;
+  double ema_step_s_ = 0;
  public:
   ~TrainLog();
   TrainLog(const TrainLog&) = delete;

