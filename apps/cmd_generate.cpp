@@ -2,12 +2,16 @@
 // `ztrain eval` (loss and perplexity of a model on a token file).
 #include <omp.h>
 
+#include <stdlib.h>
+
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "commands.h"
 #include "core/error.h"
 #include "data/token_data.h"
+#include "data/tokenize.h"
 #include "data/tokenizer.h"
 #include "flags.h"
 #include "models/decoder.h"
@@ -95,23 +99,49 @@ int cmd_generate(const Args& args) {
 }
 
 int cmd_eval(const Args& args) {
-  std::string model_dir, file;
+  std::string model_dir, file, text_file, tokenizer, text_field = "text";
   int B = 8, T = 0, threads = 0;
   int64_t max_samples = 0;
   FlagSet f("eval");
   f.add("model_name_or_path", &model_dir, "HF model folder");
   f.add("validation_file", &file, "token file (ztrain shard or uint16 train.bin)");
+  f.add("text_file", &text_file, "or text: a .txt / .jsonl file or a folder of them, tokenized first");
+  f.add("tokenizer_name_or_path", &tokenizer, "tokenizer for --text_file (default: the model folder)");
+  f.add("text_field", &text_field, "JSONL field holding the text (text)");
   f.add("per_device_eval_batch_size", &B, "sequences per batch (8)");
   f.add("model_max_length", &T, "sequence length (min(1024, model context))");
   f.add("max_eval_samples", &max_samples, "sequences evaluated, 0 = all (0)");
   f.add("threads", &threads, "0 = all cores (0)");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
-  ZT_CHECK(!file.empty(), "--validation_file is required");
+  ZT_CHECK(file.empty() != text_file.empty(), "give one of --validation_file (tokens) or --text_file (text)");
   if (threads > 0) omp_set_num_threads(threads);
   auto model = load_model(model_dir);
   if (T <= 0) T = std::min(1024, model->config().max_position);
+  std::string tmp_dir;
+  if (!text_file.empty()) {  // tokenize into a private temporary folder, documents ending in EOS
+    char templ[] = "/tmp/ztrain-eval-XXXXXX";
+    ZT_CHECK(::mkdtemp(templ) != nullptr, "cannot create a temporary folder in /tmp");
+    tmp_dir = templ;
+    auto tok = Tokenizer::load(tokenizer.empty() ? model_dir : tokenizer);
+    ZT_CHECK(tok->vocab_size() <= model->config().vocab_size, "the tokenizer has ", tok->vocab_size(),
+             " tokens but the model only ", model->config().vocab_size, "; pass the model's tokenizer");
+    TokenizeConfig tc;
+    tc.inputs = {text_file};
+    tc.text_field = text_field;
+    tc.output_dir = tmp_dir;
+    tc.validation_split_percentage = 0;
+    tokenize_corpus(*tok, tc);
+    file = tmp_dir + "/train.bin";
+  }
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      if (!dir.empty()) std::filesystem::remove_all(dir);
+    }
+  } cleanup{tmp_dir};
   TokenFile data(file, model->config().vocab_size);
+  if (!text_file.empty()) T = int(std::min<int64_t>(T, data.size() - 1));  // a short text is one window
   model->plan(B, T, false);
   EvalResult r = evaluate(*model, data, B, T, max_samples);
   std::printf("***** eval metrics *****\n  %-24s = %.6f\n  %-24s = %.4f\n  %-24s = %lld\n  %-24s = %.3f\n",

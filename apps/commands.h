@@ -11,6 +11,10 @@ int cmd_train(const Args& args);
 int cmd_tokenize(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_generate(const Args& args);
+// apps/cmd_dist.cpp: communication benchmark, mpirun launcher, memory estimator.
+int cmd_bench_comm(const Args& args);
+int cmd_launch(const Args& args);
+int cmd_estimate_memory(const Args& args);
 
 // True (after printing help) when args ask for --help.
 bool wants_help(const Args& args, const std::string& help);

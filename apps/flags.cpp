@@ -23,6 +23,12 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+// A flag name for a message: control characters escaped, so the message stays one line.
+std::string shown(const std::string& name) {
+  std::string q = quote(name);
+  return q.substr(1, q.size() - 2);
+}
+
 }  // namespace
 
 void FlagSet::add(const std::string& n, std::string* v, const std::string& h) { flags_.push_back({n, h, Kind::str, v}); }
@@ -53,8 +59,8 @@ std::string FlagSet::nearest(const std::string& name) const {
 void FlagSet::parse(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    ZT_CHECK(arg.rfind("--", 0) == 0 && arg.size() > 2, "ztrain ", command_, ": unexpected argument \"", arg,
-             "\"; flags look like --name value (see ztrain ", command_, " --help)");
+    ZT_CHECK(arg.rfind("--", 0) == 0 && arg.size() > 2, "ztrain ", command_, ": unexpected argument ", quote(arg),
+             "; flags look like --name value (see ztrain ", command_, " --help)");
     std::string name = arg.substr(2), value;
     bool has_value = false;
     if (auto eq = name.find('='); eq != std::string::npos) {
@@ -63,7 +69,7 @@ void FlagSet::parse(const std::vector<std::string>& args) {
       has_value = true;
     }
     const Flag* f = find(name);
-    ZT_CHECK(f, "ztrain ", command_, ": unknown flag --", name, "; did you mean --", nearest(name), "?");
+    ZT_CHECK(f, "ztrain ", command_, ": unknown flag --", shown(name), "; did you mean --", nearest(name), "?");
     if (f->kind == Kind::boolean) {
       if (!has_value && i + 1 < args.size() && (args[i + 1] == "true" || args[i + 1] == "false" ||
                                                 args[i + 1] == "True" || args[i + 1] == "False")) {
@@ -72,7 +78,7 @@ void FlagSet::parse(const std::vector<std::string>& args) {
       }
       bool b = !has_value || value == "true" || value == "True" || value == "1";
       ZT_CHECK(!has_value || b || value == "false" || value == "False" || value == "0", "ztrain ", command_, ": --",
-               name, " expects true or false, got \"", value, "\"");
+               name, " expects true or false, got ", quote(value));
       *static_cast<bool*>(f->ptr) = b;
       continue;
     }
@@ -89,7 +95,7 @@ void FlagSet::parse(const std::vector<std::string>& args) {
       case Kind::i64: {
         long long v = std::strtoll(s, &end, 10);
         ZT_CHECK(!value.empty() && *end == 0 && errno == 0 && (f->kind == Kind::i64 || (v >= INT32_MIN && v <= INT32_MAX)),
-                 "ztrain ", command_, ": --", name, " expects an integer, got \"", value, "\"");
+                 "ztrain ", command_, ": --", name, " expects an integer, got ", quote(value));
         if (f->kind == Kind::i32)
           *static_cast<int*>(f->ptr) = int(v);
         else
@@ -99,7 +105,7 @@ void FlagSet::parse(const std::vector<std::string>& args) {
       case Kind::f64: {
         double v = std::strtod(s, &end);
         ZT_CHECK(!value.empty() && *end == 0 && errno == 0 && std::isfinite(v), "ztrain ", command_, ": --", name,
-                 " expects a number, got \"", value, "\"");
+                 " expects a number, got ", quote(value));
         *static_cast<double*>(f->ptr) = v;
         break;
       }

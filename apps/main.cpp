@@ -33,6 +33,9 @@ const char* kUsage =
     "  tokenize  text / JSONL / folders -> token shards (train.bin, validation.bin)\n"
     "  eval      loss and perplexity of a model folder on a token file\n"
     "  generate  sample text from a model folder with a KV cache\n"
+    "  launch    run a command on N ranks with mpirun: ztrain launch --nproc_per_node N -- train ...\n"
+    "  bench-comm       time the collectives over message sizes (algbw / busbw, like nccl-tests)\n"
+    "  estimate-memory  per-rank memory of a model under DDP / ZeRO-1/2/3 / hybrid sharding\n"
     "  help      this text\n";
 
 }  // namespace
@@ -101,6 +104,9 @@ int main(int argc, char** argv) {
     if (cmd == "tokenize") return zt::app::cmd_tokenize(args);
     if (cmd == "eval") return zt::app::cmd_eval(args);
     if (cmd == "generate") return zt::app::cmd_generate(args);
+    if (cmd == "launch") return zt::app::cmd_launch(args);
+    if (cmd == "bench-comm") return zt::app::cmd_bench_comm(args);
+    if (cmd == "estimate-memory") return zt::app::cmd_estimate_memory(args);
     std::fprintf(stderr, "ztrain: error: unknown command \"%s\"; run ztrain help for the list\n", cmd.c_str());
     return 2;
   } catch (const zt::Error& e) {

@@ -58,6 +58,7 @@ bool plain_name(std::string_view n) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
+  zt::fuzz::LeakCheck leaks(/*maps=*/true);
   std::string_view rest = zt::fuzz::as_view(data + 1, size - 1);
   switch (data[0] % 3) {
     case 0: {

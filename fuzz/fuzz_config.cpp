@@ -5,6 +5,7 @@
 #include "models/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  zt::fuzz::LeakCheck leaks(/*maps=*/true);
   zt::fuzz::MemFile file(zt::fuzz::as_view(data, size));
   zt::fuzz::expect_ok_or_error([&] {
     zt::ModelConfig c = zt::config_from_file(file.path());

@@ -7,6 +7,7 @@
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  zt::fuzz::LeakCheck leaks(/*maps=*/true);
   zt::fuzz::MemFile file(zt::fuzz::as_view(data, size));
   zt::fuzz::expect_ok_or_error([&] {
     zt::SafetensorsFile f(file.path());

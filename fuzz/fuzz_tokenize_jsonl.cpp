@@ -14,6 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::unique_ptr<zt::Tokenizer> tok = zt::Tokenizer::load(zt::fuzz::write_tiny_gpt2());
   static const fs::path dir = zt::fuzz::scratch_dir() / "jsonl";
   fs::create_directories(dir);
+  zt::fuzz::LeakCheck leaks(/*maps=*/false);
   zt::fuzz::write_file(dir / "in.jsonl", zt::fuzz::as_view(data, size));
   zt::TokenizeConfig cfg;
   cfg.inputs = {(dir / "in.jsonl").string()};

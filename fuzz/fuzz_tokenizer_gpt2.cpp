@@ -5,6 +5,7 @@
 #include "fuzz_tokenizer_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  zt::fuzz::LeakCheck leaks(/*maps=*/false);
   auto parts = zt::fuzz::split(zt::fuzz::as_view(data, size), "\n=====\n", 2);
   static const auto dir = zt::fuzz::scratch_dir() / "gpt2_in";
   std::filesystem::create_directories(dir);

@@ -41,6 +41,47 @@ void expect_ok_or_error(F&& f) {
   }
 }
 
+// The lowest free file descriptor: it changes when a parser leaks one.
+inline int lowest_free_fd() {
+  int fd = ::dup(0);
+  if (fd >= 0) ::close(fd);
+  return fd;
+}
+
+// Mappings of the harness's memfds (MemFile) still in the address space; with unmap, removes them.
+// A parser that maps its input and throws without unmapping leaves one behind per input.
+inline size_t memfd_mappings(bool unmap) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  size_t n = 0;
+  while (std::getline(maps, line)) {
+    if (line.find("/memfd:zt_fuzz") == std::string::npos) continue;
+    ++n;
+    if (unmap) {
+      unsigned long lo = 0, hi = 0;
+      if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2) ::munmap(reinterpret_cast<void*>(lo), hi - lo);
+    }
+  }
+  return n;
+}
+
+// Declared first in a target's entry point: at its end, no descriptor and (with maps) no mapping
+// of the input may be left behind.
+class LeakCheck {
+ public:
+  explicit LeakCheck(bool maps) : maps_(maps), fd_(lowest_free_fd()) {}
+  ~LeakCheck() {
+    if (lowest_free_fd() != fd_) finding("a file descriptor leaked (lowest free fd changed)");
+    if (maps_ && memfd_mappings(false) > 0) finding("a memory mapping of the input leaked");
+  }
+  LeakCheck(const LeakCheck&) = delete;
+  LeakCheck& operator=(const LeakCheck&) = delete;
+
+ private:
+  bool maps_;
+  int fd_;
+};
+
 // A file that lives in memory: the parser opens "/proc/self/fd/N" like any path.
 class MemFile {
  public:

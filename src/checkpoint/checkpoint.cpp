@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <filesystem>
 
 #include "checkpoint/safetensors.h"
@@ -40,8 +41,12 @@ void load_optimizer(const fs::path& path, const Transformer& model, optim::AdamW
       f.read_f32(*e, dst + p.offset);
     }
   auto it = f.metadata().find("step");
-  ZT_CHECK(it != f.metadata().end(), path.string(), ": optimizer metadata lacks \"step\"");
-  opt.set_steps(std::stoll(it->second));
+  int64_t steps = -1;
+  const std::string& v = it == f.metadata().end() ? std::string() : it->second;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), steps);
+  ZT_CHECK(!v.empty() && ec == std::errc() && end == v.data() + v.size() && steps >= 0, path.string(),
+           ": optimizer metadata \"step\" is missing or not a non-negative integer; the checkpoint is damaged");
+  opt.set_steps(steps);
 }
 
 }  // namespace

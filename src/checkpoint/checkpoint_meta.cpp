@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -22,12 +23,15 @@ namespace {
 
 constexpr const char* kChecksums = "checksums.json";
 
+// N of a checkpoint-N folder; -1 for any other name (including an N too large for int64).
 int64_t step_of(const fs::path& p) {
   std::string n = p.filename().string();
   if (n.rfind("checkpoint-", 0) != 0) return -1;
   std::string num = n.substr(11);
   if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoll(num);
+  int64_t step = -1;
+  auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), step);
+  return ec == std::errc() && end == num.data() + num.size() ? step : -1;
 }
 
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& output_dir) {
@@ -72,17 +76,25 @@ void checkpoint_verify(const std::string& dir) {
   } catch (const nlohmann::json::exception&) {
     throw Error(str_cat(dir, "/", kChecksums, " is damaged (not valid JSON)"));
   }
-  ZT_CHECK(sums.is_object() && !sums.empty(), dir, "/", kChecksums, " is damaged");
+  ZT_CHECK(sums.is_object() && !sums.empty(), dir, "/", kChecksums, " is damaged (expected an object of files)");
   for (auto it = sums.begin(); it != sums.end(); ++it) {
-    ZT_CHECK(it.value().is_object() && it.value().contains("hash64") && it.value().contains("bytes"), dir, "/",
-             kChecksums, " is damaged");
-    fs::path p = d / it.key();
-    ZT_CHECK(fs::exists(p), "checkpoint ", dir, " is damaged: ", it.key(), " is missing");
+    const std::string& name = it.key();
+    const nlohmann::json& v = it.value();
+    // Entries name files of this folder, each with two unsigned integers.
+    ZT_CHECK(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos, dir, "/",
+             kChecksums, " is damaged: ", quote(name), " is not a file name");
+    ZT_CHECK(v.is_object() && v.contains("hash64") && v["hash64"].is_number_unsigned() && v.contains("bytes") &&
+                 v["bytes"].is_number_unsigned(),
+             dir, "/", kChecksums, " is damaged: the entry for ", quote(name),
+             " needs unsigned integers \"hash64\" and \"bytes\"");
+    fs::path p = d / name;
+    std::error_code ec;
+    ZT_CHECK(fs::is_regular_file(p, ec), "checkpoint ", dir, " is damaged: ", quote(name), " is missing");
     auto [h, size] = checkpoint_file_digest(p.string());
-    ZT_CHECK(size == it.value()["bytes"].get<uint64_t>(), "checkpoint ", dir, " is damaged: ", it.key(), " has ", size,
-             " bytes, expected ", it.value()["bytes"].get<uint64_t>());
-    ZT_CHECK(h == it.value()["hash64"].get<uint64_t>(), "checkpoint ", dir, " is damaged: ", it.key(),
-             " fails its checksum");
+    const uint64_t want_size = v["bytes"].get<uint64_t>(), want_hash = v["hash64"].get<uint64_t>();
+    ZT_CHECK(size == want_size, "checkpoint ", dir, " is damaged: ", quote(name), " has ", size, " bytes, expected ",
+             want_size);
+    ZT_CHECK(h == want_hash, "checkpoint ", dir, " is damaged: ", quote(name), " fails its checksum");
   }
 }
 
@@ -110,9 +122,53 @@ void checkpoint_prune(const std::string& output_dir, int64_t keep) {
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i].second);
 }
 
+namespace {
+
+// Checks that state[key] (state[group][key] with a group) exists and has the type the trainer
+// reads; the message names the file and the key.
+void state_field(const nlohmann::json& s, const std::string& path, const char* group, const char* key,
+                 bool (nlohmann::json::*is_type)() const noexcept, const char* type) {
+  const nlohmann::json& obj = group ? s[group] : s;
+  std::string name = group ? str_cat(group, ".", key) : std::string(key);
+  ZT_CHECK(obj.contains(key) && (obj[key].*is_type)(), path, ": \"", name, "\" is missing or not ", type,
+           "; the checkpoint's trainer_state.json is damaged or not from ztrain");
+}
+
+}  // namespace
+
 nlohmann::json checkpoint_read_trainer_state(const std::string& path) {
   std::ifstream f(path);
-  return nlohmann::json::parse(f);
+  ZT_CHECK(f.good(), "cannot open ", path, "; a checkpoint folder needs its trainer_state.json");
+  nlohmann::json s;
+  try {
+    s = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception&) {
+    throw Error(str_cat(path, ": not valid JSON; the checkpoint's trainer_state.json is damaged"));
+  }
+  using J = nlohmann::json;
+  ZT_CHECK(s.is_object(), path, ": not a JSON object; the checkpoint's trainer_state.json is damaged");
+  state_field(s, path, nullptr, "global_step", &J::is_number_unsigned, "a non-negative integer");
+  state_field(s, path, nullptr, "log_history", &J::is_array, "an array");
+  state_field(s, path, nullptr, "ztrain", &J::is_object, "an object (ztrain's resume state)");
+  state_field(s, path, "ztrain", "loss_sum", &J::is_number, "a number");
+  state_field(s, path, "ztrain", "seed", &J::is_number_integer, "an integer");
+  state_field(s, path, "ztrain", "shuffle", &J::is_boolean, "true or false");
+  state_field(s, path, "ztrain", "sequences_per_step", &J::is_number_unsigned, "a non-negative integer");
+  state_field(s, path, "ztrain", "sequence_length", &J::is_number_unsigned, "a non-negative integer");
+  const J& zs = s["ztrain"];
+  ZT_CHECK(s["global_step"].get<uint64_t>() <= uint64_t(INT64_MAX) && (!zs["seed"].is_number_unsigned() || zs["seed"].get<uint64_t>() <= uint64_t(INT64_MAX)) &&
+               zs["sequences_per_step"].get<uint64_t>() <= uint64_t(INT64_MAX) &&
+               zs["sequence_length"].get<uint64_t>() <= uint64_t(INT32_MAX),
+           path, ": a step, seed or length is out of range; the checkpoint's trainer_state.json is damaged");
+  // The loss plot reads step and loss of every log_history entry that has a loss.
+  for (const J& e : s["log_history"]) {
+    ZT_CHECK(e.is_object(), path, ": log_history holds a non-object; the checkpoint's trainer_state.json is damaged");
+    for (const char* k : {"loss", "eval_loss"})
+      ZT_CHECK(!e.contains(k) || (e[k].is_number() && e.contains("step") && e["step"].is_number()), path,
+               ": a log_history entry has a \"", k, "\" that is not a number or no numeric \"step\"; the checkpoint's "
+               "trainer_state.json is damaged");
+  }
+  return s;
 }
 
 }  // namespace zt

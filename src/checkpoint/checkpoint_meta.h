@@ -21,7 +21,9 @@ std::string checkpoint_find_latest(const std::string& output_dir);
 // Removes the oldest checkpoint-N folders of output_dir beyond `keep` (0 = keep all).
 void checkpoint_prune(const std::string& output_dir, int64_t keep);
 
-// Reads a checkpoint's trainer_state.json.
+// Reads a checkpoint's trainer_state.json and checks the fields resuming uses (global_step,
+// log_history entries, ztrain.{loss_sum, seed, shuffle, sequences_per_step, sequence_length})
+// have their types, so a damaged file is an Error naming the field, not a JSON exception.
 nlohmann::json checkpoint_read_trainer_state(const std::string& path);
 
 // (hash64, size in bytes) of a file, as checksums.json records them.

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -45,6 +46,9 @@ void fsync_dir_of(const std::string& path) {
 }  // namespace
 
 int64_t StEntry::numel() const {
+  // A zero dimension first: the other dimensions' product may not fit (the reader checks it
+  // fits whenever no dimension is zero).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
   for (auto s : shape) n *= s;
   return n;
@@ -89,6 +93,17 @@ float f16_to_f32(uint16_t h) {
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  try {
+    open_and_parse();
+  } catch (...) {  // the destructor does not run for a constructor that throws
+    if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
+    if (fd_ >= 0) ::close(fd_);
+    throw;
+  }
+}
+
+void SafetensorsFile::open_and_parse() {
+  const std::string& path = path_;
   fd_ = ::open(path.c_str(), O_RDONLY);
   ZT_CHECK(fd_ >= 0, "cannot open weight file ", path, ": ", std::strerror(errno),
            "; the model folder needs a model.safetensors");
@@ -127,20 +142,28 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
               v["shape"].is_array() && v.contains("data_offsets") && v["data_offsets"].is_array() &&
               v["data_offsets"].size() == 2 && v["data_offsets"][0].is_number_unsigned() &&
               v["data_offsets"][1].is_number_unsigned();
-    ZT_CHECK(ok, path, ": malformed header entry for tensor \"", e.name, "\"");
+    ZT_CHECK(ok, path, ": malformed header entry for tensor ", quote(e.name),
+             " (needs dtype, shape and two data_offsets)");
     e.dtype = v["dtype"].get<std::string>();
     for (auto& d : v["shape"]) {
-      ZT_CHECK(d.is_number_unsigned(), path, ": tensor \"", e.name, "\" has a non-integer shape");
+      ZT_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(INT64_MAX), path, ": tensor ",
+               quote(e.name), " has a shape that is not a list of non-negative integers");
       e.shape.push_back(d.get<int64_t>());
     }
     e.begin = v["data_offsets"][0].get<uint64_t>();
     e.end = v["data_offsets"][1].get<uint64_t>();
     size_t es = dtype_size(e.dtype);
-    ZT_CHECK(es != 0, path, ": tensor \"", e.name, "\" has unknown dtype ", e.dtype);
-    ZT_CHECK(e.begin <= e.end && e.end <= data_size, path, ": truncated file: tensor \"", e.name,
-             "\" ends at byte ", e.end, " of a ", data_size, "-byte data section; re-download or re-save it");
-    ZT_CHECK(e.end - e.begin == uint64_t(e.numel()) * es, path, ": tensor \"", e.name, "\" has ", e.end - e.begin,
-             " bytes but its shape and dtype need ", uint64_t(e.numel()) * es);
+    ZT_CHECK(es != 0, path, ": tensor ", quote(e.name), " has unknown dtype ", quote(e.dtype));
+    ZT_CHECK(e.begin <= e.end && e.end <= data_size, path, ": truncated file: tensor ", quote(e.name),
+             " ends at byte ", e.end, " of a ", data_size, "-byte data section; re-download or re-save it");
+    // Byte size checked for overflow (a shape like [2^32, 2^32] must not wrap around to a size
+    // that matches the data); a zero dimension makes it 0 whatever the others are.
+    uint64_t bytes = es;
+    bool overflow = false;
+    for (int64_t d : e.shape) overflow |= __builtin_mul_overflow(bytes, uint64_t(d), &bytes);
+    if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) bytes = 0, overflow = false;
+    ZT_CHECK(!overflow && e.end - e.begin == bytes, path, ": tensor ", quote(e.name), " has ", e.end - e.begin,
+             " bytes but its shape and dtype need ", overflow ? std::string("more than 2^64") : std::to_string(bytes));
     entries_.push_back(std::move(e));
   }
 }

@@ -34,6 +34,7 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
 
  private:
+  void open_and_parse();  // the constructor's work; it releases fd_ and map_ if this throws
   std::string path_;
   int fd_ = -1;
   const uint8_t* map_ = nullptr;

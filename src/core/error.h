@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace zt {
 
@@ -20,6 +21,35 @@ std::string str_cat(Args&&... args) {
   std::ostringstream s;
   (s << ... << args);
   return s.str();
+}
+
+// Text from the user's input (a flag, a JSON string, a line of a file) for an error message:
+// in double quotes, with quotes, backslashes and control characters escaped (\n, \t, \xNN), so
+// the message stays on one line whatever the input holds. Bytes >= 0x80 pass unchanged.
+// (Not named "quoted": with a std::string argument, ADL would pick std::quoted instead.)
+inline std::string quote(std::string_view text) {
+  std::string q = "\"";
+  for (char ch : text) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      q += '\\';
+      q += ch;
+    } else if (c == '\n') {
+      q += "\\n";
+    } else if (c == '\r') {
+      q += "\\r";
+    } else if (c == '\t') {
+      q += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      const char* hex = "0123456789abcdef";
+      q += "\\x";
+      q += hex[c >> 4];
+      q += hex[c & 15];
+    } else {
+      q += ch;
+    }
+  }
+  return q + '"';
 }
 
 }  // namespace zt

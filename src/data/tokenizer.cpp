@@ -50,7 +50,7 @@ nlohmann::json read_json_file(const std::string& path) {
   std::string text = read_text_file(path);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e99999
     throw Error(str_cat(path, ": not valid JSON (", e.what(), ")"));
   }
 }
@@ -86,8 +86,9 @@ void read_gpt2_merges(const std::string& path, const std::unordered_map<std::str
   std::string line;
   auto id_of = [&](const std::string& s, int line_no, const std::string& what) {
     auto it = ids.find(s);
-    ZT_CHECK(it != ids.end(), path, ":", line_no, ": merge ", nlohmann::json(what).dump(), ": ",
-             nlohmann::json(s).dump(), " is not in encoder.json; the two files do not belong together");
+    // quoted, not json::dump: vocab.bpe is raw bytes, and dump throws on invalid UTF-8.
+    ZT_CHECK(it != ids.end(), path, ":", line_no, ": merge ", quote(what), ": ", quote(s),
+             " is not in encoder.json; the two files do not belong together");
     return it->second;
   };
   for (int line_no = 1; std::getline(lines, line); ++line_no) {
@@ -98,7 +99,7 @@ void read_gpt2_merges(const std::string& path, const std::unordered_map<std::str
     fields >> left >> right >> extra;
     if (left.empty()) continue;  // blank line (the file ends with one)
     ZT_CHECK(!right.empty() && extra.empty(), path, ":", line_no, ": expected two symbols separated by a space, got ",
-             nlohmann::json(line).dump());
+             quote(line));
     int32_t l = id_of(left, line_no, line), r = id_of(right, line_no, line);  // first missing is reported
     model.add_merge(l, r, id_of(left + right, line_no, line));
   }

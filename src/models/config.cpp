@@ -8,29 +8,44 @@
 namespace zt {
 namespace {
 
+// A JSON value for an error message: one line (dump escapes control characters), at most 60 chars.
+std::string short_dump(const nlohmann::json& v) {
+  std::string s = v.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// Sizes past these are no real model; keeping below them also keeps the int products the model
+// code forms (heads * head size, 3 * width, ...) from overflowing.
+constexpr long long kMaxWidth = 1 << 20, kMaxCount = 1 << 24;
+
+int positive_int(const nlohmann::json& j, const char* key, const std::string& where) {
+  // An integer (not 2.5, not a string) that fits: 4294967297 must not wrap around to 1.
+  ZT_CHECK(j[key].is_number_integer() && j[key].get<long long>() > 0 && j[key].get<long long>() <= kMaxCount, where,
+           ": config key \"", key, "\" must be a positive integer up to ", kMaxCount, ", got ", short_dump(j[key]));
+  return j[key].get<int>();
+}
+
 int req_int(const nlohmann::json& j, const char* key, const std::string& where) {
   ZT_CHECK(j.contains(key), where, ": config.json is missing the required key \"", key, "\"");
-  ZT_CHECK(j[key].is_number_integer() && j[key].get<long long>() > 0, where, ": config key \"", key,
-           "\" must be a positive integer, got ", j[key].dump());
-  return j[key].get<int>();
+  return positive_int(j, key, where);
 }
 
 int opt_int(const nlohmann::json& j, const char* key, int def, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return def;
-  ZT_CHECK(j[key].is_number_integer() && j[key].get<long long>() > 0, where, ": config key \"", key,
-           "\" must be a positive integer, got ", j[key].dump());
-  return j[key].get<int>();
+  return positive_int(j, key, where);
 }
 
+// Epsilons and RoPE bases: positive and finite as a float.
 float opt_float(const nlohmann::json& j, const char* key, float def, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return def;
-  ZT_CHECK(j[key].is_number(), where, ": config key \"", key, "\" must be a number, got ", j[key].dump());
+  ZT_CHECK(j[key].is_number() && j[key].get<double>() > 0 && j[key].get<double>() <= 3.0e38, where,
+           ": config key \"", key, "\" must be a positive number, got ", short_dump(j[key]));
   return j[key].get<float>();
 }
 
 bool opt_bool(const nlohmann::json& j, const char* key, bool def, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return def;
-  ZT_CHECK(j[key].is_boolean(), where, ": config key \"", key, "\" must be true or false, got ", j[key].dump());
+  ZT_CHECK(j[key].is_boolean(), where, ": config key \"", key, "\" must be true or false, got ", short_dump(j[key]));
   return j[key].get<bool>();
 }
 
@@ -47,7 +62,7 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
   c.raw = j;
   ZT_CHECK(j.contains("model_type") && j["model_type"].is_string(), where,
            ": config.json is missing the required key \"model_type\" (\"gpt2\" or \"llama\")");
-  std::string mt = j["model_type"].get<std::string>();
+  const std::string mt = j["model_type"].get<std::string>();
   if (mt == "gpt2") {
     c.arch = Arch::gpt2;
     c.vocab_size = req_int(j, "vocab_size", where);
@@ -61,8 +76,8 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
     c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", true, where);
     ZT_CHECK(c.tie_word_embeddings, where, ": GPT-2 with an untied LM head is not supported; remove tie_word_embeddings");
     std::string act = opt_str(j, "activation_function", "gelu_new");
-    ZT_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function \"", act,
-             "\" is not supported; ztrain's GPT-2 uses the tanh GELU (\"gelu_new\")");
+    ZT_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function ", quote(act),
+             " is not supported; ztrain's GPT-2 uses the tanh GELU (\"gelu_new\")");
   } else if (mt == "llama") {
     c.arch = Arch::llama;
     c.vocab_size = req_int(j, "vocab_size", where);
@@ -80,9 +95,9 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
     ZT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), where,
              ": rope_scaling is not supported yet; remove it or set it to null");
     std::string act = opt_str(j, "hidden_act", "silu");
-    ZT_CHECK(act == "silu", where, ": hidden_act \"", act, "\" is not supported; Llama uses \"silu\"");
+    ZT_CHECK(act == "silu", where, ": hidden_act ", quote(act), " is not supported; Llama uses \"silu\"");
   } else {
-    throw Error(str_cat(where, ": model_type \"", mt, "\" is not supported; use \"gpt2\" or \"llama\""));
+    throw Error(str_cat(where, ": model_type ", quote(mt), " is not supported; use \"gpt2\" or \"llama\""));
   }
   int default_hs = c.n_embd / c.n_head;
   c.head_size = c.arch == Arch::llama ? opt_int(j, "head_dim", default_hs, where) : default_hs;
@@ -90,8 +105,14 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
            ") must be divisible by n_head (", c.n_head, ")");
   ZT_CHECK(c.n_head % c.n_kv_head == 0, where, ": num_attention_heads (", c.n_head,
            ") must be a multiple of num_key_value_heads (", c.n_kv_head, ")");
+  ZT_CHECK(c.head_size > 0, where, ": head size is 0: hidden_size (", c.n_embd, ") is smaller than the number of heads (",
+           c.n_head, "); fix num_attention_heads or set head_dim");
   ZT_CHECK(c.head_size % 2 == 0 || c.arch == Arch::gpt2, where, ": head size must be even for RoPE");
   ZT_CHECK(c.vocab_size <= (1 << 30), where, ": vocab_size is implausibly large");
+  for (auto [name, width] : {std::pair{"n_embd / hidden_size", int64_t(c.n_embd)}, {"the FFN width", int64_t(c.ffn)},
+                             {"heads * head size", int64_t(c.n_head) * c.head_size},
+                             {"the q, k, v width", int64_t(c.n_head + 2 * int64_t(c.n_kv_head)) * c.head_size}})
+    ZT_CHECK(width <= kMaxWidth, where, ": ", name, " (", width, ") is implausibly large (limit ", kMaxWidth, ")");
   return c;
 }
 

@@ -1,0 +1,346 @@
+// cmd_dist.cpp: the distribution commands. `ztrain bench-comm` times every collective over
+// a range of sizes (nccl-tests' table: time, algbw, busbw), `ztrain launch` builds and execs
+// the mpirun command line for N ranks, `ztrain estimate-memory` prints per-rank memory of a
+// model under DDP / ZeRO-1/2/3 / hpZ / hybrid sharding.
+// It is not a launcher of its own (mpirun starts and wires the ranks).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "dist/communicator.h"
+#include "flags.h"
+#include "models/config.h"
+#include "parallel/memory_estimate.h"
+
+namespace zt::app {
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t b = 0, e; b <= s.size(); b = e + 1) {
+    e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+  }
+  return out;
+}
+
+struct BenchBuffers {
+  std::vector<char> a, b;
+};
+
+// One timed collective of payload S bytes on comm; returns the seconds per call (the
+// slowest rank's, as that is what a training step waits for) and sets *payload to the S
+// actually moved (rounded down so every rank gets whole float32 elements).
+double bench_one(dist::Communicator& c, dist::Collective kind, size_t bytes, int iters, int warmup, bool nonblocking,
+                 BenchBuffers& buf, size_t* payload) {
+  using dist::Collective;
+  const size_t n = size_t(c.size());
+  char* a = buf.a.data();
+  char* b = buf.b.data();
+  std::function<dist::Request()> op;
+  switch (kind) {
+    case Collective::all_reduce: {
+      size_t count = bytes / 4;
+      *payload = count * 4;
+      op = [&c, a, count] { return c.iall_reduce(reinterpret_cast<float*>(a), count); };
+      break;
+    }
+    case Collective::reduce_scatter: {
+      size_t count = bytes / 4 / n;
+      *payload = count * 4 * n;
+      op = [&c, a, b, count] {
+        return c.ireduce_scatter(reinterpret_cast<float*>(a), reinterpret_cast<float*>(b), count);
+      };
+      break;
+    }
+    case Collective::all_gather: {
+      size_t per = bytes / 4 / n * 4;
+      *payload = per * n;
+      op = [&c, a, b, per] { return c.iall_gather(a, b, per); };
+      break;
+    }
+    case Collective::broadcast:
+      *payload = bytes;
+      op = [&c, a, bytes] { return c.ibroadcast(a, bytes, 0); };
+      break;
+    case Collective::all_to_all: {
+      size_t per = bytes / 4 / n * 4;
+      *payload = per * n;
+      op = [&c, a, b, per] { return c.iall_to_all(a, b, per); };
+      break;
+    }
+    default: ZT_ASSERT(false, "not benchmarked");
+  }
+  if (*payload == 0) return -1;
+  // The blocking path is what a trainer uses between computations; the non-blocking path
+  // adds the hand-off to the communication thread.
+  auto run = [&] {
+    if (nonblocking) return op().wait();
+    switch (kind) {
+      case Collective::all_reduce: return c.all_reduce(reinterpret_cast<float*>(a), *payload / 4);
+      case Collective::reduce_scatter:
+        return c.reduce_scatter(reinterpret_cast<float*>(a), reinterpret_cast<float*>(b), *payload / 4 / n);
+      case Collective::all_gather: return c.all_gather(a, b, *payload / n);
+      case Collective::broadcast: return c.broadcast(a, *payload, 0);
+      default: return c.all_to_all(a, b, *payload / n);
+    }
+  };
+  for (int i = 0; i < warmup; ++i) run();
+  c.barrier();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) run();
+  double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  c.all_reduce(&t, 1, dist::ReduceOp::max);
+  return t;
+}
+
+}  // namespace
+
+int cmd_bench_comm(const Args& args) {
+  int64_t min_bytes = 8, max_bytes = int64_t(256) << 20;
+  int iters = 20, warmup = 5;
+  double step_factor = 2;
+  bool nonblocking = false;
+  std::string collectives = "all_reduce,reduce_scatter,all_gather,broadcast,all_to_all";
+  FlagSet f("bench-comm");
+  f.add("min_bytes", &min_bytes, "smallest message in bytes (8)");
+  f.add("max_bytes", &max_bytes, "largest message in bytes (268435456 = 256 MiB)");
+  f.add("step_factor", &step_factor, "size multiplier between rows (2)");
+  f.add("iters", &iters, "timed iterations per size (20)");
+  f.add("warmup", &warmup, "untimed iterations per size (5)");
+  f.add("collectives", &collectives, "comma-separated: all_reduce,reduce_scatter,all_gather,broadcast,all_to_all");
+  f.add("nonblocking", &nonblocking, "time i<collective>() + wait() (the communication thread) instead of the "
+                                     "blocking call");
+  if (wants_help(args, f.help() + "\nRun under MPI: mpirun -np 2 ztrain bench-comm (or ztrain launch "
+                                  "--nproc_per_node 2 -- bench-comm). Sizes are the whole tensor S as in "
+                                  "nccl-tests; busbw applies the ring factors in docs/distributed.md.\n"))
+    return 0;
+  f.parse(args);
+  ZT_CHECK(min_bytes >= 1 && max_bytes >= min_bytes, "--min_bytes and --max_bytes must satisfy 1 <= min <= max");
+  ZT_CHECK(step_factor > 1, "--step_factor must be > 1");
+  ZT_CHECK(iters >= 1 && warmup >= 0, "--iters must be >= 1 and --warmup >= 0");
+  std::vector<dist::Collective> kinds;
+  for (auto& name : split_list(collectives)) {
+    bool found = false;
+    for (size_t k = 0; k < size_t(dist::Collective::send); ++k)
+      if (name == dist::collective_name(dist::Collective(k))) {
+        kinds.push_back(dist::Collective(k));
+        found = true;
+      }
+    ZT_CHECK(found, "--collectives: unknown collective \"", name,
+             "\"; choose from all_reduce, reduce_scatter, all_gather, broadcast, all_to_all");
+  }
+  auto world = dist::make_world();
+  const bool root = world->rank() == 0;
+  BenchBuffers buf;
+  buf.a.assign(size_t(max_bytes), 1);  // touched up front: page faults stay out of the timings
+  buf.b.assign(size_t(max_bytes), 1);
+  if (root)
+    std::printf("# ztrain bench-comm: %d rank(s) (%s), float32 sum for reductions, %d iterations after %d warm-up, "
+                "%s calls; time is the slowest rank's mean\n",
+                world->size(), dist::launched_by_mpi() ? "MPI" : "local", iters, warmup,
+                nonblocking ? "non-blocking" : "blocking");
+  for (auto kind : kinds) {
+    if (root) {
+      std::printf("#\n# %s\n", dist::collective_name(kind));
+      std::printf("# %12s %12s %6s %12s %12s %12s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+                  "busbw(GB/s)");
+    }
+    double bus_sum = 0;
+    int rows = 0;
+    for (double s = double(min_bytes); s <= double(max_bytes) * 1.0000001; s *= step_factor) {
+      size_t payload = 0;
+      double t = bench_one(*world, kind, size_t(s), iters, warmup, nonblocking, buf, &payload);
+      if (t < 0) continue;
+      double algbw = payload / t / 1e9, busbw = dist::bus_bytes(kind, double(payload), world->size()) / t / 1e9;
+      bus_sum += busbw;
+      ++rows;
+      bool bytes_op = kind == dist::Collective::all_gather || kind == dist::Collective::broadcast ||
+                      kind == dist::Collective::all_to_all;
+      if (root)
+        std::printf("  %12zu %12zu %6s %12.2f %12.3f %12.3f\n", payload, bytes_op ? payload : payload / 4,
+                    bytes_op ? "byte" : "float", t * 1e6, algbw, busbw);
+    }
+    if (root && rows) std::printf("# average busbw: %.3f GB/s\n", bus_sum / rows);
+  }
+  return 0;
+}
+
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string self_exe() {
+  std::vector<char> p(4096);
+  ssize_t n = readlink("/proc/self/exe", p.data(), p.size() - 1);
+  ZT_CHECK(n > 0, "launch: cannot find this program's path (/proc/self/exe)");
+  return std::string(p.data(), size_t(n));
+}
+
+}  // namespace
+
+int cmd_launch(const Args& all) {
+  auto sep = std::find(all.begin(), all.end(), std::string("--"));
+  Args args(all.begin(), sep), command(sep == all.end() ? sep : sep + 1, all.end());
+  int nproc = 1;
+  std::string hostfile, master_addr, mpirun_args;
+  bool dry_run = false;
+  FlagSet f("launch");
+  f.add("nproc_per_node", &nproc, "ranks per host (1)");
+  f.add("hostfile", &hostfile, "OpenMPI hostfile for several hosts (\"host slots=N\" lines); ranks = N per host");
+  f.add("master_addr", &master_addr, "accepted for torchrun users and exported as ZT_MASTER_ADDR; mpirun's own "
+                                     "wire-up needs no rendezvous address");
+  f.add("mpirun_args", &mpirun_args, "extra arguments for mpirun, space-separated (e.g. \"--mca btl self,vader\")");
+  f.add("dry_run", &dry_run, "print the mpirun command without running it");
+  if (wants_help(args, f.help() + "\nusage: ztrain launch --nproc_per_node N [flags] -- <command> [its flags]\n"
+                                 "e.g.   ztrain launch --nproc_per_node 2 -- train --model_config_path c.json ...\n"
+                                 "OMP_NUM_THREADS is forwarded (default: cores / N per rank), ranks are not bound "
+                                 "to cores (--bind-to none: ztrain's OpenMP threads place themselves), and "
+                                 "--oversubscribe is added when N exceeds the cores.\n"))
+    return 0;
+  f.parse(args);
+  ZT_CHECK(nproc >= 1, "--nproc_per_node must be at least 1, got ", nproc);
+  ZT_CHECK(!command.empty(), "launch: nothing to run; put the ztrain command after --, e.g. ztrain launch "
+                             "--nproc_per_node 2 -- train --model_config_path config.json ...");
+  ZT_CHECK(command[0] != "launch", "launch: the command after -- cannot be launch itself");
+  long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+
+  // Environment for mpirun and (through -x) for every rank.
+  std::vector<std::pair<std::string, std::string>> env;
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  env.push_back({"OMP_NUM_THREADS", omp && *omp ? omp : std::to_string(std::max(1L, cores / nproc))});
+  if (geteuid() == 0) {
+    // mpirun refuses to run as root (containers, CI) unless both are set.
+    env.push_back({"OMPI_ALLOW_RUN_AS_ROOT", "1"});
+    env.push_back({"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"});
+  }
+  if (!master_addr.empty()) env.push_back({"ZT_MASTER_ADDR", master_addr});
+
+  std::vector<std::string> argv = {"mpirun"};
+  if (hostfile.empty()) {
+    argv.insert(argv.end(), {"-np", std::to_string(nproc)});
+    if (nproc > cores) argv.push_back("--oversubscribe");
+  } else {
+    argv.insert(argv.end(), {"--hostfile", hostfile, "--map-by", "ppr:" + std::to_string(nproc) + ":node"});
+  }
+  argv.insert(argv.end(), {"--bind-to", "none"});
+  for (auto& [k, v] : env)
+    if (k.rfind("OMPI_", 0) != 0) argv.insert(argv.end(), {"-x", k});
+  if (std::getenv("ZT_COMM_TIMEOUT_S")) argv.insert(argv.end(), {"-x", "ZT_COMM_TIMEOUT_S"});
+  for (size_t b = mpirun_args.find_first_not_of(' '); b != std::string::npos;) {
+    size_t e = std::min(mpirun_args.find(' ', b), mpirun_args.size());
+    argv.push_back(mpirun_args.substr(b, e - b));
+    b = mpirun_args.find_first_not_of(' ', e);
+  }
+  argv.push_back(self_exe());
+  argv.insert(argv.end(), command.begin(), command.end());
+
+  std::string line;
+  for (auto& [k, v] : env) line += k + "=" + shell_quote(v) + " ";
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (i) line += ' ';
+    line += shell_quote(argv[i]);
+  }
+  std::printf("launch: %s\n", line.c_str());
+  std::fflush(stdout);
+  if (dry_run) return 0;
+  for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  execvp("mpirun", cargv.data());
+  throw Error(str_cat("launch: cannot run mpirun (", std::strerror(errno),
+                      "); install OpenMPI (apt-get install openmpi-bin) or put mpirun on PATH"));
+}
+
+namespace {
+
+std::string mib(int64_t b) {
+  char s[32];
+  if (b >= (int64_t(10) << 30))
+    std::snprintf(s, sizeof s, "%.2f GiB", b / double(1 << 30));
+  else
+    std::snprintf(s, sizeof s, "%.1f MiB", b / double(1 << 20));
+  return s;
+}
+
+}  // namespace
+
+int cmd_estimate_memory(const Args& args) {
+  std::string config_path, model_path, ranks = "1";
+  int B = 8, T = 0, G = 0;
+  double bucket_mb = 25;
+  FlagSet f("estimate-memory");
+  f.add("model_config_path", &config_path, "config.json of the model");
+  f.add("model_name_or_path", &model_path, "HF model folder (its config.json is read; weights are not)");
+  f.add("per_device_train_batch_size", &B, "sequences per micro-batch per rank (8)");
+  f.add("model_max_length", &T, "sequence length T (min(1024, model context))");
+  f.add("num_ranks", &ranks, "data-parallel ranks N, or a comma-separated list (1)");
+  f.add("zero_hpz_partition_size", &G, "G for the ZeRO++ hpZ and hybrid-shard rows (0: N/2 when N >= 4)");
+  f.add("bucket_cap_mb", &bucket_mb, "DDP / ZeRO-1/2 gradient bucket in MiB (25)");
+  if (wants_help(args, f.help())) return 0;
+  f.parse(args);
+  ZT_CHECK(config_path.empty() != model_path.empty(),
+           "estimate-memory: give exactly one of --model_config_path or --model_name_or_path");
+  std::string cfg_file = config_path.empty() ? model_path + "/config.json" : config_path;
+  ModelConfig cfg = config_from_file(cfg_file);
+  if (T <= 0) T = std::min(1024, cfg.max_position);
+  ZT_CHECK(bucket_mb > 0, "--bucket_cap_mb must be positive");
+  auto in = parallel::memory_inputs(cfg, B, T);
+  std::printf("Estimated per-rank memory for training with fp32 AdamW (4 + 4 + 8 bytes per parameter unsharded):\n");
+  std::printf("SW: %s model (%s) with %.2fM total params, %.2fM largest gathered unit (%s).\n", cfg.arch_name(),
+              cfg_file.c_str(), in.num_params / 1e6, in.largest_unit_params / 1e6, in.largest_unit.c_str());
+  std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,
+              mib(in.activation_bytes).c_str(), mib(in.temporary_bytes).c_str());
+  std::printf("    comm: DDP / ZeRO-1 one %.0f MiB gradient bucket, ZeRO-2 two, ZeRO-3 / hpZ / hybrid the two "
+              "largest gathered units of parameters + of gradients.\n",
+              bucket_mb);
+  for (auto& r : split_list(ranks)) {
+    parallel::MemoryEstimateOptions opt;
+    char* end = nullptr;
+    long n = std::strtol(r.c_str(), &end, 10);
+    ZT_CHECK(end && *end == 0 && n >= 1 && n <= INT_MAX, "--num_ranks: \"", r, "\" is not a positive integer");
+    opt.num_ranks = int(n);
+    opt.hpz_partition_size = G;
+    opt.ddp_bucket_bytes = int64_t(bucket_mb * (1 << 20));
+    auto rows = parallel::estimate_memory(in, opt);
+    int g = parallel::resolved_group(opt);
+    std::printf("HW: %d rank(s)", opt.num_ranks);
+    if (g > 1 && g < opt.num_ranks)
+      std::printf(", hpZ / hybrid group G=%d.\n", g);
+    else
+      std::printf(" (hpZ / hybrid rows need 1 < G < N; G=%d).\n", g);
+    std::printf("  %-18s %10s %10s %10s %10s %10s %10s | %11s\n", "strategy", "params", "grads", "optim", "acts",
+                "temp", "comm", "total");
+    for (auto& row : rows) {
+      std::string name = parallel::strategy_name(row.strategy);
+      if (row.strategy == parallel::Strategy::zero3_hpz || row.strategy == parallel::Strategy::hybrid)
+        name += " G=" + std::to_string(row.group);
+      std::printf("  %-18s %10s %10s %10s %10s %10s %10s | %11s\n", name.c_str(), mib(row.params).c_str(),
+                  mib(row.grads).c_str(), mib(row.optim).c_str(), mib(row.activations).c_str(),
+                  mib(row.temporary).c_str(), mib(row.comm).c_str(), mib(row.total()).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace zt::app

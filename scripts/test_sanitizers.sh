@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# test_sanitizers.sh: the whole ctest suite again, built with AddressSanitizer (+ LeakSanitizer)
+# and UndefinedBehaviorSanitizer (-DZT_SANITIZE=ON, UBSan fatal) in build-asan: every unit test,
+# the PyTorch parity run and the CLI scripts, which then drive the sanitized ztrain binary.
+# Any report aborts the process, so the test that triggered it fails. scripts/test.sh runs this
+# after the normal ctest run; alone it assumes the Debian packages are installed (scripts/setup.sh).
+# usage: scripts/test_sanitizers.sh [extra ctest args]     (ZT_ASAN_BUILD_DIR picks the folder)
+# -O1: sanitizer reports keep useful stacks, and the suite runs in about 2-3x the normal time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${ZT_ASAN_BUILD_DIR:-build-asan}
+start=$(date +%s)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -march=native" \
+  -DZT_SANITIZE=ON >/dev/null
+cmake --build "$build" -j"$(nproc)" 2>&1 | grep -E "error|warning: " || true
+test -x "$build/ztrain" && test -x "$build/zt_tests" || { echo "test_sanitizers: build failed"; exit 1; }
+built=$(date +%s)
+
+# abort_on_error / halt_on_error: a report kills the process (no "recovered" reports).
+# tests/lsan.supp suppresses leaks inside third-party runtimes only (libgomp, oneDNN), never ztrain code.
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0
+export OMP_NUM_THREADS=2
+cd "$build"
+rc=0
+ctest --output-on-failure -j1 "$@" || rc=$?
+end=$(date +%s)
+echo "test_sanitizers: build $((built - start)) s, ctest $((end - built)) s"
+exit $rc

@@ -1,0 +1,120 @@
+// memory_estimate.cpp: see memory_estimate.h.
+#include "parallel/memory_estimate.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include "core/error.h"
+#include "models/layout.h"
+#include "models/transformer.h"
+#include "parallel/shard.h"
+
+namespace zt::parallel {
+
+std::string gather_unit(const std::string& name) {
+  // Block tensors are "<prefix>.h.<i>.<...>" (GPT-2) or "<prefix>.layers.<i>.<...>" (Llama).
+  for (const char* key : {".h.", ".layers."}) {
+    size_t k = name.find(key);
+    if (k == std::string::npos) continue;
+    size_t d = k + std::char_traits<char>::length(key), e = d;
+    while (e < name.size() && std::isdigit(static_cast<unsigned char>(name[e]))) ++e;
+    if (e > d && e < name.size() && name[e] == '.') return name.substr(0, e);
+  }
+  return name;
+}
+
+std::vector<int64_t> gather_units(const ParamTable& t, std::string* largest_name) {
+  std::map<std::string, int64_t> units;
+  for (auto& p : t.list()) units[gather_unit(p.name)] += p.numel;
+  std::vector<int64_t> sizes;
+  int64_t best = -1;
+  for (auto& [n, c] : units) {
+    sizes.push_back(c);
+    if (c > best) {
+      best = c;
+      if (largest_name) *largest_name = n;
+    }
+  }
+  std::sort(sizes.rbegin(), sizes.rend());
+  return sizes;
+}
+
+ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T) {
+  ZT_CHECK(B >= 1 && T >= 1, "batch size and sequence length must be positive, got B=", B, " T=", T);
+  ZT_CHECK(T <= cfg.max_position, "sequence length ", T, " exceeds the model's context of ", cfg.max_position,
+           " positions; lower --model_max_length");
+  ParamTable t;
+  if (cfg.arch == Arch::gpt2)
+    gpt2_layout(cfg, t);
+  else
+    llama_layout(cfg, t);
+  ModelMemoryInputs in;
+  in.num_params = t.total();
+  in.unit_params = gather_units(t, &in.largest_unit);
+  in.largest_unit_params = in.unit_params.empty() ? 0 : in.unit_params[0];
+  size_t acts = 0, temp = 0;
+  Transformer::planned_bytes(cfg, B, T, &acts, &temp);
+  in.activation_bytes = int64_t(acts);
+  in.temporary_bytes = int64_t(temp);
+  return in;
+}
+
+const char* strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::ddp: return "DDP (ZeRO-0)";
+    case Strategy::zero1: return "ZeRO-1";
+    case Strategy::zero2: return "ZeRO-2";
+    case Strategy::zero3: return "ZeRO-3";
+    case Strategy::zero3_hpz: return "ZeRO-3 + hpZ";
+    case Strategy::hybrid: return "hybrid shard";
+  }
+  return "?";
+}
+
+int resolved_group(const MemoryEstimateOptions& opt) {
+  if (opt.hpz_partition_size > 0) return opt.hpz_partition_size;
+  return opt.num_ranks >= 4 ? opt.num_ranks / 2 : opt.num_ranks;
+}
+
+std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const MemoryEstimateOptions& opt) {
+  const int N = opt.num_ranks;
+  ZT_CHECK(N >= 1, "--num_ranks must be at least 1, got ", N);
+  const int G = resolved_group(opt);
+  ZT_CHECK(G >= 1 && (G >= N || N % G == 0), "--zero_hpz_partition_size ", G, " must divide the number of ranks ", N);
+  const int64_t P = in.num_params;
+  // Shards are equal-size slices of the padded flat buffer (what reduce_scatter needs).
+  auto shard = [&](int n) { return shard_layout(P, n).shard; };
+  const int64_t bucket = opt.ddp_bucket_bytes;
+  int64_t live = 0;  // the largest units that can be resident at once
+  for (size_t k = 0; k < in.unit_params.size() && k < size_t(std::max(opt.zero3_live_units, 0)); ++k)
+    live += in.unit_params[k];
+  if (in.unit_params.empty()) live = int64_t(opt.zero3_live_units) * in.largest_unit_params;
+  const int64_t zero3_comm = 2 * 4 * live;  // gathered fp32 parameters + unsharded fp32 gradients
+
+  auto row = [&](Strategy s, int group, int64_t params, int64_t grads, int64_t optim, int64_t comm) {
+    MemoryRow r;
+    r.strategy = s;
+    r.num_ranks = N;
+    r.group = group;
+    r.params = params;
+    r.grads = grads;
+    r.optim = optim;
+    r.activations = in.activation_bytes;
+    r.temporary = in.temporary_bytes;
+    r.comm = N > 1 ? comm : 0;  // a single rank communicates nothing
+    return r;
+  };
+  std::vector<MemoryRow> rows;
+  rows.push_back(row(Strategy::ddp, N, 4 * P, 4 * P, 8 * P, bucket));
+  rows.push_back(row(Strategy::zero1, N, 4 * P, 4 * P, 8 * shard(N), bucket));
+  rows.push_back(row(Strategy::zero2, N, 4 * P, 4 * shard(N), 8 * shard(N), 2 * bucket));
+  rows.push_back(row(Strategy::zero3, N, 4 * shard(N), 4 * shard(N), 8 * shard(N), zero3_comm));
+  if (G > 1 && G < N) {
+    rows.push_back(row(Strategy::zero3_hpz, G, 4 * shard(N) + 4 * shard(G), 4 * shard(N), 8 * shard(N), zero3_comm));
+    rows.push_back(row(Strategy::hybrid, G, 4 * shard(G), 4 * shard(G), 8 * shard(G), zero3_comm));
+  }
+  return rows;
+}
+
+}  // namespace zt::parallel

@@ -1,0 +1,70 @@
+// memory_estimate.h: per-rank training memory under each data-parallel strategy (DDP,
+// ZeRO-1/2/3, ZeRO++ hpZ, hybrid sharding), like DeepSpeed's
+// estimate_zero3_model_states_mem_needs_all_live but with ztrain's activations and
+// temporaries (from the same planner the Transformer allocates with) and the
+// communication buffers ztrain's data-parallel code uses:
+//   DDP / ZeRO-1: gradients are all-reduced in place in 25 MiB fp32 buckets of the flat
+//     gradient buffer; counted: one bucket of MPI scratch in flight.
+//   ZeRO-2: each bucket of unsharded gradients is reduce-scattered into the rank's shard;
+//     counted: two buckets (one filling from backward, one in flight).
+//   ZeRO-3 / hpZ / hybrid: parameters are gathered per unit (a transformer block, or a
+//     top-level tensor such as the embedding); counted: the two largest units of gathered
+//     parameters (current + prefetched) and of unsharded gradients (current + in flight).
+// Model states are fp32 AdamW: 4 (parameter) + 4 (gradient) + 8 (two moments) bytes per
+// parameter unsharded. ZeRO-1 shards the moments over N ranks, ZeRO-2 also the
+// gradients, ZeRO-3 also the parameters; hpZ (ZeRO++) keeps ZeRO-3's shards over N plus
+// a secondary parameter copy sharded over G; hybrid (FSDP's HYBRID_SHARD) is ZeRO-3
+// within groups of G ranks, replicated across the N/G groups.
+// It deliberately is not a measurement: allocator overhead, the binary and the runtime
+// libraries (about 2% here, docs/memory.md) are not included.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/config.h"
+#include "models/params.h"
+
+namespace zt::parallel {
+
+struct ModelMemoryInputs {
+  int64_t num_params = 0;
+  int64_t largest_unit_params = 0;  // the most parameters ZeRO-3 gathers at once
+  std::string largest_unit;         // its name (a block prefix or a tensor name)
+  std::vector<int64_t> unit_params;  // every gathering unit's size, largest first
+  int64_t activation_bytes = 0;     // per rank, for the micro-batch (B, T)
+  int64_t temporary_bytes = 0;
+};
+// From a model config without allocating the model (the parameter table is built alone,
+// activations come from Transformer::planned_bytes).
+ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T);
+// The ZeRO-3 gathering unit of a parameter name: "transformer.h.3" / "model.layers.3"
+// for block tensors, the name itself for top-level ones.
+std::string gather_unit(const std::string& param_name);
+// The gathering units of a table: their sizes (parameters), largest first, and the
+// largest one's name.
+std::vector<int64_t> gather_units(const ParamTable& t, std::string* largest_name);
+
+enum class Strategy { ddp, zero1, zero2, zero3, zero3_hpz, hybrid };
+const char* strategy_name(Strategy s);
+
+struct MemoryEstimateOptions {
+  int num_ranks = 1;                   // N
+  int hpz_partition_size = 0;          // G; 0 = N/2 when N >= 4 (the hpZ / hybrid rows need 1 < G < N)
+  int64_t ddp_bucket_bytes = 25 << 20;
+  int zero3_live_units = 2;            // gathered units resident at once (current + prefetch)
+};
+
+struct MemoryRow {
+  Strategy strategy = Strategy::ddp;
+  int num_ranks = 1;
+  int group = 1;  // G for hpZ / hybrid, else N
+  int64_t params = 0, grads = 0, optim = 0, activations = 0, temporary = 0, comm = 0;
+  int64_t total() const { return params + grads + optim + activations + temporary + comm; }
+};
+// One row per strategy; hpZ and hybrid rows only when 1 < G < N.
+std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const MemoryEstimateOptions& opt);
+// The G the estimate uses for opt (resolving the 0 default).
+int resolved_group(const MemoryEstimateOptions& opt);
+
+}  // namespace zt::parallel
