@@ -51,6 +51,23 @@ struct TrainArgs {
   int64_t eos_token_id = -1;  // -1: the model config's eos_token_id
   int dataloader_prefetch = 3;  // micro-batches prepared ahead by the loader thread
 
+  // Data parallelism over the ranks of mpirun (docs/distributed.md). Set by flags of the same
+  // names or by a DeepSpeed JSON config (--deepspeed, HF Trainer's flag; its keys win over the
+  // defaults here, "auto" keys take the flag values). Sizes are in elements, like DeepSpeed's.
+  std::string deepspeed;             // path of a DeepSpeed JSON config, "" = none
+  int zero_stage = 0;                // 0 = DDP (replicated), 1/2/3 = ZeRO stages
+  bool overlap_comm = true;          // reduce gradient buckets while backward runs
+  int64_t reduce_bucket_size = 500000000;     // DeepSpeed default 5e8 elements
+  int64_t allgather_bucket_size = 500000000;  // DeepSpeed default 5e8 elements
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;        // stage 1/2: reduce-scatter gradients instead of all-reduce
+  int zero_hpz_partition_size = 1;   // hybrid: shard within groups of this many ranks (1 = all ranks)
+  bool zero_quantized_weights = false;    // ZeRO++ qwZ: int8 blockwise parameter all-gather
+  bool zero_quantized_gradients = false;  // ZeRO++ qgZ: int8 gradient reduce-scatter
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  int64_t train_batch_size = 0;      // DeepSpeed's global batch (0 = not set): micro x accumulation x ranks
+
   int threads = 0;  // 0: all cores
   bool no_shuffle = false;
   double peak_gflops = 400.0;  // this machine's measured fp32 GEMM peak, for MFU
