@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "commands.h"
+#include "dist/communicator.h"
 #include "flags.h"
 #include "train/train_args.h"
 
@@ -109,11 +110,14 @@ int main(int argc, char** argv) {
     if (cmd == "estimate-memory") return zt::app::cmd_estimate_memory(args);
     std::fprintf(stderr, "ztrain: error: unknown command \"%s\"; run ztrain help for the list\n", cmd.c_str());
     return 2;
-  } catch (const zt::Error& e) {
-    std::fprintf(stderr, "ztrain: error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+    // One line per error, whatever the message holds, so scripts and logs see it whole.
+    std::string msg = e.what();
+    for (size_t i = 0; (i = msg.find('\n', i)) != std::string::npos;) msg.replace(i, 1, "; ");
+    // Under mpirun the other ranks would wait in their next collective: abort the whole job
+    // (prints "[rank R] error: ..."). Without MPI it returns and we exit as usual.
+    zt::dist::abort_job(msg);
+    std::fprintf(stderr, "ztrain: error: %s\n", msg.c_str());
     return 1;
   }
 }

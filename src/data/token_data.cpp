@@ -24,6 +24,18 @@ TokenFile::TokenFile(const std::string& path, int vocab_size) : path_(path) {
   ::close(fd);
   ZT_CHECK(bytes_ == 0 || map_ != MAP_FAILED, "cannot map ", path, ": ", std::strerror(errno));
   if (map_ == MAP_FAILED) map_ = nullptr;
+  // A constructor that throws runs no destructor: unmap here so a rejected file is not leaked.
+  try {
+    validate(vocab_size);
+  } catch (...) {
+    if (map_) ::munmap(map_, bytes_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+void TokenFile::validate(int vocab_size) {
+  const std::string& path = path_;
   const auto* base = static_cast<const unsigned char*>(map_);
   size_t offset = 0;
   if (bytes_ >= kShardHeaderBytes && std::memcmp(base, kShardMagic, 8) == 0) {
@@ -70,7 +82,10 @@ TokenFile::~TokenFile() {
 }
 
 WindowSampler::WindowSampler(const TokenFile& f, int T, bool shuffle, uint64_t seed)
-    : f_(f), T_(T), shuffle_(shuffle), seed_(seed), windows_((f.size() - 1) / T) {}
+    : f_(f), T_(T), shuffle_(shuffle), seed_(seed), windows_(T > 0 ? (f.size() - 1) / T : 0) {
+  ZT_CHECK(windows_ > 0, f.path(), " has ", f.size(), " tokens, fewer than one sequence of ", T,
+           "+1 tokens; use more data or a smaller --model_max_length");
+}
 
 int64_t WindowSampler::window_of(int64_t g) {
   int64_t epoch = g / windows_, i = g % windows_;

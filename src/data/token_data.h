@@ -23,6 +23,7 @@ class TokenFile {
   const std::string& path() const { return path_; }
 
  private:
+  void validate(int vocab_size);  // header, size and id checks; throws zt::Error
   std::string path_;
   void* map_ = nullptr;
   size_t bytes_ = 0;
