@@ -163,6 +163,39 @@ TEST(DeepSpeedConfig, SchedulerDefaultsAreDeepSpeeds) {
   EXPECT_DOUBLE_EQ(schedule_from_args(b, 100).base_lr, 0.01);  // warmup_max_lr, not learning_rate
 }
 
+TEST(DeepSpeedConfig, SchedulerValuesAgainstFlags) {
+  TrainArgs a;
+  a.learning_rate = 1e-4;
+  a.warmup_steps = 0.1;  // a ratio: 10 of --max_steps 100
+  a.max_steps = 100;
+  a.lr_scheduler_type = "cosine";
+  a.explicit_flags = {"learning_rate", "warmup_steps", "max_steps", "lr_scheduler_type"};
+  auto w = apply(a, 1, R"({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 1e-4,
+                          "warmup_num_steps": 10, "total_num_steps": 100}}})");
+  EXPECT_EQ(w, std::vector<std::string>{"--lr_scheduler_type cosine is replaced by the DeepSpeed config's scheduler "
+                                        "WarmupDecayLR"});
+  EXPECT_EQ(a.total_num_steps, 100);
+  EXPECT_EQ(schedule_from_args(a, 100).warmup_steps, 10);
+  std::string e = error_of([&] {
+    apply(a, 1, R"({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 3e-4,
+                   "warmup_num_steps": 20, "total_num_steps": 50}}})");
+  });
+  EXPECT_NE(e.find("- ds scheduler.params.total_num_steps=50 vs hf max_steps=100\n"), std::string::npos) << e;
+  EXPECT_NE(e.find("- ds scheduler.params.warmup_max_lr=0.0003 vs hf learning_rate=0.0001\n"), std::string::npos) << e;
+  EXPECT_NE(e.find("- ds scheduler.params.warmup_num_steps=20 vs hf warmup_steps=10\n"), std::string::npos) << e;
+}
+
+TEST(DeepSpeedConfig, FileErrorsNameThePath) {
+  TrainArgs a;
+  a.deepspeed = testing::TempDir() + "/ds_bad.json";
+  FILE* f = std::fopen(a.deepspeed.c_str(), "w");
+  ASSERT_TRUE(f);
+  std::fputs("{\"zero_optimization\": {\"stage\": 2,}}", f);
+  std::fclose(f);
+  std::string e = error_of([&] { apply_deepspeed_config(a, 1); });
+  EXPECT_NE(e.find("ds_bad.json\" is not valid JSON"), std::string::npos) << e;
+}
+
 // ---- errors ----
 
 TEST(DeepSpeedConfig, MismatchesAreCollectedIntoOneError) {

@@ -375,6 +375,75 @@ void apply_optimizer(Ctx& c, const json& o) {
            " (L2 regularisation) is not supported; ztrain's AdamW decouples weight decay: drop adam_w_mode");
 }
 
+// One scheduler.params entry of a scheduler of the given type.
+void apply_scheduler_param(Ctx& c, const std::string& type, const std::string& pk, const json& pv) {
+  TrainArgs& a = c.a;
+  const std::string key = "scheduler.params." + pk;
+  // Parameters of another DeepSpeed scheduler: DeepSpeed itself would fail on them.
+  const bool cosine = type == "WarmupCosineLR";
+  const bool cosine_only = pk == "warmup_min_ratio" || pk == "cos_min_ratio";
+  const bool warmup_lr_only = pk == "warmup_min_lr" || pk == "warmup_max_lr";
+  if ((cosine && warmup_lr_only) || (!cosine && cosine_only) || (type == "WarmupLR" && pk == "total_num_steps")) {
+    c.warnings.push_back(str_cat("DeepSpeed config key ", key, " is not used by ", type));
+    return;
+  }
+  if (pk == "warmup_min_lr") {
+    if (is_auto(pv))
+      a.warmup_min_lr = 0;  // HF's fill_only: not a Trainer argument
+    else
+      read(key, pv, true, a.warmup_min_lr, 0, 0);
+  } else if (pk == "warmup_max_lr") {
+    if (is_auto(pv)) {
+      a.warmup_max_lr = -1;  // learning_rate
+      return;
+    }
+    double x = 0;
+    read(key, pv, true, x, 0, 0);
+    if (c.given("learning_rate") && x != a.learning_rate)
+      c.mismatch(key, pv, "learning_rate", show(a.learning_rate));
+    else
+      a.warmup_max_lr = x;  // may differ from optimizer.params.lr: DeepSpeed's scheduler sets the LR
+  } else if (pk == "warmup_num_steps") {
+    if (is_auto(pv)) return;  // HF: args.get_warmup_steps(num_training_steps), at the trainer
+    const int64_t n = read_int(key, pv, true, 0, INT64_MAX);
+    if (c.given("warmup_steps") || c.given("warmup_ratio")) {
+      const auto hf = hf_warmup_steps(a, a.max_steps);
+      if (!hf || *hf != n) {
+        c.mismatch(key, pv, "warmup_steps",
+                   hf ? show(*hf)
+                      : str_cat(show(a.warmup_steps > 0 ? a.warmup_steps : a.warmup_ratio),
+                                " (a ratio of the total steps, unknown without --max_steps)"));
+        return;
+      }
+    }
+    a.warmup_steps = double(n);
+    a.warmup_ratio = 0;
+  } else if (pk == "total_num_steps") {
+    if (is_auto(pv)) {
+      a.total_num_steps = -1;  // HF: num_training_steps, known at the trainer
+      return;
+    }
+    const int64_t n = read_int(key, pv, true, 1, INT64_MAX);
+    if (c.given("max_steps") && a.max_steps > 0 && n != a.max_steps)
+      c.mismatch(key, pv, "max_steps", show(a.max_steps));
+    else
+      a.total_num_steps = n;
+  } else if (pk == "warmup_type") {
+    a.warmup_type = read_string(key, pv);
+    ZT_CHECK(a.warmup_type == "log" || a.warmup_type == "linear", "DeepSpeed config key ", key,
+             " must be \"log\" or \"linear\", got ", quote(a.warmup_type));
+  } else if (pk == "warmup_min_ratio" || pk == "cos_min_ratio") {
+    double& field = pk == "warmup_min_ratio" ? a.warmup_min_ratio : a.cos_min_ratio;
+    read(key, pv, false, field, 0, 0);
+    ZT_CHECK(field <= 1, "DeepSpeed config key ", key, " is a ratio of the learning rate in [0, 1], got ",
+             show(field));
+  } else {
+    c.other(key, pv,
+            {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
+             "warmup_min_ratio", "cos_min_ratio"});
+  }
+}
+
 void apply_scheduler(Ctx& c, const json& s) {
   TrainArgs& a = c.a;
   require_object("scheduler", s);
@@ -389,7 +458,6 @@ void apply_scheduler(Ctx& c, const json& s) {
     c.warnings.push_back(str_cat("--lr_scheduler_type ", a.lr_scheduler_type, " is replaced by the DeepSpeed config's ",
                                  "scheduler ", type));
   a.lr_scheduler_type = type;
-  const bool cosine = type == "WarmupCosineLR";
   bool saw_warmup_num_steps = false;
   for (auto& [k, v] : s.items()) {
     if (k == "type") continue;
@@ -398,71 +466,8 @@ void apply_scheduler(Ctx& c, const json& s) {
       continue;
     }
     require_object("scheduler.params", v);
-    for (auto& [pk, pv] : v.items()) {
-      const std::string key = "scheduler.params." + pk;
-      // Parameters of another DeepSpeed scheduler: DeepSpeed itself would fail on them.
-      const bool cosine_only = pk == "warmup_min_ratio" || pk == "cos_min_ratio";
-      const bool warmup_lr_only = pk == "warmup_min_lr" || pk == "warmup_max_lr";
-      if ((cosine && warmup_lr_only) || (!cosine && cosine_only) || (type == "WarmupLR" && pk == "total_num_steps")) {
-        c.warnings.push_back(str_cat("DeepSpeed config key ", key, " is not used by ", type));
-        continue;
-      }
-      if (pk == "warmup_min_lr") {
-        if (is_auto(pv))
-          a.warmup_min_lr = 0;  // HF's fill_only: not a Trainer argument
-        else
-          read(key, pv, true, a.warmup_min_lr, 0, 0);
-      } else if (pk == "warmup_max_lr") {
-        if (is_auto(pv)) {
-          a.warmup_max_lr = -1;  // learning_rate
-        } else {
-          double x = 0;
-          read(key, pv, true, x, 0, 0);
-          if (c.given("learning_rate") && x != a.learning_rate)
-            c.mismatch(key, pv, "learning_rate", show(a.learning_rate));
-          else
-            a.warmup_max_lr = x;
-        }
-      } else if (pk == "warmup_num_steps") {
-        saw_warmup_num_steps = true;
-        if (is_auto(pv)) continue;  // HF: args.get_warmup_steps(num_training_steps), at the trainer
-        const int64_t n = read_int(key, pv, true, 0, INT64_MAX);
-        if (c.given("warmup_steps") || c.given("warmup_ratio")) {
-          const auto hf = hf_warmup_steps(a, a.max_steps);
-          if (!hf || *hf != n) {
-            c.mismatch(key, pv, "warmup_steps",
-                       hf ? show(*hf) : str_cat(show(a.warmup_steps > 0 ? a.warmup_steps : a.warmup_ratio),
-                                                " (a ratio of the total steps, unknown without --max_steps)"));
-            continue;
-          }
-        }
-        a.warmup_steps = double(n);
-        a.warmup_ratio = 0;
-      } else if (pk == "total_num_steps") {
-        if (is_auto(pv)) {
-          a.total_num_steps = -1;  // HF: num_training_steps, known at the trainer
-          continue;
-        }
-        const int64_t n = read_int(key, pv, true, 1, INT64_MAX);
-        if (c.given("max_steps") && a.max_steps > 0 && n != a.max_steps)
-          c.mismatch(key, pv, "max_steps", show(a.max_steps));
-        else
-          a.total_num_steps = n;
-      } else if (pk == "warmup_type") {
-        a.warmup_type = read_string(key, pv);
-        ZT_CHECK(a.warmup_type == "log" || a.warmup_type == "linear", "DeepSpeed config key ", key,
-                 " must be \"log\" or \"linear\", got ", quote(a.warmup_type));
-      } else if (pk == "warmup_min_ratio" || pk == "cos_min_ratio") {
-        double& field = pk == "warmup_min_ratio" ? a.warmup_min_ratio : a.cos_min_ratio;
-        read(key, pv, false, field, 0, 0);
-        ZT_CHECK(field <= 1, "DeepSpeed config key ", key, " is a ratio of the learning rate in [0, 1], got ",
-                 show(field));
-      } else {
-        c.other(key, pv,
-                {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
-                 "warmup_min_ratio", "cos_min_ratio"});
-      }
-    }
+    saw_warmup_num_steps = v.contains("warmup_num_steps");
+    for (auto& [pk, pv] : v.items()) apply_scheduler_param(c, type, pk, pv);
   }
   // DeepSpeed's default warmup_num_steps is 1000; a warmup flag given on the command line
   // wins over that default (HF would silently use 1000).
