@@ -70,6 +70,7 @@ void FlagSet::parse(const std::vector<std::string>& args) {
     }
     const Flag* f = find(name);
     ZT_CHECK(f, "ztrain ", command_, ": unknown flag --", shown(name), "; did you mean --", nearest(name), "?");
+    given_.insert(f->name);
     if (f->kind == Kind::boolean) {
       if (!has_value && i + 1 < args.size() && (args[i + 1] == "true" || args[i + 1] == "false" ||
                                                 args[i + 1] == "True" || args[i + 1] == "False")) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ class FlagSet {
   // Parses args (without the program and subcommand); throws zt::Error on bad input.
   void parse(const std::vector<std::string>& args);
   std::string help() const;
+  // Names of the flags parse() saw (without "--"), so a config file can tell an explicit
+  // value from a default (DeepSpeed JSON vs HF flags, docs/deepspeed.md).
+  const std::set<std::string>& given() const { return given_; }
 
  private:
   enum class Kind { str, i32, i64, f64, boolean };
@@ -33,6 +37,7 @@ class FlagSet {
   std::string nearest(const std::string& name) const;
   std::string command_;
   std::vector<Flag> flags_;
+  std::set<std::string> given_;
 };
 
 }  // namespace zt::app

@@ -63,7 +63,7 @@ int cmd_train(const Args& args) {
   f.add("adam_beta2", &a.adam_beta2, "(0.999)");
   f.add("adam_epsilon", &a.adam_epsilon, "(1e-8)");
   f.add("max_grad_norm", &a.max_grad_norm, "global gradient-norm clip, 0 disables (1.0)");
-  f.add("lr_scheduler_type", &a.lr_scheduler_type, "constant | constant_with_warmup | linear | cosine (linear)");
+  f.add("lr_scheduler_type", &a.lr_scheduler_type, "constant | constant_with_warmup | linear | cosine | WarmupLR | WarmupDecayLR | WarmupCosineLR (linear)");
   f.add("warmup_ratio", &a.warmup_ratio, "warmup as a fraction of the total steps (0)");
   f.add("warmup_steps", &a.warmup_steps, "warmup steps; a value < 1 is a ratio (0)");
   f.add("max_steps", &a.max_steps, "optimizer steps; overrides --num_train_epochs (-1)");
@@ -85,8 +85,18 @@ int cmd_train(const Args& args) {
   f.add("eos_token_id", &a.eos_token_id, "document separator for --packing (-1: config.json's eos_token_id)");
   f.add("dataloader_prefetch", &a.dataloader_prefetch, "micro-batches the loader thread prepares ahead (3)");
   f.add("peak_gflops", &a.peak_gflops, "GEMM peak used for MFU (400, this machine's fp32 sgemm)");
+  // DeepSpeed / ZeRO (docs/deepspeed.md). A --deepspeed JSON's values replace defaults but must
+  // agree with flags given here; "auto" values take the flags.
+  f.add("deepspeed", &a.deepspeed, "DeepSpeed JSON config (HF Trainer's flag; docs/deepspeed.md)");
+  f.add("zero_stage", &a.zero_stage, "0 = replicated (DDP), 1/2/3 = ZeRO stage (0)");
+  f.add("zero_hpz_partition_size", &a.zero_hpz_partition_size, "ZeRO++ hpZ: shard within groups of N ranks (1)");
+  f.add("zero_quantized_weights", &a.zero_quantized_weights, "ZeRO++ qwZ: int8 parameter all-gather");
+  f.add("zero_quantized_gradients", &a.zero_quantized_gradients, "ZeRO++ qgZ: int8 gradient reduce-scatter");
+  f.add("reduce_bucket_size", &a.reduce_bucket_size, "gradient bucket size in elements (5e8)");
+  f.add("overlap_comm", &a.overlap_comm, "reduce buckets while backward runs (true)");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
+  a.explicit_flags = f.given();
   zt::train_run(a);
   return 0;
 }

@@ -1,24 +1,53 @@
-// schedule.h: learning-rate schedules with HF Trainer's names and formulas
-// (transformers.get_scheduler): constant, constant_with_warmup, linear, cosine. The
-// multiplier for optimizer step s (0-based) is lambda(s); warmup is linear from 0.
+// schedule.h: learning-rate schedules. HF Trainer's (transformers.get_scheduler): constant,
+// constant_with_warmup, linear, cosine, where optimizer step s (0-based) uses
+// base_lr * lambda(s) and warmup is linear from 0. And DeepSpeed's (deepspeed/runtime/
+// lr_schedules.py), selected by their DeepSpeed names: WarmupLR, WarmupDecayLR, WarmupCosineLR.
+//
+// DeepSpeed step indexing (kept exactly, so a DeepSpeed config gives DeepSpeed's LR curve):
+// the engine calls scheduler.step() after each optimizer step, and the scheduler starts at
+// last_batch_iteration = -1. So optimizer step s uses DeepSpeed's formula at iteration s-1,
+// and step 0 uses the pre-start value (warmup_min_lr for WarmupLR/WarmupDecayLR, 0 for
+// WarmupCosineLR). lr_at(s + 1) is the LR DeepSpeed reports after step s (get_last_lr()).
+// Not here: OneCycle, LRRangeTest, HF's polynomial/inverse_sqrt/... (rejected by name).
 #pragma once
 #include <cstdint>
 #include <string>
 
 namespace zt::optim {
 
-enum class ScheduleKind { constant, constant_with_warmup, linear, cosine };
+enum class ScheduleKind {
+  constant,
+  constant_with_warmup,
+  linear,
+  cosine,
+  warmup_lr,         // DeepSpeed WarmupLR: warmup then constant at base_lr
+  warmup_decay_lr,   // DeepSpeed WarmupDecayLR: warmup then linear decay to 0 at total_steps
+  warmup_cosine_lr,  // DeepSpeed WarmupCosineLR: warmup then cosine decay to cos_min_ratio
+};
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::linear;
+  // HF kinds: the peak LR. WarmupLR / WarmupDecayLR: warmup_max_lr. WarmupCosineLR: the
+  // optimizer's lr, which its ratios multiply.
   double base_lr = 5e-5;
-  int64_t warmup_steps = 0;
-  int64_t total_steps = 1;
+  int64_t warmup_steps = 0;  // DeepSpeed kinds: warmup_num_steps (DeepSpeed uses at least 2)
+  int64_t total_steps = 1;   // DeepSpeed kinds: total_num_steps
+
+  // DeepSpeed parameters, unused by the HF kinds; defaults are DeepSpeed's.
+  double warmup_min_lr = 0.0;     // WarmupLR / WarmupDecayLR start
+  bool warmup_log = true;         // warmup_type "log" (DeepSpeed's default) or "linear"
+  double warmup_min_ratio = 0.0;  // WarmupCosineLR start, a ratio of base_lr
+  double cos_min_ratio = 1e-4;    // WarmupCosineLR end, a ratio of base_lr
 
   double lr_at(int64_t step) const;
 };
 
-// Parses an HF --lr_scheduler_type value; throws an Error naming the valid ones.
+// DeepSpeed's formula at scheduler iteration it >= 0 (last_batch_iteration), without the
+// step shift of lr_at; exposed for tests and for comparing against DeepSpeed's own tables.
+double deepspeed_lr_at_iteration(const Schedule& s, int64_t it);
+
+// Parses an --lr_scheduler_type value (HF names, or DeepSpeed's scheduler type names);
+// throws an Error naming the valid ones.
 ScheduleKind schedule_kind_from_string(const std::string& s);
 
 }  // namespace zt::optim

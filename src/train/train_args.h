@@ -2,6 +2,7 @@
 // TrainingArguments where HF has the setting (same defaults), plus ztrain's own.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 
 namespace zt {
@@ -67,6 +68,18 @@ struct TrainArgs {
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   int64_t train_batch_size = 0;      // DeepSpeed's global batch (0 = not set): micro x accumulation x ranks
+
+  // DeepSpeed scheduler parameters (a config's "scheduler" section, docs/deepspeed.md), used
+  // when lr_scheduler_type is WarmupLR | WarmupDecayLR | WarmupCosineLR. Defaults are DeepSpeed's.
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = -1.0;     // < 0: learning_rate (HF's "auto")
+  std::string warmup_type = "log";  // log | linear
+  double warmup_min_ratio = 0.0;   // WarmupCosineLR
+  double cos_min_ratio = 1e-4;     // WarmupCosineLR
+  int64_t total_num_steps = -1;    // scheduler length; -1: the run's total optimizer steps
+  // Names of the flags given on the command line (without "--"): a DeepSpeed config value
+  // that disagrees with one of these is an error, while it silently replaces a default.
+  std::set<std::string> explicit_flags;
 
   int threads = 0;  // 0: all cores
   bool no_shuffle = false;

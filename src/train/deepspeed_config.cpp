@@ -1,0 +1,634 @@
+// deepspeed_config.cpp: see deepspeed_config.h. One function per config section; each walks
+// its keys, so any key it does not handle falls through to a warning by full dotted name.
+#include "train/deepspeed_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace zt {
+namespace {
+
+using json = nlohmann::json;
+
+// ---- values: reading with type checks, and showing them in messages ----
+
+bool is_auto(const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "auto"; }
+
+std::string show_json(const json& v) {
+  std::string s = v.dump();  // nlohmann escapes control characters, so this stays on one line
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+// Like Python's repr(float), which HF's messages print: shortest round-trip digits, fixed
+// notation for exponents -4..15 (0.0001, 1.0), scientific otherwise (1e-05).
+std::string show(double x) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+  std::string sci(buf, r.ptr);
+  const auto e = sci.find('e');
+  if (!std::isfinite(x) || e == std::string::npos) return sci;
+  const int exp = std::atoi(sci.c_str() + e + 1);
+  if (exp < -4 || exp >= 16) return sci;
+  r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::fixed);
+  std::string fixed(buf, r.ptr);
+  return fixed.find('.') == std::string::npos ? fixed + ".0" : fixed;
+}
+std::string show(int64_t x) { return std::to_string(x); }
+std::string show(int x) { return std::to_string(x); }
+std::string show(bool x) { return x ? "true" : "false"; }
+
+[[noreturn]] void type_error(const std::string& key, const char* expected, const json& v, bool auto_ok) {
+  throw Error(str_cat("DeepSpeed config key ", key, " must be ", expected, auto_ok ? " or \"auto\"" : "", ", got ",
+                      show_json(v)));
+}
+
+// Integer keys also take an integral JSON float: DeepSpeed configs write bucket sizes as 5e8.
+int64_t read_int(const std::string& key, const json& v, bool auto_ok, int64_t lo, int64_t hi) {
+  int64_t x = 0;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) type_error(key, "an integer", v, auto_ok);
+  if (v.is_number_integer()) {
+    x = v.get<int64_t>();
+  } else if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
+             std::fabs(v.get<double>()) < 9.0e18) {
+    x = int64_t(v.get<double>());
+  } else {
+    type_error(key, "an integer", v, auto_ok);
+  }
+  ZT_CHECK(x >= lo && x <= hi, "DeepSpeed config key ", key, " must be ",
+           hi == INT64_MAX ? str_cat("at least ", lo) : str_cat("between ", lo, " and ", hi), ", got ", x);
+  return x;
+}
+
+void read(const std::string& key, const json& v, bool auto_ok, int64_t& out, int64_t lo, int64_t hi) {
+  out = read_int(key, v, auto_ok, lo, hi);
+}
+void read(const std::string& key, const json& v, bool auto_ok, int& out, int64_t lo, int64_t hi) {
+  out = int(read_int(key, v, auto_ok, std::max<int64_t>(lo, INT_MIN), std::min<int64_t>(hi, INT_MAX)));
+}
+void read(const std::string& key, const json& v, bool auto_ok, double& out, int64_t lo, int64_t) {
+  if (!v.is_number()) type_error(key, "a number", v, auto_ok);
+  out = v.get<double>();
+  ZT_CHECK(out >= double(lo), "DeepSpeed config key ", key, " must be at least ", lo, ", got ", show(out));
+}
+void read(const std::string& key, const json& v, bool auto_ok, bool& out, int64_t, int64_t) {
+  if (!v.is_boolean()) type_error(key, "true or false", v, auto_ok);
+  out = v.get<bool>();
+}
+std::string read_string(const std::string& key, const json& v) {
+  if (!v.is_string()) type_error(key, "a string", v, false);
+  return v.get<std::string>();
+}
+void require_object(const std::string& key, const json& v) {
+  if (!v.is_object()) type_error(key, "an object", v, false);
+}
+const json* find(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// ---- keys DeepSpeed knows that ztrain accepts without acting on them ----
+
+enum class Kind { any, boolean, number, integer, object, string };
+
+// quiet: the value (JSON text) that needs no warning because it is what ztrain does anyway;
+// "" = every value is quiet (a tuning knob with no effect on results), "!" = always warn.
+struct Inert {
+  const char* key;
+  Kind kind;
+  const char* quiet;
+};
+
+const Inert kInert[] = {
+    {"zero_allow_untested_optimizer", Kind::boolean, ""},
+    {"zero_force_ds_cpu_optimizer", Kind::boolean, ""},
+    {"prescale_gradients", Kind::boolean, "false"},
+    {"gradient_predivide_factor", Kind::number, "1"},
+    {"sparse_gradients", Kind::boolean, "false"},
+    {"memory_breakdown", Kind::boolean, "false"},
+    {"dump_state", Kind::boolean, "false"},
+    {"communication_data_type", Kind::any, "\"fp32\""},
+    {"activation_checkpointing", Kind::object, "!"},
+    {"flops_profiler", Kind::object, "!"},
+    {"tensorboard", Kind::object, "!"},
+    {"wandb", Kind::object, "!"},
+    {"csv_monitor", Kind::object, "!"},
+    {"comms_logger", Kind::object, "!"},
+    {"checkpoint", Kind::object, "!"},
+    {"aio", Kind::object, "!"},
+    {"data_types", Kind::object, "!"},
+    {"elasticity", Kind::object, "!"},
+    {"torch_autocast", Kind::object, "!"},
+    {"compile", Kind::object, "!"},
+    {"zero_optimization.allgather_partitions", Kind::boolean, "true"},
+    {"zero_optimization.round_robin_gradients", Kind::boolean, ""},
+    {"zero_optimization.load_from_fp32_weights", Kind::boolean, "true"},
+    {"zero_optimization.ignore_unused_parameters", Kind::boolean, ""},
+    {"zero_optimization.elastic_checkpoint", Kind::boolean, "false"},
+    {"zero_optimization.cpu_offload", Kind::boolean, "false"},
+    {"zero_optimization.sub_group_size", Kind::integer, ""},
+    {"zero_optimization.memory_efficient_linear", Kind::boolean, ""},
+    {"zero_optimization.use_multi_rank_bucket_allreduce", Kind::boolean, ""},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", Kind::boolean, ""},
+    {"zero_optimization.stage3_max_live_parameters", Kind::integer, "!"},
+    {"zero_optimization.stage3_max_reuse_distance", Kind::integer, "!"},
+    {"zero_optimization.stage3_prefetch_bucket_size", Kind::integer, "!"},
+    {"zero_optimization.stage3_param_persistence_threshold", Kind::integer, "!"},
+    {"zero_optimization.stage3_module_granularity_threshold", Kind::integer, "!"},
+    {"zero_optimization.zero_quantized_nontrainable_weights", Kind::boolean, "false"},
+    {"zero_optimization.mics_shard_size", Kind::integer, "-1"},
+    {"zero_optimization.mics_hierarchical_params_gather", Kind::boolean, "false"},
+    // Loss scaling and friends configure a mode ztrain rejects when enabled, so they are quiet.
+    {"fp16.loss_scale", Kind::number, ""},
+    {"fp16.initial_scale_power", Kind::integer, ""},
+    {"fp16.loss_scale_window", Kind::integer, ""},
+    {"fp16.hysteresis", Kind::integer, ""},
+    {"fp16.consecutive_hysteresis", Kind::boolean, ""},
+    {"fp16.min_loss_scale", Kind::number, ""},
+    {"fp16.auto_cast", Kind::boolean, ""},
+    {"fp16.fp16_master_weights_and_grads", Kind::boolean, ""},
+    {"bf16.immediate_grad_update", Kind::boolean, ""},
+    {"bf16.check_grad_overflow", Kind::boolean, ""},
+    {"bf16.bf16_master_weights_and_grads", Kind::boolean, ""},
+    {"bf16.bf16_optimizer_states", Kind::boolean, ""},
+    {"amp.opt_level", Kind::string, ""},
+    {"optimizer.params.torch_adam", Kind::boolean, ""},
+    {"scheduler.params.last_batch_iteration", Kind::integer, "-1"},
+};
+
+const Inert* find_inert(const std::string& key) {
+  for (auto& e : kInert)
+    if (key == e.key) return &e;
+  return nullptr;
+}
+
+// ---- the walk ----
+
+struct Ctx {
+  TrainArgs& a;
+  int world_size;
+  std::vector<std::string> mismatches;  // HF's "- ds X vs hf Y" lines
+  std::vector<std::string> warnings;
+  std::string batch_error;  // DeepSpeed's batch assertion, raised after the mismatches
+
+  bool given(const char* flag) const { return flag && a.explicit_flags.count(flag) != 0; }
+  void mismatch(const std::string& key, const json& ds, const std::string& hf_key, const std::string& hf_val) {
+    mismatches.push_back(str_cat("- ds ", key, "=", show_json(ds), " vs hf ", hf_key, "=", hf_val));
+  }
+
+  // A key the section did not handle: a known inert one (type-checked, quiet or warned), or
+  // an unknown one, warned with the nearest known name of the same section.
+  void other(const std::string& key, const json& v, std::initializer_list<const char*> handled) {
+    if (const Inert* e = find_inert(key)) {
+      if (is_auto(v)) return;  // HF fills "auto" for some of these (stage3_*); nothing asked of us
+      check_kind(key, v, e->kind);
+      const std::string quiet = e->quiet;
+      const bool disabled_section = v.is_object() && v.contains("enabled") && v["enabled"] == json(false);
+      if (quiet.empty() || disabled_section || (quiet != "!" && json::parse(quiet) == v)) return;
+      warnings.push_back(str_cat("DeepSpeed config key ", key, " is not used by ztrain (value ", show_json(v), ")"));
+      return;
+    }
+    const std::string prefix = key.substr(0, key.rfind('.') + 1);
+    std::string best;
+    size_t best_d = SIZE_MAX;
+    auto consider = [&](const std::string& cand) {
+      size_t d = edit_distance(key, cand);
+      if (d < best_d) best_d = d, best = cand;
+    };
+    for (const char* h : handled) consider(prefix + h);
+    for (auto& e : kInert)
+      if (std::string(e.key).rfind(prefix, 0) == 0 && std::string(e.key).find('.', prefix.size()) == std::string::npos)
+        consider(e.key);
+    const bool close = best_d <= std::max<size_t>(2, (best.size() - prefix.size()) / 4);
+    warnings.push_back(str_cat("DeepSpeed config key ", key, " is not used by ztrain",
+                               close ? str_cat(" (did you mean ", best, "?)") : std::string()));
+  }
+
+  static void check_kind(const std::string& key, const json& v, Kind k) {
+    int64_t i;
+    double d;
+    bool b;
+    switch (k) {
+      case Kind::any: break;
+      case Kind::boolean: read(key, v, false, b, 0, 0); break;
+      case Kind::number: read(key, v, false, d, INT64_MIN, 0); break;
+      case Kind::integer: read(key, v, false, i, INT64_MIN, INT64_MAX); break;
+      case Kind::object: require_object(key, v); break;
+      case Kind::string: read_string(key, v); break;
+    }
+  }
+};
+
+// HF's fill_match: "auto" keeps the field (the flag or its default, which HF writes back into
+// the DeepSpeed config); an explicit value must equal a flag given on the command line (else
+// one mismatch line) and otherwise replaces the default.
+template <class T>
+void fill_match(Ctx& c, const std::string& key, const json& v, const char* flag, T& field, bool auto_ok = true,
+                int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) {
+  if (auto_ok && is_auto(v)) return;
+  T ds{};
+  read(key, v, auto_ok, ds, lo, hi);
+  if (c.given(flag) && !(ds == field)) {
+    c.mismatch(key, v, flag, show(field));
+    return;
+  }
+  field = ds;
+}
+
+// The warmup steps HF derives from --warmup_steps / --warmup_ratio for a run of total steps;
+// empty when that needs the total and it is unknown (total <= 0).
+std::optional<int64_t> hf_warmup_steps(const TrainArgs& a, int64_t total) {
+  const double ws = a.warmup_steps > 0 ? a.warmup_steps : 0;
+  if (ws >= 1) return int64_t(ws);
+  const double ratio = ws > 0 ? ws : a.warmup_ratio;
+  if (ratio <= 0) return 0;
+  if (total <= 0) return std::nullopt;
+  return int64_t(std::ceil(ratio * double(total)));
+}
+
+// DeepSpeed's batch rule: any two of train_batch_size, train_micro_batch_size_per_gpu and
+// gradient_accumulation_steps determine the third. A value present in the config ("auto"
+// included) or given as a flag is fixed; only an absent one is derived.
+void apply_batch(Ctx& c, const json& cfg) {
+  TrainArgs& a = c.a;
+  const json* tb = find(cfg, "train_batch_size");
+  const json* mb = find(cfg, "train_micro_batch_size_per_gpu");
+  const json* ga = find(cfg, "gradient_accumulation_steps");
+  const bool mb_fixed = mb || c.given("per_device_train_batch_size");
+  const bool ga_fixed = ga || c.given("gradient_accumulation_steps");
+  if (mb)
+    fill_match(c, "train_micro_batch_size_per_gpu", *mb, "per_device_train_batch_size", a.per_device_train_batch_size,
+               true, 1);
+  if (ga) fill_match(c, "gradient_accumulation_steps", *ga, "gradient_accumulation_steps", a.gradient_accumulation_steps,
+                     true, 1);
+  const int64_t ws = c.world_size;
+  if (!tb || is_auto(*tb)) {
+    a.train_batch_size = int64_t(a.per_device_train_batch_size) * a.gradient_accumulation_steps * ws;
+    return;
+  }
+  const int64_t t = read_int("train_batch_size", *tb, true, 1, INT64_MAX);
+  // DeepSpeed's floor divisions; a remainder shows up in the identity check below.
+  auto to_int = [](int64_t x) { return int(std::clamp<int64_t>(x, 0, INT_MAX)); };
+  if (!mb_fixed && !ga_fixed) {
+    a.gradient_accumulation_steps = 1;
+    a.per_device_train_batch_size = to_int(t / ws);
+  } else if (!ga_fixed) {
+    a.gradient_accumulation_steps = to_int(t / a.per_device_train_batch_size / ws);
+  } else if (!mb_fixed) {
+    a.per_device_train_batch_size = to_int(t / ws / a.gradient_accumulation_steps);
+  }
+  a.train_batch_size = t;
+  const int mbv = a.per_device_train_batch_size, gav = a.gradient_accumulation_steps;
+  const int64_t calc = int64_t(mbv) * gav * ws;
+  if (t == calc && mbv > 0 && gav > 0) return;
+  if (c.given("per_device_train_batch_size") || c.given("gradient_accumulation_steps")) {
+    c.mismatch("train_batch_size", *tb, "train_batch_size (calculated)", show(calc));
+  } else if (mbv <= 0) {
+    c.batch_error = str_cat("Micro batch size per gpu: ", mbv, " has to be greater than 0");
+  } else if (gav <= 0) {
+    c.batch_error = str_cat("Gradient accumulation steps: ", gav, " has to be greater than 0");
+  } else {
+    c.batch_error = str_cat(
+        "Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * "
+        "world_size ",
+        t, " != ", mbv, " * ", gav, " * ", ws);
+  }
+  c.batch_error = str_cat("DeepSpeed config: ", c.batch_error, " (world size is the number of data-parallel ranks; ",
+                          "set train_batch_size to \"auto\" to derive it)");
+}
+
+void apply_optimizer(Ctx& c, const json& o) {
+  TrainArgs& a = c.a;
+  require_object("optimizer", o);
+  const json* t = find(o, "type");
+  ZT_CHECK(t, "DeepSpeed config: the optimizer section needs a \"type\" (\"AdamW\" or \"Adam\")");
+  const std::string type = read_string("optimizer.type", *t);
+  std::string lower = type;
+  for (auto& ch : lower) ch = char(std::tolower((unsigned char)ch));  // DeepSpeed compares lower-cased
+  ZT_CHECK(lower == "adamw" || lower == "adam", "DeepSpeed config optimizer.type ", quote(type),
+           " is not supported by ztrain; use \"AdamW\" or \"Adam\", or drop the optimizer section and use "
+           "--learning_rate, --weight_decay, --adam_beta1/2, --adam_epsilon");
+  bool adam_w_mode = true;  // DeepSpeed's default: "Adam" with weight decay is AdamW
+  for (auto& [k, v] : o.items()) {
+    if (k == "type") continue;
+    if (k != "params") {
+      c.other("optimizer." + k, v, {"type", "params"});
+      continue;
+    }
+    require_object("optimizer.params", v);
+    for (auto& [pk, pv] : v.items()) {
+      const std::string key = "optimizer.params." + pk;
+      if (pk == "lr") {
+        fill_match(c, key, pv, "learning_rate", a.learning_rate, true, 0);
+      } else if (pk == "eps") {
+        fill_match(c, key, pv, "adam_epsilon", a.adam_epsilon, true, 0);
+      } else if (pk == "weight_decay") {
+        fill_match(c, key, pv, "weight_decay", a.weight_decay, true, 0);
+      } else if (pk == "betas") {
+        if (is_auto(pv)) continue;
+        if (!pv.is_array() || pv.size() != 2 || !pv[0].is_number() || !pv[1].is_number())
+          type_error(key, "a list of two numbers", pv, true);
+        const double b1 = pv[0].get<double>(), b2 = pv[1].get<double>();
+        if ((c.given("adam_beta1") && b1 != a.adam_beta1) || (c.given("adam_beta2") && b2 != a.adam_beta2)) {
+          c.mismatch(key, pv, "adam_beta1+adam_beta2", str_cat("[", show(a.adam_beta1), ", ", show(a.adam_beta2), "]"));
+        } else {
+          a.adam_beta1 = b1;
+          a.adam_beta2 = b2;
+        }
+      } else if (pk == "adam_w_mode") {
+        read(key, pv, false, adam_w_mode, 0, 0);
+      } else if (pk == "bias_correction" || pk == "amsgrad") {
+        bool b = false;
+        read(key, pv, false, b, 0, 0);
+        ZT_CHECK(b == (pk == "bias_correction"), "DeepSpeed config key ", key, "=", show(b),
+                 " is not supported: ztrain's AdamW is PyTorch's with bias correction and without amsgrad");
+      } else {
+        c.other(key, pv, {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "amsgrad"});
+      }
+    }
+  }
+  // DeepSpeed: type AdamW is always decoupled; Adam is decoupled unless adam_w_mode is false,
+  // which means L2 decay added to the gradient, a different update ztrain does not have.
+  ZT_CHECK(lower == "adamw" || adam_w_mode || a.weight_decay == 0, "DeepSpeed config: optimizer Adam with ",
+           "adam_w_mode=false and weight_decay=", show(a.weight_decay),
+           " (L2 regularisation) is not supported; ztrain's AdamW decouples weight decay: drop adam_w_mode");
+}
+
+// One scheduler.params entry of a scheduler of the given type.
+void apply_scheduler_param(Ctx& c, const std::string& type, const std::string& pk, const json& pv) {
+  TrainArgs& a = c.a;
+  const std::string key = "scheduler.params." + pk;
+  // Parameters of another DeepSpeed scheduler: DeepSpeed itself would fail on them.
+  const bool cosine = type == "WarmupCosineLR";
+  const bool cosine_only = pk == "warmup_min_ratio" || pk == "cos_min_ratio";
+  const bool warmup_lr_only = pk == "warmup_min_lr" || pk == "warmup_max_lr";
+  if ((cosine && warmup_lr_only) || (!cosine && cosine_only) || (type == "WarmupLR" && pk == "total_num_steps")) {
+    c.warnings.push_back(str_cat("DeepSpeed config key ", key, " is not used by ", type));
+    return;
+  }
+  if (pk == "warmup_min_lr") {
+    if (is_auto(pv))
+      a.warmup_min_lr = 0;  // HF's fill_only: not a Trainer argument
+    else
+      read(key, pv, true, a.warmup_min_lr, 0, 0);
+  } else if (pk == "warmup_max_lr") {
+    if (is_auto(pv)) {
+      a.warmup_max_lr = -1;  // learning_rate
+      return;
+    }
+    double x = 0;
+    read(key, pv, true, x, 0, 0);
+    if (c.given("learning_rate") && x != a.learning_rate)
+      c.mismatch(key, pv, "learning_rate", show(a.learning_rate));
+    else
+      a.warmup_max_lr = x;  // may differ from optimizer.params.lr: DeepSpeed's scheduler sets the LR
+  } else if (pk == "warmup_num_steps") {
+    if (is_auto(pv)) return;  // HF: args.get_warmup_steps(num_training_steps), at the trainer
+    const int64_t n = read_int(key, pv, true, 0, INT64_MAX);
+    if (c.given("warmup_steps") || c.given("warmup_ratio")) {
+      const auto hf = hf_warmup_steps(a, a.max_steps);
+      if (!hf || *hf != n) {
+        c.mismatch(key, pv, "warmup_steps",
+                   hf ? show(*hf)
+                      : str_cat(show(a.warmup_steps > 0 ? a.warmup_steps : a.warmup_ratio),
+                                " (a ratio of the total steps, unknown without --max_steps)"));
+        return;
+      }
+    }
+    a.warmup_steps = double(n);
+    a.warmup_ratio = 0;
+  } else if (pk == "total_num_steps") {
+    if (is_auto(pv)) {
+      a.total_num_steps = -1;  // HF: num_training_steps, known at the trainer
+      return;
+    }
+    const int64_t n = read_int(key, pv, true, 1, INT64_MAX);
+    if (c.given("max_steps") && a.max_steps > 0 && n != a.max_steps)
+      c.mismatch(key, pv, "max_steps", show(a.max_steps));
+    else
+      a.total_num_steps = n;
+  } else if (pk == "warmup_type") {
+    a.warmup_type = read_string(key, pv);
+    ZT_CHECK(a.warmup_type == "log" || a.warmup_type == "linear", "DeepSpeed config key ", key,
+             " must be \"log\" or \"linear\", got ", quote(a.warmup_type));
+  } else if (pk == "warmup_min_ratio" || pk == "cos_min_ratio") {
+    double& field = pk == "warmup_min_ratio" ? a.warmup_min_ratio : a.cos_min_ratio;
+    read(key, pv, false, field, 0, 0);
+    ZT_CHECK(field <= 1, "DeepSpeed config key ", key, " is a ratio of the learning rate in [0, 1], got ",
+             show(field));
+  } else {
+    c.other(key, pv,
+            {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
+             "warmup_min_ratio", "cos_min_ratio"});
+  }
+}
+
+void apply_scheduler(Ctx& c, const json& s) {
+  TrainArgs& a = c.a;
+  require_object("scheduler", s);
+  const json* t = find(s, "type");
+  ZT_CHECK(t, "DeepSpeed config: the scheduler section needs a \"type\" (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
+  const std::string type = read_string("scheduler.type", *t);
+  ZT_CHECK(type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR", "DeepSpeed config scheduler.type ",
+           quote(type), " is not supported by ztrain; use WarmupLR, WarmupDecayLR or WarmupCosineLR, or drop the ",
+           "scheduler section and use --lr_scheduler_type");
+  // As in HF Trainer, a DeepSpeed scheduler replaces the HF one.
+  if (c.given("lr_scheduler_type") && a.lr_scheduler_type != type)
+    c.warnings.push_back(str_cat("--lr_scheduler_type ", a.lr_scheduler_type, " is replaced by the DeepSpeed config's ",
+                                 "scheduler ", type));
+  a.lr_scheduler_type = type;
+  bool saw_warmup_num_steps = false;
+  for (auto& [k, v] : s.items()) {
+    if (k == "type") continue;
+    if (k != "params") {
+      c.other("scheduler." + k, v, {"type", "params"});
+      continue;
+    }
+    require_object("scheduler.params", v);
+    saw_warmup_num_steps = v.contains("warmup_num_steps");
+    for (auto& [pk, pv] : v.items()) apply_scheduler_param(c, type, pk, pv);
+  }
+  // DeepSpeed's default warmup_num_steps is 1000; a warmup flag given on the command line
+  // wins over that default (HF would silently use 1000).
+  if (!saw_warmup_num_steps && !c.given("warmup_steps") && !c.given("warmup_ratio")) {
+    a.warmup_steps = 1000;
+    a.warmup_ratio = 0;
+  }
+}
+
+// offload_optimizer / offload_param: ztrain computes on the CPU, so everything already lives in
+// host memory; "none" is quiet, cpu and nvme are ignored with a warning.
+void apply_offload(Ctx& c, const std::string& key, const json& v) {
+  require_object(key, v);
+  std::string device = "none";
+  if (const json* d = find(v, "device")) device = read_string(key + ".device", *d);
+  ZT_CHECK(device == "none" || device == "cpu" || device == "nvme", "DeepSpeed config key ", key,
+           ".device must be \"none\", \"cpu\" or \"nvme\", got ", quote(device));
+  if (device != "none")
+    c.warnings.push_back(str_cat("DeepSpeed config key ", key, ".device=", device, " is not used by ztrain: it ",
+                                 "trains on the CPU, so parameters and optimizer state are in host memory already"));
+}
+
+void apply_zero(Ctx& c, const json& z) {
+  TrainArgs& a = c.a;
+  require_object("zero_optimization", z);
+  for (auto& [k, v] : z.items()) {
+    const std::string key = "zero_optimization." + k;
+    if (k == "stage") {
+      fill_match(c, key, v, "zero_stage", a.zero_stage, false, 0, 3);
+    } else if (k == "overlap_comm") {
+      fill_match(c, key, v, "overlap_comm", a.overlap_comm, false);
+    } else if (k == "reduce_bucket_size") {
+      // "auto": HF uses hidden_size^2; ztrain keeps --reduce_bucket_size (default 5e8).
+      fill_match(c, key, v, "reduce_bucket_size", a.reduce_bucket_size, true, 1);
+    } else if (k == "allgather_bucket_size") {
+      fill_match(c, key, v, nullptr, a.allgather_bucket_size, false, 1);
+    } else if (k == "contiguous_gradients") {
+      fill_match(c, key, v, nullptr, a.contiguous_gradients, false);
+    } else if (k == "reduce_scatter") {
+      fill_match(c, key, v, nullptr, a.reduce_scatter, false);
+    } else if (k == "zero_hpz_partition_size") {
+      fill_match(c, key, v, "zero_hpz_partition_size", a.zero_hpz_partition_size, false, 1);
+      ZT_CHECK(c.world_size % a.zero_hpz_partition_size == 0, "DeepSpeed config key ", key, "=",
+               a.zero_hpz_partition_size, " must divide the number of data-parallel ranks (", c.world_size, ")");
+    } else if (k == "zero_quantized_weights") {
+      fill_match(c, key, v, "zero_quantized_weights", a.zero_quantized_weights, false);
+    } else if (k == "zero_quantized_gradients") {
+      fill_match(c, key, v, "zero_quantized_gradients", a.zero_quantized_gradients, false);
+    } else if (k == "offload_optimizer" || k == "offload_param") {
+      apply_offload(c, key, v);
+    } else {
+      c.other(key, v,
+              {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "contiguous_gradients",
+               "reduce_scatter", "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
+               "offload_optimizer", "offload_param"});
+    }
+  }
+}
+
+// fp16 / bf16 / amp: ztrain trains fp32 only, so enabled=true is an error (as HF reports a
+// DeepSpeed fp16.enabled=true without --fp16); false and "auto" (= the command line, fp32) pass.
+void apply_precision(Ctx& c, const std::string& section, const json& p) {
+  require_object(section, p);
+  const std::string shown = section == "bfloat16" ? "bf16" : section;  // DeepSpeed's legacy alias
+  for (auto& [k, v] : p.items()) {
+    const std::string key = section + "." + k;
+    if (k == "enabled") {
+      if (is_auto(v)) continue;
+      bool on = false;
+      read(key, v, true, on, 0, 0);
+      ZT_CHECK(!on, "DeepSpeed config key ", key, " is true, but ztrain trains in fp32 only (mixed precision is ",
+               "not implemented yet); set it to false or \"auto\" (which follows the command line: fp32)");
+    } else if (section == "amp") {
+      continue;  // apex options; amp is off
+    } else {
+      c.other(shown + "." + k, v, {"enabled"});
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, const nlohmann::json& cfg) {
+  ZT_ASSERT(world_size > 0);
+  ZT_CHECK(cfg.is_object(), "a DeepSpeed config must be a JSON object, got ", show_json(cfg));
+  Ctx c{a, world_size, {}, {}, {}};
+  apply_batch(c, cfg);
+  for (auto& [k, v] : cfg.items()) {
+    if (k == "train_batch_size" || k == "train_micro_batch_size_per_gpu" || k == "gradient_accumulation_steps") {
+      continue;  // apply_batch
+    } else if (k == "gradient_clipping") {
+      fill_match(c, k, v, "max_grad_norm", a.max_grad_norm, true, 0);
+    } else if (k == "optimizer") {
+      apply_optimizer(c, v);
+    } else if (k == "scheduler") {
+      apply_scheduler(c, v);
+    } else if (k == "zero_optimization") {
+      apply_zero(c, v);
+    } else if (k == "fp16" || k == "bf16" || k == "bfloat16" || k == "amp") {
+      apply_precision(c, k, v);
+    } else if (k == "steps_per_print") {
+      if (!v.is_null()) fill_match(c, k, v, nullptr, a.steps_per_print, false, 1);  // null: DeepSpeed's "never"
+    } else if (k == "wall_clock_breakdown") {
+      fill_match(c, k, v, nullptr, a.wall_clock_breakdown, false);
+    } else {
+      c.other(k, v,
+              {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+               "gradient_clipping", "optimizer", "scheduler", "zero_optimization", "fp16", "bf16",
+               "steps_per_print", "wall_clock_breakdown"});
+    }
+  }
+  if (!c.mismatches.empty()) {
+    std::string msg = "Please correct the following DeepSpeed config values that mismatch TrainingArguments values:";
+    for (auto& m : c.mismatches) msg += "\n" + m;
+    throw Error(msg + "\nThe easiest method is to set these DeepSpeed config values to 'auto'.");
+  }
+  ZT_CHECK(c.batch_error.empty(), c.batch_error);
+  return c.warnings;
+}
+
+void apply_deepspeed_config(TrainArgs& a, int world_size, bool print_warnings) {
+  if (a.deepspeed.empty()) return;
+  std::ifstream in(a.deepspeed, std::ios::binary);
+  ZT_CHECK(in, "--deepspeed ", quote(a.deepspeed), ": cannot open the file");
+  std::stringstream text;
+  text << in.rdbuf();
+  json cfg;
+  try {
+    cfg = json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    throw Error(str_cat("--deepspeed ", quote(a.deepspeed), " is not valid JSON: ", e.what()));
+  }
+  std::vector<std::string> warnings;
+  try {
+    warnings = apply_deepspeed_json(a, world_size, cfg);
+  } catch (const Error& e) {
+    throw Error(str_cat("--deepspeed ", quote(a.deepspeed), ": ", e.what()));
+  }
+  if (print_warnings)
+    for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+}
+
+optim::Schedule schedule_from_args(const TrainArgs& a, int64_t total_steps) {
+  optim::Schedule s;
+  s.kind = optim::schedule_kind_from_string(a.lr_scheduler_type);
+  s.base_lr = a.learning_rate;
+  s.total_steps = total_steps;
+  s.warmup_steps = hf_warmup_steps(a, total_steps).value_or(0);
+  using K = optim::ScheduleKind;
+  if (s.kind == K::warmup_lr || s.kind == K::warmup_decay_lr || s.kind == K::warmup_cosine_lr) {
+    // WarmupCosineLR scales the optimizer's lr; the other two interpolate to warmup_max_lr.
+    if (s.kind != K::warmup_cosine_lr && a.warmup_max_lr >= 0) s.base_lr = a.warmup_max_lr;
+    if (a.total_num_steps > 0) s.total_steps = a.total_num_steps;
+    ZT_CHECK(a.warmup_type == "log" || a.warmup_type == "linear", "warmup_type must be log or linear, got ",
+             quote(a.warmup_type));
+    s.warmup_log = a.warmup_type == "log";
+    s.warmup_min_lr = a.warmup_min_lr;
+    s.warmup_min_ratio = a.warmup_min_ratio;
+    s.cos_min_ratio = a.cos_min_ratio;
+  }
+  return s;
+}
+
+}  // namespace zt

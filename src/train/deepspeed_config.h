@@ -1,0 +1,35 @@
+// deepspeed_config.h: reads a DeepSpeed JSON config (HF Trainer's --deepspeed) into TrainArgs
+// the way HF's integration does (transformers/integrations/deepspeed.py,
+// HfTrainerDeepSpeedConfig): "auto" values take the flags, a value that contradicts a flag given
+// on the command line is an error listing every such pair, and DeepSpeed's batch identity
+// train_batch_size = micro x accumulation x world size is enforced. Unlike HF, an explicit
+// DeepSpeed value silently replaces a flag's *default* (HF compares against defaults too).
+// Keys ztrain does not act on are warned about by name; keys of the wrong JSON type are errors.
+// docs/deepspeed.md lists every key. Not here: the ZeRO engine (src/parallel), fp16/bf16
+// training (rejected: ztrain trains fp32), optimizers other than Adam/AdamW.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "optim/schedule.h"
+#include "train/train_args.h"
+
+namespace zt {
+
+// Applies the config at a.deepspeed (no-op when empty) for world_size data-parallel ranks.
+// Prints each warning as one "warning: ..." line on stderr when print_warnings (pass false on
+// ranks other than 0). Throws zt::Error for unreadable files, bad types and conflicts.
+void apply_deepspeed_config(TrainArgs& a, int world_size, bool print_warnings = true);
+
+// The same for an already-parsed config; returns the warnings (without "warning: ").
+std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, const nlohmann::json& cfg);
+
+// The LR schedule of a run of total_steps optimizer steps: --lr_scheduler_type, HF's warmup
+// rules (warmup_steps >= 1 is a count, < 1 a ratio, else warmup_ratio) and, for DeepSpeed's
+// kinds, the scheduler parameters above (warmup_max_lr, total_num_steps, ...). Meant to replace
+// the trainer's inline schedule setup.
+optim::Schedule schedule_from_args(const TrainArgs& a, int64_t total_steps);
+
+}  // namespace zt
