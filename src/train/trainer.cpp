@@ -23,6 +23,7 @@
 #include "models/transformer.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
+#include "train/deepspeed_config.h"
 #include "train/evaluate.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
@@ -66,8 +67,10 @@ std::vector<optim::ParamRange> param_ranges(const ParamTable& t) {
 
 }  // namespace
 
-void train_run(const TrainArgs& a) {
+void train_run(const TrainArgs& args) {
   const auto t_start = Clock::now();
+  TrainArgs a = args;
+  apply_deepspeed_config(a, /*world_size=*/1);
   if (a.threads > 0) omp_set_num_threads(a.threads);
   ZT_CHECK(a.per_device_train_batch_size > 0, "--per_device_train_batch_size must be positive");
   ZT_CHECK(a.gradient_accumulation_steps > 0, "--gradient_accumulation_steps must be positive");
@@ -75,7 +78,7 @@ void train_run(const TrainArgs& a) {
   ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps",
            "--save_strategy \"", a.save_strategy, "\" is not supported; use \"steps\" or \"no\"");
   ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
-  optim::ScheduleKind sched_kind = optim::schedule_kind_from_string(a.lr_scheduler_type);
+  optim::schedule_kind_from_string(a.lr_scheduler_type);  // an unknown name fails before any work
 
   ModelConfig cfg = load_config(a);
   const int B = a.per_device_train_batch_size, G = a.gradient_accumulation_steps;
@@ -105,14 +108,7 @@ void train_run(const TrainArgs& a) {
   const int64_t total_steps =
       a.max_steps > 0 ? a.max_steps : int64_t(std::ceil(a.num_train_epochs * double(steps_per_epoch)));
   ZT_CHECK(total_steps > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
-  optim::Schedule sched;
-  sched.kind = sched_kind;
-  sched.base_lr = a.learning_rate;
-  sched.total_steps = total_steps;
-  double ws = a.warmup_steps > 0 ? a.warmup_steps : 0;
-  sched.warmup_steps = ws >= 1 ? int64_t(ws)
-                       : ws > 0 ? int64_t(std::ceil(ws * double(total_steps)))
-                                : int64_t(std::ceil(a.warmup_ratio * double(total_steps)));
+  const optim::Schedule sched = schedule_from_args(a, total_steps);
   const int64_t log_every =
       a.logging_steps >= 1 ? int64_t(a.logging_steps)
                            : std::max<int64_t>(1, int64_t(std::ceil(a.logging_steps * double(total_steps))));
