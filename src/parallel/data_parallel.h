@@ -58,6 +58,13 @@ class DataParallel {
   virtual void export_params() = 0;
   // DDP's optimizer over the flat buffers (checkpoints); null for sharded stages.
   virtual optim::AdamW* flat_optimizer() { return nullptr; }
+  // Sharded stages, for consolidated checkpoints (any N / stage can load them): a
+  // collective that fills `flat` (a flat AdamW over the whole model) with the moments and
+  // step count, and the reverse (every rank passes the same loaded state).
+  virtual void export_optimizer(optim::AdamW& flat) {}
+  virtual void import_optimizer(const optim::AdamW& flat) {}
+  // After export_params(): frees the model's flat parameters again (sharded stages).
+  virtual void drop_exported() {}
 
   // Communicators carrying the gradient / parameter traffic (their counters are the
   // measured bytes; the scalar norm reduction runs on world and is not among them).

@@ -200,6 +200,31 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       put(std::move(buf));
     }
   }
+  void export_optimizer(optim::AdamW& flat) override {
+    flat.set_steps(adam_->steps());
+    for (float* (optim::AdamW::*moment)() const : {&optim::AdamW::exp_avg, &optim::AdamW::exp_avg_sq}) {
+      float* dst = (flat.*moment)();
+      const float* mine = ((*adam_).*moment)();
+      for (const BucketInfo& k : buckets_) {
+        Buffer buf = get(size_t(k.layout.padded) * 4);
+        group_->all_gather(mine + k.shard_off, buf.data(), size_t(k.layout.shard) * 4);
+        std::memcpy(dst + k.begin, buf.data(), size_t(k.end - k.begin) * 4);
+        put(std::move(buf));
+      }
+    }
+  }
+  void import_optimizer(const optim::AdamW& flat) override {
+    adam_->set_steps(flat.steps());
+    for (float* (optim::AdamW::*moment)() const : {&optim::AdamW::exp_avg, &optim::AdamW::exp_avg_sq}) {
+      const float* src = (flat.*moment)();
+      float* mine = ((*adam_).*moment)();
+      for (const BucketInfo& k : buckets_) {
+        const Range r = k.layout.range(gr_);
+        if (!r.empty()) std::memcpy(mine + k.shard_off, src + k.begin + r.begin, size_t(r.size()) * 4);
+      }
+    }
+  }
+  void drop_exported() override { model_.drop_flat_state(); }
   std::vector<const dist::Communicator*> comms() const override {
     std::vector<const dist::Communicator*> c{group_.get()};
     if (replica_) c.push_back(replica_.get());

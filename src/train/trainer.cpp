@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -97,7 +98,22 @@ nlohmann::json comm_report(const parallel::DataParallel& dp, int64_t steps, int 
 
 }  // namespace
 
+static void train_ranks(const TrainArgs& a, dist::Communicator* world_ptr);
+
 void train_run(const TrainArgs& a) {
+  // The world outlives the run so that an error on one rank ends the whole job here with
+  // the rank named (abort_job), before destructors reach MPI_Finalize, which would wait
+  // for the other ranks, stuck in their next collective.
+  std::unique_ptr<dist::Communicator> world = dist::make_world();
+  try {
+    train_ranks(a, world.get());
+  } catch (const std::exception& e) {
+    if (world->size() > 1) dist::abort_job(e.what());
+    throw;
+  }
+}
+
+static void train_ranks(const TrainArgs& a, dist::Communicator* world_ptr) {
   const auto t_start = Clock::now();
   if (a.threads > 0) omp_set_num_threads(a.threads);
   ZT_CHECK(a.per_device_train_batch_size > 0, "--per_device_train_batch_size must be positive");
@@ -116,7 +132,7 @@ void train_run(const TrainArgs& a) {
   TokenFile data(a.train_file, cfg.vocab_size);
   WindowSampler sampler(data, T, !a.no_shuffle, uint64_t(a.seed));
   // Data parallelism: MPI under mpirun, else the size-1 local communicator (same code).
-  std::unique_ptr<dist::Communicator> world = dist::make_world();
+  dist::Communicator* world = world_ptr;
   const int rank = world->rank(), nranks = world->size();
   const bool chief = rank == 0;  // the only rank that prints and writes files
   parallel::DataParallelOptions dpo;
@@ -167,13 +183,13 @@ void train_run(const TrainArgs& a) {
                            : std::max<int64_t>(1, int64_t(std::ceil(a.logging_steps * double(total_steps))));
 
   const bool will_save = a.save_strategy == "steps" && a.save_steps > 0 && a.save_steps <= total_steps;
-  ZT_CHECK(a.zero_stage == 0 || (!will_save && a.resume_from_checkpoint.empty()),
-           "checkpoints are not supported with --zero_stage ", a.zero_stage,
-           " yet; use --save_strategy no (the final model is still saved) or --zero_stage 0");
-  // The engine takes the parameters over (stages 1-3 keep only this rank's shard), then
-  // the activations are planned: the flat buffers a sharded stage frees never coexist with them.
-  std::unique_ptr<parallel::DataParallel> dp = parallel::DataParallel::create(model, *world, dpo);
-  model.plan(B, T, /*training=*/true);
+  // DDP's engine keeps the flat buffers, so a checkpoint loads straight into them. A
+  // sharded engine takes its shard from the model's flat parameters when it is created,
+  // so a checkpoint is loaded first (into the flat model and a flat AdamW whose moments
+  // the engine then shards): checkpoints are consolidated, and any N or stage resumes them.
+  std::unique_ptr<parallel::DataParallel> dp;
+  if (a.zero_stage == 0) dp = parallel::DataParallel::create(model, *world, dpo);
+  std::unique_ptr<optim::AdamW> flat_opt;
 
   // Resume: model, optimizer and trainer state from a verified checkpoint; the data
   // order is a pure function of (seed, step), so the cursor is the step itself.
@@ -185,7 +201,12 @@ void train_run(const TrainArgs& a) {
       dir = checkpoint_find_latest(a.output_dir);
       ZT_CHECK(!dir.empty(), "--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a.output_dir);
     }
-    resumed = checkpoint_load(dir, model, *dp->flat_optimizer());
+    if (dp) {
+      resumed = checkpoint_load(dir, model, *dp->flat_optimizer());
+    } else {
+      flat_opt = std::make_unique<optim::AdamW>(model.num_params(), std::vector<optim::ParamRange>{}, dpo.adam);
+      resumed = checkpoint_load(dir, model, *flat_opt);
+    }
     start_step = resumed.at("global_step").get<int64_t>();
     const auto& zs = resumed.at("ztrain");
     ZT_CHECK(zs.at("sequences_per_step").get<int64_t>() == seqs_per_step && zs.at("sequence_length").get<int>() == T,
@@ -195,6 +216,14 @@ void train_run(const TrainArgs& a) {
              " was saved with a different --seed or --no_shuffle; resume with the same ones to continue its data order");
     if (chief) std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step);
   }
+  if (!dp) {
+    // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
+    // the activations are planned: the flat buffers it frees never coexist with them.
+    dp = parallel::DataParallel::create(model, *world, dpo);
+    if (flat_opt) dp->import_optimizer(*flat_opt);
+    flat_opt.reset();
+  }
+  model.plan(B, T, /*training=*/true);
   LoaderConfig lc;
   lc.B = B;
   lc.T = T;
@@ -222,11 +251,18 @@ void train_run(const TrainArgs& a) {
   const double tokens_per_step = double(seqs_per_step) * T;
   const float grad_scale = float(1.0 / tokens_per_step);
 
+  // ZT_TEST_FAIL_AT=rank:step makes that rank throw at the start of that step (0-based),
+  // so tests can check that the job ends at once naming the rank (abort_job in main).
+  int fail_rank = -1;
+  long long fail_step = -1;
+  if (const char* f = std::getenv("ZT_TEST_FAIL_AT")) std::sscanf(f, "%d:%lld", &fail_rank, &fail_step);
   const auto t_train = Clock::now();
   nlohmann::json model_states;
   for (int64_t step = start_step; step < total_steps; ++step) {
     const auto t_step = Clock::now();
     dp->begin_step();
+    if (fail_step == step && rank == fail_rank)  // test hook: a rank failing mid-training
+      throw Error(str_cat("ZT_TEST_FAIL_AT=", fail_rank, ":", fail_step, ": deliberate failure at step ", step));
     double sums[2] = {0, 0};  // loss sum, counted tokens (summed over ranks below)
     for (int micro = 0; micro < G; ++micro) {
       const MicroBatch& mb = loader.next();
@@ -264,9 +300,18 @@ void train_run(const TrainArgs& a) {
       EvalResult r = evaluate(model, *val, B, T, a.max_eval_samples, a.packing ? lc.eos_id : -1);
       if (log) log->eval_done(step + 1, r);
     }
-    if (chief && will_save && (step + 1) % a.save_steps == 0) {
-      checkpoint_save(a.output_dir, step + 1, model, *dp->flat_optimizer(), log->trainer_state());
-      checkpoint_prune(a.output_dir, a.save_total_limit);
+    if (will_save && (step + 1) % a.save_steps == 0) {
+      if (a.zero_stage == 0) {
+        if (chief) checkpoint_save(a.output_dir, step + 1, model, *dp->flat_optimizer(), log->trainer_state());
+      } else {
+        // Consolidated: every rank gathers the full state (collectives), rank 0 writes it.
+        dp->export_params();
+        optim::AdamW full(model.num_params(), {}, dpo.adam);
+        dp->export_optimizer(full);
+        if (chief) checkpoint_save(a.output_dir, step + 1, model, full, log->trainer_state());
+        dp->drop_exported();
+      }
+      if (chief) checkpoint_prune(a.output_dir, a.save_total_limit);
     }
   }
   const double train_s = seconds_since(t_train);

@@ -38,9 +38,9 @@ failures = []
 def run(work, name, model, np, extra):
     out = os.path.join(work, name)
     args = [ZT, "train", "--model_config_path", os.path.join(work, model + ".json"), "--train_file",
-            os.path.join(work, "train.bin"), "--max_steps", "20", "--no_shuffle", "--model_max_length", "32",
+            os.path.join(work, "train.bin"), "--max_steps", "20", "--save_strategy", "no", "--no_shuffle", "--model_max_length", "32",
             "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", str(GLOBAL_ACC // np),
-            "--learning_rate", "1e-3", "--weight_decay", "0.1", "--save_strategy", "no", "--report_to", "none",
+            "--learning_rate", "1e-3", "--weight_decay", "0.1", "--report_to", "none",
             "--logging_steps", "1", "--threads", "1", "--output_dir", out, "--overwrite_output_dir"] + extra
     if np > 1:
         args = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
@@ -73,8 +73,9 @@ def main():
             f.write(struct.pack("<%dH" % 60000, *[rng.randrange(512) for _ in range(60000)]))
         for m, cfg in MODELS.items():
             json.dump(cfg, open(os.path.join(work, m + ".json"), "w"))
+        refs = {}
         for m in MODELS:
-            ref = run(work, f"{m}_ref", m, 1, [])
+            ref = refs[m] = run(work, f"{m}_ref", m, 1, [])
             if ref is None:
                 continue
             configs = []
@@ -116,6 +117,30 @@ def main():
                 held, zp = dp["model_state_bytes"], dp["zero_paper_model_state_bytes"]
                 for k in ("parameters", "gradients", "optimizer_state"):
                     check(rel(held[k], zp[k]) <= 0.05, f"{name}: {k} held {held[k]} vs ZeRO paper {zp[k]:.0f}")
+        # Consolidated checkpoints reshard: save with ZeRO-2 on 2 ranks at step 10, resume the
+        # copy with ZeRO-3 on 4 ranks; steps 11-20 must equal the uninterrupted reference.
+        ref = refs.get("llama")
+        ck = run(work, "ck_save", "llama", 2, ["--zero_stage", "2", "--save_strategy", "steps", "--save_steps", "10"])
+        if ref and ck:
+            os.makedirs(os.path.join(work, "ck_resume"))
+            subprocess.run(["cp", "-r", os.path.join(work, "ck_save", "checkpoint-10"), os.path.join(work, "ck_resume")])
+            r = run(work, "ck_resume", "llama", 4, ["--zero_stage", "3", "--resume_from_checkpoint", "latest"])
+            if r:
+                worst = max(rel(a, b) for a, b in zip(r["losses"][10:], ref["losses"][10:]))
+                check(len(r["losses"]) == 20 and worst <= 1e-5,
+                      f"checkpoint saved by ZeRO-2 x 2 ranks, resumed by ZeRO-3 x 4: steps 11-20 worst rel diff {worst:.2e}")
+        # A rank failing mid-training ends the whole job at once, naming the rank.
+        env = dict(ENV, ZT_TEST_FAIL_AT="1:5")
+        args = [MPIRUN, "-np", "2", "--oversubscribe", "--bind-to", "none", ZT, "train", "--model_config_path",
+                os.path.join(work, "gpt2.json"), "--train_file", os.path.join(work, "train.bin"), "--max_steps", "20",
+                "--model_max_length", "32", "--per_device_train_batch_size", "2", "--save_strategy", "no",
+                "--report_to", "none", "--threads", "1", "--zero_stage", "3", "--output_dir",
+                os.path.join(work, "fail"), "--overwrite_output_dir"]
+        t0 = time.time()
+        p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+        dt = time.time() - t0
+        check(p.returncode != 0 and "[rank 1] error: ZT_TEST_FAIL_AT" in p.stdout + p.stderr and dt < 20,
+              f"rank 1 failing at step 5: mpirun exit {p.returncode} after {dt:.1f} s, naming the rank")
     if failures:
         print(f"{len(failures)} failure(s)")
         for f in failures:
