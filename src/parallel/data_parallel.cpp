@@ -50,6 +50,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     dp_ = world.split(0, world.rank(), "dp");
     BucketOptions bo;
     bo.bucket_bytes = o.reduce_bucket_size * 4;
+    cap_ = o.reduce_bucket_size;
     plan_ = plan_buckets(model.params(), bo);
     tracker_ = std::make_unique<BucketTracker>(plan_);
     // Parameters of each unit, last first (the order backward finishes them).
@@ -101,9 +102,13 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   }
 
  private:
+  // A bucket larger than the cap (one big tensor: GPT-2's 154 MiB embedding) goes out in
+  // cap-sized all-reduces: OpenMPI's all-reduce slows sharply beyond about 28 MiB here
+  // (bench-comm) and its scratch grows with the message.
   void start(int b) {
     const Range r = plan_.buckets[b].range;
-    inflight_.push_back(dp_->iall_reduce(G_ + r.begin, size_t(r.size())));
+    for (int64_t c = r.begin; c < r.end; c += cap_)
+      inflight_.push_back(dp_->iall_reduce(G_ + c, size_t(std::min(cap_, r.end - c))));
   }
 
   Transformer& model_;
@@ -116,6 +121,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   std::unique_ptr<BucketTracker> tracker_;
   std::vector<std::vector<int>> unit_params_;
   std::vector<dist::Request> inflight_;
+  int64_t cap_ = 0;  // elements per all-reduce call
 };
 
 }  // namespace

@@ -38,6 +38,7 @@ namespace {
 
 constexpr int64_t kAlign = 16;  // floats: 64-byte slices
 constexpr size_t kMaxInflight = 2;
+constexpr size_t kPoolKeep = 2;
 
 struct PieceTemplate {
   int64_t rel, numel;  // within the rank's slice of a bucket
@@ -428,8 +429,12 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       }
     return Buffer(bytes, MemCategory::temporary);
   }
+  // Keeps at most kPoolKeep idle buffers (the most recent: blocks, all one size, reuse
+  // them); older ones are freed, so buffers of other sizes do not pile up.
   void put(Buffer b) {
-    if (b.data()) pool_.push_back(std::move(b));
+    if (!b.data()) return;
+    pool_.push_back(std::move(b));
+    if (pool_.size() > kPoolKeep) pool_.erase(pool_.begin());
   }
 
   Transformer& model_;
