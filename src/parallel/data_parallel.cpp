@@ -41,7 +41,6 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
  public:
   DdpEngine(Transformer& model, dist::Communicator& world, const DataParallelOptions& o)
       : model_(model),
-        world_(world),
         overlap_(o.overlap_comm),
         opt_(model.num_params(), flat_ranges(model.params()), o.adam) {
     model.ensure_grads();
@@ -112,7 +111,6 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   }
 
   Transformer& model_;
-  dist::Communicator& world_;
   bool overlap_;
   bool last_ = true;
   optim::AdamW opt_;
