@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "dist/communicator.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
@@ -58,13 +59,18 @@ class DataParallel {
   virtual void export_params() = 0;
   // DDP's optimizer over the flat buffers (checkpoints); null for sharded stages.
   virtual optim::AdamW* flat_optimizer() { return nullptr; }
-  // Sharded stages, for consolidated checkpoints (any N / stage can load them): a
-  // collective that fills `flat` (a flat AdamW over the whole model) with the moments and
-  // step count, and the reverse (every rank passes the same loaded state).
-  virtual void export_optimizer(optim::AdamW& flat) {}
+  // Sharded stages, on resume: takes this rank's shard of the moments (and the step count)
+  // from a flat AdamW over the whole model loaded from any checkpoint.
   virtual void import_optimizer(const optim::AdamW& flat) {}
-  // After export_params(): frees the model's flat parameters again (sharded stages).
-  virtual void drop_exported() {}
+  // Sharded checkpoints: this rank's pieces (parameters and moments, per tensor) and its
+  // shard index among num_shards; shard < 0 when another rank writes the same shard
+  // (hybrid: only the first group writes).
+  virtual std::vector<CheckpointPiece> checkpoint_pieces(int* shard, int* num_shards, int64_t* opt_steps) {
+    *shard = -1;
+    *num_shards = 0;
+    *opt_steps = 0;
+    return {};
+  }
 
   // Communicators carrying the gradient / parameter traffic (their counters are the
   // measured bytes; the scalar norm reduction runs on world and is not among them).

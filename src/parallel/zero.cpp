@@ -43,6 +43,8 @@ constexpr size_t kPoolKeep = 2;
 struct PieceTemplate {
   int64_t rel, numel;  // within the rank's slice of a bucket
   bool decay;
+  int param;            // index into the model's ParamTable::list()
+  int64_t param_begin;  // first element of that parameter
 };
 
 struct BucketInfo {
@@ -201,19 +203,6 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       put(std::move(buf));
     }
   }
-  void export_optimizer(optim::AdamW& flat) override {
-    flat.set_steps(adam_->steps());
-    for (float* (optim::AdamW::*moment)() const : {&optim::AdamW::exp_avg, &optim::AdamW::exp_avg_sq}) {
-      float* dst = (flat.*moment)();
-      const float* mine = ((*adam_).*moment)();
-      for (const BucketInfo& k : buckets_) {
-        Buffer buf = get(size_t(k.layout.padded) * 4);
-        group_->all_gather(mine + k.shard_off, buf.data(), size_t(k.layout.shard) * 4);
-        std::memcpy(dst + k.begin, buf.data(), size_t(k.end - k.begin) * 4);
-        put(std::move(buf));
-      }
-    }
-  }
   void import_optimizer(const optim::AdamW& flat) override {
     adam_->set_steps(flat.steps());
     for (float* (optim::AdamW::*moment)() const : {&optim::AdamW::exp_avg, &optim::AdamW::exp_avg_sq}) {
@@ -225,7 +214,19 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       }
     }
   }
-  void drop_exported() override { model_.drop_flat_state(); }
+  std::vector<CheckpointPiece> checkpoint_pieces(int* shard, int* num_shards, int64_t* opt_steps) override {
+    *shard = replica_ && replica_->rank() != 0 ? -1 : gr_;
+    *num_shards = G_;
+    *opt_steps = adam_->steps();
+    std::vector<CheckpointPiece> out;
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (const PieceTemplate& t : buckets_[b].pieces) {
+        const int64_t s = buckets_[b].shard_off + t.rel;
+        out.push_back({t.param, t.param_begin, t.numel, shard_param(b) + t.rel, adam_->exp_avg() + s,
+                       adam_->exp_avg_sq() + s});
+      }
+    return out;
+  }
   std::vector<const dist::Communicator*> comms() const override {
     std::vector<const dist::Communicator*> c{group_.get()};
     if (replica_) c.push_back(replica_.get());
@@ -297,13 +298,17 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       // this rank's slice: AdamW's per-tensor decay rule needs the pieces.
       ParamTable sub;
       std::vector<bool> decay;
-      for (const ParamInfo& p : model_.params().list())
-        if (p.offset >= b.begin && p.offset < b.end) {
-          sub.add(p.name, p.shape, p.init);
-          decay.push_back(p.decay());
+      std::vector<int> global;
+      const auto& list = model_.params().list();
+      for (size_t i = 0; i < list.size(); ++i)
+        if (list[i].offset >= b.begin && list[i].offset < b.end) {
+          sub.add(list[i].name, list[i].shape, list[i].init);
+          decay.push_back(list[i].decay());
+          global.push_back(int(i));
         }
       for (const ShardPiece& sp : shard_pieces(sub, b.layout, gr_))
-        b.pieces.push_back({sp.flat_begin - int64_t(gr_) * b.layout.shard, sp.count, bool(decay[sp.param])});
+        b.pieces.push_back({sp.flat_begin - int64_t(gr_) * b.layout.shard, sp.count, bool(decay[sp.param]),
+                            global[sp.param], sp.param_begin});
     }
   }
   // How often a unit is gathered in one training pass (stage 3): blocks twice (forward and

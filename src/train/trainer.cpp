@@ -304,12 +304,15 @@ static void train_ranks(const TrainArgs& a, dist::Communicator* world_ptr) {
       if (a.zero_stage == 0) {
         if (chief) checkpoint_save(a.output_dir, step + 1, model, *dp->flat_optimizer(), log->trainer_state());
       } else {
-        // Consolidated: every rank gathers the full state (collectives), rank 0 writes it.
-        dp->export_params();
-        optim::AdamW full(model.num_params(), {}, dpo.adam);
-        dp->export_optimizer(full);
-        if (chief) checkpoint_save(a.output_dir, step + 1, model, full, log->trainer_state());
-        dp->drop_exported();
+        // Sharded: each shard owner writes its own pieces; no rank holds the full state.
+        if (chief) checkpoint_sharded_begin(a.output_dir, step + 1);
+        world->barrier();
+        int shard = -1, num_shards = 0;
+        int64_t opt_steps = 0;
+        std::vector<CheckpointPiece> pieces = dp->checkpoint_pieces(&shard, &num_shards, &opt_steps);
+        if (shard >= 0) checkpoint_write_shard(a.output_dir, step + 1, model, shard, num_shards, pieces, opt_steps);
+        world->barrier();
+        if (chief) checkpoint_sharded_finish(a.output_dir, step + 1, model, log->trainer_state());
       }
       if (chief) checkpoint_prune(a.output_dir, a.save_total_limit);
     }
@@ -337,7 +340,7 @@ static void train_ranks(const TrainArgs& a, dist::Communicator* world_ptr) {
                   v["payload_bytes_per_step"].get<double>(), v["bus_bytes_per_step"].get<double>());
     const auto& zp = dist_report["zero_paper_model_state_bytes"];
     for (const char* k : {"parameters", "gradients", "optimizer_state"})
-      std::printf("  %-15s %s held (ZeRO paper: %s)\n", k, format_bytes(model_states[k].get<double>()).c_str(),
+      std::printf("  %-15s %s held (ZeRO paper: %s)\n", k, format_bytes(model_states.value(k, 0.0)).c_str(),
                   format_bytes(zp[k].get<double>()).c_str());
   }
   log->add_results({{"data_parallel", dist_report}});

@@ -117,18 +117,27 @@ def main():
                 held, zp = dp["model_state_bytes"], dp["zero_paper_model_state_bytes"]
                 for k in ("parameters", "gradients", "optimizer_state"):
                     check(rel(held[k], zp[k]) <= 0.05, f"{name}: {k} held {held[k]} vs ZeRO paper {zp[k]:.0f}")
-        # Consolidated checkpoints reshard: save with ZeRO-2 on 2 ranks at step 10, resume the
-        # copy with ZeRO-3 on 4 ranks; steps 11-20 must equal the uninterrupted reference.
+        # Sharded checkpoints reshard: saved at step 10 by ZeRO-3 hybrid (G=2 of 4 ranks: two
+        # shard files), resumed by ZeRO-2 on 2 ranks and by one process; steps 11-20 must equal
+        # the uninterrupted reference. Resuming at the last step exports one HF folder.
         ref = refs.get("llama")
-        ck = run(work, "ck_save", "llama", 2, ["--zero_stage", "2", "--save_strategy", "steps", "--save_steps", "10"])
+        ck = run(work, "ck_save", "llama", 4, ["--zero_stage", "3", "--zero_hpz_partition_size", "2",
+                                               "--save_strategy", "steps", "--save_steps", "10"])
         if ref and ck:
-            os.makedirs(os.path.join(work, "ck_resume"))
-            subprocess.run(["cp", "-r", os.path.join(work, "ck_save", "checkpoint-10"), os.path.join(work, "ck_resume")])
-            r = run(work, "ck_resume", "llama", 4, ["--zero_stage", "3", "--resume_from_checkpoint", "latest"])
-            if r:
-                worst = max(rel(a, b) for a, b in zip(r["losses"][10:], ref["losses"][10:]))
-                check(len(r["losses"]) == 20 and worst <= 1e-5,
-                      f"checkpoint saved by ZeRO-2 x 2 ranks, resumed by ZeRO-3 x 4: steps 11-20 worst rel diff {worst:.2e}")
+            for name, np, extra in (("ck_resume_z2", 2, ["--zero_stage", "2"]), ("ck_resume_1", 1, [])):
+                os.makedirs(os.path.join(work, name))
+                subprocess.run(["cp", "-r", os.path.join(work, "ck_save", "checkpoint-10"), os.path.join(work, name)])
+                r = run(work, name, "llama", np, extra + ["--resume_from_checkpoint", "latest"])
+                if r:
+                    worst = max(rel(a, b) for a, b in zip(r["losses"][10:], ref["losses"][10:]))
+                    check(len(r["losses"]) == 20 and worst <= 1e-5,
+                          f"sharded checkpoint of ZeRO-3 hybrid x 4 ranks resumed by {name}: steps 11-20 worst rel "
+                          f"diff {worst:.2e}")
+            os.makedirs(os.path.join(work, "ck_export"))
+            subprocess.run(["cp", "-r", os.path.join(work, "ck_save", "checkpoint-10"), os.path.join(work, "ck_export")])
+            r = run(work, "ck_export", "llama", 1, ["--resume_from_checkpoint", "latest", "--max_steps", "10"])
+            check(r is not None and os.path.exists(os.path.join(work, "ck_export", "model.safetensors")),
+                  "a sharded checkpoint exports to one HF folder (resume at its step, 0 steps to run)")
         # A rank failing mid-training ends the whole job at once, naming the rank.
         env = dict(ENV, ZT_TEST_FAIL_AT="1:5")
         args = [MPIRUN, "-np", "2", "--oversubscribe", "--bind-to", "none", ZT, "train", "--model_config_path",
