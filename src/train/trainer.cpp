@@ -186,7 +186,8 @@ static void train_ranks(const TrainArgs& a, dist::Communicator* world_ptr) {
   // DDP's engine keeps the flat buffers, so a checkpoint loads straight into them. A
   // sharded engine takes its shard from the model's flat parameters when it is created,
   // so a checkpoint is loaded first (into the flat model and a flat AdamW whose moments
-  // the engine then shards): checkpoints are consolidated, and any N or stage resumes them.
+  // the engine then shards): a checkpoint of either format (one file per state, or ZeRO
+  // shards named by parameter) resumes under any N or stage.
   std::unique_ptr<parallel::DataParallel> dp;
   if (a.zero_stage == 0) dp = parallel::DataParallel::create(model, *world, dpo);
   std::unique_ptr<optim::AdamW> flat_opt;
