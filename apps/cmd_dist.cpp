@@ -311,7 +311,7 @@ int cmd_estimate_memory(const Args& args) {
               cfg_file.c_str(), in.num_params / 1e6, in.largest_unit_params / 1e6, in.largest_unit.c_str());
   std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,
               mib(in.activation_bytes).c_str(), mib(in.temporary_bytes).c_str());
-  std::printf("    comm: DDP / ZeRO-1 one %.0f MiB gradient bucket, ZeRO-2 two, ZeRO-3 / hpZ / hybrid the two "
+  std::printf("    comm: DDP / ZeRO-1 one %.0f MiB gradient bucket, ZeRO-2 three + the largest unit, ZeRO-3 / hpZ / hybrid the two "
               "largest gathered units of parameters + of gradients.\n",
               bucket_mb);
   for (auto& r : split_list(ranks)) {

@@ -84,16 +84,20 @@ int cmd_train(const Args& args) {
   f.add("packing", &a.packing, "attention and positions restart after each EOS token (packed documents)");
   f.add("eos_token_id", &a.eos_token_id, "document separator for --packing (-1: config.json's eos_token_id)");
   f.add("dataloader_prefetch", &a.dataloader_prefetch, "micro-batches the loader thread prepares ahead (3)");
+  // Data parallelism under mpirun (DeepSpeed's names; docs/distributed.md).
+  f.add("zero_stage", &a.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage (0)");
+  f.add("overlap_comm", &a.overlap_comm, "reduce gradient buckets while backward runs (true)");
+  f.add("reduce_bucket_size", &a.reduce_bucket_size, "elements per gradient bucket (5e8)");
+  f.add("allgather_bucket_size", &a.allgather_bucket_size, "accepted for DeepSpeed; ZeRO-1/2 gather per reduce bucket");
+  f.add("reduce_scatter", &a.reduce_scatter, "accepted for DeepSpeed; ZeRO stages always reduce-scatter");
+  f.add("zero_hpz_partition_size", &a.zero_hpz_partition_size, "shard within groups of G ranks, replicate across (1)");
+  f.add("zero_quantized_weights", &a.zero_quantized_weights, "ZeRO++ qwZ: int8 parameter all-gather (stage 3)");
+  f.add("zero_quantized_gradients", &a.zero_quantized_gradients, "ZeRO++ qgZ: int8 gradient reduce-scatter");
+  f.add("train_batch_size", &a.train_batch_size, "global batch check: micro x accumulation x ranks (0 = unchecked)");
   f.add("peak_gflops", &a.peak_gflops, "GEMM peak used for MFU (400, this machine's fp32 sgemm)");
   // DeepSpeed / ZeRO (docs/deepspeed.md). A --deepspeed JSON's values replace defaults but must
   // agree with flags given here; "auto" values take the flags.
   f.add("deepspeed", &a.deepspeed, "DeepSpeed JSON config (HF Trainer's flag; docs/deepspeed.md)");
-  f.add("zero_stage", &a.zero_stage, "0 = replicated (DDP), 1/2/3 = ZeRO stage (0)");
-  f.add("zero_hpz_partition_size", &a.zero_hpz_partition_size, "ZeRO++ hpZ: shard within groups of N ranks (1)");
-  f.add("zero_quantized_weights", &a.zero_quantized_weights, "ZeRO++ qwZ: int8 parameter all-gather");
-  f.add("zero_quantized_gradients", &a.zero_quantized_gradients, "ZeRO++ qgZ: int8 gradient reduce-scatter");
-  f.add("reduce_bucket_size", &a.reduce_bucket_size, "gradient bucket size in elements (5e8)");
-  f.add("overlap_comm", &a.overlap_comm, "reduce buckets while backward runs (true)");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   a.explicit_flags = f.given();

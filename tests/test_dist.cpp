@@ -258,6 +258,8 @@ TEST(DistMemoryEstimate, Gpt2ModelStates) {
   const int64_t block = 12 * 768 * 768 + 13 * 768;
   EXPECT_EQ(in.unit_params[1], block);
   EXPECT_EQ(rows[3].comm, 2 * 4 * (in.largest_unit_params + block));
+  // ZeRO-2: three buckets + the largest unit's gradient buffer.
+  EXPECT_EQ(rows[2].comm, 4 * in.largest_unit_params + 3 * (int64_t(25) << 20));
   EXPECT_EQ(rows[4].params, 4 * shard(4) + 4 * shard(2));  // hpZ: secondary copy over G
   EXPECT_EQ(rows[5].optim, 8 * shard(2));                  // hybrid: ZeRO-3 within G
   for (auto& r : rows) {

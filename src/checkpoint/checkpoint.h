@@ -24,7 +24,30 @@ void checkpoint_save(const std::string& output_dir, int64_t step, const Transfor
                      const optim::AdamW& opt, const nlohmann::json& trainer_state);
 
 // Verifies checksums (Error naming the damaged file), then loads model and optimizer
-// state; returns trainer_state.json.
+// state into the flat buffers of model and opt (either format below); returns
+// trainer_state.json.
 nlohmann::json checkpoint_load(const std::string& dir, Transformer& model, optim::AdamW& opt);
+
+// Sharded checkpoints (ZeRO stages): instead of model.safetensors + optimizer.safetensors,
+// each shard owner writes zero_shard-SSSSS-of-NNNNN.safetensors holding its pieces of the
+// parameters and both AdamW moments as 1-D tensors named "<kind>.<param name>.<first
+// element>" (kind: params, exp_avg, exp_avg_sq). Pieces are named by parameter, not by the
+// writer's bucket layout, so checkpoint_load assembles them for any number of ranks and
+// any stage (resharding), and a single process can load them too.
+// Protocol (the caller synchronises the ranks): rank 0 calls checkpoint_sharded_begin;
+// barrier; every shard owner calls checkpoint_write_shard; barrier; rank 0 calls
+// checkpoint_sharded_finish (config.json, trainer_state.json, checksums.json of every file,
+// then the atomic rename).
+struct CheckpointPiece {
+  int param = 0;  // index into ParamTable::list()
+  int64_t begin = 0, count = 0;  // elements of that parameter
+  const float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+};
+std::string checkpoint_tmp_dir(const std::string& output_dir, int64_t step);
+void checkpoint_sharded_begin(const std::string& output_dir, int64_t step);
+void checkpoint_write_shard(const std::string& output_dir, int64_t step, const Transformer& model, int shard,
+                            int num_shards, const std::vector<CheckpointPiece>& pieces, int64_t opt_steps);
+void checkpoint_sharded_finish(const std::string& output_dir, int64_t step, const Transformer& model,
+                               const nlohmann::json& trainer_state);
 
 }  // namespace zt

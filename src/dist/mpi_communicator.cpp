@@ -344,21 +344,30 @@ class Engine {
   // Reads of `in` never touch block r before the last step, which writes out elementwise
   // from the same index: so out may alias in's block r (the in-place form).
   void ring_reduce_scatter(const CommOp& op) {
+    // Large blocks go through the ring in chunks, so the scratch stays at 2 x kChunk bytes
+    // (a ZeRO bucket holding GPT-2's 154 MiB embedding would otherwise pin 2 x 77 MiB).
+    constexpr size_t kChunk = size_t(8) << 20;
     const size_t es = dtype_size(op.dtype), blk = op.count * es;
-    const char* in = static_cast<const char*>(op.in);
     if (blk == 0) return;
-    if (scratch_.size() < 2 * blk) scratch_.assign(2 * blk, 0);
+    const size_t chunk = std::max<size_t>(1, kChunk / es);
+    for (size_t c = 0; c < op.count; c += chunk) ring_reduce_scatter_chunk(op, c, std::min(chunk, op.count - c));
+  }
+  // Elements [c, c + sub) of every block.
+  void ring_reduce_scatter_chunk(const CommOp& op, size_t c, size_t sub) {
+    const size_t es = dtype_size(op.dtype), blk = op.count * es, sb = sub * es;
+    const char* in = static_cast<const char*>(op.in) + c * es;
+    if (scratch_.size() < 2 * sb) scratch_.assign(2 * sb, 0);
     char* part = scratch_.data();
-    char* recv = scratch_.data() + blk;
+    char* recv = scratch_.data() + sb;
     const int n = size_, r = rank_, next = (r + 1) % n, prev = (r + n - 1) % n;
     const char* send = in + size_t((r + n - 1) % n) * blk;
     for (int k = 0; k < n - 1; ++k) {
-      mpi_check(MPI_Sendrecv(send, int(op.count), mpi_type(op.dtype), next, kRingTag, recv, int(op.count),
-                             mpi_type(op.dtype), prev, kRingTag, comm_, MPI_STATUS_IGNORE),
+      mpi_check(MPI_Sendrecv(send, int(sub), mpi_type(op.dtype), next, kRingTag, recv, int(sub), mpi_type(op.dtype),
+                             prev, kRingTag, comm_, MPI_STATUS_IGNORE),
                 "MPI_Sendrecv (reduce_scatter ring)", name_);
       const int b = ((r - k - 2) % n + n) % n;
-      char* dst = k == n - 2 ? static_cast<char*>(op.out) : part;
-      combine(dst, in + size_t(b) * blk, recv, op.count, op.dtype, op.reduce);
+      char* dst = k == n - 2 ? static_cast<char*>(op.out) + c * es : part;
+      combine(dst, in + size_t(b) * blk, recv, sub, op.dtype, op.reduce);
       send = part;
     }
   }

@@ -38,50 +38,95 @@ int64_t lm_chunk_rows(const ModelConfig& c, int64_t N) {
 
 Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg) {
   slots_ = make_layout(cfg_, table_);
+  // Units are contiguous: both layouts add the embeddings, then block after block (each
+  // starting with its first norm), then the final norm and an untied LM head.
+  units_.push_back({0, slots_.blocks.empty() ? slots_.lnf.w : slots_.blocks[0].ln1.w});
+  for (size_t l = 0; l < slots_.blocks.size(); ++l)
+    units_.push_back({slots_.blocks[l].ln1.w, l + 1 < slots_.blocks.size() ? slots_.blocks[l + 1].ln1.w : slots_.lnf.w});
+  units_.push_back({slots_.lnf.w, table_.total()});
+  flat_.set_units(units_);
   params_ = Buffer(size_t(table_.total()) * sizeof(float), MemCategory::parameters);
   bind_layers();
+}
+
+namespace {
+// Layers bound to a unit's buffers: P / G hold the unit starting at flat offset `base`.
+struct UnitBinder {
+  float *P, *G;
+  int64_t base;
+  const ModelSlots& slots;
+  const ModelConfig& cfg;
+  float* p(int64_t off) const { return off < 0 ? nullptr : P + (off - base); }
+  float* g(int64_t off) const { return off < 0 || !G ? nullptr : G + (off - base); }
+  nn::Linear lin(const LinearSlot& s) const {
+    nn::Linear l;
+    l.in = s.in;
+    l.out = s.out;
+    l.w_in_out = s.w_in_out;
+    l.w = p(s.w);
+    l.b = p(s.b);
+    l.dw = g(s.w);
+    l.db = g(s.b);
+    return l;
+  }
+  nn::Norm norm(const NormSlot& s) const {
+    nn::Norm n;
+    n.kind = slots.shape.norm;
+    n.C = cfg.n_embd;
+    n.eps = cfg.norm_eps;
+    n.w = p(s.w);
+    n.b = p(s.b);
+    n.dw = g(s.w);
+    n.db = g(s.b);
+    return n;
+  }
+};
+}  // namespace
+
+void Transformer::bind_block(int l, float* params, float* grads) {
+  UnitBinder u{params, grads, units_[l + 1].begin, slots_, cfg_};
+  const BlockSlots& bs = slots_.blocks[l];
+  nn::Block& b = blocks_[l];
+  b.shape = slots_.shape;
+  b.ln1 = u.norm(bs.ln1);
+  b.ln2 = u.norm(bs.ln2);
+  b.qkv = u.lin(bs.qkv);
+  b.proj = u.lin(bs.proj);
+  b.fc_in = u.lin(bs.fc_in);
+  b.fc_out = u.lin(bs.fc_out);
+}
+
+void Transformer::bind_head(float* params, float* grads) {
+  UnitBinder u{params, grads, units_.back().begin, slots_, cfg_};
+  lnf_ = u.norm(slots_.lnf);
 }
 
 void Transformer::bind_layers() {
   float* P = params_.as<float>();
   float* G = grads_.as<float>();
-  auto pp = [&](int64_t off) { return off < 0 ? nullptr : P + off; };
-  auto gp = [&](int64_t off) { return off < 0 || !G ? nullptr : G + off; };
-  auto lin = [&](const LinearSlot& s) {
-    nn::Linear l;
-    l.in = s.in;
-    l.out = s.out;
-    l.w_in_out = s.w_in_out;
-    l.w = pp(s.w);
-    l.b = pp(s.b);
-    l.dw = gp(s.w);
-    l.db = gp(s.b);
-    return l;
-  };
-  auto norm = [&](const NormSlot& s) {
-    nn::Norm n;
-    n.kind = slots_.shape.norm;
-    n.C = cfg_.n_embd;
-    n.eps = cfg_.norm_eps;
-    n.w = pp(s.w);
-    n.b = pp(s.b);
-    n.dw = gp(s.w);
-    n.db = gp(s.b);
-    return n;
-  };
-  blocks_.clear();
-  for (auto& bs : slots_.blocks) {
-    nn::Block b;
-    b.shape = slots_.shape;
-    b.ln1 = norm(bs.ln1);
-    b.ln2 = norm(bs.ln2);
-    b.qkv = lin(bs.qkv);
-    b.proj = lin(bs.proj);
-    b.fc_in = lin(bs.fc_in);
-    b.fc_out = lin(bs.fc_out);
-    blocks_.push_back(b);
-  }
-  lnf_ = norm(slots_.lnf);
+  flat_.set_buffers(P, G);
+  blocks_.resize(slots_.blocks.size());
+  for (size_t l = 0; l < slots_.blocks.size(); ++l)
+    bind_block(int(l), P ? P + units_[l + 1].begin : nullptr, G ? G + units_[l + 1].begin : nullptr);
+  bind_head(P ? P + units_.back().begin : nullptr, G ? G + units_.back().begin : nullptr);
+}
+
+void Transformer::drop_flat_state() {
+  params_.reset();
+  grads_.reset();
+  external_state_ = true;
+  bind_layers();
+}
+
+void Transformer::restore_flat_params() {
+  if (!params_.data()) params_ = Buffer(size_t(table_.total()) * sizeof(float), MemCategory::parameters);
+  bind_layers();
+}
+
+void Transformer::ensure_grads() {
+  if (grads_.data()) return;
+  grads_ = Buffer(size_t(table_.total()) * sizeof(float), MemCategory::gradients);
+  bind_layers();
 }
 
 void Transformer::init_random(uint64_t seed) {
@@ -172,10 +217,7 @@ void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* ac
 void Transformer::plan(int B, int T, bool training) {
   ZT_CHECK(T <= cfg_.max_position, "sequence length ", T, " exceeds the model's context of ", cfg_.max_position,
            " positions; lower --model_max_length");
-  if (training && !grads_.data()) {
-    grads_ = Buffer(size_t(table_.total()) * sizeof(float), MemCategory::gradients);
-    bind_layers();
-  }
+  if (training && !external_state_) ensure_grads();
   training_ = training;
   if (B == B_ && T == T_ && acts_.data()) return;
   B_ = B;
@@ -218,7 +260,7 @@ void Transformer::zero_grad() {
 
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
                                      const int32_t* positions) {
-  ZT_ASSERT(training_ && grads_.data(), "plan(B, T, training=true) must come first");
+  ZT_ASSERT(training_ && (grads_.data() || provider_), "plan(B, T, training=true) must come first");
   return run(inputs, targets, grad_scale, count, true, positions);
 }
 
@@ -278,30 +320,66 @@ double Transformer::run(const int32_t* inputs, const int32_t* targets, float gra
   ZT_ASSERT(acts_.data(), "plan(B, T) must come first");
   const int B = B_, T = T_, C = cfg_.n_embd, L = cfg_.n_layer;
   const int64_t N = int64_t(B) * T;
-  const float* P = params_.as<float>();
+  ParamProvider& pp = provider_ ? *provider_ : flat_;
+  const int head = L + 1;
+  const int64_t wte = slots_.wte - units_[0].begin, wpe = slots_.wpe - units_[0].begin;
   nn::RopeTable rope{rope_cos_, rope_sin_};
   const nn::Packing pack = prepare_packing(positions, &rope);
-  kernels::embedding_forward(res_[0], inputs, P + slots_.wte, slots_.wpe >= 0 ? P + slots_.wpe : nullptr, N, T, C,
-                             pack.positions);
-  for (int l = 0; l < L; ++l)
+  // The call sequence below is part of the ParamProvider contract (providers prefetch
+  // by it): forward units 0, 1..L, head (+ 0 again when the LM head is tied), then
+  // backward blocks L..1.
+  pp.begin_pass(backward);
+  {
+    const float* E = pp.acquire(0, false);
+    kernels::embedding_forward(res_[0], inputs, E + wte, slots_.wpe >= 0 ? E + wpe : nullptr, N, T, C, pack.positions);
+    pp.release(0);
+  }
+  for (int l = 0; l < L; ++l) {
+    bind_block(l, pp.acquire(l + 1, false), nullptr);
     blocks_[l].forward(res_[l + 1], res_[l], block_acts_[l], block_scratch_, B, T, rope, pack);
+    pp.release(l + 1);
+  }
+  float* H = pp.acquire(head, false);
+  float* HG = backward ? pp.grads(head) : nullptr;
+  bind_head(H, HG);
+  const float* lm_w;
+  float* lm_g = nullptr;
+  const bool tied = slots_.lm_head < 0;
+  if (!tied) {
+    lm_w = H + (slots_.lm_head - units_[head].begin);
+    if (backward) lm_g = HG + (slots_.lm_head - units_[head].begin);
+  } else {
+    lm_w = pp.acquire(0, false) + wte;
+    if (backward) lm_g = pp.grads(0) + wte;
+  }
   lnf_.forward(lnf_out_, lnf_mean_, lnf_rstd_, res_[L], N);
   kernels::LmHeadDims hd{N, C, cfg_.vocab_size, lm_chunk_};
   double loss;
   {
     ZT_PROFILE("lmhead_ce");
-    loss = kernels::lmhead_ce(backward ? dlnf_ : nullptr, backward ? lm_head_grad() : nullptr, lnf_out_,
-                              lm_head_weight(), targets, hd, grad_scale, logits_, count);
+    loss = kernels::lmhead_ce(backward ? dlnf_ : nullptr, lm_g, lnf_out_, lm_w, targets, hd, grad_scale, logits_, count);
   }
-  if (!backward) return loss;
+  if (tied) pp.release(0);
+  if (!backward) {
+    pp.release(head);
+    return loss;
+  }
   std::memset(dres_, 0, sizeof(float) * N * C);  // the final norm's backward adds into it
   lnf_.backward(dres_, dlnf_, res_[L], lnf_mean_, lnf_rstd_, N);
-  for (int l = L - 1; l >= 0; --l)
+  pp.release(head);
+  pp.grads_done(head);
+  for (int l = L - 1; l >= 0; --l) {
+    bind_block(l, pp.acquire(l + 1, true), pp.grads(l + 1));
     blocks_[l].backward(dres_, res_[l], block_acts_[l], block_scratch_, B, T, rope, pack);
-  float* G = grads_.as<float>();
-  ZT_PROFILE("embedding_bwd");
-  kernels::embedding_backward(G + slots_.wte, slots_.wpe >= 0 ? G + slots_.wpe : nullptr, dres_, inputs, N, T, C,
-                              pack.positions);
+    pp.release(l + 1);
+    pp.grads_done(l + 1);
+  }
+  float* G = pp.grads(0);
+  {
+    ZT_PROFILE("embedding_bwd");
+    kernels::embedding_backward(G + wte, slots_.wpe >= 0 ? G + wpe : nullptr, dres_, inputs, N, T, C, pack.positions);
+  }
+  pp.grads_done(0);
   return loss;
 }
 

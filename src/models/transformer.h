@@ -11,6 +11,7 @@
 #include "core/memory.h"
 #include "models/config.h"
 #include "models/layout.h"
+#include "models/param_provider.h"
 #include "models/params.h"
 #include "nn/block.h"
 
@@ -62,6 +63,19 @@ class Transformer {
   const float* position_embedding() const { return slots_.wpe >= 0 ? params_.as<float>() + slots_.wpe : nullptr; }
   const float* lm_head() const { return lm_head_weight(); }
 
+  // Parameter units (param_provider.h): 0 embeddings, 1..L blocks, L+1 head.
+  const std::vector<ParamUnit>& units() const { return units_; }
+  // Where run() takes parameters and gradients from; null = the model's flat buffers.
+  // The provider must outlive its use.
+  void set_provider(ParamProvider* p) { provider_ = p; }
+  // For sharded training: frees the flat parameter and gradient buffers (a provider holds
+  // the state now) and stops plan() from allocating gradients. restore_flat_params()
+  // allocates the parameters again (zeros) so a caller can gather them for export.
+  void drop_flat_state();
+  void restore_flat_params();
+  // Allocates the flat gradient buffer now (plan() would), for callers that need its address first.
+  void ensure_grads();
+
   // Bytes of the activation arena and temporaries planned for (B, T).
   static void planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary);
 
@@ -75,6 +89,9 @@ class Transformer {
   nn::Packing prepare_packing(const int32_t* positions, nn::RopeTable* rope);
   const float* lm_head_weight() const;
   float* lm_head_grad() const;
+  // Binds block l's layers (or the final norm) to unit pointers; grads may be null.
+  void bind_block(int l, float* params, float* grads);
+  void bind_head(float* params, float* grads);
 
   ModelConfig cfg_;
   ParamTable table_;
@@ -82,6 +99,10 @@ class Transformer {
   std::vector<nn::Block> blocks_;
   nn::Norm lnf_;
   Buffer params_, grads_, acts_, scratch_;
+  std::vector<ParamUnit> units_;
+  FlatParamProvider flat_;
+  ParamProvider* provider_ = nullptr;
+  bool external_state_ = false;
   int B_ = 0, T_ = 0;
   bool training_ = false;
   // Carved views (set by plan()).

@@ -13,6 +13,13 @@ AdamW::AdamW(int64_t numel, std::vector<ParamRange> ranges, AdamWConfig cfg)
       v_(size_t(numel) * sizeof(float), MemCategory::optimizer_state) {}
 
 void AdamW::step(float* params, const float* grads, double lr) {
+  std::vector<AdamWPiece> pieces;
+  pieces.reserve(ranges_.size());
+  for (const ParamRange& r : ranges_) pieces.push_back({params + r.offset, grads + r.offset, r.offset, r.numel, r.decay});
+  step_pieces(pieces, lr);
+}
+
+void AdamW::step_pieces(const std::vector<AdamWPiece>& pieces, double lr) {
   ++t_;
   const float b1 = float(cfg_.beta1), b2 = float(cfg_.beta2), eps = float(cfg_.eps);
   const float one_minus_b1 = float(1.0 - cfg_.beta1), one_minus_b2 = float(1.0 - cfg_.beta2);
@@ -23,12 +30,12 @@ void AdamW::step(float* params, const float* grads, double lr) {
   const float bc2_sqrt = float(std::sqrt(bc2));
   float* m = m_.as<float>();
   float* v = v_.as<float>();
-  for (const ParamRange& r : ranges_) {
+  for (const AdamWPiece& r : pieces) {
     const float decay = r.decay ? float(1.0 - lr * cfg_.weight_decay) : 1.0f;
-    float* p = params + r.offset;
-    const float* g = grads + r.offset;
-    float* mr = m + r.offset;
-    float* vr = v + r.offset;
+    float* p = r.params;
+    const float* g = r.grads;
+    float* mr = m + r.state_offset;
+    float* vr = v + r.state_offset;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < r.numel; ++i) {
       float pi = p[i] * decay;

@@ -22,11 +22,23 @@ struct ParamRange {
   bool decay;
 };
 
+// A piece of a sharded update: numel values of params / grads whose moments sit at
+// state_offset of the optimizer's own buffers (ZeRO: the rank's shard, cut per tensor so
+// the decay rule still applies per tensor).
+struct AdamWPiece {
+  float* params;
+  const float* grads;
+  int64_t state_offset, numel;
+  bool decay;
+};
+
 class AdamW {
  public:
   AdamW(int64_t numel, std::vector<ParamRange> ranges, AdamWConfig cfg);
   // One step with learning rate lr over params/grads (numel floats each).
   void step(float* params, const float* grads, double lr);
+  // The same arithmetic over pieces (one step: the step count advances once).
+  void step_pieces(const std::vector<AdamWPiece>& pieces, double lr);
   int64_t steps() const { return t_; }
   void set_steps(int64_t t) { t_ = t; }  // when resuming
   AdamWConfig& config() { return cfg_; }

@@ -108,7 +108,11 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
   std::vector<MemoryRow> rows;
   rows.push_back(row(Strategy::ddp, N, 4 * P, 4 * P, 8 * P, bucket));
   rows.push_back(row(Strategy::zero1, N, 4 * P, 4 * P, 8 * shard(N), bucket));
-  rows.push_back(row(Strategy::zero2, N, 4 * P, 4 * shard(N), 8 * shard(N), 2 * bucket));
+  // ZeRO-2 (parallel/zero.cpp): a bucket's gradient buffer lives from backward's first write
+  // to the end of its reduce-scatter: the bucket filling plus two in flight, and the largest
+  // unit's (a tied embedding's buffer lives through the whole backward: the LM head writes
+  // it first, the embedding last). Measured on GPT-2 124M, 2 ranks: 231 MiB (docs/distributed.md).
+  rows.push_back(row(Strategy::zero2, N, 4 * P, 4 * shard(N), 8 * shard(N), 4 * in.largest_unit_params + 3 * bucket));
   rows.push_back(row(Strategy::zero3, N, 4 * shard(N), 4 * shard(N), 8 * shard(N), zero3_comm));
   if (G > 1 && G < N) {
     rows.push_back(row(Strategy::zero3_hpz, G, 4 * shard(N) + 4 * shard(G), 4 * shard(N), 8 * shard(N), zero3_comm));

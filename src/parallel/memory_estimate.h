@@ -6,7 +6,8 @@
 //   DDP / ZeRO-1: gradients are all-reduced in place in 25 MiB fp32 buckets of the flat
 //     gradient buffer; counted: one bucket of MPI scratch in flight.
 //   ZeRO-2: each bucket of unsharded gradients is reduce-scattered into the rank's shard;
-//     counted: two buckets (one filling from backward, one in flight).
+//     counted: three buckets (one filling from backward, two in flight) plus the largest
+//     unit's gradient buffer (a tied embedding's is held through the whole backward).
 //   ZeRO-3 / hpZ / hybrid: parameters are gathered per unit (a transformer block, or a
 //     top-level tensor such as the embedding); counted: the two largest units of gathered
 //     parameters (current + prefetched) and of unsharded gradients (current + in flight).

@@ -30,9 +30,9 @@ std::string hms(double s) {
 }  // namespace
 
 TrainLog::TrainLog(const TrainArgs& a, const ModelConfig&, const Transformer& model, int64_t total_steps,
-                   int64_t steps_per_epoch, int T, int64_t resume_step)
-    : a_(a), model_(model), total_steps_(total_steps), steps_per_epoch_(steps_per_epoch), T_(T) {
-  tokens_per_step_ = double(a.per_device_train_batch_size) * a.gradient_accumulation_steps * T;
+                   int64_t steps_per_epoch, int T, int64_t resume_step, int world_size)
+    : a_(a), model_(model), total_steps_(total_steps), steps_per_epoch_(steps_per_epoch), T_(T), world_(world_size) {
+  tokens_per_step_ = double(a.per_device_train_batch_size) * a.gradient_accumulation_steps * world_size * T;
   flops_per_token_ = model.flops_per_token(T);
   const std::string path = a.output_dir + "/metrics.jsonl";
   // On resume keep the lines up to the checkpoint's step, so each step appears once.
@@ -216,7 +216,7 @@ nlohmann::json TrainLog::trainer_state() const {
   s["train_batch_size"] = a_.per_device_train_batch_size;
   s["trial_name"] = nullptr;
   s["trial_params"] = nullptr;
-  const int64_t seqs = int64_t(a_.per_device_train_batch_size) * a_.gradient_accumulation_steps;
+  const int64_t seqs = int64_t(a_.per_device_train_batch_size) * a_.gradient_accumulation_steps * world_;
   s["ztrain"] = {{"loss_sum", loss_total_},
                  {"sequences_consumed", step_ * seqs},
                  {"seed", a_.seed},
@@ -240,7 +240,7 @@ void TrainLog::write_plot() const {
 
 void TrainLog::finish(double train_s, double data_wait_s) {
   clear_progress();
-  const double samples = double(step_) * a_.per_device_train_batch_size * a_.gradient_accumulation_steps;
+  const double samples = double(step_) * a_.per_device_train_batch_size * a_.gradient_accumulation_steps * world_;
   const double tok_s = tokens_per_step_ * double(step_) / train_s;
   nlohmann::json r;
   r["epoch"] = epoch_at(step_);
@@ -264,6 +264,7 @@ void TrainLog::finish(double train_s, double data_wait_s) {
   final_entry.erase("data_wait_seconds");
   final_entry.erase("data_wait_fraction");
   r["memory_bytes"] = mem;
+  r.update(extra_results_);
   final_entry["step"] = step_;
   history_.push_back(final_entry);
   write_trainer_state(a_.output_dir);

@@ -18,7 +18,7 @@ namespace zt {
 class TrainLog {
  public:
   TrainLog(const TrainArgs& a, const ModelConfig& cfg, const Transformer& model, int64_t total_steps,
-           int64_t steps_per_epoch, int T, int64_t resume_step);
+           int64_t steps_per_epoch, int T, int64_t resume_step, int world_size = 1);
   void print_header(int64_t num_examples, int64_t seqs_per_step) const;
   // Records an optimizer step; emits a log entry when `log` is set.
   void step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log);
@@ -29,6 +29,8 @@ class TrainLog {
   void write_trainer_state(const std::string& dir) const;
   // Continues a run from a checkpoint's trainer_state.json.
   void restore(const nlohmann::json& state);
+  // Extra keys merged into train_results.json (e.g. the data-parallel report).
+  void add_results(const nlohmann::json& j) { extra_results_.update(j); }
   // data_wait_s: time the step loop spent blocked on the data loader.
   void finish(double train_s, double data_wait_s);
   const std::string& tensorboard_dir() const { return tb_dir_; }
@@ -43,6 +45,8 @@ class TrainLog {
   const Transformer& model_;
   int64_t total_steps_, steps_per_epoch_;
   int T_;
+  int world_ = 1;  // data-parallel ranks: tokens and samples per step count all of them
+  nlohmann::json extra_results_ = nlohmann::json::object();
   double tokens_per_step_, flops_per_token_;
   int64_t step_ = 0, last_logged_ = 0;
   double loss_total_ = 0, loss_since_log_ = 0, time_since_log_ = 0;

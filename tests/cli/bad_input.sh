@@ -51,5 +51,8 @@ expect "unknown flag" "did you mean --learning_rate" -- "$Z" train --model_name_
 expect "malformed flag value" "expects a number" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o9" "${base[@]}" --learning_rate abc
 expect "missing flag value" "needs a value" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o10" "${base[@]}" --seed
 expect "unknown command" "unknown command" -- "$Z" trian
+expect "zero stage out of range" "zero_stage 5 is out of range" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o11" "${base[@]}" --zero_stage 5
+expect "qwZ without ZeRO-3" "needs --zero_stage 3" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o12" "${base[@]}" --zero_stage 2 --zero_quantized_weights
+expect "hybrid group not dividing" "must divide the number of ranks" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o13" "${base[@]}" --zero_stage 3 --zero_hpz_partition_size 2
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

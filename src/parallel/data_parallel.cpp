@@ -1,0 +1,134 @@
+// data_parallel.cpp: the factory, option checks and DDP (stage 0). ZeRO lives in zero.cpp.
+#include "parallel/data_parallel.h"
+
+#include "core/error.h"
+#include "parallel/buckets.h"
+#include "parallel/zero_engine.h"
+
+namespace zt::parallel {
+
+void check_data_parallel_options(const DataParallelOptions& o, int n) {
+  ZT_CHECK(o.stage >= 0 && o.stage <= 3, "--zero_stage ", o.stage, " is out of range; use 0 (DDP), 1, 2 or 3");
+  ZT_CHECK(o.reduce_bucket_size > 0, "--reduce_bucket_size must be positive (elements), got ", o.reduce_bucket_size);
+  ZT_CHECK(o.hpz_partition_size >= 1 && n % o.hpz_partition_size == 0, "--zero_hpz_partition_size ",
+           o.hpz_partition_size, " must divide the number of ranks (", n, ")");
+  ZT_CHECK(o.hpz_partition_size == 1 || o.stage >= 1,
+           "--zero_hpz_partition_size needs --zero_stage 1, 2 or 3 (DDP replicates everything)");
+  ZT_CHECK(!o.quantized_weights || o.stage == 3,
+           "--zero_quantized_weights (qwZ) quantizes ZeRO-3's parameter all-gather; it needs --zero_stage 3");
+  ZT_CHECK(!o.quantized_gradients || o.stage >= 1,
+           "--zero_quantized_gradients (qgZ) quantizes the gradient reduce-scatter; it needs --zero_stage 1, 2 or 3");
+}
+
+namespace {
+
+std::vector<optim::ParamRange> flat_ranges(const ParamTable& t) {
+  std::vector<optim::ParamRange> r;
+  for (auto& p : t.list()) {
+    if (!r.empty() && r.back().decay == p.decay() && r.back().offset + r.back().numel == p.offset)
+      r.back().numel += p.numel;  // merge neighbours: fewer, longer vector loops
+    else
+      r.push_back({p.offset, p.numel, p.decay()});
+  }
+  return r;
+}
+
+// DDP: every rank holds everything; gradients are all-reduced in buckets (plan_buckets,
+// cut in backward order) on the last micro-batch only, each bucket started as soon as
+// backward reports its last parameter's unit done. Without overlap_comm the buckets are
+// all-reduced after backward, in the same order.
+class DdpEngine final : public DataParallel, public FlatParamProvider {
+ public:
+  DdpEngine(Transformer& model, dist::Communicator& world, const DataParallelOptions& o)
+      : model_(model),
+        overlap_(o.overlap_comm),
+        opt_(model.num_params(), flat_ranges(model.params()), o.adam) {
+    model.ensure_grads();
+    set_units(model.units());
+    set_buffers(model.param_data(), model.grad_data());
+    dp_ = world.split(0, world.rank(), "dp");
+    BucketOptions bo;
+    bo.bucket_bytes = o.reduce_bucket_size * 4;
+    cap_ = o.reduce_bucket_size;
+    plan_ = plan_buckets(model.params(), bo);
+    tracker_ = std::make_unique<BucketTracker>(plan_);
+    // Parameters of each unit, last first (the order backward finishes them).
+    const auto& list = model.params().list();
+    unit_params_.resize(units_.size());
+    for (size_t u = 0; u < units_.size(); ++u)
+      for (int p = int(list.size()) - 1; p >= 0; --p)
+        if (list[p].offset >= units_[u].begin && list[p].offset < units_[u].end) unit_params_[u].push_back(p);
+    model.set_provider(this);
+  }
+  ~DdpEngine() override { model_.set_provider(nullptr); }
+
+  void grads_done(int u) override {
+    if (!last_ || dp_->size() == 1 || !overlap_) return;
+    for (int p : unit_params_[u])
+      if (int b = tracker_->mark(p); b >= 0) start(b);
+  }
+  void begin_step() override {
+    model_.zero_grad();
+    tracker_->reset();
+  }
+  void set_last_micro(bool last) override { last_ = last; }
+  void end_backward() override {
+    if (dp_->size() == 1) return;
+    if (!overlap_)
+      for (size_t b = 0; b < plan_.buckets.size(); ++b) start(int(b));
+    for (auto& r : inflight_) r.wait();
+    inflight_.clear();
+    tracker_->reset();
+  }
+  // Every rank holds the same reduced gradient, so the norm needs no communication.
+  double grad_norm() override { return optim::grad_norm(G_, model_.num_params()); }
+  void clip(double norm, double max_norm) override { optim::clip_grads(G_, model_.num_params(), norm, max_norm); }
+  void step(double lr) override { opt_.step(P_, G_, lr); }
+  void export_params() override {}
+  optim::AdamW* flat_optimizer() override { return &opt_; }
+  std::vector<const dist::Communicator*> comms() const override { return {dp_.get()}; }
+  double planned_bus_bytes(int) const override {
+    double s = 0;
+    for (auto& b : plan_.buckets) s += dist::bus_bytes(dist::Collective::all_reduce, double(b.bytes()), dp_->size());
+    return s;
+  }
+  double paper_bus_bytes(int) const override {
+    const int n = dp_->size();
+    return 2.0 * (n - 1) / n * 4.0 * double(model_.num_params());
+  }
+  nlohmann::json describe() const override {
+    return {{"stage", 0}, {"ranks", dp_->size()}, {"buckets", plan_.buckets.size()}, {"overlap_comm", overlap_}};
+  }
+
+ private:
+  // A bucket larger than the cap (one big tensor: GPT-2's 154 MiB embedding) goes out in
+  // cap-sized all-reduces: OpenMPI's all-reduce slows sharply beyond about 28 MiB here
+  // (bench-comm) and its scratch grows with the message.
+  void start(int b) {
+    const Range r = plan_.buckets[b].range;
+    for (int64_t c = r.begin; c < r.end; c += cap_)
+      inflight_.push_back(dp_->iall_reduce(G_ + c, size_t(std::min(cap_, r.end - c))));
+  }
+
+  Transformer& model_;
+  bool overlap_;
+  bool last_ = true;
+  optim::AdamW opt_;
+  std::unique_ptr<dist::Communicator> dp_;
+  BucketPlan plan_;
+  std::unique_ptr<BucketTracker> tracker_;
+  std::vector<std::vector<int>> unit_params_;
+  std::vector<dist::Request> inflight_;
+  int64_t cap_ = 0;  // elements per all-reduce call
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallel> DataParallel::create(Transformer& model, dist::Communicator& world,
+                                                   const DataParallelOptions& opt) {
+  check_data_parallel_options(opt, world.size());
+  if (opt.stage == 0) return std::make_unique<DdpEngine>(model, world, opt);
+  return make_zero_engine(model, world, opt);
+}
+
+}  // namespace zt::parallel

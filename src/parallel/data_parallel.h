@@ -1,0 +1,90 @@
+// data_parallel.h: data-parallel training over the ranks of a communicator: DDP (stage 0)
+// and ZeRO stages 1-3, optionally hybrid (sharded within groups of G consecutive ranks,
+// replicated across groups) and with ZeRO++'s int8 parameter all-gather (qwZ, stage 3) or
+// int8 gradient reduce-scatter (qgZ, stages 1-3). docs/distributed.md has the design and
+// the bytes each stage moves.
+//
+// The engine plugs into the Transformer as its ParamProvider (models/param_provider.h), so
+// the model code is the serial code: DDP starts a bucket's all-reduce when backward
+// reports the bucket's last unit done; ZeRO-2/3 reduce-scatter gradient buckets as they
+// complete (every micro-batch) into this rank's shard; ZeRO-3 all-gathers a unit's
+// parameters when the model asks for them, prefetching the next unit.
+// The trainer's step: begin_step(); per micro-batch set_last_micro() + forward_backward;
+// end_backward(); grad_norm(); clip(); step(lr).
+// It deliberately is not the trainer (loss reduction, logging) or a checkpoint writer.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "dist/communicator.h"
+#include "models/transformer.h"
+#include "optim/adamw.h"
+
+namespace zt::parallel {
+
+struct DataParallelOptions {
+  int stage = 0;                          // 0 = DDP, 1/2/3 = ZeRO
+  int64_t reduce_bucket_size = 500000000;  // elements per gradient bucket (DeepSpeed's default 5e8)
+  bool overlap_comm = true;               // start reductions during backward
+  int hpz_partition_size = 1;             // G: shard within groups of G ranks (1 = all ranks)
+  bool quantized_weights = false;         // qwZ (stage 3)
+  bool quantized_gradients = false;       // qgZ (stages 1-3)
+  optim::AdamWConfig adam;
+};
+
+class DataParallel {
+ public:
+  virtual ~DataParallel() = default;
+  // Takes over the model's parameters (stages 1-3 copy this rank's shard and free the
+  // model's flat buffers; every rank must hold the same initial parameters) and installs
+  // itself as the model's provider. world is used for the tiny scalar reduction of the
+  // gradient norm; the bulk traffic runs on communicators split from it (comms()).
+  static std::unique_ptr<DataParallel> create(Transformer& model, dist::Communicator& world,
+                                              const DataParallelOptions& opt);
+
+  virtual void begin_step() = 0;
+  // Before each micro-batch: whether it is the step's last (DDP and ZeRO-1 reduce only then).
+  virtual void set_last_micro(bool last) = 0;
+  // After the last micro-batch: every reduction complete.
+  virtual void end_backward() = 0;
+  // L2 norm of the whole reduced gradient (a collective).
+  virtual double grad_norm() = 0;
+  virtual void clip(double norm, double max_norm) = 0;
+  // AdamW on what this rank owns, then parameter synchronisation (ZeRO-1/2 all-gather).
+  virtual void step(double lr) = 0;
+  // A collective: afterwards model.param_data() holds the full, current parameters.
+  virtual void export_params() = 0;
+  // DDP's optimizer over the flat buffers (checkpoints); null for sharded stages.
+  virtual optim::AdamW* flat_optimizer() { return nullptr; }
+  // Sharded stages, on resume: takes this rank's shard of the moments (and the step count)
+  // from a flat AdamW over the whole model loaded from any checkpoint.
+  virtual void import_optimizer(const optim::AdamW& flat) {}
+  // Sharded checkpoints: this rank's pieces (parameters and moments, per tensor) and its
+  // shard index among num_shards; shard < 0 when another rank writes the same shard
+  // (hybrid: only the first group writes).
+  virtual std::vector<CheckpointPiece> checkpoint_pieces(int* shard, int* num_shards, int64_t* opt_steps) {
+    *shard = -1;
+    *num_shards = 0;
+    *opt_steps = 0;
+    return {};
+  }
+
+  // Communicators carrying the gradient / parameter traffic (their counters are the
+  // measured bytes; the scalar norm reduction runs on world and is not among them).
+  virtual std::vector<const dist::Communicator*> comms() const = 0;
+  // Bus bytes per rank per optimizer step with `accumulation` micro-batches: what this
+  // engine's plan moves (padding and int8 scales included), and the ZeRO paper's figure
+  // (2 (N-1)/N Psi for DDP / ZeRO-1, ZeRO-2 per reduction, 3 (N-1)/N Psi for ZeRO-3).
+  virtual double planned_bus_bytes(int accumulation) const = 0;
+  virtual double paper_bus_bytes(int accumulation) const = 0;
+  // A description for the log / train_results.json (stage, ranks, buckets, shard sizes).
+  virtual nlohmann::json describe() const = 0;
+};
+
+// Validates the options against the world size; throws zt::Error with a one-line message.
+void check_data_parallel_options(const DataParallelOptions& opt, int world_size);
+
+}  // namespace zt::parallel

@@ -1,0 +1,473 @@
+// zero.cpp: ZeRO stages 1-3 (and hybrid sharding, qwZ, qgZ) as a ParamProvider.
+//
+// Layout. The flat parameter layout is cut into buckets of whole model units (stage 3:
+// one unit per bucket; stages 1/2: consecutive units, in backward order, up to
+// reduce_bucket_size elements). Each bucket is padded (shard_layout, 16-float alignment)
+// so every rank of the sharding group owns one equal, contiguous slice of it: the slices
+// are what reduce_scatter / all_gather exchange, with no copies. A rank's shard is the
+// concatenation of its slices over the buckets; the optimizer state (AdamW moments) is
+// sized to it, and the sharded AdamW is cut per tensor (shard_pieces) so weight decay
+// still applies per tensor.
+//
+// What each stage holds per rank:
+//   stage 1: full parameters + full gradients (padded buckets) + moments of the shard.
+//            Gradients accumulate locally; on the last micro-batch each bucket is
+//            reduce-scattered in place as backward completes it.
+//   stage 2: full parameters + gradient shard + moments. A bucket's gradient buffer is
+//            taken from a pool when backward first writes it and given back when its
+//            reduce-scatter (every micro-batch, like DeepSpeed) has been added into the
+//            shard: at most the buckets in flight are held.
+//   stage 3: parameter shard + gradient shard + moments. acquire() all-gathers a unit into
+//            a pooled buffer (prefetching the next unit of the pass), release() returns it.
+// Hybrid (G < N): everything above happens within groups of G consecutive ranks; after
+// backward, the group-reduced gradient shards are all-reduced across groups, so the update
+// equals the flat run's. qgZ replaces the reduce-scatter by an all-to-all of int8 blocks
+// and a local dequantize-and-sum; qwZ all-gathers stage 3's parameters as int8 blocks.
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <map>
+
+#include "core/error.h"
+#include "parallel/quantize.h"
+#include "parallel/shard.h"
+#include "parallel/zero_engine.h"
+
+namespace zt::parallel {
+namespace {
+
+constexpr int64_t kAlign = 16;  // floats: 64-byte slices
+constexpr size_t kMaxInflight = 2;
+constexpr size_t kPoolKeep = 2;
+
+struct PieceTemplate {
+  int64_t rel, numel;  // within the rank's slice of a bucket
+  bool decay;
+  int param;            // index into the model's ParamTable::list()
+  int64_t param_begin;  // first element of that parameter
+};
+
+struct BucketInfo {
+  int64_t begin = 0, end = 0;  // flat range
+  int units = 0;               // model units in it
+  ShardLayout layout;
+  int64_t shard_off = 0;  // offset of this rank's slice in the shard storage
+  std::vector<PieceTemplate> pieces;
+};
+
+class ZeroEngine final : public DataParallel, public ParamProvider {
+ public:
+  ZeroEngine(Transformer& model, dist::Communicator& world, const DataParallelOptions& o)
+      : model_(model), world_(world), o_(o), stage_(o.stage), N_(world.size()), G_(o.hpz_partition_size) {
+    if (G_ == 1) G_ = N_;  // 1 = shard over every rank
+    group_ = world.split(world.rank() / G_, world.rank(), "zero_group");
+    if (G_ < N_) replica_ = world.split(world.rank() % G_, world.rank(), "zero_replica");
+    gr_ = group_->rank();
+    units_ = model.units();
+    tied_ = model.params().find("lm_head.weight") == nullptr;
+    plan_buckets_();
+    const float* P = model.param_data();
+    if (stage_ <= 2) {
+      for (auto& b : buckets_) {
+        full_p_.emplace_back(size_t(b.layout.padded) * 4, MemCategory::parameters);
+        std::memcpy(full_p_.back().data(), P + b.begin, size_t(b.end - b.begin) * 4);
+      }
+    } else {
+      pshard_ = Buffer(size_t(S_) * 4, MemCategory::parameters);
+      for (auto& b : buckets_) {
+        Range r = b.layout.range(gr_);
+        if (!r.empty()) std::memcpy(pshard_.as<float>() + b.shard_off, P + b.begin + r.begin, size_t(r.size()) * 4);
+      }
+    }
+    if (stage_ == 1)
+      for (auto& b : buckets_) full_g_.emplace_back(size_t(b.layout.padded) * 4, MemCategory::gradients);
+    else
+      gshard_ = Buffer(size_t(S_) * 4, MemCategory::gradients);
+    adam_ = std::make_unique<optim::AdamW>(S_, std::vector<optim::ParamRange>{}, o.adam);
+    gbuf_.resize(buckets_.size());
+    pending_.assign(buckets_.size(), 0);
+    model.drop_flat_state();
+    model.set_provider(this);
+  }
+  ~ZeroEngine() override { model_.set_provider(nullptr); }
+
+  // ---- ParamProvider ----
+  void begin_pass(bool backward) override {
+    for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].units;
+    if (stage_ != 3) return;
+    const int L = int(units_.size()) - 2;
+    schedule_.clear();
+    for (int u = 0; u <= L + 1; ++u) schedule_.push_back({u, false});
+    if (tied_) schedule_.push_back({0, false});
+    if (backward)
+      for (int u = L; u >= 1; --u) schedule_.push_back({u, true});
+    pos_ = 0;
+  }
+  float* acquire(int u, bool backward) override {
+    const int b = bucket_of_[u];
+    if (stage_ != 3) return full_p_[b].as<float>() + (units_[u].begin - buckets_[b].begin);
+    while (pos_ < schedule_.size() && !(schedule_[pos_].first == u && schedule_[pos_].second == backward)) ++pos_;
+    ZT_ASSERT(pos_ < schedule_.size(), "ZeRO-3: unit acquired out of the model's pass order");
+    ++pos_;
+    if (!gathers_.count(u)) start_gather(u);
+    finish_gather(u);
+    if (pos_ < schedule_.size()) {
+      const int next = schedule_[pos_].first;
+      if (!gathers_.count(next) && !held_.count(next)) start_gather(next);
+    }
+    return held_[u].as<float>();
+  }
+  void release(int u) override {
+    if (stage_ != 3) return;
+    auto it = held_.find(u);
+    if (it != held_.end()) {
+      put(std::move(it->second));
+      held_.erase(it);
+    }
+  }
+  float* grads(int u) override {
+    const int b = bucket_of_[u];
+    const int64_t rel = units_[u].begin - buckets_[b].begin;
+    if (stage_ == 1) return full_g_[b].as<float>() + rel;
+    if (!gbuf_[b].data()) {
+      gbuf_[b] = get(size_t(buckets_[b].layout.padded) * 4);
+      std::memset(gbuf_[b].data(), 0, gbuf_[b].bytes());
+    }
+    return gbuf_[b].as<float>() + rel;
+  }
+  void grads_done(int u) override {
+    const int b = bucket_of_[u];
+    if (--pending_[b] > 0) return;
+    if (stage_ == 1 && !last_) return;  // stage 1 accumulates locally until the last micro-batch
+    reduce_bucket(b);
+    if (!o_.overlap_comm) drain(0);
+  }
+
+  // ---- DataParallel ----
+  void begin_step() override {
+    if (stage_ == 1)
+      for (auto& g : full_g_) std::memset(g.data(), 0, g.bytes());
+    else
+      std::memset(gshard_.data(), 0, gshard_.bytes());
+  }
+  void set_last_micro(bool last) override { last_ = last; }
+  void end_backward() override {
+    drain(0);
+    if (!replica_) return;
+    // Hybrid: each group holds its own sum; add the groups' shards.
+    std::vector<dist::Request> rs;
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (stage_ == 1) rs.push_back(replica_->iall_reduce(shard_grad(b), size_t(buckets_[b].layout.shard)));
+    if (stage_ != 1) rs.push_back(replica_->iall_reduce(gshard_.as<float>(), size_t(S_)));
+    for (auto& r : rs) r.wait();
+  }
+  double grad_norm() override {
+    double s = 0;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const double n = optim::grad_norm(shard_grad(b), buckets_[b].layout.shard);
+      s += n * n;
+    }
+    world_.all_reduce(&s, 1);
+    return std::sqrt(s / double(N_ / G_));  // every group holds the whole gradient once
+  }
+  void clip(double norm, double max_norm) override {
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      optim::clip_grads(shard_grad(b), buckets_[b].layout.shard, norm, max_norm);
+  }
+  void step(double lr) override {
+    std::vector<optim::AdamWPiece> pieces;
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (const PieceTemplate& t : buckets_[b].pieces)
+        pieces.push_back({shard_param(b) + t.rel, shard_grad(b) + t.rel, buckets_[b].shard_off + t.rel, t.numel, t.decay});
+    adam_->step_pieces(pieces, lr);
+    if (stage_ == 3) return;
+    std::vector<dist::Request> rs;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const int64_t sh = buckets_[b].layout.shard;
+      rs.push_back(group_->iall_gather(shard_param(b), full_p_[b].data(), size_t(sh) * 4));
+    }
+    for (auto& r : rs) r.wait();
+  }
+  void export_params() override {
+    model_.restore_flat_params();
+    float* P = model_.param_data();
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const BucketInfo& k = buckets_[b];
+      if (stage_ <= 2) {
+        std::memcpy(P + k.begin, full_p_[b].data(), size_t(k.end - k.begin) * 4);
+        continue;
+      }
+      Buffer buf = get(size_t(k.layout.padded) * 4);
+      group_->all_gather(pshard_.as<float>() + k.shard_off, buf.data(), size_t(k.layout.shard) * 4);
+      std::memcpy(P + k.begin, buf.data(), size_t(k.end - k.begin) * 4);
+      put(std::move(buf));
+    }
+  }
+  void import_optimizer(const optim::AdamW& flat) override {
+    adam_->set_steps(flat.steps());
+    for (float* (optim::AdamW::*moment)() const : {&optim::AdamW::exp_avg, &optim::AdamW::exp_avg_sq}) {
+      const float* src = (flat.*moment)();
+      float* mine = ((*adam_).*moment)();
+      for (const BucketInfo& k : buckets_) {
+        const Range r = k.layout.range(gr_);
+        if (!r.empty()) std::memcpy(mine + k.shard_off, src + k.begin + r.begin, size_t(r.size()) * 4);
+      }
+    }
+  }
+  std::vector<CheckpointPiece> checkpoint_pieces(int* shard, int* num_shards, int64_t* opt_steps) override {
+    *shard = replica_ && replica_->rank() != 0 ? -1 : gr_;
+    *num_shards = G_;
+    *opt_steps = adam_->steps();
+    std::vector<CheckpointPiece> out;
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (const PieceTemplate& t : buckets_[b].pieces) {
+        const int64_t s = buckets_[b].shard_off + t.rel;
+        out.push_back({t.param, t.param_begin, t.numel, shard_param(b) + t.rel, adam_->exp_avg() + s,
+                       adam_->exp_avg_sq() + s});
+      }
+    return out;
+  }
+  std::vector<const dist::Communicator*> comms() const override {
+    std::vector<const dist::Communicator*> c{group_.get()};
+    if (replica_) c.push_back(replica_.get());
+    return c;
+  }
+  double planned_bus_bytes(int acc) const override {
+    using dist::Collective;
+    double reduce = 0, gather = 0, cross = 0;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const ShardLayout& l = buckets_[b].layout;
+      reduce += o_.quantized_gradients
+                    ? dist::bus_bytes(Collective::all_to_all, double(G_) * quant_packed_bytes(l.shard), G_)
+                    : dist::bus_bytes(Collective::reduce_scatter, double(l.padded) * 4, G_);
+      const double g = stage_ == 3 && o_.quantized_weights
+                           ? dist::bus_bytes(Collective::all_gather, double(G_) * quant_packed_bytes(l.shard), G_)
+                           : dist::bus_bytes(Collective::all_gather, double(l.padded) * 4, G_);
+      gather += g * (stage_ == 3 ? gathers_per_pass(int(b)) : 1);
+      if (replica_) cross += dist::bus_bytes(Collective::all_reduce, double(l.shard) * 4, replica_->size());
+    }
+    if (stage_ == 1) return reduce + gather + cross;
+    if (stage_ == 2) return acc * reduce + gather + cross;
+    return acc * (reduce + gather) + cross;
+  }
+  double paper_bus_bytes(int acc) const override {
+    const double psi = 4.0 * double(model_.num_params()), f = double(N_ - 1) / N_;
+    if (stage_ == 1) return 2 * f * psi;
+    if (stage_ == 2) return (acc + 1) * f * psi;
+    return 3 * acc * f * psi;
+  }
+  nlohmann::json describe() const override {
+    return {{"stage", stage_},
+            {"ranks", N_},
+            {"shard_group", G_},
+            {"buckets", buckets_.size()},
+            {"shard_elements", S_},
+            {"qwZ", o_.quantized_weights},
+            {"qgZ", o_.quantized_gradients}};
+  }
+
+ private:
+  void plan_buckets_() {
+    // Units in backward order: head, blocks L..1, embeddings.
+    const int U = int(units_.size());
+    std::vector<int> order{U - 1};
+    for (int u = U - 2; u >= 0; --u) order.push_back(u);
+    bucket_of_.assign(U, -1);
+    for (int u : order) {
+      const bool merge = stage_ != 3 && !buckets_.empty() &&
+                         buckets_.back().end - units_[u].begin <= o_.reduce_bucket_size &&
+                         buckets_.back().begin == units_[u].end;
+      if (merge) {
+        buckets_.back().begin = units_[u].begin;
+        ++buckets_.back().units;
+      } else {
+        BucketInfo b;
+        b.begin = units_[u].begin;
+        b.end = units_[u].end;
+        b.units = 1;
+        buckets_.push_back(b);
+      }
+      bucket_of_[u] = int(buckets_.size()) - 1;
+    }
+    S_ = 0;
+    for (auto& b : buckets_) {
+      b.layout = shard_layout(b.end - b.begin, G_, kAlign);
+      b.shard_off = S_;
+      S_ += b.layout.shard;
+      // The bucket's tensors as their own table (offsets from the bucket start), cut by
+      // this rank's slice: AdamW's per-tensor decay rule needs the pieces.
+      ParamTable sub;
+      std::vector<bool> decay;
+      std::vector<int> global;
+      const auto& list = model_.params().list();
+      for (size_t i = 0; i < list.size(); ++i)
+        if (list[i].offset >= b.begin && list[i].offset < b.end) {
+          sub.add(list[i].name, list[i].shape, list[i].init);
+          decay.push_back(list[i].decay());
+          global.push_back(int(i));
+        }
+      for (const ShardPiece& sp : shard_pieces(sub, b.layout, gr_))
+        b.pieces.push_back({sp.flat_begin - int64_t(gr_) * b.layout.shard, sp.count, bool(decay[sp.param]),
+                            global[sp.param], sp.param_begin});
+    }
+  }
+  // How often a unit is gathered in one training pass (stage 3): blocks twice (forward and
+  // backward), the head once (its backward follows its forward while it is held), the
+  // embeddings once, or twice when the LM head is tied to them.
+  int gathers_per_pass(int b) const {
+    const int U = int(units_.size());
+    const int u = U - 1 - b;  // stage 3's buckets are the units in backward order
+    if (u == U - 1) return 1;
+    if (u == 0) return tied_ ? 2 : 1;
+    return 2;
+  }
+  float* shard_param(size_t b) {
+    if (stage_ == 3) return pshard_.as<float>() + buckets_[b].shard_off;
+    return full_p_[b].as<float>() + int64_t(gr_) * buckets_[b].layout.shard;
+  }
+  float* shard_grad(size_t b) {
+    if (stage_ == 1) return full_g_[b].as<float>() + int64_t(gr_) * buckets_[b].layout.shard;
+    return gshard_.as<float>() + buckets_[b].shard_off;
+  }
+
+  // Reductions: start bucket b's reduce-scatter (or qgZ all-to-all); complete() adds the
+  // result into the shard. At most kMaxInflight stay in flight (each holds its buffer).
+  struct Pending {
+    dist::Request req;
+    int bucket;
+    Buffer in, qin, qout;  // in: stage 2/3's bucket buffer, owned while in flight
+  };
+  void reduce_bucket(int b) {
+    const ShardLayout& l = buckets_[b].layout;
+    float* in = stage_ == 1 ? full_g_[b].as<float>() : gbuf_[b].as<float>();
+    Pending p;
+    p.bucket = b;
+    if (o_.quantized_gradients) {
+      const size_t qb = quant_packed_bytes(l.shard);
+      p.qin = get(qb * G_);
+      p.qout = get(qb * G_);
+      for (int j = 0; j < G_; ++j)
+        quantize_int8_packed(p.qin.as<char>() + j * qb, in + int64_t(j) * l.shard, l.shard);
+      p.req = group_->iall_to_all(p.qin.data(), p.qout.data(), qb);
+    } else {
+      p.req = group_->ireduce_scatter(in, in + int64_t(gr_) * l.shard, size_t(l.shard));
+    }
+    // The buffer leaves gbuf_ so the next micro-batch's backward starts a fresh one while
+    // this reduction may still run.
+    if (stage_ != 1) p.in = std::move(gbuf_[b]);
+    inflight_.push_back(std::move(p));
+    drain(kMaxInflight);
+  }
+  void drain(size_t keep) {
+    while (inflight_.size() > keep) {
+      Pending p = std::move(inflight_.front());
+      inflight_.pop_front();
+      p.req.wait();
+      const int b = p.bucket;
+      const ShardLayout& l = buckets_[b].layout;
+      float* dst = shard_grad(b);
+      if (o_.quantized_gradients) {
+        const size_t qb = quant_packed_bytes(l.shard);
+        if (stage_ == 1) std::memset(dst, 0, size_t(l.shard) * 4);  // in place: replace, not add
+        for (int j = 0; j < G_; ++j) dequantize_int8_add_packed(dst, p.qout.as<char>() + j * qb, l.shard);
+        put(std::move(p.qin));
+        put(std::move(p.qout));
+      } else if (stage_ != 1) {
+        const float* src = p.in.as<float>() + int64_t(gr_) * l.shard;
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < l.shard; ++i) dst[i] += src[i];
+      }
+      put(std::move(p.in));
+    }
+  }
+  void dequantize_int8_add_packed(float* acc, const char* src, int64_t n) {
+    const int64_t nb = quant_num_blocks(n);
+    dequantize_int8_add(acc, reinterpret_cast<const int8_t*>(src + nb * 4), reinterpret_cast<const float*>(src), n);
+  }
+
+  // Stage 3 gathers.
+  struct Gather {
+    dist::Request req;
+    Buffer buf, qin, qout;
+  };
+  void start_gather(int u) {
+    const BucketInfo& k = buckets_[bucket_of_[u]];
+    Gather g;
+    g.buf = get(size_t(k.layout.padded) * 4);
+    const float* mine = pshard_.as<float>() + k.shard_off;
+    if (o_.quantized_weights) {
+      const size_t qb = quant_packed_bytes(k.layout.shard);
+      g.qin = get(qb);
+      g.qout = get(qb * G_);
+      quantize_int8_packed(g.qin.data(), mine, k.layout.shard);
+      g.req = group_->iall_gather(g.qin.data(), g.qout.data(), qb);
+    } else {
+      g.req = group_->iall_gather(mine, g.buf.data(), size_t(k.layout.shard) * 4);
+    }
+    gathers_.emplace(u, std::move(g));
+  }
+  void finish_gather(int u) {
+    auto it = gathers_.find(u);
+    Gather& g = it->second;
+    g.req.wait();
+    if (o_.quantized_weights) {
+      // Every slot, this rank's included, is dequantized, so all ranks compute with
+      // identical parameters.
+      const ShardLayout& l = buckets_[bucket_of_[u]].layout;
+      const size_t qb = quant_packed_bytes(l.shard);
+      for (int j = 0; j < G_; ++j)
+        dequantize_int8_packed(g.buf.as<float>() + int64_t(j) * l.shard, g.qout.as<char>() + j * qb, l.shard);
+      put(std::move(g.qin));
+      put(std::move(g.qout));
+    }
+    held_[u] = std::move(g.buf);
+    gathers_.erase(it);
+  }
+
+  // A pool of temporary buffers by exact size: blocks (all the same size) reuse each other's.
+  Buffer get(size_t bytes) {
+    for (size_t i = 0; i < pool_.size(); ++i)
+      if (pool_[i].bytes() == bytes) {
+        Buffer b = std::move(pool_[i]);
+        pool_.erase(pool_.begin() + i);
+        return b;
+      }
+    return Buffer(bytes, MemCategory::temporary);
+  }
+  // Keeps at most kPoolKeep idle buffers (the most recent: blocks, all one size, reuse
+  // them); older ones are freed, so buffers of other sizes do not pile up.
+  void put(Buffer b) {
+    if (!b.data()) return;
+    pool_.push_back(std::move(b));
+    if (pool_.size() > kPoolKeep) pool_.erase(pool_.begin());
+  }
+
+  Transformer& model_;
+  dist::Communicator& world_;
+  DataParallelOptions o_;
+  int stage_, N_, G_, gr_ = 0;
+  bool tied_ = true, last_ = true;
+  std::unique_ptr<dist::Communicator> group_, replica_;
+  std::vector<ParamUnit> units_;
+  std::vector<BucketInfo> buckets_;
+  std::vector<int> bucket_of_;
+  int64_t S_ = 0;
+  std::vector<Buffer> full_p_, full_g_, gbuf_, pool_;
+  Buffer pshard_, gshard_;
+  std::unique_ptr<optim::AdamW> adam_;
+  std::vector<int> pending_;
+  std::deque<Pending> inflight_;
+  std::vector<std::pair<int, bool>> schedule_;
+  size_t pos_ = 0;
+  std::map<int, Gather> gathers_;
+  std::map<int, Buffer> held_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallel> make_zero_engine(Transformer& model, dist::Communicator& world,
+                                               const DataParallelOptions& opt) {
+  return std::make_unique<ZeroEngine>(model, world, opt);
+}
+
+}  // namespace zt::parallel
