@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include "commands.h"
 #include "core/error.h"
@@ -36,7 +37,7 @@ std::unique_ptr<Transformer> load_model(const std::string& dir) {
 
 int cmd_generate(const Args& args) {
   std::string model_dir, tokenizer, prompt = "";
-  int64_t max_new_tokens = 100, seed = 42;
+  int64_t max_new_tokens = 100, min_new_tokens = 0, seed = 42;
   int threads = 0;
   bool compare_full = false;
   SamplingConfig sc;
@@ -45,6 +46,7 @@ int cmd_generate(const Args& args) {
   f.add("tokenizer_name_or_path", &tokenizer, "tokenizer folder or tokenizer.json (default: the model folder)");
   f.add("prompt", &prompt, "text to continue");
   f.add("max_new_tokens", &max_new_tokens, "tokens to generate (100)");
+  f.add("min_new_tokens", &min_new_tokens, "EOS is not sampled before this many new tokens (0)");
   f.add("temperature", &sc.temperature, "0 = greedy (1.0)");
   f.add("top_k", &sc.top_k, "sample among the k most likely, 0 = off (50)");
   f.add("top_p", &sc.top_p, "nucleus sampling mass, 1 = off (1.0)");
@@ -69,8 +71,17 @@ int cmd_generate(const Args& args) {
   std::string out;
   auto t1 = Clock::now();
   int64_t made = 0;
+  std::vector<float> masked;
   for (; made < max_new_tokens; ++made) {
-    int32_t next = sample_token(logits, model->config().vocab_size, sc, rng);
+    const int V = model->config().vocab_size;
+    const float* l = logits;
+    if (made < min_new_tokens && tok->eos_id() >= 0 && tok->eos_id() < V) {
+      // HF's min_new_tokens: EOS is masked out until that many tokens exist.
+      masked.assign(logits, logits + V);
+      masked[size_t(tok->eos_id())] = -std::numeric_limits<float>::infinity();
+      l = masked.data();
+    }
+    int32_t next = sample_token(l, V, sc, rng);
     if (next == tok->eos_id()) break;
     ids.push_back(next);
     if (made + 1 < max_new_tokens) logits = dec.step(next);
