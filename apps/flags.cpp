@@ -6,22 +6,11 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/edit_distance.h"
 #include "core/error.h"
 
 namespace zt::app {
 namespace {
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 // A flag name for a message: control characters escaped, so the message stays one line.
 std::string shown(const std::string& name) {
