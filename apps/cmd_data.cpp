@@ -38,15 +38,16 @@ int cmd_tokenize(const Args& args) {
   if (threads > 0) omp_set_num_threads(threads);
   auto tok = Tokenizer::load(tokenizer);
   TokenizeStats st = tokenize_corpus(*tok, cfg);
-  std::printf("tokenized %lld documents, %.1f MB of text in %.2f s (%.1f MB/s): %lld train tokens, %lld validation "
-              "tokens -> %s/{train,validation}.bin\n",
-              (long long)st.documents, st.bytes / 1e6, st.seconds, st.bytes / 1e6 / st.seconds,
-              (long long)st.train_tokens, (long long)st.validation_tokens, cfg.output_dir.c_str());
+  std::printf(
+      "tokenized %lld documents, %.1f MB of text in %.2f s (%.1f MB/s): %lld train tokens, %lld validation "
+      "tokens -> %s/{train,validation}.bin\n",
+      (long long)st.documents, st.bytes / 1e6, st.seconds, st.bytes / 1e6 / st.seconds, (long long)st.train_tokens,
+      (long long)st.validation_tokens, cfg.output_dir.c_str());
   std::printf("unigram entropy of the training tokens: %.4f nats/token\n", st.unigram_entropy);
-  nlohmann::json j = {{"documents", st.documents},         {"bytes", st.bytes},
-                      {"train_tokens", st.train_tokens},   {"validation_tokens", st.validation_tokens},
-                      {"seconds", st.seconds},             {"unigram_entropy", st.unigram_entropy},
-                      {"tokenizer", tok->name()},          {"vocab_size", tok->vocab_size()},
+  nlohmann::json j = {{"documents", st.documents},       {"bytes", st.bytes},
+                      {"train_tokens", st.train_tokens}, {"validation_tokens", st.validation_tokens},
+                      {"seconds", st.seconds},           {"unigram_entropy", st.unigram_entropy},
+                      {"tokenizer", tok->name()},        {"vocab_size", tok->vocab_size()},
                       {"eos_id", tok->eos_id()}};
   write_file_atomic(cfg.output_dir + "/tokenize_stats.json", j.dump(2) + "\n");
   return 0;

@@ -81,7 +81,8 @@ double bench_one(dist::Communicator& c, dist::Collective kind, size_t bytes, int
       op = [&c, a, b, per] { return c.iall_to_all(a, b, per); };
       break;
     }
-    default: ZT_ASSERT(false, "not benchmarked");
+    default:
+      ZT_ASSERT(false, "not benchmarked");
   }
   if (*payload == 0) return -1;
   // The blocking path is what a trainer uses between computations; the non-blocking path
@@ -89,12 +90,16 @@ double bench_one(dist::Communicator& c, dist::Collective kind, size_t bytes, int
   auto run = [&] {
     if (nonblocking) return op().wait();
     switch (kind) {
-      case Collective::all_reduce: return c.all_reduce(reinterpret_cast<float*>(a), *payload / 4);
+      case Collective::all_reduce:
+        return c.all_reduce(reinterpret_cast<float*>(a), *payload / 4);
       case Collective::reduce_scatter:
         return c.reduce_scatter(reinterpret_cast<float*>(a), reinterpret_cast<float*>(b), *payload / 4 / n);
-      case Collective::all_gather: return c.all_gather(a, b, *payload / n);
-      case Collective::broadcast: return c.broadcast(a, *payload, 0);
-      default: return c.all_to_all(a, b, *payload / n);
+      case Collective::all_gather:
+        return c.all_gather(a, b, *payload / n);
+      case Collective::broadcast:
+        return c.broadcast(a, *payload, 0);
+      default:
+        return c.all_to_all(a, b, *payload / n);
     }
   };
   for (int i = 0; i < warmup; ++i) run();
@@ -121,8 +126,9 @@ int cmd_bench_comm(const Args& args) {
   f.add("iters", &iters, "timed iterations per size (20)");
   f.add("warmup", &warmup, "untimed iterations per size (5)");
   f.add("collectives", &collectives, "comma-separated: all_reduce,reduce_scatter,all_gather,broadcast,all_to_all");
-  f.add("nonblocking", &nonblocking, "time i<collective>() + wait() (the communication thread) instead of the "
-                                     "blocking call");
+  f.add("nonblocking", &nonblocking,
+        "time i<collective>() + wait() (the communication thread) instead of the "
+        "blocking call");
   if (wants_help(args, f.help() + "\nRun under MPI: mpirun -np 2 ztrain bench-comm (or ztrain launch "
                                   "--nproc_per_node 2 -- bench-comm). Sizes are the whole tensor S as in "
                                   "nccl-tests; busbw applies the ring factors in docs/distributed.md.\n"))
@@ -148,10 +154,11 @@ int cmd_bench_comm(const Args& args) {
   buf.a.assign(size_t(max_bytes), 1);  // touched up front: page faults stay out of the timings
   buf.b.assign(size_t(max_bytes), 1);
   if (root)
-    std::printf("# ztrain bench-comm: %d rank(s) (%s), float32 sum for reductions, %d iterations after %d warm-up, "
-                "%s calls; time is the slowest rank's mean\n",
-                world->size(), dist::launched_by_mpi() ? "MPI" : "local", iters, warmup,
-                nonblocking ? "non-blocking" : "blocking");
+    std::printf(
+        "# ztrain bench-comm: %d rank(s) (%s), float32 sum for reductions, %d iterations after %d warm-up, "
+        "%s calls; time is the slowest rank's mean\n",
+        world->size(), dist::launched_by_mpi() ? "MPI" : "local", iters, warmup,
+        nonblocking ? "non-blocking" : "blocking");
   for (auto kind : kinds) {
     if (root) {
       std::printf("#\n# %s\n", dist::collective_name(kind));
@@ -207,20 +214,22 @@ int cmd_launch(const Args& all) {
   FlagSet f("launch");
   f.add("nproc_per_node", &nproc, "ranks per host (1)");
   f.add("hostfile", &hostfile, "OpenMPI hostfile for several hosts (\"host slots=N\" lines); ranks = N per host");
-  f.add("master_addr", &master_addr, "accepted for torchrun users and exported as ZT_MASTER_ADDR; mpirun's own "
-                                     "wire-up needs no rendezvous address");
+  f.add("master_addr", &master_addr,
+        "accepted for torchrun users and exported as ZT_MASTER_ADDR; mpirun's own "
+        "wire-up needs no rendezvous address");
   f.add("mpirun_args", &mpirun_args, "extra arguments for mpirun, space-separated (e.g. \"--mca btl self,vader\")");
   f.add("dry_run", &dry_run, "print the mpirun command without running it");
   if (wants_help(args, f.help() + "\nusage: ztrain launch --nproc_per_node N [flags] -- <command> [its flags]\n"
-                                 "e.g.   ztrain launch --nproc_per_node 2 -- train --model_config_path c.json ...\n"
-                                 "OMP_NUM_THREADS is forwarded (default: cores / N per rank), ranks are not bound "
-                                 "to cores (--bind-to none: ztrain's OpenMP threads place themselves), and "
-                                 "--oversubscribe is added when N exceeds the cores.\n"))
+                                  "e.g.   ztrain launch --nproc_per_node 2 -- train --model_config_path c.json ...\n"
+                                  "OMP_NUM_THREADS is forwarded (default: cores / N per rank), ranks are not bound "
+                                  "to cores (--bind-to none: ztrain's OpenMP threads place themselves), and "
+                                  "--oversubscribe is added when N exceeds the cores.\n"))
     return 0;
   f.parse(args);
   ZT_CHECK(nproc >= 1, "--nproc_per_node must be at least 1, got ", nproc);
-  ZT_CHECK(!command.empty(), "launch: nothing to run; put the ztrain command after --, e.g. ztrain launch "
-                             "--nproc_per_node 2 -- train --model_config_path config.json ...");
+  ZT_CHECK(!command.empty(),
+           "launch: nothing to run; put the ztrain command after --, e.g. ztrain launch "
+           "--nproc_per_node 2 -- train --model_config_path config.json ...");
   ZT_CHECK(command[0] != "launch", "launch: the command after -- cannot be launch itself");
   long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
 
@@ -311,9 +320,11 @@ int cmd_estimate_memory(const Args& args) {
               cfg_file.c_str(), in.num_params / 1e6, in.largest_unit_params / 1e6, in.largest_unit.c_str());
   std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,
               mib(in.activation_bytes).c_str(), mib(in.temporary_bytes).c_str());
-  std::printf("    comm: DDP / ZeRO-1 one %.0f MiB gradient bucket, ZeRO-2 three + the largest unit, ZeRO-3 / hpZ / hybrid the two "
-              "largest gathered units of parameters + of gradients.\n",
-              bucket_mb);
+  std::printf(
+      "    comm: DDP / ZeRO-1 one %.0f MiB gradient bucket, ZeRO-2 three + the largest unit, ZeRO-3 / hpZ / hybrid the "
+      "two "
+      "largest gathered units of parameters + of gradients.\n",
+      bucket_mb);
   for (auto& r : split_list(ranks)) {
     parallel::MemoryEstimateOptions opt;
     char* end = nullptr;

@@ -103,8 +103,9 @@ int cmd_generate(const Args& args) {
     const int reps = 3;
     for (int r = 0; r < reps; ++r) model->forward_loss(ids.data(), tg.data(), &c);
     const double full_s = since(t2) / reps;
-    std::fprintf(stderr, "generate: a full forward at length %d takes %.3f s = %.1f tokens/s; KV cache speed-up %.1fx\n",
-                 T, full_s, 1.0 / full_s, tps * full_s);
+    std::fprintf(stderr,
+                 "generate: a full forward at length %d takes %.3f s = %.1f tokens/s; KV cache speed-up %.1fx\n", T,
+                 full_s, 1.0 / full_s, tps * full_s);
   }
   return 0;
 }
@@ -155,9 +156,8 @@ int cmd_eval(const Args& args) {
   if (!text_file.empty()) T = int(std::min<int64_t>(T, data.size() - 1));  // a short text is one window
   model->plan(B, T, false);
   EvalResult r = evaluate(*model, data, B, T, max_samples);
-  std::printf("***** eval metrics *****\n  %-24s = %.6f\n  %-24s = %.4f\n  %-24s = %lld\n  %-24s = %.3f\n",
-              "eval_loss", r.loss, "perplexity", r.perplexity, "eval_tokens", (long long)r.tokens, "eval_runtime",
-              r.seconds);
+  std::printf("***** eval metrics *****\n  %-24s = %.6f\n  %-24s = %.4f\n  %-24s = %lld\n  %-24s = %.3f\n", "eval_loss",
+              r.loss, "perplexity", r.perplexity, "eval_tokens", (long long)r.tokens, "eval_runtime", r.seconds);
   return 0;
 }
 

@@ -20,7 +20,9 @@ std::string shown(const std::string& name) {
 
 }  // namespace
 
-void FlagSet::add(const std::string& n, std::string* v, const std::string& h) { flags_.push_back({n, h, Kind::str, v}); }
+void FlagSet::add(const std::string& n, std::string* v, const std::string& h) {
+  flags_.push_back({n, h, Kind::str, v});
+}
 void FlagSet::add(const std::string& n, int* v, const std::string& h) { flags_.push_back({n, h, Kind::i32, v}); }
 void FlagSet::add(const std::string& n, int64_t* v, const std::string& h) { flags_.push_back({n, h, Kind::i64, v}); }
 void FlagSet::add(const std::string& n, double* v, const std::string& h) { flags_.push_back({n, h, Kind::f64, v}); }
@@ -61,8 +63,8 @@ void FlagSet::parse(const std::vector<std::string>& args) {
     ZT_CHECK(f, "ztrain ", command_, ": unknown flag --", shown(name), "; did you mean --", nearest(name), "?");
     given_.insert(f->name);
     if (f->kind == Kind::boolean) {
-      if (!has_value && i + 1 < args.size() && (args[i + 1] == "true" || args[i + 1] == "false" ||
-                                                args[i + 1] == "True" || args[i + 1] == "False")) {
+      if (!has_value && i + 1 < args.size() &&
+          (args[i + 1] == "true" || args[i + 1] == "false" || args[i + 1] == "True" || args[i + 1] == "False")) {
         value = args[++i];
         has_value = true;
       }
@@ -80,12 +82,15 @@ void FlagSet::parse(const std::vector<std::string>& args) {
     char* end = nullptr;
     errno = 0;
     switch (f->kind) {
-      case Kind::str: *static_cast<std::string*>(f->ptr) = value; break;
+      case Kind::str:
+        *static_cast<std::string*>(f->ptr) = value;
+        break;
       case Kind::i32:
       case Kind::i64: {
         long long v = std::strtoll(s, &end, 10);
-        ZT_CHECK(!value.empty() && *end == 0 && errno == 0 && (f->kind == Kind::i64 || (v >= INT32_MIN && v <= INT32_MAX)),
-                 "ztrain ", command_, ": --", name, " expects an integer, got ", quote(value));
+        ZT_CHECK(
+            !value.empty() && *end == 0 && errno == 0 && (f->kind == Kind::i64 || (v >= INT32_MIN && v <= INT32_MAX)),
+            "ztrain ", command_, ": --", name, " expects an integer, got ", quote(value));
         if (f->kind == Kind::i32)
           *static_cast<int*>(f->ptr) = int(v);
         else
@@ -99,7 +104,8 @@ void FlagSet::parse(const std::vector<std::string>& args) {
         *static_cast<double*>(f->ptr) = v;
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
 }

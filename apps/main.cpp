@@ -63,7 +63,8 @@ int cmd_train(const Args& args) {
   f.add("adam_beta2", &a.adam_beta2, "(0.999)");
   f.add("adam_epsilon", &a.adam_epsilon, "(1e-8)");
   f.add("max_grad_norm", &a.max_grad_norm, "global gradient-norm clip, 0 disables (1.0)");
-  f.add("lr_scheduler_type", &a.lr_scheduler_type, "constant | constant_with_warmup | linear | cosine | WarmupLR | WarmupDecayLR | WarmupCosineLR (linear)");
+  f.add("lr_scheduler_type", &a.lr_scheduler_type,
+        "constant | constant_with_warmup | linear | cosine | WarmupLR | WarmupDecayLR | WarmupCosineLR (linear)");
   f.add("warmup_ratio", &a.warmup_ratio, "warmup as a fraction of the total steps (0)");
   f.add("warmup_steps", &a.warmup_steps, "warmup steps; a value < 1 is a ratio (0)");
   f.add("max_steps", &a.max_steps, "optimizer steps; overrides --num_train_epochs (-1)");

@@ -27,13 +27,17 @@ static void sgemm(bool ta, bool tb, long m, long n, long k, const float* a, cons
 
 int main(int argc, char** argv) {
   long tokens = argc > 1 ? atol(argv[1]) : 2048;  // B*T
-  struct Shape { const char* name; bool ta, tb; long m, n, k; };
+  struct Shape {
+    const char* name;
+    bool ta, tb;
+    long m, n, k;
+  };
   const long C = 768, V = 50257;
   std::vector<Shape> shapes = {
-      {"qkv fwd", false, false, tokens, 3 * C, C},    {"fc fwd", false, false, tokens, 4 * C, C},
-      {"proj fwd", false, false, tokens, C, 4 * C},   {"fc dX", false, true, tokens, C, 4 * C},
-      {"fc dW", true, false, C, 4 * C, tokens},       {"lmhead fwd", false, true, 256, V, C},
-      {"lmhead dW", true, false, V, C, 256},          {"square 2048", false, false, 2048, 2048, 2048},
+      {"qkv fwd", false, false, tokens, 3 * C, C},  {"fc fwd", false, false, tokens, 4 * C, C},
+      {"proj fwd", false, false, tokens, C, 4 * C}, {"fc dX", false, true, tokens, C, 4 * C},
+      {"fc dW", true, false, C, 4 * C, tokens},     {"lmhead fwd", false, true, 256, V, C},
+      {"lmhead dW", true, false, V, C, 256},        {"square 2048", false, false, 2048, 2048, 2048},
   };
   double total_flop = 0, total_s = 0;
   for (auto& s : shapes) {
@@ -48,7 +52,8 @@ int main(int argc, char** argv) {
       el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     double flop = 2.0 * s.m * s.n * s.k * reps;
-    total_flop += flop; total_s += el;
+    total_flop += flop;
+    total_s += el;
     printf("%-9s %-12s M=%-6ld N=%-6ld K=%-6ld %7.1f GFLOP/s\n", kLib, s.name, s.m, s.n, s.k, flop / el * 1e-9);
   }
   printf("%-9s %-12s %7.1f GFLOP/s (time-weighted over the shapes)\n", kLib, "overall", total_flop / total_s * 1e-9);

@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const zt::StEntry& e : f.entries()) {
       if (e.numel() < 0 || uint64_t(e.numel()) > size) zt::fuzz::finding("accepted a tensor larger than the file");
       if (f.find(e.name) == nullptr) zt::fuzz::finding("entry not found by its own name");
-      out.assign(size_t(e.numel()) + 1, 0.f);  // + 1: never a null destination
+      out.assign(size_t(e.numel()) + 1, 0.f);                            // + 1: never a null destination
       zt::fuzz::expect_ok_or_error([&] { f.read_f32(e, out.data()); });  // unsupported dtypes throw
     }
   });

@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ~UnmapLeaks() {
       size_t n = zt::fuzz::memfd_mappings(/*unmap=*/true);
       if (n > 0 && g_leaked_maps == 0)
-        std::fprintf(stderr, "fuzz_token_shard: TokenFile leaked the mapping of a rejected file (known: token_data.cpp)\n");
+        std::fprintf(stderr,
+                     "fuzz_token_shard: TokenFile leaked the mapping of a rejected file (known: token_data.cpp)\n");
       g_leaked_maps += n;
     }
   } unmap_leaks;

@@ -11,8 +11,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::filesystem::create_directories(dir);
   zt::fuzz::write_file(dir / "tokenizer.json", parts[0]);
   std::error_code ec;
-  if (parts.size() > 1) zt::fuzz::write_file(dir / "tokenizer_config.json", parts[1]);
-  else std::filesystem::remove(dir / "tokenizer_config.json", ec);
+  if (parts.size() > 1)
+    zt::fuzz::write_file(dir / "tokenizer_config.json", parts[1]);
+  else
+    std::filesystem::remove(dir / "tokenizer_config.json", ec);
   zt::fuzz::expect_ok_or_error([&] { zt::fuzz::exercise(*zt::Tokenizer::load((dir / "tokenizer.json").string())); });
   return 0;
 }

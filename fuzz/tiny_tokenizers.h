@@ -33,8 +33,8 @@ inline nlohmann::json byte_level_vocab(const std::vector<std::string>& merges) {
 }
 
 inline const std::vector<std::string>& tiny_merges() {
-  static const std::vector<std::string> m = {"h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "l d",
-                                             "Ġwor ld", "Ġ t", "Ġt he", "i n", "Ġ a", "e r", "Ġ Ġ", "Ċ Ġ", "ĊĠ Ġ"};
+  static const std::vector<std::string> m = {"h e", "l l",   "he ll", "hell o", "Ġ w", "o r", "Ġw or", "l d", "Ġwor ld",
+                                             "Ġ t", "Ġt he", "i n",   "Ġ a",    "e r", "Ġ Ġ", "Ċ Ġ",   "ĊĠ Ġ"};
   return m;
 }
 
@@ -62,32 +62,31 @@ inline std::string write_tiny_spm() {
   for (const char* t : {"\xE2\x96\x81", "h", "i", "t", "e", "r", "\xE2\x96\x81h", "\xE2\x96\x81hi", "er",
                         "\xE2\x96\x81t", "\xE2\x96\x81\xE2\x96\x81", "\xC3\xA9", "\xE2\x96\x81\xC3\xA9"})
     vocab[t] = next++;
-  json merges = json::array({json::array({"\xE2\x96\x81", "h"}), "\xE2\x96\x81h i", json::array({"e", "r"}),
-                             "\xE2\x96\x81 t", json::array({"\xE2\x96\x81", "\xE2\x96\x81"}),
-                             json::array({"\xE2\x96\x81", "\xC3\xA9"})});
-  json j = {
-      {"added_tokens",
-       {{{"id", 1}, {"content", "<s>"}, {"special", true}}, {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers",
-         {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
-      {"pre_tokenizer", nullptr},
-      {"decoder",
-       {{"type", "Sequence"},
-        {"decoders",
-         {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
-          {{"type", "ByteFallback"}},
-          {{"type", "Fuse"}},
-          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-      {"model",
-       {{"type", "BPE"},
-        {"unk_token", "<unk>"},
-        {"byte_fallback", true},
-        {"fuse_unk", true},
-        {"vocab", vocab},
-        {"merges", merges}}}};
+  json merges =
+      json::array({json::array({"\xE2\x96\x81", "h"}), "\xE2\x96\x81h i", json::array({"e", "r"}), "\xE2\x96\x81 t",
+                   json::array({"\xE2\x96\x81", "\xE2\x96\x81"}), json::array({"\xE2\x96\x81", "\xC3\xA9"})});
+  json j = {{"added_tokens",
+             {{{"id", 1}, {"content", "<s>"}, {"special", true}}, {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
+            {"normalizer",
+             {{"type", "Sequence"},
+              {"normalizers",
+               {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+                {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
+            {"pre_tokenizer", nullptr},
+            {"decoder",
+             {{"type", "Sequence"},
+              {"decoders",
+               {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+                {{"type", "ByteFallback"}},
+                {{"type", "Fuse"}},
+                {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+            {"model",
+             {{"type", "BPE"},
+              {"unk_token", "<unk>"},
+              {"byte_fallback", true},
+              {"fuse_unk", true},
+              {"vocab", vocab},
+              {"merges", merges}}}};
   auto dir = scratch_dir() / "tiny_spm";
   std::filesystem::create_directories(dir);
   write_file(dir / "tokenizer.json", j.dump());
@@ -102,19 +101,18 @@ inline std::string write_tiny_llama3() {
   json merges = json::array();
   for (const std::string& m : tiny_merges()) merges.push_back(m);
   int n = int(vocab.size());
-  json j = {
-      {"added_tokens",
-       {{{"id", n}, {"content", "<|begin_of_text|>"}, {"special", true}},
-        {{"id", n + 1}, {"content", "<|end_of_text|>"}, {"special", true}, {"lstrip", true}},
-        {{"id", n + 2}, {"content", "<|eot|>"}, {"special", true}, {"rstrip", true}}}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"model", {{"type", "BPE"}, {"ignore_merges", true}, {"vocab", vocab}, {"merges", merges}}}};
+  json j = {{"added_tokens",
+             {{{"id", n}, {"content", "<|begin_of_text|>"}, {"special", true}},
+              {{"id", n + 1}, {"content", "<|end_of_text|>"}, {"special", true}, {"lstrip", true}},
+              {{"id", n + 2}, {"content", "<|eot|>"}, {"special", true}, {"rstrip", true}}}},
+            {"normalizer", nullptr},
+            {"pre_tokenizer",
+             {{"type", "Sequence"},
+              {"pretokenizers",
+               {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+                {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
+            {"decoder", {{"type", "ByteLevel"}}},
+            {"model", {{"type", "BPE"}, {"ignore_merges", true}, {"vocab", vocab}, {"merges", merges}}}};
   auto dir = scratch_dir() / "tiny_llama3";
   std::filesystem::create_directories(dir);
   write_file(dir / "tokenizer.json", j.dump());

@@ -35,8 +35,7 @@ std::vector<std::vector<int32_t>> step_rows(const TokenFile& f, LoaderConfig c, 
       const MicroBatch& mb = dl.next();
       EXPECT_EQ(mb.step, step);
       EXPECT_EQ(mb.micro, m);
-      for (int b = 0; b < c.B; ++b)
-        rows.emplace_back(mb.inputs.begin() + b * c.T, mb.inputs.begin() + (b + 1) * c.T);
+      for (int b = 0; b < c.B; ++b) rows.emplace_back(mb.inputs.begin() + b * c.T, mb.inputs.begin() + (b + 1) * c.T);
     }
   }
   std::sort(rows.begin(), rows.end());
@@ -104,7 +103,7 @@ TEST(DataLoader, StartingAtAStepContinuesTheSameStream) {
 
 TEST(DataLoader, PackingPositionsRestartAfterEos) {
   const int32_t eos = 9;
-  std::vector<int32_t> in = {5, 6, 9, 1, 2, 3, 9, 9,  // row 0
+  std::vector<int32_t> in = {5, 6, 9, 1, 2, 3, 9, 9,   // row 0
                              1, 1, 1, 1, 9, 4, 4, 4};  // row 1
   std::vector<int32_t> pos(in.size());
   packing_positions(pos.data(), in.data(), 2, 8, eos);

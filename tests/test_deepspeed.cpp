@@ -222,8 +222,9 @@ TEST(DeepSpeedConfig, EqualValuesAreNoMismatch) {
                                   "optimizer": {"type": "AdamW", "params": {"lr": 5e-5, "betas": [0.9, 0.98]}}})"));
   EXPECT_DOUBLE_EQ(a.adam_beta2, 0.98);  // beta2 was not given as a flag
   a.adam_beta1 = 0.85;
-  EXPECT_NE(error_of([&] { apply(a, 1, R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 0.98]}}})"); })
-                .find("- ds optimizer.params.betas=[0.9,0.98] vs hf adam_beta1+adam_beta2=[0.85, 0.98]"),
+  EXPECT_NE(error_of([&] {
+              apply(a, 1, R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 0.98]}}})");
+            }).find("- ds optimizer.params.betas=[0.9,0.98] vs hf adam_beta1+adam_beta2=[0.85, 0.98]"),
             std::string::npos);
 }
 
@@ -257,16 +258,18 @@ TEST(DeepSpeedConfig, TrainBatchSizeIdentity) {
   }
   {  // not divisible: DeepSpeed's floor division, then its assertion
     TrainArgs a;
-    EXPECT_NE(error_of([&] { apply(a, 1, R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4})"); })
-                  .find("10 != 4 * 2 * 1"),
+    EXPECT_NE(error_of([&] {
+                apply(a, 1, R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4})");
+              }).find("10 != 4 * 2 * 1"),
               std::string::npos);
   }
   {  // flags involved: HF's mismatch line
     TrainArgs a;
     a.per_device_train_batch_size = 2;
     a.explicit_flags = {"per_device_train_batch_size"};
-    EXPECT_NE(error_of([&] { apply(a, 1, R"({"train_batch_size": 16, "gradient_accumulation_steps": 1})"); })
-                  .find("- ds train_batch_size=16 vs hf train_batch_size (calculated)=2"),
+    EXPECT_NE(error_of([&] {
+                apply(a, 1, R"({"train_batch_size": 16, "gradient_accumulation_steps": 1})");
+              }).find("- ds train_batch_size=16 vs hf train_batch_size (calculated)=2"),
               std::string::npos);
   }
 }
@@ -299,17 +302,20 @@ TEST(DeepSpeedConfig, UnsupportedFeaturesAreErrors) {
   EXPECT_NO_THROW(apply(a, 1, R"({"fp16": {"enabled": false}, "bf16": {"enabled": "auto"}})"));
   EXPECT_NE(error_of([&] { apply(a, 1, R"({"optimizer": {"type": "Lamb"}})"); }).find("\"Lamb\" is not supported"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { apply(a, 1, R"({"scheduler": {"type": "OneCycle"}})"); }).find("\"OneCycle\" is not supported"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { apply(a, 1, R"({"scheduler": {"type": "OneCycle"}})"); }).find("\"OneCycle\" is not supported"),
+      std::string::npos);
   EXPECT_NE(error_of([&] {
               apply(a, 1, R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.1}}})");
             }).find("L2 regularisation"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { apply(a, 3, R"({"zero_optimization": {"zero_hpz_partition_size": 2}})"); })
-                .find("must divide the number of data-parallel ranks (3)"),
+  EXPECT_NE(error_of([&] {
+              apply(a, 3, R"({"zero_optimization": {"zero_hpz_partition_size": 2}})");
+            }).find("must divide the number of data-parallel ranks (3)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { apply(a, 1, R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "exp"}}})"); })
-                .find("must be \"log\" or \"linear\""),
+  EXPECT_NE(error_of([&] {
+              apply(a, 1, R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "exp"}}})");
+            }).find("must be \"log\" or \"linear\""),
             std::string::npos);
 }
 
@@ -405,9 +411,9 @@ TEST(DeepSpeedSchedule, WarmupDecayLR) {
   s.warmup_steps = 10;
   s.total_steps = 110;
   s.warmup_log = false;
-  EXPECT_DOUBLE_EQ(s.lr_at(6), 0.05);   // warmup: 5/10
-  EXPECT_DOUBLE_EQ(s.lr_at(11), 0.1);   // iteration 10: (110-10)/100
-  EXPECT_DOUBLE_EQ(s.lr_at(61), 0.05);  // iteration 60: (110-60)/100
+  EXPECT_DOUBLE_EQ(s.lr_at(6), 0.05);      // warmup: 5/10
+  EXPECT_DOUBLE_EQ(s.lr_at(11), 0.1);      // iteration 10: (110-10)/100
+  EXPECT_DOUBLE_EQ(s.lr_at(61), 0.05);     // iteration 60: (110-60)/100
   EXPECT_NEAR(s.lr_at(101), 0.01, 1e-17);  // iteration 100: 10/100
   EXPECT_DOUBLE_EQ(s.lr_at(111), 0.0);
   EXPECT_DOUBLE_EQ(s.lr_at(500), 0.0);  // clamped at 0
@@ -425,13 +431,13 @@ TEST(DeepSpeedSchedule, WarmupCosineLR) {
   s.warmup_log = false;
   s.warmup_min_ratio = 0.1;
   s.cos_min_ratio = 0.0;
-  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.0);                // DeepSpeed's pre-start value
-  EXPECT_DOUBLE_EQ(s.lr_at(1), 0.1 * 0.1);          // ratio 0.1 + 0 * 0.9
-  EXPECT_DOUBLE_EQ(s.lr_at(6), 0.1 * 0.55);         // ratio 0.1 + 0.5 * 0.9
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.0);                                       // DeepSpeed's pre-start value
+  EXPECT_DOUBLE_EQ(s.lr_at(1), 0.1 * 0.1);                                 // ratio 0.1 + 0 * 0.9
+  EXPECT_DOUBLE_EQ(s.lr_at(6), 0.1 * 0.55);                                // ratio 0.1 + 0.5 * 0.9
   EXPECT_NEAR(s.lr_at(11), 0.1 * (1 + std::cos(M_PI * 0.01)) / 2, 1e-15);  // real step 1 of 100
-  EXPECT_NEAR(s.lr_at(60), 0.05, 1e-15);            // real step 50 of 100: cos(pi/2) = 0
-  EXPECT_NEAR(s.lr_at(110), 0.0, 1e-15);            // real step 100: cos(pi) = -1
-  s.cos_min_ratio = 1e-4;  // DeepSpeed's default
+  EXPECT_NEAR(s.lr_at(60), 0.05, 1e-15);                                   // real step 50 of 100: cos(pi/2) = 0
+  EXPECT_NEAR(s.lr_at(110), 0.0, 1e-15);                                   // real step 100: cos(pi) = -1
+  s.cos_min_ratio = 1e-4;                                                  // DeepSpeed's default
   EXPECT_NEAR(s.lr_at(60), 0.1 * (1e-4 + (1 - 1e-4) * 0.5), 1e-15);
   EXPECT_NEAR(s.lr_at(110), 1e-5, 1e-15);
   EXPECT_NEAR(s.lr_at(500), 1e-5, 1e-15);  // held at the end ratio past total_num_steps

@@ -212,7 +212,8 @@ TEST(DistQuantize, MatchesNaiveReferenceWithinBound) {
       dequantize_int8_packed(z.data(), packed.data(), n, block);
       ASSERT_EQ(z, y);
       dequantize_int8_add(acc.data(), q.data(), s.data(), n, block);
-      for (int64_t i = 0; i < n; i += 97) ASSERT_NEAR(acc[i], 1.f + y[i], 1e-6f * (1 + std::fabs(y[i])));  // may be fused
+      for (int64_t i = 0; i < n; i += 97)
+        ASSERT_NEAR(acc[i], 1.f + y[i], 1e-6f * (1 + std::fabs(y[i])));  // may be fused
     }
   }
 }
@@ -225,9 +226,9 @@ TEST(DistQuantize, NonFiniteBlocksStayVisible) {
   std::vector<float> s(3), y(600);
   quantize_int8(q.data(), s.data(), x.data(), 600, 256);
   dequantize_int8(y.data(), q.data(), s.data(), 600, 256);
-  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[255]));     // block 0 had an inf
-  EXPECT_TRUE(std::isnan(y[256]) && std::isnan(y[511]));   // block 1 had a NaN
-  EXPECT_FLOAT_EQ(y[512], 0.5f);                           // block 2 is untouched
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[255]));    // block 0 had an inf
+  EXPECT_TRUE(std::isnan(y[256]) && std::isnan(y[511]));  // block 1 had a NaN
+  EXPECT_FLOAT_EQ(y[512], 0.5f);                          // block 2 is untouched
 }
 
 TEST(DistMemoryEstimate, Gpt2ModelStates) {
@@ -266,8 +267,9 @@ TEST(DistMemoryEstimate, Gpt2ModelStates) {
     EXPECT_EQ(r.activations, in.activation_bytes);
     EXPECT_EQ(r.total(), r.params + r.grads + r.optim + r.activations + r.temporary + r.comm);
   }
-  for (size_t i = 1; i < 4; ++i) EXPECT_LT(rows[i].params + rows[i].grads + rows[i].optim,
-                                            rows[i - 1].params + rows[i - 1].grads + rows[i - 1].optim);
+  for (size_t i = 1; i < 4; ++i)
+    EXPECT_LT(rows[i].params + rows[i].grads + rows[i].optim,
+              rows[i - 1].params + rows[i - 1].grads + rows[i - 1].optim);
   // N = 2 and the default G: no hpZ / hybrid rows; N = 1: no communication.
   opt.num_ranks = 2;
   opt.hpz_partition_size = 0;

@@ -94,8 +94,8 @@ TEST(Safetensors, DamagedFilesAreNamedErrors) {
 }
 
 TEST(Config, MissingAndInvalidFieldsAreErrors) {
-  nlohmann::json ok = {{"model_type", "gpt2"}, {"vocab_size", 50}, {"n_embd", 16}, {"n_layer", 1}, {"n_head", 2},
-                       {"n_positions", 8},     {"unused_key", "kept"}};
+  nlohmann::json ok = {{"model_type", "gpt2"}, {"vocab_size", 50}, {"n_embd", 16},        {"n_layer", 1},
+                       {"n_head", 2},          {"n_positions", 8}, {"unused_key", "kept"}};
   ModelConfig c = config_from_json(ok, "cfg");
   EXPECT_EQ(c.ffn, 64);
   EXPECT_EQ(config_to_json(c, "float32")["unused_key"], "kept");
@@ -108,7 +108,9 @@ TEST(Config, MissingAndInvalidFieldsAreErrors) {
   auto indiv = ok;
   indiv["n_head"] = 3;
   EXPECT_NE(error_of([&] { config_from_json(indiv, "cfg"); }).find("divisible"), std::string::npos);
-  EXPECT_NE(error_of([] { config_from_json({{"model_type", "bert"}}, "cfg"); }).find("not supported"),
+  EXPECT_NE(error_of([] {
+              config_from_json({{"model_type", "bert"}}, "cfg");
+            }).find("not supported"),
             std::string::npos);
   EXPECT_NE(error_of([] { config_from_json({{"vocab_size", 3}}, "cfg"); }).find("model_type"), std::string::npos);
 }
@@ -144,15 +146,18 @@ TEST(Flags, UnknownFlagSuggestsNearestAndValuesAreTyped) {
   EXPECT_EQ(bs, 4);
   EXPECT_TRUE(flag);
   EXPECT_EQ(s, "x");
-  EXPECT_NE(error_of([&] { f.parse({"--lerning_rate", "1"}); }).find("did you mean --learning_rate?"),
+  EXPECT_NE(error_of([&] {
+              f.parse({"--lerning_rate", "1"});
+            }).find("did you mean --learning_rate?"),
             std::string::npos);
   EXPECT_NE(error_of([&] { f.parse({"--learning_rate", "fast"}); }).find("expects a number"), std::string::npos);
-  EXPECT_NE(error_of([&] { f.parse({"--per_device_train_batch_size", "2.5"}); }).find("expects an integer"),
+  EXPECT_NE(error_of([&] {
+              f.parse({"--per_device_train_batch_size", "2.5"});
+            }).find("expects an integer"),
             std::string::npos);
   EXPECT_NE(error_of([&] { f.parse({"--output_dir"}); }).find("needs a value"), std::string::npos);
   EXPECT_NE(error_of([&] { f.parse({"stray"}); }).find("unexpected argument"), std::string::npos);
 }
-
 
 // ---- Regression cases from fuzzing (fuzz/, docs/testing.md) and the sanitizer run ----
 // Each input once escaped as a foreign exception, undefined behaviour, a leak or a multi-line
@@ -208,10 +213,12 @@ TEST(FuzzRegression, SafetensorsShapeOverflowAndNoLeaks) {
   // [2^32, 2^32] F32: the element count overflowed int64 (UB) and wrapped to a size of 0.
   write_bytes(tmp("ovf"), st_bytes(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})"));
   one_line_error([] { SafetensorsFile f(tmp("ovf")); }, "need more than 2^64");
-  write_bytes(tmp("neg"), st_bytes(R"({"x":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,4]}})", "abcd"));
+  write_bytes(tmp("neg"),
+              st_bytes(R"({"x":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,4]}})", "abcd"));
   one_line_error([] { SafetensorsFile f(tmp("neg")); }, "not a list of non-negative integers");
   // A zero dimension makes an empty tensor whatever the others are (no overflow on the way).
-  write_bytes(tmp("zero"), st_bytes(R"({"x":{"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]}})"));
+  write_bytes(tmp("zero"),
+              st_bytes(R"({"x":{"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]}})"));
   {
     SafetensorsFile f(tmp("zero"));
     EXPECT_EQ(f.find("x")->numel(), 0);
@@ -225,8 +232,8 @@ TEST(FuzzRegression, SafetensorsShapeOverflowAndNoLeaks) {
 }
 
 TEST(FuzzRegression, ConfigValuesOutOfRange) {
-  nlohmann::json ok = {{"model_type", "llama"}, {"vocab_size", 100}, {"hidden_size", 64}, {"num_hidden_layers", 1},
-                       {"num_attention_heads", 4}, {"intermediate_size", 128}};
+  nlohmann::json ok = {{"model_type", "llama"},  {"vocab_size", 100},        {"hidden_size", 64},
+                       {"num_hidden_layers", 1}, {"num_attention_heads", 4}, {"intermediate_size", 128}};
   config_from_json(ok, "cfg");
   auto with = [&](const char* key, nlohmann::json v) {
     nlohmann::json j = ok;
@@ -263,11 +270,11 @@ TEST(FuzzRegression, CheckpointMetadata) {
 
   // trainer_state.json: json out_of_range / type_error in the trainer, now named errors.
   std::string st = (ck / "trainer_state.json").string();
-  nlohmann::json good = {{"global_step", 20},
-                         {"log_history", {{{"loss", 5.25}, {"step", 10}}, {{"eval_loss", 5.0}, {"step", 20}}}},
-                         {"ztrain",
-                          {{"loss_sum", 104.5}, {"seed", 42}, {"shuffle", true}, {"sequence_length", 16},
-                           {"sequences_per_step", 2}}}};
+  nlohmann::json good = {
+      {"global_step", 20},
+      {"log_history", {{{"loss", 5.25}, {"step", 10}}, {{"eval_loss", 5.0}, {"step", 20}}}},
+      {"ztrain",
+       {{"loss_sum", 104.5}, {"seed", 42}, {"shuffle", true}, {"sequence_length", 16}, {"sequences_per_step", 2}}}};
   write_bytes(st, good.dump());
   EXPECT_EQ(checkpoint_read_trainer_state(st)["global_step"], 20);
   write_bytes(st, R"({"global_step": 1})");

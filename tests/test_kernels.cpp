@@ -178,8 +178,9 @@ TEST(Embedding, FastMatchesReference) {
 // Flash attention against the T x T reference, including sequence lengths that are not
 // multiples of the 64-row tile, grouped-query heads, and head sizes off the fast path.
 TEST(Attention, FlashMatchesNaive) {
-  for (auto d : {kernels::AttnDims{2, 5, 2, 2, 8}, kernels::AttnDims{1, 70, 4, 2, 64}, kernels::AttnDims{2, 130, 6, 2, 32},
-                 kernels::AttnDims{1, 65, 2, 1, 128}, kernels::AttnDims{1, 64, 4, 4, 64}}) {
+  for (auto d :
+       {kernels::AttnDims{2, 5, 2, 2, 8}, kernels::AttnDims{1, 70, 4, 2, 64}, kernels::AttnDims{2, 130, 6, 2, 32},
+        kernels::AttnDims{1, 65, 2, 1, 128}, kernels::AttnDims{1, 64, 4, 4, 64}}) {
     const int64_t N = int64_t(d.B) * d.T, rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
     auto qkv = randn(N * rs, 24), dout = randn(N * os, 25);
     std::vector<float> out(N * os), lse(d.B * d.NH * d.T), out_r(N * os), lse_r(d.B * d.NH * d.T);
@@ -211,9 +212,10 @@ TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
 // rows that begin mid-document), GQA, head sizes on and off the fast path, odd T.
 TEST(Attention, FlashMatchesNaiveWithDocuments) {
   uint64_t seed = 100;
-  for (auto d : {kernels::AttnDims{2, 5, 2, 2, 8}, kernels::AttnDims{2, 70, 4, 2, 64}, kernels::AttnDims{2, 130, 6, 2, 32},
-                 kernels::AttnDims{1, 65, 2, 1, 128}, kernels::AttnDims{2, 201, 4, 2, 64},
-                 kernels::AttnDims{2, 131, 4, 1, 128}, kernels::AttnDims{3, 97, 2, 2, 16}})
+  for (auto d :
+       {kernels::AttnDims{2, 5, 2, 2, 8}, kernels::AttnDims{2, 70, 4, 2, 64}, kernels::AttnDims{2, 130, 6, 2, 32},
+        kernels::AttnDims{1, 65, 2, 1, 128}, kernels::AttnDims{2, 201, 4, 2, 64}, kernels::AttnDims{2, 131, 4, 1, 128},
+        kernels::AttnDims{3, 97, 2, 2, 16}})
     for (int max_len : {3, 20, d.T}) {
       const int64_t N = int64_t(d.B) * d.T, rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
       auto pos = test::packed_positions(d.B, d.T, max_len, ++seed);

@@ -22,11 +22,14 @@ namespace {
 ModelConfig tiny(Arch a, bool tie = false) {
   nlohmann::json j;
   if (a == Arch::gpt2)
-    j = {{"model_type", "gpt2"}, {"vocab_size", 67}, {"n_embd", 32}, {"n_layer", 2}, {"n_head", 4}, {"n_positions", 32}};
+    j = {{"model_type", "gpt2"}, {"vocab_size", 67}, {"n_embd", 32},
+         {"n_layer", 2},         {"n_head", 4},      {"n_positions", 32}};
   else
-    j = {{"model_type", "llama"},        {"vocab_size", 67},      {"hidden_size", 32},
-         {"intermediate_size", 40},      {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-         {"num_key_value_heads", 2},     {"max_position_embeddings", 32}, {"tie_word_embeddings", tie}};
+    j = {{"model_type", "llama"},     {"vocab_size", 67},
+         {"hidden_size", 32},         {"intermediate_size", 40},
+         {"num_hidden_layers", 2},    {"num_attention_heads", 4},
+         {"num_key_value_heads", 2},  {"max_position_embeddings", 32},
+         {"tie_word_embeddings", tie}};
   return config_from_json(j, "test");
 }
 
@@ -121,7 +124,7 @@ struct Segment {
 // batch gives it, here the next document's first token or -100).
 TEST_P(ModelTest, PackedBatchEqualsSeparateDocuments) {
   const int B = 2, T = 16;
-  const std::vector<Segment> segs = {{0, 0, 5, 0}, {0, 5, 7, 0}, {0, 12, 4, 0},
+  const std::vector<Segment> segs = {{0, 0, 5, 0},  {0, 5, 7, 0}, {0, 12, 4, 0},
                                      {1, 0, 9, 11}, {1, 9, 1, 0}, {1, 10, 6, 0}};
   std::vector<int32_t> pos(B * T);
   for (const Segment& g : segs)
@@ -148,8 +151,7 @@ TEST_P(ModelTest, PackedBatchEqualsSeparateDocuments) {
     for (int i = 0; i < g.len; ++i) ids[i] = g.first_pos + i;
     single.plan(1, g.len, true);
     int64_t c = 0;
-    loss_s += single.forward_backward(in.data() + off, tg.data() + off, scale, &c,
-                                      g.first_pos ? ids.data() : nullptr);
+    loss_s += single.forward_backward(in.data() + off, tg.data() + off, scale, &c, g.first_pos ? ids.data() : nullptr);
     count_s += c;
   }
   EXPECT_EQ(count_p, B * T - 1);

@@ -70,9 +70,9 @@ TEST(TokenizerPretok, Gpt2PatternCases) {
   using tok::PreSplit;
   EXPECT_EQ(pieces(PreSplit::gpt2, "Hello world"), (Pieces{"Hello", " world"}));
   EXPECT_EQ(pieces(PreSplit::gpt2, "I'm can't"), (Pieces{"I", "'m", " can", "'t"}));
-  EXPECT_EQ(pieces(PreSplit::gpt2, "  x"), (Pieces{" ", " x"}));           // run gives back its last space
+  EXPECT_EQ(pieces(PreSplit::gpt2, "  x"), (Pieces{" ", " x"}));              // run gives back its last space
   EXPECT_EQ(pieces(PreSplit::gpt2, "a \tb"), (Pieces{"a", " ", "\t", "b"}));  // lone \t before b: \s+
-  EXPECT_EQ(pieces(PreSplit::gpt2, "x  "), (Pieces{"x", "  "}));           // trailing run kept whole
+  EXPECT_EQ(pieces(PreSplit::gpt2, "x  "), (Pieces{"x", "  "}));              // trailing run kept whole
   EXPECT_EQ(pieces(PreSplit::gpt2, "a 123 ?!"), (Pieces{"a", " 123", " ?!"}));
   EXPECT_EQ(pieces(PreSplit::gpt2, " 's 'S"), (Pieces{" '", "s", " '", "S"}));  // contractions take no space
   EXPECT_EQ(pieces(PreSplit::gpt2, "caf\xC3\xA9\xE3\x80\x80x"), (Pieces{"caf\xC3\xA9", "\xE3\x80\x80", "x"}));
@@ -94,9 +94,9 @@ TEST(TokenizerPretok, Llama3PatternCases) {
 TEST(TokenizerPretok, Utf8DecodingAndClasses) {
   using tok::CharClass;
   EXPECT_EQ(tok::utf8_next("\xF0\x9F\x98\x80", 0).cp, 0x1F600u);
-  EXPECT_EQ(tok::utf8_next("\xC0\x80", 0).cp, tok::kInvalidCodePoint);  // overlong
+  EXPECT_EQ(tok::utf8_next("\xC0\x80", 0).cp, tok::kInvalidCodePoint);      // overlong
   EXPECT_EQ(tok::utf8_next("\xED\xA0\x80", 0).cp, tok::kInvalidCodePoint);  // surrogate
-  EXPECT_EQ(tok::utf8_next("\xE4\xB8", 0).len, 1u);  // truncated
+  EXPECT_EQ(tok::utf8_next("\xE4\xB8", 0).len, 1u);                         // truncated
   EXPECT_EQ(tok::char_class(0x4E2D), CharClass::letter);
   EXPECT_EQ(tok::char_class(0x0663), CharClass::number);
   EXPECT_EQ(tok::char_class(0x00BD), CharClass::number);
@@ -119,8 +119,10 @@ std::string gpt2_char(unsigned b) {
     }
   }
   std::string s;
-  if (cp < 0x80) s += char(cp);
-  else s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
+  if (cp < 0x80)
+    s += char(cp);
+  else
+    s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
   return s;
 }
 
@@ -183,30 +185,35 @@ json tiny_spm_json() {
     vocab[name] = 3 + b;
   }
   int next = 259;
-  for (const char* t : {"\xE2\x96\x81", "h", "i", "t", "e", "r", "\xE2\x96\x81h", "\xE2\x96\x81hi", "er", "\xE2\x96\x81t",
-                        "\xE2\x96\x81\xE2\x96\x81"})
+  for (const char* t : {"\xE2\x96\x81", "h", "i", "t", "e", "r", "\xE2\x96\x81h", "\xE2\x96\x81hi", "er",
+                        "\xE2\x96\x81t", "\xE2\x96\x81\xE2\x96\x81"})
     vocab[t] = next++;
   // Both spellings of a merge: the pair form (tokenizers >= 0.20) and the "left right" string.
   json merges = json::array({json::array({"\xE2\x96\x81", "h"}), "\xE2\x96\x81h i", json::array({"e", "r"}),
                              "\xE2\x96\x81 t", json::array({"\xE2\x96\x81", "\xE2\x96\x81"})});
   json sp = {{"type", "String"}};
-  return {
-      {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}}, {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers",
-         {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
-      {"pre_tokenizer", nullptr},
-      {"decoder",
-       {{"type", "Sequence"},
-        {"decoders",
-         {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
-          {{"type", "ByteFallback"}},
-          {{"type", "Fuse"}},
-          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-      {"model",
-       {{"type", "BPE"}, {"unk_token", "<unk>"}, {"byte_fallback", true}, {"fuse_unk", true}, {"vocab", vocab}, {"merges", merges}}}};
+  return {{"added_tokens",
+           {{{"id", 1}, {"content", "<s>"}, {"special", true}}, {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
+          {"normalizer",
+           {{"type", "Sequence"},
+            {"normalizers",
+             {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+              {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
+          {"pre_tokenizer", nullptr},
+          {"decoder",
+           {{"type", "Sequence"},
+            {"decoders",
+             {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+              {{"type", "ByteFallback"}},
+              {{"type", "Fuse"}},
+              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+          {"model",
+           {{"type", "BPE"},
+            {"unk_token", "<unk>"},
+            {"byte_fallback", true},
+            {"fuse_unk", true},
+            {"vocab", vocab},
+            {"merges", merges}}}};
 }
 
 TEST(TokenizerHf, SentencePieceStyleWithByteFallback) {
@@ -226,7 +233,8 @@ TEST(TokenizerHf, SentencePieceStyleWithByteFallback) {
 }
 
 TEST(TokenizerErrors, GptFilesMissingOrMalformed) {
-  EXPECT_NE(error_of([] { Tokenizer::load("/nonexistent/tok"); }).find("/nonexistent/tok does not exist"), std::string::npos);
+  EXPECT_NE(error_of([] { Tokenizer::load("/nonexistent/tok"); }).find("/nonexistent/tok does not exist"),
+            std::string::npos);
   fs::path empty = scratch("empty");
   EXPECT_NE(error_of([&] { Tokenizer::load(empty.string()); }).find("no tokenizer in this folder"), std::string::npos);
 
@@ -278,12 +286,16 @@ TEST(TokenizerErrors, TokenizerJsonMalformedOrUnsupported) {
   expect_has(with([](json& j) { j["model"].erase("merges"); }), "model has no \"merges\" field");
   expect_has(with([](json& j) { j["model"].erase("vocab"); }), "model has no \"vocab\" field");
   expect_has(with([](json& j) { j["model"]["vocab"]["x"] = -3; }), "ids must be integers");
-  expect_has(with([](json& j) { j["model"]["merges"].push_back(json::array({"h", "q"})); }), "model.merges[5] uses \"q\", which is not in model.vocab");
+  expect_has(with([](json& j) {
+               j["model"]["merges"].push_back(json::array({"h", "q"}));
+             }),
+             "model.merges[5] uses \"q\", which is not in model.vocab");
   expect_has(with([](json& j) { j["model"]["merges"].push_back("h i e"); }), "model.merges[5] must be \"left right\"");
   expect_has(with([](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }), "normalizer type \"NFKC\" is not supported");
   expect_has(with([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }), "pre_tokenizer type \"Whitespace\"");
   expect_has(with([](json& j) {
-               j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\w+"}}}, {"behavior", "Isolated"}, {"invert", false}};
+               j["pre_tokenizer"] = {
+                   {"type", "Split"}, {"pattern", {{"Regex", "\\w+"}}}, {"behavior", "Isolated"}, {"invert", false}};
              }),
              "is not a supported regex");
   expect_has(with([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; }), "decoder type \"WordPiece\"");
@@ -295,7 +307,8 @@ TEST(TokenizerConcurrency, EncodeIsThreadSafe) {
   fs::path dir = write_gpt2("mt", {"h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "l d", "Ġwor ld"});
   auto t = Tokenizer::load(dir.string());
   std::vector<std::string> texts;
-  for (int i = 0; i < 64; ++i) texts.push_back("hello world " + std::to_string(i * 7919) + " worlds hell" + std::string(size_t(i % 5), ' '));
+  for (int i = 0; i < 64; ++i)
+    texts.push_back("hello world " + std::to_string(i * 7919) + " worlds hell" + std::string(size_t(i % 5), ' '));
   std::vector<std::vector<int32_t>> want;
   for (auto& s : texts) want.push_back(t->encode(s));
   std::vector<int> bad(4, 0);
@@ -350,7 +363,8 @@ std::string show_mismatch(const std::vector<int32_t>& got, const std::vector<int
   std::ostringstream s;
   s << "first difference at token " << i << " of " << want.size() << " (got " << got.size() << "):";
   for (size_t k = i; k < i + 6 && k < std::max(got.size(), want.size()); ++k)
-    s << " [" << (k < got.size() ? std::to_string(got[k]) : "-") << " vs " << (k < want.size() ? std::to_string(want[k]) : "-") << "]";
+    s << " [" << (k < got.size() ? std::to_string(got[k]) : "-") << " vs "
+      << (k < want.size() ? std::to_string(want[k]) : "-") << "]";
   return s.str();
 }
 
@@ -408,9 +422,10 @@ void check_parity(const std::string& tok_name, const std::string& subdir, const 
   }
   EXPECT_EQ(bad_texts, 0u);
   EXPECT_EQ(bad_roundtrips, 0u);
-  std::printf("[parity] %s: %zu texts, %zu reference tokens, %zu texts differ; load %.2f s; Brown %.2f MB in %.3f s = "
-              "%.1f MB/s (one thread, cold cache)\n",
-              tok_name.c_str(), texts, tokens, bad_texts, load_s, brown_bytes / 1e6, brown_s, brown_bytes / 1e6 / brown_s);
+  std::printf(
+      "[parity] %s: %zu texts, %zu reference tokens, %zu texts differ; load %.2f s; Brown %.2f MB in %.3f s = "
+      "%.1f MB/s (one thread, cold cache)\n",
+      tok_name.c_str(), texts, tokens, bad_texts, load_s, brown_bytes / 1e6, brown_s, brown_bytes / 1e6 / brown_s);
 
   // Second pass over Brown on 4 threads sharing the instance (warm cache): same ids.
   std::vector<size_t> wrong(4, 0);
@@ -434,7 +449,8 @@ TEST(TokenizerParity, Llama2MatchesTransformersJs) {
 }
 
 TEST(TokenizerParity, Llama3MatchesTransformersJs) {
-  check_parity("llama3", "llama3/tokenizer.json", "hf-bpe", 128256, 128001, 128000, "<|end_of_text|>", "<|begin_of_text|>", true);
+  check_parity("llama3", "llama3/tokenizer.json", "hf-bpe", 128256, 128001, 128000, "<|end_of_text|>",
+               "<|begin_of_text|>", true);
 }
 
 // `ztrain tokenize` end to end: Brown texts as a folder, encoded in small batches (so long

@@ -53,8 +53,8 @@ void load_optimizer(const fs::path& path, const Transformer& model, optim::AdamW
 
 }  // namespace
 
-void checkpoint_save(const std::string& output_dir, int64_t step, const Transformer& model,
-                     const optim::AdamW& opt, const nlohmann::json& trainer_state) {
+void checkpoint_save(const std::string& output_dir, int64_t step, const Transformer& model, const optim::AdamW& opt,
+                     const nlohmann::json& trainer_state) {
   fs::path final_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(step));
   fs::path tmp = final_dir;
   tmp += ".tmp";
@@ -97,8 +97,8 @@ void load_sharded(const fs::path& d, Transformer& model, optim::AdamW& opt) {
       return it == f.metadata().end() ? std::string() : it->second;
     };
     ZT_CHECK(meta("format") == "ztrain-zero-shard", path.string(), ": not a ztrain shard file");
-    ZT_CHECK(std::to_string(files.size()) == meta("num_shards"), d.string(), " has ", files.size(),
-             " shard files but ", path.filename().string(), " says ", meta("num_shards"), "; a shard is missing");
+    ZT_CHECK(std::to_string(files.size()) == meta("num_shards"), d.string(), " has ", files.size(), " shard files but ",
+             path.filename().string(), " says ", meta("num_shards"), "; a shard is missing");
     const std::string st = meta("step");
     auto [end, ec] = std::from_chars(st.data(), st.data() + st.size(), steps);
     ZT_CHECK(!st.empty() && ec == std::errc() && end == st.data() + st.size() && steps >= 0, path.string(),
@@ -120,7 +120,11 @@ void load_sharded(const fs::path& d, Transformer& model, optim::AdamW& opt) {
   }
   for (int k = 0; k < 3; ++k)
     ZT_CHECK(covered[k] == model.num_params(), d.string(), ": the shards hold ", covered[k], " of ", model.num_params(),
-             " values of ", k == 0 ? "params" : k == 1 ? "exp_avg" : "exp_avg_sq", "; the checkpoint is incomplete");
+             " values of ",
+             k == 0   ? "params"
+             : k == 1 ? "exp_avg"
+                      : "exp_avg_sq",
+             "; the checkpoint is incomplete");
   opt.set_steps(steps);
 }
 

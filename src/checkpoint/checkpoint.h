@@ -20,8 +20,8 @@
 namespace zt {
 
 // Writes output_dir/checkpoint-<step>/ atomically.
-void checkpoint_save(const std::string& output_dir, int64_t step, const Transformer& model,
-                     const optim::AdamW& opt, const nlohmann::json& trainer_state);
+void checkpoint_save(const std::string& output_dir, int64_t step, const Transformer& model, const optim::AdamW& opt,
+                     const nlohmann::json& trainer_state);
 
 // Verifies checksums (Error naming the damaged file), then loads model and optimizer
 // state into the flat buffers of model and opt (either format below); returns
@@ -39,7 +39,7 @@ nlohmann::json checkpoint_load(const std::string& dir, Transformer& model, optim
 // checkpoint_sharded_finish (config.json, trainer_state.json, checksums.json of every file,
 // then the atomic rename).
 struct CheckpointPiece {
-  int param = 0;  // index into ParamTable::list()
+  int param = 0;                 // index into ParamTable::list()
   int64_t begin = 0, count = 0;  // elements of that parameter
   const float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
 };

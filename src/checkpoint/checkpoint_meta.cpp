@@ -81,8 +81,8 @@ void checkpoint_verify(const std::string& dir) {
     const std::string& name = it.key();
     const nlohmann::json& v = it.value();
     // Entries name files of this folder, each with two unsigned integers.
-    ZT_CHECK(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos, dir, "/",
-             kChecksums, " is damaged: ", quote(name), " is not a file name");
+    ZT_CHECK(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos, dir, "/", kChecksums,
+             " is damaged: ", quote(name), " is not a file name");
     ZT_CHECK(v.is_object() && v.contains("hash64") && v["hash64"].is_number_unsigned() && v.contains("bytes") &&
                  v["bytes"].is_number_unsigned(),
              dir, "/", kChecksums, " is damaged: the entry for ", quote(name),
@@ -156,7 +156,8 @@ nlohmann::json checkpoint_read_trainer_state(const std::string& path) {
   state_field(s, path, "ztrain", "sequences_per_step", &J::is_number_unsigned, "a non-negative integer");
   state_field(s, path, "ztrain", "sequence_length", &J::is_number_unsigned, "a non-negative integer");
   const J& zs = s["ztrain"];
-  ZT_CHECK(s["global_step"].get<uint64_t>() <= uint64_t(INT64_MAX) && (!zs["seed"].is_number_unsigned() || zs["seed"].get<uint64_t>() <= uint64_t(INT64_MAX)) &&
+  ZT_CHECK(s["global_step"].get<uint64_t>() <= uint64_t(INT64_MAX) &&
+               (!zs["seed"].is_number_unsigned() || zs["seed"].get<uint64_t>() <= uint64_t(INT64_MAX)) &&
                zs["sequences_per_step"].get<uint64_t>() <= uint64_t(INT64_MAX) &&
                zs["sequence_length"].get<uint64_t>() <= uint64_t(INT32_MAX),
            path, ": a step, seed or length is out of range; the checkpoint's trainer_state.json is damaged");
@@ -165,7 +166,8 @@ nlohmann::json checkpoint_read_trainer_state(const std::string& path) {
     ZT_CHECK(e.is_object(), path, ": log_history holds a non-object; the checkpoint's trainer_state.json is damaged");
     for (const char* k : {"loss", "eval_loss"})
       ZT_CHECK(!e.contains(k) || (e[k].is_number() && e.contains("step") && e["step"].is_number()), path,
-               ": a log_history entry has a \"", k, "\" that is not a number or no numeric \"step\"; the checkpoint's "
+               ": a log_history entry has a \"", k,
+               "\" that is not a number or no numeric \"step\"; the checkpoint's "
                "trainer_state.json is damaged");
   }
   return s;

@@ -146,16 +146,16 @@ void SafetensorsFile::open_and_parse() {
              " (needs dtype, shape and two data_offsets)");
     e.dtype = v["dtype"].get<std::string>();
     for (auto& d : v["shape"]) {
-      ZT_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(INT64_MAX), path, ": tensor ",
-               quote(e.name), " has a shape that is not a list of non-negative integers");
+      ZT_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(INT64_MAX), path, ": tensor ", quote(e.name),
+               " has a shape that is not a list of non-negative integers");
       e.shape.push_back(d.get<int64_t>());
     }
     e.begin = v["data_offsets"][0].get<uint64_t>();
     e.end = v["data_offsets"][1].get<uint64_t>();
     size_t es = dtype_size(e.dtype);
     ZT_CHECK(es != 0, path, ": tensor ", quote(e.name), " has unknown dtype ", quote(e.dtype));
-    ZT_CHECK(e.begin <= e.end && e.end <= data_size, path, ": truncated file: tensor ", quote(e.name),
-             " ends at byte ", e.end, " of a ", data_size, "-byte data section; re-download or re-save it");
+    ZT_CHECK(e.begin <= e.end && e.end <= data_size, path, ": truncated file: tensor ", quote(e.name), " ends at byte ",
+             e.end, " of a ", data_size, "-byte data section; re-download or re-save it");
     // Byte size checked for overflow (a shape like [2^32, 2^32] must not wrap around to a size
     // that matches the data); a zero dimension makes it 0 whatever the others are.
     uint64_t bytes = es;

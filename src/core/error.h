@@ -59,9 +59,8 @@ inline std::string quote(std::string_view text) {
     if (!(cond)) throw ::zt::Error(::zt::str_cat(__VA_ARGS__)); \
   } while (0)
 
-#define ZT_ASSERT(cond, ...)                                                                         \
-  do {                                                                                               \
-    if (!(cond))                                                                                     \
-      throw ::zt::Error(::zt::str_cat("internal error at ", __FILE__, ":", __LINE__, ": " #cond " ", \
-                                      ##__VA_ARGS__));                                               \
+#define ZT_ASSERT(cond, ...)                                                                                          \
+  do {                                                                                                                \
+    if (!(cond))                                                                                                      \
+      throw ::zt::Error(::zt::str_cat("internal error at ", __FILE__, ":", __LINE__, ": " #cond " ", ##__VA_ARGS__)); \
   } while (0)

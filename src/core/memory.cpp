@@ -41,13 +41,20 @@ size_t read_status_kb(const char* key) {
 
 const char* mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::parameters: return "parameters";
-    case MemCategory::gradients: return "gradients";
-    case MemCategory::optimizer_state: return "optimizer_state";
-    case MemCategory::activations: return "activations";
-    case MemCategory::temporary: return "temporary";
-    case MemCategory::data: return "data";
-    default: return "?";
+    case MemCategory::parameters:
+      return "parameters";
+    case MemCategory::gradients:
+      return "gradients";
+    case MemCategory::optimizer_state:
+      return "optimizer_state";
+    case MemCategory::activations:
+      return "activations";
+    case MemCategory::temporary:
+      return "temporary";
+    case MemCategory::data:
+      return "data";
+    default:
+      return "?";
   }
 }
 

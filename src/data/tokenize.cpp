@@ -34,7 +34,8 @@ std::vector<fs::path> list_inputs(const std::vector<std::string>& inputs) {
         std::string name = e.path().filename().string();
         if (!e.is_regular_file() || name.empty() || name[0] == '.') continue;
         auto ext = e.path().extension().string();
-        if (ext.empty() || ext == ".txt" || ext == ".text" || ext == ".jsonl" || ext == ".json") found.push_back(e.path());
+        if (ext.empty() || ext == ".txt" || ext == ".text" || ext == ".jsonl" || ext == ".json")
+          found.push_back(e.path());
       }
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());

@@ -59,7 +59,8 @@ namespace {
 
 // Token strings of encoder.json -> ids, checked; also fills the model and the decode table.
 std::unordered_map<std::string, int32_t> read_gpt2_encoder(const std::string& path, BpeModel& model,
-                                                           std::vector<std::string>& id_text, std::vector<bool>& has_id) {
+                                                           std::vector<std::string>& id_text,
+                                                           std::vector<bool>& has_id) {
   nlohmann::json j = read_json_file(path);
   ZT_CHECK(j.is_object() && !j.empty(), path, ": expected a JSON object mapping token strings to ids, found ",
            j.is_object() ? "an empty object" : j.type_name());

@@ -31,10 +31,10 @@ class Tokenizer {
   // Ids to text; special tokens decode to their text. Throws zt::Error on an id outside the vocab.
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
 
-  virtual int vocab_size() const = 0;   // 1 + the largest id (vocab and added tokens)
-  virtual int32_t eos_id() const = 0;   // <|endoftext|>, </s>, <|end_of_text|>; -1 if none
-  virtual int32_t bos_id() const = 0;   // -1 if none
-  virtual std::string name() const = 0; // "gpt2-bpe", "hf-bpe"
+  virtual int vocab_size() const = 0;    // 1 + the largest id (vocab and added tokens)
+  virtual int32_t eos_id() const = 0;    // <|endoftext|>, </s>, <|end_of_text|>; -1 if none
+  virtual int32_t bos_id() const = 0;    // -1 if none
+  virtual std::string name() const = 0;  // "gpt2-bpe", "hf-bpe"
   // True when a text cut just after a newline that precedes a non-space character encodes, piece
   // by piece, to the ids of the whole (regex pre-tokenizers without normalizers: GPT-2,
   // Llama-3). False for SentencePiece-style tokenizers, whose normalizer prepends "▁" to every

@@ -246,8 +246,8 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 }  // namespace
 
-BpeTokenizer::BpeTokenizer(BpeModel model, BpeOptions opt, std::vector<std::string> id_text,
-                           std::vector<bool> has_id, std::vector<AddedToken> added)
+BpeTokenizer::BpeTokenizer(BpeModel model, BpeOptions opt, std::vector<std::string> id_text, std::vector<bool> has_id,
+                           std::vector<AddedToken> added)
     : model_(std::move(model)),
       opt_(std::move(opt)),
       id_text_(std::move(id_text)),
@@ -273,8 +273,10 @@ void BpeTokenizer::init_tables() {
     uint32_t len, prev = next_unit(t, 0, &len);
     for (size_t i = len; i < t.size(); i += len) {
       uint32_t unit = next_unit(t, i, &len);
-      if (prev < 256 && unit < 256) joinable_small_[(prev << 8 | unit) >> 6] |= 1ull << ((prev << 8 | unit) & 63);
-      else joinable_large_.push_back(uint64_t(prev) << 32 | unit);
+      if (prev < 256 && unit < 256)
+        joinable_small_[(prev << 8 | unit) >> 6] |= 1ull << ((prev << 8 | unit) & 63);
+      else
+        joinable_large_.push_back(uint64_t(prev) << 32 | unit);
       prev = unit;
     }
   }
@@ -310,8 +312,10 @@ void BpeTokenizer::encode_section(std::string_view text, std::vector<int32_t>& o
   if (!opt_.normalizer.empty() || opt_.add_prefix_space) {
     normalized.assign(text);
     for (const NormalizeStep& step : opt_.normalizer) {
-      if (step.kind == NormalizeStep::Kind::prepend) normalized.insert(0, step.a);
-      else replace_all(normalized, step.a, step.b);
+      if (step.kind == NormalizeStep::Kind::prepend)
+        normalized.insert(0, step.a);
+      else
+        replace_all(normalized, step.a, step.b);
     }
     if (opt_.add_prefix_space && (normalized.empty() || normalized[0] != ' ')) normalized.insert(0, 1, ' ');
     text = normalized;
@@ -360,8 +364,10 @@ void BpeTokenizer::encode_piece(std::string_view piece, bool whole_token_check, 
     }
     model_.merge(word, opt_.order);
     for (const Symbol& s : word) {
-      if (s.id >= 0) out.push_back(s.id);
-      else emit_unknown(piece.substr(s.start, s.len), out);
+      if (s.id >= 0)
+        out.push_back(s.id);
+      else
+        emit_unknown(piece.substr(s.start, s.len), out);
     }
   }
   if (cacheable) cache_.store(piece, out.data() + first, out.size() - first);
@@ -412,8 +418,10 @@ std::vector<int32_t> BpeTokenizer::encode_with_special(std::string_view text) co
   }
   std::vector<int32_t> out;
   for (const Part& p : parts) {
-    if (p.token) out.push_back(p.token->id);
-    else encode_section(p.text, out);
+    if (p.token)
+      out.push_back(p.token->id);
+    else
+      encode_section(p.text, out);
   }
   return out;
 }
@@ -421,8 +429,8 @@ std::vector<int32_t> BpeTokenizer::encode_with_special(std::string_view text) co
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) {
-    ZT_CHECK(id >= 0 && size_t(id) < id_text_.size() && has_id_[size_t(id)], "decode: token id ", id,
-             " is not in the ", opt_.name, " vocabulary (", id_text_.size(), " ids); the ids were made by a different tokenizer");
+    ZT_CHECK(id >= 0 && size_t(id) < id_text_.size() && has_id_[size_t(id)], "decode: token id ", id, " is not in the ",
+             opt_.name, " vocabulary (", id_text_.size(), " ids); the ids were made by a different tokenizer");
     out += id_text_[size_t(id)];
   }
   size_t cut = 0;

@@ -122,16 +122,16 @@ struct AddedToken {
 };
 
 struct BpeOptions {
-  std::string name;                      // "gpt2-bpe", "hf-bpe"
-  PreSplit pre_split = PreSplit::none;   // none: SentencePiece-style, the whole text is one word
-  bool byte_level = false;               // initial symbols are bytes, not code points
-  bool add_prefix_space = false;         // ByteLevel: prepend ' ' unless the text starts with one
+  std::string name;                     // "gpt2-bpe", "hf-bpe"
+  PreSplit pre_split = PreSplit::none;  // none: SentencePiece-style, the whole text is one word
+  bool byte_level = false;              // initial symbols are bytes, not code points
+  bool add_prefix_space = false;        // ByteLevel: prepend ' ' unless the text starts with one
   std::vector<NormalizeStep> normalizer;
   MergeOrder order = MergeOrder::leftmost_first;
-  bool ignore_merges = false;            // a piece that is itself a token skips the merges
-  bool byte_fallback = false;            // unknown characters become <0xNN> tokens
+  bool ignore_merges = false;  // a piece that is itself a token skips the merges
+  bool byte_fallback = false;  // unknown characters become <0xNN> tokens
   int32_t unk_id = -1, bos_id = -1, eos_id = -1;
-  int strip_leading_spaces = 0;          // decoder: spaces removed from the start of the text
+  int strip_leading_spaces = 0;  // decoder: spaces removed from the start of the text
 };
 
 class BpeTokenizer final : public Tokenizer {
@@ -179,7 +179,7 @@ class BpeTokenizer final : public Tokenizer {
 // Loader helpers (tokenizer.cpp), shared by both formats; errors name the file.
 std::string read_text_file(const std::string& path);
 nlohmann::json read_json_file(const std::string& path);
-std::unique_ptr<Tokenizer> load_gpt2_files(const std::string& dir);   // tokenizer.cpp
+std::unique_ptr<Tokenizer> load_gpt2_files(const std::string& dir);          // tokenizer.cpp
 std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::string& file);  // tokenizer_hf.cpp
 
 }  // namespace zt::tok

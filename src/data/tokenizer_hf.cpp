@@ -53,12 +53,14 @@ void parse_normalizer(const Reader& rd, const json& n, const std::string& where,
   if (type == "Sequence") {
     const json& list = rd.field(n, where, "normalizers");
     if (!list.is_array()) rd.fail(where + ".normalizers", "must be an array");
-    for (size_t i = 0; i < list.size(); ++i) parse_normalizer(rd, list[i], str_cat(where, ".normalizers[", i, "]"), opt);
+    for (size_t i = 0; i < list.size(); ++i)
+      parse_normalizer(rd, list[i], str_cat(where, ".normalizers[", i, "]"), opt);
   } else if (type == "Prepend") {
     opt.normalizer.push_back({NormalizeStep::Kind::prepend, rd.string_field(n, where, "prepend"), ""});
   } else if (type == "Replace") {
     const json& pattern = rd.field(n, where, "pattern");
-    if (!pattern.contains("String")) rd.fail(where + ".pattern", "must be {\"String\": ...}; regex replacements are not supported");
+    if (!pattern.contains("String"))
+      rd.fail(where + ".pattern", "must be {\"String\": ...}; regex replacements are not supported");
     std::string from = rd.string_field(pattern, where + ".pattern", "String");
     if (from.empty()) rd.fail(where + ".pattern.String", "is empty");
     opt.normalizer.push_back({NormalizeStep::Kind::replace, from, rd.string_field(n, where, "content")});
@@ -91,10 +93,15 @@ void parse_pre_tokenizer(const Reader& rd, const json& p, const std::string& whe
     std::string regex = pattern.contains("Regex") ? rd.string_field(pattern, where + ".pattern", "Regex") : "";
     std::string behavior = p.value("behavior", "");
     if (rd.bool_field(p, "invert", false) || behavior != "Isolated")
-      rd.fail(where, str_cat("Split with behavior \"", behavior, "\" / invert is not supported (only Isolated, invert false)"));
-    if (regex == kGpt2Regex) set_cut(PreSplit::gpt2);
-    else if (regex == kLlama3Regex) set_cut(PreSplit::llama3);
-    else rd.fail(where + ".pattern", str_cat(json(regex).dump(), " is not a supported regex (only the GPT-2 and Llama-3 patterns)"));
+      rd.fail(where, str_cat("Split with behavior \"", behavior,
+                             "\" / invert is not supported (only Isolated, invert false)"));
+    if (regex == kGpt2Regex)
+      set_cut(PreSplit::gpt2);
+    else if (regex == kLlama3Regex)
+      set_cut(PreSplit::llama3);
+    else
+      rd.fail(where + ".pattern",
+              str_cat(json(regex).dump(), " is not a supported regex (only the GPT-2 and Llama-3 patterns)"));
   } else {
     rd.unsupported(where, type, "ByteLevel, Split with the GPT-2 or Llama-3 regex, and Sequence of those");
   }
@@ -112,7 +119,8 @@ void parse_decoder(const Reader& rd, const json& d, const std::string& where, De
   if (type == "Sequence") {
     const json& list = rd.field(d, where, "decoders");
     if (!list.is_array()) rd.fail(where + ".decoders", "must be an array");
-    for (size_t i = 0; i < list.size(); ++i) parse_decoder(rd, list[i], str_cat(where, ".decoders[", i, "]"), rules, opt);
+    for (size_t i = 0; i < list.size(); ++i)
+      parse_decoder(rd, list[i], str_cat(where, ".decoders[", i, "]"), rules, opt);
   } else if (type == "ByteLevel") {
     rules.byte_level = true;
   } else if (type == "ByteFallback") {
@@ -122,7 +130,8 @@ void parse_decoder(const Reader& rd, const json& d, const std::string& where, De
   } else if (type == "Replace") {
     const json& pattern = rd.field(d, where, "pattern");
     if (!pattern.contains("String")) rd.fail(where + ".pattern", "must be {\"String\": ...}");
-    rules.replace.emplace_back(rd.string_field(pattern, where + ".pattern", "String"), rd.string_field(d, where, "content"));
+    rules.replace.emplace_back(rd.string_field(pattern, where + ".pattern", "String"),
+                               rd.string_field(d, where, "content"));
   } else if (type == "Strip") {
     // Applied after Fuse in every file seen: strips the start of the whole text.
     if (rd.string_field(d, where, "content") != " " || d.value("stop", 0) != 0)
@@ -130,7 +139,8 @@ void parse_decoder(const Reader& rd, const json& d, const std::string& where, De
     opt.strip_leading_spaces = d.value("start", 0);
   } else if (type == "Metaspace") {
     rules.replace.emplace_back(d.value("replacement", "\u2581"), " ");
-    if (d.value("prepend_scheme", "always") != "never" && d.value("add_prefix_space", true)) opt.strip_leading_spaces = 1;
+    if (d.value("prepend_scheme", "always") != "never" && d.value("add_prefix_space", true))
+      opt.strip_leading_spaces = 1;
   } else {
     rd.unsupported(where, type, "ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace and Sequence of those");
   }
@@ -140,7 +150,8 @@ std::string decoded_text(const std::string& token, const DecodeRules& rules) {
   std::string out;
   if (rules.byte_level && byte_level_decode(token, out)) return out;
   if (rules.byte_fallback && token.size() == 6 && token.starts_with("<0x") && token.back() == '>') {
-    int hi = std::isxdigit(static_cast<unsigned char>(token[3])), lo = std::isxdigit(static_cast<unsigned char>(token[4]));
+    int hi = std::isxdigit(static_cast<unsigned char>(token[3])),
+        lo = std::isxdigit(static_cast<unsigned char>(token[4]));
     if (hi && lo) return std::string(1, char(std::stoi(token.substr(3, 2), nullptr, 16)));
   }
   out = token;
@@ -188,9 +199,12 @@ void resolve_bos_eos(const std::string& file, const std::unordered_map<std::stri
   auto from_config = [&](const char* key, int32_t& id) {
     if (!cfg.is_object() || !cfg.contains(key)) return;
     const json& v = cfg[key];
-    if (v.is_string()) id = id_of(v.get<std::string>());
-    else if (v.is_object() && v.contains("content") && v["content"].is_string()) id = id_of(v["content"].get<std::string>());
-    else id = -1;
+    if (v.is_string())
+      id = id_of(v.get<std::string>());
+    else if (v.is_object() && v.contains("content") && v["content"].is_string())
+      id = id_of(v["content"].get<std::string>());
+    else
+      id = -1;
   };
   from_config("bos_token", opt.bos_id);
   from_config("eos_token", opt.eos_id);
@@ -208,8 +222,11 @@ BpeOptions parse_options(const Reader& rd, const json& root, DecodeRules& rules)
   const json& mj = rd.field(root, "top level", "model");
   std::string type = mj.contains("type") ? rd.string_field(mj, "model", "type") : mj.contains("merges") ? "BPE" : "";
   if (type != "BPE")
-    rd.fail("model.type", type.empty() ? "is missing"
-                                       : str_cat("\"", type, "\" is not supported; ztrain reads BPE models only (not WordPiece, Unigram or WordLevel)"));
+    rd.fail("model.type",
+            type.empty()
+                ? "is missing"
+                : str_cat("\"", type,
+                          "\" is not supported; ztrain reads BPE models only (not WordPiece, Unigram or WordLevel)"));
   if (!rd.field(mj, "model", "vocab").is_object() || mj["vocab"].empty())
     rd.fail("model.vocab", "must be a non-empty object of token -> id");
   if (!rd.field(mj, "model", "merges").is_array())
@@ -247,7 +264,8 @@ struct Tables {
   }
 };
 
-void read_vocab_and_merges(const Reader& rd, const json& mj, const BpeOptions& opt, const DecodeRules& rules, Tables& t) {
+void read_vocab_and_merges(const Reader& rd, const json& mj, const BpeOptions& opt, const DecodeRules& rules,
+                           Tables& t) {
   const json& vocab_j = mj["vocab"];
   t.vocab.reserve(vocab_j.size());
   std::string raw;

@@ -92,10 +92,14 @@ Utf8Char utf8_decode_multibyte(std::string_view s, size_t pos) {
   auto byte = [&](size_t i) -> unsigned { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u; };
   unsigned b0 = byte(pos);
   uint32_t len, cp, min;
-  if (b0 >= 0xC2 && b0 <= 0xDF) len = 2, cp = b0 & 0x1F, min = 0x80;
-  else if (b0 >= 0xE0 && b0 <= 0xEF) len = 3, cp = b0 & 0x0F, min = 0x800;
-  else if (b0 >= 0xF0 && b0 <= 0xF4) len = 4, cp = b0 & 0x07, min = 0x10000;
-  else return {kInvalidCodePoint, 1};
+  if (b0 >= 0xC2 && b0 <= 0xDF)
+    len = 2, cp = b0 & 0x1F, min = 0x80;
+  else if (b0 >= 0xE0 && b0 <= 0xEF)
+    len = 3, cp = b0 & 0x0F, min = 0x800;
+  else if (b0 >= 0xF0 && b0 <= 0xF4)
+    len = 4, cp = b0 & 0x07, min = 0x10000;
+  else
+    return {kInvalidCodePoint, 1};
   for (uint32_t k = 1; k < len; ++k) {
     unsigned b = byte(pos + k);
     if ((b & 0xC0) != 0x80) return {kInvalidCodePoint, 1};
@@ -152,8 +156,10 @@ size_t llama3_piece_end(std::string_view s, size_t pos) {
   }
   // " ?[^\s\p{L}\p{N}]+[\r\n]*"
   size_t run = std::string_view::npos;
-  if (k == CharClass::other) run = pos;
-  else if (c.cp == ' ' && pos + 1 < s.size() && class_at(s, pos + 1) == CharClass::other) run = pos + 1;
+  if (k == CharClass::other)
+    run = pos;
+  else if (c.cp == ' ' && pos + 1 < s.size() && class_at(s, pos + 1) == CharClass::other)
+    run = pos + 1;
   if (run != std::string_view::npos) {
     size_t end = run_end(s, run, CharClass::other);
     while (end < s.size() && (s[end] == '\r' || s[end] == '\n')) ++end;

@@ -36,37 +36,56 @@ struct RequestState {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::u8: return 1;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
+    case DType::u8:
+      return 1;
   }
   return 1;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "float32";
-    case DType::f64: return "float64";
-    case DType::i32: return "int32";
-    case DType::i64: return "int64";
-    case DType::u8: return "uint8";
+    case DType::f32:
+      return "float32";
+    case DType::f64:
+      return "float64";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
+    case DType::u8:
+      return "uint8";
   }
   return "?";
 }
 
 const char* collective_name(Collective c) {
   switch (c) {
-    case Collective::all_reduce: return "all_reduce";
-    case Collective::reduce_scatter: return "reduce_scatter";
-    case Collective::all_gather: return "all_gather";
-    case Collective::broadcast: return "broadcast";
-    case Collective::all_to_all: return "all_to_all";
-    case Collective::send: return "send";
-    case Collective::recv: return "recv";
-    case Collective::barrier: return "barrier";
-    case Collective::count: break;
+    case Collective::all_reduce:
+      return "all_reduce";
+    case Collective::reduce_scatter:
+      return "reduce_scatter";
+    case Collective::all_gather:
+      return "all_gather";
+    case Collective::broadcast:
+      return "broadcast";
+    case Collective::all_to_all:
+      return "all_to_all";
+    case Collective::send:
+      return "send";
+    case Collective::recv:
+      return "recv";
+    case Collective::barrier:
+      return "barrier";
+    case Collective::count:
+      break;
   }
   return "?";
 }
@@ -89,14 +108,18 @@ double bus_bytes(Collective c, double s, int n) {
   if (n <= 1) return 0;
   double f = double(n - 1) / n;
   switch (c) {
-    case Collective::all_reduce: return 2 * f * s;
+    case Collective::all_reduce:
+      return 2 * f * s;
     case Collective::reduce_scatter:
     case Collective::all_gather:
-    case Collective::all_to_all: return f * s;
+    case Collective::all_to_all:
+      return f * s;
     case Collective::broadcast:
     case Collective::send:
-    case Collective::recv: return s;
-    default: return 0;
+    case Collective::recv:
+      return s;
+    default:
+      return 0;
   }
 }
 
@@ -196,7 +219,9 @@ CommOp Communicator::prepare(CommOp op) {
   ZT_CHECK(op.count == 0 || op.out || op.in, what, " on communicator \"", name_, "\": null buffer for ", op.count,
            " elements");
   switch (op.kind) {
-    case Collective::all_reduce: op.payload = double(op.count) * es; break;
+    case Collective::all_reduce:
+      op.payload = double(op.count) * es;
+      break;
     case Collective::reduce_scatter:
       ZT_CHECK(op.count == 0 || (op.in && op.out), what, ": null input or output buffer");
       op.payload = double(n) * op.count * es;
@@ -218,7 +243,8 @@ CommOp Communicator::prepare(CommOp op) {
       ZT_CHECK(op.tag >= 0 && op.tag <= 32766, what, " tag ", op.tag, " must be in [0, 32766] (32767 is internal)");
       op.payload = double(op.count);
       break;
-    default: op.payload = 0;
+    default:
+      op.payload = 0;
   }
   op.seq = next_seq_++;
   return op;
@@ -291,10 +317,15 @@ void execute_single_rank(const CommOp& op) {
     if (dst != src && bytes) std::memmove(dst, src, bytes);
   };
   switch (op.kind) {
-    case Collective::reduce_scatter: move(op.out, op.in, op.count * dtype_size(op.dtype)); break;
+    case Collective::reduce_scatter:
+      move(op.out, op.in, op.count * dtype_size(op.dtype));
+      break;
     case Collective::all_gather:
-    case Collective::all_to_all: move(op.out, op.in, op.count); break;
-    default: break;  // all_reduce, broadcast, barrier: the data already is the result
+    case Collective::all_to_all:
+      move(op.out, op.in, op.count);
+      break;
+    default:
+      break;  // all_reduce, broadcast, barrier: the data already is the result
   }
 }
 

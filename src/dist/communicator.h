@@ -93,8 +93,8 @@ struct CommOp {
   DType dtype = DType::u8;
   ReduceOp reduce = ReduceOp::sum;
   int root = 0, peer = 0, tag = 0;
-  uint64_t seq = 0;        // per communicator, in submission order (for the watchdog)
-  double payload = 0;      // S, see CollectiveStats
+  uint64_t seq = 0;    // per communicator, in submission order (for the watchdog)
+  double payload = 0;  // S, see CollectiveStats
 };
 
 class Communicator {
@@ -150,9 +150,7 @@ class Communicator {
   void all_reduce(void* data, size_t count, DType t, ReduceOp op = ReduceOp::sum);
   void all_reduce(float* data, size_t count, ReduceOp op = ReduceOp::sum) { all_reduce(data, count, DType::f32, op); }
   void all_reduce(double* data, size_t count, ReduceOp op = ReduceOp::sum) { all_reduce(data, count, DType::f64, op); }
-  void all_reduce(int64_t* data, size_t count, ReduceOp op = ReduceOp::sum) {
-    all_reduce(data, count, DType::i64, op);
-  }
+  void all_reduce(int64_t* data, size_t count, ReduceOp op = ReduceOp::sum) { all_reduce(data, count, DType::i64, op); }
   void reduce_scatter(const void* in, void* out, size_t count, DType t, ReduceOp op = ReduceOp::sum);
   void reduce_scatter(const float* in, float* out, size_t count) { reduce_scatter(in, out, count, DType::f32); }
   void all_gather(const void* in, void* out, size_t bytes_per_rank);

@@ -52,8 +52,9 @@ class MpiRuntime {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
-    ZT_CHECK(!fin, "MPI was already finalised in this process and cannot start again; keep the world "
-                   "communicator alive for the whole run");
+    ZT_CHECK(!fin,
+             "MPI was already finalised in this process and cannot start again; keep the world "
+             "communicator alive for the whole run");
     auto rt = std::make_shared<MpiRuntime>();
     int provided = 0;
     if (!init) {
@@ -119,11 +120,16 @@ void mpi_check(int rc, const char* call, const std::string& comm_name) {
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::f64: return MPI_DOUBLE;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
-    case DType::u8: return MPI_BYTE;
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i64:
+      return MPI_INT64_T;
+    case DType::u8:
+      return MPI_BYTE;
   }
   return MPI_BYTE;
 }
@@ -163,8 +169,8 @@ bool is_p2p(Collective c) { return c == Collective::send || c == Collective::rec
 
 struct Item {
   CommOp op;
-  const char* what = nullptr;                   // collective name, or "split"
-  std::function<void()> task;                   // set for split: runs instead of a collective
+  const char* what = nullptr;  // collective name, or "split"
+  std::function<void()> task;  // set for split: runs instead of a collective
   std::shared_ptr<detail::RequestState> req;
 };
 
@@ -172,8 +178,7 @@ struct Item {
 // stuck inside MPI while an exception unwinds (see shutdown()).
 class Engine {
  public:
-  Engine(std::shared_ptr<MpiRuntime> rt, MPI_Comm comm, std::string name, double timeout_s,
-         Communicator::Recorder rec)
+  Engine(std::shared_ptr<MpiRuntime> rt, MPI_Comm comm, std::string name, double timeout_s, Communicator::Recorder rec)
       : rt_(std::move(rt)), comm_(comm), name_(std::move(name)), rec_(std::move(rec)), timeout_s_(timeout_s) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -330,8 +335,11 @@ class Engine {
         mpi_check(MPI_Alltoall(op.in, bt.count, bt.type, op.out, bt.count, bt.type, comm_), "MPI_Alltoall", name_);
         break;
       }
-      case Collective::barrier: mpi_check(MPI_Barrier(comm_), "MPI_Barrier", name_); break;
-      default: ZT_ASSERT(false, what);
+      case Collective::barrier:
+        mpi_check(MPI_Barrier(comm_), "MPI_Barrier", name_);
+        break;
+      default:
+        ZT_ASSERT(false, what);
     }
   }
 
@@ -383,15 +391,20 @@ class Engine {
   }
   static void combine(void* dst, const void* a, const void* b, size_t n, DType t, ReduceOp op) {
     switch (t) {
-      case DType::f32: return combine_typed(static_cast<float*>(dst), static_cast<const float*>(a),
-                                            static_cast<const float*>(b), n, op);
-      case DType::f64: return combine_typed(static_cast<double*>(dst), static_cast<const double*>(a),
-                                            static_cast<const double*>(b), n, op);
-      case DType::i32: return combine_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a),
-                                            static_cast<const int32_t*>(b), n, op);
-      case DType::i64: return combine_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a),
-                                            static_cast<const int64_t*>(b), n, op);
-      case DType::u8: break;
+      case DType::f32:
+        return combine_typed(static_cast<float*>(dst), static_cast<const float*>(a), static_cast<const float*>(b), n,
+                             op);
+      case DType::f64:
+        return combine_typed(static_cast<double*>(dst), static_cast<const double*>(a), static_cast<const double*>(b), n,
+                             op);
+      case DType::i32:
+        return combine_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b),
+                             n, op);
+      case DType::i64:
+        return combine_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b),
+                             n, op);
+      case DType::u8:
+        break;
     }
     ZT_ASSERT(false, "no reduction over raw bytes");
   }
@@ -585,8 +598,8 @@ class MpiCommunicator final : public Communicator {
     it.req = make_request(it.op);
     eng_->run_blocking(std::move(it));
     if (child == MPI_COMM_NULL) return nullptr;
-    auto c = std::make_unique<MpiCommunicator>(eng_->runtime(), child, name.empty() ? pname + "/split" : name,
-                                               timeout());
+    auto c =
+        std::make_unique<MpiCommunicator>(eng_->runtime(), child, name.empty() ? pname + "/split" : name, timeout());
     return c;
   }
 

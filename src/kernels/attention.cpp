@@ -88,9 +88,9 @@ void forward_impl(float* out, float* lse, const float* qkv, const AttnDims& dm) 
         const float* v = base + int64_t(k0) * rs + int64_t(NH + KVH + g) * HS;
         for (int i = 0; i < nq; ++i) {
           float* si = s.data() + i * TILE;
-          const int valid = std::min(nk, q0 + i - k0 + 1);  // causal: keys <= query position
+          const int valid = std::min(nk, q0 + i - k0 + 1);            // causal: keys <= query position
           const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;  // keys >= its document start
-          if (first >= valid) continue;  // this row's document starts after this tile
+          if (first >= valid) continue;                               // this row's document starts after this tile
           float mx = m[i];
           for (int j = first; j < valid; ++j) mx = std::max(mx, si[j]);
           float sum = 0.f;
@@ -217,7 +217,8 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
               weighted_rows<HSC>(dv + j * rs, p.data() + j, TILE, dO, os, nq, HS);
               weighted_rows<HSC>(dk + j * rs, ds.data() + j, TILE, q, rs, nq, HS);
             }
-            for (int i = 0; i < nq; ++i) weighted_rows<HSC>(dq.data() + size_t(i) * HS, ds.data() + i * TILE, 1, k, rs, nk, HS);
+            for (int i = 0; i < nq; ++i)
+              weighted_rows<HSC>(dq.data() + size_t(i) * HS, ds.data() + i * TILE, 1, k, rs, nk, HS);
           }
           for (int i = 0; i < nq; ++i) std::copy_n(dq.data() + size_t(i) * HS, HS, dbase + int64_t(q0 + i) * rs + qoff);
         }

@@ -19,7 +19,9 @@ struct ThreadPartials {
   int C;
   std::vector<float> data;
   ThreadPartials(int nparts, int c) : threads(omp_get_max_threads()), C(c), data(size_t(threads) * nparts * c, 0.f) {}
-  float* slot(int part) { return data.data() + (size_t(omp_get_thread_num()) * (data.size() / threads)) + size_t(part) * C; }
+  float* slot(int part) {
+    return data.data() + (size_t(omp_get_thread_num()) * (data.size() / threads)) + size_t(part) * C;
+  }
   void reduce_into(float* dst, int part, int nparts) {
     for (int t = 0; t < threads; ++t) {
       const float* p = data.data() + size_t(t) * nparts * C + size_t(part) * C;
@@ -30,8 +32,8 @@ struct ThreadPartials {
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
-                       int64_t N, int C, float eps) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
+                       int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* xi = x + i * C;
@@ -235,8 +237,8 @@ void rope_backward(float* dqkv, const float* cos_t, const float* sin_t, int B, i
   rope_apply(dqkv, cos_t, sin_t, B, T, NH, KVH, HS, row_stride, -1.0f, positions);
 }
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
-                       int C, const int32_t* positions) {
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T, int C,
+                       const int32_t* positions) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* e = wte + int64_t(tokens[i]) * C;

@@ -9,8 +9,8 @@
 namespace zt::kernels {
 
 // LayerNorm over C per row. mean/rstd (N) are saved for the backward pass.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
-                       int64_t N, int C, float eps);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
+                       int C, float eps);
 // dx +=, dw +=, db +=.
 void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
                         const float* mean, const float* rstd, int64_t N, int C);
@@ -44,8 +44,8 @@ void rope_backward(float* dqkv, const float* cos, const float* sin, int B, int T
 
 // out (B*T, C) = wte[tokens] (+ wpe[t] when wpe is given; wpe[positions[i]] when
 // positions (B*T) is given too, for packed documents).
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
-                       int C, const int32_t* positions = nullptr);
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T, int C,
+                       const int32_t* positions = nullptr);
 // dwte +=, dwpe += (when given), at the same rows the forward read.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C,
                         const int32_t* positions = nullptr);

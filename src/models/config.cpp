@@ -38,8 +38,8 @@ int opt_int(const nlohmann::json& j, const char* key, int def, const std::string
 // Epsilons and RoPE bases: positive and finite as a float.
 float opt_float(const nlohmann::json& j, const char* key, float def, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return def;
-  ZT_CHECK(j[key].is_number() && j[key].get<double>() > 0 && j[key].get<double>() <= 3.0e38, where,
-           ": config key \"", key, "\" must be a positive number, got ", short_dump(j[key]));
+  ZT_CHECK(j[key].is_number() && j[key].get<double>() > 0 && j[key].get<double>() <= 3.0e38, where, ": config key \"",
+           key, "\" must be a positive number, got ", short_dump(j[key]));
   return j[key].get<float>();
 }
 
@@ -74,7 +74,8 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
     c.ffn = opt_int(j, "n_inner", 4 * c.n_embd, where);
     c.norm_eps = opt_float(j, "layer_norm_epsilon", 1e-5f, where);
     c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", true, where);
-    ZT_CHECK(c.tie_word_embeddings, where, ": GPT-2 with an untied LM head is not supported; remove tie_word_embeddings");
+    ZT_CHECK(c.tie_word_embeddings, where,
+             ": GPT-2 with an untied LM head is not supported; remove tie_word_embeddings");
     std::string act = opt_str(j, "activation_function", "gelu_new");
     ZT_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function ", quote(act),
              " is not supported; ztrain's GPT-2 uses the tanh GELU (\"gelu_new\")");
@@ -105,11 +106,12 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
            ") must be divisible by n_head (", c.n_head, ")");
   ZT_CHECK(c.n_head % c.n_kv_head == 0, where, ": num_attention_heads (", c.n_head,
            ") must be a multiple of num_key_value_heads (", c.n_kv_head, ")");
-  ZT_CHECK(c.head_size > 0, where, ": head size is 0: hidden_size (", c.n_embd, ") is smaller than the number of heads (",
-           c.n_head, "); fix num_attention_heads or set head_dim");
+  ZT_CHECK(c.head_size > 0, where, ": head size is 0: hidden_size (", c.n_embd,
+           ") is smaller than the number of heads (", c.n_head, "); fix num_attention_heads or set head_dim");
   ZT_CHECK(c.head_size % 2 == 0 || c.arch == Arch::gpt2, where, ": head size must be even for RoPE");
   ZT_CHECK(c.vocab_size <= (1 << 30), where, ": vocab_size is implausibly large");
-  for (auto [name, width] : {std::pair{"n_embd / hidden_size", int64_t(c.n_embd)}, {"the FFN width", int64_t(c.ffn)},
+  for (auto [name, width] : {std::pair{"n_embd / hidden_size", int64_t(c.n_embd)},
+                             {"the FFN width", int64_t(c.ffn)},
                              {"heads * head size", int64_t(c.n_head) * c.head_size},
                              {"the q, k, v width", int64_t(c.n_head + 2 * int64_t(c.n_kv_head)) * c.head_size}})
     ZT_CHECK(width <= kMaxWidth, where, ": ", name, " (", width, ") is implausibly large (limit ", kMaxWidth, ")");

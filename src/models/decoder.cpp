@@ -12,8 +12,8 @@ namespace zt {
 
 KvDecoder::KvDecoder(const Transformer& model, int max_len) : m_(model), max_len_(max_len) {
   const ModelConfig& c = m_.config();
-  ZT_CHECK(max_len <= c.max_position, "generation length ", max_len, " exceeds the model's context of ",
-           c.max_position, " positions; lower --max_new_tokens or shorten the prompt");
+  ZT_CHECK(max_len <= c.max_position, "generation length ", max_len, " exceeds the model's context of ", c.max_position,
+           " positions; lower --max_new_tokens or shorten the prompt");
   const int64_t kvw = int64_t(c.n_kv_head) * c.head_size;
   kv_ = Buffer(size_t(2) * c.n_layer * max_len * kvw * sizeof(float), MemCategory::activations);
   for (int l = 0; l < c.n_layer; ++l) {
@@ -47,15 +47,16 @@ const float* KvDecoder::step(int32_t token) {
   const int C = c.n_embd, half = c.head_size / 2;
   const int64_t kvw = int64_t(c.n_kv_head) * c.head_size, qw = int64_t(c.n_head) * c.head_size;
   const float* wpe = m_.position_embedding();
-  for (int i = 0; i < C; ++i) x_[i] = m_.token_embedding()[int64_t(token) * C + i] + (wpe ? wpe[int64_t(pos_) * C + i] : 0.f);
+  for (int i = 0; i < C; ++i)
+    x_[i] = m_.token_embedding()[int64_t(token) * C + i] + (wpe ? wpe[int64_t(pos_) * C + i] : 0.f);
   for (size_t l = 0; l < m_.blocks().size(); ++l) {
     const nn::Block& b = m_.blocks()[l];
     float mean, rstd;
     b.ln1.forward(h_, &mean, &rstd, x_, 1);
     b.qkv.forward(qkv_, h_, 1);
     if (b.shape.rope)  // position pos_: the table row at pos_ is "t = 0" of a 1-row call
-      kernels::rope_forward(qkv_, cos_ + int64_t(pos_) * half, sin_ + int64_t(pos_) * half, 1, 1, c.n_head,
-                            c.n_kv_head, c.head_size, c.qkv_dim());
+      kernels::rope_forward(qkv_, cos_ + int64_t(pos_) * half, sin_ + int64_t(pos_) * half, 1, 1, c.n_head, c.n_kv_head,
+                            c.head_size, c.qkv_dim());
     std::memcpy(k_[l] + pos_ * kvw, qkv_ + qw, kvw * sizeof(float));
     std::memcpy(v_[l] + pos_ * kvw, qkv_ + qw + kvw, kvw * sizeof(float));
     kernels::attention_decode(att_, qkv_, k_[l], v_[l], pos_ + 1, c.n_head, c.n_kv_head, c.head_size);

@@ -33,8 +33,8 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t) {
     t.add(p + ".self_attn.k_proj.weight", {c.n_kv_head * HS, C}, ParamInit::normal);
     t.add(p + ".self_attn.v_proj.weight", {c.n_kv_head * HS, C}, ParamInit::normal);
     b.qkv = linear(q, C, c.qkv_dim());
-    b.proj = linear(t.add(p + ".self_attn.o_proj.weight", {C, c.n_head * HS}, ParamInit::residual_normal),
-                    c.n_head * HS, C);
+    b.proj =
+        linear(t.add(p + ".self_attn.o_proj.weight", {C, c.n_head * HS}, ParamInit::residual_normal), c.n_head * HS, C);
     b.ln2 = norm(p + ".post_attention_layernorm.weight");
     int64_t g = t.add(p + ".mlp.gate_proj.weight", {F, C}, ParamInit::normal);
     t.add(p + ".mlp.up_proj.weight", {F, C}, ParamInit::normal);

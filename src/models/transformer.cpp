@@ -42,7 +42,8 @@ Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg) {
   // starting with its first norm), then the final norm and an untied LM head.
   units_.push_back({0, slots_.blocks.empty() ? slots_.lnf.w : slots_.blocks[0].ln1.w});
   for (size_t l = 0; l < slots_.blocks.size(); ++l)
-    units_.push_back({slots_.blocks[l].ln1.w, l + 1 < slots_.blocks.size() ? slots_.blocks[l + 1].ln1.w : slots_.lnf.w});
+    units_.push_back(
+        {slots_.blocks[l].ln1.w, l + 1 < slots_.blocks.size() ? slots_.blocks[l + 1].ln1.w : slots_.lnf.w});
   units_.push_back({slots_.lnf.w, table_.total()});
   flat_.set_units(units_);
   params_ = Buffer(size_t(table_.total()) * sizeof(float), MemCategory::parameters);
@@ -315,8 +316,8 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, nn::RopeTable
   return pack;
 }
 
-double Transformer::run(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
-                        bool backward, const int32_t* positions) {
+double Transformer::run(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count, bool backward,
+                        const int32_t* positions) {
   ZT_ASSERT(acts_.data(), "plan(B, T) must come first");
   const int B = B_, T = T_, C = cfg_.n_embd, L = cfg_.n_layer;
   const int64_t N = int64_t(B) * T;
@@ -357,7 +358,8 @@ double Transformer::run(const int32_t* inputs, const int32_t* targets, float gra
   double loss;
   {
     ZT_PROFILE("lmhead_ce");
-    loss = kernels::lmhead_ce(backward ? dlnf_ : nullptr, lm_g, lnf_out_, lm_w, targets, hd, grad_scale, logits_, count);
+    loss =
+        kernels::lmhead_ce(backward ? dlnf_ : nullptr, lm_g, lnf_out_, lm_w, targets, hd, grad_scale, logits_, count);
   }
   if (tied) pp.release(0);
   if (!backward) {

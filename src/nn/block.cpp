@@ -43,8 +43,7 @@ void Block::forward(float* y, const float* x, const BlockActs& a, const BlockScr
   kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start};
   ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, N);
   qkv.forward(a.qkv, a.ln1, N);
-  if (s.rope)
-    kernels::rope_forward(a.qkv, rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
+  if (s.rope) kernels::rope_forward(a.qkv, rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
   {
     ZT_PROFILE("attention_fwd");
     kernels::attention_forward(a.att, a.lse, a.qkv, ad);
@@ -100,8 +99,7 @@ void Block::backward(float* dres, const float* x, const BlockActs& a, const Bloc
     ZT_PROFILE("attention_bwd");
     kernels::attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, ad);
   }
-  if (s.rope)
-    kernels::rope_backward(sc.dqkv, rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
+  if (s.rope) kernels::rope_backward(sc.dqkv, rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
   qkv.backward(sc.dln, sc.dqkv, a.ln1, N);
   ln1.backward(dres, sc.dln, x, a.ln1_mean, a.ln1_rstd, N);  // dres is now dL/dx
 }

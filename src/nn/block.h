@@ -57,8 +57,8 @@ class Block {
   static BlockScratch carve_scratch(Carver& c, const BlockShape& s, int B, int T);
 
   // y (B*T, C) from x; y must not alias x. Uses s.act as a temporary.
-  void forward(float* y, const float* x, const BlockActs& a, const BlockScratch& s, int B, int T,
-               const RopeTable& rope, const Packing& pack = {}) const;
+  void forward(float* y, const float* x, const BlockActs& a, const BlockScratch& s, int B, int T, const RopeTable& rope,
+               const Packing& pack = {}) const;
   // In: dres = dL/dy. Out: dres = dL/dx (updated in place); parameter grads +=.
   void backward(float* dres, const float* x, const BlockActs& a, const BlockScratch& s, int B, int T,
                 const RopeTable& rope, const Packing& pack = {}) const;

@@ -15,7 +15,8 @@ AdamW::AdamW(int64_t numel, std::vector<ParamRange> ranges, AdamWConfig cfg)
 void AdamW::step(float* params, const float* grads, double lr) {
   std::vector<AdamWPiece> pieces;
   pieces.reserve(ranges_.size());
-  for (const ParamRange& r : ranges_) pieces.push_back({params + r.offset, grads + r.offset, r.offset, r.numel, r.decay});
+  for (const ParamRange& r : ranges_)
+    pieces.push_back({params + r.offset, grads + r.offset, r.offset, r.numel, r.decay});
   step_pieces(pieces, lr);
 }
 

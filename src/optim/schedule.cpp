@@ -57,8 +57,12 @@ double Schedule::lr_at(int64_t s) const {
   double w = double(warmup_steps);
   double m = 1.0;
   switch (kind) {
-    case ScheduleKind::constant: m = 1.0; break;
-    case ScheduleKind::constant_with_warmup: m = s < warmup_steps ? double(s) / std::max(1.0, w) : 1.0; break;
+    case ScheduleKind::constant:
+      m = 1.0;
+      break;
+    case ScheduleKind::constant_with_warmup:
+      m = s < warmup_steps ? double(s) / std::max(1.0, w) : 1.0;
+      break;
     case ScheduleKind::linear:
       if (s < warmup_steps)
         m = double(s) / std::max(1.0, w);
@@ -73,7 +77,8 @@ double Schedule::lr_at(int64_t s) const {
         m = std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * 0.5 * 2.0 * progress)));
       }
       break;
-    default: break;
+    default:
+      break;
   }
   return base_lr * m;
 }

@@ -40,9 +40,7 @@ std::vector<optim::ParamRange> flat_ranges(const ParamTable& t) {
 class DdpEngine final : public DataParallel, public FlatParamProvider {
  public:
   DdpEngine(Transformer& model, dist::Communicator& world, const DataParallelOptions& o)
-      : model_(model),
-        overlap_(o.overlap_comm),
-        opt_(model.num_params(), flat_ranges(model.params()), o.adam) {
+      : model_(model), overlap_(o.overlap_comm), opt_(model.num_params(), flat_ranges(model.params()), o.adam) {
     model.ensure_grads();
     set_units(model.units());
     set_buffers(model.param_data(), model.grad_data());

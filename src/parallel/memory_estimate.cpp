@@ -62,12 +62,18 @@ ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T) {
 
 const char* strategy_name(Strategy s) {
   switch (s) {
-    case Strategy::ddp: return "DDP (ZeRO-0)";
-    case Strategy::zero1: return "ZeRO-1";
-    case Strategy::zero2: return "ZeRO-2";
-    case Strategy::zero3: return "ZeRO-3";
-    case Strategy::zero3_hpz: return "ZeRO-3 + hpZ";
-    case Strategy::hybrid: return "hybrid shard";
+    case Strategy::ddp:
+      return "DDP (ZeRO-0)";
+    case Strategy::zero1:
+      return "ZeRO-1";
+    case Strategy::zero2:
+      return "ZeRO-2";
+    case Strategy::zero3:
+      return "ZeRO-3";
+    case Strategy::zero3_hpz:
+      return "ZeRO-3 + hpZ";
+    case Strategy::hybrid:
+      return "hybrid shard";
   }
   return "?";
 }

@@ -30,10 +30,10 @@ namespace zt::parallel {
 
 struct ModelMemoryInputs {
   int64_t num_params = 0;
-  int64_t largest_unit_params = 0;  // the most parameters ZeRO-3 gathers at once
-  std::string largest_unit;         // its name (a block prefix or a tensor name)
+  int64_t largest_unit_params = 0;   // the most parameters ZeRO-3 gathers at once
+  std::string largest_unit;          // its name (a block prefix or a tensor name)
   std::vector<int64_t> unit_params;  // every gathering unit's size, largest first
-  int64_t activation_bytes = 0;     // per rank, for the micro-batch (B, T)
+  int64_t activation_bytes = 0;      // per rank, for the micro-batch (B, T)
   int64_t temporary_bytes = 0;
 };
 // From a model config without allocating the model (the parameter table is built alone,
@@ -50,10 +50,10 @@ enum class Strategy { ddp, zero1, zero2, zero3, zero3_hpz, hybrid };
 const char* strategy_name(Strategy s);
 
 struct MemoryEstimateOptions {
-  int num_ranks = 1;                   // N
-  int hpz_partition_size = 0;          // G; 0 = N/2 when N >= 4 (the hpZ / hybrid rows need 1 < G < N)
+  int num_ranks = 1;           // N
+  int hpz_partition_size = 0;  // G; 0 = N/2 when N >= 4 (the hpZ / hybrid rows need 1 < G < N)
   int64_t ddp_bucket_bytes = 25 << 20;
-  int zero3_live_units = 2;            // gathered units resident at once (current + prefetch)
+  int zero3_live_units = 2;  // gathered units resident at once (current + prefetch)
 };
 
 struct MemoryRow {

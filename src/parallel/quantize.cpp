@@ -27,8 +27,8 @@ void dequant(float* x, const int8_t* q, const float* scales, int64_t n, int bloc
     const float s = scales[b];
     if (!std::isfinite(s)) {
       // The block held a NaN or an infinity (its q are 0): make every value NaN.
-      for (int64_t i = lo; i < hi; ++i) x[i] = kAdd ? x[i] + std::numeric_limits<float>::quiet_NaN()
-                                                    : std::numeric_limits<float>::quiet_NaN();
+      for (int64_t i = lo; i < hi; ++i)
+        x[i] = kAdd ? x[i] + std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::quiet_NaN();
       continue;
     }
     for (int64_t i = lo; i < hi; ++i) {

@@ -24,9 +24,9 @@ Range intersect(Range a, Range b);
 // same size (what reduce_scatter / all_gather exchange) and starts on an align-element
 // boundary (align 16 floats = 64 bytes keeps SIMD loads and the Buffer alignment).
 struct ShardLayout {
-  int64_t numel = 0;      // real elements
-  int64_t padded = 0;     // numel rounded up to a multiple of num_ranks * align
-  int64_t shard = 0;      // padded / num_ranks: elements per rank, padding included
+  int64_t numel = 0;   // real elements
+  int64_t padded = 0;  // numel rounded up to a multiple of num_ranks * align
+  int64_t shard = 0;   // padded / num_ranks: elements per rank, padding included
   int num_ranks = 1;
   int64_t align = 1;
 

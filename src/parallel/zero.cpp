@@ -178,7 +178,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     std::vector<optim::AdamWPiece> pieces;
     for (size_t b = 0; b < buckets_.size(); ++b)
       for (const PieceTemplate& t : buckets_[b].pieces)
-        pieces.push_back({shard_param(b) + t.rel, shard_grad(b) + t.rel, buckets_[b].shard_off + t.rel, t.numel, t.decay});
+        pieces.push_back(
+            {shard_param(b) + t.rel, shard_grad(b) + t.rel, buckets_[b].shard_off + t.rel, t.numel, t.decay});
     adam_->step_pieces(pieces, lr);
     if (stage_ == 3) return;
     std::vector<dist::Request> rs;
@@ -222,8 +223,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     for (size_t b = 0; b < buckets_.size(); ++b)
       for (const PieceTemplate& t : buckets_[b].pieces) {
         const int64_t s = buckets_[b].shard_off + t.rel;
-        out.push_back({t.param, t.param_begin, t.numel, shard_param(b) + t.rel, adam_->exp_avg() + s,
-                       adam_->exp_avg_sq() + s});
+        out.push_back(
+            {t.param, t.param_begin, t.numel, shard_param(b) + t.rel, adam_->exp_avg() + s, adam_->exp_avg_sq() + s});
       }
     return out;
   }
@@ -346,8 +347,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       const size_t qb = quant_packed_bytes(l.shard);
       p.qin = get(qb * G_);
       p.qout = get(qb * G_);
-      for (int j = 0; j < G_; ++j)
-        quantize_int8_packed(p.qin.as<char>() + j * qb, in + int64_t(j) * l.shard, l.shard);
+      for (int j = 0; j < G_; ++j) quantize_int8_packed(p.qin.as<char>() + j * qb, in + int64_t(j) * l.shard, l.shard);
       p.req = group_->iall_to_all(p.qin.data(), p.qout.data(), qb);
     } else {
       p.req = group_->ireduce_scatter(in, in + int64_t(gr_) * l.shard, size_t(l.shard));

@@ -219,12 +219,23 @@ struct Ctx {
     double d;
     bool b;
     switch (k) {
-      case Kind::any: break;
-      case Kind::boolean: read(key, v, false, b, 0, 0); break;
-      case Kind::number: read(key, v, false, d, INT64_MIN, 0); break;
-      case Kind::integer: read(key, v, false, i, INT64_MIN, INT64_MAX); break;
-      case Kind::object: require_object(key, v); break;
-      case Kind::string: read_string(key, v); break;
+      case Kind::any:
+        break;
+      case Kind::boolean:
+        read(key, v, false, b, 0, 0);
+        break;
+      case Kind::number:
+        read(key, v, false, d, INT64_MIN, 0);
+        break;
+      case Kind::integer:
+        read(key, v, false, i, INT64_MIN, INT64_MAX);
+        break;
+      case Kind::object:
+        require_object(key, v);
+        break;
+      case Kind::string:
+        read_string(key, v);
+        break;
     }
   }
 };
@@ -269,8 +280,9 @@ void apply_batch(Ctx& c, const json& cfg) {
   if (mb)
     fill_match(c, "train_micro_batch_size_per_gpu", *mb, "per_device_train_batch_size", a.per_device_train_batch_size,
                true, 1);
-  if (ga) fill_match(c, "gradient_accumulation_steps", *ga, "gradient_accumulation_steps", a.gradient_accumulation_steps,
-                     true, 1);
+  if (ga)
+    fill_match(c, "gradient_accumulation_steps", *ga, "gradient_accumulation_steps", a.gradient_accumulation_steps,
+               true, 1);
   const int64_t ws = c.world_size;
   if (!tb || is_auto(*tb)) {
     a.train_batch_size = int64_t(a.per_device_train_batch_size) * a.gradient_accumulation_steps * ws;
@@ -424,12 +436,11 @@ void apply_scheduler_param(Ctx& c, const std::string& type, const std::string& p
   } else if (pk == "warmup_min_ratio" || pk == "cos_min_ratio") {
     double& field = pk == "warmup_min_ratio" ? a.warmup_min_ratio : a.cos_min_ratio;
     read(key, pv, false, field, 0, 0);
-    ZT_CHECK(field <= 1, "DeepSpeed config key ", key, " is a ratio of the learning rate in [0, 1], got ",
-             show(field));
+    ZT_CHECK(field <= 1, "DeepSpeed config key ", key, " is a ratio of the learning rate in [0, 1], got ", show(field));
   } else {
     c.other(key, pv,
-            {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
-             "warmup_min_ratio", "cos_min_ratio"});
+            {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps", "warmup_min_ratio",
+             "cos_min_ratio"});
   }
 }
 
@@ -439,8 +450,9 @@ void apply_scheduler(Ctx& c, const json& s) {
   const json* t = find(s, "type");
   ZT_CHECK(t, "DeepSpeed config: the scheduler section needs a \"type\" (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
   const std::string type = read_string("scheduler.type", *t);
-  ZT_CHECK(type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR", "DeepSpeed config scheduler.type ",
-           quote(type), " is not supported by ztrain; use WarmupLR, WarmupDecayLR or WarmupCosineLR, or drop the ",
+  ZT_CHECK(type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR",
+           "DeepSpeed config scheduler.type ", quote(type),
+           " is not supported by ztrain; use WarmupLR, WarmupDecayLR or WarmupCosineLR, or drop the ",
            "scheduler section and use --lr_scheduler_type");
   // As in HF Trainer, a DeepSpeed scheduler replaces the HF one.
   if (c.given("lr_scheduler_type") && a.lr_scheduler_type != type)
@@ -562,10 +574,10 @@ std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, cons
     } else if (k == "wall_clock_breakdown") {
       fill_match(c, k, v, nullptr, a.wall_clock_breakdown, false);
     } else {
-      c.other(k, v,
-              {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-               "gradient_clipping", "optimizer", "scheduler", "zero_optimization", "fp16", "bf16",
-               "steps_per_print", "wall_clock_breakdown"});
+      c.other(
+          k, v,
+          {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+           "optimizer", "scheduler", "zero_optimization", "fp16", "bf16", "steps_per_print", "wall_clock_breakdown"});
     }
   }
   if (!c.mismatches.empty()) {

@@ -11,10 +11,10 @@ struct TrainArgs {
   // Model: an HF folder (config.json + model.safetensors) or a config.json for random init.
   std::string model_name_or_path;
   std::string model_config_path;
-  std::string train_file;       // flat uint16 tokens (nanoGPT train.bin)
-  std::string validation_file;  // same format; evaluated every eval_steps and at the end
-  int64_t eval_steps = 0;       // 0: only at the end
-  int64_t max_eval_samples = 0; // windows evaluated, 0 = all
+  std::string train_file;        // flat uint16 tokens (nanoGPT train.bin)
+  std::string validation_file;   // same format; evaluated every eval_steps and at the end
+  int64_t eval_steps = 0;        // 0: only at the end
+  int64_t max_eval_samples = 0;  // windows evaluated, 0 = all
   std::string output_dir;
   bool overwrite_output_dir = false;
 
@@ -32,7 +32,7 @@ struct TrainArgs {
 
   int64_t max_steps = -1;  // > 0 overrides num_train_epochs
   double num_train_epochs = 3.0;
-  double logging_steps = 500;  // < 1: a ratio of the total steps
+  double logging_steps = 500;           // < 1: a ratio of the total steps
   std::string save_strategy = "steps";  // no | steps
   int64_t save_steps = 500;
   int64_t save_total_limit = 0;        // keep at most N checkpoint-* folders, 0 = all
@@ -42,41 +42,41 @@ struct TrainArgs {
 
   // Observability: TensorBoard event files under logging_dir (HF's default output_dir/runs/
   // <date>_<host>), a PNG of the loss curves at the end, a live progress line on a terminal.
-  std::string logging_dir;           // "" = output_dir/runs/<date>_<host>
+  std::string logging_dir;                // "" = output_dir/runs/<date>_<host>
   std::string report_to = "tensorboard";  // tensorboard | none
-  bool plot = false;                 // write output_dir/loss.png at the end
-  std::string disable_tqdm = "auto";  // auto (progress line when stderr is a terminal) | true | false
+  bool plot = false;                      // write output_dir/loss.png at the end
+  std::string disable_tqdm = "auto";      // auto (progress line when stderr is a terminal) | true | false
 
   // Data: document packing (attention does not cross EOS boundaries, positions restart).
   bool packing = false;
-  int64_t eos_token_id = -1;  // -1: the model config's eos_token_id
+  int64_t eos_token_id = -1;    // -1: the model config's eos_token_id
   int dataloader_prefetch = 3;  // micro-batches prepared ahead by the loader thread
 
   // Data parallelism over the ranks of mpirun (docs/distributed.md). Set by flags of the same
   // names or by a DeepSpeed JSON config (--deepspeed, HF Trainer's flag; its keys win over the
   // defaults here, "auto" keys take the flag values). Sizes are in elements, like DeepSpeed's.
-  std::string deepspeed;             // path of a DeepSpeed JSON config, "" = none
-  int zero_stage = 0;                // 0 = DDP (replicated), 1/2/3 = ZeRO stages
-  bool overlap_comm = true;          // reduce gradient buckets while backward runs
+  std::string deepspeed;                      // path of a DeepSpeed JSON config, "" = none
+  int zero_stage = 0;                         // 0 = DDP (replicated), 1/2/3 = ZeRO stages
+  bool overlap_comm = true;                   // reduce gradient buckets while backward runs
   int64_t reduce_bucket_size = 500000000;     // DeepSpeed default 5e8 elements
   int64_t allgather_bucket_size = 500000000;  // DeepSpeed default 5e8 elements
   bool contiguous_gradients = true;
-  bool reduce_scatter = true;        // stage 1/2: reduce-scatter gradients instead of all-reduce
-  int zero_hpz_partition_size = 1;   // hybrid: shard within groups of this many ranks (1 = all ranks)
+  bool reduce_scatter = true;             // stage 1/2: reduce-scatter gradients instead of all-reduce
+  int zero_hpz_partition_size = 1;        // hybrid: shard within groups of this many ranks (1 = all ranks)
   bool zero_quantized_weights = false;    // ZeRO++ qwZ: int8 blockwise parameter all-gather
   bool zero_quantized_gradients = false;  // ZeRO++ qgZ: int8 gradient reduce-scatter
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
-  int64_t train_batch_size = 0;      // DeepSpeed's global batch (0 = not set): micro x accumulation x ranks
+  int64_t train_batch_size = 0;  // DeepSpeed's global batch (0 = not set): micro x accumulation x ranks
 
   // DeepSpeed scheduler parameters (a config's "scheduler" section, docs/deepspeed.md), used
   // when lr_scheduler_type is WarmupLR | WarmupDecayLR | WarmupCosineLR. Defaults are DeepSpeed's.
   double warmup_min_lr = 0.0;
-  double warmup_max_lr = -1.0;     // < 0: learning_rate (HF's "auto")
+  double warmup_max_lr = -1.0;      // < 0: learning_rate (HF's "auto")
   std::string warmup_type = "log";  // log | linear
-  double warmup_min_ratio = 0.0;   // WarmupCosineLR
-  double cos_min_ratio = 1e-4;     // WarmupCosineLR
-  int64_t total_num_steps = -1;    // scheduler length; -1: the run's total optimizer steps
+  double warmup_min_ratio = 0.0;    // WarmupCosineLR
+  double cos_min_ratio = 1e-4;      // WarmupCosineLR
+  int64_t total_num_steps = -1;     // scheduler length; -1: the run's total optimizer steps
   // Names of the flags given on the command line (without "--"): a DeepSpeed config value
   // that disagrees with one of these is an error, while it silently replaces a default.
   std::set<std::string> explicit_flags;

@@ -84,9 +84,11 @@ void TrainLog::progress(int64_t step, double loss, double grad_norm, double lr, 
   if (!progress_) return;
   const double tok_s = tokens_per_step_ / ema_step_s_;
   const double mfu = tok_s * flops_per_token_ / (a_.peak_gflops * 1e9);
-  std::fprintf(stderr, "\r%5.1f%% step %lld/%lld | loss %.4f | lr %.3g | grad_norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s\x1b[K",
-               100.0 * double(step) / double(total_steps_), (long long)step, (long long)total_steps_, loss, lr,
-               grad_norm, tok_s, 100 * mfu, hms(ema_step_s_ * double(total_steps_ - step)).c_str());
+  std::fprintf(
+      stderr,
+      "\r%5.1f%% step %lld/%lld | loss %.4f | lr %.3g | grad_norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s\x1b[K",
+      100.0 * double(step) / double(total_steps_), (long long)step, (long long)total_steps_, loss, lr, grad_norm, tok_s,
+      100 * mfu, hms(ema_step_s_ * double(total_steps_ - step)).c_str());
   std::fflush(stderr);
   progress_shown_ = true;
 }
@@ -119,9 +121,12 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
   time_since_log_ += step_s;
   if (jsonl_) {
     double tps = tokens_per_step_ / step_s;
-    nlohmann::json j = {{"step", step},          {"loss", loss},
-                        {"learning_rate", lr},   {"grad_norm", grad_norm},
-                        {"step_time_s", step_s}, {"tokens_per_second", tps},
+    nlohmann::json j = {{"step", step},
+                        {"loss", loss},
+                        {"learning_rate", lr},
+                        {"grad_norm", grad_norm},
+                        {"step_time_s", step_s},
+                        {"tokens_per_second", tps},
                         {"mfu", tps * flops_per_token_ / (a_.peak_gflops * 1e9)}};
     std::fprintf(jsonl_, "%s\n", j.dump().c_str());
     std::fflush(jsonl_);
@@ -142,10 +147,11 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
   e["loss"] = mean_loss;
   e["step"] = step;
   history_.push_back(e);
-  std::printf("{'loss': %.6g, 'grad_norm': %.6g, 'learning_rate': %.6g, 'epoch': %.4g}  step %lld/%lld  "
-              "%.1f tokens/s  MFU %.1f%%  ETA %s\n",
-              mean_loss, grad_norm, lr, epoch_at(step), (long long)step, (long long)total_steps_, tok_s, 100 * mfu,
-              hms(time_since_log_ / double(n) * double(total_steps_ - step)).c_str());
+  std::printf(
+      "{'loss': %.6g, 'grad_norm': %.6g, 'learning_rate': %.6g, 'epoch': %.4g}  step %lld/%lld  "
+      "%.1f tokens/s  MFU %.1f%%  ETA %s\n",
+      mean_loss, grad_norm, lr, epoch_at(step), (long long)step, (long long)total_steps_, tok_s, 100 * mfu,
+      hms(time_since_log_ / double(n) * double(total_steps_ - step)).c_str());
   std::fflush(stdout);
   if (tb_) {
     tb_->add_scalar("train/loss", step, mean_loss);
@@ -217,12 +223,9 @@ nlohmann::json TrainLog::trainer_state() const {
   s["trial_name"] = nullptr;
   s["trial_params"] = nullptr;
   const int64_t seqs = int64_t(a_.per_device_train_batch_size) * a_.gradient_accumulation_steps * world_;
-  s["ztrain"] = {{"loss_sum", loss_total_},
-                 {"sequences_consumed", step_ * seqs},
-                 {"seed", a_.seed},
-                 {"shuffle", !a_.no_shuffle},
-                 {"sequence_length", T_},
-                 {"sequences_per_step", seqs}};
+  s["ztrain"] = {{"loss_sum", loss_total_}, {"sequences_consumed", step_ * seqs},
+                 {"seed", a_.seed},         {"shuffle", !a_.no_shuffle},
+                 {"sequence_length", T_},   {"sequences_per_step", seqs}};
   return s;
 }
 
@@ -296,8 +299,8 @@ void TrainLog::finish(double train_s, double data_wait_s) {
   for (int c = 0; c < int(MemCategory::count); ++c)
     std::printf("  %-26s = %s\n", mem_category_name(MemCategory(c)), format_bytes(double(m.peak[c])).c_str());
   std::printf("  %-26s = %s\n", "accounted total", format_bytes(double(m.total_peak)).c_str());
-  std::printf("  %-26s = %s (%.3f of accounted)\n", "peak resident (VmHWM)", format_bytes(double(peak_rss_bytes())).c_str(),
-              double(peak_rss_bytes()) / double(m.total_peak));
+  std::printf("  %-26s = %s (%.3f of accounted)\n", "peak resident (VmHWM)",
+              format_bytes(double(peak_rss_bytes())).c_str(), double(peak_rss_bytes()) / double(m.total_peak));
   if (!last_eval_.is_null()) {
     std::printf("***** eval metrics *****\n");
     std::printf("  %-26s = %.4f\n", "eval_loss", last_eval_["eval_loss"].get<double>());

@@ -58,6 +58,7 @@ class TrainLog {
   bool progress_ = false;  // live line on stderr
   bool progress_shown_ = false;
   double ema_step_s_ = 0;
+
  public:
   ~TrainLog();
   TrainLog(const TrainLog&) = delete;

@@ -84,10 +84,10 @@ nlohmann::json comm_report(const parallel::DataParallel& dp, int64_t steps, int 
     const dist::CollectiveStats& c = total.by_kind[k];
     if (c.calls == 0) continue;
     per[dist::collective_name(dist::Collective(k))] = {{"calls_per_step", double(c.calls) / steps},
-                                                      {"payload_bytes_per_step", c.bytes / steps},
-                                                      {"bus_bytes_per_step", c.bus_bytes / steps},
-                                                      {"seconds", c.seconds},
-                                                      {"wait_seconds", c.wait_seconds}};
+                                                       {"payload_bytes_per_step", c.bytes / steps},
+                                                       {"bus_bytes_per_step", c.bus_bytes / steps},
+                                                       {"seconds", c.seconds},
+                                                       {"wait_seconds", c.wait_seconds}};
     bus += c.bus_bytes;
   }
   j["by_collective"] = per;
@@ -122,8 +122,8 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
   ZT_CHECK(a.per_device_train_batch_size > 0, "--per_device_train_batch_size must be positive");
   ZT_CHECK(a.gradient_accumulation_steps > 0, "--gradient_accumulation_steps must be positive");
   ZT_CHECK(!a.train_file.empty(), "--train_file is required (a uint16 token file such as nanoGPT's train.bin)");
-  ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps",
-           "--save_strategy \"", a.save_strategy, "\" is not supported; use \"steps\" or \"no\"");
+  ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps", "--save_strategy \"", a.save_strategy,
+           "\" is not supported; use \"steps\" or \"no\"");
   ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
   optim::schedule_kind_from_string(a.lr_scheduler_type);  // an unknown name fails before any work
 
@@ -174,9 +174,9 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
       a.max_steps > 0 ? a.max_steps : int64_t(std::ceil(a.num_train_epochs * double(steps_per_epoch)));
   ZT_CHECK(total_steps > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
   const optim::Schedule sched = schedule_from_args(a, total_steps);
-  const int64_t log_every =
-      a.logging_steps >= 1 ? int64_t(a.logging_steps)
-                           : std::max<int64_t>(1, int64_t(std::ceil(a.logging_steps * double(total_steps))));
+  const int64_t log_every = a.logging_steps >= 1
+                                ? int64_t(a.logging_steps)
+                                : std::max<int64_t>(1, int64_t(std::ceil(a.logging_steps * double(total_steps))));
 
   const bool will_save = a.save_strategy == "steps" && a.save_steps > 0 && a.save_steps <= total_steps;
   // DDP's engine keeps the flat buffers, so a checkpoint loads straight into them. A
@@ -209,8 +209,9 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
     ZT_CHECK(zs.at("sequences_per_step").get<int64_t>() == seqs_per_step && zs.at("sequence_length").get<int>() == T,
              dir, " was saved with ", zs.at("sequences_per_step"), " sequences of ", zs.at("sequence_length"),
              " tokens per step; resume with the same batch size, accumulation and --model_max_length");
-    ZT_CHECK(zs.at("seed").get<int64_t>() == a.seed && zs.at("shuffle").get<bool>() == !a.no_shuffle, dir,
-             " was saved with a different --seed or --no_shuffle; resume with the same ones to continue its data order");
+    ZT_CHECK(
+        zs.at("seed").get<int64_t>() == a.seed && zs.at("shuffle").get<bool>() == !a.no_shuffle, dir,
+        " was saved with a different --seed or --no_shuffle; resume with the same ones to continue its data order");
     if (chief) std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step);
   }
   if (!dp) {
@@ -328,10 +329,11 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
   if (nranks > 1 || a.zero_stage > 0) {
     const auto& cr = dist_report["communication"];
     std::printf("***** data parallel (per rank per step) *****\n");
-    std::printf("  bus bytes measured %.0f, planned %.0f, ZeRO paper %.0f (gradient + parameter traffic; the\n"
-                "  loss / norm scalar all-reduces run on the world communicator and are not counted)\n",
-                cr["bus_bytes_per_step"].get<double>(), cr["planned_bus_bytes_per_step"].get<double>(),
-                cr["paper_bus_bytes_per_step"].get<double>());
+    std::printf(
+        "  bus bytes measured %.0f, planned %.0f, ZeRO paper %.0f (gradient + parameter traffic; the\n"
+        "  loss / norm scalar all-reduces run on the world communicator and are not counted)\n",
+        cr["bus_bytes_per_step"].get<double>(), cr["planned_bus_bytes_per_step"].get<double>(),
+        cr["paper_bus_bytes_per_step"].get<double>());
     for (auto& [k, v] : cr["by_collective"].items())
       std::printf("  %-15s calls %.2f payload %.0f bus %.0f bytes\n", k.c_str(), v["calls_per_step"].get<double>(),
                   v["payload_bytes_per_step"].get<double>(), v["bus_bytes_per_step"].get<double>());

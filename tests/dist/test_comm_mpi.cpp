@@ -317,7 +317,7 @@ OverlapTimes measure_overlap(std::vector<float>& buf, int64_t units, int64_t ske
 TEST(DistComm, NonBlockingProgressesWhileComputing) {
   const int n = g_world->size();
   if (n == 1) GTEST_SKIP() << "needs MPI ranks";
-  std::vector<float> buf(4 << 20, 1.f);  // 16 MiB, a large DDP bucket
+  std::vector<float> buf(4 << 20, 1.f);         // 16 MiB, a large DDP bucket
   g_world->all_reduce(buf.data(), buf.size());  // warm up (page faults, MPI buffers)
   auto t0 = Clock::now();
   g_world->all_reduce(buf.data(), buf.size());
@@ -335,10 +335,11 @@ TEST(DistComm, NonBlockingProgressesWhileComputing) {
   g_world->iall_reduce(buf.data(), buf.size()).wait();
   EXPECT_EQ(buf[12345], float(n));
   if (g_world->rank() == 0)
-    std::printf("[overlap] N=%d, 16 MiB all_reduce (%.1f ms alone) + %lld units of compute (about 50 ms): ranks in "
-                "step: serial %.1f ms, overlapped %.1f ms; other ranks 30 ms late: serial %.1f ms, overlapped %.1f ms\n",
-                n, t_comm * 1e3, (long long)units, even.serial * 1e3, even.overlapped * 1e3, skew.serial * 1e3,
-                skew.overlapped * 1e3);
+    std::printf(
+        "[overlap] N=%d, 16 MiB all_reduce (%.1f ms alone) + %lld units of compute (about 50 ms): ranks in "
+        "step: serial %.1f ms, overlapped %.1f ms; other ranks 30 ms late: serial %.1f ms, overlapped %.1f ms\n",
+        n, t_comm * 1e3, (long long)units, even.serial * 1e3, even.overlapped * 1e3, skew.serial * 1e3,
+        skew.overlapped * 1e3);
 }
 
 TEST(DistComm, BadArgumentsThrowBeforeCommunicating) {
