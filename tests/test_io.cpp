@@ -155,6 +155,16 @@ TEST(Flags, UnknownFlagSuggestsNearestAndValuesAreTyped) {
               f.parse({"--per_device_train_batch_size", "2.5"});
             }).find("expects an integer"),
             std::string::npos);
+  // Integers in DeepSpeed's notation (5e8) are accepted when exact.
+  int64_t bucket = 0;
+  f.add("reduce_bucket_size", &bucket, "");
+  f.parse({"--reduce_bucket_size", "5e8", "--per_device_train_batch_size", "1.6e1"});
+  EXPECT_EQ(bucket, 500000000);
+  EXPECT_EQ(bs, 16);
+  for (const char* bad : {"2.5e0", "1e30", "5e", "1e10"}) {
+    const char* flag_name = std::string(bad) == "1e10" ? "--per_device_train_batch_size" : "--reduce_bucket_size";
+    EXPECT_NE(error_of([&] { f.parse({flag_name, bad}); }).find("expects an integer"), std::string::npos) << bad;
+  }
   EXPECT_NE(error_of([&] { f.parse({"--output_dir"}); }).find("needs a value"), std::string::npos);
   EXPECT_NE(error_of([&] { f.parse({"stray"}); }).find("unexpected argument"), std::string::npos);
 }
