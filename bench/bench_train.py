@@ -89,6 +89,14 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--no_torch", action="store_true")
     a = ap.parse_args()
+    if not a.no_torch:
+        # Debian's torch calls whatever libblas.so.3 the alternatives system points at; with only
+        # python3-torch installed that is the reference BLAS, about 8x slower than OpenBLAS, and
+        # the peer would look far worse than PyTorch really is.
+        blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+        if "openblas" not in blas:
+            sys.exit(f"bench_train: libblas.so.3 is {blas}, not OpenBLAS; the PyTorch peer deserves a tuned BLAS: "
+                     "apt-get install libopenblas0-pthread (or pass --no_torch)")
     peak = gemm_peak(a.build, a.threads)
     print(f"measured fp32 GEMM peak (oneDNN sgemm 2048^3, {a.threads} threads): {peak:.1f} GFLOP/s")
     hdr = f"{'workload':<22}{'ztrain tok/s':>13}{'GFLOP/s':>9}{'MFU':>7}{'RSS MiB':>9}{'acct MiB':>9}" \
