@@ -88,18 +88,16 @@ void FlagSet::parse(const std::vector<std::string>& args) {
       case Kind::i32:
       case Kind::i64: {
         long long v = std::strtoll(s, &end, 10);
+        bool ok = !value.empty() && *end == 0 && errno == 0;
         if (*end == '.' || *end == 'e' || *end == 'E') {
-          // DeepSpeed users write sizes as 5e8: accept a number in any notation that is an
-          // exact integer within range.
+          // DeepSpeed users write sizes as 5e8: accept any notation of an exact integer in range.
           errno = 0;
           const double d = std::strtod(s, &end);
-          const bool exact = *end == 0 && std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18;
-          v = exact ? (long long)d : 0;
-          if (!exact) end = const_cast<char*>("x");  // fails the check below
+          ok = *end == 0 && errno == 0 && d == std::floor(d) && std::fabs(d) < 9.2e18;
+          v = ok ? (long long)d : 0;
         }
-        ZT_CHECK(
-            !value.empty() && *end == 0 && errno == 0 && (f->kind == Kind::i64 || (v >= INT32_MIN && v <= INT32_MAX)),
-            "ztrain ", command_, ": --", name, " expects an integer, got ", quote(value));
+        ZT_CHECK(ok && (f->kind == Kind::i64 || (v >= INT32_MIN && v <= INT32_MAX)), "ztrain ", command_, ": --", name,
+                 " expects an integer, got ", quote(value));
         if (f->kind == Kind::i32)
           *static_cast<int*>(f->ptr) = int(v);
         else
