@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "checkpoint/hf_model.h"
 #include "commands.h"
 #include "core/error.h"
 #include "data/token_data.h"
@@ -29,7 +30,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 std::unique_ptr<Transformer> load_model(const std::string& dir) {
   ZT_CHECK(!dir.empty(), "--model_name_or_path is required");
   auto m = std::make_unique<Transformer>(config_from_file(dir + "/config.json"));
-  m->load_safetensors(dir + "/model.safetensors");
+  hf_load_weights(*m, dir + "/model.safetensors");
   return m;
 }
 

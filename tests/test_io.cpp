@@ -42,7 +42,7 @@ TEST(Safetensors, RoundTripF32AndBf16WithMetadata) {
   std::vector<float> a = {1.f, -2.5f, 3.25f, 1e-3f, 7.f, 0.f};
   std::vector<float> b = {0.1f, 0.2f};
   std::string p = tmp("rt.safetensors");
-  safetensors_write(p, {{"a", {2, 3}, a.data()}, {"b.bias", {2}, b.data()}}, "F32", {{"format", "pt"}});
+  safetensors_write(p, {{"a", {2, 3}, a.data()}, {"b.bias", {2}, b.data()}}, DType::f32, {{"format", "pt"}});
   {
     SafetensorsFile f(p);
     ASSERT_EQ(f.entries().size(), 2u);
@@ -54,7 +54,7 @@ TEST(Safetensors, RoundTripF32AndBf16WithMetadata) {
     f.read_f32(*e, back.data());
     EXPECT_EQ(back, a);
   }
-  safetensors_write(p, {{"a", {2, 3}, a.data()}}, "BF16", {});
+  safetensors_write(p, {{"a", {2, 3}, a.data()}}, DType::bf16, {});
   SafetensorsFile f(p);
   std::vector<float> back(6);
   f.read_f32(*f.find("a"), back.data());
@@ -84,7 +84,7 @@ TEST(Safetensors, DamagedFilesAreNamedErrors) {
   write_bytes(tmp("text"), "this is definitely not a safetensors file at all");
   EXPECT_NE(error_of([] { SafetensorsFile f(tmp("text")); }).find("safetensors"), std::string::npos);
   std::vector<float> a(100, 1.f);
-  safetensors_write(tmp("trunc"), {{"a", {100}, a.data()}}, "F32", {});
+  safetensors_write(tmp("trunc"), {{"a", {100}, a.data()}}, DType::f32, {});
   fs::resize_file(tmp("trunc"), fs::file_size(tmp("trunc")) - 10);
   EXPECT_NE(error_of([] { SafetensorsFile f(tmp("trunc")); }).find("truncated"), std::string::npos);
   std::string header = R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})";

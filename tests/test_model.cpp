@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "checkpoint/hf_model.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "kernels/cross_entropy.h"
@@ -64,20 +65,20 @@ void expect_model_fd_grad(const ModelConfig& cfg, const int32_t* positions) {
   Transformer m(cfg);
   m.init_random(7);
   // Larger weights than the default init so every path carries signal.
-  for (int64_t i = 0; i < m.num_params(); ++i) m.param_data()[i] *= 2.0f;
+  for (int64_t i = 0; i < m.num_params(); ++i) m.flat_params().as<float>()[i] *= 2.0f;
   const int B = 2, T = 9;
   m.plan(B, T, true);
   auto in = tokens(B * T, 67, 4), tg = tokens(B * T, 67, 5);
   m.zero_grad();
   int64_t count = 0;
   m.forward_backward(in.data(), tg.data(), 1.0f / (B * T), &count, positions);
-  std::vector<double> grad(m.grad_data(), m.grad_data() + m.num_params());
+  std::vector<double> grad(m.flat_grads().as<float>(), m.flat_grads().as<float>() + m.num_params());
   auto loss_at = [&](const std::vector<double>& dir, double h) {
-    std::vector<float> saved(m.param_data(), m.param_data() + m.num_params());
-    for (int64_t i = 0; i < m.num_params(); ++i) m.param_data()[i] = float(saved[i] + h * dir[i]);
+    std::vector<float> saved(m.flat_params().as<float>(), m.flat_params().as<float>() + m.num_params());
+    for (int64_t i = 0; i < m.num_params(); ++i) m.flat_params().as<float>()[i] = float(saved[i] + h * dir[i]);
     int64_t c = 0;
     double l = m.forward_loss(in.data(), tg.data(), &c, positions) / double(c);
-    std::memcpy(m.param_data(), saved.data(), saved.size() * sizeof(float));
+    std::memcpy(m.flat_params().as<float>(), saved.data(), saved.size() * sizeof(float));
     return l;
   };
   auto check = [&](const std::vector<double>& dir, const std::string& what) {
@@ -131,8 +132,8 @@ TEST_P(ModelTest, PackedBatchEqualsSeparateDocuments) {
     for (int i = 0; i < g.len; ++i) pos[g.row * T + g.col + i] = g.first_pos + i;
   Transformer packed(cfg()), single(cfg());
   packed.init_random(31);
-  for (int64_t i = 0; i < packed.num_params(); ++i) packed.param_data()[i] *= 2.0f;
-  std::memcpy(single.param_data(), packed.param_data(), sizeof(float) * packed.num_params());
+  for (int64_t i = 0; i < packed.num_params(); ++i) packed.flat_params().as<float>()[i] *= 2.0f;
+  std::memcpy(single.flat_params().as<float>(), packed.flat_params().as<float>(), sizeof(float) * packed.num_params());
   auto in = tokens(B * T, 67, 32), tg = tokens(B * T, 67, 33);
   tg[4] = kernels::kIgnoreIndex;  // end of the first document: no target
   const float scale = 1.0f / (B * T);
@@ -158,8 +159,8 @@ TEST_P(ModelTest, PackedBatchEqualsSeparateDocuments) {
   EXPECT_EQ(count_p, count_s);
   EXPECT_NEAR(loss_p, loss_s, 1e-5 * std::abs(loss_s));
   for (const ParamInfo& p : packed.params().list()) {
-    std::vector<float> gp(packed.grad_data() + p.offset, packed.grad_data() + p.offset + p.numel);
-    std::vector<float> gs(single.grad_data() + p.offset, single.grad_data() + p.offset + p.numel);
+    std::vector<float> gp(packed.flat_grads().as<float>() + p.offset, packed.flat_grads().as<float>() + p.offset + p.numel);
+    std::vector<float> gs(single.flat_grads().as<float>() + p.offset, single.flat_grads().as<float>() + p.offset + p.numel);
     test::expect_close(gp, gs, 1e-4, 1e-6, p.name.c_str());
   }
 }
@@ -172,13 +173,13 @@ TEST_P(ModelTest, OffsetPositionsMatchShiftedPositionTable) {
   const int T = 12, k = 15;
   Transformer m(cfg()), ref(cfg());
   m.init_random(41);
-  for (int64_t i = 0; i < m.num_params(); ++i) m.param_data()[i] *= 2.0f;
-  std::memcpy(ref.param_data(), m.param_data(), sizeof(float) * m.num_params());
+  for (int64_t i = 0; i < m.num_params(); ++i) m.flat_params().as<float>()[i] *= 2.0f;
+  std::memcpy(ref.flat_params().as<float>(), m.flat_params().as<float>(), sizeof(float) * m.num_params());
   const ParamInfo* wpe = m.params().find("transformer.wpe.weight");
   const int64_t C = m.config().n_embd;
   if (wpe)
     for (int64_t i = 0; i < (m.config().max_position - k) * C; ++i)
-      ref.param_data()[wpe->offset + i] = m.param_data()[wpe->offset + k * C + i];
+      ref.flat_params().as<float>()[wpe->offset + i] = m.flat_params().as<float>()[wpe->offset + k * C + i];
   std::vector<int32_t> ids(T);
   for (int t = 0; t < T; ++t) ids[t] = k + t;
   auto in = tokens(T, 67, 42), tg = tokens(T, 67, 43);
@@ -190,12 +191,12 @@ TEST_P(ModelTest, OffsetPositionsMatchShiftedPositionTable) {
   const double lm = m.forward_backward(in.data(), tg.data(), 1.0f / T, &c, ids.data());
   const double lr = ref.forward_backward(in.data(), tg.data(), 1.0f / T, &c);
   EXPECT_NEAR(lm, lr, 1e-5 * std::abs(lr));
-  std::vector<float> gm(m.grad_data(), m.grad_data() + m.num_params());
-  std::vector<float> gr(ref.grad_data(), ref.grad_data() + ref.num_params());
+  std::vector<float> gm(m.flat_grads().as<float>(), m.flat_grads().as<float>() + m.num_params());
+  std::vector<float> gr(ref.flat_grads().as<float>(), ref.flat_grads().as<float>() + ref.num_params());
   if (wpe) {  // move ref's position gradient back to the rows m used
     std::fill_n(gr.begin() + wpe->offset, wpe->numel, 0.f);
     for (int64_t i = 0; i < (m.config().max_position - k) * C; ++i)
-      gr[wpe->offset + k * C + i] = ref.grad_data()[wpe->offset + i];
+      gr[wpe->offset + k * C + i] = ref.flat_grads().as<float>()[wpe->offset + i];
   }
   test::expect_close(gm, gr, 1e-3, 1e-5, "gradient with offset positions");
 }
@@ -217,7 +218,7 @@ TEST_P(ModelTest, IdentityPositionsAreBitIdentical) {
   const double la = a.forward_backward(in.data(), tg.data(), 0.05f, &c);
   const double lb = b.forward_backward(in.data(), tg.data(), 0.05f, &c, ids.data());
   EXPECT_EQ(la, lb);
-  EXPECT_EQ(0, std::memcmp(a.grad_data(), b.grad_data(), sizeof(float) * a.num_params()));
+  EXPECT_EQ(0, std::memcmp(a.flat_grads().as<float>(), b.flat_grads().as<float>(), sizeof(float) * a.num_params()));
 }
 
 TEST_P(ModelTest, BadPositionsNameRowAndColumn) {
@@ -259,8 +260,8 @@ TEST_P(ModelTest, GradientAccumulationEqualsOneBigBatch) {
   double ls = small.forward_backward(in.data(), tg.data(), 1.0f / (4 * T), &c) +
               small.forward_backward(in.data() + 2 * T, tg.data() + 2 * T, 1.0f / (4 * T), &c);
   EXPECT_NEAR(lb, ls, 1e-4 * std::abs(lb));
-  std::vector<float> gb(big.grad_data(), big.grad_data() + big.num_params());
-  std::vector<float> gs(small.grad_data(), small.grad_data() + small.num_params());
+  std::vector<float> gb(big.flat_grads().as<float>(), big.flat_grads().as<float>() + big.num_params());
+  std::vector<float> gs(small.flat_grads().as<float>(), small.flat_grads().as<float>() + small.num_params());
   test::expect_close(gs, gb, 1e-4, 1e-6, "accumulated gradient");
 }
 
@@ -280,7 +281,7 @@ TEST_P(ModelTest, OverfitsAShortSequence) {
     m.zero_grad();
     int64_t c;
     loss = m.forward_backward(in.data(), tg.data(), 1.0f / (B * T), &c) / double(c);
-    opt.step(m.param_data(), m.grad_data(), 1e-2);
+    opt.step(m.flat_params().as<float>(), m.flat_grads().as<float>(), 1e-2);
   }
   EXPECT_LT(loss, 0.05);
 }
@@ -290,16 +291,16 @@ TEST_P(ModelTest, HfFolderRoundTrip) {
   m.init_random(9);
   auto dir = std::filesystem::temp_directory_path() / ("zt_roundtrip_" + std::to_string(GetParam()));
   std::filesystem::create_directories(dir);
-  m.save_hf(dir.string(), "F32");
+  hf_save_model(m, dir.string(), DType::f32);
   Transformer back(config_from_file((dir / "config.json").string()));
-  back.load_safetensors((dir / "model.safetensors").string());
+  hf_load_weights(back, (dir / "model.safetensors").string());
   ASSERT_EQ(back.num_params(), m.num_params());
-  EXPECT_EQ(0, std::memcmp(back.param_data(), m.param_data(), sizeof(float) * m.num_params()));
-  m.save_hf(dir.string(), "BF16");
+  EXPECT_EQ(0, std::memcmp(back.flat_params().as<float>(), m.flat_params().as<float>(), sizeof(float) * m.num_params()));
+  hf_save_model(m, dir.string(), DType::bf16);
   Transformer half(config_from_file((dir / "config.json").string()));
-  half.load_safetensors((dir / "model.safetensors").string());
+  hf_load_weights(half, (dir / "model.safetensors").string());
   for (int64_t i = 0; i < m.num_params(); ++i)
-    ASSERT_NEAR(half.param_data()[i], m.param_data()[i], 4e-3 * std::abs(m.param_data()[i]) + 1e-30);
+    ASSERT_NEAR(half.flat_params().as<float>()[i], m.flat_params().as<float>()[i], 4e-3 * std::abs(m.flat_params().as<float>()[i]) + 1e-30);
   std::filesystem::remove_all(dir);
 }
 
@@ -318,7 +319,7 @@ namespace {
 TEST_P(ModelTest, KvDecoderMatchesFullForward) {
   Transformer m(cfg());
   m.init_random(21);
-  for (int64_t i = 0; i < m.num_params(); ++i) m.param_data()[i] *= 3.0f;
+  for (int64_t i = 0; i < m.num_params(); ++i) m.flat_params().as<float>()[i] *= 3.0f;
   const int T = 20;
   auto seq = tokens(T + 1, 67, 22);
   std::vector<int32_t> in(seq.begin(), seq.end() - 1), tg(seq.begin() + 1, seq.end());

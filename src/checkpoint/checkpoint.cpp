@@ -1,5 +1,6 @@
 // checkpoint.cpp: see checkpoint.h.
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_model.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -30,7 +31,7 @@ void save_optimizer(const fs::path& path, const Transformer& model, const optim:
     t.push_back({"exp_avg." + p.name, p.shape, opt.exp_avg() + p.offset});
     t.push_back({"exp_avg_sq." + p.name, p.shape, opt.exp_avg_sq() + p.offset});
   }
-  safetensors_write(path.string(), t, "F32", {{"format", "ztrain-adamw"}, {"step", std::to_string(opt.steps())}});
+  safetensors_write(path.string(), t, DType::f32, {{"format", "ztrain-adamw"}, {"step", std::to_string(opt.steps())}});
 }
 
 void load_optimizer(const fs::path& path, const Transformer& model, optim::AdamW& opt) {
@@ -60,7 +61,7 @@ void checkpoint_save(const std::string& output_dir, int64_t step, const Transfor
   tmp += ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  model.save_hf(tmp.string(), "F32");
+  hf_save_model(model, tmp.string(), DType::f32);
   save_optimizer(tmp / "optimizer.safetensors", model, opt);
   write_file_atomic((tmp / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
   nlohmann::json sums = nlohmann::json::object();
@@ -113,7 +114,7 @@ void load_sharded(const fs::path& d, Transformer& model, optim::AdamW& opt) {
       std::from_chars(e.name.data() + b + 1, e.name.data() + e.name.size(), begin);
       ZT_CHECK(k >= 0 && p && begin >= 0 && e.shape.size() == 1 && begin + e.numel() <= p->numel, path.string(),
                ": tensor \"", e.name, "\" does not fit this model; the checkpoint belongs to a different model");
-      float* dst = k == 0 ? model.param_data() : k == 1 ? opt.exp_avg() : opt.exp_avg_sq();
+      float* dst = k == 0 ? model.flat_params().as<float>() : k == 1 ? opt.exp_avg() : opt.exp_avg_sq();
       f.read_f32(e, dst + p->offset + begin);
       covered[k] += e.numel();
     }
@@ -138,7 +139,7 @@ nlohmann::json checkpoint_load(const std::string& dir, Transformer& model, optim
                saved.n_embd == model.config().n_embd && saved.vocab_size == model.config().vocab_size,
            dir, ": the checkpoint's config.json describes a different model than this run's");
   if (fs::exists(d / "model.safetensors")) {
-    model.load_safetensors((d / "model.safetensors").string());
+    hf_load_weights(model, (d / "model.safetensors").string());
     load_optimizer(d / "optimizer.safetensors", model, opt);
   } else {
     load_sharded(d, model, opt);
@@ -169,7 +170,7 @@ void checkpoint_write_shard(const std::string& output_dir, int64_t step, const T
   char name[64];
   std::snprintf(name, sizeof name, "%s%05d-of-%05d.safetensors", kShardPrefix, shard, num_shards);
   const fs::path path = fs::path(checkpoint_tmp_dir(output_dir, step)) / name;
-  safetensors_write(path.string(), t, "F32",
+  safetensors_write(path.string(), t, DType::f32,
                     {{"format", "ztrain-zero-shard"},
                      {"step", std::to_string(opt_steps)},
                      {"shard", std::to_string(shard)},

@@ -15,7 +15,7 @@
 namespace zt {
 namespace {
 
-size_t dtype_size(const std::string& dt) {
+size_t st_dtype_bytes(const std::string& dt) {
   if (dt == "F32" || dt == "I32" || dt == "U32") return 4;
   if (dt == "BF16" || dt == "F16" || dt == "I16" || dt == "U16") return 2;
   if (dt == "F64" || dt == "I64" || dt == "U64") return 8;
@@ -52,44 +52,6 @@ int64_t StEntry::numel() const {
   int64_t n = 1;
   for (auto s : shape) n *= s;
   return n;
-}
-
-uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // keep NaN a NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-
-float bf16_to_f32(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-float f16_to_f32(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-  if (exp == 0) {
-    if (man == 0) {
-      u = sign;
-    } else {  // subnormal: renormalise
-      exp = 127 - 15 + 1;
-      while (!(man & 0x400)) {
-        man <<= 1;
-        --exp;
-      }
-      u = sign | (exp << 23) | ((man & 0x3ff) << 13);
-    }
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (man << 13);
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
@@ -152,7 +114,7 @@ void SafetensorsFile::open_and_parse() {
     }
     e.begin = v["data_offsets"][0].get<uint64_t>();
     e.end = v["data_offsets"][1].get<uint64_t>();
-    size_t es = dtype_size(e.dtype);
+    size_t es = st_dtype_bytes(e.dtype);
     ZT_CHECK(es != 0, path, ": tensor ", quote(e.name), " has unknown dtype ", quote(e.dtype));
     ZT_CHECK(e.begin <= e.end && e.end <= data_size, path, ": truncated file: tensor ", quote(e.name), " ends at byte ",
              e.end, " of a ", data_size, "-byte data section; re-download or re-save it");
@@ -182,21 +144,17 @@ const StEntry* SafetensorsFile::find(const std::string& name) const {
 void SafetensorsFile::read_f32(const StEntry& e, float* dst) const {
   const uint8_t* src = data_ + e.begin;
   int64_t n = e.numel();
-  if (e.dtype == "F32") {
+  DType t{};
+  const bool known = dtype_from_st_name(e.dtype, &t);
+  if (known && t == DType::f32) {
     std::memcpy(dst, src, size_t(n) * 4);
-  } else if (e.dtype == "BF16") {
+  } else if (known && (t == DType::bf16 || t == DType::f16)) {
+    const bool bf = t == DType::bf16;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       uint16_t h;
       std::memcpy(&h, src + 2 * i, 2);
-      dst[i] = bf16_to_f32(h);
-    }
-  } else if (e.dtype == "F16") {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      dst[i] = f16_to_f32(h);
+      dst[i] = bf ? bf16_to_f32(h) : f16_to_f32(h);
     }
   } else {
     throw Error(str_cat(path_, ": tensor \"", e.name, "\" has dtype ", e.dtype, "; ztrain reads F32, BF16 and F16"));
@@ -214,17 +172,18 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   fsync_dir_of(path);
 }
 
-void safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, const std::string& dtype,
+void safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, DType dtype,
                        const std::map<std::string, std::string>& metadata) {
-  ZT_CHECK(dtype == "F32" || dtype == "BF16", "safetensors can be written as F32 or BF16, not ", dtype);
-  size_t es = dtype == "F32" ? 4 : 2;
+  ZT_CHECK(dtype == DType::f32 || dtype == DType::bf16, "safetensors can be written as F32 or BF16, not ",
+           dtype_st_name(dtype));
+  const size_t es = zt::dtype_size(dtype);
   nlohmann::ordered_json h;
   if (!metadata.empty()) h["__metadata__"] = metadata;
   uint64_t off = 0;
   for (auto& t : tensors) {
     int64_t n = 1;
     for (auto s : t.shape) n *= s;
-    h[t.name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {off, off + uint64_t(n) * es}}};
+    h[t.name] = {{"dtype", dtype_st_name(dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + uint64_t(n) * es}}};
     off += uint64_t(n) * es;
   }
   std::string header = h.dump();

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+
 namespace zt {
 
 struct StEntry {
@@ -50,16 +52,13 @@ struct StTensorOut {
   const float* data;
 };
 
-// Writes tensors (in the given order) as dtype "F32" or "BF16" (round to nearest even),
+// Writes tensors (in the given order) as DType::f32 or DType::bf16 (round to nearest even),
 // atomically: temporary file, fsync, rename.
-void safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, const std::string& dtype,
+void safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, DType dtype,
                        const std::map<std::string, std::string>& metadata);
 
 // Writes bytes to path atomically (temporary name, fsync, rename, fsync of the folder).
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
-uint16_t f32_to_bf16(float f);
-float bf16_to_f32(uint16_t h);
-float f16_to_f32(uint16_t h);
 
 }  // namespace zt

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/tensor.h"
+
 namespace zt {
 
 enum class MemCategory { parameters, gradients, optimizer_state, activations, temporary, data, count };
@@ -62,6 +64,13 @@ class Carver {
     T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
     used_ += (count * sizeof(T) + 63) / 64 * 64;
     return p;
+  }
+  // A typed view of `shape` (an empty view when the shape has no elements).
+  TensorView take(DType t, Shape shape) {
+    const size_t bytes = size_t(shape.numel()) * dtype_size(t);
+    void* p = base_ && bytes ? base_ + used_ : nullptr;
+    used_ += (bytes + 63) / 64 * 64;
+    return TensorView(p, t, shape);
   }
   size_t used() const { return used_; }
 

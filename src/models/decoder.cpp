@@ -46,32 +46,34 @@ const float* KvDecoder::step(int32_t token) {
   ZT_CHECK(token >= 0 && token < c.vocab_size, "token id ", token, " is outside the vocabulary of ", c.vocab_size);
   const int C = c.n_embd, half = c.head_size / 2;
   const int64_t kvw = int64_t(c.n_kv_head) * c.head_size, qw = int64_t(c.n_head) * c.head_size;
-  const float* wpe = m_.position_embedding();
-  for (int i = 0; i < C; ++i)
-    x_[i] = m_.token_embedding()[int64_t(token) * C + i] + (wpe ? wpe[int64_t(pos_) * C + i] : 0.f);
+  const float* wpe = m_.position_embedding().as<const float>();
+  const float* wte = m_.token_embedding().as<const float>();
+  for (int i = 0; i < C; ++i) x_[i] = wte[int64_t(token) * C + i] + (wpe ? wpe[int64_t(pos_) * C + i] : 0.f);
+  // One row: every activation below is a (1, width) view.
+  auto row = [](float* p, int64_t w) { return TensorView::of(p, {1, w}); };
+  const TensorView x = row(x_, C), h = row(h_, C), one_mean = row(&mean_, 1), one_rstd = row(&rstd_, 1);
   for (size_t l = 0; l < m_.blocks().size(); ++l) {
     const nn::Block& b = m_.blocks()[l];
-    float mean, rstd;
-    b.ln1.forward(h_, &mean, &rstd, x_, 1);
-    b.qkv.forward(qkv_, h_, 1);
+    b.ln1.forward(h, one_mean, one_rstd, x);
+    b.qkv.forward(row(qkv_, c.qkv_dim()), h);
     if (b.shape.rope)  // position pos_: the table row at pos_ is "t = 0" of a 1-row call
       kernels::rope_forward(qkv_, cos_ + int64_t(pos_) * half, sin_ + int64_t(pos_) * half, 1, 1, c.n_head, c.n_kv_head,
                             c.head_size, c.qkv_dim());
     std::memcpy(k_[l] + pos_ * kvw, qkv_ + qw, kvw * sizeof(float));
     std::memcpy(v_[l] + pos_ * kvw, qkv_ + qw + kvw, kvw * sizeof(float));
     kernels::attention_decode(att_, qkv_, k_[l], v_[l], pos_ + 1, c.n_head, c.n_kv_head, c.head_size);
-    b.proj.forward(x_, att_, 1, /*accumulate=*/true);
-    b.ln2.forward(h_, &mean, &rstd, x_, 1);
-    b.fc_in.forward(fc_, h_, 1);
+    b.proj.forward(x, row(att_, qw), /*accumulate=*/true);
+    b.ln2.forward(h, one_mean, one_rstd, x);
+    b.fc_in.forward(row(fc_, b.shape.fc_dim()), h);
     if (b.shape.mlp == nn::MlpKind::gelu)
       kernels::gelu_forward(act_, fc_, c.ffn);
     else
       kernels::swiglu_forward(act_, fc_, 1, c.ffn);
-    b.fc_out.forward(x_, act_, 1, /*accumulate=*/true);
+    b.fc_out.forward(x, row(act_, c.ffn), /*accumulate=*/true);
   }
-  float mean, rstd;
-  m_.final_norm().forward(h_, &mean, &rstd, x_, 1);
-  kernels::gemm(false, true, 1, c.vocab_size, C, 1.0f, h_, C, m_.lm_head(), C, 0.0f, logits_, c.vocab_size);
+  m_.final_norm().forward(h, one_mean, one_rstd, x);
+  kernels::gemm(false, true, 1, c.vocab_size, C, 1.0f, h_, C, m_.lm_head().as<const float>(), C, 0.0f, logits_,
+                c.vocab_size);
   ++pos_;
   return logits_;
 }

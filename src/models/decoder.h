@@ -25,6 +25,7 @@ class KvDecoder {
   Buffer kv_, work_;
   std::vector<float*> k_, v_;  // per layer: (max_len, KVH*HS)
   float *x_, *h_, *qkv_, *att_, *fc_, *act_, *logits_, *cos_, *sin_;
+  float mean_ = 0, rstd_ = 0;
 };
 
 }  // namespace zt

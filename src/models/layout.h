@@ -1,6 +1,12 @@
-// layout.h: where each layer's parameters sit in the flat buffer, per architecture.
-// gpt2.cpp and llama.cpp fill a ParamTable with HF names and return these slots; the
-// Transformer binds its layers to them. Offsets are in floats; -1 means "absent".
+// layout.h: where each layer's parameters sit in the flat buffer, per architecture, and
+// the model's units. gpt2.cpp and llama.cpp fill a ParamTable with HF names and return
+// the slots; model_layout() adds the unit list. Offsets are in elements; -1 = "absent".
+//
+// Units are the granularity everything outside the model cuts along: DP buckets, ZeRO
+// shards and gathers, checkpoints, the memory estimator, and (later) pipeline stages and
+// offload windows. A unit is a contiguous range of the flat layout holding whole
+// parameters: the embeddings, one block each, and the head (final norm + untied LM head).
+// Code finds a unit by its kind and layer, never by index arithmetic.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -15,6 +21,7 @@ struct LinearSlot {
   int64_t w = -1, b = -1;
   int in = 0, out = 0;
   bool w_in_out = false;
+  nn::LinearKind kind = nn::LinearKind::plain;
 };
 struct NormSlot {
   int64_t w = -1, b = -1;
@@ -33,5 +40,32 @@ struct ModelSlots {
 
 ModelSlots gpt2_layout(const ModelConfig& c, ParamTable& t);
 ModelSlots llama_layout(const ModelConfig& c, ParamTable& t);
+
+enum class UnitKind { embedding, block, head };
+const char* unit_kind_name(UnitKind k);
+
+struct Unit {
+  UnitKind kind = UnitKind::block;
+  int layer = -1;           // blocks: 0..L-1; -1 otherwise
+  std::vector<int> params;  // indices into ParamTable::list(), in table order
+  int64_t begin = 0, end = 0;  // elements of the flat layout, [begin, end)
+  int64_t size() const { return end - begin; }
+};
+
+// Everything about a model's parameters that does not need their values: the table, the
+// slots the layers bind to, and the units in forward order (embedding, blocks, head).
+struct ModelLayout {
+  ParamTable table;
+  ModelSlots slots;
+  std::vector<Unit> units;
+  int embedding_unit = -1, head_unit = -1;
+  std::vector<int> block_units;  // unit index of block l
+  // The LM head reuses the token embedding (GPT-2; Llama with tie_word_embeddings): the head
+  // unit then has no LM-head weight and the embedding unit is used again after the blocks.
+  bool tied_head = true;
+  // The unit whose parameters hold the LM-head weight.
+  int lm_head_unit() const { return tied_head ? embedding_unit : head_unit; }
+};
+ModelLayout model_layout(const ModelConfig& c);
 
 }  // namespace zt

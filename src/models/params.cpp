@@ -7,6 +7,7 @@ int64_t ParamTable::add(const std::string& name, std::vector<int64_t> shape, Par
   ParamInfo p;
   p.name = name;
   p.shape = std::move(shape);
+  p.global_shape = p.shape;
   p.numel = 1;
   for (auto s : p.shape) p.numel *= s;
   p.offset = total_;

@@ -1,33 +1,51 @@
-// params.h: the parameter table. Every parameter is a named view (HF name, shape,
-// offset) into one flat fp32 buffer; gradients and optimizer state use the same
-// offsets in their own flat buffers. Data-parallel buckets, ZeRO shards and checkpoints
-// are byte ranges of these buffers, so the table is the single source of layout truth.
+// params.h: the parameter table. Every parameter is a named, typed view description (HF
+// name, shapes, dtype, how it is split across ranks, offset) into one flat buffer;
+// gradients and optimizer state use the same offsets in their own flat buffers.
+// Data-parallel buckets, ZeRO shards and checkpoints are ranges of these buffers, so the
+// table is the single source of layout truth.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+
 namespace zt {
 
 enum class ParamInit { normal, residual_normal, zeros, ones };
 
+// How a parameter is cut across the ranks of a tensor- (or expert-) parallel group.
+// none: every rank holds all of it; column: the output dimension is split (each rank
+// computes a slice of the outputs); row: the input dimension is split (partial sums, reduced
+// after the GEMM); vocab: the rows of an embedding / LM head; expert: whole experts.
+enum class Split { none, column, row, vocab, expert };
+
 struct ParamInfo {
-  std::string name;  // HF name, e.g. "transformer.h.0.attn.c_attn.weight"
-  std::vector<int64_t> shape;
-  int64_t offset = 0;  // in floats
-  int64_t numel = 0;
+  std::string name;                   // HF name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> shape;         // what this rank holds (local)
+  std::vector<int64_t> global_shape;  // the whole tensor as HF stores it
+  DType dtype = DType::f32;           // of the master copy in the flat buffer
+  Split split = Split::none;
+  int split_dim = -1;        // dimension of global_shape that is cut (-1: none)
+  int64_t split_offset = 0;  // first index along split_dim that this rank holds
+  int64_t offset = 0;        // elements into the flat buffer
+  int64_t numel = 0;         // local elements
   ParamInit init = ParamInit::normal;
+  int unit = -1;  // index into the model's unit list (layout.h)
   // AdamW decay applies to tensors of rank >= 2 only (HF Trainer / nanoGPT convention).
   bool decay() const { return shape.size() >= 2; }
+  size_t bytes() const { return size_t(numel) * dtype_size(dtype); }
 };
 
 class ParamTable {
  public:
   // Appends a parameter right after the previous one (no padding, so tensors added in
-  // sequence form one contiguous matrix, e.g. Llama's q/k/v projections).
+  // sequence form one contiguous matrix, e.g. Llama's q/k/v projections). With the
+  // identity shard plan (one rank), the local shape is the global one.
   int64_t add(const std::string& name, std::vector<int64_t> shape, ParamInit init);
   const ParamInfo* find(const std::string& name) const;
   const std::vector<ParamInfo>& list() const { return params_; }
+  std::vector<ParamInfo>& mutable_list() { return params_; }
   int64_t total() const { return total_; }
 
  private:

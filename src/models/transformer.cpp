@@ -1,94 +1,71 @@
-// transformer.cpp: see transformer.h.
+// transformer.cpp: construction, parameter binding and activation planning (the pass
+// itself is in transformer_pass.cpp). See transformer.h.
 #include "models/transformer.h"
-
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 
-#include "checkpoint/safetensors.h"
 #include "core/error.h"
-#include "core/profile.h"
 #include "core/rng.h"
-#include "kernels/cross_entropy.h"
 #include "kernels/ops.h"
 
 namespace zt {
 
-struct Transformer::Views {
-  std::vector<float*> res;
-  std::vector<nn::BlockActs> acts;
-  nn::BlockScratch scratch{};
-  float *lnf_out, *lnf_mean, *lnf_rstd, *dres, *dlnf, *logits, *rope_cos, *rope_sin;
-  int64_t lm_chunk;
-};
-
 namespace {
-ModelSlots make_layout(const ModelConfig& c, ParamTable& t) {
-  return c.arch == Arch::gpt2 ? gpt2_layout(c, t) : llama_layout(c, t);
-}
-
 int64_t lm_chunk_rows(const ModelConfig& c, int64_t N) {
   // About 16M logits (64 MiB) per chunk: big enough for efficient GEMMs, far below N*V.
   return std::clamp<int64_t>((int64_t(1) << 24) / c.vocab_size, 32, std::max<int64_t>(N, 1));
 }
-}  // namespace
 
-Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg) {
-  slots_ = make_layout(cfg_, table_);
-  // Units are contiguous: both layouts add the embeddings, then block after block (each
-  // starting with its first norm), then the final norm and an untied LM head.
-  units_.push_back({0, slots_.blocks.empty() ? slots_.lnf.w : slots_.blocks[0].ln1.w});
-  for (size_t l = 0; l < slots_.blocks.size(); ++l)
-    units_.push_back(
-        {slots_.blocks[l].ln1.w, l + 1 < slots_.blocks.size() ? slots_.blocks[l + 1].ln1.w : slots_.lnf.w});
-  units_.push_back({slots_.lnf.w, table_.total()});
-  flat_.set_units(units_);
-  params_ = Buffer(size_t(table_.total()) * sizeof(float), MemCategory::parameters);
-  bind_layers();
-}
-
-namespace {
-// Layers bound to a unit's buffers: P / G hold the unit starting at flat offset `base`.
+// Layers bound to one unit's views: P / G are 1-D views of the unit, which starts at flat
+// offset `base`; a slot's offset and shape become a typed sub-view.
 struct UnitBinder {
-  float *P, *G;
+  TensorView P, G;
   int64_t base;
-  const ModelSlots& slots;
   const ModelConfig& cfg;
-  float* p(int64_t off) const { return off < 0 ? nullptr : P + (off - base); }
-  float* g(int64_t off) const { return off < 0 || !G ? nullptr : G + (off - base); }
+  nn::NormKind norm_kind;
+  TensorView p(int64_t off, Shape s) const { return off < 0 || !P ? TensorView() : P.sub(off - base, s); }
+  TensorView g(int64_t off, Shape s) const { return off < 0 || !G ? TensorView() : G.sub(off - base, s); }
   nn::Linear lin(const LinearSlot& s) const {
     nn::Linear l;
+    l.kind = s.kind;
     l.in = s.in;
     l.out = s.out;
     l.w_in_out = s.w_in_out;
-    l.w = p(s.w);
-    l.b = p(s.b);
-    l.dw = g(s.w);
-    l.db = g(s.b);
+    const Shape ws = s.w_in_out ? Shape{s.in, s.out} : Shape{s.out, s.in};
+    l.w = p(s.w, ws);
+    l.b = p(s.b, {s.out});
+    l.dw = g(s.w, ws);
+    l.db = g(s.b, {s.out});
     return l;
   }
   nn::Norm norm(const NormSlot& s) const {
     nn::Norm n;
-    n.kind = slots.shape.norm;
+    n.kind = norm_kind;
     n.C = cfg.n_embd;
     n.eps = cfg.norm_eps;
-    n.w = p(s.w);
-    n.b = p(s.b);
-    n.dw = g(s.w);
-    n.db = g(s.b);
+    n.w = p(s.w, {cfg.n_embd});
+    n.b = p(s.b, {cfg.n_embd});
+    n.dw = g(s.w, {cfg.n_embd});
+    n.db = g(s.b, {cfg.n_embd});
     return n;
   }
 };
 }  // namespace
 
-void Transformer::bind_block(int l, float* params, float* grads) {
-  UnitBinder u{params, grads, units_[l + 1].begin, slots_, cfg_};
-  const BlockSlots& bs = slots_.blocks[l];
+Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg), layout_(model_layout(cfg)) {
+  flat_.set_units(&layout_.units);
+  params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
+  bind_layers();
+}
+
+void Transformer::bind_block(int l, TensorView params, TensorView grads) {
+  const ModelSlots& s = layout_.slots;
+  UnitBinder u{params, grads, layout_.units[layout_.block_units[l]].begin, cfg_, s.shape.norm};
+  const BlockSlots& bs = s.blocks[l];
   nn::Block& b = blocks_[l];
-  b.shape = slots_.shape;
+  b.shape = s.shape;
   b.ln1 = u.norm(bs.ln1);
   b.ln2 = u.norm(bs.ln2);
   b.qkv = u.lin(bs.qkv);
@@ -97,19 +74,17 @@ void Transformer::bind_block(int l, float* params, float* grads) {
   b.fc_out = u.lin(bs.fc_out);
 }
 
-void Transformer::bind_head(float* params, float* grads) {
-  UnitBinder u{params, grads, units_.back().begin, slots_, cfg_};
-  lnf_ = u.norm(slots_.lnf);
+void Transformer::bind_head(TensorView params, TensorView grads) {
+  UnitBinder u{params, grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.slots.shape.norm};
+  lnf_ = u.norm(layout_.slots.lnf);
 }
 
 void Transformer::bind_layers() {
-  float* P = params_.as<float>();
-  float* G = grads_.as<float>();
-  flat_.set_buffers(P, G);
-  blocks_.resize(slots_.blocks.size());
-  for (size_t l = 0; l < slots_.blocks.size(); ++l)
-    bind_block(int(l), P ? P + units_[l + 1].begin : nullptr, G ? G + units_[l + 1].begin : nullptr);
-  bind_head(P ? P + units_.back().begin : nullptr, G ? G + units_.back().begin : nullptr);
+  flat_.set_buffers(flat_params(), flat_grads());
+  blocks_.resize(layout_.slots.blocks.size());
+  for (size_t l = 0; l < blocks_.size(); ++l)
+    bind_block(int(l), flat_.acquire(layout_.block_units[l], false), flat_.grads(layout_.block_units[l]));
+  bind_head(flat_.acquire(layout_.head_unit, false), flat_.grads(layout_.head_unit));
 }
 
 void Transformer::drop_flat_state() {
@@ -120,18 +95,40 @@ void Transformer::drop_flat_state() {
 }
 
 void Transformer::restore_flat_params() {
-  if (!params_.data()) params_ = Buffer(size_t(table_.total()) * sizeof(float), MemCategory::parameters);
+  if (!params_.data()) params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
   bind_layers();
 }
 
 void Transformer::ensure_grads() {
   if (grads_.data()) return;
-  grads_ = Buffer(size_t(table_.total()) * sizeof(float), MemCategory::gradients);
+  grads_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::gradients);
   bind_layers();
 }
 
+TensorView Transformer::token_embedding() const {
+  return flat_params().sub(layout_.slots.wte, {cfg_.vocab_size, cfg_.n_embd});
+}
+
+TensorView Transformer::position_embedding() const {
+  if (layout_.slots.wpe < 0) return {};
+  return flat_params().sub(layout_.slots.wpe, {cfg_.max_position, cfg_.n_embd});
+}
+
+TensorView Transformer::lm_head() const {
+  const ModelSlots& s = layout_.slots;
+  return flat_params().sub(s.lm_head >= 0 ? s.lm_head : s.wte, {cfg_.vocab_size, cfg_.n_embd});
+}
+
+// The LM-head weight (V, C) inside a view of the unit that holds it.
+TensorView Transformer::lm_head_slice(TensorView unit_view, int unit) const {
+  if (!unit_view) return {};
+  const ModelSlots& s = layout_.slots;
+  const int64_t off = (s.lm_head >= 0 ? s.lm_head : s.wte) - layout_.units[unit].begin;
+  return unit_view.sub(off, {cfg_.vocab_size, cfg_.n_embd});
+}
+
 void Transformer::init_random(uint64_t seed) {
-  const auto& list = table_.list();
+  const auto& list = params().list();
   float* P = params_.as<float>();
   const double std_normal = 0.02, std_resid = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
   // Chunks of 64K values, each with its own stream, so the result does not depend on
@@ -162,232 +159,68 @@ void Transformer::init_random(uint64_t seed) {
   }
 }
 
-void Transformer::load_safetensors(const std::string& path) {
-  SafetensorsFile f(path);
-  float* P = params_.as<float>();
-  for (const ParamInfo& p : table_.list()) {
-    const StEntry* e = f.find(p.name);
-    // GPT2Model checkpoints (e.g. the original "gpt2" upload) omit the "transformer." prefix.
-    if (!e && p.name.rfind("transformer.", 0) == 0) e = f.find(p.name.substr(12));
-    ZT_CHECK(e, path, ": tensor \"", p.name, "\" is missing; the weights do not match config.json (", cfg_.arch_name(),
-             ", ", cfg_.n_layer, " layers)");
-    ZT_CHECK(e->shape == p.shape, path, ": tensor \"", p.name, "\" has shape ", nlohmann::json(e->shape).dump(),
-             " but config.json implies ", nlohmann::json(p.shape).dump());
-    f.read_f32(*e, P + p.offset);
-  }
-}
-
-void Transformer::save_hf(const std::string& folder, const std::string& dtype) const {
-  ::mkdir(folder.c_str(), 0755);
-  std::vector<StTensorOut> out;
-  for (const ParamInfo& p : table_.list()) out.push_back({p.name, p.shape, params_.as<float>() + p.offset});
-  safetensors_write(folder + "/model.safetensors", out, dtype, {{"format", "pt"}});
-  nlohmann::json cj = config_to_json(cfg_, dtype == "F32" ? "float32" : "bfloat16");
-  write_file_atomic(folder + "/config.json", cj.dump(2) + "\n");
-}
-
 void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
-                        Views* v) {
+                        int slots, std::vector<SlotActs>* sa, Scratch* s) {
   const int64_t N = int64_t(B) * T, C = cfg.n_embd;
-  v->res.clear();
-  v->acts.clear();
-  for (int l = 0; l <= cfg.n_layer; ++l) v->res.push_back(ac.take(N * C));
-  for (int l = 0; l < cfg.n_layer; ++l) v->acts.push_back(nn::Block::carve_acts(ac, shape, B, T));
-  v->lnf_out = ac.take(N * C);
-  v->lnf_mean = ac.take(N);
-  v->lnf_rstd = ac.take(N);
-  v->scratch = nn::Block::carve_scratch(sc, shape, B, T);
-  v->dres = sc.take(N * C);
-  v->dlnf = sc.take(N * C);
-  v->lm_chunk = lm_chunk_rows(cfg, N);
-  v->logits = sc.take(v->lm_chunk * cfg.vocab_size);
-  v->rope_cos = sc.take(shape.rope ? int64_t(T) * cfg.head_size / 2 : 0);
-  v->rope_sin = sc.take(shape.rope ? int64_t(T) * cfg.head_size / 2 : 0);
+  sa->assign(size_t(slots), {});
+  for (SlotActs& a : *sa) {
+    for (int l = 0; l <= cfg.n_layer; ++l) a.res.push_back(ac.take(DType::f32, {N, C}));
+    for (int l = 0; l < cfg.n_layer; ++l) a.blocks.push_back(nn::Block::carve_acts(ac, shape, B, T));
+    a.lnf_out = ac.take(DType::f32, {N, C});
+    a.lnf_mean = ac.take(DType::f32, {N});
+    a.lnf_rstd = ac.take(DType::f32, {N});
+  }
+  s->block = nn::Block::carve_scratch(sc, shape, B, T);
+  s->dres = sc.take(DType::f32, {N, C});
+  s->dlnf = sc.take(DType::f32, {N, C});
+  s->lm_chunk = lm_chunk_rows(cfg, N);
+  s->logits = sc.take(DType::f32, {s->lm_chunk, cfg.vocab_size});
+  const int64_t rope = shape.rope ? int64_t(T) * cfg.head_size / 2 : 0;
+  s->rope_cos = sc.take(DType::f32, {rope});
+  s->rope_sin = sc.take(DType::f32, {rope});
 }
 
-void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary) {
+void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary,
+                                int slots) {
   ParamTable t;
-  ModelSlots s = make_layout(cfg, t);
+  ModelSlots s = cfg.arch == Arch::gpt2 ? gpt2_layout(cfg, t) : llama_layout(cfg, t);
   Carver a, sc;
-  Views v;
-  carve(a, sc, cfg, s.shape, B, T, &v);
+  std::vector<SlotActs> sa;
+  Scratch scratch;
+  carve(a, sc, cfg, s.shape, B, T, slots, &sa, &scratch);
   *activations = a.used();
   *temporary = sc.used();
 }
 
-void Transformer::plan(int B, int T, bool training) {
+void Transformer::plan(int B, int T, bool training, int slots) {
   ZT_CHECK(T <= cfg_.max_position, "sequence length ", T, " exceeds the model's context of ", cfg_.max_position,
            " positions; lower --model_max_length");
+  ZT_ASSERT(slots >= 1);
   if (training && !external_state_) ensure_grads();
   training_ = training;
-  if (B == B_ && T == T_ && acts_.data()) return;
+  if (B == B_ && T == T_ && acts_.data() && int(slots_.size()) == slots) return;
   B_ = B;
   T_ = T;
   acts_.reset();
   scratch_.reset();
   Carver a, s;
-  Views v;
-  carve(a, s, cfg_, slots_.shape, B, T, &v);
+  carve(a, s, cfg_, layout_.slots.shape, B, T, slots, &slots_, &sc_);
   acts_ = Buffer(a.used(), MemCategory::activations);
   scratch_ = Buffer(s.used(), MemCategory::temporary);
   Carver a2(acts_.data()), s2(scratch_.data());
-  carve(a2, s2, cfg_, slots_.shape, B, T, &v);
-  res_ = v.res;
-  block_acts_ = v.acts;
-  block_scratch_ = v.scratch;
-  lnf_out_ = v.lnf_out;
-  lnf_mean_ = v.lnf_mean;
-  lnf_rstd_ = v.lnf_rstd;
-  dres_ = v.dres;
-  dlnf_ = v.dlnf;
-  logits_ = v.logits;
-  lm_chunk_ = v.lm_chunk;
-  rope_cos_ = v.rope_cos;
-  rope_sin_ = v.rope_sin;
-  if (slots_.shape.rope) kernels::rope_table(rope_cos_, rope_sin_, T, cfg_.head_size, cfg_.rope_theta);
-}
-
-const float* Transformer::lm_head_weight() const {
-  return params_.as<float>() + (slots_.lm_head >= 0 ? slots_.lm_head : slots_.wte);
-}
-
-float* Transformer::lm_head_grad() const {
-  return grads_.as<float>() + (slots_.lm_head >= 0 ? slots_.lm_head : slots_.wte);
+  carve(a2, s2, cfg_, layout_.slots.shape, B, T, slots, &slots_, &sc_);
+  inputs_.assign(size_t(slots), {});
+  if (layout_.slots.shape.rope)
+    kernels::rope_table(sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T, cfg_.head_size, cfg_.rope_theta);
 }
 
 void Transformer::zero_grad() {
   if (grads_.data()) std::memset(grads_.data(), 0, grads_.bytes());
 }
 
-double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
-                                     const int32_t* positions) {
-  ZT_ASSERT(training_ && (grads_.data() || provider_), "plan(B, T, training=true) must come first");
-  return run(inputs, targets, grad_scale, count, true, positions);
-}
-
-double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count,
-                                 const int32_t* positions) {
-  return run(inputs, targets, 0.f, count, false, positions);
-}
-
-// Checks position ids (O(B*T), next to nothing beside a step) and turns them into what
-// the layers use. Ids equal to 0..T-1 in every row take the unpacked path, so they give
-// results bit-identical to positions = null; a row without a restart needs no mask.
-nn::Packing Transformer::prepare_packing(const int32_t* positions, nn::RopeTable* rope) {
-  if (!positions) return {};
-  const int B = B_, T = T_;
-  bool identity = true, restarts = false;
-  int32_t max_pos = 0;
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t) {
-      const int32_t p = positions[int64_t(b) * T + t];
-      ZT_CHECK(p >= 0 && p < cfg_.max_position, "position ids: row ", b, ", column ", t, " is ", p,
-               "; ids must lie in [0, ", cfg_.max_position, "), the model's context");
-      if (t > 0) {
-        const int32_t prev = positions[int64_t(b) * T + t - 1];
-        ZT_CHECK(p == prev + 1 || p == 0, "position ids: row ", b, ", column ", t, " is ", p, " after ", prev,
-                 "; each id must be the previous one plus 1, or 0 where a new document starts");
-        restarts |= p == 0;
-      }
-      identity &= p == t;
-      max_pos = std::max(max_pos, p);
-    }
-  if (identity) return {};
-  nn::Packing pack;
-  pack.positions = positions;
-  if (restarts) {
-    doc_start_.resize(size_t(B) * T);
-    kernels::attention_doc_start(doc_start_.data(), positions, B, T);
-    pack.doc_start = doc_start_.data();
-  }
-  if (slots_.shape.rope && max_pos >= T) {
-    const int64_t half = cfg_.head_size / 2;
-    if (max_pos >= rope_ext_rows_) {
-      // Row t of a table depends only on t, so the longer table agrees with the planned one.
-      const int rows = std::min(cfg_.max_position, std::max({max_pos + 1, 2 * rope_ext_rows_, 2 * T}));
-      rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary);
-      kernels::rope_table(rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows, cfg_.head_size,
-                          cfg_.rope_theta);
-      rope_ext_rows_ = rows;
-    }
-    rope->cos = rope_ext_.as<float>();
-    rope->sin = rope_ext_.as<float>() + rope_ext_rows_ * half;
-  }
-  return pack;
-}
-
-double Transformer::run(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count, bool backward,
-                        const int32_t* positions) {
-  ZT_ASSERT(acts_.data(), "plan(B, T) must come first");
-  const int B = B_, T = T_, C = cfg_.n_embd, L = cfg_.n_layer;
-  const int64_t N = int64_t(B) * T;
-  ParamProvider& pp = provider_ ? *provider_ : flat_;
-  const int head = L + 1;
-  const int64_t wte = slots_.wte - units_[0].begin, wpe = slots_.wpe - units_[0].begin;
-  nn::RopeTable rope{rope_cos_, rope_sin_};
-  const nn::Packing pack = prepare_packing(positions, &rope);
-  // The call sequence below is part of the ParamProvider contract (providers prefetch
-  // by it): forward units 0, 1..L, head (+ 0 again when the LM head is tied), then
-  // backward blocks L..1.
-  pp.begin_pass(backward);
-  {
-    const float* E = pp.acquire(0, false);
-    kernels::embedding_forward(res_[0], inputs, E + wte, slots_.wpe >= 0 ? E + wpe : nullptr, N, T, C, pack.positions);
-    pp.release(0);
-  }
-  for (int l = 0; l < L; ++l) {
-    bind_block(l, pp.acquire(l + 1, false), nullptr);
-    blocks_[l].forward(res_[l + 1], res_[l], block_acts_[l], block_scratch_, B, T, rope, pack);
-    pp.release(l + 1);
-  }
-  float* H = pp.acquire(head, false);
-  float* HG = backward ? pp.grads(head) : nullptr;
-  bind_head(H, HG);
-  const float* lm_w;
-  float* lm_g = nullptr;
-  const bool tied = slots_.lm_head < 0;
-  if (!tied) {
-    lm_w = H + (slots_.lm_head - units_[head].begin);
-    if (backward) lm_g = HG + (slots_.lm_head - units_[head].begin);
-  } else {
-    lm_w = pp.acquire(0, false) + wte;
-    if (backward) lm_g = pp.grads(0) + wte;
-  }
-  lnf_.forward(lnf_out_, lnf_mean_, lnf_rstd_, res_[L], N);
-  kernels::LmHeadDims hd{N, C, cfg_.vocab_size, lm_chunk_};
-  double loss;
-  {
-    ZT_PROFILE("lmhead_ce");
-    loss =
-        kernels::lmhead_ce(backward ? dlnf_ : nullptr, lm_g, lnf_out_, lm_w, targets, hd, grad_scale, logits_, count);
-  }
-  if (tied) pp.release(0);
-  if (!backward) {
-    pp.release(head);
-    return loss;
-  }
-  std::memset(dres_, 0, sizeof(float) * N * C);  // the final norm's backward adds into it
-  lnf_.backward(dres_, dlnf_, res_[L], lnf_mean_, lnf_rstd_, N);
-  pp.release(head);
-  pp.grads_done(head);
-  for (int l = L - 1; l >= 0; --l) {
-    bind_block(l, pp.acquire(l + 1, true), pp.grads(l + 1));
-    blocks_[l].backward(dres_, res_[l], block_acts_[l], block_scratch_, B, T, rope, pack);
-    pp.release(l + 1);
-    pp.grads_done(l + 1);
-  }
-  float* G = pp.grads(0);
-  {
-    ZT_PROFILE("embedding_bwd");
-    kernels::embedding_backward(G + wte, slots_.wpe >= 0 ? G + wpe : nullptr, dres_, inputs, N, T, C, pack.positions);
-  }
-  pp.grads_done(0);
-  return loss;
-}
-
 int64_t Transformer::matmul_params() const {
   int64_t n = 0;
-  for (auto& b : slots_.blocks)
+  for (auto& b : layout_.slots.blocks)
     for (auto* l : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) n += int64_t(l->in) * l->out;
   return n + int64_t(cfg_.vocab_size) * cfg_.n_embd;
 }

@@ -1,7 +1,12 @@
 // transformer.h: a decoder-only language model (GPT-2 or Llama) over one flat
 // parameter buffer, with an explicit forward and backward pass and one planned
-// activation arena. It is written single-device: parallelism (later) is applied to it
-// from src/parallel, never inside it.
+// activation arena. It is written single-device: parallelism is applied to it from
+// src/parallel (a ParamProvider, later a TpRegion and pipeline stages), never inside it.
+//
+// The pass comes in stage-able pieces, each over an activation slot (one per micro-batch
+// in flight: plan(..., slots)): embed, blocks [a, b), head + loss (+ its backward),
+// blocks [a, b) backward, embed backward. forward_backward() is their composition on slot
+// 0, so a pipeline stage is a range of units run by the same code.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -9,6 +14,7 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "core/tensor.h"
 #include "models/config.h"
 #include "models/layout.h"
 #include "models/param_provider.h"
@@ -22,20 +28,20 @@ class Transformer {
   explicit Transformer(const ModelConfig& cfg);
 
   const ModelConfig& config() const { return cfg_; }
-  const ParamTable& params() const { return table_; }
-  float* param_data() const { return params_.as<float>(); }
-  float* grad_data() const { return grads_.as<float>(); }
-  int64_t num_params() const { return table_.total(); }
+  const ModelLayout& layout() const { return layout_; }
+  const ParamTable& params() const { return layout_.table; }
+  const std::vector<Unit>& units() const { return layout_.units; }
+  // The flat fp32 parameter and gradient buffers, (num_params); empty when not held.
+  TensorView flat_params() const { return flat_view(params_); }
+  TensorView flat_grads() const { return flat_view(grads_); }
+  int64_t num_params() const { return params().total(); }
 
   // GPT-2 style: N(0, 0.02), residual projections scaled by 1/sqrt(2L), norms 1, biases 0.
   void init_random(uint64_t seed);
-  // Loads model.safetensors (HF names; F32/BF16/F16); checks every name and shape.
-  void load_safetensors(const std::string& path);
-  // Writes config.json + model.safetensors (dtype "F32" or "BF16") into folder.
-  void save_hf(const std::string& folder, const std::string& dtype) const;
 
-  // Allocates gradients (training) and the activation arena for batches of B x T.
-  void plan(int B, int T, bool training);
+  // Allocates gradients (training) and the activation arena for batches of B x T, with
+  // `slots` micro-batches' activations kept at once (pipeline schedules; 1 otherwise).
+  void plan(int B, int T, bool training, int slots = 1);
   // One micro-batch: forward, loss and (training) backward; parameter gradients
   // accumulate. inputs/targets are (B, T). grad_scale scales d(sum of token losses);
   // returns the sum of token losses and sets *count to the number of counted tokens.
@@ -51,6 +57,23 @@ class Transformer {
                       const int32_t* positions = nullptr);
   void zero_grad();
 
+  // ---- The pieces (pipeline stages run ranges of them). The ParamProvider's call order
+  // is the order they are called in; begin_pass() starts it. inputs / positions must stay
+  // valid until the slot's embed_backward (or its forward, when not training).
+  void begin_pass(bool backward);
+  void embed_forward(int slot, const int32_t* inputs, const int32_t* positions = nullptr);
+  void blocks_forward(int slot, int first, int last);  // blocks [first, last)
+  // Final norm, LM head and loss; with backward, their backward too, leaving dL/d(stream
+  // after the last block) in residual_grad().
+  double head_forward_backward(int slot, const int32_t* targets, float grad_scale, int64_t* count, bool backward);
+  void blocks_backward(int slot, int first, int last);  // blocks [first, last), last first
+  void embed_backward(int slot);
+  // The residual stream entering block l of a slot (l = L: leaving the last block), (N, C):
+  // a pipeline stage writes the activations it receives here.
+  TensorView residual(int slot, int l) const { return slots_[slot].res[l]; }
+  // dL/d(residual stream) at the current point of backward, (N, C).
+  TensorView residual_grad() const { return sc_.dres; }
+
   // Parameters in matrix multiplies (incl. the LM head), and training FLOPs per token:
   // 6 * matmul params + 12 * L * NH * HS * T (PaLM / torchtitan convention; causal
   // masking is not discounted).
@@ -59,13 +82,11 @@ class Transformer {
   // Read access for inference paths (KvDecoder) that reuse the layers one token at a time.
   const std::vector<nn::Block>& blocks() const { return blocks_; }
   const nn::Norm& final_norm() const { return lnf_; }
-  const float* token_embedding() const { return params_.as<float>() + slots_.wte; }
-  const float* position_embedding() const { return slots_.wpe >= 0 ? params_.as<float>() + slots_.wpe : nullptr; }
-  const float* lm_head() const { return lm_head_weight(); }
+  TensorView token_embedding() const;     // (V, C)
+  TensorView position_embedding() const;  // (max_position, C); empty for RoPE models
+  TensorView lm_head() const;             // (V, C)
 
-  // Parameter units (param_provider.h): 0 embeddings, 1..L blocks, L+1 head.
-  const std::vector<ParamUnit>& units() const { return units_; }
-  // Where run() takes parameters and gradients from; null = the model's flat buffers.
+  // Where the pass takes parameters and gradients from; null = the model's flat buffers.
   // The provider must outlive its use.
   void set_provider(ParamProvider* p) { provider_ = p; }
   // For sharded training: frees the flat parameter and gradient buffers (a provider holds
@@ -73,48 +94,57 @@ class Transformer {
   // allocates the parameters again (zeros) so a caller can gather them for export.
   void drop_flat_state();
   void restore_flat_params();
-  // Allocates the flat gradient buffer now (plan() would), for callers that need its address first.
+  // Allocates the flat gradient buffer now (plan() would), for callers that need it first.
   void ensure_grads();
 
-  // Bytes of the activation arena and temporaries planned for (B, T).
-  static void planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary);
+  // Bytes of the activation arena and temporaries planned for (B, T) and `slots`.
+  static void planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary,
+                            int slots = 1);
 
  private:
-  struct Views;
+  struct SlotActs {
+    std::vector<TensorView> res;  // L+1 residual-stream tensors (N, C)
+    std::vector<nn::BlockActs> blocks;
+    TensorView lnf_out, lnf_mean, lnf_rstd;
+  };
+  struct Scratch {
+    nn::BlockScratch block{};
+    TensorView dres, dlnf, logits, rope_cos, rope_sin;
+    int64_t lm_chunk = 0;
+  };
+  // What a slot's micro-batch brought: its tokens and packing (kept for its backward).
+  struct SlotInput {
+    const int32_t* inputs = nullptr;
+    nn::Packing pack;
+    nn::RopeTable rope;
+    std::vector<int32_t> doc_start;
+  };
   static void carve(Carver& acts, Carver& scratch, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
-                    Views* v);
+                    int slots, std::vector<SlotActs>* sa, Scratch* sc);
+  static TensorView flat_view(const Buffer& b) { return TensorView(b.data(), DType::f32, {b.bytes() / 4 ? int64_t(b.bytes() / 4) : 0}); }
   void bind_layers();
-  double run(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count, bool backward,
-             const int32_t* positions);
-  nn::Packing prepare_packing(const int32_t* positions, nn::RopeTable* rope);
-  const float* lm_head_weight() const;
-  float* lm_head_grad() const;
-  // Binds block l's layers (or the final norm) to unit pointers; grads may be null.
-  void bind_block(int l, float* params, float* grads);
-  void bind_head(float* params, float* grads);
+  nn::Packing prepare_packing(const int32_t* positions, SlotInput* in);
+  // Binds block l's layers (or the final norm) to a unit's views; grads may be empty.
+  void bind_block(int l, TensorView params, TensorView grads);
+  void bind_head(TensorView params, TensorView grads);
+  ParamProvider& provider() { return provider_ ? *provider_ : flat_; }
+  TensorView lm_head_slice(TensorView unit_view, int unit) const;
 
   ModelConfig cfg_;
-  ParamTable table_;
-  ModelSlots slots_;
+  ModelLayout layout_;
   std::vector<nn::Block> blocks_;
   nn::Norm lnf_;
   Buffer params_, grads_, acts_, scratch_;
-  std::vector<ParamUnit> units_;
   FlatParamProvider flat_;
   ParamProvider* provider_ = nullptr;
   bool external_state_ = false;
   int B_ = 0, T_ = 0;
-  bool training_ = false;
-  // Carved views (set by plan()).
-  std::vector<float*> res_;  // L+1 residual-stream tensors (B*T, C)
-  std::vector<nn::BlockActs> block_acts_;
-  nn::BlockScratch block_scratch_{};
-  float *lnf_out_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
-  float *dres_ = nullptr, *dlnf_ = nullptr, *logits_ = nullptr, *rope_cos_ = nullptr, *rope_sin_ = nullptr;
-  int64_t lm_chunk_ = 0;
-  // Packed batches: per-token first visible key, and a RoPE table for positions >= T
-  // (rows that start mid-document), grown on demand up to the context.
-  std::vector<int32_t> doc_start_;
+  bool training_ = false, backward_ = false;
+  std::vector<SlotActs> slots_;
+  std::vector<SlotInput> inputs_;
+  Scratch sc_;
+  // Packed batches: a RoPE table for positions >= T (rows that start mid-document), grown
+  // on demand up to the context.
   Buffer rope_ext_;
   int rope_ext_rows_ = 0;
 };

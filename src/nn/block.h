@@ -6,10 +6,12 @@
 // arena) and uses BlockScratch (shared by all blocks) for gradients in flight. The MLP
 // activation is recomputed in backward rather than saved: one cheap pass for
 // N*F floats of memory per layer.
+// Tensor parallelism is applied from outside through TpRegion (a no-op without it).
 #pragma once
 #include <cstdint>
 
 #include "core/memory.h"
+#include "core/tensor.h"
 #include "kernels/attention.h"
 #include "nn/layers.h"
 
@@ -26,12 +28,25 @@ struct BlockShape {
   int fc_dim() const { return mlp == MlpKind::swiglu ? 2 * F : F; }
 };
 
+// Views carved from the activation arena; shapes in the glossary's terms.
 struct BlockActs {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *lse, *mid, *ln2, *ln2_mean, *ln2_rstd, *fc;
+  TensorView ln1;       // (N, C)
+  TensorView ln1_mean;  // (N) LayerNorm only
+  TensorView ln1_rstd;  // (N)
+  TensorView qkv;       // (N, (NH + 2 KVH) HS)
+  TensorView att;       // (N, NH HS)
+  TensorView lse;       // (N, NH)
+  TensorView mid;       // (N, C) residual stream after attention
+  TensorView ln2, ln2_mean, ln2_rstd;
+  TensorView fc;  // (N, F) or (N, 2F) for SwiGLU
 };
 
 struct BlockScratch {
-  float *act, *dfc, *dln, *datt, *dqkv;
+  TensorView act;   // (N, F)
+  TensorView dfc;   // (N, 2F) SwiGLU only
+  TensorView dln;   // (N, C)
+  TensorView datt;  // (N, NH HS)
+  TensorView dqkv;  // (N, (NH + 2 KVH) HS)
 };
 
 struct RopeTable {
@@ -47,24 +62,37 @@ struct Packing {
   const int32_t* doc_start = nullptr;
 };
 
+// Where tensor parallelism meets a block (Megatron's f / g operators): after a row-parallel
+// GEMM each rank holds a partial sum that must be reduced before the residual add; before
+// a column-parallel GEMM's input gradient reaches the residual stream, it must be reduced
+// the same way. Declared here so nn never includes dist; src/parallel implements it. A
+// block without one (the default) does nothing at these points.
+class TpRegion {
+ public:
+  virtual ~TpRegion() = default;
+  virtual void row_parallel_output(TensorView partial) = 0;       // forward, (N, C)
+  virtual void column_parallel_input_grad(TensorView grad) = 0;  // backward, (N, C)
+};
+
 class Block {
  public:
   BlockShape shape{};
   Norm ln1, ln2;
   Linear qkv, proj, fc_in, fc_out;
+  TpRegion* tp = nullptr;
 
   static BlockActs carve_acts(Carver& c, const BlockShape& s, int B, int T);
   static BlockScratch carve_scratch(Carver& c, const BlockShape& s, int B, int T);
 
-  // y (B*T, C) from x; y must not alias x. Uses s.act as a temporary.
-  void forward(float* y, const float* x, const BlockActs& a, const BlockScratch& s, int B, int T, const RopeTable& rope,
-               const Packing& pack = {}) const;
+  // y (N, C) from x (N, C); y must not alias x. Uses s.act as a temporary.
+  void forward(TensorView y, TensorView x, const BlockActs& a, const BlockScratch& s, int B, int T,
+               const RopeTable& rope, const Packing& pack = {}) const;
   // In: dres = dL/dy. Out: dres = dL/dx (updated in place); parameter grads +=.
-  void backward(float* dres, const float* x, const BlockActs& a, const BlockScratch& s, int B, int T,
+  void backward(TensorView dres, TensorView x, const BlockActs& a, const BlockScratch& s, int B, int T,
                 const RopeTable& rope, const Packing& pack = {}) const;
 
  private:
-  void activation_forward(float* act, const float* fc, int64_t N) const;
+  void activation_forward(TensorView act, TensorView fc) const;
 };
 
 }  // namespace zt::nn

@@ -22,6 +22,8 @@ void check_data_parallel_options(const DataParallelOptions& o, int n) {
 
 namespace {
 
+constexpr size_t kF32 = dtype_size(DType::f32);  // fp32 gradients and masters
+
 std::vector<optim::ParamRange> flat_ranges(const ParamTable& t) {
   std::vector<optim::ParamRange> r;
   for (auto& p : t.list()) {
@@ -42,20 +44,16 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   DdpEngine(Transformer& model, dist::Communicator& world, const DataParallelOptions& o)
       : model_(model), overlap_(o.overlap_comm), opt_(model.num_params(), flat_ranges(model.params()), o.adam) {
     model.ensure_grads();
-    set_units(model.units());
-    set_buffers(model.param_data(), model.grad_data());
+    set_units(&model.units());
+    set_buffers(model.flat_params(), model.flat_grads());
     dp_ = world.split(0, world.rank(), "dp");
     BucketOptions bo;
-    bo.bucket_bytes = o.reduce_bucket_size * 4;
+    bo.bucket_bytes = o.reduce_bucket_size * int64_t(kF32);
     cap_ = o.reduce_bucket_size;
     plan_ = plan_buckets(model.params(), bo);
     tracker_ = std::make_unique<BucketTracker>(plan_);
     // Parameters of each unit, last first (the order backward finishes them).
-    const auto& list = model.params().list();
-    unit_params_.resize(units_.size());
-    for (size_t u = 0; u < units_.size(); ++u)
-      for (int p = int(list.size()) - 1; p >= 0; --p)
-        if (list[p].offset >= units_[u].begin && list[p].offset < units_[u].end) unit_params_[u].push_back(p);
+    for (const Unit& u : model.units()) unit_params_.emplace_back(u.params.rbegin(), u.params.rend());
     model.set_provider(this);
   }
   ~DdpEngine() override { model_.set_provider(nullptr); }
@@ -79,9 +77,11 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     tracker_->reset();
   }
   // Every rank holds the same reduced gradient, so the norm needs no communication.
-  double grad_norm() override { return optim::grad_norm(G_, model_.num_params()); }
-  void clip(double norm, double max_norm) override { optim::clip_grads(G_, model_.num_params(), norm, max_norm); }
-  void step(double lr) override { opt_.step(P_, G_, lr); }
+  double grad_norm() override { return optim::grad_norm(G_.as<const float>(), model_.num_params()); }
+  void clip(double norm, double max_norm) override {
+    optim::clip_grads(G_.as<float>(), model_.num_params(), norm, max_norm);
+  }
+  void step(double lr) override { opt_.step(P_.as<float>(), G_.as<const float>(), lr); }
   void export_params() override {}
   optim::AdamW* flat_optimizer() override { return &opt_; }
   std::vector<const dist::Communicator*> comms() const override { return {dp_.get()}; }
@@ -92,7 +92,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   }
   double paper_bus_bytes(int) const override {
     const int n = dp_->size();
-    return 2.0 * (n - 1) / n * 4.0 * double(model_.num_params());
+    return 2.0 * (n - 1) / n * double(kF32) * double(model_.num_params());
   }
   nlohmann::json describe() const override {
     return {{"stage", 0}, {"ranks", dp_->size()}, {"buckets", plan_.buckets.size()}, {"overlap_comm", overlap_}};
@@ -105,7 +105,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   void start(int b) {
     const Range r = plan_.buckets[b].range;
     for (int64_t c = r.begin; c < r.end; c += cap_)
-      inflight_.push_back(dp_->iall_reduce(G_ + c, size_t(std::min(cap_, r.end - c))));
+      inflight_.push_back(dp_->iall_reduce(G_.as<float>() + c, size_t(std::min(cap_, r.end - c))));
   }
 
   Transformer& model_;

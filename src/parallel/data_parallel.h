@@ -55,7 +55,7 @@ class DataParallel {
   virtual void clip(double norm, double max_norm) = 0;
   // AdamW on what this rank owns, then parameter synchronisation (ZeRO-1/2 all-gather).
   virtual void step(double lr) = 0;
-  // A collective: afterwards model.param_data() holds the full, current parameters.
+  // A collective: afterwards model.flat_params() holds the full, current parameters.
   virtual void export_params() = 0;
   // DDP's optimizer over the flat buffers (checkpoints); null for sharded stages.
   virtual optim::AdamW* flat_optimizer() { return nullptr; }

@@ -2,8 +2,6 @@
 #include "parallel/memory_estimate.h"
 
 #include <algorithm>
-#include <cctype>
-#include <map>
 
 #include "core/error.h"
 #include "models/layout.h"
@@ -12,47 +10,27 @@
 
 namespace zt::parallel {
 
-std::string gather_unit(const std::string& name) {
-  // Block tensors are "<prefix>.h.<i>.<...>" (GPT-2) or "<prefix>.layers.<i>.<...>" (Llama).
-  for (const char* key : {".h.", ".layers."}) {
-    size_t k = name.find(key);
-    if (k == std::string::npos) continue;
-    size_t d = k + std::char_traits<char>::length(key), e = d;
-    while (e < name.size() && std::isdigit(static_cast<unsigned char>(name[e]))) ++e;
-    if (e > d && e < name.size() && name[e] == '.') return name.substr(0, e);
-  }
-  return name;
-}
-
-std::vector<int64_t> gather_units(const ParamTable& t, std::string* largest_name) {
-  std::map<std::string, int64_t> units;
-  for (auto& p : t.list()) units[gather_unit(p.name)] += p.numel;
-  std::vector<int64_t> sizes;
-  int64_t best = -1;
-  for (auto& [n, c] : units) {
-    sizes.push_back(c);
-    if (c > best) {
-      best = c;
-      if (largest_name) *largest_name = n;
-    }
-  }
-  std::sort(sizes.rbegin(), sizes.rend());
-  return sizes;
+std::string unit_name(const Unit& u) {
+  std::string n = unit_kind_name(u.kind);
+  return u.kind == UnitKind::block ? n + " " + std::to_string(u.layer) : n;
 }
 
 ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T) {
   ZT_CHECK(B >= 1 && T >= 1, "batch size and sequence length must be positive, got B=", B, " T=", T);
   ZT_CHECK(T <= cfg.max_position, "sequence length ", T, " exceeds the model's context of ", cfg.max_position,
            " positions; lower --model_max_length");
-  ParamTable t;
-  if (cfg.arch == Arch::gpt2)
-    gpt2_layout(cfg, t);
-  else
-    llama_layout(cfg, t);
+  // The model's own unit list: what ZeRO-3 gathers, bucket by bucket.
+  const ModelLayout ml = model_layout(cfg);
   ModelMemoryInputs in;
-  in.num_params = t.total();
-  in.unit_params = gather_units(t, &in.largest_unit);
-  in.largest_unit_params = in.unit_params.empty() ? 0 : in.unit_params[0];
+  in.num_params = ml.table.total();
+  for (const Unit& u : ml.units) {
+    in.unit_params.push_back(u.size());
+    if (u.size() > in.largest_unit_params) {
+      in.largest_unit_params = u.size();
+      in.largest_unit = unit_name(u);
+    }
+  }
+  std::sort(in.unit_params.rbegin(), in.unit_params.rend());
   size_t acts = 0, temp = 0;
   Transformer::planned_bytes(cfg, B, T, &acts, &temp);
   in.activation_bytes = int64_t(acts);

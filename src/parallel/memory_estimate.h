@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "models/config.h"
+#include "models/layout.h"
 #include "models/params.h"
 
 namespace zt::parallel {
@@ -31,20 +32,16 @@ namespace zt::parallel {
 struct ModelMemoryInputs {
   int64_t num_params = 0;
   int64_t largest_unit_params = 0;   // the most parameters ZeRO-3 gathers at once
-  std::string largest_unit;          // its name (a block prefix or a tensor name)
-  std::vector<int64_t> unit_params;  // every gathering unit's size, largest first
+  std::string largest_unit;          // its name: "embedding", "block 3" or "head"
+  std::vector<int64_t> unit_params;  // every unit's size (the model's unit list), largest first
   int64_t activation_bytes = 0;      // per rank, for the micro-batch (B, T)
   int64_t temporary_bytes = 0;
 };
 // From a model config without allocating the model (the parameter table is built alone,
 // activations come from Transformer::planned_bytes).
 ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T);
-// The ZeRO-3 gathering unit of a parameter name: "transformer.h.3" / "model.layers.3"
-// for block tensors, the name itself for top-level ones.
-std::string gather_unit(const std::string& param_name);
-// The gathering units of a table: their sizes (parameters), largest first, and the
-// largest one's name.
-std::vector<int64_t> gather_units(const ParamTable& t, std::string* largest_name);
+// A unit's name in reports: its kind, and the layer for a block ("block 3").
+std::string unit_name(const Unit& u);
 
 enum class Strategy { ddp, zero1, zero2, zero3, zero3_hpz, hybrid };
 const char* strategy_name(Strategy s);

@@ -36,7 +36,9 @@
 namespace zt::parallel {
 namespace {
 
-constexpr int64_t kAlign = 16;  // floats: 64-byte slices
+constexpr int64_t kAlign = 16;  // elements: 64-byte slices of fp32
+// Bytes of one element of the fp32 masters, gradients and moments this engine keeps.
+constexpr size_t kF32 = dtype_size(DType::f32);
 constexpr size_t kMaxInflight = 2;
 constexpr size_t kPoolKeep = 2;
 
@@ -50,6 +52,7 @@ struct PieceTemplate {
 struct BucketInfo {
   int64_t begin = 0, end = 0;  // flat range
   int units = 0;               // model units in it
+  int first_unit = 0;          // the unit backward completes first (stage 3: the only one)
   ShardLayout layout;
   int64_t shard_off = 0;  // offset of this rank's slice in the shard storage
   std::vector<PieceTemplate> pieces;
@@ -64,25 +67,25 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     if (G_ < N_) replica_ = world.split(world.rank() % G_, world.rank(), "zero_replica");
     gr_ = group_->rank();
     units_ = model.units();
-    tied_ = model.params().find("lm_head.weight") == nullptr;
+    tied_ = model.layout().tied_head;
     plan_buckets_();
-    const float* P = model.param_data();
+    const float* P = model.flat_params().as<const float>();
     if (stage_ <= 2) {
       for (auto& b : buckets_) {
-        full_p_.emplace_back(size_t(b.layout.padded) * 4, MemCategory::parameters);
-        std::memcpy(full_p_.back().data(), P + b.begin, size_t(b.end - b.begin) * 4);
+        full_p_.emplace_back(size_t(b.layout.padded) * kF32, MemCategory::parameters);
+        std::memcpy(full_p_.back().data(), P + b.begin, size_t(b.end - b.begin) * kF32);
       }
     } else {
-      pshard_ = Buffer(size_t(S_) * 4, MemCategory::parameters);
+      pshard_ = Buffer(size_t(S_) * kF32, MemCategory::parameters);
       for (auto& b : buckets_) {
         Range r = b.layout.range(gr_);
-        if (!r.empty()) std::memcpy(pshard_.as<float>() + b.shard_off, P + b.begin + r.begin, size_t(r.size()) * 4);
+        if (!r.empty()) std::memcpy(pshard_.as<float>() + b.shard_off, P + b.begin + r.begin, size_t(r.size()) * kF32);
       }
     }
     if (stage_ == 1)
-      for (auto& b : buckets_) full_g_.emplace_back(size_t(b.layout.padded) * 4, MemCategory::gradients);
+      for (auto& b : buckets_) full_g_.emplace_back(size_t(b.layout.padded) * kF32, MemCategory::gradients);
     else
-      gshard_ = Buffer(size_t(S_) * 4, MemCategory::gradients);
+      gshard_ = Buffer(size_t(S_) * kF32, MemCategory::gradients);
     adam_ = std::make_unique<optim::AdamW>(S_, std::vector<optim::ParamRange>{}, o.adam);
     gbuf_.resize(buckets_.size());
     pending_.assign(buckets_.size(), 0);
@@ -95,17 +98,20 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   void begin_pass(bool backward) override {
     for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].units;
     if (stage_ != 3) return;
-    const int L = int(units_.size()) - 2;
+    // The model's call order (Transformer::forward_backward): every unit forward, the tied
+    // LM head's unit again, then the blocks backward, last first.
+    const ModelLayout& ml = model_.layout();
     schedule_.clear();
-    for (int u = 0; u <= L + 1; ++u) schedule_.push_back({u, false});
-    if (tied_) schedule_.push_back({0, false});
+    for (int u = 0; u < int(units_.size()); ++u) schedule_.push_back({u, false});
+    if (tied_) schedule_.push_back({ml.lm_head_unit(), false});
     if (backward)
-      for (int u = L; u >= 1; --u) schedule_.push_back({u, true});
+      for (auto it = ml.block_units.rbegin(); it != ml.block_units.rend(); ++it) schedule_.push_back({*it, true});
     pos_ = 0;
   }
-  float* acquire(int u, bool backward) override {
+  TensorView acquire(int u, bool backward) override {
     const int b = bucket_of_[u];
-    if (stage_ != 3) return full_p_[b].as<float>() + (units_[u].begin - buckets_[b].begin);
+    const Shape shape{units_[u].size()};
+    if (stage_ != 3) return TensorView::of(full_p_[b].as<float>() + (units_[u].begin - buckets_[b].begin), shape);
     while (pos_ < schedule_.size() && !(schedule_[pos_].first == u && schedule_[pos_].second == backward)) ++pos_;
     ZT_ASSERT(pos_ < schedule_.size(), "ZeRO-3: unit acquired out of the model's pass order");
     ++pos_;
@@ -115,7 +121,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       const int next = schedule_[pos_].first;
       if (!gathers_.count(next) && !held_.count(next)) start_gather(next);
     }
-    return held_[u].as<float>();
+    return TensorView::of(held_[u].as<float>(), shape);
   }
   void release(int u) override {
     if (stage_ != 3) return;
@@ -125,15 +131,16 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       held_.erase(it);
     }
   }
-  float* grads(int u) override {
+  TensorView grads(int u) override {
     const int b = bucket_of_[u];
     const int64_t rel = units_[u].begin - buckets_[b].begin;
-    if (stage_ == 1) return full_g_[b].as<float>() + rel;
+    const Shape shape{units_[u].size()};
+    if (stage_ == 1) return TensorView::of(full_g_[b].as<float>() + rel, shape);
     if (!gbuf_[b].data()) {
-      gbuf_[b] = get(size_t(buckets_[b].layout.padded) * 4);
+      gbuf_[b] = get(size_t(buckets_[b].layout.padded) * kF32);
       std::memset(gbuf_[b].data(), 0, gbuf_[b].bytes());
     }
-    return gbuf_[b].as<float>() + rel;
+    return TensorView::of(gbuf_[b].as<float>() + rel, shape);
   }
   void grads_done(int u) override {
     const int b = bucket_of_[u];
@@ -185,22 +192,22 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     std::vector<dist::Request> rs;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const int64_t sh = buckets_[b].layout.shard;
-      rs.push_back(group_->iall_gather(shard_param(b), full_p_[b].data(), size_t(sh) * 4));
+      rs.push_back(group_->iall_gather(shard_param(b), full_p_[b].data(), size_t(sh) * kF32));
     }
     for (auto& r : rs) r.wait();
   }
   void export_params() override {
     model_.restore_flat_params();
-    float* P = model_.param_data();
+    float* P = model_.flat_params().as<float>();
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const BucketInfo& k = buckets_[b];
       if (stage_ <= 2) {
-        std::memcpy(P + k.begin, full_p_[b].data(), size_t(k.end - k.begin) * 4);
+        std::memcpy(P + k.begin, full_p_[b].data(), size_t(k.end - k.begin) * kF32);
         continue;
       }
-      Buffer buf = get(size_t(k.layout.padded) * 4);
-      group_->all_gather(pshard_.as<float>() + k.shard_off, buf.data(), size_t(k.layout.shard) * 4);
-      std::memcpy(P + k.begin, buf.data(), size_t(k.end - k.begin) * 4);
+      Buffer buf = get(size_t(k.layout.padded) * kF32);
+      group_->all_gather(pshard_.as<float>() + k.shard_off, buf.data(), size_t(k.layout.shard) * kF32);
+      std::memcpy(P + k.begin, buf.data(), size_t(k.end - k.begin) * kF32);
       put(std::move(buf));
     }
   }
@@ -211,7 +218,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       float* mine = ((*adam_).*moment)();
       for (const BucketInfo& k : buckets_) {
         const Range r = k.layout.range(gr_);
-        if (!r.empty()) std::memcpy(mine + k.shard_off, src + k.begin + r.begin, size_t(r.size()) * 4);
+        if (!r.empty()) std::memcpy(mine + k.shard_off, src + k.begin + r.begin, size_t(r.size()) * kF32);
       }
     }
   }
@@ -240,19 +247,19 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       const ShardLayout& l = buckets_[b].layout;
       reduce += o_.quantized_gradients
                     ? dist::bus_bytes(Collective::all_to_all, double(G_) * quant_packed_bytes(l.shard), G_)
-                    : dist::bus_bytes(Collective::reduce_scatter, double(l.padded) * 4, G_);
+                    : dist::bus_bytes(Collective::reduce_scatter, double(l.padded) * kF32, G_);
       const double g = stage_ == 3 && o_.quantized_weights
                            ? dist::bus_bytes(Collective::all_gather, double(G_) * quant_packed_bytes(l.shard), G_)
-                           : dist::bus_bytes(Collective::all_gather, double(l.padded) * 4, G_);
+                           : dist::bus_bytes(Collective::all_gather, double(l.padded) * kF32, G_);
       gather += g * (stage_ == 3 ? gathers_per_pass(int(b)) : 1);
-      if (replica_) cross += dist::bus_bytes(Collective::all_reduce, double(l.shard) * 4, replica_->size());
+      if (replica_) cross += dist::bus_bytes(Collective::all_reduce, double(l.shard) * kF32, replica_->size());
     }
     if (stage_ == 1) return reduce + gather + cross;
     if (stage_ == 2) return acc * reduce + gather + cross;
     return acc * (reduce + gather) + cross;
   }
   double paper_bus_bytes(int acc) const override {
-    const double psi = 4.0 * double(model_.num_params()), f = double(N_ - 1) / N_;
+    const double psi = double(kF32) * double(model_.num_params()), f = double(N_ - 1) / N_;
     if (stage_ == 1) return 2 * f * psi;
     if (stage_ == 2) return (acc + 1) * f * psi;
     return 3 * acc * f * psi;
@@ -269,12 +276,10 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
 
  private:
   void plan_buckets_() {
-    // Units in backward order: head, blocks L..1, embeddings.
+    // Units in backward order (the reverse of the list: head, blocks last first, embedding).
     const int U = int(units_.size());
-    std::vector<int> order{U - 1};
-    for (int u = U - 2; u >= 0; --u) order.push_back(u);
     bucket_of_.assign(U, -1);
-    for (int u : order) {
+    for (int u = U - 1; u >= 0; --u) {
       const bool merge = stage_ != 3 && !buckets_.empty() &&
                          buckets_.back().end - units_[u].begin <= o_.reduce_bucket_size &&
                          buckets_.back().begin == units_[u].end;
@@ -286,6 +291,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
         b.begin = units_[u].begin;
         b.end = units_[u].end;
         b.units = 1;
+        b.first_unit = u;
         buckets_.push_back(b);
       }
       bucket_of_[u] = int(buckets_.size()) - 1;
@@ -316,10 +322,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   // backward), the head once (its backward follows its forward while it is held), the
   // embeddings once, or twice when the LM head is tied to them.
   int gathers_per_pass(int b) const {
-    const int U = int(units_.size());
-    const int u = U - 1 - b;  // stage 3's buckets are the units in backward order
-    if (u == U - 1) return 1;
-    if (u == 0) return tied_ ? 2 : 1;
+    const Unit& u = units_[buckets_[b].first_unit];  // stage 3: one unit per bucket
+    if (u.kind == UnitKind::head) return 1;
+    if (u.kind == UnitKind::embedding) return tied_ ? 2 : 1;
     return 2;
   }
   float* shard_param(size_t b) {
@@ -368,7 +373,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       float* dst = shard_grad(b);
       if (o_.quantized_gradients) {
         const size_t qb = quant_packed_bytes(l.shard);
-        if (stage_ == 1) std::memset(dst, 0, size_t(l.shard) * 4);  // in place: replace, not add
+        if (stage_ == 1) std::memset(dst, 0, size_t(l.shard) * kF32);  // in place: replace, not add
         for (int j = 0; j < G_; ++j) dequantize_int8_add_packed(dst, p.qout.as<char>() + j * qb, l.shard);
         put(std::move(p.qin));
         put(std::move(p.qout));
@@ -393,7 +398,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   void start_gather(int u) {
     const BucketInfo& k = buckets_[bucket_of_[u]];
     Gather g;
-    g.buf = get(size_t(k.layout.padded) * 4);
+    g.buf = get(size_t(k.layout.padded) * kF32);
     const float* mine = pshard_.as<float>() + k.shard_off;
     if (o_.quantized_weights) {
       const size_t qb = quant_packed_bytes(k.layout.shard);
@@ -402,7 +407,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       quantize_int8_packed(g.qin.data(), mine, k.layout.shard);
       g.req = group_->iall_gather(g.qin.data(), g.qout.data(), qb);
     } else {
-      g.req = group_->iall_gather(mine, g.buf.data(), size_t(k.layout.shard) * 4);
+      g.req = group_->iall_gather(mine, g.buf.data(), size_t(k.layout.shard) * kF32);
     }
     gathers_.emplace(u, std::move(g));
   }
@@ -448,7 +453,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   int stage_, N_, G_, gr_ = 0;
   bool tied_ = true, last_ = true;
   std::unique_ptr<dist::Communicator> group_, replica_;
-  std::vector<ParamUnit> units_;
+  std::vector<Unit> units_;
   std::vector<BucketInfo> buckets_;
   std::vector<int> bucket_of_;
   int64_t S_ = 0;

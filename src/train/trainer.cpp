@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_model.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -164,7 +165,7 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
   Transformer model(cfg);
   const auto t_weights = Clock::now();
   if (!a.model_name_or_path.empty())
-    model.load_safetensors(a.model_name_or_path + "/model.safetensors");
+    hf_load_weights(model, a.model_name_or_path + "/model.safetensors");
   else
     model.init_random(uint64_t(a.seed));
   const double weights_s = seconds_since(t_weights);
@@ -325,7 +326,7 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
   dist_report["peak_rss_bytes"] = peak_rss_bytes();
   dp->export_params();  // a collective: ZeRO-3 gathers the shards
   if (!chief) return;
-  model.save_hf(a.output_dir, a.save_dtype == "float32" ? "F32" : "BF16");
+  hf_save_model(model, a.output_dir, a.save_dtype == "float32" ? DType::f32 : DType::bf16);
   if (nranks > 1 || a.zero_stage > 0) {
     const auto& cr = dist_report["communication"];
     std::printf("***** data parallel (per rank per step) *****\n");

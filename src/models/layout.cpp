@@ -1,0 +1,55 @@
+// layout.cpp: the unit list over an architecture's parameter table (see layout.h).
+#include "models/layout.h"
+
+#include "core/error.h"
+
+namespace zt {
+
+const char* unit_kind_name(UnitKind k) {
+  switch (k) {
+    case UnitKind::embedding:
+      return "embedding";
+    case UnitKind::block:
+      return "block";
+    case UnitKind::head:
+      return "head";
+  }
+  return "?";
+}
+
+ModelLayout model_layout(const ModelConfig& c) {
+  ModelLayout m;
+  m.slots = c.arch == Arch::gpt2 ? gpt2_layout(c, m.table) : llama_layout(c, m.table);
+  ModelSlots& s = m.slots;
+  // The GEMMs a tensor-parallel plan would cut (Megatron's pairing): the first of each
+  // sub-layer splits its outputs, the second its inputs, so one reduction ends each.
+  for (BlockSlots& b : s.blocks) {
+    b.qkv.kind = b.fc_in.kind = nn::LinearKind::column;
+    b.proj.kind = b.fc_out.kind = nn::LinearKind::row;
+  }
+  // Both layouts add the embeddings, then block after block (each starting with its first
+  // norm), then the final norm and an untied LM head: units are contiguous ranges.
+  const int64_t total = m.table.total();
+  auto add = [&](UnitKind kind, int layer, int64_t begin, int64_t end) {
+    ZT_ASSERT(begin <= end && end <= total);
+    m.units.push_back({kind, layer, {}, begin, end});
+    return int(m.units.size()) - 1;
+  };
+  const int64_t first_block = s.blocks.empty() ? s.lnf.w : s.blocks[0].ln1.w;
+  m.embedding_unit = add(UnitKind::embedding, -1, 0, first_block);
+  for (size_t l = 0; l < s.blocks.size(); ++l)
+    m.block_units.push_back(
+        add(UnitKind::block, int(l), s.blocks[l].ln1.w, l + 1 < s.blocks.size() ? s.blocks[l + 1].ln1.w : s.lnf.w));
+  m.head_unit = add(UnitKind::head, -1, s.lnf.w, total);
+  m.tied_head = s.lm_head < 0;
+  auto& list = m.table.mutable_list();
+  size_t u = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    while (list[i].offset >= m.units[u].end) ++u;
+    list[i].unit = int(u);
+    m.units[u].params.push_back(int(i));
+  }
+  return m;
+}
+
+}  // namespace zt

@@ -1,0 +1,181 @@
+// transformer_pass.cpp: the forward and backward pass in stage-able pieces, and their
+// composition (see transformer.h).
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/profile.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/ops.h"
+#include "models/transformer.h"
+
+namespace zt {
+
+// Checks position ids (O(B*T), next to nothing beside a step) and turns them into what
+// the layers use. Ids equal to 0..T-1 in every row take the unpacked path, so they give
+// results bit-identical to positions = null; a row without a restart needs no mask.
+nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in) {
+  if (!positions) return {};
+  const int B = B_, T = T_;
+  bool identity = true, restarts = false;
+  int32_t max_pos = 0;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      const int32_t p = positions[int64_t(b) * T + t];
+      ZT_CHECK(p >= 0 && p < cfg_.max_position, "position ids: row ", b, ", column ", t, " is ", p,
+               "; ids must lie in [0, ", cfg_.max_position, "), the model's context");
+      if (t > 0) {
+        const int32_t prev = positions[int64_t(b) * T + t - 1];
+        ZT_CHECK(p == prev + 1 || p == 0, "position ids: row ", b, ", column ", t, " is ", p, " after ", prev,
+                 "; each id must be the previous one plus 1, or 0 where a new document starts");
+        restarts |= p == 0;
+      }
+      identity &= p == t;
+      max_pos = std::max(max_pos, p);
+    }
+  if (identity) return {};
+  nn::Packing pack;
+  pack.positions = positions;
+  if (restarts) {
+    in->doc_start.resize(size_t(B) * T);
+    kernels::attention_doc_start(in->doc_start.data(), positions, B, T);
+    pack.doc_start = in->doc_start.data();
+  }
+  if (layout_.slots.shape.rope && max_pos >= T) {
+    const int64_t half = cfg_.head_size / 2;
+    if (max_pos >= rope_ext_rows_) {
+      // Row t of a table depends only on t, so the longer table agrees with the planned one.
+      // It covers the whole context at once: slots in flight keep pointers into it.
+      const int rows = cfg_.max_position;
+      rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary);
+      kernels::rope_table(rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows, cfg_.head_size,
+                          cfg_.rope_theta);
+      rope_ext_rows_ = rows;
+    }
+    in->rope.cos = rope_ext_.as<float>();
+    in->rope.sin = rope_ext_.as<float>() + rope_ext_rows_ * half;
+  }
+  return pack;
+}
+
+
+void Transformer::begin_pass(bool backward) {
+  ZT_ASSERT(acts_.data(), "plan(B, T) must come first");
+  ZT_ASSERT(!backward || (training_ && (grads_.data() || provider_)), "plan(B, T, training=true) must come first");
+  backward_ = backward;
+  provider().begin_pass(backward);
+}
+
+void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* positions) {
+  SlotInput& in = inputs_[slot];
+  in.inputs = inputs;
+  in.rope = {sc_.rope_cos.as<const float>(), sc_.rope_sin.as<const float>()};
+  in.pack = prepare_packing(positions, &in);
+  const int u = layout_.embedding_unit;
+  const TensorView E = provider().acquire(u, false);
+  const int64_t base = layout_.units[u].begin, N = int64_t(B_) * T_;
+  const ModelSlots& s = layout_.slots;
+  const float* wpe = s.wpe >= 0 ? E.as<const float>() + (s.wpe - base) : nullptr;
+  kernels::embedding_forward(slots_[slot].res[0].as<float>(), inputs, E.as<const float>() + (s.wte - base), wpe, N, T_,
+                             cfg_.n_embd, in.pack.positions);
+  provider().release(u);
+}
+
+void Transformer::blocks_forward(int slot, int first, int last) {
+  SlotActs& a = slots_[slot];
+  const SlotInput& in = inputs_[slot];
+  for (int l = first; l < last; ++l) {
+    const int u = layout_.block_units[l];
+    bind_block(l, provider().acquire(u, false), {});
+    blocks_[l].forward(a.res[l + 1], a.res[l], a.blocks[l], sc_.block, B_, T_, in.rope, in.pack);
+    provider().release(u);
+  }
+}
+
+double Transformer::head_forward_backward(int slot, const int32_t* targets, float grad_scale, int64_t* count,
+                                          bool backward) {
+  SlotActs& a = slots_[slot];
+  const int head = layout_.head_unit, L = cfg_.n_layer;
+  const int64_t N = int64_t(B_) * T_;
+  ParamProvider& pp = provider();
+  const TensorView H = pp.acquire(head, false);
+  const TensorView HG = backward ? pp.grads(head) : TensorView();
+  bind_head(H, HG);
+  // The LM-head weight lives in the head unit, or (tied) in the embedding unit, which is
+  // then acquired a second time: part of the provider's call order.
+  const int lm_unit = layout_.lm_head_unit();
+  const bool tied = layout_.tied_head;
+  const TensorView lm_w = lm_head_slice(tied ? pp.acquire(lm_unit, false) : H, lm_unit);
+  const TensorView lm_g = backward ? lm_head_slice(tied ? pp.grads(lm_unit) : HG, lm_unit) : TensorView();
+  lnf_.forward(a.lnf_out, a.lnf_mean, a.lnf_rstd, a.res[L]);
+  kernels::LmHeadDims hd{N, cfg_.n_embd, cfg_.vocab_size, sc_.lm_chunk};
+  double loss;
+  {
+    ZT_PROFILE("lmhead_ce");
+    loss = kernels::lmhead_ce(backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
+                              a.lnf_out.as<const float>(), lm_w.as<const float>(), targets, hd, grad_scale,
+                              sc_.logits.as<float>(), count);
+  }
+  if (tied) pp.release(lm_unit);
+  if (!backward) {
+    pp.release(head);
+    return loss;
+  }
+  std::memset(sc_.dres.data, 0, sc_.dres.bytes());  // the final norm's backward adds into it
+  lnf_.backward(sc_.dres, sc_.dlnf, a.res[L], a.lnf_mean, a.lnf_rstd);
+  pp.release(head);
+  pp.grads_done(head);
+  return loss;
+}
+
+void Transformer::blocks_backward(int slot, int first, int last) {
+  SlotActs& a = slots_[slot];
+  const SlotInput& in = inputs_[slot];
+  for (int l = last - 1; l >= first; --l) {
+    const int u = layout_.block_units[l];
+    bind_block(l, provider().acquire(u, true), provider().grads(u));
+    blocks_[l].backward(sc_.dres, a.res[l], a.blocks[l], sc_.block, B_, T_, in.rope, in.pack);
+    provider().release(u);
+    provider().grads_done(u);
+  }
+}
+
+void Transformer::embed_backward(int slot) {
+  const SlotInput& in = inputs_[slot];
+  const int u = layout_.embedding_unit;
+  const TensorView G = provider().grads(u);
+  const int64_t base = layout_.units[u].begin, N = int64_t(B_) * T_;
+  const ModelSlots& s = layout_.slots;
+  {
+    ZT_PROFILE("embedding_bwd");
+    float* dwpe = s.wpe >= 0 ? G.as<float>() + (s.wpe - base) : nullptr;
+    kernels::embedding_backward(G.as<float>() + (s.wte - base), dwpe, sc_.dres.as<const float>(), in.inputs, N, T_,
+                                cfg_.n_embd, in.pack.positions);
+  }
+  provider().grads_done(u);
+}
+
+// The composition on slot 0. Its call sequence is the ParamProvider contract (providers
+// prefetch by it): forward units embedding, blocks, head (+ the embedding again when the
+// LM head is tied), then backward blocks L-1..0 and the embedding's gradients.
+double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
+                                     const int32_t* positions) {
+  begin_pass(true);
+  embed_forward(0, inputs, positions);
+  blocks_forward(0, 0, cfg_.n_layer);
+  const double loss = head_forward_backward(0, targets, grad_scale, count, true);
+  blocks_backward(0, 0, cfg_.n_layer);
+  embed_backward(0);
+  return loss;
+}
+
+double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count,
+                                 const int32_t* positions) {
+  begin_pass(false);
+  embed_forward(0, inputs, positions);
+  blocks_forward(0, 0, cfg_.n_layer);
+  return head_forward_backward(0, targets, 0.f, count, false);
+}
+
+}  // namespace zt
