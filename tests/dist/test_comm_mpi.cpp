@@ -1,7 +1,8 @@
 // test_comm_mpi.cpp: the communicator under MPI (ctest runs it with mpirun -np 2 and -np 4)
 // and alone (the size-1 local communicator): every collective's result and counters,
-// sub-groups from split, point-to-point, ordering of queued non-blocking operations, and
-// that a non-blocking all-reduce completes while the caller computes without calling MPI.
+// sub-groups from split, point-to-point, ordering of queued non-blocking operations, that a
+// non-blocking all-reduce completes while the caller computes without calling MPI, and the
+// process grid's groups (ProcessGrid) against the pure rank layout.
 // With --mode=throw | hang | exit it instead plays a failing rank for abort_test.sh.
 // It is not a benchmark (ztrain bench-comm is).
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "dist/parallel_dims.h"
 
 using namespace zt::dist;
 using Clock = std::chrono::steady_clock;
@@ -364,6 +366,70 @@ TEST(DistComm, BadArgumentsThrowBeforeCommunicating) {
     }
     g_world->barrier();
   }
+}
+
+namespace {
+
+// A grid group against the pure membership: size, rank, the members in order (all_gather of
+// world ranks) and an all-reduce that sums the members' world ranks and nobody else's.
+void check_grid_group(const ProcessGrid& grid, Group g) {
+  const std::vector<int> members = group_ranks(grid.dims(), g, g_world->rank());
+  Communicator& c = grid.group(g);
+  ASSERT_EQ(c.size(), int(members.size())) << group_name(g) << " " << grid.dims().to_string();
+  ASSERT_EQ(members[c.rank()], g_world->rank()) << group_name(g);
+  EXPECT_EQ(c.name(), group_name(g));
+  const int32_t me = g_world->rank();
+  std::vector<int32_t> got(c.size());
+  c.all_gather(&me, got.data(), sizeof me);
+  EXPECT_EQ(std::vector<int>(got.begin(), got.end()), members) << group_name(g) << " " << grid.dims().to_string();
+  int64_t sum = me;
+  c.all_reduce(&sum, 1);
+  EXPECT_EQ(sum, std::accumulate(members.begin(), members.end(), int64_t(0))) << group_name(g);
+}
+
+}  // namespace
+
+// Every way to factor the world into pp x dp_replicate x dp_shard x cp x tp (15 at 4 ranks),
+// with ep as large as it may be: every group of every grid matches group_ranks.
+TEST(DistGrid, EveryFactorizationMatchesThePureLayout) {
+  const int n = g_world->size();
+  for (int pp = 1; pp <= n; ++pp)
+    for (int r = 1; r <= n; ++r)
+      for (int s = 1; s <= n; ++s)
+        for (int cp = 1; cp <= n; ++cp)
+          for (int tp = 1; tp <= n; ++tp) {
+            if (pp * r * s * cp * tp != n) continue;
+            ParallelDims d{.dp_replicate = r, .dp_shard = s, .cp = cp, .tp = tp, .pp = pp, .ep = s * cp};
+            ProcessGrid grid(*g_world, d);
+            EXPECT_EQ(grid_rank(grid.dims(), grid.coords()), g_world->rank());
+            for (size_t g = 0; g < kNumGroups; ++g) check_grid_group(grid, static_cast<Group>(g));
+          }
+}
+
+// The 2 x 2 grid spelled out (dp 2 x tp 2 at 4 ranks): tp peers are neighbours, dp peers are
+// 2 apart, and the two groups run concurrently without mixing their sums.
+TEST(DistGrid, DpTwoByTpTwo) {
+  if (g_world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const int r = g_world->rank();
+  ProcessGrid grid(*g_world, ParallelDims{.tp = 2});
+  EXPECT_EQ(grid.dims().dp_shard, 2);
+  EXPECT_EQ(grid.coords(), (GridCoords{.dp_shard = r / 2, .tp = r % 2}));
+  EXPECT_EQ(grid.tp().size(), 2);
+  EXPECT_EQ(grid.tp().rank(), r % 2);
+  EXPECT_EQ(grid.dp().size(), 2);
+  EXPECT_EQ(grid.dp().rank(), r / 2);
+  EXPECT_EQ(grid.dp_replicate().size(), 1);
+  EXPECT_EQ(grid.pp().size(), 1);
+  EXPECT_EQ(grid.cp().size(), 1);
+  std::vector<float> t(1 << 14, float(1 << r)), d(1 << 14, float(1 << r));  // rank r contributes bit r
+  Request rt = grid.tp().iall_reduce(t.data(), t.size());
+  Request rd = grid.dp().iall_reduce(d.data(), d.size());
+  rd.wait();
+  rt.wait();
+  EXPECT_EQ(t[77], float(r < 2 ? 1 + 2 : 4 + 8));                               // tp group {0, 1} or {2, 3}
+  EXPECT_EQ(d[77], float(r % 2 == 0 ? 1 + 4 : 2 + 8));                          // dp group {0, 2} or {1, 3}
+  EXPECT_THROW(ProcessGrid(*g_world, ParallelDims{.dp_shard = 3}), zt::Error);  // before any split
+  g_world->barrier();
 }
 
 namespace {
