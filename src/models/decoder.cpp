@@ -62,14 +62,17 @@ const float* KvDecoder::step(int32_t token) {
     std::memcpy(k_[l] + pos_ * kvw, qkv_ + qw, kvw * sizeof(float));
     std::memcpy(v_[l] + pos_ * kvw, qkv_ + qw + kvw, kvw * sizeof(float));
     kernels::attention_decode(att_, qkv_, k_[l], v_[l], pos_ + 1, c.n_head, c.n_kv_head, c.head_size);
-    b.proj.forward(x, row(att_, qw), /*accumulate=*/true);
+    // Residual adds as the training pass does them (block.cpp): GEMM, then x += out.
+    b.proj.forward(h, row(att_, qw));
+    kernels::add(x_, x_, h_, C);
     b.ln2.forward(h, one_mean, one_rstd, x);
     b.fc_in.forward(row(fc_, b.shape.fc_dim()), h);
     if (b.shape.mlp == nn::MlpKind::gelu)
       kernels::gelu_forward(act_, fc_, c.ffn);
     else
       kernels::swiglu_forward(act_, fc_, 1, c.ffn);
-    b.fc_out.forward(x, row(act_, c.ffn), /*accumulate=*/true);
+    b.fc_out.forward(h, row(act_, c.ffn));
+    kernels::add(x_, x_, h_, C);
   }
   m_.final_norm().forward(h, one_mean, one_rstd, x);
   kernels::gemm(false, true, 1, c.vocab_size, C, 1.0f, h_, C, m_.lm_head().as<const float>(), C, 0.0f, logits_,

@@ -1,8 +1,6 @@
 // block.cpp: see block.h.
 #include "nn/block.h"
 
-#include <cstring>
-
 #include "core/profile.h"
 #include "kernels/ops.h"
 
@@ -39,7 +37,6 @@ BlockScratch Block::carve_scratch(Carver& c, const BlockShape& s, int B, int T) 
 
 void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockScratch& sc, int B, int T,
                     const RopeTable& rope, const Packing& pack) const {
-  const int64_t N = int64_t(B) * T;
   const BlockShape& s = shape;
   kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start};
   ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x);
@@ -50,19 +47,24 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
     ZT_PROFILE("attention_fwd");
     kernels::attention_forward(a.att.as<float>(), a.lse.as<float>(), a.qkv.as<const float>(), ad);
   }
-  {
-    ZT_PROFILE("copy");
-    std::memcpy(a.mid.data, x.data, sizeof(float) * N * s.C);
-  }
-  proj.forward(a.mid, a.att, /*accumulate=*/true);
+  // The residual add is its own step after the projection (not folded into the GEMM as
+  // C += A B): a row-parallel projection's partial sums are reduced first (tp hook), and x
+  // is added once, not on every tensor-parallel rank.
+  proj.forward(a.mid, a.att);
+  if (tp) tp->row_parallel_output(a.mid);
+  residual_add(a.mid, x);
   ln2.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid);
   fc_in.forward(a.fc, a.ln2);
   activation_forward(sc.act, a.fc);
-  {
-    ZT_PROFILE("copy");
-    std::memcpy(y.data, a.mid.data, sizeof(float) * N * s.C);
-  }
-  fc_out.forward(y, sc.act, /*accumulate=*/true);
+  fc_out.forward(y, sc.act);
+  if (tp) tp->row_parallel_output(y);
+  residual_add(y, a.mid);
+}
+
+void Block::residual_add(TensorView out, TensorView x) const {
+  ZT_PROFILE("residual");
+  ZT_ASSERT(out.numel() == x.numel());
+  kernels::add(out.as<float>(), out.as<const float>(), x.as<const float>(), out.numel());
 }
 
 void Block::activation_forward(TensorView act, TensorView fc) const {

@@ -93,6 +93,8 @@ class Block {
 
  private:
   void activation_forward(TensorView act, TensorView fc) const;
+  // out += x (the residual stream), after any tensor-parallel reduction of out.
+  void residual_add(TensorView out, TensorView x) const;
 };
 
 }  // namespace zt::nn

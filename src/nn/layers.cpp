@@ -17,16 +17,16 @@ const float* rows_of(const TensorView& v, int64_t n, int cols, const char* what)
 }
 }  // namespace
 
-void Linear::forward(TensorView y, TensorView x, bool accumulate) const {
+void Linear::forward(TensorView y, TensorView x) const {
   ZT_PROFILE("gemm");
   const int64_t N = rows(x);
   const float* xp = rows_of(x, N, in, "Linear input");
   float* yp = const_cast<float*>(rows_of(y, N, out, "Linear output"));
   const float* wp = w.as<const float>();
   if (w_in_out)
-    gemm(false, false, N, out, in, 1.0f, xp, in, wp, out, accumulate ? 1.0f : 0.0f, yp, out);
+    gemm(false, false, N, out, in, 1.0f, xp, in, wp, out, 0.0f, yp, out);
   else
-    gemm(false, true, N, out, in, 1.0f, xp, in, wp, in, accumulate ? 1.0f : 0.0f, yp, out);
+    gemm(false, true, N, out, in, 1.0f, xp, in, wp, in, 0.0f, yp, out);
   if (b) kernels::bias_forward(yp, b.as<const float>(), N, out);
 }
 

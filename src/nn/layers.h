@@ -25,8 +25,8 @@ struct Linear {
   bool w_in_out = false;
   TensorView w, b, dw, db;  // w (in, out) or (out, in); b (out); gradients may be empty
 
-  // y (N, out) = x (N, in) W (+ b); with accumulate, y += instead.
-  void forward(TensorView y, TensorView x, bool accumulate = false) const;
+  // y (N, out) = x (N, in) W (+ b).
+  void forward(TensorView y, TensorView x) const;
   // dx (=, skipped when empty) ; dw += ; db +=.
   void backward(TensorView dx, TensorView dy, TensorView x) const;
   // dx (=) only, for callers that must take the weight gradient first (buffer reuse).
