@@ -67,7 +67,7 @@ int cmd_generate(const Args& args) {
   Rng rng(uint64_t(seed), 0x47454eull);
   auto t0 = Clock::now();
   const float* logits = nullptr;
-  for (int32_t id : ids) logits = dec.step(id);
+  for (int32_t id : ids) logits = dec.step(id).as<const float>();
   const double prefill_s = since(t0);
   std::string out;
   auto t1 = Clock::now();
@@ -82,10 +82,10 @@ int cmd_generate(const Args& args) {
       masked[size_t(tok->eos_id())] = -std::numeric_limits<float>::infinity();
       l = masked.data();
     }
-    int32_t next = sample_token(l, V, sc, rng);
+    int32_t next = sample_token(TensorView::of(l, {V}), sc, rng);
     if (next == tok->eos_id()) break;
     ids.push_back(next);
-    if (made + 1 < max_new_tokens) logits = dec.step(next);
+    if (made + 1 < max_new_tokens) logits = dec.step(next).as<const float>();
   }
   const double gen_s = since(t1);
   std::printf("%s\n", tok->decode(ids).c_str());

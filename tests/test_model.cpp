@@ -329,7 +329,7 @@ TEST_P(ModelTest, KvDecoderMatchesFullForward) {
   KvDecoder dec(m, T);
   double inc = 0;
   for (int t = 0; t < T; ++t) {
-    const float* z = dec.step(in[t]);
+    const float* z = dec.step(in[t]).as<const float>();
     double mx = z[0], s = 0;
     for (int v = 0; v < 67; ++v) mx = std::max(mx, double(z[v]));
     for (int v = 0; v < 67; ++v) s += std::exp(double(z[v]) - mx);

@@ -34,37 +34,10 @@ struct RequestState {
 
 }  // namespace detail
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::f32:
-      return 4;
-    case DType::f64:
-      return 8;
-    case DType::i32:
-      return 4;
-    case DType::i64:
-      return 8;
-    case DType::u8:
-      return 1;
-  }
-  return 1;
-}
-
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "float32";
-    case DType::f64:
-      return "float64";
-    case DType::i32:
-      return "int32";
-    case DType::i64:
-      return "int64";
-    case DType::u8:
-      return "uint8";
-  }
-  return "?";
-}
+namespace {
+// Reductions need arithmetic MPI (and the local ring) can do on the element type.
+bool reducible(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::i64; }
+}  // namespace
 
 const char* collective_name(Collective c) {
   switch (c) {
@@ -253,12 +226,12 @@ CommOp Communicator::prepare(CommOp op) {
 void Communicator::run_blocking(const CommOp& op) { start(op).wait(); }
 
 Request Communicator::iall_reduce(void* data, size_t count, DType t, ReduceOp r) {
-  ZT_CHECK(t != DType::u8, "all_reduce over raw bytes has no meaning; pass the element type");
+  ZT_CHECK(reducible(t), "all_reduce sums f32, f64, i32 or i64 elements, not ", dtype_name(t));
   CommOp op{Collective::all_reduce, nullptr, data, count, t, r};
   return start(prepare(op));
 }
 Request Communicator::ireduce_scatter(const void* in, void* out, size_t count, DType t, ReduceOp r) {
-  ZT_CHECK(t != DType::u8, "reduce_scatter over raw bytes has no meaning; pass the element type");
+  ZT_CHECK(reducible(t), "reduce_scatter sums f32, f64, i32 or i64 elements, not ", dtype_name(t));
   CommOp op{Collective::reduce_scatter, in, out, count, t, r};
   return start(prepare(op));
 }
@@ -288,11 +261,11 @@ Request Communicator::irecv(void* data, size_t bytes, int peer, int tag) {
 Request Communicator::ibarrier() { return start(prepare(CommOp{Collective::barrier})); }
 
 void Communicator::all_reduce(void* data, size_t count, DType t, ReduceOp r) {
-  ZT_CHECK(t != DType::u8, "all_reduce over raw bytes has no meaning; pass the element type");
+  ZT_CHECK(reducible(t), "all_reduce sums f32, f64, i32 or i64 elements, not ", dtype_name(t));
   run_blocking(prepare(CommOp{Collective::all_reduce, nullptr, data, count, t, r}));
 }
 void Communicator::reduce_scatter(const void* in, void* out, size_t count, DType t, ReduceOp r) {
-  ZT_CHECK(t != DType::u8, "reduce_scatter over raw bytes has no meaning; pass the element type");
+  ZT_CHECK(reducible(t), "reduce_scatter sums f32, f64, i32 or i64 elements, not ", dtype_name(t));
   run_blocking(prepare(CommOp{Collective::reduce_scatter, in, out, count, t, r}));
 }
 void Communicator::all_gather(const void* in, void* out, size_t bytes) {

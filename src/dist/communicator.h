@@ -21,12 +21,14 @@
 #include <memory>
 #include <string>
 
+#include "core/tensor.h"
+
 namespace zt::dist {
 
-enum class DType { f32, f64, i32, i64, u8 };
+// Element types are core's (core/tensor.h); reductions take f32, f64, i32 and i64, and the
+// byte-moving collectives any type.
+using zt::DType;
 enum class ReduceOp { sum, max, min };
-size_t dtype_size(DType t);
-const char* dtype_name(DType t);
 
 // What the counters are kept for. split is not counted (it is setup, not traffic).
 enum class Collective { all_reduce, reduce_scatter, all_gather, broadcast, all_to_all, send, recv, barrier, count };

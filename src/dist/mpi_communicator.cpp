@@ -129,7 +129,11 @@ MPI_Datatype mpi_type(DType t) {
     case DType::i64:
       return MPI_INT64_T;
     case DType::u8:
+    case DType::i8:
       return MPI_BYTE;
+    case DType::bf16:
+    case DType::f16:
+      return MPI_UINT16_T;  // moved, never reduced (Communicator checks reducible types)
   }
   return MPI_BYTE;
 }
@@ -403,10 +407,10 @@ class Engine {
       case DType::i64:
         return combine_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b),
                              n, op);
-      case DType::u8:
+      default:
         break;
     }
-    ZT_ASSERT(false, "no reduction over raw bytes");
+    ZT_ASSERT(false, "no reduction over ", dtype_name(t));
   }
 
   // Posts a send or receive; its completion is found by poll().

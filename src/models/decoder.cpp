@@ -40,7 +40,7 @@ KvDecoder::KvDecoder(const Transformer& model, int max_len) : m_(model), max_len
   if (shape.rope) kernels::rope_table(cos_, sin_, max_len, c.head_size, c.rope_theta);
 }
 
-const float* KvDecoder::step(int32_t token) {
+TensorView KvDecoder::step(int32_t token) {
   const ModelConfig& c = m_.config();
   ZT_CHECK(pos_ < max_len_, "KV cache is full (", max_len_, " positions)");
   ZT_CHECK(token >= 0 && token < c.vocab_size, "token id ", token, " is outside the vocabulary of ", c.vocab_size);
@@ -78,7 +78,7 @@ const float* KvDecoder::step(int32_t token) {
   kernels::gemm(false, true, 1, c.vocab_size, C, 1.0f, h_, C, m_.lm_head().as<const float>(), C, 0.0f, logits_,
                 c.vocab_size);
   ++pos_;
-  return logits_;
+  return TensorView::of(logits_, {c.vocab_size});
 }
 
 }  // namespace zt

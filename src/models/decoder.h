@@ -14,8 +14,9 @@ namespace zt {
 class KvDecoder {
  public:
   KvDecoder(const Transformer& model, int max_len);
-  // Feeds the token at the next position and returns the logits (V) for the one after.
-  const float* step(int32_t token);
+  // Feeds the token at the next position and returns the logits (V) for the one after,
+  // valid until the next step.
+  TensorView step(int32_t token);
   int position() const { return pos_; }
   void reset() { pos_ = 0; }
 

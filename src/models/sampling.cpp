@@ -7,7 +7,9 @@
 
 namespace zt {
 
-int32_t sample_token(const float* logits, int V, const SamplingConfig& cfg, Rng& rng) {
+int32_t sample_token(TensorView logits_view, const SamplingConfig& cfg, Rng& rng) {
+  const float* logits = logits_view.as<const float>();
+  const int V = int(logits_view.numel());
   if (cfg.temperature <= 0) return int32_t(std::max_element(logits, logits + V) - logits);
   std::vector<int32_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);

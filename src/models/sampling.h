@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/tensor.h"
 
 namespace zt {
 
@@ -14,6 +15,7 @@ struct SamplingConfig {
   double top_p = 1.0;
 };
 
-int32_t sample_token(const float* logits, int V, const SamplingConfig& cfg, Rng& rng);
+// logits: (V).
+int32_t sample_token(TensorView logits, const SamplingConfig& cfg, Rng& rng);
 
 }  // namespace zt
