@@ -149,6 +149,12 @@ CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cf
   ZT_CHECK(saved.arch == cfg.arch && saved.n_layer == cfg.n_layer && saved.n_embd == cfg.n_embd &&
                saved.vocab_size == cfg.vocab_size,
            dir, ": the checkpoint's config.json describes a different model than this run's");
+  // Before the state files, optimizer state lived in optimizer.safetensors or zero_shard-* files.
+  bool old_format = fs::exists(d / "optimizer.safetensors");
+  for (auto& e : fs::directory_iterator(d)) old_format |= e.path().filename().string().rfind("zero_shard-", 0) == 0;
+  ZT_CHECK(!old_format, dir,
+           " was written by an older ztrain (optimizer.safetensors / zero_shard files), whose "
+           "checkpoints do not load; resume it with the ztrain that wrote it");
   state_ = checkpoint_read_trainer_state((d / "trainer_state.json").string());
   if (fs::exists(d / "model.safetensors")) {
     files_.push_back(std::make_unique<SafetensorsFile>((d / "model.safetensors").string()));
@@ -157,7 +163,7 @@ CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cf
   }
   index_state_files();
   ZT_CHECK(!index_.empty(), dir, ": no model.safetensors and no ", kStatePrefix,
-           "*.safetensors; not a ztrain checkpoint (checkpoints of ztrain before the state files do not load)");
+           "*.safetensors; not a ztrain checkpoint");
   for (auto& [key, t] : index_) {
     std::sort(t.pieces.begin(), t.pieces.end(), [](const Stored& a, const Stored& b) { return a.begin < b.begin; });
     for (size_t i = 1; i < t.pieces.size(); ++i)

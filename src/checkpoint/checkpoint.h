@@ -36,8 +36,8 @@ struct StEntry;
 struct CheckpointSaveOptions {
   std::string output_dir;
   int64_t step = 0;
-  StateShard shard;    // which state file this rank writes (index < 0: none)
-  bool chief = true;   // the rank that writes config.json, trainer_state.json, checksums
+  StateShard shard;               // which state file this rank writes (index < 0: none)
+  bool chief = true;              // the rank that writes config.json, trainer_state.json, checksums
   std::function<void()> barrier;  // synchronises the ranks; empty for one process
 };
 

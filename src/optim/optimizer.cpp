@@ -33,20 +33,19 @@ void Optimizer::save_state(StateWriter& w) const {
     for (const StateSpan& sp : spans_)
       w.put_tensor({sp.tensor, sp.shape, slot_names_[s], {sp.begin, sp.count}, slot(s) + sp.state_offset});
   // The hyper-parameters are recorded, not restored: a resumed run uses its own flags.
-  w.put_json("ztrain.optimizer", {{"name", name_},
-                                  {"step", t_},
-                                  {"slots", slot_names_},
-                                  {"config",
-                                   {{"beta1", cfg_.beta1},
-                                    {"beta2", cfg_.beta2},
-                                    {"eps", cfg_.eps},
-                                    {"weight_decay", cfg_.weight_decay}}}});
+  w.put_json(
+      "ztrain.optimizer",
+      {{"name", name_},
+       {"step", t_},
+       {"slots", slot_names_},
+       {"config",
+        {{"beta1", cfg_.beta1}, {"beta2", cfg_.beta2}, {"eps", cfg_.eps}, {"weight_decay", cfg_.weight_decay}}}});
 }
 
 void Optimizer::load_state(StateReader& r) {
   const std::string saved = r.get_string("ztrain.optimizer.name");
-  ZT_CHECK(saved == name_, r.source(), ": the checkpoint holds the state of --optim ", quote(saved),
-           ", this run uses ", quote(name_), "; resume with --optim ", saved);
+  ZT_CHECK(saved == name_, r.source(), ": the checkpoint holds the state of --optim ", quote(saved), ", this run uses ",
+           quote(name_), "; resume with --optim ", saved);
   const int64_t t = r.get_int("ztrain.optimizer.step");
   ZT_CHECK(t >= 0, r.source(), ": \"ztrain.optimizer.step\" is negative; the checkpoint is damaged");
   for (size_t s = 0; s < slots_.size(); ++s)
@@ -58,7 +57,8 @@ void Optimizer::load_state(StateReader& r) {
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const OptimizerConfig& cfg, int64_t numel) {
   // HF's --optim names; an alias makes the canonical name, which checkpoints record.
   if (name == "adamw_torch" || name == "adamw") return std::make_unique<AdamW>(cfg, numel, "adamw_torch");
-  throw Error(str_cat("--optim ", quote(name), " is not supported; use adamw_torch (HF's default) or adamw (the same)"));
+  throw Error(
+      str_cat("--optim ", quote(name), " is not supported; use adamw_torch (HF's default) or adamw (the same)"));
 }
 
 int64_t optimizer_state_bytes_per_param(const std::string& name) {

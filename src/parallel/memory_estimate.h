@@ -55,7 +55,8 @@ struct MemoryEstimateOptions {
   int hpz_partition_size = 0;  // G; 0 = N/2 when N >= 4 (the hpZ / hybrid rows need 1 < G < N)
   int64_t ddp_bucket_bytes = 25 << 20;
   int zero3_live_units = 2;  // gathered units resident at once (current + prefetch)
-  std::string optim = "adamw_torch";  // HF's --optim name: its state bytes per parameter
+  // HF's --optim name of the optimizer whose state bytes per parameter are counted.
+  std::string optim = "adamw_torch";
 };
 
 struct MemoryRow {
