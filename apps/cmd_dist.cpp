@@ -21,6 +21,7 @@
 #include "dist/communicator.h"
 #include "flags.h"
 #include "models/config.h"
+#include "optim/optimizer.h"
 #include "parallel/memory_estimate.h"
 
 namespace zt::app {
@@ -295,7 +296,7 @@ std::string mib(int64_t b) {
 }  // namespace
 
 int cmd_estimate_memory(const Args& args) {
-  std::string config_path, model_path, ranks = "1";
+  std::string config_path, model_path, ranks = "1", optim = "adamw_torch";
   int B = 8, T = 0, G = 0;
   double bucket_mb = 25;
   FlagSet f("estimate-memory");
@@ -306,6 +307,7 @@ int cmd_estimate_memory(const Args& args) {
   f.add("num_ranks", &ranks, "data-parallel ranks N, or a comma-separated list (1)");
   f.add("zero_hpz_partition_size", &G, "G for the ZeRO++ hpZ and hybrid-shard rows (0: N/2 when N >= 4)");
   f.add("bucket_cap_mb", &bucket_mb, "DDP / ZeRO-1/2 gradient bucket in MiB (25)");
+  f.add("optim", &optim, "optimizer whose state is counted, HF's names: adamw_torch | adamw (adamw_torch)");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   ZT_CHECK(config_path.empty() != model_path.empty(),
@@ -315,7 +317,8 @@ int cmd_estimate_memory(const Args& args) {
   if (T <= 0) T = std::min(1024, cfg.max_position);
   ZT_CHECK(bucket_mb > 0, "--bucket_cap_mb must be positive");
   auto in = parallel::memory_inputs(cfg, B, T);
-  std::printf("Estimated per-rank memory for training with fp32 AdamW (4 + 4 + 8 bytes per parameter unsharded):\n");
+  std::printf("Estimated per-rank memory for training with fp32 %s (4 + 4 + %lld bytes per parameter unsharded):\n",
+              optim.c_str(), (long long)optim::optimizer_state_bytes_per_param(optim));
   std::printf("SW: %s model (%s) with %.2fM total params, %.2fM largest gathered unit (%s).\n", cfg.arch_name(),
               cfg_file.c_str(), in.num_params / 1e6, in.largest_unit_params / 1e6, in.largest_unit.c_str());
   std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,
@@ -333,6 +336,7 @@ int cmd_estimate_memory(const Args& args) {
     opt.num_ranks = int(n);
     opt.hpz_partition_size = G;
     opt.ddp_bucket_bytes = int64_t(bucket_mb * (1 << 20));
+    opt.optim = optim;
     auto rows = parallel::estimate_memory(in, opt);
     int g = parallel::resolved_group(opt);
     std::printf("HW: %d rank(s)", opt.num_ranks);

@@ -58,6 +58,7 @@ int cmd_train(const Args& args) {
   f.add("gradient_accumulation_steps", &a.gradient_accumulation_steps, "micro-batches per optimizer step (1)");
   f.add("model_max_length", &a.model_max_length, "sequence length T (min(1024, model context))");
   f.add("learning_rate", &a.learning_rate, "peak learning rate (5e-5)");
+  f.add("optim", &a.optim, "optimizer, HF's names: adamw_torch | adamw (adamw_torch)");
   f.add("weight_decay", &a.weight_decay, "AdamW decoupled weight decay on rank>=2 tensors (0)");
   f.add("adam_beta1", &a.adam_beta1, "(0.9)");
   f.add("adam_beta2", &a.adam_beta2, "(0.999)");

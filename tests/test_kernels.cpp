@@ -11,6 +11,7 @@
 #include "kernels/ops.h"
 #include "kernels/reference.h"
 #include "optim/adamw.h"
+#include "optim/clip.h"
 #include "optim/schedule.h"
 #include "test_util.h"
 
@@ -370,15 +371,19 @@ TEST(AdamW, MatchesScalarFormulaAndDecaysOnlyMarkedRanges) {
   const int n = 10;
   auto p = randn(n, 32), g = randn(n, 33);
   auto p0 = p;
-  optim::AdamWConfig cfg;
+  optim::OptimizerConfig cfg;
   cfg.beta1 = 0.9;
   cfg.beta2 = 0.95;
   cfg.eps = 1e-8;
   cfg.weight_decay = 0.1;
-  optim::AdamW opt(n, {{0, 6, true}, {6, 4, false}}, cfg);
+  auto opt = optim::make_optimizer("adamw", cfg, n);
+  EXPECT_EQ(opt->name(), "adamw_torch");
+  EXPECT_EQ(opt->state_bytes_per_param(), 8);
+  EXPECT_EQ(opt->slot_names(), (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  const std::vector<optim::ParamRange> ranges = {{0, 6, true}, {6, 4, false}};
   std::vector<double> m(n, 0), v(n, 0), pd(p0.begin(), p0.end());
   for (int t = 1; t <= 3; ++t) {
-    opt.step(p.data(), g.data(), 1e-2);
+    opt->step(optim::flat_pieces(p.data(), g.data(), ranges), 1e-2);
     for (int i = 0; i < n; ++i) {
       if (i < 6) pd[i] *= 1 - 1e-2 * 0.1;
       m[i] = 0.9 * m[i] + 0.1 * g[i];
@@ -388,6 +393,9 @@ TEST(AdamW, MatchesScalarFormulaAndDecaysOnlyMarkedRanges) {
     }
   }
   expect_close(p, pd, 1e-5, 1e-6, "adamw");
+  EXPECT_EQ(opt->steps(), 3);
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(opt->slot("exp_avg")[i], m[i], 1e-6);
+  EXPECT_THROW(optim::make_optimizer("adafactor", cfg, n), Error);
 }
 
 TEST(Clipping, ScalesToMaxNormLikePyTorch) {

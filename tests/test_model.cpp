@@ -274,14 +274,13 @@ TEST_P(ModelTest, OverfitsAShortSequence) {
   std::vector<int32_t> in(seq.begin(), seq.end() - 1), tg(seq.begin() + 1, seq.end());
   std::vector<optim::ParamRange> ranges;
   for (auto& p : m.params().list()) ranges.push_back({p.offset, p.numel, p.decay()});
-  optim::AdamWConfig oc;
-  optim::AdamW opt(m.num_params(), ranges, oc);
+  optim::AdamW opt(optim::OptimizerConfig{}, m.num_params());
   double loss = 0;
   for (int step = 0; step < 150; ++step) {
     m.zero_grad();
     int64_t c;
     loss = m.forward_backward(in.data(), tg.data(), 1.0f / (B * T), &c) / double(c);
-    opt.step(m.flat_params().as<float>(), m.flat_grads().as<float>(), 1e-2);
+    opt.step(optim::flat_pieces(m.flat_params().as<float>(), m.flat_grads().as<float>(), ranges), 1e-2);
   }
   EXPECT_LT(loss, 0.05);
 }

@@ -1,12 +1,10 @@
 // checkpoint.cpp: see checkpoint.h.
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/hf_model.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <filesystem>
 
@@ -17,6 +15,9 @@ namespace zt {
 namespace fs = std::filesystem;
 namespace {
 
+constexpr const char* kStatePrefix = "state-";
+constexpr const char* kStateFormat = "ztrain-state";
+
 void fsync_path(const fs::path& p, bool dir) {
   int fd = ::open(p.c_str(), dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
   if (fd >= 0) {
@@ -25,165 +26,76 @@ void fsync_path(const fs::path& p, bool dir) {
   }
 }
 
-void save_optimizer(const fs::path& path, const Transformer& model, const optim::AdamW& opt) {
-  std::vector<StTensorOut> t;
-  for (const ParamInfo& p : model.params().list()) {
-    t.push_back({"exp_avg." + p.name, p.shape, opt.exp_avg() + p.offset});
-    t.push_back({"exp_avg_sq." + p.name, p.shape, opt.exp_avg_sq() + p.offset});
-  }
-  safetensors_write(path.string(), t, DType::f32, {{"format", "ztrain-adamw"}, {"step", std::to_string(opt.steps())}});
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
 }
 
-void load_optimizer(const fs::path& path, const Transformer& model, optim::AdamW& opt) {
-  SafetensorsFile f(path.string());
-  for (const ParamInfo& p : model.params().list())
-    for (auto [prefix, dst] : {std::pair{"exp_avg.", opt.exp_avg()}, std::pair{"exp_avg_sq.", opt.exp_avg_sq()}}) {
-      const StEntry* e = f.find(prefix + p.name);
-      ZT_CHECK(e && e->shape == p.shape && e->dtype == "F32", path.string(), ": optimizer state for \"", p.name,
-               "\" is missing or has the wrong shape; the checkpoint belongs to a different model");
-      f.read_f32(*e, dst + p.offset);
-    }
-  auto it = f.metadata().find("step");
-  int64_t steps = -1;
-  const std::string& v = it == f.metadata().end() ? std::string() : it->second;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), steps);
-  ZT_CHECK(!v.empty() && ec == std::errc() && end == v.data() + v.size() && steps >= 0, path.string(),
-           ": optimizer metadata \"step\" is missing or not a non-negative integer; the checkpoint is damaged");
-  opt.set_steps(steps);
-}
-
-}  // namespace
-
-void checkpoint_save(const std::string& output_dir, int64_t step, const Transformer& model, const optim::AdamW& opt,
-                     const nlohmann::json& trainer_state) {
-  fs::path final_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(step));
-  fs::path tmp = final_dir;
-  tmp += ".tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  hf_save_model(model, tmp.string(), DType::f32);
-  save_optimizer(tmp / "optimizer.safetensors", model, opt);
-  write_file_atomic((tmp / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
-  nlohmann::json sums = nlohmann::json::object();
-  for (const char* name : {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json"}) {
-    auto [h, size] = checkpoint_file_digest((tmp / name).string());
-    sums[name] = {{"hash64", h}, {"bytes", size}};
-  }
-  write_file_atomic((tmp / "checksums.json").string(), sums.dump(2) + "\n");
-  fsync_path(tmp, true);
-  fs::remove_all(final_dir);  // a same-step checkpoint from an earlier, abandoned run
-  fs::rename(tmp, final_dir);
-  fsync_path(output_dir, true);
-}
-
-namespace {
-
-constexpr const char* kShardPrefix = "zero_shard-";
-
-// Loads every zero_shard-* file of dir into the flat parameters and moments; checks that
-// the shards are all there and cover every element exactly once.
-void load_sharded(const fs::path& d, Transformer& model, optim::AdamW& opt) {
-  std::vector<fs::path> files;
-  for (auto& e : fs::directory_iterator(d))
-    if (e.path().filename().string().rfind(kShardPrefix, 0) == 0) files.push_back(e.path());
-  ZT_CHECK(!files.empty(), d.string(), ": no model.safetensors and no ", kShardPrefix,
-           "*.safetensors; not a ztrain checkpoint");
-  std::sort(files.begin(), files.end());
-  int64_t covered[3] = {0, 0, 0};
-  int64_t steps = -1;
-  for (const fs::path& path : files) {
-    SafetensorsFile f(path.string());
-    auto meta = [&](const char* k) {
-      auto it = f.metadata().find(k);
-      return it == f.metadata().end() ? std::string() : it->second;
-    };
-    ZT_CHECK(meta("format") == "ztrain-zero-shard", path.string(), ": not a ztrain shard file");
-    ZT_CHECK(std::to_string(files.size()) == meta("num_shards"), d.string(), " has ", files.size(), " shard files but ",
-             path.filename().string(), " says ", meta("num_shards"), "; a shard is missing");
-    const std::string st = meta("step");
-    auto [end, ec] = std::from_chars(st.data(), st.data() + st.size(), steps);
-    ZT_CHECK(!st.empty() && ec == std::errc() && end == st.data() + st.size() && steps >= 0, path.string(),
-             ": shard metadata \"step\" is missing or not a non-negative integer; the checkpoint is damaged");
-    for (const StEntry& e : f.entries()) {
-      const size_t a = e.name.find('.'), b = e.name.rfind('.');
-      ZT_CHECK(a != std::string::npos && b > a, path.string(), ": unexpected tensor name \"", e.name, "\"");
-      const std::string kind = e.name.substr(0, a), name = e.name.substr(a + 1, b - a - 1);
-      const int k = kind == "params" ? 0 : kind == "exp_avg" ? 1 : kind == "exp_avg_sq" ? 2 : -1;
-      const ParamInfo* p = model.params().find(name);
-      int64_t begin = -1;
-      std::from_chars(e.name.data() + b + 1, e.name.data() + e.name.size(), begin);
-      ZT_CHECK(k >= 0 && p && begin >= 0 && e.shape.size() == 1 && begin + e.numel() <= p->numel, path.string(),
-               ": tensor \"", e.name, "\" does not fit this model; the checkpoint belongs to a different model");
-      float* dst = k == 0 ? model.flat_params().as<float>() : k == 1 ? opt.exp_avg() : opt.exp_avg_sq();
-      f.read_f32(e, dst + p->offset + begin);
-      covered[k] += e.numel();
-    }
-  }
-  for (int k = 0; k < 3; ++k)
-    ZT_CHECK(covered[k] == model.num_params(), d.string(), ": the shards hold ", covered[k], " of ", model.num_params(),
-             " values of ",
-             k == 0   ? "params"
-             : k == 1 ? "exp_avg"
-                      : "exp_avg_sq",
-             "; the checkpoint is incomplete");
-  opt.set_steps(steps);
-}
-
-}  // namespace
-
-nlohmann::json checkpoint_load(const std::string& dir, Transformer& model, optim::AdamW& opt) {
-  checkpoint_verify(dir);
-  fs::path d(dir);
-  ModelConfig saved = config_from_file((d / "config.json").string());
-  ZT_CHECK(saved.arch == model.config().arch && saved.n_layer == model.config().n_layer &&
-               saved.n_embd == model.config().n_embd && saved.vocab_size == model.config().vocab_size,
-           dir, ": the checkpoint's config.json describes a different model than this run's");
-  if (fs::exists(d / "model.safetensors")) {
-    hf_load_weights(model, (d / "model.safetensors").string());
-    load_optimizer(d / "optimizer.safetensors", model, opt);
-  } else {
-    load_sharded(d, model, opt);
-  }
-  return checkpoint_read_trainer_state((d / "trainer_state.json").string());
-}
-
-std::string checkpoint_tmp_dir(const std::string& output_dir, int64_t step) {
-  return (fs::path(output_dir) / ("checkpoint-" + std::to_string(step) + ".tmp")).string();
-}
-
-void checkpoint_sharded_begin(const std::string& output_dir, int64_t step) {
-  const std::string tmp = checkpoint_tmp_dir(output_dir, step);
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-}
-
-void checkpoint_write_shard(const std::string& output_dir, int64_t step, const Transformer& model, int shard,
-                            int num_shards, const std::vector<CheckpointPiece>& pieces, int64_t opt_steps) {
-  const auto& list = model.params().list();
-  std::vector<StTensorOut> t;
-  for (const CheckpointPiece& p : pieces) {
-    const std::string suffix = "." + list[p.param].name + "." + std::to_string(p.begin);
-    t.push_back({"params" + suffix, {p.count}, p.params});
-    t.push_back({"exp_avg" + suffix, {p.count}, p.exp_avg});
-    t.push_back({"exp_avg_sq" + suffix, {p.count}, p.exp_avg_sq});
-  }
+std::string state_file_name(int shard, int num_shards) {
   char name[64];
-  std::snprintf(name, sizeof name, "%s%05d-of-%05d.safetensors", kShardPrefix, shard, num_shards);
-  const fs::path path = fs::path(checkpoint_tmp_dir(output_dir, step)) / name;
-  safetensors_write(path.string(), t, DType::f32,
-                    {{"format", "ztrain-zero-shard"},
-                     {"step", std::to_string(opt_steps)},
-                     {"shard", std::to_string(shard)},
-                     {"num_shards", std::to_string(num_shards)}});
+  std::snprintf(name, sizeof name, "%s%05d-of-%05d.safetensors", kStatePrefix, shard, num_shards);
+  return name;
+}
+
+fs::path checkpoint_dir(const std::string& output_dir, int64_t step, bool tmp) {
+  return fs::path(output_dir) / ("checkpoint-" + std::to_string(step) + (tmp ? ".tmp" : ""));
+}
+
+// Collects a rank's pieces (written when every component has saved: the data pointers stay
+// valid until then) and its JSON values.
+class ShardWriter final : public StateWriter {
+ public:
+  explicit ShardWriter(nlohmann::json* doc) : json_(doc) {}
+  void put_tensor(const StatePiece& p) override {
+    ZT_ASSERT(p.slice.dim < 0, "checkpoints do not store slices along a dimension yet (", p.tensor, ")");
+    ZT_ASSERT(p.dtype == DType::f32 && p.slice.begin >= 0 && p.slice.begin + p.slice.count <= numel_of(p.shape),
+              p.tensor);
+    pieces_.push_back(p);
+  }
+  void put_json(const std::string& key, const nlohmann::json& value) override { json_.put_json(key, value); }
+  const std::vector<StatePiece>& pieces() const { return pieces_; }
+
+ private:
+  JsonStateWriter json_;
+  std::vector<StatePiece> pieces_;
+};
+
+// A shard owner's files. With one shard, parameters held whole go to model.safetensors under
+// their HF names and shapes (the folder is then an HF model folder too); every other piece
+// goes to the state file as a 1-D tensor "<slot>.<tensor>.<begin>", described in the
+// metadata ("pieces": name -> {tensor, slot, shape, begin}) so no reader parses names.
+void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector<StatePiece>& pieces) {
+  std::vector<StTensorOut> model, state;
+  nlohmann::json desc = nlohmann::json::object();
+  for (const StatePiece& p : pieces) {
+    if (shard.count == 1 && p.slot == "params" && p.slice.begin == 0 && p.slice.count == numel_of(p.shape)) {
+      model.push_back({p.tensor, p.shape, p.data});
+      continue;
+    }
+    std::string name = p.slot + "." + p.tensor + "." + std::to_string(p.slice.begin);
+    ZT_ASSERT(!desc.contains(name), "piece ", name, " written twice");
+    desc[name] = {{"tensor", p.tensor}, {"slot", p.slot}, {"shape", p.shape}, {"begin", p.slice.begin}};
+    state.push_back({std::move(name), {p.slice.count}, p.data});
+  }
+  if (!model.empty()) {
+    safetensors_write((tmp / "model.safetensors").string(), model, DType::f32, {{"format", "pt"}});
+    fsync_path(tmp / "model.safetensors", false);
+  }
+  const fs::path path = tmp / state_file_name(shard.index, shard.count);
+  safetensors_write(path.string(), state, DType::f32,
+                    {{"format", kStateFormat},
+                     {"shard", std::to_string(shard.index)},
+                     {"num_shards", std::to_string(shard.count)},
+                     {"pieces", desc.dump()}});
   fsync_path(path, false);
 }
 
-void checkpoint_sharded_finish(const std::string& output_dir, int64_t step, const Transformer& model,
-                               const nlohmann::json& trainer_state) {
-  const fs::path tmp = checkpoint_tmp_dir(output_dir, step);
-  const fs::path final_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(step));
-  write_file_atomic((tmp / "config.json").string(), config_to_json(model.config(), "float32").dump(2) + "\n");
-  write_file_atomic((tmp / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
+// The chief's part, after every shard is written: the JSON files, checksums.json over every
+// file, then the rename that makes the checkpoint appear whole.
+void finish(const fs::path& tmp, const fs::path& final_dir, const ModelConfig& cfg, const nlohmann::json& state) {
+  write_file_atomic((tmp / "config.json").string(), config_to_json(cfg, "float32").dump(2) + "\n");
+  write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
   nlohmann::json sums = nlohmann::json::object();
   for (auto& e : fs::directory_iterator(tmp)) {
     const std::string name = e.path().filename().string();
@@ -193,9 +105,162 @@ void checkpoint_sharded_finish(const std::string& output_dir, int64_t step, cons
   }
   write_file_atomic((tmp / "checksums.json").string(), sums.dump(2) + "\n");
   fsync_path(tmp, true);
-  fs::remove_all(final_dir);
+  fs::remove_all(final_dir);  // a same-step checkpoint from an earlier, abandoned run
   fs::rename(tmp, final_dir);
-  fsync_path(output_dir, true);
+  fsync_path(final_dir.parent_path(), true);
+}
+
+// Elements [first, first + n) of a stored tensor, read as a tensor of their own (the same
+// bytes, narrowed): a slice is converted without reading the whole tensor.
+void read_range(const SafetensorsFile& f, const StEntry& e, int64_t first, int64_t n, float* dst) {
+  const uint64_t es = (e.end - e.begin) / uint64_t(e.numel());  // parsing checked the size
+  StEntry sub = e;
+  sub.shape = {n};
+  sub.begin = e.begin + uint64_t(first) * es;
+  sub.end = sub.begin + uint64_t(n) * es;
+  f.read_f32(sub, dst);
+}
+
+}  // namespace
+
+void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
+                     const std::vector<const Stateful*>& components) {
+  const fs::path tmp = checkpoint_dir(o.output_dir, o.step, true);
+  auto barrier = [&] {
+    if (o.barrier) o.barrier();
+  };
+  if (o.chief) {
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  }
+  barrier();  // the folder exists before any rank writes into it
+  nlohmann::json state;
+  ShardWriter w(&state);
+  for (const Stateful* c : components) c->save_state(w);
+  if (o.shard.index >= 0) write_shard(tmp, o.shard, w.pieces());
+  barrier();  // every shard is written before the chief seals the folder
+  if (o.chief) finish(tmp, checkpoint_dir(o.output_dir, o.step, false), cfg, state);
+}
+
+CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cfg) : dir_(dir) {
+  checkpoint_verify(dir);
+  const fs::path d(dir);
+  ModelConfig saved = config_from_file((d / "config.json").string());
+  ZT_CHECK(saved.arch == cfg.arch && saved.n_layer == cfg.n_layer && saved.n_embd == cfg.n_embd &&
+               saved.vocab_size == cfg.vocab_size,
+           dir, ": the checkpoint's config.json describes a different model than this run's");
+  // Before the state files, optimizer state lived in optimizer.safetensors or zero_shard-* files.
+  bool old_format = fs::exists(d / "optimizer.safetensors");
+  for (auto& e : fs::directory_iterator(d)) old_format |= e.path().filename().string().rfind("zero_shard-", 0) == 0;
+  ZT_CHECK(!old_format, dir,
+           " was written by an older ztrain (optimizer.safetensors / zero_shard files), whose "
+           "checkpoints do not load; resume it with the ztrain that wrote it");
+  state_ = checkpoint_read_trainer_state((d / "trainer_state.json").string());
+  if (fs::exists(d / "model.safetensors")) {
+    files_.push_back(std::make_unique<SafetensorsFile>((d / "model.safetensors").string()));
+    const SafetensorsFile* f = files_.back().get();
+    for (const StEntry& e : f->entries()) add("params", e.name, e.shape, {f, &e, 0, e.numel()});
+  }
+  index_state_files();
+  ZT_CHECK(!index_.empty(), dir, ": no model.safetensors and no ", kStatePrefix,
+           "*.safetensors; not a ztrain checkpoint");
+  for (auto& [key, t] : index_) {
+    std::sort(t.pieces.begin(), t.pieces.end(), [](const Stored& a, const Stored& b) { return a.begin < b.begin; });
+    for (size_t i = 1; i < t.pieces.size(); ++i)
+      ZT_CHECK(t.pieces[i].begin >= t.pieces[i - 1].begin + t.pieces[i - 1].count, dir, ": two pieces of ", key.first,
+               " of ", quote(key.second), " overlap; the checkpoint is damaged");
+  }
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+void CheckpointReader::index_state_files() {
+  std::vector<fs::path> paths;
+  for (auto& e : fs::directory_iterator(dir_))
+    if (e.path().filename().string().rfind(kStatePrefix, 0) == 0) paths.push_back(e.path());
+  std::sort(paths.begin(), paths.end());
+  for (const fs::path& path : paths) {
+    files_.push_back(std::make_unique<SafetensorsFile>(path.string()));
+    const SafetensorsFile* f = files_.back().get();
+    auto meta = [&](const char* k) {
+      auto it = f->metadata().find(k);
+      return it == f->metadata().end() ? std::string() : it->second;
+    };
+    const std::string p = path.string();
+    ZT_CHECK(meta("format") == kStateFormat, p, ": not a ztrain state file");
+    ZT_CHECK(meta("num_shards") == std::to_string(paths.size()), dir_, " has ", paths.size(), " state files but ",
+             path.filename().string(), " says ", quote(meta("num_shards")), "; a shard is missing");
+    // The name repeats the metadata, so distinct files are distinct shards.
+    const std::string shard = meta("shard");
+    const bool numeric = !shard.empty() && shard.size() < 9 && shard.find_first_not_of("0123456789") == shard.npos;
+    ZT_CHECK(numeric && path.filename() == state_file_name(std::stoi(shard), int(paths.size())), p,
+             ": its metadata \"shard\" ", quote(shard), " does not match its name; the checkpoint is damaged");
+    const nlohmann::json desc = nlohmann::json::parse(meta("pieces"), nullptr, false);
+    ZT_CHECK(desc.is_object(), p, ": metadata \"pieces\" is missing or not a JSON object; the checkpoint is damaged");
+    for (const StEntry& e : f->entries()) {
+      auto it = desc.find(e.name);
+      const bool ok = it != desc.end() && it->is_object() && it->contains("tensor") && (*it)["tensor"].is_string() &&
+                      it->contains("slot") && (*it)["slot"].is_string() && it->contains("shape") &&
+                      (*it)["shape"].is_array() && it->contains("begin") && (*it)["begin"].is_number_unsigned() &&
+                      !it->contains("dim") && e.shape.size() == 1;
+      ZT_CHECK(ok, p, ": piece ", quote(e.name), " is not described in the metadata; the checkpoint is damaged");
+      std::vector<int64_t> shape;
+      for (const auto& x : (*it)["shape"]) {
+        ZT_CHECK(x.is_number_unsigned() && x.get<uint64_t>() < (uint64_t(1) << 40), p, ": piece ", quote(e.name),
+                 " has a malformed shape; the checkpoint is damaged");
+        shape.push_back(x.get<int64_t>());
+      }
+      ZT_CHECK((*it)["begin"].get<uint64_t>() < (uint64_t(1) << 62), p, ": piece ", quote(e.name),
+               " starts out of range; the checkpoint is damaged");
+      add((*it)["slot"].get<std::string>(), (*it)["tensor"].get<std::string>(), std::move(shape),
+          {f, &e, (*it)["begin"].get<int64_t>(), e.numel()});
+    }
+  }
+}
+
+void CheckpointReader::add(const std::string& slot, const std::string& tensor, std::vector<int64_t> shape, Stored s) {
+  int64_t numel = 1;
+  bool overflow = false;
+  for (int64_t d : shape) overflow |= __builtin_mul_overflow(numel, d, &numel);
+  ZT_CHECK(!overflow && s.begin + s.count <= numel, dir_, ": a piece of ", slot, " of ", quote(tensor),
+           " lies outside the tensor; the checkpoint is damaged");
+  auto [it, fresh] = index_.try_emplace({slot, tensor});
+  if (fresh)
+    it->second.shape = std::move(shape);
+  else
+    ZT_CHECK(it->second.shape == shape, dir_, ": the pieces of ", slot, " of ", quote(tensor),
+             " disagree on its shape; the checkpoint is damaged");
+  it->second.pieces.push_back(s);
+}
+
+void CheckpointReader::get_tensor(const StatePiece& piece) {
+  ZT_ASSERT(piece.slice.dim < 0 && piece.dtype == DType::f32, piece.tensor);
+  auto it = index_.find({piece.slot, piece.tensor});
+  ZT_CHECK(it != index_.end(), dir_, ": no ", piece.slot, " of ", quote(piece.tensor),
+           "; the checkpoint belongs to a different model or optimizer");
+  ZT_CHECK(it->second.shape == piece.shape, dir_, ": ", quote(piece.tensor), " has shape ",
+           nlohmann::json(it->second.shape).dump(), " there but ", nlohmann::json(piece.shape).dump(),
+           " in this model; the checkpoint belongs to a different model");
+  const int64_t b = piece.slice.begin, e = b + piece.slice.count;
+  int64_t covered = 0;
+  for (const Stored& s : it->second.pieces) {
+    const int64_t lo = std::max(b, s.begin), hi = std::min(e, s.begin + s.count);
+    if (lo >= hi) continue;
+    read_range(*s.file, *s.entry, lo - s.begin, hi - lo, piece.data + (lo - b));
+    covered += hi - lo;
+  }
+  ZT_CHECK(covered == piece.slice.count, dir_, ": the checkpoint holds ", covered, " of the ", piece.slice.count,
+           " values of ", piece.slot, " of ", quote(piece.tensor), " from element ", b,
+           " that this run needs; it is incomplete");
+}
+
+const nlohmann::json* CheckpointReader::find_json(const std::string& key) const {
+  const nlohmann::json::json_pointer ptr(JsonStateWriter::json_pointer(key));
+  return state_.contains(ptr) ? &state_.at(ptr) : nullptr;
+}
+
+void CheckpointReader::load(const std::vector<Stateful*>& components) {
+  for (Stateful* c : components) c->load_state(*this);
 }
 
 }  // namespace zt

@@ -1,53 +1,84 @@
 // checkpoint.h: HF-style training checkpoints (`checkpoint-N/` folders) that resume
-// exactly. A checkpoint holds model.safetensors + config.json (fp32), optimizer.safetensors
-// (AdamW moments per parameter name, step count in the metadata), trainer_state.json
-// (HF's fields plus ztrain's resume state: data cursor, running loss sum, RNG seed),
-// and checksums.json (a hash and size per file), written last.
-// Atomicity: everything goes into `checkpoint-N.tmp/`, each file fsynced, then one
-// rename makes the folder appear whole; a crash or kill -9 mid-save leaves only a .tmp
-// folder, which loading ignores and the next save removes. Loading verifies every
-// checksum and names the damaged file; `latest` falls back to the newest intact one.
+// exactly, written and read the same way for one process, DDP and ZeRO: every component
+// (parameters, optimizer, LR schedule, data cursor, RNG, trainer counters) saves its state
+// through the state interface (core/state.h) as tensor pieces and JSON values.
+// A folder holds (docs/checkpoints.md has the details):
+//   config.json, trainer_state.json (HF's fields; ztrain's JSON state under "ztrain"),
+//   model.safetensors: the parameters under HF names when one shard holds them whole (one
+//     process, DDP), so the folder loads as an HF model;
+//   state-SSSSS-of-NNNNN.safetensors: every other piece, one file per shard owner, each
+//     piece a 1-D fp32 tensor described (tensor, slot, global shape, first element) in the
+//     file's metadata, so a reader with any layout assembles the slices it needs;
+//   checksums.json (a hash and size per file), written last.
+// Atomicity: everything goes into `checkpoint-N.tmp/`, each file fsynced, then one rename
+// makes the folder appear whole; a crash or kill -9 mid-save leaves only a .tmp folder,
+// which loading ignores and the next save removes. Loading verifies every checksum and
+// names the damaged file; `latest` falls back to the newest intact one.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/checkpoint_meta.h"
-#include "models/transformer.h"
-#include "optim/adamw.h"
+#include "core/state.h"
+#include "models/config.h"
 
 namespace zt {
 
-// Writes output_dir/checkpoint-<step>/ atomically.
-void checkpoint_save(const std::string& output_dir, int64_t step, const Transformer& model, const optim::AdamW& opt,
-                     const nlohmann::json& trainer_state);
+class SafetensorsFile;
+struct StEntry;
 
-// Verifies checksums (Error naming the damaged file), then loads model and optimizer
-// state into the flat buffers of model and opt (either format below); returns
-// trainer_state.json.
-nlohmann::json checkpoint_load(const std::string& dir, Transformer& model, optim::AdamW& opt);
-
-// Sharded checkpoints (ZeRO stages): instead of model.safetensors + optimizer.safetensors,
-// each shard owner writes zero_shard-SSSSS-of-NNNNN.safetensors holding its pieces of the
-// parameters and both AdamW moments as 1-D tensors named "<kind>.<param name>.<first
-// element>" (kind: params, exp_avg, exp_avg_sq). Pieces are named by parameter, not by the
-// writer's bucket layout, so checkpoint_load assembles them for any number of ranks and
-// any stage (resharding), and a single process can load them too.
-// Protocol (the caller synchronises the ranks): rank 0 calls checkpoint_sharded_begin;
-// barrier; every shard owner calls checkpoint_write_shard; barrier; rank 0 calls
-// checkpoint_sharded_finish (config.json, trainer_state.json, checksums.json of every file,
-// then the atomic rename).
-struct CheckpointPiece {
-  int param = 0;                 // index into ParamTable::list()
-  int64_t begin = 0, count = 0;  // elements of that parameter
-  const float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+struct CheckpointSaveOptions {
+  std::string output_dir;
+  int64_t step = 0;
+  StateShard shard;               // which state file this rank writes (index < 0: none)
+  bool chief = true;              // the rank that writes config.json, trainer_state.json, checksums
+  std::function<void()> barrier;  // synchronises the ranks; empty for one process
 };
-std::string checkpoint_tmp_dir(const std::string& output_dir, int64_t step);
-void checkpoint_sharded_begin(const std::string& output_dir, int64_t step);
-void checkpoint_write_shard(const std::string& output_dir, int64_t step, const Transformer& model, int shard,
-                            int num_shards, const std::vector<CheckpointPiece>& pieces, int64_t opt_steps);
-void checkpoint_sharded_finish(const std::string& output_dir, int64_t step, const Transformer& model,
-                               const nlohmann::json& trainer_state);
+
+// Writes output_dir/checkpoint-<step>/ atomically: a collective over the job's ranks, each
+// passing its components (the chief's JSON values make trainer_state.json; the other ranks'
+// are the same and dropped). cfg goes to config.json.
+void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
+                     const std::vector<const Stateful*>& components);
+
+// A checkpoint folder opened for loading: checksums verified (an Error naming the damaged
+// file), config.json checked against the run's model, trainer_state.json read, and the
+// pieces of model.safetensors and every state file indexed. Components load from it in any
+// layout: get_tensor assembles each requested slice from the stored pieces.
+class CheckpointReader final : public StateReader {
+ public:
+  CheckpointReader(const std::string& dir, const ModelConfig& cfg);
+  ~CheckpointReader() override;
+  void load(const std::vector<Stateful*>& components);
+
+  void get_tensor(const StatePiece& piece) override;
+  const nlohmann::json* find_json(const std::string& key) const override;
+  std::string source() const override { return dir_; }
+  const nlohmann::json& trainer_state() const { return state_; }
+
+ private:
+  struct Stored {
+    const SafetensorsFile* file;
+    const StEntry* entry;
+    int64_t begin, count;
+  };
+  struct Tensor {
+    std::vector<int64_t> shape;
+    std::vector<Stored> pieces;  // sorted by begin, disjoint
+  };
+  void index_state_files();
+  void add(const std::string& slot, const std::string& tensor, std::vector<int64_t> shape, Stored s);
+
+  std::string dir_;
+  nlohmann::json state_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::pair<std::string, std::string>, Tensor> index_;  // (slot, tensor)
+};
 
 }  // namespace zt

@@ -16,6 +16,25 @@ void packing_positions(int32_t* positions, const int32_t* inputs, int B, int T, 
   }
 }
 
+void DataCursor::save_state(StateWriter& w) const {
+  w.put_json("ztrain.sequences_consumed", next_);
+  w.put_json("ztrain.sequences_per_step", per_step_);
+  w.put_json("ztrain.sequence_length", T_);
+  w.put_json("ztrain.shuffle", shuffle_);
+}
+
+void DataCursor::load_state(StateReader& r) {
+  const int64_t per_step = r.get_int("ztrain.sequences_per_step"), T = r.get_int("ztrain.sequence_length");
+  ZT_CHECK(per_step == per_step_ && T == T_, r.source(), " was saved with ", per_step, " sequences of ", T,
+           " tokens per step; resume with the same batch size, accumulation and --model_max_length");
+  ZT_CHECK(r.get_bool("ztrain.shuffle") == shuffle_, r.source(), " was saved ", shuffle_ ? "with" : "without",
+           " --no_shuffle; resume the same way to continue its data order");
+  const int64_t next = r.get_int("ztrain.sequences_consumed");
+  ZT_CHECK(next >= 0 && next % per_step_ == 0, r.source(), ": \"ztrain.sequences_consumed\" is ", next,
+           ", not a whole number of steps; the checkpoint is damaged");
+  next_ = next;
+}
+
 int64_t DataLoader::first_sequence(const LoaderConfig& c, int64_t step, int micro) {
   const int64_t per_step = int64_t(c.B) * c.accumulation * c.world;
   return step * per_step + (int64_t(micro) * c.world + c.rank) * c.B;

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/state.h"
 #include "data/token_data.h"
 
 namespace zt {
@@ -79,6 +80,25 @@ class DataLoader {
   std::condition_variable cv_;
   double wait_s_ = 0;
   std::thread worker_;
+};
+
+// The loader's resumable position in checkpoints: the next global sequence (the order is a
+// pure function of the seed, which core/rng_state.h saves, and the step), with what fixes
+// the meaning of that number: sequences per step, their length, shuffling. Loading checks
+// those against this run's and restores the position.
+class DataCursor final : public Stateful {
+ public:
+  DataCursor(int64_t sequences_per_step, int sequence_length, bool shuffle, int64_t step = 0)
+      : per_step_(sequences_per_step), T_(sequence_length), shuffle_(shuffle), next_(step * sequences_per_step) {}
+  int64_t step() const { return next_ / per_step_; }  // the optimizer step it starts
+  void save_state(StateWriter& w) const override;
+  void load_state(StateReader& r) override;
+
+ private:
+  int64_t per_step_;
+  int T_;
+  bool shuffle_;
+  int64_t next_;  // the next global sequence
 };
 
 // Position ids for packed rows: positions[t] = 0 at t = 0 and after every EOS input token,

@@ -96,4 +96,34 @@ ScheduleKind schedule_kind_from_string(const std::string& s) {
                       "WarmupLR, WarmupDecayLR, WarmupCosineLR (DeepSpeed's)"));
 }
 
+const char* schedule_kind_name(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::constant:
+      return "constant";
+    case ScheduleKind::constant_with_warmup:
+      return "constant_with_warmup";
+    case ScheduleKind::linear:
+      return "linear";
+    case ScheduleKind::cosine:
+      return "cosine";
+    case ScheduleKind::warmup_lr:
+      return "WarmupLR";
+    case ScheduleKind::warmup_decay_lr:
+      return "WarmupDecayLR";
+    case ScheduleKind::warmup_cosine_lr:
+      return "WarmupCosineLR";
+  }
+  return "?";
+}
+
+void ScheduleState::save_state(StateWriter& w) const {
+  w.put_json("ztrain.lr_scheduler", {{"type", schedule_kind_name(s_.kind)}, {"step", step_}, {"lr", s_.lr_at(step_)}});
+}
+
+void ScheduleState::load_state(StateReader& r) {
+  const int64_t step = r.get_int("ztrain.lr_scheduler.step");
+  ZT_CHECK(step >= 0, r.source(), ": \"ztrain.lr_scheduler.step\" is negative; the checkpoint is damaged");
+  step_ = step;
+}
+
 }  // namespace zt::optim

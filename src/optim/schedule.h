@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/state.h"
+
 namespace zt::optim {
 
 enum class ScheduleKind {
@@ -45,6 +47,25 @@ struct Schedule {
 // DeepSpeed's formula at scheduler iteration it >= 0 (last_batch_iteration), without the
 // step shift of lr_at; exposed for tests and for comparing against DeepSpeed's own tables.
 double deepspeed_lr_at_iteration(const Schedule& s, int64_t it);
+
+// The schedule in a checkpoint (HF saves scheduler.pt): its type and the optimizer steps it
+// has seen (HF's last_epoch), with the LR it holds then. The LR is a pure function of the
+// step, so loading only reads the step back: the trainer resumes at the data cursor's step.
+// The schedule's parameters come from the resumed run's flags, as before.
+class ScheduleState final : public Stateful {
+ public:
+  ScheduleState(const Schedule& s, int64_t step) : s_(s), step_(step) {}
+  int64_t step() const { return step_; }
+  void save_state(StateWriter& w) const override;
+  void load_state(StateReader& r) override;
+
+ private:
+  const Schedule& s_;
+  int64_t step_;
+};
+
+// The --lr_scheduler_type name of a kind (the inverse of schedule_kind_from_string).
+const char* schedule_kind_name(ScheduleKind k);
 
 // Parses an --lr_scheduler_type value (HF names, or DeepSpeed's scheduler type names);
 // throws an Error naming the valid ones.

@@ -2,6 +2,7 @@
 #include "parallel/data_parallel.h"
 
 #include "core/error.h"
+#include "optim/clip.h"
 #include "parallel/buckets.h"
 #include "parallel/zero_engine.h"
 
@@ -18,6 +19,7 @@ void check_data_parallel_options(const DataParallelOptions& o, int n) {
            "--zero_quantized_weights (qwZ) quantizes ZeRO-3's parameter all-gather; it needs --zero_stage 3");
   ZT_CHECK(!o.quantized_gradients || o.stage >= 1,
            "--zero_quantized_gradients (qgZ) quantizes the gradient reduce-scatter; it needs --zero_stage 1, 2 or 3");
+  optim::optimizer_state_bytes_per_param(o.optim);  // an unknown --optim fails here, before any work
 }
 
 namespace {
@@ -42,7 +44,10 @@ std::vector<optim::ParamRange> flat_ranges(const ParamTable& t) {
 class DdpEngine final : public DataParallel, public FlatParamProvider {
  public:
   DdpEngine(Transformer& model, dist::Communicator& world, const DataParallelOptions& o)
-      : model_(model), overlap_(o.overlap_comm), opt_(model.num_params(), flat_ranges(model.params()), o.adam) {
+      : model_(model),
+        overlap_(o.overlap_comm),
+        opt_(optim::make_optimizer(o.optim, o.optim_config, model.num_params())),
+        ranges_(flat_ranges(model.params())) {
     model.ensure_grads();
     set_units(&model.units());
     set_buffers(model.flat_params(), model.flat_grads());
@@ -54,6 +59,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     tracker_ = std::make_unique<BucketTracker>(plan_);
     // Parameters of each unit, last first (the order backward finishes them).
     for (const Unit& u : model.units()) unit_params_.emplace_back(u.params.rbegin(), u.params.rend());
+    set_state_pieces();
     model.set_provider(this);
   }
   ~DdpEngine() override { model_.set_provider(nullptr); }
@@ -81,9 +87,12 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   void clip(double norm, double max_norm) override {
     optim::clip_grads(G_.as<float>(), model_.num_params(), norm, max_norm);
   }
-  void step(double lr) override { opt_.step(P_.as<float>(), G_.as<const float>(), lr); }
+  void step(double lr) override { opt_->step(optim::flat_pieces(P_.as<float>(), G_.as<const float>(), ranges_), lr); }
   void export_params() override {}
-  optim::AdamW* flat_optimizer() override { return &opt_; }
+  optim::Optimizer& optimizer() override { return *opt_; }
+  Stateful& param_state() override { return params_state_; }
+  // Every rank holds the same state: rank 0 writes it.
+  StateShard checkpoint_shard() const override { return {dp_->rank() == 0 ? 0 : -1, 1}; }
   std::vector<const dist::Communicator*> comms() const override { return {dp_.get()}; }
   double planned_bus_bytes(int) const override {
     double s = 0;
@@ -108,10 +117,22 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
       inflight_.push_back(dp_->iall_reduce(G_.as<float>() + c, size_t(std::min(cap_, r.end - c))));
   }
 
+  // Checkpoints: every tensor whole, parameters and optimizer state at its flat offset.
+  void set_state_pieces() {
+    std::vector<optim::StateSpan> spans;
+    for (const ParamInfo& p : model_.params().list()) {
+      params_state_.pieces.push_back({p.name, p.shape, "params", {0, p.numel}, P_.as<float>() + p.offset});
+      spans.push_back({p.name, p.shape, 0, p.numel, p.offset});
+    }
+    opt_->set_state_spans(std::move(spans));
+  }
+
   Transformer& model_;
   bool overlap_;
   bool last_ = true;
-  optim::AdamW opt_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  std::vector<optim::ParamRange> ranges_;  // decay runs of the flat buffer
+  PieceState params_state_;
   std::unique_ptr<dist::Communicator> dp_;
   BucketPlan plan_;
   std::unique_ptr<BucketTracker> tracker_;

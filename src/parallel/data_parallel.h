@@ -18,10 +18,10 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
+#include "core/state.h"
 #include "dist/communicator.h"
 #include "models/transformer.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 
 namespace zt::parallel {
 
@@ -32,7 +32,9 @@ struct DataParallelOptions {
   int hpz_partition_size = 1;              // G: shard within groups of G ranks (1 = all ranks)
   bool quantized_weights = false;          // qwZ (stage 3)
   bool quantized_gradients = false;        // qgZ (stages 1-3)
-  optim::AdamWConfig adam;
+  // The optimizer each engine makes (optim::make_optimizer) over what its rank owns.
+  std::string optim = "adamw_torch";  // HF's --optim name
+  optim::OptimizerConfig optim_config;
 };
 
 class DataParallel {
@@ -53,24 +55,19 @@ class DataParallel {
   // L2 norm of the whole reduced gradient (a collective).
   virtual double grad_norm() = 0;
   virtual void clip(double norm, double max_norm) = 0;
-  // AdamW on what this rank owns, then parameter synchronisation (ZeRO-1/2 all-gather).
+  // The optimizer on what this rank owns, then parameter synchronisation (ZeRO-1/2 all-gather).
   virtual void step(double lr) = 0;
   // A collective: afterwards model.flat_params() holds the full, current parameters.
   virtual void export_params() = 0;
-  // DDP's optimizer over the flat buffers (checkpoints); null for sharded stages.
-  virtual optim::AdamW* flat_optimizer() { return nullptr; }
-  // Sharded stages, on resume: takes this rank's shard of the moments (and the step count)
-  // from a flat AdamW over the whole model loaded from any checkpoint.
-  virtual void import_optimizer(const optim::AdamW& flat) {}
-  // Sharded checkpoints: this rank's pieces (parameters and moments, per tensor) and its
-  // shard index among num_shards; shard < 0 when another rank writes the same shard
-  // (hybrid: only the first group writes).
-  virtual std::vector<CheckpointPiece> checkpoint_pieces(int* shard, int* num_shards, int64_t* opt_steps) {
-    *shard = -1;
-    *num_shards = 0;
-    *opt_steps = 0;
-    return {};
-  }
+  // The optimizer over this rank's parameters (DDP: all of them; ZeRO: its shard). Its
+  // state spans are set, so it saves and loads itself as checkpoint pieces.
+  virtual optim::Optimizer& optimizer() = 0;
+  // Checkpoints: the parameters this rank holds, as pieces of slot "params" (DDP: every
+  // tensor whole; ZeRO: this rank's shard cut per tensor). Loading is a collective for
+  // ZeRO-1/2 (the loaded shards are all-gathered into the full parameters).
+  virtual Stateful& param_state() = 0;
+  // Which state file this rank writes (index < 0: none; another rank holds the same state).
+  virtual StateShard checkpoint_shard() const = 0;
 
   // Communicators carrying the gradient / parameter traffic (their counters are the
   // measured bytes; the scalar norm reduction runs on world and is not among them).

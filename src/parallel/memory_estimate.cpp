@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "models/layout.h"
 #include "models/transformer.h"
+#include "optim/optimizer.h"
 #include "parallel/shard.h"
 
 namespace zt::parallel {
@@ -75,6 +76,7 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
     live += in.unit_params[k];
   if (in.unit_params.empty()) live = int64_t(opt.zero3_live_units) * in.largest_unit_params;
   const int64_t zero3_comm = 2 * 4 * live;  // gathered fp32 parameters + unsharded fp32 gradients
+  const int64_t S = optim::optimizer_state_bytes_per_param(opt.optim);  // AdamW: 8
 
   auto row = [&](Strategy s, int group, int64_t params, int64_t grads, int64_t optim, int64_t comm) {
     MemoryRow r;
@@ -90,17 +92,17 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
     return r;
   };
   std::vector<MemoryRow> rows;
-  rows.push_back(row(Strategy::ddp, N, 4 * P, 4 * P, 8 * P, bucket));
-  rows.push_back(row(Strategy::zero1, N, 4 * P, 4 * P, 8 * shard(N), bucket));
+  rows.push_back(row(Strategy::ddp, N, 4 * P, 4 * P, S * P, bucket));
+  rows.push_back(row(Strategy::zero1, N, 4 * P, 4 * P, S * shard(N), bucket));
   // ZeRO-2 (parallel/zero.cpp): a bucket's gradient buffer lives from backward's first write
   // to the end of its reduce-scatter: the bucket filling plus two in flight, and the largest
   // unit's (a tied embedding's buffer lives through the whole backward: the LM head writes
   // it first, the embedding last). Measured on GPT-2 124M, 2 ranks: 231 MiB (docs/distributed.md).
-  rows.push_back(row(Strategy::zero2, N, 4 * P, 4 * shard(N), 8 * shard(N), 4 * in.largest_unit_params + 3 * bucket));
-  rows.push_back(row(Strategy::zero3, N, 4 * shard(N), 4 * shard(N), 8 * shard(N), zero3_comm));
+  rows.push_back(row(Strategy::zero2, N, 4 * P, 4 * shard(N), S * shard(N), 4 * in.largest_unit_params + 3 * bucket));
+  rows.push_back(row(Strategy::zero3, N, 4 * shard(N), 4 * shard(N), S * shard(N), zero3_comm));
   if (G > 1 && G < N) {
-    rows.push_back(row(Strategy::zero3_hpz, G, 4 * shard(N) + 4 * shard(G), 4 * shard(N), 8 * shard(N), zero3_comm));
-    rows.push_back(row(Strategy::hybrid, G, 4 * shard(G), 4 * shard(G), 8 * shard(G), zero3_comm));
+    rows.push_back(row(Strategy::zero3_hpz, G, 4 * shard(N) + 4 * shard(G), 4 * shard(N), S * shard(N), zero3_comm));
+    rows.push_back(row(Strategy::hybrid, G, 4 * shard(G), 4 * shard(G), S * shard(G), zero3_comm));
   }
   return rows;
 }

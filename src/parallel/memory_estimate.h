@@ -11,11 +11,12 @@
 //   ZeRO-3 / hpZ / hybrid: parameters are gathered per unit (a transformer block, or a
 //     top-level tensor such as the embedding); counted: the two largest units of gathered
 //     parameters (current + prefetched) and of unsharded gradients (current + in flight).
-// Model states are fp32 AdamW: 4 (parameter) + 4 (gradient) + 8 (two moments) bytes per
-// parameter unsharded. ZeRO-1 shards the moments over N ranks, ZeRO-2 also the
-// gradients, ZeRO-3 also the parameters; hpZ (ZeRO++) keeps ZeRO-3's shards over N plus
-// a secondary parameter copy sharded over G; hybrid (FSDP's HYBRID_SHARD) is ZeRO-3
-// within groups of G ranks, replicated across the N/G groups.
+// Model states are fp32: 4 (parameter) + 4 (gradient) + the optimizer's state (AdamW: 8,
+// two moments; optim::optimizer_state_bytes_per_param) bytes per parameter unsharded.
+// ZeRO-1 shards the optimizer state over N ranks, ZeRO-2 also the gradients, ZeRO-3 also
+// the parameters; hpZ (ZeRO++) keeps ZeRO-3's shards over N plus a secondary parameter copy
+// sharded over G; hybrid (FSDP's HYBRID_SHARD) is ZeRO-3 within groups of G ranks,
+// replicated across the N/G groups.
 // It deliberately is not a measurement: allocator overhead, the binary and the runtime
 // libraries (about 2% here, docs/memory.md) are not included.
 #pragma once
@@ -51,6 +52,8 @@ struct MemoryEstimateOptions {
   int hpz_partition_size = 0;  // G; 0 = N/2 when N >= 4 (the hpZ / hybrid rows need 1 < G < N)
   int64_t ddp_bucket_bytes = 25 << 20;
   int zero3_live_units = 2;  // gathered units resident at once (current + prefetch)
+  // HF's --optim name of the optimizer whose state bytes per parameter are counted.
+  std::string optim = "adamw_torch";
 };
 
 struct MemoryRow {

@@ -5,9 +5,10 @@
 // reduce_bucket_size elements). Each bucket is padded (shard_layout, 16-float alignment)
 // so every rank of the sharding group owns one equal, contiguous slice of it: the slices
 // are what reduce_scatter / all_gather exchange, with no copies. A rank's shard is the
-// concatenation of its slices over the buckets; the optimizer state (AdamW moments) is
-// sized to it, and the sharded AdamW is cut per tensor (shard_pieces) so weight decay
-// still applies per tensor.
+// concatenation of its slices over the buckets; the optimizer's state slots (whatever it
+// declares: AdamW's two moments) are sized to it, and its step is cut per tensor
+// (shard_pieces) so weight decay still applies per tensor. Checkpoints name the same cuts
+// (tensor, first element): parameters and every slot, independent of this layout.
 //
 // What each stage holds per rank:
 //   stage 1: full parameters + full gradients (padded buckets) + moments of the shard.
@@ -29,6 +30,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "optim/clip.h"
 #include "parallel/quantize.h"
 #include "parallel/shard.h"
 #include "parallel/zero_engine.h"
@@ -86,7 +88,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       for (auto& b : buckets_) full_g_.emplace_back(size_t(b.layout.padded) * kF32, MemCategory::gradients);
     else
       gshard_ = Buffer(size_t(S_) * kF32, MemCategory::gradients);
-    adam_ = std::make_unique<optim::AdamW>(S_, std::vector<optim::ParamRange>{}, o.adam);
+    opt_ = optim::make_optimizer(o.optim, o.optim_config, S_);
+    set_state_pieces();
     gbuf_.resize(buckets_.size());
     pending_.assign(buckets_.size(), 0);
     model.drop_flat_state();
@@ -182,19 +185,13 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       optim::clip_grads(shard_grad(b), buckets_[b].layout.shard, norm, max_norm);
   }
   void step(double lr) override {
-    std::vector<optim::AdamWPiece> pieces;
+    std::vector<optim::StepPiece> pieces;
     for (size_t b = 0; b < buckets_.size(); ++b)
       for (const PieceTemplate& t : buckets_[b].pieces)
         pieces.push_back(
             {shard_param(b) + t.rel, shard_grad(b) + t.rel, buckets_[b].shard_off + t.rel, t.numel, t.decay});
-    adam_->step_pieces(pieces, lr);
-    if (stage_ == 3) return;
-    std::vector<dist::Request> rs;
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      const int64_t sh = buckets_[b].layout.shard;
-      rs.push_back(group_->iall_gather(shard_param(b), full_p_[b].data(), size_t(sh) * kF32));
-    }
-    for (auto& r : rs) r.wait();
+    opt_->step(pieces, lr);
+    gather_params();
   }
   void export_params() override {
     model_.restore_flat_params();
@@ -211,30 +208,10 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       put(std::move(buf));
     }
   }
-  void import_optimizer(const optim::AdamW& flat) override {
-    adam_->set_steps(flat.steps());
-    for (float* (optim::AdamW::*moment)() const : {&optim::AdamW::exp_avg, &optim::AdamW::exp_avg_sq}) {
-      const float* src = (flat.*moment)();
-      float* mine = ((*adam_).*moment)();
-      for (const BucketInfo& k : buckets_) {
-        const Range r = k.layout.range(gr_);
-        if (!r.empty()) std::memcpy(mine + k.shard_off, src + k.begin + r.begin, size_t(r.size()) * kF32);
-      }
-    }
-  }
-  std::vector<CheckpointPiece> checkpoint_pieces(int* shard, int* num_shards, int64_t* opt_steps) override {
-    *shard = replica_ && replica_->rank() != 0 ? -1 : gr_;
-    *num_shards = G_;
-    *opt_steps = adam_->steps();
-    std::vector<CheckpointPiece> out;
-    for (size_t b = 0; b < buckets_.size(); ++b)
-      for (const PieceTemplate& t : buckets_[b].pieces) {
-        const int64_t s = buckets_[b].shard_off + t.rel;
-        out.push_back(
-            {t.param, t.param_begin, t.numel, shard_param(b) + t.rel, adam_->exp_avg() + s, adam_->exp_avg_sq() + s});
-      }
-    return out;
-  }
+  optim::Optimizer& optimizer() override { return *opt_; }
+  Stateful& param_state() override { return params_state_; }
+  // Hybrid: the groups hold the same shards; only the first group writes them.
+  StateShard checkpoint_shard() const override { return {replica_ && replica_->rank() != 0 ? -1 : gr_, G_}; }
   std::vector<const dist::Communicator*> comms() const override {
     std::vector<const dist::Communicator*> c{group_.get()};
     if (replica_) c.push_back(replica_.get());
@@ -275,6 +252,30 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   }
 
  private:
+  // Stages 1/2: every rank's updated (or loaded) shard into everyone's full parameters.
+  void gather_params() {
+    if (stage_ == 3) return;
+    std::vector<dist::Request> rs;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const int64_t sh = buckets_[b].layout.shard;
+      rs.push_back(group_->iall_gather(shard_param(b), full_p_[b].data(), size_t(sh) * 4));
+    }
+    for (auto& r : rs) r.wait();
+  }
+  // Checkpoints: this rank's shard as pieces of each tensor (the optimizer's pieces), for the
+  // parameters and, through state spans, every slot the optimizer declares.
+  void set_state_pieces() {
+    const auto& list = model_.params().list();
+    std::vector<optim::StateSpan> spans;
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (const PieceTemplate& t : buckets_[b].pieces) {
+        const ParamInfo& p = list[t.param];
+        params_state_.pieces.push_back({p.name, p.shape, "params", {t.param_begin, t.numel}, shard_param(b) + t.rel});
+        spans.push_back({p.name, p.shape, t.param_begin, t.numel, buckets_[b].shard_off + t.rel});
+      }
+    opt_->set_state_spans(std::move(spans));
+    params_state_.after_load = [this] { gather_params(); };
+  }
   void plan_buckets_() {
     // Units in backward order (the reverse of the list: head, blocks last first, embedding).
     const int U = int(units_.size());
@@ -459,7 +460,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   int64_t S_ = 0;
   std::vector<Buffer> full_p_, full_g_, gbuf_, pool_;
   Buffer pshard_, gshard_;
-  std::unique_ptr<optim::AdamW> adam_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  PieceState params_state_;
   std::vector<int> pending_;
   std::deque<Pending> inflight_;
   std::vector<std::pair<int, bool>> schedule_;

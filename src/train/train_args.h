@@ -22,6 +22,7 @@ struct TrainArgs {
   int gradient_accumulation_steps = 1;  // micro-batches per optimizer step
   int model_max_length = 0;             // T; 0 = min(1024, model context)
 
+  std::string optim = "adamw_torch";  // HF's --optim: adamw_torch (alias adamw); optim/optimizer.h
   double learning_rate = 5e-5;
   double weight_decay = 0.0;
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;

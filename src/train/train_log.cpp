@@ -14,6 +14,8 @@
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/rng_state.h"
+#include "data/loader.h"
 #include "train/plot_png.h"
 #include "train/tfevents.h"
 
@@ -65,10 +67,12 @@ TrainLog::TrainLog(const TrainArgs& a, const ModelConfig&, const Transformer& mo
   progress_ = a.disable_tqdm == "false" || (a.disable_tqdm == "auto" && ::isatty(2));
 }
 
-void TrainLog::restore(const nlohmann::json& state) {
-  history_ = state.at("log_history");
-  step_ = last_logged_ = state.at("global_step").get<int64_t>();
-  loss_total_ = state.at("ztrain").at("loss_sum").get<double>();
+void TrainLog::load_state(StateReader& r) {
+  const nlohmann::json& history = r.get_json("log_history");
+  ZT_CHECK(history.is_array(), r.source(), ": \"log_history\" is not an array; the checkpoint is damaged");
+  history_ = history;
+  step_ = last_logged_ = r.get_int("global_step");
+  loss_total_ = r.get_number("ztrain.loss_sum");
   // The last entry of a finished run's history is its summary; a resumed run writes a new one.
   if (!history_.empty() && history_.back().contains("train_runtime")) history_.erase(history_.size() - 1);
 }
@@ -204,28 +208,33 @@ void TrainLog::write_trainer_state(const std::string& dir) const {
   write_file_atomic(dir + "/trainer_state.json", trainer_state().dump(2) + "\n");
 }
 
+void TrainLog::save_state(StateWriter& w) const {
+  w.put_json("best_metric", nullptr);
+  w.put_json("best_model_checkpoint", nullptr);
+  w.put_json("epoch", epoch_at(step_));
+  w.put_json("global_step", step_);
+  w.put_json("is_hyper_param_search", false);
+  w.put_json("is_local_process_zero", true);
+  w.put_json("is_world_process_zero", true);
+  w.put_json("log_history", history_);
+  w.put_json("logging_steps", a_.logging_steps);
+  w.put_json("max_steps", total_steps_);
+  w.put_json("num_train_epochs", std::ceil(double(total_steps_) / double(steps_per_epoch_)));
+  w.put_json("save_steps", a_.save_steps);
+  w.put_json("total_flos", flops_per_token_ * tokens_per_step_ * double(step_));
+  w.put_json("train_batch_size", a_.per_device_train_batch_size);
+  w.put_json("trial_name", nullptr);
+  w.put_json("trial_params", nullptr);
+  w.put_json("ztrain.loss_sum", loss_total_);
+}
+
 nlohmann::json TrainLog::trainer_state() const {
   nlohmann::json s;
-  s["best_metric"] = nullptr;
-  s["best_model_checkpoint"] = nullptr;
-  s["epoch"] = epoch_at(step_);
-  s["global_step"] = step_;
-  s["is_hyper_param_search"] = false;
-  s["is_local_process_zero"] = true;
-  s["is_world_process_zero"] = true;
-  s["log_history"] = history_;
-  s["logging_steps"] = a_.logging_steps;
-  s["max_steps"] = total_steps_;
-  s["num_train_epochs"] = std::ceil(double(total_steps_) / double(steps_per_epoch_));
-  s["save_steps"] = a_.save_steps;
-  s["total_flos"] = flops_per_token_ * tokens_per_step_ * double(step_);
-  s["train_batch_size"] = a_.per_device_train_batch_size;
-  s["trial_name"] = nullptr;
-  s["trial_params"] = nullptr;
+  JsonStateWriter w(&s);
+  save_state(w);
   const int64_t seqs = int64_t(a_.per_device_train_batch_size) * a_.gradient_accumulation_steps * world_;
-  s["ztrain"] = {{"loss_sum", loss_total_}, {"sequences_consumed", step_ * seqs},
-                 {"seed", a_.seed},         {"shuffle", !a_.no_shuffle},
-                 {"sequence_length", T_},   {"sequences_per_step", seqs}};
+  DataCursor(seqs, T_, !a_.no_shuffle, step_).save_state(w);
+  RngState(a_.seed).save_state(w);
   return s;
 }
 

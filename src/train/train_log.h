@@ -1,6 +1,8 @@
 // train_log.h: what a training run tells its user: the HF start-up block, a line per
 // logging step, the closing metrics block with memory by category, and the files HF
 // writes (trainer_state.json with log_history at full precision, train_results.json).
+// It holds the trainer's counters (global step, log history, the running loss sum), which
+// checkpoints save through the state interface (core/state.h) like every other component.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/state.h"
 #include "models/config.h"
 #include "models/transformer.h"
 #include "train/evaluate.h"
@@ -15,7 +18,7 @@
 
 namespace zt {
 
-class TrainLog {
+class TrainLog final : public Stateful {
  public:
   TrainLog(const TrainArgs& a, const ModelConfig& cfg, const Transformer& model, int64_t total_steps,
            int64_t steps_per_epoch, int T, int64_t resume_step, int world_size = 1);
@@ -24,11 +27,14 @@ class TrainLog {
   void step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log);
   void first_step(double startup_s, double weights_s) const;
   void eval_done(int64_t step, const EvalResult& r);
-  // trainer_state.json as HF writes it, plus ztrain's resume state under "ztrain".
+  // trainer_state.json as HF writes it, plus ztrain's resume state under "ztrain" (the
+  // counters below, the data cursor and the seed), as the final file of a run.
   nlohmann::json trainer_state() const;
   void write_trainer_state(const std::string& dir) const;
-  // Continues a run from a checkpoint's trainer_state.json.
-  void restore(const nlohmann::json& state);
+  // Checkpoints: HF's TrainerState fields (global_step, log_history, ...) and
+  // "ztrain.loss_sum"; loading continues the run from them.
+  void save_state(StateWriter& w) const override;
+  void load_state(StateReader& r) override;
   // Extra keys merged into train_results.json (e.g. the data-parallel report).
   void add_results(const nlohmann::json& j) { extra_results_.update(j); }
   // data_wait_s: time the step loop spent blocked on the data loader.
@@ -60,7 +66,7 @@ class TrainLog {
   double ema_step_s_ = 0;
 
  public:
-  ~TrainLog();
+  ~TrainLog() override;
   TrainLog(const TrainLog&) = delete;
   TrainLog& operator=(const TrainLog&) = delete;
 };

@@ -24,12 +24,13 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/profile.h"
+#include "core/rng_state.h"
 #include "data/loader.h"
 #include "data/token_data.h"
 #include "dist/communicator.h"
 #include "parallel/data_parallel.h"
 #include "models/transformer.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/deepspeed_config.h"
 #include "train/evaluate.h"
@@ -98,6 +99,19 @@ nlohmann::json comm_report(const parallel::DataParallel& dp, int64_t steps, int 
   return j;
 }
 
+// The components a checkpoint holds besides the trainer's log, at optimizer step `step`: where
+// the data, the RNG and the schedule stand, the parameters and the optimizer.
+struct RunState {
+  RunState(const TrainArgs& a, int64_t seqs_per_step, int T, const optim::Schedule& s, int64_t step)
+      : cursor(seqs_per_step, T, !a.no_shuffle, step), rng(a.seed), schedule(s, step) {}
+  std::vector<Stateful*> with(parallel::DataParallel& dp) {
+    return {&cursor, &rng, &schedule, &dp.param_state(), &dp.optimizer()};
+  }
+  DataCursor cursor;
+  RngState rng;
+  optim::ScheduleState schedule;
+};
+
 }  // namespace
 
 static void train_ranks(const TrainArgs& a, dist::Communicator* world_ptr);
@@ -146,10 +160,11 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
   dpo.hpz_partition_size = a.zero_hpz_partition_size;
   dpo.quantized_weights = a.zero_quantized_weights;
   dpo.quantized_gradients = a.zero_quantized_gradients;
-  dpo.adam.beta1 = a.adam_beta1;
-  dpo.adam.beta2 = a.adam_beta2;
-  dpo.adam.eps = a.adam_epsilon;
-  dpo.adam.weight_decay = a.weight_decay;
+  dpo.optim = a.optim;
+  dpo.optim_config.beta1 = a.adam_beta1;
+  dpo.optim_config.beta2 = a.adam_beta2;
+  dpo.optim_config.eps = a.adam_epsilon;
+  dpo.optim_config.weight_decay = a.weight_decay;
   parallel::check_data_parallel_options(dpo, nranks);
   const int64_t seqs_per_step = int64_t(B) * G * nranks;
   ZT_CHECK(a.train_batch_size <= 0 || a.train_batch_size == seqs_per_step, "train_batch_size ", a.train_batch_size,
@@ -180,47 +195,26 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
                                 : std::max<int64_t>(1, int64_t(std::ceil(a.logging_steps * double(total_steps))));
 
   const bool will_save = a.save_strategy == "steps" && a.save_steps > 0 && a.save_steps <= total_steps;
-  // DDP's engine keeps the flat buffers, so a checkpoint loads straight into them. A
-  // sharded engine takes its shard from the model's flat parameters when it is created,
-  // so a checkpoint is loaded first (into the flat model and a flat AdamW whose moments
-  // the engine then shards): a checkpoint of either format (one file per state, or ZeRO
-  // shards named by parameter) resumes under any N or stage.
-  std::unique_ptr<parallel::DataParallel> dp;
-  if (a.zero_stage == 0) dp = parallel::DataParallel::create(model, *world, dpo);
-  std::unique_ptr<optim::AdamW> flat_opt;
+  // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
+  // the activations are planned: the flat buffers it frees never coexist with them.
+  std::unique_ptr<parallel::DataParallel> dp = parallel::DataParallel::create(model, *world, dpo);
 
-  // Resume: model, optimizer and trainer state from a verified checkpoint; the data
-  // order is a pure function of (seed, step), so the cursor is the step itself.
+  // Resume: every component loads its state from a verified checkpoint, each rank the
+  // pieces it holds, assembled from whatever layout (N, stage) wrote them. The data order is
+  // a pure function of (seed, step), so the cursor is one number.
   int64_t start_step = 0;
-  nlohmann::json resumed;
+  std::unique_ptr<CheckpointReader> resumed;
   if (!a.resume_from_checkpoint.empty()) {
     std::string dir = a.resume_from_checkpoint;
     if (dir == "latest") {
       dir = checkpoint_find_latest(a.output_dir);
       ZT_CHECK(!dir.empty(), "--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a.output_dir);
     }
-    if (dp) {
-      resumed = checkpoint_load(dir, model, *dp->flat_optimizer());
-    } else {
-      flat_opt = std::make_unique<optim::AdamW>(model.num_params(), std::vector<optim::ParamRange>{}, dpo.adam);
-      resumed = checkpoint_load(dir, model, *flat_opt);
-    }
-    start_step = resumed.at("global_step").get<int64_t>();
-    const auto& zs = resumed.at("ztrain");
-    ZT_CHECK(zs.at("sequences_per_step").get<int64_t>() == seqs_per_step && zs.at("sequence_length").get<int>() == T,
-             dir, " was saved with ", zs.at("sequences_per_step"), " sequences of ", zs.at("sequence_length"),
-             " tokens per step; resume with the same batch size, accumulation and --model_max_length");
-    ZT_CHECK(
-        zs.at("seed").get<int64_t>() == a.seed && zs.at("shuffle").get<bool>() == !a.no_shuffle, dir,
-        " was saved with a different --seed or --no_shuffle; resume with the same ones to continue its data order");
+    resumed = std::make_unique<CheckpointReader>(dir, cfg);
+    RunState rs(a, seqs_per_step, T, sched, 0);
+    resumed->load(rs.with(*dp));
+    start_step = rs.cursor.step();
     if (chief) std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step);
-  }
-  if (!dp) {
-    // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
-    // the activations are planned: the flat buffers it frees never coexist with them.
-    dp = parallel::DataParallel::create(model, *world, dpo);
-    if (flat_opt) dp->import_optimizer(*flat_opt);
-    flat_opt.reset();
   }
   model.plan(B, T, /*training=*/true);
   LoaderConfig lc;
@@ -242,10 +236,11 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
   std::unique_ptr<TrainLog> log;
   if (chief) {
     log = std::make_unique<TrainLog>(a, cfg, model, total_steps, steps_per_epoch, T, start_step, nranks);
-    if (start_step > 0) log->restore(resumed);
+    if (resumed) log->load_state(*resumed);
     log->print_header(sampler.num_windows(), seqs_per_step);
     if (nranks > 1) std::printf("  Data parallel: %s\n", dp->describe().dump().c_str());
   }
+  resumed.reset();  // every component has its state: the checkpoint's files close
   const double startup_s = seconds_since(t_start);
   const double tokens_per_step = double(seqs_per_step) * T;
   const float grad_scale = float(1.0 / tokens_per_step);
@@ -300,19 +295,13 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
       if (log) log->eval_done(step + 1, r);
     }
     if (will_save && (step + 1) % a.save_steps == 0) {
-      if (a.zero_stage == 0) {
-        if (chief) checkpoint_save(a.output_dir, step + 1, model, *dp->flat_optimizer(), log->trainer_state());
-      } else {
-        // Sharded: each shard owner writes its own pieces; no rank holds the full state.
-        if (chief) checkpoint_sharded_begin(a.output_dir, step + 1);
-        world->barrier();
-        int shard = -1, num_shards = 0;
-        int64_t opt_steps = 0;
-        std::vector<CheckpointPiece> pieces = dp->checkpoint_pieces(&shard, &num_shards, &opt_steps);
-        if (shard >= 0) checkpoint_write_shard(a.output_dir, step + 1, model, shard, num_shards, pieces, opt_steps);
-        world->barrier();
-        if (chief) checkpoint_sharded_finish(a.output_dir, step + 1, model, log->trainer_state());
-      }
+      // One way for every layout: shard owners write their pieces (no rank holds the full
+      // state under ZeRO), the chief the JSON state and the checksums.
+      RunState rs(a, seqs_per_step, T, sched, step + 1);
+      std::vector<Stateful*> parts = rs.with(*dp);
+      if (log) parts.push_back(log.get());
+      checkpoint_save({a.output_dir, step + 1, dp->checkpoint_shard(), chief, [&] { world->barrier(); }}, cfg,
+                      {parts.begin(), parts.end()});
       if (chief) checkpoint_prune(a.output_dir, a.save_total_limit);
     }
   }

@@ -1,0 +1,232 @@
+// test_checkpoint.cpp: the state interface and the checkpointer (core/state.h,
+// checkpoint/checkpoint.h) without a model or MPI: pieces written by "ranks" (threads) in one
+// layout are read back in another, the one-shard folder is an HF model folder, JSON state
+// round-trips through trainer_state.json, the optimizer saves whatever slots it declares, and
+// damaged, incomplete or foreign checkpoints are one-line Errors naming the problem.
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <thread>
+#include <unistd.h>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "core/error.h"
+#include "core/rng_state.h"
+#include "data/loader.h"
+#include "models/config.h"
+#include "optim/optimizer.h"
+
+namespace zt {
+namespace {
+namespace fs = std::filesystem;
+
+ModelConfig tiny_config() {
+  return config_from_json(
+      {{"model_type", "gpt2"}, {"vocab_size", 16}, {"n_positions", 8}, {"n_embd", 8}, {"n_layer", 1}, {"n_head", 2}},
+      "test");
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+// Tensors "a" (4 x 5) and "b" (7) with slots "params" and "exp_avg", cut into whatever
+// pieces a test gives; the values are a function of (slot, tensor, element).
+struct Pieces final : Stateful {
+  std::vector<StatePiece> pieces;
+  std::vector<std::vector<float>> store;
+  void add(const std::string& slot, const std::string& tensor, int64_t begin, int64_t count) {
+    store.emplace_back(size_t(count), -1.0f);
+    pieces.push_back(
+        {tensor, tensor == "a" ? std::vector<int64_t>{4, 5} : std::vector<int64_t>{7}, slot, {begin, count}, nullptr});
+  }
+  void fill_expected() {
+    for (size_t i = 0; i < pieces.size(); ++i)
+      for (int64_t k = 0; k < pieces[i].slice.count; ++k) store[i][k] = expected(pieces[i], k);
+  }
+  static float expected(const StatePiece& p, int64_t k) {
+    return float(p.slice.begin + k) + (p.tensor == "b" ? 100.f : 0.f) + (p.slot == "params" ? 0.f : 0.5f);
+  }
+  void bind() {
+    for (size_t i = 0; i < pieces.size(); ++i) pieces[i].data = store[i].data();
+  }
+  void save_state(StateWriter& w) const override {
+    for (const StatePiece& p : pieces) w.put_tensor(p);
+  }
+  void load_state(StateReader& r) override {
+    for (const StatePiece& p : pieces) r.get_tensor(p);
+  }
+};
+
+// What every checkpoint's trainer_state.json needs besides the data cursor and the RNG.
+struct Counters final : Stateful {
+  int64_t step = 3;
+  double loss_sum = 0;
+  void save_state(StateWriter& w) const override {
+    w.put_json("global_step", step);
+    w.put_json("log_history", nlohmann::json::array());
+    w.put_json("ztrain.loss_sum", 12.5);
+  }
+  void load_state(StateReader& r) override { loss_sum = r.get_number("ztrain.loss_sum"); }
+};
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    out_ = fs::temp_directory_path() / ("zt_ckpt_" + std::to_string(::getpid()));
+    fs::remove_all(out_);
+    fs::create_directories(out_);
+  }
+  void TearDown() override { fs::remove_all(out_); }
+  // Saves step 3 with one thread per rank; rank r holds ranks[r] and writes shard r of n.
+  void save(std::vector<Pieces>& ranks) {
+    const int n = int(ranks.size());
+    std::barrier sync(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        DataCursor cursor(8, 16, true, 3);
+        RngState rng(42);
+        Counters counters;
+        CheckpointSaveOptions o{out_.string(), 3, {r, n}, r == 0, [&] { sync.arrive_and_wait(); }};
+        checkpoint_save(o, tiny_config(), {&ranks[r], &cursor, &rng, &counters});
+      });
+    for (auto& t : threads) t.join();
+  }
+  std::string dir() const { return (out_ / "checkpoint-3").string(); }
+  fs::path out_;
+};
+
+TEST_F(CheckpointTest, ShardsWrittenInOneLayoutLoadInAnother) {
+  std::vector<Pieces> ranks(2);
+  for (const char* slot : {"params", "exp_avg"}) {
+    ranks[0].add(slot, "a", 0, 12);
+    ranks[1].add(slot, "a", 12, 8);
+    ranks[1].add(slot, "b", 0, 7);
+  }
+  for (auto& r : ranks) r.fill_expected(), r.bind();
+  save(ranks);
+  EXPECT_TRUE(fs::exists(fs::path(dir()) / "state-00000-of-00002.safetensors"));
+  EXPECT_TRUE(fs::exists(fs::path(dir()) / "state-00001-of-00002.safetensors"));
+  EXPECT_FALSE(fs::exists(fs::path(dir()) / "model.safetensors"));  // no rank holds a tensor whole
+
+  Pieces three;  // three "ranks" worth of slices, straddling the writers' cuts
+  for (const char* slot : {"params", "exp_avg"}) {
+    three.add(slot, "a", 0, 7);
+    three.add(slot, "a", 7, 13);
+    three.add(slot, "b", 2, 5);
+  }
+  three.bind();
+  CheckpointReader reader(dir(), tiny_config());
+  DataCursor cursor(8, 16, true);
+  RngState rng(42);
+  Counters counters;
+  reader.load({&three, &cursor, &rng, &counters});
+  for (size_t i = 0; i < three.pieces.size(); ++i)
+    for (int64_t k = 0; k < three.pieces[i].slice.count; ++k)
+      ASSERT_EQ(three.store[i][k], Pieces::expected(three.pieces[i], k)) << three.pieces[i].tensor << " " << k;
+  EXPECT_EQ(cursor.step(), 3);
+  EXPECT_EQ(counters.loss_sum, 12.5);
+  EXPECT_EQ(reader.get_int("ztrain.sequences_consumed"), 24);
+  EXPECT_EQ(reader.find_json("ztrain.loss_sum.deeper"), nullptr);
+  EXPECT_EQ(reader.find_json("no.such.key"), nullptr);
+
+  // The run must match what fixes the data order.
+  DataCursor other_batch(16, 16, true);
+  EXPECT_NE(error_of([&] { reader.load({&other_batch}); }).find("resume with the same batch size"), std::string::npos);
+  DataCursor unshuffled(8, 16, false);
+  EXPECT_NE(error_of([&] { reader.load({&unshuffled}); }).find("--no_shuffle"), std::string::npos);
+  RngState other_seed(7);
+  EXPECT_NE(error_of([&] { reader.load({&other_seed}); }).find("saved with --seed 42"), std::string::npos);
+  EXPECT_NE(error_of([&] { reader.get_bool("ztrain.loss_sum"); }).find("\"ztrain.loss_sum\" is missing or not true"),
+            std::string::npos);
+
+  // A different model, a tensor the checkpoint lacks, a missing shard.
+  Pieces wrong;
+  wrong.add("params", "a", 0, 20);
+  wrong.pieces[0].shape = {5, 4};
+  wrong.bind();
+  EXPECT_NE(error_of([&] { reader.load({&wrong}); }).find("belongs to a different model"), std::string::npos);
+  wrong.pieces[0].tensor = "c";
+  EXPECT_NE(error_of([&] { reader.load({&wrong}); }).find("no params of \"c\""), std::string::npos);
+  auto config = tiny_config();
+  config.n_layer = 2;
+  EXPECT_NE(error_of([&] { CheckpointReader r(dir(), config); }).find("describes a different model"),
+            std::string::npos);
+  fs::remove(fs::path(dir()) / "state-00001-of-00002.safetensors");
+  nlohmann::json sums;
+  std::ifstream(fs::path(dir()) / "checksums.json") >> sums;
+  sums.erase("state-00001-of-00002.safetensors");
+  std::ofstream(fs::path(dir()) / "checksums.json") << sums.dump();
+  EXPECT_NE(error_of([&] { CheckpointReader r(dir(), tiny_config()); }).find("a shard is missing"), std::string::npos);
+}
+
+TEST_F(CheckpointTest, OneShardIsAnHfModelFolder) {
+  std::vector<Pieces> ranks(1);
+  for (const char* slot : {"params", "exp_avg"}) {
+    ranks[0].add(slot, "a", 0, 20);
+    ranks[0].add(slot, "b", 0, 7);
+  }
+  ranks[0].fill_expected(), ranks[0].bind();
+  save(ranks);
+  SafetensorsFile model((fs::path(dir()) / "model.safetensors").string());
+  ASSERT_EQ(model.entries().size(), 2u);
+  ASSERT_TRUE(model.find("a") && model.find("a")->shape == (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(model.metadata().at("format"), "pt");
+  SafetensorsFile state((fs::path(dir()) / "state-00000-of-00001.safetensors").string());
+  EXPECT_EQ(state.entries().size(), 2u);  // exp_avg of a and b; parameters went to model.safetensors
+  Pieces back;
+  back.add("params", "a", 5, 10);
+  back.add("exp_avg", "b", 0, 7);
+  back.bind();
+  CheckpointReader(dir(), tiny_config()).load({&back});
+  for (size_t i = 0; i < back.pieces.size(); ++i)
+    for (int64_t k = 0; k < back.pieces[i].slice.count; ++k)
+      ASSERT_EQ(back.store[i][k], Pieces::expected(back.pieces[i], k));
+  // A checkpoint of the older format is named as such.
+  std::ofstream(fs::path(dir()) / "optimizer.safetensors") << "x";
+  EXPECT_NE(error_of([&] { CheckpointReader r(dir(), tiny_config()); }).find("older ztrain"), std::string::npos);
+}
+
+// The optimizer saves every slot it declares by tensor piece, and loads into another layout
+// of the same tensors (a state offset per piece, as ZeRO's shards have).
+TEST_F(CheckpointTest, OptimizerStateReshards) {
+  const int64_t n = 27;  // a (20) then b (7), flat
+  auto opt = optim::make_optimizer("adamw_torch", {}, n);
+  opt->set_state_spans({{"a", {4, 5}, 0, 20, 0}, {"b", {7}, 0, 7, 20}});
+  std::vector<float> p(n), g(n);
+  std::iota(p.begin(), p.end(), 1.0f);
+  std::iota(g.begin(), g.end(), -3.0f);
+  opt->step(optim::flat_pieces(p.data(), g.data(), {{0, 20, true}, {20, 7, false}}), 1e-2);
+  opt->step(optim::flat_pieces(p.data(), g.data(), {{0, 20, true}, {20, 7, false}}), 1e-2);
+  DataCursor cursor(8, 16, true, 3);
+  RngState rng(42);
+  Counters counters;
+  checkpoint_save({out_.string(), 3, {0, 1}, true, {}}, tiny_config(), {opt.get(), &cursor, &rng, &counters});
+
+  // "Rank 1 of 2": b first in its state, then the second half of a.
+  auto mine = optim::make_optimizer("adamw", {}, 17);
+  mine->set_state_spans({{"b", {7}, 0, 7, 0}, {"a", {4, 5}, 10, 10, 7}});
+  CheckpointReader(dir(), tiny_config()).load({mine.get()});
+  EXPECT_EQ(mine->steps(), 2);
+  for (const std::string& slot : opt->slot_names()) {
+    for (int k = 0; k < 7; ++k) ASSERT_EQ(mine->slot(slot)[k], opt->slot(slot)[20 + k]) << slot;
+    for (int k = 0; k < 10; ++k) ASSERT_EQ(mine->slot(slot)[7 + k], opt->slot(slot)[10 + k]) << slot;
+  }
+  EXPECT_NE(error_of([] { optim::make_optimizer("sgd", {}, 1); }).find("--optim \"sgd\" is not supported"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace zt
