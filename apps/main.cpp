@@ -1,6 +1,8 @@
 // main.cpp: the ztrain command line. Subcommands parse their flags, call the library
 // and turn its errors into one line on stderr and a non-zero exit code.
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,6 +22,12 @@ bool wants_help(const Args& args, const std::string& help) {
       return true;
     }
   return false;
+}
+
+// An error message on one line, whatever it holds, so scripts and logs see it whole.
+std::string one_line(std::string msg) {
+  for (size_t i = 0; (i = msg.find('\n', i)) != std::string::npos;) msg.replace(i, 1, "; ");
+  return msg;
 }
 
 }  // namespace zt::app
@@ -103,7 +111,20 @@ int cmd_train(const Args& args) {
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   a.explicit_flags = f.given();
-  zt::train_run(a);
+  if (const char* hook = std::getenv("ZT_TEST_FAIL_AT")) {  // tests/dist: a rank failing mid-run
+    long long step = -1;
+    if (std::sscanf(hook, "%d:%lld", &a.test_fail_rank, &step) == 2) a.test_fail_step = step;
+  }
+  // The world outlives the run so that an error on one rank ends the whole job here with
+  // the rank named (abort_job), before the world's destructor reaches MPI_Finalize, which
+  // would wait for the other ranks, stuck in their next collective.
+  std::unique_ptr<dist::Communicator> world = dist::make_world();
+  try {
+    zt::train_run(a, *world);
+  } catch (const std::exception& e) {
+    if (world->size() > 1) dist::abort_job(one_line(e.what()));
+    throw;
+  }
   return 0;
 }
 
@@ -127,9 +148,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ztrain: error: unknown command \"%s\"; run ztrain help for the list\n", cmd.c_str());
     return 2;
   } catch (const std::exception& e) {
-    // One line per error, whatever the message holds, so scripts and logs see it whole.
-    std::string msg = e.what();
-    for (size_t i = 0; (i = msg.find('\n', i)) != std::string::npos;) msg.replace(i, 1, "; ");
+    const std::string msg = zt::app::one_line(e.what());
     // Under mpirun the other ranks would wait in their next collective: abort the whole job
     // (prints "[rank R] error: ..."). Without MPI it returns and we exit as usual.
     zt::dist::abort_job(msg);

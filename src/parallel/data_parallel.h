@@ -42,9 +42,10 @@ class DataParallel {
   virtual ~DataParallel() = default;
   // Takes over the model's parameters (stages 1-3 copy this rank's shard and free the
   // model's flat buffers; every rank must hold the same initial parameters) and installs
-  // itself as the model's provider. world is used for the tiny scalar reduction of the
-  // gradient norm; the bulk traffic runs on communicators split from it (comms()).
-  static std::unique_ptr<DataParallel> create(Transformer& model, dist::Communicator& world,
+  // itself as the model's provider. dp is the data-parallel communicator (the process
+  // grid's dp group, never assumed to be the world): it carries the tiny scalar reduction of
+  // the gradient norm; the bulk traffic runs on communicators split from it (comms()).
+  static std::unique_ptr<DataParallel> create(Transformer& model, dist::Communicator& dp,
                                               const DataParallelOptions& opt);
 
   virtual void begin_step() = 0;
@@ -57,6 +58,9 @@ class DataParallel {
   virtual void clip(double norm, double max_norm) = 0;
   // The optimizer on what this rank owns, then parameter synchronisation (ZeRO-1/2 all-gather).
   virtual void step(double lr) = 0;
+  // Whether the model's forward pass is a collective under this engine (ZeRO-3 gathers
+  // parameters): then every rank must run evaluation, not only rank 0.
+  virtual bool forward_is_collective() const { return false; }
   // A collective: afterwards model.flat_params() holds the full, current parameters.
   virtual void export_params() = 0;
   // The optimizer over this rank's parameters (DDP: all of them; ZeRO: its shard). Its

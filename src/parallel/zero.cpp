@@ -193,6 +193,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     opt_->step(pieces, lr);
     gather_params();
   }
+  bool forward_is_collective() const override { return stage_ == 3; }
   void export_params() override {
     model_.restore_flat_params();
     float* P = model_.flat_params().as<float>();

@@ -5,6 +5,8 @@
 #include <set>
 #include <string>
 
+#include "dist/communicator.h"
+
 namespace zt {
 
 struct TrainArgs {
@@ -85,9 +87,15 @@ struct TrainArgs {
   int threads = 0;  // 0: all cores
   bool no_shuffle = false;
   double peak_gflops = 400.0;  // this machine's measured fp32 GEMM peak, for MFU
+  // Test hook (apps/ sets it from ZT_TEST_FAIL_AT=rank:step): that rank throws at the start
+  // of that step (0-based), so tests can check that the job ends at once naming the rank.
+  int test_fail_rank = -1;
+  int64_t test_fail_step = -1;
 };
 
-// Runs training; returns normally or throws zt::Error.
-void train_run(const TrainArgs& args);
+// Runs training on the ranks of `world` (the size-1 local communicator, or MPI's world
+// under mpirun); returns normally or throws zt::Error. It never ends the process: the
+// caller (apps/) decides how a failure ends the job.
+void train_run(const TrainArgs& args, dist::Communicator& world);
 
 }  // namespace zt

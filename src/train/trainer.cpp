@@ -1,34 +1,33 @@
 // trainer.cpp: `ztrain train`. One optimizer step = G micro-batches of forward +
-// backward (gradients accumulate in place), global-norm clipping, the LR schedule and
-// AdamW. The loss is the mean over every target token of the step, whatever G is,
+// backward (gradients accumulate in place), global-norm clipping, the LR schedule and the
+// optimizer. The loss is the mean over every target token of the step, whatever G is,
 // because each micro-batch's gradient is scaled by 1 / (tokens in the step).
 // Writes HF-style outputs: trainer_state.json, train_results.json, the model folder.
 // Under mpirun every rank runs this with its slice of each global batch (data/loader.h):
 // the step's gradient is scaled by 1 / (tokens of the whole global step) and reduced by
-// the data-parallel engine (src/parallel/data_parallel.h: DDP or ZeRO-1/2/3); the loss and
-// token count are summed over ranks; only rank 0 writes logs, checkpoints and the model.
+// the data-parallel engine, the strategy object of the loop (src/parallel/data_parallel.h:
+// DDP or ZeRO-1/2/3); the loss and token count are summed over the data-parallel ranks;
+// only rank 0 writes logs, checkpoints and the model. The ranks form a process grid
+// (dist/parallel_dims.h); today it is all data parallel, and everything data-parallel
+// (engine, loss reduction, loader) takes the grid's dp communicator, never the world.
 #include <omp.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_model.h"
-#include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/profile.h"
 #include "core/rng_state.h"
 #include "data/loader.h"
 #include "data/token_data.h"
-#include "dist/communicator.h"
-#include "parallel/data_parallel.h"
+#include "dist/parallel_dims.h"
 #include "models/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -36,6 +35,7 @@
 #include "train/evaluate.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
+#include "train/trainer_parts.h"
 
 namespace zt {
 namespace fs = std::filesystem;
@@ -63,42 +63,6 @@ ModelConfig load_config(const TrainArgs& a) {
   return config_from_file(a.model_name_or_path + "/config.json");
 }
 
-// Model-state bytes per rank by the ZeRO paper (fp32 AdamW: 4 + 4 + 8 bytes per
-// parameter; stage 1 shards the moments over the sharding group, stage 2 also the
-// gradients, stage 3 also the parameters).
-nlohmann::json zero_paper_bytes(int64_t psi, int stage, int group) {
-  const double p = 4.0 * double(psi), g = group;
-  return {{"parameters", stage >= 3 ? p / g : p},
-          {"gradients", stage >= 2 ? p / g : p},
-          {"optimizer_state", stage >= 1 ? 2 * p / g : 2 * p}};
-}
-
-// Per-step communication of the engine: measured counters by collective, and the theory.
-nlohmann::json comm_report(const parallel::DataParallel& dp, int64_t steps, int accumulation) {
-  dist::CommStats total;
-  for (const dist::Communicator* c : dp.comms()) {
-    dist::CommStats s = c->stats();
-    for (size_t k = 0; k < dist::kNumCollectives; ++k) total.by_kind[k].add(s.by_kind[k]);
-  }
-  nlohmann::json j, per;
-  double bus = 0;
-  for (size_t k = 0; k < dist::kNumCollectives; ++k) {
-    const dist::CollectiveStats& c = total.by_kind[k];
-    if (c.calls == 0) continue;
-    per[dist::collective_name(dist::Collective(k))] = {{"calls_per_step", double(c.calls) / steps},
-                                                       {"payload_bytes_per_step", c.bytes / steps},
-                                                       {"bus_bytes_per_step", c.bus_bytes / steps},
-                                                       {"seconds", c.seconds},
-                                                       {"wait_seconds", c.wait_seconds}};
-    bus += c.bus_bytes;
-  }
-  j["by_collective"] = per;
-  j["bus_bytes_per_step"] = bus / steps;
-  j["planned_bus_bytes_per_step"] = dp.planned_bus_bytes(accumulation);
-  j["paper_bus_bytes_per_step"] = dp.paper_bus_bytes(accumulation);
-  return j;
-}
-
 // The components a checkpoint holds besides the trainer's log, at optimizer step `step`: where
 // the data, the RNG and the schedule stand, the parameters and the optimizer.
 struct RunState {
@@ -112,229 +76,283 @@ struct RunState {
   optim::ScheduleState schedule;
 };
 
-}  // namespace
-
-static void train_ranks(const TrainArgs& a, dist::Communicator* world_ptr);
-
-void train_run(const TrainArgs& a) {
-  // The world outlives the run so that an error on one rank ends the whole job here with
-  // the rank named (abort_job), before destructors reach MPI_Finalize, which would wait
-  // for the other ranks, stuck in their next collective.
-  std::unique_ptr<dist::Communicator> world = dist::make_world();
-  try {
-    train_ranks(a, world.get());
-  } catch (const std::exception& e) {
-    if (world->size() > 1) dist::abort_job(e.what());
-    throw;
-  }
-}
-
-static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
-  const auto t_start = Clock::now();
-  TrainArgs a = args;
-  apply_deepspeed_config(a, world_ptr->size(), /*print_warnings=*/world_ptr->rank() == 0);
-  if (a.threads > 0) omp_set_num_threads(a.threads);
+// Argument checks that need nothing but the arguments: they fail before any work.
+void check_args(const TrainArgs& a) {
   ZT_CHECK(a.per_device_train_batch_size > 0, "--per_device_train_batch_size must be positive");
   ZT_CHECK(a.gradient_accumulation_steps > 0, "--gradient_accumulation_steps must be positive");
   ZT_CHECK(!a.train_file.empty(), "--train_file is required (a uint16 token file such as nanoGPT's train.bin)");
   ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps", "--save_strategy \"", a.save_strategy,
            "\" is not supported; use \"steps\" or \"no\"");
   ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
-  optim::schedule_kind_from_string(a.lr_scheduler_type);  // an unknown name fails before any work
+  optim::schedule_kind_from_string(a.lr_scheduler_type);
+}
 
-  ModelConfig cfg = load_config(a);
-  const int B = a.per_device_train_batch_size, G = a.gradient_accumulation_steps;
-  const int T = a.model_max_length > 0 ? a.model_max_length : std::min(1024, cfg.max_position);
-  ZT_CHECK(T <= cfg.max_position, "--model_max_length ", T, " exceeds the model's context of ", cfg.max_position,
+parallel::DataParallelOptions engine_options(const TrainArgs& a) {
+  parallel::DataParallelOptions o;
+  o.stage = a.zero_stage;
+  o.reduce_bucket_size = a.reduce_bucket_size;
+  o.overlap_comm = a.overlap_comm;
+  o.hpz_partition_size = a.zero_hpz_partition_size;
+  o.quantized_weights = a.zero_quantized_weights;
+  o.quantized_gradients = a.zero_quantized_gradients;
+  o.optim = a.optim;
+  o.optim_config.beta1 = a.adam_beta1;
+  o.optim_config.beta2 = a.adam_beta2;
+  o.optim_config.eps = a.adam_epsilon;
+  o.optim_config.weight_decay = a.weight_decay;
+  return o;
+}
+
+// The run's process grid: every rank data parallel (sharded, or hybrid when ZeRO's
+// hpz_partition_size groups the ranks), no context / tensor / pipeline parallelism yet.
+dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
+  dist::ParallelDims d;
+  const int g = a.zero_hpz_partition_size;
+  d.dp_shard = g > 1 ? g : world;
+  d.dp_replicate = g > 1 && world % g == 0 ? world / g : 1;
+  if (g > 1 && world % g != 0) d.dp_shard = world;  // check_data_parallel_options names the problem
+  return d;
+}
+
+struct StepResult {
+  double loss = 0, grad_norm = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainArgs& args, dist::Communicator& world);
+  void run();
+
+ private:
+  void load_data();
+  void build_model_and_engine();
+  void resume();
+  void start_loader_and_log();
+  StepResult train_step(int64_t step);
+  void after_step(int64_t step, const StepResult& r, double step_s);
+  void save(int64_t step);
+  void finish(double train_s);
+
+  Clock::time_point t_start_ = Clock::now();
+  TrainArgs a_;
+  dist::Communicator& world_;
+  std::unique_ptr<dist::ProcessGrid> grid_;
+  dist::Communicator* dp_comm_ = nullptr;
+  bool chief_ = false;  // the only rank that prints and writes files
+  ModelConfig cfg_;
+  int B_ = 0, G_ = 0, T_ = 0;
+  int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
+  std::unique_ptr<TokenFile> data_, val_;
+  std::unique_ptr<WindowSampler> sampler_;
+  std::unique_ptr<Transformer> model_;
+  double weights_s_ = 0, startup_s_ = 0;
+  std::unique_ptr<optim::Schedule> sched_;
+  std::unique_ptr<parallel::DataParallel> engine_;  // the strategy: how a step is computed across ranks
+  std::unique_ptr<CheckpointReader> resumed_;
+  LoaderConfig lc_;
+  std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<TrainLog> log_;
+  nlohmann::json model_states_;
+};
+
+Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
+  apply_deepspeed_config(a_, world.size(), /*print_warnings=*/world.rank() == 0);
+  if (a_.threads > 0) omp_set_num_threads(a_.threads);
+  check_args(a_);
+  parallel::check_data_parallel_options(engine_options(a_), world.size());
+  grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
+  dp_comm_ = &grid_->dp();
+  chief_ = world.rank() == 0;
+  cfg_ = load_config(a_);
+  load_data();
+  if (chief_) prepare_output_dir(a_);
+  build_model_and_engine();
+  resume();
+  start_loader_and_log();
+  startup_s_ = seconds_since(t_start_);
+}
+
+void Trainer::load_data() {
+  B_ = a_.per_device_train_batch_size;
+  G_ = a_.gradient_accumulation_steps;
+  T_ = a_.model_max_length > 0 ? a_.model_max_length : std::min(1024, cfg_.max_position);
+  ZT_CHECK(T_ <= cfg_.max_position, "--model_max_length ", T_, " exceeds the model's context of ", cfg_.max_position,
            " positions (n_positions / max_position_embeddings); lower it");
-  TokenFile data(a.train_file, cfg.vocab_size);
-  WindowSampler sampler(data, T, !a.no_shuffle, uint64_t(a.seed));
-  // Data parallelism: MPI under mpirun, else the size-1 local communicator (same code).
-  dist::Communicator* world = world_ptr;
-  const int rank = world->rank(), nranks = world->size();
-  const bool chief = rank == 0;  // the only rank that prints and writes files
-  parallel::DataParallelOptions dpo;
-  dpo.stage = a.zero_stage;
-  dpo.reduce_bucket_size = a.reduce_bucket_size;
-  dpo.overlap_comm = a.overlap_comm;
-  dpo.hpz_partition_size = a.zero_hpz_partition_size;
-  dpo.quantized_weights = a.zero_quantized_weights;
-  dpo.quantized_gradients = a.zero_quantized_gradients;
-  dpo.optim = a.optim;
-  dpo.optim_config.beta1 = a.adam_beta1;
-  dpo.optim_config.beta2 = a.adam_beta2;
-  dpo.optim_config.eps = a.adam_epsilon;
-  dpo.optim_config.weight_decay = a.weight_decay;
-  parallel::check_data_parallel_options(dpo, nranks);
-  const int64_t seqs_per_step = int64_t(B) * G * nranks;
-  ZT_CHECK(a.train_batch_size <= 0 || a.train_batch_size == seqs_per_step, "train_batch_size ", a.train_batch_size,
-           " does not equal micro batch ", B, " x accumulation ", G, " x ranks ", nranks, " = ", seqs_per_step);
-  ZT_CHECK(sampler.num_windows() >= seqs_per_step, a.train_file, " has ", data.size(), " tokens, only ",
-           sampler.num_windows(), " sequences of ", T, "+1 tokens, fewer than one optimizer step needs (",
-           seqs_per_step, " = batch ", B, " x accumulation ", G, " x ranks ", nranks,
+  data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
+  sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));
+  const int n = dp_comm_->size();
+  seqs_per_step_ = int64_t(B_) * G_ * n;
+  ZT_CHECK(a_.train_batch_size <= 0 || a_.train_batch_size == seqs_per_step_, "train_batch_size ",
+           a_.train_batch_size, " does not equal micro batch ", B_, " x accumulation ", G_, " x ranks ", n, " = ",
+           seqs_per_step_);
+  ZT_CHECK(sampler_->num_windows() >= seqs_per_step_, a_.train_file, " has ", data_->size(), " tokens, only ",
+           sampler_->num_windows(), " sequences of ", T_, "+1 tokens, fewer than one optimizer step needs (",
+           seqs_per_step_, " = batch ", B_, " x accumulation ", G_, " x ranks ", n,
            "); use more data or a smaller batch");
-  std::unique_ptr<TokenFile> val;
-  if (!a.validation_file.empty()) val = std::make_unique<TokenFile>(a.validation_file, cfg.vocab_size);
-  if (chief) prepare_output_dir(a);
+  if (!a_.validation_file.empty()) val_ = std::make_unique<TokenFile>(a_.validation_file, cfg_.vocab_size);
+  steps_per_epoch_ = std::max<int64_t>(1, sampler_->num_windows() / seqs_per_step_);
+  total_steps_ = a_.max_steps > 0 ? a_.max_steps : int64_t(std::ceil(a_.num_train_epochs * double(steps_per_epoch_)));
+  ZT_CHECK(total_steps_ > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
+  sched_ = std::make_unique<optim::Schedule>(schedule_from_args(a_, total_steps_));
+  log_every_ = a_.logging_steps >= 1
+                   ? int64_t(a_.logging_steps)
+                   : std::max<int64_t>(1, int64_t(std::ceil(a_.logging_steps * double(total_steps_))));
+}
 
-  Transformer model(cfg);
-  const auto t_weights = Clock::now();
-  if (!a.model_name_or_path.empty())
-    hf_load_weights(model, a.model_name_or_path + "/model.safetensors");
+void Trainer::build_model_and_engine() {
+  model_ = std::make_unique<Transformer>(cfg_);
+  const auto t0 = Clock::now();
+  if (!a_.model_name_or_path.empty())
+    hf_load_weights(*model_, a_.model_name_or_path + "/model.safetensors");
   else
-    model.init_random(uint64_t(a.seed));
-  const double weights_s = seconds_since(t_weights);
-
-  const int64_t steps_per_epoch = std::max<int64_t>(1, sampler.num_windows() / seqs_per_step);
-  const int64_t total_steps =
-      a.max_steps > 0 ? a.max_steps : int64_t(std::ceil(a.num_train_epochs * double(steps_per_epoch)));
-  ZT_CHECK(total_steps > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
-  const optim::Schedule sched = schedule_from_args(a, total_steps);
-  const int64_t log_every = a.logging_steps >= 1
-                                ? int64_t(a.logging_steps)
-                                : std::max<int64_t>(1, int64_t(std::ceil(a.logging_steps * double(total_steps))));
-
-  const bool will_save = a.save_strategy == "steps" && a.save_steps > 0 && a.save_steps <= total_steps;
+    model_->init_random(uint64_t(a_.seed));
+  weights_s_ = seconds_since(t0);
   // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
   // the activations are planned: the flat buffers it frees never coexist with them.
-  std::unique_ptr<parallel::DataParallel> dp = parallel::DataParallel::create(model, *world, dpo);
+  engine_ = parallel::DataParallel::create(*model_, *dp_comm_, engine_options(a_));
+}
 
-  // Resume: every component loads its state from a verified checkpoint, each rank the
-  // pieces it holds, assembled from whatever layout (N, stage) wrote them. The data order is
-  // a pure function of (seed, step), so the cursor is one number.
-  int64_t start_step = 0;
-  std::unique_ptr<CheckpointReader> resumed;
-  if (!a.resume_from_checkpoint.empty()) {
-    std::string dir = a.resume_from_checkpoint;
-    if (dir == "latest") {
-      dir = checkpoint_find_latest(a.output_dir);
-      ZT_CHECK(!dir.empty(), "--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a.output_dir);
-    }
-    resumed = std::make_unique<CheckpointReader>(dir, cfg);
-    RunState rs(a, seqs_per_step, T, sched, 0);
-    resumed->load(rs.with(*dp));
-    start_step = rs.cursor.step();
-    if (chief) std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step);
+// Every component loads its state from a verified checkpoint, each rank the pieces it
+// holds, assembled from whatever layout (N, stage) wrote them. The data order is a pure
+// function of (seed, step), so the cursor is one number.
+void Trainer::resume() {
+  if (a_.resume_from_checkpoint.empty()) return;
+  std::string dir = a_.resume_from_checkpoint;
+  if (dir == "latest") {
+    dir = checkpoint_find_latest(a_.output_dir);
+    ZT_CHECK(!dir.empty(), "--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir);
   }
-  model.plan(B, T, /*training=*/true);
-  LoaderConfig lc;
-  lc.B = B;
-  lc.T = T;
-  lc.accumulation = G;
-  lc.rank = rank;
-  lc.world = nranks;
-  lc.shuffle = !a.no_shuffle;
-  lc.seed = uint64_t(a.seed);
-  lc.packing = a.packing;
-  lc.eos_id = a.eos_token_id;
-  if (lc.eos_id < 0 && cfg.raw.contains("eos_token_id") && cfg.raw["eos_token_id"].is_number_integer())
-    lc.eos_id = cfg.raw["eos_token_id"].get<int64_t>();
-  ZT_CHECK(!a.packing || lc.eos_id >= 0,
+  resumed_ = std::make_unique<CheckpointReader>(dir, cfg_);
+  RunState rs(a_, seqs_per_step_, T_, *sched_, 0);
+  resumed_->load(rs.with(*engine_));
+  start_step_ = rs.cursor.step();
+  if (chief_) std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step_);
+}
+
+void Trainer::start_loader_and_log() {
+  model_->plan(B_, T_, /*training=*/true);
+  lc_.B = B_;
+  lc_.T = T_;
+  lc_.accumulation = G_;
+  lc_.rank = dp_comm_->rank();
+  lc_.world = dp_comm_->size();
+  lc_.shuffle = !a_.no_shuffle;
+  lc_.seed = uint64_t(a_.seed);
+  lc_.packing = a_.packing;
+  lc_.eos_id = a_.eos_token_id;
+  if (lc_.eos_id < 0 && cfg_.raw.contains("eos_token_id") && cfg_.raw["eos_token_id"].is_number_integer())
+    lc_.eos_id = cfg_.raw["eos_token_id"].get<int64_t>();
+  ZT_CHECK(!a_.packing || lc_.eos_id >= 0,
            "--packing needs the EOS token id: config.json has no integer eos_token_id; pass --eos_token_id");
-  lc.depth = std::max(2, a.dataloader_prefetch + 1);
-  DataLoader loader(data, lc, start_step);
-  std::unique_ptr<TrainLog> log;
-  if (chief) {
-    log = std::make_unique<TrainLog>(a, cfg, model, total_steps, steps_per_epoch, T, start_step, nranks);
-    if (resumed) log->load_state(*resumed);
-    log->print_header(sampler.num_windows(), seqs_per_step);
-    if (nranks > 1) std::printf("  Data parallel: %s\n", dp->describe().dump().c_str());
+  lc_.depth = std::max(2, a_.dataloader_prefetch + 1);
+  loader_ = std::make_unique<DataLoader>(*data_, lc_, start_step_);
+  if (chief_) {
+    log_ = std::make_unique<TrainLog>(a_, cfg_, *model_, total_steps_, steps_per_epoch_, T_, start_step_,
+                                      dp_comm_->size());
+    if (resumed_) log_->load_state(*resumed_);
+    log_->print_header(sampler_->num_windows(), seqs_per_step_);
+    if (dp_comm_->size() > 1) std::printf("  Data parallel: %s\n", engine_->describe().dump().c_str());
   }
-  resumed.reset();  // every component has its state: the checkpoint's files close
-  const double startup_s = seconds_since(t_start);
-  const double tokens_per_step = double(seqs_per_step) * T;
-  const float grad_scale = float(1.0 / tokens_per_step);
+  resumed_.reset();  // every component has its state: the checkpoint's files close
+}
 
-  // ZT_TEST_FAIL_AT=rank:step makes that rank throw at the start of that step (0-based),
-  // so tests can check that the job ends at once naming the rank (abort_job in main).
-  int fail_rank = -1;
-  long long fail_step = -1;
-  if (const char* f = std::getenv("ZT_TEST_FAIL_AT")) std::sscanf(f, "%d:%lld", &fail_rank, &fail_step);
+// One optimizer step through the strategy object: micro-batches, reductions, clip, update.
+StepResult Trainer::train_step(int64_t step) {
+  const float grad_scale = float(1.0 / (double(seqs_per_step_) * T_));
+  engine_->begin_step();
+  if (a_.test_fail_step == step && world_.rank() == a_.test_fail_rank)  // test hook, set by apps/
+    throw Error(str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ",
+                        step));
+  double sums[2] = {0, 0};  // loss sum, counted tokens (summed over the dp ranks below)
+  for (int micro = 0; micro < G_; ++micro) {
+    const MicroBatch& mb = loader_->next();
+    ZT_ASSERT(mb.step == step && mb.micro == micro);
+    int64_t c = 0;
+    engine_->set_last_micro(micro == G_ - 1);
+    sums[0] += model_->forward_backward(mb.inputs.data(), mb.targets.data(), grad_scale, &c, mb.pos());
+    sums[1] += double(c);
+  }
+  engine_->end_backward();
+  if (dp_comm_->size() > 1) dp_comm_->all_reduce(sums, 2);
+  StepResult r;
+  r.loss = sums[0] / sums[1];
+  ZT_CHECK(std::isfinite(r.loss), "loss became ", r.loss, " at step ", step + 1,
+           "; lower --learning_rate or check the data");
+  ZT_PROFILE("optimizer");
+  r.grad_norm = engine_->grad_norm();
+  engine_->clip(r.grad_norm, a_.max_grad_norm);
+  engine_->step(sched_->lr_at(step));
+  return r;
+}
+
+void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
+  if (step == start_step_) {
+    // What this rank holds for training after one step, by category (ZeRO's model states).
+    const MemStats ms = mem_stats();
+    for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state,
+                          MemCategory::temporary, MemCategory::activations})
+      model_states_[mem_category_name(c)] = ms.current[size_t(c)];
+  }
+  // HF logs the learning rate the scheduler holds after its step, i.e. the next one.
+  if (log_) {
+    log_->step_done(step + 1, r.loss, r.grad_norm, sched_->lr_at(step + 1), step_s,
+                    step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
+    if (step == start_step_) log_->first_step(startup_s_, weights_s_);
+  }
+  const bool eval_now = (a_.eval_steps > 0 && (step + 1) % a_.eval_steps == 0) || step + 1 == total_steps_;
+  // When the engine's forward is a collective (ZeRO-3 gathers), every rank evaluates.
+  if (val_ && eval_now && (chief_ || engine_->forward_is_collective())) {
+    EvalResult e = evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1);
+    if (log_) log_->eval_done(step + 1, e);
+  }
+  const bool will_save = a_.save_strategy == "steps" && a_.save_steps > 0 && a_.save_steps <= total_steps_;
+  if (will_save && (step + 1) % a_.save_steps == 0) save(step + 1);
+}
+
+// One way for every layout: shard owners write their pieces (no rank holds the full state
+// under ZeRO), the chief the JSON state and the checksums.
+void Trainer::save(int64_t step) {
+  RunState rs(a_, seqs_per_step_, T_, *sched_, step);
+  std::vector<Stateful*> parts = rs.with(*engine_);
+  if (log_) parts.push_back(log_.get());
+  checkpoint_save({a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }}, cfg_,
+                  {parts.begin(), parts.end()});
+  if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit);
+}
+
+void Trainer::run() {
   const auto t_train = Clock::now();
-  nlohmann::json model_states;
-  for (int64_t step = start_step; step < total_steps; ++step) {
+  for (int64_t step = start_step_; step < total_steps_; ++step) {
     const auto t_step = Clock::now();
-    dp->begin_step();
-    if (fail_step == step && rank == fail_rank)  // test hook: a rank failing mid-training
-      throw Error(str_cat("ZT_TEST_FAIL_AT=", fail_rank, ":", fail_step, ": deliberate failure at step ", step));
-    double sums[2] = {0, 0};  // loss sum, counted tokens (summed over ranks below)
-    for (int micro = 0; micro < G; ++micro) {
-      const MicroBatch& mb = loader.next();
-      ZT_ASSERT(mb.step == step && mb.micro == micro);
-      int64_t c = 0;
-      dp->set_last_micro(micro == G - 1);
-      sums[0] += model.forward_backward(mb.inputs.data(), mb.targets.data(), grad_scale, &c, mb.pos());
-      sums[1] += double(c);
-    }
-    dp->end_backward();
-    if (nranks > 1) world->all_reduce(sums, 2);
-    const double loss = sums[0] / sums[1];
-    ZT_CHECK(std::isfinite(loss), "loss became ", loss, " at step ", step + 1,
-             "; lower --learning_rate or check the data");
-    ZT_PROFILE("optimizer");
-    const double norm = dp->grad_norm();
-    dp->clip(norm, a.max_grad_norm);
-    dp->step(sched.lr_at(step));
-    if (step == start_step) {
-      // What this rank holds for training after one step, by category (ZeRO's model states).
-      const MemStats ms = mem_stats();
-      for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state,
-                            MemCategory::temporary, MemCategory::activations})
-        model_states[mem_category_name(c)] = ms.current[size_t(c)];
-    }
-    // HF logs the learning rate the scheduler holds after its step, i.e. the next one.
-    if (log) {
-      log->step_done(step + 1, loss, norm, sched.lr_at(step + 1), seconds_since(t_step),
-                     step + 1 == total_steps || (step + 1) % log_every == 0);
-      if (step == start_step) log->first_step(startup_s, weights_s);
-    }
-    // ZeRO-3's forward gathers parameters: every rank evaluates then; else rank 0 alone.
-    if (val && ((a.eval_steps > 0 && (step + 1) % a.eval_steps == 0) || step + 1 == total_steps) &&
-        (chief || a.zero_stage == 3)) {
-      EvalResult r = evaluate(model, *val, B, T, a.max_eval_samples, a.packing ? lc.eos_id : -1);
-      if (log) log->eval_done(step + 1, r);
-    }
-    if (will_save && (step + 1) % a.save_steps == 0) {
-      // One way for every layout: shard owners write their pieces (no rank holds the full
-      // state under ZeRO), the chief the JSON state and the checksums.
-      RunState rs(a, seqs_per_step, T, sched, step + 1);
-      std::vector<Stateful*> parts = rs.with(*dp);
-      if (log) parts.push_back(log.get());
-      checkpoint_save({a.output_dir, step + 1, dp->checkpoint_shard(), chief, [&] { world->barrier(); }}, cfg,
-                      {parts.begin(), parts.end()});
-      if (chief) checkpoint_prune(a.output_dir, a.save_total_limit);
-    }
+    const StepResult r = train_step(step);
+    after_step(step, r, seconds_since(t_step));
   }
-  const double train_s = seconds_since(t_train);
-  const int64_t steps_run = std::max<int64_t>(1, total_steps - start_step);
-  nlohmann::json dist_report = dp->describe();
-  dist_report["communication"] = comm_report(*dp, steps_run, G);
-  dist_report["model_state_bytes"] = model_states;
-  const int group = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : nranks;
-  dist_report["zero_paper_model_state_bytes"] = zero_paper_bytes(model.num_params(), a.zero_stage, group);
-  dist_report["peak_rss_bytes"] = peak_rss_bytes();
-  dp->export_params();  // a collective: ZeRO-3 gathers the shards
-  if (!chief) return;
-  hf_save_model(model, a.output_dir, a.save_dtype == "float32" ? DType::f32 : DType::bf16);
-  if (nranks > 1 || a.zero_stage > 0) {
-    const auto& cr = dist_report["communication"];
-    std::printf("***** data parallel (per rank per step) *****\n");
-    std::printf(
-        "  bus bytes measured %.0f, planned %.0f, ZeRO paper %.0f (gradient + parameter traffic; the\n"
-        "  loss / norm scalar all-reduces run on the world communicator and are not counted)\n",
-        cr["bus_bytes_per_step"].get<double>(), cr["planned_bus_bytes_per_step"].get<double>(),
-        cr["paper_bus_bytes_per_step"].get<double>());
-    for (auto& [k, v] : cr["by_collective"].items())
-      std::printf("  %-15s calls %.2f payload %.0f bus %.0f bytes\n", k.c_str(), v["calls_per_step"].get<double>(),
-                  v["payload_bytes_per_step"].get<double>(), v["bus_bytes_per_step"].get<double>());
-    const auto& zp = dist_report["zero_paper_model_state_bytes"];
-    for (const char* k : {"parameters", "gradients", "optimizer_state"})
-      std::printf("  %-15s %s held (ZeRO paper: %s)\n", k, format_bytes(model_states.value(k, 0.0)).c_str(),
-                  format_bytes(zp[k].get<double>()).c_str());
-  }
-  log->add_results({{"data_parallel", dist_report}});
-  log->finish(train_s, loader.wait_seconds());
+  finish(seconds_since(t_train));
+}
+
+void Trainer::finish(double train_s) {
+  const int64_t steps_run = std::max<int64_t>(1, total_steps_ - start_step_);
+  nlohmann::json report = engine_->describe();
+  report["communication"] = comm_report(*engine_, steps_run, G_);
+  report["model_state_bytes"] = model_states_;
+  const int group = a_.zero_hpz_partition_size > 1 ? a_.zero_hpz_partition_size : dp_comm_->size();
+  report["zero_paper_model_state_bytes"] =
+      zero_paper_bytes(model_->num_params(), a_.zero_stage, group, double(engine_->optimizer().state_bytes_per_param()));
+  report["peak_rss_bytes"] = peak_rss_bytes();
+  engine_->export_params();  // a collective: ZeRO-3 gathers the shards
+  if (!chief_) return;
+  hf_save_model(*model_, a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16);
+  if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);
+  log_->add_results({{"data_parallel", report}});
+  log_->finish(train_s, loader_->wait_seconds());
   prof::report();
+}
+
+}  // namespace
+
+void train_run(const TrainArgs& a, dist::Communicator& world) {
+  Trainer t(a, world);
+  t.run();
 }
 
 }  // namespace zt

@@ -1,0 +1,17 @@
+// trainer_parts.h: the trainer's pieces shared by its files (trainer.cpp: set-up and the
+// step loop; trainer_report.cpp: the data-parallel report). Not a public API.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "parallel/data_parallel.h"
+
+namespace zt {
+
+// Model-state bytes per rank by the ZeRO paper for a sharding group of `group` ranks.
+nlohmann::json zero_paper_bytes(int64_t psi, int stage, int group, double optim_bytes_per_param);
+// Per-step communication of the engine: measured counters by collective, and the theory.
+nlohmann::json comm_report(const parallel::DataParallel& dp, int64_t steps, int accumulation);
+void print_dp_report(const nlohmann::json& report, const nlohmann::json& model_states);
+
+}  // namespace zt
