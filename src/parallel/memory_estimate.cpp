@@ -75,7 +75,9 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
   for (size_t k = 0; k < in.unit_params.size() && k < size_t(std::max(opt.zero3_live_units, 0)); ++k)
     live += in.unit_params[k];
   if (in.unit_params.empty()) live = int64_t(opt.zero3_live_units) * in.largest_unit_params;
-  const int64_t zero3_comm = 2 * 4 * live;  // gathered fp32 parameters + unsharded fp32 gradients
+  // Bytes per element of the masters and gradients (fp32 today; a bf16 run adds compute copies).
+  const int64_t W = int64_t(dtype_size(DType::f32));
+  const int64_t zero3_comm = 2 * W * live;  // gathered fp32 parameters + unsharded fp32 gradients
   const int64_t S = optim::optimizer_state_bytes_per_param(opt.optim);  // AdamW: 8
 
   auto row = [&](Strategy s, int group, int64_t params, int64_t grads, int64_t optim, int64_t comm) {
@@ -92,17 +94,17 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
     return r;
   };
   std::vector<MemoryRow> rows;
-  rows.push_back(row(Strategy::ddp, N, 4 * P, 4 * P, S * P, bucket));
-  rows.push_back(row(Strategy::zero1, N, 4 * P, 4 * P, S * shard(N), bucket));
+  rows.push_back(row(Strategy::ddp, N, W * P, W * P, S * P, bucket));
+  rows.push_back(row(Strategy::zero1, N, W * P, W * P, S * shard(N), bucket));
   // ZeRO-2 (parallel/zero.cpp): a bucket's gradient buffer lives from backward's first write
   // to the end of its reduce-scatter: the bucket filling plus two in flight, and the largest
   // unit's (a tied embedding's buffer lives through the whole backward: the LM head writes
   // it first, the embedding last). Measured on GPT-2 124M, 2 ranks: 231 MiB (docs/distributed.md).
-  rows.push_back(row(Strategy::zero2, N, 4 * P, 4 * shard(N), S * shard(N), 4 * in.largest_unit_params + 3 * bucket));
-  rows.push_back(row(Strategy::zero3, N, 4 * shard(N), 4 * shard(N), S * shard(N), zero3_comm));
+  rows.push_back(row(Strategy::zero2, N, W * P, W * shard(N), S * shard(N), W * in.largest_unit_params + 3 * bucket));
+  rows.push_back(row(Strategy::zero3, N, W * shard(N), W * shard(N), S * shard(N), zero3_comm));
   if (G > 1 && G < N) {
-    rows.push_back(row(Strategy::zero3_hpz, G, 4 * shard(N) + 4 * shard(G), 4 * shard(N), S * shard(N), zero3_comm));
-    rows.push_back(row(Strategy::hybrid, G, 4 * shard(G), 4 * shard(G), S * shard(G), zero3_comm));
+    rows.push_back(row(Strategy::zero3_hpz, G, W * shard(N) + W * shard(G), W * shard(N), S * shard(N), zero3_comm));
+    rows.push_back(row(Strategy::hybrid, G, W * shard(G), W * shard(G), S * shard(G), zero3_comm));
   }
   return rows;
 }
