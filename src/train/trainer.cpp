@@ -152,7 +152,7 @@ class Trainer {
   LoaderConfig lc_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<TrainLog> log_;
-  nlohmann::json model_states_;
+  nlohmann::json model_states_ = nlohmann::json::object();  // empty when no step runs (resumed at the end)
 };
 
 Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
