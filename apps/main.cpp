@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "dist/communicator.h"
 #include "flags.h"
+#include "signals.h"
 #include "train/train_args.h"
 
 namespace zt::app {
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  zt::app::install_signal_handlers();
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
