@@ -18,6 +18,7 @@
 #include "models/decoder.h"
 #include "models/sampling.h"
 #include "models/transformer.h"
+#include "parallel/memory_fit.h"
 #include "train/evaluate.h"
 
 namespace zt::app {
@@ -26,9 +27,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::unique_ptr<Transformer> load_model(const std::string& dir) {
+// extra_bytes: what the command allocates besides the model at (B, T) (the KV cache).
+std::unique_ptr<Transformer> load_model(const std::string& dir, int B, int T, const char* what, const char* hint) {
   ZT_CHECK(!dir.empty(), "--model_name_or_path is required");
-  auto m = std::make_unique<Transformer>(config_from_file(dir + "/config.json"));
+  ModelConfig cfg = config_from_file(dir + "/config.json");
+  if (T <= 0) T = std::min(1024, cfg.max_position);
+  // Before the parameters are allocated: a model beyond this machine is one clear error.
+  parallel::check_memory_fits(parallel::inference_bytes(cfg, B, T), 1, what, "", hint);
+  auto m = std::make_unique<Transformer>(cfg);
   m->load_safetensors(dir + "/model.safetensors");
   return m;
 }
@@ -56,12 +62,19 @@ int cmd_generate(const Args& args) {
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   if (threads > 0) omp_set_num_threads(threads);
-  auto model = load_model(model_dir);
+  auto model = load_model(model_dir, 1, 1, "generating with this model", "use a smaller model");
   auto tok = Tokenizer::load(tokenizer.empty() ? model_dir : tokenizer);
   std::vector<int32_t> ids = tok->encode(prompt);
   if (ids.empty()) ids.push_back(tok->bos_id() >= 0 ? tok->bos_id() : tok->eos_id());
   ZT_CHECK(ids[0] >= 0, "empty prompt and the tokenizer has no BOS/EOS token to start from; pass --prompt");
   const int total = int(ids.size() + size_t(max_new_tokens));
+  ZT_CHECK(total <= model->config().max_position, "the prompt (", ids.size(), " tokens) plus --max_new_tokens ",
+           max_new_tokens, " exceed the model's context of ", model->config().max_position,
+           " positions; lower --max_new_tokens or shorten the prompt");
+  const ModelConfig& mc = model->config();
+  parallel::check_memory_fits(
+      int64_t(model->num_params()) * 4 + 8 * int64_t(mc.n_layer) * total * mc.n_kv_head * mc.head_size, 1,
+      "generating with this model and its KV cache", "", "lower --max_new_tokens or use a smaller model");
   KvDecoder dec(*model, total);
   Rng rng(uint64_t(seed), 0x47454eull);
   auto t0 = Clock::now();
@@ -128,7 +141,8 @@ int cmd_eval(const Args& args) {
   f.parse(args);
   ZT_CHECK(file.empty() != text_file.empty(), "give one of --validation_file (tokens) or --text_file (text)");
   if (threads > 0) omp_set_num_threads(threads);
-  auto model = load_model(model_dir);
+  auto model = load_model(model_dir, B, T, "evaluating this model",
+                          "use a smaller --per_device_eval_batch_size or --model_max_length, or a smaller model");
   if (T <= 0) T = std::min(1024, model->config().max_position);
   std::string tmp_dir;
   if (!text_file.empty()) {  // tokenize into a private temporary folder, documents ending in EOS

@@ -27,6 +27,7 @@
 #include "data/token_data.h"
 #include "dist/communicator.h"
 #include "parallel/data_parallel.h"
+#include "parallel/memory_fit.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -132,6 +133,8 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
   const int T = a.model_max_length > 0 ? a.model_max_length : std::min(1024, cfg.max_position);
   ZT_CHECK(T <= cfg.max_position, "--model_max_length ", T, " exceeds the model's context of ", cfg.max_position,
            " positions (n_positions / max_position_embeddings); lower it");
+  parallel::check_training_memory(cfg, {B, T, a.zero_stage, world_ptr->size(), a.zero_hpz_partition_size,
+                                        a.reduce_bucket_size});  // before anything large is allocated
   TokenFile data(a.train_file, cfg.vocab_size);
   WindowSampler sampler(data, T, !a.no_shuffle, uint64_t(a.seed));
   // Data parallelism: MPI under mpirun, else the size-1 local communicator (same code).
