@@ -10,28 +10,27 @@
 #include "parallel/memory_estimate.h"
 
 namespace zt::parallel {
-namespace {
 
-constexpr double kExactLimit = double(int64_t(1) << 60);
-
-// An upper bound of the planner's activation + temporary bytes, in double so absurd sizes
-// cannot overflow: every per-layer buffer is (B*T) x one of the widths below, fewer than 16 of
-// them per layer (nn/block.cpp), plus the residual stream and one logits chunk.
-double activation_bound(const ModelConfig& c, int B, int T) {
+// In double so absurd sizes cannot overflow: every per-layer buffer is (B*T) x one of the
+// widths below, fewer than 16 of them per layer (nn/block.cpp), plus the residual stream and
+// one logits chunk.
+double activation_bytes_bound(const ModelConfig& c, int B, int T) {
   const double N = double(B) * T;
   const double w = std::max({double(c.n_embd), double(c.ffn) * 2, double(c.qkv_dim()), double(c.n_head) * c.head_size});
   return 4.0 * N * ((double(c.n_layer) + 3) * 16 * w + double(c.vocab_size));
 }
+
+namespace {
 
 std::string gib(double b) { return format_bytes(b); }
 
 }  // namespace
 
 int64_t training_bytes_per_rank(const ModelConfig& cfg, const TrainingLayout& l, std::string* breakdown) {
-  const double bound = activation_bound(cfg, l.micro_batch, l.seq_len);
-  if (bound > kExactLimit) {
+  const double bound = activation_bytes_bound(cfg, l.micro_batch, l.seq_len);
+  if (bound > kExactPlanLimit) {
     if (breakdown) *breakdown = "activations alone, at least";
-    return int64_t(kExactLimit);
+    return int64_t(kExactPlanLimit);
   }
   const ModelMemoryInputs in = memory_inputs(cfg, l.micro_batch, l.seq_len);
   MemoryEstimateOptions opt;
@@ -49,8 +48,8 @@ int64_t training_bytes_per_rank(const ModelConfig& cfg, const TrainingLayout& l,
 }
 
 int64_t inference_bytes(const ModelConfig& cfg, int B, int T) {
-  const double bound = activation_bound(cfg, B, T);
-  if (bound > kExactLimit) return int64_t(kExactLimit);
+  const double bound = activation_bytes_bound(cfg, B, T);
+  if (bound > kExactPlanLimit) return int64_t(kExactPlanLimit);
   const ModelMemoryInputs in = memory_inputs(cfg, B, T);
   return 4 * in.num_params + in.activation_bytes + in.temporary_bytes;
 }

@@ -22,6 +22,10 @@ struct TrainingLayout {
   int64_t bucket_elems = 0;  // DDP / ZeRO-1/2 reduce bucket, elements
 };
 
+// An upper bound of the activation + temporary bytes at (B, T), computed in double: beyond
+// kExactPlanLimit the exact planner's size_t arithmetic would wrap around.
+double activation_bytes_bound(const ModelConfig& cfg, int B, int T);
+constexpr double kExactPlanLimit = double(int64_t(1) << 60);
 // Bytes one rank needs to train cfg as laid out (the estimator's row for the stage), or a
 // lower bound when that is beyond 2^60 (sizes past it would overflow the exact planner).
 int64_t training_bytes_per_rank(const ModelConfig& cfg, const TrainingLayout& l, std::string* breakdown = nullptr);
