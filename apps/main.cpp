@@ -1,6 +1,7 @@
 // main.cpp: the ztrain command line. Subcommands parse their flags, call the library
 // and turn its errors into one line on stderr and a non-zero exit code.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -107,6 +108,10 @@ int cmd_train(const Args& args) {
   f.add("zero_quantized_gradients", &a.zero_quantized_gradients, "ZeRO++ qgZ: int8 gradient reduce-scatter");
   f.add("train_batch_size", &a.train_batch_size, "global batch check: micro x accumulation x ranks (0 = unchecked)",
         range::closed(0, kMaxSteps));
+  f.add("ddp_timeout", &a.ddp_timeout,
+        "seconds a collective waits for a missing rank before the job ends naming it, 0 = never "
+        "(ZT_COMM_TIMEOUT_S, else 300)",
+        range::closed(0, 1e9));
   f.add("peak_gflops", &a.peak_gflops, "GEMM peak used for MFU (400, this machine's fp32 sgemm)", range::above(0));
   // DeepSpeed / ZeRO (docs/deepspeed.md). A --deepspeed JSON's values replace defaults but must
   // agree with flags given here; "auto" values take the flags.
@@ -120,12 +125,26 @@ int cmd_train(const Args& args) {
 
 }  // namespace zt::app
 
+namespace {
+
+// The library's report of a hang no exception can carry (dist/communicator.h): end the job
+// (under mpirun every rank, with this one's message), then this process.
+void on_hang(const std::string& msg) {
+  zt::dist::abort_job(msg);
+  std::fprintf(stderr, "ztrain: error: %s\n", msg.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   zt::app::install_signal_handlers();
+  zt::dist::set_hang_handler(on_hang);
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   try {

@@ -107,6 +107,7 @@ void train_run(const TrainArgs& a) {
   // the rank named (abort_job), before destructors reach MPI_Finalize, which would wait
   // for the other ranks, stuck in their next collective.
   std::unique_ptr<dist::Communicator> world = dist::make_world();
+  if (a.ddp_timeout >= 0) world->set_timeout(a.ddp_timeout);
   try {
     train_ranks(a, world.get());
   } catch (const std::exception& e) {
