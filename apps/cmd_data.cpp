@@ -24,8 +24,9 @@ int cmd_tokenize(const Args& args) {
   f.add("input", &inputs, "comma-separated text files, .jsonl files or folders of them");
   f.add("text_field", &cfg.text_field, "JSONL field holding the text (text)");
   f.add("output_dir", &cfg.output_dir, "where train.bin and validation.bin are written");
-  f.add("validation_split_percentage", &cfg.validation_split_percentage, "share of documents for validation (5)");
-  f.add("threads", &threads, "tokenizer threads, 0 = all cores (0)");
+  f.add("validation_split_percentage", &cfg.validation_split_percentage, "share of documents for validation (5)",
+        range::below(0, 100));
+  f.add("threads", &threads, "tokenizer threads, 0 = all cores (0)", range::closed(0, limits::kMaxThreads));
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   ZT_CHECK(!tokenizer.empty(), "--tokenizer_name_or_path is required");

@@ -23,9 +23,13 @@
 #include "models/config.h"
 #include "optim/optimizer.h"
 #include "parallel/memory_estimate.h"
+#include "parallel/memory_fit.h"
 
 namespace zt::app {
 namespace {
+
+// bench-comm's largest message: 1 TiB, beyond any machine's two buffers (the memory check says so).
+constexpr double kMaxBenchBytes = double(int64_t(1) << 40);
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -121,11 +125,11 @@ int cmd_bench_comm(const Args& args) {
   bool nonblocking = false;
   std::string collectives = "all_reduce,reduce_scatter,all_gather,broadcast,all_to_all";
   FlagSet f("bench-comm");
-  f.add("min_bytes", &min_bytes, "smallest message in bytes (8)");
-  f.add("max_bytes", &max_bytes, "largest message in bytes (268435456 = 256 MiB)");
-  f.add("step_factor", &step_factor, "size multiplier between rows (2)");
-  f.add("iters", &iters, "timed iterations per size (20)");
-  f.add("warmup", &warmup, "untimed iterations per size (5)");
+  f.add("min_bytes", &min_bytes, "smallest message in bytes (8)", range::closed(1, kMaxBenchBytes));
+  f.add("max_bytes", &max_bytes, "largest message in bytes (268435456 = 256 MiB)", range::closed(1, kMaxBenchBytes));
+  f.add("step_factor", &step_factor, "size multiplier between rows (2)", range::above(1, 1024));
+  f.add("iters", &iters, "timed iterations per size (20)", range::closed(1, 1e9));
+  f.add("warmup", &warmup, "untimed iterations per size (5)", range::closed(0, 1e9));
   f.add("collectives", &collectives, "comma-separated: all_reduce,reduce_scatter,all_gather,broadcast,all_to_all");
   f.add("nonblocking", &nonblocking,
         "time i<collective>() + wait() (the communication thread) instead of the "
@@ -135,9 +139,11 @@ int cmd_bench_comm(const Args& args) {
                                   "nccl-tests; busbw applies the ring factors in docs/distributed.md.\n"))
     return 0;
   f.parse(args);
-  ZT_CHECK(min_bytes >= 1 && max_bytes >= min_bytes, "--min_bytes and --max_bytes must satisfy 1 <= min <= max");
-  ZT_CHECK(step_factor > 1, "--step_factor must be > 1");
-  ZT_CHECK(iters >= 1 && warmup >= 0, "--iters must be >= 1 and --warmup >= 0");
+  ZT_CHECK(max_bytes >= min_bytes, "ztrain bench-comm: --min_bytes ", min_bytes, " exceeds --max_bytes ", max_bytes,
+           "; lower it or raise --max_bytes");
+  // Two buffers of max_bytes per rank, touched up front.
+  parallel::check_memory_fits(2 * max_bytes, parallel::ranks_on_this_host(), "bench-comm's buffers", "",
+                              "lower --max_bytes");
   std::vector<dist::Collective> kinds;
   for (auto& name : split_list(collectives)) {
     bool found = false;
@@ -213,7 +219,7 @@ int cmd_launch(const Args& all) {
   std::string hostfile, master_addr, mpirun_args;
   bool dry_run = false;
   FlagSet f("launch");
-  f.add("nproc_per_node", &nproc, "ranks per host (1)");
+  f.add("nproc_per_node", &nproc, "ranks per host (1)", range::closed(1, 4096));
   f.add("hostfile", &hostfile, "OpenMPI hostfile for several hosts (\"host slots=N\" lines); ranks = N per host");
   f.add("master_addr", &master_addr,
         "accepted for torchrun users and exported as ZT_MASTER_ADDR; mpirun's own "
@@ -227,7 +233,6 @@ int cmd_launch(const Args& all) {
                                   "--oversubscribe is added when N exceeds the cores.\n"))
     return 0;
   f.parse(args);
-  ZT_CHECK(nproc >= 1, "--nproc_per_node must be at least 1, got ", nproc);
   ZT_CHECK(!command.empty(),
            "launch: nothing to run; put the ztrain command after --, e.g. ztrain launch "
            "--nproc_per_node 2 -- train --model_config_path config.json ...");
@@ -302,11 +307,13 @@ int cmd_estimate_memory(const Args& args) {
   FlagSet f("estimate-memory");
   f.add("model_config_path", &config_path, "config.json of the model");
   f.add("model_name_or_path", &model_path, "HF model folder (its config.json is read; weights are not)");
-  f.add("per_device_train_batch_size", &B, "sequences per micro-batch per rank (8)");
-  f.add("model_max_length", &T, "sequence length T (min(1024, model context))");
+  f.add("per_device_train_batch_size", &B, "sequences per micro-batch per rank (8)",
+        range::closed(1, limits::kMaxBatch));
+  f.add("model_max_length", &T, "sequence length T (min(1024, model context))", range::closed(1, limits::kMaxLength));
   f.add("num_ranks", &ranks, "data-parallel ranks N, or a comma-separated list (1)");
-  f.add("zero_hpz_partition_size", &G, "G for the ZeRO++ hpZ and hybrid-shard rows (0: N/2 when N >= 4)");
-  f.add("bucket_cap_mb", &bucket_mb, "DDP / ZeRO-1/2 gradient bucket in MiB (25)");
+  f.add("zero_hpz_partition_size", &G, "G for the ZeRO++ hpZ and hybrid-shard rows (0: N/2 when N >= 4)",
+        range::closed(0, limits::kMaxBatch));
+  f.add("bucket_cap_mb", &bucket_mb, "DDP / ZeRO-1/2 gradient bucket in MiB (25)", range::above(0, 1 << 20));
   f.add("optim", &optim, "optimizer whose state is counted, HF's names: adamw_torch | adamw (adamw_torch)");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
@@ -315,7 +322,9 @@ int cmd_estimate_memory(const Args& args) {
   std::string cfg_file = config_path.empty() ? model_path + "/config.json" : config_path;
   ModelConfig cfg = config_from_file(cfg_file);
   if (T <= 0) T = std::min(1024, cfg.max_position);
-  ZT_CHECK(bucket_mb > 0, "--bucket_cap_mb must be positive");
+  ZT_CHECK(parallel::activation_bytes_bound(cfg, B, T) <= parallel::kExactPlanLimit, "estimate-memory: B=", B, " T=", T,
+           " needs more than 1 EiB of activations per rank; lower --per_device_train_batch_size or "
+           "--model_max_length");
   auto in = parallel::memory_inputs(cfg, B, T);
   std::printf("Estimated per-rank memory for training with fp32 %s (4 + 4 + %lld bytes per parameter unsharded):\n",
               optim.c_str(), (long long)optim::optimizer_state_bytes_per_param(optim));

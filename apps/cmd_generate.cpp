@@ -19,6 +19,7 @@
 #include "models/decoder.h"
 #include "models/sampling.h"
 #include "models/transformer.h"
+#include "parallel/memory_fit.h"
 #include "train/evaluate.h"
 
 namespace zt::app {
@@ -27,9 +28,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::unique_ptr<Transformer> load_model(const std::string& dir) {
+// extra_bytes: what the command allocates besides the model at (B, T) (the KV cache).
+std::unique_ptr<Transformer> load_model(const std::string& dir, int B, int T, const char* what, const char* hint) {
   ZT_CHECK(!dir.empty(), "--model_name_or_path is required");
-  auto m = std::make_unique<Transformer>(config_from_file(dir + "/config.json"));
+  ModelConfig cfg = config_from_file(dir + "/config.json");
+  if (T <= 0) T = std::min(1024, cfg.max_position);
+  // Before the parameters are allocated: a model beyond this machine is one clear error.
+  parallel::check_memory_fits(parallel::inference_bytes(cfg, B, T), 1, what, "", hint);
+  auto m = std::make_unique<Transformer>(cfg);
   hf_load_weights(*m, dir + "/model.safetensors");
   return m;
 }
@@ -46,23 +52,33 @@ int cmd_generate(const Args& args) {
   f.add("model_name_or_path", &model_dir, "HF model folder");
   f.add("tokenizer_name_or_path", &tokenizer, "tokenizer folder or tokenizer.json (default: the model folder)");
   f.add("prompt", &prompt, "text to continue");
-  f.add("max_new_tokens", &max_new_tokens, "tokens to generate (100)");
-  f.add("min_new_tokens", &min_new_tokens, "EOS is not sampled before this many new tokens (0)");
-  f.add("temperature", &sc.temperature, "0 = greedy (1.0)");
-  f.add("top_k", &sc.top_k, "sample among the k most likely, 0 = off (50)");
-  f.add("top_p", &sc.top_p, "nucleus sampling mass, 1 = off (1.0)");
-  f.add("seed", &seed, "sampling seed (42)");
-  f.add("threads", &threads, "0 = all cores (0)");
+  f.add("max_new_tokens", &max_new_tokens, "tokens to generate (100)", range::closed(1, limits::kMaxLength));
+  f.add("min_new_tokens", &min_new_tokens, "EOS is not sampled before this many new tokens (0)",
+        range::closed(0, limits::kMaxLength));
+  f.add("temperature", &sc.temperature, "softmax temperature, 0 = greedy (1.0)", range::at_least(0));
+  f.add("top_k", &sc.top_k, "sample among the k most likely, 0 = off (50)", range::closed(0, INT32_MAX));
+  f.add("top_p", &sc.top_p, "nucleus sampling mass, 1 = off (1.0)", range::above(0, 1));
+  f.add("seed", &seed, "sampling seed (42)", range::at_least(0));
+  f.add("threads", &threads, "0 = all cores (0)", range::closed(0, limits::kMaxThreads));
   f.add("compare_full_forward", &compare_full, "also time a full forward per token at the final length");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
+  ZT_CHECK(min_new_tokens <= max_new_tokens, "ztrain generate: --min_new_tokens ", min_new_tokens,
+           " exceeds --max_new_tokens ", max_new_tokens, "; lower it or raise --max_new_tokens");
   if (threads > 0) omp_set_num_threads(threads);
-  auto model = load_model(model_dir);
+  auto model = load_model(model_dir, 1, 1, "generating with this model", "use a smaller model");
   auto tok = Tokenizer::load(tokenizer.empty() ? model_dir : tokenizer);
   std::vector<int32_t> ids = tok->encode(prompt);
   if (ids.empty()) ids.push_back(tok->bos_id() >= 0 ? tok->bos_id() : tok->eos_id());
   ZT_CHECK(ids[0] >= 0, "empty prompt and the tokenizer has no BOS/EOS token to start from; pass --prompt");
   const int total = int(ids.size() + size_t(max_new_tokens));
+  ZT_CHECK(total <= model->config().max_position, "the prompt (", ids.size(), " tokens) plus --max_new_tokens ",
+           max_new_tokens, " = ", total, " positions exceeds the model's context of ", model->config().max_position,
+           " positions; lower --max_new_tokens or shorten the prompt");
+  const ModelConfig& mc = model->config();
+  parallel::check_memory_fits(
+      int64_t(model->num_params()) * 4 + 8 * int64_t(mc.n_layer) * total * mc.n_kv_head * mc.head_size, 1,
+      "generating with this model and its KV cache", "", "lower --max_new_tokens or use a smaller model");
   KvDecoder dec(*model, total);
   Rng rng(uint64_t(seed), 0x47454eull);
   auto t0 = Clock::now();
@@ -121,15 +137,16 @@ int cmd_eval(const Args& args) {
   f.add("text_file", &text_file, "or text: a .txt / .jsonl file or a folder of them, tokenized first");
   f.add("tokenizer_name_or_path", &tokenizer, "tokenizer for --text_file (default: the model folder)");
   f.add("text_field", &text_field, "JSONL field holding the text (text)");
-  f.add("per_device_eval_batch_size", &B, "sequences per batch (8)");
-  f.add("model_max_length", &T, "sequence length (min(1024, model context))");
-  f.add("max_eval_samples", &max_samples, "sequences evaluated, 0 = all (0)");
-  f.add("threads", &threads, "0 = all cores (0)");
+  f.add("per_device_eval_batch_size", &B, "sequences per batch (8)", range::closed(1, limits::kMaxBatch));
+  f.add("model_max_length", &T, "sequence length (min(1024, model context))", range::closed(1, limits::kMaxLength));
+  f.add("max_eval_samples", &max_samples, "sequences evaluated, 0 = all (0)", range::closed(0, limits::kMaxSteps));
+  f.add("threads", &threads, "0 = all cores (0)", range::closed(0, limits::kMaxThreads));
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   ZT_CHECK(file.empty() != text_file.empty(), "give one of --validation_file (tokens) or --text_file (text)");
   if (threads > 0) omp_set_num_threads(threads);
-  auto model = load_model(model_dir);
+  auto model = load_model(model_dir, B, T, "evaluating this model",
+                          "use a smaller --per_device_eval_batch_size or --model_max_length, or a smaller model");
   if (T <= 0) T = std::min(1024, model->config().max_position);
   std::string tmp_dir;
   if (!text_file.empty()) {  // tokenize into a private temporary folder, documents ending in EOS

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "dist/communicator.h"
 #include "flags.h"
+#include "signals.h"
 #include "train/train_args.h"
 
 namespace zt::app {
@@ -52,59 +53,74 @@ const char* kUsage =
 namespace zt::app {
 
 int cmd_train(const Args& args) {
+  using namespace limits;
   zt::TrainArgs a;
   zt::app::FlagSet f("train");
   f.add("model_name_or_path", &a.model_name_or_path, "HF model folder (config.json + model.safetensors)");
   f.add("model_config_path", &a.model_config_path, "config.json for a randomly initialised model");
   f.add("train_file", &a.train_file, "token file: flat little-endian uint16 (nanoGPT train.bin)");
   f.add("validation_file", &a.validation_file, "token file for eval_loss / perplexity");
-  f.add("eval_steps", &a.eval_steps, "evaluate every N steps, 0 = at the end only (0)");
-  f.add("max_eval_samples", &a.max_eval_samples, "sequences evaluated, 0 = all (0)");
+  f.add("eval_steps", &a.eval_steps, "evaluate every N steps, 0 = at the end only (0)", range::closed(0, kMaxSteps));
+  f.add("max_eval_samples", &a.max_eval_samples, "sequences evaluated, 0 = all (0)", range::closed(0, kMaxSteps));
   f.add("output_dir", &a.output_dir, "where the model, trainer_state.json and metrics go");
   f.add("overwrite_output_dir", &a.overwrite_output_dir, "allow a non-empty --output_dir");
-  f.add("per_device_train_batch_size", &a.per_device_train_batch_size, "sequences per micro-batch (8)");
-  f.add("gradient_accumulation_steps", &a.gradient_accumulation_steps, "micro-batches per optimizer step (1)");
-  f.add("model_max_length", &a.model_max_length, "sequence length T (min(1024, model context))");
-  f.add("learning_rate", &a.learning_rate, "peak learning rate (5e-5)");
+  f.add("per_device_train_batch_size", &a.per_device_train_batch_size, "sequences per micro-batch (8)",
+        range::closed(1, kMaxBatch));
+  f.add("gradient_accumulation_steps", &a.gradient_accumulation_steps, "micro-batches per optimizer step (1)",
+        range::closed(1, kMaxBatch));
+  f.add("model_max_length", &a.model_max_length, "sequence length T (min(1024, model context))",
+        range::closed(1, kMaxLength));
+  f.add("learning_rate", &a.learning_rate, "peak learning rate (5e-5)", range::above(0));
   f.add("optim", &a.optim, "optimizer, HF's names: adamw_torch | adamw (adamw_torch)");
-  f.add("weight_decay", &a.weight_decay, "AdamW decoupled weight decay on rank>=2 tensors (0)");
-  f.add("adam_beta1", &a.adam_beta1, "(0.9)");
-  f.add("adam_beta2", &a.adam_beta2, "(0.999)");
-  f.add("adam_epsilon", &a.adam_epsilon, "(1e-8)");
-  f.add("max_grad_norm", &a.max_grad_norm, "global gradient-norm clip, 0 disables (1.0)");
+  f.add("weight_decay", &a.weight_decay, "AdamW decoupled weight decay on rank>=2 tensors (0)", range::at_least(0));
+  f.add("adam_beta1", &a.adam_beta1, "(0.9)", range::below(0, 1));
+  f.add("adam_beta2", &a.adam_beta2, "(0.999)", range::below(0, 1));
+  f.add("adam_epsilon", &a.adam_epsilon, "(1e-8)", range::above(0));
+  f.add("max_grad_norm", &a.max_grad_norm, "global gradient-norm clip, 0 disables (1.0)", range::at_least(0));
   f.add("lr_scheduler_type", &a.lr_scheduler_type,
         "constant | constant_with_warmup | linear | cosine | WarmupLR | WarmupDecayLR | WarmupCosineLR (linear)");
-  f.add("warmup_ratio", &a.warmup_ratio, "warmup as a fraction of the total steps (0)");
-  f.add("warmup_steps", &a.warmup_steps, "warmup steps; a value < 1 is a ratio (0)");
-  f.add("max_steps", &a.max_steps, "optimizer steps; overrides --num_train_epochs (-1)");
-  f.add("num_train_epochs", &a.num_train_epochs, "passes over the data (3)");
-  f.add("logging_steps", &a.logging_steps, "log every N steps; < 1 is a ratio (500)");
+  f.add("warmup_ratio", &a.warmup_ratio, "warmup as a fraction of the total steps (0)", range::closed(0, 1));
+  f.add("warmup_steps", &a.warmup_steps, "warmup steps; a value < 1 is a ratio (0)", range::closed(0, kMaxSteps));
+  f.add("max_steps", &a.max_steps, "optimizer steps; -1 = from --num_train_epochs (-1)",
+        range::closed(1, kMaxSteps).or_value(-1));
+  f.add("num_train_epochs", &a.num_train_epochs, "passes over the data (3)", range::above(0, 1e6));
+  f.add("logging_steps", &a.logging_steps, "log every N steps; < 1 is a ratio (500)", range::above(0, kMaxSteps));
   f.add("save_strategy", &a.save_strategy, "steps | no (steps)");
-  f.add("save_steps", &a.save_steps, "save checkpoint-N/ every N steps (500)");
-  f.add("save_total_limit", &a.save_total_limit, "keep at most N checkpoints, 0 = all (0)");
+  f.add("save_steps", &a.save_steps, "save checkpoint-N/ every N steps (500)", range::closed(1, kMaxSteps));
+  f.add("save_total_limit", &a.save_total_limit, "keep at most N checkpoints, 0 = all (0)",
+        range::closed(0, kMaxSteps));
   f.add("resume_from_checkpoint", &a.resume_from_checkpoint, "a checkpoint-N folder, or latest in --output_dir");
   f.add("save_dtype", &a.save_dtype, "float32 | bfloat16 for saved weights (float32)");
-  f.add("seed", &a.seed, "seed for initialisation and shuffling (42)");
-  f.add("threads", &a.threads, "compute threads, 0 = all cores (0)");
+  f.add("seed", &a.seed, "seed for initialisation and shuffling (42)", range::at_least(0));
+  f.add("threads", &a.threads, "compute threads, 0 = all cores (0)", range::closed(0, kMaxThreads));
   f.add("no_shuffle", &a.no_shuffle, "consecutive windows in file order");
   f.add("logging_dir", &a.logging_dir, "TensorBoard folder (output_dir/runs/<date>_<host>)");
   f.add("report_to", &a.report_to, "tensorboard | none (tensorboard)");
   f.add("plot", &a.plot, "write output_dir/loss.png with the loss curves at the end");
   f.add("disable_tqdm", &a.disable_tqdm, "auto | true | false: the live progress line on stderr (auto: on a terminal)");
   f.add("packing", &a.packing, "attention and positions restart after each EOS token (packed documents)");
-  f.add("eos_token_id", &a.eos_token_id, "document separator for --packing (-1: config.json's eos_token_id)");
-  f.add("dataloader_prefetch", &a.dataloader_prefetch, "micro-batches the loader thread prepares ahead (3)");
+  f.add("eos_token_id", &a.eos_token_id, "document separator for --packing (-1: config.json's eos_token_id)",
+        range::closed(0, kMaxVocab).or_value(-1));
+  f.add("dataloader_prefetch", &a.dataloader_prefetch, "micro-batches the loader thread prepares ahead (3)",
+        range::closed(1, 256));
   // Data parallelism under mpirun (DeepSpeed's names; docs/distributed.md).
-  f.add("zero_stage", &a.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage (0)");
+  f.add("zero_stage", &a.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage (0)", range::closed(0, 3));
   f.add("overlap_comm", &a.overlap_comm, "reduce gradient buckets while backward runs (true)");
-  f.add("reduce_bucket_size", &a.reduce_bucket_size, "elements per gradient bucket (5e8)");
-  f.add("allgather_bucket_size", &a.allgather_bucket_size, "accepted for DeepSpeed; ZeRO-1/2 gather per reduce bucket");
+  f.add("reduce_bucket_size", &a.reduce_bucket_size, "elements per gradient bucket (5e8)", range::closed(1, kMaxSteps));
+  f.add("allgather_bucket_size", &a.allgather_bucket_size, "accepted for DeepSpeed; ZeRO-1/2 gather per reduce bucket",
+        range::closed(1, kMaxSteps));
   f.add("reduce_scatter", &a.reduce_scatter, "accepted for DeepSpeed; ZeRO stages always reduce-scatter");
-  f.add("zero_hpz_partition_size", &a.zero_hpz_partition_size, "shard within groups of G ranks, replicate across (1)");
+  f.add("zero_hpz_partition_size", &a.zero_hpz_partition_size, "shard within groups of G ranks, replicate across (1)",
+        range::closed(1, kMaxBatch));
   f.add("zero_quantized_weights", &a.zero_quantized_weights, "ZeRO++ qwZ: int8 parameter all-gather (stage 3)");
   f.add("zero_quantized_gradients", &a.zero_quantized_gradients, "ZeRO++ qgZ: int8 gradient reduce-scatter");
-  f.add("train_batch_size", &a.train_batch_size, "global batch check: micro x accumulation x ranks (0 = unchecked)");
-  f.add("peak_gflops", &a.peak_gflops, "GEMM peak used for MFU (400, this machine's fp32 sgemm)");
+  f.add("train_batch_size", &a.train_batch_size, "global batch check: micro x accumulation x ranks (0 = unchecked)",
+        range::closed(0, kMaxSteps));
+  f.add("ddp_timeout", &a.ddp_timeout,
+        "seconds a collective waits for a missing rank before the job ends naming it, 0 = never "
+        "(ZT_COMM_TIMEOUT_S, else 300)",
+        range::closed(0, 1e9));
+  f.add("peak_gflops", &a.peak_gflops, "GEMM peak used for MFU (400, this machine's fp32 sgemm)", range::above(0));
   // DeepSpeed / ZeRO (docs/deepspeed.md). A --deepspeed JSON's values replace defaults but must
   // agree with flags given here; "auto" values take the flags.
   f.add("deepspeed", &a.deepspeed, "DeepSpeed JSON config (HF Trainer's flag; docs/deepspeed.md)");
@@ -119,6 +135,7 @@ int cmd_train(const Args& args) {
   // the rank named (abort_job), before the world's destructor reaches MPI_Finalize, which
   // would wait for the other ranks, stuck in their next collective.
   std::unique_ptr<dist::Communicator> world = dist::make_world();
+  if (a.ddp_timeout >= 0) world->set_timeout(a.ddp_timeout);
   try {
     zt::train_run(a, *world);
   } catch (const std::exception& e) {
@@ -130,11 +147,26 @@ int cmd_train(const Args& args) {
 
 }  // namespace zt::app
 
+namespace {
+
+// The library's report of a hang no exception can carry (dist/communicator.h): end the job
+// (under mpirun every rank, with this one's message), then this process.
+void on_hang(const std::string& msg) {
+  zt::dist::abort_job(msg);
+  std::fprintf(stderr, "ztrain: error: %s\n", msg.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  zt::app::install_signal_handlers();
+  zt::dist::set_hang_handler(on_hang);
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   try {

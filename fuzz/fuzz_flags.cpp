@@ -19,11 +19,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   zt::app::FlagSet f("train");
   f.add("output_dir", &output_dir, "where outputs go");
   f.add("model_name_or_path", &model, "HF model folder");
-  f.add("per_device_train_batch_size", &batch, "sequences per micro-batch");
-  f.add("seed", &seed, "seed");
-  f.add("max_steps", &max_steps, "optimizer steps");
-  f.add("learning_rate", &lr, "peak learning rate");
-  f.add("warmup_ratio", &warmup, "warmup fraction");
+  f.add("per_device_train_batch_size", &batch, "sequences per micro-batch", zt::app::range::closed(1, 1 << 20));
+  f.add("seed", &seed, "seed", zt::app::range::at_least(0));
+  f.add("max_steps", &max_steps, "optimizer steps", zt::app::range::closed(1, 1e15).or_value(-1));
+  f.add("learning_rate", &lr, "peak learning rate", zt::app::range::above(0));
+  f.add("warmup_ratio", &warmup, "warmup fraction", zt::app::range::closed(0, 1));
   f.add("no_shuffle", &no_shuffle, "file order");
   f.add("overwrite_output_dir", &overwrite, "allow a non-empty --output_dir");
   zt::fuzz::expect_ok_or_error([&] { f.parse(args); });

@@ -1,8 +1,10 @@
 // test_data.cpp: the data loader: its order equals the window sampler's, any split of a
 // step over ranks and micro-batches covers exactly the sequences of one process with the
 // same global batch, a loader started at step s continues the exact sequence (resume), and
-// packing positions restart after EOS.
+// packing positions restart after EOS; a token file cut or rewritten while mapped is an error
+// naming it (from the loader thread, or the SIGBUS handler apps/ installs).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -10,8 +12,10 @@
 #include <memory>
 #include <vector>
 
+#include "core/error.h"
 #include "data/loader.h"
 #include "data/token_data.h"
+#include "signals.h"
 
 namespace zt {
 namespace {
@@ -134,6 +138,45 @@ TEST(DataLoader, ManyLoadersStartAndStopCleanly) {
     DataLoader dl(f, c, i);
     if (i % 2) dl.next();
   }
+}
+
+// Truncated under a running loader: next() rethrows the producer thread's error naming the file.
+TEST(DataLoader, TruncatedFileIsAnErrorNamingIt) {
+  const std::string p = token_file(20000, 100);
+  TokenFile f(p, 100);
+  LoaderConfig c;
+  c.B = 2;
+  c.T = 16;
+  c.depth = 2;
+  DataLoader dl(f, c, 0);
+  dl.next();
+  ASSERT_EQ(::truncate(p.c_str(), 100), 0);
+  try {
+    for (int i = 0; i < 10; ++i) dl.next();
+    ADD_FAILURE() << "a truncated token file went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(p + " changed while it was being read (truncated"), std::string::npos)
+        << e.what();
+  }
+  fs::remove(p);
+}
+
+// A read past the cut with no check before it (the race the checks cannot close) raises SIGBUS:
+// the handler names the file and exits with 1, not 135.
+TEST(TokenFileDeathTest, SigbusOnATruncatedMappingNamesTheFile) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string p = token_file(40000, 100);
+  EXPECT_EXIT(
+      {
+        app::install_signal_handlers();
+        TokenFile f(p, 100);
+        if (::truncate(p.c_str(), 0) != 0) std::_Exit(3);
+        volatile uint32_t x = f.at(f.size() - 1);
+        (void)x;
+        std::_Exit(4);
+      },
+      testing::ExitedWithCode(1), "zt_data_40000.bin was truncated while it was being read");
+  fs::remove(p);
 }
 
 }  // namespace

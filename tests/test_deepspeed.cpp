@@ -365,8 +365,8 @@ TEST(DeepSpeedConfig, FlagSetRecordsExplicitFlags) {
   double lr = 5e-5;
   bool overlap = true;
   app::FlagSet f("train");
-  f.add("per_device_train_batch_size", &batch, "");
-  f.add("learning_rate", &lr, "");
+  f.add("per_device_train_batch_size", &batch, "", app::range::closed(1, 1 << 20));
+  f.add("learning_rate", &lr, "", app::range::above(0));
   f.add("overlap_comm", &overlap, "");
   f.parse({"--learning_rate=1e-4", "--overlap_comm", "false"});
   EXPECT_EQ(f.given(), (std::set<std::string>{"learning_rate", "overlap_comm"}));

@@ -16,6 +16,7 @@
 #include "models/transformer.h"
 #include "parallel/buckets.h"
 #include "parallel/memory_estimate.h"
+#include "parallel/memory_fit.h"
 #include "parallel/quantize.h"
 #include "parallel/shard.h"
 
@@ -282,6 +283,36 @@ TEST(DistMemoryEstimate, Gpt2ModelStates) {
   EXPECT_THROW(estimate_memory(in, opt), Error);
   EXPECT_EQ(in.unit_params.size(), 14u);  // embedding, 12 blocks, head
   EXPECT_EQ(in.unit_params.back(), 2 * 768);  // the head: ln_f only (tied LM head)
+}
+
+// The pre-allocation check uses the estimator's row for the stage (hybrid: N = G), and sizes
+// whose exact plan would overflow give a bound of 2^60 instead of a wrapped-around number.
+TEST(DistMemoryFit, TrainingNeedIsTheEstimatorsRow) {
+  ModelConfig cfg = gpt2_124m();
+  auto in = memory_inputs(cfg, 8, 256);
+  MemoryEstimateOptions opt;
+  opt.num_ranks = 2;
+  opt.ddp_bucket_bytes = 4 * in.num_params;
+  auto rows = estimate_memory(in, opt);
+  for (int stage = 0; stage <= 3; ++stage)
+    EXPECT_EQ(training_bytes_per_rank(cfg, {8, 256, stage, 2, 1, int64_t(5e8)}), rows[size_t(stage)].total());
+  opt.num_ranks = 2;  // 4 ranks in hybrid groups of 2 hold what 2 ranks hold
+  EXPECT_EQ(training_bytes_per_rank(cfg, {8, 256, 3, 4, 2, int64_t(5e8)}), estimate_memory(in, opt)[3].total());
+  cfg.n_layer = 1 << 16;
+  cfg.n_embd = 1 << 20;
+  cfg.ffn = 1 << 20;
+  EXPECT_EQ(training_bytes_per_rank(cfg, {1 << 20, 1024, 0, 1, 1, 1}), int64_t(1) << 60);
+  EXPECT_NO_THROW(check_memory_fits(1, 1, "x", "", ""));
+  try {
+    check_memory_fits(int64_t(1) << 60, 2, "training this model", "p", "do less");
+    ADD_FAILURE() << "2 EiB fit";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("training this model needs an estimated 2147483648.00 GiB for the 2 ranks on this host"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find(" is available ("), std::string::npos) << m;
+  }
 }
 
 TEST(DistCounters, BusBytesFormulas) {

@@ -137,8 +137,8 @@ TEST(Flags, UnknownFlagSuggestsNearestAndValuesAreTyped) {
   bool flag = false;
   std::string s;
   app::FlagSet f("train");
-  f.add("learning_rate", &lr, "");
-  f.add("per_device_train_batch_size", &bs, "");
+  f.add("learning_rate", &lr, "", app::range::above(0));
+  f.add("per_device_train_batch_size", &bs, "", app::range::closed(1, 1 << 20));
   f.add("no_shuffle", &flag, "");
   f.add("output_dir", &s, "");
   f.parse({"--learning_rate", "1e-3", "--per_device_train_batch_size=4", "--no_shuffle", "--output_dir", "x"});
@@ -157,7 +157,7 @@ TEST(Flags, UnknownFlagSuggestsNearestAndValuesAreTyped) {
             std::string::npos);
   // Integers in DeepSpeed's notation (5e8) are accepted when exact.
   int64_t bucket = 0;
-  f.add("reduce_bucket_size", &bucket, "");
+  f.add("reduce_bucket_size", &bucket, "", app::range::closed(1, 1e15));
   f.parse({"--reduce_bucket_size", "5e8", "--per_device_train_batch_size", "1.6e1"});
   EXPECT_EQ(bucket, 500000000);
   EXPECT_EQ(bs, 16);
@@ -167,6 +167,51 @@ TEST(Flags, UnknownFlagSuggestsNearestAndValuesAreTyped) {
   }
   EXPECT_NE(error_of([&] { f.parse({"--output_dir"}); }).find("needs a value"), std::string::npos);
   EXPECT_NE(error_of([&] { f.parse({"stray"}); }).find("unexpected argument"), std::string::npos);
+}
+
+// Every numeric flag has a range, checked at parse time: out-of-range, NaN, infinite, huge and
+// non-numbers are one message naming the flag, the range and the value; special values pass.
+TEST(Flags, RangesAreCheckedWhereFlagsAreParsed) {
+  int batch = 8;
+  int64_t steps = -1;
+  double beta = 0.9, top_p = 1;
+  app::FlagSet f("train");
+  f.add("per_device_train_batch_size", &batch, "", app::range::closed(1, 1 << 20));
+  f.add("max_steps", &steps, "", app::range::closed(1, 1e15).or_value(-1));
+  f.add("adam_beta1", &beta, "", app::range::below(0, 1));
+  f.add("top_p", &top_p, "", app::range::above(0, 1));
+  f.parse({"--max_steps", "-1", "--adam_beta1", "0", "--top_p", "1", "--per_device_train_batch_size", "1048576"});
+  EXPECT_EQ(steps, -1);
+  EXPECT_EQ(batch, 1 << 20);
+  EXPECT_EQ(error_of([&] {
+              f.parse({"--adam_beta1", "1.5"});
+            }),
+            "ztrain train: --adam_beta1 expects a number in [0, 1), got \"1.5\"");
+  EXPECT_EQ(error_of([&] {
+              f.parse({"--max_steps", "0"});
+            }),
+            "ztrain train: --max_steps expects -1 or an integer in [1, 1e15], got \"0\"");
+  for (const char* bad : {"0", "-0.5", "2", "nan", "inf", "-inf", "1e400", "abc", ""})
+    EXPECT_NE(error_of([&] {
+                f.parse({"--top_p", bad});
+              }).find("--top_p expects a number in (0, 1], got"),
+              std::string::npos)
+        << bad;
+  for (const char* bad : {"0", "-1", "1048577", "1e18", "9223372036854775808", "nan", "2.5", "x"})
+    EXPECT_NE(error_of([&] {
+                f.parse({"--per_device_train_batch_size", bad});
+              }).find("--per_device_train_batch_size expects an integer in [1, 1048576], got"),
+              std::string::npos)
+        << bad;
+  EXPECT_EQ(top_p, 1);  // a rejected value leaves the flag alone
+  EXPECT_NE(f.help().find("[-1 or an integer in [1, 1e15]]"), std::string::npos) << f.help();
+  // An int flag's open-ended range stops at int's limit, and says so.
+  int k = 0;
+  f.add("top_k", &k, "", app::range::at_least(0));
+  EXPECT_NE(error_of([&] {
+              f.parse({"--top_k", "3000000000"});
+            }).find("an integer in [0, 2147483647]"),
+            std::string::npos);
 }
 
 // ---- Regression cases from fuzzing (fuzz/, docs/testing.md) and the sanitizer run ----
@@ -196,9 +241,9 @@ TEST(FuzzRegression, FlagsEscapeControlCharacters) {
   double lr = 0;
   app::FlagSet f("train");
   f.add("output_dir", &s, "");
-  f.add("learning_rate", &lr, "");
+  f.add("learning_rate", &lr, "", app::range::above(0));
   one_line_error([&] { f.parse({"--output_dddd\nddir", "x"}); }, "unknown flag --output_dddd\\nddir");
-  one_line_error([&] { f.parse({"--learning_rate", "1\r\n2"}); }, "expects a number, got \"1\\r\\n2\"");
+  one_line_error([&] { f.parse({"--learning_rate", "1\r\n2"}); }, "expects a number > 0, got \"1\\r\\n2\"");
   one_line_error([&] { f.parse({"stray\x01"}); }, "unexpected argument \"stray\\x01\"");
 }
 

@@ -1,4 +1,5 @@
-// test_observability.cpp: the TensorBoard event writer and the PNG loss plot, each read back
+// test_observability.cpp: metrics.jsonl on resume, the TensorBoard event writer and the PNG
+// loss plot, the last two read back
 // by an independent reader written here (bit-at-a-time CRCs, a generic protobuf field walker,
 // a PNG chunk walker and stored-block inflater), so a shared mistake in the writers' tables
 // cannot hide.
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "train/jsonl_log.h"
 #include "train/plot_png.h"
 #include "train/tfevents.h"
 
@@ -380,6 +382,29 @@ TEST(PlotPng, UnwritablePathIsAnError) {
   const std::string file = tmp.path + "/plain_file";
   std::ofstream(file) << "x";
   EXPECT_THROW(write_loss_plot(file + "/plot.png", {}, "t"), Error);
+}
+
+// Resume keeps lines through the checkpoint's step, drops a torn last line (a crash mid-write),
+// names a damaged line by number, and appends after the kept lines.
+TEST(JsonlLog, ResumeKeepsThroughStepAndNamesDamagedLines) {
+  TempDir d("jsonl");
+  const std::string p = d.path + "/metrics.jsonl";
+  std::ofstream(p) << "{\"step\": 1}\n{\"step\": 2, \"eval_loss\": 1}\n{\"step\": 3}\n{\"step\": 4";
+  EXPECT_EQ(jsonl_lines_through(p, 2).size(), 2u);
+  EXPECT_EQ(jsonl_lines_through(p, 9).size(), 3u);  // the unterminated step 4 is dropped
+  {
+    JsonlLog log(p, 2);
+    log.append("{\"step\": 3}");
+  }
+  EXPECT_EQ(read_all(p), "{\"step\": 1}\n{\"step\": 2, \"eval_loss\": 1}\n{\"step\": 3}\n");
+  std::ofstream(p) << "{\"step\": 1}\n[1, 2]\n";
+  try {
+    jsonl_lines_through(p, 9);
+    ADD_FAILURE() << "a damaged line was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("metrics.jsonl line 2 is damaged"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(jsonl_lines_through(d.path + "/none.jsonl", 9).empty());
 }
 
 }  // namespace

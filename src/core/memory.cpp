@@ -1,11 +1,13 @@
 // memory.cpp: accounted buffers and /proc-based resident-size readings.
 #include "core/memory.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <new>
 
 #include <sys/mman.h>
@@ -27,8 +29,8 @@ void charge(MemCategory c, long long delta) {
   if (g_stats.total_current > g_stats.total_peak) g_stats.total_peak = g_stats.total_current;
 }
 
-size_t read_status_kb(const char* key) {
-  FILE* f = std::fopen("/proc/self/status", "r");
+size_t read_kb(const char* file, const char* key) {
+  FILE* f = std::fopen(file, "r");
   if (!f) return 0;
   char line[256];
   size_t kb = 0, n = std::strlen(key);
@@ -63,8 +65,41 @@ MemStats mem_stats() {
   return g_stats;
 }
 
-size_t peak_rss_bytes() { return read_status_kb("VmHWM:"); }
-size_t current_rss_bytes() { return read_status_kb("VmRSS:"); }
+size_t peak_rss_bytes() { return read_kb("/proc/self/status", "VmHWM:"); }
+size_t current_rss_bytes() { return read_kb("/proc/self/status", "VmRSS:"); }
+
+namespace {
+// A cgroup file holding one number of bytes; -1 when absent or "max" (no limit).
+int64_t read_cgroup_bytes(const char* file) {
+  FILE* f = std::fopen(file, "r");
+  if (!f) return -1;
+  char buf[64] = {};
+  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::fclose(f);
+  char* end = nullptr;
+  const unsigned long long v = ok ? std::strtoull(buf, &end, 10) : 0;
+  return ok && end != buf && v < (1ull << 60) ? int64_t(v) : -1;  // v1 spells "no limit" as ~2^63
+}
+}  // namespace
+
+int64_t available_memory_bytes(std::string* source) {
+  const size_t kb_avail = read_kb("/proc/meminfo", "MemAvailable:");
+  int64_t avail = kb_avail ? int64_t(kb_avail) : -1;
+  if (source) *source = "MemAvailable in /proc/meminfo";
+  // In a container the cgroup's limit is what the kernel enforces; MemAvailable is the host's.
+  for (auto [limit_file, usage_file] :
+       {std::pair{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+        {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}}) {
+    const int64_t limit = read_cgroup_bytes(limit_file), used = read_cgroup_bytes(usage_file);
+    if (limit < 0 || used < 0) continue;
+    if (avail < 0 || limit - used < avail) {
+      avail = std::max<int64_t>(0, limit - used);
+      if (source) *source = std::string("the cgroup limit ") + limit_file + " minus its usage";
+    }
+    break;
+  }
+  return avail;
+}
 
 Buffer::Buffer(size_t bytes, MemCategory cat) : bytes_(bytes), cat_(cat) {
   if (bytes == 0) return;

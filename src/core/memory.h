@@ -28,6 +28,9 @@ MemStats mem_stats();
 // Peak resident set size of this process in bytes (VmHWM), 0 where unavailable.
 size_t peak_rss_bytes();
 size_t current_rss_bytes();
+// Memory this process could still get now: MemAvailable, or less when a cgroup limit (a
+// container) leaves less; -1 when unknown. source, when given, says which one it is.
+int64_t available_memory_bytes(std::string* source = nullptr);
 
 // A 64-byte aligned, zero-initialised block of bytes charged to one category.
 class Buffer {

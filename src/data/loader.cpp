@@ -82,7 +82,15 @@ void DataLoader::produce() {
       if (stop_) return;
       k = produced_;
     }
-    fill(ring_[size_t(k % n)], first_step_ + k / c_.accumulation, int(k % c_.accumulation));
+    try {
+      fill(ring_[size_t(k % n)], first_step_ + k / c_.accumulation, int(k % c_.accumulation));
+    } catch (...) {
+      // Handed to the consumer: next() rethrows it in the training thread, where it is reported.
+      std::lock_guard<std::mutex> l(mu_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+      return;
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       ++produced_;
@@ -95,9 +103,10 @@ const MicroBatch& DataLoader::next() {
   std::unique_lock<std::mutex> l(mu_);
   if (produced_ <= consumed_) {
     const auto t0 = std::chrono::steady_clock::now();
-    cv_.wait(l, [&] { return produced_ > consumed_; });
+    cv_.wait(l, [&] { return produced_ > consumed_ || error_; });
     wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  if (produced_ <= consumed_ && error_) std::rethrow_exception(error_);
   const MicroBatch& mb = ring_[size_t(consumed_ % int64_t(ring_.size()))];
   ++consumed_;
   l.unlock();

@@ -18,6 +18,7 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -58,6 +59,7 @@ class DataLoader {
   int64_t num_windows() const { return num_windows_; }
   int64_t sequences_per_step() const { return int64_t(c_.B) * c_.accumulation * c_.world; }
   // The next micro-batch in order (blocks until it is ready). Valid until the next call.
+  // Throws what the producer thread hit (e.g. the token file changed, TokenFile::check_unchanged).
   const MicroBatch& next();
   // Seconds the caller spent blocked in next() so far.
   double wait_seconds() const { return wait_s_; }
@@ -76,6 +78,7 @@ class DataLoader {
   int64_t produced_ = 0, consumed_ = 0;  // micro-batches, counted from first_step
   int64_t first_step_;
   bool stop_ = false;
+  std::exception_ptr error_;  // the producer's failure (a changed token file), rethrown by next()
   std::mutex mu_;
   std::condition_variable cv_;
   double wait_s_ = 0;

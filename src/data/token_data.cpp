@@ -6,32 +6,60 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/mapped_files.h"
 #include "core/rng.h"
 #include "data/shard_format.h"
 
 namespace zt {
 
 TokenFile::TokenFile(const std::string& path, int vocab_size) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  ZT_CHECK(fd >= 0, "cannot open token file ", path, ": ", std::strerror(errno));
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ZT_CHECK(fd_ >= 0, "cannot open token file ", path, ": ", std::strerror(errno));
   struct stat st {};
-  ::fstat(fd, &st);
+  ::fstat(fd_, &st);
   bytes_ = size_t(st.st_size);
-  if (bytes_ > 0) map_ = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  ZT_CHECK(bytes_ == 0 || map_ != MAP_FAILED, "cannot map ", path, ": ", std::strerror(errno));
-  if (map_ == MAP_FAILED) map_ = nullptr;
+  mtime_ns_ = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (bytes_ > 0) map_ = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd_, 0);
+  if (map_ == MAP_FAILED) {
+    const int e = errno;
+    ::close(fd_);
+    throw Error(str_cat("cannot map ", path, ": ", std::strerror(e)));
+  }
+  // So the SIGBUS handler apps/ installs can name this file if it is cut while mapped.
+  if (map_) mapped_file_register(map_, bytes_, path);
   // A constructor that throws runs no destructor: unmap here so a rejected file is not leaked.
   try {
     validate(vocab_size);
   } catch (...) {
-    if (map_) ::munmap(map_, bytes_);
-    map_ = nullptr;
+    release();
     throw;
   }
+}
+
+void TokenFile::release() {
+  if (map_) {
+    mapped_file_unregister(map_);
+    ::munmap(map_, bytes_);
+  }
+  map_ = nullptr;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void TokenFile::check_unchanged() const {
+  struct stat st {};
+  ZT_CHECK(::fstat(fd_, &st) == 0, "cannot stat token file ", path_, ": ", std::strerror(errno));
+  const int64_t mtime = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  ZT_CHECK(size_t(st.st_size) == bytes_ && mtime == mtime_ns_, "token file ", path_,
+           " changed while it was being read (",
+           size_t(st.st_size) < bytes_ ? str_cat("truncated from ", bytes_, " to ", st.st_size, " bytes")
+                                       : std::string("written to"),
+           "); a token file must not be modified during a run: restore it (write new data under a new name) and "
+           "resume with --resume_from_checkpoint latest");
 }
 
 void TokenFile::validate(int vocab_size) {
@@ -77,9 +105,7 @@ void TokenFile::validate(int vocab_size) {
   }
 }
 
-TokenFile::~TokenFile() {
-  if (map_) ::munmap(map_, bytes_);
-}
+TokenFile::~TokenFile() { release(); }
 
 WindowSampler::WindowSampler(const TokenFile& f, int T, bool shuffle, uint64_t seed)
     : f_(f), T_(T), shuffle_(shuffle), seed_(seed), windows_(T > 0 ? (f.size() - 1) / T : 0) {
@@ -101,6 +127,7 @@ int64_t WindowSampler::window_of(int64_t g) {
 }
 
 void WindowSampler::fill(int32_t* inputs, int32_t* targets, int64_t g, int count) {
+  f_.check_unchanged();  // before touching pages a truncation may have removed
   for (int s = 0; s < count; ++s) {
     const int64_t w = window_of(g + s) * T_;
     for (int t = 0; t < T_; ++t) {

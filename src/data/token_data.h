@@ -21,10 +21,17 @@ class TokenFile {
   int64_t size() const { return count_; }
   uint32_t at(int64_t i) const { return token_bytes_ == 2 ? tokens16_[i] : tokens32_[i]; }
   const std::string& path() const { return path_; }
+  // Throws naming the file when it was truncated or written since it was opened: a read past
+  // a cut raises SIGBUS, and rewritten tokens were never range-checked. One fstat (under a
+  // microsecond), so readers call it before every batch.
+  void check_unchanged() const;
 
  private:
   void validate(int vocab_size);  // header, size and id checks; throws zt::Error
+  void release();                 // unregisters, unmaps, closes
   std::string path_;
+  int fd_ = -1;  // kept open: fstat sees the mapped file itself even if the path is replaced
+  int64_t mtime_ns_ = 0;
   void* map_ = nullptr;
   size_t bytes_ = 0;
   const uint16_t* tokens16_ = nullptr;

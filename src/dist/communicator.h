@@ -1,8 +1,8 @@
 // communicator.h: the thin communicator every distributed strategy talks to: rank, size,
 // split, the collectives (all_reduce, reduce_scatter, all_gather, broadcast, all_to_all,
 // barrier) and point-to-point send/recv, each blocking or non-blocking (a Request), with
-// per-collective counters (calls, payload bytes, bus bytes, time) and a watchdog that
-// aborts the job when a collective hangs.
+// per-collective counters (calls, payload bytes, bus bytes, time) and a timeout that names
+// the ranks missing from a collective that hangs.
 //
 // Two implementations: MPI (mpi_communicator.cpp; a dedicated communication thread per
 // communicator executes operations in submission order, so non-blocking operations
@@ -111,8 +111,10 @@ class Communicator {
   // Collective over this communicator: ranks with the same color form a new one, ordered
   // by key (ties by rank). A negative color joins none and gets nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
-  // Watchdog: an operation not complete after this many seconds aborts the job. 0 turns it
-  // off. Default: ZT_COMM_TIMEOUT_S from the environment, else 300. Children inherit it.
+  // Timeout (HF's --ddp_timeout): a collective whose ranks have not all arrived after this many
+  // seconds throws naming the missing ranks; an operation stuck after that (see
+  // set_hang_handler) calls the hang handler. 0 turns both off. Default: ZT_COMM_TIMEOUT_S from
+  // the environment, else 300. Children inherit it; on the world it also guards MPI_Finalize.
   virtual void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout() const { return timeout_s_; }
 
@@ -221,8 +223,17 @@ std::unique_ptr<Communicator> make_world(Backend backend = Backend::auto_detect)
 
 // For the CLI's error handler: under MPI prints "[rank R] error: msg" to stderr and
 // aborts the whole job (MPI_Abort(MPI_COMM_WORLD, 1)), so the other ranks do not hang in
-// their next collective. Returns (doing nothing) when MPI is not running, so the caller
-// reports the error and exits as usual.
+// their next collective. Returns when MPI is not running (doing nothing) or is finalizing
+// (after printing; MPI_Abort is not allowed then), so the caller reports or exits as usual.
 void abort_job(const std::string& msg);
+
+// A collective whose ranks do not all arrive within the timeout throws (naming the missing
+// ranks). Some hangs cannot throw: a thread blocked inside MPI (a rank stopped inside a
+// collective, a send or receive whose peer never comes, MPI_Finalize waiting for a failed
+// rank). For those the library calls this handler with a one-line message; apps/ installs one
+// that ends the job (abort_job, then exit). Without a handler the message is printed and the
+// wait goes on: library code never ends the process. Process-wide, like signal handlers.
+using HangHandler = void (*)(const std::string& message);
+void set_hang_handler(HangHandler h);
 
 }  // namespace zt::dist

@@ -1,16 +1,17 @@
 // mpi_communicator.cpp: the MPI communicator. Each communicator owns a communication
 // thread that executes its operations in submission order (so every rank runs the same
-// sequence, as MPI requires) and a watchdog thread that aborts the job when an operation
-// hangs.
+// sequence, as MPI requires) and a watchdog thread for operations that hang.
 //
-// Why a thread: OpenMPI progresses non-blocking collectives (MPI_Iallreduce & co.) only
-// inside MPI calls, so an all-reduce started before a long computation would make no
-// progress until the next MPI call. Running the blocking collective on a dedicated thread
-// uses OpenMPI's tuned blocking algorithms and makes progress while the caller computes.
-// Point-to-point operations are posted (MPI_Isend / MPI_Irecv) and then polled by the same
-// thread, so an isend and an irecv posted together never deadlock on each other.
-// A blocking collective issued while the queue is empty runs on the caller's thread,
-// saving the hand-off (a few microseconds, which matter for small messages).
+// Waiting. A blocking MPI call spins a core for as long as a peer is missing (with
+// yield_when_idle too: a yield returns at once when nothing else runs). So every collective
+// is the non-blocking MPI call (or, for reduce_scatter, a ring of Isend / Irecv) waited for by
+// polling: back to back while the data should still be moving, then with sleeps that grow to
+// 1 ms (backoff.h). A rank waiting for a stopped, hung or slow peer then uses about 1% of a
+// core (tests/dist/wait_cpu.sh). The same loop enforces the timeout and throws naming the
+// ranks that hold the collective up (mpi_progress.h). The library never ends the process: a
+// thread stuck inside MPI (a split, a point-to-point peer that never comes, MPI_Finalize),
+// where no exception can reach the caller, calls the hang handler apps/ installed
+// (communicator.h).
 //
 // It deliberately is not: a scheduler that reorders operations, or a fallback for MPI
 // libraries without MPI_THREAD_MULTIPLE (it refuses them with a clear error).
@@ -34,11 +35,25 @@
 
 #include "core/error.h"
 #include "dist/backends.h"
+#include "dist/backoff.h"
+#include "dist/mpi_progress.h"
 
 namespace zt::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+std::atomic<HangHandler> g_hang_handler{nullptr};
+std::atomic<bool> g_finalizing{false};  // MPI_Abort is not allowed inside MPI_Finalize
+std::atomic<int> g_world_rank{0};       // for messages once MPI calls are no longer allowed
+
+// A hang no exception can report: the handler apps/ installed ends the job; without one the
+// message is printed (once per hang) and the wait goes on.
+void report_hang(const std::string& msg) {
+  if (HangHandler h = g_hang_handler.load()) h(msg);
+  std::fprintf(stderr, "error: %s (no hang handler installed: still waiting)\n", msg.c_str());
+  std::fflush(stderr);
+}
 
 // MPI is process-wide: initialised by the first MPI communicator, finalised when the last
 // one is gone. This weak_ptr is the only global state of the communicator layer.
@@ -63,6 +78,11 @@ class MpiRuntime {
       // needs; yielding when idle hid a 30 ms skew fully here (86 -> 55 ms, against 71 ms
       // spinning; docs/distributed.md). The user's own setting wins (no overwrite).
       setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+      // Collectives are non-blocking calls waited by polling (Engine::wait_polled). libnbc's
+      // default all-reduce on 2-3 ranks is binomial: 90 ms for 64 MiB against 51 ms for the
+      // blocking call; its ring takes 53 ms, and 4 / 8 us instead of 2 / 4 us at 8 B / 1 KiB
+      // (docs/distributed.md).
+      setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
       rt->owns_ = true;
     } else {
@@ -72,6 +92,7 @@ class MpiRuntime {
              " but ztrain's communication threads need MPI_THREAD_MULTIPLE (", int(MPI_THREAD_MULTIPLE),
              "); use an OpenMPI built with thread support (Debian's openmpi-bin is)");
     MPI_Comm_rank(MPI_COMM_WORLD, &rt->world_rank);
+    g_world_rank = rt->world_rank;
     current = rt;
     return rt;
   }
@@ -88,13 +109,11 @@ class MpiRuntime {
       std::unique_lock<std::mutex> lk(m);
       if (finalize_timeout_s <= 0) return;
       if (cv.wait_for(lk, std::chrono::duration<double>(finalize_timeout_s), [&] { return done; })) return;
-      std::fprintf(stderr,
-                   "[rank %d] error: MPI_Finalize has not completed after %.0f s (ZT_COMM_TIMEOUT_S): another rank "
-                   "is still busy, hung, or failed without aborting the job; exiting\n",
-                   world_rank, finalize_timeout_s);
-      std::fflush(stderr);
-      std::_Exit(1);  // MPI_Abort is not allowed inside MPI_Finalize; mpirun ends the job on this exit
+      report_hang(str_cat("MPI_Finalize has not completed after ", finalize_timeout_s,
+                          " s (--ddp_timeout / ZT_COMM_TIMEOUT_S): another rank is still busy, hung, or failed "
+                          "without aborting the job"));
     });
+    g_finalizing = true;
     MPI_Finalize();
     {
       std::lock_guard<std::mutex> g(m);
@@ -186,6 +205,7 @@ class Engine {
       : rt_(std::move(rt)), comm_(comm), name_(std::move(name)), rec_(std::move(rec)), timeout_s_(timeout_s) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    progress_ = std::make_unique<ProgressTable>(comm_, rank_, size_);  // collective, before the threads
     comm_thread_ = std::thread([this] { comm_main(); });
     watchdog_ = std::thread([this] { watchdog_main(); });
   }
@@ -273,11 +293,12 @@ class Engine {
     const char* what;
     size_t bytes;
     Clock::time_point start;
+    int peer;  // send / recv: the other rank (of this communicator); -1 for collectives
   };
 
   void begin_flight(const Item& it) {
     std::lock_guard<std::mutex> g(wm_);
-    inflight_[it.op.seq] = {it.what, size_t(it.op.payload), Clock::now()};
+    inflight_[it.op.seq] = {it.what, size_t(it.op.payload), Clock::now(), is_p2p(it.op.kind) ? it.op.peer : -1};
   }
   void end_flight(uint64_t seq) {
     std::lock_guard<std::mutex> g(wm_);
@@ -285,63 +306,103 @@ class Engine {
   }
 
   void execute(Item& it, bool caller_blocked) {
-    begin_flight(it);
     auto t0 = Clock::now();
     std::string err;
+    // The n-th collective (or split) of this communicator, the same n on every rank.
+    current_ = ++entered_;
+    progress_->entered(current_);
+    if (it.task) begin_flight(it);  // a split blocks inside MPI_Comm_split: the watchdog guards it
     try {
-      if (it.task)
+      if (it.task) {
+        MPI_Request req;  // first wait, polled, for every rank to arrive; then the blocking split
+        mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", name_);
+        wait_polled(&req, 1, it.what, it.op);
         it.task();
-      else
+      } else {
         run_collective(it.op);
+      }
     } catch (const std::exception& e) {
       err = e.what();
     }
     double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    end_flight(it.op.seq);
+    if (it.task) end_flight(it.op.seq);
     if (!it.task) rec_(it.op, dt, caller_blocked ? dt : 0);
     complete_request(*it.req, err);
   }
 
+  // Waits for MPI requests by polling (MPI_Testall), never inside a blocking MPI call, which
+  // spins a core for as long as a peer is missing. Polls back to back for the time the data
+  // should take at a pessimistic 0.25 GB/s (at least 2 ms: progress happens only inside the
+  // polls), then sleeps between polls (backoff.h). After the timeout throws naming the ranks
+  // that hold the collective up; the communicator is then unusable (its requests are still
+  // pending): end the job.
+  void wait_polled(MPI_Request* reqs, int n, const char* what, const CommOp& op) {
+    const auto spin = std::chrono::microseconds(std::clamp<int64_t>(int64_t(op.payload / 250.0), 2000, 10000000));
+    Backoff backoff(spin);
+    const auto t0 = Clock::now();
+    for (int done = 0;;) {
+      mpi_check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), what, name_);
+      if (done) return;
+      progress_->heartbeat();
+      const double waited = std::chrono::duration<double>(Clock::now() - t0).count(), to = timeout();
+      if (to > 0 && waited > to)
+        throw Error(str_cat("communication timeout: ", collective_name(op.kind), " #", op.seq, " (", size_t(op.payload),
+                            " bytes) on communicator \"", name_, "\" (rank ", rank_, " of ", size_, ") waited ",
+                            int(waited), " s (--ddp_timeout ", to, "): ", progress_->describe_missing(current_),
+                            "; a stopped, hung or failed rank, or raise --ddp_timeout for a legitimately long wait"));
+      backoff.pause();
+    }
+  }
+  double timeout() {
+    std::lock_guard<std::mutex> g(wm_);
+    return timeout_s_;
+  }
+
+  // Every collective is a non-blocking MPI call waited for by polling (wait_polled). For large
+  // all-reduces libnbc's ring is as fast as the blocking tuned algorithm (MpiRuntime sets it).
   void run_collective(const CommOp& op) {
     const char* what = collective_name(op.kind);
     const size_t es = dtype_size(op.dtype);
+    MPI_Request req = MPI_REQUEST_NULL;
     switch (op.kind) {
       case Collective::all_reduce: {
         // Chunks keep the int count in range; element-wise reductions split freely.
         const size_t chunk = size_t(1) << 30;
         for (size_t done = 0; done < op.count; done += chunk) {
           int n = int(std::min(chunk, op.count - done));
-          mpi_check(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(op.out) + done * es, n, mpi_type(op.dtype),
-                                  mpi_op(op.reduce), comm_),
-                    "MPI_Allreduce", name_);
+          mpi_check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(op.out) + done * es, n, mpi_type(op.dtype),
+                                   mpi_op(op.reduce), comm_, &req),
+                    "MPI_Iallreduce", name_);
+          wait_polled(&req, 1, "MPI_Iallreduce", op);
         }
-        break;
+        return;
       }
       case Collective::reduce_scatter:
         ZT_CHECK(op.count <= size_t(INT_MAX), "reduce_scatter of ", op.count,
                  " elements per rank exceeds MPI's int count; split the buffer");
-        ring_reduce_scatter(op);
-        break;
+        return ring_reduce_scatter(op);
       case Collective::all_gather: {
         ByteType bt(op.count);
         char* out = static_cast<char*>(op.out);
         const void* send = op.in == out + size_t(rank_) * op.count ? MPI_IN_PLACE : op.in;
-        mpi_check(MPI_Allgather(send, bt.count, bt.type, out, bt.count, bt.type, comm_), "MPI_Allgather", name_);
-        break;
+        mpi_check(MPI_Iallgather(send, bt.count, bt.type, out, bt.count, bt.type, comm_, &req), "MPI_Iallgather",
+                  name_);
+        return wait_polled(&req, 1, "MPI_Iallgather", op);
       }
       case Collective::broadcast: {
         ByteType bt(op.count);
-        mpi_check(MPI_Bcast(op.out, bt.count, bt.type, op.root, comm_), "MPI_Bcast", name_);
-        break;
+        mpi_check(MPI_Ibcast(op.out, bt.count, bt.type, op.root, comm_, &req), "MPI_Ibcast", name_);
+        return wait_polled(&req, 1, "MPI_Ibcast", op);
       }
       case Collective::all_to_all: {
         ByteType bt(op.count);
-        mpi_check(MPI_Alltoall(op.in, bt.count, bt.type, op.out, bt.count, bt.type, comm_), "MPI_Alltoall", name_);
-        break;
+        mpi_check(MPI_Ialltoall(op.in, bt.count, bt.type, op.out, bt.count, bt.type, comm_, &req), "MPI_Ialltoall",
+                  name_);
+        return wait_polled(&req, 1, "MPI_Ialltoall", op);
       }
       case Collective::barrier:
-        mpi_check(MPI_Barrier(comm_), "MPI_Barrier", name_);
-        break;
+        mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", name_);
+        return wait_polled(&req, 1, "MPI_Ibarrier", op);
       default:
         ZT_ASSERT(false, what);
     }
@@ -364,7 +425,7 @@ class Engine {
     const size_t chunk = std::max<size_t>(1, kChunk / es);
     for (size_t c = 0; c < op.count; c += chunk) ring_reduce_scatter_chunk(op, c, std::min(chunk, op.count - c));
   }
-  // Elements [c, c + sub) of every block.
+  // Elements [c, c + sub) of every block. Each exchange is an Irecv + Isend waited by polling.
   void ring_reduce_scatter_chunk(const CommOp& op, size_t c, size_t sub) {
     const size_t es = dtype_size(op.dtype), blk = op.count * es, sb = sub * es;
     const char* in = static_cast<const char*>(op.in) + c * es;
@@ -373,10 +434,13 @@ class Engine {
     char* recv = scratch_.data() + sb;
     const int n = size_, r = rank_, next = (r + 1) % n, prev = (r + n - 1) % n;
     const char* send = in + size_t((r + n - 1) % n) * blk;
+    CommOp step = op;
+    step.payload = double(2 * sb);
     for (int k = 0; k < n - 1; ++k) {
-      mpi_check(MPI_Sendrecv(send, int(sub), mpi_type(op.dtype), next, kRingTag, recv, int(sub), mpi_type(op.dtype),
-                             prev, kRingTag, comm_, MPI_STATUS_IGNORE),
-                "MPI_Sendrecv (reduce_scatter ring)", name_);
+      MPI_Request q[2];
+      mpi_check(MPI_Irecv(recv, int(sub), mpi_type(op.dtype), prev, kRingTag, comm_, &q[0]), "MPI_Irecv (ring)", name_);
+      mpi_check(MPI_Isend(send, int(sub), mpi_type(op.dtype), next, kRingTag, comm_, &q[1]), "MPI_Isend (ring)", name_);
+      wait_polled(q, 2, "reduce_scatter ring", step);
       const int b = ((r - k - 2) % n + n) % n;
       char* dst = k == n - 2 ? static_cast<char*>(op.out) + c * es : part;
       combine(dst, in + size_t(b) * blk, recv, sub, op.dtype, op.reduce);
@@ -480,7 +544,7 @@ class Engine {
   }
 
   void comm_main() {
-    int idle_polls = 0;
+    Backoff backoff;  // between polls of posted sends / receives: spin briefly, then sleep
     for (;;) {
       Item it;
       bool have = false;
@@ -489,8 +553,8 @@ class Engine {
         auto ready = [&] { return (!queue_.empty() && !busy_) || stop_; };
         if (active_items_.empty())
           cv_.wait(lk, ready);
-        else if (idle_polls > 100)  // nothing completed lately: poll every ~50 us, not in a tight loop
-          cv_.wait_for(lk, std::chrono::microseconds(50), ready);
+        else if (auto pause = backoff.next(); pause.count() > 0)  // a new operation ends the sleep early
+          cv_.wait_for(lk, pause, ready);
         if (!queue_.empty() && !busy_) {
           it = std::move(queue_.front());
           queue_.pop_front();
@@ -508,15 +572,19 @@ class Engine {
           std::lock_guard<std::mutex> g(m_);
           busy_ = false;
         }
-        idle_polls = 0;
+        backoff.reset();
         continue;
       }
-      if (!active_items_.empty()) idle_polls = poll() ? 0 : idle_polls + 1;
+      if (!active_items_.empty() && poll()) backoff.reset();
     }
   }
 
+  // Splits stuck inside MPI_Comm_split and point-to-point operations whose peer never comes
+  // (collectives time out in wait_polled instead): no exception can reach their caller, so
+  // the hang handler is called (once per operation); for send / recv the message names the peer.
   void watchdog_main() {
     std::unique_lock<std::mutex> lk(wm_);
+    uint64_t reported = ~uint64_t(0);
     while (!wstop_) {
       double to = timeout_s_;
       double period = to > 0 ? std::clamp(to / 10, 0.005, 1.0) : 1.0;
@@ -525,15 +593,16 @@ class Engine {
       // The oldest operation in flight (lowest sequence number) is the one that hangs.
       auto& [seq, f] = *inflight_.begin();
       double age = std::chrono::duration<double>(Clock::now() - f.start).count();
-      if (age <= timeout_s_) continue;
-      std::fprintf(stderr,
-                   "[rank %d] error: communication watchdog: %s #%llu (%zu bytes) on communicator \"%s\" (rank %d of "
-                   "%d) has not completed after %.0f s (ZT_COMM_TIMEOUT_S=%g); a rank is missing from the collective "
-                   "or stuck; aborting the job\n",
-                   rt_->world_rank, f.what, (unsigned long long)seq, f.bytes, name_.c_str(), rank_, size_, age,
-                   timeout_s_);
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 1);
+      if (age <= timeout_s_ || seq == reported) continue;
+      reported = seq;
+      std::string msg = str_cat("communication watchdog: ", f.what, " #", seq, " (", f.bytes,
+                                " bytes) on communicator \"", name_, "\" (rank ", rank_, " of ", size_,
+                                ") has not completed after ", int(age), " s (--ddp_timeout ", timeout_s_, "); ");
+      msg += f.peer >= 0 ? str_cat("rank ", f.peer, " of this communicator has not matched it")
+                         : std::string("every rank entered it, one is stopped or stuck inside it");
+      lk.unlock();
+      report_hang(msg);
+      lk.lock();
     }
   }
 
@@ -565,6 +634,10 @@ class Engine {
   double timeout_s_;
   bool wstop_ = false;
 
+  std::unique_ptr<ProgressTable> progress_;  // who has entered which collective (timeout messages)
+  uint64_t entered_ = 0;                     // collectives (and splits) this rank has entered
+  uint64_t current_ = 0;                     // the one executing now (used by the executing thread only)
+
   std::thread comm_thread_, watchdog_;
 };
 
@@ -587,6 +660,7 @@ class MpiCommunicator final : public Communicator {
   void set_timeout(double s) override {
     Communicator::set_timeout(s);
     eng_->set_timeout(s);
+    if (name() == "world") eng_->runtime()->finalize_timeout_s = s;  // also guards MPI_Finalize
   }
 
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
@@ -647,7 +721,14 @@ std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
   return std::make_unique<MpiCommunicator>(rt, world, "world", timeout_s);
 }
 
+void set_hang_handler(HangHandler h) { g_hang_handler = h; }
+
 void abort_job(const std::string& msg) {
+  if (g_finalizing) {  // MPI calls are not allowed any more: report with the rank cached at start
+    std::fprintf(stderr, "[rank %d] error: %s\n", g_world_rank.load(), msg.c_str());
+    std::fflush(stderr);
+    return;
+  }
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);

@@ -18,10 +18,16 @@ std::string short_dump(const nlohmann::json& v) {
 // code forms (heads * head size, 3 * width, ...) from overflowing.
 constexpr long long kMaxWidth = 1 << 20, kMaxCount = 1 << 24;
 
+// Layers past this are no real model either, and each costs the parameter table a dozen named
+// entries before anything is checked against memory (16M layers held 11.5 GB, then bad_alloc).
+constexpr long long kMaxLayers = 1 << 16;
+
 int positive_int(const nlohmann::json& j, const char* key, const std::string& where) {
+  const std::string k = key;
+  const long long max = k == "n_layer" || k == "num_hidden_layers" ? kMaxLayers : kMaxCount;
   // An integer (not 2.5, not a string) that fits: 4294967297 must not wrap around to 1.
-  ZT_CHECK(j[key].is_number_integer() && j[key].get<long long>() > 0 && j[key].get<long long>() <= kMaxCount, where,
-           ": config key \"", key, "\" must be a positive integer up to ", kMaxCount, ", got ", short_dump(j[key]));
+  ZT_CHECK(j[key].is_number_integer() && j[key].get<long long>() > 0 && j[key].get<long long>() <= max, where,
+           ": config key \"", key, "\" must be a positive integer up to ", max, ", got ", short_dump(j[key]));
   return j[key].get<int>();
 }
 

@@ -71,6 +71,8 @@ struct TrainArgs {
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   int64_t train_batch_size = 0;  // DeepSpeed's global batch (0 = not set): micro x accumulation x ranks
+  double ddp_timeout = -1;       // HF's name, seconds a collective waits for a missing rank; 0 = never;
+                                 // -1 = ZT_COMM_TIMEOUT_S from the environment, else 300
 
   // DeepSpeed scheduler parameters (a config's "scheduler" section, docs/deepspeed.md), used
   // when lr_scheduler_type is WarmupLR | WarmupDecayLR | WarmupCosineLR. Defaults are DeepSpeed's.

@@ -2,7 +2,6 @@
 #include "train/train_log.h"
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "core/memory.h"
 #include "core/rng_state.h"
 #include "data/loader.h"
+#include "train/jsonl_log.h"
 #include "train/plot_png.h"
 #include "train/tfevents.h"
 
@@ -36,19 +36,8 @@ TrainLog::TrainLog(const TrainArgs& a, const ModelConfig&, const Transformer& mo
     : a_(a), model_(model), total_steps_(total_steps), steps_per_epoch_(steps_per_epoch), T_(T), world_(world_size) {
   tokens_per_step_ = double(a.per_device_train_batch_size) * a.gradient_accumulation_steps * world_size * T;
   flops_per_token_ = model.flops_per_token(T);
-  const std::string path = a.output_dir + "/metrics.jsonl";
   // On resume keep the lines up to the checkpoint's step, so each step appears once.
-  std::vector<std::string> keep;
-  if (resume_step > 0) {
-    std::ifstream in(path);
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= resume_step) keep.push_back(line);
-    }
-  }
-  jsonl_ = std::fopen(path.c_str(), "w");
-  if (jsonl_)
-    for (auto& l : keep) std::fprintf(jsonl_, "%s\n", l.c_str());
+  jsonl_ = std::make_unique<JsonlLog>(a.output_dir + "/metrics.jsonl", resume_step);
   ZT_CHECK(a.report_to == "tensorboard" || a.report_to == "none", "--report_to \"", a.report_to,
            "\" is not supported; use tensorboard or none");
   if (a.report_to == "tensorboard") {
@@ -77,9 +66,7 @@ void TrainLog::load_state(StateReader& r) {
   if (!history_.empty() && history_.back().contains("train_runtime")) history_.erase(history_.size() - 1);
 }
 
-TrainLog::~TrainLog() {
-  if (jsonl_) std::fclose(jsonl_);
-}
+TrainLog::~TrainLog() = default;
 
 // The live line: redrawn in place on stderr every step (like tqdm), erased before any
 // ordinary output so logs and the line never interleave.
@@ -132,8 +119,7 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
                         {"step_time_s", step_s},
                         {"tokens_per_second", tps},
                         {"mfu", tps * flops_per_token_ / (a_.peak_gflops * 1e9)}};
-    std::fprintf(jsonl_, "%s\n", j.dump().c_str());
-    std::fflush(jsonl_);
+    jsonl_->append(j.dump());
   }
   if (!log) {
     progress(step, loss, grad_norm, lr, step_s);
@@ -189,8 +175,7 @@ void TrainLog::eval_done(int64_t step, const EvalResult& r) {
   history_.push_back(e);
   last_eval_ = e;
   if (jsonl_) {
-    std::fprintf(jsonl_, "%s\n", e.dump().c_str());
-    std::fflush(jsonl_);
+    jsonl_->append(e.dump());
   }
   clear_progress();
   if (tb_) {

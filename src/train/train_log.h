@@ -58,7 +58,7 @@ class TrainLog final : public Stateful {
   double loss_total_ = 0, loss_since_log_ = 0, time_since_log_ = 0;
   nlohmann::json history_ = nlohmann::json::array();
   nlohmann::json last_eval_;
-  std::FILE* jsonl_ = nullptr;  // metrics.jsonl: one line per optimizer step and per eval
+  std::unique_ptr<class JsonlLog> jsonl_;  // metrics.jsonl: one line per optimizer step and per eval
   std::unique_ptr<class TfEventsWriter> tb_;
   std::string tb_dir_;
   bool progress_ = false;  // live line on stderr

@@ -28,6 +28,7 @@
 #include "data/loader.h"
 #include "data/token_data.h"
 #include "dist/parallel_dims.h"
+#include "parallel/memory_fit.h"
 #include "models/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -178,6 +179,8 @@ void Trainer::load_data() {
   T_ = a_.model_max_length > 0 ? a_.model_max_length : std::min(1024, cfg_.max_position);
   ZT_CHECK(T_ <= cfg_.max_position, "--model_max_length ", T_, " exceeds the model's context of ", cfg_.max_position,
            " positions (n_positions / max_position_embeddings); lower it");
+  parallel::check_training_memory(cfg_, {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
+                                         a_.reduce_bucket_size});  // before anything large is allocated
   data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
   sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));
   const int n = dp_comm_->size();

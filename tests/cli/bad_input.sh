@@ -51,8 +51,29 @@ expect "unknown flag" "did you mean --learning_rate" -- "$Z" train --model_name_
 expect "malformed flag value" "expects a number" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o9" "${base[@]}" --learning_rate abc
 expect "missing flag value" "needs a value" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o10" "${base[@]}" --seed
 expect "unknown command" "unknown command" -- "$Z" trian
-expect "zero stage out of range" "zero_stage 5 is out of range" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o11" "${base[@]}" --zero_stage 5
+expect "zero stage out of range" "--zero_stage expects an integer in \[0, 3\], got \"5\"" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o11" "${base[@]}" --zero_stage 5
 expect "qwZ without ZeRO-3" "needs --zero_stage 3" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o12" "${base[@]}" --zero_stage 2 --zero_quantized_weights
 expect "hybrid group not dividing" "must divide the number of ranks" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o13" "${base[@]}" --zero_stage 3 --zero_hpz_partition_size 2
+# Flag values outside their ranges (every flag is swept by flag_sweep.py; these are the issue's).
+expect "eval batch size 0" "--per_device_eval_batch_size expects an integer in \[1, 1048576\], got \"0\"" -- "$Z" eval --model_name_or_path "$W/model" --validation_file "$W/ok.bin" --per_device_eval_batch_size 0
+expect "adam_beta1 above 1" "--adam_beta1 expects a number in \[0, 1), got \"1.5\"" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o16" "${base[@]}" --adam_beta1 1.5
+expect "min_new_tokens above max_new_tokens" "--min_new_tokens 9 exceeds --max_new_tokens 5" -- "$Z" generate --model_name_or_path "$W/model" --max_new_tokens 5 --min_new_tokens 9
+
+# Absurd sizes fail before allocating anything large: a 16M-layer config is rejected by the config
+# checks (ulimit -v keeps a regression from holding gigabytes here: it would end in bad_alloc), and
+# a model larger than this machine's memory (3.3e12 parameters) by the memory check, which names
+# the estimate and the memory available.
+ulim() { (ulimit -v 3000000; exec "$@"); }
+$PY -c "import json; c = json.load(open('$W/cfg.json')); c['n_layer'] = 16777216; json.dump(c, open('$W/deep.json', 'w'))"
+expect "absurd n_layer (train)" '"n_layer" must be a positive integer up to 65536' -- ulim "$Z" train --model_config_path "$W/deep.json" --output_dir "$W/o14" "${base[@]}"
+expect "absurd n_layer (estimate-memory)" '"n_layer" must be a positive integer up to 65536' -- ulim "$Z" estimate-memory --model_config_path "$W/deep.json"
+mkdir -p "$W/huge"
+cat > "$W/huge/config.json" <<'J'
+{"model_type": "gpt2", "vocab_size": 50257, "n_embd": 65536, "n_layer": 64, "n_head": 64, "n_positions": 64}
+J
+mem='needs an estimated [0-9.]* [TPGM]iB.* but only [0-9.]* [TPGM]iB is available'
+expect "model larger than memory (train)" "$mem" -- ulim "$Z" train --model_config_path "$W/huge/config.json" --output_dir "$W/o15" "${base[@]}"
+expect "model larger than memory (eval)" "$mem" -- ulim "$Z" eval --model_name_or_path "$W/huge" --validation_file "$W/ok.bin" --model_max_length 16
+expect "model larger than memory (generate)" "$mem" -- ulim "$Z" generate --model_name_or_path "$W/huge" --prompt hi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

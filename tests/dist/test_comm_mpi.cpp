@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -486,6 +487,12 @@ int play_failure(const std::string& mode) {
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
+  // This binary is the application here: it decides that a hang ends the job (as apps/ does).
+  set_hang_handler([](const std::string& msg) {
+    abort_job(msg);
+    std::fprintf(stderr, "error: %s\n", msg.c_str());
+    std::_Exit(1);
+  });
   std::string mode;
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--mode=", 7) == 0) mode = argv[i] + 7;
