@@ -222,7 +222,8 @@ std::unique_ptr<Communicator> make_world(Backend backend = Backend::auto_detect)
 // For the CLI's error handler: under MPI prints "[rank R] error: msg" to stderr and
 // aborts the whole job (MPI_Abort(MPI_COMM_WORLD, 1)), so the other ranks do not hang in
 // their next collective. Returns (doing nothing) when MPI is not running, so the caller
-// reports the error and exits as usual.
-void abort_job(const std::string& msg);
+// reports the error and exits as usual. print = false aborts without the line (a rank
+// whose error another rank reports: a JobError).
+void abort_job(const std::string& msg, bool print = true);
 
 }  // namespace zt::dist

@@ -647,14 +647,14 @@ std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
   return std::make_unique<MpiCommunicator>(rt, world, "world", timeout_s);
 }
 
-void abort_job(const std::string& msg) {
+void abort_job(const std::string& msg, bool print) {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   if (!init || fin) return;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "[rank %d] error: %s\n", rank, msg.c_str());
+  if (print) std::fprintf(stderr, "[rank %d] error: %s\n", rank, msg.c_str());
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
