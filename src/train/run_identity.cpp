@@ -33,20 +33,23 @@ std::string data_value(const nlohmann::json& group, const std::string& key) {
 std::string describe_difference(const nlohmann::json& zero, const nlohmann::json& other, int r) {
   const std::string who = str_cat("rank ", r, " disagrees with rank 0 on ");
   auto group = [](const nlohmann::json& id, const char* g) {
-    return id.is_object() && id.contains(g) ? id[g] : nlohmann::json::object();
+    return id.is_object() && id.contains(g) && id[g].is_object() ? id[g] : nlohmann::json::object();
   };
-  std::string k = config_first_difference(group(zero, "args"), group(other, "args"));
+  const nlohmann::json a0 = group(zero, "args"), ar = group(other, "args");
+  std::string k = config_first_difference(a0, ar);
   if (!k.empty())
-    return str_cat(who, setting_name(k), ": rank 0 has ", value_of(zero["args"], k), ", rank ", r, " has ",
-                   value_of(other["args"], k), "; launch every rank with the same arguments");
-  k = config_first_difference(group(zero, "model"), group(other, "model"));
+    return str_cat(who, setting_name(k), ": rank 0 has ", value_of(a0, k), ", rank ", r, " has ", value_of(ar, k),
+                   "; launch every rank with the same arguments");
+  const nlohmann::json m0 = group(zero, "model"), mr = group(other, "model");
+  k = config_first_difference(m0, mr);
   if (!k.empty())
-    return str_cat(who, "the model config ", quote(k), ": rank 0 has ", value_of(zero["model"], k), ", rank ", r,
-                   " has ", value_of(other["model"], k), "; give every rank the same model config");
-  k = config_first_difference(group(zero, "data"), group(other, "data"));
+    return str_cat(who, "the model config ", quote(k), ": rank 0 has ", value_of(m0, k), ", rank ", r, " has ",
+                   value_of(mr, k), "; give every rank the same model config");
+  const nlohmann::json d0 = group(zero, "data"), dr = group(other, "data");
+  k = config_first_difference(d0, dr);
   const std::string what = k == "model_weights" ? "the model weights (model.safetensors)" : "the contents of --" + k;
-  return str_cat(who, what, ": rank 0 has ", data_value(zero["data"], k), "; rank ", r, " has ",
-                 data_value(other["data"], k), "; give every rank the same files");
+  return str_cat(who, what, ": rank 0 has ", data_value(d0, k), "; rank ", r, " has ", data_value(dr, k),
+                 "; give every rank the same files");
 }
 
 }  // namespace
