@@ -221,8 +221,9 @@ void Trainer::load_data() {
   sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));
   const int n = dp_comm_->size();
   seqs_per_step_ = int64_t(B_) * G_ * n;
-  ZT_CHECK(a_.train_batch_size <= 0 || a_.train_batch_size == seqs_per_step_, "train_batch_size ", a_.train_batch_size,
-           " does not equal micro batch ", B_, " x accumulation ", G_, " x ranks ", n, " = ", seqs_per_step_);
+  ZT_CHECK(a_.train_batch_size <= 0 || a_.train_batch_size == seqs_per_step_, "train_batch_size ",
+           a_.train_batch_size, " does not equal micro batch ", B_, " x accumulation ", G_, " x ranks ", n, " = ",
+           seqs_per_step_);
   ZT_CHECK(sampler_->num_windows() >= seqs_per_step_, a_.train_file, " has ", data_->size(), " tokens, only ",
            sampler_->num_windows(), " sequences of ", T_, "+1 tokens, fewer than one optimizer step needs (",
            seqs_per_step_, " = batch ", B_, " x accumulation ", G_, " x ranks ", n,
@@ -339,8 +340,8 @@ StepResult Trainer::train_step(int64_t step) {
   const float grad_scale = float(1.0 / (double(seqs_per_step_) * T_));
   engine_->begin_step();
   if (a_.test_fail_step == step && world_.rank() == a_.test_fail_rank)  // test hook, set by apps/
-    throw Error(
-        str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ", step));
+    throw Error(str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ",
+                        step));
   double sums[2] = {0, 0};  // loss sum, counted tokens (summed over the dp ranks below)
   for (int micro = 0; micro < G_; ++micro) {
     const MicroBatch& mb = loader_->next();
