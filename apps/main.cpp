@@ -1,10 +1,12 @@
 // main.cpp: the ztrain command line. Subcommands parse their flags, call the library
 // and turn its errors into one line on stderr and a non-zero exit code.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -90,6 +92,8 @@ int cmd_train(const Args& args) {
   f.add("save_total_limit", &a.save_total_limit, "keep at most N checkpoints, 0 = all (0)",
         range::closed(0, kMaxSteps));
   f.add("resume_from_checkpoint", &a.resume_from_checkpoint, "a checkpoint-N folder, or latest in --output_dir");
+  f.add("resume_allow_changes", &a.resume_allow_changes,
+        "what a resume may find changed: model, data or model,data (nothing)");
   f.add("save_dtype", &a.save_dtype, "float32 | bfloat16 for saved weights (float32)");
   f.add("seed", &a.seed, "seed for initialisation and shuffling (42)", range::at_least(0));
   f.add("threads", &a.threads, "compute threads, 0 = all cores (0)", range::closed(0, kMaxThreads));
@@ -138,6 +142,15 @@ int cmd_train(const Args& args) {
   if (a.ddp_timeout >= 0) world->set_timeout(a.ddp_timeout);
   try {
     zt::train_run(a, *world);
+  } catch (const zt::JobError& e) {
+    // Every rank raised this same error: rank 0 reports it and ends the job; the others wait
+    // to be ended by that (a grace period in case rank 0 cannot), so it is printed once.
+    if (world->size() > 1 && world->rank() > 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+      dist::abort_job(one_line(e.what()), /*print=*/false);
+    }
+    if (world->size() > 1) dist::abort_job(one_line(e.what()));
+    throw;
   } catch (const std::exception& e) {
     if (world->size() > 1) dist::abort_job(one_line(e.what()));
     throw;

@@ -1,4 +1,5 @@
-// fuzz_checkpoint.cpp: libFuzzer target for checkpoint metadata (src/checkpoint/checkpoint_meta.cpp).
+// fuzz_checkpoint.cpp: libFuzzer target for checkpoint metadata (src/checkpoint/checkpoint_meta.cpp,
+// run_folder.cpp).
 // Input byte 0 picks what the rest is (mod 3):
 //   0: checksums.json of a checkpoint folder holding config.json, model.safetensors and
 //      trainer_state.json (fixed bytes; fuzz/corpus has a seed with their true hashes), verified;
@@ -9,6 +10,7 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint_meta.h"
+#include "checkpoint/run_folder.h"
 #include "fuzz_util.h"
 
 namespace fs = std::filesystem;

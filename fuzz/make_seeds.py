@@ -161,7 +161,7 @@ def main():
     files = {"config.json": b'{"model_type": "gpt2"}\n', "model.safetensors": bytes(range(100)),
              "trainer_state.json": b'{"global_step": 7}\n'}  # as fuzz_checkpoint.cpp writes them
     sums = {k: {"hash64": hash64(v), "bytes": len(v)} for k, v in files.items()}
-    put("checkpoint", "checksums.json", b"\0" + json.dumps(sums, indent=2).encode())
+    put("checkpoint", "checksums.json", b"\0" + json.dumps({"save_id": "0123456789abcdef", "files": sums}, indent=2).encode())
     state = {"best_metric": None, "epoch": 0.5, "global_step": 20, "log_history": [
         {"epoch": 0.25, "grad_norm": 1.5, "learning_rate": 0.001, "loss": 5.25, "step": 10},
         {"epoch": 0.5, "eval_loss": 5.0, "eval_perplexity": 148.4, "step": 20},

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/rng_state.h"
@@ -90,7 +91,7 @@ class CheckpointTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(out_); }
   // Saves step 3 with one thread per rank; rank r holds ranks[r] and writes shard r of n.
-  void save(std::vector<Pieces>& ranks) {
+  void save(std::vector<Pieces>& ranks, const std::string& save_id = "save-1") {
     const int n = int(ranks.size());
     std::barrier sync(n);
     std::vector<std::thread> threads;
@@ -99,7 +100,7 @@ class CheckpointTest : public ::testing::Test {
         DataCursor cursor(8, 16, true, 3);
         RngState rng(42);
         Counters counters;
-        CheckpointSaveOptions o{out_.string(), 3, {r, n}, r == 0, [&] { sync.arrive_and_wait(); }};
+        CheckpointSaveOptions o{out_.string(), 3, {r, n}, r == 0, [&] { sync.arrive_and_wait(); }, save_id};
         checkpoint_save(o, tiny_config(), {&ranks[r], &cursor, &rng, &counters});
       });
     for (auto& t : threads) t.join();
@@ -162,12 +163,22 @@ TEST_F(CheckpointTest, ShardsWrittenInOneLayoutLoadInAnother) {
   EXPECT_NE(error_of([&] { reader.load({&wrong}); }).find("no params of \"c\""), std::string::npos);
   auto config = tiny_config();
   config.n_layer = 2;
-  EXPECT_NE(error_of([&] { CheckpointReader r(dir(), config); }).find("describes a different model"),
+  EXPECT_NE(error_of([&] {
+              CheckpointReader r(dir(), config);
+            }).find("the model config \"n_layer\" differs: the checkpoint has 1, this run 2; resume with"),
+            std::string::npos);
+  config = tiny_config();  // every resolved setting counts, not only the ones that change shapes
+  config.norm_eps = 1e-3f;
+  EXPECT_NE(error_of([&] {
+              CheckpointReader r(dir(), config);
+            }).find("\"layer_norm_epsilon\" differs: the checkpoint has 1e-05, this run 0.001"),
+            std::string::npos);
+  EXPECT_NE(CheckpointReader(dir(), config, /*allow_model_changes=*/true).model_change().find("layer_norm_epsilon"),
             std::string::npos);
   fs::remove(fs::path(dir()) / "state-00001-of-00002.safetensors");
   nlohmann::json sums;
   std::ifstream(fs::path(dir()) / "checksums.json") >> sums;
-  sums.erase("state-00001-of-00002.safetensors");
+  sums["files"].erase("state-00001-of-00002.safetensors");
   std::ofstream(fs::path(dir()) / "checksums.json") << sums.dump();
   EXPECT_NE(error_of([&] { CheckpointReader r(dir(), tiny_config()); }).find("a shard is missing"), std::string::npos);
 }
@@ -199,6 +210,38 @@ TEST_F(CheckpointTest, OneShardIsAnHfModelFolder) {
   EXPECT_NE(error_of([&] { CheckpointReader r(dir(), tiny_config()); }).find("older ztrain"), std::string::npos);
 }
 
+// Two runs writing one folder at once once produced a checkpoint of one run's model and the
+// other's optimizer that passed its checksums (the chief hashed whatever files were there).
+// Every file records its save's id; a folder mixing two saves is rejected, naming the file,
+// and `latest` skips it.
+TEST_F(CheckpointTest, MixedSavesAreRejected) {
+  std::vector<Pieces> ranks(1);
+  for (const char* slot : {"params", "exp_avg"}) {
+    ranks[0].add(slot, "a", 0, 20);
+    ranks[0].add(slot, "b", 0, 7);
+  }
+  ranks[0].fill_expected(), ranks[0].bind();
+  save(ranks, "0000000000000b0b");
+  fs::rename(dir(), out_ / "other");
+  save(ranks, "0000000000000a0a");
+  CheckpointReader(dir(), tiny_config());  // intact
+  // The other save's state file, with the checksum its chief would have computed over it.
+  const std::string state = "state-00000-of-00001.safetensors";
+  fs::copy_file(out_ / "other" / state, fs::path(dir()) / state, fs::copy_options::overwrite_existing);
+  nlohmann::json sums;
+  std::ifstream(fs::path(dir()) / "checksums.json") >> sums;
+  auto [h, size] = checkpoint_file_digest((fs::path(dir()) / state).string());
+  sums["files"][state] = {{"hash64", h}, {"bytes", size}};
+  std::ofstream(fs::path(dir()) / "checksums.json") << sums.dump();
+  const std::string err = error_of([&] { CheckpointReader r(dir(), tiny_config()); });
+  EXPECT_NE(err.find("mixes files of two saves: \"" + state +
+                     "\" has save id 0000000000000b0b but checksums.json "
+                     "has 0000000000000a0a"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(checkpoint_find_latest(out_.string()), "");
+}
+
 // The optimizer saves every slot it declares by tensor piece, and loads into another layout
 // of the same tensors (a state offset per piece, as ZeRO's shards have).
 TEST_F(CheckpointTest, OptimizerStateReshards) {
@@ -213,7 +256,7 @@ TEST_F(CheckpointTest, OptimizerStateReshards) {
   DataCursor cursor(8, 16, true, 3);
   RngState rng(42);
   Counters counters;
-  checkpoint_save({out_.string(), 3, {0, 1}, true, {}}, tiny_config(), {opt.get(), &cursor, &rng, &counters});
+  checkpoint_save({out_.string(), 3, {0, 1}, true, {}, "save-1"}, tiny_config(), {opt.get(), &cursor, &rng, &counters});
 
   // "Rank 1 of 2": b first in its state, then the second half of a.
   auto mine = optim::make_optimizer("adamw", {}, 17);

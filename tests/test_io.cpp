@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint_meta.h"
+#include "checkpoint/run_folder.h"
 #include "checkpoint/safetensors.h"
 #include "data/token_data.h"
 #include "core/error.h"
@@ -314,12 +315,12 @@ TEST(FuzzRegression, CheckpointMetadata) {
   // std::stoll threw std::out_of_range on this folder name; it is simply not a checkpoint.
   fs::create_directories(out / "checkpoint-99999999999999999999");
   auto sums = [&](const std::string& text) { write_bytes((ck / "checksums.json").string(), text); };
-  sums(R"({"config.json": {"hash64": 1, "bytes": "2"}})");  // get<uint64_t> threw json type_error
+  sums(R"({"save_id": "1", "files": {"config.json": {"hash64": 1, "bytes": "2"}}})");  // get<uint64_t> threw
   one_line_error([&] { checkpoint_verify(ck.string()); }, "needs unsigned integers \"hash64\" and \"bytes\"");
-  sums(R"({"../checkpoint-7/config.json": {"hash64": 1, "bytes": 2}})");
+  sums(R"({"save_id": "1", "files": {"../checkpoint-7/config.json": {"hash64": 1, "bytes": 2}}})");
   one_line_error([&] { checkpoint_verify(ck.string()); }, "is not a file name");
   auto [h, size] = checkpoint_file_digest((ck / "config.json").string());
-  sums(nlohmann::json{{"config.json", {{"hash64", h}, {"bytes", size}}}}.dump());
+  sums(nlohmann::json{{"save_id", "1"}, {"files", {{"config.json", {{"hash64", h}, {"bytes", size}}}}}}.dump());
   EXPECT_EQ(checkpoint_find_latest(out.string()), ck.string());
   checkpoint_prune(out.string(), 1);
 

@@ -65,7 +65,8 @@ class ShardWriter final : public StateWriter {
 // their HF names and shapes (the folder is then an HF model folder too); every other piece
 // goes to the state file as a 1-D tensor "<slot>.<tensor>.<begin>", described in the
 // metadata ("pieces": name -> {tensor, slot, shape, begin}) so no reader parses names.
-void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector<StatePiece>& pieces) {
+void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector<StatePiece>& pieces,
+                 const std::string& save_id) {
   std::vector<StTensorOut> model, state;
   nlohmann::json desc = nlohmann::json::object();
   for (const StatePiece& p : pieces) {
@@ -79,7 +80,8 @@ void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector
     state.push_back({std::move(name), {p.slice.count}, p.data});
   }
   if (!model.empty()) {
-    safetensors_write((tmp / "model.safetensors").string(), model, DType::f32, {{"format", "pt"}});
+    safetensors_write((tmp / "model.safetensors").string(), model, DType::f32,
+                      {{"format", "pt"}, {"save_id", save_id}});
     fsync_path(tmp / "model.safetensors", false);
   }
   const fs::path path = tmp / state_file_name(shard.index, shard.count);
@@ -87,14 +89,17 @@ void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector
                     {{"format", kStateFormat},
                      {"shard", std::to_string(shard.index)},
                      {"num_shards", std::to_string(shard.count)},
-                     {"pieces", desc.dump()}});
+                     {"pieces", desc.dump()},
+                     {"save_id", save_id}});
   fsync_path(path, false);
 }
 
 // The chief's part, after every shard is written: the JSON files, checksums.json over every
 // file, then the rename that makes the checkpoint appear whole.
-void finish(const fs::path& tmp, const fs::path& final_dir, const ModelConfig& cfg, const nlohmann::json& state) {
+void finish(const fs::path& tmp, const fs::path& final_dir, const ModelConfig& cfg, nlohmann::json state,
+            const std::string& save_id) {
   write_file_atomic((tmp / "config.json").string(), config_to_json(cfg, "float32").dump(2) + "\n");
+  state["ztrain"]["save_id"] = save_id;
   write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
   nlohmann::json sums = nlohmann::json::object();
   for (auto& e : fs::directory_iterator(tmp)) {
@@ -103,7 +108,8 @@ void finish(const fs::path& tmp, const fs::path& final_dir, const ModelConfig& c
     auto [h, size] = checkpoint_file_digest(e.path().string());
     sums[name] = {{"hash64", h}, {"bytes", size}};
   }
-  write_file_atomic((tmp / "checksums.json").string(), sums.dump(2) + "\n");
+  const nlohmann::json doc = {{"save_id", save_id}, {"files", sums}};
+  write_file_atomic((tmp / "checksums.json").string(), doc.dump(2) + "\n");
   fsync_path(tmp, true);
   fs::remove_all(final_dir);  // a same-step checkpoint from an earlier, abandoned run
   fs::rename(tmp, final_dir);
@@ -126,6 +132,7 @@ void read_range(const SafetensorsFile& f, const StEntry& e, int64_t first, int64
 void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
                      const std::vector<const Stateful*>& components) {
   const fs::path tmp = checkpoint_dir(o.output_dir, o.step, true);
+  ZT_ASSERT(!o.save_id.empty(), "checkpoint_save needs a save id");
   auto barrier = [&] {
     if (o.barrier) o.barrier();
   };
@@ -137,18 +144,16 @@ void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
   nlohmann::json state;
   ShardWriter w(&state);
   for (const Stateful* c : components) c->save_state(w);
-  if (o.shard.index >= 0) write_shard(tmp, o.shard, w.pieces());
+  if (o.shard.index >= 0) write_shard(tmp, o.shard, w.pieces(), o.save_id);
   barrier();  // every shard is written before the chief seals the folder
-  if (o.chief) finish(tmp, checkpoint_dir(o.output_dir, o.step, false), cfg, state);
+  if (o.chief) finish(tmp, checkpoint_dir(o.output_dir, o.step, false), cfg, std::move(state), o.save_id);
 }
 
-CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cfg) : dir_(dir) {
-  checkpoint_verify(dir);
+CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes)
+    : dir_(dir) {
+  save_id_ = checkpoint_verify(dir);
   const fs::path d(dir);
-  ModelConfig saved = config_from_file((d / "config.json").string());
-  ZT_CHECK(saved.arch == cfg.arch && saved.n_layer == cfg.n_layer && saved.n_embd == cfg.n_embd &&
-               saved.vocab_size == cfg.vocab_size,
-           dir, ": the checkpoint's config.json describes a different model than this run's");
+  compare_config(config_from_file((d / "config.json").string()), cfg, allow_model_changes);
   // Before the state files, optimizer state lived in optimizer.safetensors or zero_shard-* files.
   bool old_format = fs::exists(d / "optimizer.safetensors");
   for (auto& e : fs::directory_iterator(d)) old_format |= e.path().filename().string().rfind("zero_shard-", 0) == 0;
@@ -174,6 +179,18 @@ CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cf
 
 CheckpointReader::~CheckpointReader() = default;
 
+// Every resolved setting, not a few: a changed n_head or norm epsilon once resumed silently.
+void CheckpointReader::compare_config(const ModelConfig& saved, const ModelConfig& cfg, bool allow) {
+  const nlohmann::json have = config_resolved_json(saved), want = config_resolved_json(cfg);
+  const std::string key = config_first_difference(have, want);
+  if (key.empty()) return;
+  auto value = [&](const nlohmann::json& j) { return j.contains(key) ? j[key].dump() : std::string("no value"); };
+  model_change_ = str_cat("the model config ", quote(key), " differs: the checkpoint has ", value(have), ", this run ",
+                          value(want));
+  ZT_CHECK(allow, dir_, ": ", model_change_,
+           "; resume with the checkpoint's config, or pass --resume_allow_changes model to continue with this one");
+}
+
 void CheckpointReader::index_state_files() {
   std::vector<fs::path> paths;
   for (auto& e : fs::directory_iterator(dir_))
@@ -188,6 +205,9 @@ void CheckpointReader::index_state_files() {
     };
     const std::string p = path.string();
     ZT_CHECK(meta("format") == kStateFormat, p, ": not a ztrain state file");
+    ZT_CHECK(meta("save_id") == save_id_, dir_, " mixes files of two saves: ", path.filename().string(),
+             " has save id ", quote(meta("save_id")), " but checksums.json has ", save_id_,
+             "; resume from another checkpoint");
     ZT_CHECK(meta("num_shards") == std::to_string(paths.size()), dir_, " has ", paths.size(), " state files but ",
              path.filename().string(), " says ", quote(meta("num_shards")), "; a shard is missing");
     // The name repeats the metadata, so distinct files are distinct shards.

@@ -9,7 +9,7 @@
 //   state-SSSSS-of-NNNNN.safetensors: every other piece, one file per shard owner, each
 //     piece a 1-D fp32 tensor described (tensor, slot, global shape, first element) in the
 //     file's metadata, so a reader with any layout assembles the slices it needs;
-//   checksums.json (a hash and size per file), written last.
+//   checksums.json (the save id, a hash and size per file), written last.
 // Atomicity: everything goes into `checkpoint-N.tmp/`, each file fsynced, then one rename
 // makes the folder appear whole; a crash or kill -9 mid-save leaves only a .tmp folder,
 // which loading ignores and the next save removes. Loading verifies every checksum and
@@ -39,6 +39,10 @@ struct CheckpointSaveOptions {
   StateShard shard;               // which state file this rank writes (index < 0: none)
   bool chief = true;              // the rank that writes config.json, trainer_state.json, checksums
   std::function<void()> barrier;  // synchronises the ranks; empty for one process
+  // Random, chosen by the chief and the same on every rank (the trainer broadcasts it):
+  // recorded in every file (safetensors "save_id" metadata, trainer_state.json's
+  // ztrain.save_id, checksums.json) so that loading rejects a folder mixing two saves.
+  std::string save_id;
 };
 
 // Writes output_dir/checkpoint-<step>/ atomically: a collective over the job's ranks, each
@@ -47,13 +51,16 @@ struct CheckpointSaveOptions {
 void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
                      const std::vector<const Stateful*>& components);
 
-// A checkpoint folder opened for loading: checksums verified (an Error naming the damaged
-// file), config.json checked against the run's model, trainer_state.json read, and the
-// pieces of model.safetensors and every state file indexed. Components load from it in any
-// layout: get_tensor assembles each requested slice from the stored pieces.
+// A checkpoint folder opened for loading: checksums and save ids verified (an Error naming
+// the damaged or foreign file), config.json compared with the run's model key by key (the
+// resolved config: config_resolved_json), trainer_state.json read, and the pieces of
+// model.safetensors and every state file indexed. Components load from it in any layout:
+// get_tensor assembles each requested slice from the stored pieces.
 class CheckpointReader final : public StateReader {
  public:
-  CheckpointReader(const std::string& dir, const ModelConfig& cfg);
+  // allow_model_changes (--resume_allow_changes model): a config that differs is not an error;
+  // model_change() says how it differs (tensors must still fit).
+  CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes = false);
   ~CheckpointReader() override;
   void load(const std::vector<Stateful*>& components);
 
@@ -61,6 +68,7 @@ class CheckpointReader final : public StateReader {
   const nlohmann::json* find_json(const std::string& key) const override;
   std::string source() const override { return dir_; }
   const nlohmann::json& trainer_state() const { return state_; }
+  const std::string& model_change() const { return model_change_; }
 
  private:
   struct Stored {
@@ -72,10 +80,13 @@ class CheckpointReader final : public StateReader {
     std::vector<int64_t> shape;
     std::vector<Stored> pieces;  // sorted by begin, disjoint
   };
+  void compare_config(const ModelConfig& saved, const ModelConfig& cfg, bool allow);
   void index_state_files();
   void add(const std::string& slot, const std::string& tensor, std::vector<int64_t> shape, Stored s);
 
   std::string dir_;
+  std::string save_id_;
+  std::string model_change_;
   nlohmann::json state_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::pair<std::string, std::string>, Tensor> index_;  // (slot, tensor)

@@ -16,33 +16,13 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "checkpoint/safetensors.h"
 
 namespace zt {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kChecksums = "checksums.json";
-
-// N of a checkpoint-N folder; -1 for any other name (including an N too large for int64).
-int64_t step_of(const fs::path& p) {
-  std::string n = p.filename().string();
-  if (n.rfind("checkpoint-", 0) != 0) return -1;
-  std::string num = n.substr(11);
-  if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) return -1;
-  int64_t step = -1;
-  auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), step);
-  return ec == std::errc() && end == num.data() + num.size() ? step : -1;
-}
-
-std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const std::string& output_dir) {
-  std::vector<std::pair<int64_t, fs::path>> r;
-  std::error_code ec;
-  if (!fs::is_directory(output_dir, ec)) return r;
-  for (auto& e : fs::directory_iterator(output_dir))
-    if (e.is_directory() && step_of(e.path()) >= 0) r.push_back({step_of(e.path()), e.path()});
-  std::sort(r.begin(), r.end());
-  return r;
-}
 
 }  // namespace
 
@@ -66,17 +46,43 @@ std::pair<uint64_t, uint64_t> checkpoint_file_digest(const std::string& path) {
   return {h, size};
 }
 
-void checkpoint_verify(const std::string& dir) {
+namespace {
+
+// The save id a checkpoint file records (checkpoint.h): trainer_state.json's ztrain.save_id, a
+// safetensors file's __metadata__ "save_id"; "" when it has none. Other files record none.
+std::string recorded_save_id(const fs::path& p) {
+  const std::string name = p.filename().string();
+  if (name == "trainer_state.json") {
+    std::ifstream f(p);
+    const nlohmann::json s = nlohmann::json::parse(f, nullptr, false);
+    const nlohmann::json::json_pointer ptr("/ztrain/save_id");
+    return s.is_object() && s.contains(ptr) && s[ptr].is_string() ? s[ptr].get<std::string>() : "";
+  }
+  if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") {
+    SafetensorsFile f(p.string());
+    auto it = f.metadata().find("save_id");
+    return it == f.metadata().end() ? "" : it->second;
+  }
+  return "-";  // records none
+}
+
+}  // namespace
+
+std::string checkpoint_verify(const std::string& dir) {
   fs::path d(dir);
   std::ifstream f(d / kChecksums);
   ZT_CHECK(f.good(), dir, ": not a complete checkpoint (", kChecksums, " is missing)");
-  nlohmann::json sums;
+  nlohmann::json doc;
   try {
-    sums = nlohmann::json::parse(f);
+    doc = nlohmann::json::parse(f);
   } catch (const nlohmann::json::exception&) {
     throw Error(str_cat(dir, "/", kChecksums, " is damaged (not valid JSON)"));
   }
-  ZT_CHECK(sums.is_object() && !sums.empty(), dir, "/", kChecksums, " is damaged (expected an object of files)");
+  ZT_CHECK(doc.is_object() && doc.contains("save_id") && doc["save_id"].is_string() && doc.contains("files") &&
+               doc["files"].is_object() && !doc["files"].empty(),
+           dir, "/", kChecksums, " is damaged or from an older ztrain (expected {\"save_id\": ..., \"files\": {...}})");
+  const std::string save_id = doc["save_id"].get<std::string>();
+  const nlohmann::json& sums = doc["files"];
   for (auto it = sums.begin(); it != sums.end(); ++it) {
     const std::string& name = it.key();
     const nlohmann::json& v = it.value();
@@ -96,30 +102,15 @@ void checkpoint_verify(const std::string& dir) {
              want_size);
     ZT_CHECK(h == want_hash, "checkpoint ", dir, " is damaged: ", quote(name), " fails its checksum");
   }
-}
-
-std::string checkpoint_find_latest(const std::string& output_dir) {
-  auto all = list_checkpoints(output_dir);
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    try {
-      checkpoint_verify(it->second.string());
-      return it->second.string();
-    } catch (const Error& e) {
-      std::fprintf(stderr, "ztrain: warning: skipping %s\n", e.what());
-    }
+  // Checksums bind the bytes, save ids the files: two runs writing one folder at once once
+  // produced a checkpoint of one run's model and the other's optimizer whose checksums passed.
+  for (auto it = sums.begin(); it != sums.end(); ++it) {
+    const std::string id = recorded_save_id(d / it.key());
+    ZT_CHECK(id == "-" || id == save_id, "checkpoint ", dir, " mixes files of two saves: ", quote(it.key()),
+             id.empty() ? std::string(" has no save id") : str_cat(" has save id ", id), " but ", kChecksums, " has ",
+             save_id, " (two runs wrote into one folder at once); resume from another checkpoint");
   }
-  return "";
-}
-
-void checkpoint_prune(const std::string& output_dir, int64_t keep) {
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator(output_dir, ec)) {
-    std::string n = e.path().filename().string();
-    if (n.rfind("checkpoint-", 0) == 0 && n.size() > 4 && n.substr(n.size() - 4) == ".tmp") fs::remove_all(e.path());
-  }
-  if (keep <= 0) return;
-  auto all = list_checkpoints(output_dir);
-  for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i].second);
+  return save_id;
 }
 
 namespace {

@@ -1,7 +1,7 @@
 // checkpoint_meta.h: the metadata side of `checkpoint-N/` folders, apart from the model and
 // optimizer tensors (checkpoint.h): checksums.json (a hash and size per file, verified before
 // anything is loaded), trainer_state.json (read and checked before the trainer uses it),
-// finding the newest intact checkpoint and pruning old ones. Depends on core only, so these
+// the save id that binds a folder's files together. Depends on core only, so these
 // parsers are unit-tested and fuzzed (fuzz/fuzz_checkpoint.cpp) without a model.
 #pragma once
 #include <cstdint>
@@ -11,15 +11,13 @@
 
 namespace zt {
 
-// Throws an Error naming the first file whose size or hash does not match checksums.json.
-void checkpoint_verify(const std::string& dir);
+// checksums.json is {"save_id": "<hex>", "files": {name: {"hash64", "bytes"}}}. Throws an
+// Error naming the first file whose size or hash does not match, or whose recorded save id
+// (trainer_state.json's ztrain.save_id, a safetensors file's "save_id" metadata) is not
+// checksums.json's: a folder mixing files of two saves. Returns the save id.
+std::string checkpoint_verify(const std::string& dir);
 
-// Finds output_dir's newest checkpoint that verifies; "" if none. Damaged ones are
-// reported on stderr and skipped.
-std::string checkpoint_find_latest(const std::string& output_dir);
-
-// Removes the oldest checkpoint-N folders of output_dir beyond `keep` (0 = keep all).
-void checkpoint_prune(const std::string& output_dir, int64_t keep);
+// Finding the newest checkpoint and pruning old ones: checkpoint/run_folder.h.
 
 // Reads a checkpoint's trainer_state.json and checks the fields resuming uses (global_step,
 // log_history entries, ztrain.{loss_sum, seed, shuffle, sequences_per_step, sequence_length})

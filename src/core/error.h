@@ -16,6 +16,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An Error that every rank of a job raises with the same message at the same point (a check
+// over values the ranks exchanged): one rank reporting it is enough, so apps/ prints it once.
+class JobError : public Error {
+ public:
+  using Error::Error;
+};
+
 template <class... Args>
 std::string str_cat(Args&&... args) {
   std::ostringstream s;

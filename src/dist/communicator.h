@@ -225,7 +225,8 @@ std::unique_ptr<Communicator> make_world(Backend backend = Backend::auto_detect)
 // aborts the whole job (MPI_Abort(MPI_COMM_WORLD, 1)), so the other ranks do not hang in
 // their next collective. Returns when MPI is not running (doing nothing) or is finalizing
 // (after printing; MPI_Abort is not allowed then), so the caller reports or exits as usual.
-void abort_job(const std::string& msg);
+// print = false aborts without the line (a rank whose error another rank reports: a JobError).
+void abort_job(const std::string& msg, bool print = true);
 
 // A collective whose ranks do not all arrive within the timeout throws (naming the missing
 // ranks). Some hangs cannot throw: a thread blocked inside MPI (a rank stopped inside a

@@ -723,9 +723,9 @@ std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
 
 void set_hang_handler(HangHandler h) { g_hang_handler = h; }
 
-void abort_job(const std::string& msg) {
+void abort_job(const std::string& msg, bool print) {
   if (g_finalizing) {  // MPI calls are not allowed any more: report with the rank cached at start
-    std::fprintf(stderr, "[rank %d] error: %s\n", g_world_rank.load(), msg.c_str());
+    if (print) std::fprintf(stderr, "[rank %d] error: %s\n", g_world_rank.load(), msg.c_str());
     std::fflush(stderr);
     return;
   }
@@ -735,7 +735,7 @@ void abort_job(const std::string& msg) {
   if (!init || fin) return;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "[rank %d] error: %s\n", rank, msg.c_str());
+  if (print) std::fprintf(stderr, "[rank %d] error: %s\n", rank, msg.c_str());
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }

@@ -9,6 +9,8 @@
 
 namespace zt {
 
+// A new field is also named in train_args_json (train/run_identity.cpp): the ranks of a job
+// must agree on it, or it is listed there as legitimately per rank.
 struct TrainArgs {
   // Model: an HF folder (config.json + model.safetensors) or a config.json for random init.
   std::string model_name_or_path;
@@ -40,6 +42,9 @@ struct TrainArgs {
   int64_t save_steps = 500;
   int64_t save_total_limit = 0;        // keep at most N checkpoint-* folders, 0 = all
   std::string resume_from_checkpoint;  // a checkpoint folder, or "latest" in output_dir
+  // What a resume may find changed, comma-separated: "model" (the model config) and/or "data"
+  // (the train file); "" = nothing (docs/checkpoints.md#resuming).
+  std::string resume_allow_changes;
   std::string save_dtype = "float32";  // float32 | bfloat16 for saved model weights
   int64_t seed = 42;
 

@@ -21,10 +21,12 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_model.h"
+#include "checkpoint/run_folder.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/profile.h"
 #include "core/rng_state.h"
+#include "data/file_identity.h"
 #include "data/loader.h"
 #include "data/token_data.h"
 #include "dist/parallel_dims.h"
@@ -34,6 +36,7 @@
 #include "optim/schedule.h"
 #include "train/deepspeed_config.h"
 #include "train/evaluate.h"
+#include "train/run_identity.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
 #include "train/trainer_parts.h"
@@ -46,17 +49,6 @@ namespace {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void prepare_output_dir(const TrainArgs& a) {
-  ZT_CHECK(!a.output_dir.empty(), "--output_dir is required");
-  std::error_code ec;
-  if (fs::exists(a.output_dir) && !fs::is_empty(a.output_dir, ec) && !a.overwrite_output_dir &&
-      a.resume_from_checkpoint.empty())
-    throw Error(str_cat("Output directory (", a.output_dir,
-                        ") already exists and is not empty. Use --overwrite_output_dir to overcome."));
-  fs::create_directories(a.output_dir, ec);
-  ZT_CHECK(!ec, "cannot create --output_dir ", a.output_dir, ": ", ec.message());
-}
-
 ModelConfig load_config(const TrainArgs& a) {
   ZT_CHECK(a.model_name_or_path.empty() != a.model_config_path.empty(),
            "give exactly one of --model_name_or_path (an HF folder) or --model_config_path (a config.json)");
@@ -64,17 +56,54 @@ ModelConfig load_config(const TrainArgs& a) {
   return config_from_file(a.model_name_or_path + "/config.json");
 }
 
+// --resume_allow_changes: which differences from the checkpoint a resume accepts.
+struct AllowedChanges {
+  bool model = false, data = false;
+};
+
+AllowedChanges allowed_changes(const std::string& list) {
+  AllowedChanges c;
+  for (size_t b = 0; b <= list.size() && !list.empty();) {
+    const size_t e = std::min(list.find(',', b), list.size());
+    const std::string item = list.substr(b, e - b);
+    ZT_CHECK(item == "model" || item == "data", "--resume_allow_changes ", quote(item),
+             " is not one of model, data; give a comma-separated list such as model,data");
+    (item == "model" ? c.model : c.data) = true;
+    b = e + 1;
+  }
+  return c;
+}
+
+// The run a checkpoint belongs to (checkpoint/run_folder.h): recorded for `latest` and pruning;
+// loading restores nothing (the chief reads it from the checkpoint to carry the run id on).
+struct RunTag final : Stateful {
+  std::string run_id;
+  int64_t attempt = 0;
+  void save_state(StateWriter& w) const override {
+    w.put_json("ztrain.run_id", run_id);
+    w.put_json("ztrain.attempt", attempt);
+  }
+  void load_state(StateReader&) override {}
+};
+
 // The components a checkpoint holds besides the trainer's log, at optimizer step `step`: where
-// the data, the RNG and the schedule stand, the parameters and the optimizer.
+// the data, the RNG and the schedule stand, which data and run, the parameters and the optimizer.
 struct RunState {
-  RunState(const TrainArgs& a, int64_t seqs_per_step, int T, const optim::Schedule& s, int64_t step)
-      : cursor(seqs_per_step, T, !a.no_shuffle, step), rng(a.seed), schedule(s, step) {}
+  RunState(const TrainArgs& a, int64_t seqs_per_step, int T, const optim::Schedule& s, int64_t step,
+           const FileIdentity& train, const RunTag& tag)
+      : cursor(seqs_per_step, T, !a.no_shuffle, step),
+        rng(a.seed),
+        schedule(s, step),
+        data(train, allowed_changes(a.resume_allow_changes).data),
+        tag(tag) {}
   std::vector<Stateful*> with(parallel::DataParallel& dp) {
-    return {&cursor, &rng, &schedule, &dp.param_state(), &dp.optimizer()};
+    return {&cursor, &rng, &schedule, &data, &tag, &dp.param_state(), &dp.optimizer()};
   }
   DataCursor cursor;
   RngState rng;
   optim::ScheduleState schedule;
+  DataIdentity data;
+  RunTag tag;
 };
 
 // Argument checks that need nothing but the arguments: they fail before any work.
@@ -86,6 +115,7 @@ void check_args(const TrainArgs& a) {
            "\" is not supported; use \"steps\" or \"no\"");
   ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
   optim::schedule_kind_from_string(a.lr_scheduler_type);
+  allowed_changes(a.resume_allow_changes);
 }
 
 parallel::DataParallelOptions engine_options(const TrainArgs& a) {
@@ -126,8 +156,10 @@ class Trainer {
 
  private:
   void load_data();
+  void prepare_output_dir();
   void build_model_and_engine();
   void resume();
+  void start_run(const CheckpointRef* resumed);
   void start_loader_and_log();
   StepResult train_step(int64_t step);
   void after_step(int64_t step, const StepResult& r, double step_s);
@@ -141,6 +173,9 @@ class Trainer {
   dist::Communicator* dp_comm_ = nullptr;
   bool chief_ = false;  // the only rank that prints and writes files
   ModelConfig cfg_;
+  FileIdentity train_id_;
+  std::unique_ptr<OutputDirLock> lock_;  // the chief's, for the run's lifetime
+  RunTag run_tag_;                       // the chief's; empty on the other ranks (they write no JSON)
   int B_ = 0, G_ = 0, T_ = 0;
   int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
   std::unique_ptr<TokenFile> data_, val_;
@@ -160,13 +195,17 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   apply_deepspeed_config(a_, world.size(), /*print_warnings=*/world.rank() == 0);
   if (a_.threads > 0) omp_set_num_threads(a_.threads);
   check_args(a_);
+  cfg_ = load_config(a_);
+  train_id_ = file_identity(a_.train_file, "--train_file");
+  // The job's first collective, before anything sized by the arguments or the config is
+  // allocated or exchanged: ranks that disagree stop here, with the difference named.
+  check_ranks_agree(world, job_identity(a_, cfg_, train_id_));
   parallel::check_data_parallel_options(engine_options(a_), world.size());
   grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
   dp_comm_ = &grid_->dp();
   chief_ = world.rank() == 0;
-  cfg_ = load_config(a_);
   load_data();
-  if (chief_) prepare_output_dir(a_);
+  if (chief_) prepare_output_dir();
   build_model_and_engine();
   resume();
   start_loader_and_log();
@@ -202,6 +241,22 @@ void Trainer::load_data() {
                    : std::max<int64_t>(1, int64_t(std::ceil(a_.logging_steps * double(total_steps_))));
 }
 
+// The chief locks the folder first (so a second run stops there, naming this one), then
+// checks it is empty or may be reused. Only the chief locks: the other ranks write only
+// inside a save, between the chief's barriers (docs/checkpoints.md#one-run-per-folder).
+void Trainer::prepare_output_dir() {
+  ZT_CHECK(!a_.output_dir.empty(), "--output_dir is required");
+  lock_ = std::make_unique<OutputDirLock>(a_.output_dir);
+  bool empty = true;
+  for (auto& e : fs::directory_iterator(a_.output_dir)) empty &= e.path().filename() == OutputDirLock::kFileName;
+  if (!empty && !a_.overwrite_output_dir && a_.resume_from_checkpoint.empty())
+    throw Error(str_cat("Output directory (", a_.output_dir,
+                        ") already exists and is not empty. Use --overwrite_output_dir to overcome."));
+  // A fresh start over an old run: its checkpoints go, so that neither `latest` nor pruning
+  // can pick them up later (HF's Trainer deletes nothing; docs/checkpoints.md says why we do).
+  if (a_.overwrite_output_dir && a_.resume_from_checkpoint.empty()) checkpoint_remove_all(a_.output_dir);
+}
+
 void Trainer::build_model_and_engine() {
   model_ = std::make_unique<Transformer>(cfg_);
   const auto t0 = Clock::now();
@@ -219,17 +274,41 @@ void Trainer::build_model_and_engine() {
 // holds, assembled from whatever layout (N, stage) wrote them. The data order is a pure
 // function of (seed, step), so the cursor is one number.
 void Trainer::resume() {
-  if (a_.resume_from_checkpoint.empty()) return;
+  if (a_.resume_from_checkpoint.empty()) {
+    if (chief_) start_run(nullptr);
+    return;
+  }
   std::string dir = a_.resume_from_checkpoint;
   if (dir == "latest") {
-    dir = checkpoint_find_latest(a_.output_dir);
-    ZT_CHECK(!dir.empty(), "--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir);
+    // The chief picks (from run.json, which it rewrites next) and every rank loads that one.
+    dir = broadcast_string(world_, chief_ ? checkpoint_find_latest(a_.output_dir) : "", 0);
+    if (dir.empty())
+      throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
   }
-  resumed_ = std::make_unique<CheckpointReader>(dir, cfg_);
-  RunState rs(a_, seqs_per_step_, T_, *sched_, 0);
+  const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
+  resumed_ = std::make_unique<CheckpointReader>(dir, cfg_, allow.model);
+  RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
   resumed_->load(rs.with(*engine_));
   start_step_ = rs.cursor.step();
-  if (chief_) std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step_);
+  if (!chief_) return;
+  std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step_);
+  for (const std::string& change : {resumed_->model_change(), rs.data.change()})
+    if (!change.empty())
+      std::fprintf(stderr, "ztrain: warning: resuming although %s (--resume_allow_changes)\n", change.c_str());
+  const nlohmann::json* id = resumed_->find_json("ztrain.run_id");
+  const nlohmann::json* attempt = resumed_->find_json("ztrain.attempt");
+  const CheckpointRef ref{id && id->is_string() ? id->get<std::string>() : "",
+                          attempt && attempt->is_number_integer() ? attempt->get<int64_t>() : 0, start_step_};
+  start_run(&ref);
+}
+
+// The chief records this start in run.json (a new attempt of a new or the resumed run)
+// before the first save, so `latest` and pruning rank this attempt's checkpoints first.
+void Trainer::start_run(const CheckpointRef* resumed) {
+  const RunRecord rec = run_record_start(a_.output_dir, resumed);
+  run_record_write(a_.output_dir, rec);
+  run_tag_.run_id = rec.run_id;
+  run_tag_.attempt = rec.attempt;
 }
 
 void Trainer::start_loader_and_log() {
@@ -315,10 +394,12 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
 // One way for every layout: shard owners write their pieces (no rank holds the full state
 // under ZeRO), the chief the JSON state and the checksums.
 void Trainer::save(int64_t step) {
-  RunState rs(a_, seqs_per_step_, T_, *sched_, step);
+  RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_);
   std::vector<Stateful*> parts = rs.with(*engine_);
   if (log_) parts.push_back(log_.get());
-  checkpoint_save({a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }}, cfg_,
+  // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
+  const std::string save_id = broadcast_string(world_, chief_ ? random_id() : "", 0);
+  checkpoint_save({a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id}, cfg_,
                   {parts.begin(), parts.end()});
   if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit);
 }
@@ -339,8 +420,8 @@ void Trainer::finish(double train_s) {
   report["communication"] = comm_report(*engine_, steps_run, G_);
   report["model_state_bytes"] = model_states_;
   const int group = a_.zero_hpz_partition_size > 1 ? a_.zero_hpz_partition_size : dp_comm_->size();
-  report["zero_paper_model_state_bytes"] =
-      zero_paper_bytes(model_->num_params(), a_.zero_stage, group, double(engine_->optimizer().state_bytes_per_param()));
+  report["zero_paper_model_state_bytes"] = zero_paper_bytes(model_->num_params(), a_.zero_stage, group,
+                                                            double(engine_->optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
   engine_->export_params();  // a collective: ZeRO-3 gathers the shards
   if (!chief_) return;

@@ -1,0 +1,258 @@
+// run_folder.cpp: see run_folder.h.
+#include "checkpoint/run_folder.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "checkpoint/checkpoint_meta.h"
+#include "checkpoint/safetensors.h"
+#include "core/error.h"
+
+namespace zt {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kRunFile = "run.json";
+
+// N of a checkpoint-N folder; -1 for any other name (including an N too large for int64).
+int64_t step_of(const fs::path& p) {
+  std::string n = p.filename().string();
+  if (n.rfind("checkpoint-", 0) != 0) return -1;
+  std::string num = n.substr(11);
+  if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) return -1;
+  int64_t step = -1;
+  auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), step);
+  return ec == std::errc() && end == num.data() + num.size() ? step : -1;
+}
+
+bool is_tmp_checkpoint(const std::string& n) {
+  return n.rfind("checkpoint-", 0) == 0 && n.size() > 4 && n.substr(n.size() - 4) == ".tmp";
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  return f.good() ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json(nlohmann::json::value_t::discarded);
+}
+
+struct Listed {
+  fs::path path;
+  CheckpointRef ref;
+  bool readable = false;  // trainer_state.json parsed with a global_step
+  bool foreign = false;   // outside the current attempt's lineage (set by ordered_checkpoints)
+};
+
+// Every checkpoint-N folder with what its trainer_state.json says about the run that wrote it.
+std::vector<Listed> list_checkpoints(const std::string& output_dir) {
+  std::vector<Listed> r;
+  std::error_code ec;
+  if (!fs::is_directory(output_dir, ec)) return r;
+  for (auto& e : fs::directory_iterator(output_dir, ec)) {
+    if (!e.is_directory() || step_of(e.path()) < 0) continue;
+    Listed l{e.path(), {"", 0, step_of(e.path())}, false};
+    const nlohmann::json s = read_json(e.path() / "trainer_state.json");
+    if (s.is_object() && s.contains("global_step") && s["global_step"].is_number_unsigned() &&
+        s["global_step"].get<uint64_t>() <= uint64_t(INT64_MAX)) {
+      l.readable = true;
+      l.ref.step = s["global_step"].get<int64_t>();
+      const nlohmann::json* z = s.contains("ztrain") && s["ztrain"].is_object() ? &s["ztrain"] : nullptr;
+      if (z && z->contains("run_id") && (*z)["run_id"].is_string()) l.ref.run_id = (*z)["run_id"].get<std::string>();
+      if (z && z->contains("attempt") && (*z)["attempt"].is_number_integer())
+        l.ref.attempt = (*z)["attempt"].get<int64_t>();
+    }
+    r.push_back(std::move(l));
+  }
+  return r;
+}
+
+// The checkpoints, most preferred first (run_folder.h). The lineage of the current attempt is
+// a list of (attempt, last step that belongs to it), walked through each attempt's parent.
+std::vector<Listed> ordered_checkpoints(const std::string& output_dir) {
+  std::vector<Listed> all = list_checkpoints(output_dir);
+  const RunRecord rec = run_record_read(output_dir);
+  std::vector<std::pair<int64_t, int64_t>> lineage;
+  if (!rec.run_id.empty()) {
+    int64_t a = rec.attempt, last = INT64_MAX;
+    while (lineage.size() <= rec.parents.size()) {  // a damaged record cannot make it loop
+      lineage.push_back({a, last});
+      auto it = rec.parents.find(a);
+      if (it == rec.parents.end() || !it->second) break;
+      a = it->second->attempt;
+      last = it->second->step;
+    }
+  }
+  auto group = [&](const Listed& l) {
+    if (!l.readable) return lineage.size() + 1;  // damaged: last for latest, first to prune
+    for (size_t i = 0; i < lineage.size(); ++i)
+      if (l.ref.run_id == rec.run_id && l.ref.attempt == lineage[i].first && l.ref.step <= lineage[i].second) return i;
+    return lineage.size();
+  };
+  auto key = [&](const Listed& l) { return std::make_tuple(group(l), -l.ref.attempt, -l.ref.step, l.path.string()); };
+  std::sort(all.begin(), all.end(), [&](const Listed& x, const Listed& y) { return key(x) < key(y); });
+  for (Listed& l : all) l.foreign = !rec.run_id.empty() && group(l) >= lineage.size();
+  return all;
+}
+
+std::string host_name() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+}  // namespace
+
+std::string hex_id(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+
+std::string random_id() {
+  std::random_device rd;
+  return hex_id((uint64_t(rd()) << 32) ^ uint64_t(rd()));
+}
+
+OutputDirLock::OutputDirLock(const std::string& output_dir) {
+  std::error_code ec;
+  fs::create_directories(output_dir, ec);
+  ZT_CHECK(!ec, "cannot create --output_dir ", output_dir, ": ", ec.message());
+  const std::string path = (fs::path(output_dir) / kFileName).string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ZT_CHECK(fd_ >= 0, "cannot open the lock file ", path, ": ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    ZT_CHECK(err == EWOULDBLOCK, "cannot lock ", path, ": ", std::strerror(err),
+             "; put --output_dir on a file system with flock()");
+    // The holder writes its pid right after taking the lock: give it a moment to.
+    std::string holder;
+    for (int i = 0; i < 50 && holder.empty(); ++i) {
+      if (i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::ifstream f(path);
+      std::getline(f, holder);
+    }
+    const size_t sp = holder.find(' ');
+    const std::string who = sp == std::string::npos
+                                ? "pid unknown"
+                                : str_cat("pid ", holder.substr(0, sp), " on host ", holder.substr(sp + 1));
+    throw Error(str_cat("--output_dir ", output_dir, " is in use by another ztrain run (", who, ", per ", path,
+                        "); wait for it to end or stop it, or choose another --output_dir"));
+  }
+  const std::string me = str_cat(::getpid(), " ", host_name(), "\n");
+  const bool ok = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == ssize_t(me.size());
+  ZT_CHECK(ok, "cannot write the lock file ", path, ": ", std::strerror(errno));
+}
+
+OutputDirLock::~OutputDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays (unlinking it would race)
+}
+
+RunRecord run_record_read(const std::string& output_dir) {
+  RunRecord r;
+  const fs::path p = fs::path(output_dir) / kRunFile;
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return r;
+  const nlohmann::json j = read_json(p);
+  try {
+    r.run_id = j.at("run_id").get<std::string>();
+    r.attempt = j.at("attempt").get<int64_t>();
+    for (const auto& a : j.at("attempts")) {
+      const auto& from = a.at("resumed_from");
+      r.parents[a.at("attempt").get<int64_t>()] =
+          from.is_null()
+              ? std::nullopt
+              : std::optional<RunRecord::Parent>({from.at("attempt").get<int64_t>(), from.at("step").get<int64_t>()});
+    }
+  } catch (const nlohmann::json::exception&) {
+    std::fprintf(stderr, "ztrain: warning: %s is damaged; ignoring it (checkpoints are ranked by attempt and step)\n",
+                 p.c_str());
+    return RunRecord{};
+  }
+  return r;
+}
+
+RunRecord run_record_start(const std::string& output_dir, const CheckpointRef* resumed) {
+  const RunRecord prev = run_record_read(output_dir);
+  int64_t last = prev.attempt;
+  for (const Listed& l : list_checkpoints(output_dir)) last = std::max(last, l.ref.attempt);
+  RunRecord r;
+  r.attempt = last + 1;
+  if (!resumed) {
+    r.run_id = random_id();
+    r.parents[r.attempt] = std::nullopt;
+    return r;
+  }
+  r.run_id = resumed->run_id.empty() ? random_id() : resumed->run_id;
+  if (prev.run_id == r.run_id) r.parents = prev.parents;  // the ancestry of the resumed attempt
+  r.parents[r.attempt] = RunRecord::Parent{resumed->attempt, resumed->step};
+  return r;
+}
+
+void run_record_write(const std::string& output_dir, const RunRecord& r) {
+  nlohmann::json attempts = nlohmann::json::array();
+  for (const auto& [a, from] : r.parents)
+    attempts.push_back({{"attempt", a},
+                        {"resumed_from", from ? nlohmann::json{{"attempt", from->attempt}, {"step", from->step}}
+                                              : nlohmann::json(nullptr)}});
+  const nlohmann::json j = {
+      {"run_id", r.run_id},
+      {"attempt", r.attempt},
+      {"attempts", attempts},
+      {"pid", ::getpid()},
+      {"host", host_name()},
+      {"started_unix_s",
+       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()}};
+  write_file_atomic((fs::path(output_dir) / kRunFile).string(), j.dump(2) + "\n");
+}
+
+std::string checkpoint_find_latest(const std::string& output_dir) {
+  for (const Listed& l : ordered_checkpoints(output_dir)) {
+    try {
+      checkpoint_verify(l.path.string());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "ztrain: warning: skipping %s\n", e.what());
+      continue;
+    }
+    if (l.foreign)
+      std::fprintf(stderr,
+                   "ztrain: warning: %s has no intact checkpoint of its current run (run.json); resuming %s, "
+                   "written by another run or an abandoned attempt\n",
+                   output_dir.c_str(), l.path.c_str());
+    return l.path.string();
+  }
+  return "";
+}
+
+void checkpoint_prune(const std::string& output_dir, int64_t keep) {
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(output_dir, ec))
+    if (is_tmp_checkpoint(e.path().filename().string())) fs::remove_all(e.path(), ec);
+  if (keep <= 0) return;
+  const std::vector<Listed> all = ordered_checkpoints(output_dir);
+  for (size_t i = size_t(keep); i < all.size(); ++i) fs::remove_all(all[i].path, ec);
+}
+
+void checkpoint_remove_all(const std::string& output_dir) {
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(output_dir, ec))
+    if (e.is_directory() && (step_of(e.path()) >= 0 || is_tmp_checkpoint(e.path().filename().string())))
+      fs::remove_all(e.path(), ec);
+}
+
+}  // namespace zt

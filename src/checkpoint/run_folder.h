@@ -1,0 +1,75 @@
+// run_folder.h: a run's --output_dir around its checkpoint-N folders (docs/checkpoints.md):
+//   .ztrain.lock  one run at a time: rank 0 holds an exclusive flock() on it for the run's
+//                 lifetime (the kernel releases it when the process ends, however it ends);
+//                 it holds "pid host" of the holder, for the error a second run gets;
+//   run.json      the folder's current run: its run id (random, chosen at a fresh start and
+//                 carried by checkpoints across resumes), the attempt number (one more at every
+//                 start) and the checkpoint each attempt resumed from; written at every start;
+//   `latest` and --save_total_limit: checkpoints ranked by the lineage of the current attempt
+//                 (its own checkpoints, then its parent's up to the step it resumed from, ...),
+//                 then the others (other runs, abandoned attempts) by attempt; within each by
+//                 the step recorded in trainer_state.json, never by folder name. `latest` is
+//                 the first intact one; pruning removes from the other end.
+// Depends on core only (checkpoint ids are read from trainer_state.json as JSON).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace zt {
+
+class OutputDirLock {
+ public:
+  // Creates output_dir if needed and locks output_dir/.ztrain.lock; an Error naming the
+  // holder's pid and host when another process holds it.
+  explicit OutputDirLock(const std::string& output_dir);
+  ~OutputDirLock();
+  OutputDirLock(const OutputDirLock&) = delete;
+  OutputDirLock& operator=(const OutputDirLock&) = delete;
+  static constexpr const char* kFileName = ".ztrain.lock";
+
+ private:
+  int fd_ = -1;
+};
+
+// What a checkpoint records about the run that wrote it (trainer_state.json: ztrain.run_id,
+// ztrain.attempt, global_step).
+struct CheckpointRef {
+  std::string run_id;
+  int64_t attempt = 0;
+  int64_t step = 0;
+};
+
+// The folder's run.json.
+struct RunRecord {
+  struct Parent {
+    int64_t attempt = 0, step = 0;
+  };
+  std::string run_id;  // "" when the folder has no (readable) run.json
+  int64_t attempt = 0;
+  std::map<int64_t, std::optional<Parent>> parents;  // per attempt: the checkpoint it resumed from
+};
+
+// Reads output_dir/run.json; an absent or damaged one (a warning on stderr) reads as empty.
+RunRecord run_record_read(const std::string& output_dir);
+// The record of a run starting now in output_dir: a fresh start (resumed == nullptr) gets a new
+// run id, a resume carries its checkpoint's; the attempt is one more than any the folder knows.
+RunRecord run_record_start(const std::string& output_dir, const CheckpointRef* resumed);
+// Writes run.json atomically (with this process's pid and host, for people).
+void run_record_write(const std::string& output_dir, const RunRecord& r);
+
+// The first intact checkpoint of output_dir in the order above; "" if none. Damaged ones are
+// reported on stderr and skipped, and so (with a warning) is falling back to another run's.
+std::string checkpoint_find_latest(const std::string& output_dir);
+// Removes checkpoints beyond the first `keep` in the order above (0 = keep all), and every
+// half-written checkpoint-N.tmp folder.
+void checkpoint_prune(const std::string& output_dir, int64_t keep);
+// Removes every checkpoint-N and checkpoint-N.tmp folder (--overwrite_output_dir).
+void checkpoint_remove_all(const std::string& output_dir);
+
+// 16 hex digits from std::random_device: run ids and save ids.
+std::string random_id();
+std::string hex_id(uint64_t v);
+
+}  // namespace zt
