@@ -1,7 +1,8 @@
 // test_data.cpp: the data loader: its order equals the window sampler's, any split of a
 // step over ranks and micro-batches covers exactly the sequences of one process with the
-// same global batch, a loader started at step s continues the exact sequence (resume), and
-// packing positions restart after EOS.
+// same global batch, a loader started at step s continues the exact sequence (resume),
+// packing positions restart after EOS, and many loaders alive at once each deliver their own
+// order and stop their threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -26,6 +26,7 @@
 #include "data/loader.h"
 #include "data/token_data.h"
 #include "dist/communicator.h"
+#include "parallel/buckets.h"
 #include "parallel/data_parallel.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
@@ -140,7 +141,7 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
   const bool chief = rank == 0;  // the only rank that prints and writes files
   parallel::DataParallelOptions dpo;
   dpo.stage = a.zero_stage;
-  dpo.reduce_bucket_size = a.reduce_bucket_size;
+  dpo.reduce_bucket_size = parallel::reduce_bucket_elements(a.reduce_bucket_size, a.zero_stage);
   dpo.overlap_comm = a.overlap_comm;
   dpo.hpz_partition_size = a.zero_hpz_partition_size;
   dpo.quantized_weights = a.zero_quantized_weights;
@@ -335,8 +336,9 @@ static void train_ranks(const TrainArgs& args, dist::Communicator* world_ptr) {
         cr["bus_bytes_per_step"].get<double>(), cr["planned_bus_bytes_per_step"].get<double>(),
         cr["paper_bus_bytes_per_step"].get<double>());
     for (auto& [k, v] : cr["by_collective"].items())
-      std::printf("  %-15s calls %.2f payload %.0f bus %.0f bytes\n", k.c_str(), v["calls_per_step"].get<double>(),
-                  v["payload_bytes_per_step"].get<double>(), v["bus_bytes_per_step"].get<double>());
+      std::printf("  %-15s calls %.2f payload %.0f bus %.0f bytes; run: blocked %.3f s of %.3f s in flight\n",
+                  k.c_str(), v["calls_per_step"].get<double>(), v["payload_bytes_per_step"].get<double>(),
+                  v["bus_bytes_per_step"].get<double>(), v["wait_seconds"].get<double>(), v["seconds"].get<double>());
     const auto& zp = dist_report["zero_paper_model_state_bytes"];
     for (const char* k : {"parameters", "gradients", "optimizer_state"})
       std::printf("  %-15s %s held (ZeRO paper: %s)\n", k, format_bytes(model_states.value(k, 0.0)).c_str(),
