@@ -303,7 +303,7 @@ std::string mib(int64_t b) {
 int cmd_estimate_memory(const Args& args) {
   std::string config_path, model_path, ranks = "1", optim = "adamw_torch";
   int B = 8, T = 0, G = 0;
-  double bucket_mb = 25;
+  double bucket_mb = 0;
   FlagSet f("estimate-memory");
   f.add("model_config_path", &config_path, "config.json of the model");
   f.add("model_name_or_path", &model_path, "HF model folder (its config.json is read; weights are not)");
@@ -313,7 +313,9 @@ int cmd_estimate_memory(const Args& args) {
   f.add("num_ranks", &ranks, "data-parallel ranks N, or a comma-separated list (1)");
   f.add("zero_hpz_partition_size", &G, "G for the ZeRO++ hpZ and hybrid-shard rows (0: N/2 when N >= 4)",
         range::closed(0, limits::kMaxBatch));
-  f.add("bucket_cap_mb", &bucket_mb, "DDP / ZeRO-1/2 gradient bucket in MiB (25)", range::above(0, 1 << 20));
+  f.add("bucket_cap_mb", &bucket_mb,
+        "DDP / ZeRO-1/2 gradient bucket in MiB (0: train's default, DDP 25, ZeRO 5e8 elements)",
+        range::closed(0, 1 << 20));
   f.add("optim", &optim, "optimizer whose state is counted, HF's names: adamw_torch | adamw (adamw_torch)");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
@@ -332,11 +334,12 @@ int cmd_estimate_memory(const Args& args) {
               cfg_file.c_str(), in.num_params / 1e6, in.largest_unit_params / 1e6, in.largest_unit.c_str());
   std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,
               mib(in.activation_bytes).c_str(), mib(in.temporary_bytes).c_str());
+  const std::string cap = bucket_mb > 0 ? mib(int64_t(bucket_mb * (1 << 20))) : "DDP 25 MiB, ZeRO 5e8 elements";
   std::printf(
-      "    comm: DDP / ZeRO-1 one %.0f MiB gradient bucket, ZeRO-2 three + the largest unit, ZeRO-3 / hpZ / hybrid the "
-      "two "
-      "largest gathered units of parameters + of gradients.\n",
-      bucket_mb);
+      "    comm: DDP one gradient bucket, ZeRO-1 the reduce-scatter ring's 16 MiB, ZeRO-2 three buckets + the\n"
+      "    largest unit (bucket cap: %s; at most the whole gradient), ZeRO-3 / hpZ / hybrid\n"
+      "    the two largest gathered units of parameters + of gradients.\n",
+      cap.c_str());
   for (auto& r : split_list(ranks)) {
     parallel::MemoryEstimateOptions opt;
     char* end = nullptr;
@@ -344,7 +347,7 @@ int cmd_estimate_memory(const Args& args) {
     ZT_CHECK(end && *end == 0 && n >= 1 && n <= INT_MAX, "--num_ranks: \"", r, "\" is not a positive integer");
     opt.num_ranks = int(n);
     opt.hpz_partition_size = G;
-    opt.ddp_bucket_bytes = int64_t(bucket_mb * (1 << 20));
+    opt.bucket_bytes = int64_t(bucket_mb * (1 << 20));
     opt.optim = optim;
     auto rows = parallel::estimate_memory(in, opt);
     int g = parallel::resolved_group(opt);

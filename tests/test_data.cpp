@@ -1,15 +1,19 @@
 // test_data.cpp: the data loader: its order equals the window sampler's, any split of a
 // step over ranks and micro-batches covers exactly the sequences of one process with the
-// same global batch, a loader started at step s continues the exact sequence (resume), and
-// packing positions restart after EOS; a token file cut or rewritten while mapped is an error
+// same global batch, a loader started at step s continues the exact sequence (resume),
+// packing positions restart after EOS, many loaders alive at once each deliver their own
+// order and stop their threads; a token file cut or rewritten while mapped is an error
 // naming it (from the loader thread, or the SIGBUS handler apps/ installs).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -129,15 +133,66 @@ TEST(DataLoader, PackingPositionsRestartAfterEos) {
   EXPECT_EQ(mb.positions, expect);
 }
 
+// Threads of this process, from the kernel's count.
+int process_threads() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+// Fifty loaders alive at once, with different seeds, first steps, ring depths and rank splits:
+// each runs its own producer thread, each delivers exactly the sampler's sequences for its
+// (seed, step), and destroying them in any state (never read, ring full; read mid-stream) stops
+// and joins every thread. A destructor that deadlocked would hang here (ctest's timeout catches it).
 TEST(DataLoader, ManyLoadersStartAndStopCleanly) {
   TokenFile f(token_file(3000, 100), 100);
-  LoaderConfig c;
-  c.B = 1;
-  c.T = 4;
-  for (int i = 0; i < 50; ++i) {
-    DataLoader dl(f, c, i);
-    if (i % 2) dl.next();
+  const int threads_before = process_threads();
+  ASSERT_GT(threads_before, 0);
+  const int n = 50;
+  std::vector<LoaderConfig> cs(n);
+  std::vector<std::unique_ptr<DataLoader>> loaders;
+  for (int i = 0; i < n; ++i) {
+    LoaderConfig& c = cs[size_t(i)];
+    c.B = 1 + i % 3;
+    c.T = 4 + i % 5;
+    c.accumulation = 1 + i % 2;
+    c.world = 1 + i % 4;
+    c.rank = i % c.world;
+    c.shuffle = i % 5 != 0;
+    c.seed = uint64_t(i);
+    c.depth = 1 + i % 4;
+    loaders.push_back(std::make_unique<DataLoader>(f, c, int64_t(i) * 3));
   }
+  EXPECT_EQ(process_threads(), threads_before + n) << "one producer thread per loader";
+  // Interleaved reads: loaders i % 3 == 0 are never read (their producers block on a full ring).
+  for (int k = 0; k < 7; ++k) {
+    for (int i = 0; i < n; ++i) {
+      if (i % 3 == 0 || k > i % 7) continue;
+      const LoaderConfig& c = cs[size_t(i)];
+      const int64_t step = int64_t(i) * 3 + k / c.accumulation;
+      const int micro = k % c.accumulation;
+      WindowSampler s(f, c.T, c.shuffle, c.seed);
+      std::vector<int32_t> in(size_t(c.B * c.T)), tg(in.size());
+      s.fill(in.data(), tg.data(), DataLoader::first_sequence(c, step, micro), c.B);
+      const MicroBatch& mb = loaders[size_t(i)]->next();
+      ASSERT_EQ(mb.step, step) << "loader " << i << " read " << k;
+      ASSERT_EQ(mb.micro, micro) << "loader " << i << " read " << k;
+      ASSERT_EQ(mb.inputs, in) << "loader " << i << " read " << k;
+      ASSERT_EQ(mb.targets, tg) << "loader " << i << " read " << k;
+    }
+  }
+  // Destroy in an order unrelated to creation.
+  for (int i = 0; i < n; ++i) loaders[size_t((i * 17) % n)].reset();
+  // join() returns once the thread has exited, but the kernel removes the finished task from
+  // /proc a moment later, so the count is polled; a leaked thread would never go away.
+  int threads_after = process_threads();
+  for (int tries = 0; tries < 10000 && threads_after != threads_before; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    threads_after = process_threads();
+  }
+  EXPECT_EQ(threads_after, threads_before);
 }
 
 // Truncated under a running loader: next() rethrows the producer thread's error naming the file.

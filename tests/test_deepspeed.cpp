@@ -43,7 +43,7 @@ TEST(DeepSpeedConfig, SeedZero2NoOffloadRunsUnchanged) {
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");  // every key is understood or quietly inert
   EXPECT_EQ(a.zero_stage, 2);
   EXPECT_EQ(a.allgather_bucket_size, 100000000);
-  EXPECT_EQ(a.reduce_bucket_size, 100000000);
+  EXPECT_EQ(a.reduce_bucket_size, 100000000);  // explicit: replaces the per-stage default (0)
   EXPECT_TRUE(a.overlap_comm);
   EXPECT_TRUE(a.reduce_scatter);
   EXPECT_TRUE(a.contiguous_gradients);
@@ -80,6 +80,16 @@ TEST(DeepSpeedConfig, NoPathIsANoOp) {
 }
 
 // ---- auto and explicit values ----
+
+// No cap anywhere (0) leaves the choice to the engine (DDP 25 MiB, ZeRO 5e8); "auto" keeps it.
+TEST(DeepSpeedConfig, BucketSizeDefaultsToTheEngines) {
+  TrainArgs a;
+  EXPECT_EQ(a.reduce_bucket_size, 0);
+  apply(a, 2, R"({"zero_optimization": {"stage": 0, "reduce_bucket_size": "auto"}})");
+  EXPECT_EQ(a.reduce_bucket_size, 0);
+  apply(a, 2, R"({"zero_optimization": {"stage": 0, "reduce_bucket_size": 2e6}})");
+  EXPECT_EQ(a.reduce_bucket_size, 2000000);
+}
 
 TEST(DeepSpeedConfig, AutoTakesTheFlags) {
   TrainArgs a;

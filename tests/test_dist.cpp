@@ -149,6 +149,21 @@ TEST(DistBuckets, ReverseOrderContiguousAndCapped) {
   EXPECT_EQ(fb.buckets[0].params.size(), 1u);
 }
 
+// With no cap set, DDP uses PyTorch's 25 MiB and ZeRO DeepSpeed's 5e8 elements; an explicit cap
+// (flag or DeepSpeed config) wins. GPT-2 124M under DDP gets many buckets, so reduction overlaps
+// backward; 5e8 would be one bucket, reduced only when backward is over.
+TEST(DistBuckets, DefaultCapPerStage) {
+  EXPECT_EQ(reduce_bucket_elements(0, 0), (int64_t(25) << 20) / 4);
+  for (int stage : {1, 2, 3}) EXPECT_EQ(reduce_bucket_elements(0, stage), 500000000);
+  for (int stage : {0, 1, 2, 3}) EXPECT_EQ(reduce_bucket_elements(40000, stage), 40000);
+  EXPECT_EQ(reduce_bucket_elements(-1, 0), -1);  // left for the option check to reject
+  ParamTable t;
+  gpt2_layout(gpt2_124m(), t);
+  const size_t ddp = plan_buckets(t, {4 * reduce_bucket_elements(0, 0)}).buckets.size();
+  EXPECT_GE(ddp, 10u);  // 475 MiB of gradients in buckets of about 25 MiB (the embedding alone)
+  EXPECT_EQ(plan_buckets(t, {4 * reduce_bucket_elements(0, 1)}).buckets.size(), 1u);
+}
+
 TEST(DistBuckets, TrackerReportsCompleteBuckets) {
   ParamTable t = tiny_table();
   BucketPlan plan = plan_buckets(t, {4096});
@@ -261,8 +276,17 @@ TEST(DistMemoryEstimate, Gpt2ModelStates) {
   const int64_t block = 12 * 768 * 768 + 13 * 768;
   EXPECT_EQ(in.unit_params[1], block);
   EXPECT_EQ(rows[3].comm, 2 * 4 * (in.largest_unit_params + block));
-  // ZeRO-2: three buckets + the largest unit's gradient buffer.
-  EXPECT_EQ(rows[2].comm, 4 * in.largest_unit_params + 3 * (int64_t(25) << 20));
+  // Default caps, the trainer's: DDP one 25 MiB bucket; ZeRO's 5e8 elements make GPT-2 one
+  // bucket, so ZeRO-2 holds the whole unsharded gradient; ZeRO-1 only the ring's scratch.
+  EXPECT_EQ(rows[0].comm, int64_t(25) << 20);
+  EXPECT_EQ(rows[1].comm, int64_t(16) << 20);
+  EXPECT_EQ(rows[2].comm, 4 * P);
+  // An explicit 25 MiB cap: ZeRO-2 holds three buckets + the largest unit's gradient buffer.
+  opt.bucket_bytes = int64_t(25) << 20;
+  auto capped = estimate_memory(in, opt);
+  EXPECT_EQ(capped[1].comm, int64_t(16) << 20);
+  EXPECT_EQ(capped[2].comm, 4 * in.largest_unit_params + 3 * (int64_t(25) << 20));
+  opt.bucket_bytes = 0;
   EXPECT_EQ(rows[4].params, 4 * shard(4) + 4 * shard(2));  // hpZ: secondary copy over G
   EXPECT_EQ(rows[5].optim, 8 * shard(2));                  // hybrid: ZeRO-3 within G
   for (auto& r : rows) {
@@ -292,7 +316,7 @@ TEST(DistMemoryFit, TrainingNeedIsTheEstimatorsRow) {
   auto in = memory_inputs(cfg, 8, 256);
   MemoryEstimateOptions opt;
   opt.num_ranks = 2;
-  opt.ddp_bucket_bytes = 4 * in.num_params;
+  opt.bucket_bytes = 4 * in.num_params;
   auto rows = estimate_memory(in, opt);
   for (int stage = 0; stage <= 3; ++stage)
     EXPECT_EQ(training_bytes_per_rank(cfg, {8, 256, stage, 2, 1, int64_t(5e8)}), rows[size_t(stage)].total());

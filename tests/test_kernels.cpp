@@ -109,6 +109,14 @@ TEST(Gelu, FastMatchesReferenceAndFiniteDifferences) {
   kernels::gelu_backward(dx.data(), dout.data(), x.data(), n);
   ref::gelu_backward<double>(dx_r.data(), doutr.data(), xr.data(), n);
   expect_close(dx, dx_r, 1e-5, 1e-6, "gelu backward");
+  // Saturated inputs (pre-activations beyond +-10 occur in training): exp(2u) overflowed
+  // float here once and made dx NaN.
+  std::vector<float> xs{-1e4f, -100.f, -20.f, -10.5f, 10.5f, 20.f, 100.f, 1e4f}, ones(xs.size(), 1.f);
+  std::vector<float> dxs(xs.size());
+  std::vector<double> dxs_r(xs.size()), xs_r = cast<double>(xs), ones_r(xs.size(), 1.0);
+  kernels::gelu_backward(dxs.data(), ones.data(), xs.data(), int64_t(xs.size()));
+  ref::gelu_backward<double>(dxs_r.data(), ones_r.data(), xs_r.data(), int64_t(xs.size()));
+  expect_close(dxs, dxs_r, 1e-5, 1e-6, "gelu backward, saturated");
   auto xd = randn<double>(16, 13, 2.0), r = randn<double>(16, 14);
   std::vector<double> yd(16), gd(16);
   auto loss = [&] {
@@ -174,6 +182,55 @@ TEST(Embedding, FastMatchesReference) {
   ref::embedding_backward<float>(de_r.data(), dp_r.data(), dout.data(), tok.data(), N, T, C);
   expect_close(de, de_r, 1e-5, 1e-5, "embedding dwte");
   expect_close(dp, dp_r, 1e-5, 1e-5, "embedding dwpe");
+}
+
+TEST(Bias, FastMatchesReference) {
+  for (auto [N, M] : {std::tuple{1, 1}, {37, 96}, {130, 17}}) {
+    auto y = randn(size_t(N) * M, 51), b = randn(size_t(M), 52), dy = randn(size_t(N) * M, 53);
+    auto y_r = y;
+    kernels::bias_forward(y.data(), b.data(), N, M);
+    ref::bias_forward<float>(y_r.data(), b.data(), N, M);
+    expect_close(y, y_r, 1e-6, 1e-6, "bias forward");
+    std::vector<float> db(size_t(M), 0.5f), db_r = db;  // accumulates (+=)
+    kernels::bias_backward(db.data(), dy.data(), N, M);
+    ref::bias_backward<float>(db_r.data(), dy.data(), N, M);
+    expect_close(db, db_r, 1e-5, 1e-5, "bias db");
+  }
+}
+
+TEST(Add, FastMatchesReferenceAlsoInPlace) {
+  const int64_t n = 1000;
+  auto a = randn(n, 54), b = randn(n, 55);
+  std::vector<float> y(n), y_r(n);
+  kernels::add(y.data(), a.data(), b.data(), n);
+  ref::add<float>(y_r.data(), a.data(), b.data(), n);
+  expect_close(y, y_r, 0, 0, "add");
+  kernels::add(a.data(), a.data(), b.data(), n);  // the residual stream adds into itself
+  expect_close(a, y_r, 0, 0, "add in place");
+}
+
+// KV-cache decoding against the naive reference, with grouped-query heads and head sizes on
+// and off the vector width; and the reference against the last row of full causal attention.
+TEST(Attention, DecodeMatchesReference) {
+  for (auto [n, NH, KVH, HS] : {std::tuple{1, 2, 2, 8}, {5, 4, 2, 64}, {70, 6, 2, 32}, {129, 2, 1, 12}}) {
+    kernels::AttnDims d{1, n, NH, KVH, HS};
+    const int64_t rs = d.row_stride(), os = int64_t(NH) * HS, ks = int64_t(KVH) * HS;
+    auto qkv = randn(size_t(n * rs), 56);
+    std::vector<float> kc(size_t(n * ks)), vc(size_t(n * ks));
+    for (int j = 0; j < n; ++j)
+      for (int64_t i = 0; i < ks; ++i) {
+        kc[size_t(j * ks + i)] = qkv[size_t(j * rs + os + i)];
+        vc[size_t(j * ks + i)] = qkv[size_t(j * rs + os + ks + i)];
+      }
+    const float* q = qkv.data() + (n - 1) * rs;  // the newest position queries the whole cache
+    std::vector<float> out(static_cast<size_t>(os)), out_r(static_cast<size_t>(os));
+    kernels::attention_decode(out.data(), q, kc.data(), vc.data(), n, NH, KVH, HS);
+    ref::attention_decode<float>(out_r.data(), q, kc.data(), vc.data(), n, NH, KVH, HS);
+    expect_close(out, out_r, 1e-4, 1e-5, "attention decode");
+    std::vector<float> full(size_t(n * os)), lse(size_t(NH * n));
+    ref::attention_forward<float>(full.data(), lse.data(), qkv.data(), d);
+    expect_close(out_r, std::vector<float>(full.end() - os, full.end()), 1e-5, 1e-6, "decode = last row");
+  }
 }
 
 // Flash attention against the T x T reference, including sequence lengths that are not

@@ -23,19 +23,30 @@ std::vector<A> cast(const std::vector<B>& v) {
   return std::vector<A>(v.begin(), v.end());
 }
 
-// max |a-b| / (atol + rtol*|b|) must stay <= 1.
+// max |a-b| / (atol + rtol*|b|) must stay <= 1. A NaN fails wherever it appears unless the
+// other side has a NaN at the same index (a reference may legitimately produce one); equal
+// infinities pass. NaN errors are mapped to +inf so that `e > worst` can never be fooled by
+// NaN's false comparisons (a later finite element used to replace a NaN worst).
 template <class A, class B>
 void expect_close(const std::vector<A>& a, const std::vector<B>& b, double rtol, double atol, const char* what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   double worst = 0;
   size_t wi = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    double e = std::abs(double(a[i]) - double(b[i])) / (atol + rtol * std::abs(double(b[i])));
-    if (!(e <= worst)) {
+    double x = double(a[i]), y = double(b[i]);
+    double e = 0;
+    if (std::isnan(x) || std::isnan(y)) {
+      e = std::isnan(x) && std::isnan(y) ? 0 : INFINITY;
+    } else if (x != y) {  // x == y also covers equal infinities, whose difference is NaN
+      e = std::abs(x - y) / (atol + rtol * std::abs(y));
+      if (std::isnan(e)) e = INFINITY;  // +inf vs -inf: inf / inf
+    }
+    if (e > worst) {
       worst = e;
       wi = i;
     }
   }
+  if (a.empty()) return;
   EXPECT_LE(worst, 1.0) << what << ": worst at " << wi << ": " << double(a[wi]) << " vs " << double(b[wi]);
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +28,44 @@ void charge(MemCategory c, long long delta) {
   g_stats.total_current += delta;
   if (g_stats.current[i] > g_stats.peak[i]) g_stats.peak[i] = g_stats.current[i];
   if (g_stats.total_current > g_stats.total_peak) g_stats.total_peak = g_stats.total_current;
+}
+
+constexpr size_t kHuge = size_t(2) << 20;
+
+// Transparent huge pages at fault time are cheap when the kernel has free 2 MiB blocks the
+// host still backs (0.1-0.2 ms per page here) and dear when it does not: this VM reports free
+// 2 MiB blocks to the host (page_reporting_order 9), which drops them, so zeroing one re-faults
+// the host page by page (4.5-5 ms); on other machines a THP fault may compact memory
+// synchronously (defrag=madvise). Small pages come first from smaller free fragments, which are
+// never reported (about 0.85 ms per 2 MiB). So buffers are faulted in huge pages until several
+// in a row each cost more than the small pages they replace (one alone may be the thread being
+// preempted); from then on, for the whole process, pages are faulted small and advised
+// afterwards, so khugepaged may still collapse them into huge pages in the background during a
+// long run. docs/memory.md has the measurements.
+constexpr double kSlowHugePageSeconds = 1e-3;
+constexpr int kSlowHugePagesInARow = 4;
+std::atomic<bool> g_huge_pages_slow{false};
+
+// Zeroes [p, p + bytes) (a multiple of kHuge, kHuge aligned) and faults it in.
+void fault_in_large(char* p, size_t bytes) {
+  size_t done = 0;
+  if (!g_huge_pages_slow.load(std::memory_order_relaxed)) {
+    ::madvise(p, bytes, MADV_HUGEPAGE);
+    int slow_in_a_row = 0;
+    while (done < bytes && slow_in_a_row < kSlowHugePagesInARow) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::memset(p + done, 0, kHuge);
+      done += kHuge;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      slow_in_a_row = s > kSlowHugePageSeconds ? slow_in_a_row + 1 : 0;
+    }
+    if (slow_in_a_row == kSlowHugePagesInARow) g_huge_pages_slow.store(true, std::memory_order_relaxed);
+    if (done < bytes) ::madvise(p + done, bytes - done, MADV_NOHUGEPAGE);
+  }
+  if (done < bytes) {
+    std::memset(p + done, 0, bytes - done);
+    ::madvise(p + done, bytes - done, MADV_HUGEPAGE);
+  }
 }
 
 size_t read_kb(const char* file, const char* key) {
@@ -103,20 +142,20 @@ int64_t available_memory_bytes(std::string* source) {
 
 Buffer::Buffer(size_t bytes, MemCategory cat) : bytes_(bytes), cat_(cat) {
   if (bytes == 0) return;
-  // Large blocks are 2 MiB aligned and advised for transparent huge pages: on a VM a
-  // 4 KiB page fault costs microseconds, and a 124M-parameter run touches ~3 GiB, so
-  // huge pages cut start-up by seconds (and TLB misses during the run).
-  constexpr size_t kHuge = size_t(2) << 20;
+  // Large blocks are 2 MiB aligned for transparent huge pages (fault_in_large): fewer page
+  // faults at start-up (a 124M-parameter run touches ~3 GiB) and fewer TLB misses.
   const bool huge = bytes >= kHuge / 2;
   const size_t align = huge ? kHuge : 64;
   size_t rounded = (bytes + align - 1) / align * align;
   data_ = std::aligned_alloc(align, rounded);
   ZT_CHECK(data_ != nullptr, "out of memory allocating ", format_bytes(bytes), " for ", mem_category_name(cat),
            "; use a smaller batch or model");
-  if (huge) ::madvise(data_, rounded, MADV_HUGEPAGE);
   // Touching the pages now makes resident memory match the accounting and keeps
   // page faults out of the first training step.
-  std::memset(data_, 0, rounded);
+  if (huge)
+    fault_in_large(static_cast<char*>(data_), rounded);
+  else
+    std::memset(data_, 0, rounded);
   charge(cat_, static_cast<long long>(bytes_));
 }
 

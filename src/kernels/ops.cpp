@@ -150,10 +150,11 @@ void gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
     float u = kGeluS * (v + kGeluK * v * v * v);
-    // sech^2(u) = 4e / (e+1)^2 with e = exp(2u): exact where 1 - tanh^2 would cancel.
-    float e = fast_exp(2.0f * u), ep1 = e + 1.0f;
-    float t = 1.0f - 2.0f / ep1;
-    float sech2 = 4.0f * e / (ep1 * ep1);
+    // sech^2(u) = 4e / (e+1)^2 with e = exp(-2|u|) in (0, 1]: exact where 1 - tanh^2 would
+    // cancel, and never overflows (with exp(+2u), 4e / (e+1)^2 was inf / inf = NaN for v > ~10).
+    float e = fast_exp(-2.0f * std::fabs(u)), r = 1.0f / (e + 1.0f);
+    float t = std::copysign((1.0f - e) * r, u);
+    float sech2 = 4.0f * e * r * r;
     float du = kGeluS * (1.0f + 3.0f * kGeluK * v * v);
     dx[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * v * sech2 * du);
   }

@@ -3,6 +3,7 @@
 // against the fast kernels. Same argument conventions as ops.h / attention.h /
 // cross_entropy.h. Never used on the training path.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -107,6 +108,24 @@ void swiglu_backward(T* dx, const T* dout, const T* x, int64_t N, int F) {
       dx[i * 2 * F + F + f] = dout[i * F + f] * g * s;
       dx[i * 2 * F + f] = dout[i * F + f] * u * (s + g * s * (T(1) - s));
     }
+}
+
+// y (N, M) += b per row; db (M) += column sums of dy.
+template <class T>
+void bias_forward(T* y, const T* b, int64_t N, int M) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int j = 0; j < M; ++j) y[i * M + j] += b[j];
+}
+
+template <class T>
+void bias_backward(T* db, const T* dy, int64_t N, int M) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int j = 0; j < M; ++j) db[j] += dy[i * M + j];
+}
+
+template <class T>
+void add(T* y, const T* a, const T* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
 // Rotate-half RoPE by explicit angle, (B*T rows), heads NH + KVH at the row start.
@@ -228,6 +247,31 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const kernels::Att
         }
       }
     }
+}
+
+// One query row per head against n cached key/value rows (KVH*HS each), plain softmax with
+// every cached position visible: the last query row of attention_forward over those n positions.
+template <class T>
+void attention_decode(T* out, const T* q, const T* kcache, const T* vcache, int n, int NH, int KVH, int HS) {
+  const T scale = T(1) / std::sqrt(T(HS));
+  for (int h = 0; h < NH; ++h) {
+    const int g = h / (NH / KVH);
+    std::vector<T> s(static_cast<size_t>(n));
+    T mx = -1e30;
+    for (int j = 0; j < n; ++j) {
+      T acc = 0;
+      for (int i = 0; i < HS; ++i) acc += q[h * HS + i] * kcache[(int64_t(j) * KVH + g) * HS + i];
+      s[size_t(j)] = acc * scale;
+      mx = std::max(mx, s[size_t(j)]);
+    }
+    T sum = 0;
+    for (int j = 0; j < n; ++j) sum += std::exp(s[size_t(j)] - mx);
+    for (int i = 0; i < HS; ++i) {
+      T o = 0;
+      for (int j = 0; j < n; ++j) o += std::exp(s[size_t(j)] - mx) / sum * vcache[(int64_t(j) * KVH + g) * HS + i];
+      out[h * HS + i] = o;
+    }
+  }
 }
 
 // Unfused LM head + cross entropy: full (N, V) logits.

@@ -35,6 +35,18 @@ struct BucketPlan {
 };
 BucketPlan plan_buckets(const ParamTable& table, const BucketOptions& opt = {});
 
+// The gradient bucket cap in fp32 elements when the user sets none (reduce_bucket_size 0):
+// DDP takes PyTorch DDP's 25 MiB (bucket_cap_mb), so the all-reduce of the last layers'
+// gradients runs while backward goes on (DeepSpeed's 5e8 made GPT-2 124M one bucket, reduced
+// only after backward); ZeRO stages keep DeepSpeed's reduce_bucket_size default, 5e8. The
+// trainer and estimate-memory both resolve the default here.
+constexpr int64_t kDdpDefaultBucketElements = (int64_t(25) << 20) / 4;  // 6553600
+constexpr int64_t kZeroDefaultBucketElements = 500000000;
+inline int64_t reduce_bucket_elements(int64_t requested, int stage) {
+  if (requested != 0) return requested;  // explicit; a negative one is rejected by the option check
+  return stage == 0 ? kDdpDefaultBucketElements : kZeroDefaultBucketElements;
+}
+
 // Counts finished parameters per bucket during one backward pass: mark() returns the
 // bucket index that just became complete (every parameter in it done), or -1. reset()
 // starts the next pass. Parameters whose gradient is produced twice (a tied embedding

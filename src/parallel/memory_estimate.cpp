@@ -7,6 +7,7 @@
 #include "models/layout.h"
 #include "models/transformer.h"
 #include "optim/optimizer.h"
+#include "parallel/buckets.h"
 #include "parallel/shard.h"
 
 namespace zt::parallel {
@@ -70,7 +71,10 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
   const int64_t P = in.num_params;
   // Shards are equal-size slices of the padded flat buffer (what reduce_scatter needs).
   auto shard = [&](int n) { return shard_layout(P, n).shard; };
-  const int64_t bucket = opt.ddp_bucket_bytes;
+  // A stage's bucket: the cap the trainer would use, never more than the whole gradient.
+  auto bucket = [&](int stage) {
+    return std::min(4 * P, opt.bucket_bytes > 0 ? opt.bucket_bytes : 4 * reduce_bucket_elements(0, stage));
+  };
   int64_t live = 0;  // the largest units that can be resident at once
   for (size_t k = 0; k < in.unit_params.size() && k < size_t(std::max(opt.zero3_live_units, 0)); ++k)
     live += in.unit_params[k];
@@ -94,13 +98,18 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
     return r;
   };
   std::vector<MemoryRow> rows;
-  rows.push_back(row(Strategy::ddp, N, W * P, W * P, S * P, bucket));
-  rows.push_back(row(Strategy::zero1, N, W * P, W * P, S * shard(N), bucket));
+  rows.push_back(row(Strategy::ddp, N, W * P, W * P, S * P, bucket(0)));
+  // ZeRO-1 reduce-scatters its buckets in place through the communicator's ring, whose scratch
+  // is two 8 MiB chunks whatever the bucket (measured, GPT-2 124M, 2 ranks: one 475 MiB bucket
+  // peaked 34 MiB below 25 MiB buckets).
+  const int64_t ring_scratch = int64_t(16) << 20;
+  rows.push_back(row(Strategy::zero1, N, W * P, W * P, S * shard(N), std::min(bucket(1), ring_scratch)));
   // ZeRO-2 (parallel/zero.cpp): a bucket's gradient buffer lives from backward's first write
   // to the end of its reduce-scatter: the bucket filling plus two in flight, and the largest
   // unit's (a tied embedding's buffer lives through the whole backward: the LM head writes
   // it first, the embedding last). Measured on GPT-2 124M, 2 ranks: 231 MiB (docs/distributed.md).
-  rows.push_back(row(Strategy::zero2, N, W * P, W * shard(N), S * shard(N), W * in.largest_unit_params + 3 * bucket));
+  rows.push_back(row(Strategy::zero2, N, W * P, W * shard(N), S * shard(N),
+                     std::min(W * P, W * in.largest_unit_params + 3 * bucket(2))));
   rows.push_back(row(Strategy::zero3, N, W * shard(N), W * shard(N), S * shard(N), zero3_comm));
   if (G > 1 && G < N) {
     rows.push_back(row(Strategy::zero3_hpz, G, W * shard(N) + W * shard(G), W * shard(N), S * shard(N), zero3_comm));

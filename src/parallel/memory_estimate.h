@@ -3,11 +3,16 @@
 // estimate_zero3_model_states_mem_needs_all_live but with ztrain's activations and
 // temporaries (from the same planner the Transformer allocates with) and the
 // communication buffers ztrain's data-parallel code uses:
-//   DDP / ZeRO-1: gradients are all-reduced in place in 25 MiB fp32 buckets of the flat
-//     gradient buffer; counted: one bucket of MPI scratch in flight.
+//   DDP: gradients are all-reduced in place in fp32 buckets of the flat gradient buffer;
+//     counted: one bucket of MPI scratch in flight.
+//   ZeRO-1: buckets are reduce-scattered in place by the communicator's ring; counted: its
+//     scratch, two 8 MiB chunks (or one bucket if smaller).
 //   ZeRO-2: each bucket of unsharded gradients is reduce-scattered into the rank's shard;
 //     counted: three buckets (one filling from backward, two in flight) plus the largest
-//     unit's gradient buffer (a tied embedding's is held through the whole backward).
+//     unit's gradient buffer (a tied embedding's is held through the whole backward), at
+//     most the whole gradient.
+//   Bucket caps are the trainer's (parallel/buckets.h reduce_bucket_elements): DDP 25 MiB,
+//     ZeRO 5e8 elements (DeepSpeed's default: GPT-2 124M is then one bucket), or one given cap.
 //   ZeRO-3 / hpZ / hybrid: parameters are gathered per unit (a transformer block, or a
 //     top-level tensor such as the embedding); counted: the two largest units of gathered
 //     parameters (current + prefetched) and of unsharded gradients (current + in flight).
@@ -50,8 +55,8 @@ const char* strategy_name(Strategy s);
 struct MemoryEstimateOptions {
   int num_ranks = 1;           // N
   int hpz_partition_size = 0;  // G; 0 = N/2 when N >= 4 (the hpZ / hybrid rows need 1 < G < N)
-  int64_t ddp_bucket_bytes = 25 << 20;
-  int zero3_live_units = 2;  // gathered units resident at once (current + prefetch)
+  int64_t bucket_bytes = 0;    // DDP / ZeRO-1/2 gradient bucket cap; 0 = the trainer's default per stage
+  int zero3_live_units = 2;    // gathered units resident at once (current + prefetch)
   // HF's --optim name of the optimizer whose state bytes per parameter are counted.
   std::string optim = "adamw_torch";
 };

@@ -501,7 +501,7 @@ void apply_zero(Ctx& c, const json& z) {
     } else if (k == "overlap_comm") {
       fill_match(c, key, v, "overlap_comm", a.overlap_comm, false);
     } else if (k == "reduce_bucket_size") {
-      // "auto": HF uses hidden_size^2; ztrain keeps --reduce_bucket_size (default 5e8).
+      // "auto": HF uses hidden_size^2; ztrain keeps --reduce_bucket_size (default: DDP 25 MiB, ZeRO 5e8).
       fill_match(c, key, v, "reduce_bucket_size", a.reduce_bucket_size, true, 1);
     } else if (k == "allgather_bucket_size") {
       fill_match(c, key, v, nullptr, a.allgather_bucket_size, false, 1);

@@ -66,7 +66,7 @@ struct TrainArgs {
   std::string deepspeed;                      // path of a DeepSpeed JSON config, "" = none
   int zero_stage = 0;                         // 0 = DDP (replicated), 1/2/3 = ZeRO stages
   bool overlap_comm = true;                   // reduce gradient buckets while backward runs
-  int64_t reduce_bucket_size = 500000000;     // DeepSpeed default 5e8 elements
+  int64_t reduce_bucket_size = 0;             // elements; 0 = DDP 25 MiB (PyTorch), ZeRO 5e8 (DeepSpeed)
   int64_t allgather_bucket_size = 500000000;  // DeepSpeed default 5e8 elements
   bool contiguous_gradients = true;
   bool reduce_scatter = true;             // stage 1/2: reduce-scatter gradients instead of all-reduce

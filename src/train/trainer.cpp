@@ -31,6 +31,7 @@
 #include "data/token_data.h"
 #include "dist/parallel_dims.h"
 #include "parallel/memory_fit.h"
+#include "parallel/buckets.h"
 #include "models/transformer.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -121,7 +122,7 @@ void check_args(const TrainArgs& a) {
 parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   parallel::DataParallelOptions o;
   o.stage = a.zero_stage;
-  o.reduce_bucket_size = a.reduce_bucket_size;
+  o.reduce_bucket_size = parallel::reduce_bucket_elements(a.reduce_bucket_size, a.zero_stage);
   o.overlap_comm = a.overlap_comm;
   o.hpz_partition_size = a.zero_hpz_partition_size;
   o.quantized_weights = a.zero_quantized_weights;
@@ -218,15 +219,16 @@ void Trainer::load_data() {
   T_ = a_.model_max_length > 0 ? a_.model_max_length : std::min(1024, cfg_.max_position);
   ZT_CHECK(T_ <= cfg_.max_position, "--model_max_length ", T_, " exceeds the model's context of ", cfg_.max_position,
            " positions (n_positions / max_position_embeddings); lower it");
-  parallel::check_training_memory(cfg_, {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
-                                         a_.reduce_bucket_size});  // before anything large is allocated
+  parallel::check_training_memory(
+      cfg_,
+      {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
+       parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage)});  // before anything large is allocated
   data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
   sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));
   const int n = dp_comm_->size();
   seqs_per_step_ = int64_t(B_) * G_ * n;
-  ZT_CHECK(a_.train_batch_size <= 0 || a_.train_batch_size == seqs_per_step_, "train_batch_size ",
-           a_.train_batch_size, " does not equal micro batch ", B_, " x accumulation ", G_, " x ranks ", n, " = ",
-           seqs_per_step_);
+  ZT_CHECK(a_.train_batch_size <= 0 || a_.train_batch_size == seqs_per_step_, "train_batch_size ", a_.train_batch_size,
+           " does not equal micro batch ", B_, " x accumulation ", G_, " x ranks ", n, " = ", seqs_per_step_);
   ZT_CHECK(sampler_->num_windows() >= seqs_per_step_, a_.train_file, " has ", data_->size(), " tokens, only ",
            sampler_->num_windows(), " sequences of ", T_, "+1 tokens, fewer than one optimizer step needs (",
            seqs_per_step_, " = batch ", B_, " x accumulation ", G_, " x ranks ", n,
@@ -343,8 +345,8 @@ StepResult Trainer::train_step(int64_t step) {
   const float grad_scale = float(1.0 / (double(seqs_per_step_) * T_));
   engine_->begin_step();
   if (a_.test_fail_step == step && world_.rank() == a_.test_fail_rank)  // test hook, set by apps/
-    throw Error(str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ",
-                        step));
+    throw Error(
+        str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ", step));
   double sums[2] = {0, 0};  // loss sum, counted tokens (summed over the dp ranks below)
   for (int micro = 0; micro < G_; ++micro) {
     const MicroBatch& mb = loader_->next();
