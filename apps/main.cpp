@@ -110,7 +110,7 @@ int cmd_train(const Args& args) {
   // Data parallelism under mpirun (DeepSpeed's names; docs/distributed.md).
   f.add("zero_stage", &a.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage (0)", range::closed(0, 3));
   f.add("overlap_comm", &a.overlap_comm, "reduce gradient buckets while backward runs (true)");
-  f.add("reduce_bucket_size", &a.reduce_bucket_size, "elements per gradient bucket (0: DDP 6553600 = 25 MiB, ZeRO 5e8)",
+  f.add("reduce_bucket_size", &a.reduce_bucket_size, "elements per gradient bucket (0: DDP 25 MiB, ZeRO 5e8)",
         range::closed(0, kMaxSteps));
   f.add("allgather_bucket_size", &a.allgather_bucket_size, "accepted for DeepSpeed; ZeRO-1/2 gather per reduce bucket",
         range::closed(1, kMaxSteps));
