@@ -43,7 +43,7 @@ std::vector<optim::ParamRange> flat_ranges(const ParamTable& t) {
 // all-reduced after backward, in the same order.
 class DdpEngine final : public DataParallel, public FlatParamProvider {
  public:
-  DdpEngine(Transformer& model, dist::Communicator& world, const DataParallelOptions& o)
+  DdpEngine(Transformer& model, const dist::ProcessGrid& grid, const DataParallelOptions& o)
       : model_(model),
         overlap_(o.overlap_comm),
         opt_(optim::make_optimizer(o.optim, o.optim_config, model.num_params())),
@@ -51,7 +51,11 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     model.ensure_grads();
     set_units(&model.units());
     set_buffers(model.flat_params(), model.flat_grads());
-    dp_ = world.split(0, world.rank(), "dp");
+    // DDP replicates everything: its reduction group is the grid's dp_shard, which holds every
+    // data-parallel rank (hybrid groups need a ZeRO stage), and carries only this engine's
+    // traffic (the trainer's scalar reductions run on grid.dp()).
+    ZT_ASSERT(grid.dp_replicate().size() == 1, "DDP takes no replicate groups");
+    dp_ = &grid.dp_shard();
     BucketOptions bo;
     bo.bucket_bytes = o.reduce_bucket_size * int64_t(kF32);
     cap_ = o.reduce_bucket_size;
@@ -93,7 +97,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   Stateful& param_state() override { return params_state_; }
   // Every rank holds the same state: rank 0 writes it.
   StateShard checkpoint_shard() const override { return {dp_->rank() == 0 ? 0 : -1, 1}; }
-  std::vector<const dist::Communicator*> comms() const override { return {dp_.get()}; }
+  std::vector<const dist::Communicator*> comms() const override { return {dp_}; }
   double planned_bus_bytes(int) const override {
     double s = 0;
     for (auto& b : plan_.buckets) s += dist::bus_bytes(dist::Collective::all_reduce, double(b.bytes()), dp_->size());
@@ -133,7 +137,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   std::unique_ptr<optim::Optimizer> opt_;
   std::vector<optim::ParamRange> ranges_;  // decay runs of the flat buffer
   PieceState params_state_;
-  std::unique_ptr<dist::Communicator> dp_;
+  dist::Communicator* dp_ = nullptr;  // the grid's dp_shard
   BucketPlan plan_;
   std::unique_ptr<BucketTracker> tracker_;
   std::vector<std::vector<int>> unit_params_;
@@ -143,11 +147,11 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
 
 }  // namespace
 
-std::unique_ptr<DataParallel> DataParallel::create(Transformer& model, dist::Communicator& world,
+std::unique_ptr<DataParallel> DataParallel::create(Transformer& model, const dist::ProcessGrid& grid,
                                                    const DataParallelOptions& opt) {
-  check_data_parallel_options(opt, world.size());
-  if (opt.stage == 0) return std::make_unique<DdpEngine>(model, world, opt);
-  return make_zero_engine(model, world, opt);
+  check_data_parallel_options(opt, grid.dp().size());
+  if (opt.stage == 0) return std::make_unique<DdpEngine>(model, grid, opt);
+  return make_zero_engine(model, grid, opt);
 }
 
 }  // namespace zt::parallel

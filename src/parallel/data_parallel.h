@@ -20,6 +20,7 @@
 
 #include "core/state.h"
 #include "dist/communicator.h"
+#include "dist/parallel_dims.h"
 #include "models/transformer.h"
 #include "optim/optimizer.h"
 
@@ -42,10 +43,11 @@ class DataParallel {
   virtual ~DataParallel() = default;
   // Takes over the model's parameters (stages 1-3 copy this rank's shard and free the
   // model's flat buffers; every rank must hold the same initial parameters) and installs
-  // itself as the model's provider. dp is the data-parallel communicator (the process
-  // grid's dp group, never assumed to be the world): it carries the tiny scalar reduction of
-  // the gradient norm; the bulk traffic runs on communicators split from it (comms()).
-  static std::unique_ptr<DataParallel> create(Transformer& model, dist::Communicator& dp,
+  // itself as the model's provider. The engine's groups come from the process grid (never
+  // the world): grid.dp() carries the tiny scalar reduction of the gradient norm; the bulk
+  // traffic runs on grid.dp_shard() (and grid.dp_replicate() for hybrid sharding), which
+  // carry nothing else, so their counters are the engine's bytes (comms()).
+  static std::unique_ptr<DataParallel> create(Transformer& model, const dist::ProcessGrid& grid,
                                               const DataParallelOptions& opt);
 
   virtual void begin_step() = 0;

@@ -62,11 +62,19 @@ struct BucketInfo {
 
 class ZeroEngine final : public DataParallel, public ParamProvider {
  public:
-  ZeroEngine(Transformer& model, dist::Communicator& world, const DataParallelOptions& o)
-      : model_(model), world_(world), o_(o), stage_(o.stage), N_(world.size()), G_(o.hpz_partition_size) {
-    if (G_ == 1) G_ = N_;  // 1 = shard over every rank
-    group_ = world.split(world.rank() / G_, world.rank(), "zero_group");
-    if (G_ < N_) replica_ = world.split(world.rank() % G_, world.rank(), "zero_replica");
+  // The sharding group is the grid's dp_shard, the groups holding the same shards are linked
+  // by dp_replicate (hybrid sharding when it has more than one rank): the grid's layout, not
+  // rank arithmetic here.
+  ZeroEngine(Transformer& model, const dist::ProcessGrid& grid, const DataParallelOptions& o)
+      : model_(model),
+        dp_(grid.dp()),
+        o_(o),
+        stage_(o.stage),
+        N_(grid.dp().size()),
+        G_(grid.dp_shard().size()),
+        group_(&grid.dp_shard()),
+        replica_(grid.dp_replicate().size() > 1 ? &grid.dp_replicate() : nullptr) {
+    ZT_ASSERT(G_ == (o.hpz_partition_size > 1 ? o.hpz_partition_size : N_), "grid and ZeRO options disagree");
     gr_ = group_->rank();
     units_ = model.units();
     tied_ = model.layout().tied_head;
@@ -177,7 +185,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       const double n = optim::grad_norm(shard_grad(b), buckets_[b].layout.shard);
       s += n * n;
     }
-    world_.all_reduce(&s, 1);
+    dp_.all_reduce(&s, 1);
     return std::sqrt(s / double(N_ / G_));  // every group holds the whole gradient once
   }
   void clip(double norm, double max_norm) override {
@@ -214,8 +222,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   // Hybrid: the groups hold the same shards; only the first group writes them.
   StateShard checkpoint_shard() const override { return {replica_ && replica_->rank() != 0 ? -1 : gr_, G_}; }
   std::vector<const dist::Communicator*> comms() const override {
-    std::vector<const dist::Communicator*> c{group_.get()};
-    if (replica_) c.push_back(replica_.get());
+    std::vector<const dist::Communicator*> c{group_};
+    if (replica_) c.push_back(replica_);
     return c;
   }
   double planned_bus_bytes(int acc) const override {
@@ -259,7 +267,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     std::vector<dist::Request> rs;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const int64_t sh = buckets_[b].layout.shard;
-      rs.push_back(group_->iall_gather(shard_param(b), full_p_[b].data(), size_t(sh) * 4));
+      rs.push_back(group_->iall_gather(shard_param(b), full_p_[b].data(), size_t(sh) * kF32));
     }
     for (auto& r : rs) r.wait();
   }
@@ -450,11 +458,11 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   }
 
   Transformer& model_;
-  dist::Communicator& world_;
+  dist::Communicator& dp_;  // the whole data-parallel group: the gradient norm's scalar
   DataParallelOptions o_;
   int stage_, N_, G_, gr_ = 0;
   bool tied_ = true, last_ = true;
-  std::unique_ptr<dist::Communicator> group_, replica_;
+  dist::Communicator *group_, *replica_;  // the grid's dp_shard and (hybrid) dp_replicate
   std::vector<Unit> units_;
   std::vector<BucketInfo> buckets_;
   std::vector<int> bucket_of_;
@@ -473,9 +481,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
 
 }  // namespace
 
-std::unique_ptr<DataParallel> make_zero_engine(Transformer& model, dist::Communicator& world,
+std::unique_ptr<DataParallel> make_zero_engine(Transformer& model, const dist::ProcessGrid& grid,
                                                const DataParallelOptions& opt) {
-  return std::make_unique<ZeroEngine>(model, world, opt);
+  return std::make_unique<ZeroEngine>(model, grid, opt);
 }
 
 }  // namespace zt::parallel

@@ -6,7 +6,7 @@
 
 namespace zt::parallel {
 
-std::unique_ptr<DataParallel> make_zero_engine(Transformer& model, dist::Communicator& world,
+std::unique_ptr<DataParallel> make_zero_engine(Transformer& model, const dist::ProcessGrid& grid,
                                                const DataParallelOptions& opt);
 
 }  // namespace zt::parallel

@@ -137,12 +137,11 @@ parallel::DataParallelOptions engine_options(const TrainArgs& a) {
 
 // The run's process grid: every rank data parallel (sharded, or hybrid when ZeRO's
 // hpz_partition_size groups the ranks), no context / tensor / pipeline parallelism yet.
+// (check_data_parallel_options has already checked that G divides the world.)
 dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
   dist::ParallelDims d;
-  const int g = a.zero_hpz_partition_size;
-  d.dp_shard = g > 1 ? g : world;
-  d.dp_replicate = g > 1 && world % g == 0 ? world / g : 1;
-  if (g > 1 && world % g != 0) d.dp_shard = world;  // check_data_parallel_options names the problem
+  d.dp_shard = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : world;
+  d.dp_replicate = world / d.dp_shard;
   return d;
 }
 
@@ -269,7 +268,7 @@ void Trainer::build_model_and_engine() {
   weights_s_ = seconds_since(t0);
   // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
   // the activations are planned: the flat buffers it frees never coexist with them.
-  engine_ = parallel::DataParallel::create(*model_, *dp_comm_, engine_options(a_));
+  engine_ = parallel::DataParallel::create(*model_, *grid_, engine_options(a_));
 }
 
 // Every component loads its state from a verified checkpoint, each rank the pieces it
