@@ -3,6 +3,7 @@
 // flag parser's messages. Every bad input must produce a zt::Error that names it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,8 @@
 #include "checkpoint/safetensors.h"
 #include "data/token_data.h"
 #include "core/error.h"
+#include "core/memory.h"
+#include "core/tensor.h"
 #include "flags.h"
 #include "data/tokenizer.h"
 #include "models/config.h"
@@ -346,6 +349,46 @@ TEST(FuzzRegression, CheckpointMetadata) {
   write_bytes(st, "{\"global_step\": ");
   one_line_error([&] { checkpoint_read_trainer_state(st); }, "not valid JSON");
   fs::remove_all(out);
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// core/tensor.h: the one DType's names round-trip, views check their dtype, sub-views land
+// where the offset says, the arena carves views 64-byte aligned, fp16 decodes exactly.
+TEST(Tensor, DTypeNamesViewsAndCarver) {
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i8, DType::u8, DType::i32, DType::i64}) {
+    DType back{};
+    ASSERT_TRUE(dtype_from_st_name(dtype_st_name(t), &back)) << dtype_name(t);
+    EXPECT_EQ(back, t);
+  }
+  DType none{};
+  EXPECT_FALSE(dtype_from_st_name("U16", &none));
+  float buf[24] = {};
+  const TensorView v = TensorView::of(buf, {4, 6});
+  EXPECT_EQ(v.numel(), 24);
+  EXPECT_EQ(v.bytes(), 96u);
+  EXPECT_EQ(v.strides[0], 6);
+  EXPECT_EQ(v.strides[1], 1);
+  const TensorView row2 = v.sub(12, {2, 6});
+  EXPECT_EQ(row2.as<float>(), buf + 12);
+  EXPECT_EQ(row2.shape.str(), "(2, 6)");
+  EXPECT_THROW(v.as<int32_t>(), Error);   // a view of floats is not ints
+  EXPECT_THROW(v.sub(20, {1, 6}), Error);  // past the end
+  Carver c;
+  const TensorView a = c.take(DType::bf16, {3});  // 6 bytes, rounded to 64
+  const TensorView b = c.take(DType::f32, {0});   // empty: no memory, no pointer
+  EXPECT_TRUE(a.empty() && b.empty());
+  EXPECT_EQ(c.used(), 64u);
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
+  EXPECT_TRUE(std::isinf(f16_to_f32(0x7c00)));
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.00390625f)), 1.0f);  // halfway: rounds to even
 }
 
 }  // namespace

@@ -75,8 +75,8 @@ constexpr DType dtype_of<uint8_t>() {
   return DType::u8;
 }
 
-// bf16: round to nearest even (NaN stays NaN); fp16: IEEE binary16, round to nearest even,
-// overflow to infinity, subnormals kept.
+// bf16: round to nearest even (NaN stays NaN). fp16 is read only (fp16 weights in);
+// writing fp16 comes with fp16 training.
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -91,7 +91,6 @@ inline float bf16_to_f32(uint16_t h) {
   return f;
 }
 float f16_to_f32(uint16_t h);
-uint16_t f32_to_f16(float f);
 
 // Up to 4 dimensions: every tensor of a dense transformer fits (B, T, NH, HS at most).
 struct Shape {
@@ -148,11 +147,6 @@ struct TensorView {
   TensorView sub(int64_t offset, Shape s) const {
     ZT_ASSERT(offset >= 0 && offset + s.numel() <= numel(), "sub-view out of range");
     return TensorView(data ? static_cast<char*>(data) + size_t(offset) * dtype_size(dtype) : nullptr, dtype, s);
-  }
-  // The same memory with another shape of the same element count.
-  TensorView reshape(Shape s) const {
-    ZT_ASSERT(s.numel() == numel(), "reshape ", shape.str(), " to ", s.str());
-    return TensorView(data, dtype, s);
   }
   static Shape contiguous_strides(const Shape& s) {
     Shape st;
