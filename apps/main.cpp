@@ -166,8 +166,7 @@ namespace {
 // The library's report of a hang no exception can carry (dist/communicator.h): end the job
 // (under mpirun every rank, with this one's message), then this process.
 void on_hang(const std::string& msg) {
-  zt::dist::abort_job(msg);
-  std::fprintf(stderr, "ztrain: error: %s\n", msg.c_str());
+  if (!zt::dist::abort_job(msg)) std::fprintf(stderr, "ztrain: error: %s\n", msg.c_str());
   std::fflush(stderr);
   std::_Exit(1);
 }
@@ -197,8 +196,7 @@ int main(int argc, char** argv) {
     const std::string msg = zt::app::one_line(e.what());
     // Under mpirun the other ranks would wait in their next collective: abort the whole job
     // (prints "[rank R] error: ..."). Without MPI it returns and we exit as usual.
-    zt::dist::abort_job(msg);
-    std::fprintf(stderr, "ztrain: error: %s\n", msg.c_str());
+    if (!zt::dist::abort_job(msg)) std::fprintf(stderr, "ztrain: error: %s\n", msg.c_str());
     return 1;
   }
 }

@@ -223,10 +223,11 @@ std::unique_ptr<Communicator> make_world(Backend backend = Backend::auto_detect)
 
 // For the CLI's error handler: under MPI prints "[rank R] error: msg" to stderr and
 // aborts the whole job (MPI_Abort(MPI_COMM_WORLD, 1)), so the other ranks do not hang in
-// their next collective. Returns when MPI is not running (doing nothing) or is finalizing
-// (after printing; MPI_Abort is not allowed then), so the caller reports or exits as usual.
+// their next collective. Returns when MPI is not running (doing nothing: false) or is
+// finalizing (MPI_Abort is not allowed then: true when it printed the line), so the caller
+// reports the error itself unless it was printed, and exits as usual.
 // print = false aborts without the line (a rank whose error another rank reports: a JobError).
-void abort_job(const std::string& msg, bool print = true);
+bool abort_job(const std::string& msg, bool print = true);
 
 // A collective whose ranks do not all arrive within the timeout throws (naming the missing
 // ranks). Some hangs cannot throw: a thread blocked inside MPI (a rank stopped inside a

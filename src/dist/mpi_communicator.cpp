@@ -50,7 +50,10 @@ std::atomic<int> g_world_rank{0};       // for messages once MPI calls are no lo
 // A hang no exception can report: the handler apps/ installed ends the job; without one the
 // message is printed (once per hang) and the wait goes on.
 void report_hang(const std::string& msg) {
-  if (HangHandler h = g_hang_handler.load()) h(msg);
+  if (HangHandler h = g_hang_handler.load()) {
+    h(msg);
+    return;
+  }
   std::fprintf(stderr, "error: %s (no hang handler installed: still waiting)\n", msg.c_str());
   std::fflush(stderr);
 }
@@ -91,8 +94,9 @@ class MpiRuntime {
     ZT_CHECK(provided >= MPI_THREAD_MULTIPLE, "the MPI library provides thread level ", provided,
              " but ztrain's communication threads need MPI_THREAD_MULTIPLE (", int(MPI_THREAD_MULTIPLE),
              "); use an OpenMPI built with thread support (Debian's openmpi-bin is)");
-    MPI_Comm_rank(MPI_COMM_WORLD, &rt->world_rank);
-    g_world_rank = rt->world_rank;
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    g_world_rank = world_rank;
     current = rt;
     return rt;
   }
@@ -122,7 +126,6 @@ class MpiRuntime {
     cv.notify_all();
     guard.join();
   }
-  int world_rank = 0;
   double finalize_timeout_s = 300;
 
  private:
@@ -340,11 +343,20 @@ class Engine {
     const auto spin = std::chrono::microseconds(std::clamp<int64_t>(int64_t(op.payload / 250.0), 2000, 10000000));
     Backoff backoff(spin);
     const auto t0 = Clock::now();
+    auto last_beat = t0;
     for (int done = 0;;) {
       mpi_check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), what, name_);
       if (done) return;
+      // The heartbeat and the timeout need millisecond resolution, not one clock read, table
+      // write and lock per poll (polls run back to back while spinning).
+      const auto now = Clock::now();
+      if (now - last_beat < std::chrono::milliseconds(1)) {
+        backoff.pause();
+        continue;
+      }
+      last_beat = now;
       progress_->heartbeat();
-      const double waited = std::chrono::duration<double>(Clock::now() - t0).count(), to = timeout();
+      const double waited = std::chrono::duration<double>(now - t0).count(), to = timeout();
       if (to > 0 && waited > to)
         throw Error(str_cat("communication timeout: ", collective_name(op.kind), " #", op.seq, " (", size_t(op.payload),
                             " bytes) on communicator \"", name_, "\" (rank ", rank_, " of ", size_, ") waited ",
@@ -643,8 +655,9 @@ class Engine {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(std::shared_ptr<MpiRuntime> rt, MPI_Comm comm, std::string name, double timeout_s)
-      : Communicator(name, timeout_s) {
+  MpiCommunicator(std::shared_ptr<MpiRuntime> rt, MPI_Comm comm, std::string name, double timeout_s,
+                  bool is_world = false)
+      : Communicator(name, timeout_s), is_world_(is_world) {
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
@@ -660,7 +673,7 @@ class MpiCommunicator final : public Communicator {
   void set_timeout(double s) override {
     Communicator::set_timeout(s);
     eng_->set_timeout(s);
-    if (name() == "world") eng_->runtime()->finalize_timeout_s = s;  // also guards MPI_Finalize
+    if (is_world_) eng_->runtime()->finalize_timeout_s = s;  // the world's timeout also guards MPI_Finalize
   }
 
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
@@ -707,6 +720,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   int rank_ = 0, size_ = 1;
+  bool is_world_ = false;  // MPI_COMM_WORLD's duplicate: its timeout also guards MPI_Finalize
   std::shared_ptr<Engine> eng_;
 };
 
@@ -718,26 +732,27 @@ std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
   MPI_Comm world;
   // Our own copy of MPI_COMM_WORLD, so our traffic never matches anyone else's.
   mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup", "world");
-  return std::make_unique<MpiCommunicator>(rt, world, "world", timeout_s);
+  return std::make_unique<MpiCommunicator>(rt, world, "world", timeout_s, /*is_world=*/true);
 }
 
 void set_hang_handler(HangHandler h) { g_hang_handler = h; }
 
-void abort_job(const std::string& msg, bool print) {
+bool abort_job(const std::string& msg, bool print) {
   if (g_finalizing) {  // MPI calls are not allowed any more: report with the rank cached at start
     if (print) std::fprintf(stderr, "[rank %d] error: %s\n", g_world_rank.load(), msg.c_str());
     std::fflush(stderr);
-    return;
+    return print;
   }
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (!init || fin) return;
+  if (!init || fin) return false;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (print) std::fprintf(stderr, "[rank %d] error: %s\n", rank, msg.c_str());
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
+  return true;
 }
 
 }  // namespace zt::dist

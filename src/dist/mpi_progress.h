@@ -35,7 +35,9 @@ class ProgressTable {
   std::string describe_missing(uint64_t n) const;
 
  private:
-  struct Slot {
+  // One cache line per rank: each rank writes its own slot while it polls, and slots sharing a
+  // line would bounce it between the polling ranks of a host.
+  struct alignas(64) Slot {
     std::atomic<uint64_t> entered;
     std::atomic<int64_t> beat_ns;  // CLOCK_MONOTONIC, shared by the processes of a host
   };
