@@ -28,13 +28,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// extra_bytes: what the command allocates besides the model at (B, T) (the KV cache).
-std::unique_ptr<Transformer> load_model(const std::string& dir, int B, int T, const char* what, const char* hint) {
+// The model of an HF folder, after checking that it fits in memory at batches of B x *T (*T <=
+// 0: resolved here to min(1024, the model's context)).
+std::unique_ptr<Transformer> load_model(const std::string& dir, int B, int* T, const char* what, const char* hint) {
   ZT_CHECK(!dir.empty(), "--model_name_or_path is required");
   ModelConfig cfg = config_from_file(dir + "/config.json");
-  if (T <= 0) T = std::min(1024, cfg.max_position);
+  if (*T <= 0) *T = std::min(1024, cfg.max_position);
   // Before the parameters are allocated: a model beyond this machine is one clear error.
-  parallel::check_memory_fits(parallel::inference_bytes(cfg, B, T), 1, what, "", hint);
+  parallel::check_memory_fits(parallel::inference_bytes(cfg, B, *T), 1, what, "", hint);
   auto m = std::make_unique<Transformer>(cfg);
   hf_load_weights(*m, dir + "/model.safetensors");
   return m;
@@ -66,7 +67,8 @@ int cmd_generate(const Args& args) {
   ZT_CHECK(min_new_tokens <= max_new_tokens, "ztrain generate: --min_new_tokens ", min_new_tokens,
            " exceeds --max_new_tokens ", max_new_tokens, "; lower it or raise --max_new_tokens");
   if (threads > 0) omp_set_num_threads(threads);
-  auto model = load_model(model_dir, 1, 1, "generating with this model", "use a smaller model");
+  int one = 1;
+  auto model = load_model(model_dir, 1, &one, "generating with this model", "use a smaller model");
   auto tok = Tokenizer::load(tokenizer.empty() ? model_dir : tokenizer);
   std::vector<int32_t> ids = tok->encode(prompt);
   if (ids.empty()) ids.push_back(tok->bos_id() >= 0 ? tok->bos_id() : tok->eos_id());
@@ -75,9 +77,8 @@ int cmd_generate(const Args& args) {
   ZT_CHECK(total <= model->config().max_position, "the prompt (", ids.size(), " tokens) plus --max_new_tokens ",
            max_new_tokens, " = ", total, " positions exceeds the model's context of ", model->config().max_position,
            " positions; lower --max_new_tokens or shorten the prompt");
-  const ModelConfig& mc = model->config();
   parallel::check_memory_fits(
-      int64_t(model->num_params()) * 4 + 8 * int64_t(mc.n_layer) * total * mc.n_kv_head * mc.head_size, 1,
+      int64_t(model->flat_params().bytes()) + KvDecoder::cache_bytes(model->config(), total), 1,
       "generating with this model and its KV cache", "", "lower --max_new_tokens or use a smaller model");
   KvDecoder dec(*model, total);
   Rng rng(uint64_t(seed), 0x47454eull);
@@ -145,9 +146,8 @@ int cmd_eval(const Args& args) {
   f.parse(args);
   ZT_CHECK(file.empty() != text_file.empty(), "give one of --validation_file (tokens) or --text_file (text)");
   if (threads > 0) omp_set_num_threads(threads);
-  auto model = load_model(model_dir, B, T, "evaluating this model",
+  auto model = load_model(model_dir, B, &T, "evaluating this model",
                           "use a smaller --per_device_eval_batch_size or --model_max_length, or a smaller model");
-  if (T <= 0) T = std::min(1024, model->config().max_position);
   std::string tmp_dir;
   if (!text_file.empty()) {  // tokenize into a private temporary folder, documents ending in EOS
     char templ[] = "/tmp/ztrain-eval-XXXXXX";

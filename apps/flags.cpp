@@ -22,9 +22,7 @@ std::string shown(const std::string& name) {
 std::string bound(double v) {
   char b[32];
   const double a = std::fabs(v), e = std::round(std::log10(a));
-  if (v == std::floor(v) && a < 1e6)
-    std::snprintf(b, sizeof b, "%lld", (long long)v);
-  else if (a >= 1e6 && std::pow(10.0, e) == a)
+  if (a >= 1e6 && std::pow(10.0, e) == a)
     std::snprintf(b, sizeof b, "%s1e%d", v < 0 ? "-" : "", int(e));
   else if (v == std::floor(v) && a < 9e15)
     std::snprintf(b, sizeof b, "%lld", (long long)v);

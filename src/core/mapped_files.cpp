@@ -38,10 +38,11 @@ void mapped_file_register(const void* base, size_t bytes, const std::string& pat
 
 void mapped_file_unregister(const void* base) {
   for (Slot& s : g_slots) {
+    // base may be read only once the slot is seen ready (acquire): a register in progress on
+    // another thread writes it under state 1.
+    if (s.state.load(std::memory_order_acquire) != 2 || s.base != reinterpret_cast<uintptr_t>(base)) continue;
     int expect = 2;
-    if (s.base != reinterpret_cast<uintptr_t>(base) ||
-        !s.state.compare_exchange_strong(expect, 1, std::memory_order_acquire))
-      continue;
+    if (!s.state.compare_exchange_strong(expect, 1, std::memory_order_acquire)) continue;
     s.base = 0;
     s.state.store(0, std::memory_order_release);
     return;

@@ -29,6 +29,9 @@ namespace zt::dist {
 // byte-moving collectives any type.
 using zt::DType;
 enum class ReduceOp { sum, max, min };
+// reduce_scatter runs its ring over chunks of this many bytes per block, so its scratch is two
+// chunks whatever the message (the memory estimator counts it).
+constexpr size_t kRingChunkBytes = size_t(8) << 20;
 
 // What the counters are kept for. split is not counted (it is setup, not traffic).
 enum class Collective { all_reduce, reduce_scatter, all_gather, broadcast, all_to_all, send, recv, barrier, count };

@@ -429,12 +429,11 @@ class Engine {
   // Reads of `in` never touch block r before the last step, which writes out elementwise
   // from the same index: so out may alias in's block r (the in-place form).
   void ring_reduce_scatter(const CommOp& op) {
-    // Large blocks go through the ring in chunks, so the scratch stays at 2 x kChunk bytes
+    // Large blocks go through the ring in chunks, so the scratch stays at 2 x kRingChunkBytes
     // (a ZeRO bucket holding GPT-2's 154 MiB embedding would otherwise pin 2 x 77 MiB).
-    constexpr size_t kChunk = size_t(8) << 20;
     const size_t es = dtype_size(op.dtype), blk = op.count * es;
     if (blk == 0) return;
-    const size_t chunk = std::max<size_t>(1, kChunk / es);
+    const size_t chunk = std::max<size_t>(1, kRingChunkBytes / es);
     for (size_t c = 0; c < op.count; c += chunk) ring_reduce_scatter_chunk(op, c, std::min(chunk, op.count - c));
   }
   // Elements [c, c + sub) of every block. Each exchange is an Irecv + Isend waited by polling.

@@ -10,12 +10,17 @@
 
 namespace zt {
 
+int64_t KvDecoder::cache_bytes(const ModelConfig& c, int max_len) {
+  // (L, K|V, max_len, KVH * HS) fp32
+  return int64_t(2) * c.n_layer * max_len * c.n_kv_head * c.head_size * int64_t(sizeof(float));
+}
+
 KvDecoder::KvDecoder(const Transformer& model, int max_len) : m_(model), max_len_(max_len) {
   const ModelConfig& c = m_.config();
   ZT_CHECK(max_len <= c.max_position, "generation length ", max_len, " exceeds the model's context of ", c.max_position,
            " positions; lower --max_new_tokens or shorten the prompt");
   const int64_t kvw = int64_t(c.n_kv_head) * c.head_size;
-  kv_ = Buffer(size_t(2) * c.n_layer * max_len * kvw * sizeof(float), MemCategory::activations);
+  kv_ = Buffer(size_t(cache_bytes(c, max_len)), MemCategory::activations);
   for (int l = 0; l < c.n_layer; ++l) {
     k_.push_back(kv_.as<float>() + (2 * int64_t(l)) * max_len * kvw);
     v_.push_back(kv_.as<float>() + (2 * int64_t(l) + 1) * max_len * kvw);

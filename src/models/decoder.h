@@ -14,6 +14,8 @@ namespace zt {
 class KvDecoder {
  public:
   KvDecoder(const Transformer& model, int max_len);
+  // Bytes of the key/value cache for max_len positions (what the constructor allocates).
+  static int64_t cache_bytes(const ModelConfig& c, int max_len);
   // Feeds the token at the next position and returns the logits (V) for the one after,
   // valid until the next step.
   TensorView step(int32_t token);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "models/layout.h"
 #include "models/transformer.h"
 #include "optim/optimizer.h"
@@ -100,9 +101,9 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
   std::vector<MemoryRow> rows;
   rows.push_back(row(Strategy::ddp, N, W * P, W * P, S * P, bucket(0)));
   // ZeRO-1 reduce-scatters its buckets in place through the communicator's ring, whose scratch
-  // is two 8 MiB chunks whatever the bucket (measured, GPT-2 124M, 2 ranks: one 475 MiB bucket
+  // is two chunks whatever the bucket (measured, GPT-2 124M, 2 ranks: one 475 MiB bucket
   // peaked 34 MiB below 25 MiB buckets).
-  const int64_t ring_scratch = int64_t(16) << 20;
+  const int64_t ring_scratch = 2 * int64_t(dist::kRingChunkBytes);
   rows.push_back(row(Strategy::zero1, N, W * P, W * P, S * shard(N), std::min(bucket(1), ring_scratch)));
   // ZeRO-2 (parallel/zero.cpp): a bucket's gradient buffer lives from backward's first write
   // to the end of its reduce-scatter: the bucket filling plus two in flight, and the largest
