@@ -10,6 +10,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace zt {
 namespace fs = std::filesystem;
@@ -17,14 +18,6 @@ namespace {
 
 constexpr const char* kStatePrefix = "state-";
 constexpr const char* kStateFormat = "ztrain-state";
-
-void fsync_path(const fs::path& p, bool dir) {
-  int fd = ::open(p.c_str(), dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;

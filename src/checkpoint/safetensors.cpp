@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace zt {
 namespace {
@@ -21,26 +22,6 @@ size_t st_dtype_bytes(const std::string& dt) {
   if (dt == "F64" || dt == "I64" || dt == "U64") return 8;
   if (dt == "I8" || dt == "U8" || dt == "BOOL" || dt == "F8_E4M3" || dt == "F8_E5M2") return 1;
   return 0;
-}
-
-void write_all(int fd, const void* p, size_t n, const std::string& path) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = ::write(fd, c, n);
-    ZT_CHECK(w > 0, "writing ", path, " failed: ", std::strerror(errno), "; check free disk space");
-    c += w;
-    n -= size_t(w);
-  }
-}
-
-void fsync_dir_of(const std::string& path) {
-  auto slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
 }
 
 }  // namespace
@@ -161,17 +142,6 @@ void SafetensorsFile::read_f32(const StEntry& e, float* dst) const {
   }
 }
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ZT_CHECK(fd >= 0, "cannot create ", tmp, ": ", std::strerror(errno));
-  write_all(fd, bytes.data(), bytes.size(), tmp);
-  ::fsync(fd);
-  ::close(fd);
-  ZT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
-  fsync_dir_of(path);
-}
-
 void safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, DType dtype,
                        const std::map<std::string, std::string>& metadata) {
   ZT_CHECK(dtype == DType::f32 || dtype == DType::bf16, "safetensors can be written as F32 or BF16, not ",
@@ -209,7 +179,8 @@ void safetensors_write(const std::string& path, const std::vector<StTensorOut>& 
   ::fsync(fd);
   ::close(fd);
   ZT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
-  fsync_dir_of(path);
+  const size_t slash = path.rfind('/');
+  fsync_path(slash == std::string::npos ? "." : path.substr(0, slash), true);
 }
 
 }  // namespace zt

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"  // write_file_atomic, which the writers of checkpoint files use with it
 #include "core/tensor.h"
 
 namespace zt {
@@ -57,8 +58,6 @@ struct StTensorOut {
 void safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, DType dtype,
                        const std::map<std::string, std::string>& metadata);
 
-// Writes bytes to path atomically (temporary name, fsync, rename, fsync of the folder).
-void write_file_atomic(const std::string& path, const std::string& bytes);
 
 
 }  // namespace zt

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace zt {
 
@@ -57,13 +57,8 @@ JsonlLog::~JsonlLog() {
 void JsonlLog::append(const std::string& line) {
   const std::string s = line + "\n";
   // One write() per line, so a kill leaves whole lines; a short write is retried.
-  for (size_t done = 0; done < s.size();) {
-    ssize_t n = ::write(fd_, s.data() + done, s.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ZT_CHECK(n > 0, "cannot write ", path_, ": ", n < 0 ? std::strerror(errno) : "no progress",
-             "; free disk space (or fix the output folder) and resume with --resume_from_checkpoint latest");
-    done += size_t(n);
-  }
+  write_all(fd_, s.data(), s.size(), path_,
+            "free disk space (or fix the output folder) and resume with --resume_from_checkpoint latest");
 }
 
 }  // namespace zt
