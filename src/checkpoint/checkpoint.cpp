@@ -142,9 +142,10 @@ void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
   if (o.chief) finish(tmp, checkpoint_dir(o.output_dir, o.step, false), cfg, std::move(state), o.save_id);
 }
 
-CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes)
-    : dir_(dir) {
-  save_id_ = checkpoint_verify(dir);
+CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes,
+                                   std::string verified_save_id)
+    : dir_(dir), save_id_(std::move(verified_save_id)) {
+  if (save_id_.empty()) save_id_ = checkpoint_verify(dir);
   const fs::path d(dir);
   compare_config(config_from_file((d / "config.json").string()), cfg, allow_model_changes);
   // Before the state files, optimizer state lived in optimizer.safetensors or zero_shard-* files.

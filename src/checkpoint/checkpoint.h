@@ -59,8 +59,11 @@ void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
 class CheckpointReader final : public StateReader {
  public:
   // allow_model_changes (--resume_allow_changes model): a config that differs is not an error;
-  // model_change() says how it differs (tensors must still fit).
-  CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes = false);
+  // model_change() says how it differs (tensors must still fit). verified_save_id: the save id
+  // checkpoint_verify returned for dir (the trainer's chief verifies once for every rank:
+  // hashing a checkpoint is a full read); empty = verify here.
+  CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes = false,
+                   std::string verified_save_id = "");
   ~CheckpointReader() override;
   void load(const std::vector<Stateful*>& components);
 

@@ -221,10 +221,11 @@ void run_record_write(const std::string& output_dir, const RunRecord& r) {
   write_file_atomic((fs::path(output_dir) / kRunFile).string(), j.dump(2) + "\n");
 }
 
-std::string checkpoint_find_latest(const std::string& output_dir) {
+std::string checkpoint_find_latest(const std::string& output_dir, std::string* save_id) {
   for (const Listed& l : ordered_checkpoints(output_dir)) {
     try {
-      checkpoint_verify(l.path.string());
+      const std::string id = checkpoint_verify(l.path.string());
+      if (save_id) *save_id = id;
     } catch (const Error& e) {
       std::fprintf(stderr, "ztrain: warning: skipping %s\n", e.what());
       continue;

@@ -61,7 +61,8 @@ void run_record_write(const std::string& output_dir, const RunRecord& r);
 
 // The first intact checkpoint of output_dir in the order above; "" if none. Damaged ones are
 // reported on stderr and skipped, and so (with a warning) is falling back to another run's.
-std::string checkpoint_find_latest(const std::string& output_dir);
+// save_id (optional): the chosen checkpoint's, from the verification just done.
+std::string checkpoint_find_latest(const std::string& output_dir, std::string* save_id = nullptr);
 // Removes checkpoints beyond the first `keep` in the order above (0 = keep all), and every
 // half-written checkpoint-N.tmp folder.
 void checkpoint_prune(const std::string& output_dir, int64_t keep);

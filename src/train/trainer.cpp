@@ -279,15 +279,18 @@ void Trainer::resume() {
     if (chief_) start_run(nullptr);
     return;
   }
-  std::string dir = a_.resume_from_checkpoint;
-  if (dir == "latest") {
-    // The chief picks (from run.json, which it rewrites next) and every rank loads that one.
-    dir = broadcast_string(world_, chief_ ? checkpoint_find_latest(a_.output_dir) : "", 0);
-    if (dir.empty())
-      throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
-  }
+  // The chief picks the checkpoint (for latest: from run.json, which it rewrites next) and
+  // verifies its checksums once, for every rank (a full read of the folder); every rank loads
+  // that one. A damaged one named directly fails on the chief, which ends the job.
+  std::string dir = a_.resume_from_checkpoint, save_id;
+  if (chief_) dir = dir == "latest" ? checkpoint_find_latest(a_.output_dir, &save_id) : dir;
+  if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
+  dir = broadcast_string(world_, dir, 0);
+  save_id = broadcast_string(world_, save_id, 0);
+  if (dir.empty())
+    throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
   const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
-  resumed_ = std::make_unique<CheckpointReader>(dir, cfg_, allow.model);
+  resumed_ = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id);
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
   resumed_->load(rs.with(*engine_));
   start_step_ = rs.cursor.step();
