@@ -74,8 +74,7 @@ void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector
   }
   if (!model.empty()) {
     safetensors_write((tmp / "model.safetensors").string(), model, DType::f32,
-                      {{"format", "pt"}, {"save_id", save_id}});
-    fsync_path(tmp / "model.safetensors", false);
+                      {{"format", "pt"}, {"save_id", save_id}});  // fsynced, as every write here
   }
   const fs::path path = tmp / state_file_name(shard.index, shard.count);
   safetensors_write(path.string(), state, DType::f32,
@@ -84,7 +83,6 @@ void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector
                      {"num_shards", std::to_string(shard.count)},
                      {"pieces", desc.dump()},
                      {"save_id", save_id}});
-  fsync_path(path, false);
 }
 
 // The chief's part, after every shard is written: the JSON files, checksums.json over every
@@ -102,8 +100,7 @@ void finish(const fs::path& tmp, const fs::path& final_dir, const ModelConfig& c
     sums[name] = {{"hash64", h}, {"bytes", size}};
   }
   const nlohmann::json doc = {{"save_id", save_id}, {"files", sums}};
-  write_file_atomic((tmp / "checksums.json").string(), doc.dump(2) + "\n");
-  fsync_path(tmp, true);
+  write_file_atomic((tmp / "checksums.json").string(), doc.dump(2) + "\n");  // fsyncs tmp too
   fs::remove_all(final_dir);  // a same-step checkpoint from an earlier, abandoned run
   fs::rename(tmp, final_dir);
   fsync_path(final_dir.parent_path(), true);

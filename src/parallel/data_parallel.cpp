@@ -46,8 +46,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   DdpEngine(Transformer& model, const dist::ProcessGrid& grid, const DataParallelOptions& o)
       : model_(model),
         overlap_(o.overlap_comm),
-        opt_(optim::make_optimizer(o.optim, o.optim_config, model.num_params())),
-        ranges_(flat_ranges(model.params())) {
+        opt_(optim::make_optimizer(o.optim, o.optim_config, model.num_params())) {
     model.ensure_grads();
     set_units(&model.units());
     set_buffers(model.flat_params(), model.flat_grads());
@@ -64,6 +63,8 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     // Parameters of each unit, last first (the order backward finishes them).
     for (const Unit& u : model.units()) unit_params_.emplace_back(u.params.rbegin(), u.params.rend());
     set_state_pieces();
+    // The buffers never move: the update's pieces (decay runs of the flat buffers) are made once.
+    pieces_ = optim::flat_pieces(P_.as<float>(), G_.as<const float>(), flat_ranges(model.params()));
     model.set_provider(this);
   }
   ~DdpEngine() override { model_.set_provider(nullptr); }
@@ -91,7 +92,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   void clip(double norm, double max_norm) override {
     optim::clip_grads(G_.as<float>(), model_.num_params(), norm, max_norm);
   }
-  void step(double lr) override { opt_->step(optim::flat_pieces(P_.as<float>(), G_.as<const float>(), ranges_), lr); }
+  void step(double lr) override { opt_->step(pieces_, lr); }
   void export_params() override {}
   optim::Optimizer& optimizer() override { return *opt_; }
   Stateful& param_state() override { return params_state_; }
@@ -135,7 +136,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   bool overlap_;
   bool last_ = true;
   std::unique_ptr<optim::Optimizer> opt_;
-  std::vector<optim::ParamRange> ranges_;  // decay runs of the flat buffer
+  std::vector<optim::StepPiece> pieces_;  // decay runs of the flat buffers
   PieceState params_state_;
   dist::Communicator* dp_ = nullptr;  // the grid's dp_shard
   BucketPlan plan_;

@@ -98,6 +98,12 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       gshard_ = Buffer(size_t(S_) * kF32, MemCategory::gradients);
     opt_ = optim::make_optimizer(o.optim, o.optim_config, S_);
     set_state_pieces();
+    // The update's pieces: this rank's slice of each tensor in its bucket (the buffers never
+    // move, so the list is made once, not every step).
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (const PieceTemplate& t : buckets_[b].pieces)
+        step_pieces_.push_back(
+            {shard_param(b) + t.rel, shard_grad(b) + t.rel, buckets_[b].shard_off + t.rel, t.numel, t.decay});
     gbuf_.resize(buckets_.size());
     pending_.assign(buckets_.size(), 0);
     model.drop_flat_state();
@@ -193,12 +199,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       optim::clip_grads(shard_grad(b), buckets_[b].layout.shard, norm, max_norm);
   }
   void step(double lr) override {
-    std::vector<optim::StepPiece> pieces;
-    for (size_t b = 0; b < buckets_.size(); ++b)
-      for (const PieceTemplate& t : buckets_[b].pieces)
-        pieces.push_back(
-            {shard_param(b) + t.rel, shard_grad(b) + t.rel, buckets_[b].shard_off + t.rel, t.numel, t.decay});
-    opt_->step(pieces, lr);
+    opt_->step(step_pieces_, lr);
     gather_params();
   }
   bool forward_is_collective() const override { return stage_ == 3; }
@@ -465,6 +466,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   dist::Communicator *group_, *replica_;  // the grid's dp_shard and (hybrid) dp_replicate
   std::vector<Unit> units_;
   std::vector<BucketInfo> buckets_;
+  std::vector<optim::StepPiece> step_pieces_;
   std::vector<int> bucket_of_;
   int64_t S_ = 0;
   std::vector<Buffer> full_p_, full_g_, gbuf_, pool_;
