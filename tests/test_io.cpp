@@ -393,3 +393,26 @@ TEST(Tensor, DTypeNamesViewsAndCarver) {
 
 }  // namespace
 }  // namespace zt
+
+namespace zt {
+namespace {
+
+// Ranks and resumes compare the resolved model config: what builds the model counts (defaults
+// made explicit), bookkeeping keys of the file do not.
+TEST(Config, ResolvedJsonComparesWhatBuildsTheModel) {
+  nlohmann::json a = {{"model_type", "llama"}, {"vocab_size", 64}, {"hidden_size", 32}, {"intermediate_size", 64},
+                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
+  nlohmann::json b = a;
+  b["transformers_version"] = "4.46.0";
+  b["num_key_value_heads"] = 4;  // the default, written out
+  EXPECT_EQ(config_first_difference(config_resolved_json(config_from_json(a, "a")),
+                                    config_resolved_json(config_from_json(b, "b"))),
+            "");
+  b["rms_norm_eps"] = 1e-5;
+  EXPECT_EQ(config_first_difference(config_resolved_json(config_from_json(a, "a")),
+                                    config_resolved_json(config_from_json(b, "b"))),
+            "rms_norm_eps");
+}
+
+}  // namespace
+}  // namespace zt

@@ -35,11 +35,12 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where);
 ModelConfig config_from_file(const std::string& path);
 // The config.json to write next to saved weights (raw keys kept, dtype updated).
 nlohmann::json config_to_json(const ModelConfig& c, const std::string& torch_dtype);
-// The config as ztrain builds the model from it (config_resolved.cpp): config_to_json's keys,
-// with every setting ztrain reads replaced by its resolved value under its HF name (defaults
-// made explicit, floats as parsed), so two configs that build the same model compare equal key
+// The config as ztrain builds the model from it (config_resolved.cpp): model_type and every
+// setting ztrain reads, by its resolved value under its HF name (defaults made explicit,
+// floats as parsed), so two configs that build the same model compare equal key
 // by key, and one that does not names the key. The ranks of a job and a resumed checkpoint are
-// checked against it. torch_dtype is left out (the storage dtype of weights, not the model).
+// checked against it. Keys the file carries for bookkeeping (torch_dtype, transformers_version,
+// _name_or_path, ...) are left out; eos_token_id is in (packing reads it).
 nlohmann::json config_resolved_json(const ModelConfig& c);
 // The first key (in key order) whose value differs between two such objects, "" if none.
 std::string config_first_difference(const nlohmann::json& a, const nlohmann::json& b);

@@ -20,30 +20,29 @@ double float_value(float f) {
 }  // namespace
 
 nlohmann::json config_resolved_json(const ModelConfig& c) {
-  nlohmann::json j = config_to_json(c, "");
-  j.erase("torch_dtype");
-  if (c.arch == Arch::gpt2) {
-    j.erase("n_ctx");  // folded into n_positions
-    j["vocab_size"] = c.vocab_size;
-    j["n_embd"] = c.n_embd;
-    j["n_layer"] = c.n_layer;
-    j["n_head"] = c.n_head;
-    j["n_positions"] = c.max_position;
-    j["n_inner"] = c.ffn;
-    j["layer_norm_epsilon"] = float_value(c.norm_eps);
-  } else {
-    j["vocab_size"] = c.vocab_size;
-    j["hidden_size"] = c.n_embd;
-    j["num_hidden_layers"] = c.n_layer;
-    j["num_attention_heads"] = c.n_head;
-    j["num_key_value_heads"] = c.n_kv_head;
-    j["head_dim"] = c.head_size;
-    j["intermediate_size"] = c.ffn;
-    j["max_position_embeddings"] = c.max_position;
-    j["rms_norm_eps"] = float_value(c.norm_eps);
-    j["rope_theta"] = float_value(c.rope_theta);
-  }
-  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  // Every setting the model is built from, under the architecture's HF key (nullptr: it has
+  // none), as parsed, defaults filled in: configs that build the same model compare equal,
+  // whatever else (transformers_version, _name_or_path, ...) their files carry.
+  struct Key {
+    const char *gpt2, *llama;
+    nlohmann::json value;
+  };
+  const Key keys[] = {{"vocab_size", "vocab_size", c.vocab_size},
+                      {"n_embd", "hidden_size", c.n_embd},
+                      {"n_layer", "num_hidden_layers", c.n_layer},
+                      {"n_head", "num_attention_heads", c.n_head},
+                      {nullptr, "num_key_value_heads", c.n_kv_head},
+                      {nullptr, "head_dim", c.head_size},
+                      {"n_inner", "intermediate_size", c.ffn},
+                      {"n_positions", "max_position_embeddings", c.max_position},
+                      {"layer_norm_epsilon", "rms_norm_eps", float_value(c.norm_eps)},
+                      {nullptr, "rope_theta", float_value(c.rope_theta)},
+                      {"tie_word_embeddings", "tie_word_embeddings", c.tie_word_embeddings}};
+  nlohmann::json j = {{"model_type", c.arch_name()}};
+  for (const Key& k : keys)
+    if (const char* name = c.arch == Arch::gpt2 ? k.gpt2 : k.llama) j[name] = k.value;
+  // The one other key a run reads from config.json: the EOS id packing splits documents at.
+  if (c.raw.contains("eos_token_id")) j["eos_token_id"] = c.raw["eos_token_id"];
   return j;
 }
 
