@@ -6,13 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <vector>
 
 #include "core/error.h"
 #include "core/hash.h"

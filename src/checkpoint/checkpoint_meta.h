@@ -1,8 +1,8 @@
 // checkpoint_meta.h: the metadata side of `checkpoint-N/` folders, apart from the model and
 // optimizer tensors (checkpoint.h): checksums.json (a hash and size per file, verified before
 // anything is loaded), trainer_state.json (read and checked before the trainer uses it),
-// the save id that binds a folder's files together. Depends on core only, so these
-// parsers are unit-tested and fuzzed (fuzz/fuzz_checkpoint.cpp) without a model.
+// the save id that binds a folder's files together. Depends on core and the safetensors reader only (zt_formats), so
+// these parsers are unit-tested and fuzzed (fuzz/fuzz_checkpoint.cpp) without a model.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>

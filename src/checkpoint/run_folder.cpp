@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +22,7 @@
 #include "checkpoint/checkpoint_meta.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace zt {
 namespace fs = std::filesystem;
@@ -116,15 +116,9 @@ std::string host_name() {
 
 }  // namespace
 
-std::string hex_id(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
-  return buf;
-}
-
 std::string random_id() {
   std::random_device rd;
-  return hex_id((uint64_t(rd()) << 32) ^ uint64_t(rd()));
+  return hex64((uint64_t(rd()) << 32) ^ uint64_t(rd()));
 }
 
 OutputDirLock::OutputDirLock(const std::string& output_dir) {

@@ -10,7 +10,7 @@
 //                 then the others (other runs, abandoned attempts) by attempt; within each by
 //                 the step recorded in trainer_state.json, never by folder name. `latest` is
 //                 the first intact one; pruning removes from the other end.
-// Depends on core only (checkpoint ids are read from trainer_state.json as JSON).
+// Depends on core and checkpoint_meta only (checkpoint ids are read from trainer_state.json as JSON).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -71,6 +71,5 @@ void checkpoint_remove_all(const std::string& output_dir);
 
 // 16 hex digits from std::random_device: run ids and save ids.
 std::string random_id();
-std::string hex_id(uint64_t v);
 
 }  // namespace zt

@@ -4,7 +4,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 namespace zt {
 
@@ -25,6 +28,13 @@ inline uint64_t hash64(const void* data, size_t n, uint64_t seed = 0x5a545241494
   r *= 0xff51afd7ed558ccdull;
   r ^= r >> 33;
   return r;
+}
+
+// 16 lowercase hex digits: how ids and hashes appear in files and messages.
+inline std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
 }
 
 }  // namespace zt

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -12,16 +11,6 @@
 #include "core/hash.h"
 
 namespace zt {
-namespace {
-
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
-  return buf;
-}
-
-}  // namespace
-
 nlohmann::json FileIdentity::to_json() const {
   return {{"bytes", bytes}, {"prefix_bytes", std::min(bytes, kPrefixBytes)}, {"prefix_hash", hex64(prefix_hash)}};
 }

@@ -110,17 +110,15 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
   loss_total_ += loss;
   loss_since_log_ += loss;
   time_since_log_ += step_s;
-  if (jsonl_) {
-    double tps = tokens_per_step_ / step_s;
-    nlohmann::json j = {{"step", step},
-                        {"loss", loss},
-                        {"learning_rate", lr},
-                        {"grad_norm", grad_norm},
-                        {"step_time_s", step_s},
-                        {"tokens_per_second", tps},
-                        {"mfu", tps * flops_per_token_ / (a_.peak_gflops * 1e9)}};
-    jsonl_->append(j.dump());
-  }
+  const double tps = tokens_per_step_ / step_s;
+  jsonl_->append(nlohmann::json{{"step", step},
+                                {"loss", loss},
+                                {"learning_rate", lr},
+                                {"grad_norm", grad_norm},
+                                {"step_time_s", step_s},
+                                {"tokens_per_second", tps},
+                                {"mfu", tps * flops_per_token_ / (a_.peak_gflops * 1e9)}}
+                     .dump());
   if (!log) {
     progress(step, loss, grad_norm, lr, step_s);
     return;
@@ -174,9 +172,7 @@ void TrainLog::eval_done(int64_t step, const EvalResult& r) {
   e["step"] = step;
   history_.push_back(e);
   last_eval_ = e;
-  if (jsonl_) {
-    jsonl_->append(e.dump());
-  }
+  jsonl_->append(e.dump());
   clear_progress();
   if (tb_) {
     tb_->add_scalar("eval/loss", step, r.loss);
