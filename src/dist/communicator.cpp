@@ -326,4 +326,12 @@ std::unique_ptr<Communicator> make_world(Backend backend) {
   return make_mpi_world(timeout);
 }
 
+std::string broadcast_string(Communicator& comm, const std::string& s, int root) {
+  uint64_t n = comm.rank() == root ? s.size() : 0;
+  comm.broadcast(&n, sizeof n, root);
+  std::string r = comm.rank() == root ? s : std::string(n, '\0');
+  if (n > 0) comm.broadcast(r.data(), n, root);
+  return r;
+}
+
 }  // namespace zt::dist

@@ -232,6 +232,9 @@ std::unique_ptr<Communicator> make_world(Backend backend = Backend::auto_detect)
 // print = false aborts without the line (a rank whose error another rank reports: a JobError).
 bool abort_job(const std::string& msg, bool print = true);
 
+// Root's s on every rank of comm (a collective: its size, then its bytes).
+std::string broadcast_string(Communicator& comm, const std::string& s, int root);
+
 // A collective whose ranks do not all arrive within the timeout throws (naming the missing
 // ranks). Some hangs cannot throw: a thread blocked inside MPI (a rank stopped inside a
 // collective, a send or receive whose peer never comes, MPI_Finalize waiting for a failed

@@ -90,14 +90,6 @@ nlohmann::json job_identity(const TrainArgs& a, const ModelConfig& cfg, const Fi
   return {{"args", train_args_json(a)}, {"model", config_resolved_json(cfg)}, {"data", data}};
 }
 
-std::string broadcast_string(dist::Communicator& comm, const std::string& s, int root) {
-  uint64_t n = comm.rank() == root ? s.size() : 0;
-  comm.broadcast(&n, sizeof n, root);
-  std::string r = comm.rank() == root ? s : std::string(n, '\0');
-  if (n > 0) comm.broadcast(r.data(), n, root);
-  return r;
-}
-
 void check_ranks_agree(dist::Communicator& world, const nlohmann::json& identity) {
   if (world.size() == 1) return;
   const std::string mine = identity.dump();
@@ -108,8 +100,8 @@ void check_ranks_agree(dist::Communicator& world, const nlohmann::json& identity
   while (r < world.size() && all[size_t(r)] == all[0]) ++r;
   if (r == world.size()) return;
   // Every rank learns both identities, so every rank throws the same message.
-  const nlohmann::json zero = nlohmann::json::parse(broadcast_string(world, mine, 0));
-  const nlohmann::json other = nlohmann::json::parse(broadcast_string(world, mine, r));
+  const nlohmann::json zero = nlohmann::json::parse(dist::broadcast_string(world, mine, 0));
+  const nlohmann::json other = nlohmann::json::parse(dist::broadcast_string(world, mine, r));
   throw JobError(describe_difference(zero, other, r));
 }
 

@@ -28,7 +28,4 @@ nlohmann::json job_identity(const TrainArgs& a, const ModelConfig& cfg, const Fi
 // disagrees with rank 0 on --learning_rate: rank 0 has 5e-05, rank 1 has 0.0005; ...".
 void check_ranks_agree(dist::Communicator& world, const nlohmann::json& identity);
 
-// Root's s on every rank (a collective).
-std::string broadcast_string(dist::Communicator& comm, const std::string& s, int root);
-
 }  // namespace zt

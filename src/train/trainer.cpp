@@ -285,8 +285,8 @@ void Trainer::resume() {
   std::string dir = a_.resume_from_checkpoint, save_id;
   if (chief_) dir = dir == "latest" ? checkpoint_find_latest(a_.output_dir, &save_id) : dir;
   if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
-  dir = broadcast_string(world_, dir, 0);
-  save_id = broadcast_string(world_, save_id, 0);
+  dir = dist::broadcast_string(world_, dir, 0);
+  save_id = dist::broadcast_string(world_, save_id, 0);
   if (dir.empty())
     throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
   const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
@@ -402,7 +402,7 @@ void Trainer::save(int64_t step) {
   std::vector<Stateful*> parts = rs.with(*engine_);
   if (log_) parts.push_back(log_.get());
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
-  const std::string save_id = broadcast_string(world_, chief_ ? random_id() : "", 0);
+  const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
   checkpoint_save({a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id}, cfg_,
                   {parts.begin(), parts.end()});
   if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit);
