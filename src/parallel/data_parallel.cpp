@@ -10,7 +10,8 @@ namespace zt::parallel {
 
 void check_data_parallel_options(const DataParallelOptions& o, int n) {
   ZT_CHECK(o.stage >= 0 && o.stage <= 3, "--zero_stage ", o.stage, " is out of range; use 0 (DDP), 1, 2 or 3");
-  ZT_CHECK(o.reduce_bucket_size > 0, "--reduce_bucket_size must be positive (elements), got ", o.reduce_bucket_size);
+  ZT_CHECK(o.reduce_bucket_size >= 0, "--reduce_bucket_size must be positive (elements) or 0 (the default), got ",
+           o.reduce_bucket_size);
   ZT_CHECK(o.hpz_partition_size >= 1 && n % o.hpz_partition_size == 0, "--zero_hpz_partition_size ",
            o.hpz_partition_size, " must divide the number of ranks (", n, ")");
   ZT_CHECK(o.hpz_partition_size == 1 || o.stage >= 1,
@@ -151,8 +152,10 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
 std::unique_ptr<DataParallel> DataParallel::create(Transformer& model, const dist::ProcessGrid& grid,
                                                    const DataParallelOptions& opt) {
   check_data_parallel_options(opt, grid.dp().size());
-  if (opt.stage == 0) return std::make_unique<DdpEngine>(model, grid, opt);
-  return make_zero_engine(model, grid, opt);
+  DataParallelOptions o = opt;
+  o.reduce_bucket_size = reduce_bucket_elements(opt.reduce_bucket_size, opt.stage);  // 0: the stage's default
+  if (o.stage == 0) return std::make_unique<DdpEngine>(model, grid, o);
+  return make_zero_engine(model, grid, o);
 }
 
 }  // namespace zt::parallel

@@ -28,7 +28,7 @@ namespace zt::parallel {
 
 struct DataParallelOptions {
   int stage = 0;                           // 0 = DDP, 1/2/3 = ZeRO
-  int64_t reduce_bucket_size = 500000000;  // elements per gradient bucket (> 0; reduce_bucket_elements: defaults)
+  int64_t reduce_bucket_size = 0;  // elements per gradient bucket; 0 = the stage's default (reduce_bucket_elements)
   bool overlap_comm = true;                // start reductions during backward
   int hpz_partition_size = 1;              // G: shard within groups of G ranks (1 = all ranks)
   bool quantized_weights = false;          // qwZ (stage 3)

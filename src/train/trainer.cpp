@@ -122,7 +122,7 @@ void check_args(const TrainArgs& a) {
 parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   parallel::DataParallelOptions o;
   o.stage = a.zero_stage;
-  o.reduce_bucket_size = parallel::reduce_bucket_elements(a.reduce_bucket_size, a.zero_stage);
+  o.reduce_bucket_size = a.reduce_bucket_size;  // 0: the engine resolves the stage's default
   o.overlap_comm = a.overlap_comm;
   o.hpz_partition_size = a.zero_hpz_partition_size;
   o.quantized_weights = a.zero_quantized_weights;
