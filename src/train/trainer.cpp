@@ -294,6 +294,11 @@ void Trainer::resume() {
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
   resumed_->load(rs.with(*engine_));
   start_step_ = rs.cursor.step();
+  // The step is recorded by several components; they must agree (else the folder mixes saves
+  // or was edited), since the data, the LR and the optimizer's bias correction all follow it.
+  ZT_CHECK(rs.schedule.step() == start_step_ && engine_->optimizer().steps() == start_step_, dir,
+           ": its data cursor, LR scheduler and optimizer are at different steps (", start_step_, ", ",
+           rs.schedule.step(), ", ", engine_->optimizer().steps(), "); the checkpoint is damaged");
   if (!chief_) return;
   std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step_);
   for (const std::string& change : {resumed_->model_change(), rs.data.change()})
