@@ -77,9 +77,9 @@ int cmd_generate(const Args& args) {
   ZT_CHECK(total <= model->config().max_position, "the prompt (", ids.size(), " tokens) plus --max_new_tokens ",
            max_new_tokens, " = ", total, " positions exceeds the model's context of ", model->config().max_position,
            " positions; lower --max_new_tokens or shorten the prompt");
-  parallel::check_memory_fits(
-      int64_t(model->flat_params().bytes()) + KvDecoder::cache_bytes(model->config(), total), 1,
-      "generating with this model and its KV cache", "", "lower --max_new_tokens or use a smaller model");
+  parallel::check_memory_fits(int64_t(model->flat_params().bytes()) + KvDecoder::cache_bytes(model->config(), total), 1,
+                              "generating with this model and its KV cache", "",
+                              "lower --max_new_tokens or use a smaller model");
   KvDecoder dec(*model, total);
   Rng rng(uint64_t(seed), 0x47454eull);
   auto t0 = Clock::now();

@@ -376,7 +376,7 @@ TEST(Tensor, DTypeNamesViewsAndCarver) {
   const TensorView row2 = v.sub(12, {2, 6});
   EXPECT_EQ(row2.as<float>(), buf + 12);
   EXPECT_EQ(row2.shape.str(), "(2, 6)");
-  EXPECT_THROW(v.as<int32_t>(), Error);   // a view of floats is not ints
+  EXPECT_THROW(v.as<int32_t>(), Error);    // a view of floats is not ints
   EXPECT_THROW(v.sub(20, {1, 6}), Error);  // past the end
   Carver c;
   const TensorView a = c.take(DType::bf16, {3});  // 6 bytes, rounded to 64
@@ -400,8 +400,8 @@ namespace {
 // Ranks and resumes compare the resolved model config: what builds the model counts (defaults
 // made explicit), bookkeeping keys of the file do not.
 TEST(Config, ResolvedJsonComparesWhatBuildsTheModel) {
-  nlohmann::json a = {{"model_type", "llama"}, {"vocab_size", 64}, {"hidden_size", 32}, {"intermediate_size", 64},
-                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
+  nlohmann::json a = {{"model_type", "llama"},   {"vocab_size", 64},       {"hidden_size", 32},
+                      {"intermediate_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
   nlohmann::json b = a;
   b["transformers_version"] = "4.46.0";
   b["num_key_value_heads"] = 4;  // the default, written out

@@ -58,6 +58,4 @@ struct StTensorOut {
 void safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, DType dtype,
                        const std::map<std::string, std::string>& metadata);
 
-
-
 }  // namespace zt

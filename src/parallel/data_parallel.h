@@ -27,12 +27,12 @@
 namespace zt::parallel {
 
 struct DataParallelOptions {
-  int stage = 0;                           // 0 = DDP, 1/2/3 = ZeRO
-  int64_t reduce_bucket_size = 0;  // elements per gradient bucket; 0 = the stage's default (reduce_bucket_elements)
-  bool overlap_comm = true;                // start reductions during backward
-  int hpz_partition_size = 1;              // G: shard within groups of G ranks (1 = all ranks)
-  bool quantized_weights = false;          // qwZ (stage 3)
-  bool quantized_gradients = false;        // qgZ (stages 1-3)
+  int stage = 0;                     // 0 = DDP, 1/2/3 = ZeRO
+  int64_t reduce_bucket_size = 0;    // elements per gradient bucket; 0 = the stage's default (reduce_bucket_elements)
+  bool overlap_comm = true;          // start reductions during backward
+  int hpz_partition_size = 1;        // G: shard within groups of G ranks (1 = all ranks)
+  bool quantized_weights = false;    // qwZ (stage 3)
+  bool quantized_gradients = false;  // qgZ (stages 1-3)
   // The optimizer each engine makes (optim::make_optimizer) over what its rank owns.
   std::string optim = "adamw_torch";  // HF's --optim name
   optim::OptimizerConfig optim_config;
