@@ -95,6 +95,14 @@ int cmd_train(const Args& args) {
   f.add("resume_allow_changes", &a.resume_allow_changes,
         "what a resume may find changed: model, data or model,data (nothing)");
   f.add("save_dtype", &a.save_dtype, "float32 | bfloat16 for saved weights (float32)");
+  f.add("bf16", &a.bf16, "bf16 mixed precision: bf16 GEMMs (AVX512-BF16), fp32 masters and optimizer state");
+  f.add("fp16", &a.fp16, "fp16 mixed precision with dynamic loss scaling (fp16 rounding on fp32 arithmetic here)");
+  f.add("gradient_checkpointing", &a.gradient_checkpointing,
+        "recompute each block in backward, keeping only its input (= --recompute-granularity full)");
+  f.add("recompute-granularity", &a.recompute_granularity,
+        "activation recomputation: full | selective (norms, attention, activation function) (none)");
+  f.add("recompute-num-layers", &a.recompute_num_layers, "recompute only the first N blocks (-1: all)",
+        range::closed(0, 1 << 20).or_value(-1));
   f.add("seed", &a.seed, "seed for initialisation and shuffling (42)", range::at_least(0));
   f.add("threads", &a.threads, "compute threads, 0 = all cores (0)", range::closed(0, kMaxThreads));
   f.add("no_shuffle", &a.no_shuffle, "consecutive windows in file order");

@@ -1,6 +1,8 @@
 // tensor.cpp: dtype names and the fp16 conversion (see tensor.h).
 #include "core/tensor.h"
 
+#include <cmath>
+
 namespace zt {
 
 const char* dtype_name(DType t) {
@@ -44,6 +46,24 @@ bool dtype_from_st_name(const std::string& name, DType* t) {
       return true;
     }
   return false;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00);   // NaN
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00);  // rounds to >= 65520: infinity
+  if (abs < 0x38800000u) {                                 // below 2^-14: fp16 subnormal (or zero)
+    // value / 2^-24 rounded to nearest even gives the subnormal's mantissa.
+    const float scaled = std::nearbyint(std::ldexp(std::fabs(f), 24));
+    return uint16_t(sign | uint16_t(scaled));
+  }
+  // Normal: rebias the exponent, round the 13 dropped mantissa bits to nearest even.
+  uint32_t r = abs - ((127u - 15u) << 23);
+  r += 0xfffu + ((r >> 13) & 1u);
+  return uint16_t(sign | uint16_t(r >> 13));
 }
 
 float f16_to_f32(uint16_t h) {

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <initializer_list>
 #include <string>
 
@@ -75,8 +76,9 @@ constexpr DType dtype_of<uint8_t>() {
   return DType::u8;
 }
 
-// bf16: round to nearest even (NaN stays NaN). fp16 is read only (fp16 weights in);
-// writing fp16 comes with fp16 training.
+// bf16: round to nearest even (NaN stays NaN); fp16: IEEE binary16, round to nearest even,
+// overflow to infinity, subnormals kept. These scalar forms are the references of the
+// vectorized kernels (kernels/convert.h).
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -91,6 +93,7 @@ inline float bf16_to_f32(uint16_t h) {
   return f;
 }
 float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
 
 // Up to 4 dimensions: every tensor of a dense transformer fits (B, T, NH, HS at most).
 struct Shape {
@@ -138,9 +141,13 @@ struct TensorView {
   bool empty() const { return data == nullptr; }
   explicit operator bool() const { return data != nullptr; }
   // The pointer, after checking that the view holds T (a mismatch is our bug, not the user's).
+  // uint16_t reads the bits of either 16-bit float type (bf16, f16).
   template <class T>
   T* as() const {
-    ZT_ASSERT(data == nullptr || dtype == dtype_of<std::remove_const_t<T>>(), "view holds ", dtype_name(dtype));
+    if constexpr (std::is_same_v<std::remove_const_t<T>, uint16_t>)
+      ZT_ASSERT(data == nullptr || dtype == DType::bf16 || dtype == DType::f16, "view holds ", dtype_name(dtype));
+    else
+      ZT_ASSERT(data == nullptr || dtype == dtype_of<std::remove_const_t<T>>(), "view holds ", dtype_name(dtype));
     return static_cast<T*>(data);
   }
   // A contiguous sub-view: `shape` elements starting `offset` elements in (row-major order).

@@ -6,20 +6,24 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/convert.h"
 #include "kernels/fast_math.h"
 #include "kernels/gemm.h"
 
 namespace zt::kernels {
 
 double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const LmHeadDims& d,
-                 float grad_scale, float* scratch, int64_t* count) {
+                 float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute) {
   const int C = d.C, V = d.V;
+  LmHeadCompute fp32{DType::f32, x, w, nullptr, false};
+  const LmHeadCompute& k = compute ? *compute : fp32;
+  const size_t es = dtype_size(k.t);
   double loss = 0.0;
   int64_t counted = 0;
   for (int64_t r0 = 0; r0 < d.N; r0 += d.chunk) {
     int64_t rows = std::min(d.chunk, d.N - r0);
-    const float* xc = x + r0 * C;
-    gemm(false, true, rows, V, C, 1.0f, xc, C, w, C, 0.0f, scratch, V);
+    const void* xc = static_cast<const char*>(k.x) + size_t(r0) * C * es;
+    gemm_typed(k.t, false, true, rows, V, C, 1.0f, xc, C, k.w, C, 0.0f, scratch, V);
     double chunk_loss = 0.0;
     int64_t chunk_count = 0;
 #pragma omp parallel for schedule(static) reduction(+ : chunk_loss, chunk_count)
@@ -45,17 +49,24 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
       chunk_loss += std::log(static_cast<double>(sum)) - static_cast<double>(shifted);
       ++chunk_count;
       if (dx) {
-        float k = grad_scale / sum;
+        float ks = grad_scale / sum;
 #pragma omp simd
-        for (int v = 0; v < V; ++v) z[v] *= k;
+        for (int v = 0; v < V; ++v) z[v] *= ks;
         z[tgt] -= grad_scale;
       }
     }
     loss += chunk_loss;
     counted += chunk_count;
     if (dx) {
-      gemm(false, false, rows, C, V, 1.0f, scratch, V, w, C, 0.0f, dx + r0 * C, C);
-      gemm(true, false, V, C, rows, 1.0f, scratch, V, xc, C, 1.0f, dw, C);
+      const void* g = scratch;
+      if (k.t != DType::f32) {
+        kernels::to_lowp(k.t, static_cast<uint16_t*>(k.dlogits), scratch, rows * V);
+        g = k.dlogits;
+      } else if (k.round_f16) {
+        round_to_f16(scratch, scratch, rows * V);
+      }
+      gemm_typed(k.t, false, false, rows, C, V, 1.0f, g, V, k.w, C, 0.0f, dx + r0 * C, C);
+      gemm_typed(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);
     }
   }
   if (count) *count = counted;

@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/tensor.h"
+
 namespace zt::kernels {
 
 constexpr int32_t kIgnoreIndex = -100;
@@ -17,9 +19,21 @@ struct LmHeadDims {
   int64_t chunk;  // tokens per chunk; scratch holds chunk * V floats
 };
 
+// Mixed precision: the GEMMs read x and w in dtype t (bf16, or fp32 holding fp16-rounded
+// values when round_f16), and the logits' gradient is lowered the same way into dlogits
+// (chunk * V of t; unused with t = f32 unless round_f16, when it may be null: rounded in
+// place). Softmax and the loss are fp32 either way.
+struct LmHeadCompute {
+  DType t = DType::f32;
+  const void* x = nullptr;  // (N, C)
+  const void* w = nullptr;  // (V, C)
+  void* dlogits = nullptr;
+  bool round_f16 = false;
+};
+
 // Returns the sum over non-ignored tokens of -log softmax(logits)[target]; *count gets
-// how many tokens were counted.
+// how many tokens were counted. compute == null: fp32 GEMMs on x and w.
 double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const LmHeadDims& d,
-                 float grad_scale, float* scratch, int64_t* count);
+                 float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute = nullptr);
 
 }  // namespace zt::kernels

@@ -5,10 +5,19 @@
 #pragma once
 #include <cstdint>
 
+#include "core/tensor.h"
+
 namespace zt::kernels {
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// The same product with A and B both of type `t`: f32 goes to gemm(); bf16 runs oneDNN's
+// bf16 matmul (AVX512-BF16 dot products, fp32 accumulation, fp32 C), chosen over kernels of
+// our own by measurement on the model's shapes (docs/kernels.md). Primitives are cached per
+// shape, layout, alpha and beta (a training step reuses a handful of shapes).
+void gemm_typed(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+                int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 template <class T>
 void gemm_ref(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,

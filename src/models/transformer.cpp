@@ -8,6 +8,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/profile.h"
+#include "kernels/convert.h"
 #include "kernels/ops.h"
 
 namespace zt {
@@ -38,6 +40,7 @@ struct UnitBinder {
     l.b = p(s.b, {s.out});
     l.dw = g(s.w, ws);
     l.db = g(s.b, {s.out});
+    l.wc = l.w;
     return l;
   }
   nn::Norm norm(const NormSlot& s) const {
@@ -60,18 +63,57 @@ Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg), layout_(model_layo
   bind_layers();
 }
 
-void Transformer::bind_block(int l, TensorView params, TensorView grads) {
+void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorView compute) {
   const ModelSlots& s = layout_.slots;
-  UnitBinder u{params, grads, layout_.units[layout_.block_units[l]].begin, cfg_, s.shape.norm};
+  const int64_t base = layout_.units[layout_.block_units[l]].begin;
+  UnitBinder u{params, grads, base, cfg_, s.shape.norm};
   const BlockSlots& bs = s.blocks[l];
   nn::Block& b = blocks_[l];
   b.shape = s.shape;
+  b.precision = compute ? act_plan_.precision : nn::Precision::fp32;
   b.ln1 = u.norm(bs.ln1);
   b.ln2 = u.norm(bs.ln2);
   b.qkv = u.lin(bs.qkv);
   b.proj = u.lin(bs.proj);
   b.fc_in = u.lin(bs.fc_in);
   b.fc_out = u.lin(bs.fc_out);
+  if (compute && compute.data != params.data) {
+    // The GEMMs read the compute copy; the same offsets in the compute dtype.
+    for (auto [lin, slot] :
+         {std::pair{&b.qkv, &bs.qkv}, {&b.proj, &bs.proj}, {&b.fc_in, &bs.fc_in}, {&b.fc_out, &bs.fc_out}})
+      lin->wc = compute.sub(slot->w - base, lin->w.shape);
+  }
+}
+
+void Transformer::set_act_plan(const nn::ActPlan& p) {
+  ZT_ASSERT(p.recompute_layers >= 0 && p.recompute_layers <= cfg_.n_layer);
+  if (p.precision != act_plan_.precision) compute_params_.reset();
+  act_plan_ = p;
+  B_ = T_ = 0;  // the arena's layout changes: plan() carves it again
+  acts_.reset();
+  scratch_.reset();
+}
+
+TensorView Transformer::compute_view(int u, TensorView P) {
+  if (act_plan_.precision == nn::Precision::fp32 || !P) return P;
+  const Unit& k = layout_.units[u];
+  const DType ct = nn::compute_dtype(act_plan_.precision);
+  if (!compute_params_.data()) {
+    compute_params_ = Buffer(size_t(num_params()) * dtype_size(ct), MemCategory::parameters);
+    converted_in_pass_.assign(layout_.units.size(), 0);
+  }
+  const TensorView C = TensorView(compute_params_.data(), ct, {num_params()}).sub(k.begin, {k.size()});
+  // Once per unit and pass: parameters change only between passes (the optimizer step),
+  // and a unit acquired again in the same pass (backward, the tied LM head) is unchanged.
+  if (converted_in_pass_[u] != pass_) {
+    ZT_PROFILE("convert");
+    if (ct == DType::bf16)
+      kernels::to_lowp(ct, C.as<uint16_t>(), P.as<const float>(), k.size());
+    else
+      kernels::round_to_f16(C.as<float>(), P.as<const float>(), k.size());
+    converted_in_pass_[u] = pass_;
+  }
+  return C;
 }
 
 void Transformer::bind_head(TensorView params, TensorView grads) {
@@ -160,36 +202,51 @@ void Transformer::init_random(uint64_t seed) {
 }
 
 void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
-                        int slots, std::vector<SlotActs>* sa, Scratch* s) {
+                        int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* s) {
   const int64_t N = int64_t(B) * T, C = cfg.n_embd;
+  const nn::Precision p = plan.precision;
+  const DType ct = nn::compute_dtype(p);
+  const bool recompute = plan.recompute != nn::Recompute::none && plan.recompute_layers > 0;
+  s->block = nn::Block::carve_scratch(sc, shape, B, T, p, recompute && plan.recompute == nn::Recompute::full);
+  s->shared = {};
+  if (recompute) {
+    // One set for all recomputed blocks (backward refills it block by block). In fp32 the
+    // activation's landing buffer is the activation itself, so it needs no second copy.
+    s->shared = nn::Block::carve_shared(sc, shape, B, T, p, plan.recompute);
+    if (ct == DType::f32) s->shared.act = s->block.act;
+  }
   sa->assign(size_t(slots), {});
   for (SlotActs& a : *sa) {
     for (int l = 0; l <= cfg.n_layer; ++l) a.res.push_back(ac.take(DType::f32, {N, C}));
-    for (int l = 0; l < cfg.n_layer; ++l) a.blocks.push_back(nn::Block::carve_acts(ac, shape, B, T));
-    a.lnf_out = ac.take(DType::f32, {N, C});
+    for (int l = 0; l < cfg.n_layer; ++l)
+      a.blocks.push_back(nn::Block::carve_acts(ac, shape, B, T, p, plan.of(l), &s->shared));
+    a.lnf_out = ac.take(ct, {N, C});
     a.lnf_mean = ac.take(DType::f32, {N});
     a.lnf_rstd = ac.take(DType::f32, {N});
   }
-  s->block = nn::Block::carve_scratch(sc, shape, B, T);
   s->dres = sc.take(DType::f32, {N, C});
   s->dlnf = sc.take(DType::f32, {N, C});
   s->lm_chunk = lm_chunk_rows(cfg, N);
   s->logits = sc.take(DType::f32, {s->lm_chunk, cfg.vocab_size});
+  s->dlogits_c = sc.take(ct, {ct == DType::f32 ? 0 : s->lm_chunk, cfg.vocab_size});
   const int64_t rope = shape.rope ? int64_t(T) * cfg.head_size / 2 : 0;
   s->rope_cos = sc.take(DType::f32, {rope});
   s->rope_sin = sc.take(DType::f32, {rope});
 }
 
-void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary,
-                                int slots) {
+void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary, int slots,
+                                const nn::ActPlan& plan, size_t* compute_copy) {
   ParamTable t;
   ModelSlots s = cfg.arch == Arch::gpt2 ? gpt2_layout(cfg, t) : llama_layout(cfg, t);
   Carver a, sc;
   std::vector<SlotActs> sa;
   Scratch scratch;
-  carve(a, sc, cfg, s.shape, B, T, slots, &sa, &scratch);
+  carve(a, sc, cfg, s.shape, B, T, slots, plan, &sa, &scratch);
   *activations = a.used();
   *temporary = sc.used();
+  if (compute_copy)
+    *compute_copy =
+        plan.precision == nn::Precision::fp32 ? 0 : size_t(t.total()) * dtype_size(nn::compute_dtype(plan.precision));
 }
 
 void Transformer::plan(int B, int T, bool training, int slots) {
@@ -204,11 +261,11 @@ void Transformer::plan(int B, int T, bool training, int slots) {
   acts_.reset();
   scratch_.reset();
   Carver a, s;
-  carve(a, s, cfg_, layout_.slots.shape, B, T, slots, &slots_, &sc_);
+  carve(a, s, cfg_, layout_.slots.shape, B, T, slots, act_plan_, &slots_, &sc_);
   acts_ = Buffer(a.used(), MemCategory::activations);
   scratch_ = Buffer(s.used(), MemCategory::temporary);
   Carver a2(acts_.data()), s2(scratch_.data());
-  carve(a2, s2, cfg_, layout_.slots.shape, B, T, slots, &slots_, &sc_);
+  carve(a2, s2, cfg_, layout_.slots.shape, B, T, slots, act_plan_, &slots_, &sc_);
   inputs_.assign(size_t(slots), {});
   if (layout_.slots.shape.rope)
     kernels::rope_table(sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T, cfg_.head_size, cfg_.rope_theta);

@@ -39,6 +39,10 @@ class Transformer {
   // GPT-2 style: N(0, 0.02), residual projections scaled by 1/sqrt(2L), norms 1, biases 0.
   void init_random(uint64_t seed);
 
+  // Mixed precision and activation recomputation (nn::ActPlan); takes effect at the next
+  // plan(). recompute_layers is clamped to the layer count by the caller's validation.
+  void set_act_plan(const nn::ActPlan& p);
+  const nn::ActPlan& act_plan() const { return act_plan_; }
   // Allocates gradients (training) and the activation arena for batches of B x T, with
   // `slots` micro-batches' activations kept at once (pipeline schedules; 1 otherwise).
   void plan(int B, int T, bool training, int slots = 1);
@@ -97,9 +101,10 @@ class Transformer {
   // Allocates the flat gradient buffer now (plan() would), for callers that need it first.
   void ensure_grads();
 
-  // Bytes of the activation arena and temporaries planned for (B, T) and `slots`.
-  static void planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary,
-                            int slots = 1);
+  // Bytes of the activation arena and temporaries planned for (B, T), `slots` and an
+  // ActPlan; *compute_copy gets the bytes of the weights' compute copy (mixed precision).
+  static void planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary, int slots = 1,
+                            const nn::ActPlan& plan = {}, size_t* compute_copy = nullptr);
 
  private:
   struct SlotActs {
@@ -109,7 +114,8 @@ class Transformer {
   };
   struct Scratch {
     nn::BlockScratch block{};
-    TensorView dres, dlnf, logits, rope_cos, rope_sin;
+    nn::BlockActs shared{};  // what recomputed blocks refill (empty without recomputation)
+    TensorView dres, dlnf, logits, dlogits_c, rope_cos, rope_sin;
     int64_t lm_chunk = 0;
   };
   // What a slot's micro-batch brought: its tokens and packing (kept for its backward).
@@ -120,12 +126,17 @@ class Transformer {
     std::vector<int32_t> doc_start;
   };
   static void carve(Carver& acts, Carver& scratch, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
-                    int slots, std::vector<SlotActs>* sa, Scratch* sc);
-  static TensorView flat_view(const Buffer& b) { return TensorView(b.data(), DType::f32, {b.bytes() / 4 ? int64_t(b.bytes() / 4) : 0}); }
+                    int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* sc);
+  // Unit u's weights in the compute dtype (mixed precision), made at its first forward
+  // acquire of each pass from the fp32 view P; the fp32 view itself otherwise.
+  TensorView compute_view(int u, TensorView P);
+  static TensorView flat_view(const Buffer& b) {
+    return TensorView(b.data(), DType::f32, {b.bytes() / 4 ? int64_t(b.bytes() / 4) : 0});
+  }
   void bind_layers();
   nn::Packing prepare_packing(const int32_t* positions, SlotInput* in);
   // Binds block l's layers (or the final norm) to a unit's views; grads may be empty.
-  void bind_block(int l, TensorView params, TensorView grads);
+  void bind_block(int l, TensorView params, TensorView grads, TensorView compute = {});
   void bind_head(TensorView params, TensorView grads);
   ParamProvider& provider() { return provider_ ? *provider_ : flat_; }
   TensorView lm_head_slice(TensorView unit_view, int unit) const;
@@ -135,6 +146,12 @@ class Transformer {
   std::vector<nn::Block> blocks_;
   nn::Norm lnf_;
   Buffer params_, grads_, acts_, scratch_;
+  nn::ActPlan act_plan_;
+  // Mixed precision: the weights' compute copy (bf16, or fp32 rounded to fp16), per unit
+  // at the unit's offsets, and the pass in which each unit was last converted.
+  Buffer compute_params_;
+  std::vector<uint64_t> converted_in_pass_;
+  uint64_t pass_ = 0;
   FlatParamProvider flat_;
   ParamProvider* provider_ = nullptr;
   bool external_state_ = false;

@@ -59,11 +59,11 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
   return pack;
 }
 
-
 void Transformer::begin_pass(bool backward) {
   ZT_ASSERT(acts_.data(), "plan(B, T) must come first");
   ZT_ASSERT(!backward || (training_ && (grads_.data() || provider_)), "plan(B, T, training=true) must come first");
   backward_ = backward;
+  ++pass_;
   provider().begin_pass(backward);
 }
 
@@ -74,6 +74,9 @@ void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* 
   in.pack = prepare_packing(positions, &in);
   const int u = layout_.embedding_unit;
   const TensorView E = provider().acquire(u, false);
+  // Mixed precision with a tied LM head: the head's GEMMs read this unit's compute copy,
+  // made here at the unit's first acquire of the pass.
+  if (layout_.tied_head) compute_view(u, E);
   const int64_t base = layout_.units[u].begin, N = int64_t(B_) * T_;
   const ModelSlots& s = layout_.slots;
   const float* wpe = s.wpe >= 0 ? E.as<const float>() + (s.wpe - base) : nullptr;
@@ -87,7 +90,8 @@ void Transformer::blocks_forward(int slot, int first, int last) {
   const SlotInput& in = inputs_[slot];
   for (int l = first; l < last; ++l) {
     const int u = layout_.block_units[l];
-    bind_block(l, provider().acquire(u, false), {});
+    const TensorView P = provider().acquire(u, false);
+    bind_block(l, P, {}, compute_view(u, P));
     blocks_[l].forward(a.res[l + 1], a.res[l], a.blocks[l], sc_.block, B_, T_, in.rope, in.pack);
     provider().release(u);
   }
@@ -106,16 +110,31 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
   // then acquired a second time: part of the provider's call order.
   const int lm_unit = layout_.lm_head_unit();
   const bool tied = layout_.tied_head;
-  const TensorView lm_w = lm_head_slice(tied ? pp.acquire(lm_unit, false) : H, lm_unit);
+  const TensorView lm_unit_view = tied ? pp.acquire(lm_unit, false) : H;
+  const TensorView lm_w = lm_head_slice(lm_unit_view, lm_unit);
   const TensorView lm_g = backward ? lm_head_slice(tied ? pp.grads(lm_unit) : HG, lm_unit) : TensorView();
-  lnf_.forward(a.lnf_out, a.lnf_mean, a.lnf_rstd, a.res[L]);
+  const nn::Precision prec = act_plan_.precision;
+  // The final norm's output is the LM head's GEMM input: computed in fp32 (into dlnf, free
+  // until the head's backward), then lowered to the compute dtype.
+  const TensorView land = a.lnf_out.dtype == DType::f32 ? a.lnf_out : sc_.dlnf;
+  lnf_.forward(land, a.lnf_mean, a.lnf_rstd, a.res[L]);
+  nn::lower(prec, a.lnf_out, land);
   kernels::LmHeadDims hd{N, cfg_.n_embd, cfg_.vocab_size, sc_.lm_chunk};
+  kernels::LmHeadCompute lc;
+  if (prec != nn::Precision::fp32) {
+    lc.t = nn::compute_dtype(prec);
+    lc.x = a.lnf_out.data;
+    lc.w = lm_head_slice(compute_view(lm_unit, lm_unit_view), lm_unit).data;
+    lc.dlogits = sc_.dlogits_c.data;
+    lc.round_f16 = prec == nn::Precision::fp16;
+  }
   double loss;
   {
     ZT_PROFILE("lmhead_ce");
     loss = kernels::lmhead_ce(backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
-                              a.lnf_out.as<const float>(), lm_w.as<const float>(), targets, hd, grad_scale,
-                              sc_.logits.as<float>(), count);
+                              prec == nn::Precision::fp32 ? a.lnf_out.as<const float>() : nullptr,
+                              lm_w.as<const float>(), targets, hd, grad_scale, sc_.logits.as<float>(), count,
+                              prec == nn::Precision::fp32 ? nullptr : &lc);
   }
   if (tied) pp.release(lm_unit);
   if (!backward) {
@@ -134,8 +153,9 @@ void Transformer::blocks_backward(int slot, int first, int last) {
   const SlotInput& in = inputs_[slot];
   for (int l = last - 1; l >= first; --l) {
     const int u = layout_.block_units[l];
-    bind_block(l, provider().acquire(u, true), provider().grads(u));
-    blocks_[l].backward(sc_.dres, a.res[l], a.blocks[l], sc_.block, B_, T_, in.rope, in.pack);
+    const TensorView P = provider().acquire(u, true);
+    bind_block(l, P, provider().grads(u), compute_view(u, P));
+    blocks_[l].backward(sc_.dres, a.res[l], a.blocks[l], sc_.block, B_, T_, in.rope, in.pack, act_plan_.of(l));
     provider().release(u);
     provider().grads_done(u);
   }

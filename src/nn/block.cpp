@@ -1,64 +1,177 @@
 // block.cpp: see block.h.
 #include "nn/block.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/profile.h"
+#include "kernels/convert.h"
 #include "kernels/ops.h"
 
 namespace zt::nn {
 
-BlockActs Block::carve_acts(Carver& c, const BlockShape& s, int B, int T) {
+// Which tensors selective recomputation refills in backward (the rest are kept): the
+// norms' outputs, attention's output and log-sum-exp, the residual stream after attention
+// (its projection is rerun, one C x C GEMM) and the activation function's output.
+BlockActs Block::carve_acts(Carver& c, const BlockShape& s, int B, int T, Precision p, Recompute r,
+                            const BlockActs* shared) {
+  if (r == Recompute::full) {
+    ZT_ASSERT(shared, "full recomputation needs the shared activations");
+    return *shared;
+  }
   const int64_t N = int64_t(B) * T;
   const bool ln = s.norm == NormKind::layernorm;
+  const DType ct = compute_dtype(p);
+  const bool sel = r == Recompute::selective;
+  ZT_ASSERT(!sel || shared, "selective recomputation needs the shared activations");
+  const BlockActs none{};
+  const BlockActs& sh = sel ? *shared : none;
+  auto own_or = [&](const TensorView& from_shared, DType t, Shape shape) {
+    return sel ? from_shared : c.take(t, shape);
+  };
   BlockActs a{};
-  a.ln1 = c.take(DType::f32, {N, s.C});
+  a.ln1 = own_or(sh.ln1, ct, {N, s.C});
   a.ln1_mean = c.take(DType::f32, {ln ? N : 0});
   a.ln1_rstd = c.take(DType::f32, {N});
-  a.qkv = c.take(DType::f32, {N, s.qkv_dim()});
-  a.att = c.take(DType::f32, {N, int64_t(s.NH) * s.HS});
-  a.lse = c.take(DType::f32, {N, s.NH});
-  a.mid = c.take(DType::f32, {N, s.C});
-  a.ln2 = c.take(DType::f32, {N, s.C});
+  a.qkv = c.take(ct, {N, s.qkv_dim()});
+  a.att = own_or(sh.att, ct, {N, int64_t(s.NH) * s.HS});
+  a.lse = own_or(sh.lse, DType::f32, {N, s.NH});
+  a.mid = own_or(sh.mid, DType::f32, {N, s.C});
+  a.ln2 = own_or(sh.ln2, ct, {N, s.C});
   a.ln2_mean = c.take(DType::f32, {ln ? N : 0});
   a.ln2_rstd = c.take(DType::f32, {N});
-  a.fc = c.take(DType::f32, {N, s.fc_dim()});
+  a.fc = c.take(ct, {N, s.fc_dim()});
+  a.act = own_or(sh.act, ct, {N, s.F});
   return a;
 }
 
-BlockScratch Block::carve_scratch(Carver& c, const BlockShape& s, int B, int T) {
+BlockActs Block::carve_shared(Carver& c, const BlockShape& s, int B, int T, Precision p, Recompute r) {
+  if (r == Recompute::full) return carve_acts(c, s, B, T, p, Recompute::none);
+  const int64_t N = int64_t(B) * T;
+  const DType ct = compute_dtype(p);
+  BlockActs a{};
+  a.ln1 = c.take(ct, {N, s.C});
+  a.att = c.take(ct, {N, int64_t(s.NH) * s.HS});
+  a.lse = c.take(DType::f32, {N, s.NH});
+  a.mid = c.take(DType::f32, {N, s.C});
+  a.ln2 = c.take(ct, {N, s.C});
+  a.act = c.take(ct, {N, s.F});
+  return a;
+}
+
+BlockScratch Block::carve_scratch(Carver& c, const BlockShape& s, int B, int T, Precision p, bool full_recompute) {
   const int64_t N = int64_t(B) * T;
   BlockScratch r{};
-  r.act = c.take(DType::f32, {N, s.F});  // recomputed activation, then reused for its gradient
+  r.act = c.take(DType::f32, {N, s.F});  // the activation's fp32 landing, then its gradient
   r.dfc = c.take(DType::f32, {s.mlp == MlpKind::swiglu ? N : 0, s.fc_dim()});
   r.dln = c.take(DType::f32, {N, s.C});
   r.datt = c.take(DType::f32, {N, int64_t(s.NH) * s.HS});
   r.dqkv = c.take(DType::f32, {N, s.qkv_dim()});
+  const int64_t widest = std::max<int64_t>({s.C, s.fc_dim(), s.qkv_dim(), int64_t(s.NH) * s.HS});
+  r.dy_c = c.take(compute_dtype(p), {p == Precision::fp32 ? 0 : N, widest});
+  // bf16 keeps qkv, att and fc in bf16; attention and the activation function read fp32.
+  const int64_t n16 = p == Precision::bf16 ? N : 0;
+  r.att32 = c.take(DType::f32, {n16, int64_t(s.NH) * s.HS});
+  r.qkv32 = c.take(DType::f32, {n16, s.qkv_dim()});
+  r.fc32 = c.take(DType::f32, {n16, s.fc_dim()});
+  // The rerun forward's output is thrown away; dqkv is free until attention's backward.
+  if (full_recompute) r.y = s.qkv_dim() >= s.C ? r.dqkv.sub(0, {N, s.C}) : c.take(DType::f32, {N, s.C});
   return r;
+}
+
+namespace {
+// The fp32 buffer a kernel writes a GEMM input into: dst itself when it is fp32, else the
+// front of `land` (a scratch buffer free at that point).
+TensorView landing(TensorView dst, TensorView land) { return dst.dtype == DType::f32 ? dst : land.sub(0, dst.shape); }
+}  // namespace
+
+void Block::lower(TensorView dst, TensorView land) const { nn::lower(precision, dst, land); }
+
+TensorView Block::compute_copy(TensorView dy, const BlockScratch& s) const {
+  if (precision == Precision::fp32) return dy;
+  const TensorView c = s.dy_c.sub(0, dy.shape);
+  lower(c, dy);
+  return c;
+}
+
+void Block::norm_forward(const Norm& n, TensorView out, TensorView mean, TensorView rstd, TensorView x,
+                         TensorView land) const {
+  const TensorView l = landing(out, land);
+  n.forward(l, mean, rstd, x);
+  lower(out, l);
+}
+
+void Block::attention_forward(const BlockActs& a, TensorView qkv32, const BlockScratch& s,
+                              const kernels::AttnDims& ad) const {
+  const TensorView l = landing(a.att, s.datt);
+  {
+    ZT_PROFILE("attention_fwd");
+    kernels::attention_forward(l.as<float>(), a.lse.as<float>(), qkv32.as<const float>(), ad);
+  }
+  lower(a.att, l);
+}
+
+void Block::activation_forward(const BlockActs& a, TensorView fc32, const BlockScratch& s) const {
+  const TensorView l = landing(a.act, s.act);
+  {
+    ZT_PROFILE("act_fwd");
+    const int64_t N = rows(fc32);
+    if (shape.mlp == MlpKind::gelu)
+      kernels::gelu_forward(l.as<float>(), fc32.as<const float>(), N * shape.F);
+    else
+      kernels::swiglu_forward(l.as<float>(), fc32.as<const float>(), N, shape.F);
+  }
+  lower(a.act, l);
 }
 
 void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockScratch& sc, int B, int T,
                     const RopeTable& rope, const Packing& pack) const {
   const BlockShape& s = shape;
   kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start};
-  ln1.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x);
-  qkv.forward(a.qkv, a.ln1);
+  norm_forward(ln1, a.ln1, a.ln1_mean, a.ln1_rstd, x, sc.dln);
+  // q, k, v: computed in fp32; under bf16 kept in bf16, and attention reads the kept values.
+  const TensorView qkv32 = landing(a.qkv, sc.qkv32);
+  qkv.forward(qkv32, a.ln1);
   if (s.rope)
-    kernels::rope_forward(a.qkv.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
-  {
-    ZT_PROFILE("attention_fwd");
-    kernels::attention_forward(a.att.as<float>(), a.lse.as<float>(), a.qkv.as<const float>(), ad);
-  }
-  // The residual add is its own step after the projection (not folded into the GEMM as
-  // C += A B): a row-parallel projection's partial sums are reduced first (tp hook), and x
-  // is added once, not on every tensor-parallel rank.
+    kernels::rope_forward(qkv32.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
+  keep(a.qkv, qkv32);
+  attention_forward(a, qkv32, sc, ad);
+  attention_output(a, x);
+  norm_forward(ln2, a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, sc.dln);
+  const TensorView fc32 = landing(a.fc, sc.fc32);
+  fc_in.forward(fc32, a.ln2);
+  keep(a.fc, fc32);
+  activation_forward(a, fc32, sc);
+  fc_out.forward(y, a.act);
+  if (tp) tp->row_parallel_output(y);
+  residual_add(y, a.mid);
+}
+
+// mid = x + proj(att). The residual add is its own step after the projection (not folded
+// into the GEMM as C += A B): a row-parallel projection's partial sums are reduced first (tp
+// hook), and x is added once, not on every tensor-parallel rank.
+void Block::attention_output(const BlockActs& a, TensorView x) const {
   proj.forward(a.mid, a.att);
   if (tp) tp->row_parallel_output(a.mid);
   residual_add(a.mid, x);
-  ln2.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid);
-  fc_in.forward(a.fc, a.ln2);
-  activation_forward(sc.act, a.fc);
-  fc_out.forward(y, sc.act);
-  if (tp) tp->row_parallel_output(y);
-  residual_add(y, a.mid);
+}
+
+// A GEMM output kept in bf16: stored, and its fp32 copy rounded to the stored values so
+// that what reads it now reads what a recomputation (or backward) will read later.
+void Block::keep(TensorView kept, TensorView f32) const {
+  if (kept.data == f32.data) return;
+  ZT_PROFILE("convert");
+  kernels::to_lowp(DType::bf16, kept.as<uint16_t>(), f32.as<const float>(), kept.numel());
+  kernels::from_lowp(DType::bf16, f32.as<float>(), kept.as<const uint16_t>(), kept.numel());
+}
+
+// The fp32 form of a kept tensor: itself, or (bf16) its values widened into `scratch`.
+TensorView Block::unkeep(TensorView kept, TensorView scratch) const {
+  if (kept.dtype == DType::f32) return kept;
+  ZT_PROFILE("convert");
+  const TensorView f = scratch.sub(0, kept.shape);
+  kernels::from_lowp(kept.dtype, f.as<float>(), kept.as<const uint16_t>(), kept.numel());
+  return f;
 }
 
 void Block::residual_add(TensorView out, TensorView x) const {
@@ -67,49 +180,65 @@ void Block::residual_add(TensorView out, TensorView x) const {
   kernels::add(out.as<float>(), out.as<const float>(), x.as<const float>(), out.numel());
 }
 
-void Block::activation_forward(TensorView act, TensorView fc) const {
-  ZT_PROFILE("act_fwd");
-  const int64_t N = rows(fc);
-  if (shape.mlp == MlpKind::gelu)
-    kernels::gelu_forward(act.as<float>(), fc.as<const float>(), N * shape.F);
-  else
-    kernels::swiglu_forward(act.as<float>(), fc.as<const float>(), N, shape.F);
-}
-
 void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const BlockScratch& sc, int B, int T,
-                     const RopeTable& rope, const Packing& pack) const {
+                     const RopeTable& rope, const Packing& pack, Recompute r) const {
   const int64_t N = int64_t(B) * T;
   const BlockShape& s = shape;
   kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start};
-  // MLP: recompute the activation for fc_out's weight gradient, then reuse its buffer
-  // for the activation's gradient.
-  activation_forward(sc.act, a.fc);
-  fc_out.backward({}, dres, sc.act);
-  fc_out.backward_input(sc.act, dres);
+  // Refill what the forward did not keep. Every kernel is deterministic at a given thread
+  // count, so the refilled tensors equal the ones a forward without recomputation kept
+  // (bit for bit; the tests check the gradients).
+  if (r == Recompute::full) {
+    ZT_PROFILE("recompute");
+    forward(sc.y, x, a, sc, B, T, rope, pack);
+  }
+  // The kept q, k, v and fc in fp32 (themselves, or bf16's kept values widened).
+  const TensorView qkv32 = unkeep(a.qkv, sc.qkv32);
+  const TensorView fc32 = unkeep(a.fc, sc.fc32);
+  if (r == Recompute::selective) {
+    ZT_PROFILE("recompute");
+    norm_forward(ln1, a.ln1, a.ln1_mean, a.ln1_rstd, x, sc.dln);
+    attention_forward(a, qkv32, sc, ad);
+    attention_output(a, x);
+    norm_forward(ln2, a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, sc.dln);
+    activation_forward(a, fc32, sc);
+  }
+  // MLP. fc_out's weight gradient reads the activation before its gradient lands in
+  // sc.act (which is the activation itself under fp32 selective recomputation).
+  TensorView dy_c = compute_copy(dres, sc);
+  fc_out.backward_weight(dres, dy_c, a.act);
+  fc_out.backward_input(sc.act, dy_c);
   TensorView dfc = sc.act;
   {
     ZT_PROFILE("act_bwd");
     if (s.mlp == MlpKind::gelu) {
-      kernels::gelu_backward(dfc.as<float>(), sc.act.as<const float>(), a.fc.as<const float>(), N * s.F);
+      kernels::gelu_backward(dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N * s.F);
     } else {
-      kernels::swiglu_backward(sc.dfc.as<float>(), sc.act.as<const float>(), a.fc.as<const float>(), N, s.F);
+      kernels::swiglu_backward(sc.dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N, s.F);
       dfc = sc.dfc;
     }
   }
-  fc_in.backward(sc.dln, dfc, a.ln2);
+  dy_c = compute_copy(dfc, sc);
+  fc_in.backward_input(sc.dln, dy_c);
+  fc_in.backward_weight(dfc, dy_c, a.ln2);
   if (tp) tp->column_parallel_input_grad(sc.dln);
   ln2.backward(dres, sc.dln, a.mid, a.ln2_mean, a.ln2_rstd);  // dres is now dL/dmid
   // Attention.
-  proj.backward(sc.datt, dres, a.att);
+  dy_c = compute_copy(dres, sc);
+  proj.backward_input(sc.datt, dy_c);
+  proj.backward_weight(dres, dy_c, a.att);
+  const TensorView att32 = unkeep(a.att, sc.att32);
   {
     ZT_PROFILE("attention_bwd");
-    kernels::attention_backward(sc.dqkv.as<float>(), sc.datt.as<const float>(), a.qkv.as<const float>(),
-                                a.att.as<const float>(), a.lse.as<const float>(), ad);
+    kernels::attention_backward(sc.dqkv.as<float>(), sc.datt.as<const float>(), qkv32.as<const float>(),
+                                att32.as<const float>(), a.lse.as<const float>(), ad);
   }
   if (s.rope)
     kernels::rope_backward(sc.dqkv.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(),
                            pack.positions);
-  qkv.backward(sc.dln, sc.dqkv, a.ln1);
+  dy_c = compute_copy(sc.dqkv, sc);
+  qkv.backward_input(sc.dln, dy_c);
+  qkv.backward_weight(sc.dqkv, dy_c, a.ln1);
   if (tp) tp->column_parallel_input_grad(sc.dln);
   ln1.backward(dres, sc.dln, x, a.ln1_mean, a.ln1_rstd);  // dres is now dL/dx
 }

@@ -3,9 +3,10 @@
 //   y   = mid + fc_out(act(fc_in(norm2(mid))))
 // with act = tanh-GELU (GPT-2) or SwiGLU (Llama, fc_in = [gate | up] fused). The block
 // saves what its backward pass needs in BlockActs (carved from the model's activation
-// arena) and uses BlockScratch (shared by all blocks) for gradients in flight. The MLP
-// activation is recomputed in backward rather than saved: one cheap pass for
-// N*F floats of memory per layer.
+// arena; under recomputation some or all of them are views of one shared set that
+// backward refills) and uses BlockScratch (shared by all blocks) for gradients in flight.
+// Under mixed precision the GEMM inputs (ln1, att, ln2, act) are kept in the compute
+// dtype; everything else is fp32.
 // Tensor parallelism is applied from outside through TpRegion (a no-op without it).
 #pragma once
 #include <cstdint>
@@ -30,23 +31,39 @@ struct BlockShape {
 
 // Views carved from the activation arena; shapes in the glossary's terms.
 struct BlockActs {
-  TensorView ln1;       // (N, C)
+  TensorView ln1;       // (N, C), compute dtype
   TensorView ln1_mean;  // (N) LayerNorm only
   TensorView ln1_rstd;  // (N)
-  TensorView qkv;       // (N, (NH + 2 KVH) HS)
-  TensorView att;       // (N, NH HS)
+  TensorView qkv;       // (N, (NH + 2 KVH) HS), after RoPE
+  TensorView att;       // (N, NH HS), compute dtype
   TensorView lse;       // (N, NH)
   TensorView mid;       // (N, C) residual stream after attention
   TensorView ln2, ln2_mean, ln2_rstd;
-  TensorView fc;  // (N, F) or (N, 2F) for SwiGLU
+  TensorView fc;   // (N, F) or (N, 2F) for SwiGLU
+  TensorView act;  // (N, F), compute dtype: the activation function's output
 };
 
 struct BlockScratch {
-  TensorView act;   // (N, F)
-  TensorView dfc;   // (N, 2F) SwiGLU only
-  TensorView dln;   // (N, C)
-  TensorView datt;  // (N, NH HS)
-  TensorView dqkv;  // (N, (NH + 2 KVH) HS)
+  TensorView act;    // (N, F) fp32: the activation (landing) and its gradient
+  TensorView dfc;    // (N, 2F) SwiGLU only
+  TensorView dln;    // (N, C)
+  TensorView datt;   // (N, NH HS)
+  TensorView dqkv;   // (N, (NH + 2 KVH) HS)
+  TensorView dy_c;   // mixed precision: an output gradient in the compute dtype (widest GEMM)
+  TensorView att32;  // bf16: the attention output back in fp32 for attention's backward
+  TensorView qkv32;  // bf16: q, k, v in fp32 (attention reads fp32)
+  TensorView fc32;   // bf16: fc_in's output in fp32 (the activation function reads fp32)
+  TensorView y;      // full recomputation: where the rerun forward's output goes
+};
+
+// What a pass keeps and in which dtype (set by the model for all its blocks). Under bf16,
+// qkv and fc (GEMM outputs) are kept in bf16 too, as autocast keeps them; their fp32
+// originals are rounded to the kept values before use, so recomputation stays exact.
+struct ActPlan {
+  Precision precision = Precision::fp32;
+  Recompute recompute = Recompute::none;
+  int recompute_layers = 0;  // blocks [0, recompute_layers) recompute; the rest keep all
+  Recompute of(int layer) const { return layer < recompute_layers ? recompute : Recompute::none; }
 };
 
 struct RopeTable {
@@ -70,7 +87,7 @@ struct Packing {
 class TpRegion {
  public:
   virtual ~TpRegion() = default;
-  virtual void row_parallel_output(TensorView partial) = 0;       // forward, (N, C)
+  virtual void row_parallel_output(TensorView partial) = 0;      // forward, (N, C)
   virtual void column_parallel_input_grad(TensorView grad) = 0;  // backward, (N, C)
 };
 
@@ -80,19 +97,39 @@ class Block {
   Norm ln1, ln2;
   Linear qkv, proj, fc_in, fc_out;
   TpRegion* tp = nullptr;
+  Precision precision = Precision::fp32;
 
-  static BlockActs carve_acts(Carver& c, const BlockShape& s, int B, int T);
-  static BlockScratch carve_scratch(Carver& c, const BlockShape& s, int B, int T);
+  // A block's saved activations under recomputation mode r: none carves them all; full
+  // returns `shared` (one set for every block, carved with r = none); selective carves
+  // the GEMM outputs and norm statistics and takes the rest from `shared`.
+  static BlockActs carve_acts(Carver& c, const BlockShape& s, int B, int T, Precision p, Recompute r = Recompute::none,
+                              const BlockActs* shared = nullptr);
+  // The one set recomputed blocks refill: everything for full, the refilled part for selective.
+  static BlockActs carve_shared(Carver& c, const BlockShape& s, int B, int T, Precision p, Recompute r);
+  static BlockScratch carve_scratch(Carver& c, const BlockShape& s, int B, int T, Precision p,
+                                    bool full_recompute = false);
 
-  // y (N, C) from x (N, C); y must not alias x. Uses s.act as a temporary.
+  // y (N, C) from x (N, C); y must not alias x. Uses scratch as landing buffers.
   void forward(TensorView y, TensorView x, const BlockActs& a, const BlockScratch& s, int B, int T,
                const RopeTable& rope, const Packing& pack = {}) const;
-  // In: dres = dL/dy. Out: dres = dL/dx (updated in place); parameter grads +=.
+  // In: dres = dL/dy. Out: dres = dL/dx (updated in place); parameter grads +=. r says what
+  // the forward kept (carve_acts); the rest is recomputed first, bit-identically.
   void backward(TensorView dres, TensorView x, const BlockActs& a, const BlockScratch& s, int B, int T,
-                const RopeTable& rope, const Packing& pack = {}) const;
+                const RopeTable& rope, const Packing& pack = {}, Recompute r = Recompute::none) const;
 
  private:
-  void activation_forward(TensorView act, TensorView fc) const;
+  void norm_forward(const Norm& n, TensorView out, TensorView mean, TensorView rstd, TensorView x,
+                    TensorView land) const;
+  void attention_forward(const BlockActs& a, TensorView qkv32, const BlockScratch& s,
+                         const kernels::AttnDims& ad) const;
+  void attention_output(const BlockActs& a, TensorView x) const;
+  void activation_forward(const BlockActs& a, TensorView fc32, const BlockScratch& s) const;
+  void keep(TensorView kept, TensorView f32) const;
+  TensorView unkeep(TensorView kept, TensorView scratch) const;
+  // dy in the GEMMs' dtype: dy itself (fp32), else a copy in s.dy_c.
+  TensorView compute_copy(TensorView dy, const BlockScratch& s) const;
+  // Makes a GEMM input computed in fp32 at `land` final in dst (see lower in block.cpp).
+  void lower(TensorView dst, TensorView land) const;
   // out += x (the residual stream), after any tensor-parallel reduction of out.
   void residual_add(TensorView out, TensorView x) const;
 };

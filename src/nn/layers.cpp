@@ -2,58 +2,87 @@
 #include "nn/layers.h"
 
 #include "core/profile.h"
+#include "kernels/convert.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 
 namespace zt::nn {
 
-using kernels::gemm;
+using kernels::gemm_typed;
+
+const char* precision_name(Precision p) {
+  return p == Precision::bf16 ? "bf16" : p == Precision::fp16 ? "fp16" : "fp32";
+}
+
+const char* recompute_name(Recompute r) {
+  return r == Recompute::full ? "full" : r == Recompute::selective ? "selective" : "none";
+}
+
+void lower(Precision p, TensorView dst, TensorView land) {
+  if (p == Precision::fp32) return;
+  ZT_PROFILE("convert");
+  ZT_ASSERT(dst.numel() == land.numel() && land.dtype == DType::f32);
+  if (p == Precision::bf16)
+    kernels::to_lowp(DType::bf16, dst.as<uint16_t>(), land.as<const float>(), dst.numel());
+  else
+    kernels::round_to_f16(dst.as<float>(), land.as<const float>(), dst.numel());
+}
 
 namespace {
-// An activation view of n rows and `cols` columns: checked once here so kernels can trust it.
-const float* rows_of(const TensorView& v, int64_t n, int cols, const char* what) {
+// An activation view of n rows and `cols` columns in dtype t: checked once here so kernels
+// can trust it.
+const void* rows_of(const TensorView& v, int64_t n, int cols, DType t, const char* what) {
   ZT_ASSERT(v.numel() == n * cols, what, " has ", v.numel(), " elements, expected ", n, " x ", cols);
-  return v.as<const float>();
+  ZT_ASSERT(v.dtype == t, what, " is ", dtype_name(v.dtype), ", the GEMMs run in ", dtype_name(t));
+  return v.data;
+}
+const float* rows_of(const TensorView& v, int64_t n, int cols, const char* what) {
+  return static_cast<const float*>(rows_of(v, n, cols, DType::f32, what));
 }
 }  // namespace
 
 void Linear::forward(TensorView y, TensorView x) const {
   ZT_PROFILE("gemm");
   const int64_t N = rows(x);
-  const float* xp = rows_of(x, N, in, "Linear input");
+  const DType t = wc.dtype;
+  const void* xp = rows_of(x, N, in, t, "Linear input");
   float* yp = const_cast<float*>(rows_of(y, N, out, "Linear output"));
-  const float* wp = w.as<const float>();
   if (w_in_out)
-    gemm(false, false, N, out, in, 1.0f, xp, in, wp, out, 0.0f, yp, out);
+    gemm_typed(t, false, false, N, out, in, 1.0f, xp, in, wc.data, out, 0.0f, yp, out);
   else
-    gemm(false, true, N, out, in, 1.0f, xp, in, wp, in, 0.0f, yp, out);
+    gemm_typed(t, false, true, N, out, in, 1.0f, xp, in, wc.data, in, 0.0f, yp, out);
   if (b) kernels::bias_forward(yp, b.as<const float>(), N, out);
 }
 
-void Linear::backward_input(TensorView dx, TensorView dy) const {
+void Linear::backward_input(TensorView dx, TensorView dy_c) const {
   ZT_PROFILE("gemm");
-  const int64_t N = rows(dy);
-  const float* dyp = rows_of(dy, N, out, "Linear output gradient");
+  const int64_t N = rows(dy_c);
+  const DType t = wc.dtype;
+  const void* dyp = rows_of(dy_c, N, out, t, "Linear output gradient");
   float* dxp = const_cast<float*>(rows_of(dx, N, in, "Linear input gradient"));
-  const float* wp = w.as<const float>();
   if (w_in_out)
-    gemm(false, true, N, in, out, 1.0f, dyp, out, wp, out, 0.0f, dxp, in);
+    gemm_typed(t, false, true, N, in, out, 1.0f, dyp, out, wc.data, out, 0.0f, dxp, in);
   else
-    gemm(false, false, N, in, out, 1.0f, dyp, out, wp, in, 0.0f, dxp, in);
+    gemm_typed(t, false, false, N, in, out, 1.0f, dyp, out, wc.data, in, 0.0f, dxp, in);
+}
+
+void Linear::backward_weight(TensorView dy, TensorView dy_c, TensorView x) const {
+  ZT_PROFILE("gemm");
+  const int64_t N = rows(dy_c);
+  const DType t = wc.dtype;
+  const void* dyp = rows_of(dy_c, N, out, t, "Linear output gradient");
+  const void* xp = rows_of(x, N, in, t, "Linear input");
+  float* dwp = dw.as<float>();
+  if (w_in_out)
+    gemm_typed(t, true, false, in, out, N, 1.0f, xp, in, dyp, out, 1.0f, dwp, out);
+  else
+    gemm_typed(t, true, false, out, in, N, 1.0f, dyp, out, xp, in, 1.0f, dwp, in);
+  if (db) kernels::bias_backward(db.as<float>(), rows_of(dy, N, out, "Linear output gradient"), N, out);
 }
 
 void Linear::backward(TensorView dx, TensorView dy, TensorView x) const {
   if (dx) backward_input(dx, dy);
-  ZT_PROFILE("gemm");
-  const int64_t N = rows(dy);
-  const float* dyp = rows_of(dy, N, out, "Linear output gradient");
-  const float* xp = rows_of(x, N, in, "Linear input");
-  float* dwp = dw.as<float>();
-  if (w_in_out)
-    gemm(true, false, in, out, N, 1.0f, xp, in, dyp, out, 1.0f, dwp, out);
-  else
-    gemm(true, false, out, in, N, 1.0f, dyp, out, xp, in, 1.0f, dwp, in);
-  if (db) kernels::bias_backward(db.as<float>(), dyp, N, out);
+  backward_weight(dy, dy, x);
 }
 
 void Norm::forward(TensorView out, TensorView mean, TensorView rstd, TensorView x) const {

@@ -17,6 +17,29 @@ namespace zt::nn {
 // reduced before the residual add: the TpRegion hook in block.h). plain: neither.
 enum class LinearKind { plain, column, row };
 
+// Mixed precision (--bf16 / --fp16). fp32 masters, gradients and optimizer state always;
+// GEMM inputs (weights' compute copies, saved inputs, output gradients) are bf16 under
+// bf16, and fp32 values rounded to fp16 under fp16 (these CPUs have no fp16 arithmetic, so
+// fp16 reproduces fp16's rounding and range, not its speed). Norms, softmax, attention,
+// the loss and every GEMM output stay fp32.
+enum class Precision : uint8_t { fp32, bf16, fp16 };
+// The dtype GEMM inputs are stored in.
+inline DType compute_dtype(Precision p) { return p == Precision::bf16 ? DType::bf16 : DType::f32; }
+const char* precision_name(Precision p);
+
+// Activation recomputation per block: none keeps everything backward reads; selective
+// keeps the GEMM outputs qkv and fc and recomputes the norms' outputs, attention, the
+// residual stream after attention (rerunning the C x C projection) and the activation
+// function in backward; full keeps only the block's input and reruns the
+// whole block forward in backward.
+enum class Recompute : uint8_t { none, selective, full };
+const char* recompute_name(Recompute r);
+
+// Makes a GEMM input that a kernel computed in fp32 at `land` final in dst: bf16 converts
+// into dst; fp16 rounds to fp16 values into dst (fp32; dst may be land); fp32 does nothing
+// (land is dst).
+void lower(Precision p, TensorView dst, TensorView land);
+
 struct Linear {
   LinearKind kind = LinearKind::plain;
   int in = 0, out = 0;
@@ -24,13 +47,20 @@ struct Linear {
   // (y = x W^T). Keeping the file layout avoids any transpose at load and save.
   bool w_in_out = false;
   TensorView w, b, dw, db;  // w (in, out) or (out, in); b (out); gradients may be empty
+  // The weight the GEMMs read (mixed precision): w itself in fp32; its bf16 compute copy
+  // under --bf16; an fp32 copy rounded to fp16 under --fp16. GEMM inputs (x, and dy's
+  // compute copy) come in the same dtype; outputs and weight gradients are fp32.
+  TensorView wc;
 
   // y (N, out) = x (N, in) W (+ b).
   void forward(TensorView y, TensorView x) const;
-  // dx (=, skipped when empty) ; dw += ; db +=.
+  // fp32 training: dx (=, skipped when empty) ; dw += ; db +=.
   void backward(TensorView dx, TensorView dy, TensorView x) const;
   // dx (=) only, for callers that must take the weight gradient first (buffer reuse).
-  void backward_input(TensorView dx, TensorView dy) const;
+  // dy_c: dy in the GEMMs' dtype.
+  void backward_input(TensorView dx, TensorView dy_c) const;
+  // dw += x^T dy_c; db += column sums of dy (fp32, so the bias keeps its digits).
+  void backward_weight(TensorView dy, TensorView dy_c, TensorView x) const;
 };
 
 enum class NormKind { layernorm, rmsnorm };

@@ -46,6 +46,17 @@ struct TrainArgs {
   // (the train file); "" = nothing (docs/checkpoints.md#resuming).
   std::string resume_allow_changes;
   std::string save_dtype = "float32";  // float32 | bfloat16 for saved model weights
+
+  // Mixed precision (docs/training.md#mixed-precision): HF's --bf16 / --fp16, or a DeepSpeed
+  // config's bf16 / fp16 blocks. fp32 masters, gradients and optimizer state either way.
+  bool bf16 = false;
+  bool fp16 = false;
+  // Activation recomputation: HF's --gradient_checkpointing (= full), Megatron's
+  // --recompute-granularity full | selective and --recompute-num-layers (the first N blocks
+  // recompute; -1 = all), DeepSpeed's activation_checkpointing block.
+  bool gradient_checkpointing = false;
+  std::string recompute_granularity;  // "" = none (or full with gradient_checkpointing)
+  int recompute_num_layers = -1;
   int64_t seed = 42;
 
   // Observability: TensorBoard event files under logging_dir (HF's default output_dir/runs/

@@ -40,6 +40,7 @@
 #include "train/run_identity.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
+#include "train/precision.h"
 #include "train/trainer_parts.h"
 
 namespace zt {
@@ -196,6 +197,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   if (a_.threads > 0) omp_set_num_threads(a_.threads);
   check_args(a_);
   cfg_ = load_config(a_);
+  act_plan_from_args(a_, cfg_);  // a bad combination fails here, before any work
   train_id_ = file_identity(a_.train_file, "--train_file");
   // The job's first collective, before anything sized by the arguments or the config is
   // allocated or exchanged: ranks that disagree stop here, with the difference named.
@@ -321,6 +323,7 @@ void Trainer::start_run(const CheckpointRef* resumed) {
 }
 
 void Trainer::start_loader_and_log() {
+  model_->set_act_plan(act_plan_from_args(a_, cfg_));
   model_->plan(B_, T_, /*training=*/true);
   lc_.B = B_;
   lc_.T = T_;

@@ -1,0 +1,30 @@
+// precision.cpp: see precision.h.
+#include "train/precision.h"
+
+#include "core/error.h"
+
+namespace zt {
+
+nn::ActPlan act_plan_from_args(const TrainArgs& a, const ModelConfig& cfg) {
+  ZT_CHECK(!(a.bf16 && a.fp16), "--bf16 and --fp16 are both set (by flags or the DeepSpeed config); choose one");
+  nn::ActPlan p;
+  p.precision = a.bf16 ? nn::Precision::bf16 : a.fp16 ? nn::Precision::fp16 : nn::Precision::fp32;
+  const std::string& g = a.recompute_granularity;
+  ZT_CHECK(g.empty() || g == "full" || g == "selective", "--recompute-granularity ", quote(g),
+           " is not one of full, selective");
+  ZT_CHECK(!(a.gradient_checkpointing && g == "selective"),
+           "--gradient_checkpointing (full recomputation) contradicts --recompute-granularity selective; give one");
+  p.recompute = g == "selective"                            ? nn::Recompute::selective
+                : (g == "full" || a.gradient_checkpointing) ? nn::Recompute::full
+                                                            : nn::Recompute::none;
+  ZT_CHECK(a.recompute_num_layers <= cfg.n_layer, "--recompute-num-layers ", a.recompute_num_layers,
+           " exceeds the model's ", cfg.n_layer, " layers; give at most ", cfg.n_layer, " (or -1 for all)");
+  ZT_CHECK(a.recompute_num_layers < 0 || p.recompute != nn::Recompute::none,
+           "--recompute-num-layers needs a recomputation mode: add --recompute-granularity full or selective");
+  p.recompute_layers = p.recompute == nn::Recompute::none ? 0
+                       : a.recompute_num_layers < 0       ? cfg.n_layer
+                                                          : a.recompute_num_layers;
+  return p;
+}
+
+}  // namespace zt

@@ -1,0 +1,15 @@
+// precision.h: what the mixed-precision and recomputation arguments mean for the model
+// (nn::ActPlan), checked against the model once its config is known.
+#pragma once
+#include "models/config.h"
+#include "nn/block.h"
+#include "train/train_args.h"
+
+namespace zt {
+
+// The plan for --bf16 / --fp16 / --gradient_checkpointing / --recompute-granularity /
+// --recompute-num-layers (after a DeepSpeed config has filled them). Bad combinations
+// throw zt::Error with one line naming them.
+nn::ActPlan act_plan_from_args(const TrainArgs& a, const ModelConfig& cfg);
+
+}  // namespace zt
