@@ -629,6 +629,7 @@ optim::Schedule schedule_from_args(const TrainArgs& a, int64_t total_steps) {
     s.warmup_min_ratio = a.warmup_min_ratio;
     s.cos_min_ratio = a.cos_min_ratio;
   }
+  optim::schedule_apply_kwargs(s, a.lr_scheduler_kwargs);
   return s;
 }
 

@@ -28,8 +28,9 @@ std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, cons
 
 // The LR schedule of a run of total_steps optimizer steps: --lr_scheduler_type, HF's warmup
 // rules (warmup_steps >= 1 is a count, < 1 a ratio, else warmup_ratio) and, for DeepSpeed's
-// kinds, the scheduler parameters above (warmup_max_lr, total_num_steps, ...). Meant to replace
-// the trainer's inline schedule setup.
+// kinds, the scheduler parameters above (warmup_max_lr, total_num_steps, ...); HF's kinds take
+// --lr_scheduler_kwargs. total_steps <= 0: the run's length is not known yet, and only the
+// arguments are checked (optim::schedule_apply_kwargs).
 optim::Schedule schedule_from_args(const TrainArgs& a, int64_t total_steps);
 
 }  // namespace zt

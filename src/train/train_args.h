@@ -32,6 +32,7 @@ struct TrainArgs {
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;  // 0 disables clipping
   std::string lr_scheduler_type = "linear";
+  std::string lr_scheduler_kwargs = "{}";  // HF's: a JSON object of the schedule's own arguments
   double warmup_ratio = 0.0;
   double warmup_steps = 0;  // HF v5: a float < 1 is a ratio of the total steps
 
