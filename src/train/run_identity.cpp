@@ -64,8 +64,8 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(eval_steps), ZT_ARG(max_eval_samples), ZT_ARG(output_dir), ZT_ARG(overwrite_output_dir);
   ZT_ARG(per_device_train_batch_size), ZT_ARG(gradient_accumulation_steps), ZT_ARG(model_max_length);
   ZT_ARG(optim), ZT_ARG(learning_rate), ZT_ARG(weight_decay), ZT_ARG(adam_beta1), ZT_ARG(adam_beta2);
-  ZT_ARG(adam_epsilon), ZT_ARG(max_grad_norm), ZT_ARG(lr_scheduler_type), ZT_ARG(lr_scheduler_kwargs),
-      ZT_ARG(warmup_ratio), ZT_ARG(warmup_steps);
+  ZT_ARG(adam_epsilon), ZT_ARG(max_grad_norm), ZT_ARG(lr_scheduler_type), ZT_ARG(warmup_ratio), ZT_ARG(warmup_steps);
+  ZT_ARG(lr_scheduler_kwargs);
   ZT_ARG(max_steps), ZT_ARG(num_train_epochs), ZT_ARG(logging_steps), ZT_ARG(save_strategy), ZT_ARG(save_steps);
   ZT_ARG(save_total_limit), ZT_ARG(resume_from_checkpoint), ZT_ARG(resume_allow_changes), ZT_ARG(save_dtype);
   ZT_ARG(seed), ZT_ARG(logging_dir), ZT_ARG(report_to), ZT_ARG(plot), ZT_ARG(disable_tqdm), ZT_ARG(packing);
