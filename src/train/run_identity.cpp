@@ -6,14 +6,15 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "train/deepspeed_config.h"
 
 namespace zt {
 namespace {
 
 // Settings that only a DeepSpeed config sets (no flag of that name).
-const std::set<std::string> kDeepSpeedOnly = {"contiguous_gradients", "steps_per_print", "wall_clock_breakdown",
-                                              "warmup_min_lr",        "warmup_max_lr",   "warmup_type",
-                                              "warmup_min_ratio",     "cos_min_ratio",   "total_num_steps"};
+const std::set<std::string> kDeepSpeedOnly = {
+    "contiguous_gradients", "steps_per_print",  "wall_clock_breakdown", "warmup_min_lr",   "warmup_max_lr",
+    "warmup_type",          "warmup_min_ratio", "cos_min_ratio",        "total_num_steps", "ds_precision"};
 
 std::string setting_name(const std::string& key) {
   return kDeepSpeedOnly.count(key) ? "the DeepSpeed setting " + key : "--" + key;
@@ -76,6 +77,7 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(warmup_type), ZT_ARG(warmup_min_ratio), ZT_ARG(cos_min_ratio), ZT_ARG(total_num_steps), ZT_ARG(no_shuffle);
   ZT_ARG(peak_gflops);
 #undef ZT_ARG
+  j["ds_precision"] = deepspeed_precision_json(a.ds_precision);
   return j;
 }
 
