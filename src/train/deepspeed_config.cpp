@@ -574,6 +574,8 @@ void apply_bf16(Ctx& c, const std::string& section, const json& p) {
     const std::string key = section + "." + k;
     if (k == "enabled")
       d.bf16 = read_enabled(key, v);
+    else if (k == "check_grad_overflow" && is_auto(v))
+      continue;  // DeepSpeed drops "auto" values: the default stays
     else if (k == "check_grad_overflow")
       read(key, v, false, d.bf16_check_grad_overflow, 0, 0);
     else
