@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
+#include <vector>
 
+#include "core/edit_distance.h"
 #include "core/error.h"
 
 namespace zt::optim {
@@ -16,6 +19,36 @@ bool is_deepspeed(ScheduleKind k) {
 // DeepSpeed's warmup fraction gamma in [0, 1) for it < w: log(it+1)/log(w) or it/w.
 double deepspeed_warmup_gamma(const Schedule& s, int64_t it, int64_t w) {
   return s.warmup_log ? std::log(double(it + 1)) / std::log(double(w)) : double(it) / double(w);
+}
+
+// HF's linear warmup fraction: s / max(1, w).
+double hf_warmup(int64_t s, int64_t w) { return double(s) / std::max(1.0, double(w)); }
+
+// HF's cosine factor 0.5 (1 + cos(pi num_cycles 2 progress)), in HF's order of operations.
+double hf_cosine(double num_cycles, double progress) {
+  return 0.5 * (1.0 + std::cos(M_PI * num_cycles * 2.0 * progress));
+}
+
+// transformers' _get_wsd_scheduler_lambda: min_lr_ratio is the floor of warmup and decay alike.
+double wsd_lambda(const Schedule& k, int64_t s) {
+  const int64_t w = k.warmup_steps, stable = k.num_stable_steps, decay = k.num_decay_steps;
+  const double floor = k.min_lr_rate;
+  if (s < w) {
+    const double p = hf_warmup(s, w);
+    double f = p;
+    if (k.warmup_shape == WsdShape::cosine) f = 0.5 * (1.0 - std::cos(M_PI * p));
+    if (k.warmup_shape == WsdShape::one_minus_sqrt) f = 1.0 - std::sqrt(1.0 - p);
+    return std::max(0.0, f * (1.0 - floor) + floor);
+  }
+  if (s < w + stable) return 1.0;
+  if (s < w + stable + decay) {
+    const double p = double(s - w - stable) / std::max(1.0, double(decay));
+    double f = 1.0 - p;
+    if (k.decay_shape == WsdShape::cosine) f = hf_cosine(k.num_cycles, p);
+    if (k.decay_shape == WsdShape::one_minus_sqrt) f = 1.0 - std::sqrt(p);
+    return std::max(0.0, f * (1.0 - floor) + floor);
+  }
+  return floor;
 }
 
 }  // namespace
@@ -70,12 +103,18 @@ double Schedule::lr_at(int64_t s) const {
         m = std::max(0.0, double(total_steps - s) / std::max(1.0, double(total_steps - warmup_steps)));
       break;
     case ScheduleKind::cosine:
+    case ScheduleKind::cosine_with_min_lr:
       if (s < warmup_steps) {
         m = double(s) / std::max(1.0, w);
       } else {
-        double progress = double(s - warmup_steps) / std::max(1.0, double(total_steps - warmup_steps));
-        m = std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * 0.5 * 2.0 * progress)));
+        // HF does not clamp progress: past total_steps the cosine rises again, as in HF.
+        const double progress = double(s - warmup_steps) / std::max(1.0, double(total_steps - warmup_steps));
+        const double rate = kind == ScheduleKind::cosine ? 0.0 : min_lr_rate;
+        m = std::max(0.0, hf_cosine(num_cycles, progress) * (1.0 - rate) + rate);
       }
+      break;
+    case ScheduleKind::warmup_stable_decay:
+      m = wsd_lambda(*this, s);
       break;
     default:
       break;
@@ -91,9 +130,12 @@ ScheduleKind schedule_kind_from_string(const std::string& s) {
   if (s == "WarmupLR") return ScheduleKind::warmup_lr;
   if (s == "WarmupDecayLR") return ScheduleKind::warmup_decay_lr;
   if (s == "WarmupCosineLR") return ScheduleKind::warmup_cosine_lr;
+  if (s == "cosine_with_min_lr") return ScheduleKind::cosine_with_min_lr;
+  if (s == "warmup_stable_decay") return ScheduleKind::warmup_stable_decay;
   throw Error(str_cat("--lr_scheduler_type ", quote(s),
                       " is not supported; use one of constant, constant_with_warmup, linear, cosine, "
-                      "WarmupLR, WarmupDecayLR, WarmupCosineLR (DeepSpeed's)"));
+                      "cosine_with_min_lr, warmup_stable_decay, WarmupLR, WarmupDecayLR, WarmupCosineLR "
+                      "(DeepSpeed's)"));
 }
 
 const char* schedule_kind_name(ScheduleKind k) {
@@ -112,8 +154,137 @@ const char* schedule_kind_name(ScheduleKind k) {
       return "WarmupDecayLR";
     case ScheduleKind::warmup_cosine_lr:
       return "WarmupCosineLR";
+    case ScheduleKind::cosine_with_min_lr:
+      return "cosine_with_min_lr";
+    case ScheduleKind::warmup_stable_decay:
+      return "warmup_stable_decay";
   }
   return "?";
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+// The keys HF's get_*_schedule function of the kind takes besides optimizer, num_warmup_steps,
+// num_training_steps and last_epoch (which the Trainer passes itself).
+std::vector<std::string> kwargs_of(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::cosine:
+      return {"num_cycles"};
+    case ScheduleKind::cosine_with_min_lr:
+      return {"num_cycles", "min_lr", "min_lr_rate"};
+    case ScheduleKind::warmup_stable_decay:
+      return {"num_decay_steps", "num_stable_steps", "warmup_type", "decay_type", "min_lr_ratio", "num_cycles"};
+    default:
+      return {};
+  }
+}
+
+std::string kw(const std::string& key) { return str_cat("--lr_scheduler_kwargs key ", quote(key)); }
+
+double kw_number(const std::string& key, const json& v, double lo, double hi, const char* range) {
+  ZT_CHECK(v.is_number(), kw(key), " must be a number, got ", v.dump());
+  const double x = v.get<double>();
+  ZT_CHECK(x >= lo && x <= hi, kw(key), " must be ", range, ", got ", v.dump());
+  return x;
+}
+
+// A step count: an integer >= 0 (an integral float such as 1e3 too, as Python accepts it).
+int64_t kw_steps(const std::string& key, const json& v) {
+  const bool integral = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                                  v.get<double>() == std::floor(v.get<double>()));
+  ZT_CHECK(integral && v.get<double>() >= 0 && v.get<double>() < 9e15, kw(key),
+           " must be a whole number of optimizer steps >= 0, got ", v.dump());
+  return v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
+}
+
+WsdShape kw_shape(const std::string& key, const json& v) {
+  const std::string t = v.is_string() ? v.get<std::string>() : v.dump();
+  if (t == "linear") return WsdShape::linear;
+  if (t == "cosine") return WsdShape::cosine;
+  ZT_CHECK(t == "1-sqrt", kw(key), " must be \"linear\", \"cosine\" or \"1-sqrt\", got ", v.dump());
+  return WsdShape::one_minus_sqrt;
+}
+
+// A key the kind does not take: one message saying which keys it does take.
+[[noreturn]] void unknown_kwarg(const Schedule& s, const std::string& key, const std::vector<std::string>& keys) {
+  const std::string kind = schedule_kind_name(s.kind);
+  if (key == "num_warmup_steps")
+    throw Error(str_cat(kw(key), ": the warmup comes from --warmup_steps or --warmup_ratio, as in HF's Trainer"));
+  if (key == "num_training_steps")
+    throw Error(
+        str_cat(kw(key), ": the run's length comes from --max_steps or --num_train_epochs, as in HF's Trainer"));
+  if (s.kind == ScheduleKind::warmup_lr || s.kind == ScheduleKind::warmup_decay_lr ||
+      s.kind == ScheduleKind::warmup_cosine_lr)
+    throw Error(str_cat(kw(key), " is not used by DeepSpeed's ", kind,
+                        "; set its parameters in the DeepSpeed config's scheduler.params (docs/deepspeed.md)"));
+  if (keys.empty())
+    throw Error(str_cat(kw(key), ": --lr_scheduler_type ", kind, " takes no --lr_scheduler_kwargs; drop them"));
+  std::string list, best;
+  size_t best_d = SIZE_MAX;
+  for (const std::string& k : keys) {
+    list += (list.empty() ? "" : ", ") + k;
+    if (size_t d = edit_distance(key, k); d < best_d) best_d = d, best = k;
+  }
+  throw Error(str_cat(kw(key), " is not used by ", kind, "; it takes ", list,
+                      best_d <= 3 ? str_cat(" (did you mean ", best, "?)") : std::string()));
+}
+
+}  // namespace
+
+void schedule_apply_kwargs(Schedule& s, const std::string& kwargs_json) {
+  json kwargs = json::object();
+  if (!kwargs_json.empty()) {
+    try {
+      kwargs = json::parse(kwargs_json);
+    } catch (const json::parse_error& e) {
+      throw Error(str_cat("--lr_scheduler_kwargs is not valid JSON (", e.what(),
+                          "); write a JSON object such as '{\"num_decay_steps\": 100}'"));
+    }
+  }
+  ZT_CHECK(kwargs.is_object(), "--lr_scheduler_kwargs must be a JSON object such as '{\"num_decay_steps\": 100}', got ",
+           kwargs.dump());
+  const std::vector<std::string> keys = kwargs_of(s.kind);
+  for (auto& [k, v] : kwargs.items())
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) unknown_kwarg(s, k, keys);
+  auto get = [&](const char* key) -> const json* {
+    auto it = kwargs.find(key);
+    return it == kwargs.end() ? nullptr : &*it;
+  };
+  if (const json* v = get("num_cycles")) s.num_cycles = kw_number("num_cycles", *v, 0, 1e9, "a number >= 0");
+  if (s.kind == ScheduleKind::cosine_with_min_lr) {
+    const json *lr = get("min_lr"), *rate = get("min_lr_rate");
+    // HF's ValueErrors, worded for the command line.
+    ZT_CHECK(!(lr && rate), "--lr_scheduler_kwargs: only one of min_lr or min_lr_rate should be set");
+    ZT_CHECK(lr || rate,
+             "--lr_scheduler_type cosine_with_min_lr needs min_lr or min_lr_rate in --lr_scheduler_kwargs, ",
+             "e.g. '{\"min_lr_rate\": 0.1}'");
+    if (rate) s.min_lr_rate = kw_number("min_lr_rate", *rate, 0, 1, "a ratio of the learning rate in [0, 1]");
+    if (lr) {
+      kw_number("min_lr", *lr, 0, s.base_lr, str_cat("in [0, ", s.base_lr, "] (the learning rate)").c_str());
+      s.min_lr_rate = lr->get<double>() / s.base_lr;  // HF: min_lr / optimizer.defaults["lr"]
+    }
+  }
+  if (s.kind != ScheduleKind::warmup_stable_decay) return;
+  const json* decay = get("num_decay_steps");
+  ZT_CHECK(decay, "--lr_scheduler_type warmup_stable_decay needs num_decay_steps in --lr_scheduler_kwargs, ",
+           "e.g. '{\"num_decay_steps\": 100}'");
+  s.num_decay_steps = kw_steps("num_decay_steps", *decay);
+  if (const json* v = get("warmup_type")) s.warmup_shape = kw_shape("warmup_type", *v);
+  if (const json* v = get("decay_type")) s.decay_shape = kw_shape("decay_type", *v);
+  if (const json* v = get("min_lr_ratio"))
+    s.min_lr_rate = kw_number("min_lr_ratio", *v, 0, 1, "a ratio of the learning rate in [0, 1]");
+  if (const json* v = get("num_stable_steps")) {
+    s.num_stable_steps = kw_steps("num_stable_steps", *v);
+  } else if (s.total_steps > 0) {
+    // HF's default stable phase: whatever the warmup and the decay leave of the run. HF goes on
+    // with a negative one (the decay then starts inside the warmup); we stop.
+    s.num_stable_steps = s.total_steps - s.warmup_steps - s.num_decay_steps;
+    ZT_CHECK(s.num_stable_steps >= 0, "warmup_stable_decay: warmup (", s.warmup_steps, ") + num_decay_steps (",
+             s.num_decay_steps, ") exceed the run's ", s.total_steps,
+             " optimizer steps; lower them, or set num_stable_steps in --lr_scheduler_kwargs");
+  }
 }
 
 void ScheduleState::save_state(StateWriter& w) const {

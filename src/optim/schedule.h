@@ -1,14 +1,19 @@
 // schedule.h: learning-rate schedules. HF Trainer's (transformers.get_scheduler): constant,
-// constant_with_warmup, linear, cosine, where optimizer step s (0-based) uses
-// base_lr * lambda(s) and warmup is linear from 0. And DeepSpeed's (deepspeed/runtime/
-// lr_schedules.py), selected by their DeepSpeed names: WarmupLR, WarmupDecayLR, WarmupCosineLR.
+// constant_with_warmup, linear, cosine, cosine_with_min_lr, warmup_stable_decay, where optimizer
+// step s (0-based) uses base_lr * lambda(s) (HF's LambdaLR: the step before scheduler.step()
+// has been called s times) and warmup is linear from 0 (warmup_stable_decay: from min_lr_ratio,
+// in the warmup_type shape). Their extra arguments are HF's --lr_scheduler_kwargs, a JSON
+// object (schedule_apply_kwargs). Formulas as in transformers/optimization.py at commit
+// 005edacb6b5d (get_wsd_schedule with warmup_type and a min_lr_ratio floor in warmup). And DeepSpeed's
+// (deepspeed/runtime/ lr_schedules.py), selected by their DeepSpeed names: WarmupLR, WarmupDecayLR, WarmupCosineLR.
 //
 // DeepSpeed step indexing (kept exactly, so a DeepSpeed config gives DeepSpeed's LR curve):
 // the engine calls scheduler.step() after each optimizer step, and the scheduler starts at
 // last_batch_iteration = -1. So optimizer step s uses DeepSpeed's formula at iteration s-1,
 // and step 0 uses the pre-start value (warmup_min_lr for WarmupLR/WarmupDecayLR, 0 for
 // WarmupCosineLR). lr_at(s + 1) is the LR DeepSpeed reports after step s (get_last_lr()).
-// Not here: OneCycle, LRRangeTest, HF's polynomial/inverse_sqrt/... (rejected by name).
+// Not here: OneCycle, LRRangeTest, HF's polynomial/inverse_sqrt/cosine_with_restarts/
+// cosine_warmup_with_min_lr (rejected by name).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,10 +27,15 @@ enum class ScheduleKind {
   constant_with_warmup,
   linear,
   cosine,
-  warmup_lr,         // DeepSpeed WarmupLR: warmup then constant at base_lr
-  warmup_decay_lr,   // DeepSpeed WarmupDecayLR: warmup then linear decay to 0 at total_steps
-  warmup_cosine_lr,  // DeepSpeed WarmupCosineLR: warmup then cosine decay to cos_min_ratio
+  warmup_lr,            // DeepSpeed WarmupLR: warmup then constant at base_lr
+  warmup_decay_lr,      // DeepSpeed WarmupDecayLR: warmup then linear decay to 0 at total_steps
+  warmup_cosine_lr,     // DeepSpeed WarmupCosineLR: warmup then cosine decay to cos_min_ratio
+  cosine_with_min_lr,   // HF: cosine from base_lr down to min_lr_rate * base_lr
+  warmup_stable_decay,  // HF: warmup, constant, then decay to min_lr_rate * base_lr
 };
+
+// warmup_stable_decay's warmup_type / decay_type: HF's "linear", "cosine", "1-sqrt".
+enum class WsdShape { linear, cosine, one_minus_sqrt };
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::linear;
@@ -41,8 +51,25 @@ struct Schedule {
   double warmup_min_ratio = 0.0;  // WarmupCosineLR start, a ratio of base_lr
   double cos_min_ratio = 1e-4;    // WarmupCosineLR end, a ratio of base_lr
 
+  // HF --lr_scheduler_kwargs, unused by the other kinds; defaults are HF's.
+  double num_cycles = 0.5;  // cosine, cosine_with_min_lr, warmup_stable_decay (cosine decay)
+  // cosine_with_min_lr: min_lr_rate (or min_lr / base_lr); warmup_stable_decay: min_lr_ratio.
+  double min_lr_rate = 0.0;
+  int64_t num_stable_steps = 0;  // warmup_stable_decay; HF's default: total - warmup - decay
+  int64_t num_decay_steps = 0;   // warmup_stable_decay (required)
+  WsdShape warmup_shape = WsdShape::linear;
+  WsdShape decay_shape = WsdShape::cosine;
+
   double lr_at(int64_t step) const;
 };
+
+// Applies HF's scheduler_specific_kwargs (--lr_scheduler_kwargs, a JSON object; "" = {}) to s,
+// whose kind, base_lr, warmup_steps and total_steps are already set. Keys the kind does not
+// take (HF: a TypeError, or silently ignored for constant / constant_with_warmup), values of
+// the wrong type or range, and HF's own ValueErrors (both or neither of min_lr / min_lr_rate)
+// throw an Error naming the key and what to do. total_steps <= 0 means the run's length is
+// not known yet: the arguments are checked, but not warmup_stable_decay's derived stable phase.
+void schedule_apply_kwargs(Schedule& s, const std::string& kwargs_json);
 
 // DeepSpeed's formula at scheduler iteration it >= 0 (last_batch_iteration), without the
 // step shift of lr_at; exposed for tests and for comparing against DeepSpeed's own tables.

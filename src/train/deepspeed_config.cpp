@@ -117,8 +117,6 @@ const Inert kInert[] = {
     {"sparse_gradients", Kind::boolean, "false"},
     {"memory_breakdown", Kind::boolean, "false"},
     {"dump_state", Kind::boolean, "false"},
-    {"communication_data_type", Kind::any, "\"fp32\""},
-    {"activation_checkpointing", Kind::object, "!"},
     {"flops_profiler", Kind::object, "!"},
     {"tensorboard", Kind::object, "!"},
     {"wandb", Kind::object, "!"},
@@ -148,19 +146,13 @@ const Inert kInert[] = {
     {"zero_optimization.zero_quantized_nontrainable_weights", Kind::boolean, "false"},
     {"zero_optimization.mics_shard_size", Kind::integer, "-1"},
     {"zero_optimization.mics_hierarchical_params_gather", Kind::boolean, "false"},
-    // Loss scaling and friends configure a mode ztrain rejects when enabled, so they are quiet.
-    {"fp16.loss_scale", Kind::number, ""},
-    {"fp16.initial_scale_power", Kind::integer, ""},
-    {"fp16.loss_scale_window", Kind::integer, ""},
-    {"fp16.hysteresis", Kind::integer, ""},
-    {"fp16.consecutive_hysteresis", Kind::boolean, ""},
-    {"fp16.min_loss_scale", Kind::number, ""},
+    // auto_cast casts floating-point model inputs; ztrain's inputs are token ids. ztrain keeps
+    // fp32 master weights, gradients and optimizer state in every precision.
     {"fp16.auto_cast", Kind::boolean, ""},
-    {"fp16.fp16_master_weights_and_grads", Kind::boolean, ""},
+    {"fp16.fp16_master_weights_and_grads", Kind::boolean, "false"},
     {"bf16.immediate_grad_update", Kind::boolean, ""},
-    {"bf16.check_grad_overflow", Kind::boolean, ""},
-    {"bf16.bf16_master_weights_and_grads", Kind::boolean, ""},
-    {"bf16.bf16_optimizer_states", Kind::boolean, ""},
+    {"bf16.bf16_master_weights_and_grads", Kind::boolean, "false"},
+    {"bf16.bf16_optimizer_states", Kind::boolean, "false"},
     {"amp.opt_level", Kind::string, ""},
     {"optimizer.params.torch_adam", Kind::boolean, ""},
     {"scheduler.params.last_batch_iteration", Kind::integer, "-1"},
@@ -528,25 +520,152 @@ void apply_zero(Ctx& c, const json& z) {
   }
 }
 
-// fp16 / bf16 / amp: ztrain trains fp32 only, so enabled=true is an error (as HF reports a
-// DeepSpeed fp16.enabled=true without --fp16); false and "auto" (= the command line, fp32) pass.
-void apply_precision(Ctx& c, const std::string& section, const json& p) {
-  require_object(section, p);
-  const std::string shown = section == "bfloat16" ? "bf16" : section;  // DeepSpeed's legacy alias
+// ---- precision and recomputation (TrainArgs::ds_precision) ----
+
+using Enabled = DeepSpeedPrecision::Enabled;
+
+Enabled read_enabled(const std::string& key, const json& v) {
+  if (is_auto(v)) return Enabled::auto_value;
+  bool on = false;
+  read(key, v, true, on, 0, 0);
+  return on ? Enabled::on : Enabled::off;
+}
+
+// fp16: DeepSpeedFP16Config. The loss-scaling keys fill a LossScalerConfig; they are checked
+// against DeepSpeed's rules when fp16 is enabled (DeepSpeed validates them only then).
+void apply_fp16(Ctx& c, const json& p) {
+  require_object("fp16", p);
+  DeepSpeedPrecision& d = c.a.ds_precision;
+  optim::LossScalerConfig& ls = d.loss_scaler;
   for (auto& [k, v] : p.items()) {
-    const std::string key = section + "." + k;
+    const std::string key = "fp16." + k;
     if (k == "enabled") {
-      if (is_auto(v)) continue;
-      bool on = false;
-      read(key, v, true, on, 0, 0);
-      ZT_CHECK(!on, "DeepSpeed config key ", key, " is true, but ztrain trains in fp32 only (mixed precision is ",
-               "not implemented yet); set it to false or \"auto\" (which follows the command line: fp32)");
-    } else if (section == "amp") {
-      continue;  // apex options; amp is off
+      d.fp16 = read_enabled(key, v);
+    } else if (is_auto(v) && k != "auto_cast" && k != "fp16_master_weights_and_grads") {
+      continue;  // DeepSpeed drops "auto" values (DeepSpeedConfigModel): the default stays
+    } else if (k == "loss_scale") {
+      read(key, v, true, ls.loss_scale, 0, 0);
+    } else if (k == "initial_scale_power") {
+      read(key, v, true, ls.initial_scale_power, 0, 127);
+    } else if (k == "loss_scale_window") {
+      read(key, v, true, ls.loss_scale_window, INT64_MIN, INT64_MAX);
+    } else if (k == "hysteresis") {
+      read(key, v, true, ls.hysteresis, INT_MIN, INT_MAX);
+    } else if (k == "consecutive_hysteresis") {
+      read(key, v, true, ls.consecutive_hysteresis, 0, 0);
+    } else if (k == "min_loss_scale") {
+      // DeepSpeed 0.19.6 types it int (1e-10 fails there); older DeepSpeed used the number as
+      // given, and configs in the wild (configs/ds_zero2_no_offload.json) write 1e-10.
+      read(key, v, true, ls.min_loss_scale, INT64_MIN, 0);
     } else {
-      c.other(shown + "." + k, v, {"enabled"});
+      c.other(key, v,
+              {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+               "consecutive_hysteresis", "min_loss_scale"});
     }
   }
+  if (d.fp16 == Enabled::on) ls.check();
+}
+
+// bf16 (or its legacy name bfloat16): DeepSpeedBF16Config.
+void apply_bf16(Ctx& c, const std::string& section, const json& p) {
+  require_object(section, p);
+  DeepSpeedPrecision& d = c.a.ds_precision;
+  for (auto& [k, v] : p.items()) {
+    const std::string key = section + "." + k;
+    if (k == "enabled")
+      d.bf16 = read_enabled(key, v);
+    else if (k == "check_grad_overflow" && is_auto(v))
+      continue;  // DeepSpeed drops "auto" values: the default stays
+    else if (k == "check_grad_overflow")
+      read(key, v, false, d.bf16_check_grad_overflow, 0, 0);
+    else
+      c.other("bf16." + k, v, {"enabled", "check_grad_overflow"});
+  }
+}
+
+// amp (apex): not a mode ztrain has; enabled=true is an error, its other keys are apex's.
+void apply_amp(const json& p) {
+  require_object("amp", p);
+  if (const json* v = find(p, "enabled"))
+    ZT_CHECK(read_enabled("amp.enabled", *v) != Enabled::on, "DeepSpeed config key amp.enabled is true, but ztrain ",
+             "has no apex AMP; use bf16 or fp16 instead, or set it to false");
+}
+
+void apply_communication_data_type(Ctx& c, const json& v) {
+  if (v.is_null()) return;  // DeepSpeed's default (None): the training dtype
+  std::string t = read_string("communication_data_type", v);
+  for (auto& ch : t) ch = char(std::tolower((unsigned char)ch));  // DeepSpeed lower-cases it
+  ZT_CHECK(t == "fp32" || t == "bf16" || t == "fp16", "DeepSpeed config key communication_data_type must be ",
+           "\"fp32\", \"bf16\" or \"fp16\", got ", show_json(v));
+  c.a.ds_precision.communication_data_type = t;
+}
+
+// activation_checkpointing: DeepSpeedActivationCheckpointingConfig. number_checkpoints is the
+// one that shapes the recomputation; the others tune DeepSpeed's GPU implementation and change
+// nothing here, so they are accepted with one warning naming those set to true.
+void apply_activation_checkpointing(Ctx& c, const json& p) {
+  require_object("activation_checkpointing", p);
+  DeepSpeedPrecision& d = c.a.ds_precision;
+  d.activation_checkpointing = true;
+  struct Flag {
+    const char* name;
+    bool* field;
+    const char* why;
+  };
+  const Flag flags[] = {
+      {"partition_activations", &d.partition_activations, "splits checkpoints over model-parallel ranks"},
+      {"cpu_checkpointing", &d.cpu_checkpointing, "moves checkpoints to host memory, where they are already"},
+      {"contiguous_memory_optimization", &d.contiguous_memory_optimization,
+       "packs checkpoints into one buffer, as ztrain's activation arena already is"},
+      {"synchronize_checkpoint_boundary", &d.synchronize_checkpoint_boundary, "a CUDA synchronize"},
+      {"profile", &d.profile, "times checkpointed blocks on the GPU (ZT_PROFILE=1 times ztrain's regions)"},
+  };
+  std::string no_effect;
+  for (auto& [k, v] : p.items()) {
+    const std::string key = "activation_checkpointing." + k;
+    if (k == "number_checkpoints") {
+      if (!v.is_null()) read(key, v, false, d.number_checkpoints, 1, INT64_MAX);
+      continue;
+    }
+    const Flag* f = nullptr;
+    for (const Flag& x : flags)
+      if (k == x.name) f = &x;
+    if (!f) {
+      c.other(key, v,
+              {"number_checkpoints", "partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+               "synchronize_checkpoint_boundary", "profile"});
+      continue;
+    }
+    read(key, v, false, *f->field, 0, 0);
+    if (*f->field) no_effect += str_cat(no_effect.empty() ? "" : "; ", key, " (", f->why, ")");
+  }
+  if (!no_effect.empty())
+    c.warnings.push_back(str_cat("DeepSpeed config keys that change nothing on ztrain's CPU training: ", no_effect));
+}
+
+// DeepSpeed's own rule, whatever the trainer supports.
+void check_precision(const DeepSpeedPrecision& d) {
+  ZT_CHECK(!(d.fp16 == Enabled::on && d.bf16 == Enabled::on),
+           "DeepSpeed config: fp16.enabled and bf16.enabled are both true; enable one of them (DeepSpeed: "
+           "\"bfloat16 and fp16 modes cannot be simultaneously enabled\")");
+}
+
+// What of ds_precision the trainer does not act on: ztrain trains fp32 without recomputation,
+// so an enabled fp16 / bf16 is an error (a run in another precision than asked would differ in
+// memory and losses; HF also rejects fp16.enabled=true without --fp16), and the sections that
+// would change the reduction dtype or recompute activations are warned about by name.
+void check_precision_support(Ctx& c, const json& cfg) {
+  const DeepSpeedPrecision& d = c.a.ds_precision;
+  for (auto [name, e] : {std::pair{"fp16", d.fp16}, std::pair{"bf16", d.bf16}})
+    ZT_CHECK(e != Enabled::on, "DeepSpeed config key ", name, ".enabled is true, but ztrain trains in fp32 only ",
+             "(mixed precision is not implemented yet); set it to false or \"auto\" (which follows the command "
+             "line: fp32)");
+  if (!d.communication_data_type.empty() && d.communication_data_type != "fp32")
+    c.warnings.push_back(str_cat("DeepSpeed config key communication_data_type is not used by ztrain (value ",
+                                 show_json(cfg["communication_data_type"]), "): gradients are reduced in fp32"));
+  if (d.activation_checkpointing)
+    c.warnings.push_back(str_cat("DeepSpeed config key activation_checkpointing is not used by ztrain (value ",
+                                 show_json(cfg["activation_checkpointing"]), ")"));
 }
 
 }  // namespace
@@ -555,6 +674,7 @@ std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, cons
   ZT_ASSERT(world_size > 0);
   ZT_CHECK(cfg.is_object(), "a DeepSpeed config must be a JSON object, got ", show_json(cfg));
   Ctx c{a, world_size, {}, {}, {}};
+  a.ds_precision = {};  // the config's alone: no flag sets it
   apply_batch(c, cfg);
   for (auto& [k, v] : cfg.items()) {
     if (k == "train_batch_size" || k == "train_micro_batch_size_per_gpu" || k == "gradient_accumulation_steps") {
@@ -567,19 +687,31 @@ std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, cons
       apply_scheduler(c, v);
     } else if (k == "zero_optimization") {
       apply_zero(c, v);
-    } else if (k == "fp16" || k == "bf16" || k == "bfloat16" || k == "amp") {
-      apply_precision(c, k, v);
+    } else if (k == "fp16") {
+      apply_fp16(c, v);
+    } else if (k == "bf16" || k == "bfloat16") {
+      ZT_CHECK(!(k == "bfloat16" && cfg.contains("bf16")), "DeepSpeed config has both bf16 and its legacy name ",
+               "bfloat16; keep bf16 only");
+      apply_bf16(c, k, v);
+    } else if (k == "amp") {
+      apply_amp(v);
+    } else if (k == "communication_data_type") {
+      apply_communication_data_type(c, v);
+    } else if (k == "activation_checkpointing") {
+      apply_activation_checkpointing(c, v);
     } else if (k == "steps_per_print") {
       if (!v.is_null()) fill_match(c, k, v, nullptr, a.steps_per_print, false, 1);  // null: DeepSpeed's "never"
     } else if (k == "wall_clock_breakdown") {
       fill_match(c, k, v, nullptr, a.wall_clock_breakdown, false);
     } else {
-      c.other(
-          k, v,
-          {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
-           "optimizer", "scheduler", "zero_optimization", "fp16", "bf16", "steps_per_print", "wall_clock_breakdown"});
+      c.other(k, v,
+              {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+               "optimizer", "scheduler", "zero_optimization", "fp16", "bf16", "steps_per_print", "wall_clock_breakdown",
+               "communication_data_type", "activation_checkpointing"});
     }
   }
+  check_precision(a.ds_precision);
+  check_precision_support(c, cfg);
   if (!c.mismatches.empty()) {
     std::string msg = "Please correct the following DeepSpeed config values that mismatch TrainingArguments values:";
     for (auto& m : c.mismatches) msg += "\n" + m;
@@ -611,6 +743,36 @@ void apply_deepspeed_config(TrainArgs& a, int world_size, bool print_warnings) {
     for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 }
 
+nlohmann::json deepspeed_precision_json(const DeepSpeedPrecision& d) {
+  auto sw = [](Enabled e) -> json {
+    if (e == Enabled::absent) return "absent";
+    if (e == Enabled::auto_value) return "auto";
+    return e == Enabled::on;
+  };
+  const optim::LossScalerConfig& ls = d.loss_scaler;
+  json j = {{"fp16", sw(d.fp16)},
+            {"bf16", sw(d.bf16)},
+            {"loss_scaler",
+             {{"loss_scale", ls.loss_scale},
+              {"initial_scale_power", ls.initial_scale_power},
+              {"loss_scale_window", ls.loss_scale_window},
+              {"hysteresis", ls.hysteresis},
+              {"consecutive_hysteresis", ls.consecutive_hysteresis},
+              {"min_loss_scale", ls.min_loss_scale},
+              {"raise_error_at_min_scale", ls.raise_error_at_min_scale}}},
+            {"bf16_check_grad_overflow", d.bf16_check_grad_overflow},
+            {"communication_data_type", d.communication_data_type},
+            {"activation_checkpointing", nullptr}};
+  if (d.activation_checkpointing)
+    j["activation_checkpointing"] = {{"number_checkpoints", d.number_checkpoints},
+                                     {"partition_activations", d.partition_activations},
+                                     {"cpu_checkpointing", d.cpu_checkpointing},
+                                     {"contiguous_memory_optimization", d.contiguous_memory_optimization},
+                                     {"synchronize_checkpoint_boundary", d.synchronize_checkpoint_boundary},
+                                     {"profile", d.profile}};
+  return j;
+}
+
 optim::Schedule schedule_from_args(const TrainArgs& a, int64_t total_steps) {
   optim::Schedule s;
   s.kind = optim::schedule_kind_from_string(a.lr_scheduler_type);
@@ -629,6 +791,7 @@ optim::Schedule schedule_from_args(const TrainArgs& a, int64_t total_steps) {
     s.warmup_min_ratio = a.warmup_min_ratio;
     s.cos_min_ratio = a.cos_min_ratio;
   }
+  optim::schedule_apply_kwargs(s, a.lr_scheduler_kwargs);
   return s;
 }
 

@@ -5,8 +5,9 @@
 // train_batch_size = micro x accumulation x world size is enforced. Unlike HF, an explicit
 // DeepSpeed value silently replaces a flag's *default* (HF compares against defaults too).
 // Keys ztrain does not act on are warned about by name; keys of the wrong JSON type are errors.
-// docs/deepspeed.md lists every key. Not here: the ZeRO engine (src/parallel), fp16/bf16
-// training (rejected: ztrain trains fp32), optimizers other than Adam/AdamW.
+// docs/deepspeed.md lists every key. The fp16 / bf16 / communication_data_type /
+// activation_checkpointing sections are parsed into TrainArgs::ds_precision for the trainer.
+// Not here: the ZeRO engine (src/parallel), the precision itself, optimizers other than Adam/AdamW.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
@@ -26,10 +27,16 @@ void apply_deepspeed_config(TrainArgs& a, int world_size, bool print_warnings = 
 // The same for an already-parsed config; returns the warnings (without "warning: ").
 std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, const nlohmann::json& cfg);
 
+// ds_precision as JSON (the resolved config: run identity, logs): its enabled switches as
+// "absent" / false / true / "auto", the loss scaler's keys, communication_data_type ("" =
+// absent) and the activation_checkpointing keys (null when the section is absent).
+nlohmann::json deepspeed_precision_json(const DeepSpeedPrecision& d);
+
 // The LR schedule of a run of total_steps optimizer steps: --lr_scheduler_type, HF's warmup
 // rules (warmup_steps >= 1 is a count, < 1 a ratio, else warmup_ratio) and, for DeepSpeed's
-// kinds, the scheduler parameters above (warmup_max_lr, total_num_steps, ...). Meant to replace
-// the trainer's inline schedule setup.
+// kinds, the scheduler parameters above (warmup_max_lr, total_num_steps, ...); HF's kinds take
+// --lr_scheduler_kwargs. total_steps <= 0: the run's length is not known yet, and only the
+// arguments are checked (optim::schedule_apply_kwargs).
 optim::Schedule schedule_from_args(const TrainArgs& a, int64_t total_steps);
 
 }  // namespace zt

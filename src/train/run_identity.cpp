@@ -6,14 +6,15 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "train/deepspeed_config.h"
 
 namespace zt {
 namespace {
 
 // Settings that only a DeepSpeed config sets (no flag of that name).
-const std::set<std::string> kDeepSpeedOnly = {"contiguous_gradients", "steps_per_print", "wall_clock_breakdown",
-                                              "warmup_min_lr",        "warmup_max_lr",   "warmup_type",
-                                              "warmup_min_ratio",     "cos_min_ratio",   "total_num_steps"};
+const std::set<std::string> kDeepSpeedOnly = {
+    "contiguous_gradients", "steps_per_print",  "wall_clock_breakdown", "warmup_min_lr",   "warmup_max_lr",
+    "warmup_type",          "warmup_min_ratio", "cos_min_ratio",        "total_num_steps", "ds_precision"};
 
 std::string setting_name(const std::string& key) {
   return kDeepSpeedOnly.count(key) ? "the DeepSpeed setting " + key : "--" + key;
@@ -65,6 +66,7 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(per_device_train_batch_size), ZT_ARG(gradient_accumulation_steps), ZT_ARG(model_max_length);
   ZT_ARG(optim), ZT_ARG(learning_rate), ZT_ARG(weight_decay), ZT_ARG(adam_beta1), ZT_ARG(adam_beta2);
   ZT_ARG(adam_epsilon), ZT_ARG(max_grad_norm), ZT_ARG(lr_scheduler_type), ZT_ARG(warmup_ratio), ZT_ARG(warmup_steps);
+  ZT_ARG(lr_scheduler_kwargs);
   ZT_ARG(max_steps), ZT_ARG(num_train_epochs), ZT_ARG(logging_steps), ZT_ARG(save_strategy), ZT_ARG(save_steps);
   ZT_ARG(save_total_limit), ZT_ARG(resume_from_checkpoint), ZT_ARG(resume_allow_changes), ZT_ARG(save_dtype);
   ZT_ARG(seed), ZT_ARG(logging_dir), ZT_ARG(report_to), ZT_ARG(plot), ZT_ARG(disable_tqdm), ZT_ARG(packing);
@@ -75,6 +77,7 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(warmup_type), ZT_ARG(warmup_min_ratio), ZT_ARG(cos_min_ratio), ZT_ARG(total_num_steps), ZT_ARG(no_shuffle);
   ZT_ARG(peak_gflops);
 #undef ZT_ARG
+  j["ds_precision"] = deepspeed_precision_json(a.ds_precision);
   return j;
 }
 

@@ -6,8 +6,37 @@
 #include <string>
 
 #include "dist/communicator.h"
+#include "optim/loss_scaler.h"
 
 namespace zt {
+
+// What a DeepSpeed config's fp16 / bf16 / communication_data_type / activation_checkpointing
+// sections say (docs/deepspeed.md#precision). apply_deepspeed_config fills it; the trainer
+// consumes it together with the command line's precision and recomputation flags. Defaults are
+// DeepSpeed's (deepspeed/runtime/precision_config.py, activation_checkpointing/config.py, 0.19.6).
+struct DeepSpeedPrecision {
+  // A section's "enabled": absent (no such section or key), false, true, or "auto" (HF fills it
+  // from the command line: --fp16 / --bf16).
+  enum class Enabled { absent, off, on, auto_value };
+  Enabled fp16 = Enabled::absent;
+  Enabled bf16 = Enabled::absent;        // the "bf16" section, or its legacy name "bfloat16"
+  optim::LossScalerConfig loss_scaler;   // fp16.loss_scale, initial_scale_power, loss_scale_window, ...
+  bool bf16_check_grad_overflow = true;  // bf16.check_grad_overflow: skip a step whose gradients hold inf/NaN
+  // communication_data_type, lower-cased: "fp32" | "bf16" | "fp16"; "" when absent, which in
+  // DeepSpeed means the training dtype (engine.communication_data_type: fp16 if fp16 is
+  // enabled, else bf16 if bf16 is, else fp32).
+  std::string communication_data_type;
+
+  // The activation_checkpointing section. DeepSpeed recomputes what the model's code wraps in
+  // deepspeed.checkpointing.checkpoint; HF's Trainer with --gradient_checkpointing wraps every
+  // block. The section being present asks for that full recomputation.
+  bool activation_checkpointing = false;  // the section is present
+  int64_t number_checkpoints = 0;         // number_checkpoints: blocks recomputed; 0 = absent/null (all)
+  // Accepted; none changes what ztrain computes (a warning names those set to true): see
+  // docs/deepspeed.md#precision.
+  bool partition_activations = false, cpu_checkpointing = false, contiguous_memory_optimization = false;
+  bool synchronize_checkpoint_boundary = false, profile = false;
+};
 
 // A new field is also named in train_args_json (train/run_identity.cpp): the ranks of a job
 // must agree on it, or it is listed there as legitimately per rank.
@@ -32,6 +61,7 @@ struct TrainArgs {
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;  // 0 disables clipping
   std::string lr_scheduler_type = "linear";
+  std::string lr_scheduler_kwargs = "{}";  // HF's: a JSON object of the schedule's own arguments
   double warmup_ratio = 0.0;
   double warmup_steps = 0;  // HF v5: a float < 1 is a ratio of the total steps
 
@@ -98,6 +128,7 @@ struct TrainArgs {
   double warmup_min_ratio = 0.0;    // WarmupCosineLR
   double cos_min_ratio = 1e-4;      // WarmupCosineLR
   int64_t total_num_steps = -1;     // scheduler length; -1: the run's total optimizer steps
+  DeepSpeedPrecision ds_precision;  // from the --deepspeed config only
   // Names of the flags given on the command line (without "--"): a DeepSpeed config value
   // that disagrees with one of these is an error, while it silently replaces a default.
   std::set<std::string> explicit_flags;

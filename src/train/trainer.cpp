@@ -116,7 +116,7 @@ void check_args(const TrainArgs& a) {
   ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps", "--save_strategy \"", a.save_strategy,
            "\" is not supported; use \"steps\" or \"no\"");
   ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
-  optim::schedule_kind_from_string(a.lr_scheduler_type);
+  schedule_from_args(a, 0);  // the scheduler's name and --lr_scheduler_kwargs
   allowed_changes(a.resume_allow_changes);
 }
 

@@ -77,5 +77,10 @@ mem='needs an estimated [0-9.]* [TPGM]iB.* but only [0-9.]* [TPGM]iB is availabl
 expect "model larger than memory (train)" "$mem" -- ulim "$Z" train --model_config_path "$W/huge/config.json" --output_dir "$W/o15" "${base[@]}"
 expect "model larger than memory (eval)" "$mem" -- ulim "$Z" eval --model_name_or_path "$W/huge" --validation_file "$W/ok.bin" --model_max_length 16
 expect "model larger than memory (generate)" "$mem" -- ulim "$Z" generate --model_name_or_path "$W/huge" --prompt hi
+# LR schedules: HF's --lr_scheduler_kwargs (docs/training.md#lr-schedules).
+expect "wsd without num_decay_steps" "needs num_decay_steps" -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o16" "${base[@]}" --lr_scheduler_type warmup_stable_decay
+expect "unknown scheduler kwarg" 'key "num_decay_step" is not used by warmup_stable_decay.*did you mean num_decay_steps' -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o16" "${base[@]}" --lr_scheduler_type warmup_stable_decay --lr_scheduler_kwargs '{"num_decay_step": 1}'
+expect "scheduler kwargs not JSON" "not valid JSON" -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o16" "${base[@]}" --lr_scheduler_type cosine --lr_scheduler_kwargs 'num_cycles=1'
+expect "cosine_with_min_lr without a minimum" "needs min_lr or min_lr_rate" -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o16" "${base[@]}" --lr_scheduler_type cosine_with_min_lr
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
