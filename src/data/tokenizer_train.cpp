@@ -1,0 +1,1 @@
+// tokenizer_train.cpp: placeholder
