@@ -83,7 +83,7 @@ TEST(TokenizerPretok, Gpt2PatternCases) {
   EXPECT_EQ(p("caf\xC3\xA9\xE3\x80\x80x"), (Pieces{"caf\xC3\xA9", "\xE3\x80\x80", "x"}));
   EXPECT_EQ(p(" \xC2\x85x"), (Pieces{" \xC2\x85", "x"}));  // U+0085 is not \s in JavaScript...
   EXPECT_EQ(pieces(tok::kGpt2Pattern, " \xC2\x85x"), (Pieces{" ", "\xC2\x85", "x"}));  // ...it is in Oniguruma
-  EXPECT_EQ(p("a\xEF\xBB\xBF b"), (Pieces{"a", "\xEF\xBB\xBF", " b"}));  // U+FEFF is \s in JavaScript
+  EXPECT_EQ(p("a\xEF\xBB\xBF b"), (Pieces{"a", "\xEF\xBB\xBF", " b"}));                // U+FEFF is \s in JavaScript
   // Invalid bytes match nothing, so they fall between pieces and still reach the model.
   EXPECT_EQ(p("a\xFF\xFE b"), (Pieces{"a", "\xFF\xFE", " b"}));
 }
@@ -121,7 +121,10 @@ TEST(TokenizerPretok, Utf8DecodingAndUnicode) {
   EXPECT_EQ(tok::normalize("e\xCC\x81", tok::NormalForm::nfc), "\xC3\xA9");
   EXPECT_EQ(tok::normalize("\xC3\xA9", tok::NormalForm::nfd), "e\xCC\x81");
   EXPECT_EQ(tok::normalize("\xEF\xBC\xA1\xE2\x91\xA0", tok::NormalForm::nfkc), "A1");  // fullwidth A, circled 1
-  EXPECT_EQ(tok::normalize("\xFF" "e\xCC\x81", tok::NormalForm::nfc), "\xFF\xC3\xA9");  // invalid bytes kept
+  EXPECT_EQ(tok::normalize("\xFF"
+                           "e\xCC\x81",
+                           tok::NormalForm::nfc),
+            "\xFF\xC3\xA9");                                                // invalid bytes kept
   EXPECT_EQ(tok::to_lowercase("\xC4\xB0Z\xCE\xA3"), "i\xCC\x87z\xCF\x83");  // İ -> i + dot, Σ -> σ
   EXPECT_TRUE(tok::is_white_space(0x3000));
   EXPECT_FALSE(tok::is_white_space(0x200B));
@@ -312,9 +315,13 @@ TEST(TokenizerErrors, TokenizerJsonMalformedOrUnsupported) {
              }),
              "model.merges[5] uses \"q\", which is not in model.vocab");
   expect_has(with([](json& j) { j["model"]["merges"].push_back("h i e"); }), "model.merges[5] must be \"left right\"");
-  expect_has(with([](json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }),
+  expect_has(with([](json& j) {
+               j["normalizer"] = {{"type", "Precompiled"}};
+             }),
              "normalizer type \"Precompiled\" is not supported");
-  expect_has(with([](json& j) { j["pre_tokenizer"] = {{"type", "UnicodeScripts"}}; }),
+  expect_has(with([](json& j) {
+               j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
+             }),
              "pre_tokenizer type \"UnicodeScripts\"");
   expect_has(with([](json& j) {
                j["pre_tokenizer"] = {
@@ -442,7 +449,8 @@ void check_parity(const std::string& tok_name, const std::string& subdir, const 
     std::vector<int32_t> want = expected_ids(*fx, tok_name, name);
     ++texts;
     tokens += want.size();
-    if (got != want && ++bad_texts <= 5 && known_differences == 0) ADD_FAILURE() << tok_name << " " << name << ": " << show_mismatch(got, want);
+    if (got != want && ++bad_texts <= 5 && known_differences == 0)
+      ADD_FAILURE() << tok_name << " " << name << ": " << show_mismatch(got, want);
     if (name.starts_with("nlp_")) continue;
     std::string decoded = t->decode(got);
     lossless += decoded == text;
@@ -480,7 +488,9 @@ void check_parity(const std::string& tok_name, const std::string& subdir, const 
   for (size_t w : wrong) EXPECT_EQ(w, 0u);
 }
 
-TEST(TokenizerParity, Gpt2FilesMatchGpt3Encoder) { check_parity("gpt2", "gpt2", "gpt2-bpe", 50257, 50256, 50256, true); }
+TEST(TokenizerParity, Gpt2FilesMatchGpt3Encoder) {
+  check_parity("gpt2", "gpt2", "gpt2-bpe", 50257, 50256, 50256, true);
+}
 TEST(TokenizerParity, Gpt2JsonMatchesHf) {
   check_parity("gpt2_hf", "gpt2_hf/tokenizer.json", "hf-bpe", 50257, 50256, 50256, true);
 }

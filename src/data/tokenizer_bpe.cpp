@@ -256,7 +256,9 @@ void BpeWordModel::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   uint32_t len;
   for (size_t i = 0; i < piece.size(); i += len) {
     uint32_t unit = next_unit(piece, i, &len);
-    int32_t id = opt_.byte_level ? byte_token_[unit] : unit < 128 ? ascii_token_[unit] : model_.find(piece.substr(i, len));
+    int32_t id = opt_.byte_level ? byte_token_[unit]
+                 : unit < 128    ? ascii_token_[unit]
+                                 : model_.find(piece.substr(i, len));
     word.push_back({id, uint32_t(i), len});
   }
   model_.merge(word, opt_.order);

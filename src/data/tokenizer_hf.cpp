@@ -176,8 +176,9 @@ std::unique_ptr<Tokenizer> load_json(const Reader& rd, const json& root) {
     p.name = "hf-wordpiece";
     p.model = load_wordpiece(rd, mj);
   } else {
-    rd.fail("model.type", type.empty() ? "is missing"
-                                       : str_cat("\"", type, "\" is not supported (ztrain reads BPE, Unigram and WordPiece)"));
+    rd.fail("model.type", type.empty()
+                              ? "is missing"
+                              : str_cat("\"", type, "\" is not supported (ztrain reads BPE, Unigram and WordPiece)"));
   }
   read_added_tokens(rd, root, p);
   parse_decoder(rd, part("decoder"), "decoder", p);

@@ -27,7 +27,8 @@ struct Reader {
     if (!v.is_string()) fail(str_cat(where, ".", key), str_cat("must be a string, found ", v.type_name()));
     return v.get<std::string>();
   }
-  std::string string_or(const nlohmann::json& obj, const std::string& where, const char* key, const char* fallback) const {
+  std::string string_or(const nlohmann::json& obj, const std::string& where, const char* key,
+                        const char* fallback) const {
     if (!obj.is_object() || !obj.contains(key) || obj.at(key).is_null()) return fallback;
     return string_field(obj, where, key);
   }

@@ -34,8 +34,9 @@ SplitBehavior read_behavior(const Reader& rd, const json& obj, const std::string
   if (b == "MergedWithPrevious") return SplitBehavior::merged_with_previous;
   if (b == "MergedWithNext") return SplitBehavior::merged_with_next;
   if (b == "Contiguous") return SplitBehavior::contiguous;
-  rd.fail(where + ".behavior", str_cat(quote(b), " is not a split behaviour (Removed, Isolated, MergedWithPrevious, "
-                                                 "MergedWithNext, Contiguous)"));
+  rd.fail(where + ".behavior", str_cat(quote(b),
+                                       " is not a split behaviour (Removed, Isolated, MergedWithPrevious, "
+                                       "MergedWithNext, Contiguous)"));
 }
 
 // Whitespace's \w+|[^\w\s]+ in the Rust regex crate: \w is Alphabetic, M, Nd, Pc, Join_Control.
@@ -67,7 +68,10 @@ void parse_normalizer(const Reader& rd, const json& n, const std::string& where,
     for (size_t i = 0; i < list.size(); ++i) parse_normalizer(rd, list[i], str_cat(where, ".normalizers[", i, "]"), p);
     return;
   } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
-    st.form = type == "NFC" ? NormalForm::nfc : type == "NFD" ? NormalForm::nfd : type == "NFKC" ? NormalForm::nfkc : NormalForm::nfkd;
+    st.form = type == "NFC"    ? NormalForm::nfc
+              : type == "NFD"  ? NormalForm::nfd
+              : type == "NFKC" ? NormalForm::nfkc
+                               : NormalForm::nfkd;
   } else if (type == "Lowercase") {
     st.kind = K::lowercase;
   } else if (type == "Strip") {
@@ -117,7 +121,8 @@ void parse_pre_tokenizer(const Reader& rd, const json& n, const std::string& whe
     byte_level = true;
     PreTokStep s{K::byte_level};
     s.add_prefix_space = rd.bool_field(n, where, "add_prefix_space", true);
-    if (rd.bool_field(n, where, "use_regex", true)) s.regex = std::make_shared<const Regex>(kGpt2Pattern, RegexFlavor::onig);
+    if (rd.bool_field(n, where, "use_regex", true))
+      s.regex = std::make_shared<const Regex>(kGpt2Pattern, RegexFlavor::onig);
     p.pre_tokenizer.push_back(std::move(s));
   } else if (type == "Metaspace") {
     PreTokStep s{K::metaspace};
@@ -206,7 +211,8 @@ void parse_post_processor(const Reader& rd, const json& n, const std::string& wh
     for (const AddedToken& a : p.added)
       if (a.content == text) return a.id;
     int32_t id = p.model->token_to_id(text);
-    if (id < 0) rd.fail(at, str_cat("names the token ", quote(text), ", which is in neither the vocab nor added_tokens"));
+    if (id < 0)
+      rd.fail(at, str_cat("names the token ", quote(text), ", which is in neither the vocab nor added_tokens"));
     return id;
   };
   // [text, id] pairs of BertProcessing / RobertaProcessing.
@@ -249,7 +255,8 @@ void parse_post_processor(const Reader& rd, const json& n, const std::string& wh
       }
     }
   } else {
-    rd.unsupported(where, type, "TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel and Sequence of those");
+    rd.unsupported(where, type,
+                   "TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel and Sequence of those");
   }
 }
 

@@ -68,7 +68,10 @@ void bert_normalize(const NormalizeStep& st, std::string& s) {
   auto copy = [](uint32_t cp, std::string& out) { append_utf8(out, cp); };
   if (st.clean_text)
     s = filter_map(
-        s, [](uint32_t cp) { return cp != 0 && cp != 0xFFFD && (cp == '\t' || cp == '\n' || cp == '\r' || !is_other(cp)); },
+        s,
+        [](uint32_t cp) {
+          return cp != 0 && cp != 0xFFFD && (cp == '\t' || cp == '\n' || cp == '\r' || !is_other(cp));
+        },
         [](uint32_t cp, std::string& out) { append_utf8(out, is_white_space(cp) ? ' ' : cp); });
   if (st.chinese_chars)
     s = filter_map(
@@ -82,7 +85,9 @@ void bert_normalize(const NormalizeStep& st, std::string& s) {
             append_utf8(out, cp);
           }
         });
-  if (st.strip_accents) s = filter_map(normalize(s, NormalForm::nfd), [](uint32_t cp) { return !is_mark_nonspacing(cp); }, copy);
+  if (st.strip_accents)
+    s = filter_map(
+        normalize(s, NormalForm::nfd), [](uint32_t cp) { return !is_mark_nonspacing(cp); }, copy);
   if (st.lowercase) s = to_lowercase(s);
 }
 
@@ -91,11 +96,18 @@ void bert_normalize(const NormalizeStep& st, std::string& s) {
 void normalize_text(const std::vector<NormalizeStep>& steps, std::string& s) {
   for (const NormalizeStep& st : steps) {
     switch (st.kind) {
-      case NormalizeStep::Kind::form: s = normalize(s, st.form); break;
-      case NormalizeStep::Kind::lowercase: s = to_lowercase(s); break;
-      case NormalizeStep::Kind::strip: strip(s, st.left, st.right); break;
+      case NormalizeStep::Kind::form:
+        s = normalize(s, st.form);
+        break;
+      case NormalizeStep::Kind::lowercase:
+        s = to_lowercase(s);
+        break;
+      case NormalizeStep::Kind::strip:
+        strip(s, st.left, st.right);
+        break;
       case NormalizeStep::Kind::strip_accents:
-        s = filter_map(s, [](uint32_t cp) { return !is_mark(cp); }, [](uint32_t cp, std::string& out) { append_utf8(out, cp); });
+        s = filter_map(
+            s, [](uint32_t cp) { return !is_mark(cp); }, [](uint32_t cp, std::string& out) { append_utf8(out, cp); });
         break;
       case NormalizeStep::Kind::replace:
         if (st.regex)
@@ -106,7 +118,9 @@ void normalize_text(const std::vector<NormalizeStep>& steps, std::string& s) {
       case NormalizeStep::Kind::prepend:
         if (!s.empty()) s.insert(0, st.to);
         break;
-      case NormalizeStep::Kind::bert: bert_normalize(st, s); break;
+      case NormalizeStep::Kind::bert:
+        bert_normalize(st, s);
+        break;
     }
   }
 }

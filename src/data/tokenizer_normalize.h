@@ -19,9 +19,9 @@ struct NormalizeStep {
   explicit NormalizeStep(Kind k = Kind::form) : kind(k) {}
   Kind kind;
   NormalForm form = NormalForm::nfc;
-  bool left = false, right = false;          // strip
-  std::shared_ptr<const Regex> regex;        // replace with a regex pattern
-  std::string from, to;                      // replace a literal (from -> to); prepend (to)
+  bool left = false, right = false;    // strip
+  std::shared_ptr<const Regex> regex;  // replace with a regex pattern
+  std::string from, to;                // replace a literal (from -> to); prepend (to)
   bool clean_text = true, chinese_chars = true, strip_accents = false, lowercase = true;  // bert
 };
 

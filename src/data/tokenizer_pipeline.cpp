@@ -178,7 +178,8 @@ namespace {
 
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   if (from.empty()) return;
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+    s.replace(pos, from.size(), to);
 }
 
 bool byte_fallback_token(const std::string& t, char* byte) {
@@ -226,7 +227,8 @@ void apply_decoder(const DecodeStep& d, std::vector<std::string>& tokens) {
       for (std::string& t : tokens) {
         size_t b = 0, e = t.size();
         for (size_t k = 0; k < d.start && t.compare(b, d.from.size(), d.from) == 0 && b < e; ++k) b += d.from.size();
-        for (size_t k = 0; k < d.stop && e >= b + d.from.size() && t.compare(e - d.from.size(), d.from.size(), d.from) == 0; ++k)
+        for (size_t k = 0;
+             k < d.stop && e >= b + d.from.size() && t.compare(e - d.from.size(), d.from.size(), d.from) == 0; ++k)
           e -= d.from.size();
         t = t.substr(b, e - b);
       }
@@ -247,8 +249,17 @@ void apply_decoder(const DecodeStep& d, std::vector<std::string>& tokens) {
             t.insert(0, " ");
         }
         if (d.cleanup)
-          for (auto [f, r] : {std::pair{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-                              {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}})
+          for (auto [f, r] : {std::pair{" .", "."},
+                              {" ?", "?"},
+                              {" !", "!"},
+                              {" ,", ","},
+                              {" ' ", "'"},
+                              {" n't", "n't"},
+                              {" 'm", "'m"},
+                              {" do not", " don't"},
+                              {" 's", "'s"},
+                              {" 've", "'ve"},
+                              {" 're", "'re"}})
             replace_all(t, f, r);
       }
       break;

@@ -68,7 +68,7 @@ struct DecodeStep {
   enum class Kind { byte_level, byte_fallback, fuse, strip, replace, metaspace, wordpiece };
   explicit DecodeStep(Kind k = Kind::fuse) : kind(k) {}
   Kind kind;
-  std::string from, to;  // replace; metaspace replacement (from); wordpiece prefix (from)
+  std::string from, to;        // replace; metaspace replacement (from); wordpiece prefix (from)
   size_t start = 0, stop = 0;  // strip: characters of `from` removed at each end of a token
   bool prepend = true;         // metaspace: the first token's leading replacement is dropped
   bool cleanup = false;        // wordpiece: clean_up_tokenization
@@ -118,7 +118,7 @@ class PipelineTokenizer final : public Tokenizer {
   bool splits_at_newlines_ = false;
   bool any_normalized_added_ = false, any_raw_added_ = false;
   std::array<std::vector<uint32_t>, 256> added_by_first_byte_;  // indexes into p_.added
-  std::vector<std::string> added_normalized_;                     // each added token's normalized text
+  std::vector<std::string> added_normalized_;                   // each added token's normalized text
   std::unordered_map<int32_t, uint32_t> added_by_id_;
 };
 

@@ -101,7 +101,8 @@ void metaspace_one(const PreTokStep& step, std::string_view s, bool at_start, Sp
     else
       t += c;
   }
-  bool prepend = step.prepend == PreTokStep::Prepend::always || (step.prepend == PreTokStep::Prepend::first && at_start);
+  bool prepend =
+      step.prepend == PreTokStep::Prepend::always || (step.prepend == PreTokStep::Prepend::first && at_start);
   if (prepend && !std::string_view(t).starts_with(step.replacement)) t.insert(0, step.replacement);
   if (!step.split) return out.add(t, at_start);
   PreTokStep cut;

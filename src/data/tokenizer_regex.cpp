@@ -12,8 +12,10 @@ namespace {
 
 // Oniguruma's \s (Unicode White_Space) and JavaScript's (WhiteSpace + LineTerminator: adds
 // U+FEFF, lacks U+0085), as class contents.
-constexpr std::string_view kOnigSpace = R"(\t-\r \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000})";
-constexpr std::string_view kJsSpace = R"(\t-\r \x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}\x{feff})";
+constexpr std::string_view kOnigSpace =
+    R"(\t-\r \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000})";
+constexpr std::string_view kJsSpace =
+    R"(\t-\r \x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}\x{feff})";
 constexpr std::string_view kOnigWord = R"(\p{L}\p{M}\p{Nd}\p{Pc})";
 
 std::string pcre2_message(int code) {
@@ -33,14 +35,16 @@ std::string translate_pattern(std::string_view p, RegexFlavor flavor) {
     char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       char n = p[++i];
-      std::string_view set = n == 's' || n == 'S' ? space : (flavor == RegexFlavor::onig && (n == 'w' || n == 'W')) ? kOnigWord : "";
+      std::string_view set = n == 's' || n == 'S'                                      ? space
+                             : (flavor == RegexFlavor::onig && (n == 'w' || n == 'W')) ? kOnigWord
+                                                                                       : "";
       if (!set.empty() && (n == 's' || n == 'w')) {
         out += in_class ? std::string(set) : "[" + std::string(set) + "]";
       } else if (!set.empty() && !in_class) {
         out += "[^" + std::string(set) + "]";
       } else {
         out += '\\';
-        out += n;  // a negated class inside a class keeps PCRE2's own meaning
+        out += n;        // a negated class inside a class keeps PCRE2's own meaning
         if (n == 'Q') {  // \Q...\E: copy the quoted text verbatim
           size_t e = p.find("\\E", i + 1);
           out += p.substr(i + 1, e == std::string_view::npos ? std::string_view::npos : e + 2 - (i + 1));

@@ -68,8 +68,8 @@ utf8proc_category_t category(uint32_t cp) {
 
 bool is_white_space(uint32_t cp) {
   if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D);
-  return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+  return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 bool is_numeric(uint32_t cp) {
@@ -79,8 +79,9 @@ bool is_numeric(uint32_t cp) {
 }
 
 bool is_punctuation(uint32_t cp) {
-  if (cp < 0x80) return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
-                        (cp >= 0x7B && cp <= 0x7E);
+  if (cp < 0x80)
+    return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
+           (cp >= 0x7B && cp <= 0x7E);
   auto c = category(cp);
   return c >= UTF8PROC_CATEGORY_PC && c <= UTF8PROC_CATEGORY_PO;
 }
@@ -139,10 +140,18 @@ std::string normalize(std::string_view s, NormalForm form) {
   if (ascii) return std::string(s);  // ASCII is invariant under every form
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case NormalForm::nfc: options |= UTF8PROC_COMPOSE; break;
-    case NormalForm::nfd: options |= UTF8PROC_DECOMPOSE; break;
-    case NormalForm::nfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormalForm::nfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::nfc:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case NormalForm::nfd:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormalForm::nfkc:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormalForm::nfkd:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   std::string out;
   out.reserve(s.size());

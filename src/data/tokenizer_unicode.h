@@ -29,10 +29,10 @@ void append_utf8(std::string& out, uint32_t cp);
 size_t utf8_char_count(std::string_view s);
 
 // Rust char predicates (what the Hugging Face pre-tokenizers call).
-bool is_white_space(uint32_t cp);  // Unicode White_Space (char::is_whitespace)
-bool is_numeric(uint32_t cp);      // Nd, Nl, No (char::is_numeric)
-bool is_punctuation(uint32_t cp);  // ASCII punctuation or a P* category
-bool is_word_char(uint32_t cp);    // regex \w: Alphabetic, M, Nd, Pc, Join_Control
+bool is_white_space(uint32_t cp);      // Unicode White_Space (char::is_whitespace)
+bool is_numeric(uint32_t cp);          // Nd, Nl, No (char::is_numeric)
+bool is_punctuation(uint32_t cp);      // ASCII punctuation or a P* category
+bool is_word_char(uint32_t cp);        // regex \w: Alphabetic, M, Nd, Pc, Join_Control
 bool is_mark_nonspacing(uint32_t cp);  // Mn
 bool is_control(uint32_t cp);          // Cc or Cf, not \t \n \r
 bool is_other(uint32_t cp);            // C*: Cc Cf Cs Co Cn (Rust's is_other)

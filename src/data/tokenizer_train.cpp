@@ -1,1 +1,0 @@
-// tokenizer_train.cpp: placeholder
