@@ -4,7 +4,9 @@
 # builds it. Used by both README commands; safe to run again. ZT_BUILD_DIR picks the build folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin "$@")
+# libpcre2-dev, libutf8proc-dev, pkg-config: tokenizer regexes and Unicode normalization (docs/tokenizers.md).
+pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin pkg-config
+      libpcre2-dev libutf8proc-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # Node.js and npm often come preinstalled from outside Debian (NodeSource, npm 11); asking apt

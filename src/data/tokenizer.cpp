@@ -59,8 +59,7 @@ namespace {
 
 // Token strings of encoder.json -> ids, checked; also fills the model and the decode table.
 std::unordered_map<std::string, int32_t> read_gpt2_encoder(const std::string& path, BpeModel& model,
-                                                           std::vector<std::string>& id_text,
-                                                           std::vector<bool>& has_id) {
+                                                           std::vector<std::string>& id_text) {
   nlohmann::json j = read_json_file(path);
   ZT_CHECK(j.is_object() && !j.empty(), path, ": expected a JSON object mapping token strings to ids, found ",
            j.is_object() ? "an empty object" : j.type_name());
@@ -73,9 +72,8 @@ std::unordered_map<std::string, int32_t> read_gpt2_encoder(const std::string& pa
     std::string raw;
     if (!byte_level_decode(text, raw)) raw = text;  // not GPT-2's byte alphabet: keep as written
     model.add_token(raw, id);
-    if (size_t(id) >= id_text.size()) id_text.resize(size_t(id) + 1), has_id.resize(size_t(id) + 1);
-    id_text[size_t(id)] = raw;
-    has_id[size_t(id)] = true;
+    if (size_t(id) >= id_text.size()) id_text.resize(size_t(id) + 1);
+    id_text[size_t(id)] = text;
     ids.emplace(text, id);
   }
   return ids;
@@ -116,23 +114,27 @@ std::unique_ptr<Tokenizer> load_gpt2_files(const std::string& dir) {
     ZT_CHECK(fs::exists(f, ec), f, ": missing; a GPT-2 tokenizer folder needs both encoder.json and vocab.bpe");
   BpeModel model;
   std::vector<std::string> id_text;
-  std::vector<bool> has_id;
-  auto ids = read_gpt2_encoder(encoder, model, id_text, has_id);
+  auto ids = read_gpt2_encoder(encoder, model, id_text);
   read_gpt2_merges(merges, ids, model);
 
   BpeOptions opt;
-  opt.name = "gpt2-bpe";
-  opt.pre_split = PreSplit::gpt2;
   opt.byte_level = true;
-  opt.order = MergeOrder::all_occurrences;
-  std::vector<AddedToken> added;
+  opt.order = MergeOrder::all_occurrences;  // OpenAI's encoder.py (see MergeOrder)
+  PipelineParts p;
+  p.name = "gpt2-bpe";
+  // gpt-3-encoder runs GPT-2's pattern in JavaScript, whose \s differs from Oniguruma's.
+  PreTokStep split{PreTokStep::Kind::byte_level};
+  split.regex = std::make_shared<const Regex>(kGpt2Pattern, RegexFlavor::js);
+  p.pre_tokenizer.push_back(std::move(split));
+  p.has_decoder = true;
+  p.decoder.push_back(DecodeStep(DecodeStep::Kind::byte_level));
+  p.model = std::make_unique<BpeWordModel>(std::move(model), opt, std::move(id_text));
   if (auto it = ids.find("<|endoftext|>"); it != ids.end()) {
     // GPT-2 uses one token to end and start documents (Hugging Face's gpt2 config says so too).
-    opt.eos_id = opt.bos_id = it->second;
-    added.push_back({it->first, it->second});
+    p.eos_id = p.bos_id = it->second;
+    p.added.push_back({it->first, it->second});
   }
-  return std::make_unique<BpeTokenizer>(std::move(model), std::move(opt), std::move(id_text), std::move(has_id),
-                                        std::move(added));
+  return std::make_unique<PipelineTokenizer>(std::move(p));
 }
 
 }  // namespace tok

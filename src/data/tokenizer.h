@@ -1,10 +1,9 @@
-// tokenizer.h: text <-> token ids for the models ztrain trains. Loads byte-pair-encoding
-// tokenizers in the two formats users bring: OpenAI's GPT-2 files (encoder.json + vocab.bpe)
-// and Hugging Face tokenizer.json BPE models (Llama-2 SentencePiece-style, Llama-3
-// tiktoken-style). Encoding matches the reference JavaScript tokenizers token for token; see
-// docs/tokenizers.md for the algorithm, the parity check and measured speed.
-// Deliberately not here: WordPiece/Unigram models, Unicode normalization (NFC/NFKC), padding,
-// truncation, chat templates and post-processors (the caller adds bos/eos where it wants them).
+// tokenizer.h: text <-> token ids for the models ztrain trains. Loads the two formats users
+// bring: OpenAI's GPT-2 files (encoder.json + vocab.bpe) and Hugging Face tokenizer.json (BPE,
+// Unigram and WordPiece models with their normalizers, pre-tokenizers, post-processor and
+// decoder). Encoding matches the reference tokenizers token for token; see docs/tokenizers.md
+// for the pipeline, the parity check and measured speed.
+// Deliberately not here: padding, truncation, pairs of sequences, offsets, chat templates.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -26,19 +25,21 @@ class Tokenizer {
   // looks like "<|endoftext|>" is encoded as ordinary characters). Thread-safe on one instance.
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   // Like encode, but occurrences of the added/special tokens' text become their ids
-  // (Hugging Face: every added token; GPT-2: <|endoftext|>). Thread-safe.
-  virtual std::vector<int32_t> encode_with_special(std::string_view text) const = 0;
+  // (Hugging Face: every added token; GPT-2: <|endoftext|>), as Hugging Face's encode does.
+  // add_special_tokens: the post-processor's template adds bos/eos (e.g. Llama's <s>).
+  virtual std::vector<int32_t> encode_with_special(std::string_view text, bool add_special_tokens = false) const = 0;
   // Ids to text; special tokens decode to their text. Throws zt::Error on an id outside the vocab.
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
 
   virtual int vocab_size() const = 0;    // 1 + the largest id (vocab and added tokens)
   virtual int32_t eos_id() const = 0;    // <|endoftext|>, </s>, <|end_of_text|>; -1 if none
   virtual int32_t bos_id() const = 0;    // -1 if none
-  virtual std::string name() const = 0;  // "gpt2-bpe", "hf-bpe"
+  virtual std::string name() const = 0;  // "gpt2-bpe", "hf-bpe", "hf-unigram", "hf-wordpiece"
   // True when a text cut just after a newline that precedes a non-space character encodes, piece
-  // by piece, to the ids of the whole (regex pre-tokenizers without normalizers: GPT-2,
-  // Llama-3). False for SentencePiece-style tokenizers, whose normalizer prepends "▁" to every
-  // text it is given: `ztrain tokenize` then encodes each document in one piece.
+  // by piece, to the ids of the whole (regex pre-tokenizers with at most a Unicode-form
+  // normalizer: GPT-2, Llama-3, Qwen). False for SentencePiece-style tokenizers, whose
+  // normalizer prepends "▁" to every text it is given: `ztrain tokenize` then encodes each
+  // document in one piece.
   virtual bool splits_at_newlines() const = 0;
 };
 

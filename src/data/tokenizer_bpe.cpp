@@ -24,24 +24,6 @@ const std::array<uint32_t, 256>& byte_to_code_point() {
   return table;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-}
-
 bool byte_level_decode(std::string_view token, std::string& out) {
   static const std::array<int16_t, 324> inverse = [] {
     std::array<int16_t, 324> inv;
@@ -57,6 +39,12 @@ bool byte_level_decode(std::string_view token, std::string& out) {
     i += c.len;
   }
   return true;
+}
+
+std::string byte_level_encode(std::string_view bytes) {
+  std::string out;
+  for (char b : bytes) append_utf8(out, byte_to_code_point()[static_cast<unsigned char>(b)]);
+  return out;
 }
 
 // ---- PairTable ----
@@ -185,87 +173,19 @@ void BpeModel::merge(std::vector<Symbol>& w, MergeOrder order) const {
   w.resize(k);
 }
 
-// ---- PieceCache ----
+// ---- BpeWordModel ----
 
-bool PieceCache::lookup(std::string_view piece, std::vector<int32_t>& out) const {
-  size_t h = Hash{}(piece);
-  Shard& s = shards_[(h >> 20) % kShards];
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.map.find(piece);
-  if (it == s.map.end()) return false;
-  out.insert(out.end(), it->second.begin(), it->second.end());
-  return true;
-}
-
-void PieceCache::store(std::string_view piece, const int32_t* ids, size_t n) const {
-  size_t h = Hash{}(piece);
-  Shard& s = shards_[(h >> 20) % kShards];
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (s.map.size() >= kShardCapacity) s.map.clear();
-  s.map.emplace(std::string(piece), std::vector<int32_t>(ids, ids + n));
-}
-
-// ---- BpeTokenizer ----
-
-namespace {
-
-bool is_space_at(std::string_view s, size_t pos, uint32_t* len) {
-  Utf8Char c = utf8_next(s, pos);
-  *len = c.len;
-  return char_class(c.cp) == CharClass::space;
-}
-
-// JavaScript's trimStart/trimEnd (WhiteSpace + LineTerminator), used around added tokens.
-std::string_view trim_start(std::string_view s) {
-  size_t i = 0;
-  uint32_t len;
-  while (i < s.size() && is_space_at(s, i, &len)) i += len;
-  return s.substr(i);
-}
-
-std::string_view trim_end(std::string_view s) {
-  size_t end = 0;
-  uint32_t len;
-  for (size_t i = 0; i < s.size(); i += len)
-    if (!is_space_at(s, i, &len)) end = i + len;
-  return s.substr(0, end);
-}
-
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  if (s.find(from) == std::string::npos) return;
-  std::string r;
-  r.reserve(s.size() + s.size() / 4);
-  size_t pos = 0;
-  for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
-    r.append(s, pos, hit - pos);
-    r += to;
-  }
-  r.append(s, pos, std::string::npos);
-  s.swap(r);
-}
-
-}  // namespace
-
-BpeTokenizer::BpeTokenizer(BpeModel model, BpeOptions opt, std::vector<std::string> id_text, std::vector<bool> has_id,
-                           std::vector<AddedToken> added)
-    : model_(std::move(model)),
-      opt_(std::move(opt)),
-      id_text_(std::move(id_text)),
-      has_id_(std::move(has_id)),
-      added_(std::move(added)) {
-  init_tables();
-}
-
-void BpeTokenizer::init_tables() {
+BpeWordModel::BpeWordModel(BpeModel model, BpeOptions opt, std::vector<std::string> vocab_text)
+    : model_(std::move(model)), opt_(opt), vocab_text_(std::move(vocab_text)) {
+  by_text_.reserve(vocab_text_.size());
+  for (size_t id = 0; id < vocab_text_.size(); ++id)
+    if (!vocab_text_[id].empty()) by_text_.emplace(vocab_text_[id], int32_t(id));
   for (int b = 0; b < 256; ++b) {
     char hex[8];
     std::snprintf(hex, sizeof hex, "<0x%02X>", b);
     byte_token_[size_t(b)] = opt_.byte_level ? model_.find(std::string(1, char(b))) : model_.find(hex);
   }
   for (int c = 0; c < 128; ++c) ascii_token_[size_t(c)] = model_.find(std::string(1, char(c)));
-  for (uint32_t i = 0; i < added_.size(); ++i)
-    if (!added_[i].content.empty()) added_by_first_byte_[static_cast<unsigned char>(added_[i].content[0])].push_back(i);
-  if (opt_.pre_split != PreSplit::none) return;
   joinable_small_.assign(256 * 256 / 64, 0);
   for (int32_t id : model_.merge_results()) {
     std::string_view t = model_.text(id);
@@ -284,7 +204,17 @@ void BpeTokenizer::init_tables() {
   joinable_large_.erase(std::unique(joinable_large_.begin(), joinable_large_.end()), joinable_large_.end());
 }
 
-uint32_t BpeTokenizer::next_unit(std::string_view s, size_t pos, uint32_t* len) const {
+int32_t BpeWordModel::token_to_id(std::string_view token) const {
+  auto it = by_text_.find(std::string(token));
+  return it == by_text_.end() ? -1 : it->second;
+}
+
+const std::string* BpeWordModel::id_to_token(int32_t id) const {
+  if (id < 0 || size_t(id) >= vocab_text_.size() || vocab_text_[size_t(id)].empty()) return nullptr;
+  return &vocab_text_[size_t(id)];
+}
+
+uint32_t BpeWordModel::next_unit(std::string_view s, size_t pos, uint32_t* len) const {
   if (opt_.byte_level) {
     *len = 1;
     return static_cast<unsigned char>(s[pos]);
@@ -294,148 +224,69 @@ uint32_t BpeTokenizer::next_unit(std::string_view s, size_t pos, uint32_t* len) 
   return c.cp;
 }
 
-bool BpeTokenizer::joinable(uint32_t a, uint32_t b) const {
+bool BpeWordModel::joinable(uint32_t a, uint32_t b) const {
   if (a < 256 && b < 256) return (joinable_small_[(a << 8 | b) >> 6] >> ((a << 8 | b) & 63)) & 1;
   return std::binary_search(joinable_large_.begin(), joinable_large_.end(), uint64_t(a) << 32 | b);
 }
 
-std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
-  std::vector<int32_t> out;
-  out.reserve(text.size() / 3);
-  encode_section(text, out);
-  return out;
-}
-
-void BpeTokenizer::encode_section(std::string_view text, std::vector<int32_t>& out) const {
-  if (text.empty()) return;
-  std::string normalized;
-  if (!opt_.normalizer.empty() || opt_.add_prefix_space) {
-    normalized.assign(text);
-    for (const NormalizeStep& step : opt_.normalizer) {
-      if (step.kind == NormalizeStep::Kind::prepend)
-        normalized.insert(0, step.a);
-      else
-        replace_all(normalized, step.a, step.b);
-    }
-    if (opt_.add_prefix_space && (normalized.empty() || normalized[0] != ' ')) normalized.insert(0, 1, ' ');
-    text = normalized;
-  }
-  if (opt_.pre_split == PreSplit::none) {
-    encode_unsplit(text, out);
-  } else {
-    for_each_piece(opt_.pre_split, text, [&](std::string_view piece) { encode_piece(piece, true, out); });
-  }
-}
-
-void BpeTokenizer::encode_unsplit(std::string_view text, std::vector<int32_t>& out) const {
+void BpeWordModel::encode(std::string_view text, std::vector<int32_t>& out) const {
   if (opt_.ignore_merges) {
     if (int32_t id = model_.find(text); id >= 0) return out.push_back(id);
   }
+  if (text.size() <= PieceCache::kMaxPieceBytes) return encode_piece(text, out);
   size_t start = 0;
   uint32_t prev = 0, len;
   for (size_t i = 0; i < text.size(); i += len) {
     uint32_t unit = next_unit(text, i, &len);
     if (i > start && !joinable(prev, unit)) {
-      encode_piece(text.substr(start, i - start), false, out);
+      encode_piece(text.substr(start, i - start), out);
       start = i;
     }
     prev = unit;
   }
-  encode_piece(text.substr(start), false, out);
+  encode_piece(text.substr(start), out);
 }
 
-void BpeTokenizer::encode_piece(std::string_view piece, bool whole_token_check, std::vector<int32_t>& out) const {
+void BpeWordModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
   const bool cacheable = piece.size() <= PieceCache::kMaxPieceBytes;
   if (cacheable && cache_.lookup(piece, out)) return;
   const size_t first = out.size();
-  int32_t whole = whole_token_check && opt_.ignore_merges ? model_.find(piece) : -1;
-  if (whole >= 0) {
-    out.push_back(whole);
-  } else {
-    thread_local std::vector<Symbol> word;
-    word.clear();
-    uint32_t len;
-    for (size_t i = 0; i < piece.size(); i += len) {
-      uint32_t unit = next_unit(piece, i, &len);
-      int32_t id = opt_.byte_level ? byte_token_[unit]
-                   : unit < 128    ? ascii_token_[unit]
-                                   : model_.find(piece.substr(i, len));
-      word.push_back({id, uint32_t(i), len});
-    }
-    model_.merge(word, opt_.order);
-    for (const Symbol& s : word) {
-      if (s.id >= 0)
-        out.push_back(s.id);
-      else
-        emit_unknown(piece.substr(s.start, s.len), out);
+  thread_local std::vector<Symbol> word;
+  word.clear();
+  uint32_t len;
+  for (size_t i = 0; i < piece.size(); i += len) {
+    uint32_t unit = next_unit(piece, i, &len);
+    int32_t id = opt_.byte_level ? byte_token_[unit]
+                 : unit < 128    ? ascii_token_[unit]
+                                 : model_.find(piece.substr(i, len));
+    word.push_back({id, uint32_t(i), len});
+  }
+  model_.merge(word, opt_.order);
+  bool last_unk = false;
+  for (const Symbol& s : word) {
+    if (s.id >= 0) {
+      out.push_back(s.id);
+      last_unk = false;
+    } else {
+      emit_unknown(piece.substr(s.start, s.len), out, &last_unk);
     }
   }
   if (cacheable) cache_.store(piece, out.data() + first, out.size() - first);
 }
 
 // A character the vocab lacks: its bytes as <0xNN> tokens (byte_fallback, when the vocab has
-// them all), else the unknown token, else nothing (as Hugging Face does without an unk token).
-void BpeTokenizer::emit_unknown(std::string_view bytes, std::vector<int32_t>& out) const {
+// them all), else the unknown token (once for a run with fuse_unk), else nothing (as Hugging
+// Face does without an unk token).
+void BpeWordModel::emit_unknown(std::string_view bytes, std::vector<int32_t>& out, bool* last_unk) const {
   bool all_bytes = opt_.byte_fallback;
   for (char b : bytes) all_bytes = all_bytes && byte_token_[static_cast<unsigned char>(b)] >= 0;
   if (all_bytes) {
     for (char b : bytes) out.push_back(byte_token_[static_cast<unsigned char>(b)]);
+    *last_unk = false;
   } else if (opt_.unk_id >= 0) {
-    out.push_back(opt_.unk_id);
+    if (!(opt_.fuse_unk && *last_unk)) out.push_back(opt_.unk_id);
+    *last_unk = true;
   }
 }
 
-std::vector<int32_t> BpeTokenizer::encode_with_special(std::string_view text) const {
-  // Cut out added tokens as transformers.js does: scanning left to right, the longest added
-  // token starting at each position; lstrip/rstrip tokens trim the whitespace beside them.
-  struct Part {
-    std::string_view text;
-    const AddedToken* token;
-  };
-  std::vector<Part> parts;
-  size_t start = 0;
-  for (size_t i = 0; i < text.size();) {
-    const AddedToken* best = nullptr;
-    for (uint32_t k : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
-      const AddedToken& a = added_[k];
-      if (text.substr(i).starts_with(a.content) && (!best || a.content.size() > best->content.size())) best = &a;
-    }
-    if (!best) {
-      ++i;
-      continue;
-    }
-    if (i > start) parts.push_back({text.substr(start, i - start), nullptr});
-    parts.push_back({best->content, best});
-    i += best->content.size();
-    start = i;
-  }
-  if (start < text.size()) parts.push_back({text.substr(start), nullptr});
-  for (size_t k = 0; k < parts.size(); ++k) {
-    const AddedToken* t = parts[k].token;
-    if (!t) continue;
-    if (t->lstrip && k > 0 && !parts[k - 1].token) parts[k - 1].text = trim_end(parts[k - 1].text);
-    if (t->rstrip && k + 1 < parts.size() && !parts[k + 1].token) parts[k + 1].text = trim_start(parts[k + 1].text);
-  }
-  std::vector<int32_t> out;
-  for (const Part& p : parts) {
-    if (p.token)
-      out.push_back(p.token->id);
-    else
-      encode_section(p.text, out);
-  }
-  return out;
-}
-
-std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
-  std::string out;
-  for (int32_t id : ids) {
-    ZT_CHECK(id >= 0 && size_t(id) < id_text_.size() && has_id_[size_t(id)], "decode: token id ", id, " is not in the ",
-             opt_.name, " vocabulary (", id_text_.size(), " ids); the ids were made by a different tokenizer");
-    out += id_text_[size_t(id)];
-  }
-  size_t cut = 0;
-  while (cut < size_t(opt_.strip_leading_spaces) && cut < out.size() && out[cut] == ' ') ++cut;
-  out.erase(0, cut);
-  return out;
-}
 }  // namespace zt::tok

@@ -1,10 +1,9 @@
-// tokenizer_bpe.h: the byte-pair-encoding engine behind every tokenizer ztrain loads, and the
-// one Tokenizer class (BpeTokenizer) that both file formats are loaded into. The loaders
-// (tokenizer.cpp: GPT-2 files, tokenizer_hf.cpp: tokenizer.json) only translate their format
-// into a BpeModel plus BpeOptions; encoding and decoding live here.
+// tokenizer_bpe.h: the byte-pair-encoding engine (merges by rank with a heap) and BpeWordModel,
+// the BPE subword model of the tokenizer pipeline (tokenizer_pipeline.h). Both file formats
+// (tokenizer.cpp: GPT-2 files, tokenizer_hf.cpp: tokenizer.json BPE models) load into it.
 // Symbols are handled as ids and their raw bytes (byte-level tokens are decoded from GPT-2's
 // printable alphabet at load time), so encoding never builds the printable strings.
-// Not here: training merges, BPE dropout, WordPiece/Unigram. Internal to src/data.
+// Not here: training merges (tokenizer_train.cpp), BPE dropout. Internal to src/data.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -18,7 +17,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "data/tokenizer.h"
-#include "data/tokenizer_pretok.h"
+#include "data/tokenizer_pipeline.h"
+#include "data/tokenizer_unicode.h"
 
 namespace zt::tok {
 
@@ -28,7 +28,7 @@ const std::array<uint32_t, 256>& byte_to_code_point();
 // Decodes a byte-level token (UTF-8 of mapped code points) to raw bytes; false if some code
 // point is outside the map (e.g. an added token written in plain text).
 bool byte_level_decode(std::string_view token, std::string& out);
-void append_utf8(std::string& out, uint32_t cp);
+std::string byte_level_encode(std::string_view bytes);
 
 // Which merge runs next. Both pick the lowest-ranked adjacent pair; they differ when a merge
 // creates a pair ranked lower than itself (Hugging Face merge lists do this, GPT-2's does not):
@@ -89,90 +89,43 @@ class BpeModel {
   PairTable pairs_;
 };
 
-// Thread-safe memo of piece -> ids. Sharded mutexes keep concurrent encoders from contending;
-// a full shard is simply cleared (entries are cheap to recompute, results never change).
-class PieceCache {
- public:
-  bool lookup(std::string_view piece, std::vector<int32_t>& out) const;  // appends on a hit
-  void store(std::string_view piece, const int32_t* ids, size_t n) const;
-  static constexpr size_t kMaxPieceBytes = 128;  // longer pieces rarely repeat
-
- private:
-  static constexpr size_t kShards = 64, kShardCapacity = 4096;
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  struct Shard {
-    std::mutex mu;
-    std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> map;
-  };
-  mutable std::array<Shard, kShards> shards_;
-};
-
-struct NormalizeStep {
-  enum class Kind { prepend, replace } kind;
-  std::string a, b;  // prepend a | replace every a with b
-};
-
-struct AddedToken {
-  std::string content;
-  int32_t id;
-  bool lstrip = false, rstrip = false;
-};
-
 struct BpeOptions {
-  std::string name;                     // "gpt2-bpe", "hf-bpe"
-  PreSplit pre_split = PreSplit::none;  // none: SentencePiece-style, the whole text is one word
-  bool byte_level = false;              // initial symbols are bytes, not code points
-  bool add_prefix_space = false;        // ByteLevel: prepend ' ' unless the text starts with one
-  std::vector<NormalizeStep> normalizer;
+  bool byte_level = false;  // initial symbols are bytes (ByteLevel pre-tokenizer), not code points
   MergeOrder order = MergeOrder::leftmost_first;
   bool ignore_merges = false;  // a piece that is itself a token skips the merges
   bool byte_fallback = false;  // unknown characters become <0xNN> tokens
-  int32_t unk_id = -1, bos_id = -1, eos_id = -1;
-  int strip_leading_spaces = 0;  // decoder: spaces removed from the start of the text
+  bool fuse_unk = false;       // consecutive unknown characters give one unk token
+  int32_t unk_id = -1;
 };
 
-class BpeTokenizer final : public Tokenizer {
+// BPE as a WordModel: initial symbols, merges, unknown characters, and a piece cache. A piece
+// longer than the cache limit is first cut between two units (bytes or code points) that no
+// merged token contains side by side, which cannot change the result but gives short, cacheable
+// pieces (SentencePiece-style tokenizers have no pre-tokenizer: the whole text is one piece).
+class BpeWordModel final : public WordModel {
  public:
-  // id_text[id]: what id decodes to (empty and absent from has_id for unused ids).
-  BpeTokenizer(BpeModel model, BpeOptions opt, std::vector<std::string> id_text, std::vector<bool> has_id,
-               std::vector<AddedToken> added);
-  std::vector<int32_t> encode(std::string_view text) const override;
-  std::vector<int32_t> encode_with_special(std::string_view text) const override;
-  std::string decode(const std::vector<int32_t>& ids) const override;
-  int vocab_size() const override { return int(id_text_.size()); }
-  int32_t eos_id() const override { return opt_.eos_id; }
-  int32_t bos_id() const override { return opt_.bos_id; }
-  std::string name() const override { return opt_.name; }
-  bool splits_at_newlines() const override {
-    return opt_.pre_split != PreSplit::none && opt_.normalizer.empty() && !opt_.add_prefix_space;
-  }
+  // vocab_text[id]: the token as the file writes it (byte-level tokens in GPT-2's alphabet).
+  BpeWordModel(BpeModel model, BpeOptions opt, std::vector<std::string> vocab_text);
+  void encode(std::string_view piece, std::vector<int32_t>& out) const override;
+  int32_t token_to_id(std::string_view token) const override;
+  const std::string* id_to_token(int32_t id) const override;
+  int vocab_size() const override { return int(vocab_text_.size()); }
+  const BpeModel& model() const { return model_; }
 
  private:
-  void init_tables();
-  void encode_section(std::string_view text, std::vector<int32_t>& out) const;
-  void encode_piece(std::string_view piece, bool whole_token_check, std::vector<int32_t>& out) const;
-  void encode_unsplit(std::string_view text, std::vector<int32_t>& out) const;
-  void emit_unknown(std::string_view bytes, std::vector<int32_t>& out) const;
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  void emit_unknown(std::string_view bytes, std::vector<int32_t>& out, bool* last_unk) const;
   bool joinable(uint32_t a, uint32_t b) const;
   uint32_t next_unit(std::string_view s, size_t pos, uint32_t* len) const;  // byte or code point
 
   BpeModel model_;
   BpeOptions opt_;
-  std::vector<std::string> id_text_;
-  std::vector<bool> has_id_;
-  std::vector<AddedToken> added_;
-  std::array<std::vector<uint32_t>, 256> added_by_first_byte_;  // indexes into added_
-  // The token that spells byte b: the byte's own token (byte-level) or <0xNN> (byte fallback).
-  std::array<int32_t, 256> byte_token_{};
+  std::vector<std::string> vocab_text_;
+  std::unordered_map<std::string, int32_t> by_text_;
+  std::array<int32_t, 256> byte_token_{};   // the token of byte b: its own (byte-level) or <0xNN>
   std::array<int32_t, 128> ascii_token_{};  // code-point models: the token of each ASCII char
-  // Without a pre-tokenizer the whole text is one word; it is cut between any two units (bytes
-  // or code points) that no merged token contains side by side, which cannot change the result
-  // but yields short, cacheable pieces (see encode_unsplit).
-  std::vector<uint64_t> joinable_small_;  // 256x256 bits for units < 256
-  std::vector<uint64_t> joinable_large_;  // sorted (a << 32 | b) for the other pairs
+  std::vector<uint64_t> joinable_small_;    // 256x256 bits for units < 256
+  std::vector<uint64_t> joinable_large_;    // sorted (a << 32 | b) for the other pairs
   PieceCache cache_;
 };
 

@@ -1,171 +1,152 @@
-// tokenizer_pretok.cpp: see tokenizer_pretok.h. The scanners follow the regex alternatives in
-// order, with the backtracking worked out by hand (noted at each step), so a piece is exactly
-// what the first matching alternative returns in JavaScript.
+// tokenizer_pretok.cpp: see tokenizer_pretok.h. The behaviours follow Hugging Face's
+// NormalizedString::split: matches and the text between them tile the piece, then each
+// behaviour folds that list, and empty pieces are dropped.
 #include "data/tokenizer_pretok.h"
 
 #include <algorithm>
-#include <array>
-#include <iterator>
 
 namespace zt::tok {
 namespace {
 
-#include "data/tokenizer_unicode_tables.inc"
+struct Match {
+  size_t start, end;
+  bool is_match;
+};
 
-bool in_ranges(const CodePointRange* begin, const CodePointRange* end, uint32_t cp) {
-  auto it = std::upper_bound(begin, end, cp, [](uint32_t c, const CodePointRange& r) { return c < r.lo; });
-  return it != begin && cp <= std::prev(it)->hi;
-}
-
-constexpr CharClass ascii_class(unsigned c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return CharClass::letter;
-  if (c >= '0' && c <= '9') return CharClass::number;
-  if (c == ' ' || (c >= 0x09 && c <= 0x0D)) return CharClass::space;  // \t \n \v \f \r
-  return CharClass::other;
-}
-
-constexpr std::array<CharClass, 128> make_ascii_table() {
-  std::array<CharClass, 128> t{};
-  for (unsigned c = 0; c < 128; ++c) t[c] = ascii_class(c);
-  return t;
-}
-
-CharClass class_at(std::string_view s, size_t pos, uint32_t* len = nullptr) {
-  Utf8Char c = utf8_next(s, pos);
-  if (len) *len = c.len;
-  return char_class(c.cp);
-}
-
-// End of the run of characters of class k starting at pos.
-size_t run_end(std::string_view s, size_t pos, CharClass k) {
-  while (pos < s.size()) {
-    uint32_t len;
-    if (class_at(s, pos, &len) != k) break;
-    pos += len;
-  }
-  return pos;
-}
-
-// Length after the apostrophe of a contraction starting at s[p] (s, t, re, ve, m, ll, d), or 0.
-// The Llama-3 pattern is case-insensitive; transformers.js rewrites (?i:...) into ASCII
-// character classes ([sS] ...), so only ASCII letters fold.
-size_t contraction_len(std::string_view s, size_t p, bool fold_case) {
-  auto at = [&](size_t i) -> char {
-    if (i >= s.size()) return 0;
-    char c = s[i];
-    return fold_case && c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c;
+// The piece as alternating (text, match) ranges covering it, as Pattern::find_matches does.
+void find_matches(const PreTokStep& step, std::string_view s, std::vector<Match>& out) {
+  out.clear();
+  size_t prev = 0;
+  auto add = [&](size_t start, size_t end) {
+    if (prev != start) out.push_back({prev, start, false});
+    out.push_back({start, end, true});
+    prev = end;
   };
-  char a = at(p), b = at(p + 1);
-  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 1;
-  if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 2;
-  return 0;
+  if (step.kind == PreTokStep::Kind::split_regex || step.kind == PreTokStep::Kind::byte_level) {
+    step.regex->for_each_match(s, add);
+  } else if (step.kind == PreTokStep::Kind::split_literal) {
+    if (!step.literal.empty())
+      for (size_t p = 0; (p = s.find(step.literal, p)) != std::string_view::npos; p += step.literal.size())
+        add(p, p + step.literal.size());
+  } else {
+    for (size_t i = 0; i < s.size();) {
+      Utf8Char c = utf8_next(s, i);
+      if (step.pred(c.cp)) add(i, i + c.len);
+      i += c.len;
+    }
+  }
+  if (prev != s.size()) out.push_back({prev, s.size(), false});
 }
 
-// The whitespace alternatives shared by both patterns, at a whitespace character:
-//   \s+(?!\S) : the whole run if it ends the text; otherwise backtracking gives back one
-//               character so the run's last space can prefix the next word (fails on a run
-//               of one character followed by non-space)
-//   \s+       : then the whole run.
-// With newline_rule (Llama-3) \s*[\r\n]+ comes first: \s* backtracks from the run's end to the
-// last \r or \n in it, so the piece ends just after that character.
-size_t whitespace_end(std::string_view s, size_t pos, bool newline_rule) {
-  size_t i = pos, last_start = pos, after_newline = 0;
-  int count = 0;
-  while (i < s.size()) {
-    uint32_t len;
-    if (class_at(s, i, &len) != CharClass::space) break;
-    if (s[i] == '\n' || s[i] == '\r') after_newline = i + 1;
-    last_start = i;
-    i += len;
-    ++count;
+// Folds the matches by behaviour into pieces; `keep[i]` false for removed ones.
+void apply_behavior(SplitBehavior b, bool invert, std::vector<Match>& m, std::vector<Match>& out) {
+  if (invert)
+    for (Match& x : m) x.is_match = !x.is_match;
+  out.clear();
+  bool previous_match = false;
+  switch (b) {
+    case SplitBehavior::isolated:
+      for (const Match& x : m) out.push_back({x.start, x.end, false});
+      break;
+    case SplitBehavior::removed:
+      out = m;  // is_match now means "remove"
+      break;
+    case SplitBehavior::contiguous:
+      for (const Match& x : m) {
+        if (x.is_match == previous_match && !out.empty())
+          out.back().end = x.end;
+        else
+          out.push_back({x.start, x.end, false});
+        previous_match = x.is_match;
+      }
+      break;
+    case SplitBehavior::merged_with_previous:
+      for (const Match& x : m) {
+        if (x.is_match && !previous_match && !out.empty())
+          out.back().end = x.end;
+        else
+          out.push_back({x.start, x.end, false});
+        previous_match = x.is_match;
+      }
+      break;
+    case SplitBehavior::merged_with_next:
+      for (size_t k = m.size(); k-- > 0;) {
+        const Match& x = m[k];
+        if (x.is_match && !previous_match && !out.empty())
+          out.back().start = x.start;
+        else
+          out.push_back({x.start, x.end, false});
+        previous_match = x.is_match;
+      }
+      std::reverse(out.begin(), out.end());
+      break;
   }
-  if (newline_rule && after_newline > 0) return after_newline;
-  if (i == s.size() || count == 1) return i;
-  return last_start;
+}
+
+void split_one(const PreTokStep& step, std::string_view s, bool at_start, Splits& out) {
+  thread_local std::vector<Match> matches, pieces;
+  find_matches(step, s, matches);
+  if (s.empty()) return;
+  apply_behavior(step.behavior, step.invert, matches, pieces);
+  for (const Match& p : pieces)
+    if (!p.is_match && p.end > p.start) out.add(s.substr(p.start, p.end - p.start), at_start && p.start == 0);
+}
+
+void metaspace_one(const PreTokStep& step, std::string_view s, bool at_start, Splits& out) {
+  thread_local std::string t;
+  t.clear();
+  for (char c : s) {
+    if (c == ' ')
+      t += step.replacement;
+    else
+      t += c;
+  }
+  bool prepend =
+      step.prepend == PreTokStep::Prepend::always || (step.prepend == PreTokStep::Prepend::first && at_start);
+  if (prepend && !std::string_view(t).starts_with(step.replacement)) t.insert(0, step.replacement);
+  if (!step.split) return out.add(t, at_start);
+  PreTokStep cut;
+  cut.kind = PreTokStep::Kind::split_literal;
+  cut.literal = step.replacement;
+  cut.behavior = SplitBehavior::merged_with_next;
+  split_one(cut, t, at_start, out);
 }
 
 }  // namespace
 
-const std::array<CharClass, 128> kAsciiClass = make_ascii_table();
-
-Utf8Char utf8_decode_multibyte(std::string_view s, size_t pos) {
-  auto byte = [&](size_t i) -> unsigned { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u; };
-  unsigned b0 = byte(pos);
-  uint32_t len, cp, min;
-  if (b0 >= 0xC2 && b0 <= 0xDF)
-    len = 2, cp = b0 & 0x1F, min = 0x80;
-  else if (b0 >= 0xE0 && b0 <= 0xEF)
-    len = 3, cp = b0 & 0x0F, min = 0x800;
-  else if (b0 >= 0xF0 && b0 <= 0xF4)
-    len = 4, cp = b0 & 0x07, min = 0x10000;
-  else
-    return {kInvalidCodePoint, 1};
-  for (uint32_t k = 1; k < len; ++k) {
-    unsigned b = byte(pos + k);
-    if ((b & 0xC0) != 0x80) return {kInvalidCodePoint, 1};
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  // Overlong forms, surrogates and values past U+10FFFF are not valid UTF-8.
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {kInvalidCodePoint, 1};
-  return {cp, len};
-}
-
-CharClass char_class_slow(uint32_t cp) {
-  if (in_ranges(std::begin(kLetterRanges), std::end(kLetterRanges), cp)) return CharClass::letter;
-  if (in_ranges(std::begin(kNumberRanges), std::end(kNumberRanges), cp)) return CharClass::number;
-  if (in_ranges(std::begin(kSpaceRanges), std::end(kSpaceRanges), cp)) return CharClass::space;
-  return CharClass::other;
-}
-
-size_t gpt2_piece_end(std::string_view s, size_t pos) {
-  Utf8Char c = utf8_next(s, pos);
-  if (c.cp == '\'') {
-    if (size_t n = contraction_len(s, pos + 1, false)) return pos + 1 + n;
-  }
-  CharClass k = char_class(c.cp);
-  // " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+": one optional leading ASCII space.
-  if (c.cp == ' ' && pos + 1 < s.size()) {
-    CharClass next = class_at(s, pos + 1);
-    if (next != CharClass::space) return run_end(s, pos + 1, next);
-  }
-  if (k != CharClass::space) return run_end(s, pos, k);
-  return whitespace_end(s, pos, false);
-}
-
-size_t llama3_piece_end(std::string_view s, size_t pos) {
-  Utf8Char c = utf8_next(s, pos);
-  if (c.cp == '\'') {
-    if (size_t n = contraction_len(s, pos + 1, true)) return pos + 1 + n;
-  }
-  CharClass k = char_class(c.cp);
-  // [^\r\n\p{L}\p{N}]?\p{L}+ : a letter run, optionally led by one non-letter, non-number,
-  // non-newline character (a space, a tab, punctuation...).
-  if (k == CharClass::letter) return run_end(s, pos, k);
-  if (k != CharClass::number && c.cp != '\r' && c.cp != '\n' && pos + c.len < s.size() &&
-      class_at(s, pos + c.len) == CharClass::letter)
-    return run_end(s, pos + c.len, CharClass::letter);
-  // \p{N}{1,3}
-  if (k == CharClass::number) {
-    size_t end = pos + c.len;
-    for (int n = 1; n < 3 && end < s.size(); ++n) {
-      uint32_t len;
-      if (class_at(s, end, &len) != CharClass::number) break;
-      end += len;
+void pre_tokenize(const std::vector<PreTokStep>& steps, Splits& a, Splits& tmp) {
+  for (const PreTokStep& step : steps) {
+    tmp.clear();
+    for (size_t i = 0; i < a.spans.size(); ++i) {
+      std::string_view s = a.piece(i);
+      bool at_start = a.spans[i].at_start;
+      if (step.kind == PreTokStep::Kind::metaspace) {
+        metaspace_one(step, s, at_start, tmp);
+      } else if (step.kind == PreTokStep::Kind::byte_level) {
+        std::string prefixed;
+        if (step.add_prefix_space && !s.starts_with(' ')) {
+          prefixed.assign(1, ' ').append(s);
+          s = prefixed;
+        }
+        if (step.regex)
+          split_one(step, s, at_start, tmp);
+        else
+          tmp.add(s, at_start);
+      } else {
+        split_one(step, s, at_start, tmp);
+      }
     }
-    return end;
+    std::swap(a, tmp);
   }
-  // " ?[^\s\p{L}\p{N}]+[\r\n]*"
-  size_t run = std::string_view::npos;
-  if (k == CharClass::other)
-    run = pos;
-  else if (c.cp == ' ' && pos + 1 < s.size() && class_at(s, pos + 1) == CharClass::other)
-    run = pos + 1;
-  if (run != std::string_view::npos) {
-    size_t end = run_end(s, run, CharClass::other);
-    while (end < s.size() && (s[end] == '\r' || s[end] == '\n')) ++end;
-    return end;
-  }
-  return whitespace_end(s, pos, true);
+}
+
+std::vector<std::string> split_pieces(const PreTokStep& step, std::string_view s) {
+  Splits a, tmp;
+  a.add(s, true);
+  pre_tokenize({step}, a, tmp);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < a.spans.size(); ++i) out.emplace_back(a.piece(i));
+  return out;
 }
 
 }  // namespace zt::tok

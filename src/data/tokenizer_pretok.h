@@ -1,69 +1,74 @@
-// tokenizer_pretok.h: UTF-8 decoding, Unicode character classes and the pre-tokenizers that cut
-// text into the pieces BPE runs on. Each pre-tokenizer is a hand-written scanner that returns
-// exactly what its regex returns under JavaScript /u semantics (the reference tokenizers run
-// the regexes in node; the class tables are generated from node, see
-// tokenizer_unicode_tables.js):
-//   gpt2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//   llama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
-//           ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-// Not a regex engine: other patterns are rejected by the loader. Internal to src/data.
+// tokenizer_pretok.h: pre-tokenization, the step that cuts normalized text into the pieces a
+// subword model encodes one by one, with Hugging Face tokenizers' semantics: a pattern (a regex
+// run by PCRE2, a literal string, or a character predicate) finds matches, and a behaviour
+// (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous; optionally inverted) says
+// what becomes of matches and the text between them. The tokenizer.json pre-tokenizers
+// (Split, ByteLevel, Metaspace, Digits, Punctuation, Whitespace, WhitespaceSplit, BertPreTokenizer,
+// Sequence) are lists of these steps (tokenizer_hf.cpp builds them). Internal to src/data.
 #pragma once
-#include <array>
-#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
+
+#include "data/tokenizer_regex.h"
+#include "data/tokenizer_unicode.h"
 
 namespace zt::tok {
 
-struct CodePointRange {
-  uint32_t lo, hi;  // inclusive
+// GPT-2's pattern (also ByteLevel's use_regex) and the ones Llama-3 and Qwen use.
+inline constexpr std::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+enum class SplitBehavior { removed, isolated, merged_with_previous, merged_with_next, contiguous };
+
+// Pieces of text held in one buffer. at_start: the piece begins where the input text began
+// (Metaspace's prepend_scheme "first" asks).
+struct Splits {
+  struct Span {
+    uint32_t off, len;
+    bool at_start;
+  };
+  std::string buf;
+  std::vector<Span> spans;
+  void clear() {
+    buf.clear();
+    spans.clear();
+  }
+  void add(std::string_view s, bool at_start) {
+    if (s.empty()) return;
+    spans.push_back({uint32_t(buf.size()), uint32_t(s.size()), at_start});
+    buf.append(s);
+  }
+  std::string_view piece(size_t i) const { return std::string_view(buf).substr(spans[i].off, spans[i].len); }
 };
 
-// Every code point is in exactly one class (the generator checks the tables are disjoint).
-enum class CharClass : uint8_t { letter, number, space, other };
-
-// A byte that does not start a valid UTF-8 sequence decodes as kInvalidCodePoint, length 1,
-// class other: the bytes still reach byte-level BPE unchanged, so encode/decode round-trips.
-inline constexpr uint32_t kInvalidCodePoint = 0x110000;
-
-struct Utf8Char {
-  uint32_t cp;
-  uint32_t len;  // bytes, >= 1
+struct PreTokStep {
+  enum class Kind { split_regex, split_literal, split_chars, byte_level, metaspace };
+  explicit PreTokStep(Kind k = Kind::split_regex) : kind(k) {}
+  Kind kind;
+  // split_*: the pattern and what to do with matches.
+  std::shared_ptr<const Regex> regex;
+  std::string literal;
+  bool (*pred)(uint32_t) = nullptr;
+  SplitBehavior behavior = SplitBehavior::isolated;
+  bool invert = false;
+  // byte_level: add_prefix_space, and use_regex (a GPT-2 split, kept in `regex`).
+  bool add_prefix_space = false;
+  // metaspace
+  std::string replacement;
+  enum class Prepend { always, first, never } prepend = Prepend::always;
+  bool split = true;
 };
 
-Utf8Char utf8_decode_multibyte(std::string_view s, size_t pos);
-CharClass char_class_slow(uint32_t cp);
+// Applies the steps in order to the pieces of `a` (the result is left in `a`; `tmp` is scratch).
+void pre_tokenize(const std::vector<PreTokStep>& steps, Splits& a, Splits& tmp);
 
-// 128-entry class table for ASCII, the hot path for English text.
-extern const std::array<CharClass, 128> kAsciiClass;
-
-inline Utf8Char utf8_next(std::string_view s, size_t pos) {
-  auto b = static_cast<unsigned char>(s[pos]);
-  if (b < 0x80) return {b, 1};
-  return utf8_decode_multibyte(s, pos);
-}
-
-inline CharClass char_class(uint32_t cp) { return cp < 128 ? kAsciiClass[cp] : char_class_slow(cp); }
-
-enum class PreSplit { none, gpt2, llama3 };
-
-// End (exclusive byte offset) of the piece that starts at `pos` (< s.size()).
-size_t gpt2_piece_end(std::string_view s, size_t pos);
-size_t llama3_piece_end(std::string_view s, size_t pos);
-
-// Calls f(piece) for every piece of `s`, in order; the pieces tile `s` exactly (`none`: one piece).
-template <class F>
-void for_each_piece(PreSplit kind, std::string_view s, F&& f) {
-  if (kind == PreSplit::none) {
-    if (!s.empty()) f(s);
-    return;
-  }
-  size_t pos = 0;
-  while (pos < s.size()) {
-    size_t end = kind == PreSplit::gpt2 ? gpt2_piece_end(s, pos) : llama3_piece_end(s, pos);
-    f(s.substr(pos, end - pos));
-    pos = end;
-  }
-}
+// The pieces `pattern` cuts `s` into with `behavior` (exposed for the unit tests).
+std::vector<std::string> split_pieces(const PreTokStep& step, std::string_view s);
 
 }  // namespace zt::tok
