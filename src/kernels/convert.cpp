@@ -26,14 +26,13 @@ inline __m256i cvt_bf16(__m512 v) {
 }
 inline __m512 bf16_to_ps(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
+// Full blocks of 16 without masks (the hot path), then one masked tail.
 template <class F>
-void blocks(int64_t n, F f) {
-  const int64_t nb = (n + 15) / 16;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t i = b * 16;
-    f(i, n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1));
-  }
+void blocks(int64_t n, F f, bool parallel = true) {
+  const int64_t nb = n / 16;
+#pragma omp parallel for schedule(static) if (parallel && n >= kParallelMin)
+  for (int64_t b = 0; b < nb; ++b) f(b * 16, __mmask16(0xffff));
+  if (n % 16) f(nb * 16, __mmask16((1u << (n % 16)) - 1));
 }
 }  // namespace
 
@@ -48,6 +47,32 @@ void to_lowp(DType t, uint16_t* dst, const float* src, int64_t n) {
       _mm256_mask_storeu_epi16(dst + i, m,
                                _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
     });
+}
+
+void to_lowp_serial(DType t, uint16_t* dst, const float* src, int64_t n) {
+  if (t == DType::bf16)
+    blocks(
+        n,
+        [&](int64_t i, __mmask16 m) {
+          _mm256_mask_storeu_epi16(dst + i, m, cvt_bf16(_mm512_maskz_loadu_ps(m, src + i)));
+        },
+        false);
+  else
+    blocks(
+        n,
+        [&](int64_t i, __mmask16 m) {
+          _mm256_mask_storeu_epi16(dst + i, m,
+                                   _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
+        },
+        false);
+}
+
+void to_bf16_keep(uint16_t* dst, float* src, int64_t n) {
+  blocks(n, [&](int64_t i, __mmask16 m) {
+    const __m256i h = cvt_bf16(_mm512_maskz_loadu_ps(m, src + i));
+    _mm256_mask_storeu_epi16(dst + i, m, h);
+    _mm512_mask_storeu_ps(src + i, m, bf16_to_ps(h));
+  });
 }
 
 void from_lowp(DType t, float* dst, const uint16_t* src, int64_t n) {

@@ -15,6 +15,10 @@ namespace zt::kernels {
 void to_lowp(DType t, uint16_t* dst, const float* src, int64_t n);
 // dst (n, fp32) = src (n, bf16 or f16).
 void from_lowp(DType t, float* dst, const uint16_t* src, int64_t n);
+// Both at once (a bf16-kept tensor): dst = bf16(src), then src = the kept values in fp32.
+void to_bf16_keep(uint16_t* dst, float* src, int64_t n);
+// Serial forms for callers already inside a parallel loop (one row at a time).
+void to_lowp_serial(DType t, uint16_t* dst, const float* src, int64_t n);
 // Rows of a strided matrix: dst (rows, cols) contiguous = src rows of `ld` floats.
 void to_lowp_rows(DType t, uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
 // dst = src rounded to the nearest fp16 value (as fp32; dst may be src): fp16 mode's

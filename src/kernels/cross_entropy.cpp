@@ -24,6 +24,7 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
     int64_t rows = std::min(d.chunk, d.N - r0);
     const void* xc = static_cast<const char*>(k.x) + size_t(r0) * C * es;
     gemm_typed(k.t, false, true, rows, V, C, 1.0f, xc, C, k.w, C, 0.0f, scratch, V);
+    uint16_t* low = k.t != DType::f32 ? static_cast<uint16_t*>(k.dlogits) : nullptr;
     double chunk_loss = 0.0;
     int64_t chunk_count = 0;
 #pragma omp parallel for schedule(static) reduction(+ : chunk_loss, chunk_count)
@@ -32,6 +33,7 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
       int32_t tgt = targets[r0 + i];
       if (tgt == kIgnoreIndex) {
         std::fill_n(z, V, 0.f);
+        if (dx && low) std::fill_n(low + i * V, V, uint16_t(0));
         continue;
       }
       float mx = z[0];
@@ -53,18 +55,15 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
 #pragma omp simd
         for (int v = 0; v < V; ++v) z[v] *= ks;
         z[tgt] -= grad_scale;
+        // Lowered here, while the row is in cache, not in a second pass over the chunk.
+        if (low) to_lowp_serial(k.t, low + i * V, z, V);
+        if (k.round_f16) round_to_f16(z, z, V);
       }
     }
     loss += chunk_loss;
     counted += chunk_count;
     if (dx) {
-      const void* g = scratch;
-      if (k.t != DType::f32) {
-        kernels::to_lowp(k.t, static_cast<uint16_t*>(k.dlogits), scratch, rows * V);
-        g = k.dlogits;
-      } else if (k.round_f16) {
-        round_to_f16(scratch, scratch, rows * V);
-      }
+      const void* g = low ? static_cast<const void*>(low) : scratch;
       gemm_typed(k.t, false, false, rows, C, V, 1.0f, g, V, k.w, C, 0.0f, dx + r0 * C, C);
       gemm_typed(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);
     }

@@ -161,8 +161,7 @@ void Block::attention_output(const BlockActs& a, TensorView x) const {
 void Block::keep(TensorView kept, TensorView f32) const {
   if (kept.data == f32.data) return;
   ZT_PROFILE("convert");
-  kernels::to_lowp(DType::bf16, kept.as<uint16_t>(), f32.as<const float>(), kept.numel());
-  kernels::from_lowp(DType::bf16, f32.as<float>(), kept.as<const uint16_t>(), kept.numel());
+  kernels::to_bf16_keep(kept.as<uint16_t>(), f32.as<float>(), kept.numel());
 }
 
 // The fp32 form of a kept tensor: itself, or (bf16) its values widened into `scratch`.

@@ -90,8 +90,8 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   }
   // Every rank holds the same reduced gradient, so the norm needs no communication.
   double grad_norm() override { return optim::grad_norm(G_.as<const float>(), model_.num_params()); }
-  void clip(double norm, double max_norm) override {
-    optim::clip_grads(G_.as<float>(), model_.num_params(), norm, max_norm);
+  void clip(double norm, double max_norm, double unscale) override {
+    optim::clip_grads(G_.as<float>(), model_.num_params(), norm, max_norm, unscale);
   }
   void step(double lr) override { opt_->step(pieces_, lr); }
   void export_params() override {}

@@ -57,7 +57,9 @@ class DataParallel {
   virtual void end_backward() = 0;
   // L2 norm of the whole reduced gradient (a collective).
   virtual double grad_norm() = 0;
-  virtual void clip(double norm, double max_norm) = 0;
+  // Scales the gradients for clipping (norm: the unscaled global norm) and by `unscale`
+  // (fp16: 1 / loss scale) in one pass.
+  virtual void clip(double norm, double max_norm, double unscale = 1.0) = 0;
   // The optimizer on what this rank owns, then parameter synchronisation (ZeRO-1/2 all-gather).
   virtual void step(double lr) = 0;
   // Whether the model's forward pass is a collective under this engine (ZeRO-3 gathers

@@ -194,9 +194,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     dp_.all_reduce(&s, 1);
     return std::sqrt(s / double(N_ / G_));  // every group holds the whole gradient once
   }
-  void clip(double norm, double max_norm) override {
+  void clip(double norm, double max_norm, double unscale) override {
     for (size_t b = 0; b < buckets_.size(); ++b)
-      optim::clip_grads(shard_grad(b), buckets_[b].layout.shard, norm, max_norm);
+      optim::clip_grads(shard_grad(b), buckets_[b].layout.shard, norm, max_norm, unscale);
   }
   void step(double lr) override {
     opt_->step(step_pieces_, lr);

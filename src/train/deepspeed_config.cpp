@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "core/edit_distance.h"
 #include "core/error.h"
@@ -654,18 +655,31 @@ void check_precision(const DeepSpeedPrecision& d) {
 // so an enabled fp16 / bf16 is an error (a run in another precision than asked would differ in
 // memory and losses; HF also rejects fp16.enabled=true without --fp16), and the sections that
 // would change the reduction dtype or recompute activations are warned about by name.
-void check_precision_support(Ctx& c, const json& cfg) {
+// The precision and recomputation sections turned into the run's settings (HF's
+// semantics: "auto" follows the flags; a value that contradicts a flag given on the command
+// line is a mismatch; otherwise the config's value replaces the default).
+void apply_precision_settings(Ctx& c, const json& cfg) {
   const DeepSpeedPrecision& d = c.a.ds_precision;
-  for (auto [name, e] : {std::pair{"fp16", d.fp16}, std::pair{"bf16", d.bf16}})
-    ZT_CHECK(e != Enabled::on, "DeepSpeed config key ", name, ".enabled is true, but ztrain trains in fp32 only ",
-             "(mixed precision is not implemented yet); set it to false or \"auto\" (which follows the command "
-             "line: fp32)");
-  if (!d.communication_data_type.empty() && d.communication_data_type != "fp32")
-    c.warnings.push_back(str_cat("DeepSpeed config key communication_data_type is not used by ztrain (value ",
-                                 show_json(cfg["communication_data_type"]), "): gradients are reduced in fp32"));
-  if (d.activation_checkpointing)
-    c.warnings.push_back(str_cat("DeepSpeed config key activation_checkpointing is not used by ztrain (value ",
-                                 show_json(cfg["activation_checkpointing"]), ")"));
+  for (auto [name, e, field] : {std::tuple{"fp16", d.fp16, &c.a.fp16}, std::tuple{"bf16", d.bf16, &c.a.bf16}}) {
+    if (e != Enabled::on && e != Enabled::off) continue;
+    const bool want = e == Enabled::on;
+    if (c.given(name) && *field != want) {
+      c.mismatch(std::string(name) + ".enabled", json(want), name, *field ? "true" : "false");
+      continue;
+    }
+    *field = want;
+  }
+  const std::string& cdt = d.communication_data_type;
+  ZT_CHECK(cdt.empty() || cdt == "fp32", "communication_data_type ", show_json(cfg["communication_data_type"]),
+           " is not supported: ztrain reduces gradients in fp32 (docs/deepspeed.md#precision); set it to \"fp32\" "
+           "or remove it");
+  // activation_checkpointing: HF's Trainer checkpoints every block; number_checkpoints, when
+  // given, recomputes that many (the first ones). Flags given on the command line win.
+  if (d.activation_checkpointing && !c.given("recompute-granularity") && !c.given("gradient_checkpointing")) {
+    c.a.recompute_granularity = "full";
+    if (d.number_checkpoints > 0 && !c.given("recompute-num-layers"))
+      c.a.recompute_num_layers = int(std::min<int64_t>(d.number_checkpoints, 1 << 20));
+  }
 }
 
 }  // namespace
@@ -711,7 +725,7 @@ std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, cons
     }
   }
   check_precision(a.ds_precision);
-  check_precision_support(c, cfg);
+  apply_precision_settings(c, cfg);
   if (!c.mismatches.empty()) {
     std::string msg = "Please correct the following DeepSpeed config values that mismatch TrainingArguments values:";
     for (auto& m : c.mismatches) msg += "\n" + m;

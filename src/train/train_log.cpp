@@ -105,20 +105,24 @@ void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
   std::fflush(stdout);
 }
 
-void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log) {
+void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log,
+                         const std::vector<std::pair<const char*, double>>& extra) {
   step_ = step;
   loss_total_ += loss;
   loss_since_log_ += loss;
   time_since_log_ += step_s;
   const double tps = tokens_per_step_ / step_s;
-  jsonl_->append(nlohmann::json{{"step", step},
-                                {"loss", loss},
-                                {"learning_rate", lr},
-                                {"grad_norm", grad_norm},
-                                {"step_time_s", step_s},
-                                {"tokens_per_second", tps},
-                                {"mfu", tps * flops_per_token_ / (a_.peak_gflops * 1e9)}}
-                     .dump());
+  nlohmann::json row{{"step", step},
+                     {"loss", loss},
+                     {"learning_rate", lr},
+                     {"grad_norm", grad_norm},
+                     {"step_time_s", step_s},
+                     {"tokens_per_second", tps},
+                     {"mfu", tps * flops_per_token_ / (a_.peak_gflops * 1e9)}};
+  // A skipped step's inf/NaN norm is logged as null (JSON has no inf).
+  if (!std::isfinite(grad_norm)) row["grad_norm"] = nullptr;
+  for (auto& [k, v] : extra) row[k] = v;
+  jsonl_->append(row.dump());
   if (!log) {
     progress(step, loss, grad_norm, lr, step_s);
     return;
@@ -134,11 +138,17 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
   e["learning_rate"] = lr;
   e["loss"] = mean_loss;
   e["step"] = step;
+  if (!std::isfinite(grad_norm)) e["grad_norm"] = nullptr;
+  std::string more;
+  for (auto& [k, v] : extra) {
+    e[k] = v;
+    more += str_cat(", '", k, "': ", v);
+  }
   history_.push_back(e);
   std::printf(
-      "{'loss': %.6g, 'grad_norm': %.6g, 'learning_rate': %.6g, 'epoch': %.4g}  step %lld/%lld  "
+      "{'loss': %.6g, 'grad_norm': %.6g, 'learning_rate': %.6g, 'epoch': %.4g%s}  step %lld/%lld  "
       "%.1f tokens/s  MFU %.1f%%  ETA %s\n",
-      mean_loss, grad_norm, lr, epoch_at(step), (long long)step, (long long)total_steps_, tok_s, 100 * mfu,
+      mean_loss, grad_norm, lr, epoch_at(step), more.c_str(), (long long)step, (long long)total_steps_, tok_s, 100 * mfu,
       hms(time_since_log_ / double(n) * double(total_steps_ - step)).c_str());
   std::fflush(stdout);
   if (tb_) {
@@ -148,6 +158,7 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
     tb_->add_scalar("train/epoch", step, epoch_at(step));
     tb_->add_scalar("train/tokens_per_second", step, tok_s);
     tb_->add_scalar("train/mfu", step, mfu);
+    for (auto& [k, v] : extra) tb_->add_scalar(std::string("train/") + k, step, v);
     tb_->flush();
   }
   progress(step, loss, grad_norm, lr, step_s);

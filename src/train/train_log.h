@@ -5,6 +5,8 @@
 // checkpoints save through the state interface (core/state.h) like every other component.
 #pragma once
 #include <cstdint>
+#include <utility>
+#include <vector>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -24,7 +26,10 @@ class TrainLog final : public Stateful {
            int64_t steps_per_epoch, int T, int64_t resume_step, int world_size = 1);
   void print_header(int64_t num_examples, int64_t seqs_per_step) const;
   // Records an optimizer step; emits a log entry when `log` is set.
-  void step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log);
+  // extra: more named values for the step (mixed precision: loss_scale, skipped_steps), in
+  // metrics.jsonl, the logged dict, trainer_state.json's log_history and TensorBoard (train/<name>).
+  void step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log,
+                 const std::vector<std::pair<const char*, double>>& extra = {});
   void first_step(double startup_s, double weights_s) const;
   void eval_done(int64_t step, const EvalResult& r);
   // trainer_state.json as HF writes it, plus ztrain's resume state under "ztrain" (the

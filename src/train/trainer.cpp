@@ -33,6 +33,7 @@
 #include "parallel/memory_fit.h"
 #include "parallel/buckets.h"
 #include "models/transformer.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/deepspeed_config.h"
@@ -148,6 +149,7 @@ dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
 
 struct StepResult {
   double loss = 0, grad_norm = 0;
+  bool skipped = false;  // mixed precision: inf/NaN gradients, no optimizer step
 };
 
 class Trainer {
@@ -166,6 +168,10 @@ class Trainer {
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
   void finish(double train_s);
+  int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
+  // The LR schedule advances with optimizer steps taken, as HF's and DeepSpeed's schedulers
+  // do: a step skipped for overflow does not move it.
+  double lr_for(int64_t step) const { return sched_->lr_at(step - skipped_steps()); }
 
   Clock::time_point t_start_ = Clock::now();
   TrainArgs a_;
@@ -185,6 +191,9 @@ class Trainer {
   double weights_s_ = 0, startup_s_ = 0;
   std::unique_ptr<optim::Schedule> sched_;
   std::unique_ptr<parallel::DataParallel> engine_;  // the strategy: how a step is computed across ranks
+  // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
+  // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
+  std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<CheckpointReader> resumed_;
   LoaderConfig lc_;
   std::unique_ptr<DataLoader> loader_;
@@ -271,6 +280,13 @@ void Trainer::build_model_and_engine() {
   // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
   // the activations are planned: the flat buffers it frees never coexist with them.
   engine_ = parallel::DataParallel::create(*model_, *grid_, engine_options(a_));
+  if (a_.fp16) {
+    scaler_ = std::make_unique<optim::LossScaler>(a_.ds_precision.loss_scaler);
+  } else if (a_.bf16 && a_.ds_precision.bf16_check_grad_overflow) {
+    optim::LossScalerConfig fixed;
+    fixed.loss_scale = 1;  // bf16 needs no scaling; the scaler only skips and counts
+    scaler_ = std::make_unique<optim::LossScaler>(fixed);
+  }
 }
 
 // Every component loads its state from a verified checkpoint, each rank the pieces it
@@ -294,13 +310,16 @@ void Trainer::resume() {
   const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
   resumed_ = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id);
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
-  resumed_->load(rs.with(*engine_));
+  std::vector<Stateful*> parts = rs.with(*engine_);
+  if (scaler_) parts.push_back(scaler_.get());
+  resumed_->load(parts);
   start_step_ = rs.cursor.step();
   // The step is recorded by several components; they must agree (else the folder mixes saves
   // or was edited), since the data, the LR and the optimizer's bias correction all follow it.
-  ZT_CHECK(rs.schedule.step() == start_step_ && engine_->optimizer().steps() == start_step_, dir,
+  ZT_CHECK(rs.schedule.step() == start_step_ && engine_->optimizer().steps() == start_step_ - skipped_steps(), dir,
            ": its data cursor, LR scheduler and optimizer are at different steps (", start_step_, ", ",
-           rs.schedule.step(), ", ", engine_->optimizer().steps(), "); the checkpoint is damaged");
+           rs.schedule.step(), ", ", engine_->optimizer().steps(), " + ", skipped_steps(),
+           " skipped); the checkpoint is damaged");
   if (!chief_) return;
   std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step_);
   for (const std::string& change : {resumed_->model_change(), rs.data.change()})
@@ -352,7 +371,9 @@ void Trainer::start_loader_and_log() {
 
 // One optimizer step through the strategy object: micro-batches, reductions, clip, update.
 StepResult Trainer::train_step(int64_t step) {
-  const float grad_scale = float(1.0 / (double(seqs_per_step_) * T_));
+  // The loss scale multiplies the gradients (fp16); the loss itself is reported unscaled.
+  const double loss_scale = scaler_ ? scaler_->scale_exact() : 1.0;
+  const float grad_scale = float(loss_scale / (double(seqs_per_step_) * T_));
   engine_->begin_step();
   if (a_.test_fail_step == step && world_.rank() == a_.test_fail_rank)  // test hook, set by apps/
     throw Error(
@@ -370,12 +391,19 @@ StepResult Trainer::train_step(int64_t step) {
   if (dp_comm_->size() > 1) dp_comm_->all_reduce(sums, 2);
   StepResult r;
   r.loss = sums[0] / sums[1];
-  ZT_CHECK(std::isfinite(r.loss), "loss became ", r.loss, " at step ", step + 1,
+  // In fp32 a non-finite loss ends the run; under mixed precision it is an overflow like
+  // inf/NaN gradients (the global norm, the same on every rank): the step is skipped.
+  ZT_CHECK(scaler_ || std::isfinite(r.loss), "loss became ", r.loss, " at step ", step + 1,
            "; lower --learning_rate or check the data");
   ZT_PROFILE("optimizer");
-  r.grad_norm = engine_->grad_norm();
-  engine_->clip(r.grad_norm, a_.max_grad_norm);
-  engine_->step(sched_->lr_at(step));
+  r.grad_norm = engine_->grad_norm() / loss_scale;
+  if (scaler_) {
+    const bool overflow = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
+    r.skipped = scaler_->update(overflow);  // throws when the scale cannot go lower
+    if (r.skipped) return r;
+  }
+  engine_->clip(r.grad_norm, a_.max_grad_norm, 1.0 / loss_scale);
+  engine_->step(lr_for(step));
   return r;
 }
 
@@ -389,8 +417,11 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   }
   // HF logs the learning rate the scheduler holds after its step, i.e. the next one.
   if (log_) {
-    log_->step_done(step + 1, r.loss, r.grad_norm, sched_->lr_at(step + 1), step_s,
-                    step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
+    std::vector<std::pair<const char*, double>> extra;
+    if (scaler_ && a_.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
+    if (scaler_) extra.push_back({"skipped_steps", double(scaler_->skipped_steps())});
+    log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s,
+                    step + 1 == total_steps_ || (step + 1) % log_every_ == 0, extra);
     if (step == start_step_) log_->first_step(startup_s_, weights_s_);
   }
   const bool eval_now = (a_.eval_steps > 0 && (step + 1) % a_.eval_steps == 0) || step + 1 == total_steps_;
@@ -408,6 +439,7 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
 void Trainer::save(int64_t step) {
   RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_);
   std::vector<Stateful*> parts = rs.with(*engine_);
+  if (scaler_) parts.push_back(scaler_.get());
   if (log_) parts.push_back(log_.get());
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
