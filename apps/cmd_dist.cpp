@@ -24,6 +24,7 @@
 #include "optim/optimizer.h"
 #include "parallel/memory_estimate.h"
 #include "parallel/memory_fit.h"
+#include "train/precision.h"
 
 namespace zt::app {
 namespace {
@@ -317,6 +318,13 @@ int cmd_estimate_memory(const Args& args) {
         "DDP / ZeRO-1/2 gradient bucket in MiB (0: train's default, DDP 25, ZeRO 5e8 elements)",
         range::closed(0, 1 << 20));
   f.add("optim", &optim, "optimizer whose state is counted, HF's names: adamw_torch | adamw (adamw_torch)");
+  TrainArgs prec;  // the precision and recomputation flags of `ztrain train`, same meaning
+  f.add("bf16", &prec.bf16, "bf16 mixed precision (bf16 compute copies and activations)");
+  f.add("fp16", &prec.fp16, "fp16 mixed precision (fp32 storage of fp16-rounded values on this CPU)");
+  f.add("gradient_checkpointing", &prec.gradient_checkpointing, "full activation recomputation");
+  f.add("recompute-granularity", &prec.recompute_granularity, "activation recomputation: full | selective (none)");
+  f.add("recompute-num-layers", &prec.recompute_num_layers, "recompute only the first N blocks (-1: all)",
+        range::closed(0, 1 << 20).or_value(-1));
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   ZT_CHECK(config_path.empty() != model_path.empty(),
@@ -327,9 +335,15 @@ int cmd_estimate_memory(const Args& args) {
   ZT_CHECK(parallel::activation_bytes_bound(cfg, B, T) <= parallel::kExactPlanLimit, "estimate-memory: B=", B, " T=", T,
            " needs more than 1 EiB of activations per rank; lower --per_device_train_batch_size or "
            "--model_max_length");
-  auto in = parallel::memory_inputs(cfg, B, T);
+  const nn::ActPlan plan = act_plan_from_args(prec, cfg);
+  auto in = parallel::memory_inputs(cfg, B, T, plan);
   std::printf("Estimated per-rank memory for training with fp32 %s (4 + 4 + %lld bytes per parameter unsharded):\n",
               optim.c_str(), (long long)optim::optimizer_state_bytes_per_param(optim));
+  std::printf("    precision %s (compute copy %s), recomputation %s", nn::precision_name(plan.precision),
+              mib(in.compute_copy_bytes).c_str(), nn::recompute_name(plan.recompute));
+  if (plan.recompute != nn::Recompute::none)
+    std::printf(" of the first %d of %d blocks", plan.recompute_layers, cfg.n_layer);
+  std::printf(".\n");
   std::printf("SW: %s model (%s) with %.2fM total params, %.2fM largest gathered unit (%s).\n", cfg.arch_name(),
               cfg_file.c_str(), in.num_params / 1e6, in.largest_unit_params / 1e6, in.largest_unit.c_str());
   std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,

@@ -18,7 +18,7 @@ std::string unit_name(const Unit& u) {
   return u.kind == UnitKind::block ? n + " " + std::to_string(u.layer) : n;
 }
 
-ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T) {
+ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::ActPlan& plan) {
   ZT_CHECK(B >= 1 && T >= 1, "batch size and sequence length must be positive, got B=", B, " T=", T);
   ZT_CHECK(T <= cfg.max_position, "sequence length ", T, " exceeds the model's context of ", cfg.max_position,
            " positions; lower --model_max_length");
@@ -34,10 +34,11 @@ ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T) {
     }
   }
   std::sort(in.unit_params.rbegin(), in.unit_params.rend());
-  size_t acts = 0, temp = 0;
-  Transformer::planned_bytes(cfg, B, T, &acts, &temp);
+  size_t acts = 0, temp = 0, copy = 0;
+  Transformer::planned_bytes(cfg, B, T, &acts, &temp, 1, plan, &copy);
   in.activation_bytes = int64_t(acts);
   in.temporary_bytes = int64_t(temp);
+  in.compute_copy_bytes = int64_t(copy);
   return in;
 }
 
@@ -80,7 +81,8 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
   for (size_t k = 0; k < in.unit_params.size() && k < size_t(std::max(opt.zero3_live_units, 0)); ++k)
     live += in.unit_params[k];
   if (in.unit_params.empty()) live = int64_t(opt.zero3_live_units) * in.largest_unit_params;
-  // Bytes per element of the masters and gradients (fp32 today; a bf16 run adds compute copies).
+  // Bytes per element of the masters and gradients (fp32; mixed precision adds the compute
+  // copy, in.compute_copy_bytes).
   const int64_t W = int64_t(dtype_size(DType::f32));
   const int64_t zero3_comm = 2 * W * live;  // gathered fp32 parameters + unsharded fp32 gradients
   const int64_t S = optim::optimizer_state_bytes_per_param(opt.optim);  // AdamW: 8
@@ -90,7 +92,7 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
     r.strategy = s;
     r.num_ranks = N;
     r.group = group;
-    r.params = params;
+    r.params = params + in.compute_copy_bytes;
     r.grads = grads;
     r.optim = optim;
     r.activations = in.activation_bytes;

@@ -32,6 +32,7 @@
 #include "models/config.h"
 #include "models/layout.h"
 #include "models/params.h"
+#include "nn/block.h"
 
 namespace zt::parallel {
 
@@ -42,10 +43,14 @@ struct ModelMemoryInputs {
   std::vector<int64_t> unit_params;  // every unit's size (the model's unit list), largest first
   int64_t activation_bytes = 0;      // per rank, for the micro-batch (B, T)
   int64_t temporary_bytes = 0;
+  // Mixed precision: the weights' compute copy every rank holds whole (bf16: 2 bytes per
+  // parameter; fp16: 4, fp32 values rounded to fp16), counted with the parameters.
+  int64_t compute_copy_bytes = 0;
 };
 // From a model config without allocating the model (the parameter table is built alone,
 // activations come from Transformer::planned_bytes).
-ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T);
+// plan: precision and recomputation (activations, temporaries and the compute copy follow it).
+ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::ActPlan& plan = {});
 // A unit's name in reports: its kind, and the layer for a block ("block 3").
 std::string unit_name(const Unit& u);
 

@@ -32,7 +32,7 @@ int64_t training_bytes_per_rank(const ModelConfig& cfg, const TrainingLayout& l,
     if (breakdown) *breakdown = "activations alone, at least";
     return int64_t(kExactPlanLimit);
   }
-  const ModelMemoryInputs in = memory_inputs(cfg, l.micro_batch, l.seq_len);
+  const ModelMemoryInputs in = memory_inputs(cfg, l.micro_batch, l.seq_len, l.plan);
   MemoryEstimateOptions opt;
   // Stages 1-3 with 1 < G < N shard within groups of G (hybrid): the memory of N = G.
   opt.num_ranks = l.hpz_group > 1 && l.hpz_group < l.num_ranks ? l.hpz_group : l.num_ranks;

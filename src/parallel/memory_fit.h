@@ -10,6 +10,7 @@
 #include <string>
 
 #include "models/config.h"
+#include "nn/block.h"
 
 namespace zt::parallel {
 
@@ -20,6 +21,7 @@ struct TrainingLayout {
   int num_ranks = 1;         // N
   int hpz_group = 1;         // G: stages 1-3 shard within groups of G ranks when 1 < G < N
   int64_t bucket_elems = 0;  // DDP / ZeRO-1/2 reduce bucket, elements
+  nn::ActPlan plan{};        // precision and recomputation
 };
 
 // An upper bound of the activation + temporary bytes at (B, T), computed in double: beyond

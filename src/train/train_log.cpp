@@ -148,8 +148,8 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
   std::printf(
       "{'loss': %.6g, 'grad_norm': %.6g, 'learning_rate': %.6g, 'epoch': %.4g%s}  step %lld/%lld  "
       "%.1f tokens/s  MFU %.1f%%  ETA %s\n",
-      mean_loss, grad_norm, lr, epoch_at(step), more.c_str(), (long long)step, (long long)total_steps_, tok_s, 100 * mfu,
-      hms(time_since_log_ / double(n) * double(total_steps_ - step)).c_str());
+      mean_loss, grad_norm, lr, epoch_at(step), more.c_str(), (long long)step, (long long)total_steps_, tok_s,
+      100 * mfu, hms(time_since_log_ / double(n) * double(total_steps_ - step)).c_str());
   std::fflush(stdout);
   if (tb_) {
     tb_->add_scalar("train/loss", step, mean_loss);

@@ -229,10 +229,9 @@ void Trainer::load_data() {
   T_ = a_.model_max_length > 0 ? a_.model_max_length : std::min(1024, cfg_.max_position);
   ZT_CHECK(T_ <= cfg_.max_position, "--model_max_length ", T_, " exceeds the model's context of ", cfg_.max_position,
            " positions (n_positions / max_position_embeddings); lower it");
-  parallel::check_training_memory(
-      cfg_,
-      {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
-       parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage)});  // before anything large is allocated
+  parallel::check_training_memory(cfg_, {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
+                                         parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage),
+                                         act_plan_from_args(a_, cfg_)});  // before anything large is allocated
   data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
   sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));
   const int n = dp_comm_->size();
