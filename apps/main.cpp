@@ -104,6 +104,9 @@ int cmd_train(const Args& args) {
         "recompute each block in backward, keeping only its input (= --recompute-granularity full)");
   f.add("recompute-granularity", &a.recompute_granularity,
         "activation recomputation: full | selective (norms, attention, activation function) (none)");
+  f.add("max_memory", &a.max_memory, "memory training may use on this host, e.g. 24GB or 12GiB (what is available)");
+  f.add("auto_find_batch_size", &a.auto_find_batch_size,
+        "pick the largest micro-batch (halving) and, if needed, recomputation that fit --max_memory");
   f.add("recompute-num-layers", &a.recompute_num_layers, "recompute only the first N blocks (-1: all)",
         range::closed(0, 1 << 20).or_value(-1));
   f.add("seed", &a.seed, "seed for initialisation and shuffling (42)", range::at_least(0));

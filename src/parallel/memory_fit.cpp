@@ -65,9 +65,9 @@ int ranks_on_this_host() {
 }
 
 void check_memory_fits(int64_t bytes_per_rank, int ranks_on_host, const std::string& what, const std::string& breakdown,
-                       const std::string& hint) {
-  std::string source;
-  const int64_t avail = available_memory_bytes(&source);
+                       const std::string& hint, int64_t limit, const std::string& limit_source) {
+  std::string source = limit_source;
+  const int64_t avail = limit >= 0 ? limit : available_memory_bytes(&source);
   if (avail < 0) return;  // not Linux, or /proc unreadable: allocation reports the failure instead
   const double need = double(bytes_per_rank) * ranks_on_host;
   if (need <= double(avail)) return;
@@ -79,12 +79,15 @@ void check_memory_fits(int64_t bytes_per_rank, int ranks_on_host, const std::str
                       " is available (", source, "); ", hint));
 }
 
-void check_training_memory(const ModelConfig& cfg, const TrainingLayout& l) {
+void check_training_memory(const ModelConfig& cfg, const TrainingLayout& l, int64_t limit) {
   std::string breakdown;
   const int64_t need = training_bytes_per_rank(cfg, l, &breakdown);
-  check_memory_fits(need, ranks_on_this_host(), "training this model", breakdown,
-                    "use a smaller model, --per_device_train_batch_size or --model_max_length, or more ranks with "
-                    "--zero_stage 3 (ztrain estimate-memory compares the options)");
+  check_memory_fits(
+      need, ranks_on_this_host(), "training this model", breakdown,
+      "use a smaller model, --per_device_train_batch_size or --model_max_length, --bf16, activation "
+      "recomputation (--gradient_checkpointing), --auto_find_batch_size, or more ranks with --zero_stage 3 "
+      "(ztrain estimate-memory compares the options)",
+      limit, "--max_memory");
 }
 
 }  // namespace zt::parallel

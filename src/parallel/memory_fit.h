@@ -38,9 +38,10 @@ int ranks_on_this_host();
 // Throws when ranks_on_host x bytes_per_rank exceeds the memory available now, naming both;
 // `what` says what needs it ("training this model"), `hint` what to change. Does nothing
 // when the available memory cannot be read.
+// limit >= 0 replaces the available memory (--max_memory; limit_source names it).
 void check_memory_fits(int64_t bytes_per_rank, int ranks_on_host, const std::string& what, const std::string& breakdown,
-                       const std::string& hint);
+                       const std::string& hint, int64_t limit = -1, const std::string& limit_source = "");
 // Both of the above for `ztrain train`.
-void check_training_memory(const ModelConfig& cfg, const TrainingLayout& l);
+void check_training_memory(const ModelConfig& cfg, const TrainingLayout& l, int64_t limit = -1);
 
 }  // namespace zt::parallel

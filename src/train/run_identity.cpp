@@ -75,7 +75,8 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(zero_quantized_weights), ZT_ARG(zero_quantized_gradients), ZT_ARG(steps_per_print);
   ZT_ARG(wall_clock_breakdown), ZT_ARG(train_batch_size), ZT_ARG(warmup_min_lr), ZT_ARG(warmup_max_lr);
   ZT_ARG(warmup_type), ZT_ARG(warmup_min_ratio), ZT_ARG(cos_min_ratio), ZT_ARG(total_num_steps), ZT_ARG(no_shuffle);
-  ZT_ARG(peak_gflops);
+  ZT_ARG(peak_gflops), ZT_ARG(bf16), ZT_ARG(fp16), ZT_ARG(gradient_checkpointing), ZT_ARG(recompute_granularity);
+  ZT_ARG(recompute_num_layers), ZT_ARG(max_memory), ZT_ARG(auto_find_batch_size);
 #undef ZT_ARG
   j["ds_precision"] = deepspeed_precision_json(a.ds_precision);
   return j;

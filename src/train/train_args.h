@@ -87,6 +87,11 @@ struct TrainArgs {
   bool gradient_checkpointing = false;
   std::string recompute_granularity;  // "" = none (or full with gradient_checkpointing)
   int recompute_num_layers = -1;
+  // Memory: --max_memory caps what training may use on this host ("24GB"; "" = what the
+  // machine has available); --auto_find_batch_size (HF's name) picks the micro-batch and, where
+  // needed, a recomputation mode that fit it (train/auto_fit.h).
+  std::string max_memory;
+  bool auto_find_batch_size = false;
   int64_t seed = 42;
 
   // Observability: TensorBoard event files under logging_dir (HF's default output_dir/runs/

@@ -41,6 +41,7 @@
 #include "train/run_identity.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
+#include "train/auto_fit.h"
 #include "train/precision.h"
 #include "train/trainer_parts.h"
 
@@ -158,6 +159,7 @@ class Trainer {
   void run();
 
  private:
+  void fit_memory();
   void load_data();
   void prepare_output_dir();
   void build_model_and_engine();
@@ -184,6 +186,7 @@ class Trainer {
   std::unique_ptr<OutputDirLock> lock_;  // the chief's, for the run's lifetime
   RunTag run_tag_;                       // the chief's; empty on the other ranks (they write no JSON)
   int B_ = 0, G_ = 0, T_ = 0;
+  int64_t memory_limit_bytes_ = -1;  // --max_memory for this host (the smallest over the ranks' hosts)
   int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
   std::unique_ptr<TokenFile> data_, val_;
   std::unique_ptr<WindowSampler> sampler_;
@@ -211,6 +214,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   // The job's first collective, before anything sized by the arguments or the config is
   // allocated or exchanged: ranks that disagree stop here, with the difference named.
   check_ranks_agree(world, job_identity(a_, cfg_, train_id_));
+  fit_memory();
   parallel::check_data_parallel_options(engine_options(a_), world.size());
   grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
   dp_comm_ = &grid_->dp();
@@ -223,15 +227,32 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   startup_s_ = seconds_since(t_start_);
 }
 
+// --max_memory / --auto_find_batch_size. Every rank must choose the same layout, so the
+// limit is the smallest any rank sees (a collective, after the ranks agreed on the arguments).
+void Trainer::fit_memory() {
+  if (a_.max_memory.empty() && !a_.auto_find_batch_size) return;
+  std::string source;
+  int64_t limit = memory_limit_per_rank(a_, &source);
+  int64_t lim = limit < 0 ? INT64_MAX : limit;
+  if (world_.size() > 1) world_.all_reduce(&lim, 1, dist::ReduceOp::min);
+  memory_limit_bytes_ = lim == INT64_MAX ? -1 : lim * parallel::ranks_on_this_host();
+  if (!a_.auto_find_batch_size) return;
+  const int T = a_.model_max_length > 0 ? a_.model_max_length : std::min(1024, cfg_.max_position);
+  const std::string line = auto_find_batch_size(a_, cfg_, T, world_.size(), lim == INT64_MAX ? -1 : lim, source);
+  if (world_.rank() == 0) std::printf("%s\n", line.c_str());
+}
+
 void Trainer::load_data() {
   B_ = a_.per_device_train_batch_size;
   G_ = a_.gradient_accumulation_steps;
   T_ = a_.model_max_length > 0 ? a_.model_max_length : std::min(1024, cfg_.max_position);
   ZT_CHECK(T_ <= cfg_.max_position, "--model_max_length ", T_, " exceeds the model's context of ", cfg_.max_position,
            " positions (n_positions / max_position_embeddings); lower it");
-  parallel::check_training_memory(cfg_, {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
-                                         parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage),
-                                         act_plan_from_args(a_, cfg_)});  // before anything large is allocated
+  parallel::check_training_memory(
+      cfg_,
+      {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
+       parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage), act_plan_from_args(a_, cfg_)},
+      a_.max_memory.empty() ? -1 : memory_limit_bytes_);  // before anything large is allocated
   data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
   sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));
   const int n = dp_comm_->size();

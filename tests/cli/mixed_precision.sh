@@ -74,5 +74,10 @@ expect_error "choose one" --fp16 --deepspeed "$W/bf16.json"
 expect_error "exceeds the model's 2 layers" --recompute-granularity full --recompute-num-layers 3
 expect_error "needs a recomputation mode" --recompute-num-layers 1
 expect_error "is not one of full, selective" --recompute-granularity partial
+expect_error "nothing fits in" --auto_find_batch_size --max_memory 1MB
+expect_error "is not a memory size" --max_memory lots
+out=$("$Z" train "${base[@]}" --output_dir "$W/fit" --overwrite_output_dir --max_steps 1 --save_strategy no \
+  --per_device_train_batch_size 64 --auto_find_batch_size --max_memory 1TB 2>&1)
+check "auto_find_batch_size keeps what fits" 'echo "$out" | grep -q "micro-batch 64 (asked 64), recomputation none"'
 echo "mixed_precision: $fail failed"
 exit $((fail > 0))
