@@ -29,6 +29,12 @@ CASES = [
     ("llama_tied_bf16", ["--arch", "llama", "--vocab_size", "300", "--hidden_size", "64", "--n_layer", "2",
                          "--n_head", "8", "--n_kv_head", "2", "--ffn", "128", "--tie", "--dtype", "BF16"]),
 ]
+# Mixed precision: ztrain --bf16 against PyTorch's bf16 autocast on the same folder and tokens.
+# The two round in different places (autocast keeps every linear output in bf16, ztrain its
+# GEMM outputs that backward reads), so the bound is the issue's 1e-2 relative per-step loss;
+# grad norms and trained parameters are looser for the same reason.
+MIXED = {"gpt2": "gpt2_autocast_bf16", "llama_gqa": "llama_gqa_autocast_bf16"}
+CASES += [(MIXED[n], args) for n, args in CASES if n in MIXED]
 B, G, T, STEPS = 4, 2, 32, 5
 
 
@@ -59,16 +65,19 @@ def main():
         common = ["--per_device_train_batch_size", str(B), "--gradient_accumulation_steps", str(G),
                   "--model_max_length", str(T), "--max_steps", str(STEPS)] + HP
         torch_dir = os.path.join(d, "torch_out")
+        bf16 = "autocast_bf16" in name
         ref = json.loads(run([PY, os.path.join(HERE, "torch_train.py"), "--model", model, "--train_file", tokens,
-                              "--save_dir", torch_dir] + common, env=env).strip().splitlines()[-1])
+                              "--save_dir", torch_dir] + common + (["--autocast", "bf16"] if bf16 else []),
+                             env=env).strip().splitlines()[-1])
         out = os.path.join(d, "ztrain_out")
         run([a.ztrain, "train", "--model_name_or_path", model, "--train_file", tokens, "--output_dir", out,
              "--overwrite_output_dir", "--no_shuffle", "--lr_scheduler_type", "constant", "--logging_steps", "1",
-             "--save_strategy", "no", "--threads", "2"] + common, env=env)
+             "--save_strategy", "no", "--threads", "2"] + common + (["--bf16"] if bf16 else []), env=env)
         hist = [e for e in json.load(open(os.path.join(out, "trainer_state.json")))["log_history"] if "loss" in e]
         worst_loss = max(rel(h["loss"], r) for h, r in zip(hist, ref["losses"]))
         worst_norm = max(rel(h["grad_norm"], r) for h, r in zip(hist, ref["grad_norms"]))
-        ok = len(hist) == STEPS and worst_loss <= 1e-4 and worst_norm <= 1e-4
+        loss_tol, norm_tol = (1e-2, 5e-2) if bf16 else (1e-4, 1e-4)
+        ok = len(hist) == STEPS and worst_loss <= loss_tol and worst_norm <= norm_tol
         print(f"{name:<16} losses ztrain {[round(h['loss'], 6) for h in hist]}")
         print(f"{'':<16} losses torch  {[round(x, 6) for x in ref['losses']]}")
         print(f"{'':<16} worst relative difference: loss {worst_loss:.2e}, grad_norm {worst_norm:.2e} "
@@ -87,7 +96,9 @@ print(max(float((zs[k] - ts[k]).abs().max()) for k in zs))
         # Adam turns tiny gradient differences on near-zero gradients into up to ~lr-sized
         # moves, so allow 10% of the 5 steps' largest possible travel (5 x lr = 5e-3); a
         # wrong name, layout or transpose would differ by the weights' own size (~2e-2).
-        ok2 = diff < 5e-4
+        # bf16: the rounding differences flip the signs of Adam's steps on tiny gradients, so any
+        # parameter may move up to 2 x 5 lr apart (1e-2); a layout bug still shows as ~1e-1.
+        ok2 = diff < (1e-2 if bf16 else 5e-4)
         print(f"{'':<16} saved model vs PyTorch's trained parameters: max |diff| {diff:.2e} -> {'ok' if ok2 else 'FAIL'}")
         failures += not ok2
     print(f"{len(CASES) * 2 - failures} passed, {failures} failed")

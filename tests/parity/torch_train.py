@@ -46,6 +46,8 @@ def parse_args():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dump_grads", help="write step 0's accumulated, pre-clip gradients (safetensors F32)")
     p.add_argument("--save_dir", help="save the trained model as an HF folder (F32)")
+    p.add_argument("--autocast", choices=["", "bf16"], default="",
+                   help="bf16: forward under torch.autocast('cpu', torch.bfloat16), PyTorch's mixed precision")
     return p.parse_args()
 
 
@@ -101,7 +103,12 @@ def main(a):
         step_loss = 0.0
         for micro in range(G):
             x, y = batch_for(tokens, step * B * G + micro * B, B, T, n_windows)
-            _, loss = model(x, y)
+            if a.autocast == "bf16":
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    _, loss = model(x, y)
+                loss = loss.float()
+            else:
+                _, loss = model(x, y)
             (loss / G).backward()
             step_loss += loss.item() / G
         if step == 0 and a.dump_grads:
