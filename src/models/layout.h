@@ -29,6 +29,7 @@ struct NormSlot {
 struct BlockSlots {
   NormSlot ln1, ln2;
   LinearSlot qkv, proj, fc_in, fc_out;
+  NormSlot q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, (HS); absent otherwise
 };
 struct ModelSlots {
   int64_t wte = -1, wpe = -1;

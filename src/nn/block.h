@@ -24,6 +24,9 @@ struct BlockShape {
   NormKind norm;
   MlpKind mlp;
   bool rope;
+  bool qk_norm = false;  // Qwen3: RMSNorm over each q and k head (weights q_norm/k_norm, (HS)) before RoPE
+  int window = 0;        // sliding-window attention (Mistral): keys t-window+1..t; 0 = none. The model
+                         // turns it into Packing::doc_start (the kernel's per-query first key).
   int qkv_dim() const { return (NH + 2 * KVH) * HS; }
   int fc_dim() const { return mlp == MlpKind::swiglu ? 2 * F : F; }
 };
@@ -39,6 +42,9 @@ struct BlockActs {
   TensorView mid;       // (N, C) residual stream after attention
   TensorView ln2, ln2_mean, ln2_rstd;
   TensorView fc;  // (N, F) or (N, 2F) for SwiGLU
+  // qk_norm only (empty otherwise): q and k before their norm, one head per row, and the rstds.
+  TensorView q_raw, k_raw;    // (N NH, HS), (N KVH, HS)
+  TensorView q_rstd, k_rstd;  // (N NH), (N KVH)
 };
 
 struct BlockScratch {
@@ -47,6 +53,7 @@ struct BlockScratch {
   TensorView dln;   // (N, C)
   TensorView datt;  // (N, NH HS)
   TensorView dqkv;  // (N, (NH + 2 KVH) HS)
+  TensorView qk_a, qk_b;  // (N (NH + KVH), HS) each, qk_norm only: heads gathered from / for qkv rows
 };
 
 struct RopeTable {
@@ -79,6 +86,7 @@ class Block {
   BlockShape shape{};
   Norm ln1, ln2;
   Linear qkv, proj, fc_in, fc_out;
+  Norm q_norm, k_norm;  // shape.qk_norm only: RMSNorm over HS
   TpRegion* tp = nullptr;
 
   static BlockActs carve_acts(Carver& c, const BlockShape& s, int B, int T);
@@ -93,6 +101,10 @@ class Block {
 
  private:
   void activation_forward(TensorView act, TensorView fc) const;
+  // qk_norm: normalizes the q and k heads of qkv in place, saving their inputs and rstds.
+  void qk_norm_forward(TensorView qkv, const BlockActs& a, const BlockScratch& s) const;
+  // dqkv's q and k parts: from dL/d(normalized) to dL/d(raw), in place; norm weight grads +=.
+  void qk_norm_backward(TensorView dqkv, const BlockActs& a, const BlockScratch& s) const;
   // out += x (the residual stream), after any tensor-parallel reduction of out.
   void residual_add(TensorView out, TensorView x) const;
 };
