@@ -95,6 +95,10 @@ int cmd_train(const Args& args) {
   f.add("resume_allow_changes", &a.resume_allow_changes,
         "what a resume may find changed: model, data or model,data (nothing)");
   f.add("save_dtype", &a.save_dtype, "float32 | bfloat16 for saved weights (float32)");
+  f.add("max_shard_size", &a.max_shard_size,
+        "largest weight file in --output_dir, save_pretrained's units: 50MB, 2GB, 500MiB, bytes (5GB)");
+  f.add("tokenizer_name", &a.tokenizer_name,
+        "folder whose tokenizer files go into --output_dir and checkpoints (the model's folder)");
   f.add("seed", &a.seed, "seed for initialisation and shuffling (42)", range::at_least(0));
   f.add("threads", &a.threads, "compute threads, 0 = all cores (0)", range::closed(0, kMaxThreads));
   f.add("no_shuffle", &a.no_shuffle, "consecutive windows in file order");

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
 
 #include "checkpoint/hf_model.h"
 #include "checkpoint/safetensors.h"
@@ -60,6 +63,15 @@ ModelConfig tiny_family(int which) {
                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}};
   }
   return config_from_json(j, "test");
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
@@ -376,6 +388,71 @@ TEST_P(ModelTest, HfFolderRoundTrip) {
   for (int64_t i = 0; i < m.num_params(); ++i)
     ASSERT_NEAR(half.flat_params().as<float>()[i], m.flat_params().as<float>()[i], 4e-3 * std::abs(m.flat_params().as<float>()[i]) + 1e-30);
   std::filesystem::remove_all(dir);
+}
+
+// save_pretrained's sharding: a small max_shard_size cuts the weights into shards and an index
+// that lists every tensor once; the folder reloads bit-identically; a later unsharded save
+// removes the shards; an index naming a missing shard is one error naming it.
+TEST_P(ModelTest, ShardedFolderRoundTrip) {
+  namespace fs = std::filesystem;
+  Transformer m(cfg());
+  m.init_random(9);
+  const fs::path dir = fs::temp_directory_path() / ("zt_sharded_" + std::to_string(GetParam()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  hf_save_model(m, dir.string(), DType::f32, 8000);  // bytes: several tensors per shard, some alone
+  ASSERT_FALSE(fs::exists(dir / "model.safetensors"));
+  std::ifstream f(dir / "model.safetensors.index.json");
+  const nlohmann::json index = nlohmann::json::parse(f);
+  std::set<std::string> files;
+  int64_t listed = 0, bytes = 0;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    files.insert(it.value().get<std::string>());
+    ++listed;
+  }
+  for (const ParamInfo& p : m.params().list()) {
+    ASSERT_TRUE(index["weight_map"].contains(p.name)) << p.name;
+    bytes += p.numel * 4;
+  }
+  EXPECT_EQ(listed, int64_t(m.params().list().size()));  // each once (a JSON object has unique keys)
+  EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), bytes);
+  ASSERT_GT(files.size(), 2u);
+  for (const std::string& name : files) {
+    EXPECT_TRUE(fs::exists(dir / name)) << name;
+    EXPECT_NE(name.find("-of-" + std::string(5 - std::to_string(files.size()).size(), '0') +
+                        std::to_string(files.size()) + ".safetensors"),
+              std::string::npos)
+        << name;
+  }
+  Transformer back(config_from_file((dir / "config.json").string()));
+  hf_load_weights(back, dir.string());
+  EXPECT_EQ(0, std::memcmp(back.flat_params().as<float>(), m.flat_params().as<float>(), sizeof(float) * m.num_params()));
+  // A missing shard: one line naming the index and the file, before anything is read.
+  fs::rename(dir / *files.rbegin(), dir / "moved");
+  const std::string err = error_of([&] { hf_load_weights(back, dir.string()); });
+  EXPECT_NE(err.find("model.safetensors.index.json lists \"" + *files.rbegin() + "\""), std::string::npos) << err;
+  EXPECT_NE(err.find("is missing"), std::string::npos) << err;
+  EXPECT_EQ(err.find('\n'), std::string::npos);
+  fs::rename(dir / "moved", dir / *files.rbegin());
+  // Saved again in one file: the shards and the index go.
+  hf_save_model(m, dir.string(), DType::f32);
+  EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors.index.json"));
+  for (const std::string& name : files) EXPECT_FALSE(fs::exists(dir / name)) << name;
+  fs::remove_all(dir);
+}
+
+TEST(HfSizes, ParsedAsTransformersMaxShardSize) {
+  EXPECT_EQ(hf_parse_size("50MB", "f"), 50'000'000);
+  EXPECT_EQ(hf_parse_size("5GB", "f"), 5'000'000'000);
+  EXPECT_EQ(hf_parse_size("10kb", "f"), 1'250);  // a lower-case b counts bits
+  EXPECT_EQ(hf_parse_size("500MiB", "f"), 500LL << 20);
+  EXPECT_EQ(hf_parse_size("2GIB", "f"), 2LL << 30);
+  EXPECT_EQ(hf_parse_size("1048576", "f"), 1048576);
+  for (const char* bad : {"", "MB", "1.5GB", "-5MB", "5 XB", "0"})
+    EXPECT_NE(error_of([&] { hf_parse_size(bad, "--max_shard_size"); }).find("--max_shard_size"),
+              std::string::npos)
+        << bad;
 }
 
 std::string arch_test_name(int i) {

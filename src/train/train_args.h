@@ -46,6 +46,8 @@ struct TrainArgs {
   // (the train file); "" = nothing (docs/checkpoints.md#resuming).
   std::string resume_allow_changes;
   std::string save_dtype = "float32";  // float32 | bfloat16 for saved model weights
+  std::string max_shard_size = "5GB";  // save_pretrained's: larger weights go to shards + an index
+  std::string tokenizer_name;          // folder whose tokenizer files are carried into saves ("": the model's)
   int64_t seed = 42;
 
   // Observability: TensorBoard event files under logging_dir (HF's default output_dir/runs/

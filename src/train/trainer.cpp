@@ -57,6 +57,25 @@ ModelConfig load_config(const TrainArgs& a) {
   return config_from_file(a.model_name_or_path + "/config.json");
 }
 
+// The files that make the saved folders usable as they are (generate needs a tokenizer):
+// the model folder's (or the config's folder's), the tokenizer's from --tokenizer_name.
+HfSideFiles side_files(const TrainArgs& a) {
+  const std::string model_dir = !a.model_name_or_path.empty()
+                                    ? a.model_name_or_path
+                                    : fs::path(a.model_config_path).parent_path().string();
+  HfSideFiles files = hf_side_files(model_dir.empty() ? "." : model_dir);
+  if (a.tokenizer_name.empty()) return files;
+  std::error_code ec;
+  ZT_CHECK(fs::is_directory(a.tokenizer_name, ec), "--tokenizer_name ", a.tokenizer_name,
+           " is not a folder; pass the folder holding tokenizer.json (or encoder.json + vocab.bpe)");
+  HfSideFiles tok = hf_side_files(a.tokenizer_name);
+  ZT_CHECK(!tok.empty(), "--tokenizer_name ", a.tokenizer_name, " holds no tokenizer files (tokenizer.json, ...)");
+  std::erase_if(files, [](const auto& f) { return f.first != "generation_config.json"; });
+  std::erase_if(tok, [](const auto& f) { return f.first == "generation_config.json"; });
+  files.insert(files.end(), tok.begin(), tok.end());
+  return files;
+}
+
 // --resume_allow_changes: which differences from the checkpoint a resume accepts.
 struct AllowedChanges {
   bool model = false, data = false;
@@ -115,6 +134,7 @@ void check_args(const TrainArgs& a) {
   ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps", "--save_strategy \"", a.save_strategy,
            "\" is not supported; use \"steps\" or \"no\"");
   ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
+  hf_parse_size(a.max_shard_size, "--max_shard_size");
   optim::schedule_kind_from_string(a.lr_scheduler_type);
   allowed_changes(a.resume_allow_changes);
 }
@@ -181,6 +201,7 @@ class Trainer {
   std::unique_ptr<TokenFile> data_, val_;
   std::unique_ptr<WindowSampler> sampler_;
   std::unique_ptr<Transformer> model_;
+  HfSideFiles side_files_;  // tokenizer + generation config, carried into saves
   double weights_s_ = 0, startup_s_ = 0;
   std::unique_ptr<optim::Schedule> sched_;
   std::unique_ptr<parallel::DataParallel> engine_;  // the strategy: how a step is computed across ranks
@@ -196,6 +217,9 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   if (a_.threads > 0) omp_set_num_threads(a_.threads);
   check_args(a_);
   cfg_ = load_config(a_);
+  // Every weight shard present before --output_dir is touched (a missing one is one error).
+  if (!a_.model_name_or_path.empty()) hf_check_weights(a_.model_name_or_path);
+  side_files_ = side_files(a_);
   train_id_ = file_identity(a_.train_file, "--train_file");
   // The job's first collective, before anything sized by the arguments or the config is
   // allocated or exchanged: ranks that disagree stop here, with the difference named.
@@ -262,7 +286,7 @@ void Trainer::build_model_and_engine() {
   model_ = std::make_unique<Transformer>(cfg_);
   const auto t0 = Clock::now();
   if (!a_.model_name_or_path.empty())
-    hf_load_weights(*model_, a_.model_name_or_path + "/model.safetensors");
+    hf_load_weights(*model_, a_.model_name_or_path);
   else
     model_->init_random(uint64_t(a_.seed));
   weights_s_ = seconds_since(t0);
@@ -408,7 +432,8 @@ void Trainer::save(int64_t step) {
   if (log_) parts.push_back(log_.get());
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
-  checkpoint_save({a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id}, cfg_,
+  checkpoint_save(
+      {a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_}, cfg_,
                   {parts.begin(), parts.end()});
   if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit);
 }
@@ -434,7 +459,9 @@ void Trainer::finish(double train_s) {
   report["peak_rss_bytes"] = peak_rss_bytes();
   engine_->export_params();  // a collective: ZeRO-3 gathers the shards
   if (!chief_) return;
-  hf_save_model(*model_, a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16);
+  hf_save_model(*model_, a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
+                hf_parse_size(a_.max_shard_size, "--max_shard_size"));
+  hf_write_side_files(a_.output_dir, side_files_);
   if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);
   log_->add_results({{"data_parallel", report}});
   log_->finish(train_s, loader_->wait_seconds());
