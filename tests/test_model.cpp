@@ -41,9 +41,14 @@ ModelConfig tiny(Arch a, bool tie = false) {
 // Mistral's window (4) is shorter than the tests' rows, Qwen3's head_dim (12) is not
 // hidden / heads.
 ModelConfig tiny_family(int which) {
-  nlohmann::json j = {{"vocab_size", 67},          {"hidden_size", 32},       {"intermediate_size", 40},
-                      {"num_hidden_layers", 2},    {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                      {"max_position_embeddings", 32}, {"tie_word_embeddings", false}};
+  nlohmann::json j = {{"vocab_size", 67},
+                      {"hidden_size", 32},
+                      {"intermediate_size", 40},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},
+                      {"max_position_embeddings", 32},
+                      {"tie_word_embeddings", false}};
   if (which == 3) {
     j["model_type"] = "mistral";
     j["sliding_window"] = 4;
@@ -59,8 +64,11 @@ ModelConfig tiny_family(int which) {
     j["attention_bias"] = true;
     j["mlp_bias"] = true;
     j["rope_theta"] = 500000.0;
-    j["rope_scaling"] = {{"rope_type", "llama3"},      {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}};
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 16}};
   }
   return config_from_json(j, "test");
 }
@@ -207,8 +215,10 @@ TEST_P(ModelTest, PackedBatchEqualsSeparateDocuments) {
   EXPECT_EQ(count_p, count_s);
   EXPECT_NEAR(loss_p, loss_s, 1e-5 * std::abs(loss_s));
   for (const ParamInfo& p : packed.params().list()) {
-    std::vector<float> gp(packed.flat_grads().as<float>() + p.offset, packed.flat_grads().as<float>() + p.offset + p.numel);
-    std::vector<float> gs(single.flat_grads().as<float>() + p.offset, single.flat_grads().as<float>() + p.offset + p.numel);
+    std::vector<float> gp(packed.flat_grads().as<float>() + p.offset,
+                          packed.flat_grads().as<float>() + p.offset + p.numel);
+    std::vector<float> gs(single.flat_grads().as<float>() + p.offset,
+                          single.flat_grads().as<float>() + p.offset + p.numel);
     test::expect_close(gp, gs, 1e-4, 1e-6, p.name.c_str());
   }
 }
@@ -381,12 +391,14 @@ TEST_P(ModelTest, HfFolderRoundTrip) {
   Transformer back(config_from_file((dir / "config.json").string()));
   hf_load_weights(back, (dir / "model.safetensors").string());
   ASSERT_EQ(back.num_params(), m.num_params());
-  EXPECT_EQ(0, std::memcmp(back.flat_params().as<float>(), m.flat_params().as<float>(), sizeof(float) * m.num_params()));
+  EXPECT_EQ(0,
+            std::memcmp(back.flat_params().as<float>(), m.flat_params().as<float>(), sizeof(float) * m.num_params()));
   hf_save_model(m, dir.string(), DType::bf16);
   Transformer half(config_from_file((dir / "config.json").string()));
   hf_load_weights(half, (dir / "model.safetensors").string());
   for (int64_t i = 0; i < m.num_params(); ++i)
-    ASSERT_NEAR(half.flat_params().as<float>()[i], m.flat_params().as<float>()[i], 4e-3 * std::abs(m.flat_params().as<float>()[i]) + 1e-30);
+    ASSERT_NEAR(half.flat_params().as<float>()[i], m.flat_params().as<float>()[i],
+                4e-3 * std::abs(m.flat_params().as<float>()[i]) + 1e-30);
   std::filesystem::remove_all(dir);
 }
 
@@ -426,7 +438,8 @@ TEST_P(ModelTest, ShardedFolderRoundTrip) {
   }
   Transformer back(config_from_file((dir / "config.json").string()));
   hf_load_weights(back, dir.string());
-  EXPECT_EQ(0, std::memcmp(back.flat_params().as<float>(), m.flat_params().as<float>(), sizeof(float) * m.num_params()));
+  EXPECT_EQ(0,
+            std::memcmp(back.flat_params().as<float>(), m.flat_params().as<float>(), sizeof(float) * m.num_params()));
   // A missing shard: one line naming the index and the file, before anything is read.
   fs::rename(dir / *files.rbegin(), dir / "moved");
   const std::string err = error_of([&] { hf_load_weights(back, dir.string()); });
@@ -450,13 +463,12 @@ TEST(HfSizes, ParsedAsTransformersMaxShardSize) {
   EXPECT_EQ(hf_parse_size("2GIB", "f"), 2LL << 30);
   EXPECT_EQ(hf_parse_size("1048576", "f"), 1048576);
   for (const char* bad : {"", "MB", "1.5GB", "-5MB", "5 XB", "0"})
-    EXPECT_NE(error_of([&] { hf_parse_size(bad, "--max_shard_size"); }).find("--max_shard_size"),
-              std::string::npos)
+    EXPECT_NE(error_of([&] { hf_parse_size(bad, "--max_shard_size"); }).find("--max_shard_size"), std::string::npos)
         << bad;
 }
 
 std::string arch_test_name(int i) {
-  static const char* names[] = {"Gpt2",  "LlamaGqa", "LlamaGqaTied",        "MistralWindow",
+  static const char* names[] = {"Gpt2",  "LlamaGqa", "LlamaGqaTied",       "MistralWindow",
                                 "Qwen2", "Qwen3",    "Llama3RopeAndBiases"};
   return names[i];
 }

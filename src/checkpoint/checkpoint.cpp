@@ -137,7 +137,8 @@ void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
   for (const Stateful* c : components) c->save_state(w);
   if (o.shard.index >= 0) write_shard(tmp, o.shard, w.pieces(), o.save_id);
   barrier();  // every shard is written before the chief seals the folder
-  if (o.chief) finish(tmp, checkpoint_dir(o.output_dir, o.step, false), cfg, std::move(state), o.save_id, o.extra_files);
+  if (o.chief)
+    finish(tmp, checkpoint_dir(o.output_dir, o.step, false), cfg, std::move(state), o.save_id, o.extra_files);
 }
 
 CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes,

@@ -123,8 +123,9 @@ int64_t hf_parse_size(const std::string& text, const std::string& flag) {
   // digits, optional spaces, an optional unit: K/M/G/T then B (decimal, bytes), b (bits), iB (binary)
   static const std::regex re(R"(^\s*([0-9]+)\s*(([kKmMgGtT])([iI]?)([bB]))?\s*$)");
   std::smatch m;
-  const std::string hint = " is not a size; use bytes or a number with a unit, e.g. 50MB, 2GB, 500MiB (as "
-                           "save_pretrained's max_shard_size)";
+  const std::string hint =
+      " is not a size; use bytes or a number with a unit, e.g. 50MB, 2GB, 500MiB (as "
+      "save_pretrained's max_shard_size)";
   ZT_CHECK(std::regex_match(text, m, re), flag, " ", quote(text), hint);
   ZT_CHECK(m[1].length() <= 15, flag, " ", quote(text), " is too large");
   const long double n = std::stold(m[1].str());
@@ -199,9 +200,9 @@ void hf_save_model(const Transformer& model, const std::string& folder, DType dt
 }
 
 HfSideFiles hf_side_files(const std::string& folder) {
-  static const char* names[] = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
-                                "added_tokens.json", "tokenizer.model",      "vocab.json",
-                                "merges.txt",        "encoder.json",         "vocab.bpe",
+  static const char* names[] = {"tokenizer.json",      "tokenizer_config.json", "special_tokens_map.json",
+                                "added_tokens.json",   "tokenizer.model",       "vocab.json",
+                                "merges.txt",          "encoder.json",          "vocab.bpe",
                                 "chat_template.jinja", "generation_config.json"};
   HfSideFiles out;
   if (folder.empty()) return out;

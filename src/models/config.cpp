@@ -60,7 +60,6 @@ std::string opt_str(const nlohmann::json& j, const char* key, const std::string&
   return j[key].get<std::string>();
 }
 
-
 // A number (int or float) > 0 inside rope_scaling.
 double rope_number(const nlohmann::json& r, const char* key, double def, bool required, const std::string& where) {
   if (!r.contains(key) || r[key].is_null()) {
@@ -86,8 +85,8 @@ RopeScaling parse_rope_scaling(const nlohmann::json& j, const std::string& where
   ZT_CHECK(rs.type == "linear" || rs.type == "dynamic" || rs.type == "yarn" || rs.type == "llama3", where,
            ": rope_scaling rope_type ", quote(rs.type),
            " is not supported; ztrain computes default, linear, dynamic, yarn and llama3");
-  rs.factor = rope_number(r, "factor", 1.0, rs.type != "yarn" || !r.contains("original_max_position_embeddings"),
-                          where);
+  rs.factor =
+      rope_number(r, "factor", 1.0, rs.type != "yarn" || !r.contains("original_max_position_embeddings"), where);
   if (rs.type == "llama3") {
     rs.low_freq_factor = rope_number(r, "low_freq_factor", 1.0, true, where);
     rs.high_freq_factor = rope_number(r, "high_freq_factor", 4.0, true, where);
@@ -137,8 +136,10 @@ void parse_llama_family(const nlohmann::json& j, const std::string& mt, const st
     c.mlp_bias = opt_bool(j, "mlp_bias", false, where);
   } else if (mt == "mistral") {
     // MistralConfig's default window is 4096; null (Mistral v0.2+) means full attention.
-    if (!j.contains("sliding_window")) c.sliding_window = 4096;
-    else if (!j["sliding_window"].is_null()) c.sliding_window = positive_int(j, "sliding_window", where);
+    if (!j.contains("sliding_window"))
+      c.sliding_window = 4096;
+    else if (!j["sliding_window"].is_null())
+      c.sliding_window = positive_int(j, "sliding_window", where);
   } else {
     c.qkv_bias = mt == "qwen2";  // Qwen2: q/k/v always carry biases, o_proj none
     if (mt == "qwen3") {

@@ -47,8 +47,8 @@ const char* unit_kind_name(UnitKind k);
 
 struct Unit {
   UnitKind kind = UnitKind::block;
-  int layer = -1;           // blocks: 0..L-1; -1 otherwise
-  std::vector<int> params;  // indices into ParamTable::list(), in table order
+  int layer = -1;              // blocks: 0..L-1; -1 otherwise
+  std::vector<int> params;     // indices into ParamTable::list(), in table order
   int64_t begin = 0, end = 0;  // elements of the flat layout, [begin, end)
   int64_t size() const { return end - begin; }
 };

@@ -84,9 +84,9 @@ class Transformer {
   const std::vector<nn::Block>& blocks() const { return blocks_; }
   const nn::Norm& final_norm() const { return lnf_; }
   const RopeFreqs& rope() const { return rope_; }  // RoPE frequencies (models/rope.h)
-  TensorView token_embedding() const;     // (V, C)
-  TensorView position_embedding() const;  // (max_position, C); empty for RoPE models
-  TensorView lm_head() const;             // (V, C)
+  TensorView token_embedding() const;              // (V, C)
+  TensorView position_embedding() const;           // (max_position, C); empty for RoPE models
+  TensorView lm_head() const;                      // (V, C)
 
   // Where the pass takes parameters and gradients from; null = the model's flat buffers.
   // The provider must outlive its use.
@@ -123,7 +123,9 @@ class Transformer {
   };
   static void carve(Carver& acts, Carver& scratch, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
                     int slots, std::vector<SlotActs>* sa, Scratch* sc);
-  static TensorView flat_view(const Buffer& b) { return TensorView(b.data(), DType::f32, {b.bytes() / 4 ? int64_t(b.bytes() / 4) : 0}); }
+  static TensorView flat_view(const Buffer& b) {
+    return TensorView(b.data(), DType::f32, {b.bytes() / 4 ? int64_t(b.bytes() / 4) : 0});
+  }
   void bind_layers();
   nn::Packing prepare_packing(const int32_t* positions, SlotInput* in);
   // Binds block l's layers (or the final norm) to a unit's views; grads may be empty.

@@ -71,7 +71,6 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
   return window_bound(pack);
 }
 
-
 void Transformer::begin_pass(bool backward) {
   ZT_ASSERT(acts_.data(), "plan(B, T) must come first");
   ZT_ASSERT(!backward || (training_ && (grads_.data() || provider_)), "plan(B, T, training=true) must come first");
@@ -125,9 +124,8 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
   double loss;
   {
     ZT_PROFILE("lmhead_ce");
-    loss = kernels::lmhead_ce(backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
-                              a.lnf_out.as<const float>(), lm_w.as<const float>(), targets, hd, grad_scale,
-                              sc_.logits.as<float>(), count);
+    loss = kernels::lmhead_ce(backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(), a.lnf_out.as<const float>(),
+                              lm_w.as<const float>(), targets, hd, grad_scale, sc_.logits.as<float>(), count);
   }
   if (tied) pp.release(lm_unit);
   if (!backward) {

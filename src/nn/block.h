@@ -48,11 +48,11 @@ struct BlockActs {
 };
 
 struct BlockScratch {
-  TensorView act;   // (N, F)
-  TensorView dfc;   // (N, 2F) SwiGLU only
-  TensorView dln;   // (N, C)
-  TensorView datt;  // (N, NH HS)
-  TensorView dqkv;  // (N, (NH + 2 KVH) HS)
+  TensorView act;         // (N, F)
+  TensorView dfc;         // (N, 2F) SwiGLU only
+  TensorView dln;         // (N, C)
+  TensorView datt;        // (N, NH HS)
+  TensorView dqkv;        // (N, (NH + 2 KVH) HS)
   TensorView qk_a, qk_b;  // (N (NH + KVH), HS) each, qk_norm only: heads gathered from / for qkv rows
 };
 
@@ -77,7 +77,7 @@ struct Packing {
 class TpRegion {
  public:
   virtual ~TpRegion() = default;
-  virtual void row_parallel_output(TensorView partial) = 0;       // forward, (N, C)
+  virtual void row_parallel_output(TensorView partial) = 0;      // forward, (N, C)
   virtual void column_parallel_input_grad(TensorView grad) = 0;  // backward, (N, C)
 };
 

@@ -48,7 +48,8 @@ std::string describe_difference(const nlohmann::json& zero, const nlohmann::json
                    value_of(mr, k), "; give every rank the same model config");
   const nlohmann::json d0 = group(zero, "data"), dr = group(other, "data");
   k = config_first_difference(d0, dr);
-  const std::string what = k == "model_weights" ? "the model weights (model.safetensors or its index)" : "the contents of --" + k;
+  const std::string what =
+      k == "model_weights" ? "the model weights (model.safetensors or its index)" : "the contents of --" + k;
   return str_cat(who, what, ": rank 0 has ", data_value(d0, k), "; rank ", r, " has ", data_value(dr, k),
                  "; give every rank the same files");
 }
@@ -74,7 +75,10 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(zero_quantized_weights), ZT_ARG(zero_quantized_gradients), ZT_ARG(steps_per_print);
   ZT_ARG(wall_clock_breakdown), ZT_ARG(train_batch_size), ZT_ARG(warmup_min_lr), ZT_ARG(warmup_max_lr);
   ZT_ARG(warmup_type), ZT_ARG(warmup_min_ratio), ZT_ARG(cos_min_ratio), ZT_ARG(total_num_steps), ZT_ARG(no_shuffle);
-  ZT_ARG(peak_gflops), ZT_ARG(max_shard_size), ZT_ARG(tokenizer_name);
+  ZT_ARG(peak_gflops), ZT_ARG(max_shard_size), ZT_ARG(tokenizer_name), ZT_ARG(eval_strategy);
+  ZT_ARG(logging_strategy), ZT_ARG(do_train), ZT_ARG(do_eval), ZT_ARG(per_device_eval_batch_size);
+  ZT_ARG(load_best_model_at_end), ZT_ARG(metric_for_best_model), ZT_ARG(greater_is_better);
+  ZT_ARG(save_safetensors), ZT_ARG(dataloader_num_workers);
 #undef ZT_ARG
   return j;
 }
