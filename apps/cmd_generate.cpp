@@ -37,7 +37,7 @@ std::unique_ptr<Transformer> load_model(const std::string& dir, int B, int* T, c
   // Before the parameters are allocated: a model beyond this machine is one clear error.
   parallel::check_memory_fits(parallel::inference_bytes(cfg, B, *T), 1, what, "", hint);
   auto m = std::make_unique<Transformer>(cfg);
-  hf_load_weights(*m, dir + "/model.safetensors");
+  hf_load_weights(*m, dir);
   return m;
 }
 

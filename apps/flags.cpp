@@ -96,6 +96,7 @@ void FlagSet::parse(const std::vector<std::string>& args) {
       has_value = true;
     }
     const Flag* f = find(name);
+    ZT_CHECK(f || !refused_.count(name), "ztrain ", command_, ": --", name, " ", refused_why_);
     ZT_CHECK(f, "ztrain ", command_, ": unknown flag --", shown(name), "; did you mean --", nearest(name), "?");
     given_.insert(f->name);
     if (f->kind == Kind::boolean) {

@@ -74,6 +74,12 @@ class FlagSet {
   // Parses args (without the program and subcommand); throws zt::Error on bad input.
   void parse(const std::vector<std::string>& args);
   std::string help() const;
+  // Names that are not flags of this command but are known elsewhere (HF TrainingArguments):
+  // given, they are refused with `why` instead of "unknown flag; did you mean".
+  void refuse(const std::set<std::string>& names, std::string why) {
+    refused_ = names;
+    refused_why_ = std::move(why);
+  }
   // Names of the flags parse() saw (without "--"), so a config file can tell an explicit
   // value from a default (DeepSpeed JSON vs HF flags, docs/deepspeed.md).
   const std::set<std::string>& given() const { return given_; }
@@ -92,6 +98,8 @@ class FlagSet {
   std::string command_;
   std::vector<Flag> flags_;
   std::set<std::string> given_;
+  std::set<std::string> refused_;
+  std::string refused_why_;
 };
 
 }  // namespace zt::app

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "dist/communicator.h"
 #include "flags.h"
+#include "hf_training_args.h"
 #include "signals.h"
 #include "train/train_args.h"
 
@@ -63,6 +64,22 @@ int cmd_train(const Args& args) {
   f.add("train_file", &a.train_file, "token file: flat little-endian uint16 (nanoGPT train.bin)");
   f.add("validation_file", &a.validation_file, "token file for eval_loss / perplexity");
   f.add("eval_steps", &a.eval_steps, "evaluate every N steps, 0 = at the end only (0)", range::closed(0, kMaxSteps));
+  // HF Trainer flags users paste in (docs/flags.md#hugging-face-trainer-flags).
+  f.add("do_train", &a.do_train, "accepted (HF); `ztrain train` always trains, false is refused");
+  f.add("do_eval", &a.do_eval, "evaluate --validation_file at the end; false: no evaluation at all");
+  f.add("eval_strategy", &a.eval_strategy, "no | steps (every --eval_steps, else --logging_steps) | epoch");
+  f.add("evaluation_strategy", &a.eval_strategy, "HF's older name of --eval_strategy");
+  f.add("logging_strategy", &a.logging_strategy, "no | steps (every --logging_steps) | epoch (steps)");
+  f.add("per_device_eval_batch_size", &a.per_device_eval_batch_size,
+        "sequences per evaluation forward, at most the train batch (the train batch)", range::closed(1, kMaxBatch));
+  f.add("load_best_model_at_end", &a.load_best_model_at_end,
+        "--output_dir gets the best evaluated checkpoint's weights (save and eval strategies must match)");
+  f.add("metric_for_best_model", &a.metric_for_best_model, "loss | eval_loss | perplexity (loss)");
+  f.add("greater_is_better", &a.greater_is_better, "a larger metric is better (false for loss and perplexity)");
+  f.add("save_safetensors", &a.save_safetensors, "accepted (HF); ztrain writes safetensors only, false is refused");
+  f.add("dataloader_num_workers", &a.dataloader_num_workers,
+        "accepted (HF); data are memory-mapped tokens read by one prefetch thread (--dataloader_prefetch)",
+        range::closed(0, 1024));
   f.add("max_eval_samples", &a.max_eval_samples, "sequences evaluated, 0 = all (0)", range::closed(0, kMaxSteps));
   f.add("output_dir", &a.output_dir, "where the model, trainer_state.json and metrics go");
   f.add("overwrite_output_dir", &a.overwrite_output_dir, "allow a non-empty --output_dir");
@@ -90,7 +107,7 @@ int cmd_train(const Args& args) {
         range::closed(1, kMaxSteps).or_value(-1));
   f.add("num_train_epochs", &a.num_train_epochs, "passes over the data (3)", range::above(0, 1e6));
   f.add("logging_steps", &a.logging_steps, "log every N steps; < 1 is a ratio (500)", range::above(0, kMaxSteps));
-  f.add("save_strategy", &a.save_strategy, "steps | no (steps)");
+  f.add("save_strategy", &a.save_strategy, "steps | epoch | no (steps)");
   f.add("save_steps", &a.save_steps, "save checkpoint-N/ every N steps (500)", range::closed(1, kMaxSteps));
   f.add("save_total_limit", &a.save_total_limit, "keep at most N checkpoints, 0 = all (0)",
         range::closed(0, kMaxSteps));
@@ -109,6 +126,10 @@ int cmd_train(const Args& args) {
         "pick the largest micro-batch (halving) and, if needed, recomputation that fit --max_memory");
   f.add("recompute-num-layers", &a.recompute_num_layers, "recompute only the first N blocks (-1: all)",
         range::closed(0, 1 << 20).or_value(-1));
+  f.add("max_shard_size", &a.max_shard_size,
+        "largest weight file in --output_dir, save_pretrained's units: 50MB, 2GB, 500MiB, bytes (5GB)");
+  f.add("tokenizer_name", &a.tokenizer_name,
+        "folder whose tokenizer files go into --output_dir and checkpoints (the model's folder)");
   f.add("seed", &a.seed, "seed for initialisation and shuffling (42)", range::at_least(0));
   f.add("threads", &a.threads, "compute threads, 0 = all cores (0)", range::closed(0, kMaxThreads));
   f.add("no_shuffle", &a.no_shuffle, "consecutive windows in file order");
@@ -143,6 +164,9 @@ int cmd_train(const Args& args) {
   // DeepSpeed / ZeRO (docs/deepspeed.md). A --deepspeed JSON's values replace defaults but must
   // agree with flags given here; "auto" values take the flags.
   f.add("deepspeed", &a.deepspeed, "DeepSpeed JSON config (HF Trainer's flag; docs/deepspeed.md)");
+  f.refuse({std::begin(kHfTrainingArguments), std::end(kHfTrainingArguments)},
+           "is a Hugging Face TrainingArguments flag that ztrain does not implement; remove it (docs/flags.md "
+           "lists the flags ztrain takes)");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   a.explicit_flags = f.given();

@@ -300,6 +300,38 @@ TEST(Attention, DocStartFromPositions) {
   EXPECT_EQ(doc, (std::vector<int32_t>{0, 0, 0, 3, 3, 5, 0, 0, 0, 3, 3, 3}));
 }
 
+// Mistral's sliding window is one more lower bound on each query's keys (t - W + 1), alone
+// or combined with packed documents; the flash kernels skip and mask by it like doc_start.
+TEST(Attention, FlashMatchesNaiveWithSlidingWindow) {
+  uint64_t seed = 300;
+  for (auto d : {kernels::AttnDims{2, 9, 2, 2, 8}, kernels::AttnDims{2, 150, 4, 2, 64},
+                 kernels::AttnDims{1, 200, 2, 1, 128}, kernels::AttnDims{2, 97, 2, 2, 16}})
+    for (int W : {1, 4, 63, 64, 65, 100})
+      for (bool docs : {false, true}) {
+        const int64_t N = int64_t(d.B) * d.T, rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
+        std::vector<int32_t> doc(N, 0);
+        if (docs) {
+          auto pos = test::packed_positions(d.B, d.T, 40, ++seed);
+          kernels::attention_doc_start(doc.data(), pos.data(), d.B, d.T);
+        }
+        std::vector<int32_t> expect(doc);
+        for (int64_t r = 0; r < N; ++r) expect[r] = std::max<int32_t>(doc[r], int32_t(r % d.T) - W + 1);
+        kernels::attention_window_start(doc.data(), d.B, d.T, W);
+        ASSERT_EQ(doc, expect);
+        d.doc_start = doc.data();
+        auto qkv = randn(N * rs, ++seed, 2.0), dout = randn(N * os, ++seed);
+        std::vector<float> out(N * os), lse(d.B * d.NH * d.T), out_r(N * os), lse_r(d.B * d.NH * d.T);
+        kernels::attention_forward(out.data(), lse.data(), qkv.data(), d);
+        ref::attention_forward<float>(out_r.data(), lse_r.data(), qkv.data(), d);
+        expect_close(out, out_r, 1e-4, 1e-5, "attention out (window)");
+        expect_close(lse, lse_r, 1e-5, 1e-5, "attention lse (window)");
+        std::vector<float> dq(N * rs, 7.f), dq_r(N * rs);
+        kernels::attention_backward(dq.data(), dout.data(), qkv.data(), out.data(), lse.data(), d);
+        ref::attention_backward<float>(dq_r.data(), dout.data(), qkv.data(), d);
+        expect_close(dq, dq_r, 1e-3, 1e-4, "attention dqkv (window)");
+      }
+}
+
 TEST(Attention, ReferenceBackwardWithDocumentsMatchesFiniteDifferences) {
   kernels::AttnDims d{2, 7, 4, 2, 4};
   const std::vector<int32_t> pos = {0, 1, 2, 0, 1, 0, 1, 3, 4, 0, 1, 2, 3, 0};

@@ -88,8 +88,9 @@ void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector
 // The chief's part, after every shard is written: the JSON files, checksums.json over every
 // file, then the rename that makes the checkpoint appear whole.
 void finish(const fs::path& tmp, const fs::path& final_dir, const ModelConfig& cfg, nlohmann::json state,
-            const std::string& save_id) {
+            const std::string& save_id, const std::vector<std::pair<std::string, std::string>>& extra_files) {
   write_file_atomic((tmp / "config.json").string(), config_to_json(cfg, "float32").dump(2) + "\n");
+  for (const auto& [name, bytes] : extra_files) write_file_atomic((tmp / name).string(), bytes);
   state["ztrain"]["save_id"] = save_id;
   write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
   nlohmann::json sums = nlohmann::json::object();
@@ -136,7 +137,8 @@ void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
   for (const Stateful* c : components) c->save_state(w);
   if (o.shard.index >= 0) write_shard(tmp, o.shard, w.pieces(), o.save_id);
   barrier();  // every shard is written before the chief seals the folder
-  if (o.chief) finish(tmp, checkpoint_dir(o.output_dir, o.step, false), cfg, std::move(state), o.save_id);
+  if (o.chief)
+    finish(tmp, checkpoint_dir(o.output_dir, o.step, false), cfg, std::move(state), o.save_id, o.extra_files);
 }
 
 CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes,

@@ -43,6 +43,9 @@ struct CheckpointSaveOptions {
   // recorded in every file (safetensors "save_id" metadata, trainer_state.json's
   // ztrain.save_id, checksums.json) so that loading rejects a folder mixing two saves.
   std::string save_id;
+  // Files the chief writes beside config.json, (name, bytes): the model folder's tokenizer and
+  // generation config (hf_side_files), so a checkpoint is a model folder `generate` can use.
+  std::vector<std::pair<std::string, std::string>> extra_files;
 };
 
 // Writes output_dir/checkpoint-<step>/ atomically: a collective over the job's ranks, each

@@ -3,35 +3,223 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 
 namespace zt {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// The weight files of a folder, opened, and where each tensor lives.
+struct WeightSet {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, const SafetensorsFile*> where;  // sharded: tensor -> file; empty: one file
+  std::string source;                                   // for messages
+  const StEntry* find(const std::string& name) const {
+    if (where.empty()) return files.front()->find(name);
+    auto it = where.find(name);
+    return it == where.end() ? nullptr : it->second->find(name);
+  }
+};
+
+WeightSet open_index(const fs::path& dir) {
+  const fs::path index = dir / kHfWeightsIndex;
+  WeightSet w;
+  w.source = index.string();
+  std::ifstream f(index);
+  ZT_CHECK(f.good(), "cannot open ", w.source);
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  ZT_CHECK(!j.is_discarded() && j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), w.source,
+           ": not a safetensors index (expected a JSON object with a \"weight_map\" object)");
+  // Every file first: a missing shard is named before anything is read.
+  std::map<std::string, const SafetensorsFile*> opened;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    ZT_CHECK(it.value().is_string(), w.source, ": weight_map[", quote(it.key()), "] must be a file name");
+    const std::string file = it.value().get<std::string>();
+    ZT_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..", w.source,
+             ": weight_map[", quote(it.key()), "] = ", quote(file), " is not a file name in the folder");
+    if (opened.count(file)) continue;
+    ZT_CHECK(is_file(dir / file), w.source, " lists ", quote(file), " (for tensor ", quote(it.key()),
+             ") but that file is missing; download every shard the index names");
+    w.files.push_back(std::make_unique<SafetensorsFile>((dir / file).string()));
+    opened[file] = w.files.back().get();
+  }
+  ZT_CHECK(!w.files.empty(), w.source, ": the weight_map is empty");
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    const SafetensorsFile* file = opened[it.value().get<std::string>()];
+    ZT_CHECK(file->find(it.key()), w.source, " places tensor ", quote(it.key()), " in ",
+             quote(it.value().get<std::string>()), ", which does not hold it; the index and the shards disagree");
+    w.where[it.key()] = file;
+  }
+  return w;
+}
+
+WeightSet open_weights(const std::string& path) {
+  const fs::path p(path);
+  std::error_code ec;
+  if (!fs::is_directory(p, ec)) {  // a .safetensors file named directly
+    WeightSet w;
+    w.source = path;
+    w.files.push_back(std::make_unique<SafetensorsFile>(path));
+    return w;
+  }
+  // transformers' order: the single file first, then the index.
+  if (is_file(p / kHfWeights)) return open_weights((p / kHfWeights).string());
+  if (is_file(p / kHfWeightsIndex)) return open_index(p);
+  throw Error(str_cat(path, ": no ", kHfWeights, " and no ", kHfWeightsIndex,
+                      "; the model folder needs its weights (a single file or the shards and their index)"));
+}
+
+std::string shard_name(size_t i, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+}  // namespace
 
 void hf_load_weights(Transformer& model, const std::string& path) {
-  SafetensorsFile f(path);
+  const WeightSet w = open_weights(path);
   float* P = model.flat_params().as<float>();
   const ModelConfig& cfg = model.config();
   for (const ParamInfo& p : model.params().list()) {
-    const StEntry* e = f.find(p.name);
+    const StEntry* e = w.find(p.name);
     // GPT2Model checkpoints (e.g. the original "gpt2" upload) omit the "transformer." prefix.
-    if (!e && p.name.rfind("transformer.", 0) == 0) e = f.find(p.name.substr(12));
-    ZT_CHECK(e, path, ": tensor \"", p.name, "\" is missing; the weights do not match config.json (", cfg.arch_name(),
-             ", ", cfg.n_layer, " layers)");
-    ZT_CHECK(e->shape == p.shape, path, ": tensor \"", p.name, "\" has shape ", nlohmann::json(e->shape).dump(),
+    if (!e && p.name.rfind("transformer.", 0) == 0) e = w.find(p.name.substr(12));
+    ZT_CHECK(e, w.source, ": tensor \"", p.name, "\" is missing; the weights do not match config.json (",
+             cfg.arch_name(), ", ", cfg.n_layer, " layers)");
+    ZT_CHECK(e->shape == p.shape, w.source, ": tensor \"", p.name, "\" has shape ", nlohmann::json(e->shape).dump(),
              " but config.json implies ", nlohmann::json(p.shape).dump());
+    const SafetensorsFile& f = w.where.empty() ? *w.files.front() : *w.where.at(e->name);
     f.read_f32(*e, P + p.offset);
   }
 }
 
-void hf_save_model(const Transformer& model, const std::string& folder, DType dtype) {
+void hf_check_weights(const std::string& path) { open_weights(path); }
+
+std::string hf_weights_file(const std::string& folder) {
+  const fs::path p(folder);
+  if (is_file(p / kHfWeights)) return (p / kHfWeights).string();
+  if (is_file(p / kHfWeightsIndex)) return (p / kHfWeightsIndex).string();
+  return "";
+}
+
+int64_t hf_parse_size(const std::string& text, const std::string& flag) {
+  // digits, optional spaces, an optional unit: K/M/G/T then B (decimal, bytes), b (bits), iB (binary)
+  static const std::regex re(R"(^\s*([0-9]+)\s*(([kKmMgGtT])([iI]?)([bB]))?\s*$)");
+  std::smatch m;
+  const std::string hint =
+      " is not a size; use bytes or a number with a unit, e.g. 50MB, 2GB, 500MiB (as "
+      "save_pretrained's max_shard_size)";
+  ZT_CHECK(std::regex_match(text, m, re), flag, " ", quote(text), hint);
+  ZT_CHECK(m[1].length() <= 15, flag, " ", quote(text), " is too large");
+  const long double n = std::stold(m[1].str());
+  long double bytes = n;
+  if (m[2].matched) {
+    const int power = std::string("kmgt").find(char(std::tolower(m[3].str()[0]))) + 1;
+    const bool binary = m[4].length() > 0, bits = !binary && m[5].str() == "b";
+    long double unit = 1;
+    for (int i = 0; i < power; ++i) unit *= binary ? 1024.0L : 1000.0L;
+    bytes = n * unit / (bits ? 8 : 1);
+  }
+  ZT_CHECK(bytes >= 1 && bytes <= 1e18L, flag, " ", quote(text), " must be between 1 byte and 1 EB");
+  return int64_t(bytes);
+}
+
+void hf_save_model(const Transformer& model, const std::string& folder, DType dtype, int64_t max_shard_bytes) {
   ::mkdir(folder.c_str(), 0755);
+  const fs::path dir(folder);
   const float* P = model.flat_params().as<const float>();
-  std::vector<StTensorOut> out;
-  for (const ParamInfo& p : model.params().list()) out.push_back({p.name, p.shape, P + p.offset});
-  safetensors_write(folder + "/model.safetensors", out, dtype, {{"format", "pt"}});
+  const int64_t es = int64_t(dtype_size(dtype));
+  // save_pretrained's cut (huggingface_hub's split_state_dict_into_shards): tensors in order;
+  // one larger than the limit is a shard alone, one that would tip the current shard over
+  // closes it first.
+  std::vector<std::vector<StTensorOut>> shards;
+  std::vector<StTensorOut> current;
+  int64_t current_bytes = 0, total = 0;
+  for (const ParamInfo& p : model.params().list()) {
+    const int64_t bytes = p.numel * es;
+    total += bytes;
+    StTensorOut t{p.name, p.shape, P + p.offset};
+    if (bytes > max_shard_bytes) {
+      shards.push_back({t});
+      continue;
+    }
+    if (current_bytes + bytes > max_shard_bytes && !current.empty()) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(t);
+    current_bytes += bytes;
+  }
+  if (!current.empty()) shards.push_back(std::move(current));
+  std::vector<std::string> written;
+  if (shards.size() <= 1) {
+    safetensors_write((dir / kHfWeights).string(), shards.empty() ? std::vector<StTensorOut>{} : shards[0], dtype,
+                      {{"format", "pt"}});
+    written.push_back(kHfWeights);
+  } else {
+    nlohmann::ordered_json map = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string name = shard_name(i, shards.size());
+      safetensors_write((dir / name).string(), shards[i], dtype, {{"format", "pt"}});
+      written.push_back(name);
+      for (const StTensorOut& t : shards[i]) map[t.name] = name;
+    }
+    // The index last: until it exists the new shards are not a model a loader would pick.
+    nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+    write_file_atomic((dir / kHfWeightsIndex).string(), index.dump(2) + "\n");
+    written.push_back(kHfWeightsIndex);
+  }
   nlohmann::json cj = config_to_json(model.config(), dtype_name(dtype));
-  write_file_atomic(folder + "/config.json", cj.dump(2) + "\n");
+  write_file_atomic((dir / "config.json").string(), cj.dump(2) + "\n");
+  // An earlier save's other layout (a single file beside new shards would win over them).
+  static const std::regex stale(R"(model(-[0-9]{5}-of-[0-9]{5})?\.safetensors(\.index\.json)?)");
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, stale) && std::find(written.begin(), written.end(), name) == written.end())
+      fs::remove(e.path(), ec);
+  }
+}
+
+HfSideFiles hf_side_files(const std::string& folder) {
+  static const char* names[] = {"tokenizer.json",      "tokenizer_config.json", "special_tokens_map.json",
+                                "added_tokens.json",   "tokenizer.model",       "vocab.json",
+                                "merges.txt",          "encoder.json",          "vocab.bpe",
+                                "chat_template.jinja", "generation_config.json"};
+  HfSideFiles out;
+  if (folder.empty()) return out;
+  for (const char* n : names) {
+    const fs::path p = fs::path(folder) / n;
+    if (!is_file(p)) continue;
+    std::ifstream f(p, std::ios::binary);
+    ZT_CHECK(f.good(), "cannot read ", p.string());
+    std::ostringstream s;
+    s << f.rdbuf();
+    out.emplace_back(n, s.str());
+  }
+  return out;
+}
+
+void hf_write_side_files(const std::string& folder, const HfSideFiles& files) {
+  for (const auto& [name, bytes] : files) write_file_atomic((fs::path(folder) / name).string(), bytes);
 }
 
 }  // namespace zt

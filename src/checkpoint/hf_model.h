@@ -1,18 +1,62 @@
-// hf_model.h: a Transformer's weights in Hugging Face's layout: model.safetensors under
-// HF parameter names (F32 / BF16 / F16 in, F32 or BF16 out) beside config.json. The model
-// itself does no file I/O (models sits below checkpoint in the layering); this is where
-// its parameter table meets the file format.
+// hf_model.h: a Transformer's weights in Hugging Face's layout: model.safetensors, or the
+// shards a model.safetensors.index.json lists (save_pretrained's max_shard_size), under HF
+// parameter names (F32 / BF16 / F16 in, F32 or BF16 out) beside config.json; and the files
+// an HF model folder carries besides (tokenizer, generation config). The model itself does
+// no file I/O (models sits below checkpoint in the layering); this is where its parameter
+// table meets the file format.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/tensor.h"
 #include "models/transformer.h"
 
 namespace zt {
 
-// Loads model.safetensors into the model's flat parameters; checks every name and shape.
+// HF's file names.
+inline constexpr const char* kHfWeights = "model.safetensors";
+inline constexpr const char* kHfWeightsIndex = "model.safetensors.index.json";
+
+// Loads the weights into the model's flat parameters; checks every name and shape. `path` is
+// a model folder (model.safetensors, else model.safetensors.index.json and its shards, as
+// transformers picks them) or a .safetensors file. A missing shard or a tensor the index
+// places in a file that lacks it is an Error naming both, raised before anything is read.
 void hf_load_weights(Transformer& model, const std::string& path);
-// Writes config.json + model.safetensors into folder, tensors as dtype (f32 or bf16).
-void hf_save_model(const Transformer& model, const std::string& folder, DType dtype);
+
+// Opens the weights as hf_load_weights would (every shard present, the index consistent)
+// without reading them: a run checks its model folder before it touches --output_dir.
+void hf_check_weights(const std::string& path);
+
+// The file that identifies a folder's weights (ranks compare it): model.safetensors, or the
+// index of a sharded folder; "" when there is neither.
+std::string hf_weights_file(const std::string& folder);
+
+// save_pretrained's default max_shard_size, "5GB".
+inline constexpr int64_t kHfDefaultShardBytes = 5'000'000'000;
+// A size as transformers' max_shard_size reads it: bytes ("52428800"), decimal units
+// ("50MB", "5GB", "10KB"), binary units ("50MiB", "2GiB", "64KiB"), or bits with a lower-case
+// b ("400Mb" = 50 MB); case-insensitive otherwise. `flag` names the source in errors.
+int64_t hf_parse_size(const std::string& text, const std::string& flag);
+
+// Writes config.json + the weights into folder, tensors as dtype (f32 or bf16): one
+// model.safetensors when they fit in max_shard_bytes, else model-0000i-of-0000N.safetensors
+// shards cut as save_pretrained cuts them (in table order; a tensor that would overflow the
+// current shard starts the next; one larger than the limit gets a shard of its own) and a
+// model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map"}) listing every
+// tensor once. Weight files of an earlier save that this one does not write are removed
+// after it (so the folder never offers two sets).
+void hf_save_model(const Transformer& model, const std::string& folder, DType dtype,
+                   int64_t max_shard_bytes = kHfDefaultShardBytes);
+
+// The non-weight files of an HF model folder that travel with its weights: the tokenizer
+// (tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json,
+// tokenizer.model, vocab.json + merges.txt, GPT-2's encoder.json + vocab.bpe,
+// chat_template.jinja) and generation_config.json. Those present in `folder`, as (name, bytes).
+using HfSideFiles = std::vector<std::pair<std::string, std::string>>;
+HfSideFiles hf_side_files(const std::string& folder);
+// Writes them into folder, each atomically.
+void hf_write_side_files(const std::string& folder, const HfSideFiles& files);
 
 }  // namespace zt

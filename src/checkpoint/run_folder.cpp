@@ -234,12 +234,13 @@ std::string checkpoint_find_latest(const std::string& output_dir, std::string* s
   return "";
 }
 
-void checkpoint_prune(const std::string& output_dir, int64_t keep) {
+void checkpoint_prune(const std::string& output_dir, int64_t keep, const std::string& protect) {
   std::error_code ec;
   for (auto& e : fs::directory_iterator(output_dir, ec))
     if (is_tmp_checkpoint(e.path().filename().string())) fs::remove_all(e.path(), ec);
   if (keep <= 0) return;
-  const std::vector<Listed> all = ordered_checkpoints(output_dir);
+  std::vector<Listed> all = ordered_checkpoints(output_dir);
+  if (!protect.empty()) std::erase_if(all, [&](const Listed& l) { return fs::equivalent(l.path, protect, ec); });
   for (size_t i = size_t(keep); i < all.size(); ++i) fs::remove_all(all[i].path, ec);
 }
 

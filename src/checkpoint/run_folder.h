@@ -65,7 +65,9 @@ void run_record_write(const std::string& output_dir, const RunRecord& r);
 std::string checkpoint_find_latest(const std::string& output_dir, std::string* save_id = nullptr);
 // Removes checkpoints beyond the first `keep` in the order above (0 = keep all), and every
 // half-written checkpoint-N.tmp folder.
-void checkpoint_prune(const std::string& output_dir, int64_t keep);
+// `protect` (a checkpoint folder, "" = none) is never removed and does not count against keep
+// (HF keeps the best model's checkpoint under --load_best_model_at_end the same way).
+void checkpoint_prune(const std::string& output_dir, int64_t keep, const std::string& protect = "");
 // Removes every checkpoint-N and checkpoint-N.tmp folder (--overwrite_output_dir).
 void checkpoint_remove_all(const std::string& output_dir);
 

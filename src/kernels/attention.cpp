@@ -268,6 +268,10 @@ void attention_doc_start(int32_t* doc_start, const int32_t* positions, int B, in
   for (int64_t r = 0; r < int64_t(B) * T; ++r) doc_start[r] = std::max<int32_t>(0, int32_t(r % T) - positions[r]);
 }
 
+void attention_window_start(int32_t* doc_start, int B, int T, int W) {
+  for (int64_t r = 0; r < int64_t(B) * T; ++r) doc_start[r] = std::max<int32_t>(doc_start[r], int32_t(r % T) - W + 1);
+}
+
 void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d) {
   if (d.HS == 64)
     forward_impl<64>(out, lse, qkv, d);

@@ -23,6 +23,10 @@ struct AttnDims {
 // (Hugging Face's position_ids for packed rows): doc_start[t] = max(0, t - positions[t]);
 // a row that begins mid-document (positions[0] > 0) sees its whole first part.
 void attention_doc_start(int32_t* doc_start, const int32_t* positions, int B, int T);
+// Sliding-window attention (Mistral's sliding_window W): query t sees at most W keys, t-W+1..t
+// (transformers: kv_idx > q_idx - W). Raises each doc_start (B, T) to that bound, in place, so
+// a window combines with packed documents; the bound is non-decreasing like doc_start's.
+void attention_window_start(int32_t* doc_start, int B, int T, int W);
 
 void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d);
 // dqkv (=) for all of q, k, v; dout is (B*T, NH*HS); out/lse from the forward pass.

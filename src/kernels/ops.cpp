@@ -202,6 +202,15 @@ void rope_table(float* cos_t, float* sin_t, int T, int HS, float theta) {
   }
 }
 
+void rope_table_freqs(float* cos_t, float* sin_t, int T, int half, const float* inv_freq, float scale) {
+  for (int i = 0; i < half; ++i)
+    for (int t = 0; t < T; ++t) {
+      float a = static_cast<float>(t) * inv_freq[i];
+      cos_t[t * half + i] = scale == 1.0f ? std::cos(a) : std::cos(a) * scale;
+      sin_t[t * half + i] = scale == 1.0f ? std::sin(a) : std::sin(a) * scale;
+    }
+}
+
 namespace {
 void rope_apply(float* qkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
                 int64_t row_stride, float sign, const int32_t* positions) {

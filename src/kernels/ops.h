@@ -33,6 +33,10 @@ void swiglu_backward(float* dx, const float* dout, const float* x, int64_t N, in
 // RoPE tables in HF rotate-half layout: cos/sin are (T, HS/2). Row t depends only on
 // t, so a longer table starts with the rows of a shorter one.
 void rope_table(float* cos, float* sin, int T, int HS, float theta);
+// The same from given inverse frequencies (half of them, models/rope.h computes scaled ones):
+// cos/sin[t, i] = cos/sin(t * inv_freq[i]) * scale. With rope_table's frequencies and scale
+// 1 the tables are bit-identical to rope_table's.
+void rope_table_freqs(float* cos, float* sin, int T, int half, const float* inv_freq, float scale);
 // Rotates, in place, the NH query heads and KVH key heads at the start of each row of
 // qkv (rows of `row_stride` floats). Token t of each sequence sits at position t, or at
 // positions[b*T + t] when given (packed documents: HF position_ids, (B, T)); the tables

@@ -60,6 +60,100 @@ std::string opt_str(const nlohmann::json& j, const char* key, const std::string&
   return j[key].get<std::string>();
 }
 
+// A number (int or float) > 0 inside rope_scaling.
+double rope_number(const nlohmann::json& r, const char* key, double def, bool required, const std::string& where) {
+  if (!r.contains(key) || r[key].is_null()) {
+    ZT_CHECK(!required, where, ": rope_scaling of this rope_type needs the key \"", key, "\"");
+    return def;
+  }
+  ZT_CHECK(r[key].is_number() && r[key].get<double>() > 0 && r[key].get<double>() < 1e30, where,
+           ": rope_scaling key \"", key, "\" must be a positive number, got ", short_dump(r[key]));
+  return r[key].get<double>();
+}
+
+// rope_scaling as transformers reads it ("rope_type", or the older "type").
+RopeScaling parse_rope_scaling(const nlohmann::json& j, const std::string& where) {
+  RopeScaling rs;
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return rs;
+  const nlohmann::json& r = j["rope_scaling"];
+  ZT_CHECK(r.is_object(), where, ": rope_scaling must be an object or null, got ", short_dump(r));
+  const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
+  ZT_CHECK(r.contains(type_key) && r[type_key].is_string(), where,
+           ": rope_scaling needs a \"rope_type\" (default, linear, dynamic, yarn or llama3)");
+  rs.type = r[type_key].get<std::string>();
+  if (rs.type == "default") return rs;
+  ZT_CHECK(rs.type == "linear" || rs.type == "dynamic" || rs.type == "yarn" || rs.type == "llama3", where,
+           ": rope_scaling rope_type ", quote(rs.type),
+           " is not supported; ztrain computes default, linear, dynamic, yarn and llama3");
+  rs.factor =
+      rope_number(r, "factor", 1.0, rs.type != "yarn" || !r.contains("original_max_position_embeddings"), where);
+  if (rs.type == "llama3") {
+    rs.low_freq_factor = rope_number(r, "low_freq_factor", 1.0, true, where);
+    rs.high_freq_factor = rope_number(r, "high_freq_factor", 4.0, true, where);
+    ZT_CHECK(rs.high_freq_factor > rs.low_freq_factor, where,
+             ": rope_scaling high_freq_factor must be larger than low_freq_factor");
+  }
+  if (rs.type == "llama3" || (rs.type == "yarn" && r.contains("original_max_position_embeddings"))) {
+    ZT_CHECK(r.contains("original_max_position_embeddings"), where,
+             ": rope_scaling of rope_type llama3 needs the key \"original_max_position_embeddings\"");
+    rs.original_max_position = positive_int(r, "original_max_position_embeddings", where + " rope_scaling");
+  }
+  if (rs.type == "yarn") {
+    rs.attention_factor = rope_number(r, "attention_factor", 0.0, false, where);
+    rs.beta_fast = rope_number(r, "beta_fast", 32.0, false, where);
+    rs.beta_slow = rope_number(r, "beta_slow", 1.0, false, where);
+    rs.mscale = rope_number(r, "mscale", 0.0, false, where);
+    rs.mscale_all_dim = rope_number(r, "mscale_all_dim", 0.0, false, where);
+    rs.truncate = opt_bool(r, "truncate", true, where);
+  }
+  return rs;
+}
+
+// The Llama-shaped families: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config keys and
+// defaults; each family's differences are options of one model (config.h).
+void parse_llama_family(const nlohmann::json& j, const std::string& mt, const std::string& where, ModelConfig* out) {
+  ModelConfig& c = *out;
+  c.arch = Arch::llama;
+  c.model_type = mt;
+  c.vocab_size = req_int(j, "vocab_size", where);
+  c.n_embd = req_int(j, "hidden_size", where);
+  c.n_layer = req_int(j, "num_hidden_layers", where);
+  c.n_head = req_int(j, "num_attention_heads", where);
+  c.ffn = req_int(j, "intermediate_size", where);
+  c.n_kv_head = opt_int(j, "num_key_value_heads", c.n_head, where);
+  const int default_context = mt == "llama" ? 2048 : mt == "mistral" ? 4096 * 32 : 32768;
+  c.max_position = opt_int(j, "max_position_embeddings", default_context, where);
+  c.norm_eps = opt_float(j, "rms_norm_eps", 1e-6f, where);
+  c.rope_theta = opt_float(j, "rope_theta", 10000.f, where);
+  c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", false, where);
+  c.rope = parse_rope_scaling(j, where);
+  std::string act = opt_str(j, "hidden_act", "silu");
+  ZT_CHECK(act == "silu", where, ": hidden_act ", quote(act), " is not supported; these models use \"silu\"");
+  ZT_CHECK(!j.contains("pretraining_tp") || j["pretraining_tp"].is_null() || j["pretraining_tp"] == 1, where,
+           ": pretraining_tp other than 1 is not supported; set it to 1 (it only changes how HF splits GEMMs)");
+  if (mt == "llama") {
+    c.qkv_bias = c.o_bias = opt_bool(j, "attention_bias", false, where);
+    c.mlp_bias = opt_bool(j, "mlp_bias", false, where);
+  } else if (mt == "mistral") {
+    // MistralConfig's default window is 4096; null (Mistral v0.2+) means full attention.
+    if (!j.contains("sliding_window"))
+      c.sliding_window = 4096;
+    else if (!j["sliding_window"].is_null())
+      c.sliding_window = positive_int(j, "sliding_window", where);
+  } else {
+    c.qkv_bias = mt == "qwen2";  // Qwen2: q/k/v always carry biases, o_proj none
+    if (mt == "qwen3") {
+      c.qk_norm = true;
+      c.qkv_bias = c.o_bias = opt_bool(j, "attention_bias", false, where);
+    }
+    // Qwen's sliding window applies per layer (from max_window_layers on) and only with
+    // use_sliding_window; its published models leave it off.
+    ZT_CHECK(!opt_bool(j, "use_sliding_window", false, where), where,
+             ": use_sliding_window=true (a window on some layers) is not supported for ", mt,
+             "; set it to false, as the published models do");
+  }
+}
+
 }  // namespace
 
 ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) {
@@ -85,29 +179,15 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
     std::string act = opt_str(j, "activation_function", "gelu_new");
     ZT_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function ", quote(act),
              " is not supported; ztrain's GPT-2 uses the tanh GELU (\"gelu_new\")");
-  } else if (mt == "llama") {
-    c.arch = Arch::llama;
-    c.vocab_size = req_int(j, "vocab_size", where);
-    c.n_embd = req_int(j, "hidden_size", where);
-    c.n_layer = req_int(j, "num_hidden_layers", where);
-    c.n_head = req_int(j, "num_attention_heads", where);
-    c.ffn = req_int(j, "intermediate_size", where);
-    c.n_kv_head = opt_int(j, "num_key_value_heads", c.n_head, where);
-    c.max_position = opt_int(j, "max_position_embeddings", 2048, where);
-    c.norm_eps = opt_float(j, "rms_norm_eps", 1e-6f, where);
-    c.rope_theta = opt_float(j, "rope_theta", 10000.f, where);
-    c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", false, where);
-    ZT_CHECK(!opt_bool(j, "attention_bias", false, where) && !opt_bool(j, "mlp_bias", false, where), where,
-             ": Llama attention_bias/mlp_bias are not supported; set them to false");
-    ZT_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), where,
-             ": rope_scaling is not supported yet; remove it or set it to null");
-    std::string act = opt_str(j, "hidden_act", "silu");
-    ZT_CHECK(act == "silu", where, ": hidden_act ", quote(act), " is not supported; Llama uses \"silu\"");
+  } else if (mt == "llama" || mt == "mistral" || mt == "qwen2" || mt == "qwen3") {
+    parse_llama_family(j, mt, where, &c);
   } else {
-    throw Error(str_cat(where, ": model_type ", quote(mt), " is not supported; use \"gpt2\" or \"llama\""));
+    throw Error(str_cat(where, ": model_type ", quote(mt),
+                        " is not supported; use \"gpt2\", \"llama\", \"mistral\", \"qwen2\" or \"qwen3\""));
   }
-  int default_hs = c.n_embd / c.n_head;
-  c.head_size = c.arch == Arch::llama ? opt_int(j, "head_dim", default_hs, where) : default_hs;
+  if (mt == "gpt2") c.model_type = "gpt2";
+  const int default_hs = c.model_type == "qwen3" ? 128 : c.n_embd / c.n_head;  // Qwen3Config's head_dim is 128
+  c.head_size = c.arch == Arch::llama ? opt_int(j, "head_dim", default_hs, where) : c.n_embd / c.n_head;
   ZT_CHECK(c.arch == Arch::llama || c.n_embd % c.n_head == 0, where, ": n_embd (", c.n_embd,
            ") must be divisible by n_head (", c.n_head, ")");
   ZT_CHECK(c.n_head % c.n_kv_head == 0, where, ": num_attention_heads (", c.n_head,
@@ -138,9 +218,15 @@ ModelConfig config_from_file(const std::string& path) {
 
 nlohmann::json config_to_json(const ModelConfig& c, const std::string& torch_dtype) {
   nlohmann::json j = c.raw;
-  j["model_type"] = c.arch_name();
-  if (!j.contains("architectures"))
-    j["architectures"] = {c.arch == Arch::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM"};
+  j["model_type"] = c.model_type;
+  if (!j.contains("architectures")) {
+    const std::string& mt = c.model_type;
+    j["architectures"] = {mt == "gpt2"      ? "GPT2LMHeadModel"
+                          : mt == "mistral" ? "MistralForCausalLM"
+                          : mt == "qwen2"   ? "Qwen2ForCausalLM"
+                          : mt == "qwen3"   ? "Qwen3ForCausalLM"
+                                            : "LlamaForCausalLM"};
+  }
   j["torch_dtype"] = torch_dtype;
   if (c.arch == Arch::llama) j["tie_word_embeddings"] = c.tie_word_embeddings;
   return j;

@@ -38,9 +38,15 @@ nlohmann::json config_resolved_json(const ModelConfig& c) {
                       {"layer_norm_epsilon", "rms_norm_eps", float_value(c.norm_eps)},
                       {nullptr, "rope_theta", float_value(c.rope_theta)},
                       {"tie_word_embeddings", "tie_word_embeddings", c.tie_word_embeddings}};
-  nlohmann::json j = {{"model_type", c.arch_name()}};
+  nlohmann::json j = {{"model_type", c.model_type}};
   for (const Key& k : keys)
     if (const char* name = c.arch == Arch::gpt2 ? k.gpt2 : k.llama) j[name] = k.value;
+  // The families' options, only where they are on (a plain Llama resolves as it always did;
+  // qkv biases and q/k norms follow from model_type).
+  if (c.rope.type != "default" && c.raw.contains("rope_scaling")) j["rope_scaling"] = c.raw["rope_scaling"];
+  if (c.o_bias) j["attention_bias"] = true;
+  if (c.mlp_bias) j["mlp_bias"] = true;
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   // The one other key a run reads from config.json: the EOS id packing splits documents at.
   if (c.raw.contains("eos_token_id")) j["eos_token_id"] = c.raw["eos_token_id"];
   return j;

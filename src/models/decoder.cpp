@@ -1,6 +1,7 @@
 // decoder.cpp: see decoder.h.
 #include "models/decoder.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -42,7 +43,8 @@ KvDecoder::KvDecoder(const Transformer& model, int max_len) : m_(model), max_len
   work_ = Buffer(cv.used(), MemCategory::temporary);
   Carver real(work_.data());
   carve(real);
-  if (shape.rope) kernels::rope_table(cos_, sin_, max_len, c.head_size, c.rope_theta);
+  if (shape.rope) rope_fill(m_.rope(), cos_, sin_, max_len);
+  qk_rstd_.resize(size_t(c.n_head + c.n_kv_head));
 }
 
 TensorView KvDecoder::step(int32_t token) {
@@ -61,12 +63,23 @@ TensorView KvDecoder::step(int32_t token) {
     const nn::Block& b = m_.blocks()[l];
     b.ln1.forward(h, one_mean, one_rstd, x);
     b.qkv.forward(row(qkv_, c.qkv_dim()), h);
+    if (b.shape.qk_norm) {  // in place: RMSNorm reads a row before writing it
+      b.q_norm.forward(TensorView::of(qkv_, {c.n_head, c.head_size}), {}, TensorView::of(qk_rstd_.data(), {c.n_head}),
+                       TensorView::of(qkv_, {c.n_head, c.head_size}));
+      float* k = qkv_ + qw;
+      b.k_norm.forward(TensorView::of(k, {c.n_kv_head, c.head_size}), {},
+                       TensorView::of(qk_rstd_.data() + c.n_head, {c.n_kv_head}),
+                       TensorView::of(k, {c.n_kv_head, c.head_size}));
+    }
     if (b.shape.rope)  // position pos_: the table row at pos_ is "t = 0" of a 1-row call
       kernels::rope_forward(qkv_, cos_ + int64_t(pos_) * half, sin_ + int64_t(pos_) * half, 1, 1, c.n_head, c.n_kv_head,
                             c.head_size, c.qkv_dim());
     std::memcpy(k_[l] + pos_ * kvw, qkv_ + qw, kvw * sizeof(float));
     std::memcpy(v_[l] + pos_ * kvw, qkv_ + qw + kvw, kvw * sizeof(float));
-    kernels::attention_decode(att_, qkv_, k_[l], v_[l], pos_ + 1, c.n_head, c.n_kv_head, c.head_size);
+    // A sliding window (Mistral) sees the last W cached positions, this one included.
+    const int first = b.shape.window > 0 ? std::max(0, pos_ + 1 - b.shape.window) : 0;
+    kernels::attention_decode(att_, qkv_, k_[l] + first * kvw, v_[l] + first * kvw, pos_ + 1 - first, c.n_head,
+                              c.n_kv_head, c.head_size);
     // Residual adds as the training pass does them (block.cpp): GEMM, then x += out.
     b.proj.forward(h, row(att_, qw));
     kernels::add(x_, x_, h_, C);

@@ -29,6 +29,7 @@ struct NormSlot {
 struct BlockSlots {
   NormSlot ln1, ln2;
   LinearSlot qkv, proj, fc_in, fc_out;
+  NormSlot q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, (HS); absent otherwise
 };
 struct ModelSlots {
   int64_t wte = -1, wpe = -1;
@@ -46,8 +47,8 @@ const char* unit_kind_name(UnitKind k);
 
 struct Unit {
   UnitKind kind = UnitKind::block;
-  int layer = -1;           // blocks: 0..L-1; -1 otherwise
-  std::vector<int> params;  // indices into ParamTable::list(), in table order
+  int layer = -1;              // blocks: 0..L-1; -1 otherwise
+  std::vector<int> params;     // indices into ParamTable::list(), in table order
   int64_t begin = 0, end = 0;  // elements of the flat layout, [begin, end)
   int64_t size() const { return end - begin; }
 };

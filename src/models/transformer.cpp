@@ -43,21 +43,22 @@ struct UnitBinder {
     l.wc = l.w;
     return l;
   }
-  nn::Norm norm(const NormSlot& s) const {
+  // A norm over the model width, or (C = head size) over each q / k head (Qwen3).
+  nn::Norm norm(const NormSlot& s, int C = 0) const {
     nn::Norm n;
     n.kind = norm_kind;
-    n.C = cfg.n_embd;
+    n.C = C ? C : cfg.n_embd;
     n.eps = cfg.norm_eps;
-    n.w = p(s.w, {cfg.n_embd});
-    n.b = p(s.b, {cfg.n_embd});
-    n.dw = g(s.w, {cfg.n_embd});
-    n.db = g(s.b, {cfg.n_embd});
+    n.w = p(s.w, {n.C});
+    n.b = p(s.b, {n.C});
+    n.dw = g(s.w, {n.C});
+    n.db = g(s.b, {n.C});
     return n;
   }
 };
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg), layout_(model_layout(cfg)) {
+Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg), layout_(model_layout(cfg)), rope_(rope_freqs(cfg)) {
   flat_.set_units(&layout_.units);
   params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
   bind_layers();
@@ -77,6 +78,10 @@ void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorV
   b.proj = u.lin(bs.proj);
   b.fc_in = u.lin(bs.fc_in);
   b.fc_out = u.lin(bs.fc_out);
+  if (s.shape.qk_norm) {
+    b.q_norm = u.norm(bs.q_norm, cfg_.head_size);
+    b.k_norm = u.norm(bs.k_norm, cfg_.head_size);
+  }
   if (compute && compute.data != params.data) {
     // The GEMMs read the compute copy; the same offsets in the compute dtype.
     for (auto [lin, slot] :
@@ -267,8 +272,7 @@ void Transformer::plan(int B, int T, bool training, int slots) {
   Carver a2(acts_.data()), s2(scratch_.data());
   carve(a2, s2, cfg_, layout_.slots.shape, B, T, slots, act_plan_, &slots_, &sc_);
   inputs_.assign(size_t(slots), {});
-  if (layout_.slots.shape.rope)
-    kernels::rope_table(sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T, cfg_.head_size, cfg_.rope_theta);
+  if (layout_.slots.shape.rope) rope_fill(rope_, sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
 }
 
 void Transformer::zero_grad() {

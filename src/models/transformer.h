@@ -19,6 +19,7 @@
 #include "models/layout.h"
 #include "models/param_provider.h"
 #include "models/params.h"
+#include "models/rope.h"
 #include "nn/block.h"
 
 namespace zt {
@@ -86,9 +87,10 @@ class Transformer {
   // Read access for inference paths (KvDecoder) that reuse the layers one token at a time.
   const std::vector<nn::Block>& blocks() const { return blocks_; }
   const nn::Norm& final_norm() const { return lnf_; }
-  TensorView token_embedding() const;     // (V, C)
-  TensorView position_embedding() const;  // (max_position, C); empty for RoPE models
-  TensorView lm_head() const;             // (V, C)
+  const RopeFreqs& rope() const { return rope_; }  // RoPE frequencies (models/rope.h)
+  TensorView token_embedding() const;              // (V, C)
+  TensorView position_embedding() const;           // (max_position, C); empty for RoPE models
+  TensorView lm_head() const;                      // (V, C)
 
   // Where the pass takes parameters and gradients from; null = the model's flat buffers.
   // The provider must outlive its use.
@@ -143,6 +145,7 @@ class Transformer {
 
   ModelConfig cfg_;
   ModelLayout layout_;
+  RopeFreqs rope_;
   std::vector<nn::Block> blocks_;
   nn::Norm lnf_;
   Buffer params_, grads_, acts_, scratch_;

@@ -16,8 +16,21 @@ namespace zt {
 // the layers use. Ids equal to 0..T-1 in every row take the unpacked path, so they give
 // results bit-identical to positions = null; a row without a restart needs no mask.
 nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in) {
-  if (!positions) return {};
   const int B = B_, T = T_;
+  // A sliding window shorter than the row bounds every query's first key (t - W + 1), alone
+  // or with the packing bound; rows no longer than the window take the paths below unchanged.
+  const int W = layout_.slots.shape.window;
+  const bool window = W > 0 && T > W;
+  auto window_bound = [&](nn::Packing pack) {
+    if (!window) return pack;
+    if (!pack.doc_start) {
+      in->doc_start.assign(size_t(B) * T, 0);
+      pack.doc_start = in->doc_start.data();
+    }
+    kernels::attention_window_start(in->doc_start.data(), B, T, W);
+    return pack;
+  };
+  if (!positions) return window_bound({});
   bool identity = true, restarts = false;
   int32_t max_pos = 0;
   for (int b = 0; b < B; ++b)
@@ -34,7 +47,7 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
       identity &= p == t;
       max_pos = std::max(max_pos, p);
     }
-  if (identity) return {};
+  if (identity) return window_bound({});
   nn::Packing pack;
   pack.positions = positions;
   if (restarts) {
@@ -49,14 +62,13 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
       // It covers the whole context at once: slots in flight keep pointers into it.
       const int rows = cfg_.max_position;
       rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary);
-      kernels::rope_table(rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows, cfg_.head_size,
-                          cfg_.rope_theta);
+      rope_fill(rope_, rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows);
       rope_ext_rows_ = rows;
     }
     in->rope.cos = rope_ext_.as<float>();
     in->rope.sin = rope_ext_.as<float>() + rope_ext_rows_ * half;
   }
-  return pack;
+  return window_bound(pack);
 }
 
 void Transformer::begin_pass(bool backward) {

@@ -42,6 +42,11 @@ BlockActs Block::carve_acts(Carver& c, const BlockShape& s, int B, int T, Precis
   a.ln2_rstd = c.take(DType::f32, {N});
   a.fc = c.take(ct, {N, s.fc_dim()});
   a.act = own_or(sh.act, ct, {N, s.F});
+  const int64_t qh = s.qk_norm ? N * s.NH : 0, kh = s.qk_norm ? N * s.KVH : 0;
+  a.q_raw = c.take(DType::f32, {qh, s.HS});
+  a.k_raw = c.take(DType::f32, {kh, s.HS});
+  a.q_rstd = c.take(DType::f32, {qh});
+  a.k_rstd = c.take(DType::f32, {kh});
   return a;
 }
 
@@ -76,6 +81,9 @@ BlockScratch Block::carve_scratch(Carver& c, const BlockShape& s, int B, int T, 
   r.fc32 = c.take(DType::f32, {n16, s.fc_dim()});
   // The rerun forward's output is thrown away; dqkv is free until attention's backward.
   if (full_recompute) r.y = s.qkv_dim() >= s.C ? r.dqkv.sub(0, {N, s.C}) : c.take(DType::f32, {N, s.C});
+  const int64_t heads = s.qk_norm ? N * (s.NH + s.KVH) : 0;
+  r.qk_a = c.take(DType::f32, {heads, s.HS});
+  r.qk_b = c.take(DType::f32, {heads, s.HS});
   return r;
 }
 
@@ -132,6 +140,7 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
   // q, k, v: computed in fp32; under bf16 kept in bf16, and attention reads the kept values.
   const TensorView qkv32 = landing(a.qkv, sc.qkv32);
   qkv.forward(qkv32, a.ln1);
+  if (s.qk_norm) qk_norm_forward(qkv32, a, sc);
   if (s.rope)
     kernels::rope_forward(qkv32.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
   keep(a.qkv, qkv32);
@@ -171,6 +180,50 @@ TensorView Block::unkeep(TensorView kept, TensorView scratch) const {
   const TensorView f = scratch.sub(0, kept.shape);
   kernels::from_lowp(kept.dtype, f.as<float>(), kept.as<const uint16_t>(), kept.numel());
   return f;
+}
+
+namespace {
+// Copies `heads` head vectors (HS floats each) per row between qkv rows (stride rs, starting
+// at column col) and a packed (N heads, HS) buffer.
+void heads_gather(float* dst, const float* qkv, int64_t N, int64_t rs, int64_t col, int heads, int HS) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) std::copy_n(qkv + i * rs + col, int64_t(heads) * HS, dst + i * heads * HS);
+}
+void heads_scatter(float* qkv, const float* src, int64_t N, int64_t rs, int64_t col, int heads, int HS) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) std::copy_n(src + i * heads * HS, int64_t(heads) * HS, qkv + i * rs + col);
+}
+}  // namespace
+
+void Block::qk_norm_forward(TensorView qkv_out, const BlockActs& a, const BlockScratch& sc) const {
+  ZT_PROFILE("qk_norm");
+  const BlockShape& s = shape;
+  const int64_t N = rows(qkv_out), rs = s.qkv_dim(), kcol = int64_t(s.NH) * s.HS;
+  float* x = qkv_out.as<float>();
+  const TensorView qo = sc.qk_a.sub(0, {N * s.NH, s.HS}), ko = sc.qk_a.sub(N * s.NH * s.HS, {N * s.KVH, s.HS});
+  heads_gather(a.q_raw.as<float>(), x, N, rs, 0, s.NH, s.HS);
+  heads_gather(a.k_raw.as<float>(), x, N, rs, kcol, s.KVH, s.HS);
+  q_norm.forward(qo, {}, a.q_rstd, a.q_raw);
+  k_norm.forward(ko, {}, a.k_rstd, a.k_raw);
+  heads_scatter(x, qo.as<const float>(), N, rs, 0, s.NH, s.HS);
+  heads_scatter(x, ko.as<const float>(), N, rs, kcol, s.KVH, s.HS);
+}
+
+void Block::qk_norm_backward(TensorView dqkv, const BlockActs& a, const BlockScratch& sc) const {
+  ZT_PROFILE("qk_norm");
+  const BlockShape& s = shape;
+  const int64_t N = rows(dqkv), rs = s.qkv_dim(), kcol = int64_t(s.NH) * s.HS;
+  float* d = dqkv.as<float>();
+  const int64_t qn = N * s.NH * s.HS, kn = N * s.KVH * s.HS;
+  const TensorView gq = sc.qk_a.sub(0, {N * s.NH, s.HS}), gk = sc.qk_a.sub(qn, {N * s.KVH, s.HS});
+  const TensorView dq = sc.qk_b.sub(0, {N * s.NH, s.HS}), dk = sc.qk_b.sub(qn, {N * s.KVH, s.HS});
+  heads_gather(gq.as<float>(), d, N, rs, 0, s.NH, s.HS);
+  heads_gather(gk.as<float>(), d, N, rs, kcol, s.KVH, s.HS);
+  std::fill_n(dq.as<float>(), qn + kn, 0.f);  // the norm's backward adds into its input gradient
+  q_norm.backward(dq, gq, a.q_raw, {}, a.q_rstd);
+  k_norm.backward(dk, gk, a.k_raw, {}, a.k_rstd);
+  heads_scatter(d, dq.as<const float>(), N, rs, 0, s.NH, s.HS);
+  heads_scatter(d, dk.as<const float>(), N, rs, kcol, s.KVH, s.HS);
 }
 
 void Block::residual_add(TensorView out, TensorView x) const {
@@ -235,6 +288,7 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   if (s.rope)
     kernels::rope_backward(sc.dqkv.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(),
                            pack.positions);
+  if (s.qk_norm) qk_norm_backward(sc.dqkv, a, sc);
   dy_c = compute_copy(sc.dqkv, sc);
   qkv.backward_input(sc.dln, dy_c);
   qkv.backward_weight(sc.dqkv, dy_c, a.ln1);

@@ -25,6 +25,9 @@ struct BlockShape {
   NormKind norm;
   MlpKind mlp;
   bool rope;
+  bool qk_norm = false;  // Qwen3: RMSNorm over each q and k head (weights q_norm/k_norm, (HS)) before RoPE
+  int window = 0;        // sliding-window attention (Mistral): keys t-window+1..t; 0 = none. The model
+                         // turns it into Packing::doc_start (the kernel's per-query first key).
   int qkv_dim() const { return (NH + 2 * KVH) * HS; }
   int fc_dim() const { return mlp == MlpKind::swiglu ? 2 * F : F; }
 };
@@ -41,6 +44,9 @@ struct BlockActs {
   TensorView ln2, ln2_mean, ln2_rstd;
   TensorView fc;   // (N, F) or (N, 2F) for SwiGLU
   TensorView act;  // (N, F), compute dtype: the activation function's output
+  // qk_norm only (empty otherwise): q and k before their norm, one head per row, and the rstds.
+  TensorView q_raw, k_raw;    // (N NH, HS), (N KVH, HS)
+  TensorView q_rstd, k_rstd;  // (N NH), (N KVH)
 };
 
 struct BlockScratch {
@@ -54,6 +60,7 @@ struct BlockScratch {
   TensorView qkv32;  // bf16: q, k, v in fp32 (attention reads fp32)
   TensorView fc32;   // bf16: fc_in's output in fp32 (the activation function reads fp32)
   TensorView y;      // full recomputation: where the rerun forward's output goes
+  TensorView qk_a, qk_b;  // (N (NH + KVH), HS) each, qk_norm only: heads gathered from / for qkv rows
 };
 
 // What a pass keeps and in which dtype (set by the model for all its blocks). Under bf16,
@@ -96,6 +103,7 @@ class Block {
   BlockShape shape{};
   Norm ln1, ln2;
   Linear qkv, proj, fc_in, fc_out;
+  Norm q_norm, k_norm;  // shape.qk_norm only: RMSNorm over HS
   TpRegion* tp = nullptr;
   Precision precision = Precision::fp32;
 
@@ -130,6 +138,10 @@ class Block {
   TensorView compute_copy(TensorView dy, const BlockScratch& s) const;
   // Makes a GEMM input computed in fp32 at `land` final in dst (see lower in block.cpp).
   void lower(TensorView dst, TensorView land) const;
+  // qk_norm: normalizes the q and k heads of qkv in place, saving their inputs and rstds.
+  void qk_norm_forward(TensorView qkv, const BlockActs& a, const BlockScratch& s) const;
+  // dqkv's q and k parts: from dL/d(normalized) to dL/d(raw), in place; norm weight grads +=.
+  void qk_norm_backward(TensorView dqkv, const BlockActs& a, const BlockScratch& s) const;
   // out += x (the residual stream), after any tensor-parallel reduction of out.
   void residual_add(TensorView out, TensorView x) const;
 };

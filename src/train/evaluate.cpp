@@ -11,7 +11,10 @@
 
 namespace zt {
 
-EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows, int64_t packing_eos) {
+EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows, int64_t packing_eos,
+                    int per_call) {
+  ZT_ASSERT(per_call >= 0 && per_call <= B);
+  const int step = per_call > 0 ? per_call : B;
   auto t0 = std::chrono::steady_clock::now();
   WindowSampler sampler(data, T, /*shuffle=*/false, 0);
   int64_t windows = sampler.num_windows();
@@ -22,8 +25,8 @@ EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int
   if (packing_eos >= 0) pos.resize(in.size());
   double sum = 0;
   int64_t tokens = 0;
-  for (int64_t w = 0; w < windows; w += B) {
-    int n = int(std::min<int64_t>(B, windows - w));
+  for (int64_t w = 0; w < windows; w += step) {
+    int n = int(std::min<int64_t>(step, windows - w));
     sampler.fill(in.data(), tg.data(), w, n);
     for (size_t i = size_t(n) * T; i < in.size(); ++i) {
       in[i] = 0;

@@ -18,8 +18,10 @@ struct EvalResult {
 };
 
 // Uses the model's current plan (B, T). max_windows <= 0 means all. packing_eos >= 0 evaluates
-// as --packing trains: attention and positions restart after each such token.
+// as --packing trains: attention and positions restart after each such token. per_call (1..B,
+// 0 = B) windows go into each forward (--per_device_eval_batch_size), the planned rows past
+// them padded and ignored: the loss is the same token mean whatever the batch.
 EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows,
-                    int64_t packing_eos = -1);
+                    int64_t packing_eos = -1, int per_call = 0);
 
 }  // namespace zt

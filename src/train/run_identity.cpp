@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "train/deepspeed_config.h"
+#include "checkpoint/hf_model.h"
 
 namespace zt {
 namespace {
@@ -48,7 +49,8 @@ std::string describe_difference(const nlohmann::json& zero, const nlohmann::json
                    value_of(mr, k), "; give every rank the same model config");
   const nlohmann::json d0 = group(zero, "data"), dr = group(other, "data");
   k = config_first_difference(d0, dr);
-  const std::string what = k == "model_weights" ? "the model weights (model.safetensors)" : "the contents of --" + k;
+  const std::string what =
+      k == "model_weights" ? "the model weights (model.safetensors or its index)" : "the contents of --" + k;
   return str_cat(who, what, ": rank 0 has ", data_value(d0, k), "; rank ", r, " has ", data_value(dr, k),
                  "; give every rank the same files");
 }
@@ -77,6 +79,10 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(warmup_type), ZT_ARG(warmup_min_ratio), ZT_ARG(cos_min_ratio), ZT_ARG(total_num_steps), ZT_ARG(no_shuffle);
   ZT_ARG(peak_gflops), ZT_ARG(bf16), ZT_ARG(fp16), ZT_ARG(gradient_checkpointing), ZT_ARG(recompute_granularity);
   ZT_ARG(recompute_num_layers), ZT_ARG(max_memory), ZT_ARG(auto_find_batch_size);
+  ZT_ARG(peak_gflops), ZT_ARG(max_shard_size), ZT_ARG(tokenizer_name), ZT_ARG(eval_strategy);
+  ZT_ARG(logging_strategy), ZT_ARG(do_train), ZT_ARG(do_eval), ZT_ARG(per_device_eval_batch_size);
+  ZT_ARG(load_best_model_at_end), ZT_ARG(metric_for_best_model), ZT_ARG(greater_is_better);
+  ZT_ARG(save_safetensors), ZT_ARG(dataloader_num_workers);
 #undef ZT_ARG
   j["ds_precision"] = deepspeed_precision_json(a.ds_precision);
   return j;
@@ -87,10 +93,12 @@ nlohmann::json job_identity(const TrainArgs& a, const ModelConfig& cfg, const Fi
       {"train_file", train_file.to_json()}, {"validation_file", nullptr}, {"model_weights", nullptr}};
   if (!a.validation_file.empty())
     data["validation_file"] = file_identity(a.validation_file, "--validation_file").to_json();
-  if (!a.model_name_or_path.empty())
-    data["model_weights"] =
-        file_identity(a.model_name_or_path + "/model.safetensors", "--model_name_or_path's model.safetensors")
-            .to_json();
+  if (!a.model_name_or_path.empty()) {
+    // model.safetensors, or a sharded folder's index (which names every shard).
+    std::string w = hf_weights_file(a.model_name_or_path);
+    if (w.empty()) w = a.model_name_or_path + "/" + kHfWeights;  // file_identity names it missing
+    data["model_weights"] = file_identity(w, "--model_name_or_path's weights").to_json();
+  }
   return {{"args", train_args_json(a)}, {"model", config_resolved_json(cfg)}, {"data", data}};
 }
 

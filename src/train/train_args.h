@@ -44,10 +44,22 @@ struct TrainArgs {
   // Model: an HF folder (config.json + model.safetensors) or a config.json for random init.
   std::string model_name_or_path;
   std::string model_config_path;
-  std::string train_file;        // flat uint16 tokens (nanoGPT train.bin)
-  std::string validation_file;   // same format; evaluated every eval_steps and at the end
-  int64_t eval_steps = 0;        // 0: only at the end
-  int64_t max_eval_samples = 0;  // windows evaluated, 0 = all
+  std::string train_file;       // flat uint16 tokens (nanoGPT train.bin)
+  std::string validation_file;  // same format; evaluated every eval_steps and at the end
+  int64_t eval_steps = 0;       // 0: only at the end (eval_strategy steps: logging_steps, as HF)
+  // HF Trainer's strategies (docs/flags.md#hugging-face-trainer-flags). "" = not given: evaluate
+  // every eval_steps if set, and at the end.
+  std::string eval_strategy;                   // no | steps | epoch (alias --evaluation_strategy)
+  std::string logging_strategy = "steps";      // no | steps | epoch
+  bool do_train = true;                        // must stay true: `ztrain train` trains (ztrain eval evaluates)
+  bool do_eval = false;                        // given true: needs validation_file; given false: no evaluation at all
+  int per_device_eval_batch_size = 0;          // windows per eval forward, <= the train batch; 0 = that batch
+  bool load_best_model_at_end = false;         // --output_dir gets the best evaluated checkpoint's weights
+  std::string metric_for_best_model = "loss";  // loss | eval_loss | perplexity | eval_perplexity
+  bool greater_is_better = false;              // not given: HF's default (false for loss and perplexity)
+  bool save_safetensors = true;                // ztrain writes only safetensors: false is refused
+  int dataloader_num_workers = 0;              // accepted; the loader is one prefetch thread
+  int64_t max_eval_samples = 0;                // windows evaluated, 0 = all
   std::string output_dir;
   bool overwrite_output_dir = false;
 
@@ -68,7 +80,7 @@ struct TrainArgs {
   int64_t max_steps = -1;  // > 0 overrides num_train_epochs
   double num_train_epochs = 3.0;
   double logging_steps = 500;           // < 1: a ratio of the total steps
-  std::string save_strategy = "steps";  // no | steps
+  std::string save_strategy = "steps";  // no | steps | epoch
   int64_t save_steps = 500;
   int64_t save_total_limit = 0;        // keep at most N checkpoint-* folders, 0 = all
   std::string resume_from_checkpoint;  // a checkpoint folder, or "latest" in output_dir
@@ -92,6 +104,8 @@ struct TrainArgs {
   // needed, a recomputation mode that fit it (train/auto_fit.h).
   std::string max_memory;
   bool auto_find_batch_size = false;
+  std::string max_shard_size = "5GB";  // save_pretrained's: larger weights go to shards + an index
+  std::string tokenizer_name;          // folder whose tokenizer files are carried into saves ("": the model's)
   int64_t seed = 42;
 
   // Observability: TensorBoard event files under logging_dir (HF's default output_dir/runs/

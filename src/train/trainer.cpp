@@ -60,6 +60,24 @@ ModelConfig load_config(const TrainArgs& a) {
   return config_from_file(a.model_name_or_path + "/config.json");
 }
 
+// The files that make the saved folders usable as they are (generate needs a tokenizer):
+// the model folder's (or the config's folder's), the tokenizer's from --tokenizer_name.
+HfSideFiles side_files(const TrainArgs& a) {
+  const std::string model_dir =
+      !a.model_name_or_path.empty() ? a.model_name_or_path : fs::path(a.model_config_path).parent_path().string();
+  HfSideFiles files = hf_side_files(model_dir.empty() ? "." : model_dir);
+  if (a.tokenizer_name.empty()) return files;
+  std::error_code ec;
+  ZT_CHECK(fs::is_directory(a.tokenizer_name, ec), "--tokenizer_name ", a.tokenizer_name,
+           " is not a folder; pass the folder holding tokenizer.json (or encoder.json + vocab.bpe)");
+  HfSideFiles tok = hf_side_files(a.tokenizer_name);
+  ZT_CHECK(!tok.empty(), "--tokenizer_name ", a.tokenizer_name, " holds no tokenizer files (tokenizer.json, ...)");
+  std::erase_if(files, [](const auto& f) { return f.first != "generation_config.json"; });
+  std::erase_if(tok, [](const auto& f) { return f.first == "generation_config.json"; });
+  files.insert(files.end(), tok.begin(), tok.end());
+  return files;
+}
+
 // --resume_allow_changes: which differences from the checkpoint a resume accepts.
 struct AllowedChanges {
   bool model = false, data = false;
@@ -110,15 +128,50 @@ struct RunState {
   RunTag tag;
 };
 
+// HF Trainer's strategy flags, checked as TrainingArguments checks them.
+void check_hf_strategies(const TrainArgs& a) {
+  auto given = [&](const char* f) { return a.explicit_flags.count(f) > 0; };
+  for (const auto& [flag, v] :
+       {std::pair{"--eval_strategy", a.eval_strategy}, {"--logging_strategy", a.logging_strategy}})
+    ZT_CHECK(v.empty() || v == "no" || v == "steps" || v == "epoch", flag, " ", quote(v),
+             " is not supported; use no, steps or epoch");
+  ZT_CHECK(a.do_train, "--do_train false: `ztrain train` always trains; to evaluate only, run `ztrain eval`");
+  ZT_CHECK(a.save_safetensors,
+           "--save_safetensors false: ztrain writes safetensors only (HF's default); drop the flag");
+  const bool eval_given = !a.eval_strategy.empty() && a.eval_strategy != "no";
+  ZT_CHECK(!eval_given || !a.validation_file.empty(), "--eval_strategy ", a.eval_strategy,
+           " needs --validation_file (the data to evaluate)");
+  ZT_CHECK(!(given("do_eval") && a.do_eval) || !a.validation_file.empty(), "--do_eval needs --validation_file");
+  ZT_CHECK(a.per_device_eval_batch_size <= a.per_device_train_batch_size, "--per_device_eval_batch_size ",
+           a.per_device_eval_batch_size, " exceeds --per_device_train_batch_size ", a.per_device_train_batch_size,
+           ": evaluation runs in the activations planned for training; lower it");
+  const std::string& m = a.metric_for_best_model;
+  ZT_CHECK(m == "loss" || m == "eval_loss" || m == "perplexity" || m == "eval_perplexity", "--metric_for_best_model ",
+           quote(m), " is not a metric ztrain evaluates; use loss (eval_loss) or perplexity");
+  if (!a.load_best_model_at_end) return;
+  // TrainingArguments' rules: checkpoints exactly where evaluations happen.
+  ZT_CHECK(eval_given, "--load_best_model_at_end needs --eval_strategy steps or epoch (and --validation_file)");
+  ZT_CHECK(a.save_strategy == a.eval_strategy,
+           "--load_best_model_at_end requires the save and eval strategy to match, "
+           "got --save_strategy ",
+           a.save_strategy, " and --eval_strategy ", a.eval_strategy);
+  const int64_t eval_steps = a.eval_steps > 0 ? a.eval_steps : int64_t(a.logging_steps);  // HF's fallback
+  ZT_CHECK(a.save_strategy != "steps" || (eval_steps > 0 && a.save_steps % eval_steps == 0),
+           "--load_best_model_at_end requires --save_steps (", a.save_steps, ") to be a multiple of --eval_steps (",
+           eval_steps, ")");
+}
+
 // Argument checks that need nothing but the arguments: they fail before any work.
 void check_args(const TrainArgs& a) {
   ZT_CHECK(a.per_device_train_batch_size > 0, "--per_device_train_batch_size must be positive");
   ZT_CHECK(a.gradient_accumulation_steps > 0, "--gradient_accumulation_steps must be positive");
   ZT_CHECK(!a.train_file.empty(), "--train_file is required (a uint16 token file such as nanoGPT's train.bin)");
-  ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps", "--save_strategy \"", a.save_strategy,
-           "\" is not supported; use \"steps\" or \"no\"");
+  ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps" || a.save_strategy == "epoch", "--save_strategy \"",
+           a.save_strategy, "\" is not supported; use steps, epoch or no");
+  check_hf_strategies(a);
   ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
   schedule_from_args(a, 0);  // the scheduler's name and --lr_scheduler_kwargs
+  hf_parse_size(a.max_shard_size, "--max_shard_size");
   allowed_changes(a.resume_allow_changes);
 }
 
@@ -174,6 +227,7 @@ class Trainer {
   // The LR schedule advances with optimizer steps taken, as HF's and DeepSpeed's schedulers
   // do: a step skipped for overflow does not move it.
   double lr_for(int64_t step) const { return sched_->lr_at(step - skipped_steps()); }
+  void load_best_model();
 
   Clock::time_point t_start_ = Clock::now();
   TrainArgs a_;
@@ -191,6 +245,13 @@ class Trainer {
   std::unique_ptr<TokenFile> data_, val_;
   std::unique_ptr<WindowSampler> sampler_;
   std::unique_ptr<Transformer> model_;
+  HfSideFiles side_files_;                   // tokenizer + generation config, carried into saves
+  int64_t eval_every_ = 0, save_every_ = 0;  // steps between evaluations / saves (0: none)
+  bool final_eval_ = true;
+  // --load_best_model_at_end (the chief's): the best metric so far, its step and checkpoint.
+  double best_metric_ = 0;
+  int64_t best_step_ = -1;
+  std::string best_checkpoint_;
   double weights_s_ = 0, startup_s_ = 0;
   std::unique_ptr<optim::Schedule> sched_;
   std::unique_ptr<parallel::DataParallel> engine_;  // the strategy: how a step is computed across ranks
@@ -210,6 +271,9 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   check_args(a_);
   cfg_ = load_config(a_);
   act_plan_from_args(a_, cfg_);  // a bad combination fails here, before any work
+  // Every weight shard present before --output_dir is touched (a missing one is one error).
+  if (!a_.model_name_or_path.empty()) hf_check_weights(a_.model_name_or_path);
+  side_files_ = side_files(a_);
   train_id_ = file_identity(a_.train_file, "--train_file");
   // The job's first collective, before anything sized by the arguments or the config is
   // allocated or exchanged: ranks that disagree stop here, with the difference named.
@@ -271,6 +335,17 @@ void Trainer::load_data() {
   log_every_ = a_.logging_steps >= 1
                    ? int64_t(a_.logging_steps)
                    : std::max<int64_t>(1, int64_t(std::ceil(a_.logging_steps * double(total_steps_))));
+  // HF's strategies as step intervals (an epoch is steps_per_epoch_ optimizer steps).
+  const std::string& es = a_.eval_strategy;
+  eval_every_ = es.empty()      ? a_.eval_steps
+                : es == "steps" ? (a_.eval_steps > 0 ? a_.eval_steps : log_every_)
+                : es == "epoch" ? steps_per_epoch_
+                                : 0;
+  const bool do_eval_given = a_.explicit_flags.count("do_eval") > 0;
+  final_eval_ = do_eval_given ? a_.do_eval : es != "no";
+  if (do_eval_given && !a_.do_eval) eval_every_ = 0;
+  save_every_ = a_.save_strategy == "steps" ? a_.save_steps : a_.save_strategy == "epoch" ? steps_per_epoch_ : 0;
+  if (a_.logging_strategy == "epoch") log_every_ = steps_per_epoch_;
 }
 
 // The chief locks the folder first (so a second run stops there, naming this one), then
@@ -293,7 +368,7 @@ void Trainer::build_model_and_engine() {
   model_ = std::make_unique<Transformer>(cfg_);
   const auto t0 = Clock::now();
   if (!a_.model_name_or_path.empty())
-    hf_load_weights(*model_, a_.model_name_or_path + "/model.safetensors");
+    hf_load_weights(*model_, a_.model_name_or_path);
   else
     model_->init_random(uint64_t(a_.seed));
   weights_s_ = seconds_since(t0);
@@ -440,18 +515,28 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     std::vector<std::pair<const char*, double>> extra;
     if (scaler_ && a_.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
     if (scaler_) extra.push_back({"skipped_steps", double(scaler_->skipped_steps())});
-    log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s,
-                    step + 1 == total_steps_ || (step + 1) % log_every_ == 0, extra);
+    const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
+    log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s, log_now, extra);
     if (step == start_step_) log_->first_step(startup_s_, weights_s_);
   }
-  const bool eval_now = (a_.eval_steps > 0 && (step + 1) % a_.eval_steps == 0) || step + 1 == total_steps_;
+  const bool eval_now = (eval_every_ > 0 && (step + 1) % eval_every_ == 0) || (final_eval_ && step + 1 == total_steps_);
   // When the engine's forward is a collective (ZeRO-3 gathers), every rank evaluates.
+  bool best_now = false;
   if (val_ && eval_now && (chief_ || engine_->forward_is_collective())) {
-    EvalResult e = evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1);
+    EvalResult e = evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
+                            a_.per_device_eval_batch_size);
     if (log_) log_->eval_done(step + 1, e);
+    const std::string& m = a_.metric_for_best_model;
+    const double v = m == "loss" || m == "eval_loss" ? e.loss : e.perplexity;
+    const bool greater = a_.explicit_flags.count("greater_is_better") ? a_.greater_is_better : false;
+    best_now = best_step_ < 0 || (greater ? v > best_metric_ : v < best_metric_);
+    if (best_now) best_metric_ = v, best_step_ = step + 1;
   }
-  const bool will_save = a_.save_strategy == "steps" && a_.save_steps > 0 && a_.save_steps <= total_steps_;
-  if (will_save && (step + 1) % a_.save_steps == 0) save(step + 1);
+  const bool will_save = save_every_ > 0 && save_every_ <= total_steps_;
+  if (will_save && (step + 1) % save_every_ == 0) {
+    save(step + 1);
+    if (best_now) best_checkpoint_ = (fs::path(a_.output_dir) / ("checkpoint-" + std::to_string(step + 1))).string();
+  }
 }
 
 // One way for every layout: shard owners write their pieces (no rank holds the full state
@@ -463,9 +548,10 @@ void Trainer::save(int64_t step) {
   if (log_) parts.push_back(log_.get());
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
-  checkpoint_save({a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id}, cfg_,
-                  {parts.begin(), parts.end()});
-  if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit);
+  checkpoint_save(
+      {a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_}, cfg_,
+      {parts.begin(), parts.end()});
+  if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit, a_.load_best_model_at_end ? best_checkpoint_ : "");
 }
 
 void Trainer::run() {
@@ -478,6 +564,19 @@ void Trainer::run() {
   finish(seconds_since(t_train));
 }
 
+// --load_best_model_at_end: the parameters of the best evaluated checkpoint replace the final
+// ones before --output_dir is written (every rank loads its part; the chief decides which).
+void Trainer::load_best_model() {
+  if (!a_.load_best_model_at_end) return;
+  const std::string dir = dist::broadcast_string(world_, chief_ ? best_checkpoint_ : "", 0);
+  if (dir.empty() || best_step_ == total_steps_) return;  // the final weights are the best (or none saved)
+  if (chief_)
+    std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(), a_.metric_for_best_model.c_str(),
+                best_metric_, (long long)best_step_);
+  CheckpointReader reader(dir, cfg_);
+  reader.load({&engine_->param_state()});
+}
+
 void Trainer::finish(double train_s) {
   const int64_t steps_run = std::max<int64_t>(1, total_steps_ - start_step_);
   nlohmann::json report = engine_->describe();
@@ -487,9 +586,12 @@ void Trainer::finish(double train_s) {
   report["zero_paper_model_state_bytes"] = zero_paper_bytes(model_->num_params(), a_.zero_stage, group,
                                                             double(engine_->optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
+  load_best_model();
   engine_->export_params();  // a collective: ZeRO-3 gathers the shards
   if (!chief_) return;
-  hf_save_model(*model_, a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16);
+  hf_save_model(*model_, a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
+                hf_parse_size(a_.max_shard_size, "--max_shard_size"));
+  hf_write_side_files(a_.output_dir, side_files_);
   if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);
   log_->add_results({{"data_parallel", report}});
   log_->finish(train_s, loader_->wait_seconds());

@@ -115,18 +115,24 @@ def write_safetensors(path, tensors, dtype="F32", metadata=None):
 _MASKS = {}
 
 
-def causal_mask(T, dtype, device):
-    """Additive (T, T) causal mask: 0 on and below the diagonal, -inf above; cached."""
-    key = (T, dtype, str(device))
+def causal_mask(T, dtype, device, window=0):
+    """Additive (T, T) causal mask: 0 on and below the diagonal, -inf above; cached.
+
+    window > 0 (Mistral's sliding_window) also masks keys j <= i - window, as
+    transformers' sliding-window mask does (kv_idx > q_idx - sliding_window).
+    """
+    key = (T, dtype, str(device), window)
     m = _MASKS.get(key)
     if m is None:
-        m = torch.zeros(T, T, dtype=dtype, device=device).masked_fill(
-            torch.ones(T, T, dtype=torch.bool, device=device).triu(1), float("-inf"))
+        blocked = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
+        if window > 0:
+            blocked |= torch.ones(T, T, dtype=torch.bool, device=device).tril(-window)
+        m = torch.zeros(T, T, dtype=dtype, device=device).masked_fill(blocked, float("-inf"))
         _MASKS[key] = m
     return m
 
 
-def causal_attention(q, k, v):
+def causal_attention(q, k, v, window=0):
     """q, k, v: (B, H, T, HS) -> (B, H, T, HS), softmax scale 1/sqrt(HS).
 
     torch 1.13 has no public scaled_dot_product_attention, so this is an
@@ -137,7 +143,7 @@ def causal_attention(q, k, v):
     """
     B, H, T, hs = q.shape
     q3, k3, v3 = (t.reshape(B * H, T, hs) for t in (q, k, v))
-    mask = causal_mask(T, q.dtype, q.device).expand(B * H, T, T)
+    mask = causal_mask(T, q.dtype, q.device, window).expand(B * H, T, T)
     att = torch.baddbmm(mask, q3, k3.transpose(1, 2), alpha=1.0 / math.sqrt(hs))
     att = torch.softmax(att, dim=-1)
     return torch.bmm(att, v3).view(B, H, T, hs)
@@ -277,18 +283,90 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def rope_cos_sin(T, hs, theta, dtype, device):
+def rope_inv_freq(c):
+    """(HS/2) inverse frequencies and the cos/sin scale for a Llama-family config.
+
+    Written from transformers' modeling_rope_utils (4.5x): default, linear, dynamic,
+    yarn and llama3, with its float32 tensor arithmetic and double scalar arithmetic.
+    """
+    dim, theta = c["head_dim"], c["rope_theta"]
+    f32 = torch.float32
+    rs = c.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+
+    def default(base):
+        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(f32) / dim))
+
+    if kind == "default":
+        return default(theta), 1.0
+    if kind == "linear":
+        return default(theta) / rs["factor"], 1.0
+    if kind == "dynamic":
+        # Rescaled only past max_position_embeddings (never in these tests): seq_len = max.
+        L, f = c["max_position_embeddings"], rs["factor"]
+        base = theta * ((f * L / L) - (f - 1)) ** (dim / (dim - 2))
+        return default(base), 1.0
+    if kind == "llama3":
+        inv = default(theta)
+        factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        low_wavelen, high_wavelen = old / lo, old / hi
+        wavelen = 2 * math.pi / inv
+        inv_l = torch.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+        medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+        return torch.where(medium, smoothed, inv_l), 1.0
+    if kind == "yarn":
+        factor = rs["factor"]
+        orig = c["max_position_embeddings"]
+        if "original_max_position_embeddings" in rs:
+            orig = rs["original_max_position_embeddings"]
+            factor = c["max_position_embeddings"] / orig
+
+        def mscale(s_, m=1):
+            return 1.0 if s_ <= 1 else 0.1 * m * math.log(s_) + 1.0
+
+        att = rs.get("attention_factor")
+        if att is None:
+            if rs.get("mscale") and rs.get("mscale_all_dim"):
+                att = float(mscale(factor, rs["mscale"]) / mscale(factor, rs["mscale_all_dim"]))
+            else:
+                att = mscale(factor)
+        beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+        def corr_dim(rot):
+            return (dim * math.log(orig / (rot * 2 * math.pi))) / (2 * math.log(theta))
+
+        lo, hi = corr_dim(beta_fast), corr_dim(beta_slow)
+        if rs.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = torch.clamp((torch.arange(dim // 2, dtype=f32) - lo) / (hi - lo), 0, 1)
+        pos = theta ** (torch.arange(0, dim, 2).to(f32) / dim)
+        extra, inter = 1.0 / pos, 1.0 / (factor * pos)
+        ef = 1 - ramp
+        return inter * (1 - ef) + extra * ef, att
+    raise ValueError(f"unsupported rope_type {kind}")
+
+
+def rope_cos_sin(T, c, dtype, device):
     """(T, HS) cos/sin tables in HF rotate-half layout.
 
-    Computed in float32 like HF (and ztrain's rope_table) so fp32 parity is not
+    Computed in float32 like HF (and ztrain's rope tables) so fp32 parity is not
     limited by the angle arithmetic; float64 models get float64 tables so
     finite-difference checks stay exact.
     """
     ct = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.int64).to(ct) / hs))
-    ang = torch.outer(torch.arange(T, dtype=ct), inv_freq)
+    inv_freq, scale = rope_inv_freq(c)
+    ang = torch.outer(torch.arange(T, dtype=ct), inv_freq.to(ct))
     emb = torch.cat((ang, ang), dim=-1)
-    return emb.cos().to(dtype=dtype, device=device), emb.sin().to(dtype=dtype, device=device)
+    cos, sin = emb.cos(), emb.sin()
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
+    return cos.to(dtype=dtype, device=device), sin.to(dtype=dtype, device=device)
 
 
 def rotate_half(x):
@@ -297,18 +375,29 @@ def rotate_half(x):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, C, n_head, n_kv_head, hs):
+    """Llama / Mistral / Qwen2 / Qwen3 attention: the families differ in q/k/v and o
+    biases, Qwen3's per-head q/k RMSNorm (before RoPE) and Mistral's sliding window."""
+
+    def __init__(self, C, n_head, n_kv_head, hs, qkv_bias=False, o_bias=False, qk_norm_eps=None, window=0):
         super().__init__()
-        self.n_head, self.n_kv_head, self.hs = n_head, n_kv_head, hs
-        self.q_proj = nn.Linear(C, n_head * hs, bias=False)
-        self.k_proj = nn.Linear(C, n_kv_head * hs, bias=False)
-        self.v_proj = nn.Linear(C, n_kv_head * hs, bias=False)
-        self.o_proj = nn.Linear(n_head * hs, C, bias=False)
+        self.n_head, self.n_kv_head, self.hs, self.window = n_head, n_kv_head, hs, window
+        self.q_proj = nn.Linear(C, n_head * hs, bias=qkv_bias)
+        self.k_proj = nn.Linear(C, n_kv_head * hs, bias=qkv_bias)
+        self.v_proj = nn.Linear(C, n_kv_head * hs, bias=qkv_bias)
+        self.o_proj = nn.Linear(n_head * hs, C, bias=o_bias)
+        if qk_norm_eps is not None:
+            self.q_norm = RMSNorm(hs, qk_norm_eps)
+            self.k_norm = RMSNorm(hs, qk_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_head, self.hs).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.n_kv_head, self.hs).transpose(1, 2)
+        q = self.q_proj(x).view(B, T, self.n_head, self.hs)
+        k = self.k_proj(x).view(B, T, self.n_kv_head, self.hs)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.n_kv_head, self.hs).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -317,16 +406,17 @@ class LlamaAttention(nn.Module):
             # KV head j serves query heads j*rep .. j*rep+rep-1 (HF repeat_kv).
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-        y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, self.n_head * self.hs)
+        window = self.window if 0 < self.window < T else 0
+        y = causal_attention(q, k, v, window).transpose(1, 2).reshape(B, T, self.n_head * self.hs)
         return self.o_proj(y)
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, C, F_):
+    def __init__(self, C, F_, bias=False):
         super().__init__()
-        self.gate_proj = nn.Linear(C, F_, bias=False)
-        self.up_proj = nn.Linear(C, F_, bias=False)
-        self.down_proj = nn.Linear(F_, C, bias=False)
+        self.gate_proj = nn.Linear(C, F_, bias=bias)
+        self.up_proj = nn.Linear(C, F_, bias=bias)
+        self.down_proj = nn.Linear(F_, C, bias=bias)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -337,9 +427,11 @@ class LlamaLayer(nn.Module):
         super().__init__()
         C = c["hidden_size"]
         self.input_layernorm = RMSNorm(C, c["rms_norm_eps"])
-        self.self_attn = LlamaAttention(C, c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"])
+        self.self_attn = LlamaAttention(C, c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"],
+                                        c["_qkv_bias"], c["_o_bias"],
+                                        c["rms_norm_eps"] if c["_qk_norm"] else None, c["_window"])
         self.post_attention_layernorm = RMSNorm(C, c["rms_norm_eps"])
-        self.mlp = LlamaMLP(C, c["intermediate_size"])
+        self.mlp = LlamaMLP(C, c["intermediate_size"], c["_mlp_bias"])
 
     def forward(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
@@ -369,8 +461,7 @@ class Llama(nn.Module):
         x = self.model.embed_tokens(idx)
         key = (T, x.dtype, str(x.device))
         if key not in self._rope:
-            self._rope[key] = rope_cos_sin(T, self.config["head_dim"], self.config["rope_theta"],
-                                           x.dtype, x.device)
+            self._rope[key] = rope_cos_sin(T, self.config, x.dtype, x.device)
         cos, sin = self._rope[key]
         for layer in self.model.layers:
             x = layer(x, cos, sin)
@@ -380,8 +471,11 @@ class Llama(nn.Module):
 
 
 def llama_config(config):
-    """Fills HF LlamaConfig defaults and validates what this model supports."""
+    """Fills HF LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config defaults and
+    validates what this model supports. Keys starting with "_" are this module's own
+    resolved options (stripped again by save_model)."""
     c = dict(config)
+    mt = c["model_type"]
     c.setdefault("vocab_size", 32000)
     c.setdefault("hidden_size", 4096)
     c.setdefault("intermediate_size", 11008)
@@ -389,23 +483,26 @@ def llama_config(config):
     c.setdefault("num_attention_heads", 32)
     if c.get("num_key_value_heads") is None:
         c["num_key_value_heads"] = c["num_attention_heads"]
-    c.setdefault("max_position_embeddings", 2048)
+    c.setdefault("max_position_embeddings", {"llama": 2048, "mistral": 4096 * 32}.get(mt, 32768))
     c.setdefault("rms_norm_eps", 1e-6)
     c.setdefault("rope_theta", 10000.0)
     c.setdefault("tie_word_embeddings", False)
     c.setdefault("hidden_act", "silu")
     if c.get("head_dim") is None:
-        c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
+        c["head_dim"] = 128 if mt == "qwen3" else c["hidden_size"] // c["num_attention_heads"]
+    c["_qkv_bias"] = bool(c.get("attention_bias")) if mt in ("llama", "qwen3") else mt == "qwen2"
+    c["_o_bias"] = bool(c.get("attention_bias")) if mt in ("llama", "qwen3") else False
+    c["_mlp_bias"] = bool(c.get("mlp_bias")) if mt == "llama" else False
+    c["_qk_norm"] = mt == "qwen3"
+    c["_window"] = (c.get("sliding_window", 4096) or 0) if mt == "mistral" else 0
+    if mt in ("qwen2", "qwen3") and c.get("use_sliding_window"):
+        raise ValueError("use_sliding_window is not supported")
     if c["num_attention_heads"] % c["num_key_value_heads"]:
         raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
     if c["head_dim"] % 2:
         raise ValueError("head_dim must be even for RoPE")
     if c["hidden_act"] != "silu":
         raise ValueError(f"unsupported hidden_act {c['hidden_act']}")
-    if c.get("rope_scaling"):
-        raise ValueError("rope_scaling is not supported")
-    if c.get("attention_bias") or c.get("mlp_bias"):
-        raise ValueError("attention_bias / mlp_bias are not supported")
     if c.get("pretraining_tp", 1) != 1:
         raise ValueError("pretraining_tp != 1 is not supported")
     return c
@@ -419,7 +516,7 @@ def build_model(config):
     mt = config.get("model_type")
     if mt == "gpt2":
         return GPT2(config)
-    if mt == "llama":
+    if mt in ("llama", "mistral", "qwen2", "qwen3"):
         return Llama(config)
     raise ValueError(f"unsupported model_type {mt!r}")
 

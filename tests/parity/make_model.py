@@ -2,6 +2,7 @@
 """Writes a tiny random Hugging Face model folder and/or random token data.
 
   make_model.py --arch gpt2|llama --out DIR [--dtype F32|BF16] [--seed S] [size flags]
+  make_model.py --config real_config.json --out DIR [size flags] [--perturb]
   make_model.py --tokens train.bin --num_tokens N [--vocab_size V] [--seed S]
 
 The folder holds config.json (shaped like what transformers' save_pretrained
@@ -11,6 +12,7 @@ independent seeded generators so adding one never changes the other.
 """
 
 import argparse
+import json
 import os
 import sys
 
@@ -88,6 +90,42 @@ def llama_config(a):
     }
 
 
+def shrunk_config(a):
+    """A published config.json (tests/fixtures/configs) at test size: every key stays, only
+    the widths, depth, vocabulary and context shrink (and the sliding window, so it acts)."""
+    with open(a.config) as f:
+        c = json.load(f)
+    if c["model_type"] == "gpt2":
+        raise SystemExit("--config is for the Llama-shaped families")
+    c.update({"vocab_size": a.vocab_size, "hidden_size": a.n_embd, "num_hidden_layers": a.n_layer,
+              "num_attention_heads": a.n_head, "intermediate_size": a.ffn if a.ffn is not None else 176,
+              "max_position_embeddings": a.max_pos, "torch_dtype": "float32"})
+    if a.n_kv_head is not None:
+        c["num_key_value_heads"] = a.n_kv_head
+    if "head_dim" in c:
+        c["head_dim"] = a.head_dim if a.head_dim is not None else a.n_embd // a.n_head
+    if c.get("sliding_window") is not None and a.sliding_window is not None:
+        c["sliding_window"] = a.sliding_window
+    if a.rope_scaling is not None:
+        c["rope_scaling"] = json.loads(a.rope_scaling)
+    for k, v in (json.loads(a.set) if a.set else {}).items():
+        c[k] = v
+    return c
+
+
+@torch.no_grad()
+def perturb(model, gen):
+    """Biases and norm weights away from their 0 / 1 init, and q/k projections 8x larger
+    (sharper attention, so position encodings and windows move the loss), so a test sees
+    each family's differences act."""
+    for name, p in model.named_parameters():
+        if name.endswith(("q_proj.weight", "k_proj.weight")):
+            p.mul_(8.0)
+        if p.dim() == 1:
+            base = 0.0 if name.endswith("bias") else 1.0
+            p.copy_(base + 0.1 * torch.randn(p.shape, generator=gen))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", choices=["gpt2", "llama"])
@@ -104,6 +142,12 @@ def main():
     p.add_argument("--rope_theta", type=float, default=10000.0)
     p.add_argument("--tie", action="store_true",
                    help="llama: tie lm_head to embed_tokens (GPT-2 is always tied)")
+    p.add_argument("--config", help="a published config.json to shrink (Llama-shaped families)")
+    p.add_argument("--head_dim", type=int, default=None, help="--config: head_dim when the config has one")
+    p.add_argument("--sliding_window", type=int, default=None, help="--config: a shorter window")
+    p.add_argument("--rope_scaling", default=None, help="--config: a rope_scaling object (JSON)")
+    p.add_argument("--set", default=None, help="--config: other keys to set (a JSON object)")
+    p.add_argument("--perturb", action="store_true", help="random biases and norm weights")
     p.add_argument("--tokens", help="also write random uint16 tokens to this file")
     p.add_argument("--num_tokens", type=int, default=4096)
     a = p.parse_args()
@@ -111,14 +155,19 @@ def main():
     if not a.out and not a.tokens:
         p.error("nothing to do: give --out and/or --tokens")
     if a.out:
-        if not a.arch:
-            p.error("--out needs --arch")
+        if not a.arch and not a.config:
+            p.error("--out needs --arch or --config")
         if a.arch == "gpt2" and a.n_kv_head not in (None, a.n_head):
             p.error("gpt2 has no grouped-query attention (--n_kv_head)")
-        config = gpt2_config(a) if a.arch == "gpt2" else llama_config(a)
+        if a.config:
+            config = shrunk_config(a)
+        else:
+            config = gpt2_config(a) if a.arch == "gpt2" else llama_config(a)
         model = hfmodels.build_model(config)
         gen = torch.Generator().manual_seed(a.seed)
         hfmodels.init_weights(model, a.n_layer, gen)
+        if a.perturb:
+            perturb(model, gen)
         hfmodels.save_model(a.out, model, config, dtype=a.dtype)
 
     if a.tokens:
