@@ -2,14 +2,54 @@
 // training step issues (forward, grad-input and grad-weight products). Built three
 // times (oneDNN, OpenBLAS, BLIS) by scripts/bench_gemm_libs.sh; the numbers choose
 // ztrain's GEMM backend (docs/kernels.md). Not part of ztrain itself.
+// The oneDNN build (zt_gemm_peak) also takes "bf16" as its second argument: the same shapes
+// through oneDNN's bf16 matmul (bf16 inputs, fp32 output), the path --bf16 trains on.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 #if defined(USE_DNNL)
 #include <oneapi/dnnl/dnnl.h>
-static const char* kLib = "onednn";
+
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+static const char* kLib_ = "onednn";
+static const char* kLib = kLib_;
+static bool g_bf16 = false;
+// bf16 operands made once per shape (from the fp32 test values) and reused.
+static void bf16_matmul(bool ta, bool tb, long m, long n, long k, const float* a, const float* b, float* c) {
+  using dt = dnnl::memory::data_type;
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static dnnl::stream st(eng);
+  static long key[5] = {-1, -1, -1, -1, -1};
+  static std::vector<uint16_t> a16, b16;
+  static dnnl::matmul mm;
+  static dnnl::memory am, bm;
+  auto to16 = [](const float* x, size_t n, std::vector<uint16_t>& out) {
+    out.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &x[i], 4);
+      out[i] = uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    }
+  };
+  const dnnl::memory::desc ad({m, k}, dt::bf16, ta ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
+  const dnnl::memory::desc bd({k, n}, dt::bf16, tb ? dnnl::memory::dims{1, k} : dnnl::memory::dims{n, 1});
+  const dnnl::memory::desc cd({m, n}, dt::f32, dnnl::memory::dims{n, 1});
+  if (key[0] != m || key[1] != n || key[2] != k || key[3] != ta || key[4] != tb) {
+    to16(a, size_t(m) * k, a16);
+    to16(b, size_t(k) * n, b16);
+    mm = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), eng));
+    am = dnnl::memory(ad, eng, a16.data());
+    bm = dnnl::memory(bd, eng, b16.data());
+    key[0] = m, key[1] = n, key[2] = k, key[3] = ta, key[4] = tb;
+  }
+  dnnl::memory cm(cd, eng, c);
+  mm.execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  st.wait();
+}
 static void sgemm(bool ta, bool tb, long m, long n, long k, const float* a, const float* b, float* c) {
+  if (g_bf16) return bf16_matmul(ta, tb, m, n, k, a, b, c);
   dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.f, a, ta ? m : k, b, tb ? k : n, 0.f, c, n);
 }
 #else
@@ -27,6 +67,10 @@ static void sgemm(bool ta, bool tb, long m, long n, long k, const float* a, cons
 
 int main(int argc, char** argv) {
   long tokens = argc > 1 ? atol(argv[1]) : 2048;  // B*T
+#if defined(USE_DNNL)
+  g_bf16 = argc > 2 && std::strcmp(argv[2], "bf16") == 0;
+  if (g_bf16) kLib = "onednn-bf16";
+#endif
   struct Shape {
     const char* name;
     bool ta, tb;

@@ -58,6 +58,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--autocast", choices=["", "bf16"], default="",
+                   help="bf16: forward under torch.autocast('cpu', torch.bfloat16) (PyTorch's mixed precision)")
     a = p.parse_args()
 
     # OpenBLAS (pthreads build) sizes its own pool from these when it loads and
@@ -98,7 +100,11 @@ def main():
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
     def step():
-        _, loss = model(x, y)
+        if a.autocast == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                _, loss = model(x, y)
+        else:
+            _, loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
