@@ -9,6 +9,7 @@ namespace zt::app {
 using Args = std::vector<std::string>;
 int cmd_train(const Args& args);
 int cmd_tokenize(const Args& args);
+int cmd_tokenizer_train(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_generate(const Args& args);
 // apps/cmd_dist.cpp: communication benchmark, mpirun launcher, memory estimator.

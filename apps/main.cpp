@@ -44,6 +44,7 @@ const char* kUsage =
     "commands:\n"
     "  train     train or fine-tune a model (HF Trainer flag names); ztrain train --help\n"
     "  tokenize  text / JSONL / folders -> token shards (train.bin, validation.bin)\n"
+    "  tokenizer-train  learn a byte-level BPE tokenizer (tokenizer.json) from text\n"
     "  eval      loss and perplexity of a model folder on a token file\n"
     "  generate  sample text from a model folder with a KV cache\n"
     "  launch    run a command on N ranks with mpirun: ztrain launch --nproc_per_node N -- train ...\n"
@@ -223,6 +224,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "train") return zt::app::cmd_train(args);
     if (cmd == "tokenize") return zt::app::cmd_tokenize(args);
+    if (cmd == "tokenizer-train") return zt::app::cmd_tokenizer_train(args);
     if (cmd == "eval") return zt::app::cmd_eval(args);
     if (cmd == "generate") return zt::app::cmd_generate(args);
     if (cmd == "launch") return zt::app::cmd_launch(args);

@@ -23,30 +23,6 @@ struct Doc {
 
 bool is_jsonl(const fs::path& p) { return p.extension() == ".jsonl" || p.extension() == ".json"; }
 
-std::vector<fs::path> list_inputs(const std::vector<std::string>& inputs) {
-  std::vector<fs::path> files;
-  for (const auto& in : inputs) {
-    fs::path p(in);
-    ZT_CHECK(fs::exists(p), "input ", in, " does not exist");
-    if (fs::is_directory(p)) {
-      std::vector<fs::path> found;
-      for (auto& e : fs::recursive_directory_iterator(p)) {
-        std::string name = e.path().filename().string();
-        if (!e.is_regular_file() || name.empty() || name[0] == '.') continue;
-        auto ext = e.path().extension().string();
-        if (ext.empty() || ext == ".txt" || ext == ".text" || ext == ".jsonl" || ext == ".json")
-          found.push_back(e.path());
-      }
-      std::sort(found.begin(), found.end());
-      files.insert(files.end(), found.begin(), found.end());
-    } else {
-      files.push_back(p);
-    }
-  }
-  ZT_CHECK(!files.empty(), "no input files found (text, .txt, .jsonl)");
-  return files;
-}
-
 // Splits a large text after a lone newline (non-space before it, non-space after it): the
 // GPT-2 and tiktoken pre-tokenizers never join tokens across such a point, so pieces encode
 // to exactly the tokens of the whole. A longer whitespace run is not a safe point: GPT-2's
@@ -134,13 +110,37 @@ bool goes_to_validation(int64_t doc, double pct) {
 
 }  // namespace
 
+std::vector<fs::path> list_corpus_files(const std::vector<std::string>& inputs) {
+  std::vector<fs::path> files;
+  for (const auto& in : inputs) {
+    fs::path p(in);
+    ZT_CHECK(fs::exists(p), "input ", in, " does not exist");
+    if (fs::is_directory(p)) {
+      std::vector<fs::path> found;
+      for (auto& e : fs::recursive_directory_iterator(p)) {
+        std::string name = e.path().filename().string();
+        if (!e.is_regular_file() || name.empty() || name[0] == '.') continue;
+        auto ext = e.path().extension().string();
+        if (ext.empty() || ext == ".txt" || ext == ".text" || ext == ".jsonl" || ext == ".json")
+          found.push_back(e.path());
+      }
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else {
+      files.push_back(p);
+    }
+  }
+  ZT_CHECK(!files.empty(), "no input files found (text, .txt, .jsonl)");
+  return files;
+}
+
 TokenizeStats tokenize_corpus(const Tokenizer& tok, const TokenizeConfig& cfg) {
   auto t0 = std::chrono::steady_clock::now();
   ZT_CHECK(!cfg.output_dir.empty(), "--output_dir is required");
   ZT_CHECK(cfg.validation_split_percentage >= 0 && cfg.validation_split_percentage < 100,
            "--validation_split_percentage must be in [0, 100)");
   fs::create_directories(cfg.output_dir);
-  Reader reader(list_inputs(cfg.inputs), cfg.text_field, tok.splits_at_newlines());
+  Reader reader(list_corpus_files(cfg.inputs), cfg.text_field, tok.splits_at_newlines());
   ShardWriter train(cfg.output_dir + "/train.bin", uint32_t(tok.vocab_size()), tok.eos_id());
   ShardWriter val(cfg.output_dir + "/validation.bin", uint32_t(tok.vocab_size()), tok.eos_id());
   TokenizeStats st;

@@ -6,6 +6,7 @@
 // Batches are tokenized on all threads; output order is input order.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,10 @@ struct TokenizeStats {
 };
 
 TokenizeStats tokenize_corpus(const Tokenizer& tok, const TokenizeConfig& cfg);
+
+// The files `inputs` name, folders expanded (recursively, sorted; names without an extension or
+// ending .txt, .text, .jsonl, .json; hidden files skipped). Also read by tokenizer-train.
+// Throws zt::Error on a missing input or when no file is found.
+std::vector<std::filesystem::path> list_corpus_files(const std::vector<std::string>& inputs);
 
 }  // namespace zt

@@ -5,6 +5,10 @@
 // Not here: WordLevel models, BPE dropout, the Precompiled (SentencePiece charsmap) normalizer.
 #include "data/tokenizer_hf.h"
 
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <unordered_map>
 
@@ -74,6 +78,56 @@ std::unique_ptr<WordModel> load_bpe(const Reader& rd, const json& mj, bool byte_
   return std::make_unique<BpeWordModel>(std::move(model), opt, std::move(text));
 }
 
+// A Unigram score as Hugging Face holds it. tokenizers parses tokenizer.json with serde_json
+// without its `float_roundtrip` feature: a decimal's digits are read into an integer, converted to
+// double, then multiplied or divided by 10^|exponent| (two roundings), so a score can be one ulp
+// off the correctly rounded value nlohmann gives (e.g. "-10.101415634155273" parses to
+// -10.101415634155272). Viterbi sums these scores, and when two segmentations tie in exact
+// arithmetic (ALBERT's "*" + "**" vs "**" + "*") that ulp decides which wins. The digits are
+// those of the shortest representation, which is what every writer of these files emits
+// (serde_json's ryu, Python's repr, JavaScript).
+double serde_json_f64(double correct) {
+  if (!std::isfinite(correct) || correct == 0) return correct;
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, correct);  // shortest round-trip digits
+  std::string_view t(buf, size_t(r.ptr - buf));
+  bool negative = false;
+  if (!t.empty() && t[0] == '-') {
+    negative = true;
+    t.remove_prefix(1);
+  }
+  uint64_t significand = 0;
+  int exponent = 0;
+  bool fraction = false;
+  size_t i = 0;
+  for (; i < t.size() && t[i] != 'e'; ++i) {
+    if (t[i] == '.') {
+      fraction = true;
+      continue;
+    }
+    significand = significand * 10 + uint64_t(t[i] - '0');  // at most 17 digits: no overflow
+    if (fraction) --exponent;
+  }
+  if (i < t.size()) exponent += std::atoi(std::string(t.substr(i + 1)).c_str());
+  static const std::array<double, 309> pow10 = [] {
+    std::array<double, 309> p{};
+    for (int k = 0; k < 309; ++k) p[size_t(k)] = std::strtod(("1e" + std::to_string(k)).c_str(), nullptr);
+    return p;
+  }();
+  double f = double(significand);
+  while (true) {
+    int a = std::abs(exponent);
+    if (a < 309) {
+      f = exponent >= 0 ? f * pow10[size_t(a)] : f / pow10[size_t(a)];
+      break;
+    }
+    if (f == 0 || exponent >= 0) return correct;  // overflow: serde errors; keep the value
+    f /= 1e308;
+    exponent += 308;
+  }
+  return negative ? -f : f;
+}
+
 std::unique_ptr<WordModel> load_unigram(const Reader& rd, const json& mj) {
   const json& list = rd.array_field(mj, "model", "vocab");
   if (list.empty()) rd.fail("model.vocab", "is empty; a Unigram model needs at least its unk piece");
@@ -83,7 +137,7 @@ std::unique_ptr<WordModel> load_unigram(const Reader& rd, const json& mj) {
     const json& e = list[i];
     if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number())
       rd.fail(str_cat("model.vocab[", i, "]"), str_cat("must be [piece, score], found ", e.dump().substr(0, 80)));
-    vocab.emplace_back(e[0].get<std::string>(), e[1].get<double>());
+    vocab.emplace_back(e[0].get<std::string>(), serde_json_f64(e[1].get<double>()));
   }
   int32_t unk = -1;
   if (mj.contains("unk_id") && !mj["unk_id"].is_null()) {

@@ -118,7 +118,9 @@ bool is_mark(uint32_t cp) {
 
 bool is_other(uint32_t cp) {
   auto c = category(cp);
-  return c == UTF8PROC_CATEGORY_CN || (c >= UTF8PROC_CATEGORY_CC && c <= UTF8PROC_CATEGORY_CO);
+  // Not Cn: Hugging Face's BertNormalizer (unicode_categories' is_other) keeps unassigned code
+  // points, e.g. U+1FAE9 (an emoji of Unicode 16, unassigned in utf8proc's 15) and U+FFFE.
+  return c >= UTF8PROC_CATEGORY_CC && c <= UTF8PROC_CATEGORY_CO;
 }
 
 namespace {

@@ -35,7 +35,7 @@ bool is_punctuation(uint32_t cp);      // ASCII punctuation or a P* category
 bool is_word_char(uint32_t cp);        // regex \w: Alphabetic, M, Nd, Pc, Join_Control
 bool is_mark_nonspacing(uint32_t cp);  // Mn
 bool is_control(uint32_t cp);          // Cc or Cf, not \t \n \r
-bool is_other(uint32_t cp);            // C*: Cc Cf Cs Co Cn (Rust's is_other)
+bool is_other(uint32_t cp);            // Cc Cf Cs Co, not Cn (HF BertNormalizer's clean_text)
 bool is_cjk_ideograph(uint32_t cp);    // the CJK blocks BERT pads with spaces
 bool is_mark(uint32_t cp);             // Mn, Mc, Me
 

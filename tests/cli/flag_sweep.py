@@ -26,7 +26,7 @@ ZTRAIN = os.path.abspath(sys.argv[1])
 LISTER = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else ZTRAIN
 DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "flags.md")
 VALUES = ["0", "-1", "1e18", "nan", "abc"]
-COMMANDS = ["train", "eval", "generate", "tokenize", "launch", "bench-comm", "estimate-memory"]
+COMMANDS = ["train", "eval", "generate", "tokenize", "tokenizer-train", "launch", "bench-comm", "estimate-memory"]
 # String flags that hold numbers, checked by their command rather than by FlagSet.
 EXTRA = {"estimate-memory": {"num_ranks": "a comma-separated list of integers >= 1"}}
 
@@ -69,6 +69,7 @@ def base_args(cmd, w, tag):
                      "1"],
         "tokenize": ["--tokenizer_name_or_path", f"{w}/model", "--input", f"{w}/text.txt", "--output_dir", out,
                      "--threads", "1"],
+        "tokenizer-train": ["--vocab_size", "300", "--input", f"{w}/text.txt", "--output", out, "--threads", "1"],
         "launch": ["--dry_run"],
         "bench-comm": ["--min_bytes", "8", "--max_bytes", "64", "--iters", "1", "--warmup", "0", "--collectives",
                        "all_reduce"],
