@@ -82,7 +82,7 @@ def numeric_flags(cmd):
     h = subprocess.run([LISTER, cmd, "--help"], capture_output=True, text=True).stdout
     flags = []
     for line in h.splitlines():
-        m = re.match(r"^\s+--(\w+)\s.*\[((?:-?\d+ or )?(?:an integer|a number)[^\]]*\]?)\]$", line)
+        m = re.match(r"^\s+--([\w-]+)\s.*\[((?:-?\d+ or )?(?:an integer|a number)[^\]]*\]?)\]$", line)
         if m:
             flags.append((m.group(1), m.group(2)))
     return flags + list(EXTRA.get(cmd, {}).items())
@@ -153,7 +153,7 @@ def docs_ranges():
         m = re.match(r"^## `ztrain ([\w-]+)`", line)
         if m:
             cmd = m.group(1)
-        m = re.match(r"^\| `--(\w+)` \|", line)
+        m = re.match(r"^\| `--([\w-]+)` \|", line)
         if m and cmd:
             rows[(cmd, m.group(1))] = line
     return rows
