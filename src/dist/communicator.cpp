@@ -36,7 +36,12 @@ struct RequestState {
 
 namespace {
 // Reductions need arithmetic MPI (and the local ring) can do on the element type.
-bool reducible(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::i64; }
+// bf16 / fp16 sums are for mixed precision's gradient reductions (DeepSpeed's
+// communication_data_type): each partial sum is rounded back to the 16-bit type, as NCCL does.
+bool reducible(DType t) {
+  return t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::i64 || t == DType::bf16 ||
+         t == DType::f16;
+}
 }  // namespace
 
 const char* collective_name(Collective c) {
@@ -226,12 +231,12 @@ CommOp Communicator::prepare(CommOp op) {
 void Communicator::run_blocking(const CommOp& op) { start(op).wait(); }
 
 Request Communicator::iall_reduce(void* data, size_t count, DType t, ReduceOp r) {
-  ZT_CHECK(reducible(t), "all_reduce sums f32, f64, i32 or i64 elements, not ", dtype_name(t));
+  ZT_CHECK(reducible(t), "all_reduce sums f32, f64, i32, i64, bf16 or f16 elements, not ", dtype_name(t));
   CommOp op{Collective::all_reduce, nullptr, data, count, t, r};
   return start(prepare(op));
 }
 Request Communicator::ireduce_scatter(const void* in, void* out, size_t count, DType t, ReduceOp r) {
-  ZT_CHECK(reducible(t), "reduce_scatter sums f32, f64, i32 or i64 elements, not ", dtype_name(t));
+  ZT_CHECK(reducible(t), "reduce_scatter sums f32, f64, i32, i64, bf16 or f16 elements, not ", dtype_name(t));
   CommOp op{Collective::reduce_scatter, in, out, count, t, r};
   return start(prepare(op));
 }
@@ -261,11 +266,11 @@ Request Communicator::irecv(void* data, size_t bytes, int peer, int tag) {
 Request Communicator::ibarrier() { return start(prepare(CommOp{Collective::barrier})); }
 
 void Communicator::all_reduce(void* data, size_t count, DType t, ReduceOp r) {
-  ZT_CHECK(reducible(t), "all_reduce sums f32, f64, i32 or i64 elements, not ", dtype_name(t));
+  ZT_CHECK(reducible(t), "all_reduce sums f32, f64, i32, i64, bf16 or f16 elements, not ", dtype_name(t));
   run_blocking(prepare(CommOp{Collective::all_reduce, nullptr, data, count, t, r}));
 }
 void Communicator::reduce_scatter(const void* in, void* out, size_t count, DType t, ReduceOp r) {
-  ZT_CHECK(reducible(t), "reduce_scatter sums f32, f64, i32 or i64 elements, not ", dtype_name(t));
+  ZT_CHECK(reducible(t), "reduce_scatter sums f32, f64, i32, i64, bf16 or f16 elements, not ", dtype_name(t));
   run_blocking(prepare(CommOp{Collective::reduce_scatter, in, out, count, t, r}));
 }
 void Communicator::all_gather(const void* in, void* out, size_t bytes) {

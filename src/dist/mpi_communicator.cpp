@@ -155,12 +155,52 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_BYTE;
     case DType::bf16:
     case DType::f16:
-      return MPI_UINT16_T;  // moved, never reduced (Communicator checks reducible types)
+      return MPI_UINT16_T;  // reduced by the user-defined ops below
   }
   return MPI_BYTE;
 }
 
-MPI_Op mpi_op(ReduceOp r) { return r == ReduceOp::sum ? MPI_SUM : r == ReduceOp::max ? MPI_MAX : MPI_MIN; }
+// 16-bit floats travel as MPI_UINT16_T and are combined by user-defined operations (MPI has
+// no bf16 / fp16 type): widen, combine in fp32, round back, so each partial sum is rounded as in
+// a bf16 / fp16 reduction.
+template <bool kBf16>
+float widen16(uint16_t h) {
+  return kBf16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+template <bool kBf16>
+uint16_t narrow16(float f) {
+  return kBf16 ? f32_to_bf16(f) : f32_to_f16(f);
+}
+template <bool kBf16, int kOp>
+void combine16(const uint16_t* a, const uint16_t* b, uint16_t* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float x = widen16<kBf16>(a[i]), y = widen16<kBf16>(b[i]);
+    dst[i] = narrow16<kBf16>(kOp == 0 ? x + y : kOp == 1 ? std::max(x, y) : std::min(x, y));
+  }
+}
+template <bool kBf16, int kOp>
+void mpi_user_op16(void* in, void* inout, int* len, MPI_Datatype*) {
+  combine16<kBf16, kOp>(static_cast<const uint16_t*>(in), static_cast<const uint16_t*>(inout),
+                        static_cast<uint16_t*>(inout), size_t(*len));
+}
+
+MPI_Op mpi_op(ReduceOp r, DType t) {
+  if (t == DType::bf16 || t == DType::f16) {
+    // Created once, after MPI_Init (the first collective of a 16-bit type), never freed.
+    static MPI_Op ops[2][3] = {};
+    static std::once_flag once;
+    std::call_once(once, [] {
+      MPI_Op_create(&mpi_user_op16<true, 0>, 1, &ops[0][0]);
+      MPI_Op_create(&mpi_user_op16<true, 1>, 1, &ops[0][1]);
+      MPI_Op_create(&mpi_user_op16<true, 2>, 1, &ops[0][2]);
+      MPI_Op_create(&mpi_user_op16<false, 0>, 1, &ops[1][0]);
+      MPI_Op_create(&mpi_user_op16<false, 1>, 1, &ops[1][1]);
+      MPI_Op_create(&mpi_user_op16<false, 2>, 1, &ops[1][2]);
+    });
+    return ops[t == DType::bf16 ? 0 : 1][r == ReduceOp::sum ? 0 : r == ReduceOp::max ? 1 : 2];
+  }
+  return r == ReduceOp::sum ? MPI_SUM : r == ReduceOp::max ? MPI_MAX : MPI_MIN;
+}
 
 // MPI counts are int: messages over 2 GiB go as a count of larger contiguous units.
 class ByteType {
@@ -383,7 +423,7 @@ class Engine {
         for (size_t done = 0; done < op.count; done += chunk) {
           int n = int(std::min(chunk, op.count - done));
           mpi_check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(op.out) + done * es, n, mpi_type(op.dtype),
-                                   mpi_op(op.reduce), comm_, &req),
+                                   mpi_op(op.reduce, op.dtype), comm_, &req),
                     "MPI_Iallreduce", name_);
           wait_polled(&req, 1, "MPI_Iallreduce", op);
         }
@@ -482,6 +522,22 @@ class Engine {
       case DType::i64:
         return combine_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b),
                              n, op);
+      case DType::bf16:
+      case DType::f16: {
+        const auto* x = static_cast<const uint16_t*>(a);
+        const auto* y = static_cast<const uint16_t*>(b);
+        auto* d = static_cast<uint16_t*>(dst);
+        const int k = op == ReduceOp::sum ? 0 : op == ReduceOp::max ? 1 : 2;
+        if (t == DType::bf16)
+          k == 0   ? combine16<true, 0>(x, y, d, n)
+          : k == 1 ? combine16<true, 1>(x, y, d, n)
+                   : combine16<true, 2>(x, y, d, n);
+        else
+          k == 0   ? combine16<false, 0>(x, y, d, n)
+          : k == 1 ? combine16<false, 1>(x, y, d, n)
+                   : combine16<false, 2>(x, y, d, n);
+        return;
+      }
       default:
         break;
     }

@@ -2,6 +2,7 @@
 #include "parallel/data_parallel.h"
 
 #include "core/error.h"
+#include "kernels/convert.h"
 #include "optim/clip.h"
 #include "parallel/buckets.h"
 #include "parallel/zero_engine.h"
@@ -20,6 +21,14 @@ void check_data_parallel_options(const DataParallelOptions& o, int n) {
            "--zero_quantized_weights (qwZ) quantizes ZeRO-3's parameter all-gather; it needs --zero_stage 3");
   ZT_CHECK(!o.quantized_gradients || o.stage >= 1,
            "--zero_quantized_gradients (qgZ) quantizes the gradient reduce-scatter; it needs --zero_stage 1, 2 or 3");
+  ZT_CHECK(!o.quantized_gradients || o.comm_dtype == DType::f32,
+           "--zero_quantized_gradients (qgZ) sends int8 "
+           "gradients; it cannot also reduce them in ",
+           dtype_name(o.comm_dtype),
+           " (communication_data_type, which defaults to the training dtype): set communication_data_type to "
+           "\"fp32\" or drop qgZ");
+  ZT_CHECK(o.comm_dtype == DType::f32 || o.comm_dtype == DType::bf16 || o.comm_dtype == DType::f16,
+           "gradients are reduced in fp32, bf16 or fp16, not ", dtype_name(o.comm_dtype));
   optim::optimizer_state_bytes_per_param(o.optim);  // an unknown --optim fails here, before any work
 }
 
@@ -47,6 +56,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   DdpEngine(Transformer& model, const dist::ProcessGrid& grid, const DataParallelOptions& o)
       : model_(model),
         overlap_(o.overlap_comm),
+        comm_dtype_(o.comm_dtype),
         opt_(optim::make_optimizer(o.optim, o.optim_config, model.num_params())) {
     model.ensure_grads();
     set_units(&model.units());
@@ -56,6 +66,8 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     // traffic (the trainer's scalar reductions run on grid.dp()).
     ZT_ASSERT(grid.dp_replicate().size() == 1, "DDP takes no replicate groups");
     dp_ = &grid.dp_shard();
+    if (comm_dtype_ != DType::f32 && dp_->size() > 1)
+      comm16_ = Buffer(size_t(model.num_params()) * dtype_size(comm_dtype_), MemCategory::temporary);
     BucketOptions bo;
     bo.bucket_bytes = o.reduce_bucket_size * int64_t(kF32);
     cap_ = o.reduce_bucket_size;
@@ -87,6 +99,9 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     for (auto& r : inflight_) r.wait();
     inflight_.clear();
     tracker_->reset();
+    // 16-bit reductions land in comm16_ (every bucket was started): widen them back.
+    if (comm16_.data())
+      kernels::from_lowp(comm_dtype_, G_.as<float>(), comm16_.as<const uint16_t>(), model_.num_params());
   }
   // Every rank holds the same reduced gradient, so the norm needs no communication.
   double grad_norm() override { return optim::grad_norm(G_.as<const float>(), model_.num_params()); }
@@ -102,7 +117,10 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   std::vector<const dist::Communicator*> comms() const override { return {dp_}; }
   double planned_bus_bytes(int) const override {
     double s = 0;
-    for (auto& b : plan_.buckets) s += dist::bus_bytes(dist::Collective::all_reduce, double(b.bytes()), dp_->size());
+    // b.bytes() is the bucket's fp32 size; 16-bit reductions move half of it.
+    const double scale = double(dtype_size(comm_dtype_)) / double(kF32);
+    for (auto& b : plan_.buckets)
+      s += dist::bus_bytes(dist::Collective::all_reduce, double(b.bytes()) * scale, dp_->size());
     return s;
   }
   double paper_bus_bytes(int) const override {
@@ -119,8 +137,16 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   // (bench-comm) and its scratch grows with the message.
   void start(int b) {
     const Range r = plan_.buckets[b].range;
-    for (int64_t c = r.begin; c < r.end; c += cap_)
-      inflight_.push_back(dp_->iall_reduce(G_.as<float>() + c, size_t(std::min(cap_, r.end - c))));
+    for (int64_t c = r.begin; c < r.end; c += cap_) {
+      const int64_t n = std::min(cap_, r.end - c);
+      if (comm16_.data()) {
+        uint16_t* h = comm16_.as<uint16_t>() + c;
+        kernels::to_lowp(comm_dtype_, h, G_.as<const float>() + c, n);
+        inflight_.push_back(dp_->iall_reduce(h, size_t(n), comm_dtype_));
+      } else {
+        inflight_.push_back(dp_->iall_reduce(G_.as<float>() + c, size_t(n)));
+      }
+    }
   }
 
   // Checkpoints: every tensor whole, parameters and optimizer state at its flat offset.
@@ -135,6 +161,8 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
 
   Transformer& model_;
   bool overlap_;
+  DType comm_dtype_;
+  Buffer comm16_;  // 16-bit reductions: the gradients converted, bucket by bucket
   bool last_ = true;
   std::unique_ptr<optim::Optimizer> opt_;
   std::vector<optim::StepPiece> pieces_;  // decay runs of the flat buffers

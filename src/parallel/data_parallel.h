@@ -33,6 +33,11 @@ struct DataParallelOptions {
   int hpz_partition_size = 1;        // G: shard within groups of G ranks (1 = all ranks)
   bool quantized_weights = false;    // qwZ (stage 3)
   bool quantized_gradients = false;  // qgZ (stages 1-3)
+  // DeepSpeed's communication_data_type: the dtype gradients are reduced in (f32, bf16, f16).
+  // 16-bit: each bucket is converted before its reduction and widened after it, so the wire
+  // carries half the bytes and every partial sum is rounded (DDP and the ZeRO reduce-scatter;
+  // hybrid sharding's replica all-reduce stays fp32).
+  DType comm_dtype = DType::f32;
   // The optimizer each engine makes (optim::make_optimizer) over what its rank owns.
   std::string optim = "adamw_torch";  // HF's --optim name
   optim::OptimizerConfig optim_config;

@@ -101,7 +101,8 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
     return r;
   };
   std::vector<MemoryRow> rows;
-  rows.push_back(row(Strategy::ddp, N, W * P, W * P, S * P, bucket(0)));
+  rows.push_back(row(Strategy::ddp, N, W * P, W * P, S * P,
+                     bucket(0) + (opt.comm_elem_bytes < W ? int64_t(opt.comm_elem_bytes) * P : 0)));
   // ZeRO-1 reduce-scatters its buckets in place through the communicator's ring, whose scratch
   // is two chunks whatever the bucket (measured, GPT-2 124M, 2 ranks: one 475 MiB bucket
   // peaked 34 MiB below 25 MiB buckets).

@@ -64,6 +64,9 @@ struct MemoryEstimateOptions {
   int zero3_live_units = 2;    // gathered units resident at once (current + prefetch)
   // HF's --optim name of the optimizer whose state bytes per parameter are counted.
   std::string optim = "adamw_torch";
+  // Bytes per element gradients are reduced in (communication_data_type): 2 adds DDP's 16-bit
+  // copy of the whole gradient that its reductions run on.
+  int comm_elem_bytes = 4;
 };
 
 struct MemoryRow {

@@ -37,6 +37,7 @@ int64_t training_bytes_per_rank(const ModelConfig& cfg, const TrainingLayout& l,
   // Stages 1-3 with 1 < G < N shard within groups of G (hybrid): the memory of N = G.
   opt.num_ranks = l.hpz_group > 1 && l.hpz_group < l.num_ranks ? l.hpz_group : l.num_ranks;
   opt.hpz_partition_size = 1;
+  opt.comm_elem_bytes = l.comm_elem_bytes;
   opt.bucket_bytes =
       int64_t(dtype_size(DType::f32)) * std::clamp<int64_t>(l.bucket_elems, 1, std::max<int64_t>(1, in.num_params));
   const std::vector<MemoryRow> rows = estimate_memory(in, opt);

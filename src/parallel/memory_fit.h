@@ -22,6 +22,7 @@ struct TrainingLayout {
   int hpz_group = 1;         // G: stages 1-3 shard within groups of G ranks when 1 < G < N
   int64_t bucket_elems = 0;  // DDP / ZeRO-1/2 reduce bucket, elements
   nn::ActPlan plan{};        // precision and recomputation
+  int comm_elem_bytes = 4;   // the gradient reduction's element size (communication_data_type)
 };
 
 // An upper bound of the activation + temporary bytes at (B, T), computed in double: beyond

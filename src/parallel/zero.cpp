@@ -30,6 +30,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "kernels/convert.h"
 #include "optim/clip.h"
 #include "parallel/quantize.h"
 #include "parallel/shard.h"
@@ -234,7 +235,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       const ShardLayout& l = buckets_[b].layout;
       reduce += o_.quantized_gradients
                     ? dist::bus_bytes(Collective::all_to_all, double(G_) * quant_packed_bytes(l.shard), G_)
-                    : dist::bus_bytes(Collective::reduce_scatter, double(l.padded) * kF32, G_);
+                    : dist::bus_bytes(Collective::reduce_scatter, double(l.padded) * dtype_size(o_.comm_dtype), G_);
       const double g = stage_ == 3 && o_.quantized_weights
                            ? dist::bus_bytes(Collective::all_gather, double(G_) * quant_packed_bytes(l.shard), G_)
                            : dist::bus_bytes(Collective::all_gather, double(l.padded) * kF32, G_);
@@ -365,6 +366,14 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       p.qout = get(qb * G_);
       for (int j = 0; j < G_; ++j) quantize_int8_packed(p.qin.as<char>() + j * qb, in + int64_t(j) * l.shard, l.shard);
       p.req = group_->iall_to_all(p.qin.data(), p.qout.data(), qb);
+    } else if (o_.comm_dtype != DType::f32) {
+      // communication_data_type bf16 / fp16: the bucket goes out in 16 bits; this rank's
+      // reduced shard lands in qout and is widened in drain().
+      const int64_t n = int64_t(G_) * l.shard;
+      p.qin = get(size_t(n) * 2);
+      p.qout = get(size_t(l.shard) * 2);
+      kernels::to_lowp(o_.comm_dtype, p.qin.as<uint16_t>(), in, n);
+      p.req = group_->ireduce_scatter(p.qin.data(), p.qout.data(), size_t(l.shard), o_.comm_dtype);
     } else {
       p.req = group_->ireduce_scatter(in, in + int64_t(gr_) * l.shard, size_t(l.shard));
     }
@@ -386,6 +395,17 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
         const size_t qb = quant_packed_bytes(l.shard);
         if (stage_ == 1) std::memset(dst, 0, size_t(l.shard) * kF32);  // in place: replace, not add
         for (int j = 0; j < G_; ++j) dequantize_int8_add_packed(dst, p.qout.as<char>() + j * qb, l.shard);
+        put(std::move(p.qin));
+        put(std::move(p.qout));
+      } else if (o_.comm_dtype != DType::f32) {
+        const uint16_t* h = p.qout.as<const uint16_t>();
+        if (stage_ == 1) {
+          kernels::from_lowp(o_.comm_dtype, dst, h, l.shard);  // in place: replace
+        } else {
+          const DType t = o_.comm_dtype;
+#pragma omp parallel for simd schedule(static)
+          for (int64_t i = 0; i < l.shard; ++i) dst[i] += t == DType::bf16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+        }
         put(std::move(p.qin));
         put(std::move(p.qout));
       } else if (stage_ != 1) {

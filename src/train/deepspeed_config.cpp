@@ -669,10 +669,7 @@ void apply_precision_settings(Ctx& c, const json& cfg) {
     }
     *field = want;
   }
-  const std::string& cdt = d.communication_data_type;
-  ZT_CHECK(cdt.empty() || cdt == "fp32", "communication_data_type ", show_json(cfg["communication_data_type"]),
-           " is not supported: ztrain reduces gradients in fp32 (docs/deepspeed.md#precision); set it to \"fp32\" "
-           "or remove it");
+  // communication_data_type is consumed by the trainer (comm_dtype_from_args).
   // activation_checkpointing: HF's Trainer checkpoints every block; number_checkpoints, when
   // given, recomputes that many (the first ones). Flags given on the command line win.
   if (d.activation_checkpointing && !c.given("recompute-granularity") && !c.given("gradient_checkpointing")) {

@@ -27,4 +27,13 @@ nn::ActPlan act_plan_from_args(const TrainArgs& a, const ModelConfig& cfg) {
   return p;
 }
 
+DType comm_dtype_from_args(const TrainArgs& a) {
+  const std::string& c = a.ds_precision.communication_data_type;
+  if (c == "fp32") return DType::f32;
+  if (c == "bf16") return DType::bf16;
+  if (c == "fp16") return DType::f16;
+  ZT_ASSERT(c.empty(), "communication_data_type ", c);
+  return a.bf16 ? DType::bf16 : a.fp16 ? DType::f16 : DType::f32;
+}
+
 }  // namespace zt

@@ -12,4 +12,9 @@ namespace zt {
 // throw zt::Error with one line naming them.
 nn::ActPlan act_plan_from_args(const TrainArgs& a, const ModelConfig& cfg);
 
+// The dtype gradients are reduced in: DeepSpeed's communication_data_type ("fp32", "bf16",
+// "fp16"), or when absent DeepSpeed's default, the training dtype (bf16 under --bf16, fp16
+// under --fp16, else fp32).
+DType comm_dtype_from_args(const TrainArgs& a);
+
 }  // namespace zt

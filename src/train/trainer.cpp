@@ -184,6 +184,7 @@ parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   o.quantized_weights = a.zero_quantized_weights;
   o.quantized_gradients = a.zero_quantized_gradients;
   o.optim = a.optim;
+  o.comm_dtype = comm_dtype_from_args(a);
   o.optim_config.beta1 = a.adam_beta1;
   o.optim_config.beta2 = a.adam_beta2;
   o.optim_config.eps = a.adam_epsilon;
@@ -315,7 +316,8 @@ void Trainer::load_data() {
   parallel::check_training_memory(
       cfg_,
       {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
-       parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage), act_plan_from_args(a_, cfg_)},
+       parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage), act_plan_from_args(a_, cfg_),
+       int(dtype_size(comm_dtype_from_args(a_)))},
       a_.max_memory.empty() ? -1 : memory_limit_bytes_);  // before anything large is allocated
   data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
   sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));

@@ -56,8 +56,8 @@ void print_dp_report(const nlohmann::json& report, const nlohmann::json& model_s
   std::printf("  buckets %d, time blocked waiting for reductions %.4f s per step\n", report.value("buckets", 0),
               cr["wait_seconds_per_step"].get<double>());
   for (auto& [k, v] : cr["by_collective"].items())
-    std::printf("  %-15s calls %.2f payload %.0f bus %.0f bytes; run: blocked %.3f s of %.3f s in flight\n",
-                k.c_str(), v["calls_per_step"].get<double>(), v["payload_bytes_per_step"].get<double>(),
+    std::printf("  %-15s calls %.2f payload %.0f bus %.0f bytes; run: blocked %.3f s of %.3f s in flight\n", k.c_str(),
+                v["calls_per_step"].get<double>(), v["payload_bytes_per_step"].get<double>(),
                 v["bus_bytes_per_step"].get<double>(), v["wait_seconds"].get<double>(), v["seconds"].get<double>());
   const auto& zp = report["zero_paper_model_state_bytes"];
   for (const char* k : {"parameters", "gradients", "optimizer_state"})

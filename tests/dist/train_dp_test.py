@@ -117,6 +117,33 @@ def main():
                 held, zp = dp["model_state_bytes"], dp["zero_paper_model_state_bytes"]
                 for k in ("parameters", "gradients", "optimizer_state"):
                     check(rel(held[k], zp[k]) <= 0.05, f"{name}: {k} held {held[k]} vs ZeRO paper {zp[k]:.0f}")
+        # Mixed precision across ranks: --bf16 reduces gradients in bf16 by default (DeepSpeed's
+        # communication_data_type = the training dtype), so the wire carries half the bytes and
+        # the losses follow the single bf16 process within bf16 rounding; a DeepSpeed config
+        # with communication_data_type fp32 reduces exactly.
+        ref16 = run(work, "gpt2_ref_bf16", "gpt2", 1, ["--bf16"])
+        cfg32 = os.path.join(work, "comm_fp32.json")
+        json.dump({"communication_data_type": "fp32"}, open(cfg32, "w"))
+        for name, np, extra, tol in (("gpt2_np2_z0_bf16", 2, ["--zero_stage", "0"], 1e-2),
+                                     ("gpt2_np2_z2_bf16", 2, ["--zero_stage", "2"], 1e-2),
+                                     ("gpt2_np2_z3_bf16", 2, ["--zero_stage", "3"], 1e-2),
+                                     ("gpt2_np2_z2_bf16_comm_fp32", 2, ["--zero_stage", "2", "--deepspeed", cfg32], 1e-5)):
+            r = run(work, name, "gpt2", np, extra + ["--bf16", "--reduce_bucket_size", "40000"])
+            if r is None or ref16 is None:
+                continue
+            worst = max(rel(a, b) for a, b in zip(r["losses"], ref16["losses"]))
+            check(len(r["losses"]) == 20 and worst <= tol,
+                  f"{name}: worst per-step loss rel diff {worst:.2e} vs one bf16 process (<= {tol:g})")
+            c = r["results"]["data_parallel"]["communication"]
+            meas, plan, paper = c["bus_bytes_per_step"], c["planned_bus_bytes_per_step"], c["paper_bus_bytes_per_step"]
+            check(rel(meas, plan) <= 0.02, f"{name}: bus bytes/step measured {meas:.0f} vs planned {plan:.0f}")
+            if "z0" in name or "z2" in name:
+                # DDP's all-reduce is all gradient traffic (x 0.5); ZeRO-2 reduce-scatters once per
+                # micro-batch (acc of them, now 16-bit) and all-gathers fp32 parameters once.
+                acc = GLOBAL_ACC // np
+                want = paper if "comm_fp32" in name else paper * (0.5 if "z0" in name else (acc * 0.5 + 1) / (acc + 1))
+                check(rel(meas, want) <= 0.02, f"{name}: bus bytes/step {meas:.0f} vs the fp32 paper figure "
+                                               f"{paper:.0f} x {want / paper:g}")
         # Sharded checkpoints reshard: saved at step 10 by ZeRO-3 hybrid (G=2 of 4 ranks: two
         # shard files), resumed by ZeRO-2 on 2 ranks and by one process; steps 11-20 must equal
         # the uninterrupted reference. Resuming at the last step exports one HF folder.
