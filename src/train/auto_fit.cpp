@@ -65,8 +65,9 @@ std::string auto_find_batch_size(TrainArgs& a, const ModelConfig& cfg, int T, in
       t.per_device_train_batch_size = B;
       t.recompute_granularity = m;
       const nn::ActPlan plan = act_plan_from_args(t, cfg);
-      const int64_t need =
-          parallel::training_bytes_per_rank(cfg, {B, T, a.zero_stage, N, a.zero_hpz_partition_size, bucket, plan});
+      const int64_t need = parallel::training_bytes_per_rank(
+          cfg,
+          {B, T, a.zero_stage, N, a.zero_hpz_partition_size, bucket, plan, int(dtype_size(comm_dtype_from_args(a)))});
       tried +=
           str_cat(tried.empty() ? "" : ", ", "B=", B, " ", m.empty() ? "none" : m, " ", format_bytes(double(need)));
       if (limit >= 0 && need > limit) continue;
