@@ -60,8 +60,8 @@ int cmd_train(const Args& args) {
   zt::app::FlagSet f("train");
   f.add("model_name_or_path", &a.model_name_or_path, "HF model folder (config.json + model.safetensors)");
   f.add("model_config_path", &a.model_config_path, "config.json for a randomly initialised model");
-  f.add("train_file", &a.train_file, "token file: flat little-endian uint16 (nanoGPT train.bin)");
-  f.add("validation_file", &a.validation_file, "token file for eval_loss / perplexity");
+  f.add("train_file", &a.train_file, "token file (nanoGPT train.bin, ztrain shard) or SFT records (.jsonl)");
+  f.add("validation_file", &a.validation_file, "token file or SFT .jsonl for eval_loss / perplexity");
   f.add("eval_steps", &a.eval_steps, "evaluate every N steps, 0 = at the end only (0)", range::closed(0, kMaxSteps));
   f.add("max_eval_samples", &a.max_eval_samples, "sequences evaluated, 0 = all (0)", range::closed(0, kMaxSteps));
   f.add("output_dir", &a.output_dir, "where the model, trainer_state.json and metrics go");
@@ -107,6 +107,12 @@ int cmd_train(const Args& args) {
         range::closed(0, kMaxVocab).or_value(-1));
   f.add("dataloader_prefetch", &a.dataloader_prefetch, "micro-batches the loader thread prepares ahead (3)",
         range::closed(1, 256));
+  // Supervised fine-tuning from JSONL (TRL SFTTrainer's names; docs/data.md).
+  f.add("tokenizer_name", &a.tokenizer_name, "SFT: tokenizer folder or file (model_name_or_path)");
+  f.add("chat_template_path", &a.chat_template_path, "SFT: a .jinja chat template or tokenizer_config.json");
+  f.add("completion_only_loss", &a.completion_only_loss, "SFT prompt/completion: loss on the completion only (true)");
+  f.add("assistant_only_loss", &a.assistant_only_loss, "SFT messages: loss on assistant turns only (false)");
+  f.add("cache_dir", &a.cache_dir, "SFT: tokenized-data cache folder ($ZT_CACHE_DIR or ~/.cache/ztrain)");
   // Data parallelism under mpirun (DeepSpeed's names; docs/distributed.md).
   f.add("zero_stage", &a.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage (0)", range::closed(0, 3));
   f.add("overlap_comm", &a.overlap_comm, "reduce gradient buckets while backward runs (true)");

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "data/loader.h"
 #include "data/token_data.h"
 #include "models/transformer.h"
 
@@ -21,5 +22,8 @@ struct EvalResult {
 // as --packing trains: attention and positions restart after each such token.
 EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows,
                     int64_t packing_eos = -1);
+// The same over any sequence source in its order (SFT rows: data/sft_data.h), whose targets may
+// be ignored (prompt tokens): the loss is the mean over the counted ones.
+EvalResult evaluate(Transformer& model, SequenceSource& data, int B, int T, int64_t max_windows);
 
 }  // namespace zt

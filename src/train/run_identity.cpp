@@ -60,7 +60,8 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   // Not here, legitimately per rank: model_name_or_path, model_config_path, train_file,
   // validation_file, deepspeed (paths: contents are compared, or applied to the values below),
   // threads, dataloader_prefetch (speed only), explicit_flags (how a value was given, not the
-  // value) and the test hook test_fail_rank / test_fail_step.
+  // value), the test hook test_fail_rank / test_fail_step, and the SFT paths tokenizer_name,
+  // chat_template_path, cache_dir (each rank reads its own copy; the data's identity is compared).
   ZT_ARG(eval_steps), ZT_ARG(max_eval_samples), ZT_ARG(output_dir), ZT_ARG(overwrite_output_dir);
   ZT_ARG(per_device_train_batch_size), ZT_ARG(gradient_accumulation_steps), ZT_ARG(model_max_length);
   ZT_ARG(optim), ZT_ARG(learning_rate), ZT_ARG(weight_decay), ZT_ARG(adam_beta1), ZT_ARG(adam_beta2);
@@ -73,7 +74,7 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(zero_quantized_weights), ZT_ARG(zero_quantized_gradients), ZT_ARG(steps_per_print);
   ZT_ARG(wall_clock_breakdown), ZT_ARG(train_batch_size), ZT_ARG(warmup_min_lr), ZT_ARG(warmup_max_lr);
   ZT_ARG(warmup_type), ZT_ARG(warmup_min_ratio), ZT_ARG(cos_min_ratio), ZT_ARG(total_num_steps), ZT_ARG(no_shuffle);
-  ZT_ARG(peak_gflops);
+  ZT_ARG(peak_gflops), ZT_ARG(completion_only_loss), ZT_ARG(assistant_only_loss);
 #undef ZT_ARG
   return j;
 }
