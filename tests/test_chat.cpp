@@ -72,22 +72,22 @@ TEST(ChatTemplateParity, RealTemplatesMatchHuggingFaceJinja) {
       err = e.what();
     }
     if (!c["error"].is_null()) {
-      EXPECT_NE(err, "") << name << ": the reference raised " << c["error"] << " but ztrain rendered "
-                         << quote(got) << "\ncontext: " << c["context"].dump();
+      EXPECT_NE(err, "") << name << ": the reference raised " << c["error"] << " but ztrain rendered " << quote(got)
+                         << "\ncontext: " << c["context"].dump();
       ++raises;
       continue;
     }
     const std::string want = c["output"];
     size_t at = 0;
     while (at < want.size() && at < got.size() && want[at] == got[at]) ++at;
-    EXPECT_EQ(got, want) << name << ": first difference at byte " << at << ": reference "
-                         << quote(want.substr(at, 60)) << " vs ztrain " << quote(got.substr(at, 60)) << " error "
-                         << err << "\ncontext: " << c["context"].dump();
+    EXPECT_EQ(got, want) << name << ": first difference at byte " << at << ": reference " << quote(want.substr(at, 60))
+                         << " vs ztrain " << quote(got.substr(at, 60)) << " error " << err
+                         << "\ncontext: " << c["context"].dump();
     ++renders;
     ++per_template[name];
   }
-  std::printf("chat templates: %zu, renders compared byte for byte: %d, raising cases: %d\n", templates.size(),
-              renders, raises);
+  std::printf("chat templates: %zu, renders compared byte for byte: %d, raising cases: %d\n", templates.size(), renders,
+              raises);
   EXPECT_GE(templates.size(), 12u);
 }
 
@@ -95,20 +95,24 @@ TEST(ChatTemplate, Semantics) {
   EXPECT_EQ(render("{% for x in [3, 1, 2] | sort %}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}"), "1,2,3");
   EXPECT_EQ(render("{{ 'a b  c'.split() | length }} {{ 'x,y'.split(',') }}"), "3 ['x', 'y']");
   EXPECT_EQ(render("{{ '\\n\\nhi\\n '.strip('\\n') }}|{{ '  hi '.lstrip() }}|"), "hi\n |hi |");
-  EXPECT_EQ(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ 1.0 }} {{ 2 ** 10 }} {{ 1 / 4 }}"), "3 -4 1 1.0 1024 0.25");
-  EXPECT_EQ(render("{{ none }} {{ true }} {{ [1, 'a', none] }} {{ {'k': 1.5} }}"), "None True [1, 'a', None] {'k': 1.5}");
+  EXPECT_EQ(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ 1.0 }} {{ 2 ** 10 }} {{ 1 / 4 }}"),
+            "3 -4 1 1.0 1024 0.25");
+  EXPECT_EQ(render("{{ none }} {{ true }} {{ [1, 'a', none] }} {{ {'k': 1.5} }}"),
+            "None True [1, 'a', None] {'k': 1.5}");
   EXPECT_EQ(render("{{ {'b': [1, 2], 'a': 'é\"'} | tojson }}"), "{\"b\": [1, 2], \"a\": \"é\\\"\"}");
   EXPECT_EQ(render("{{ {'b': [1], 'a': {}} | tojson(indent=2) }}"), "{\n  \"b\": [\n    1\n  ],\n  \"a\": {}\n}");
-  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
-            "6");
+  EXPECT_EQ(
+      render("{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
+      "6");
   EXPECT_EQ(render("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}"), "1");  // loop scope
   EXPECT_EQ(render("{% macro f(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ f(1) }}{{ f(2, b=3) }}"), "<1B><23>");
-  EXPECT_EQ(render("{% for k, v in d | items if k != 'x' %}{{ k }}={{ v }};{% endfor %}",
-                   {{"d", {{"x", 1}, {"y", 2}}}}),
-            "y=2;");
-  EXPECT_EQ(render("{{ m | selectattr('role', 'equalto', 'user') | map(attribute='c') | join('+') }}",
-                   {{"m", {{{"role", "user"}, {"c", "a"}}, {{"role", "x"}, {"c", "b"}}, {{"role", "user"}, {"c", "d"}}}}}),
-            "a+d");
+  EXPECT_EQ(
+      render("{% for k, v in d | items if k != 'x' %}{{ k }}={{ v }};{% endfor %}", {{"d", {{"x", 1}, {"y", 2}}}}),
+      "y=2;");
+  EXPECT_EQ(
+      render("{{ m | selectattr('role', 'equalto', 'user') | map(attribute='c') | join('+') }}",
+             {{"m", {{{"role", "user"}, {"c", "a"}}, {{"role", "x"}, {"c", "b"}}, {{"role", "user"}, {"c", "d"}}}}}),
+      "a+d");
   EXPECT_EQ(render("{{ x[::-1] }} {{ x[1:] }} {{ 'héllo'[1:3] }}", {{"x", {1, 2, 3}}}), "[3, 2, 1] [2, 3] él");
   EXPECT_EQ(render("{{ 'a' if x is defined else 'b' }}{{ y.z is defined }}", {{"y", nlohmann::json::object()}}),
             "bFalse");
@@ -119,14 +123,16 @@ TEST(ChatTemplate, Semantics) {
 }
 
 TEST(ChatTemplate, GenerationSpans) {
-  Template t("{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}!"
-             "{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}",
-             "gen");
+  Template t(
+      "{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}!"
+      "{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}",
+      "gen");
   EXPECT_TRUE(t.has_generation());
   std::vector<Template::Span> spans;
-  const std::string out = t.render(
-      jinja::from_json(nlohmann::json{{"messages", {{{"role", "user"}, {"content", "q"}}, {{"role", "assistant"}, {"content", "a"}}}}}),
-      &spans);
+  const std::string out =
+      t.render(jinja::from_json(nlohmann::json{
+                   {"messages", {{{"role", "user"}, {"content", "q"}}, {{"role", "assistant"}, {"content", "a"}}}}}),
+               &spans);
   ASSERT_EQ(spans.size(), 1u);
   EXPECT_EQ(out.substr(spans[0].begin, spans[0].end - spans[0].begin), "a!");
 }
@@ -136,8 +142,10 @@ TEST(ChatTemplate, UnsupportedConstructsAreNamedWithTheirLine) {
             "chat template test line 2: unsupported Jinja construct {% include %}; ztrain's chat templates support "
             "set, if, for, macro, break, continue and generation");
   EXPECT_EQ(error_of("{{ x | wordwrap }}"), "chat template test line 1: unsupported Jinja filter \"wordwrap\"");
-  EXPECT_EQ(error_of("\n\n{% if x is prime %}{% endif %}"), "chat template test line 3: unsupported Jinja test \"prime\"");
-  EXPECT_NE(error_of("{% call foo() %}x{% endcall %}").find("unsupported Jinja construct {% call %}"), std::string::npos);
+  EXPECT_EQ(error_of("\n\n{% if x is prime %}{% endif %}"),
+            "chat template test line 3: unsupported Jinja test \"prime\"");
+  EXPECT_NE(error_of("{% call foo() %}x{% endcall %}").find("unsupported Jinja construct {% call %}"),
+            std::string::npos);
   EXPECT_NE(error_of("{% for x in y %}").find("missing {% endfor %}"), std::string::npos);
   EXPECT_NE(error_of("{{ 1 + }}").find("line 1: unexpected"), std::string::npos);
   EXPECT_EQ(error_of("x\n{{ raise_exception('no system') }}"),

@@ -86,8 +86,10 @@ TEST(SftFormat, RecordShapesAndLossSpans) {
   auto pc = plain.format(nlohmann::ordered_json::parse(R"({"prompt": "2+2=", "completion": "4"})"));
   EXPECT_EQ(joined(pc, false), "2+2=");
   EXPECT_EQ(joined(pc, true), "4<eos>");  // TRL appends EOS to plain completions
-  auto alpaca = plain.format(nlohmann::ordered_json::parse(R"({"instruction": "Add.", "input": "2+2", "output": "4"})"));
-  EXPECT_NE(joined(alpaca, false).find("### Instruction:\nAdd.\n\n### Input:\n2+2\n\n### Response:\n"), std::string::npos);
+  auto alpaca =
+      plain.format(nlohmann::ordered_json::parse(R"({"instruction": "Add.", "input": "2+2", "output": "4"})"));
+  EXPECT_NE(joined(alpaca, false).find("### Instruction:\nAdd.\n\n### Input:\n2+2\n\n### Response:\n"),
+            std::string::npos);
   EXPECT_EQ(joined(alpaca, true), "4<eos>");
 
   ChatFormatter chat(chatml(), opt, "<eos>");
@@ -227,11 +229,10 @@ TEST(SftData, PromptTokensContributeExactlyZeroGradient) {
   const std::vector<std::pair<std::string, std::string>> recs = {
       {"The capital of France is", " Paris."}, {"2+2=", "4"}, {"Say hi:", " hi there"}};
   std::string text;
-  for (auto& [p, c] : recs)
-    text += nlohmann::ordered_json{{"prompt", p}, {"completion", c}}.dump() + "\n";
+  for (auto& [p, c] : recs) text += nlohmann::ordered_json{{"prompt", p}, {"completion", c}}.dump() + "\n";
   const std::string f = t.write("z.jsonl", text);
-  const SftTokens d = sft_tokenize({f, "--train_file", f, (t.dir / "cache").string()}, tok, fmt, ChatTemplateConfig(),
-                                   opt);
+  const SftTokens d =
+      sft_tokenize({f, "--train_file", f, (t.dir / "cache").string()}, tok, fmt, ChatTemplateConfig(), opt);
   const int T = 40, B = 3;
   SftRows rows(d, T, false, false, 0);
   std::vector<int32_t> in(B * T), tg(B * T);
@@ -280,6 +281,60 @@ TEST(SftData, PromptTokensContributeExactlyZeroGradient) {
   double norm = 0;
   for (float x : g_loader) norm += double(x) * x;
   EXPECT_GT(norm, 0);  // the completion tokens do train
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// Loss spans cut the rendered text into pieces that are tokenized one by one; with the real
+// Llama 3 tokenizer and the real templates, that gives the ids of the whole text (the cuts fall
+// where the pre-tokenizer splits anyway: at special tokens and turn boundaries).
+TEST(SftData, PiecewiseTokenizationEqualsWholeWithRealTemplates) {
+  const char* dir = std::getenv("ZT_CHAT_FIXTURES");
+  if (!dir) GTEST_SKIP() << "ZT_CHAT_FIXTURES not set (run tests/chat/prepare.sh DIR first)";
+  const std::string tok_dir = std::string(dir) + "/tokenizers/llama3_1";
+  const std::unique_ptr<Tokenizer> tok = Tokenizer::load(tok_dir);
+  const auto convs = nlohmann::ordered_json::parse(R"([
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there!"},
+                  {"role": "assistant", "content": " Hello. How can I help?\n"}, {"role": "user", "content": "2+2"},
+                  {"role": "assistant", "content": "4 (четыре, 四)."}]},
+    {"prompt": [{"role": "user", "content": "Name a colour."}], "completion": [{"role": "assistant", "content": "Blue"}]},
+    {"instruction": "Translate to French.", "input": "cat", "output": "chat"}])");
+  int checked = 0, refused = 0;
+  for (const char* name : {"llama3", "llama3_1", "qwen3", "gemma3"}) {
+    const ChatTemplateConfig tpl = chat_template_load(std::string(dir) + "/tokenizers/" + name, "");
+    ASSERT_FALSE(tpl.source.empty()) << name;
+    SftOptions opt;
+    opt.assistant_only_loss = true;
+    ChatFormatter fmt(tpl, opt, "<|eot_id|>");
+    for (const auto& rec : convs) {
+      SftText t;
+      try {
+        t = fmt.format(rec);
+      } catch (const Error& e) {
+        // Llama 3 as lenml ships it appends the generation prompt unconditionally, and Qwen3 drops
+        // earlier turns' reasoning: multi-turn assistant_only_loss is refused for them (by design).
+        EXPECT_TRUE(rec.contains("messages") && (std::string(name) == "llama3" || std::string(name) == "qwen3"))
+            << name << ": " << e.what();
+        ++refused;
+        continue;
+      }
+      std::string whole;
+      std::vector<int32_t> pieces;
+      for (const auto& p : t.pieces) {
+        whole += p.text;
+        const auto ids = tok->encode_with_special(p.text);
+        pieces.insert(pieces.end(), ids.begin(), ids.end());
+      }
+      EXPECT_EQ(pieces, tok->encode_with_special(whole)) << name << ": " << rec.dump();
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 10);
+  EXPECT_EQ(refused, 2);
 }
 
 }  // namespace

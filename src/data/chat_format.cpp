@@ -24,9 +24,12 @@ std::string read_file(const std::string& path) {
 bool token_text(const nlohmann::json& cfg, const char* key, std::string* out) {
   if (!cfg.contains(key) || cfg[key].is_null()) return false;
   const nlohmann::json& t = cfg[key];
-  if (t.is_string()) *out = t.get<std::string>();
-  else if (t.is_object() && t.contains("content") && t["content"].is_string()) *out = t["content"].get<std::string>();
-  else return false;
+  if (t.is_string())
+    *out = t.get<std::string>();
+  else if (t.is_object() && t.contains("content") && t["content"].is_string())
+    *out = t["content"].get<std::string>();
+  else
+    return false;
   return true;
 }
 
@@ -117,8 +120,9 @@ static jinja::Value slice_messages(const jinja::Value& all, size_t n) {
 
 SftText ChatFormatter::messages_record(const nlohmann::ordered_json& msgs, const jinja::Value& extra) const {
   check_messages(msgs, "messages");
-  ZT_CHECK(tpl_, "the record is conversational (\"messages\") but the tokenizer has no chat_template; give "
-                 "--chat_template_path (a .jinja file or a tokenizer_config.json)");
+  ZT_CHECK(tpl_,
+           "the record is conversational (\"messages\") but the tokenizer has no chat_template; give "
+           "--chat_template_path (a .jinja file or a tokenizer_config.json)");
   const jinja::Value all = jinja::from_json(msgs);
   std::vector<jinja::Template::Span> spans;
   const std::string full = render(all, false, extra, opt_.assistant_only_loss ? &spans : nullptr);
@@ -145,7 +149,8 @@ SftText ChatFormatter::messages_record(const nlohmann::ordered_json& msgs, const
   size_t at = 0;
   for (const auto& s : spans) {
     if (s.begin > at) out.pieces.push_back({full.substr(at, s.begin - at), false});
-    if (s.end > std::max(at, s.begin)) out.pieces.push_back({full.substr(std::max(at, s.begin), s.end - std::max(at, s.begin)), true});
+    if (s.end > std::max(at, s.begin))
+      out.pieces.push_back({full.substr(std::max(at, s.begin), s.end - std::max(at, s.begin)), true});
     at = std::max(at, s.end);
   }
   if (at < full.size()) out.pieces.push_back({full.substr(at), false});
@@ -167,8 +172,9 @@ SftText ChatFormatter::prompt_completion(const nlohmann::ordered_json& prompt, c
            "\"prompt\" and \"completion\" must both be strings or both be lists of messages");
   check_messages(prompt, "prompt");
   check_messages(completion, "completion");
-  ZT_CHECK(tpl_, "the record is conversational (\"prompt\" / \"completion\" messages) but the tokenizer has no "
-                 "chat_template; give --chat_template_path (a .jinja file or a tokenizer_config.json)");
+  ZT_CHECK(tpl_,
+           "the record is conversational (\"prompt\" / \"completion\" messages) but the tokenizer has no "
+           "chat_template; give --chat_template_path (a .jinja file or a tokenizer_config.json)");
   nlohmann::ordered_json both = prompt;
   for (auto& m : completion) both.push_back(m);
   const std::string p = render(jinja::from_json(prompt), true, extra);
@@ -206,15 +212,17 @@ SftText ChatFormatter::format(const nlohmann::ordered_json& r) const {
       nlohmann::ordered_json c = nlohmann::ordered_json::array({{{"role", "assistant"}, {"content", output}}});
       return prompt_completion(p, c, extra);
     }
-    const std::string prompt = input.empty() ? kAlpacaNoInput + ins + "\n\n### Response:\n"
-                                             : kAlpacaWithInput + ins + "\n\n### Input:\n" + input + "\n\n### Response:\n";
+    const std::string prompt = input.empty()
+                                   ? kAlpacaNoInput + ins + "\n\n### Response:\n"
+                                   : kAlpacaWithInput + ins + "\n\n### Input:\n" + input + "\n\n### Response:\n";
     return prompt_completion(prompt, output, extra);
   }
   std::string keys;
   for (auto it = r.begin(); it != r.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
-  throw Error(str_cat("the record has none of the fields \"messages\", \"prompt\" + \"completion\", or \"instruction\" "
-                      "+ \"output\" (its keys: ",
-                      keys.empty() ? "none" : keys, ")"));
+  throw Error(
+      str_cat("the record has none of the fields \"messages\", \"prompt\" + \"completion\", or \"instruction\" "
+              "+ \"output\" (its keys: ",
+              keys.empty() ? "none" : keys, ")"));
 }
 
 }  // namespace zt

@@ -40,8 +40,8 @@ struct Value {
   int64_t i = 0;
   double d = 0;
   std::string s;
-  std::shared_ptr<Array> a;    // lists and tuples share reference semantics, as in Python
-  std::shared_ptr<Object> o;   // dicts and namespaces
+  std::shared_ptr<Array> a;   // lists and tuples share reference semantics, as in Python
+  std::shared_ptr<Object> o;  // dicts and namespaces
   std::shared_ptr<Function> f;
 
   static Value none();

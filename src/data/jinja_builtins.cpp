@@ -20,111 +20,27 @@ namespace zt::jinja {
 
 using K = Value::Kind;
 
-Value Value::none() {
-  Value v;
-  v.kind = K::none;
-  return v;
-}
-Value Value::boolean(bool x) {
-  Value v;
-  v.kind = K::boolean;
-  v.b = x;
-  return v;
-}
-Value Value::integer(int64_t x) {
-  Value v;
-  v.kind = K::integer;
-  v.i = x;
-  return v;
-}
-Value Value::number(double x) {
-  Value v;
-  v.kind = K::number;
-  v.d = x;
-  return v;
-}
-Value Value::string(std::string x) {
-  Value v;
-  v.kind = K::string;
-  v.s = std::move(x);
-  return v;
-}
-Value Value::array(Array x) {
-  Value v;
-  v.kind = K::array;
-  v.a = std::make_shared<Array>(std::move(x));
-  return v;
-}
-Value Value::object() {
-  Value v;
-  v.kind = K::object;
-  v.o = std::make_shared<Object>();
-  return v;
-}
-Value Value::function(Function fn) {
-  Value v;
-  v.kind = K::function;
-  v.f = std::make_shared<Function>(std::move(fn));
-  return v;
-}
-
-const Value* Object::find(const std::string& key) const {
-  for (auto& kv : items)
-    if (kv.first == key) return &kv.second;
-  return nullptr;
-}
-void Object::set(const std::string& key, Value v) {
-  for (auto& kv : items)
-    if (kv.first == key) {
-      kv.second = std::move(v);
-      return;
-    }
-  items.emplace_back(key, std::move(v));
-}
-const Value* CallArgs::kwarg(const std::string& name) const {
-  for (auto& kv : kw)
-    if (kv.first == name) return &kv.second;
-  return nullptr;
-}
-
-template <class J>
-static Value from_json_impl(const J& j) {
-  switch (j.type()) {
-    case J::value_t::null: return Value::none();
-    case J::value_t::boolean: return Value::boolean(j.template get<bool>());
-    case J::value_t::number_integer: return Value::integer(j.template get<int64_t>());
-    case J::value_t::number_unsigned: return Value::integer(int64_t(j.template get<uint64_t>()));
-    case J::value_t::number_float: return Value::number(j.template get<double>());
-    case J::value_t::string: return Value::string(j.template get<std::string>());
-    case J::value_t::array: {
-      Array a;
-      for (auto& e : j) a.push_back(from_json_impl(e));
-      return Value::array(std::move(a));
-    }
-    case J::value_t::object: {
-      Value o = Value::object();
-      for (auto it = j.begin(); it != j.end(); ++it) o.o->items.emplace_back(it.key(), from_json_impl(it.value()));
-      return o;
-    }
-    default: return Value();
-  }
-}
-Value from_json(const nlohmann::ordered_json& j) { return from_json_impl(j); }
-Value from_json(const nlohmann::json& j) { return from_json_impl(j); }
-
 // ---- Value semantics ----
 
 bool truthy(const Value& v) {
   switch (v.kind) {
     case K::undefined:
-    case K::none: return false;
-    case K::boolean: return v.b;
-    case K::integer: return v.i != 0;
-    case K::number: return v.d != 0;
-    case K::string: return !v.s.empty();
-    case K::array: return !v.a->empty();
-    case K::object: return v.o->is_namespace || !v.o->items.empty();
-    case K::function: return true;
+    case K::none:
+      return false;
+    case K::boolean:
+      return v.b;
+    case K::integer:
+      return v.i != 0;
+    case K::number:
+      return v.d != 0;
+    case K::string:
+      return !v.s.empty();
+    case K::array:
+      return !v.a->empty();
+    case K::object:
+      return v.o->is_namespace || !v.o->items.empty();
+    case K::function:
+      return true;
   }
   return false;
 }
@@ -143,8 +59,10 @@ bool equal(const Value& a, const Value& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
     case K::undefined:
-    case K::none: return true;
-    case K::string: return a.s == b.s;
+    case K::none:
+      return true;
+    case K::string:
+      return a.s == b.s;
     case K::array:
       if (a.a->size() != b.a->size()) return false;
       for (size_t k = 0; k < a.a->size(); ++k)
@@ -158,8 +76,10 @@ bool equal(const Value& a, const Value& b) {
         if (!o || !equal(kv.second, *o)) return false;
       }
       return true;
-    case K::function: return a.f == b.f;
-    default: return false;
+    case K::function:
+      return a.f == b.f;
+    default:
+      return false;
   }
 }
 
@@ -181,15 +101,24 @@ int compare(const Value& a, const Value& b, const char* op) {
 
 std::string type_name(const Value& v) {
   switch (v.kind) {
-    case K::undefined: return "Undefined";
-    case K::none: return "NoneType";
-    case K::boolean: return "bool";
-    case K::integer: return "int";
-    case K::number: return "float";
-    case K::string: return "str";
-    case K::array: return "list";
-    case K::object: return v.o->is_namespace ? "Namespace" : "dict";
-    case K::function: return "function";
+    case K::undefined:
+      return "Undefined";
+    case K::none:
+      return "NoneType";
+    case K::boolean:
+      return "bool";
+    case K::integer:
+      return "int";
+    case K::number:
+      return "float";
+    case K::string:
+      return "str";
+    case K::array:
+      return "list";
+    case K::object:
+      return v.o->is_namespace ? "Namespace" : "dict";
+    case K::function:
+      return "function";
   }
   return "?";
 }
@@ -233,16 +162,22 @@ static std::string repr_string(const std::string& s) {
   const char q = dq ? '"' : '\'';
   std::string out(1, q);
   for (unsigned char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == q) out += std::string("\\") + char(c);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == q)
+      out += std::string("\\") + char(c);
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (c < 0x20 || c == 0x7f) {
       char b[8];
       std::snprintf(b, sizeof b, "\\x%02x", c);
       out += b;
-    } else out += char(c);
+    } else
+      out += char(c);
   }
   return out + q;
 }
@@ -265,17 +200,25 @@ std::string repr(const Value& v) {
 
 std::string to_str(const Value& v) {
   switch (v.kind) {
-    case K::undefined: return "";
-    case K::none: return "None";
-    case K::boolean: return v.b ? "True" : "False";
-    case K::integer: return std::to_string(v.i);
-    case K::number: return float_repr(v.d);
-    case K::string: return v.s;
+    case K::undefined:
+      return "";
+    case K::none:
+      return "None";
+    case K::boolean:
+      return v.b ? "True" : "False";
+    case K::integer:
+      return std::to_string(v.i);
+    case K::number:
+      return float_repr(v.d);
+    case K::string:
+      return v.s;
     case K::object:
       if (v.o->is_namespace) return "<Namespace>";
       return repr(v);
-    case K::array: return repr(v);
-    case K::function: return "<function>";
+    case K::array:
+      return repr(v);
+    case K::function:
+      return "<function>";
   }
   return "";
 }
@@ -285,13 +228,20 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
   for (size_t k = 0; k < s.size(); ++k) {
     const unsigned char c = static_cast<unsigned char>(s[k]);
     char b[16];
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\b') out += "\\b";
-    else if (c == '\f') out += "\\f";
+    if (c == '"')
+      out += "\\\"";
+    else if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\b')
+      out += "\\b";
+    else if (c == '\f')
+      out += "\\f";
     else if (c < 0x20) {
       std::snprintf(b, sizeof b, "\\u%04x", c);
       out += b;
@@ -306,7 +256,8 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
         std::snprintf(b, sizeof b, "\\u%04x", cp);
       }
       out += b;
-    } else out += char(c);
+    } else
+      out += char(c);
   }
   out += '"';
 }
@@ -319,14 +270,19 @@ std::string to_json(const Value& v, int indent, bool ensure_ascii, bool sort_key
   const std::string nl_end = indent >= 0 ? "\n" + std::string(size_t(indent) * size_t(depth), ' ') : "";
   switch (v.kind) {
     case K::undefined:
-    case K::none: return "null";
-    case K::boolean: return v.b ? "true" : "false";
-    case K::integer: return std::to_string(v.i);
+    case K::none:
+      return "null";
+    case K::boolean:
+      return v.b ? "true" : "false";
+    case K::integer:
+      return std::to_string(v.i);
     case K::number:
       if (std::isnan(v.d)) return "NaN";
       if (std::isinf(v.d)) return v.d < 0 ? "-Infinity" : "Infinity";
       return float_repr(v.d);
-    case K::string: json_string(out, v.s, ensure_ascii); return out;
+    case K::string:
+      json_string(out, v.s, ensure_ascii);
+      return out;
     case K::array: {
       if (v.a->empty()) return "[]";
       out = "[";
@@ -348,7 +304,8 @@ std::string to_json(const Value& v, int indent, bool ensure_ascii, bool sort_key
       }
       return out + nl_end + "}";
     }
-    case K::function: render_fail("Object of type function is not JSON serializable");
+    case K::function:
+      render_fail("Object of type function is not JSON serializable");
   }
   return out;
 }
@@ -363,8 +320,10 @@ std::vector<size_t> utf8_offsets(const std::string& s) {
 
 Array iterate(const Value& v) {
   switch (v.kind) {
-    case K::undefined: return {};
-    case K::array: return *v.a;
+    case K::undefined:
+      return {};
+    case K::array:
+      return *v.a;
     case K::object: {
       Array keys;
       for (auto& kv : v.o->items) keys.push_back(Value::string(kv.first));
@@ -373,10 +332,12 @@ Array iterate(const Value& v) {
     case K::string: {
       Array chars;
       const auto off = utf8_offsets(v.s);
-      for (size_t k = 0; k + 1 < off.size(); ++k) chars.push_back(Value::string(v.s.substr(off[k], off[k + 1] - off[k])));
+      for (size_t k = 0; k + 1 < off.size(); ++k)
+        chars.push_back(Value::string(v.s.substr(off[k], off[k + 1] - off[k])));
       return chars;
     }
-    default: render_fail(str_cat("'", type_name(v), "' object is not iterable"));
+    default:
+      render_fail(str_cat("'", type_name(v), "' object is not iterable"));
   }
 }
 
@@ -430,8 +391,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") return ints ? Value::integer(as_int(a) + as_int(b)) : Value::number(x + y);
   if (op == "-") return ints ? Value::integer(as_int(a) - as_int(b)) : Value::number(x - y);
   if (op == "*") return ints ? Value::integer(as_int(a) * as_int(b)) : Value::number(x * y);
-  if (op == "**") return ints && as_int(b) >= 0 ? Value::integer(int64_t(std::llround(std::pow(x, y))))
-                                                : Value::number(std::pow(x, y));
+  if (op == "**")
+    return ints && as_int(b) >= 0 ? Value::integer(int64_t(std::llround(std::pow(x, y))))
+                                  : Value::number(std::pow(x, y));
   if (y == 0) render_fail(op == "/" ? "division by zero" : "integer division or modulo by zero");
   if (op == "/") return Value::number(x / y);
   if (op == "//") {
@@ -709,8 +671,10 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
   Array items;
   std::string s;
   for (int64_t k = b; st > 0 ? k < e : k > e; k += st) {
-    if (is_str) s += obj.s.substr(off[k], off[k + 1] - off[k]);
-    else items.push_back((*obj.a)[size_t(k)]);
+    if (is_str)
+      s += obj.s.substr(off[k], off[k + 1] - off[k]);
+    else
+      items.push_back((*obj.a)[size_t(k)]);
   }
   return is_str ? Value::string(s) : Value::array(std::move(items));
 }
@@ -718,10 +682,10 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
 // ---- Tests ----
 
 static const std::set<std::string> kTests = {
-    "defined", "undefined", "none", "boolean", "false", "true", "integer", "float", "number", "string",
-    "mapping", "iterable", "sequence", "callable", "sameas", "eq", "equalto", "==", "ne", "!=", "lt", "<",
-    "lessthan", "le", "<=", "gt", ">", "greaterthan", "ge", ">=", "in", "odd", "even", "divisibleby", "lower",
-    "upper"};
+    "defined",     "undefined", "none",     "boolean",  "false",    "true",   "integer",     "float",   "number",
+    "string",      "mapping",   "iterable", "sequence", "callable", "sameas", "eq",          "equalto", "==",
+    "ne",          "!=",        "lt",       "<",        "lessthan", "le",     "<=",          "gt",      ">",
+    "greaterthan", "ge",        ">=",       "in",       "odd",      "even",   "divisibleby", "lower",   "upper"};
 bool known_test(const std::string& name) { return kTests.count(name) > 0; }
 
 bool apply_test(const std::string& t, const Value& v, const std::vector<Value>& args) {

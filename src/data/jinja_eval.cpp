@@ -1,7 +1,8 @@
-// jinja_eval.cpp: renders a parsed template (see jinja.h): statements, expressions, scopes.
-// Scopes follow Jinja2: a for loop's body has its own scope (a `set` inside does not leak
-// out, hence namespace()), if does not; a macro call runs in a scope over the one it was
-// defined in. Errors carry the template name and line of the node being evaluated.
+// jinja_eval.cpp: renders a parsed template (see jinja.h): statements, expressions, scopes;
+// also the Value / Object constructors and from_json. Scopes follow Jinja2: a for loop's body
+// has its own scope (a `set` inside does not leak out, hence namespace()), if does not; a macro
+// call runs in a scope over the one it was defined in. Errors carry the template name and line
+// of the node being evaluated.
 #include <unordered_map>
 
 #include "core/error.h"
@@ -11,6 +12,105 @@
 namespace zt::jinja {
 
 using K = Value::Kind;
+
+Value Value::none() {
+  Value v;
+  v.kind = K::none;
+  return v;
+}
+Value Value::boolean(bool x) {
+  Value v;
+  v.kind = K::boolean;
+  v.b = x;
+  return v;
+}
+Value Value::integer(int64_t x) {
+  Value v;
+  v.kind = K::integer;
+  v.i = x;
+  return v;
+}
+Value Value::number(double x) {
+  Value v;
+  v.kind = K::number;
+  v.d = x;
+  return v;
+}
+Value Value::string(std::string x) {
+  Value v;
+  v.kind = K::string;
+  v.s = std::move(x);
+  return v;
+}
+Value Value::array(Array x) {
+  Value v;
+  v.kind = K::array;
+  v.a = std::make_shared<Array>(std::move(x));
+  return v;
+}
+Value Value::object() {
+  Value v;
+  v.kind = K::object;
+  v.o = std::make_shared<Object>();
+  return v;
+}
+Value Value::function(Function fn) {
+  Value v;
+  v.kind = K::function;
+  v.f = std::make_shared<Function>(std::move(fn));
+  return v;
+}
+
+const Value* Object::find(const std::string& key) const {
+  for (auto& kv : items)
+    if (kv.first == key) return &kv.second;
+  return nullptr;
+}
+void Object::set(const std::string& key, Value v) {
+  for (auto& kv : items)
+    if (kv.first == key) {
+      kv.second = std::move(v);
+      return;
+    }
+  items.emplace_back(key, std::move(v));
+}
+const Value* CallArgs::kwarg(const std::string& name) const {
+  for (auto& kv : kw)
+    if (kv.first == name) return &kv.second;
+  return nullptr;
+}
+
+template <class J>
+static Value from_json_impl(const J& j) {
+  switch (j.type()) {
+    case J::value_t::null:
+      return Value::none();
+    case J::value_t::boolean:
+      return Value::boolean(j.template get<bool>());
+    case J::value_t::number_integer:
+      return Value::integer(j.template get<int64_t>());
+    case J::value_t::number_unsigned:
+      return Value::integer(int64_t(j.template get<uint64_t>()));
+    case J::value_t::number_float:
+      return Value::number(j.template get<double>());
+    case J::value_t::string:
+      return Value::string(j.template get<std::string>());
+    case J::value_t::array: {
+      Array a;
+      for (auto& e : j) a.push_back(from_json_impl(e));
+      return Value::array(std::move(a));
+    }
+    case J::value_t::object: {
+      Value o = Value::object();
+      for (auto it = j.begin(); it != j.end(); ++it) o.o->items.emplace_back(it.key(), from_json_impl(it.value()));
+      return o;
+    }
+    default:
+      return Value();
+  }
+}
+Value from_json(const nlohmann::ordered_json& j) { return from_json_impl(j); }
+Value from_json(const nlohmann::json& j) { return from_json_impl(j); }
 
 namespace {
 
@@ -87,14 +187,22 @@ class Renderer {
 
   Flow exec_inner(const Node& n, Scope& scope) {
     switch (n.kind) {
-      case NodeKind::body: return exec_body(n, scope);
-      case NodeKind::text: *out_ += n.str; return Flow::normal;
-      case NodeKind::output: *out_ += to_str(eval(*n.a, scope)); return Flow::normal;
+      case NodeKind::body:
+        return exec_body(n, scope);
+      case NodeKind::text:
+        *out_ += n.str;
+        return Flow::normal;
+      case NodeKind::output:
+        *out_ += to_str(eval(*n.a, scope));
+        return Flow::normal;
       case NodeKind::if_:
         if (truthy(eval(*n.a, scope))) return exec_body(*n.kids[0], scope);
         return n.b ? exec_body(*n.b, scope) : Flow::normal;
-      case NodeKind::for_: return exec_for(n, scope);
-      case NodeKind::set: assign_targets(n.names, eval(*n.a, scope), scope); return Flow::normal;
+      case NodeKind::for_:
+        return exec_for(n, scope);
+      case NodeKind::set:
+        assign_targets(n.names, eval(*n.a, scope), scope);
+        return Flow::normal;
       case NodeKind::set_block: {
         std::string captured;
         std::string* saved = out_;
@@ -107,16 +215,21 @@ class Renderer {
         assign(n.names[0], Value::string(captured), scope);
         return Flow::normal;
       }
-      case NodeKind::macro: define_macro(n, scope); return Flow::normal;
-      case NodeKind::break_: return Flow::break_;
-      case NodeKind::continue_: return Flow::continue_;
+      case NodeKind::macro:
+        define_macro(n, scope);
+        return Flow::normal;
+      case NodeKind::break_:
+        return Flow::break_;
+      case NodeKind::continue_:
+        return Flow::continue_;
       case NodeKind::generation: {
         const size_t begin = out_->size();
         const Flow f = exec_body(*n.kids[0], scope);
         if (spans_) spans_->push_back({begin, out_->size()});
         return f;
       }
-      default: render_fail("internal: an expression where a statement belongs");
+      default:
+        render_fail("internal: an expression where a statement belongs");
     }
   }
 
@@ -170,10 +283,14 @@ class Renderer {
         render_fail(str_cat("macro '", def->str, "' takes ", def->names.size(), " arguments, got ", a.pos.size()));
       for (size_t k = 0; k < def->names.size(); ++k) {
         const Value* kw = a.kwarg(def->names[k]);
-        if (k < a.pos.size()) f[def->names[k]] = a.pos[k];
-        else if (kw) f[def->names[k]] = *kw;
-        else if (def->args[k]) f[def->names[k]] = self->eval(*def->args[k], s);
-        else f[def->names[k]] = Value();
+        if (k < a.pos.size())
+          f[def->names[k]] = a.pos[k];
+        else if (kw)
+          f[def->names[k]] = *kw;
+        else if (def->args[k])
+          f[def->names[k]] = self->eval(*def->args[k], s);
+        else
+          f[def->names[k]] = Value();
       }
       for (auto& kv : a.kw) {
         bool known = false;
@@ -202,8 +319,10 @@ class Renderer {
 
   Value eval_inner(const Node& n, Scope& scope) {
     switch (n.kind) {
-      case NodeKind::literal: return n.value;
-      case NodeKind::name: return lookup(scope, n.str);
+      case NodeKind::literal:
+        return n.value;
+      case NodeKind::name:
+        return lookup(scope, n.str);
       case NodeKind::list:
       case NodeKind::tuple: {
         Array items;
@@ -271,7 +390,8 @@ class Renderer {
       case NodeKind::cond:
         if (truthy(eval(*n.c, scope))) return eval(*n.a, scope);
         return n.b ? eval(*n.b, scope) : Value();
-      default: render_fail("internal: a statement where an expression belongs");
+      default:
+        render_fail("internal: a statement where an expression belongs");
     }
   }
 

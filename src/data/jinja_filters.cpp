@@ -37,7 +37,8 @@ Value attr_path(const Value& v, const std::string& path) {
     const size_t e = std::min(path.find('.', b), path.size());
     const std::string part = path.substr(b, e - b);
     if (!cur.defined()) return cur;
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     cur = digits ? get_item(cur, Value::integer(std::stoll(part))) : get_item(cur, Value::string(part));
     b = e + 1;
   }
@@ -113,7 +114,8 @@ Value tojson(const Value& v, CallArgs& a) {
 Value indent_filter(const Value& v, CallArgs& a) {
   const std::string s = need_string(v, "indent");
   const Value* w = arg(a, 0, "width");
-  const std::string pad = w && w->kind == K::string ? w->s : std::string(size_t(w ? std::max<int64_t>(0, w->i) : 4), ' ');
+  const std::string pad =
+      w && w->kind == K::string ? w->s : std::string(size_t(w ? std::max<int64_t>(0, w->i) : 4), ' ');
   const bool first = bool_arg(a, 1, "first", false), blank = bool_arg(a, 2, "blank", false);
   std::string out;
   size_t k = 0;
@@ -134,10 +136,10 @@ Value indent_filter(const Value& v, CallArgs& a) {
 }
 
 const std::set<std::string> kFilters = {
-    "abs",   "capitalize", "count",   "d",          "default", "dictsort", "first",  "float",   "indent", "int",
-    "items", "join",       "last",    "length",     "list",    "lower",    "map",    "max",     "min",    "reject",
-    "rejectattr", "replace", "reverse", "round",    "safe",    "select",   "selectattr", "sort", "string", "sum",
-    "title", "tojson",     "trim",    "unique",     "upper",   "wordcount"};
+    "abs",  "capitalize", "count",      "d",       "default", "dictsort", "first",  "float",  "indent",
+    "int",  "items",      "join",       "last",    "length",  "list",     "lower",  "map",    "max",
+    "min",  "reject",     "rejectattr", "replace", "reverse", "round",    "safe",   "select", "selectattr",
+    "sort", "string",     "sum",        "title",   "tojson",  "trim",     "unique", "upper",  "wordcount"};
 
 }  // namespace
 
@@ -243,7 +245,8 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
     const Value* at = arg(a, 0, "attribute");
     const Value* start = arg(a, 1, "start");
     Value total = start ? *start : Value::integer(0);
-    for (const Value& x : iterate(v)) total = binary_op("+", total, at && at->kind == K::string ? attr_path(x, at->s) : x);
+    for (const Value& x : iterate(v))
+      total = binary_op("+", total, at && at->kind == K::string ? attr_path(x, at->s) : x);
     return total;
   }
   if (f == "int" || f == "float") {

@@ -18,10 +18,10 @@ struct RenderFailure {
 bool truthy(const Value& v);
 bool equal(const Value& a, const Value& b);
 int compare(const Value& a, const Value& b, const char* op);  // <0, 0, >0; fails on unordered types
-std::string type_name(const Value& v);                         // Python's: str, int, NoneType, ...
-std::string to_str(const Value& v);                            // str(v)
-std::string repr(const Value& v);                              // repr(v)
-std::string float_repr(double d);                              // repr(float)
+std::string type_name(const Value& v);                        // Python's: str, int, NoneType, ...
+std::string to_str(const Value& v);                           // str(v)
+std::string repr(const Value& v);                             // repr(v)
+std::string float_repr(double d);                             // repr(float)
 std::string to_json(const Value& v, int indent, bool ensure_ascii, bool sort_keys, const std::string& item_sep,
                     const std::string& key_sep, int depth = 0);
 // Code point boundaries of a UTF-8 string: offsets[i] is where code point i starts, plus the end.

@@ -218,18 +218,41 @@ class Lexer {
       const char e = s_[q + 1];
       q += 2;
       switch (e) {
-        case 'n': v += '\n'; break;
-        case 't': v += '\t'; break;
-        case 'r': v += '\r'; break;
-        case 'b': v += '\b'; break;
-        case 'f': v += '\f'; break;
-        case 'v': v += '\v'; break;
-        case 'a': v += '\a'; break;
-        case '0': v += '\0'; break;
-        case '\\': v += '\\'; break;
-        case '\'': v += '\''; break;
-        case '"': v += '"'; break;
-        case '\n': break;
+        case 'n':
+          v += '\n';
+          break;
+        case 't':
+          v += '\t';
+          break;
+        case 'r':
+          v += '\r';
+          break;
+        case 'b':
+          v += '\b';
+          break;
+        case 'f':
+          v += '\f';
+          break;
+        case 'v':
+          v += '\v';
+          break;
+        case 'a':
+          v += '\a';
+          break;
+        case '0':
+          v += '\0';
+          break;
+        case '\\':
+          v += '\\';
+          break;
+        case '\'':
+          v += '\'';
+          break;
+        case '"':
+          v += '"';
+          break;
+        case '\n':
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -255,8 +278,8 @@ class Lexer {
   std::vector<Token> toks_;
 };
 
-const std::set<std::string> kUnsupportedStatements = {
-    "call", "filter", "include", "import", "from", "extends", "block", "raw", "with", "autoescape", "do", "trans"};
+const std::set<std::string> kUnsupportedStatements = {"call",  "filter", "include", "import",     "from", "extends",
+                                                      "block", "raw",    "with",    "autoescape", "do",   "trans"};
 
 class Parser {
  public:
@@ -289,11 +312,16 @@ class Parser {
   }
   static std::string describe(const Token& t) {
     switch (t.type) {
-      case Tok::block_end: return "\"%}\"";
-      case Tok::var_end: return "\"}}\"";
-      case Tok::eof: return "the end of the template";
-      case Tok::string: return "a string";
-      default: return quote(t.value);
+      case Tok::block_end:
+        return "\"%}\"";
+      case Tok::var_end:
+        return "\"}}\"";
+      case Tok::eof:
+        return "the end of the template";
+      case Tok::string:
+        return "a string";
+      default:
+        return quote(t.value);
     }
   }
   NodePtr node(NodeKind k) { return std::make_unique<Node>(k, cur().line); }
@@ -768,8 +796,8 @@ class Parser {
           parse_call_args(*t);
         } else if ((cur().type == Tok::name && cur().value != "else" && cur().value != "or" && cur().value != "and" &&
                     cur().value != "if" && cur().value != "is" && cur().value != "in" && cur().value != "not") ||
-                   cur().type == Tok::string || cur().type == Tok::integer || cur().type == Tok::number ||
-                   at_op("[") || at_op("{")) {
+                   cur().type == Tok::string || cur().type == Tok::integer || cur().type == Tok::number || at_op("[") ||
+                   at_op("{")) {
           t->args.push_back(parse_postfix(parse_primary()));
         }
         t->a = std::move(n);

@@ -47,8 +47,8 @@ class SequenceSource {
  public:
   virtual ~SequenceSource() = default;
   virtual int64_t num_sequences() const = 0;
-  virtual int length() const = 0;            // T
-  virtual bool has_positions() const = 0;    // rows pack several documents (positions restart)
+  virtual int length() const = 0;          // T
+  virtual bool has_positions() const = 0;  // rows pack several documents (positions restart)
   // Fills `count` rows (count, T) from global sequence g; positions only when has_positions().
   virtual void fill(int32_t* inputs, int32_t* targets, int32_t* positions, int64_t g, int count) = 0;
   // Targets that count (not kIgnoreIndex) in global sequences [g, g + count): the loss's

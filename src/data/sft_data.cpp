@@ -49,7 +49,8 @@ std::string cache_key(const SftSource& src, const ChatTemplateConfig& tpl, const
   std::vector<std::string> tok_files;
   if (fs::is_directory(src.tokenizer_path, ec)) {
     for (const char* f : {"tokenizer.json", "encoder.json", "vocab.bpe", "tokenizer_config.json"})
-      if (fs::exists(fs::path(src.tokenizer_path) / f, ec)) tok_files.push_back((fs::path(src.tokenizer_path) / f).string());
+      if (fs::exists(fs::path(src.tokenizer_path) / f, ec))
+        tok_files.push_back((fs::path(src.tokenizer_path) / f).string());
   } else {
     tok_files.push_back(src.tokenizer_path);
   }
@@ -133,8 +134,8 @@ SftTokens sft_tokenize(const SftSource& src, const Tokenizer& tok, const ChatFor
   fs::create_directories(src.cache_dir, ec);
   ZT_CHECK(fs::is_directory(src.cache_dir, ec), "cannot create the tokenized-data cache folder ", src.cache_dir,
            "; pass a writable --cache_dir");
-  const std::string path = (fs::path(src.cache_dir) / str_cat("sft-", fs::path(src.jsonl).stem().string(), "-", key,
-                                                              ".bin")).string();
+  const std::string path =
+      (fs::path(src.cache_dir) / str_cat("sft-", fs::path(src.jsonl).stem().string(), "-", key, ".bin")).string();
   SftTokens out;
   out.cache_path = path;
   if (load_cache(path, &out)) {
@@ -183,8 +184,9 @@ SftTokens sft_tokenize(const SftSource& src, const Tokenizer& tok, const ChatFor
     }
   }
   out.lines = line_no;
-  ZT_CHECK(out.examples() > 0, src.flag, " ", src.jsonl, " has no records; give a JSONL file with one JSON object per "
-                                                           "line");
+  ZT_CHECK(out.examples() > 0, src.flag, " ", src.jsonl,
+           " has no records; give a JSONL file with one JSON object per "
+           "line");
   const uint64_t n_tok = uint64_t(out.offsets.back()), n_ex = uint64_t(out.examples());
   write_all(tmp.fd, out.trained.data(), out.trained.size(), tmp.path);
   write_all(tmp.fd, out.offsets.data(), out.offsets.size() * 8, tmp.path);

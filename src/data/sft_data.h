@@ -74,7 +74,7 @@ class SftRows final : public SequenceSource {
   const SftTokens& d_;
   int T_;
   bool packing_;
-  std::vector<Item> items_;        // rows' examples, row r = items_[row_start_[r], row_start_[r + 1])
+  std::vector<Item> items_;  // rows' examples, row r = items_[row_start_[r], row_start_[r + 1])
   std::vector<int64_t> row_start_;
   std::vector<int32_t> row_targets_;
   int64_t total_targets_ = 0, truncated_ = 0, skipped_ = 0;

@@ -62,11 +62,11 @@ struct TrainArgs {
 
   // Supervised fine-tuning data (docs/data.md#supervised-fine-tuning-data): a train_file or
   // validation_file ending in .jsonl holds chat / instruction records (TRL SFTTrainer's names).
-  std::string tokenizer_name;         // tokenizer folder or file; "" = model_name_or_path
-  std::string chat_template_path;     // a .jinja file or tokenizer_config.json; "" = the tokenizer's
-  bool completion_only_loss = true;   // prompt-completion records: loss on the completion only
-  bool assistant_only_loss = false;   // messages records: loss on the assistant turns only
-  std::string cache_dir;              // tokenized-data cache; "" = $ZT_CACHE_DIR or ~/.cache/ztrain
+  std::string tokenizer_name;        // tokenizer folder or file; "" = model_name_or_path
+  std::string chat_template_path;    // a .jinja file or tokenizer_config.json; "" = the tokenizer's
+  bool completion_only_loss = true;  // prompt-completion records: loss on the completion only
+  bool assistant_only_loss = false;  // messages records: loss on the assistant turns only
+  std::string cache_dir;             // tokenized-data cache; "" = $ZT_CACHE_DIR or ~/.cache/ztrain
 
   // Data parallelism over the ranks of mpirun (docs/distributed.md). Set by flags of the same
   // names or by a DeepSpeed JSON config (--deepspeed, HF Trainer's flag; its keys win over the

@@ -148,9 +148,7 @@ dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
   return d;
 }
 
-bool is_jsonl(const std::string& path) {
-  return path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
-}
+bool is_jsonl(const std::string& path) { return path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0; }
 
 struct StepResult {
   double loss = 0, grad_norm = 0;
@@ -252,8 +250,7 @@ void Trainer::load_data() {
   ZT_CHECK(train_sequences_ >= seqs_per_step_, a_.train_file, " has only ", train_sequences_, " sequences of ", T_,
            sft_ ? " tokens (rows of examples)" : "+1 tokens", ", fewer than one optimizer step needs (", seqs_per_step_,
            " = batch ", B_, " x accumulation ", G_, " x ranks ", n, "); use more data or a smaller batch");
-  if (!a_.validation_file.empty() && !sft_)
-    val_ = std::make_unique<TokenFile>(a_.validation_file, cfg_.vocab_size);
+  if (!a_.validation_file.empty() && !sft_) val_ = std::make_unique<TokenFile>(a_.validation_file, cfg_.vocab_size);
   steps_per_epoch_ = std::max<int64_t>(1, train_sequences_ / seqs_per_step_);
   total_steps_ = a_.max_steps > 0 ? a_.max_steps : int64_t(std::ceil(a_.num_train_epochs * double(steps_per_epoch_)));
   ZT_CHECK(total_steps_ > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
@@ -297,13 +294,14 @@ void Trainer::load_sft_data() {
   if (sft_val_) sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, T_, a_.packing, false, 0);
   train_sequences_ = sft_rows_->num_sequences();
   if (chief_)
-    std::printf("SFT data: %lld examples, %lld tokens, %lld trained targets in %lld rows of %d (%s, %s); %s %s in "
-                "%.2f s; %lld truncated to %d+1 tokens\n",
-                (long long)sft_train_->examples(), (long long)sft_train_->tokens.size(),
-                (long long)sft_rows_->total_targets(), (long long)train_sequences_, T_,
-                a_.packing ? "packed" : "one example per row", tpl.source.empty() ? "no chat template" : tpl.origin.c_str(),
-                sft_train_->from_cache ? "read cache" : "tokenized into", sft_train_->cache_path.c_str(),
-                sft_train_->seconds, (long long)sft_rows_->truncated(), T_);
+    std::printf(
+        "SFT data: %lld examples, %lld tokens, %lld trained targets in %lld rows of %d (%s, %s); %s %s in "
+        "%.2f s; %lld truncated to %d+1 tokens\n",
+        (long long)sft_train_->examples(), (long long)sft_train_->tokens.size(), (long long)sft_rows_->total_targets(),
+        (long long)train_sequences_, T_, a_.packing ? "packed" : "one example per row",
+        tpl.source.empty() ? "no chat template" : tpl.origin.c_str(),
+        sft_train_->from_cache ? "read cache" : "tokenized into", sft_train_->cache_path.c_str(), sft_train_->seconds,
+        (long long)sft_rows_->truncated(), T_);
 }
 
 // The chief locks the folder first (so a second run stops there, naming this one), then
