@@ -102,7 +102,8 @@ int cmd_train(const Args& args) {
   f.add("report_to", &a.report_to, "tensorboard | none (tensorboard)");
   f.add("plot", &a.plot, "write output_dir/loss.png with the loss curves at the end");
   f.add("disable_tqdm", &a.disable_tqdm, "auto | true | false: the live progress line on stderr (auto: on a terminal)");
-  f.add("packing", &a.packing, "attention and positions restart after each EOS token (packed documents)");
+  f.add("packing", &a.packing,
+        "pack documents: attention and positions restart after each EOS token (token files) or example (.jsonl)");
   f.add("eos_token_id", &a.eos_token_id, "document separator for --packing (-1: config.json's eos_token_id)",
         range::closed(0, kMaxVocab).or_value(-1));
   f.add("dataloader_prefetch", &a.dataloader_prefetch, "micro-batches the loader thread prepares ahead (3)",

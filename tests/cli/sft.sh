@@ -5,9 +5,12 @@
 # the second run reads the tokenized cache instead of tokenizing, evaluation runs on a JSONL
 # validation file, and a bad line (not JSON, missing fields) or an unsupported template construct
 # is one error line naming it, exit 1, with no model and no cache file written.
-# usage: sft.sh path/to/ztrain   (skips, exit 0, when ZT_CHAT_FIXTURES is not set)
+# With an mpirun path, 2 ranks x 1 sequence give the losses of 1 rank x 2 micro-batches (the loss
+# is the mean over the global step's counted targets, however they fall on ranks).
+# usage: sft.sh path/to/ztrain [path/to/mpirun]   (skips, exit 0, when ZT_CHAT_FIXTURES is not set)
 set -u
 Z=$1
+MPIRUN=${2:-}
 if [ -z "${ZT_CHAT_FIXTURES:-}" ] || [ ! -d "$ZT_CHAT_FIXTURES/tokenizers/llama3_1" ]; then
   echo "SKIP: ZT_CHAT_FIXTURES not set (run tests/chat/prepare.sh DIR)"
   exit 0
@@ -52,6 +55,18 @@ echo "$out" | grep -q "read cache" || { echo "FAIL: the second run did not read 
 out=$(run --train_file "$W/train.jsonl" --output_dir "$W/m3" 2>&1) ||  # unpacked, default losses
   { echo "FAIL: unpacked run"; echo "$out"; exit 1; }
 
+if [ -n "$MPIRUN" ]; then
+  dp() { grep -o "'loss': [0-9.]*" | tr '\n' ' '; }
+  flags=(--train_file "$W/train.jsonl" --assistant_only_loss --packing --no_shuffle --logging_steps 1
+         --max_steps 4 --per_device_train_batch_size 1)
+  one=$(OMP_NUM_THREADS=1 run "${flags[@]}" --gradient_accumulation_steps 2 --output_dir "$W/g2" 2>&1 | dp)
+  two=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+        "$MPIRUN" -np 2 --oversubscribe "$Z" train --model_config_path "$W/cfg.json" --tokenizer_name "$TOK" \
+        --cache_dir "$W/cache" --model_max_length 128 --report_to none --overwrite_output_dir --learning_rate 1e-3 \
+        "${flags[@]}" --output_dir "$W/n2" 2>&1 | dp)
+  [ -n "$one" ] && [ "$one" = "$two" ] || { echo "FAIL: 2 ranks ($two) differ from 2 micro-batches ($one)"; fail=1; }
+fi
+
 # Bad input: one line each, exit 1, no model, no cache file.
 bad() {  # bad NAME EXPECTED-SUBSTRING [flags...]
   local name=$1 want=$2
@@ -63,7 +78,7 @@ bad() {  # bad NAME EXPECTED-SUBSTRING [flags...]
   rc=$?
   [ $rc -eq 1 ] || { echo "FAIL: $name: exit $rc, expected 1"; fail=1; }
   [ "$(echo "$err" | wc -l)" -eq 1 ] || { echo "FAIL: $name: not one line: $err"; fail=1; }
-  echo "$err" | grep -qF "$want" || { echo "FAIL: $name: expected \"$want\", got: $err"; fail=1; }
+  echo "$err" | grep -qF -- "$want" || { echo "FAIL: $name: expected \"$want\", got: $err"; fail=1; }
   [ ! -e "$W/bad/model.safetensors" ] || { echo "FAIL: $name: a model was written"; fail=1; }
   [ -z "$(ls -A "$W/badcache" 2>/dev/null)" ] || { echo "FAIL: $name: cache files left: $(ls "$W/badcache")"; fail=1; }
 }
@@ -74,5 +89,10 @@ bad "missing fields" "line 3: the record has none of the fields" --train_file "$
 printf '{%% for m in messages %%}{{ m.content }}\n{%% include "x" %%}{%% endfor %%}' > "$W/t.jinja"
 bad "unsupported construct" "chat template $W/t.jinja line 2: unsupported Jinja construct {% include %}" \
   --train_file "$W/train.jsonl" --chat_template_path "$W/t.jinja"
+printf '\x01\x00\x02\x00\x03\x00\x04\x00\x05\x00' > "$W/tokens.bin"
+bad "SFT flag with a token file" "--tokenizer_name applies to SFT records (a .jsonl --train_file)" \
+  --train_file "$W/tokens.bin" --assistant_only_loss
+bad "--eos_token_id with SFT records" "--eos_token_id separates documents in token files" \
+  --train_file "$W/train.jsonl" --eos_token_id 3
 [ $fail -eq 0 ] && echo "sft.sh: all checks passed"
 exit $fail
