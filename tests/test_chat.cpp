@@ -154,3 +154,17 @@ TEST(ChatTemplate, UnsupportedConstructsAreNamedWithTheirLine) {
             "chat template test line 1: unsupported operand type(s) for +: 'str' and 'NoneType'");
   EXPECT_EQ(error_of("{{ foo() }}"), "chat template test line 1: 'foo' is undefined");
 }
+
+TEST(ChatTemplate, HostileTemplatesFailCleanly) {
+  EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nested deeper than 200"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("deeper than 200"),
+            std::string::npos);
+  std::string nested;
+  for (int k = 0; k < 300; ++k) nested += "{% if 1 %}";
+  EXPECT_NE(error_of(nested).find("deeper than 200"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'ab' * 100000000000 }}").find("longer than 2^26"), std::string::npos);
+  std::string deep = "1";
+  for (int k = 0; k < 1000; ++k) deep = "[" + deep + "]";
+  EXPECT_THROW(jinja::from_json(nlohmann::json::parse(deep)), Error);
+}

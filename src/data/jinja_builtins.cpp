@@ -375,6 +375,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     const Value *seq = &a, *n = &b;
     if (b.kind == K::string || b.kind == K::array) std::swap(seq, n);
     if ((seq->kind == K::string || seq->kind == K::array) && (n->kind == K::integer || n->kind == K::boolean)) {
+      const size_t unit = seq->kind == K::string ? seq->s.size() : seq->a->size();
+      if (as_int(*n) > 0 && unit > 0 && uint64_t(as_int(*n)) > (uint64_t(1) << 26) / unit)
+        render_fail("a repeated string or list longer than 2^26 items");
       if (seq->kind == K::string) {
         std::string r;
         for (int64_t k = 0; k < as_int(*n); ++k) r += seq->s;

@@ -81,7 +81,9 @@ const Value* CallArgs::kwarg(const std::string& name) const {
 }
 
 template <class J>
-static Value from_json_impl(const J& j) {
+static Value from_json_impl(const J& j, int depth = 0) {
+  // Deeper nesting than any chat record has would only exhaust the stack.
+  if (depth > 256) throw Error("JSON nested deeper than 256 levels");
   switch (j.type()) {
     case J::value_t::null:
       return Value::none();
@@ -97,12 +99,13 @@ static Value from_json_impl(const J& j) {
       return Value::string(j.template get<std::string>());
     case J::value_t::array: {
       Array a;
-      for (auto& e : j) a.push_back(from_json_impl(e));
+      for (auto& e : j) a.push_back(from_json_impl(e, depth + 1));
       return Value::array(std::move(a));
     }
     case J::value_t::object: {
       Value o = Value::object();
-      for (auto it = j.begin(); it != j.end(); ++it) o.o->items.emplace_back(it.key(), from_json_impl(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        o.o->items.emplace_back(it.key(), from_json_impl(it.value(), depth + 1));
       return o;
     }
     default:
@@ -276,6 +279,11 @@ class Renderer {
     Scope closure = scope;
     Renderer* self = this;
     Value fn = Value::function([def, closure, self](CallArgs& a) {
+      if (self->macro_depth_ >= 200) render_fail(str_cat("macro '", def->str, "' calls nested deeper than 200"));
+      struct Depth {
+        int& d;
+        ~Depth() { --d; }
+      } guard{++self->macro_depth_};
       Scope s = closure;
       s.push_back(std::make_shared<Frame>());
       Frame& f = *s.back();
@@ -404,6 +412,7 @@ class Renderer {
 
   std::string* out_;
   std::vector<Template::Span>* spans_;
+  int macro_depth_ = 0;
 };
 
 }  // namespace

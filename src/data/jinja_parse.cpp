@@ -329,6 +329,11 @@ class Parser {
   // Statements until a block tag named in `ends` (its name goes to *end, the tag's "{% name"
   // consumed) or the end of the template (only when ends is empty).
   NodePtr parse_body(const std::set<std::string>& ends, std::string* end) {
+    if (++depth_ > 200) fail("blocks nested deeper than 200 levels");
+    struct Depth {
+      int& d;
+      ~Depth() { --d; }
+    } guard{depth_};
     NodePtr body = node(NodeKind::body);
     for (;;) {
       const Token& t = cur();
@@ -504,6 +509,12 @@ class Parser {
   }
 
   NodePtr parse_expression(bool with_cond) {
+    // Expressions nest through here; a template nested deeper than this would only exhaust the stack.
+    if (++depth_ > 200) fail("expression nested deeper than 200 levels");
+    struct Depth {
+      int& d;
+      ~Depth() { --d; }
+    } guard{depth_};
     NodePtr e = parse_or();
     if (!with_cond) return e;
     while (at_name("if")) {
@@ -816,6 +827,7 @@ class Parser {
   std::vector<Token> t_;
   Lexer& lx_;
   size_t k_ = 0;
+  int depth_ = 0;  // parse_expression nesting, and block nesting (parse_body)
 };
 
 }  // namespace

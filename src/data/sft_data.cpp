@@ -113,6 +113,10 @@ Encoded encode_line(const std::string& line, const Tokenizer& tok, const ChatFor
     e.error = str_cat("unexpected JSON value (", x.what(), ")");
   } catch (const Error& x) {
     e.error = x.what();
+  } catch (const std::exception& x) {  // nothing may leave the OpenMP loop that calls this
+    e.error = str_cat("cannot be processed (", x.what(), ")");
+  } catch (...) {
+    e.error = "cannot be processed";
   }
   return e;
 }
