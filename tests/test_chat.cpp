@@ -149,7 +149,7 @@ TEST(ChatTemplate, UnsupportedConstructsAreNamedWithTheirLine) {
   EXPECT_NE(error_of("{% for x in y %}").find("missing {% endfor %}"), std::string::npos);
   EXPECT_NE(error_of("{{ 1 + }}").find("line 1: unexpected"), std::string::npos);
   EXPECT_EQ(error_of("x\n{{ raise_exception('no system') }}"),
-            "chat template test line 2: the template raised an exception: no system");
+            "chat template test line 2: the template raised an exception: \"no system\"");
   EXPECT_EQ(error_of("{{ 'a' + none }}"),
             "chat template test line 1: unsupported operand type(s) for +: 'str' and 'NoneType'");
   EXPECT_EQ(error_of("{{ foo() }}"), "chat template test line 1: 'foo' is undefined");

@@ -143,7 +143,7 @@ TEST(SftData, BadLinesAreNamedAndLeaveNothing) {
   EXPECT_NE(e.find("--train_file " + (t.dir / "d.jsonl").string() + " line 4: not valid JSON"), std::string::npos) << e;
   e = error_of(good + "\n" + R"({"text": "x", "label": 1})" + "\n");
   EXPECT_NE(e.find("line 2: the record has none of the fields \"messages\", \"prompt\" + \"completion\", or "
-                   "\"instruction\" + \"output\" (its keys: text, label)"),
+                   "\"instruction\" + \"output\" (its keys: \"text\", \"label\")"),
             std::string::npos)
       << e;
   e = error_of(R"({"messages": [{"content": "no role"}]})");

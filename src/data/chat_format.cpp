@@ -191,8 +191,14 @@ SftText ChatFormatter::format(const nlohmann::ordered_json& r) const {
   ZT_CHECK(r.is_object(), "a record must be a JSON object");
   jinja::Value extra = jinja::Value::object();
   if (r.contains("tools") && !r["tools"].is_null()) {
-    const nlohmann::ordered_json tools =
-        r["tools"].is_string() ? nlohmann::ordered_json::parse(r["tools"].get<std::string>()) : r["tools"];
+    nlohmann::ordered_json tools = r["tools"];
+    if (tools.is_string()) {
+      try {
+        tools = nlohmann::ordered_json::parse(tools.get<std::string>());
+      } catch (const nlohmann::json::exception&) {
+        throw Error("\"tools\" is a string that is not JSON (give a list of tool schemas, or one encoded as JSON)");
+      }
+    }
     if (!tools.empty()) extra.o->set("tools", jinja::from_json(tools));  // TRL: tools or None
   }
   if (r.contains("chat_template_kwargs") && r["chat_template_kwargs"].is_object())
@@ -218,7 +224,7 @@ SftText ChatFormatter::format(const nlohmann::ordered_json& r) const {
     return prompt_completion(prompt, output, extra);
   }
   std::string keys;
-  for (auto it = r.begin(); it != r.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
+  for (auto it = r.begin(); it != r.end(); ++it) keys += (keys.empty() ? "" : ", ") + quote(it.key());
   throw Error(
       str_cat("the record has none of the fields \"messages\", \"prompt\" + \"completion\", or \"instruction\" "
               "+ \"output\" (its keys: ",

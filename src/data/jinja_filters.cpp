@@ -333,7 +333,7 @@ const Object& global_functions() {
     g.set("namespace", dict_like(true));
     g.set("dict", dict_like(false));
     g.set("raise_exception", Value::function([](CallArgs& a) -> Value {
-            render_fail(str_cat("the template raised an exception: ", a.pos.empty() ? "" : to_str(a.pos[0])));
+            render_fail(str_cat("the template raised an exception: ", quote(a.pos.empty() ? "" : to_str(a.pos[0]))));
           }));
     // HF's strftime_now: the local time now (Llama 3.x templates print today's date with it).
     g.set("strftime_now", Value::function([](CallArgs& a) {
