@@ -168,3 +168,8 @@ TEST(ChatTemplate, HostileTemplatesFailCleanly) {
   for (int k = 0; k < 1000; ++k) deep = "[" + deep + "]";
   EXPECT_THROW(jinja::from_json(nlohmann::json::parse(deep)), Error);
 }
+
+TEST(ChatTemplate, CyclesDoNotLeak) {  // LeakSanitizer checks this under scripts/test_sanitizers.sh
+  EXPECT_EQ(render("{% set a = namespace() %}{% set b = namespace(x=a) %}{% set a.y = b %}{% set a.z = a %}ok"), "ok");
+  EXPECT_EQ(render("{% macro f(n) %}{{ n }}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}"), "3210");
+}

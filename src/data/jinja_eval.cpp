@@ -276,7 +276,8 @@ class Renderer {
 
   void define_macro(const Node& n, Scope& scope) {
     const Node* def = &n;
-    Scope closure = scope;
+    // Weak: the macro's value lives in these frames, and a strong capture would make a cycle.
+    std::vector<std::weak_ptr<Frame>> closure(scope.begin(), scope.end());
     Renderer* self = this;
     Value fn = Value::function([def, closure, self](CallArgs& a) {
       if (self->macro_depth_ >= 200) render_fail(str_cat("macro '", def->str, "' calls nested deeper than 200"));
@@ -284,7 +285,11 @@ class Renderer {
         int& d;
         ~Depth() { --d; }
       } guard{++self->macro_depth_};
-      Scope s = closure;
+      Scope s;
+      for (const auto& w : closure) {
+        s.push_back(w.lock());
+        if (!s.back()) render_fail(str_cat("macro '", def->str, "' called after the scope it was defined in ended"));
+      }
       s.push_back(std::make_shared<Frame>());
       Frame& f = *s.back();
       if (a.pos.size() > def->names.size())
@@ -429,6 +434,7 @@ std::string Template::render(const Value& context, std::vector<Span>* spans) con
   if (context.kind == K::object)
     for (auto& kv : context.o->items) (*scope[0])[kv.first] = kv.second;
   Renderer r(&out, spans);
+  NamespaceRegistry namespaces;  // cleared when the render ends: namespaces may refer to each other
   try {
     r.exec(*root_, scope);
   } catch (Failure& f) {

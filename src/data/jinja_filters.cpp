@@ -296,6 +296,20 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
   render_fail(str_cat("unsupported Jinja filter \"", f, "\""));
 }
 
+namespace {
+thread_local NamespaceRegistry* current_registry = nullptr;
+}  // namespace
+
+NamespaceRegistry::NamespaceRegistry() : outer_(current_registry) { current_registry = this; }
+NamespaceRegistry::~NamespaceRegistry() {
+  for (auto& w : made_)
+    if (auto o = w.lock()) o->items.clear();
+  current_registry = outer_;
+}
+void NamespaceRegistry::note(const std::shared_ptr<Object>& ns) {
+  if (current_registry) current_registry->made_.push_back(ns);
+}
+
 const Object& global_functions() {
   static const Object globals = [] {
     Object g;
@@ -327,6 +341,7 @@ const Object& global_functions() {
           if (p.kind == K::object)
             for (auto& kv : p.o->items) o.o->set(kv.first, kv.second);
         for (auto& kv : a.kw) o.o->set(kv.first, kv.second);
+        if (ns) NamespaceRegistry::note(o.o);
         return o;
       });
     };

@@ -1,6 +1,7 @@
 // jinja_internal.h: what jinja_eval.cpp (statements, expressions) and jinja_builtins.cpp
 // (value semantics, filters, tests, methods, globals) share. Internal to the Jinja engine.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,22 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
 
 Value apply_filter(const std::string& name, const Value& v, CallArgs& args);
 bool apply_test(const std::string& name, const Value& v, const std::vector<Value>& args);
+// Namespaces made during a render on this thread are recorded while one of these lives, and
+// emptied when it ends: `set ns.a = ns` (or two namespaces holding each other) would otherwise be
+// a reference cycle that outlives the render.
+class NamespaceRegistry {
+ public:
+  NamespaceRegistry();
+  ~NamespaceRegistry();
+  NamespaceRegistry(const NamespaceRegistry&) = delete;
+  NamespaceRegistry& operator=(const NamespaceRegistry&) = delete;
+  static void note(const std::shared_ptr<Object>& ns);
+
+ private:
+  std::vector<std::weak_ptr<Object>> made_;
+  NamespaceRegistry* outer_;
+};
+
 // The globals every render sees (range, namespace, dict, raise_exception, strftime_now).
 const Object& global_functions();
 
