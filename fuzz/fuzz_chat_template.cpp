@@ -17,8 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cfg.has_bos = true;
   cfg.eos_token = "</s>";
   cfg.has_eos = true;
-  const std::string record = nul == std::string::npos ? "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}"
-                                                      : in.substr(nul + 1);
+  const std::string record =
+      nul == std::string::npos ? "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}" : in.substr(nul + 1);
   for (int mode = 0; mode < 2; ++mode)
     zt::fuzz::expect_ok_or_error([&] {
       zt::SftOptions opt;

@@ -551,11 +551,13 @@ static Value str_method(const std::string& s, const std::string& name) {
       return Value::boolean(false);
     });
   static const std::pair<const char*, int> maps[] = {{"upper", 0}, {"lower", 1}, {"title", 2}, {"capitalize", 3}};
-  for (auto& [n, mode] : maps)
-    if (name == n)
+  for (const auto& m : maps)
+    if (name == m.first) {
+      const int mode = m.second;  // (a structured binding cannot be captured before C++20 in clang 14)
       return bind([mode](const std::string& x, CallArgs&) {
         return Value::string(ascii_map(mode == 3 ? ascii_map(x, 1) : x, mode));
       });
+    }
   if (name == "replace")
     return bind([](const std::string& x, CallArgs& a) {
       const Value *f = arg(a, 0, nullptr), *t = arg(a, 1, nullptr);
