@@ -237,8 +237,8 @@ void Trainer::load_data() {
   ZT_CHECK(sft_ || !is_jsonl(a_.validation_file), "--validation_file ", a_.validation_file,
            " holds SFT records (.jsonl) but --train_file is a token file; give both in the same form");
   // A flag of one kind of data given with the other would be parsed and ignored: refused instead.
-  for (const char* f :
-       {"tokenizer_name", "chat_template_path", "completion_only_loss", "assistant_only_loss", "cache_dir"})
+  // (--tokenizer_name is not among them: it also names the tokenizer a token-file run carries.)
+  for (const char* f : {"chat_template_path", "completion_only_loss", "assistant_only_loss", "cache_dir"})
     ZT_CHECK(sft_ || !a_.explicit_flags.count(f), "--", f, " applies to SFT records (a .jsonl --train_file), not to ",
              "the token file ", a_.train_file);
   ZT_CHECK(!sft_ || !a_.explicit_flags.count("eos_token_id"),

@@ -90,8 +90,10 @@ printf '{%% for m in messages %%}{{ m.content }}\n{%% include "x" %%}{%% endfor 
 bad "unsupported construct" "chat template $W/t.jinja line 2: unsupported Jinja construct {% include %}" \
   --train_file "$W/train.jsonl" --chat_template_path "$W/t.jinja"
 printf '\x01\x00\x02\x00\x03\x00\x04\x00\x05\x00' > "$W/tokens.bin"
-bad "SFT flag with a token file" "--tokenizer_name applies to SFT records (a .jsonl --train_file)" \
-  --train_file "$W/tokens.bin" --assistant_only_loss
+err=$("$Z" train --model_config_path "$W/cfg.json" --train_file "$W/tokens.bin" --assistant_only_loss --max_steps 1 \
+  --output_dir "$W/bad" --report_to none 2>&1 >/dev/null)
+echo "$err" | grep -qF -- "--assistant_only_loss applies to SFT records (a .jsonl --train_file)" ||
+  { echo "FAIL: SFT flag with a token file: $err"; fail=1; }
 bad "--eos_token_id with SFT records" "--eos_token_id separates documents in token files" \
   --train_file "$W/train.jsonl" --eos_token_id 3
 [ $fail -eq 0 ] && echo "sft.sh: all checks passed"
