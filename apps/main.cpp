@@ -62,8 +62,8 @@ int cmd_train(const Args& args) {
   zt::app::FlagSet f("train");
   f.add("model_name_or_path", &a.model_name_or_path, "HF model folder (config.json + model.safetensors)");
   f.add("model_config_path", &a.model_config_path, "config.json for a randomly initialised model");
-  f.add("train_file", &a.train_file, "token file: flat little-endian uint16 (nanoGPT train.bin)");
-  f.add("validation_file", &a.validation_file, "token file for eval_loss / perplexity");
+  f.add("train_file", &a.train_file, "token file (nanoGPT train.bin, ztrain shard) or SFT records (.jsonl)");
+  f.add("validation_file", &a.validation_file, "token file or SFT .jsonl for eval_loss / perplexity");
   f.add("eval_steps", &a.eval_steps, "evaluate every N steps, 0 = at the end only (0)", range::closed(0, kMaxSteps));
   // HF Trainer flags users paste in (docs/flags.md#hugging-face-trainer-flags).
   f.add("do_train", &a.do_train, "accepted (HF); `ztrain train` always trains, false is refused");
@@ -130,7 +130,7 @@ int cmd_train(const Args& args) {
   f.add("max_shard_size", &a.max_shard_size,
         "largest weight file in --output_dir, save_pretrained's units: 50MB, 2GB, 500MiB, bytes (5GB)");
   f.add("tokenizer_name", &a.tokenizer_name,
-        "folder whose tokenizer files go into --output_dir and checkpoints (the model's folder)");
+        "tokenizer folder (or file): carried into --output_dir and checkpoints, and SFT's tokenizer (the model's)");
   f.add("seed", &a.seed, "seed for initialisation and shuffling (42)", range::at_least(0));
   f.add("threads", &a.threads, "compute threads, 0 = all cores (0)", range::closed(0, kMaxThreads));
   f.add("no_shuffle", &a.no_shuffle, "consecutive windows in file order");
@@ -138,11 +138,17 @@ int cmd_train(const Args& args) {
   f.add("report_to", &a.report_to, "tensorboard | none (tensorboard)");
   f.add("plot", &a.plot, "write output_dir/loss.png with the loss curves at the end");
   f.add("disable_tqdm", &a.disable_tqdm, "auto | true | false: the live progress line on stderr (auto: on a terminal)");
-  f.add("packing", &a.packing, "attention and positions restart after each EOS token (packed documents)");
+  f.add("packing", &a.packing,
+        "pack documents: attention and positions restart after each EOS token (token files) or example (.jsonl)");
   f.add("eos_token_id", &a.eos_token_id, "document separator for --packing (-1: config.json's eos_token_id)",
         range::closed(0, kMaxVocab).or_value(-1));
   f.add("dataloader_prefetch", &a.dataloader_prefetch, "micro-batches the loader thread prepares ahead (3)",
         range::closed(1, 256));
+  // Supervised fine-tuning from JSONL (TRL SFTTrainer's names; docs/data.md).
+  f.add("chat_template_path", &a.chat_template_path, "SFT: a .jinja chat template or tokenizer_config.json");
+  f.add("completion_only_loss", &a.completion_only_loss, "SFT prompt/completion: loss on the completion only (true)");
+  f.add("assistant_only_loss", &a.assistant_only_loss, "SFT messages: loss on assistant turns only (false)");
+  f.add("cache_dir", &a.cache_dir, "SFT: tokenized-data cache folder ($ZT_CACHE_DIR or ~/.cache/ztrain)");
   // Data parallelism under mpirun (DeepSpeed's names; docs/distributed.md).
   f.add("zero_stage", &a.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage (0)", range::closed(0, 3));
   f.add("overlap_comm", &a.overlap_comm, "reduce gradient buckets while backward runs (true)");

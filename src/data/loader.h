@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -40,18 +41,35 @@ struct LoaderConfig {
   int depth = 3;        // micro-batches prepared ahead
 };
 
+// Where the loader's sequences come from: a token file's windows (below) or SFT rows
+// (data/sft_data.h). Global sequence g maps to a sequence through the source's own seeded order.
+class SequenceSource {
+ public:
+  virtual ~SequenceSource() = default;
+  virtual int64_t num_sequences() const = 0;
+  virtual int length() const = 0;          // T
+  virtual bool has_positions() const = 0;  // rows pack several documents (positions restart)
+  // Fills `count` rows (count, T) from global sequence g; positions only when has_positions().
+  virtual void fill(int32_t* inputs, int32_t* targets, int32_t* positions, int64_t g, int count) = 0;
+  // Targets that count (not kIgnoreIndex) in global sequences [g, g + count): the loss's
+  // denominator for a step. Thread-safe (the loader thread calls it while fill() runs).
+  virtual int64_t count_targets(int64_t g, int64_t count) const = 0;
+};
+
 struct MicroBatch {
   std::vector<int32_t> inputs, targets;  // (B, T)
   std::vector<int32_t> positions;        // (B, T) with packing, else empty
   int64_t step = 0;
   int micro = 0;
+  int64_t step_targets = 0;  // counted targets in the whole optimizer step (all ranks, all micro-batches)
   const int32_t* pos() const { return positions.empty() ? nullptr : positions.data(); }
 };
 
 class DataLoader {
  public:
-  // Starts producing at optimizer step `first_step`.
+  // Starts producing at optimizer step `first_step`. The source must outlive the loader.
   DataLoader(const TokenFile& f, const LoaderConfig& c, int64_t first_step);
+  DataLoader(SequenceSource& source, const LoaderConfig& c, int64_t first_step);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -67,12 +85,13 @@ class DataLoader {
   static int64_t first_sequence(const LoaderConfig& c, int64_t step, int micro);
 
  private:
+  void start();
   void produce();
   void fill(MicroBatch& mb, int64_t step, int micro);
 
-  const TokenFile& f_;
+  std::unique_ptr<SequenceSource> owned_;  // the token file's windows, when built from a TokenFile
+  SequenceSource* source_;
   LoaderConfig c_;
-  WindowSampler sampler_;
   int64_t num_windows_;
   std::vector<MicroBatch> ring_;
   int64_t produced_ = 0, consumed_ = 0;  // micro-batches, counted from first_step

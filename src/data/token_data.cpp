@@ -108,23 +108,25 @@ void TokenFile::validate(int vocab_size) {
 TokenFile::~TokenFile() { release(); }
 
 WindowSampler::WindowSampler(const TokenFile& f, int T, bool shuffle, uint64_t seed)
-    : f_(f), T_(T), shuffle_(shuffle), seed_(seed), windows_(T > 0 ? (f.size() - 1) / T : 0) {
+    : f_(f), T_(T), windows_(T > 0 ? (f.size() - 1) / T : 0), order_(std::max<int64_t>(windows_, 1), shuffle, seed) {
   ZT_CHECK(windows_ > 0, f.path(), " has ", f.size(), " tokens, fewer than one sequence of ", T,
            "+1 tokens; use more data or a smaller --model_max_length");
 }
 
-int64_t WindowSampler::window_of(int64_t g) {
-  int64_t epoch = g / windows_, i = g % windows_;
+int64_t EpochOrder::at(int64_t g) {
+  const int64_t epoch = g / n_, i = g % n_;
   if (!shuffle_) return i;
-  if (epoch != perm_epoch_) {
-    perm_.resize(size_t(windows_));
-    for (int64_t k = 0; k < windows_; ++k) perm_[k] = k;
+  if (epoch != epoch_) {
+    perm_.resize(size_t(n_));
+    for (int64_t k = 0; k < n_; ++k) perm_[k] = k;
     Rng rng(seed_, 0x5348554646ull + uint64_t(epoch));  // Fisher-Yates with a per-epoch stream
-    for (int64_t k = windows_ - 1; k > 0; --k) std::swap(perm_[k], perm_[rng.below(uint64_t(k) + 1)]);
-    perm_epoch_ = epoch;
+    for (int64_t k = n_ - 1; k > 0; --k) std::swap(perm_[k], perm_[rng.below(uint64_t(k) + 1)]);
+    epoch_ = epoch;
   }
   return perm_[i];
 }
+
+int64_t WindowSampler::window_of(int64_t g) { return order_.at(g); }
 
 void WindowSampler::fill(int32_t* inputs, int32_t* targets, int64_t g, int count) {
   f_.check_unchanged();  // before touching pages a truncation may have removed

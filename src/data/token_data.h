@@ -11,6 +11,21 @@
 
 namespace zt {
 
+// The order of an epoch-based sampler: global sequence g is item g mod n, in order or through
+// a seeded per-epoch Fisher-Yates permutation.
+class EpochOrder {
+ public:
+  EpochOrder(int64_t n, bool shuffle, uint64_t seed) : n_(n), shuffle_(shuffle), seed_(seed) {}
+  int64_t at(int64_t g);
+
+ private:
+  int64_t n_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t epoch_ = -1;
+  std::vector<int64_t> perm_;
+};
+
 class TokenFile {
  public:
   // Validates the file: even size, at least two tokens, every id < vocab_size.
@@ -51,11 +66,8 @@ class WindowSampler {
  private:
   const TokenFile& f_;
   int T_;
-  bool shuffle_;
-  uint64_t seed_;
   int64_t windows_;
-  int64_t perm_epoch_ = -1;
-  std::vector<int64_t> perm_;
+  EpochOrder order_;
 };
 
 }  // namespace zt

@@ -46,4 +46,33 @@ EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int
   return r;
 }
 
+EvalResult evaluate(Transformer& model, SequenceSource& data, int B, int T, int64_t max_windows) {
+  auto t0 = std::chrono::steady_clock::now();
+  int64_t windows = data.num_sequences();
+  if (max_windows > 0 && max_windows < windows) windows = max_windows;
+  std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T), pos;
+  if (data.has_positions()) pos.resize(in.size());
+  double sum = 0;
+  int64_t tokens = 0;
+  for (int64_t w = 0; w < windows; w += B) {
+    const int n = int(std::min<int64_t>(B, windows - w));
+    data.fill(in.data(), tg.data(), pos.empty() ? nullptr : pos.data(), w, n);
+    for (size_t i = size_t(n) * T; i < in.size(); ++i) {
+      in[i] = 0;
+      tg[i] = kernels::kIgnoreIndex;
+      if (!pos.empty()) pos[i] = int32_t(i % size_t(T));
+    }
+    int64_t c = 0;
+    sum += model.forward_loss(in.data(), tg.data(), &c, pos.empty() ? nullptr : pos.data());
+    tokens += c;
+  }
+  EvalResult r;
+  r.loss = tokens > 0 ? sum / double(tokens) : 0;
+  r.perplexity = std::exp(r.loss);
+  r.tokens = tokens;
+  r.windows = windows;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
 }  // namespace zt

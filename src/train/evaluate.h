@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "data/loader.h"
 #include "data/token_data.h"
 #include "models/transformer.h"
 
@@ -23,5 +24,8 @@ struct EvalResult {
 // them padded and ignored: the loss is the same token mean whatever the batch.
 EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows,
                     int64_t packing_eos = -1, int per_call = 0);
+// The same over any sequence source in its order (SFT rows: data/sft_data.h), whose targets may
+// be ignored (prompt tokens): the loss is the mean over the counted ones.
+EvalResult evaluate(Transformer& model, SequenceSource& data, int B, int T, int64_t max_windows);
 
 }  // namespace zt

@@ -63,7 +63,8 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   // Not here, legitimately per rank: model_name_or_path, model_config_path, train_file,
   // validation_file, deepspeed (paths: contents are compared, or applied to the values below),
   // threads, dataloader_prefetch (speed only), explicit_flags (how a value was given, not the
-  // value) and the test hook test_fail_rank / test_fail_step.
+  // value), the test hook test_fail_rank / test_fail_step, and the SFT paths tokenizer_name,
+  // chat_template_path, cache_dir (each rank reads its own copy; the data's identity is compared).
   ZT_ARG(eval_steps), ZT_ARG(max_eval_samples), ZT_ARG(output_dir), ZT_ARG(overwrite_output_dir);
   ZT_ARG(per_device_train_batch_size), ZT_ARG(gradient_accumulation_steps), ZT_ARG(model_max_length);
   ZT_ARG(optim), ZT_ARG(learning_rate), ZT_ARG(weight_decay), ZT_ARG(adam_beta1), ZT_ARG(adam_beta2);
@@ -79,10 +80,11 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(warmup_type), ZT_ARG(warmup_min_ratio), ZT_ARG(cos_min_ratio), ZT_ARG(total_num_steps), ZT_ARG(no_shuffle);
   ZT_ARG(peak_gflops), ZT_ARG(bf16), ZT_ARG(fp16), ZT_ARG(gradient_checkpointing), ZT_ARG(recompute_granularity);
   ZT_ARG(recompute_num_layers), ZT_ARG(max_memory), ZT_ARG(auto_find_batch_size);
-  ZT_ARG(peak_gflops), ZT_ARG(max_shard_size), ZT_ARG(tokenizer_name), ZT_ARG(eval_strategy);
+  ZT_ARG(max_shard_size), ZT_ARG(tokenizer_name), ZT_ARG(eval_strategy);
   ZT_ARG(logging_strategy), ZT_ARG(do_train), ZT_ARG(do_eval), ZT_ARG(per_device_eval_batch_size);
   ZT_ARG(load_best_model_at_end), ZT_ARG(metric_for_best_model), ZT_ARG(greater_is_better);
   ZT_ARG(save_safetensors), ZT_ARG(dataloader_num_workers);
+  ZT_ARG(completion_only_loss), ZT_ARG(assistant_only_loss);
 #undef ZT_ARG
   j["ds_precision"] = deepspeed_precision_json(a.ds_precision);
   return j;

@@ -44,7 +44,7 @@ struct TrainArgs {
   // Model: an HF folder (config.json + model.safetensors) or a config.json for random init.
   std::string model_name_or_path;
   std::string model_config_path;
-  std::string train_file;       // flat uint16 tokens (nanoGPT train.bin)
+  std::string train_file;       // token file (nanoGPT train.bin, ztrain shard) or SFT .jsonl
   std::string validation_file;  // same format; evaluated every eval_steps and at the end
   int64_t eval_steps = 0;       // 0: only at the end (eval_strategy steps: logging_steps, as HF)
   // HF Trainer's strategies (docs/flags.md#hugging-face-trainer-flags). "" = not given: evaluate
@@ -119,6 +119,14 @@ struct TrainArgs {
   bool packing = false;
   int64_t eos_token_id = -1;    // -1: the model config's eos_token_id
   int dataloader_prefetch = 3;  // micro-batches prepared ahead by the loader thread
+
+  // Supervised fine-tuning data (docs/data.md#supervised-fine-tuning-data): a train_file or
+  // validation_file ending in .jsonl holds chat / instruction records (TRL SFTTrainer's names).
+  // (tokenizer_name, above, is also the SFT tokenizer: a folder or file; "" = model_name_or_path)
+  std::string chat_template_path;    // a .jinja file or tokenizer_config.json; "" = the tokenizer's
+  bool completion_only_loss = true;  // prompt-completion records: loss on the completion only
+  bool assistant_only_loss = false;  // messages records: loss on the assistant turns only
+  std::string cache_dir;             // tokenized-data cache; "" = $ZT_CACHE_DIR or ~/.cache/ztrain
 
   // Data parallelism over the ranks of mpirun (docs/distributed.md). Set by flags of the same
   // names or by a DeepSpeed JSON config (--deepspeed, HF Trainer's flag; its keys win over the

@@ -28,7 +28,9 @@
 #include "core/rng_state.h"
 #include "data/file_identity.h"
 #include "data/loader.h"
+#include "data/sft_data.h"
 #include "data/token_data.h"
+#include "data/tokenizer.h"
 #include "dist/parallel_dims.h"
 #include "parallel/memory_fit.h"
 #include "parallel/buckets.h"
@@ -165,7 +167,8 @@ void check_hf_strategies(const TrainArgs& a) {
 void check_args(const TrainArgs& a) {
   ZT_CHECK(a.per_device_train_batch_size > 0, "--per_device_train_batch_size must be positive");
   ZT_CHECK(a.gradient_accumulation_steps > 0, "--gradient_accumulation_steps must be positive");
-  ZT_CHECK(!a.train_file.empty(), "--train_file is required (a uint16 token file such as nanoGPT's train.bin)");
+  ZT_CHECK(!a.train_file.empty(),
+           "--train_file is required (a token file such as nanoGPT's train.bin, or SFT records in a .jsonl file)");
   ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps" || a.save_strategy == "epoch", "--save_strategy \"",
            a.save_strategy, "\" is not supported; use steps, epoch or no");
   check_hf_strategies(a);
@@ -202,6 +205,8 @@ dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
   return d;
 }
 
+bool is_jsonl(const std::string& path) { return path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0; }
+
 struct StepResult {
   double loss = 0, grad_norm = 0;
   bool skipped = false;  // mixed precision: inf/NaN gradients, no optimizer step
@@ -215,6 +220,7 @@ class Trainer {
  private:
   void fit_memory();
   void load_data();
+  void load_sft_data();
   void prepare_output_dir();
   void build_model_and_engine();
   void resume();
@@ -245,6 +251,11 @@ class Trainer {
   int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
   std::unique_ptr<TokenFile> data_, val_;
   std::unique_ptr<WindowSampler> sampler_;
+  int64_t train_sequences_ = 0;
+  // SFT (a .jsonl --train_file): tokenized examples and the rows the loader reads.
+  bool sft_ = false;
+  std::unique_ptr<SftTokens> sft_train_, sft_val_;
+  std::unique_ptr<SftRows> sft_rows_, sft_val_rows_;
   std::unique_ptr<Transformer> model_;
   HfSideFiles side_files_;                   // tokenizer + generation config, carried into saves
   int64_t eval_every_ = 0, save_every_ = 0;  // steps between evaluations / saves (0: none)
@@ -319,18 +330,32 @@ void Trainer::load_data() {
        parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage), act_plan_from_args(a_, cfg_),
        int(dtype_size(comm_dtype_from_args(a_)))},
       a_.max_memory.empty() ? -1 : memory_limit_bytes_);  // before anything large is allocated
-  data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
-  sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));
+  sft_ = is_jsonl(a_.train_file);
+  ZT_CHECK(sft_ || !is_jsonl(a_.validation_file), "--validation_file ", a_.validation_file,
+           " holds SFT records (.jsonl) but --train_file is a token file; give both in the same form");
+  // A flag of one kind of data given with the other would be parsed and ignored: refused instead.
+  // (--tokenizer_name is not among them: it also names the tokenizer a token-file run carries.)
+  for (const char* f : {"chat_template_path", "completion_only_loss", "assistant_only_loss", "cache_dir"})
+    ZT_CHECK(sft_ || !a_.explicit_flags.count(f), "--", f, " applies to SFT records (a .jsonl --train_file), not to ",
+             "the token file ", a_.train_file);
+  ZT_CHECK(!sft_ || !a_.explicit_flags.count("eos_token_id"),
+           "--eos_token_id separates documents in token files; SFT records (.jsonl) are separate examples already");
+  if (sft_) {
+    load_sft_data();
+  } else {
+    data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
+    sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));
+    train_sequences_ = sampler_->num_windows();
+  }
   const int n = dp_comm_->size();
   seqs_per_step_ = int64_t(B_) * G_ * n;
   ZT_CHECK(a_.train_batch_size <= 0 || a_.train_batch_size == seqs_per_step_, "train_batch_size ", a_.train_batch_size,
            " does not equal micro batch ", B_, " x accumulation ", G_, " x ranks ", n, " = ", seqs_per_step_);
-  ZT_CHECK(sampler_->num_windows() >= seqs_per_step_, a_.train_file, " has ", data_->size(), " tokens, only ",
-           sampler_->num_windows(), " sequences of ", T_, "+1 tokens, fewer than one optimizer step needs (",
-           seqs_per_step_, " = batch ", B_, " x accumulation ", G_, " x ranks ", n,
-           "); use more data or a smaller batch");
-  if (!a_.validation_file.empty()) val_ = std::make_unique<TokenFile>(a_.validation_file, cfg_.vocab_size);
-  steps_per_epoch_ = std::max<int64_t>(1, sampler_->num_windows() / seqs_per_step_);
+  ZT_CHECK(train_sequences_ >= seqs_per_step_, a_.train_file, " has only ", train_sequences_, " sequences of ", T_,
+           sft_ ? " tokens (rows of examples)" : "+1 tokens", ", fewer than one optimizer step needs (", seqs_per_step_,
+           " = batch ", B_, " x accumulation ", G_, " x ranks ", n, "); use more data or a smaller batch");
+  if (!a_.validation_file.empty() && !sft_) val_ = std::make_unique<TokenFile>(a_.validation_file, cfg_.vocab_size);
+  steps_per_epoch_ = std::max<int64_t>(1, train_sequences_ / seqs_per_step_);
   total_steps_ = a_.max_steps > 0 ? a_.max_steps : int64_t(std::ceil(a_.num_train_epochs * double(steps_per_epoch_)));
   ZT_CHECK(total_steps_ > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
   sched_ = std::make_unique<optim::Schedule>(schedule_from_args(a_, total_steps_));
@@ -348,6 +373,50 @@ void Trainer::load_data() {
   if (do_eval_given && !a_.do_eval) eval_every_ = 0;
   save_every_ = a_.save_strategy == "steps" ? a_.save_steps : a_.save_strategy == "epoch" ? steps_per_epoch_ : 0;
   if (a_.logging_strategy == "epoch") log_every_ = steps_per_epoch_;
+}
+
+// SFT records: the chief tokenizes (or finds the cache) first, so ranks on one host do not all
+// tokenize; then every rank reads the cache. Rows follow --packing and --model_max_length.
+void Trainer::load_sft_data() {
+  const std::string tok_path = !a_.tokenizer_name.empty() ? a_.tokenizer_name : a_.model_name_or_path;
+  ZT_CHECK(!tok_path.empty(), "--train_file ", a_.train_file,
+           " holds SFT records, which need a tokenizer: pass --tokenizer_name (a folder with tokenizer.json, or "
+           "--model_name_or_path with one)");
+  const std::unique_ptr<Tokenizer> tok = Tokenizer::load(tok_path);
+  const ChatTemplateConfig tpl = chat_template_load(tok_path, a_.chat_template_path);
+  SftOptions opt;
+  opt.completion_only_loss = a_.completion_only_loss;
+  opt.assistant_only_loss = a_.assistant_only_loss;
+  const ChatFormatter fmt(tpl, opt, tok->eos_id() >= 0 ? tok->decode({tok->eos_id()}) : std::string());
+  const std::string cache = a_.cache_dir.empty() ? sft_default_cache_dir() : a_.cache_dir;
+  auto build = [&](const std::string& file, const char* flag) {
+    return std::make_unique<SftTokens>(sft_tokenize({file, flag, tok_path, cache}, *tok, fmt, tpl, opt));
+  };
+  for (int pass = 0; pass < 2; ++pass) {  // pass 0: the chief builds; pass 1: everyone reads
+    if ((pass == 0) == (world_.rank() == 0)) {
+      sft_train_ = build(a_.train_file, "--train_file");
+      if (!a_.validation_file.empty()) sft_val_ = build(a_.validation_file, "--validation_file");
+    }
+    if (pass == 0) world_.barrier();
+  }
+  for (const SftTokens* d : {sft_train_.get(), sft_val_.get()}) {
+    if (!d) continue;
+    const int32_t mx = d->tokens.empty() ? 0 : *std::max_element(d->tokens.begin(), d->tokens.end());
+    ZT_CHECK(mx < cfg_.vocab_size, "the tokenizer ", tok_path, " produced id ", mx, ", >= the model's vocab_size ",
+             cfg_.vocab_size, "; use the model's own tokenizer");
+  }
+  sft_rows_ = std::make_unique<SftRows>(*sft_train_, T_, a_.packing, !a_.no_shuffle, uint64_t(a_.seed));
+  if (sft_val_) sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, T_, a_.packing, false, 0);
+  train_sequences_ = sft_rows_->num_sequences();
+  if (chief_)
+    std::printf(
+        "SFT data: %lld examples, %lld tokens, %lld trained targets in %lld rows of %d (%s, %s); %s %s in "
+        "%.2f s; %lld truncated to %d+1 tokens\n",
+        (long long)sft_train_->examples(), (long long)sft_train_->tokens.size(), (long long)sft_rows_->total_targets(),
+        (long long)train_sequences_, T_, a_.packing ? "packed" : "one example per row",
+        tpl.source.empty() ? "no chat template" : tpl.origin.c_str(),
+        sft_train_->from_cache ? "read cache" : "tokenized into", sft_train_->cache_path.c_str(), sft_train_->seconds,
+        (long long)sft_rows_->truncated(), T_);
 }
 
 // The chief locks the folder first (so a second run stops there, naming this one), then
@@ -452,15 +521,16 @@ void Trainer::start_loader_and_log() {
   lc_.eos_id = a_.eos_token_id;
   if (lc_.eos_id < 0 && cfg_.raw.contains("eos_token_id") && cfg_.raw["eos_token_id"].is_number_integer())
     lc_.eos_id = cfg_.raw["eos_token_id"].get<int64_t>();
-  ZT_CHECK(!a_.packing || lc_.eos_id >= 0,
+  ZT_CHECK(sft_ || !a_.packing || lc_.eos_id >= 0,
            "--packing needs the EOS token id: config.json has no integer eos_token_id; pass --eos_token_id");
   lc_.depth = std::max(2, a_.dataloader_prefetch + 1);
-  loader_ = std::make_unique<DataLoader>(*data_, lc_, start_step_);
+  loader_ = sft_ ? std::make_unique<DataLoader>(*sft_rows_, lc_, start_step_)
+                 : std::make_unique<DataLoader>(*data_, lc_, start_step_);
   if (chief_) {
     log_ = std::make_unique<TrainLog>(a_, cfg_, *model_, total_steps_, steps_per_epoch_, T_, start_step_,
                                       dp_comm_->size());
     if (resumed_) log_->load_state(*resumed_);
-    log_->print_header(sampler_->num_windows(), seqs_per_step_);
+    log_->print_header(train_sequences_, seqs_per_step_);
     if (dp_comm_->size() > 1) std::printf("  Data parallel: %s\n", engine_->describe().dump().c_str());
   }
   resumed_.reset();  // every component has its state: the checkpoint's files close
@@ -468,9 +538,11 @@ void Trainer::start_loader_and_log() {
 
 // One optimizer step through the strategy object: micro-batches, reductions, clip, update.
 StepResult Trainer::train_step(int64_t step) {
-  // The loss scale multiplies the gradients (fp16); the loss itself is reported unscaled.
+  // The loss scale multiplies the gradients (fp16); the loss itself is reported unscaled. The
+  // mean is over the step's counted targets: all of them for token files; for SFT, those not
+  // ignored (prompt tokens, padding), counted over the whole global step by the loader.
   const double loss_scale = scaler_ ? scaler_->scale_exact() : 1.0;
-  const float grad_scale = float(loss_scale / (double(seqs_per_step_) * T_));
+  float grad_scale = float(loss_scale / (double(seqs_per_step_) * T_));
   engine_->begin_step();
   if (a_.test_fail_step == step && world_.rank() == a_.test_fail_rank)  // test hook, set by apps/
     throw Error(
@@ -479,6 +551,7 @@ StepResult Trainer::train_step(int64_t step) {
   for (int micro = 0; micro < G_; ++micro) {
     const MicroBatch& mb = loader_->next();
     ZT_ASSERT(mb.step == step && mb.micro == micro);
+    if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
     int64_t c = 0;
     engine_->set_last_micro(micro == G_ - 1);
     sums[0] += model_->forward_backward(mb.inputs.data(), mb.targets.data(), grad_scale, &c, mb.pos());
@@ -487,7 +560,7 @@ StepResult Trainer::train_step(int64_t step) {
   engine_->end_backward();
   if (dp_comm_->size() > 1) dp_comm_->all_reduce(sums, 2);
   StepResult r;
-  r.loss = sums[0] / sums[1];
+  r.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // a step of prompt-only rows trains nothing
   // In fp32 a non-finite loss ends the run; under mixed precision it is an overflow like
   // inf/NaN gradients (the global norm, the same on every rank): the step is skipped.
   ZT_CHECK(scaler_ || std::isfinite(r.loss), "loss became ", r.loss, " at step ", step + 1,
@@ -524,9 +597,10 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   const bool eval_now = (eval_every_ > 0 && (step + 1) % eval_every_ == 0) || (final_eval_ && step + 1 == total_steps_);
   // When the engine's forward is a collective (ZeRO-3 gathers), every rank evaluates.
   bool best_now = false;
-  if (val_ && eval_now && (chief_ || engine_->forward_is_collective())) {
-    EvalResult e = evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
-                            a_.per_device_eval_batch_size);
+  if ((val_ || sft_val_rows_) && eval_now && (chief_ || engine_->forward_is_collective())) {
+    EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples)
+                                 : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples,
+                                            a_.packing ? lc_.eos_id : -1, a_.per_device_eval_batch_size);
     if (log_) log_->eval_done(step + 1, e);
     const std::string& m = a_.metric_for_best_model;
     const double v = m == "loss" || m == "eval_loss" ? e.loss : e.perplexity;
