@@ -53,19 +53,10 @@ class Reader {
         continue;
       }
       if (jsonl_.is_open()) {
-        std::string line;
-        if (std::getline(jsonl_, line)) {
-          ++line_no_;
-          if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-          nlohmann::json j;
-          try {
-            j = nlohmann::json::parse(line);
-          } catch (const nlohmann::json::exception&) {
-            throw Error(str_cat(jsonl_name_, ":", line_no_, ": not valid JSON"));
-          }
-          ZT_CHECK(j.is_object() && j.contains(field_) && j[field_].is_string(), jsonl_name_, ":", line_no_,
-                   ": no string field \"", field_, "\"; pass --text_field");
-          std::string t = j[field_].get<std::string>();
+        std::string t;
+        bool blank = false;
+        if (next_jsonl_text(jsonl_, jsonl_name_, field_, &line_no_, &t, &blank)) {
+          if (blank) continue;
           *bytes += t.size();
           used += t.size();
           out.push_back({std::move(t), true, doc_++});
@@ -109,6 +100,26 @@ bool goes_to_validation(int64_t doc, double pct) {
 }
 
 }  // namespace
+
+bool next_jsonl_text(std::istream& in, const std::string& name, const std::string& field, int64_t* line_no,
+                     std::string* text, bool* blank) {
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  ++*line_no;
+  text->clear();
+  *blank = line.find_first_not_of(" \t\r") == std::string::npos;
+  if (*blank) return true;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception&) {
+    throw Error(str_cat(name, ":", *line_no, ": not valid JSON"));
+  }
+  ZT_CHECK(j.is_object() && j.contains(field) && j[field].is_string(), name, ":", *line_no, ": no string field \"",
+           field, "\"; pass --text_field");
+  *text = j[field].get<std::string>();
+  return true;
+}
 
 std::vector<fs::path> list_corpus_files(const std::vector<std::string>& inputs) {
   std::vector<fs::path> files;

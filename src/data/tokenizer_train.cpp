@@ -223,19 +223,9 @@ class ChunkReader {
         continue;
       }
       if (jsonl_.is_open()) {
-        std::string line;
-        if (std::getline(jsonl_, line)) {
-          ++line_no_;
-          if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-          nlohmann::json j;
-          try {
-            j = nlohmann::json::parse(line);
-          } catch (const nlohmann::json::exception&) {
-            throw Error(str_cat(name_, ":", line_no_, ": not valid JSON"));
-          }
-          ZT_CHECK(j.is_object() && j.contains(field_) && j[field_].is_string(), name_, ":", line_no_,
-                   ": no string field \"", field_, "\"; pass --text_field");
-          std::string t = j[field_].get<std::string>();
+        std::string t;
+        bool blank = false;
+        if (next_jsonl_text(jsonl_, name_, field_, &line_no_, &t, &blank)) {
           *bytes += t.size();
           used += t.size();
           if (!t.empty()) out.push_back(std::move(t));

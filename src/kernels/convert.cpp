@@ -36,27 +36,16 @@ void blocks(int64_t n, F f, bool parallel = true) {
 }
 }  // namespace
 
-void to_lowp(DType t, uint16_t* dst, const float* src, int64_t n) {
+namespace {
+void to_lowp_impl(DType t, uint16_t* dst, const float* src, int64_t n, bool parallel) {
   ZT_ASSERT(t == DType::bf16 || t == DType::f16, "to_lowp: ", dtype_name(t), " is not a 16-bit float type");
-  if (t == DType::bf16)
-    blocks(n, [&](int64_t i, __mmask16 m) {
-      _mm256_mask_storeu_epi16(dst + i, m, cvt_bf16(_mm512_maskz_loadu_ps(m, src + i)));
-    });
-  else
-    blocks(n, [&](int64_t i, __mmask16 m) {
-      _mm256_mask_storeu_epi16(dst + i, m,
-                               _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
-    });
-}
-
-void to_lowp_serial(DType t, uint16_t* dst, const float* src, int64_t n) {
   if (t == DType::bf16)
     blocks(
         n,
         [&](int64_t i, __mmask16 m) {
           _mm256_mask_storeu_epi16(dst + i, m, cvt_bf16(_mm512_maskz_loadu_ps(m, src + i)));
         },
-        false);
+        parallel);
   else
     blocks(
         n,
@@ -64,8 +53,12 @@ void to_lowp_serial(DType t, uint16_t* dst, const float* src, int64_t n) {
           _mm256_mask_storeu_epi16(dst + i, m,
                                    _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
         },
-        false);
+        parallel);
 }
+}  // namespace
+
+void to_lowp(DType t, uint16_t* dst, const float* src, int64_t n) { to_lowp_impl(t, dst, src, n, true); }
+void to_lowp_serial(DType t, uint16_t* dst, const float* src, int64_t n) { to_lowp_impl(t, dst, src, n, false); }
 
 void to_bf16_keep(uint16_t* dst, float* src, int64_t n) {
   blocks(n, [&](int64_t i, __mmask16 m) {
