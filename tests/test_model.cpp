@@ -219,7 +219,10 @@ TEST_P(ModelTest, PackedBatchEqualsSeparateDocuments) {
                           packed.flat_grads().as<float>() + p.offset + p.numel);
     std::vector<float> gs(single.flat_grads().as<float>() + p.offset,
                           single.flat_grads().as<float>() + p.offset + p.numel);
-    test::expect_close(gp, gs, 1e-4, 1e-6, p.name.c_str());
+    // Packed and separate passes sum each gradient in a different order; with Qwen3's q/k
+    // norms the sanitizer build's codegen differed by 2.2e-6 on a 1e-2 embedding gradient. A
+    // document attending across its boundary changes gradients by orders of magnitude more.
+    test::expect_close(gp, gs, 1e-4, 1e-5, p.name.c_str());
   }
 }
 
