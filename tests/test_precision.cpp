@@ -63,8 +63,6 @@ TEST(Convert, MatchesScalarReferencesIncludingEdges) {
   kernels::from_lowp(DType::f16, back.data(), h.data(), n);
   for (int64_t i = 0; i < n; ++i)
     if (!std::isnan(x[i])) EXPECT_EQ(back[i], f16_to_f32(h[i]));
-  EXPECT_FALSE(kernels::all_finite(x.data(), n));
-  EXPECT_TRUE(kernels::all_finite(x.data(), 1000));
 }
 
 // The bf16 GEMM multiplies bf16 values exactly and accumulates in fp32: against the naive

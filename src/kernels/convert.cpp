@@ -3,8 +3,7 @@
 #include "kernels/convert.h"
 
 #include <immintrin.h>
-
-#include <cmath>
+#include <omp.h>
 
 namespace zt::kernels {
 
@@ -26,39 +25,29 @@ inline __m256i cvt_bf16(__m512 v) {
 }
 inline __m512 bf16_to_ps(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
-// Full blocks of 16 without masks (the hot path), then one masked tail.
+// Full blocks of 16 without masks (the hot path), then one masked tail. Called from inside a
+// parallel loop (the LM head converts one row per iteration) it runs on the calling thread.
 template <class F>
-void blocks(int64_t n, F f, bool parallel = true) {
+void blocks(int64_t n, F f) {
   const int64_t nb = n / 16;
-#pragma omp parallel for schedule(static) if (parallel && n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin && !omp_in_parallel())
   for (int64_t b = 0; b < nb; ++b) f(b * 16, __mmask16(0xffff));
   if (n % 16) f(nb * 16, __mmask16((1u << (n % 16)) - 1));
 }
 }  // namespace
 
-namespace {
-void to_lowp_impl(DType t, uint16_t* dst, const float* src, int64_t n, bool parallel) {
+void to_lowp(DType t, uint16_t* dst, const float* src, int64_t n) {
   ZT_ASSERT(t == DType::bf16 || t == DType::f16, "to_lowp: ", dtype_name(t), " is not a 16-bit float type");
   if (t == DType::bf16)
-    blocks(
-        n,
-        [&](int64_t i, __mmask16 m) {
-          _mm256_mask_storeu_epi16(dst + i, m, cvt_bf16(_mm512_maskz_loadu_ps(m, src + i)));
-        },
-        parallel);
+    blocks(n, [&](int64_t i, __mmask16 m) {
+      _mm256_mask_storeu_epi16(dst + i, m, cvt_bf16(_mm512_maskz_loadu_ps(m, src + i)));
+    });
   else
-    blocks(
-        n,
-        [&](int64_t i, __mmask16 m) {
-          _mm256_mask_storeu_epi16(dst + i, m,
-                                   _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
-        },
-        parallel);
+    blocks(n, [&](int64_t i, __mmask16 m) {
+      _mm256_mask_storeu_epi16(dst + i, m,
+                               _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
+    });
 }
-}  // namespace
-
-void to_lowp(DType t, uint16_t* dst, const float* src, int64_t n) { to_lowp_impl(t, dst, src, n, true); }
-void to_lowp_serial(DType t, uint16_t* dst, const float* src, int64_t n) { to_lowp_impl(t, dst, src, n, false); }
 
 void to_bf16_keep(uint16_t* dst, float* src, int64_t n) {
   blocks(n, [&](int64_t i, __mmask16 m) {
@@ -80,32 +69,11 @@ void from_lowp(DType t, float* dst, const uint16_t* src, int64_t n) {
     });
 }
 
-void to_lowp_rows(DType t, uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
-  if (ld == cols) return to_lowp(t, dst, src, rows * cols);
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    // Each row is small next to the threads' share, so rows convert serially inside.
-    for (int64_t c = 0; c < cols; c += 16) {
-      const __mmask16 m = cols - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - c)) - 1);
-      const __m512 v = _mm512_maskz_loadu_ps(m, src + r * ld + c);
-      _mm256_mask_storeu_epi16(dst + r * cols + c, m,
-                               t == DType::bf16 ? cvt_bf16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-    }
-  }
-}
-
 void round_to_f16(float* dst, const float* src, int64_t n) {
   blocks(n, [&](int64_t i, __mmask16 m) {
     const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT);
     _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(h));
   });
-}
-
-bool all_finite(const float* x, int64_t n) {
-  int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) bad |= !std::isfinite(x[i]);
-  return !bad;
 }
 
 }  // namespace zt::kernels

@@ -56,7 +56,7 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
         for (int v = 0; v < V; ++v) z[v] *= ks;
         z[tgt] -= grad_scale;
         // Lowered here, while the row is in cache, not in a second pass over the chunk.
-        if (low) to_lowp_serial(k.t, low + i * V, z, V);
+        if (low) to_lowp(k.t, low + i * V, z, V);
         if (k.round_f16) round_to_f16(z, z, V);
       }
     }

@@ -247,6 +247,7 @@ class Trainer {
   std::unique_ptr<OutputDirLock> lock_;  // the chief's, for the run's lifetime
   RunTag run_tag_;                       // the chief's; empty on the other ranks (they write no JSON)
   int B_ = 0, G_ = 0, T_ = 0;
+  nn::ActPlan plan_;                 // precision and recomputation, from the arguments (after auto_find_batch_size)
   int64_t memory_limit_bytes_ = -1;  // --max_memory for this host (the smallest over the ranks' hosts)
   int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
   std::unique_ptr<TokenFile> data_, val_;
@@ -282,7 +283,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   if (a_.threads > 0) omp_set_num_threads(a_.threads);
   check_args(a_);
   cfg_ = load_config(a_);
-  act_plan_from_args(a_, cfg_);  // a bad combination fails here, before any work
+  plan_ = act_plan_from_args(a_, cfg_);  // a bad combination fails here, before any work
   // Every weight shard present before --output_dir is touched (a missing one is one error).
   if (!a_.model_name_or_path.empty()) hf_check_weights(a_.model_name_or_path);
   side_files_ = side_files(a_);
@@ -303,6 +304,11 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   startup_s_ = seconds_since(t_start_);
 }
 
+// The sequence length T: --model_max_length, else min(1024, the model's context).
+static int seq_len(const TrainArgs& a, const ModelConfig& cfg) {
+  return a.model_max_length > 0 ? a.model_max_length : std::min(1024, cfg.max_position);
+}
+
 // --max_memory / --auto_find_batch_size. Every rank must choose the same layout, so the
 // limit is the smallest any rank sees (a collective, after the ranks agreed on the arguments).
 void Trainer::fit_memory() {
@@ -313,21 +319,22 @@ void Trainer::fit_memory() {
   if (world_.size() > 1) world_.all_reduce(&lim, 1, dist::ReduceOp::min);
   memory_limit_bytes_ = lim == INT64_MAX ? -1 : lim * parallel::ranks_on_this_host();
   if (!a_.auto_find_batch_size) return;
-  const int T = a_.model_max_length > 0 ? a_.model_max_length : std::min(1024, cfg_.max_position);
-  const std::string line = auto_find_batch_size(a_, cfg_, T, world_.size(), lim == INT64_MAX ? -1 : lim, source);
+  const std::string line =
+      auto_find_batch_size(a_, cfg_, seq_len(a_, cfg_), world_.size(), lim == INT64_MAX ? -1 : lim, source);
+  plan_ = act_plan_from_args(a_, cfg_);  // it may have chosen a recomputation mode
   if (world_.rank() == 0) std::printf("%s\n", line.c_str());
 }
 
 void Trainer::load_data() {
   B_ = a_.per_device_train_batch_size;
   G_ = a_.gradient_accumulation_steps;
-  T_ = a_.model_max_length > 0 ? a_.model_max_length : std::min(1024, cfg_.max_position);
+  T_ = seq_len(a_, cfg_);
   ZT_CHECK(T_ <= cfg_.max_position, "--model_max_length ", T_, " exceeds the model's context of ", cfg_.max_position,
            " positions (n_positions / max_position_embeddings); lower it");
   parallel::check_training_memory(
       cfg_,
       {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
-       parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage), act_plan_from_args(a_, cfg_),
+       parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage), plan_,
        int(dtype_size(comm_dtype_from_args(a_)))},
       a_.max_memory.empty() ? -1 : memory_limit_bytes_);  // before anything large is allocated
   sft_ = is_jsonl(a_.train_file);
@@ -508,7 +515,7 @@ void Trainer::start_run(const CheckpointRef* resumed) {
 }
 
 void Trainer::start_loader_and_log() {
-  model_->set_act_plan(act_plan_from_args(a_, cfg_));
+  model_->set_act_plan(plan_);
   model_->plan(B_, T_, /*training=*/true);
   lc_.B = B_;
   lc_.T = T_;
@@ -599,8 +606,8 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   bool best_now = false;
   if ((val_ || sft_val_rows_) && eval_now && (chief_ || engine_->forward_is_collective())) {
     EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples)
-                                 : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples,
-                                            a_.packing ? lc_.eos_id : -1, a_.per_device_eval_batch_size);
+                                 : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
+                                            a_.per_device_eval_batch_size);
     if (log_) log_->eval_done(step + 1, e);
     const std::string& m = a_.metric_for_best_model;
     const double v = m == "loss" || m == "eval_loss" ? e.loss : e.perplexity;

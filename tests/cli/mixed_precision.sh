@@ -60,7 +60,8 @@ for mode in "--bf16" "--bf16 --gradient_checkpointing" "--fp16 --recompute-granu
   # shellcheck disable=SC2086
   "$Z" train "${base[@]}" --output_dir "$W/m" --overwrite_output_dir --max_steps 2 --save_strategy no $mode \
     >/dev/null 2>&1
-  check "runs: $mode" '[ $? -eq 0 ]'
+  rc=$?
+  check "runs: $mode" '[ $rc -eq 0 ]'
 done
 expect_error() {  # a bad combination: exit 1 and one line naming it
   local want=$1; shift
