@@ -1,9 +1,9 @@
 // attention.cpp: flash attention forward and backward on the CPU.
 // Work is cut into 64x64 tiles of (query rows) x (keys). Inside a tile every product
-// runs along a contiguous axis so it vectorizes without horizontal sums: K and V tiles
-// are transposed once into (HS, 64) so that a score row is a sum of key-vectors
-// scaled by q's elements. Forward: one task per (batch, query head, query tile), online
-// softmax over key tiles. Backward: one task per (batch, key/value head), which owns
+// runs along a contiguous axis so it vectorizes without horizontal sums: a task's keys
+// (and values) are transposed once into (HS, T) so that a score row is a sum of
+// key-vectors scaled by q's elements. Forward: one task per (batch, query head), its
+// query tiles each an online softmax over key tiles. Backward: one task per (batch, key/value head), which owns
 // its dK, dV and its heads' dQ, so no two threads write one gradient (no atomics,
 // a fixed summation order, run-to-run identical results).
 // The head size is a template parameter for the common 64 and 128 so the compiler
@@ -15,62 +15,92 @@
 #include "kernels/attention.h"
 
 #include <algorithm>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/attention_tiles.h"
 #include "kernels/fast_math.h"
 
 namespace zt::kernels {
 namespace {
-constexpr int TILE = 64;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using namespace attn_tiles;
 
-// dst (HS, TILE) = src rows (n, HS) transposed, zero-padded to TILE columns.
-inline void transpose_tile(float* dst, const float* src, int64_t stride, int n, int HS) {
-  for (int j = 0; j < n; ++j)
-    for (int d = 0; d < HS; ++d) dst[d * TILE + j] = src[j * stride + d];
-  for (int j = n; j < TILE; ++j)
-    for (int d = 0; d < HS; ++d) dst[d * TILE + j] = 0.f;
+// dst (HS, ld) = src rows (n, HS) transposed, zero-padded to columns [n, ld): a head's keys
+// (or values) transposed once per task, so the score products of every tile read key
+// columns contiguously. Rows are read 16 at a time so each written line gets 16 values.
+inline void transpose_rows(float* dst, int64_t ld, const float* src, int64_t stride, int n, int HS) {
+  int j0 = 0;
+  for (; j0 + 16 <= n; j0 += 16)
+    for (int d = 0; d < HS; ++d) {
+      float* o = dst + d * ld + j0;
+#pragma omp simd
+      for (int j = 0; j < 16; ++j) o[j] = src[(j0 + j) * stride + d];
+    }
+  for (int j = j0; j < n; ++j)
+    for (int d = 0; d < HS; ++d) dst[d * ld + j] = src[j * stride + d];
+  for (int d = 0; d < HS; ++d) std::fill(dst + d * ld + n, dst + (d + 1) * ld, 0.f);
 }
 
-// The first key any row of a query tile [q0, q0 + nq) may see: 0 without documents.
-inline int tile_first_key(const int32_t* doc, int q0, int nq) {
-  if (!doc) return 0;
-  int lo = q0 + nq - 1;
-  for (int i = 0; i < nq; ++i) lo = std::min(lo, int(doc[q0 + i]));
-  return std::max(lo, 0);
+// The one micro-kernel behind every product of a tile: four accumulator rows of 64 floats
+// (acc + k * astride, k < 4) get sum_j w[k * wk + j * wj] * x[j * xs + c] over j < n,
+// added to them (accumulate) or written (not). Sixteen AVX-512 accumulators stay in
+// registers while each 64-float row of x is loaded once for four multiply-adds; written
+// with intrinsics because the compiler spilled the same loop written over arrays. Every
+// element sums over j in order, like the portable form below.
+inline void fma4x64(float* acc, int64_t astride, bool accumulate, const float* w, int64_t wk, int64_t wj,
+                    const float* x, int64_t xs, int n) {
+#if defined(__AVX512F__)
+  __m512 r[4][4];
+  for (int k = 0; k < 4; ++k)
+    for (int c = 0; c < 4; ++c)
+      r[k][c] = accumulate ? _mm512_loadu_ps(acc + k * astride + 16 * c) : _mm512_setzero_ps();
+  for (int j = 0; j < n; ++j) {
+    const float* xj = x + j * xs;
+    const __m512 x0 = _mm512_loadu_ps(xj), x1 = _mm512_loadu_ps(xj + 16), x2 = _mm512_loadu_ps(xj + 32),
+                 x3 = _mm512_loadu_ps(xj + 48);
+    const float* wjp = w + j * wj;
+    for (int k = 0; k < 4; ++k) {
+      const __m512 b = _mm512_set1_ps(wjp[k * wk]);
+      r[k][0] = _mm512_fmadd_ps(b, x0, r[k][0]);
+      r[k][1] = _mm512_fmadd_ps(b, x1, r[k][1]);
+      r[k][2] = _mm512_fmadd_ps(b, x2, r[k][2]);
+      r[k][3] = _mm512_fmadd_ps(b, x3, r[k][3]);
+    }
+  }
+  for (int k = 0; k < 4; ++k)
+    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(acc + k * astride + 16 * c, r[k][c]);
+#else
+  for (int k = 0; k < 4; ++k) {
+    float r[64];
+    for (int c = 0; c < 64; ++c) r[c] = accumulate ? acc[k * astride + c] : 0.f;
+    for (int j = 0; j < n; ++j) {
+      const float wv = w[k * wk + j * wj];
+      const float* xj = x + j * xs;
+#pragma omp simd
+      for (int c = 0; c < 64; ++c) r[c] += wv * xj[c];
+    }
+    for (int c = 0; c < 64; ++c) acc[k * astride + c] = r[c];
+  }
+#endif
 }
 
-// s (rows, TILE) = a rows (rows, HS) @ bt (HS, TILE) * scale. Four rows at a time share each
-// load of bt (4 x 64 accumulators fit the 32 AVX-512 registers), which the one-row loop spent
-// one load per multiply-add on; every element still sums over d in order, so the scores are
-// bit-identical to the one-row form.
+// s (rows, TILE) = a rows (rows, HS) @ bt (HS, TILE; row stride ldb) * scale: four rows at a
+// time through fma4x64 (HSC > 0), the rest one row at a time in the same order.
 template <int HSC>
-inline void tile_scores(float* s, const float* a, int64_t stride, int rows, const float* bt, float scale, int hs) {
+inline void tile_scores(float* s, const float* a, int64_t stride, int rows, const float* bt, int64_t ldb, float scale,
+                        int hs) {
   const int HS = HSC ? HSC : hs;
   int i = 0;
   if (HSC)
     for (; i + 4 <= rows; i += 4) {
-      float acc0[TILE] = {}, acc1[TILE] = {}, acc2[TILE] = {}, acc3[TILE] = {};
-      const float *a0 = a + i * stride, *a1 = a0 + stride, *a2 = a1 + stride, *a3 = a2 + stride;
-      for (int d = 0; d < HS; ++d) {
-        const float x0 = a0[d], x1 = a1[d], x2 = a2[d], x3 = a3[d];
-        const float* b = bt + d * TILE;
+      fma4x64(s + i * TILE, TILE, false, a + i * stride, stride, 1, bt, ldb, HS);
+      if (scale != 1.0f) {
 #pragma omp simd
-        for (int j = 0; j < TILE; ++j) {
-          acc0[j] += x0 * b[j];
-          acc1[j] += x1 * b[j];
-          acc2[j] += x2 * b[j];
-          acc3[j] += x3 * b[j];
-        }
-      }
-#pragma omp simd
-      for (int j = 0; j < TILE; ++j) {
-        s[i * TILE + j] = acc0[j] * scale;
-        s[(i + 1) * TILE + j] = acc1[j] * scale;
-        s[(i + 2) * TILE + j] = acc2[j] * scale;
-        s[(i + 3) * TILE + j] = acc3[j] * scale;
+        for (int j = 0; j < 4 * TILE; ++j) s[i * TILE + j] *= scale;
       }
     }
   for (; i < rows; ++i) {
@@ -78,7 +108,7 @@ inline void tile_scores(float* s, const float* a, int64_t stride, int rows, cons
     const float* ai = a + i * stride;
     for (int d = 0; d < HS; ++d) {
       const float ad = ai[d];
-      const float* b = bt + d * TILE;
+      const float* b = bt + d * ldb;
 #pragma omp simd
       for (int j = 0; j < TILE; ++j) acc[j] += ad * b[j];
     }
@@ -87,69 +117,95 @@ inline void tile_scores(float* s, const float* a, int64_t stride, int rows, cons
   }
 }
 
+// acc rows [i, i + 4) (HS each) += p rows [i, i + 4) (TILE each, zero outside each row's
+// visible keys) @ v rows [j0, j1): four query rows share every load of a value row.
+template <int HSC>
+inline void pv_rows4(float* acc, const float* p, const float* v, int64_t rs, int j0, int j1) {
+  for (int c = 0; c < HSC; c += 64) fma4x64(acc + c, HSC, true, p + j0, TILE, 1, v + j0 * rs + c, rs, j1 - j0);
+}
+
+// One task per (batch, query head): the head's keys are transposed once, then its query
+// tiles run an online softmax over their key tiles.
 template <int HSC>
 void forward_impl(float* out, float* lse, const float* qkv, const AttnDims& dm) {
   const int T = dm.T, NH = dm.NH, KVH = dm.KVH, HS = HSC ? HSC : dm.HS, group = NH / KVH;
   const int64_t rs = dm.row_stride(), os = int64_t(NH) * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int ntiles = (T + TILE - 1) / TILE;
-  const int64_t tasks = int64_t(dm.B) * NH * ntiles;
+  const int64_t ld = int64_t(ntiles) * TILE;
+  const int64_t tasks = int64_t(dm.B) * NH;
 #pragma omp parallel
   {
-    std::vector<float> kt(size_t(HS) * TILE), s(TILE * TILE), acc(size_t(TILE) * HS), m(TILE), l(TILE);
+    std::vector<float> kt(size_t(HS) * ld), s(TILE * TILE), acc(size_t(TILE) * HS), m(TILE), l(TILE), corr(TILE);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int qt = ntiles - 1 - int(task % ntiles);  // biggest tiles first for balance
-      const int h = int((task / ntiles) % NH), b = int(task / (int64_t(ntiles) * NH)), g = h / group;
-      const int q0 = qt * TILE, nq = std::min(TILE, T - q0);
+      const int h = int(task % NH), b = int(task / NH), g = h / group;
       const float* base = qkv + int64_t(b) * T * rs;
-      const float* q = base + int64_t(q0) * rs + int64_t(h) * HS;
       const int32_t* doc = dm.doc_start ? dm.doc_start + int64_t(b) * T : nullptr;
-      std::fill(acc.begin(), acc.end(), 0.f);
-      std::fill(m.begin(), m.end(), kNegInf);
-      std::fill(l.begin(), l.end(), 0.f);
-      for (int kt_i = tile_first_key(doc, q0, nq) / TILE; kt_i <= qt; ++kt_i) {
-        const int k0 = kt_i * TILE, nk = std::min(TILE, T - k0);
-        transpose_tile(kt.data(), base + int64_t(k0) * rs + int64_t(NH + g) * HS, rs, nk, HS);
-        tile_scores<HSC>(s.data(), q, rs, nq, kt.data(), scale, HS);
-        const float* v = base + int64_t(k0) * rs + int64_t(NH + KVH + g) * HS;
-        for (int i = 0; i < nq; ++i) {
-          float* si = s.data() + i * TILE;
-          const int valid = std::min(nk, q0 + i - k0 + 1);            // causal: keys <= query position
-          const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;  // keys >= its document start
-          if (first >= valid) continue;                               // this row's document starts after this tile
-          float mx = m[i];
-          for (int j = first; j < valid; ++j) mx = std::max(mx, si[j]);
-          float sum = 0.f;
+      transpose_rows(kt.data(), ld, base + int64_t(NH + g) * HS, rs, T, HS);
+      const float* vbase = base + int64_t(NH + KVH + g) * HS;
+      for (int qt = 0; qt < ntiles; ++qt) {
+        const int q0 = qt * TILE, nq = std::min(TILE, T - q0);
+        const float* q = base + int64_t(q0) * rs + int64_t(h) * HS;
+        std::fill(acc.begin(), acc.end(), 0.f);
+        std::fill(m.begin(), m.end(), kNegInf);
+        std::fill(l.begin(), l.end(), 0.f);
+        for (int kt_i = tile_first_key(doc, q0, nq) / TILE; kt_i <= qt; ++kt_i) {
+          const int k0 = kt_i * TILE, nk = std::min(TILE, T - k0);
+          tile_scores<HSC>(s.data(), q, rs, nq, kt.data() + k0, ld, scale, HS);
+          int jmin = TILE, jmax = 0;  // the keys any row of the tile sees
+          for (int i = 0; i < nq; ++i) {
+            float* si = s.data() + i * TILE;
+            const int valid = std::min(nk, q0 + i - k0 + 1);            // causal: keys <= query position
+            const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;  // keys >= its document start
+            if (first >= valid) {  // this row's document starts after this tile: nothing to add
+              std::fill_n(si, TILE, 0.f);
+              corr[i] = 1.f;
+              continue;
+            }
+            jmin = std::min(jmin, first);
+            jmax = std::max(jmax, valid);
+            const float mx = row_max(si, first, valid, m[i]);
+            float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-          for (int j = 0; j < TILE; ++j) {
-            float p = j >= first && j < valid ? fast_exp(si[j] - mx) : 0.f;
-            si[j] = p;
-            sum += p;
+            for (int j = 0; j < TILE; ++j) {
+              float p = j >= first && j < valid ? fast_exp(si[j] - mx) : 0.f;
+              si[j] = p;
+              sum += p;
+            }
+            corr[i] = fast_exp(m[i] - mx);
+            l[i] = l[i] * corr[i] + sum;
+            m[i] = mx;
           }
-          const float corr = fast_exp(m[i] - mx);
-          l[i] = l[i] * corr + sum;
-          m[i] = mx;
-          float* ai = acc.data() + size_t(i) * HS;
-          float r[HSC ? HSC : 1];
-          float* rr = HSC ? r : ai;
+          for (int i = 0; i < nq; ++i) {
+            float* ai = acc.data() + size_t(i) * HS;
+            const float c = corr[i];
 #pragma omp simd
-          for (int d = 0; d < HS; ++d) rr[d] = ai[d] * corr;
-          for (int j = first; j < valid; ++j) {
-            const float p = si[j];
-            const float* vj = v + j * rs;
-#pragma omp simd
-            for (int d = 0; d < HS; ++d) rr[d] += p * vj[d];
+            for (int d = 0; d < HS; ++d) ai[d] *= c;
           }
-          if (HSC)
-            for (int d = 0; d < HS; ++d) ai[d] = rr[d];
+          if (jmin >= jmax) continue;
+          const float* v = vbase + int64_t(k0) * rs;
+          int i = 0;
+          if constexpr (HSC > 0)
+            for (; i + 4 <= nq; i += 4)
+              pv_rows4<HSC>(acc.data() + size_t(i) * HS, s.data() + i * TILE, v, rs, jmin, jmax);
+          for (; i < nq; ++i) {
+            const float* si = s.data() + i * TILE;
+            float* ai = acc.data() + size_t(i) * HS;
+            for (int j = jmin; j < jmax; ++j) {
+              const float p = si[j];
+              const float* vj = v + j * rs;
+#pragma omp simd
+              for (int d = 0; d < HS; ++d) ai[d] += p * vj[d];
+            }
+          }
         }
-      }
-      for (int i = 0; i < nq; ++i) {
-        const float inv = 1.0f / l[i];
-        float* o = out + (int64_t(b) * T + q0 + i) * os + int64_t(h) * HS;
-        for (int d = 0; d < HS; ++d) o[d] = acc[size_t(i) * HS + d] * inv;
-        lse[(int64_t(b) * NH + h) * T + q0 + i] = m[i] + std::log(l[i]);
+        for (int i = 0; i < nq; ++i) {
+          const float inv = 1.0f / l[i];
+          float* o = out + (int64_t(b) * T + q0 + i) * os + int64_t(h) * HS;
+          for (int d = 0; d < HS; ++d) o[d] = acc[size_t(i) * HS + d] * inv;
+          lse[(int64_t(b) * NH + h) * T + q0 + i] = m[i] + std::log(l[i]);
+        }
       }
     }
   }
@@ -179,32 +235,7 @@ inline void weighted_rows(float* acc, const float* w, int wstride, const float* 
 template <int HSC>
 inline void weighted_rows4(float* acc, int64_t astride, const float* w, int wstride, int wk, const float* rows,
                            int64_t rstride, int n) {
-  constexpr int HS = HSC;
-  float r0[HS], r1[HS], r2[HS], r3[HS];
-  for (int d = 0; d < HS; ++d) {
-    r0[d] = acc[d];
-    r1[d] = acc[astride + d];
-    r2[d] = acc[2 * astride + d];
-    r3[d] = acc[3 * astride + d];
-  }
-  for (int j = 0; j < n; ++j) {
-    const float* wj = w + j * wstride;
-    const float w0 = wj[0], w1 = wj[wk], w2 = wj[2 * wk], w3 = wj[3 * wk];
-    const float* x = rows + j * rstride;
-#pragma omp simd
-    for (int d = 0; d < HS; ++d) {
-      r0[d] += w0 * x[d];
-      r1[d] += w1 * x[d];
-      r2[d] += w2 * x[d];
-      r3[d] += w3 * x[d];
-    }
-  }
-  for (int d = 0; d < HS; ++d) {
-    acc[d] = r0[d];
-    acc[astride + d] = r1[d];
-    acc[2 * astride + d] = r2[d];
-    acc[3 * astride + d] = r3[d];
-  }
+  for (int c = 0; c < HSC; c += 64) fma4x64(acc + c, astride, true, w, wk, wstride, rows + c, rstride, n);
 }
 
 template <int HSC>
@@ -214,11 +245,12 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
   const int64_t rs = dm.row_stride(), os = int64_t(NH) * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int ntiles = (T + TILE - 1) / TILE;
+  const int64_t ld = int64_t(ntiles) * TILE;
   const int64_t tasks = int64_t(dm.B) * KVH;
 #pragma omp parallel
   {
-    std::vector<float> kt(size_t(HS) * TILE), vt(size_t(HS) * TILE), p(TILE * TILE), ds(TILE * TILE),
-        dq(size_t(TILE) * HS), D(TILE);
+    std::vector<float> kt(size_t(HS) * ld), vt(size_t(HS) * ld), p(TILE * TILE), ds(TILE * TILE), dq(size_t(TILE) * HS),
+        D(TILE);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int g = int(task % KVH), b = int(task / KVH);
@@ -229,6 +261,9 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
         std::fill_n(dbase + t * rs + koff, HS, 0.f);
         std::fill_n(dbase + t * rs + voff, HS, 0.f);
       }
+      // The group's keys and values transposed once for all its heads and tiles.
+      transpose_rows(kt.data(), ld, base + koff, rs, T, HS);
+      transpose_rows(vt.data(), ld, base + voff, rs, T, HS);
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const int64_t qoff = int64_t(h) * HS;
         for (int qt = 0; qt < ntiles; ++qt) {
@@ -248,11 +283,8 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
           for (int kti = tile_first_key(doc, q0, nq) / TILE; kti <= qt; ++kti) {
             const int k0 = kti * TILE, nk = std::min(TILE, T - k0);
             const float* k = base + int64_t(k0) * rs + koff;
-            const float* v = base + int64_t(k0) * rs + voff;
-            transpose_tile(kt.data(), k, rs, nk, HS);
-            transpose_tile(vt.data(), v, rs, nk, HS);
-            tile_scores<HSC>(p.data(), q, rs, nq, kt.data(), scale, HS);   // S
-            tile_scores<HSC>(ds.data(), dO, os, nq, vt.data(), 1.0f, HS);  // dP = dO V^T
+            tile_scores<HSC>(p.data(), q, rs, nq, kt.data() + k0, ld, scale, HS);   // S
+            tile_scores<HSC>(ds.data(), dO, os, nq, vt.data() + k0, ld, 1.0f, HS);  // dP = dO V^T
             for (int i = 0; i < nq; ++i) {
               const int valid = std::min(nk, q0 + i - k0 + 1);
               const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;

@@ -33,6 +33,16 @@ void attention_forward(float* out, float* lse, const float* qkv, const AttnDims&
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const AttnDims& d);
 
+// The same with the tile products in bf16 (--bf16; attention_bf16.cpp): Q, K, V, dO and the
+// probability tiles P, dS are rounded to bf16 for AVX512-BF16 dot products with fp32
+// accumulation; softmax, lse and the outputs stay fp32. attention_bf16_native(HS) says
+// whether that kernel runs (built with AVX512-BF16 and HS a multiple of 64 up to 512);
+// otherwise these run the fp32 kernels above.
+bool attention_bf16_native(int HS);
+void attention_forward_bf16(float* out, float* lse, const float* qkv, const AttnDims& d);
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             const AttnDims& d);
+
 // One query row per head against a cache of n keys/values (KV-cache decoding):
 // q (NH*HS), k/v caches (n rows of KVH*HS), out (NH*HS). Not causal-masked: the cache
 // holds exactly the visible positions.

@@ -61,6 +61,11 @@ CASES += [
 # grad norms and trained parameters are looser for the same reason.
 MIXED = {"gpt2": "gpt2_autocast_bf16", "llama_gqa": "llama_gqa_autocast_bf16"}
 CASES += [(MIXED[n], args) for n, args in CASES if n in MIXED]
+# Head size 64: the bf16 attention kernel (AVX512-BF16 tile products) runs; below it falls back to fp32.
+CASES += [("gpt2_hs64_autocast_bf16", ["--arch", "gpt2", "--vocab_size", "300", "--n_embd", "128", "--n_layer", "2",
+                                       "--n_head", "2"]),
+          ("llama_hs64_autocast_bf16", ["--arch", "llama", "--vocab_size", "300", "--hidden_size", "128", "--n_layer",
+                                        "2", "--n_head", "2", "--n_kv_head", "1", "--ffn", "256"])]
 B, G, T, STEPS = 4, 2, 32, 5
 
 
