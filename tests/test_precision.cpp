@@ -87,16 +87,18 @@ TEST(Gemm, Bf16MatchesReferenceOnRoundedInputs) {
       }
 }
 
-ModelConfig tiny(Arch a, int layers = 3) {
+// hs64: head size 64 (two heads of width 128), where bf16 attention runs its AVX512-BF16 kernel.
+ModelConfig tiny(Arch a, int layers = 3, bool hs64 = false) {
   nlohmann::json j;
+  const int C = hs64 ? 128 : 32, NH = hs64 ? 2 : 4;
   if (a == Arch::gpt2)
-    j = {{"model_type", "gpt2"}, {"vocab_size", 67}, {"n_embd", 32},
-         {"n_layer", layers},    {"n_head", 4},      {"n_positions", 32}};
+    j = {{"model_type", "gpt2"}, {"vocab_size", 67}, {"n_embd", C},
+         {"n_layer", layers},    {"n_head", NH},     {"n_positions", 32}};
   else
     j = {{"model_type", "llama"},       {"vocab_size", 67},
-         {"hidden_size", 32},           {"intermediate_size", 40},
-         {"num_hidden_layers", layers}, {"num_attention_heads", 4},
-         {"num_key_value_heads", 2},    {"max_position_embeddings", 32}};
+         {"hidden_size", C},            {"intermediate_size", 40},
+         {"num_hidden_layers", layers}, {"num_attention_heads", NH},
+         {"num_key_value_heads", NH / 2}, {"max_position_embeddings", 32}};
   return config_from_json(j, "test");
 }
 
@@ -132,7 +134,7 @@ PassResult run(const ModelConfig& cfg, const nn::ActPlan& plan) {
 
 class RecomputeTest : public ::testing::TestWithParam<int> {
  protected:
-  ModelConfig cfg() const { return tiny(GetParam() == 0 ? Arch::gpt2 : Arch::llama); }
+  ModelConfig cfg() const { return tiny(GetParam() % 2 == 0 ? Arch::gpt2 : Arch::llama, 3, GetParam() >= 2); }
 };
 
 // fp32 recomputation reruns the same deterministic kernels on the same inputs, so the
@@ -171,8 +173,9 @@ TEST_P(RecomputeTest, MixedPrecisionIsCloseToFp32AndRecomputesExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, RecomputeTest, ::testing::Values(0, 1),
-                         [](const auto& info) { return info.param == 0 ? "Gpt2" : "Llama"; });
+INSTANTIATE_TEST_SUITE_P(Archs, RecomputeTest, ::testing::Values(0, 1, 2, 3), [](const auto& info) {
+  return std::string(info.param % 2 == 0 ? "Gpt2" : "Llama") + (info.param >= 2 ? "Hs64" : "");
+});
 
 // What each mode saves on GPT-2 124M at B=8, T=256 (the targets: full at least
 // 80% of the planned activation bytes, selective at least 40%).
