@@ -12,7 +12,8 @@ int cmd_tokenize(const Args& args);
 int cmd_tokenizer_train(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_generate(const Args& args);
-// apps/cmd_dist.cpp: communication benchmark, mpirun launcher, memory estimator.
+// apps/cmd_dist.cpp: communication benchmark, memory estimator; apps/cmd_launch.cpp: the mpirun
+// launcher and elastic agent.
 int cmd_bench_comm(const Args& args);
 int cmd_launch(const Args& args);
 int cmd_estimate_memory(const Args& args);

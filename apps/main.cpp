@@ -178,8 +178,15 @@ int cmd_train(const Args& args) {
   f.parse(args);
   a.explicit_flags = f.given();
   if (const char* hook = std::getenv("ZT_TEST_FAIL_AT")) {  // tests/dist: a rank failing mid-run
+    // rank:step, or rank:step:attempt to fail only in that attempt of `ztrain launch`'s agent.
     long long step = -1;
-    if (std::sscanf(hook, "%d:%lld", &a.test_fail_rank, &step) == 2) a.test_fail_step = step;
+    int attempt = -1, rank = -1;
+    const int n = std::sscanf(hook, "%d:%lld:%d", &rank, &step, &attempt);
+    const char* now = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    if (n >= 2 && (n < 3 || attempt == (now ? std::atoi(now) : 0))) {
+      a.test_fail_rank = rank;
+      a.test_fail_step = step;
+    }
   }
   // The world outlives the run so that an error on one rank ends the whole job here with
   // the rank named (abort_job), before the world's destructor reaches MPI_Finalize, which
