@@ -173,7 +173,8 @@ struct Launch {
     a.insert(a.end(), {"--bind-to", "none"});
     for (auto& [k, v] : env)
       if (k.rfind("OMPI_", 0) != 0) a.insert(a.end(), {"-x", k});
-    for (const char* k : {"ZT_COMM_TIMEOUT_S", "ZT_TEST_FAIL_AT", "TORCHELASTIC_RESTART_COUNT"})
+    for (const char* k : {"ZT_COMM_TIMEOUT_S", "ZT_TEST_FAIL_AT", "TORCHELASTIC_RESTART_COUNT",
+                          "ZT_TEST_SLOW_GEMM_RANK", "ZT_TEST_SLOW_LINK_RANK"})
       if (std::getenv(k)) a.insert(a.end(), {"-x", k});
     for (size_t b = mpirun_args.find_first_not_of(' '); b != std::string::npos;) {
       size_t e = std::min(mpirun_args.find(' ', b), mpirun_args.size());
@@ -202,7 +203,7 @@ int cmd_launch(const Args& all) {
   Launch L;
   std::string hostfile, master_addr, nnodes;
   int max_restarts = 0;
-  bool dry_run = false;
+  bool dry_run = false, health_check = false;
   FlagSet f("launch");
   f.add("nproc_per_node", &L.nproc, "ranks per host (1)", range::closed(1, 4096));
   f.add("hostfile", &hostfile, "OpenMPI hostfile for several hosts (\"host slots=N\" lines); ranks = N per host");
@@ -217,6 +218,9 @@ int cmd_launch(const Args& all) {
         "MIN:MAX hosts (torchrun's form; or N): with --hostfile, a restart runs on the hosts that answer "
         "if there are at least MIN");
   f.add("dry_run", &dry_run, "print the mpirun command without running it");
+  f.add("health_check", &health_check,
+        "before the command (and each restart), run `ztrain health-check` on the same ranks and stop if it "
+        "names a slow or broken rank");
   if (wants_help(args, f.help() + "\nusage: ztrain launch --nproc_per_node N [flags] -- <command> [its flags]\n"
                                   "e.g.   ztrain launch --nproc_per_node 2 -- train --model_config_path c.json ...\n"
                                   "OMP_NUM_THREADS is forwarded (default: cores / N per rank), ranks are not bound "
@@ -264,11 +268,23 @@ int cmd_launch(const Args& all) {
     std::printf("launch: %s\n", (line + join(argv)).c_str());
     std::fflush(stdout);
   };
+  // --health_check: the same mpirun line running `ztrain health-check` (exit 1 names a rank).
+  auto checked = [&](const std::string& hf) {
+    if (!health_check) return 0;
+    const std::vector<std::string> argv = L.argv({self_exe(), "health-check"}, hf, cores);
+    print_line(argv);
+    if (dry_run) return 0;
+    const int rc = run_child(argv);
+    if (rc != 0) std::printf("launch: the health check failed (exit %d); not starting the job\n", rc);
+    std::fflush(stdout);
+    return rc;
+  };
   if (!agent) {
+    for (auto& [k, v] : L.env) setenv(k.c_str(), v.c_str(), 1);
+    if (const int rc = checked(hostfile)) return rc;
     const std::vector<std::string> argv = L.argv(cmd, hostfile, cores);
     print_line(argv);
     if (dry_run) return 0;
-    for (auto& [k, v] : L.env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> cargv;
     std::vector<std::string> copy = argv;
     for (auto& a : copy) cargv.push_back(a.data());
@@ -356,6 +372,7 @@ int cmd_launch(const Args& all) {
       hf = hostfile;
     }
     setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt).c_str(), 1);
+    if (const int hc = checked(hf)) return hc;
     const std::vector<std::string> argv = L.argv(run, hf, cores);
     print_line(argv);
     if (dry_run) return 0;

@@ -242,6 +242,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return zt::app::cmd_generate(args);
     if (cmd == "launch") return zt::app::cmd_launch(args);
     if (cmd == "bench-comm") return zt::app::cmd_bench_comm(args);
+    if (cmd == "health-check") return zt::app::cmd_health_check(args);
     if (cmd == "estimate-memory") return zt::app::cmd_estimate_memory(args);
     std::fprintf(stderr, "ztrain: error: unknown command \"%s\"; run ztrain help for the list\n", cmd.c_str());
     return 2;
