@@ -157,6 +157,15 @@ int cmd_train(const Args& args) {
   f.add("allgather_bucket_size", &a.allgather_bucket_size, "accepted for DeepSpeed; ZeRO-1/2 gather per reduce bucket",
         range::closed(1, kMaxSteps));
   f.add("reduce_scatter", &a.reduce_scatter, "accepted for DeepSpeed; ZeRO stages always reduce-scatter");
+  f.add("local_sgd_steps", &a.local_sgd_steps,
+        "local SGD / DiLoCo: groups (hosts) all-reduce every step and synchronise every H steps (0: off)",
+        range::closed(0, 1000000));
+  f.add("local_sgd_group_size", &a.local_sgd_group_size, "ranks per local SGD group (0: the ranks of a host)",
+        range::closed(0, 4096));
+  f.add("local_sgd_outer_lr", &a.local_sgd_outer_lr, "local SGD's outer learning rate (DiLoCo: 0.7)",
+        range::closed(0, 10));
+  f.add("local_sgd_outer_momentum", &a.local_sgd_outer_momentum, "local SGD's outer Nesterov momentum (0.9)",
+        range::closed(0, 1));
   f.add("zero_hpz_partition_size", &a.zero_hpz_partition_size, "shard within groups of G ranks, replicate across (1)",
         range::closed(1, kMaxBatch));
   f.add("zero_quantized_weights", &a.zero_quantized_weights, "ZeRO++ qwZ: int8 parameter all-gather (stage 3)");

@@ -15,6 +15,9 @@ void check_data_parallel_options(const DataParallelOptions& o, int n) {
            o.reduce_bucket_size);
   ZT_CHECK(o.hpz_partition_size >= 1 && n % o.hpz_partition_size == 0, "--zero_hpz_partition_size ",
            o.hpz_partition_size, " must divide the number of ranks (", n, ")");
+  ZT_CHECK(!o.local_sgd || (o.stage == 0 && o.hpz_partition_size == 1),
+           "--local_sgd_steps runs on DDP (each group all-reduces, groups meet every H steps); drop --zero_stage "
+           "and --zero_hpz_partition_size");
   ZT_CHECK(o.hpz_partition_size == 1 || o.stage >= 1,
            "--zero_hpz_partition_size needs --zero_stage 1, 2 or 3 (DDP replicates everything)");
   ZT_CHECK(!o.quantized_weights || o.stage == 3,
@@ -64,7 +67,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     // DDP replicates everything: its reduction group is the grid's dp_shard, which holds every
     // data-parallel rank (hybrid groups need a ZeRO stage), and carries only this engine's
     // traffic (the trainer's scalar reductions run on grid.dp()).
-    ZT_ASSERT(grid.dp_replicate().size() == 1, "DDP takes no replicate groups");
+    ZT_ASSERT(grid.dp_replicate().size() == 1 || o.local_sgd, "DDP takes no replicate groups (but local SGD's)");
     dp_ = &grid.dp_shard();
     if (comm_dtype_ != DType::f32 && dp_->size() > 1)
       comm16_ = Buffer(size_t(model.num_params()) * dtype_size(comm_dtype_), MemCategory::temporary);

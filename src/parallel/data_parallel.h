@@ -38,6 +38,9 @@ struct DataParallelOptions {
   // carries half the bytes and every partial sum is rounded (DDP and the ZeRO reduce-scatter;
   // hybrid sharding's replica all-reduce stays fp32).
   DType comm_dtype = DType::f32;
+  // Local SGD (parallel/local_sgd.h): DDP reduces within the grid's dp_shard groups only; the
+  // replicate groups synchronise through the outer loop every H steps.
+  bool local_sgd = false;
   // The optimizer each engine makes (optim::make_optimizer) over what its rank owns.
   std::string optim = "adamw_torch";  // HF's --optim name
   optim::OptimizerConfig optim_config;

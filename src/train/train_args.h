@@ -139,6 +139,12 @@ struct TrainArgs {
   bool contiguous_gradients = true;
   bool reduce_scatter = true;             // stage 1/2: reduce-scatter gradients instead of all-reduce
   int zero_hpz_partition_size = 1;        // hybrid: shard within groups of this many ranks (1 = all ranks)
+  // Local SGD / DiLoCo (parallel/local_sgd.h): groups of ranks (default: the ranks of a host)
+  // all-reduce every step and synchronise across groups every local_sgd_steps steps.
+  int local_sgd_steps = 0;  // 0: off
+  int local_sgd_group_size = 0;  // 0: the ranks on this host
+  double local_sgd_outer_lr = 0.7;
+  double local_sgd_outer_momentum = 0.9;
   bool zero_quantized_weights = false;    // ZeRO++ qwZ: int8 blockwise parameter all-gather
   bool zero_quantized_gradients = false;  // ZeRO++ qgZ: int8 gradient reduce-scatter
   int64_t steps_per_print = 10;

@@ -11,6 +11,7 @@
 // (dist/parallel_dims.h); today it is all data parallel, and everything data-parallel
 // (engine, loss reduction, loader) takes the grid's dp communicator, never the world.
 #include <omp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -32,6 +33,7 @@
 #include "data/token_data.h"
 #include "data/tokenizer.h"
 #include "dist/parallel_dims.h"
+#include "parallel/local_sgd.h"
 #include "parallel/memory_fit.h"
 #include "parallel/buckets.h"
 #include "models/transformer.h"
@@ -188,11 +190,34 @@ parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   o.quantized_gradients = a.zero_quantized_gradients;
   o.optim = a.optim;
   o.comm_dtype = comm_dtype_from_args(a);
+  o.local_sgd = a.local_sgd_steps > 0;
   o.optim_config.beta1 = a.adam_beta1;
   o.optim_config.beta2 = a.adam_beta2;
   o.optim_config.eps = a.adam_epsilon;
   o.optim_config.weight_decay = a.weight_decay;
   return o;
+}
+
+// Local SGD's group size: given, or the ranks of a host (hosts named by gethostname, each the
+// same number of consecutive ranks, as mpirun's --map-by ppr:N:node places them).
+int local_sgd_group(dist::Communicator& world, int given) {
+  const int n = world.size();
+  if (given > 0) {
+    ZT_CHECK(n % given == 0, "--local_sgd_group_size ", given, " must divide the number of ranks (", n, ")");
+    return given;
+  }
+  char mine[64] = {};
+  gethostname(mine, sizeof mine - 1);
+  std::vector<char> all(size_t(n) * sizeof mine);
+  world.all_gather(mine, all.data(), sizeof mine);
+  auto host = [&](int r) { return std::string(all.data() + size_t(r) * sizeof mine); };
+  int g = 1;
+  while (g < n && host(g) == host(0)) ++g;
+  bool ok = n % g == 0;
+  for (int r = 0; ok && r < n; ++r) ok = host(r) == host(r - r % g) && (r % g != 0 || r == 0 || host(r) != host(r - 1));
+  ZT_CHECK(ok, "--local_sgd_steps groups ranks by host, but the hosts do not each hold ", g,
+           " consecutive ranks; place them so (mpirun --map-by ppr:N:node) or set --local_sgd_group_size");
+  return g;
 }
 
 // The run's process grid: every rank data parallel (sharded, or hybrid when ZeRO's
@@ -201,6 +226,7 @@ parallel::DataParallelOptions engine_options(const TrainArgs& a) {
 dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
   dist::ParallelDims d;
   d.dp_shard = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : world;
+  if (a.local_sgd_steps > 0) d.dp_shard = a.local_sgd_group_size;  // resolved, divides the world
   d.dp_replicate = world / d.dp_shard;
   return d;
 }
@@ -271,6 +297,7 @@ class Trainer {
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
   std::unique_ptr<optim::LossScaler> scaler_;
+  std::unique_ptr<parallel::LocalSgd> local_sgd_;  // --local_sgd_steps
   std::unique_ptr<CheckpointReader> resumed_;
   LoaderConfig lc_;
   std::unique_ptr<DataLoader> loader_;
@@ -293,6 +320,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   check_ranks_agree(world, job_identity(a_, cfg_, train_id_));
   fit_memory();
   parallel::check_data_parallel_options(engine_options(a_), world.size());
+  if (a_.local_sgd_steps > 0) a_.local_sgd_group_size = local_sgd_group(world, a_.local_sgd_group_size);
   grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
   dp_comm_ = &grid_->dp();
   chief_ = world.rank() == 0;
@@ -379,6 +407,11 @@ void Trainer::load_data() {
   final_eval_ = do_eval_given ? a_.do_eval : es != "no";
   if (do_eval_given && !a_.do_eval) eval_every_ = 0;
   save_every_ = a_.save_strategy == "steps" ? a_.save_steps : a_.save_strategy == "epoch" ? steps_per_epoch_ : 0;
+  // Local SGD: groups agree on the parameters only right after an outer sync, and a checkpoint
+  // holds one copy of them (group 0's, with its inner optimizer state), so saves come at syncs.
+  ZT_CHECK(a_.local_sgd_steps == 0 || save_every_ == 0 || save_every_ % a_.local_sgd_steps == 0, "--save_steps ",
+           save_every_, " must be a multiple of --local_sgd_steps ", a_.local_sgd_steps,
+           " (checkpoints are taken when the groups have just synchronised)");
   if (a_.logging_strategy == "epoch") log_every_ = steps_per_epoch_;
 }
 
@@ -453,6 +486,10 @@ void Trainer::build_model_and_engine() {
   // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
   // the activations are planned: the flat buffers it frees never coexist with them.
   engine_ = parallel::DataParallel::create(*model_, *grid_, engine_options(a_));
+  if (a_.local_sgd_steps > 0)
+    local_sgd_ = std::make_unique<parallel::LocalSgd>(
+        model_->flat_params().as<float>(), model_->params(), grid_->dp_replicate(),
+        parallel::LocalSgdOptions{a_.local_sgd_steps, a_.local_sgd_outer_lr, a_.local_sgd_outer_momentum});
   if (a_.fp16) {
     scaler_ = std::make_unique<optim::LossScaler>(a_.ds_precision.loss_scaler);
   } else if (a_.bf16 && a_.ds_precision.bf16_check_grad_overflow) {
@@ -485,6 +522,7 @@ void Trainer::resume() {
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
   std::vector<Stateful*> parts = rs.with(*engine_);
   if (scaler_) parts.push_back(scaler_.get());
+  if (local_sgd_) parts.push_back(local_sgd_.get());
   resumed_->load(parts);
   start_step_ = rs.cursor.step();
   // The step is recorded by several components; they must agree (else the folder mixes saves
@@ -550,6 +588,9 @@ StepResult Trainer::train_step(int64_t step) {
   // ignored (prompt tokens, padding), counted over the whole global step by the loader.
   const double loss_scale = scaler_ ? scaler_->scale_exact() : 1.0;
   float grad_scale = float(loss_scale / (double(seqs_per_step_) * T_));
+  // Local SGD: a group's all-reduce sums its own ranks only, so its gradient is its share of the
+  // global batch scaled up to a mean over that share.
+  if (local_sgd_) grad_scale *= float(grid_->dp_replicate().size());
   engine_->begin_step();
   if (a_.test_fail_step == step && world_.rank() == a_.test_fail_rank)  // test hook, set by apps/
     throw Error(
@@ -597,6 +638,9 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     std::vector<std::pair<const char*, double>> extra;
     if (scaler_ && a_.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
     if (scaler_) extra.push_back({"skipped_steps", double(scaler_->skipped_steps())});
+    // Local SGD: bytes this rank sent across groups (hosts) per step so far in this run.
+    if (local_sgd_)
+      extra.push_back({"bytes_across_hosts_per_step", local_sgd_->bytes_across() / double(step + 1 - start_step_)});
     const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
     log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s, log_now, extra);
     if (step == start_step_) log_->first_step(startup_s_, weights_s_);
@@ -628,6 +672,7 @@ void Trainer::save(int64_t step) {
   RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_);
   std::vector<Stateful*> parts = rs.with(*engine_);
   if (scaler_) parts.push_back(scaler_.get());
+  if (local_sgd_) parts.push_back(local_sgd_.get());
   if (log_) parts.push_back(log_.get());
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
@@ -642,6 +687,9 @@ void Trainer::run() {
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     const auto t_step = Clock::now();
     const StepResult r = train_step(step);
+    // Local SGD's outer sync follows every H-th step whether or not the inner update was
+    // skipped (an overflow seen by one group only), so every group meets at the same steps.
+    if (local_sgd_) local_sgd_->after_step(step);
     after_step(step, r, seconds_since(t_step));
   }
   finish(seconds_since(t_train));

@@ -3,7 +3,8 @@
 # pair, addresses only inside them, OpenMPI's TCP transport, mpirun reaching the other namespace
 # through plm_rsh_agent = a script that enters it, each namespace with its own host name).
 # 1. ZeRO-2 data parallelism across the hosts (2 ranks each) equals the same run on one host.
-# 2. The elastic agent (`ztrain launch --nnodes 1:2 --max_restarts 1`) runs the job on both; the
+# 2. Local SGD (--local_sgd_steps 4) with its groups found by host name; bytes across hosts per step.
+# 3. The elastic agent (`ztrain launch --nnodes 1:2 --max_restarts 1`) runs the job on both; the
 #    test kills one host (every process in it, then the namespace) after checkpoint-8; the agent
 #    finds one host answering, restarts on it with 2 ranks and twice the gradient accumulation
 #    (same global batch), resharding the 4-rank ZeRO-2 checkpoint, and the run completes with the
@@ -69,7 +70,26 @@ want=$(losses "$W/one")
 if [ "$(losses "$W/two")" = "$want" ]; then ok "ZeRO-2 on 2 hosts x 2 ranks equals 4 ranks on one host (40 steps)"
 else bad "2 hosts vs one: $(losses "$W/two") vs $want"; fi
 
-# 2. The agent loses a host after checkpoint-8.
+# 2. Local SGD across the hosts: groups found by host name (2 of 2 ranks), an fp32 all-reduce of the
+#    parameters across hosts every 4 steps and nothing else (bytes per step against the formula).
+on_h1 "$Z" launch --nproc_per_node 2 --hostfile "$W/hosts" --mpirun_args "$MPI_ARGS" -- "${args[@]}" \
+  --zero_stage 0 --local_sgd_steps 4 --max_steps 12 --save_strategy no --output_dir "$W/lsgd" > "$W/lsgd.log" 2>&1 ||
+  { bad "local SGD on 2 hosts failed"; tail -n 8 "$W/lsgd.log"; }
+if [ -f "$W/lsgd/trainer_state.json" ] && $PY - "$W/lsgd" <<'P'
+import json, struct, sys
+d = sys.argv[1]
+with open(f"{d}/model.safetensors", "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+P = sum(eval("*".join(map(str, v["shape"])) or "1") for k, v in header.items() if k != "__metadata__")
+last = [e for e in json.load(open(f"{d}/trainer_state.json"))["log_history"] if "loss" in e][-1]
+got, want = last["bytes_across_hosts_per_step"], 4 * P * 3 / 12
+print(f"    local SGD, 2 hosts, H = 4: {got:.0f} bytes across hosts per step per rank (formula {want:.0f})")
+sys.exit(0 if abs(got - want) <= 1e-6 * want else 1)
+P
+then ok "local SGD: hosts found by name, bytes across hosts per step = formula"
+else bad "local SGD bytes across hosts"; fi
+
+# 3. The agent loses a host after checkpoint-8.
 on_h1 "$Z" launch --nproc_per_node 2 --hostfile "$W/hosts" --nnodes 1:2 --max_restarts 1 --mpirun_args "$MPI_ARGS" \
   -- "${args[@]}" --output_dir "$W/el" > "$W/el.log" 2>&1 &
 pid=$!
