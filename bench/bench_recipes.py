@@ -13,6 +13,7 @@ on the same shapes (OPENBLAS_CORETYPE=SkylakeX), and the speed checks of issue 1
 at the end: bf16 MFU >= 70% of the bf16 peak and bf16 >= 1.4x ztrain's fp32 tokens/s.
 
 usage: bench/bench_recipes.py [--build build] [--steps 5] [--threads 2] [--only gpt2] [--no_torch]
+                              [--precisions fp32,bf16] [--recompute none]
 """
 import argparse
 import json
@@ -80,6 +81,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="")
     ap.add_argument("--no_torch", action="store_true")
+    ap.add_argument("--precisions", default="fp32,bf16,fp16", help="comma-separated subset (fp32 is needed)")
+    ap.add_argument("--recompute", default="none,selective,full", help="comma-separated subset (none is needed)")
     a = ap.parse_args()
     pk = peaks(a.build, a.threads)
     print(f"measured GEMM peaks (2048^3, {a.threads} threads): oneDNN sgemm {pk['fp32']:.1f} GFLOP/s, "
@@ -95,8 +98,8 @@ def main():
               f"{'RSS MiB':>9}{'est MiB':>9}{'RSS/est':>8}")
         base = {}
         with tempfile.TemporaryDirectory() as tmp:
-            for prec, pflags in PRECISIONS:
-                for rc, rflags in RECOMPUTE:
+            for prec, pflags in [p for p in PRECISIONS if p[0] in a.precisions.split(",")]:
+                for rc, rflags in [r for r in RECOMPUTE if r[0] in a.recompute.split(",")]:
                     flags = pflags + rflags
                     z = run_ztrain(a.build, cfg, flags, a.steps, a.threads, tmp)
                     est = estimate(a.build, cfg, flags)
