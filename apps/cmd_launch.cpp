@@ -1,7 +1,7 @@
 // cmd_launch.cpp: `ztrain launch`, the mpirun launcher and, with --max_restarts or --nnodes,
 // the elastic agent (torchrun's flag names). Without them it execs mpirun and is gone. As an
-// agent it stays: it runs mpirun as a child, forwards SIGTERM / SIGINT / SIGUSR1 to it (the
-// ranks save and exit 0: graceful preemption), and when the job fails (a rank died, a host
+// agent it stays: it runs mpirun as a child (in its own process group), turns SIGTERM / SIGINT /
+// SIGUSR1 into SIGUSR1 for it (the ranks save and exit 0: graceful preemption), and when the job fails (a rank died, a host
 // went away: OpenMPI then ends every rank) it starts it again from the newest checkpoint,
 // up to --max_restarts times. With a hostfile it first asks every host to run `true` through
 // mpirun's own launch path; the hosts that answer, at least the --nnodes minimum, run the
@@ -9,6 +9,7 @@
 // same (ranks' shards of model and optimizer state are resharded by the checkpoint reader).
 // The ranks see TORCHELASTIC_RESTART_COUNT / TORCHELASTIC_MAX_RESTARTS as under torchrun.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -117,9 +118,13 @@ bool has_checkpoint(const std::string& output_dir) {
 
 std::atomic<int> g_signal{0};
 std::atomic<pid_t> g_child{0};
+// SIGTERM / SIGINT / SIGUSR1 reach the job as SIGUSR1: Open MPI's mpirun forwards SIGUSR1 to
+// every rank and waits for them (the ranks save and exit 0), while on SIGTERM or SIGINT it
+// kills the ranks about a second later, too soon to save (docs/fault-tolerance.md). A second
+// signal is forwarded the same way and makes the ranks exit at once.
 void forward_signal(int sig) {
   g_signal = sig;
-  if (pid_t c = g_child.load()) kill(c, sig);
+  if (pid_t c = g_child.load()) kill(c, SIGUSR1);
 }
 
 // Runs argv (with env set) as a child and waits; forwards termination signals to it.
@@ -132,6 +137,12 @@ int run_child(const std::vector<std::string>& argv, double timeout_s = 0) {
   const pid_t pid = fork();
   ZT_CHECK(pid >= 0, "launch: fork failed (", std::strerror(errno), ")");
   if (pid == 0) {
+    // Its own process group, so a terminal's Ctrl-C reaches the agent only (which turns it into
+    // a graceful stop); and if the agent dies, mpirun gets SIGTERM and ends the job rather than
+    // running on unwatched (a scheduler then restarts the agent, which resumes).
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() == 1) _exit(1);  // the agent died before prctl took effect
     execvp(cargv[0], cargv.data());
     std::fprintf(stderr, "ztrain: error: launch: cannot run %s (%s); install OpenMPI (apt-get install openmpi-bin)\n",
                  cargv[0], std::strerror(errno));
