@@ -28,8 +28,11 @@ struct ParamInfo {
   Split split = Split::none;
   int split_dim = -1;        // dimension of global_shape that is cut (-1: none)
   int64_t split_offset = 0;  // first index along split_dim that this rank holds
-  int64_t offset = 0;        // elements into the flat buffer
-  int64_t numel = 0;         // local elements
+  // Fused tensors (GPT-2's c_attn: q, k and v stacked along split_dim) are cut per part: the
+  // split dim is split_parts equal parts and this rank holds [split_offset, + local) of each.
+  int split_parts = 1;
+  int64_t offset = 0;  // elements into the flat buffer
+  int64_t numel = 0;   // local elements
   ParamInit init = ParamInit::normal;
   int unit = -1;  // index into the model's unit list (layout.h)
   // AdamW decay applies to tensors of rank >= 2 only (HF Trainer / nanoGPT convention).
@@ -43,6 +46,10 @@ class ParamTable {
   // sequence form one contiguous matrix, e.g. Llama's q/k/v projections). With the
   // identity shard plan (one rank), the local shape is the global one.
   int64_t add(const std::string& name, std::vector<int64_t> shape, ParamInit init);
+  // A tensor-parallel slice: `shape` is what this rank holds of `global_shape`, cut along
+  // `dim` (in split_parts equal parts) starting at `split_offset` (see ParamInfo).
+  int64_t add_split(const std::string& name, std::vector<int64_t> shape, std::vector<int64_t> global_shape, Split split,
+                    int dim, int64_t split_offset, ParamInit init, int parts = 1);
   const ParamInfo* find(const std::string& name) const;
   const std::vector<ParamInfo>& list() const { return params_; }
   std::vector<ParamInfo>& mutable_list() { return params_; }

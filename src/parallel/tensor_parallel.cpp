@@ -1,0 +1,177 @@
+// tensor_parallel.cpp: see tensor_parallel.h.
+#include "parallel/tensor_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/profile.h"
+
+namespace zt::parallel {
+
+void TensorParallel::column_parallel_input(TensorView full) {
+  if (!sp_ || size() == 1) return;
+  ZT_PROFILE("tp_comm");
+  const size_t bytes = full.bytes() / size_t(size());
+  char* out = static_cast<char*>(full.data);
+  comm_.all_gather(out + rank() * bytes, out, bytes);
+}
+
+void TensorParallel::row_parallel_output(TensorView out, TensorView partial) {
+  if (size() == 1) {
+    if (out.data != partial.data) std::memcpy(out.data, partial.data, out.bytes());
+    return;
+  }
+  ZT_PROFILE("tp_comm");
+  ZT_ASSERT(partial.dtype == DType::f32 && out.dtype == DType::f32);
+  if (!sp_) {
+    ZT_ASSERT(out.data == partial.data, "tensor parallel: the reduction is in place");
+    comm_.all_reduce(partial.as<float>(), size_t(partial.numel()));
+    return;
+  }
+  ZT_ASSERT(out.numel() * size() == partial.numel());
+  comm_.reduce_scatter(partial.as<const float>(), out.as<float>(), size_t(out.numel()));
+}
+
+void TensorParallel::column_parallel_input_grad(TensorView out, TensorView grad) {
+  row_parallel_output(out, grad);  // the same reduction, in backward
+}
+
+void TensorParallel::row_parallel_output_grad(TensorView full, TensorView local) {
+  if (!sp_ || size() == 1) {
+    if (full.data != local.data) std::memcpy(full.data, local.data, local.bytes());
+    return;
+  }
+  ZT_PROFILE("tp_comm");
+  comm_.all_gather(local.data, full.data, local.bytes());
+}
+
+void TensorParallel::all_reduce_max(float* x, int64_t n) {
+  if (size() > 1) comm_.all_reduce(x, size_t(n), dist::ReduceOp::max);
+}
+
+void TensorParallel::all_reduce_sum(float* x, int64_t n) {
+  if (size() > 1) comm_.all_reduce(x, size_t(n), dist::ReduceOp::sum);
+}
+
+namespace {
+// A parameter as outer x (parts x rows) x inner along its split dim: rank r's local rows of
+// part k are global rows k * part_rows + offset + [0, local rows per part).
+struct SplitGeom {
+  int64_t outer = 1, inner = 1, parts = 1, g_part = 0, l_part = 0;
+};
+SplitGeom geom(const ParamInfo& p) {
+  SplitGeom s;
+  const int d = p.split_dim;
+  for (int i = 0; i < d; ++i) s.outer *= p.global_shape[size_t(i)];
+  for (size_t i = size_t(d) + 1; i < p.global_shape.size(); ++i) s.inner *= p.global_shape[i];
+  s.parts = p.split_parts;
+  s.g_part = p.global_shape[size_t(d)] / s.parts;
+  s.l_part = p.shape[size_t(d)] / s.parts;
+  return s;
+}
+// Calls f(global element, local element, count) for each run of a rank's slice that exists
+// in the global tensor (vocabulary padding has none); `offset` is the rank's split_offset.
+template <class F>
+void for_each_run(const ParamInfo& p, int64_t offset, F f) {
+  if (p.split == Split::none) {
+    f(int64_t(0), int64_t(0), p.numel);
+    return;
+  }
+  const SplitGeom s = geom(p);
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t k = 0; k < s.parts; ++k) {
+      const int64_t rows = std::clamp<int64_t>(s.g_part - offset, 0, s.l_part);  // real rows of this part
+      if (rows == 0) continue;
+      const int64_t g = ((o * s.parts + k) * s.g_part + offset) * s.inner;
+      const int64_t l = ((o * s.parts + k) * s.l_part) * s.inner;
+      f(g, l, rows * s.inner);
+    }
+}
+}  // namespace
+
+void tp_slice_params(const ParamTable& global_table, const float* global, const ParamTable& local_table, float* local,
+                     int tp_rank) {
+  const auto& gl = global_table.list();
+  const auto& ll = local_table.list();
+  ZT_ASSERT(gl.size() == ll.size());
+  for (size_t i = 0; i < ll.size(); ++i) {
+    const ParamInfo& p = ll[i];
+    ZT_ASSERT(gl[i].name == p.name && gl[i].shape == p.global_shape, p.name);
+    float* dst = local + p.offset;
+    std::fill_n(dst, p.numel, 0.f);
+    (void)tp_rank;
+    for_each_run(p, p.split_offset, [&](int64_t g, int64_t l, int64_t n) {
+      std::memcpy(dst + l, global + gl[i].offset + g, size_t(n) * sizeof(float));
+    });
+  }
+}
+
+void tp_gather_params(dist::Communicator& tp, const ParamTable& local_table, const float* local,
+                      const ParamTable& global_table, float* global) {
+  const auto& gl = global_table.list();
+  const auto& ll = local_table.list();
+  ZT_ASSERT(gl.size() == ll.size());
+  const int P = tp.size();
+  std::vector<float> all;
+  for (size_t i = 0; i < ll.size(); ++i) {
+    const ParamInfo& p = ll[i];
+    if (p.split == Split::none) {
+      if (global) std::memcpy(global + gl[i].offset, local + p.offset, p.bytes());
+      continue;
+    }
+    // One tensor in flight: every rank's slice (equal local sizes), then placed.
+    all.resize(size_t(p.numel) * size_t(P));
+    tp.all_gather(local + p.offset, all.data(), p.bytes());
+    if (!global) continue;
+    const int64_t l_part = p.shape[size_t(p.split_dim)] / p.split_parts;
+    for (int r = 0; r < P; ++r)
+      for_each_run(p, int64_t(r) * l_part, [&](int64_t g, int64_t l, int64_t n) {
+        std::memcpy(global + gl[i].offset + g, all.data() + int64_t(r) * p.numel + l, size_t(n) * sizeof(float));
+      });
+  }
+}
+
+std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
+  std::vector<int64_t> offsets;
+  const ModelSlots& s = layout.slots;
+  auto norm = [&](const NormSlot& n) {
+    for (int64_t o : {n.w, n.b})
+      if (o >= 0) offsets.push_back(o);
+  };
+  for (const BlockSlots& b : s.blocks) {
+    norm(b.q_norm);
+    norm(b.k_norm);
+    if (layout.tp.sp) norm(b.ln1), norm(b.ln2);
+  }
+  if (layout.tp.sp) norm(s.lnf);
+  std::vector<int> out;
+  const auto& list = layout.table.list();
+  for (size_t i = 0; i < list.size(); ++i)
+    if (std::find(offsets.begin(), offsets.end(), list[i].offset) != offsets.end()) out.push_back(int(i));
+  return out;
+}
+
+void tp_sum_partial_grads(dist::Communicator& tp, const std::vector<int>& params, const GradPieces& pieces) {
+  if (tp.size() == 1 || params.empty()) return;
+  ZT_PROFILE("tp_comm");
+  std::vector<std::pair<float*, int64_t>> runs;
+  int64_t total = 0;
+  pieces([&](int param, float* g, int64_t n) {
+    if (std::binary_search(params.begin(), params.end(), param)) runs.push_back({g, n}), total += n;
+  });
+  std::vector<float> buf(static_cast<size_t>(total));
+  int64_t at = 0;
+  for (auto& [g, n] : runs) std::copy_n(g, n, buf.data() + at), at += n;
+  tp.all_reduce(buf.data(), buf.size());
+  at = 0;
+  for (auto& [g, n] : runs) std::copy_n(buf.data() + at, n, g), at += n;
+}
+
+std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size) {
+  std::vector<double> w;
+  for (const ParamInfo& p : local_table.list()) w.push_back(p.split == Split::none ? 1.0 / tp_size : 1.0);
+  return w;
+}
+
+}  // namespace zt::parallel

@@ -1,0 +1,66 @@
+// tensor_parallel.h: Megatron-style tensor parallelism (and sequence parallelism on top of
+// it) applied to the single-device Transformer from outside: the model is built with a
+// TpPlan (models/layout.h: each rank holds its slices, local shapes), and TensorParallel is
+// the TpRegion (nn/block.h) through which its pass meets the grid's tp group. Helpers move
+// parameters between a whole (global) model and a rank's slices, and sum the gradients of
+// replicated tensors whose gradient each rank only holds part of. docs/parallelism-tp.md
+// has the scheme, the bytes per layer and the measurements.
+// It deliberately is not: a data-parallel engine (DP / ZeRO run on the grid's dp group over
+// each TP rank's local parameters), or a checkpoint format (pieces are the engines' business).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "models/transformer.h"
+#include "nn/block.h"
+
+namespace zt::parallel {
+
+class TensorParallel final : public nn::TpRegion {
+ public:
+  TensorParallel(dist::Communicator& tp, bool sequence_parallel) : comm_(tp), sp_(sequence_parallel) {}
+  int size() const override { return comm_.size(); }
+  int rank() const override { return comm_.rank(); }
+  bool sequence_parallel() const override { return sp_; }
+  void column_parallel_input(TensorView full) override;
+  void row_parallel_output(TensorView out, TensorView partial) override;
+  void column_parallel_input_grad(TensorView out, TensorView grad) override;
+  void row_parallel_output_grad(TensorView full, TensorView local) override;
+  void all_reduce_max(float* x, int64_t n) override;
+  void all_reduce_sum(float* x, int64_t n) override;
+  dist::Communicator& comm() const { return comm_; }
+
+ private:
+  dist::Communicator& comm_;
+  bool sp_;
+};
+
+// The element of a rank's local tensor p (ParamInfo of a TP layout) that holds global
+// element... : copies this rank's slice of every parameter out of a whole model's flat
+// buffer (`global`, laid out by `global_table`) into `local` (laid out by `local_table`).
+// Vocabulary padding rows become zeros.
+void tp_slice_params(const ParamTable& global_table, const float* global, const ParamTable& local_table, float* local,
+                     int tp_rank);
+// The inverse, a collective over the tp group: every rank's slices gathered, and the whole
+// tensors written into `global` (may be null on ranks that do not need them).
+void tp_gather_params(dist::Communicator& tp, const ParamTable& local_table, const float* local,
+                      const ParamTable& global_table, float* global);
+
+// Parameters (indices into the local ParamTable) whose gradient each TP rank holds only a
+// part of although the tensor is replicated: the per-head q/k norms (each rank's heads),
+// and under sequence parallelism every norm (each rank's rows). Their gradients are summed
+// over the tp group once per step (tp_sum_partial_grads).
+std::vector<int> tp_partial_grad_params(const ModelLayout& layout);
+// Calls sum(param, grads, n) for each gradient piece a DP engine holds: the caller all-reduces
+// the pieces of `params` over the tp group (one message).
+using GradPieces = std::function<void(const std::function<void(int param, float* g, int64_t n)>&)>;
+void tp_sum_partial_grads(dist::Communicator& tp, const std::vector<int>& params, const GradPieces& pieces);
+
+// Weight of each parameter's squared gradient in the global norm on one TP rank: 1 for a
+// split tensor (each rank holds a different part), 1 / tp for a replicated one (counted
+// once over the group).
+std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size);
+
+}  // namespace zt::parallel

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""train_tp_test.py: tensor (and sequence) parallel `ztrain train` under mpirun equals one process.
+
+Tiny GPT-2 (tied head, vocabulary 509: not divisible by TP 2, so the last rank's slice is padded)
+and tiny Llama (GQA 4/2 heads, untied head) from tests/fixtures/configs, random init, random
+tokens, --no_shuffle, fp32, 20 steps. The reference is one process at batch 2 x accumulation 4;
+every run reaches the same tokens per step. Checks:
+  - per-step losses within 1e-5 relative of the reference for TP 2 (2 ranks) with SP off / on,
+    TP 2 x DP 2 with ZeRO-1 and TP 2 + SP x DP 2 with ZeRO-3 (4 ranks);
+  - the gradient norm (clipping) within 1e-4 relative: replicated tensors counted once;
+  - the exported HF folder (gathered from the slices) equals the reference's model;
+  - the tp group's bus bytes per step (train_results.json, the communicator's counters) equal
+    the analytic formula of docs/parallelism-tp.md within 2%.
+usage: train_tp_test.py ZTRAIN MPIRUN FIXTURES_DIR
+"""
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", ZT_COMM_TIMEOUT_S="60")
+MODELS = {"gpt2": "tiny-gpt2-tp.json", "llama": "tiny-llama-gqa-tp.json"}
+B, T, ACC, STEPS, V = 2, 32, 4, 20, 509
+failures = []
+
+
+def run(work, name, model, np, acc, extra):
+    out = os.path.join(work, name)
+    args = [ZT, "train", "--model_config_path", os.path.join(FIX, MODELS[model]), "--train_file",
+            os.path.join(work, "train.bin"), "--max_steps", str(STEPS), "--save_strategy", "no", "--no_shuffle",
+            "--model_max_length", str(T), "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps",
+            str(acc), "--learning_rate", "1e-3", "--weight_decay", "0.1", "--max_grad_norm", "1.0",
+            "--report_to", "none", "--logging_steps", "1", "--threads", "1", "--output_dir", out,
+            "--overwrite_output_dir", "--save_dtype", "float32"] + extra
+    if np > 1:
+        args = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
+    p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=240)
+    if p.returncode != 0:
+        failures.append(f"{name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+        return None
+    state = json.load(open(os.path.join(out, "trainer_state.json")))
+    res = json.load(open(os.path.join(out, "train_results.json")))
+    hist = [h for h in state["log_history"] if "loss" in h and "train_loss" not in h]
+    return {"losses": [h["loss"] for h in hist], "norms": [h["grad_norm"] for h in hist], "results": res,
+            "weights": read_safetensors(out)}
+
+
+def read_safetensors(folder):
+    path = os.path.join(folder, "model.safetensors")
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", v["dtype"]
+        b, e = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((e - b) // 4), data[8 + n + b:8 + n + e])
+    return out
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def check(cond, msg):
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        failures.append(msg)
+
+
+def tp_bus_bytes(model, P, sp, acc):
+    """Bus bytes per rank per optimizer step on the tp group (docs/parallelism-tp.md)."""
+    cfg = json.load(open(os.path.join(FIX, MODELS[model])))
+    L = cfg.get("n_layer", cfg.get("num_hidden_layers"))
+    C = cfg.get("n_embd", cfg.get("hidden_size"))
+    N = B * T
+    ring = (P - 1) / P
+    act = 4 * N * C  # one (N, C) fp32 activation
+    # Per micro-batch: 4 per layer (2 forward, 2 backward), the embedding's forward and the LM head
+    # input's backward: each one all-reduce (2 ring) or one reduce-scatter + one all-gather (SP).
+    regions = (4 * L + 2) * 2 * ring * act
+    ce = 2 * ring * (4 * N + 4 * 2 * N)  # the loss: row maxima, then sums of exp and target logits
+    # Per step: replicated tensors whose gradients are partial (SP: every norm's), and the norm.
+    norm_elems = (4 * L + 2) * C if model == "gpt2" else (2 * L + 1) * C
+    partial = 2 * ring * 4 * norm_elems if sp else 0
+    return acc * (regions + ce) + partial + 2 * ring * 8
+
+
+def main():
+    with tempfile.TemporaryDirectory() as work:
+        rng = random.Random(1)
+        with open(os.path.join(work, "train.bin"), "wb") as f:
+            f.write(struct.pack("<%dH" % 60000, *[rng.randrange(V) for _ in range(60000)]))
+        for m in MODELS:
+            ref = run(work, f"{m}_ref", m, 1, ACC, [])
+            if ref is None:
+                continue
+            cases = [("tp2", 2, ACC, ["--tensor-model-parallel-size", "2"], False),
+                     ("tp2_sp", 2, ACC, ["--tensor-model-parallel-size", "2", "--sequence-parallel"], True),
+                     ("tp2_dp2_zero1", 4, ACC // 2, ["--tensor-model-parallel-size", "2", "--zero_stage", "1"], False),
+                     ("tp2_sp_dp2_zero3", 4, ACC // 2,
+                      ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--zero_stage", "3"], True)]
+            for name, np, acc, extra, sp in cases:
+                r = run(work, f"{m}_{name}", m, np, acc, extra)
+                if r is None:
+                    continue
+                worst = max(rel(a, b) for a, b in zip(r["losses"], ref["losses"]))
+                check(len(r["losses"]) == STEPS and worst < 1e-5,
+                      f"{m} {name}: {len(r['losses'])} losses, worst relative difference {worst:.2e} (< 1e-5)")
+                wn = max(rel(a, b) for a, b in zip(r["norms"], ref["norms"]))
+                check(wn < 1e-4, f"{m} {name}: gradient norms, worst relative difference {wn:.2e} (< 1e-4)")
+                w, rw = r["weights"], ref["weights"]
+                same = sorted(w) == sorted(rw) and all(len(w[k]) == len(rw[k]) for k in rw)
+                diff = max((abs(a - b) for k in rw if k in w for a, b in zip(w[k], rw[k])), default=1.0)
+                check(same and diff < 1e-4,
+                      f"{m} {name}: exported model has the reference's tensors and shapes ({same}), "
+                      f"max abs difference {diff:.2e} (< 1e-4)")
+                tp = r["results"].get("data_parallel", {}).get("tensor_parallel", {})
+                got, want = tp.get("bus_bytes_per_step", 0), tp_bus_bytes(m, 2, sp, acc)
+                check(rel(got, want) < 0.02,
+                      f"{m} {name}: tp bus bytes per step {got:.0f}, formula {want:.0f} "
+                      f"({100 * rel(got, want):.2f}% off, < 2%)")
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        for f in failures:
+            print(f)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
