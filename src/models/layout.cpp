@@ -23,9 +23,9 @@ void check_tp_plan(const ModelConfig& c, const TpPlan& tp) {
   if (P == 1) return;
   ZT_CHECK(c.n_head % P == 0, "--tensor-model-parallel-size ", P, " does not divide the model's ", c.n_head,
            " attention heads; pick a divisor of ", c.n_head);
-  ZT_CHECK(c.n_kv_head % P == 0, "--tensor-model-parallel-size ", P, " does not divide the model's ", c.n_kv_head,
-           " key/value heads (replicating KV heads when TP exceeds them is not implemented yet); pick a divisor of ",
-           c.n_kv_head);
+  ZT_CHECK(c.n_kv_head % P == 0 || P % c.n_kv_head == 0, "--tensor-model-parallel-size ", P, " and the model's ",
+           c.n_kv_head,
+           " key/value heads: one must divide the other (KV heads are split, or replicated when TP exceeds them)");
   ZT_CHECK(c.ffn % P == 0, "--tensor-model-parallel-size ", P, " does not divide the model's MLP width ", c.ffn);
 }
 

@@ -53,6 +53,10 @@ struct TpPlan {
   int vocab_begin(int V) const { return rank * vocab_local(V); }
   // Of those, the real ones (the last rank may hold fewer, or none).
   int vocab_valid(int V) const { return std::max(0, std::min(V - vocab_begin(V), vocab_local(V))); }
+  // Grouped-query attention: KV heads per rank, and how many consecutive ranks share each
+  // (more ranks than KV heads: each rank holds the one head its query heads use, replicated).
+  int kv_heads_local(int KVH) const { return KVH >= size ? KVH / size : 1; }
+  int kv_replicas(int KVH) const { return KVH >= size ? 1 : size / KVH; }
 };
 // Checks that a plan can cut the model; throws zt::Error naming the numbers.
 void check_tp_plan(const ModelConfig& c, const TpPlan& tp);

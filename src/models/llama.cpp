@@ -12,10 +12,18 @@
 
 namespace zt {
 
+namespace {
+struct Shape2 {
+  int64_t in = 0;  // a weight's input width; 0: a bias
+};
+}  // namespace
+
 ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   const int64_t C = c.n_embd, F = c.ffn, HS = c.head_size, P = tp.size, r = tp.rank;
   // This rank's heads and hidden units (all of them at tp 1).
-  const int64_t NH = c.n_head / P, KVH = c.n_kv_head / P, Fl = F / P, Vl = tp.vocab_local(c.vocab_size);
+  const int64_t NH = c.n_head / P, KVH = tp.kv_heads_local(c.n_kv_head), Fl = F / P, Vl = tp.vocab_local(c.vocab_size);
+  // KV heads replicated (TP > KVH): rank r holds head r / R, the one its query heads use.
+  const int R = tp.kv_replicas(c.n_kv_head);
   ModelSlots s;
   s.shape = {c.n_embd, int(NH), int(KVH), c.head_size, int(Fl), nn::NormKind::rmsnorm, nn::MlpKind::swiglu, true};
   s.shape.qk_norm = c.qk_norm;
@@ -27,6 +35,15 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   };
   auto col_bias = [&](const std::string& name, int64_t out_l, int64_t out) {
     return t.add_split(name, {out_l}, {out}, Split::column, 0, r * out_l, ParamInit::zeros);
+  };
+  // k and v: split like the others, or (R > 1) replicated over runs of R ranks.
+  auto kv = [&](const std::string& name, Shape2 shape, ParamInit init) {
+    const int64_t out_l = KVH * HS, out = c.n_kv_head * HS;
+    std::vector<int64_t> l{out_l}, g{out};
+    if (shape.in) l.push_back(shape.in), g.push_back(shape.in);
+    const int64_t off = t.add_split(name, l, g, Split::column, 0, (r / R) * out_l, init);
+    t.mutable_list().back().split_replicas = R;
+    return off;
   };
   s.wte = t.add_split("model.embed_tokens.weight", {Vl, C}, {c.vocab_size, C}, Split::vocab, 0,
                       tp.vocab_begin(c.vocab_size), ParamInit::normal);
@@ -48,7 +65,11 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   auto biases = [&](bool on, std::initializer_list<std::tuple<std::string, int64_t, int64_t>> parts) {
     int64_t first = -1;
     for (const auto& [name, nl, n] : parts) {
-      const int64_t off = !on ? -1 : nl == n ? t.add(name, {n}, ParamInit::zeros) : col_bias(name, nl, n);
+      const bool is_kv = name.find("k_proj.bias") != std::string::npos || name.find("v_proj.bias") != std::string::npos;
+      const int64_t off = !on              ? -1
+                          : is_kv && P > 1 ? kv(name, {0}, ParamInit::zeros)
+                          : nl == n        ? t.add(name, {n}, ParamInit::zeros)
+                                           : col_bias(name, nl, n);
       if (first < 0) first = off;
     }
     return first;
@@ -64,8 +85,8 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
     b.ln1 = norm(p + ".input_layernorm.weight");
     const std::string a = p + ".self_attn.", m = p + ".mlp.";
     int64_t q = col(a + "q_proj.weight", NH * HS, c.n_head * HS, C, ParamInit::normal);
-    col(a + "k_proj.weight", KVH * HS, c.n_kv_head * HS, C, ParamInit::normal);
-    col(a + "v_proj.weight", KVH * HS, c.n_kv_head * HS, C, ParamInit::normal);
+    kv(a + "k_proj.weight", {C}, ParamInit::normal);
+    kv(a + "v_proj.weight", {C}, ParamInit::normal);
     const int64_t qb = biases(c.qkv_bias, {{a + "q_proj.bias", NH * HS, c.n_head * HS},
                                            {a + "k_proj.bias", KVH * HS, c.n_kv_head * HS},
                                            {a + "v_proj.bias", KVH * HS, c.n_kv_head * HS}});

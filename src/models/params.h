@@ -31,6 +31,9 @@ struct ParamInfo {
   // Fused tensors (GPT-2's c_attn: q, k and v stacked along split_dim) are cut per part: the
   // split dim is split_parts equal parts and this rank holds [split_offset, + local) of each.
   int split_parts = 1;
+  // Grouped-query attention with more TP ranks than KV heads: runs of split_replicas
+  // consecutive TP ranks hold the same slice (rank r holds slice r / split_replicas).
+  int split_replicas = 1;
   int64_t offset = 0;  // elements into the flat buffer
   int64_t numel = 0;   // local elements
   ParamInit init = ParamInit::normal;

@@ -9,6 +9,19 @@
 
 namespace zt::parallel {
 
+TensorParallel::TensorParallel(dist::Communicator& tp, bool sequence_parallel, int kv_replicas)
+    : comm_(tp), sp_(sequence_parallel) {
+  // Collective over the tp group: the runs of ranks that share a replicated KV head.
+  if (kv_replicas > 1) kv_ = tp.split(tp.rank() / kv_replicas, tp.rank(), tp.name() + ".kv");
+}
+
+std::vector<int> tp_replicated_params(const ParamTable& table) {
+  std::vector<int> out;
+  for (size_t i = 0; i < table.list().size(); ++i)
+    if (table.list()[i].split_replicas > 1) out.push_back(int(i));
+  return out;
+}
+
 void TensorParallel::column_parallel_input(TensorView full) {
   if (!sp_ || size() == 1) return;
   ZT_PROFILE("tp_comm");
@@ -125,8 +138,8 @@ void tp_gather_params(dist::Communicator& tp, const ParamTable& local_table, con
     tp.all_gather(local + p.offset, all.data(), p.bytes());
     if (!global) continue;
     const int64_t l_part = p.shape[size_t(p.split_dim)] / p.split_parts;
-    for (int r = 0; r < P; ++r)
-      for_each_run(p, int64_t(r) * l_part, [&](int64_t g, int64_t l, int64_t n) {
+    for (int r = 0; r < P; r += p.split_replicas)  // replicas hold the same values: one is enough
+      for_each_run(p, int64_t(r / p.split_replicas) * l_part, [&](int64_t g, int64_t l, int64_t n) {
         std::memcpy(global + gl[i].offset + g, all.data() + int64_t(r) * p.numel + l, size_t(n) * sizeof(float));
       });
   }
@@ -170,7 +183,8 @@ void tp_sum_partial_grads(dist::Communicator& tp, const std::vector<int>& params
 
 std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size) {
   std::vector<double> w;
-  for (const ParamInfo& p : local_table.list()) w.push_back(p.split == Split::none ? 1.0 / tp_size : 1.0);
+  for (const ParamInfo& p : local_table.list())
+    w.push_back(p.split == Split::none ? 1.0 / tp_size : 1.0 / p.split_replicas);
   return w;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -20,7 +21,9 @@ namespace zt::parallel {
 
 class TensorParallel final : public nn::TpRegion {
  public:
-  TensorParallel(dist::Communicator& tp, bool sequence_parallel) : comm_(tp), sp_(sequence_parallel) {}
+  // kv_replicas > 1 (grouped-query attention, TP > KV heads): runs of that many ranks share
+  // each KV head; their group (kv_group()) sums those heads' gradients. A collective.
+  TensorParallel(dist::Communicator& tp, bool sequence_parallel, int kv_replicas = 1);
   int size() const override { return comm_.size(); }
   int rank() const override { return comm_.rank(); }
   bool sequence_parallel() const override { return sp_; }
@@ -31,10 +34,12 @@ class TensorParallel final : public nn::TpRegion {
   void all_reduce_max(float* x, int64_t n) override;
   void all_reduce_sum(float* x, int64_t n) override;
   dist::Communicator& comm() const { return comm_; }
+  dist::Communicator* kv_group() const { return kv_.get(); }
 
  private:
   dist::Communicator& comm_;
   bool sp_;
+  std::unique_ptr<dist::Communicator> kv_;
 };
 
 // The element of a rank's local tensor p (ParamInfo of a TP layout) that holds global
@@ -58,9 +63,13 @@ std::vector<int> tp_partial_grad_params(const ModelLayout& layout);
 using GradPieces = std::function<void(const std::function<void(int param, float* g, int64_t n)>&)>;
 void tp_sum_partial_grads(dist::Communicator& tp, const std::vector<int>& params, const GradPieces& pieces);
 
+// Parameters held by several TP ranks at once (split_replicas > 1: replicated KV heads); each
+// rank computes part of their gradient (from its query heads), summed over kv_group().
+std::vector<int> tp_replicated_params(const ParamTable& table);
+
 // Weight of each parameter's squared gradient in the global norm on one TP rank: 1 for a
 // split tensor (each rank holds a different part), 1 / tp for a replicated one (counted
-// once over the group).
+// once over the group; 1 / replicas for a KV head held by that many ranks).
 std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size);
 
 }  // namespace zt::parallel

@@ -320,7 +320,7 @@ class Trainer {
   // Tensor parallelism (null / empty without): the pass's TP operators, the replicated
   // tensors whose gradients are summed over the group, each tensor's weight in the norm.
   std::unique_ptr<parallel::TensorParallel> tp_region_;
-  std::vector<int> tp_partial_;
+  std::vector<int> tp_partial_, tp_replicated_;
   std::vector<double> tp_norm_w_;
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
@@ -521,7 +521,8 @@ void Trainer::build_model_and_engine() {
                                 model_->flat_params().as<float>(), tp.rank);
   }
   if (tp.size > 1) {
-    tp_region_ = std::make_unique<parallel::TensorParallel>(grid_->tp(), tp.sp);
+    tp_region_ = std::make_unique<parallel::TensorParallel>(grid_->tp(), tp.sp, tp.kv_replicas(cfg_.n_kv_head));
+    tp_replicated_ = parallel::tp_replicated_params(model_->params());
     model_->set_tp_region(tp_region_.get());
     tp_partial_ = parallel::tp_partial_grad_params(model_->layout());
     tp_norm_w_ = parallel::tp_norm_weights(model_->params(), tp.size);
@@ -642,8 +643,11 @@ StepResult Trainer::train_step(int64_t step) {
     sums[1] += double(c);
   }
   engine_->end_backward();
-  if (tp_region_)
-    parallel::tp_sum_partial_grads(grid_->tp(), tp_partial_, [&](const auto& f) { engine_->for_each_grad_piece(f); });
+  if (tp_region_) {
+    const auto pieces = [&](const auto& f) { engine_->for_each_grad_piece(f); };
+    parallel::tp_sum_partial_grads(grid_->tp(), tp_partial_, pieces);
+    if (tp_region_->kv_group()) parallel::tp_sum_partial_grads(*tp_region_->kv_group(), tp_replicated_, pieces);
+  }
   if (dp_comm_->size() > 1) dp_comm_->all_reduce(sums, 2);
   StepResult r;
   r.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // a step of prompt-only rows trains nothing

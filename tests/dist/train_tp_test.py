@@ -93,6 +93,35 @@ def tp_bus_bytes(model, P, sp, acc):
     return acc * (regions + ce) + partial + 2 * ring * 8
 
 
+def bad_input(work):
+    """Bad combinations: one clear error line (per rank under mpirun) naming the numbers."""
+    base = [ZT, "train", "--train_file", os.path.join(work, "train.bin"), "--max_steps", "2", "--save_strategy", "no",
+            "--report_to", "none", "--threads", "1", "--overwrite_output_dir", "--output_dir",
+            os.path.join(work, "bad"), "--model_max_length", str(T), "--per_device_train_batch_size", str(B)]
+    gpt2 = ["--model_config_path", os.path.join(FIX, MODELS["gpt2"])]
+    llama = ["--model_config_path", os.path.join(FIX, MODELS["llama"])]
+    mpi = lambda n: [MPIRUN, "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    cases = [
+        ("world not a multiple of TP", mpi(3) + base + gpt2 + ["--tensor-model-parallel-size", "2"],
+         "--tensor-model-parallel-size 2 does not divide the 3 ranks"),
+        ("TP not dividing the heads", mpi(3) + base + gpt2 + ["--tensor-model-parallel-size", "3"],
+         "does not divide the model's 4 attention heads"),
+        ("SP without TP", base + gpt2 + ["--sequence-parallel"], "--sequence-parallel needs tensor parallelism"),
+        ("SP tokens not divisible", mpi(4) + base + llama + ["--tensor-model-parallel-size", "4", "--sequence-parallel",
+                                                             "--model_max_length", "33",
+                                                             "--per_device_train_batch_size", "1"],
+         "splits the 33 tokens of a micro-batch"),
+        ("checkpoints under TP", mpi(2) + base + gpt2 + ["--tensor-model-parallel-size", "2", "--save_strategy", "steps",
+                                                         "--save_steps", "1"],
+         "checkpoints (save, resume, load best) are not implemented for tensor parallelism yet"),
+    ]
+    for name, args, want in cases:
+        p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
+        lines = [l for l in (p.stdout + p.stderr).splitlines() if "error:" in l]
+        check(p.returncode != 0 and lines and all(want in l for l in lines),
+              f"bad input, {name}: exit {p.returncode}, error lines {lines[:1]}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as work:
         rng = random.Random(1)
@@ -107,6 +136,9 @@ def main():
                      ("tp2_dp2_zero1", 4, ACC // 2, ["--tensor-model-parallel-size", "2", "--zero_stage", "1"], False),
                      ("tp2_sp_dp2_zero3", 4, ACC // 2,
                       ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--zero_stage", "3"], True)]
+            if m == "llama":  # TP 4 > 2 KV heads: each KV head replicated on 2 ranks
+                cases.append(("tp4_sp_kv_replicated", 4, ACC, ["--tensor-model-parallel-size", "4",
+                                                               "--sequence-parallel"], True))
             for name, np, acc, extra, sp in cases:
                 r = run(work, f"{m}_{name}", m, np, acc, extra)
                 if r is None:
@@ -123,10 +155,12 @@ def main():
                       f"{m} {name}: exported model has the reference's tensors and shapes ({same}), "
                       f"max abs difference {diff:.2e} (< 1e-4)")
                 tp = r["results"].get("data_parallel", {}).get("tensor_parallel", {})
-                got, want = tp.get("bus_bytes_per_step", 0), tp_bus_bytes(m, 2, sp, acc)
+                P = int(extra[extra.index("--tensor-model-parallel-size") + 1])
+                got, want = tp.get("bus_bytes_per_step", 0), tp_bus_bytes(m, P, sp, acc)
                 check(rel(got, want) < 0.02,
                       f"{m} {name}: tp bus bytes per step {got:.0f}, formula {want:.0f} "
                       f"({100 * rel(got, want):.2f}% off, < 2%)")
+        bad_input(work)
     if failures:
         print(f"{len(failures)} failure(s)")
         for f in failures:
