@@ -188,4 +188,59 @@ std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size) 
   return w;
 }
 
+TpStateAdapter::TpStateAdapter(Stateful& inner, const ParamTable& local, int tp_rank, int tp_size, bool write_meta)
+    : inner_(inner), table_(local), rank_(tp_rank), size_(tp_size), meta_(write_meta) {}
+
+std::string TpStateAdapter::stored_name(const std::string& name, bool saving) const {
+  const ParamInfo* p = table_.find(name);
+  if (!p) return name;  // not a parameter's tensor: unchanged
+  if (p->split == Split::none) return !saving || rank_ == 0 ? name : "";
+  const int R = p->split_replicas;
+  if (saving && rank_ % R != 0) return "";
+  return name + "@tp" + std::to_string(rank_ / R) + "of" + std::to_string(size_ / R);
+}
+
+namespace {
+class RenamingWriter final : public StateWriter {
+ public:
+  RenamingWriter(StateWriter& w, const TpStateAdapter& a) : w_(w), a_(a) {}
+  void put_tensor(const StatePiece& piece) override {
+    StatePiece p = piece;
+    p.tensor = a_.stored_name(piece.tensor, true);
+    if (!p.tensor.empty()) w_.put_tensor(p);
+  }
+  void put_json(const std::string& key, const nlohmann::json& value) override { w_.put_json(key, value); }
+
+ private:
+  StateWriter& w_;
+  const TpStateAdapter& a_;
+};
+class RenamingReader final : public StateReader {
+ public:
+  RenamingReader(StateReader& r, const TpStateAdapter& a) : r_(r), a_(a) {}
+  void get_tensor(const StatePiece& piece) override {
+    StatePiece p = piece;
+    p.tensor = a_.stored_name(piece.tensor, false);
+    r_.get_tensor(p);
+  }
+  const nlohmann::json* find_json(const std::string& key) const override { return r_.find_json(key); }
+  std::string source() const override { return r_.source(); }
+
+ private:
+  StateReader& r_;
+  const TpStateAdapter& a_;
+};
+}  // namespace
+
+void TpStateAdapter::save_state(StateWriter& w) const {
+  RenamingWriter rw(w, *this);
+  inner_.save_state(rw);
+  if (meta_) w.put_json(kTpSizeKey, size_);
+}
+
+void TpStateAdapter::load_state(StateReader& r) {
+  RenamingReader rr(r, *this);
+  inner_.load_state(rr);
+}
+
 }  // namespace zt::parallel

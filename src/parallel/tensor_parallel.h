@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "core/state.h"
 #include "dist/communicator.h"
 #include "models/transformer.h"
 #include "nn/block.h"
@@ -71,5 +73,27 @@ std::vector<int> tp_replicated_params(const ParamTable& table);
 // split tensor (each rank holds a different part), 1 / tp for a replicated one (counted
 // once over the group; 1 / replicas for a KV head held by that many ranks).
 std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size);
+
+// Checkpoints under tensor parallelism (same layout only, for now): wraps a component so
+// that each split tensor's pieces are stored under "<HF name>@tp<slice>of<slices>" with this
+// rank's local shape (written by the first rank holding that slice), and replicated tensors
+// only by TP rank 0 under their HF names. Loading renames the same way, so a checkpoint
+// resumes at the same TP size (SP on or off: it does not change the parameters), and the
+// trainer refuses another size by the "ztrain.tensor_parallel_size" value (write_meta).
+class TpStateAdapter final : public Stateful {
+ public:
+  TpStateAdapter(Stateful& inner, const ParamTable& local, int tp_rank, int tp_size, bool write_meta);
+  void save_state(StateWriter& w) const override;
+  void load_state(StateReader& r) override;
+  // The stored name of a piece of tensor `name` ("" = this rank does not write it).
+  std::string stored_name(const std::string& name, bool saving) const;
+
+ private:
+  Stateful& inner_;
+  const ParamTable& table_;
+  int rank_, size_;
+  bool meta_;
+};
+constexpr const char* kTpSizeKey = "ztrain.tensor_parallel_size";
 
 }  // namespace zt::parallel

@@ -219,10 +219,6 @@ void check_tp_args(const TrainArgs& a, int world) {
   if (tp == 1) return;
   ZT_CHECK(world % tp == 0, "--tensor-model-parallel-size ", tp, " does not divide the ", world,
            " ranks; the ranks must be a multiple of it");
-  ZT_CHECK(a.save_strategy == "no" && a.resume_from_checkpoint.empty() && !a.load_best_model_at_end,
-           "--tensor-model-parallel-size ", tp,
-           ": checkpoints (save, resume, load best) are not implemented for tensor parallelism yet; use "
-           "--save_strategy no (the final model is still written to --output_dir)");
   ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--tensor-model-parallel-size ", tp,
            ": --max_memory / --auto_find_batch_size do not model tensor parallelism yet; set the batch yourself");
   ZT_CHECK(a.zero_hpz_partition_size <= 1 || (world / tp) % a.zero_hpz_partition_size == 0,
@@ -284,6 +280,10 @@ class Trainer {
   // do: a step skipped for overflow does not move it.
   double lr_for(int64_t step) const { return sched_->lr_at(step - skipped_steps()); }
   void load_best_model();
+  // Under tensor parallelism, components whose tensors are stored per TP slice (TpStateAdapter).
+  std::vector<Stateful*> tp_wrap(const std::vector<Stateful*>& parts);
+  std::vector<std::unique_ptr<parallel::TpStateAdapter>> tp_adapters_;
+  StateShard checkpoint_shard() const;
 
   Clock::time_point t_start_ = Clock::now();
   TrainArgs a_;
@@ -560,8 +560,13 @@ void Trainer::resume() {
     throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
   const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
   resumed_ = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id);
+  const nlohmann::json* saved_tp = resumed_->find_json(parallel::kTpSizeKey);
+  const int64_t stp = saved_tp && saved_tp->is_number_integer() ? saved_tp->get<int64_t>() : 1;
+  ZT_CHECK(stp == grid_->tp().size(), dir, " was saved with --tensor-model-parallel-size ", stp, "; resuming at ",
+           grid_->tp().size(),
+           " needs resharding, which is not implemented yet: resume with --tensor-model-parallel-size ", stp);
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
-  std::vector<Stateful*> parts = rs.with(*engine_);
+  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
   if (scaler_) parts.push_back(scaler_.get());
   resumed_->load(parts);
   start_step_ = rs.cursor.step();
@@ -717,14 +722,13 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
 // under ZeRO), the chief the JSON state and the checksums.
 void Trainer::save(int64_t step) {
   RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_);
-  std::vector<Stateful*> parts = rs.with(*engine_);
+  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
   if (scaler_) parts.push_back(scaler_.get());
   if (log_) parts.push_back(log_.get());
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
-  checkpoint_save(
-      {a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_}, cfg_,
-      {parts.begin(), parts.end()});
+  checkpoint_save({a_.output_dir, step, checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_},
+                  cfg_, {parts.begin(), parts.end()});
   if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit, a_.load_best_model_at_end ? best_checkpoint_ : "");
 }
 
@@ -748,7 +752,28 @@ void Trainer::load_best_model() {
     std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(), a_.metric_for_best_model.c_str(),
                 best_metric_, (long long)best_step_);
   CheckpointReader reader(dir, cfg_);
-  reader.load({&engine_->param_state()});
+  reader.load(tp_wrap({&engine_->param_state()}));
+}
+
+std::vector<Stateful*> Trainer::tp_wrap(const std::vector<Stateful*>& parts) {
+  if (!tp_region_) return parts;
+  tp_adapters_.clear();
+  std::vector<Stateful*> out;
+  for (Stateful* p : parts) {
+    tp_adapters_.push_back(std::make_unique<parallel::TpStateAdapter>(*p, model_->params(), grid_->tp().rank(),
+                                                                      grid_->tp().size(), out.empty()));
+    out.push_back(tp_adapters_.back().get());
+  }
+  return out;
+}
+
+// Which state file this rank writes: the engine's choice within its TP slice's files (every TP
+// rank writes its own slices; replicated tensors come from TP rank 0's file).
+StateShard Trainer::checkpoint_shard() const {
+  const StateShard s = engine_->checkpoint_shard();
+  if (!tp_region_) return s;
+  const int P = grid_->tp().size();
+  return {s.index < 0 ? -1 : s.index * P + grid_->tp().rank(), s.count * P};
 }
 
 void Trainer::finish(double train_s) {

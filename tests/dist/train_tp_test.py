@@ -9,6 +9,7 @@ every run reaches the same tokens per step. Checks:
     TP 2 x DP 2 with ZeRO-1 and TP 2 + SP x DP 2 with ZeRO-3 (4 ranks);
   - the gradient norm (clipping) within 1e-4 relative: replicated tensors counted once;
   - the exported HF folder (gathered from the slices) equals the reference's model;
+  - a TP 2 x DP 2 checkpoint resumes (SP switched on) to the same losses; another TP size is refused;
   - the tp group's bus bytes per step (train_results.json, the communicator's counters) equal
     the analytic formula of docs/parallelism-tp.md within 2%.
 usage: train_tp_test.py ZTRAIN MPIRUN FIXTURES_DIR
@@ -29,14 +30,15 @@ B, T, ACC, STEPS, V = 2, 32, 4, 20, 509
 failures = []
 
 
-def run(work, name, model, np, acc, extra):
-    out = os.path.join(work, name)
+def run(work, name, model, np, acc, extra, out=None):
+    out = out or os.path.join(work, name)
     args = [ZT, "train", "--model_config_path", os.path.join(FIX, MODELS[model]), "--train_file",
             os.path.join(work, "train.bin"), "--max_steps", str(STEPS), "--save_strategy", "no", "--no_shuffle",
             "--model_max_length", str(T), "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps",
             str(acc), "--learning_rate", "1e-3", "--weight_decay", "0.1", "--max_grad_norm", "1.0",
             "--report_to", "none", "--logging_steps", "1", "--threads", "1", "--output_dir", out,
-            "--overwrite_output_dir", "--save_dtype", "float32"] + extra
+            "--save_dtype", "float32"] + (["--overwrite_output_dir"] if "--resume_from_checkpoint" not in extra
+                                          else []) + extra
     if np > 1:
         args = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
     p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=240)
@@ -93,6 +95,32 @@ def tp_bus_bytes(model, P, sp, acc):
     return acc * (regions + ce) + partial + 2 * ring * 8
 
 
+def resume(work, m, ref):
+    """A TP 2 x DP 2 (ZeRO-1) checkpoint at step 10 resumes (with SP switched on: the parameters do not
+    change) to the same losses; another TP size is refused by name."""
+    out = os.path.join(work, f"{m}_resume")
+    tp = ["--tensor-model-parallel-size", "2", "--zero_stage", "1"]
+    first = run(work, "", m, 4, ACC // 2, tp + ["--save_strategy", "steps", "--save_steps", "10"], out=out)
+    ck = os.path.join(out, "checkpoint-10")
+    r = run(work, "", m, 4, ACC // 2, tp + ["--sequence-parallel", "--resume_from_checkpoint", ck], out=out)
+    if first is None or r is None:
+        return
+    # The resumed run's log carries the first run's 10 steps (restored with the checkpoint).
+    worst = max(rel(a, b) for a, b in zip(r["losses"][10:], ref["losses"][10:]))
+    check(len(r["losses"]) == STEPS and worst < 1e-5,
+          f"{m} resume at TP 2 (+SP) from step 10: {len(r['losses'])} losses, worst relative difference "
+          f"{worst:.2e} (< 1e-5)")
+    args = [MPIRUN, "-np", "4", "--oversubscribe", "--bind-to", "none", ZT, "train", "--model_config_path",
+            os.path.join(FIX, MODELS[m]), "--train_file", os.path.join(work, "train.bin"), "--max_steps", str(STEPS),
+            "--save_strategy", "no", "--model_max_length", str(T), "--per_device_train_batch_size", str(B),
+            "--threads", "1", "--report_to", "none", "--output_dir", out, "--resume_from_checkpoint", ck,
+            "--tensor-model-parallel-size", "4"]
+    p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
+    lines = [l for l in (p.stdout + p.stderr).splitlines() if "error:" in l]
+    check(p.returncode != 0 and lines and "was saved with --tensor-model-parallel-size 2; resuming at 4" in lines[0],
+          f"resume at another TP size refused: exit {p.returncode}, {lines[:1]}")
+
+
 def bad_input(work):
     """Bad combinations: one clear error line (per rank under mpirun) naming the numbers."""
     base = [ZT, "train", "--train_file", os.path.join(work, "train.bin"), "--max_steps", "2", "--save_strategy", "no",
@@ -111,9 +139,6 @@ def bad_input(work):
                                                              "--model_max_length", "33",
                                                              "--per_device_train_batch_size", "1"],
          "splits the 33 tokens of a micro-batch"),
-        ("checkpoints under TP", mpi(2) + base + gpt2 + ["--tensor-model-parallel-size", "2", "--save_strategy", "steps",
-                                                         "--save_steps", "1"],
-         "checkpoints (save, resume, load best) are not implemented for tensor parallelism yet"),
     ]
     for name, args, want in cases:
         p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
@@ -160,6 +185,8 @@ def main():
                 check(rel(got, want) < 0.02,
                       f"{m} {name}: tp bus bytes per step {got:.0f}, formula {want:.0f} "
                       f"({100 * rel(got, want):.2f}% off, < 2%)")
+            if m == "llama":
+                resume(work, m, ref)
         bad_input(work)
     if failures:
         print(f"{len(failures)} failure(s)")
