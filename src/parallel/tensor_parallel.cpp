@@ -191,23 +191,44 @@ std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size) 
 TpStateAdapter::TpStateAdapter(Stateful& inner, const ParamTable& local, int tp_rank, int tp_size, bool write_meta)
     : inner_(inner), table_(local), rank_(tp_rank), size_(tp_size), meta_(write_meta) {}
 
-std::string TpStateAdapter::stored_name(const std::string& name, bool saving) const {
+const ParamInfo* TpStateAdapter::split_param(const std::string& name) const {
   const ParamInfo* p = table_.find(name);
-  if (!p) return name;  // not a parameter's tensor: unchanged
-  if (p->split == Split::none) return !saving || rank_ == 0 ? name : "";
-  const int R = p->split_replicas;
-  if (saving && rank_ % R != 0) return "";
-  return name + "@tp" + std::to_string(rank_ / R) + "of" + std::to_string(size_ / R);
+  return p && p->split != Split::none ? p : nullptr;
+}
+
+bool TpStateAdapter::writes(const std::string& name) const {
+  const ParamInfo* p = table_.find(name);
+  if (!p) return true;                             // not a parameter's tensor
+  if (p->split == Split::none) return rank_ == 0;  // replicated: once
+  return rank_ % p->split_replicas == 0;           // a replicated KV head: its first holder
+}
+
+void TpStateAdapter::to_global(const StatePiece& piece, const std::function<void(const StatePiece&)>& f) const {
+  const ParamInfo* p = split_param(piece.tensor);
+  if (!p) {
+    f(piece);
+    return;
+  }
+  // The piece is elements [b, e) of this rank's local tensor: each run of the slice that exists
+  // in the global tensor (vocabulary padding does not) becomes a piece of the global tensor.
+  const int64_t b = piece.slice.begin, e = b + piece.slice.count;
+  for_each_run(*p, p->split_offset, [&](int64_t g, int64_t l, int64_t n) {
+    const int64_t lo = std::max(b, l), hi = std::min(e, l + n);
+    if (lo >= hi) return;
+    StatePiece q = piece;
+    q.shape = p->global_shape;
+    q.slice = {g + (lo - l), hi - lo};
+    q.data = piece.data + (lo - b);
+    f(q);
+  });
 }
 
 namespace {
-class RenamingWriter final : public StateWriter {
+class GlobalWriter final : public StateWriter {
  public:
-  RenamingWriter(StateWriter& w, const TpStateAdapter& a) : w_(w), a_(a) {}
+  GlobalWriter(StateWriter& w, const TpStateAdapter& a) : w_(w), a_(a) {}
   void put_tensor(const StatePiece& piece) override {
-    StatePiece p = piece;
-    p.tensor = a_.stored_name(piece.tensor, true);
-    if (!p.tensor.empty()) w_.put_tensor(p);
+    if (a_.writes(piece.tensor)) a_.to_global(piece, [&](const StatePiece& q) { w_.put_tensor(q); });
   }
   void put_json(const std::string& key, const nlohmann::json& value) override { w_.put_json(key, value); }
 
@@ -215,13 +236,11 @@ class RenamingWriter final : public StateWriter {
   StateWriter& w_;
   const TpStateAdapter& a_;
 };
-class RenamingReader final : public StateReader {
+class GlobalReader final : public StateReader {
  public:
-  RenamingReader(StateReader& r, const TpStateAdapter& a) : r_(r), a_(a) {}
+  GlobalReader(StateReader& r, const TpStateAdapter& a) : r_(r), a_(a) {}
   void get_tensor(const StatePiece& piece) override {
-    StatePiece p = piece;
-    p.tensor = a_.stored_name(piece.tensor, false);
-    r_.get_tensor(p);
+    a_.to_global(piece, [&](const StatePiece& q) { r_.get_tensor(q); });
   }
   const nlohmann::json* find_json(const std::string& key) const override { return r_.find_json(key); }
   std::string source() const override { return r_.source(); }
@@ -233,14 +252,14 @@ class RenamingReader final : public StateReader {
 }  // namespace
 
 void TpStateAdapter::save_state(StateWriter& w) const {
-  RenamingWriter rw(w, *this);
-  inner_.save_state(rw);
+  GlobalWriter gw(w, *this);
+  inner_.save_state(gw);
   if (meta_) w.put_json(kTpSizeKey, size_);
 }
 
 void TpStateAdapter::load_state(StateReader& r) {
-  RenamingReader rr(r, *this);
-  inner_.load_state(rr);
+  GlobalReader gr(r, *this);
+  inner_.load_state(gr);
 }
 
 }  // namespace zt::parallel

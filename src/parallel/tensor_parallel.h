@@ -74,21 +74,26 @@ std::vector<int> tp_replicated_params(const ParamTable& table);
 // once over the group; 1 / replicas for a KV head held by that many ranks).
 std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size);
 
-// Checkpoints under tensor parallelism (same layout only, for now): wraps a component so
-// that each split tensor's pieces are stored under "<HF name>@tp<slice>of<slices>" with this
-// rank's local shape (written by the first rank holding that slice), and replicated tensors
-// only by TP rank 0 under their HF names. Loading renames the same way, so a checkpoint
-// resumes at the same TP size (SP on or off: it does not change the parameters), and the
-// trainer refuses another size by the "ztrain.tensor_parallel_size" value (write_meta).
+// Checkpoints under tensor parallelism in the global layout: wraps a component so that each
+// piece of a split tensor (this rank's slice, or a ZeRO shard of it: a range of the local
+// tensor) is stored as the runs of the *global* tensor it covers, under the HF name and global
+// shape, written by the first rank holding that slice; replicated tensors are written once, by
+// TP rank 0. Loading maps back the same way, and the checkpoint reader assembles any slice from
+// any stored pieces, so a checkpoint saved at one TP size (and DP size, ZeRO stage) resumes at
+// any other, and one process's checkpoint resumes under TP. The TP size is recorded
+// ("ztrain.tensor_parallel_size", write_meta) for information.
 class TpStateAdapter final : public Stateful {
  public:
   TpStateAdapter(Stateful& inner, const ParamTable& local, int tp_rank, int tp_size, bool write_meta);
   void save_state(StateWriter& w) const override;
   void load_state(StateReader& r) override;
-  // The stored name of a piece of tensor `name` ("" = this rank does not write it).
-  std::string stored_name(const std::string& name, bool saving) const;
+  // Whether this rank writes tensor `name`'s pieces; a piece of the local tensor as pieces of
+  // the global one (itself when the tensor is not split).
+  bool writes(const std::string& name) const;
+  void to_global(const StatePiece& piece, const std::function<void(const StatePiece&)>& f) const;
 
  private:
+  const ParamInfo* split_param(const std::string& name) const;
   Stateful& inner_;
   const ParamTable& table_;
   int rank_, size_;

@@ -560,11 +560,6 @@ void Trainer::resume() {
     throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
   const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
   resumed_ = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id);
-  const nlohmann::json* saved_tp = resumed_->find_json(parallel::kTpSizeKey);
-  const int64_t stp = saved_tp && saved_tp->is_number_integer() ? saved_tp->get<int64_t>() : 1;
-  ZT_CHECK(stp == grid_->tp().size(), dir, " was saved with --tensor-model-parallel-size ", stp, "; resuming at ",
-           grid_->tp().size(),
-           " needs resharding, which is not implemented yet: resume with --tensor-model-parallel-size ", stp);
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
   std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
   if (scaler_) parts.push_back(scaler_.get());
