@@ -296,8 +296,11 @@ void Transformer::zero_grad() {
 }
 
 int64_t Transformer::matmul_params() const {
+  // The whole model's (a tensor-parallel rank's layout holds its slices): FLOPs per token and
+  // MFU count the model, whatever the layout.
+  const ModelSlots whole = layout_.tp.size > 1 ? model_layout(cfg_).slots : ModelSlots{};
   int64_t n = 0;
-  for (auto& b : layout_.slots.blocks)
+  for (auto& b : (layout_.tp.size > 1 ? whole : layout_.slots).blocks)
     for (auto* l : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) n += int64_t(l->in) * l->out;
   return n + int64_t(cfg_.vocab_size) * cfg_.n_embd;
 }
