@@ -103,8 +103,7 @@ void for_each_run(const ParamInfo& p, int64_t offset, F f) {
 }
 }  // namespace
 
-void tp_slice_params(const ParamTable& global_table, const float* global, const ParamTable& local_table, float* local,
-                     int tp_rank) {
+void tp_slice_params(const ParamTable& global_table, const float* global, const ParamTable& local_table, float* local) {
   const auto& gl = global_table.list();
   const auto& ll = local_table.list();
   ZT_ASSERT(gl.size() == ll.size());
@@ -113,7 +112,6 @@ void tp_slice_params(const ParamTable& global_table, const float* global, const 
     ZT_ASSERT(gl[i].name == p.name && gl[i].shape == p.global_shape, p.name);
     float* dst = local + p.offset;
     std::fill_n(dst, p.numel, 0.f);
-    (void)tp_rank;
     for_each_run(p, p.split_offset, [&](int64_t g, int64_t l, int64_t n) {
       std::memcpy(dst + l, global + gl[i].offset + g, size_t(n) * sizeof(float));
     });

@@ -6,7 +6,8 @@
 // replicated tensors whose gradient each rank only holds part of. docs/parallelism-tp.md
 // has the scheme, the bytes per layer and the measurements.
 // It deliberately is not: a data-parallel engine (DP / ZeRO run on the grid's dp group over
-// each TP rank's local parameters), or a checkpoint format (pieces are the engines' business).
+// each TP rank's local parameters), or a checkpoint format (TpStateAdapter only restates a
+// rank's pieces in the global tensors' coordinates; the checkpointer stores them).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -44,12 +45,10 @@ class TensorParallel final : public nn::TpRegion {
   std::unique_ptr<dist::Communicator> kv_;
 };
 
-// The element of a rank's local tensor p (ParamInfo of a TP layout) that holds global
-// element... : copies this rank's slice of every parameter out of a whole model's flat
-// buffer (`global`, laid out by `global_table`) into `local` (laid out by `local_table`).
-// Vocabulary padding rows become zeros.
-void tp_slice_params(const ParamTable& global_table, const float* global, const ParamTable& local_table, float* local,
-                     int tp_rank);
+// Copies this rank's slice of every parameter out of a whole model's flat buffer (`global`,
+// laid out by `global_table`, the identity plan's) into `local` (laid out by `local_table`, a TP
+// layout, whose ParamInfo says which slice). Vocabulary padding rows become zeros.
+void tp_slice_params(const ParamTable& global_table, const float* global, const ParamTable& local_table, float* local);
 // The inverse, a collective over the tp group: every rank's slices gathered, and the whole
 // tensors written into `global` (may be null on ranks that do not need them).
 void tp_gather_params(dist::Communicator& tp, const ParamTable& local_table, const float* local,

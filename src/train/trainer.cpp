@@ -518,7 +518,7 @@ void Trainer::build_model_and_engine() {
       m.init_random(uint64_t(a_.seed));
     if (whole)
       parallel::tp_slice_params(whole->params(), whole->flat_params().as<const float>(), model_->params(),
-                                model_->flat_params().as<float>(), tp.rank);
+                                model_->flat_params().as<float>());
   }
   if (tp.size > 1) {
     tp_region_ = std::make_unique<parallel::TensorParallel>(grid_->tp(), tp.sp, tp.kv_replicas(cfg_.n_kv_head));
