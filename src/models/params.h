@@ -43,6 +43,27 @@ struct ParamInfo {
   size_t bytes() const { return size_t(numel) * dtype_size(dtype); }
 };
 
+// Calls f(global element, local element, count) for each contiguous run of a rank's slice of
+// p (cut as p says, starting at `offset` along the split dim: p.split_offset for this rank) that
+// exists in the global tensor (vocabulary padding rows have none). Unsplit: one run, all of it.
+template <class F>
+void for_each_slice_run(const ParamInfo& p, int64_t offset, F f) {
+  if (p.split == Split::none) {
+    f(int64_t(0), int64_t(0), p.numel);
+    return;
+  }
+  const size_t d = size_t(p.split_dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < d; ++i) outer *= p.global_shape[i];
+  for (size_t i = d + 1; i < p.global_shape.size(); ++i) inner *= p.global_shape[i];
+  const int64_t parts = p.split_parts, g_part = p.global_shape[d] / parts, l_part = p.shape[d] / parts;
+  const int64_t rows = g_part - offset < 0 ? 0 : g_part - offset < l_part ? g_part - offset : l_part;
+  if (rows == 0) return;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < parts; ++k)
+      f(((o * parts + k) * g_part + offset) * inner, (o * parts + k) * l_part * inner, rows * inner);
+}
+
 class ParamTable {
  public:
   // Appends a parameter right after the previous one (no padding, so tensors added in

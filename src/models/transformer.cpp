@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -189,31 +190,52 @@ void Transformer::init_random(uint64_t seed) {
   const auto& list = params().list();
   float* P = params_.as<float>();
   const double std_normal = 0.02, std_resid = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
-  // Chunks of 64K values, each with its own stream, so the result does not depend on
-  // the thread count and large tensors fill in parallel.
+  // Chunks of 64K values of each whole (global) tensor, each with its own stream, so the result
+  // does not depend on the thread count, large tensors fill in parallel, and a tensor-parallel
+  // rank's slices hold the values one process would have there.
   struct Job {
     size_t param;
     int64_t begin, end;
   };
+  auto fill = [&](const std::vector<Job>& jobs, const std::function<float*(size_t)>& dst_of) {
+#pragma omp parallel for schedule(dynamic, 4)
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const ParamInfo& p = list[jobs[j].param];
+      float* dst = dst_of(jobs[j].param);
+      Rng rng(seed, (uint64_t(jobs[j].param) << 32) ^ uint64_t(jobs[j].begin / 65536));
+      double sd = p.init == ParamInit::residual_normal ? std_resid : std_normal;
+      if (p.init == ParamInit::zeros || p.init == ParamInit::ones) {
+        std::fill(dst + jobs[j].begin, dst + jobs[j].end, p.init == ParamInit::ones ? 1.f : 0.f);
+        continue;
+      }
+      for (int64_t k = jobs[j].begin; k < jobs[j].end; k += 2) {
+        double z[2];
+        rng.normal_pair(z);
+        dst[k] = float(z[0] * sd);
+        if (k + 1 < jobs[j].end) dst[k + 1] = float(z[1] * sd);
+      }
+    }
+  };
   std::vector<Job> jobs;
   for (size_t i = 0; i < list.size(); ++i)
-    for (int64_t b = 0; b < list[i].numel; b += 65536) jobs.push_back({i, b, std::min(b + 65536, list[i].numel)});
-#pragma omp parallel for schedule(dynamic, 4)
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    const ParamInfo& p = list[jobs[j].param];
+    if (list[i].split == Split::none)
+      for (int64_t b = 0; b < list[i].numel; b += 65536) jobs.push_back({i, b, std::min(b + 65536, list[i].numel)});
+  fill(jobs, [&](size_t i) { return P + list[i].offset; });
+  // Split tensors (tensor parallelism): the whole tensor, one at a time, and this rank's slice.
+  std::vector<float> whole;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const ParamInfo& p = list[i];
+    if (p.split == Split::none) continue;
+    int64_t n = 1;
+    for (int64_t d : p.global_shape) n *= d;
+    whole.assign(size_t(n), 0.f);
+    jobs.clear();
+    for (int64_t b = 0; b < n; b += 65536) jobs.push_back({i, b, std::min(b + 65536, n)});
+    fill(jobs, [&](size_t) { return whole.data(); });
     float* dst = P + p.offset;
-    Rng rng(seed, (uint64_t(jobs[j].param) << 32) ^ uint64_t(jobs[j].begin / 65536));
-    double sd = p.init == ParamInit::residual_normal ? std_resid : std_normal;
-    if (p.init == ParamInit::zeros || p.init == ParamInit::ones) {
-      std::fill(dst + jobs[j].begin, dst + jobs[j].end, p.init == ParamInit::ones ? 1.f : 0.f);
-      continue;
-    }
-    for (int64_t k = jobs[j].begin; k < jobs[j].end; k += 2) {
-      double z[2];
-      rng.normal_pair(z);
-      dst[k] = float(z[0] * sd);
-      if (k + 1 < jobs[j].end) dst[k + 1] = float(z[1] * sd);
-    }
+    std::fill_n(dst, p.numel, 0.f);  // vocabulary padding stays zero
+    for_each_slice_run(p, p.split_offset,
+                       [&](int64_t g, int64_t l, int64_t c) { std::copy_n(whole.data() + g, c, dst + l); });
   }
 }
 

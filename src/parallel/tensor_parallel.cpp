@@ -68,38 +68,10 @@ void TensorParallel::all_reduce_sum(float* x, int64_t n) {
 }
 
 namespace {
-// A parameter as outer x (parts x rows) x inner along its split dim: rank r's local rows of
-// part k are global rows k * part_rows + offset + [0, local rows per part).
-struct SplitGeom {
-  int64_t outer = 1, inner = 1, parts = 1, g_part = 0, l_part = 0;
-};
-SplitGeom geom(const ParamInfo& p) {
-  SplitGeom s;
-  const int d = p.split_dim;
-  for (int i = 0; i < d; ++i) s.outer *= p.global_shape[size_t(i)];
-  for (size_t i = size_t(d) + 1; i < p.global_shape.size(); ++i) s.inner *= p.global_shape[i];
-  s.parts = p.split_parts;
-  s.g_part = p.global_shape[size_t(d)] / s.parts;
-  s.l_part = p.shape[size_t(d)] / s.parts;
-  return s;
-}
-// Calls f(global element, local element, count) for each run of a rank's slice that exists
-// in the global tensor (vocabulary padding has none); `offset` is the rank's split_offset.
+// The runs of a slice (models/params.h).
 template <class F>
 void for_each_run(const ParamInfo& p, int64_t offset, F f) {
-  if (p.split == Split::none) {
-    f(int64_t(0), int64_t(0), p.numel);
-    return;
-  }
-  const SplitGeom s = geom(p);
-  for (int64_t o = 0; o < s.outer; ++o)
-    for (int64_t k = 0; k < s.parts; ++k) {
-      const int64_t rows = std::clamp<int64_t>(s.g_part - offset, 0, s.l_part);  // real rows of this part
-      if (rows == 0) continue;
-      const int64_t g = ((o * s.parts + k) * s.g_part + offset) * s.inner;
-      const int64_t l = ((o * s.parts + k) * s.l_part) * s.inner;
-      f(g, l, rows * s.inner);
-    }
+  for_each_slice_run(p, offset, f);
 }
 }  // namespace
 

@@ -505,20 +505,20 @@ void Trainer::build_model_and_engine() {
   const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), a_.sequence_parallel};
   model_ = std::make_unique<Transformer>(cfg_, tp);
   const auto t0 = Clock::now();
-  {
-    // Under tensor parallelism the weights are made (or read) whole, as one process would,
-    // and each rank keeps its slices: the same model whatever the layout. (The whole model
-    // exists on each rank for this moment; reading slices straight from the files is a later
-    // piece.)
-    std::unique_ptr<Transformer> whole = tp.size > 1 ? std::make_unique<Transformer>(cfg_) : nullptr;
-    Transformer& m = whole ? *whole : *model_;
-    if (!a_.model_name_or_path.empty())
-      hf_load_weights(m, a_.model_name_or_path);
-    else
-      m.init_random(uint64_t(a_.seed));
-    if (whole)
-      parallel::tp_slice_params(whole->params(), whole->flat_params().as<const float>(), model_->params(),
-                                model_->flat_params().as<float>());
+  if (a_.model_name_or_path.empty()) {
+    // Random weights: a tensor-parallel rank makes its slices of the values one process would
+    // make (each split tensor whole, one at a time), so the run is the same model whatever the layout.
+    model_->init_random(uint64_t(a_.seed));
+  } else if (tp.size == 1) {
+    hf_load_weights(*model_, a_.model_name_or_path);
+  } else {
+    // Under tensor parallelism the weights are read whole and each rank keeps its slices (the
+    // whole model exists on each rank for this moment; reading slices straight from the files
+    // is a later piece).
+    Transformer whole(cfg_);
+    hf_load_weights(whole, a_.model_name_or_path);
+    parallel::tp_slice_params(whole.params(), whole.flat_params().as<const float>(), model_->params(),
+                              model_->flat_params().as<float>());
   }
   if (tp.size > 1) {
     tp_region_ = std::make_unique<parallel::TensorParallel>(grid_->tp(), tp.sp, tp.kv_replicas(cfg_.n_kv_head));

@@ -7,6 +7,7 @@ tokens, --no_shuffle, fp32, 20 steps. The reference is one process at batch 2 x 
 every run reaches the same tokens per step. Checks:
   - per-step losses within 1e-5 relative of the reference for TP 2 (2 ranks) with SP off / on,
     TP 2 x DP 2 with ZeRO-1 and TP 2 + SP x DP 2 with ZeRO-3 (4 ranks);
+  - --model_name_or_path under TP 2 + SP x DP 2 continues like one process from the same weights;
   - --bf16 under TP 2 + SP x DP 2 (ZeRO-2) close to one bf16 process (2e-4 relative);
   - the gradient norm (clipping) within 1e-4 relative: replicated tensors counted once;
   - the exported HF folder (gathered from the slices) equals the reference's model;
@@ -34,7 +35,8 @@ failures = []
 
 def run(work, name, model, np, acc, extra, out=None):
     out = out or os.path.join(work, name)
-    args = [ZT, "train", "--model_config_path", os.path.join(FIX, MODELS[model]), "--train_file",
+    model_args = [] if "--model_name_or_path" in extra else ["--model_config_path", os.path.join(FIX, MODELS[model])]
+    args = [ZT, "train"] + model_args + ["--train_file",
             os.path.join(work, "train.bin"), "--max_steps", str(STEPS), "--save_strategy", "no", "--no_shuffle",
             "--model_max_length", str(T), "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps",
             str(acc), "--learning_rate", "1e-3", "--weight_decay", "0.1", "--max_grad_norm", "1.0",
@@ -95,6 +97,19 @@ def tp_bus_bytes(model, P, sp, acc):
     norm_elems = (4 * L + 2) * C if model == "gpt2" else (2 * L + 1) * C
     partial = 2 * ring * 4 * norm_elems if sp else 0
     return acc * (regions + ce) + partial + 2 * ring * 8
+
+
+def from_hf(work, m):
+    """--model_name_or_path (the reference's exported folder): read whole, sliced per TP rank; TP 2 + SP
+    x DP 2 (ZeRO-1) continues exactly like one process does from the same weights."""
+    folder = os.path.join(work, f"{m}_ref")
+    one = run(work, f"{m}_hf_one", m, 1, ACC, ["--model_name_or_path", folder])
+    r = run(work, f"{m}_hf_tp2", m, 4, ACC // 2, ["--model_name_or_path", folder, "--tensor-model-parallel-size",
+                                                  "2", "--sequence-parallel", "--zero_stage", "1"])
+    if one and r:
+        worst = max(rel(a, b) for a, b in zip(r["losses"], one["losses"]))
+        check(len(r["losses"]) == STEPS and worst < 1e-5,
+              f"{m} from an HF folder at TP 2 + SP x DP 2: worst relative difference {worst:.2e} (< 1e-5)")
 
 
 def bf16(work, m):
@@ -203,6 +218,7 @@ def main():
                       f"{m} {name}: tp bus bytes per step {got:.0f}, formula {want:.0f} "
                       f"({100 * rel(got, want):.2f}% off, < 2%)")
             resume(work, m, ref)
+            from_hf(work, m)
             if m == "llama":
                 bf16(work, m)
         bad_input(work)
