@@ -170,6 +170,11 @@ int cmd_train(const Args& args) {
         range::closed(1, kMaxBatch));
   f.add("zero_quantized_weights", &a.zero_quantized_weights, "ZeRO++ qwZ: int8 parameter all-gather (stage 3)");
   f.add("zero_quantized_gradients", &a.zero_quantized_gradients, "ZeRO++ qgZ: int8 gradient reduce-scatter");
+  // Tensor and sequence parallelism (Megatron's names; docs/parallelism-tp.md).
+  f.add("tensor-model-parallel-size", &a.tensor_model_parallel_size,
+        "tensor-parallel ranks (neighbours); must divide the world and the heads (1)", range::closed(1, 4096));
+  f.add("sequence-parallel", &a.sequence_parallel,
+        "with tensor parallelism: split the norms' and residuals' tokens across the TP ranks (false)");
   f.add("train_batch_size", &a.train_batch_size, "global batch check: micro x accumulation x ranks (0 = unchecked)",
         range::closed(0, kMaxSteps));
   f.add("ddp_timeout", &a.ddp_timeout,

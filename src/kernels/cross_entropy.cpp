@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/convert.h"
 #include "kernels/fast_math.h"
@@ -56,6 +57,86 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
         for (int v = 0; v < V; ++v) z[v] *= ks;
         z[tgt] -= grad_scale;
         // Lowered here, while the row is in cache, not in a second pass over the chunk.
+        if (low) to_lowp(k.t, low + i * V, z, V);
+        if (k.round_f16) round_to_f16(z, z, V);
+      }
+    }
+    loss += chunk_loss;
+    counted += chunk_count;
+    if (dx) {
+      const void* g = low ? static_cast<const void*>(low) : scratch;
+      gemm_typed(k.t, false, false, rows, C, V, 1.0f, g, V, k.w, C, 0.0f, dx + r0 * C, C);
+      gemm_typed(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);
+    }
+  }
+  if (count) *count = counted;
+  return loss;
+}
+
+}  // namespace zt::kernels
+
+namespace zt::kernels {
+
+double lmhead_ce_vocab(float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
+                       const LmHeadDims& d, float grad_scale, float* scratch, int64_t* count, const VocabShard& vs,
+                       const LmHeadCompute* compute) {
+  const int C = d.C, V = d.V, nv = vs.nv;
+  LmHeadCompute fp32{DType::f32, x, w, nullptr, false};
+  const LmHeadCompute& k = compute ? *compute : fp32;
+  const size_t es = dtype_size(k.t);
+  double loss = 0.0;
+  int64_t counted = 0;
+  std::vector<float> mx(size_t(d.chunk)), red(2 * size_t(d.chunk));  // maxima; sums of exp, target logits
+  for (int64_t r0 = 0; r0 < d.N; r0 += d.chunk) {
+    const int64_t rows = std::min(d.chunk, d.N - r0);
+    const void* xc = static_cast<const char*>(k.x) + size_t(r0) * C * es;
+    gemm_typed(k.t, false, true, rows, V, C, 1.0f, xc, C, k.w, C, 0.0f, scratch, V);
+    uint16_t* low = k.t != DType::f32 ? static_cast<uint16_t*>(k.dlogits) : nullptr;
+    // This rank's maxima over its real columns, and the target logits it holds.
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* z = scratch + i * V;
+      float m = -INFINITY;
+      for (int v = 0; v < nv; ++v) m = std::max(m, z[v]);
+      mx[i] = m;
+      const int64_t t = int64_t(targets[r0 + i]) - vs.v0;
+      red[rows + i] = targets[r0 + i] != kIgnoreIndex && t >= 0 && t < nv ? z[t] : 0.f;
+    }
+    vs.max(mx.data(), rows);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      float* z = scratch + i * V;
+      float sum = 0.f;
+      if (targets[r0 + i] != kIgnoreIndex) {
+        const float m = mx[i];
+        for (int v = 0; v < nv; ++v) {
+          z[v] = fast_exp(z[v] - m);
+          sum += z[v];
+        }
+      }
+      red[i] = sum;
+    }
+    vs.sum(red.data(), 2 * rows);
+    double chunk_loss = 0.0;
+    int64_t chunk_count = 0;
+#pragma omp parallel for schedule(static) reduction(+ : chunk_loss, chunk_count)
+    for (int64_t i = 0; i < rows; ++i) {
+      float* z = scratch + i * V;
+      const int32_t tgt = targets[r0 + i];
+      if (tgt == kIgnoreIndex) {
+        std::fill_n(z, V, 0.f);
+        if (dx && low) std::fill_n(low + i * V, V, uint16_t(0));
+        continue;
+      }
+      const float sum = red[i];
+      chunk_loss += std::log(double(sum)) - (double(red[rows + i]) - double(mx[i]));
+      ++chunk_count;
+      std::fill(z + nv, z + V, 0.f);  // padding rows of the vocabulary: no gradient
+      if (dx) {
+        const float ks = grad_scale / sum;
+        for (int v = 0; v < nv; ++v) z[v] *= ks;
+        const int64_t t = int64_t(tgt) - vs.v0;
+        if (t >= 0 && t < nv) z[t] -= grad_scale;
         if (low) to_lowp(k.t, low + i * V, z, V);
         if (k.round_f16) round_to_f16(z, z, V);
       }

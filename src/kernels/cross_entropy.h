@@ -6,6 +6,7 @@
 // (HF's -100) contribute neither loss nor gradient.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "core/tensor.h"
 
@@ -35,5 +36,19 @@ struct LmHeadCompute {
 // how many tokens were counted. compute == null: fp32 GEMMs on x and w.
 double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const LmHeadDims& d,
                  float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute = nullptr);
+
+// Vocabulary-parallel form (tensor parallelism, Megatron's parallel cross-entropy): w holds
+// rows [v0, v0 + d.V) of the vocabulary, of which the first nv are real (the rest padding,
+// masked out). The logits are never gathered: per chunk, the rows' maxima are reduced with
+// `max` across the group, then the sums of exp and the target logits (from the rank holding
+// each target, 0 elsewhere) with one `sum`. Every rank returns the same loss; dx gets this
+// rank's partial input gradient (the caller reduces it), dw its rows' gradient.
+struct VocabShard {
+  int v0 = 0, nv = 0;
+  std::function<void(float*, int64_t)> max, sum;  // in-place all-reduces over the group
+};
+double lmhead_ce_vocab(float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
+                       const LmHeadDims& d, float grad_scale, float* scratch, int64_t* count, const VocabShard& vs,
+                       const LmHeadCompute* compute = nullptr);
 
 }  // namespace zt::kernels

@@ -284,6 +284,40 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   }
 }
 
+void embedding_forward_vocab(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
+                             int C, const int32_t* positions, int v0, int nv) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t v = int64_t(tokens[i]) - v0;
+    const float* e = v >= 0 && v < nv ? wte + v * C : nullptr;
+    const float* p = wpe ? wpe + (positions ? int64_t(positions[i]) : i % T) * C : nullptr;
+    float* o = out + i * C;
+    for (int c = 0; c < C; ++c) o[c] = (e ? e[c] : 0.f) + (p ? p[c] : 0.f);
+  }
+}
+
+void embedding_backward_vocab(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T,
+                              int C, const int32_t* positions, int v0, int nv) {
+  // As embedding_backward: channels split between threads, a fixed order per address.
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    int c0 = int(int64_t(C) * id / nt), c1 = int(int64_t(C) * (id + 1) / nt);
+    for (int64_t i = 0; i < N; ++i) {
+      const float* g = dout + i * C;
+      const int64_t v = int64_t(tokens[i]) - v0;
+      if (v >= 0 && v < nv) {
+        float* e = dwte + v * C;
+        for (int c = c0; c < c1; ++c) e[c] += g[c];
+      }
+      if (dwpe) {
+        float* p = dwpe + (positions ? int64_t(positions[i]) : i % T) * C;
+        for (int c = c0; c < c1; ++c) p[c] += g[c];
+      }
+    }
+  }
+}
+
 void bias_forward(float* y, const float* b, int64_t N, int M) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {

@@ -53,6 +53,13 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 // dwte +=, dwpe += (when given), at the same rows the forward read.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C,
                         const int32_t* positions = nullptr);
+// Vocabulary-parallel forms (tensor parallelism): wte holds the rows [v0, v0 + nv) of the
+// vocabulary; a token outside them contributes a zero row (the ranks' outputs are summed),
+// plus wpe when given (one rank passes it). backward adds to the rows it holds only.
+void embedding_forward_vocab(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
+                             int C, const int32_t* positions, int v0, int nv);
+void embedding_backward_vocab(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T,
+                              int C, const int32_t* positions, int v0, int nv);
 
 // y (N, M) += b (M) per row; db (M) += column sums of dy.
 void bias_forward(float* y, const float* b, int64_t N, int M);

@@ -17,9 +17,24 @@ const char* unit_kind_name(UnitKind k) {
   return "?";
 }
 
-ModelLayout model_layout(const ModelConfig& c) {
+void check_tp_plan(const ModelConfig& c, const TpPlan& tp) {
+  const int P = tp.size;
+  ZT_CHECK(P >= 1 && tp.rank >= 0 && tp.rank < P, "tensor parallel rank ", tp.rank, " of ", P);
+  if (P == 1) return;
+  ZT_CHECK(c.n_head % P == 0, "--tensor-model-parallel-size ", P, " does not divide the model's ", c.n_head,
+           " attention heads; pick a divisor of ", c.n_head);
+  ZT_CHECK(c.n_kv_head % P == 0 || P % c.n_kv_head == 0, "--tensor-model-parallel-size ", P, " and the model's ",
+           c.n_kv_head,
+           " key/value heads: one must divide the other (KV heads are split, or replicated when TP exceeds them)");
+  ZT_CHECK(c.ffn % P == 0, "--tensor-model-parallel-size ", P, " does not divide the model's MLP width ", c.ffn);
+}
+
+ModelLayout model_layout(const ModelConfig& c, const TpPlan& tp) {
+  check_tp_plan(c, tp);
   ModelLayout m;
-  m.slots = c.arch == Arch::gpt2 ? gpt2_layout(c, m.table) : llama_layout(c, m.table);
+  m.tp = tp;
+  m.vocab_local = tp.vocab_local(c.vocab_size);
+  m.slots = c.arch == Arch::gpt2 ? gpt2_layout(c, m.table, tp) : llama_layout(c, m.table, tp);
   ModelSlots& s = m.slots;
   // The GEMMs a tensor-parallel plan would cut (Megatron's pairing): the first of each
   // sub-layer splits its outputs, the second its inputs, so one reduction ends each.

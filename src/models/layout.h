@@ -8,6 +8,7 @@
 // parameters: the embeddings, one block each, and the head (final norm + untied LM head).
 // Code finds a unit by its kind and layer, never by index arithmetic.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -39,8 +40,29 @@ struct ModelSlots {
   nn::BlockShape shape{};
 };
 
-ModelSlots gpt2_layout(const ModelConfig& c, ParamTable& t);
-ModelSlots llama_layout(const ModelConfig& c, ParamTable& t);
+// How a tensor-parallel rank cuts the model (Megatron's scheme, docs/parallelism-tp.md):
+// attention heads and the MLP's hidden units split across `size` ranks, the vocabulary split
+// in rows of vocab_local() (the last rank's slice padded), norms and row-parallel biases
+// replicated. With size 1 (the identity plan) the layouts are the single-device ones.
+// sp: sequence parallel (the residual stream's rows are split across the ranks too).
+struct TpPlan {
+  int size = 1, rank = 0;
+  bool sp = false;
+  // Rows of the vocabulary each rank holds: ceil(V / size) (padded rows are zeros and masked).
+  int vocab_local(int V) const { return (V + size - 1) / size; }
+  int vocab_begin(int V) const { return rank * vocab_local(V); }
+  // Of those, the real ones (the last rank may hold fewer, or none).
+  int vocab_valid(int V) const { return std::max(0, std::min(V - vocab_begin(V), vocab_local(V))); }
+  // Grouped-query attention: KV heads per rank, and how many consecutive ranks share each
+  // (more ranks than KV heads: each rank holds the one head its query heads use, replicated).
+  int kv_heads_local(int KVH) const { return KVH >= size ? KVH / size : 1; }
+  int kv_replicas(int KVH) const { return KVH >= size ? 1 : size / KVH; }
+};
+// Checks that a plan can cut the model; throws zt::Error naming the numbers.
+void check_tp_plan(const ModelConfig& c, const TpPlan& tp);
+
+ModelSlots gpt2_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp = {});
+ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp = {});
 
 enum class UnitKind { embedding, block, head };
 const char* unit_kind_name(UnitKind k);
@@ -66,7 +88,9 @@ struct ModelLayout {
   bool tied_head = true;
   // The unit whose parameters hold the LM-head weight.
   int lm_head_unit() const { return tied_head ? embedding_unit : head_unit; }
+  TpPlan tp;            // the tensor-parallel cut this layout is (identity: one rank)
+  int vocab_local = 0;  // rows of the embedding / LM head held (V at tp 1)
 };
-ModelLayout model_layout(const ModelConfig& c);
+ModelLayout model_layout(const ModelConfig& c, const TpPlan& tp = {});
 
 }  // namespace zt

@@ -6,18 +6,47 @@
 // q/k/v and gate/up (weights, and biases) are added back to back so each trio/pair is one
 // contiguous [out, in] matrix (and one bias vector) that a single GEMM (bias add) handles.
 #include <string>
+#include <tuple>
 
 #include "models/layout.h"
 
 namespace zt {
 
-ModelSlots llama_layout(const ModelConfig& c, ParamTable& t) {
-  const int64_t C = c.n_embd, F = c.ffn, HS = c.head_size;
+namespace {
+struct Shape2 {
+  int64_t in = 0;  // a weight's input width; 0: a bias
+};
+}  // namespace
+
+ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
+  const int64_t C = c.n_embd, F = c.ffn, HS = c.head_size, P = tp.size, r = tp.rank;
+  // This rank's heads and hidden units (all of them at tp 1).
+  const int64_t NH = c.n_head / P, KVH = tp.kv_heads_local(c.n_kv_head), Fl = F / P, Vl = tp.vocab_local(c.vocab_size);
+  // KV heads replicated (TP > KVH): rank r holds head r / R, the one its query heads use.
+  const int R = tp.kv_replicas(c.n_kv_head);
   ModelSlots s;
-  s.shape = {c.n_embd, c.n_head, c.n_kv_head, c.head_size, c.ffn, nn::NormKind::rmsnorm, nn::MlpKind::swiglu, true};
+  s.shape = {c.n_embd, int(NH), int(KVH), c.head_size, int(Fl), nn::NormKind::rmsnorm, nn::MlpKind::swiglu, true};
   s.shape.qk_norm = c.qk_norm;
   s.shape.window = c.sliding_window;
-  s.wte = t.add("model.embed_tokens.weight", {c.vocab_size, C}, ParamInit::normal);
+  s.shape.sp = tp.sp ? tp.size : 1;
+  // [out, in] weights: column-parallel ones cut dim 0 (outputs), row-parallel ones dim 1.
+  auto col = [&](const std::string& name, int64_t out_l, int64_t out, int64_t in, ParamInit init) {
+    return t.add_split(name, {out_l, in}, {out, in}, Split::column, 0, r * out_l, init);
+  };
+  auto col_bias = [&](const std::string& name, int64_t out_l, int64_t out) {
+    return t.add_split(name, {out_l}, {out}, Split::column, 0, r * out_l, ParamInit::zeros);
+  };
+  // k and v: split like the others, or (R > 1) replicated over runs of R ranks.
+  auto kv = [&](const std::string& name, Shape2 shape, ParamInit init) {
+    const int64_t out_l = KVH * HS, out = c.n_kv_head * HS;
+    std::vector<int64_t> l{out_l}, g{out};
+    if (shape.in) l.push_back(shape.in), g.push_back(shape.in);
+    const int64_t off = t.add_split(name, l, g, Split::column, 0, (r / R) * out_l, init);
+    t.mutable_list().back().split_replicas = R;
+    return off;
+  };
+  s.wte = t.add_split("model.embed_tokens.weight", {Vl, C}, {c.vocab_size, C}, Split::vocab, 0,
+                      tp.vocab_begin(c.vocab_size), ParamInit::normal);
   auto norm = [&](const std::string& name) {
     NormSlot n;
     n.w = t.add(name, {C}, ParamInit::ones);
@@ -32,10 +61,15 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t) {
     return l;
   };
   // Biases of a fused group, back to back like its weights; -1 when the family has none.
-  auto biases = [&](bool on, std::initializer_list<std::pair<std::string, int64_t>> parts) {
+  // (n_local, n): this rank's part of a column-parallel bias; n_local == n: a whole one.
+  auto biases = [&](bool on, std::initializer_list<std::tuple<std::string, int64_t, int64_t>> parts) {
     int64_t first = -1;
-    for (const auto& [name, n] : parts) {
-      const int64_t off = on ? t.add(name, {n}, ParamInit::zeros) : -1;
+    for (const auto& [name, nl, n] : parts) {
+      const bool is_kv = name.find("k_proj.bias") != std::string::npos || name.find("v_proj.bias") != std::string::npos;
+      const int64_t off = !on              ? -1
+                          : is_kv && P > 1 ? kv(name, {0}, ParamInit::zeros)
+                          : nl == n        ? t.add(name, {n}, ParamInit::zeros)
+                                           : col_bias(name, nl, n);
       if (first < 0) first = off;
     }
     return first;
@@ -50,29 +84,33 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t) {
     BlockSlots b;
     b.ln1 = norm(p + ".input_layernorm.weight");
     const std::string a = p + ".self_attn.", m = p + ".mlp.";
-    int64_t q = t.add(a + "q_proj.weight", {c.n_head * HS, C}, ParamInit::normal);
-    t.add(a + "k_proj.weight", {c.n_kv_head * HS, C}, ParamInit::normal);
-    t.add(a + "v_proj.weight", {c.n_kv_head * HS, C}, ParamInit::normal);
-    const int64_t qb = biases(c.qkv_bias, {{a + "q_proj.bias", c.n_head * HS},
-                                           {a + "k_proj.bias", c.n_kv_head * HS},
-                                           {a + "v_proj.bias", c.n_kv_head * HS}});
-    b.qkv = linear(q, C, c.qkv_dim(), qb);
+    int64_t q = col(a + "q_proj.weight", NH * HS, c.n_head * HS, C, ParamInit::normal);
+    kv(a + "k_proj.weight", {C}, ParamInit::normal);
+    kv(a + "v_proj.weight", {C}, ParamInit::normal);
+    const int64_t qb = biases(c.qkv_bias, {{a + "q_proj.bias", NH * HS, c.n_head * HS},
+                                           {a + "k_proj.bias", KVH * HS, c.n_kv_head * HS},
+                                           {a + "v_proj.bias", KVH * HS, c.n_kv_head * HS}});
+    b.qkv = linear(q, C, (NH + 2 * KVH) * HS, qb);
     if (c.qk_norm) {
       b.q_norm = head_norm(a + "q_norm.weight");
       b.k_norm = head_norm(a + "k_norm.weight");
     }
-    const int64_t o = t.add(a + "o_proj.weight", {C, c.n_head * HS}, ParamInit::residual_normal);
-    b.proj = linear(o, c.n_head * HS, C, biases(c.o_bias, {{a + "o_proj.bias", C}}));
+    const int64_t o = t.add_split(a + "o_proj.weight", {C, NH * HS}, {C, c.n_head * HS}, Split::row, 1, r * NH * HS,
+                                  ParamInit::residual_normal);
+    b.proj = linear(o, NH * HS, C, biases(c.o_bias, {{a + "o_proj.bias", C, C}}));
     b.ln2 = norm(p + ".post_attention_layernorm.weight");
-    int64_t g = t.add(m + "gate_proj.weight", {F, C}, ParamInit::normal);
-    t.add(m + "up_proj.weight", {F, C}, ParamInit::normal);
-    b.fc_in = linear(g, C, 2 * F, biases(c.mlp_bias, {{m + "gate_proj.bias", F}, {m + "up_proj.bias", F}}));
-    const int64_t d = t.add(m + "down_proj.weight", {C, F}, ParamInit::residual_normal);
-    b.fc_out = linear(d, F, C, biases(c.mlp_bias, {{m + "down_proj.bias", C}}));
+    int64_t g = col(m + "gate_proj.weight", Fl, F, C, ParamInit::normal);
+    col(m + "up_proj.weight", Fl, F, C, ParamInit::normal);
+    b.fc_in = linear(g, C, 2 * Fl, biases(c.mlp_bias, {{m + "gate_proj.bias", Fl, F}, {m + "up_proj.bias", Fl, F}}));
+    const int64_t d =
+        t.add_split(m + "down_proj.weight", {C, Fl}, {C, F}, Split::row, 1, r * Fl, ParamInit::residual_normal);
+    b.fc_out = linear(d, Fl, C, biases(c.mlp_bias, {{m + "down_proj.bias", C, C}}));
     s.blocks.push_back(b);
   }
   s.lnf = norm("model.norm.weight");
-  if (!c.tie_word_embeddings) s.lm_head = t.add("lm_head.weight", {c.vocab_size, C}, ParamInit::normal);
+  if (!c.tie_word_embeddings)
+    s.lm_head = t.add_split("lm_head.weight", {Vl, C}, {c.vocab_size, C}, Split::vocab, 0, tp.vocab_begin(c.vocab_size),
+                            ParamInit::normal);
   return s;
 }
 

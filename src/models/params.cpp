@@ -17,6 +17,20 @@ int64_t ParamTable::add(const std::string& name, std::vector<int64_t> shape, Par
   return params_.back().offset;
 }
 
+int64_t ParamTable::add_split(const std::string& name, std::vector<int64_t> shape, std::vector<int64_t> global_shape,
+                              Split split, int dim, int64_t split_offset, ParamInit init, int parts) {
+  const int64_t off = add(name, std::move(shape), init);
+  ParamInfo& p = params_.back();
+  p.global_shape = std::move(global_shape);
+  if (p.global_shape != p.shape) {  // one rank (tp 1): nothing is split
+    p.split = split;
+    p.split_dim = dim;
+    p.split_offset = split_offset;
+    p.split_parts = parts;
+  }
+  return off;
+}
+
 const ParamInfo* ParamTable::find(const std::string& name) const {
   for (auto& p : params_)
     if (p.name == name) return &p;

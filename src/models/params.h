@@ -28,8 +28,14 @@ struct ParamInfo {
   Split split = Split::none;
   int split_dim = -1;        // dimension of global_shape that is cut (-1: none)
   int64_t split_offset = 0;  // first index along split_dim that this rank holds
-  int64_t offset = 0;        // elements into the flat buffer
-  int64_t numel = 0;         // local elements
+  // Fused tensors (GPT-2's c_attn: q, k and v stacked along split_dim) are cut per part: the
+  // split dim is split_parts equal parts and this rank holds [split_offset, + local) of each.
+  int split_parts = 1;
+  // Grouped-query attention with more TP ranks than KV heads: runs of split_replicas
+  // consecutive TP ranks hold the same slice (rank r holds slice r / split_replicas).
+  int split_replicas = 1;
+  int64_t offset = 0;  // elements into the flat buffer
+  int64_t numel = 0;   // local elements
   ParamInit init = ParamInit::normal;
   int unit = -1;  // index into the model's unit list (layout.h)
   // AdamW decay applies to tensors of rank >= 2 only (HF Trainer / nanoGPT convention).
@@ -37,12 +43,37 @@ struct ParamInfo {
   size_t bytes() const { return size_t(numel) * dtype_size(dtype); }
 };
 
+// Calls f(global element, local element, count) for each contiguous run of a rank's slice of
+// p (cut as p says, starting at `offset` along the split dim: p.split_offset for this rank) that
+// exists in the global tensor (vocabulary padding rows have none). Unsplit: one run, all of it.
+template <class F>
+void for_each_slice_run(const ParamInfo& p, int64_t offset, F f) {
+  if (p.split == Split::none) {
+    f(int64_t(0), int64_t(0), p.numel);
+    return;
+  }
+  const size_t d = size_t(p.split_dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < d; ++i) outer *= p.global_shape[i];
+  for (size_t i = d + 1; i < p.global_shape.size(); ++i) inner *= p.global_shape[i];
+  const int64_t parts = p.split_parts, g_part = p.global_shape[d] / parts, l_part = p.shape[d] / parts;
+  const int64_t rows = g_part - offset < 0 ? 0 : g_part - offset < l_part ? g_part - offset : l_part;
+  if (rows == 0) return;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < parts; ++k)
+      f(((o * parts + k) * g_part + offset) * inner, (o * parts + k) * l_part * inner, rows * inner);
+}
+
 class ParamTable {
  public:
   // Appends a parameter right after the previous one (no padding, so tensors added in
   // sequence form one contiguous matrix, e.g. Llama's q/k/v projections). With the
   // identity shard plan (one rank), the local shape is the global one.
   int64_t add(const std::string& name, std::vector<int64_t> shape, ParamInit init);
+  // A tensor-parallel slice: `shape` is what this rank holds of `global_shape`, cut along
+  // `dim` (in split_parts equal parts) starting at `split_offset` (see ParamInfo).
+  int64_t add_split(const std::string& name, std::vector<int64_t> shape, std::vector<int64_t> global_shape, Split split,
+                    int dim, int64_t split_offset, ParamInit init, int parts = 1);
   const ParamInfo* find(const std::string& name) const;
   const std::vector<ParamInfo>& list() const { return params_; }
   std::vector<ParamInfo>& mutable_list() { return params_; }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -15,14 +16,14 @@
 namespace zt {
 
 namespace {
-int64_t lm_chunk_rows(const ModelConfig& c, int64_t N, nn::Precision p) {
+int64_t lm_chunk_rows(int V, int64_t N, nn::Precision p) {
   // About 16M logits (64 MiB) per chunk: big enough for efficient GEMMs, far below N*V. bf16
   // GEMMs need more rows to reach their speed (the head's weight gradient sums over the chunk's
   // rows), so bf16 allows 64M logits. The rows are then split evenly over the chunks: GPT-2 at
   // N = 2048 runs two chunks of 1024 rows, and its head (three GEMMs + softmax, bf16, 2 threads)
   // took 0.74 s against 0.80 s for three chunks of 683 (a ragged last chunk costs the same).
   const int64_t logits = p == nn::Precision::bf16 ? int64_t(1) << 26 : int64_t(1) << 24;
-  const int64_t rows = std::max<int64_t>(N, 1), most = std::max<int64_t>(logits / c.vocab_size, 32);
+  const int64_t rows = std::max<int64_t>(N, 1), most = std::max<int64_t>(logits / V, 32);
   const int64_t chunks = (rows + most - 1) / most;
   return (rows + chunks - 1) / chunks;
 }
@@ -34,6 +35,7 @@ struct UnitBinder {
   int64_t base;
   const ModelConfig& cfg;
   nn::NormKind norm_kind;
+  int tp_rank = 0;  // a row-parallel bias is added by tensor-parallel rank 0 only (once in the sum)
   TensorView p(int64_t off, Shape s) const { return off < 0 || !P ? TensorView() : P.sub(off - base, s); }
   TensorView g(int64_t off, Shape s) const { return off < 0 || !G ? TensorView() : G.sub(off - base, s); }
   nn::Linear lin(const LinearSlot& s) const {
@@ -44,7 +46,7 @@ struct UnitBinder {
     l.w_in_out = s.w_in_out;
     const Shape ws = s.w_in_out ? Shape{s.in, s.out} : Shape{s.out, s.in};
     l.w = p(s.w, ws);
-    l.b = p(s.b, {s.out});
+    if (s.kind != nn::LinearKind::row || tp_rank == 0) l.b = p(s.b, {s.out});
     l.dw = g(s.w, ws);
     l.db = g(s.b, {s.out});
     l.wc = l.w;
@@ -65,7 +67,8 @@ struct UnitBinder {
 };
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg), layout_(model_layout(cfg)), rope_(rope_freqs(cfg)) {
+Transformer::Transformer(const ModelConfig& cfg, const TpPlan& tp)
+    : cfg_(cfg), layout_(model_layout(cfg, tp)), rope_(rope_freqs(cfg)) {
   flat_.set_units(&layout_.units);
   params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
   bind_layers();
@@ -74,9 +77,10 @@ Transformer::Transformer(const ModelConfig& cfg) : cfg_(cfg), layout_(model_layo
 void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorView compute) {
   const ModelSlots& s = layout_.slots;
   const int64_t base = layout_.units[layout_.block_units[l]].begin;
-  UnitBinder u{params, grads, base, cfg_, s.shape.norm};
+  UnitBinder u{params, grads, base, cfg_, s.shape.norm, layout_.tp.rank};
   const BlockSlots& bs = s.blocks[l];
   nn::Block& b = blocks_[l];
+  b.tp = tp_;
   b.shape = s.shape;
   b.precision = compute ? act_plan_.precision : nn::Precision::fp32;
   b.ln1 = u.norm(bs.ln1);
@@ -95,6 +99,11 @@ void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorV
          {std::pair{&b.qkv, &bs.qkv}, {&b.proj, &bs.proj}, {&b.fc_in, &bs.fc_in}, {&b.fc_out, &bs.fc_out}})
       lin->wc = compute.sub(slot->w - base, lin->w.shape);
   }
+}
+
+void Transformer::set_tp_region(nn::TpRegion* r) {
+  tp_ = r;
+  for (nn::Block& b : blocks_) b.tp = r;
 }
 
 void Transformer::set_act_plan(const nn::ActPlan& p) {
@@ -129,7 +138,7 @@ TensorView Transformer::compute_view(int u, TensorView P) {
 }
 
 void Transformer::bind_head(TensorView params, TensorView grads) {
-  UnitBinder u{params, grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.slots.shape.norm};
+  UnitBinder u{params, grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.slots.shape.norm, layout_.tp.rank};
   lnf_ = u.norm(layout_.slots.lnf);
 }
 
@@ -160,7 +169,7 @@ void Transformer::ensure_grads() {
 }
 
 TensorView Transformer::token_embedding() const {
-  return flat_params().sub(layout_.slots.wte, {cfg_.vocab_size, cfg_.n_embd});
+  return flat_params().sub(layout_.slots.wte, {layout_.vocab_local, cfg_.n_embd});
 }
 
 TensorView Transformer::position_embedding() const {
@@ -170,7 +179,7 @@ TensorView Transformer::position_embedding() const {
 
 TensorView Transformer::lm_head() const {
   const ModelSlots& s = layout_.slots;
-  return flat_params().sub(s.lm_head >= 0 ? s.lm_head : s.wte, {cfg_.vocab_size, cfg_.n_embd});
+  return flat_params().sub(s.lm_head >= 0 ? s.lm_head : s.wte, {layout_.vocab_local, cfg_.n_embd});
 }
 
 // The LM-head weight (V, C) inside a view of the unit that holds it.
@@ -178,44 +187,66 @@ TensorView Transformer::lm_head_slice(TensorView unit_view, int unit) const {
   if (!unit_view) return {};
   const ModelSlots& s = layout_.slots;
   const int64_t off = (s.lm_head >= 0 ? s.lm_head : s.wte) - layout_.units[unit].begin;
-  return unit_view.sub(off, {cfg_.vocab_size, cfg_.n_embd});
+  return unit_view.sub(off, {layout_.vocab_local, cfg_.n_embd});
 }
 
 void Transformer::init_random(uint64_t seed) {
   const auto& list = params().list();
   float* P = params_.as<float>();
   const double std_normal = 0.02, std_resid = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
-  // Chunks of 64K values, each with its own stream, so the result does not depend on
-  // the thread count and large tensors fill in parallel.
+  // Chunks of 64K values of each whole (global) tensor, each with its own stream, so the result
+  // does not depend on the thread count, large tensors fill in parallel, and a tensor-parallel
+  // rank's slices hold the values one process would have there.
   struct Job {
     size_t param;
     int64_t begin, end;
   };
+  auto fill = [&](const std::vector<Job>& jobs, const std::function<float*(size_t)>& dst_of) {
+#pragma omp parallel for schedule(dynamic, 4)
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const ParamInfo& p = list[jobs[j].param];
+      float* dst = dst_of(jobs[j].param);
+      Rng rng(seed, (uint64_t(jobs[j].param) << 32) ^ uint64_t(jobs[j].begin / 65536));
+      double sd = p.init == ParamInit::residual_normal ? std_resid : std_normal;
+      if (p.init == ParamInit::zeros || p.init == ParamInit::ones) {
+        std::fill(dst + jobs[j].begin, dst + jobs[j].end, p.init == ParamInit::ones ? 1.f : 0.f);
+        continue;
+      }
+      for (int64_t k = jobs[j].begin; k < jobs[j].end; k += 2) {
+        double z[2];
+        rng.normal_pair(z);
+        dst[k] = float(z[0] * sd);
+        if (k + 1 < jobs[j].end) dst[k + 1] = float(z[1] * sd);
+      }
+    }
+  };
   std::vector<Job> jobs;
   for (size_t i = 0; i < list.size(); ++i)
-    for (int64_t b = 0; b < list[i].numel; b += 65536) jobs.push_back({i, b, std::min(b + 65536, list[i].numel)});
-#pragma omp parallel for schedule(dynamic, 4)
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    const ParamInfo& p = list[jobs[j].param];
+    if (list[i].split == Split::none)
+      for (int64_t b = 0; b < list[i].numel; b += 65536) jobs.push_back({i, b, std::min(b + 65536, list[i].numel)});
+  fill(jobs, [&](size_t i) { return P + list[i].offset; });
+  // Split tensors (tensor parallelism): the whole tensor, one at a time, and this rank's slice.
+  std::vector<float> whole;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const ParamInfo& p = list[i];
+    if (p.split == Split::none) continue;
+    int64_t n = 1;
+    for (int64_t d : p.global_shape) n *= d;
+    whole.assign(size_t(n), 0.f);
+    jobs.clear();
+    for (int64_t b = 0; b < n; b += 65536) jobs.push_back({i, b, std::min(b + 65536, n)});
+    fill(jobs, [&](size_t) { return whole.data(); });
     float* dst = P + p.offset;
-    Rng rng(seed, (uint64_t(jobs[j].param) << 32) ^ uint64_t(jobs[j].begin / 65536));
-    double sd = p.init == ParamInit::residual_normal ? std_resid : std_normal;
-    if (p.init == ParamInit::zeros || p.init == ParamInit::ones) {
-      std::fill(dst + jobs[j].begin, dst + jobs[j].end, p.init == ParamInit::ones ? 1.f : 0.f);
-      continue;
-    }
-    for (int64_t k = jobs[j].begin; k < jobs[j].end; k += 2) {
-      double z[2];
-      rng.normal_pair(z);
-      dst[k] = float(z[0] * sd);
-      if (k + 1 < jobs[j].end) dst[k + 1] = float(z[1] * sd);
-    }
+    std::fill_n(dst, p.numel, 0.f);  // vocabulary padding stays zero
+    for_each_slice_run(p, p.split_offset,
+                       [&](int64_t g, int64_t l, int64_t c) { std::copy_n(whole.data() + g, c, dst + l); });
   }
 }
 
-void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
-                        int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* s) {
-  const int64_t N = int64_t(B) * T, C = cfg.n_embd;
+void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn::BlockShape& shape, int V, int B,
+                        int T, int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* s) {
+  // n: the residual stream's rows on this rank (N / sp under sequence parallelism).
+  const int64_t N = int64_t(B) * T, C = cfg.n_embd, n = shape.rows_local(N);
   const nn::Precision p = plan.precision;
   const DType ct = nn::compute_dtype(p);
   const bool recompute = plan.recompute != nn::Recompute::none && plan.recompute_layers > 0;
@@ -229,18 +260,18 @@ void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn
   }
   sa->assign(size_t(slots), {});
   for (SlotActs& a : *sa) {
-    for (int l = 0; l <= cfg.n_layer; ++l) a.res.push_back(ac.take(DType::f32, {N, C}));
+    for (int l = 0; l <= cfg.n_layer; ++l) a.res.push_back(ac.take(DType::f32, {n, C}));
     for (int l = 0; l < cfg.n_layer; ++l)
       a.blocks.push_back(nn::Block::carve_acts(ac, shape, B, T, p, plan.of(l), &s->shared));
     a.lnf_out = ac.take(ct, {N, C});
-    a.lnf_mean = ac.take(DType::f32, {N});
-    a.lnf_rstd = ac.take(DType::f32, {N});
+    a.lnf_mean = ac.take(DType::f32, {n});
+    a.lnf_rstd = ac.take(DType::f32, {n});
   }
-  s->dres = sc.take(DType::f32, {N, C});
+  s->dres = sc.take(DType::f32, {n, C});
   s->dlnf = sc.take(DType::f32, {N, C});
-  s->lm_chunk = lm_chunk_rows(cfg, N, plan.precision);
-  s->logits = sc.take(DType::f32, {s->lm_chunk, cfg.vocab_size});
-  s->dlogits_c = sc.take(ct, {ct == DType::f32 ? 0 : s->lm_chunk, cfg.vocab_size});
+  s->lm_chunk = lm_chunk_rows(V, N, plan.precision);
+  s->logits = sc.take(DType::f32, {s->lm_chunk, V});
+  s->dlogits_c = sc.take(ct, {ct == DType::f32 ? 0 : s->lm_chunk, V});
   const int64_t rope = shape.rope ? int64_t(T) * cfg.head_size / 2 : 0;
   s->rope_cos = sc.take(DType::f32, {rope});
   s->rope_sin = sc.take(DType::f32, {rope});
@@ -253,7 +284,7 @@ void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* ac
   Carver a, sc;
   std::vector<SlotActs> sa;
   Scratch scratch;
-  carve(a, sc, cfg, s.shape, B, T, slots, plan, &sa, &scratch);
+  carve(a, sc, cfg, s.shape, cfg.vocab_size, B, T, slots, plan, &sa, &scratch);
   *activations = a.used();
   *temporary = sc.used();
   if (compute_copy)
@@ -273,11 +304,15 @@ void Transformer::plan(int B, int T, bool training, int slots) {
   acts_.reset();
   scratch_.reset();
   Carver a, s;
-  carve(a, s, cfg_, layout_.slots.shape, B, T, slots, act_plan_, &slots_, &sc_);
+  if (layout_.tp.sp)
+    ZT_CHECK(int64_t(B) * T % layout_.tp.size == 0, "--sequence-parallel splits the ", int64_t(B) * T,
+             " tokens of a micro-batch (B ", B, " x T ", T, ") across ", layout_.tp.size,
+             " ranks; they must divide evenly");
+  carve(a, s, cfg_, layout_.slots.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_);
   acts_ = Buffer(a.used(), MemCategory::activations);
   scratch_ = Buffer(s.used(), MemCategory::temporary);
   Carver a2(acts_.data()), s2(scratch_.data());
-  carve(a2, s2, cfg_, layout_.slots.shape, B, T, slots, act_plan_, &slots_, &sc_);
+  carve(a2, s2, cfg_, layout_.slots.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_);
   inputs_.assign(size_t(slots), {});
   if (layout_.slots.shape.rope) rope_fill(rope_, sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
 }
@@ -287,8 +322,11 @@ void Transformer::zero_grad() {
 }
 
 int64_t Transformer::matmul_params() const {
+  // The whole model's (a tensor-parallel rank's layout holds its slices): FLOPs per token and
+  // MFU count the model, whatever the layout.
+  const ModelSlots whole = layout_.tp.size > 1 ? model_layout(cfg_).slots : ModelSlots{};
   int64_t n = 0;
-  for (auto& b : layout_.slots.blocks)
+  for (auto& b : (layout_.tp.size > 1 ? whole : layout_.slots).blocks)
     for (auto* l : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) n += int64_t(l->in) * l->out;
   return n + int64_t(cfg_.vocab_size) * cfg_.n_embd;
 }

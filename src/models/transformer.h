@@ -26,7 +26,13 @@ namespace zt {
 
 class Transformer {
  public:
-  explicit Transformer(const ModelConfig& cfg);
+  // tp: this rank's tensor-parallel cut (models/layout.h); the identity plan is one device.
+  explicit Transformer(const ModelConfig& cfg, const TpPlan& tp = {});
+  // Tensor parallelism: where the pass meets the TP group (the blocks' f / g operators, the
+  // vocabulary-parallel embedding and loss). Required when the plan has more than one rank;
+  // must outlive its use.
+  void set_tp_region(nn::TpRegion* r);
+  const TpPlan& tp_plan() const { return layout_.tp; }
 
   const ModelConfig& config() const { return cfg_; }
   const ModelLayout& layout() const { return layout_; }
@@ -88,7 +94,7 @@ class Transformer {
   const std::vector<nn::Block>& blocks() const { return blocks_; }
   const nn::Norm& final_norm() const { return lnf_; }
   const RopeFreqs& rope() const { return rope_; }  // RoPE frequencies (models/rope.h)
-  TensorView token_embedding() const;              // (V, C)
+  TensorView token_embedding() const;              // (V, C); this rank's (vocab_local, C) under TP
   TensorView position_embedding() const;           // (max_position, C); empty for RoPE models
   TensorView lm_head() const;                      // (V, C)
 
@@ -127,8 +133,8 @@ class Transformer {
     nn::RopeTable rope;
     std::vector<int32_t> doc_start;
   };
-  static void carve(Carver& acts, Carver& scratch, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
-                    int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* sc);
+  static void carve(Carver& acts, Carver& scratch, const ModelConfig& cfg, const nn::BlockShape& shape, int V, int B,
+                    int T, int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* sc);
   // Unit u's weights in the compute dtype (mixed precision), made at its first forward
   // acquire of each pass from the fp32 view P; the fp32 view itself otherwise.
   TensorView compute_view(int u, TensorView P);
@@ -157,6 +163,7 @@ class Transformer {
   uint64_t pass_ = 0;
   FlatParamProvider flat_;
   ParamProvider* provider_ = nullptr;
+  nn::TpRegion* tp_ = nullptr;
   bool external_state_ = false;
   int B_ = 0, T_ = 0;
   bool training_ = false, backward_ = false;

@@ -92,8 +92,20 @@ void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* 
   const int64_t base = layout_.units[u].begin, N = int64_t(B_) * T_;
   const ModelSlots& s = layout_.slots;
   const float* wpe = s.wpe >= 0 ? E.as<const float>() + (s.wpe - base) : nullptr;
-  kernels::embedding_forward(slots_[slot].res[0].as<float>(), inputs, E.as<const float>() + (s.wte - base), wpe, N, T_,
-                             cfg_.n_embd, in.pack.positions);
+  const float* wte = E.as<const float>() + (s.wte - base);
+  if (!tp_) {
+    kernels::embedding_forward(slots_[slot].res[0].as<float>(), inputs, wte, wpe, N, T_, cfg_.n_embd,
+                               in.pack.positions);
+  } else {
+    // Vocabulary parallel: each rank embeds the tokens it holds rows for (zeros elsewhere),
+    // rank 0 adds the positions, and the sum over the group (g) is the embedding.
+    const TpPlan& tp = layout_.tp;
+    const TensorView out = slots_[slot].res[0], full = tp.sp ? sc_.block.full : out;
+    kernels::embedding_forward_vocab(full.as<float>(), inputs, wte, tp.rank == 0 ? wpe : nullptr, N, T_, cfg_.n_embd,
+                                     in.pack.positions, tp.vocab_begin(cfg_.vocab_size),
+                                     tp.vocab_valid(cfg_.vocab_size));
+    tp_->row_parallel_output(out, full);
+  }
   provider().release(u);
 }
 
@@ -128,10 +140,13 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
   const nn::Precision prec = act_plan_.precision;
   // The final norm's output is the LM head's GEMM input: computed in fp32 (into dlnf, free
   // until the head's backward), then lowered to the compute dtype.
-  const TensorView land = a.lnf_out.dtype == DType::f32 ? a.lnf_out : sc_.dlnf;
+  // Under sequence parallelism this rank normalizes its rows, which f then gathers.
+  auto mine = [&](TensorView full) { return tp_ ? tp_->local_rows(full) : full; };
+  const TensorView land = a.lnf_out.dtype == DType::f32 ? mine(a.lnf_out) : mine(sc_.dlnf);
   lnf_.forward(land, a.lnf_mean, a.lnf_rstd, a.res[L]);
-  nn::lower(prec, a.lnf_out, land);
-  kernels::LmHeadDims hd{N, cfg_.n_embd, cfg_.vocab_size, sc_.lm_chunk};
+  nn::lower(prec, mine(a.lnf_out), land);
+  if (tp_) tp_->column_parallel_input(a.lnf_out);
+  kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_local, sc_.lm_chunk};
   kernels::LmHeadCompute lc;
   if (prec != nn::Precision::fp32) {
     lc.t = nn::compute_dtype(prec);
@@ -141,12 +156,25 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
     lc.round_f16 = prec == nn::Precision::fp16;
   }
   double loss;
-  {
+  if (!tp_) {
     ZT_PROFILE("lmhead_ce");
     loss = kernels::lmhead_ce(backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
                               prec == nn::Precision::fp32 ? a.lnf_out.as<const float>() : nullptr,
                               lm_w.as<const float>(), targets, hd, grad_scale, sc_.logits.as<float>(), count,
                               prec == nn::Precision::fp32 ? nullptr : &lc);
+  } else {
+    // Vocabulary parallel: the logits stay split; their max and sum of exp are reduced.
+    ZT_PROFILE("lmhead_ce");
+    const TpPlan& tp = layout_.tp;
+    kernels::VocabShard vs;
+    vs.v0 = tp.vocab_begin(cfg_.vocab_size);
+    vs.nv = tp.vocab_valid(cfg_.vocab_size);
+    vs.max = [&](float* x, int64_t n) { tp_->all_reduce_max(x, n); };
+    vs.sum = [&](float* x, int64_t n) { tp_->all_reduce_sum(x, n); };
+    loss = kernels::lmhead_ce_vocab(backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
+                                    prec == nn::Precision::fp32 ? a.lnf_out.as<const float>() : nullptr,
+                                    lm_w.as<const float>(), targets, hd, grad_scale, sc_.logits.as<float>(), count, vs,
+                                    prec == nn::Precision::fp32 ? nullptr : &lc);
   }
   if (tied) pp.release(lm_unit);
   if (!backward) {
@@ -154,7 +182,10 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
     return loss;
   }
   std::memset(sc_.dres.data, 0, sc_.dres.bytes());  // the final norm's backward adds into it
-  lnf_.backward(sc_.dres, sc_.dlnf, a.res[L], a.lnf_mean, a.lnf_rstd);
+  // f backward: the LM head's input gradient is a partial sum over the vocabulary's ranks.
+  const TensorView dlnf = mine(sc_.dlnf);
+  if (tp_) tp_->column_parallel_input_grad(dlnf, sc_.dlnf);
+  lnf_.backward(sc_.dres, dlnf, a.res[L], a.lnf_mean, a.lnf_rstd);
   pp.release(head);
   pp.grads_done(head);
   return loss;
@@ -182,8 +213,22 @@ void Transformer::embed_backward(int slot) {
   {
     ZT_PROFILE("embedding_bwd");
     float* dwpe = s.wpe >= 0 ? G.as<float>() + (s.wpe - base) : nullptr;
-    kernels::embedding_backward(G.as<float>() + (s.wte - base), dwpe, sc_.dres.as<const float>(), in.inputs, N, T_,
-                                cfg_.n_embd, in.pack.positions);
+    if (!tp_) {
+      kernels::embedding_backward(G.as<float>() + (s.wte - base), dwpe, sc_.dres.as<const float>(), in.inputs, N, T_,
+                                  cfg_.n_embd, in.pack.positions);
+    } else {
+      // g backward: every rank needs all N rows' gradient (SP gathers them). Every rank
+      // adds the positions' gradient, which is then the same on all (a replicated tensor).
+      const TpPlan& tp = layout_.tp;
+      TensorView dy = sc_.dres;
+      if (tp.sp) {
+        dy = sc_.block.full;
+        tp_->row_parallel_output_grad(dy, sc_.dres);
+      }
+      kernels::embedding_backward_vocab(G.as<float>() + (s.wte - base), dwpe, dy.as<const float>(), in.inputs, N, T_,
+                                        cfg_.n_embd, in.pack.positions, tp.vocab_begin(cfg_.vocab_size),
+                                        tp.vocab_valid(cfg_.vocab_size));
+    }
   }
   provider().grads_done(u);
 }

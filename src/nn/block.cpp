@@ -19,7 +19,7 @@ BlockActs Block::carve_acts(Carver& c, const BlockShape& s, int B, int T, Precis
     ZT_ASSERT(shared, "full recomputation needs the shared activations");
     return *shared;
   }
-  const int64_t N = int64_t(B) * T;
+  const int64_t N = int64_t(B) * T, n = s.rows_local(N);  // all rows; the residual stream's
   const bool ln = s.norm == NormKind::layernorm;
   const DType ct = compute_dtype(p);
   const bool sel = r == Recompute::selective;
@@ -31,15 +31,15 @@ BlockActs Block::carve_acts(Carver& c, const BlockShape& s, int B, int T, Precis
   };
   BlockActs a{};
   a.ln1 = own_or(sh.ln1, ct, {N, s.C});
-  a.ln1_mean = c.take(DType::f32, {ln ? N : 0});
-  a.ln1_rstd = c.take(DType::f32, {N});
+  a.ln1_mean = c.take(DType::f32, {ln ? n : 0});
+  a.ln1_rstd = c.take(DType::f32, {n});
   a.qkv = c.take(ct, {N, s.qkv_dim()});
   a.att = own_or(sh.att, ct, {N, int64_t(s.NH) * s.HS});
   a.lse = own_or(sh.lse, DType::f32, {N, s.NH});
-  a.mid = own_or(sh.mid, DType::f32, {N, s.C});
+  a.mid = own_or(sh.mid, DType::f32, {n, s.C});
   a.ln2 = own_or(sh.ln2, ct, {N, s.C});
-  a.ln2_mean = c.take(DType::f32, {ln ? N : 0});
-  a.ln2_rstd = c.take(DType::f32, {N});
+  a.ln2_mean = c.take(DType::f32, {ln ? n : 0});
+  a.ln2_rstd = c.take(DType::f32, {n});
   a.fc = c.take(ct, {N, s.fc_dim()});
   a.act = own_or(sh.act, ct, {N, s.F});
   const int64_t qh = s.qk_norm ? N * s.NH : 0, kh = s.qk_norm ? N * s.KVH : 0;
@@ -58,7 +58,7 @@ BlockActs Block::carve_shared(Carver& c, const BlockShape& s, int B, int T, Prec
   a.ln1 = c.take(ct, {N, s.C});
   a.att = c.take(ct, {N, int64_t(s.NH) * s.HS});
   a.lse = c.take(DType::f32, {N, s.NH});
-  a.mid = c.take(DType::f32, {N, s.C});
+  a.mid = c.take(DType::f32, {s.rows_local(N), s.C});
   a.ln2 = c.take(ct, {N, s.C});
   a.act = c.take(ct, {N, s.F});
   return a;
@@ -80,10 +80,12 @@ BlockScratch Block::carve_scratch(Carver& c, const BlockShape& s, int B, int T, 
   r.qkv32 = c.take(DType::f32, {n16, s.qkv_dim()});
   r.fc32 = c.take(DType::f32, {n16, s.fc_dim()});
   // The rerun forward's output is thrown away; dqkv is free until attention's backward.
-  if (full_recompute) r.y = s.qkv_dim() >= s.C ? r.dqkv.sub(0, {N, s.C}) : c.take(DType::f32, {N, s.C});
+  const int64_t n = s.rows_local(N);
+  if (full_recompute) r.y = s.qkv_dim() >= s.C ? r.dqkv.sub(0, {n, s.C}) : c.take(DType::f32, {n, s.C});
   const int64_t heads = s.qk_norm ? N * (s.NH + s.KVH) : 0;
   r.qk_a = c.take(DType::f32, {heads, s.HS});
   r.qk_b = c.take(DType::f32, {heads, s.HS});
+  r.full = c.take(DType::f32, {s.sp > 1 ? N : 0, s.C});
   return r;
 }
 
@@ -140,7 +142,8 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
                     const RopeTable& rope, const Packing& pack) const {
   const BlockShape& s = shape;
   kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start};
-  norm_forward(ln1, a.ln1, a.ln1_mean, a.ln1_rstd, x, sc.dln);
+  norm_forward(ln1, mine(a.ln1), a.ln1_mean, a.ln1_rstd, x, mine(sc.dln));
+  if (tp) tp->column_parallel_input(a.ln1);
   // q, k, v: computed in fp32; under bf16 kept in bf16, and attention reads the kept values.
   const TensorView qkv32 = landing(a.qkv, sc.qkv32);
   qkv.forward(qkv32, a.ln1);
@@ -149,23 +152,49 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
     kernels::rope_forward(qkv32.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
   keep(a.qkv, qkv32);
   attention_forward(a, qkv32, sc, ad);
-  attention_output(a, x);
-  norm_forward(ln2, a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, sc.dln);
+  attention_output(a, x, sc);
+  norm_forward(ln2, mine(a.ln2), a.ln2_mean, a.ln2_rstd, a.mid, mine(sc.dln));
+  if (tp) tp->column_parallel_input(a.ln2);
   const TensorView fc32 = landing(a.fc, sc.fc32);
   fc_in.forward(fc32, a.ln2);
   keep(a.fc, fc32);
   activation_forward(a, fc32, sc);
-  fc_out.forward(y, a.act);
-  if (tp) tp->row_parallel_output(y);
+  const TensorView yp = row_out(y, sc);
+  fc_out.forward(yp, a.act);
+  if (tp) tp->row_parallel_output(y, yp);
   residual_add(y, a.mid);
+}
+
+TensorView TpRegion::local_rows(TensorView full) const {
+  if (!sequence_parallel() || !full) return full;
+  const int64_t N = full.shape[0], w = full.numel() / N, n = N / size();
+  return full.sub(rank() * n * w, {n, w});
+}
+
+TensorView Block::row_out(TensorView out, const BlockScratch& s) const {
+  return tp && tp->sequence_parallel() ? s.full : out;
+}
+
+TensorView Block::full_grad(TensorView dres, const BlockScratch& s) const {
+  if (!tp || !tp->sequence_parallel()) return dres;
+  tp->row_parallel_output_grad(s.full, dres);
+  return s.full;
+}
+
+TensorView Block::reduce_input_grad(TensorView grad) const {
+  if (!tp) return grad;
+  const TensorView out = tp->local_rows(grad);
+  tp->column_parallel_input_grad(out, grad);
+  return out;
 }
 
 // mid = x + proj(att). The residual add is its own step after the projection (not folded
 // into the GEMM as C += A B): a row-parallel projection's partial sums are reduced first (tp
 // hook), and x is added once, not on every tensor-parallel rank.
-void Block::attention_output(const BlockActs& a, TensorView x) const {
-  proj.forward(a.mid, a.att);
-  if (tp) tp->row_parallel_output(a.mid);
+void Block::attention_output(const BlockActs& a, TensorView x, const BlockScratch& s) const {
+  const TensorView partial = row_out(a.mid, s);
+  proj.forward(partial, a.att);
+  if (tp) tp->row_parallel_output(a.mid, partial);
   residual_add(a.mid, x);
 }
 
@@ -253,16 +282,19 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   const TensorView fc32 = unkeep(a.fc, sc.fc32);
   if (r == Recompute::selective) {
     ZT_PROFILE("recompute");
-    norm_forward(ln1, a.ln1, a.ln1_mean, a.ln1_rstd, x, sc.dln);
+    norm_forward(ln1, mine(a.ln1), a.ln1_mean, a.ln1_rstd, x, mine(sc.dln));
+    if (tp) tp->column_parallel_input(a.ln1);
     attention_forward(a, qkv32, sc, ad);
-    attention_output(a, x);
-    norm_forward(ln2, a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, sc.dln);
+    attention_output(a, x, sc);
+    norm_forward(ln2, mine(a.ln2), a.ln2_mean, a.ln2_rstd, a.mid, mine(sc.dln));
+    if (tp) tp->column_parallel_input(a.ln2);
     activation_forward(a, fc32, sc);
   }
   // MLP. fc_out's weight gradient reads the activation before its gradient lands in
   // sc.act (which is the activation itself under fp32 selective recomputation).
-  TensorView dy_c = compute_copy(dres, sc);
-  fc_out.backward_weight(dres, dy_c, a.act);
+  TensorView dy = full_grad(dres, sc);
+  TensorView dy_c = compute_copy(dy, sc);
+  fc_out.backward_weight(dy, dy_c, a.act);
   fc_out.backward_input(sc.act, dy_c);
   TensorView dfc = sc.act;
   {
@@ -277,12 +309,12 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   dy_c = compute_copy(dfc, sc);
   fc_in.backward_input(sc.dln, dy_c);
   fc_in.backward_weight(dfc, dy_c, a.ln2);
-  if (tp) tp->column_parallel_input_grad(sc.dln);
-  ln2.backward(dres, sc.dln, a.mid, a.ln2_mean, a.ln2_rstd);  // dres is now dL/dmid
+  ln2.backward(dres, reduce_input_grad(sc.dln), a.mid, a.ln2_mean, a.ln2_rstd);  // dres is now dL/dmid
   // Attention.
-  dy_c = compute_copy(dres, sc);
+  dy = full_grad(dres, sc);
+  dy_c = compute_copy(dy, sc);
   proj.backward_input(sc.datt, dy_c);
-  proj.backward_weight(dres, dy_c, a.att);
+  proj.backward_weight(dy, dy_c, a.att);
   const TensorView att32 = unkeep(a.att, sc.att32);
   {
     ZT_PROFILE("attention_bwd");
@@ -298,8 +330,7 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   dy_c = compute_copy(sc.dqkv, sc);
   qkv.backward_input(sc.dln, dy_c);
   qkv.backward_weight(sc.dqkv, dy_c, a.ln1);
-  if (tp) tp->column_parallel_input_grad(sc.dln);
-  ln1.backward(dres, sc.dln, x, a.ln1_mean, a.ln1_rstd);  // dres is now dL/dx
+  ln1.backward(dres, reduce_input_grad(sc.dln), x, a.ln1_mean, a.ln1_rstd);  // dres is now dL/dx
 }
 
 }  // namespace zt::nn

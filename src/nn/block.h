@@ -28,6 +28,9 @@ struct BlockShape {
   bool qk_norm = false;  // Qwen3: RMSNorm over each q and k head (weights q_norm/k_norm, (HS)) before RoPE
   int window = 0;        // sliding-window attention (Mistral): keys t-window+1..t; 0 = none. The model
                          // turns it into Packing::doc_start (the kernel's per-query first key).
+  int sp = 1;            // sequence parallel: the residual stream (x, mid, y, norm statistics) holds
+                         // N / sp of the N = B T rows; GEMM inputs and attention hold all N.
+  int64_t rows_local(int64_t N) const { return N / sp; }
   int qkv_dim() const { return (NH + 2 * KVH) * HS; }
   int fc_dim() const { return mlp == MlpKind::swiglu ? 2 * F : F; }
 };
@@ -50,17 +53,19 @@ struct BlockActs {
 };
 
 struct BlockScratch {
-  TensorView act;    // (N, F) fp32: the activation (landing) and its gradient
-  TensorView dfc;    // (N, 2F) SwiGLU only
-  TensorView dln;    // (N, C)
-  TensorView datt;   // (N, NH HS)
-  TensorView dqkv;   // (N, (NH + 2 KVH) HS)
-  TensorView dy_c;   // mixed precision: an output gradient in the compute dtype (widest GEMM)
-  TensorView att32;  // bf16: the attention output back in fp32 for attention's backward
-  TensorView qkv32;  // bf16: q, k, v in fp32 (attention reads fp32)
-  TensorView fc32;   // bf16: fc_in's output in fp32 (the activation function reads fp32)
-  TensorView y;      // full recomputation: where the rerun forward's output goes
+  TensorView act;         // (N, F) fp32: the activation (landing) and its gradient
+  TensorView dfc;         // (N, 2F) SwiGLU only
+  TensorView dln;         // (N, C)
+  TensorView datt;        // (N, NH HS)
+  TensorView dqkv;        // (N, (NH + 2 KVH) HS)
+  TensorView dy_c;        // mixed precision: an output gradient in the compute dtype (widest GEMM)
+  TensorView att32;       // bf16: the attention output back in fp32 for attention's backward
+  TensorView qkv32;       // bf16: q, k, v in fp32 (attention reads fp32)
+  TensorView fc32;        // bf16: fc_in's output in fp32 (the activation function reads fp32)
+  TensorView y;           // full recomputation: where the rerun forward's output goes
   TensorView qk_a, qk_b;  // (N (NH + KVH), HS) each, qk_norm only: heads gathered from / for qkv rows
+  TensorView full;        // sequence parallel only, (N, C) fp32: a row-parallel GEMM's partial sums
+                          // before their reduce-scatter, an output gradient after its all-gather
 };
 
 // What a pass keeps and in which dtype (set by the model for all its blocks). Under bf16,
@@ -86,16 +91,35 @@ struct Packing {
   const int32_t* doc_start = nullptr;
 };
 
-// Where tensor parallelism meets a block (Megatron's f / g operators): after a row-parallel
-// GEMM each rank holds a partial sum that must be reduced before the residual add; before
-// a column-parallel GEMM's input gradient reaches the residual stream, it must be reduced
-// the same way. Declared here so nn never includes dist; src/parallel implements it. A
-// block without one (the default) does nothing at these points.
+// Where tensor parallelism meets a block (Megatron's conjugate f / g operators), declared
+// here so nn never includes dist; src/parallel/tensor_parallel.h implements it. A block
+// without one (the default) does nothing at these points. N = B T rows; n = the rows of the
+// residual stream this rank holds: N under TP, N / size under sequence parallelism (SP),
+// which are rows [rank n, (rank + 1) n) of the N.
+//   f (before a column-parallel GEMM): forward identity (SP: all-gather the rows), backward
+//     all-reduce of the input gradient's partial sums (SP: reduce-scatter).
+//   g (after a row-parallel GEMM): forward all-reduce of the partial sums (SP:
+//     reduce-scatter), backward identity (SP: all-gather).
 class TpRegion {
  public:
   virtual ~TpRegion() = default;
-  virtual void row_parallel_output(TensorView partial) = 0;      // forward, (N, C)
-  virtual void column_parallel_input_grad(TensorView grad) = 0;  // backward, (N, C)
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  virtual bool sequence_parallel() const = 0;
+  // f forward: `full` (N, ...) of which this rank filled its n rows; SP gathers the others.
+  virtual void column_parallel_input(TensorView full) = 0;
+  // g forward: the reduced `partial` (N, C) in out (n, C); out may be partial (TP).
+  virtual void row_parallel_output(TensorView out, TensorView partial) = 0;
+  // f backward: the reduced `grad` (N, C) in out (n, C): out is grad (TP) or its rows (SP).
+  virtual void column_parallel_input_grad(TensorView out, TensorView grad) = 0;
+  // g backward: the output gradient `local` (n, C) as all N rows in full (SP); TP: full is local.
+  virtual void row_parallel_output_grad(TensorView full, TensorView local) = 0;
+  // The vocabulary-parallel loss's reductions over the group (in place, n floats).
+  virtual void all_reduce_max(float* x, int64_t n) = 0;
+  virtual void all_reduce_sum(float* x, int64_t n) = 0;
+  // The first row of this rank's n rows among the N, and that view of `full`.
+  int64_t row_begin(int64_t N) const { return sequence_parallel() ? rank() * (N / size()) : 0; }
+  TensorView local_rows(TensorView full) const;
 };
 
 class Block {
@@ -130,7 +154,7 @@ class Block {
                     TensorView land) const;
   void attention_forward(const BlockActs& a, TensorView qkv32, const BlockScratch& s,
                          const kernels::AttnDims& ad) const;
-  void attention_output(const BlockActs& a, TensorView x) const;
+  void attention_output(const BlockActs& a, TensorView x, const BlockScratch& s) const;
   void activation_forward(const BlockActs& a, TensorView fc32, const BlockScratch& s) const;
   void keep(TensorView kept, TensorView f32) const;
   TensorView unkeep(TensorView kept, TensorView scratch) const;
@@ -144,6 +168,14 @@ class Block {
   void qk_norm_backward(TensorView dqkv, const BlockActs& a, const BlockScratch& s) const;
   // out += x (the residual stream), after any tensor-parallel reduction of out.
   void residual_add(TensorView out, TensorView x) const;
+  // Where a row-parallel GEMM writes its (N, C) output before g reduces it into out (n, C).
+  TensorView row_out(TensorView out, const BlockScratch& s) const;
+  // g backward: the output gradient dres (n, C) as N rows (itself without SP).
+  TensorView full_grad(TensorView dres, const BlockScratch& s) const;
+  // f backward: the (N, C) input gradient reduced into this rank's rows (a view of it).
+  TensorView reduce_input_grad(TensorView grad) const;
+  // The rows of a (N, ...) GEMM input this rank's norm fills (all of it without SP).
+  TensorView mine(TensorView full) const { return tp ? tp->local_rows(full) : full; }
 };
 
 }  // namespace zt::nn

@@ -108,6 +108,18 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   }
   // Every rank holds the same reduced gradient, so the norm needs no communication.
   double grad_norm() override { return optim::grad_norm(G_.as<const float>(), model_.num_params()); }
+  double grad_sq_weighted(const std::vector<double>& w) override {
+    double s = 0;
+    for (const ParamInfo& p : model_.params().list()) {
+      const double n = optim::grad_norm(G_.as<const float>() + p.offset, p.numel);
+      s += w[size_t(&p - model_.params().list().data())] * n * n;
+    }
+    return s;  // every dp rank holds the same reduced gradient
+  }
+  void for_each_grad_piece(const std::function<void(int, float*, int64_t)>& f) override {
+    const auto& list = model_.params().list();
+    for (size_t i = 0; i < list.size(); ++i) f(int(i), G_.as<float>() + list[i].offset, list[i].numel);
+  }
   void clip(double norm, double max_norm, double unscale) override {
     optim::clip_grads(G_.as<float>(), model_.num_params(), norm, max_norm, unscale);
   }

@@ -14,6 +14,7 @@
 // It deliberately is not the trainer (loss reduction, logging) or a checkpoint writer.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -65,6 +66,11 @@ class DataParallel {
   virtual void end_backward() = 0;
   // L2 norm of the whole reduced gradient (a collective).
   virtual double grad_norm() = 0;
+  // Tensor parallelism: the sum over this rank's parameters p of w[p] * |grad p|^2, reduced
+  // over the data-parallel ranks (a collective; the caller sums it over the tp group), and
+  // each gradient piece the engine holds after end_backward() as (param, grads, count).
+  virtual double grad_sq_weighted(const std::vector<double>& w) = 0;
+  virtual void for_each_grad_piece(const std::function<void(int param, float* g, int64_t n)>& f) = 0;
   // Scales the gradients for clipping (norm: the unscaled global norm) and by `unscale`
   // (fp16: 1 / loss scale) in one pass.
   virtual void clip(double norm, double max_norm, double unscale = 1.0) = 0;

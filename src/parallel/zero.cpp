@@ -195,6 +195,19 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     dp_.all_reduce(&s, 1);
     return std::sqrt(s / double(N_ / G_));  // every group holds the whole gradient once
   }
+  double grad_sq_weighted(const std::vector<double>& w) override {
+    double s = 0;
+    for_each_grad_piece([&](int param, float* g, int64_t n) {
+      const double x = optim::grad_norm(g, n);
+      s += w[size_t(param)] * x * x;
+    });
+    dp_.all_reduce(&s, 1);
+    return s / double(N_ / G_);  // every group holds the whole gradient once
+  }
+  void for_each_grad_piece(const std::function<void(int, float*, int64_t)>& f) override {
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (const PieceTemplate& t : buckets_[b].pieces) f(t.param, shard_grad(b) + t.rel, t.numel);
+  }
   void clip(double norm, double max_norm, double unscale) override {
     for (size_t b = 0; b < buckets_.size(); ++b)
       optim::clip_grads(shard_grad(b), buckets_[b].layout.shard, norm, max_norm, unscale);

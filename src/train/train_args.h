@@ -147,6 +147,10 @@ struct TrainArgs {
   double local_sgd_outer_momentum = 0.9;
   bool zero_quantized_weights = false;    // ZeRO++ qwZ: int8 blockwise parameter all-gather
   bool zero_quantized_gradients = false;  // ZeRO++ qgZ: int8 gradient reduce-scatter
+  // Tensor / sequence parallelism (Megatron's flags; docs/parallelism-tp.md): TP peers are
+  // neighbouring ranks; the data-parallel degree is the world / tensor_model_parallel_size.
+  int tensor_model_parallel_size = 1;
+  bool sequence_parallel = false;
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   int64_t train_batch_size = 0;  // DeepSpeed's global batch (0 = not set): micro x accumulation x ranks

@@ -34,6 +34,7 @@
 #include "data/tokenizer.h"
 #include "dist/parallel_dims.h"
 #include "parallel/local_sgd.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/memory_fit.h"
 #include "parallel/buckets.h"
 #include "models/transformer.h"
@@ -225,10 +226,54 @@ int local_sgd_group(dist::Communicator& world, int given) {
 // (check_data_parallel_options has already checked that G divides the world.)
 dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
   dist::ParallelDims d;
-  d.dp_shard = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : world;
+  d.tp = a.tensor_model_parallel_size;
+  const int dp = world / d.tp;
+  d.dp_shard = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : dp;
   if (a.local_sgd_steps > 0) d.dp_shard = a.local_sgd_group_size;  // resolved, divides the world
-  d.dp_replicate = world / d.dp_shard;
+  d.dp_replicate = dp / d.dp_shard;
   return d;
+}
+
+// Tensor / sequence parallelism's flags against the world and the features that do not
+// compose with it yet: one line each, naming the numbers (the model's heads are checked
+// by check_tp_plan when the model is built).
+void check_tp_args(const TrainArgs& a, int world) {
+  const int tp = a.tensor_model_parallel_size;
+  ZT_CHECK(!a.sequence_parallel || tp > 1,
+           "--sequence-parallel needs tensor parallelism (--tensor-model-parallel-size > 1); it splits the TP "
+           "group's tokens");
+  if (tp == 1) return;
+  ZT_CHECK(world % tp == 0, "--tensor-model-parallel-size ", tp, " does not divide the ", world,
+           " ranks; the ranks must be a multiple of it");
+  ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--tensor-model-parallel-size ", tp,
+           ": --max_memory / --auto_find_batch_size do not model tensor parallelism yet; set the batch yourself");
+  ZT_CHECK(a.zero_hpz_partition_size <= 1 || (world / tp) % a.zero_hpz_partition_size == 0,
+           "--zero_hpz_partition_size ", a.zero_hpz_partition_size, " must divide the ", world / tp,
+           " data-parallel ranks (", world, " ranks / tensor parallel ", tp, ")");
+}
+
+// Tensor parallelism's traffic per optimizer step, from the tp group's counters (it carries
+// nothing else): calls, payload and bus bytes per collective kind (docs/parallelism-tp.md
+// has the formulas the distributed test checks these against).
+nlohmann::json tp_report(const dist::Communicator& tp, bool sp, int64_t steps) {
+  nlohmann::json j;
+  j["size"] = tp.size();
+  j["sequence_parallel"] = sp;
+  const dist::CommStats st = tp.stats();
+  nlohmann::json per = nlohmann::json::object();
+  double bus = 0;
+  for (size_t k = 0; k < dist::kNumCollectives; ++k) {
+    const dist::CollectiveStats& c = st.by_kind[k];
+    if (c.calls == 0) continue;
+    per[dist::collective_name(dist::Collective(k))] = {{"calls", double(c.calls) / double(steps)},
+                                                       {"bytes", c.bytes / double(steps)},
+                                                       {"bus_bytes", c.bus_bytes / double(steps)},
+                                                       {"seconds", c.seconds / double(steps)}};
+    bus += c.bus_bytes;
+  }
+  j["per_step"] = per;
+  j["bus_bytes_per_step"] = bus / double(steps);
+  return j;
 }
 
 bool is_jsonl(const std::string& path) { return path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0; }
@@ -261,6 +306,10 @@ class Trainer {
   // do: a step skipped for overflow does not move it.
   double lr_for(int64_t step) const { return sched_->lr_at(step - skipped_steps()); }
   void load_best_model();
+  // Under tensor parallelism, components whose tensors are stored per TP slice (TpStateAdapter).
+  std::vector<Stateful*> tp_wrap(const std::vector<Stateful*>& parts);
+  std::vector<std::unique_ptr<parallel::TpStateAdapter>> tp_adapters_;
+  StateShard checkpoint_shard() const;
 
   Clock::time_point t_start_ = Clock::now();
   TrainArgs a_;
@@ -294,6 +343,11 @@ class Trainer {
   double weights_s_ = 0, startup_s_ = 0;
   std::unique_ptr<optim::Schedule> sched_;
   std::unique_ptr<parallel::DataParallel> engine_;  // the strategy: how a step is computed across ranks
+  // Tensor parallelism (null / empty without): the pass's TP operators, the replicated
+  // tensors whose gradients are summed over the group, each tensor's weight in the norm.
+  std::unique_ptr<parallel::TensorParallel> tp_region_;
+  std::vector<int> tp_partial_, tp_replicated_;
+  std::vector<double> tp_norm_w_;
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
   std::unique_ptr<optim::LossScaler> scaler_;
@@ -306,10 +360,15 @@ class Trainer {
 };
 
 Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
-  apply_deepspeed_config(a_, world.size(), /*print_warnings=*/world.rank() == 0);
+  // DeepSpeed's world is the data-parallel one (tensor parallelism divides it).
+  const int tp = std::max(1, a_.tensor_model_parallel_size);
+  apply_deepspeed_config(a_, world.size() % tp == 0 ? world.size() / tp : world.size(),
+                         /*print_warnings=*/world.rank() == 0);
   if (a_.threads > 0) omp_set_num_threads(a_.threads);
   check_args(a_);
+  check_tp_args(a_, world.size());
   cfg_ = load_config(a_);
+  check_tp_plan(cfg_, {a_.tensor_model_parallel_size, 0, a_.sequence_parallel});
   plan_ = act_plan_from_args(a_, cfg_);  // a bad combination fails here, before any work
   // Every weight shard present before --output_dir is touched (a missing one is one error).
   if (!a_.model_name_or_path.empty()) hf_check_weights(a_.model_name_or_path);
@@ -319,7 +378,9 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   // allocated or exchanged: ranks that disagree stop here, with the difference named.
   check_ranks_agree(world, job_identity(a_, cfg_, train_id_));
   fit_memory();
-  parallel::check_data_parallel_options(engine_options(a_), world.size());
+  parallel::check_data_parallel_options(engine_options(a_), world.size() / a_.tensor_model_parallel_size);
+  ZT_CHECK(a_.local_sgd_steps == 0 || a_.tensor_model_parallel_size == 1,
+           "--local_sgd_steps does not compose with --tensor-model-parallel-size yet; use one of them");
   if (a_.local_sgd_steps > 0) a_.local_sgd_group_size = local_sgd_group(world, a_.local_sgd_group_size);
   grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
   dp_comm_ = &grid_->dp();
@@ -476,12 +537,31 @@ void Trainer::prepare_output_dir() {
 }
 
 void Trainer::build_model_and_engine() {
-  model_ = std::make_unique<Transformer>(cfg_);
+  const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), a_.sequence_parallel};
+  model_ = std::make_unique<Transformer>(cfg_, tp);
   const auto t0 = Clock::now();
-  if (!a_.model_name_or_path.empty())
-    hf_load_weights(*model_, a_.model_name_or_path);
-  else
+  if (a_.model_name_or_path.empty()) {
+    // Random weights: a tensor-parallel rank makes its slices of the values one process would
+    // make (each split tensor whole, one at a time), so the run is the same model whatever the layout.
     model_->init_random(uint64_t(a_.seed));
+  } else if (tp.size == 1) {
+    hf_load_weights(*model_, a_.model_name_or_path);
+  } else {
+    // Under tensor parallelism the weights are read whole and each rank keeps its slices (the
+    // whole model exists on each rank for this moment; reading slices straight from the files
+    // is a later piece).
+    Transformer whole(cfg_);
+    hf_load_weights(whole, a_.model_name_or_path);
+    parallel::tp_slice_params(whole.params(), whole.flat_params().as<const float>(), model_->params(),
+                              model_->flat_params().as<float>());
+  }
+  if (tp.size > 1) {
+    tp_region_ = std::make_unique<parallel::TensorParallel>(grid_->tp(), tp.sp, tp.kv_replicas(cfg_.n_kv_head));
+    tp_replicated_ = parallel::tp_replicated_params(model_->params());
+    model_->set_tp_region(tp_region_.get());
+    tp_partial_ = parallel::tp_partial_grad_params(model_->layout());
+    tp_norm_w_ = parallel::tp_norm_weights(model_->params(), tp.size);
+  }
   weights_s_ = seconds_since(t0);
   // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
   // the activations are planned: the flat buffers it frees never coexist with them.
@@ -520,7 +600,7 @@ void Trainer::resume() {
   const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
   resumed_ = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id);
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
-  std::vector<Stateful*> parts = rs.with(*engine_);
+  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
   if (scaler_) parts.push_back(scaler_.get());
   if (local_sgd_) parts.push_back(local_sgd_.get());
   resumed_->load(parts);
@@ -606,6 +686,11 @@ StepResult Trainer::train_step(int64_t step) {
     sums[1] += double(c);
   }
   engine_->end_backward();
+  if (tp_region_) {
+    const auto pieces = [&](const auto& f) { engine_->for_each_grad_piece(f); };
+    parallel::tp_sum_partial_grads(grid_->tp(), tp_partial_, pieces);
+    if (tp_region_->kv_group()) parallel::tp_sum_partial_grads(*tp_region_->kv_group(), tp_replicated_, pieces);
+  }
   if (dp_comm_->size() > 1) dp_comm_->all_reduce(sums, 2);
   StepResult r;
   r.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // a step of prompt-only rows trains nothing
@@ -614,7 +699,14 @@ StepResult Trainer::train_step(int64_t step) {
   ZT_CHECK(scaler_ || std::isfinite(r.loss), "loss became ", r.loss, " at step ", step + 1,
            "; lower --learning_rate or check the data");
   ZT_PROFILE("optimizer");
-  r.grad_norm = engine_->grad_norm() / loss_scale;
+  if (tp_region_) {
+    // Split tensors' squares summed over the TP ranks, replicated ones counted once.
+    double sq = engine_->grad_sq_weighted(tp_norm_w_);
+    grid_->tp().all_reduce(&sq, 1);
+    r.grad_norm = std::sqrt(sq) / loss_scale;
+  } else {
+    r.grad_norm = engine_->grad_norm() / loss_scale;
+  }
   if (scaler_) {
     const bool overflow = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
     r.skipped = scaler_->update(overflow);  // throws when the scale cannot go lower
@@ -648,7 +740,8 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   const bool eval_now = (eval_every_ > 0 && (step + 1) % eval_every_ == 0) || (final_eval_ && step + 1 == total_steps_);
   // When the engine's forward is a collective (ZeRO-3 gathers), every rank evaluates.
   bool best_now = false;
-  if ((val_ || sft_val_rows_) && eval_now && (chief_ || engine_->forward_is_collective())) {
+  // So is a tensor-parallel forward (every rank evaluates; the chief logs).
+  if ((val_ || sft_val_rows_) && eval_now && (chief_ || engine_->forward_is_collective() || tp_region_)) {
     EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples)
                                  : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
                                             a_.per_device_eval_batch_size);
@@ -670,15 +763,14 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
 // under ZeRO), the chief the JSON state and the checksums.
 void Trainer::save(int64_t step) {
   RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_);
-  std::vector<Stateful*> parts = rs.with(*engine_);
+  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
   if (scaler_) parts.push_back(scaler_.get());
   if (local_sgd_) parts.push_back(local_sgd_.get());
   if (log_) parts.push_back(log_.get());
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
-  checkpoint_save(
-      {a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_}, cfg_,
-      {parts.begin(), parts.end()});
+  checkpoint_save({a_.output_dir, step, checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_},
+                  cfg_, {parts.begin(), parts.end()});
   if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit, a_.load_best_model_at_end ? best_checkpoint_ : "");
 }
 
@@ -705,7 +797,28 @@ void Trainer::load_best_model() {
     std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(), a_.metric_for_best_model.c_str(),
                 best_metric_, (long long)best_step_);
   CheckpointReader reader(dir, cfg_);
-  reader.load({&engine_->param_state()});
+  reader.load(tp_wrap({&engine_->param_state()}));
+}
+
+std::vector<Stateful*> Trainer::tp_wrap(const std::vector<Stateful*>& parts) {
+  if (!tp_region_) return parts;
+  tp_adapters_.clear();
+  std::vector<Stateful*> out;
+  for (Stateful* p : parts) {
+    tp_adapters_.push_back(std::make_unique<parallel::TpStateAdapter>(*p, model_->params(), grid_->tp().rank(),
+                                                                      grid_->tp().size(), out.empty()));
+    out.push_back(tp_adapters_.back().get());
+  }
+  return out;
+}
+
+// Which state file this rank writes: the engine's choice within its TP slice's files (every TP
+// rank writes its own slices; replicated tensors come from TP rank 0's file).
+StateShard Trainer::checkpoint_shard() const {
+  const StateShard s = engine_->checkpoint_shard();
+  if (!tp_region_) return s;
+  const int P = grid_->tp().size();
+  return {s.index < 0 ? -1 : s.index * P + grid_->tp().rank(), s.count * P};
 }
 
 void Trainer::finish(double train_s) {
@@ -717,10 +830,19 @@ void Trainer::finish(double train_s) {
   report["zero_paper_model_state_bytes"] = zero_paper_bytes(model_->num_params(), a_.zero_stage, group,
                                                             double(engine_->optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
+  if (tp_region_) report["tensor_parallel"] = tp_report(grid_->tp(), a_.sequence_parallel, steps_run);
   load_best_model();
   engine_->export_params();  // a collective: ZeRO-3 gathers the shards
+  // Tensor parallel: the chief's TP group gathers every rank's slices into one whole model.
+  std::unique_ptr<Transformer> whole;
+  if (tp_region_ && dp_comm_->rank() == 0) {
+    if (chief_) whole = std::make_unique<Transformer>(cfg_);
+    parallel::tp_gather_params(grid_->tp(), model_->params(), model_->flat_params().as<const float>(),
+                               whole ? whole->params() : model_->params(),
+                               whole ? whole->flat_params().as<float>() : nullptr);
+  }
   if (!chief_) return;
-  hf_save_model(*model_, a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
+  hf_save_model(whole ? *whole : *model_, a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
                 hf_parse_size(a_.max_shard_size, "--max_shard_size"));
   hf_write_side_files(a_.output_dir, side_files_);
   if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);

@@ -1,0 +1,235 @@
+// tensor_parallel.cpp: see tensor_parallel.h.
+#include "parallel/tensor_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/profile.h"
+
+namespace zt::parallel {
+
+TensorParallel::TensorParallel(dist::Communicator& tp, bool sequence_parallel, int kv_replicas)
+    : comm_(tp), sp_(sequence_parallel) {
+  // Collective over the tp group: the runs of ranks that share a replicated KV head.
+  if (kv_replicas > 1) kv_ = tp.split(tp.rank() / kv_replicas, tp.rank(), tp.name() + ".kv");
+}
+
+std::vector<int> tp_replicated_params(const ParamTable& table) {
+  std::vector<int> out;
+  for (size_t i = 0; i < table.list().size(); ++i)
+    if (table.list()[i].split_replicas > 1) out.push_back(int(i));
+  return out;
+}
+
+void TensorParallel::column_parallel_input(TensorView full) {
+  if (!sp_ || size() == 1) return;
+  ZT_PROFILE("tp_comm");
+  const size_t bytes = full.bytes() / size_t(size());
+  char* out = static_cast<char*>(full.data);
+  comm_.all_gather(out + rank() * bytes, out, bytes);
+}
+
+void TensorParallel::row_parallel_output(TensorView out, TensorView partial) {
+  if (size() == 1) {
+    if (out.data != partial.data) std::memcpy(out.data, partial.data, out.bytes());
+    return;
+  }
+  ZT_PROFILE("tp_comm");
+  ZT_ASSERT(partial.dtype == DType::f32 && out.dtype == DType::f32);
+  if (!sp_) {
+    ZT_ASSERT(out.data == partial.data, "tensor parallel: the reduction is in place");
+    comm_.all_reduce(partial.as<float>(), size_t(partial.numel()));
+    return;
+  }
+  ZT_ASSERT(out.numel() * size() == partial.numel());
+  comm_.reduce_scatter(partial.as<const float>(), out.as<float>(), size_t(out.numel()));
+}
+
+void TensorParallel::column_parallel_input_grad(TensorView out, TensorView grad) {
+  row_parallel_output(out, grad);  // the same reduction, in backward
+}
+
+void TensorParallel::row_parallel_output_grad(TensorView full, TensorView local) {
+  if (!sp_ || size() == 1) {
+    if (full.data != local.data) std::memcpy(full.data, local.data, local.bytes());
+    return;
+  }
+  ZT_PROFILE("tp_comm");
+  comm_.all_gather(local.data, full.data, local.bytes());
+}
+
+void TensorParallel::all_reduce_max(float* x, int64_t n) {
+  if (size() > 1) comm_.all_reduce(x, size_t(n), dist::ReduceOp::max);
+}
+
+void TensorParallel::all_reduce_sum(float* x, int64_t n) {
+  if (size() > 1) comm_.all_reduce(x, size_t(n), dist::ReduceOp::sum);
+}
+
+namespace {
+// The runs of a slice (models/params.h).
+template <class F>
+void for_each_run(const ParamInfo& p, int64_t offset, F f) {
+  for_each_slice_run(p, offset, f);
+}
+}  // namespace
+
+void tp_slice_params(const ParamTable& global_table, const float* global, const ParamTable& local_table, float* local) {
+  const auto& gl = global_table.list();
+  const auto& ll = local_table.list();
+  ZT_ASSERT(gl.size() == ll.size());
+  for (size_t i = 0; i < ll.size(); ++i) {
+    const ParamInfo& p = ll[i];
+    ZT_ASSERT(gl[i].name == p.name && gl[i].shape == p.global_shape, p.name);
+    float* dst = local + p.offset;
+    std::fill_n(dst, p.numel, 0.f);
+    for_each_run(p, p.split_offset, [&](int64_t g, int64_t l, int64_t n) {
+      std::memcpy(dst + l, global + gl[i].offset + g, size_t(n) * sizeof(float));
+    });
+  }
+}
+
+void tp_gather_params(dist::Communicator& tp, const ParamTable& local_table, const float* local,
+                      const ParamTable& global_table, float* global) {
+  const auto& gl = global_table.list();
+  const auto& ll = local_table.list();
+  ZT_ASSERT(gl.size() == ll.size());
+  const int P = tp.size();
+  std::vector<float> all;
+  for (size_t i = 0; i < ll.size(); ++i) {
+    const ParamInfo& p = ll[i];
+    if (p.split == Split::none) {
+      if (global) std::memcpy(global + gl[i].offset, local + p.offset, p.bytes());
+      continue;
+    }
+    // One tensor in flight: every rank's slice (equal local sizes), then placed.
+    all.resize(size_t(p.numel) * size_t(P));
+    tp.all_gather(local + p.offset, all.data(), p.bytes());
+    if (!global) continue;
+    const int64_t l_part = p.shape[size_t(p.split_dim)] / p.split_parts;
+    for (int r = 0; r < P; r += p.split_replicas)  // replicas hold the same values: one is enough
+      for_each_run(p, int64_t(r / p.split_replicas) * l_part, [&](int64_t g, int64_t l, int64_t n) {
+        std::memcpy(global + gl[i].offset + g, all.data() + int64_t(r) * p.numel + l, size_t(n) * sizeof(float));
+      });
+  }
+}
+
+std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
+  std::vector<int64_t> offsets;
+  const ModelSlots& s = layout.slots;
+  auto norm = [&](const NormSlot& n) {
+    for (int64_t o : {n.w, n.b})
+      if (o >= 0) offsets.push_back(o);
+  };
+  for (const BlockSlots& b : s.blocks) {
+    norm(b.q_norm);
+    norm(b.k_norm);
+    if (layout.tp.sp) norm(b.ln1), norm(b.ln2);
+  }
+  if (layout.tp.sp) norm(s.lnf);
+  std::vector<int> out;
+  const auto& list = layout.table.list();
+  for (size_t i = 0; i < list.size(); ++i)
+    if (std::find(offsets.begin(), offsets.end(), list[i].offset) != offsets.end()) out.push_back(int(i));
+  return out;
+}
+
+void tp_sum_partial_grads(dist::Communicator& tp, const std::vector<int>& params, const GradPieces& pieces) {
+  if (tp.size() == 1 || params.empty()) return;
+  ZT_PROFILE("tp_comm");
+  std::vector<std::pair<float*, int64_t>> runs;
+  int64_t total = 0;
+  pieces([&](int param, float* g, int64_t n) {
+    if (std::binary_search(params.begin(), params.end(), param)) runs.push_back({g, n}), total += n;
+  });
+  std::vector<float> buf(static_cast<size_t>(total));
+  int64_t at = 0;
+  for (auto& [g, n] : runs) std::copy_n(g, n, buf.data() + at), at += n;
+  tp.all_reduce(buf.data(), buf.size());
+  at = 0;
+  for (auto& [g, n] : runs) std::copy_n(buf.data() + at, n, g), at += n;
+}
+
+std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size) {
+  std::vector<double> w;
+  for (const ParamInfo& p : local_table.list())
+    w.push_back(p.split == Split::none ? 1.0 / tp_size : 1.0 / p.split_replicas);
+  return w;
+}
+
+TpStateAdapter::TpStateAdapter(Stateful& inner, const ParamTable& local, int tp_rank, int tp_size, bool write_meta)
+    : inner_(inner), table_(local), rank_(tp_rank), size_(tp_size), meta_(write_meta) {}
+
+const ParamInfo* TpStateAdapter::split_param(const std::string& name) const {
+  const ParamInfo* p = table_.find(name);
+  return p && p->split != Split::none ? p : nullptr;
+}
+
+bool TpStateAdapter::writes(const std::string& name) const {
+  const ParamInfo* p = table_.find(name);
+  if (!p) return true;                             // not a parameter's tensor
+  if (p->split == Split::none) return rank_ == 0;  // replicated: once
+  return rank_ % p->split_replicas == 0;           // a replicated KV head: its first holder
+}
+
+void TpStateAdapter::to_global(const StatePiece& piece, const std::function<void(const StatePiece&)>& f) const {
+  const ParamInfo* p = split_param(piece.tensor);
+  if (!p) {
+    f(piece);
+    return;
+  }
+  // The piece is elements [b, e) of this rank's local tensor: each run of the slice that exists
+  // in the global tensor (vocabulary padding does not) becomes a piece of the global tensor.
+  const int64_t b = piece.slice.begin, e = b + piece.slice.count;
+  for_each_run(*p, p->split_offset, [&](int64_t g, int64_t l, int64_t n) {
+    const int64_t lo = std::max(b, l), hi = std::min(e, l + n);
+    if (lo >= hi) return;
+    StatePiece q = piece;
+    q.shape = p->global_shape;
+    q.slice = {g + (lo - l), hi - lo};
+    q.data = piece.data + (lo - b);
+    f(q);
+  });
+}
+
+namespace {
+class GlobalWriter final : public StateWriter {
+ public:
+  GlobalWriter(StateWriter& w, const TpStateAdapter& a) : w_(w), a_(a) {}
+  void put_tensor(const StatePiece& piece) override {
+    if (a_.writes(piece.tensor)) a_.to_global(piece, [&](const StatePiece& q) { w_.put_tensor(q); });
+  }
+  void put_json(const std::string& key, const nlohmann::json& value) override { w_.put_json(key, value); }
+
+ private:
+  StateWriter& w_;
+  const TpStateAdapter& a_;
+};
+class GlobalReader final : public StateReader {
+ public:
+  GlobalReader(StateReader& r, const TpStateAdapter& a) : r_(r), a_(a) {}
+  void get_tensor(const StatePiece& piece) override {
+    a_.to_global(piece, [&](const StatePiece& q) { r_.get_tensor(q); });
+  }
+  const nlohmann::json* find_json(const std::string& key) const override { return r_.find_json(key); }
+  std::string source() const override { return r_.source(); }
+
+ private:
+  StateReader& r_;
+  const TpStateAdapter& a_;
+};
+}  // namespace
+
+void TpStateAdapter::save_state(StateWriter& w) const {
+  GlobalWriter gw(w, *this);
+  inner_.save_state(gw);
+  if (meta_) w.put_json(kTpSizeKey, size_);
+}
+
+void TpStateAdapter::load_state(StateReader& r) {
+  GlobalReader gr(r, *this);
+  inner_.load_state(gr);
+}
+
+}  // namespace zt::parallel

@@ -1,0 +1,103 @@
+// tensor_parallel.h: Megatron-style tensor parallelism (and sequence parallelism on top of
+// it) applied to the single-device Transformer from outside: the model is built with a
+// TpPlan (models/layout.h: each rank holds its slices, local shapes), and TensorParallel is
+// the TpRegion (nn/block.h) through which its pass meets the grid's tp group. Helpers move
+// parameters between a whole (global) model and a rank's slices, and sum the gradients of
+// replicated tensors whose gradient each rank only holds part of. docs/parallelism-tp.md
+// has the scheme, the bytes per layer and the measurements.
+// It deliberately is not: a data-parallel engine (DP / ZeRO run on the grid's dp group over
+// each TP rank's local parameters), or a checkpoint format (TpStateAdapter only restates a
+// rank's pieces in the global tensors' coordinates; the checkpointer stores them).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/state.h"
+#include "dist/communicator.h"
+#include "models/transformer.h"
+#include "nn/block.h"
+
+namespace zt::parallel {
+
+class TensorParallel final : public nn::TpRegion {
+ public:
+  // kv_replicas > 1 (grouped-query attention, TP > KV heads): runs of that many ranks share
+  // each KV head; their group (kv_group()) sums those heads' gradients. A collective.
+  TensorParallel(dist::Communicator& tp, bool sequence_parallel, int kv_replicas = 1);
+  int size() const override { return comm_.size(); }
+  int rank() const override { return comm_.rank(); }
+  bool sequence_parallel() const override { return sp_; }
+  void column_parallel_input(TensorView full) override;
+  void row_parallel_output(TensorView out, TensorView partial) override;
+  void column_parallel_input_grad(TensorView out, TensorView grad) override;
+  void row_parallel_output_grad(TensorView full, TensorView local) override;
+  void all_reduce_max(float* x, int64_t n) override;
+  void all_reduce_sum(float* x, int64_t n) override;
+  dist::Communicator& comm() const { return comm_; }
+  dist::Communicator* kv_group() const { return kv_.get(); }
+
+ private:
+  dist::Communicator& comm_;
+  bool sp_;
+  std::unique_ptr<dist::Communicator> kv_;
+};
+
+// Copies this rank's slice of every parameter out of a whole model's flat buffer (`global`,
+// laid out by `global_table`, the identity plan's) into `local` (laid out by `local_table`, a TP
+// layout, whose ParamInfo says which slice). Vocabulary padding rows become zeros.
+void tp_slice_params(const ParamTable& global_table, const float* global, const ParamTable& local_table, float* local);
+// The inverse, a collective over the tp group: every rank's slices gathered, and the whole
+// tensors written into `global` (may be null on ranks that do not need them).
+void tp_gather_params(dist::Communicator& tp, const ParamTable& local_table, const float* local,
+                      const ParamTable& global_table, float* global);
+
+// Parameters (indices into the local ParamTable) whose gradient each TP rank holds only a
+// part of although the tensor is replicated: the per-head q/k norms (each rank's heads),
+// and under sequence parallelism every norm (each rank's rows). Their gradients are summed
+// over the tp group once per step (tp_sum_partial_grads).
+std::vector<int> tp_partial_grad_params(const ModelLayout& layout);
+// Calls sum(param, grads, n) for each gradient piece a DP engine holds: the caller all-reduces
+// the pieces of `params` over the tp group (one message).
+using GradPieces = std::function<void(const std::function<void(int param, float* g, int64_t n)>&)>;
+void tp_sum_partial_grads(dist::Communicator& tp, const std::vector<int>& params, const GradPieces& pieces);
+
+// Parameters held by several TP ranks at once (split_replicas > 1: replicated KV heads); each
+// rank computes part of their gradient (from its query heads), summed over kv_group().
+std::vector<int> tp_replicated_params(const ParamTable& table);
+
+// Weight of each parameter's squared gradient in the global norm on one TP rank: 1 for a
+// split tensor (each rank holds a different part), 1 / tp for a replicated one (counted
+// once over the group; 1 / replicas for a KV head held by that many ranks).
+std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size);
+
+// Checkpoints under tensor parallelism in the global layout: wraps a component so that each
+// piece of a split tensor (this rank's slice, or a ZeRO shard of it: a range of the local
+// tensor) is stored as the runs of the *global* tensor it covers, under the HF name and global
+// shape, written by the first rank holding that slice; replicated tensors are written once, by
+// TP rank 0. Loading maps back the same way, and the checkpoint reader assembles any slice from
+// any stored pieces, so a checkpoint saved at one TP size (and DP size, ZeRO stage) resumes at
+// any other, and one process's checkpoint resumes under TP. The TP size is recorded
+// ("ztrain.tensor_parallel_size", write_meta) for information.
+class TpStateAdapter final : public Stateful {
+ public:
+  TpStateAdapter(Stateful& inner, const ParamTable& local, int tp_rank, int tp_size, bool write_meta);
+  void save_state(StateWriter& w) const override;
+  void load_state(StateReader& r) override;
+  // Whether this rank writes tensor `name`'s pieces; a piece of the local tensor as pieces of
+  // the global one (itself when the tensor is not split).
+  bool writes(const std::string& name) const;
+  void to_global(const StatePiece& piece, const std::function<void(const StatePiece&)>& f) const;
+
+ private:
+  const ParamInfo* split_param(const std::string& name) const;
+  Stateful& inner_;
+  const ParamTable& table_;
+  int rank_, size_;
+  bool meta_;
+};
+constexpr const char* kTpSizeKey = "ztrain.tensor_parallel_size";
+
+}  // namespace zt::parallel
