@@ -161,6 +161,16 @@ int cmd_train(const Args& args) {
         range::closed(1, kMaxBatch));
   f.add("zero_quantized_weights", &a.zero_quantized_weights, "ZeRO++ qwZ: int8 parameter all-gather (stage 3)");
   f.add("zero_quantized_gradients", &a.zero_quantized_gradients, "ZeRO++ qgZ: int8 gradient reduce-scatter");
+  // Pipeline parallelism under mpirun (Megatron-LM's names; docs/parallelism.md).
+  f.add("pipeline-model-parallel-size", &a.pipeline_parallel_size,
+        "pipeline stages P, the grid's outermost axis; must divide the ranks (1)", range::closed(1, kMaxBatch));
+  f.add("num-layers-per-virtual-pipeline-stage", &a.layers_per_virtual_stage,
+        "layers per model chunk: interleaved 1F1B with layers / (P x K) chunks per stage (0: none)",
+        range::closed(0, kMaxBatch));
+  f.add("pipeline_schedule", &a.pipeline_schedule,
+        "gpipe, 1f1b or interleaved (default: 1f1b; interleaved with virtual stages)");
+  f.add("pipeline_layers", &a.pipeline_layers,
+        "blocks per (virtual) stage, such as 6,6 (default: balanced by the memory estimator's cost)");
   f.add("train_batch_size", &a.train_batch_size, "global batch check: micro x accumulation x ranks (0 = unchecked)",
         range::closed(0, kMaxSteps));
   f.add("ddp_timeout", &a.ddp_timeout,

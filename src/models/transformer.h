@@ -67,12 +67,18 @@ class Transformer {
   // valid until the slot's embed_backward (or its forward, when not training).
   void begin_pass(bool backward);
   void embed_forward(int slot, const int32_t* inputs, const int32_t* positions = nullptr);
+  // What embed_forward records about a slot's micro-batch (its tokens, packing and RoPE
+  // table), for a pipeline stage that starts after the embedding.
+  void begin_slot(int slot, const int32_t* inputs, const int32_t* positions = nullptr);
   void blocks_forward(int slot, int first, int last);  // blocks [first, last)
   // Final norm, LM head and loss; with backward, their backward too, leaving dL/d(stream
   // after the last block) in residual_grad().
   double head_forward_backward(int slot, const int32_t* targets, float grad_scale, int64_t* count, bool backward);
   void blocks_backward(int slot, int first, int last);  // blocks [first, last), last first
   void embed_backward(int slot);
+  // A pipeline stage holding the tied LM head but not the embedding: the head's share of the
+  // embedding unit's gradients is complete (embed_backward reports the unit otherwise).
+  void lm_head_grads_done();
   // The residual stream entering block l of a slot (l = L: leaving the last block), (N, C):
   // a pipeline stage writes the activations it receives here.
   TensorView residual(int slot, int l) const { return slots_[slot].res[l]; }

@@ -33,6 +33,7 @@
 #include "data/tokenizer.h"
 #include "dist/parallel_dims.h"
 #include "parallel/memory_fit.h"
+#include "parallel/pipeline.h"
 #include "parallel/buckets.h"
 #include "models/transformer.h"
 #include "optim/loss_scaler.h"
@@ -195,14 +196,48 @@ parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   return o;
 }
 
-// The run's process grid: every rank data parallel (sharded, or hybrid when ZeRO's
-// hpz_partition_size groups the ranks), no context / tensor / pipeline parallelism yet.
-// (check_data_parallel_options has already checked that G divides the world.)
+// The run's process grid: pipeline stages outermost (--pipeline-model-parallel-size), the
+// rest data parallel (sharded, or hybrid when ZeRO's hpz_partition_size groups the ranks); no
+// context / tensor parallelism yet. (check_pipeline_args and check_data_parallel_options have
+// already checked that P divides the world and G the data-parallel ranks.)
 dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
   dist::ParallelDims d;
-  d.dp_shard = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : world;
-  d.dp_replicate = world / d.dp_shard;
+  d.pp = a.pipeline_parallel_size;
+  const int dp = world / d.pp;
+  d.dp_shard = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : dp;
+  d.dp_replicate = dp / d.dp_shard;
   return d;
+}
+
+// The pipeline flags against each other and the world (one error line each); the schedule.
+parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const ModelConfig& cfg) {
+  const int P = a.pipeline_parallel_size, K = a.layers_per_virtual_stage, L = cfg.n_layer;
+  ZT_CHECK(world % P == 0, "--pipeline-model-parallel-size ", P, " does not divide the ", world,
+           " ranks; give mpirun -np a multiple of it");
+  ZT_CHECK(P <= L, "--pipeline-model-parallel-size ", P, " exceeds the model's ", L,
+           " layers; every stage needs at least one layer");
+  if (P == 1) {
+    for (const char* f : {"num-layers-per-virtual-pipeline-stage", "pipeline_schedule", "pipeline_layers"})
+      ZT_CHECK(!a.explicit_flags.count(f), "--", f,
+               " needs pipeline stages: add --pipeline-model-parallel-size 2 or more");
+    return parallel::PipeSchedule::one_f_one_b;
+  }
+  const parallel::PipeSchedule kind =
+      a.pipeline_schedule.empty() ? (K > 0 ? parallel::PipeSchedule::interleaved : parallel::PipeSchedule::one_f_one_b)
+                                  : parallel::parse_schedule(a.pipeline_schedule);
+  ZT_CHECK(
+      kind != parallel::PipeSchedule::interleaved || K > 0,
+      "--pipeline_schedule interleaved needs --num-layers-per-virtual-pipeline-stage (the layers per model chunk)");
+  ZT_CHECK(K == 0 || kind == parallel::PipeSchedule::interleaved, "--num-layers-per-virtual-pipeline-stage ", K,
+           " makes virtual stages, which only --pipeline_schedule interleaved runs (not ", a.pipeline_schedule, ")");
+  ZT_CHECK(K == 0 || L % (P * K) == 0, "--num-layers-per-virtual-pipeline-stage ", K,
+           " x --pipeline-model-parallel-size ", P, " = ", P * K, " does not divide the model's ", L, " layers");
+  const int v = K > 0 ? L / (P * K) : 1;
+  parallel::check_schedule({kind, P, a.gradient_accumulation_steps, v});
+  ZT_CHECK(!a.auto_find_batch_size,
+           "--auto_find_batch_size does not plan pipeline stages yet; give the batch with "
+           "--per_device_train_batch_size");
+  return kind;
 }
 
 bool is_jsonl(const std::string& path) { return path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0; }
@@ -227,6 +262,7 @@ class Trainer {
   void start_run(const CheckpointRef* resumed);
   void start_loader_and_log();
   StepResult train_step(int64_t step);
+  void pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale);
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
   void finish(double train_s);
@@ -268,6 +304,13 @@ class Trainer {
   double weights_s_ = 0, startup_s_ = 0;
   std::unique_ptr<optim::Schedule> sched_;
   std::unique_ptr<parallel::DataParallel> engine_;  // the strategy: how a step is computed across ranks
+  // Pipeline parallelism (--pipeline-model-parallel-size > 1): this rank's stage.
+  parallel::PipeSchedule schedule_kind_ = parallel::PipeSchedule::one_f_one_b;
+  std::unique_ptr<dist::Communicator> tied_comm_;  // first + last stage, for a tied LM head
+  std::unique_ptr<parallel::PipelineExecutor> pipe_;
+  std::vector<MicroBatch> pipe_batches_;     // the step's micro-batches, held for the schedule
+  double bubble_sum_ = 0, last_bubble_ = 0;  // the measured bubble (mean over stages): sum over steps, last
+  int64_t bubble_steps_ = 0;
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
   std::unique_ptr<optim::LossScaler> scaler_;
@@ -292,7 +335,8 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   // allocated or exchanged: ranks that disagree stop here, with the difference named.
   check_ranks_agree(world, job_identity(a_, cfg_, train_id_));
   fit_memory();
-  parallel::check_data_parallel_options(engine_options(a_), world.size());
+  schedule_kind_ = check_pipeline_args(a_, world.size(), cfg_);
+  parallel::check_data_parallel_options(engine_options(a_), world.size() / a_.pipeline_parallel_size);
   grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
   dp_comm_ = &grid_->dp();
   chief_ = world.rank() == 0;
@@ -452,7 +496,19 @@ void Trainer::build_model_and_engine() {
   weights_s_ = seconds_since(t0);
   // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
   // the activations are planned: the flat buffers it frees never coexist with them.
-  engine_ = parallel::DataParallel::create(*model_, *grid_, engine_options(a_));
+  parallel::DataParallelOptions eo = engine_options(a_);
+  if (a_.pipeline_parallel_size > 1) {
+    model_->set_act_plan(plan_);  // the cut weighs the activations of this plan
+    const parallel::StageCut cut =
+        parallel::plan_stages(*model_, B_, T_, a_.pipeline_parallel_size, a_.layers_per_virtual_stage,
+                              a_.pipeline_layers, optim::optimizer_state_bytes_per_param(a_.optim));
+    eo.pipeline = parallel::stage_units(*model_, cut, grid_->pp(), &tied_comm_);
+    pipe_ = std::make_unique<parallel::PipelineExecutor>(*model_, grid_->pp(), cut, schedule_kind_, G_);
+    if (chief_)
+      std::printf("Pipeline: %d stages, %s schedule, %d micro-batches, blocks per virtual stage %s\n",
+                  a_.pipeline_parallel_size, parallel::schedule_name(schedule_kind_), G_, cut.to_string().c_str());
+  }
+  engine_ = parallel::DataParallel::create(*model_, *grid_, eo);
   if (a_.fp16) {
     scaler_ = std::make_unique<optim::LossScaler>(a_.ds_precision.loss_scaler);
   } else if (a_.bf16 && a_.ds_precision.bf16_check_grad_overflow) {
@@ -486,6 +542,7 @@ void Trainer::resume() {
   std::vector<Stateful*> parts = rs.with(*engine_);
   if (scaler_) parts.push_back(scaler_.get());
   resumed_->load(parts);
+  engine_->sync_after_load();
   start_step_ = rs.cursor.step();
   // The step is recorded by several components; they must agree (else the folder mixes saves
   // or was edited), since the data, the LR and the optimizer's bias correction all follow it.
@@ -516,7 +573,7 @@ void Trainer::start_run(const CheckpointRef* resumed) {
 
 void Trainer::start_loader_and_log() {
   model_->set_act_plan(plan_);
-  model_->plan(B_, T_, /*training=*/true);
+  model_->plan(B_, T_, /*training=*/true, pipe_ ? pipe_->slots() : 1);
   lc_.B = B_;
   lc_.T = T_;
   lc_.accumulation = G_;
@@ -555,14 +612,18 @@ StepResult Trainer::train_step(int64_t step) {
     throw Error(
         str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ", step));
   double sums[2] = {0, 0};  // loss sum, counted tokens (summed over the dp ranks below)
-  for (int micro = 0; micro < G_; ++micro) {
-    const MicroBatch& mb = loader_->next();
-    ZT_ASSERT(mb.step == step && mb.micro == micro);
-    if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
-    int64_t c = 0;
-    engine_->set_last_micro(micro == G_ - 1);
-    sums[0] += model_->forward_backward(mb.inputs.data(), mb.targets.data(), grad_scale, &c, mb.pos());
-    sums[1] += double(c);
+  if (pipe_) {
+    pipeline_micro_batches(step, &sums[0], loss_scale, &grad_scale);
+  } else {
+    for (int micro = 0; micro < G_; ++micro) {
+      const MicroBatch& mb = loader_->next();
+      ZT_ASSERT(mb.step == step && mb.micro == micro);
+      if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
+      int64_t c = 0;
+      engine_->set_last_micro(micro == G_ - 1);
+      sums[0] += model_->forward_backward(mb.inputs.data(), mb.targets.data(), grad_scale, &c, mb.pos());
+      sums[1] += double(c);
+    }
   }
   engine_->end_backward();
   if (dp_comm_->size() > 1) dp_comm_->all_reduce(sums, 2);
@@ -584,6 +645,35 @@ StepResult Trainer::train_step(int64_t step) {
   return r;
 }
 
+// A pipeline step: every stage of a data-parallel rank reads the same micro-batches (the
+// loader's rank is the dp rank), the executor runs the schedule over them, and the loss (the
+// last stage's) is summed over the stages; the measured bubble is averaged over them for the log.
+void Trainer::pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale) {
+  pipe_batches_.resize(size_t(G_));
+  std::vector<parallel::PipelineMicroBatch> mbs;
+  for (int micro = 0; micro < G_; ++micro) {
+    pipe_batches_[micro] = loader_->next();
+    const MicroBatch& mb = pipe_batches_[micro];
+    ZT_ASSERT(mb.step == step && mb.micro == micro);
+    if (sft_ && micro == 0) *grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
+  }
+  for (const MicroBatch& mb : pipe_batches_) mbs.push_back({mb.inputs.data(), mb.targets.data(), mb.pos()});
+  const parallel::PipelineStepStats st =
+      pipe_->step(mbs, *grad_scale, [&](bool last) { engine_->set_last_micro(last); });
+  const int P = grid_->pp().size();
+  std::vector<double> v(size_t(P) + 2, 0.0);
+  v[0] = st.loss_sum;
+  v[1] = double(st.count);
+  v[2 + grid_->pp().rank()] = st.bubble();
+  grid_->pp().all_reduce(v.data(), v.size());
+  sums[0] = v[0];
+  sums[1] = v[1];
+  double mean = 0;
+  for (int s = 0; s < P; ++s) mean += v[2 + s] / P;
+  last_bubble_ = mean;
+  if (step > start_step_) bubble_sum_ += mean, ++bubble_steps_;  // the first step warms up
+}
+
 void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   if (step == start_step_) {
     // What this rank holds for training after one step, by category (ZeRO's model states).
@@ -597,6 +687,7 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     std::vector<std::pair<const char*, double>> extra;
     if (scaler_ && a_.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
     if (scaler_) extra.push_back({"skipped_steps", double(scaler_->skipped_steps())});
+    if (pipe_) extra.push_back({"pipeline_bubble", last_bubble_});
     const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
     log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s, log_now, extra);
     if (step == start_step_) log_->first_step(startup_s_, weights_s_);
@@ -604,6 +695,13 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   const bool eval_now = (eval_every_ > 0 && (step + 1) % eval_every_ == 0) || (final_eval_ && step + 1 == total_steps_);
   // When the engine's forward is a collective (ZeRO-3 gathers), every rank evaluates.
   bool best_now = false;
+  // Pipeline: every stage's units are gathered (a collective over the stages), then the chief
+  // evaluates the whole model from its flat buffers, as one process would.
+  const bool pipe_eval = pipe_ && (val_ || sft_val_rows_) && eval_now;
+  if (pipe_eval) {
+    engine_->export_params();
+    model_->set_provider(nullptr);
+  }
   if ((val_ || sft_val_rows_) && eval_now && (chief_ || engine_->forward_is_collective())) {
     EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples)
                                  : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
@@ -615,6 +713,7 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     best_now = best_step_ < 0 || (greater ? v > best_metric_ : v < best_metric_);
     if (best_now) best_metric_ = v, best_step_ = step + 1;
   }
+  if (pipe_eval) model_->set_provider(dynamic_cast<ParamProvider*>(engine_.get()));
   const bool will_save = save_every_ > 0 && save_every_ <= total_steps_;
   if (will_save && (step + 1) % save_every_ == 0) {
     save(step + 1);
@@ -658,6 +757,7 @@ void Trainer::load_best_model() {
                 best_metric_, (long long)best_step_);
   CheckpointReader reader(dir, cfg_);
   reader.load({&engine_->param_state()});
+  engine_->sync_after_load();
 }
 
 void Trainer::finish(double train_s) {
@@ -676,6 +776,21 @@ void Trainer::finish(double train_s) {
                 hf_parse_size(a_.max_shard_size, "--max_shard_size"));
   hf_write_side_files(a_.output_dir, side_files_);
   if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);
+  if (pipe_) {
+    const double measured = bubble_steps_ ? bubble_sum_ / double(bubble_steps_) : last_bubble_;
+    const int P = a_.pipeline_parallel_size,
+              v = a_.layers_per_virtual_stage > 0 ? cfg_.n_layer / (P * a_.layers_per_virtual_stage) : 1;
+    const double ideal = parallel::ideal_bubble({schedule_kind_, P, G_, v});
+    std::printf("  Pipeline bubble (idle / step time, mean over stages, steps after the first): %.4f; ideal %.4f\n",
+                measured, ideal);
+    log_->add_results({{"pipeline",
+                        {{"stages", P},
+                         {"schedule", parallel::schedule_name(schedule_kind_)},
+                         {"micro_batches", G_},
+                         {"virtual_stages", v},
+                         {"bubble", measured},
+                         {"ideal_bubble", ideal}}}});
+  }
   log_->add_results({{"data_parallel", report}});
   log_->finish(train_s, loader_->wait_seconds());
   prof::report();
