@@ -266,6 +266,7 @@ class Trainer {
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
   void finish(double train_s);
+  nlohmann::json pipeline_report(int64_t steps_run);
   int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
   // The LR schedule advances with optimizer steps taken, as HF's and DeepSpeed's schedulers
   // do: a step skipped for overflow does not move it.
@@ -760,6 +761,40 @@ void Trainer::load_best_model() {
   engine_->sync_after_load();
 }
 
+// The pipeline's measurements (a collective over the stages): the bubble, and the
+// point-to-point bytes per step of every stage (the pp group's counters) with the formula: one
+// activation or gradient of B T C fp32 per micro-batch for each boundary the stage sends
+// across (a chunk that is not the last virtual stage sends its output, one that is not the
+// first its input's gradient); as many are received.
+nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
+  const double measured = bubble_steps_ ? bubble_sum_ / double(bubble_steps_) : last_bubble_;
+  const int P = a_.pipeline_parallel_size;
+  const int v = a_.layers_per_virtual_stage > 0 ? cfg_.n_layer / (P * a_.layers_per_virtual_stage) : 1;
+  const dist::CommStats cs = grid_->pp().stats();
+  std::vector<double> sent(size_t(P), 0.0), recv(size_t(P), 0.0), formula;
+  sent[grid_->pp().rank()] = cs[dist::Collective::send].bytes / double(steps_run);
+  recv[grid_->pp().rank()] = cs[dist::Collective::recv].bytes / double(steps_run);
+  grid_->pp().all_reduce(sent.data(), sent.size());
+  grid_->pp().all_reduce(recv.data(), recv.size());
+  for (int st = 0; st < P; ++st) {
+    int crossings = 0;
+    for (int c = 0; c < v; ++c) {
+      const int vs = parallel::virtual_stage(st, c, P);
+      crossings += (vs < P * v - 1) + (vs > 0);
+    }
+    formula.push_back(double(crossings) * G_ * double(B_) * T_ * cfg_.n_embd * 4.0);
+  }
+  return {{"stages", P},
+          {"schedule", parallel::schedule_name(schedule_kind_)},
+          {"micro_batches", G_},
+          {"virtual_stages", v},
+          {"bubble", measured},
+          {"ideal_bubble", parallel::ideal_bubble({schedule_kind_, P, G_, v})},
+          {"send_bytes_per_step", sent},
+          {"recv_bytes_per_step", recv},
+          {"formula_bytes_per_step", formula}};
+}
+
 void Trainer::finish(double train_s) {
   const int64_t steps_run = std::max<int64_t>(1, total_steps_ - start_step_);
   nlohmann::json report = engine_->describe();
@@ -770,26 +805,20 @@ void Trainer::finish(double train_s) {
                                                             double(engine_->optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
   load_best_model();
-  engine_->export_params();  // a collective: ZeRO-3 gathers the shards
+  engine_->export_params();  // a collective: ZeRO-3 gathers the shards, pipeline stages their units
+  const nlohmann::json pipe_report = pipe_ ? pipeline_report(steps_run) : nlohmann::json();
   if (!chief_) return;
   hf_save_model(*model_, a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
                 hf_parse_size(a_.max_shard_size, "--max_shard_size"));
   hf_write_side_files(a_.output_dir, side_files_);
   if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);
   if (pipe_) {
-    const double measured = bubble_steps_ ? bubble_sum_ / double(bubble_steps_) : last_bubble_;
-    const int P = a_.pipeline_parallel_size,
-              v = a_.layers_per_virtual_stage > 0 ? cfg_.n_layer / (P * a_.layers_per_virtual_stage) : 1;
-    const double ideal = parallel::ideal_bubble({schedule_kind_, P, G_, v});
     std::printf("  Pipeline bubble (idle / step time, mean over stages, steps after the first): %.4f; ideal %.4f\n",
-                measured, ideal);
-    log_->add_results({{"pipeline",
-                        {{"stages", P},
-                         {"schedule", parallel::schedule_name(schedule_kind_)},
-                         {"micro_batches", G_},
-                         {"virtual_stages", v},
-                         {"bubble", measured},
-                         {"ideal_bubble", ideal}}}});
+                pipe_report["bubble"].get<double>(), pipe_report["ideal_bubble"].get<double>());
+    std::printf("  Pipeline bytes sent per step by stage: %s (formula: %s)\n",
+                pipe_report["send_bytes_per_step"].dump().c_str(),
+                pipe_report["formula_bytes_per_step"].dump().c_str());
+    log_->add_results({{"pipeline", pipe_report}});
   }
   log_->add_results({{"data_parallel", report}});
   log_->finish(train_s, loader_->wait_seconds());
