@@ -210,7 +210,8 @@ void Transformer::init_random(uint64_t seed) {
 }
 
 void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
-                        int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* s) {
+                        int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* s,
+                        const std::vector<char>* held) {
   const int64_t N = int64_t(B) * T, C = cfg.n_embd;
   const nn::Precision p = plan.precision;
   const DType ct = nn::compute_dtype(p);
@@ -224,10 +225,13 @@ void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn
     if (ct == DType::f32) s->shared.act = s->block.act;
   }
   sa->assign(size_t(slots), {});
+  // A pipeline stage (held): only its blocks' activations and the residual streams around them.
+  auto has = [&](int l) { return !held || (l >= 0 && l < cfg.n_layer && (*held)[l]); };
   for (SlotActs& a : *sa) {
-    for (int l = 0; l <= cfg.n_layer; ++l) a.res.push_back(ac.take(DType::f32, {N, C}));
+    for (int l = 0; l <= cfg.n_layer; ++l)
+      a.res.push_back(has(l) || has(l - 1) ? ac.take(DType::f32, {N, C}) : TensorView());
     for (int l = 0; l < cfg.n_layer; ++l)
-      a.blocks.push_back(nn::Block::carve_acts(ac, shape, B, T, p, plan.of(l), &s->shared));
+      a.blocks.push_back(has(l) ? nn::Block::carve_acts(ac, shape, B, T, p, plan.of(l), &s->shared) : nn::BlockActs{});
     a.lnf_out = ac.take(ct, {N, C});
     a.lnf_mean = ac.take(DType::f32, {N});
     a.lnf_rstd = ac.take(DType::f32, {N});
@@ -269,13 +273,20 @@ void Transformer::plan(int B, int T, bool training, int slots) {
   acts_.reset();
   scratch_.reset();
   Carver a, s;
-  carve(a, s, cfg_, layout_.slots.shape, B, T, slots, act_plan_, &slots_, &sc_);
+  const std::vector<char>* held = held_layers_.empty() ? nullptr : &held_layers_;
+  carve(a, s, cfg_, layout_.slots.shape, B, T, slots, act_plan_, &slots_, &sc_, held);
   acts_ = Buffer(a.used(), MemCategory::activations);
   scratch_ = Buffer(s.used(), MemCategory::temporary);
   Carver a2(acts_.data()), s2(scratch_.data());
-  carve(a2, s2, cfg_, layout_.slots.shape, B, T, slots, act_plan_, &slots_, &sc_);
+  carve(a2, s2, cfg_, layout_.slots.shape, B, T, slots, act_plan_, &slots_, &sc_, held);
   inputs_.assign(size_t(slots), {});
   if (layout_.slots.shape.rope) rope_fill(rope_, sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
+}
+
+void Transformer::set_held_layers(std::vector<char> held) {
+  ZT_ASSERT(held.empty() || int(held.size()) == cfg_.n_layer);
+  held_layers_ = std::move(held);
+  B_ = T_ = 0;  // plan() carves the arena again
 }
 
 void Transformer::zero_grad() {

@@ -47,6 +47,9 @@ class Transformer {
   // Allocates gradients (training) and the activation arena for batches of B x T, with
   // `slots` micro-batches' activations kept at once (pipeline schedules; 1 otherwise).
   void plan(int B, int T, bool training, int slots = 1);
+  // A pipeline stage runs only some blocks: per layer, whether its activations (and the
+  // residual streams entering and leaving it) are carved at the next plan(); empty = all.
+  void set_held_layers(std::vector<char> held);
   // One micro-batch: forward, loss and (training) backward; parameter gradients
   // accumulate. inputs/targets are (B, T). grad_scale scales d(sum of token losses);
   // returns the sum of token losses and sets *count to the number of counted tokens.
@@ -134,7 +137,8 @@ class Transformer {
     std::vector<int32_t> doc_start;
   };
   static void carve(Carver& acts, Carver& scratch, const ModelConfig& cfg, const nn::BlockShape& shape, int B, int T,
-                    int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* sc);
+                    int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* sc,
+                    const std::vector<char>* held = nullptr);
   // Unit u's weights in the compute dtype (mixed precision), made at its first forward
   // acquire of each pass from the fp32 view P; the fp32 view itself otherwise.
   TensorView compute_view(int u, TensorView P);
@@ -167,6 +171,7 @@ class Transformer {
   int B_ = 0, T_ = 0;
   bool training_ = false, backward_ = false;
   std::vector<SlotActs> slots_;
+  std::vector<char> held_layers_;
   std::vector<SlotInput> inputs_;
   Scratch sc_;
   // Packed batches: a RoPE table for positions >= T (rows that start mid-document), grown

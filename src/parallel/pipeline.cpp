@@ -149,7 +149,7 @@ PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& 
   ZT_ASSERT(int(mbs.size()) == m_, "pipeline step with ", mbs.size(), " micro-batches, planned for ", m_);
   const auto t0 = Clock::now();
   PipelineStepStats st;
-  bytes_ = model_.residual(0, 0).bytes();
+  bytes_ = model_.residual_grad().bytes();  // (B T, C) fp32, like every residual stream
   for (Buffer& b : grad_in_)
     if (b.bytes() != bytes_) b = Buffer(bytes_, MemCategory::activations);
   std::fill(occupant_.begin(), occupant_.end(), -1);

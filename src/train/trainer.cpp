@@ -310,6 +310,7 @@ class Trainer {
   std::unique_ptr<dist::Communicator> tied_comm_;  // first + last stage, for a tied LM head
   std::unique_ptr<parallel::PipelineExecutor> pipe_;
   std::vector<MicroBatch> pipe_batches_;     // the step's micro-batches, held for the schedule
+  std::vector<char> stage_layers_;           // per layer: run by this stage
   double bubble_sum_ = 0, last_bubble_ = 0;  // the measured bubble (mean over stages): sum over steps, last
   int64_t bubble_steps_ = 0;
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
@@ -504,6 +505,9 @@ void Trainer::build_model_and_engine() {
         parallel::plan_stages(*model_, B_, T_, a_.pipeline_parallel_size, a_.layers_per_virtual_stage,
                               a_.pipeline_layers, optim::optimizer_state_bytes_per_param(a_.optim));
     eo.pipeline = parallel::stage_units(*model_, cut, grid_->pp(), &tied_comm_);
+    // Activations only for this stage's blocks.
+    for (int l = 0; l < cfg_.n_layer; ++l) stage_layers_.push_back(cut.stage_of_layer(l) == grid_->pp().rank());
+    model_->set_held_layers(stage_layers_);
     pipe_ = std::make_unique<parallel::PipelineExecutor>(*model_, grid_->pp(), cut, schedule_kind_, G_);
     if (chief_)
       std::printf("Pipeline: %d stages, %s schedule, %d micro-batches, blocks per virtual stage %s\n",
@@ -702,6 +706,10 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   if (pipe_eval) {
     engine_->export_params();
     model_->set_provider(nullptr);
+    if (chief_) {  // the whole model's activations for the evaluation, the stage's again after it
+      model_->set_held_layers({});
+      model_->plan(B_, T_, /*training=*/true);
+    }
   }
   if ((val_ || sft_val_rows_) && eval_now && (chief_ || engine_->forward_is_collective())) {
     EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples)
@@ -714,7 +722,13 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     best_now = best_step_ < 0 || (greater ? v > best_metric_ : v < best_metric_);
     if (best_now) best_metric_ = v, best_step_ = step + 1;
   }
-  if (pipe_eval) model_->set_provider(dynamic_cast<ParamProvider*>(engine_.get()));
+  if (pipe_eval) {
+    model_->set_provider(dynamic_cast<ParamProvider*>(engine_.get()));
+    if (chief_) {
+      model_->set_held_layers(stage_layers_);
+      model_->plan(B_, T_, /*training=*/true, pipe_->slots());
+    }
+  }
   const bool will_save = save_every_ > 0 && save_every_ <= total_steps_;
   if (will_save && (step + 1) % save_every_ == 0) {
     save(step + 1);

@@ -60,7 +60,8 @@ def run(work, name, model, np, acc, extra, expect_fail=False, steps=20):
     state = json.load(open(os.path.join(out, "trainer_state.json")))
     res = json.load(open(os.path.join(out, "train_results.json")))
     losses = [h["loss"] for h in state["log_history"] if "loss" in h and "train_loss" not in h]
-    return {"losses": losses, "results": res, "out": out}
+    evals = [h["eval_loss"] for h in state["log_history"] if "eval_loss" in h]
+    return {"losses": losses, "evals": evals, "results": res, "out": out}
 
 
 def rel(a, b):
@@ -95,9 +96,11 @@ def main():
         rng = random.Random(1)
         with open(os.path.join(work, "train.bin"), "wb") as f:
             f.write(struct.pack("<%dH" % 60000, *[rng.randrange(512) for _ in range(60000)]))
-        refs = {m: run(work, f"{m}_ref", m, 1, GLOBAL_ACC, ["--save_dtype", "float32"]) for m in MODELS}
+        val = ["--validation_file", os.path.join(work, "train.bin"), "--eval_strategy", "steps", "--eval_steps", "10",
+               "--max_eval_samples", "8"]
+        refs = {m: run(work, f"{m}_ref", m, 1, GLOBAL_ACC, ["--save_dtype", "float32"] + val) for m in MODELS}
         runs = [
-            ("gpt2", "pp2_1f1b", 2, GLOBAL_ACC, ["--pipeline-model-parallel-size", "2"]),
+            ("gpt2", "pp2_1f1b", 2, GLOBAL_ACC, ["--pipeline-model-parallel-size", "2"] + val),
             ("gpt2", "pp2_dp2_1f1b_ddp", 4, GLOBAL_ACC // 2, ["--pipeline-model-parallel-size", "2"]),
             ("gpt2", "pp2_dp2_interleaved_zero1", 4, GLOBAL_ACC // 2,
              ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--zero_stage", "1"]),
@@ -110,6 +113,10 @@ def main():
             if r is None or refs[m] is None:
                 continue
             same_losses(f"{m} {name}", r, refs[m])
+            if "--validation_file" in extra:
+                worst = max((rel(a, b) for a, b in zip(r["evals"], refs[m]["evals"])), default=1.0)
+                check(len(r["evals"]) == 2 and worst <= 1e-5,
+                      f"{m} {name}: evaluations (the stages' units gathered) equal one process's ({worst:.1e})")
             pipe = r["results"]["pipeline"]
             for kind in ("send", "recv"):
                 got, want = pipe[f"{kind}_bytes_per_step"], pipe["formula_bytes_per_step"]
