@@ -312,6 +312,7 @@ class Trainer {
   std::vector<MicroBatch> pipe_batches_;     // the step's micro-batches, held for the schedule
   std::vector<char> stage_layers_;           // per layer: run by this stage
   double bubble_sum_ = 0, last_bubble_ = 0;  // the measured bubble (mean over stages): sum over steps, last
+  std::vector<double> stage_bubble_sum_;     // per stage, summed over the steps after the first
   int64_t bubble_steps_ = 0;
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
@@ -676,7 +677,11 @@ void Trainer::pipeline_micro_batches(int64_t step, double* sums, double loss_sca
   double mean = 0;
   for (int s = 0; s < P; ++s) mean += v[2 + s] / P;
   last_bubble_ = mean;
-  if (step > start_step_) bubble_sum_ += mean, ++bubble_steps_;  // the first step warms up
+  if (step > start_step_) {  // the first step warms up
+    bubble_sum_ += mean, ++bubble_steps_;
+    stage_bubble_sum_.resize(size_t(P), 0.0);
+    for (int s = 0; s < P; ++s) stage_bubble_sum_[s] += v[2 + s];
+  }
 }
 
 void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
@@ -782,6 +787,8 @@ void Trainer::load_best_model() {
 // first its input's gradient); as many are received.
 nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
   const double measured = bubble_steps_ ? bubble_sum_ / double(bubble_steps_) : last_bubble_;
+  std::vector<double> per_stage;
+  for (double b : stage_bubble_sum_) per_stage.push_back(b / double(std::max<int64_t>(1, bubble_steps_)));
   const int P = a_.pipeline_parallel_size;
   const int v = a_.layers_per_virtual_stage > 0 ? cfg_.n_layer / (P * a_.layers_per_virtual_stage) : 1;
   const dist::CommStats cs = grid_->pp().stats();
@@ -803,6 +810,7 @@ nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
           {"micro_batches", G_},
           {"virtual_stages", v},
           {"bubble", measured},
+          {"bubble_per_stage", per_stage},
           {"ideal_bubble", parallel::ideal_bubble({schedule_kind_, P, G_, v})},
           {"send_bytes_per_step", sent},
           {"recv_bytes_per_step", recv},
@@ -827,8 +835,11 @@ void Trainer::finish(double train_s) {
   hf_write_side_files(a_.output_dir, side_files_);
   if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);
   if (pipe_) {
-    std::printf("  Pipeline bubble (idle / step time, mean over stages, steps after the first): %.4f; ideal %.4f\n",
-                pipe_report["bubble"].get<double>(), pipe_report["ideal_bubble"].get<double>());
+    std::printf(
+        "  Pipeline bubble (idle / step time, mean over stages, steps after the first): %.4f (per stage %s); "
+        "ideal %.4f\n",
+        pipe_report["bubble"].get<double>(), pipe_report["bubble_per_stage"].dump().c_str(),
+        pipe_report["ideal_bubble"].get<double>());
     std::printf("  Pipeline bytes sent per step by stage: %s (formula: %s)\n",
                 pipe_report["send_bytes_per_step"].dump().c_str(),
                 pipe_report["formula_bytes_per_step"].dump().c_str());
