@@ -149,6 +149,12 @@ void Transformer::restore_flat_params() {
   bind_layers();
 }
 
+void Transformer::drop_flat_grads() {
+  grads_.reset();
+  external_grads_ = true;
+  bind_layers();
+}
+
 void Transformer::ensure_grads() {
   if (grads_.data()) return;
   grads_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::gradients);
@@ -265,7 +271,7 @@ void Transformer::plan(int B, int T, bool training, int slots) {
   ZT_CHECK(T <= cfg_.max_position, "sequence length ", T, " exceeds the model's context of ", cfg_.max_position,
            " positions; lower --model_max_length");
   ZT_ASSERT(slots >= 1);
-  if (training && !external_state_) ensure_grads();
+  if (training && !external_state_ && !external_grads_) ensure_grads();
   training_ = training;
   if (B == B_ && T == T_ && acts_.data() && int(slots_.size()) == slots) return;
   B_ = B;

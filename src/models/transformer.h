@@ -111,6 +111,9 @@ class Transformer {
   void restore_flat_params();
   // Allocates the flat gradient buffer now (plan() would), for callers that need it first.
   void ensure_grads();
+  // For a provider that keeps the gradients itself (a pipeline stage's own units): frees the
+  // flat gradient buffer and stops plan() from allocating it; the parameters stay.
+  void drop_flat_grads();
 
   // Bytes of the activation arena and temporaries planned for (B, T), `slots` and an
   // ActPlan; *compute_copy gets the bytes of the weights' compute copy (mixed precision).
@@ -167,7 +170,7 @@ class Transformer {
   uint64_t pass_ = 0;
   FlatParamProvider flat_;
   ParamProvider* provider_ = nullptr;
-  bool external_state_ = false;
+  bool external_state_ = false, external_grads_ = false;
   int B_ = 0, T_ = 0;
   bool training_ = false, backward_ = false;
   std::vector<SlotActs> slots_;

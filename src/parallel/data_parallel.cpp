@@ -1,7 +1,9 @@
 // data_parallel.cpp: the factory, option checks and DDP (stage 0). ZeRO lives in zero.cpp.
 #include "parallel/data_parallel.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "kernels/convert.h"
@@ -82,28 +84,40 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
         su_(o.pipeline),
         keep_(held_params(model, o.pipeline, false)),
         own_(held_params(model, o.pipeline, true)) {
-    model.ensure_grads();
     set_units(&model.units());
-    set_buffers(model.flat_params(), model.flat_grads());
-    // The update's pieces: the decay runs of the parameters this rank holds (a pipeline stage:
-    // its units'), their optimizer state packed one after the other.
+    // The parameters this rank holds (a pipeline stage: its units') as decay runs; their
+    // gradients and optimizer state are packed one run after the other (without a pipeline
+    // that is the flat layout itself).
     const std::vector<char>* keep = keep_.empty() ? nullptr : &keep_;
     int64_t state = 0;
     for (const optim::ParamRange& r : flat_ranges(model.params(), keep)) {
-      pieces_.push_back({P_.as<float>() + r.offset, G_.as<const float>() + r.offset, state, r.numel, r.decay});
       state_of_.push_back({r.offset, state});
       state += r.numel;
     }
+    held_numel_ = state;
+    if (su_.active()) {
+      // A pipeline stage: gradients for its own units only, in this engine's packed buffer.
+      model.drop_flat_grads();
+      own_grads_ = Buffer(size_t(state) * kF32, MemCategory::gradients);
+      std::memset(own_grads_.data(), 0, own_grads_.bytes());
+      g_ = own_grads_.as<float>();
+    } else {
+      model.ensure_grads();
+      g_ = model.flat_grads().as<float>();
+    }
+    set_buffers(model.flat_params(), TensorView());
+    for (const optim::ParamRange& r : flat_ranges(model.params(), keep))
+      pieces_.push_back({P_.as<float>() + r.offset, g_ + at(r.offset), at(r.offset), r.numel, r.decay});
     opt_ = optim::make_optimizer(o.optim, o.optim_config, state);
     for (const optim::ParamRange& r : flat_ranges(model.params(), own_.empty() ? nullptr : &own_))
-      norm_ranges_.push_back({r.offset, r.numel});
+      norm_ranges_.push_back({at(r.offset), r.numel});
     // DDP replicates everything: its reduction group is the grid's dp_shard, which holds every
     // data-parallel rank (hybrid groups need a ZeRO stage), and carries only this engine's
     // traffic (the trainer's scalar reductions run on grid.dp()).
     ZT_ASSERT(grid.dp_replicate().size() == 1, "DDP takes no replicate groups");
     dp_ = &grid.dp_shard();
     if (comm_dtype_ != DType::f32 && dp_->size() > 1)
-      comm16_ = Buffer(size_t(model.num_params()) * dtype_size(comm_dtype_), MemCategory::temporary);
+      comm16_ = Buffer(size_t(held_numel_) * dtype_size(comm_dtype_), MemCategory::temporary);
     BucketOptions bo;
     bo.bucket_bytes = o.reduce_bucket_size * int64_t(kF32);
     bo.keep = keep;
@@ -117,13 +131,21 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   }
   ~DdpEngine() override { model_.set_provider(nullptr); }
 
+  // Unit u's gradients: in the flat layout, or (pipeline) at their packed offset.
+  TensorView grads(int u) override {
+    const Unit& k = model_.units()[u];
+    return TensorView::of(g_ + at(k.begin), Shape{k.size()});
+  }
   void grads_done(int u) override {
     if (!last_ || dp_->size() == 1 || !overlap_ || (su_.active() && !su_.held[u])) return;
     for (int p : unit_params_[u])
       if (int b = tracker_->mark(p); b >= 0) start(b);
   }
   void begin_step() override {
-    model_.zero_grad();
+    if (own_grads_.data())
+      std::memset(own_grads_.data(), 0, own_grads_.bytes());
+    else
+      model_.zero_grad();
     tracker_->reset();
   }
   void set_last_micro(bool last) override { last_ = last; }
@@ -136,16 +158,15 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     tracker_->reset();
     tied_sum();
     // 16-bit reductions land in comm16_ (every bucket was started): widen them back.
-    if (comm16_.data())
-      kernels::from_lowp(comm_dtype_, G_.as<float>(), comm16_.as<const uint16_t>(), model_.num_params());
+    if (comm16_.data()) kernels::from_lowp(comm_dtype_, g_, comm16_.as<const uint16_t>(), held_numel_);
   }
   // Every rank of the data-parallel group holds the same reduced gradient, so the norm needs
   // no communication there; pipeline stages add their squares (the tied copy counted once).
   double grad_norm() override {
-    if (!su_.active()) return optim::grad_norm(G_.as<const float>(), model_.num_params());
+    if (!su_.active()) return optim::grad_norm(g_, model_.num_params());
     double s = 0;
     for (auto [off, n] : norm_ranges_) {
-      const double x = optim::grad_norm(G_.as<const float>() + off, n);
+      const double x = optim::grad_norm(g_ + off, n);
       s += x * x;
     }
     su_.stages->all_reduce(&s, 1);
@@ -169,11 +190,8 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     // The tied embedding: the first stage's parameters and optimizer state to the last's copy.
     const Unit& k = model_.units()[su_.tied_unit];
     su_.tied->broadcast(P_.as<float>() + k.begin, size_t(k.size()) * kF32, 0);
-    int64_t at = -1;
-    for (auto [off, st] : state_of_)
-      if (off <= k.begin) at = st + (k.begin - off);
     for (size_t i = 0; i < opt_->slot_names().size(); ++i)
-      su_.tied->broadcast(opt_->slot(i) + at, size_t(k.size()) * kF32, 0);
+      su_.tied->broadcast(opt_->slot(i) + at(k.begin), size_t(k.size()) * kF32, 0);
   }
   optim::Optimizer& optimizer() override { return *opt_; }
   Stateful& param_state() override { return params_state_; }
@@ -204,15 +222,18 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   // cap-sized all-reduces: OpenMPI's all-reduce slows sharply beyond about 28 MiB here
   // (bench-comm) and its scratch grows with the message.
   void start(int b) {
+    // A bucket's parameters are contiguous and held, so its gradients are contiguous in the
+    // packed layout too.
     const Range r = plan_.buckets[b].range;
-    for (int64_t c = r.begin; c < r.end; c += cap_) {
-      const int64_t n = std::min(cap_, r.end - c);
+    const int64_t base = at(r.begin);
+    for (int64_t c = 0; c < r.size(); c += cap_) {
+      const int64_t n = std::min(cap_, r.size() - c);
       if (comm16_.data()) {
-        uint16_t* h = comm16_.as<uint16_t>() + c;
-        kernels::to_lowp(comm_dtype_, h, G_.as<const float>() + c, n);
+        uint16_t* h = comm16_.as<uint16_t>() + base + c;
+        kernels::to_lowp(comm_dtype_, h, g_ + base + c, n);
         inflight_.push_back(dp_->iall_reduce(h, size_t(n), comm_dtype_));
       } else {
-        inflight_.push_back(dp_->iall_reduce(G_.as<float>() + c, size_t(n)));
+        inflight_.push_back(dp_->iall_reduce(g_ + base + c, size_t(n)));
       }
     }
   }
@@ -221,7 +242,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   void tied_sum() {
     if (!su_.tied) return;
     const Unit& k = model_.units()[su_.tied_unit];
-    su_.tied->all_reduce(G_.as<float>() + k.begin, size_t(k.size()));
+    su_.tied->all_reduce(g_ + at(k.begin), size_t(k.size()));
   }
   // Checkpoints: every tensor whole, parameters and optimizer state at its offset (a pipeline
   // stage: its own units'; the tied copy is the first stage's to write).
@@ -231,11 +252,8 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     for (size_t i = 0; i < list.size(); ++i) {
       const ParamInfo& p = list[i];
       if (!own_.empty() && !own_[i]) continue;
-      int64_t st = 0;
-      for (auto [off, s] : state_of_)
-        if (off <= p.offset) st = s + (p.offset - off);
       params_state_.pieces.push_back({p.name, p.shape, "params", {0, p.numel}, P_.as<float>() + p.offset});
-      spans.push_back({p.name, p.shape, 0, p.numel, st});
+      spans.push_back({p.name, p.shape, 0, p.numel, at(p.offset)});
     }
     opt_->set_state_spans(std::move(spans));
   }
@@ -244,8 +262,18 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   bool overlap_;
   DType comm_dtype_;
   StageUnits su_;
-  std::vector<char> keep_, own_;                          // per parameter: held / held and not the tied copy
-  std::vector<std::pair<int64_t, int64_t>> state_of_;     // (flat offset, state offset) of each held run
+  std::vector<char> keep_, own_;                       // per parameter: held / held and not the tied copy
+  std::vector<std::pair<int64_t, int64_t>> state_of_;  // (flat offset, packed offset) of each held run
+  int64_t held_numel_ = 0;                             // elements held (all without a pipeline)
+  Buffer own_grads_;                                   // pipeline: the stage's gradients, packed
+  float* g_ = nullptr;                                 // the gradients: the model's flat buffer, or own_grads_
+  // The packed offset of a held flat offset (the identity without a pipeline).
+  int64_t at(int64_t flat) const {
+    auto it = std::upper_bound(state_of_.begin(), state_of_.end(), std::pair{flat, INT64_MAX});
+    ZT_ASSERT(it != state_of_.begin(), "flat offset ", flat, " is not held by this rank");
+    --it;
+    return it->second + (flat - it->first);
+  }
   std::vector<std::pair<int64_t, int64_t>> norm_ranges_;  // (offset, numel) counted in the norm
   Buffer comm16_;  // 16-bit reductions: the gradients converted, bucket by bucket
   bool last_ = true;
