@@ -175,6 +175,16 @@ int cmd_train(const Args& args) {
         "tensor-parallel ranks (neighbours); must divide the world and the heads (1)", range::closed(1, 4096));
   f.add("sequence-parallel", &a.sequence_parallel,
         "with tensor parallelism: split the norms' and residuals' tokens across the TP ranks (false)");
+  // Pipeline parallelism under mpirun (Megatron-LM's names; docs/parallelism.md).
+  f.add("pipeline-model-parallel-size", &a.pipeline_parallel_size,
+        "pipeline stages P, the grid's outermost axis; must divide the ranks (1)", range::closed(1, kMaxBatch));
+  f.add("num-layers-per-virtual-pipeline-stage", &a.layers_per_virtual_stage,
+        "layers per model chunk: interleaved 1F1B with layers / (P x K) chunks per stage (0: none)",
+        range::closed(0, kMaxBatch));
+  f.add("pipeline_schedule", &a.pipeline_schedule,
+        "gpipe, 1f1b or interleaved (default: 1f1b; interleaved with virtual stages)");
+  f.add("pipeline_layers", &a.pipeline_layers,
+        "blocks per (virtual) stage, such as 6,6 (default: balanced by the memory estimator's cost)");
   f.add("train_batch_size", &a.train_batch_size, "global batch check: micro x accumulation x ranks (0 = unchecked)",
         range::closed(0, kMaxSteps));
   f.add("ddp_timeout", &a.ddp_timeout,

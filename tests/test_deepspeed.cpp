@@ -477,3 +477,33 @@ TEST(DeepSpeedSchedule, KindsByDeepSpeedName) {
 
 }  // namespace
 }  // namespace zt
+
+namespace zt {
+namespace {
+
+// DeepSpeed's pipeline block: stages = --pipeline-model-parallel-size, the batch identity over
+// the data-parallel ranks (world / stages), and keys ztrain cannot honour refused.
+TEST(DeepSpeedConfig, PipelineBlock) {
+  auto apply = [](TrainArgs& a, int ws, const std::string& text) {
+    return apply_deepspeed_json(a, ws, nlohmann::json::parse(text));
+  };
+  TrainArgs a;
+  a.per_device_train_batch_size = 2;
+  apply(a, 4, R"({"pipeline": {"stages": 2, "partition": "parameters", "pipe_partitioned": true},
+                  "train_batch_size": 8, "gradient_accumulation_steps": 2})");
+  EXPECT_EQ(a.pipeline_parallel_size, 2);
+  EXPECT_EQ(a.gradient_accumulation_steps, 2);  // 8 = 2 x 2 x (4 ranks / 2 stages)
+  TrainArgs b;
+  b.pipeline_parallel_size = 2;
+  b.explicit_flags.insert("pipeline-model-parallel-size");
+  EXPECT_THROW(apply(b, 4, R"({"pipeline": {"stages": 4}})"), Error);  // disagrees with the flag
+  for (const char* bad : {R"({"pipeline": {"partition": "uniform"}})", R"({"pipeline": {"seed_layers": true}})",
+                          R"({"pipeline": {"activation_checkpoint_interval": 1}})", R"({"pipeline": {"stage": 2}})",
+                          R"({"pipeline": {"stages": 3}})"}) {
+    TrainArgs c;
+    EXPECT_THROW(apply(c, 4, bad), Error) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace zt

@@ -162,6 +162,12 @@ void Transformer::restore_flat_params() {
   bind_layers();
 }
 
+void Transformer::drop_flat_grads() {
+  grads_.reset();
+  external_grads_ = true;
+  bind_layers();
+}
+
 void Transformer::ensure_grads() {
   if (grads_.data()) return;
   grads_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::gradients);
@@ -244,7 +250,8 @@ void Transformer::init_random(uint64_t seed) {
 }
 
 void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn::BlockShape& shape, int V, int B,
-                        int T, int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* s) {
+                        int T, int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* s,
+                        const std::vector<char>* held) {
   // n: the residual stream's rows on this rank (N / sp under sequence parallelism).
   const int64_t N = int64_t(B) * T, C = cfg.n_embd, n = shape.rows_local(N);
   const nn::Precision p = plan.precision;
@@ -259,10 +266,13 @@ void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn
     if (ct == DType::f32) s->shared.act = s->block.act;
   }
   sa->assign(size_t(slots), {});
+  // A pipeline stage (held): only its blocks' activations and the residual streams around them.
+  auto has = [&](int l) { return !held || (l >= 0 && l < cfg.n_layer && (*held)[l]); };
   for (SlotActs& a : *sa) {
-    for (int l = 0; l <= cfg.n_layer; ++l) a.res.push_back(ac.take(DType::f32, {n, C}));
+    for (int l = 0; l <= cfg.n_layer; ++l)
+      a.res.push_back(has(l) || has(l - 1) ? ac.take(DType::f32, {n, C}) : TensorView());
     for (int l = 0; l < cfg.n_layer; ++l)
-      a.blocks.push_back(nn::Block::carve_acts(ac, shape, B, T, p, plan.of(l), &s->shared));
+      a.blocks.push_back(has(l) ? nn::Block::carve_acts(ac, shape, B, T, p, plan.of(l), &s->shared) : nn::BlockActs{});
     a.lnf_out = ac.take(ct, {N, C});
     a.lnf_mean = ac.take(DType::f32, {n});
     a.lnf_rstd = ac.take(DType::f32, {n});
@@ -296,7 +306,7 @@ void Transformer::plan(int B, int T, bool training, int slots) {
   ZT_CHECK(T <= cfg_.max_position, "sequence length ", T, " exceeds the model's context of ", cfg_.max_position,
            " positions; lower --model_max_length");
   ZT_ASSERT(slots >= 1);
-  if (training && !external_state_) ensure_grads();
+  if (training && !external_state_ && !external_grads_) ensure_grads();
   training_ = training;
   if (B == B_ && T == T_ && acts_.data() && int(slots_.size()) == slots) return;
   B_ = B;
@@ -308,13 +318,20 @@ void Transformer::plan(int B, int T, bool training, int slots) {
     ZT_CHECK(int64_t(B) * T % layout_.tp.size == 0, "--sequence-parallel splits the ", int64_t(B) * T,
              " tokens of a micro-batch (B ", B, " x T ", T, ") across ", layout_.tp.size,
              " ranks; they must divide evenly");
-  carve(a, s, cfg_, layout_.slots.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_);
+  const std::vector<char>* held = held_layers_.empty() ? nullptr : &held_layers_;
+  carve(a, s, cfg_, layout_.slots.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_, held);
   acts_ = Buffer(a.used(), MemCategory::activations);
   scratch_ = Buffer(s.used(), MemCategory::temporary);
   Carver a2(acts_.data()), s2(scratch_.data());
-  carve(a2, s2, cfg_, layout_.slots.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_);
+  carve(a2, s2, cfg_, layout_.slots.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_, held);
   inputs_.assign(size_t(slots), {});
   if (layout_.slots.shape.rope) rope_fill(rope_, sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
+}
+
+void Transformer::set_held_layers(std::vector<char> held) {
+  ZT_ASSERT(held.empty() || int(held.size()) == cfg_.n_layer);
+  held_layers_ = std::move(held);
+  B_ = T_ = 0;  // plan() carves the arena again
 }
 
 void Transformer::zero_grad() {

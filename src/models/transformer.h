@@ -53,6 +53,9 @@ class Transformer {
   // Allocates gradients (training) and the activation arena for batches of B x T, with
   // `slots` micro-batches' activations kept at once (pipeline schedules; 1 otherwise).
   void plan(int B, int T, bool training, int slots = 1);
+  // A pipeline stage runs only some blocks: per layer, whether its activations (and the
+  // residual streams entering and leaving it) are carved at the next plan(); empty = all.
+  void set_held_layers(std::vector<char> held);
   // One micro-batch: forward, loss and (training) backward; parameter gradients
   // accumulate. inputs/targets are (B, T). grad_scale scales d(sum of token losses);
   // returns the sum of token losses and sets *count to the number of counted tokens.
@@ -73,12 +76,18 @@ class Transformer {
   // valid until the slot's embed_backward (or its forward, when not training).
   void begin_pass(bool backward);
   void embed_forward(int slot, const int32_t* inputs, const int32_t* positions = nullptr);
+  // What embed_forward records about a slot's micro-batch (its tokens, packing and RoPE
+  // table), for a pipeline stage that starts after the embedding.
+  void begin_slot(int slot, const int32_t* inputs, const int32_t* positions = nullptr);
   void blocks_forward(int slot, int first, int last);  // blocks [first, last)
   // Final norm, LM head and loss; with backward, their backward too, leaving dL/d(stream
   // after the last block) in residual_grad().
   double head_forward_backward(int slot, const int32_t* targets, float grad_scale, int64_t* count, bool backward);
   void blocks_backward(int slot, int first, int last);  // blocks [first, last), last first
   void embed_backward(int slot);
+  // A pipeline stage holding the tied LM head but not the embedding: the head's share of the
+  // embedding unit's gradients is complete (embed_backward reports the unit otherwise).
+  void lm_head_grads_done();
   // The residual stream entering block l of a slot (l = L: leaving the last block), (N, C):
   // a pipeline stage writes the activations it receives here.
   TensorView residual(int slot, int l) const { return slots_[slot].res[l]; }
@@ -108,6 +117,9 @@ class Transformer {
   void restore_flat_params();
   // Allocates the flat gradient buffer now (plan() would), for callers that need it first.
   void ensure_grads();
+  // For a provider that keeps the gradients itself (a pipeline stage's own units): frees the
+  // flat gradient buffer and stops plan() from allocating it; the parameters stay.
+  void drop_flat_grads();
 
   // Bytes of the activation arena and temporaries planned for (B, T), `slots` and an
   // ActPlan; *compute_copy gets the bytes of the weights' compute copy (mixed precision).
@@ -134,7 +146,8 @@ class Transformer {
     std::vector<int32_t> doc_start;
   };
   static void carve(Carver& acts, Carver& scratch, const ModelConfig& cfg, const nn::BlockShape& shape, int V, int B,
-                    int T, int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* sc);
+                    int T, int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* sc,
+                    const std::vector<char>* held = nullptr);
   // Unit u's weights in the compute dtype (mixed precision), made at its first forward
   // acquire of each pass from the fp32 view P; the fp32 view itself otherwise.
   TensorView compute_view(int u, TensorView P);
@@ -164,10 +177,11 @@ class Transformer {
   FlatParamProvider flat_;
   ParamProvider* provider_ = nullptr;
   nn::TpRegion* tp_ = nullptr;
-  bool external_state_ = false;
+  bool external_state_ = false, external_grads_ = false;
   int B_ = 0, T_ = 0;
   bool training_ = false, backward_ = false;
   std::vector<SlotActs> slots_;
+  std::vector<char> held_layers_;
   std::vector<SlotInput> inputs_;
   Scratch sc_;
   // Packed batches: a RoPE table for positions >= T (rows that start mid-document), grown

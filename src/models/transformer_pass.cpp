@@ -79,11 +79,16 @@ void Transformer::begin_pass(bool backward) {
   provider().begin_pass(backward);
 }
 
-void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* positions) {
+void Transformer::begin_slot(int slot, const int32_t* inputs, const int32_t* positions) {
   SlotInput& in = inputs_[slot];
   in.inputs = inputs;
   in.rope = {sc_.rope_cos.as<const float>(), sc_.rope_sin.as<const float>()};
   in.pack = prepare_packing(positions, &in);
+}
+
+void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* positions) {
+  begin_slot(slot, inputs, positions);
+  const SlotInput& in = inputs_[slot];
   const int u = layout_.embedding_unit;
   const TensorView E = provider().acquire(u, false);
   // Mixed precision with a tied LM head: the head's GEMMs read this unit's compute copy,
@@ -202,6 +207,10 @@ void Transformer::blocks_backward(int slot, int first, int last) {
     provider().release(u);
     provider().grads_done(u);
   }
+}
+
+void Transformer::lm_head_grads_done() {
+  if (layout_.tied_head) provider().grads_done(layout_.lm_head_unit());
 }
 
 void Transformer::embed_backward(int slot) {

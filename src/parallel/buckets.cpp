@@ -17,6 +17,11 @@ BucketPlan plan_buckets(const ParamTable& table, const BucketOptions& opt) {
   };
   for (int i = int(list.size()) - 1; i >= 0; --i) {
     const ParamInfo& p = list[i];
+    if (opt.keep && !(*opt.keep)[i]) continue;
+    if (!cur.params.empty() && p.offset + p.numel != cur.range.begin) {
+      plan.buckets.push_back(std::move(cur));
+      cur = Bucket{};
+    }
     if (cur.params.empty()) {
       cur.range = {p.offset, p.offset + p.numel};
     } else {

@@ -21,6 +21,9 @@ struct BucketOptions {
   // the first all-reduce starts as early as possible.
   int64_t first_bucket_bytes = 0;
   int elem_bytes = 4;  // fp32 gradients
+  // Only these parameters (by ParamTable index; null: all): a pipeline stage reduces its own
+  // units' gradients. A gap between kept parameters closes the bucket (buckets stay contiguous).
+  const std::vector<char>* keep = nullptr;
 };
 
 struct Bucket {

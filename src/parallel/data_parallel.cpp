@@ -1,6 +1,10 @@
 // data_parallel.cpp: the factory, option checks and DDP (stage 0). ZeRO lives in zero.cpp.
 #include "parallel/data_parallel.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 #include "core/error.h"
 #include "kernels/convert.h"
 #include "optim/clip.h"
@@ -32,6 +36,10 @@ void check_data_parallel_options(const DataParallelOptions& o, int n) {
            "\"fp32\" or drop qgZ");
   ZT_CHECK(o.comm_dtype == DType::f32 || o.comm_dtype == DType::bf16 || o.comm_dtype == DType::f16,
            "gradients are reduced in fp32, bf16 or fp16, not ", dtype_name(o.comm_dtype));
+  ZT_CHECK(!o.pipeline.active() || o.stage <= 1, "--zero_stage ", o.stage,
+           " with pipeline parallelism: stages 2 and 3 reduce or gather per micro-batch in the model's call order, "
+           "which a pipeline schedule interleaves; use --zero_stage 0 or 1 (DeepSpeed also takes ZeRO-1 only with "
+           "pipelines)");
   optim::optimizer_state_bytes_per_param(o.optim);  // an unknown --optim fails here, before any work
 }
 
@@ -39,15 +47,31 @@ namespace {
 
 constexpr size_t kF32 = dtype_size(DType::f32);  // fp32 gradients and masters
 
-std::vector<optim::ParamRange> flat_ranges(const ParamTable& t) {
+// The decay runs of the parameters kept (all when keep is null), neighbours merged: fewer,
+// longer vector loops.
+std::vector<optim::ParamRange> flat_ranges(const ParamTable& t, const std::vector<char>* keep = nullptr) {
   std::vector<optim::ParamRange> r;
-  for (auto& p : t.list()) {
+  const auto& list = t.list();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const ParamInfo& p = list[i];
+    if (keep && !(*keep)[i]) continue;
     if (!r.empty() && r.back().decay == p.decay() && r.back().offset + r.back().numel == p.offset)
-      r.back().numel += p.numel;  // merge neighbours: fewer, longer vector loops
+      r.back().numel += p.numel;
     else
       r.push_back({p.offset, p.numel, p.decay()});
   }
   return r;
+}
+
+// Per parameter: whether its unit is held by this stage (and, for `without_copy`, not the
+// tied copy). Empty when the pipeline is off.
+std::vector<char> held_params(const Transformer& model, const StageUnits& su, bool without_copy) {
+  if (!su.active()) return {};
+  std::vector<char> keep(model.params().list().size(), 0);
+  for (size_t u = 0; u < model.units().size(); ++u)
+    if (su.held[u] && !(without_copy && su.tied_copy && int(u) == su.tied_unit))
+      for (int p : model.units()[u].params) keep[p] = 1;
+  return keep;
 }
 
 // DDP: every rank holds everything; gradients are all-reduced in buckets (plan_buckets,
@@ -60,75 +84,141 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
       : model_(model),
         overlap_(o.overlap_comm),
         comm_dtype_(o.comm_dtype),
-        opt_(optim::make_optimizer(o.optim, o.optim_config, model.num_params())) {
-    model.ensure_grads();
+        su_(o.pipeline),
+        keep_(held_params(model, o.pipeline, false)),
+        own_(held_params(model, o.pipeline, true)) {
     set_units(&model.units());
-    set_buffers(model.flat_params(), model.flat_grads());
+    // The parameters this rank holds (a pipeline stage: its units') as decay runs; their
+    // gradients and optimizer state are packed one run after the other (without a pipeline
+    // that is the flat layout itself).
+    const std::vector<char>* keep = keep_.empty() ? nullptr : &keep_;
+    int64_t state = 0;
+    for (const optim::ParamRange& r : flat_ranges(model.params(), keep)) {
+      state_of_.push_back({r.offset, state});
+      state += r.numel;
+    }
+    held_numel_ = state;
+    if (su_.active()) {
+      // A pipeline stage: gradients for its own units only, in this engine's packed buffer.
+      model.drop_flat_grads();
+      own_grads_ = Buffer(size_t(state) * kF32, MemCategory::gradients);
+      std::memset(own_grads_.data(), 0, own_grads_.bytes());
+      g_ = own_grads_.as<float>();
+    } else {
+      model.ensure_grads();
+      g_ = model.flat_grads().as<float>();
+    }
+    set_buffers(model.flat_params(), TensorView());
+    for (const optim::ParamRange& r : flat_ranges(model.params(), keep))
+      pieces_.push_back({P_.as<float>() + r.offset, g_ + at(r.offset), at(r.offset), r.numel, r.decay});
+    opt_ = optim::make_optimizer(o.optim, o.optim_config, state);
+    for (const optim::ParamRange& r : flat_ranges(model.params(), own_.empty() ? nullptr : &own_))
+      norm_ranges_.push_back({at(r.offset), r.numel});
     // DDP replicates everything: its reduction group is the grid's dp_shard, which holds every
     // data-parallel rank (hybrid groups need a ZeRO stage), and carries only this engine's
     // traffic (the trainer's scalar reductions run on grid.dp()).
     ZT_ASSERT(grid.dp_replicate().size() == 1 || o.local_sgd, "DDP takes no replicate groups (but local SGD's)");
     dp_ = &grid.dp_shard();
     if (comm_dtype_ != DType::f32 && dp_->size() > 1)
-      comm16_ = Buffer(size_t(model.num_params()) * dtype_size(comm_dtype_), MemCategory::temporary);
+      comm16_ = Buffer(size_t(held_numel_) * dtype_size(comm_dtype_), MemCategory::temporary);
     BucketOptions bo;
     bo.bucket_bytes = o.reduce_bucket_size * int64_t(kF32);
+    bo.keep = keep;
     cap_ = o.reduce_bucket_size;
     plan_ = plan_buckets(model.params(), bo);
     tracker_ = std::make_unique<BucketTracker>(plan_);
     // Parameters of each unit, last first (the order backward finishes them).
     for (const Unit& u : model.units()) unit_params_.emplace_back(u.params.rbegin(), u.params.rend());
     set_state_pieces();
-    // The buffers never move: the update's pieces (decay runs of the flat buffers) are made once.
-    pieces_ = optim::flat_pieces(P_.as<float>(), G_.as<const float>(), flat_ranges(model.params()));
     model.set_provider(this);
   }
   ~DdpEngine() override { model_.set_provider(nullptr); }
 
+  // Unit u's gradients: in the flat layout, or (pipeline) at their packed offset.
+  TensorView grads(int u) override {
+    const Unit& k = model_.units()[u];
+    return TensorView::of(g_ + at(k.begin), Shape{k.size()});
+  }
   void grads_done(int u) override {
-    if (!last_ || dp_->size() == 1 || !overlap_) return;
+    if (!last_ || dp_->size() == 1 || !overlap_ || (su_.active() && !su_.held[u])) return;
     for (int p : unit_params_[u])
       if (int b = tracker_->mark(p); b >= 0) start(b);
   }
   void begin_step() override {
-    model_.zero_grad();
+    if (own_grads_.data())
+      std::memset(own_grads_.data(), 0, own_grads_.bytes());
+    else
+      model_.zero_grad();
     tracker_->reset();
   }
   void set_last_micro(bool last) override { last_ = last; }
   void end_backward() override {
-    if (dp_->size() == 1) return;
+    if (dp_->size() == 1) return tied_sum();
     if (!overlap_)
       for (size_t b = 0; b < plan_.buckets.size(); ++b) start(int(b));
     for (auto& r : inflight_) r.wait();
     inflight_.clear();
     tracker_->reset();
+    tied_sum();
     // 16-bit reductions land in comm16_ (every bucket was started): widen them back.
-    if (comm16_.data())
-      kernels::from_lowp(comm_dtype_, G_.as<float>(), comm16_.as<const uint16_t>(), model_.num_params());
+    if (comm16_.data()) kernels::from_lowp(comm_dtype_, g_, comm16_.as<const uint16_t>(), held_numel_);
   }
-  // Every rank holds the same reduced gradient, so the norm needs no communication.
-  double grad_norm() override { return optim::grad_norm(G_.as<const float>(), model_.num_params()); }
+  // Every rank of the data-parallel group holds the same reduced gradient, so the norm needs
+  // no communication there; pipeline stages add their squares (the tied copy counted once).
+  double grad_norm() override {
+    if (!su_.active()) return optim::grad_norm(g_, model_.num_params());
+    double s = 0;
+    for (auto [off, n] : norm_ranges_) {
+      const double x = optim::grad_norm(g_ + off, n);
+      s += x * x;
+    }
+    su_.stages->all_reduce(&s, 1);
+    return std::sqrt(s);
+  }
+  // Tensor parallelism (which does not compose with a pipeline, so g_ is laid out as the flat
+  // buffer): weighted squares per parameter, and each parameter's gradient.
   double grad_sq_weighted(const std::vector<double>& w) override {
+    ZT_ASSERT(!su_.active(), "tensor parallelism under a pipeline");
     double s = 0;
     for (const ParamInfo& p : model_.params().list()) {
-      const double n = optim::grad_norm(G_.as<const float>() + p.offset, p.numel);
+      const double n = optim::grad_norm(g_ + p.offset, p.numel);
       s += w[size_t(&p - model_.params().list().data())] * n * n;
     }
     return s;  // every dp rank holds the same reduced gradient
   }
   void for_each_grad_piece(const std::function<void(int, float*, int64_t)>& f) override {
+    ZT_ASSERT(!su_.active(), "tensor parallelism under a pipeline");
     const auto& list = model_.params().list();
-    for (size_t i = 0; i < list.size(); ++i) f(int(i), G_.as<float>() + list[i].offset, list[i].numel);
+    for (size_t i = 0; i < list.size(); ++i) f(int(i), g_ + list[i].offset, list[i].numel);
   }
   void clip(double norm, double max_norm, double unscale) override {
-    optim::clip_grads(G_.as<float>(), model_.num_params(), norm, max_norm, unscale);
+    for (const optim::StepPiece& p : pieces_)
+      optim::clip_grads(const_cast<float*>(p.grads), p.numel, norm, max_norm, unscale);
   }
   void step(double lr) override { opt_->step(pieces_, lr); }
-  void export_params() override {}
+  // Pipeline: every unit from the stage that owns it (a collective over the stages).
+  void export_params() override {
+    if (!su_.active()) return;
+    for (size_t u = 0; u < model_.units().size(); ++u) {
+      const Unit& k = model_.units()[u];
+      su_.stages->broadcast(P_.as<float>() + k.begin, size_t(k.size()) * kF32, su_.owner[u]);
+    }
+  }
+  void sync_after_load() override {
+    if (!su_.tied) return;
+    // The tied embedding: the first stage's parameters and optimizer state to the last's copy.
+    const Unit& k = model_.units()[su_.tied_unit];
+    su_.tied->broadcast(P_.as<float>() + k.begin, size_t(k.size()) * kF32, 0);
+    for (size_t i = 0; i < opt_->slot_names().size(); ++i)
+      su_.tied->broadcast(opt_->slot(i) + at(k.begin), size_t(k.size()) * kF32, 0);
+  }
   optim::Optimizer& optimizer() override { return *opt_; }
   Stateful& param_state() override { return params_state_; }
-  // Every rank holds the same state: rank 0 writes it.
-  StateShard checkpoint_shard() const override { return {dp_->rank() == 0 ? 0 : -1, 1}; }
+  // Every rank holds the same state: rank 0 writes it (per pipeline stage: its units).
+  StateShard checkpoint_shard() const override {
+    const int pp = su_.active() ? su_.stages->rank() : 0, stages = su_.active() ? su_.stages->size() : 1;
+    return {dp_->rank() == 0 ? pp : -1, stages};
+  }
   std::vector<const dist::Communicator*> comms() const override { return {dp_}; }
   double planned_bus_bytes(int) const override {
     double s = 0;
@@ -151,25 +241,38 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   // cap-sized all-reduces: OpenMPI's all-reduce slows sharply beyond about 28 MiB here
   // (bench-comm) and its scratch grows with the message.
   void start(int b) {
+    // A bucket's parameters are contiguous and held, so its gradients are contiguous in the
+    // packed layout too.
     const Range r = plan_.buckets[b].range;
-    for (int64_t c = r.begin; c < r.end; c += cap_) {
-      const int64_t n = std::min(cap_, r.end - c);
+    const int64_t base = at(r.begin);
+    for (int64_t c = 0; c < r.size(); c += cap_) {
+      const int64_t n = std::min(cap_, r.size() - c);
       if (comm16_.data()) {
-        uint16_t* h = comm16_.as<uint16_t>() + c;
-        kernels::to_lowp(comm_dtype_, h, G_.as<const float>() + c, n);
+        uint16_t* h = comm16_.as<uint16_t>() + base + c;
+        kernels::to_lowp(comm_dtype_, h, g_ + base + c, n);
         inflight_.push_back(dp_->iall_reduce(h, size_t(n), comm_dtype_));
       } else {
-        inflight_.push_back(dp_->iall_reduce(G_.as<float>() + c, size_t(n)));
+        inflight_.push_back(dp_->iall_reduce(g_ + base + c, size_t(n)));
       }
     }
   }
 
-  // Checkpoints: every tensor whole, parameters and optimizer state at its flat offset.
+  // The tied embedding's gradient: the first stage's (embedding) plus the last stage's (LM head).
+  void tied_sum() {
+    if (!su_.tied) return;
+    const Unit& k = model_.units()[su_.tied_unit];
+    su_.tied->all_reduce(g_ + at(k.begin), size_t(k.size()));
+  }
+  // Checkpoints: every tensor whole, parameters and optimizer state at its offset (a pipeline
+  // stage: its own units'; the tied copy is the first stage's to write).
   void set_state_pieces() {
     std::vector<optim::StateSpan> spans;
-    for (const ParamInfo& p : model_.params().list()) {
+    const auto& list = model_.params().list();
+    for (size_t i = 0; i < list.size(); ++i) {
+      const ParamInfo& p = list[i];
+      if (!own_.empty() && !own_[i]) continue;
       params_state_.pieces.push_back({p.name, p.shape, "params", {0, p.numel}, P_.as<float>() + p.offset});
-      spans.push_back({p.name, p.shape, 0, p.numel, p.offset});
+      spans.push_back({p.name, p.shape, 0, p.numel, at(p.offset)});
     }
     opt_->set_state_spans(std::move(spans));
   }
@@ -177,6 +280,20 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   Transformer& model_;
   bool overlap_;
   DType comm_dtype_;
+  StageUnits su_;
+  std::vector<char> keep_, own_;                       // per parameter: held / held and not the tied copy
+  std::vector<std::pair<int64_t, int64_t>> state_of_;  // (flat offset, packed offset) of each held run
+  int64_t held_numel_ = 0;                             // elements held (all without a pipeline)
+  Buffer own_grads_;                                   // pipeline: the stage's gradients, packed
+  float* g_ = nullptr;                                 // the gradients: the model's flat buffer, or own_grads_
+  // The packed offset of a held flat offset (the identity without a pipeline).
+  int64_t at(int64_t flat) const {
+    auto it = std::upper_bound(state_of_.begin(), state_of_.end(), std::pair{flat, INT64_MAX});
+    ZT_ASSERT(it != state_of_.begin(), "flat offset ", flat, " is not held by this rank");
+    --it;
+    return it->second + (flat - it->first);
+  }
+  std::vector<std::pair<int64_t, int64_t>> norm_ranges_;  // (offset, numel) counted in the norm
   Buffer comm16_;  // 16-bit reductions: the gradients converted, bucket by bucket
   bool last_ = true;
   std::unique_ptr<optim::Optimizer> opt_;

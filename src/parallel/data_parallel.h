@@ -27,6 +27,22 @@
 
 namespace zt::parallel {
 
+// Pipeline parallelism (parallel/pipeline.h): which model units this rank's stage holds. The
+// engine reduces, clips, updates and checkpoints only those; the gradient norm is summed over
+// the stages. With a tied LM head the last stage holds a copy of the embedding unit (as
+// Megatron-LM does): its gradient is summed with the first stage's over `tied` after the
+// data-parallel reduction, both update it identically, and only the first stage counts it in
+// the norm and writes it to checkpoints (sync_after_load copies it to the last stage).
+struct StageUnits {
+  std::vector<char> held;                // per model unit; empty: every unit (no pipeline)
+  std::vector<int> owner;                // per model unit: the pp rank that owns it
+  int tied_unit = -1;                    // the embedding unit, when the LM head is tied (first and last stage)
+  bool tied_copy = false;                // this rank holds tied_unit as the last stage's copy
+  dist::Communicator* stages = nullptr;  // the grid's pp group
+  dist::Communicator* tied = nullptr;    // first and last stage of the pipeline (null elsewhere)
+  bool active() const { return !held.empty(); }
+};
+
 struct DataParallelOptions {
   int stage = 0;                     // 0 = DDP, 1/2/3 = ZeRO
   int64_t reduce_bucket_size = 0;    // elements per gradient bucket; 0 = the stage's default (reduce_bucket_elements)
@@ -45,6 +61,7 @@ struct DataParallelOptions {
   // The optimizer each engine makes (optim::make_optimizer) over what its rank owns.
   std::string optim = "adamw_torch";  // HF's --optim name
   optim::OptimizerConfig optim_config;
+  StageUnits pipeline;  // pipeline parallel: this stage's units (DDP and ZeRO-1)
 };
 
 class DataParallel {
@@ -88,6 +105,10 @@ class DataParallel {
   // tensor whole; ZeRO: this rank's shard cut per tensor). Loading is a collective for
   // ZeRO-1/2 (the loaded shards are all-gathered into the full parameters).
   virtual Stateful& param_state() = 0;
+  // After a checkpoint (or --load_best_model_at_end) loaded param_state() and optimizer(): a
+  // collective that copies state held by two ranks but saved by one (the tied embedding of a
+  // pipeline's last stage). Nothing without a pipeline.
+  virtual void sync_after_load() {}
   // Which state file this rank writes (index < 0: none; another rank holds the same state).
   virtual StateShard checkpoint_shard() const = 0;
 

@@ -74,7 +74,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
         N_(grid.dp().size()),
         G_(grid.dp_shard().size()),
         group_(&grid.dp_shard()),
-        replica_(grid.dp_replicate().size() > 1 ? &grid.dp_replicate() : nullptr) {
+        replica_(grid.dp_replicate().size() > 1 ? &grid.dp_replicate() : nullptr),
+        su_(o.pipeline) {
+    ZT_ASSERT(!su_.active() || stage_ == 1, "pipeline stages take ZeRO stage 1 only");
     ZT_ASSERT(G_ == (o.hpz_partition_size > 1 ? o.hpz_partition_size : N_), "grid and ZeRO options disagree");
     gr_ = group_->rank();
     units_ = model.units();
@@ -162,8 +164,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   }
   void grads_done(int u) override {
     const int b = bucket_of_[u];
-    if (--pending_[b] > 0) return;
+    if (b < 0) return;                  // another pipeline stage's unit
     if (stage_ == 1 && !last_) return;  // stage 1 accumulates locally until the last micro-batch
+    if (--pending_[b] > 0) return;
     reduce_bucket(b);
     if (!o_.overlap_comm) drain(0);
   }
@@ -178,22 +181,29 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   void set_last_micro(bool last) override { last_ = last; }
   void end_backward() override {
     drain(0);
-    if (!replica_) return;
-    // Hybrid: each group holds its own sum; add the groups' shards.
-    std::vector<dist::Request> rs;
-    for (size_t b = 0; b < buckets_.size(); ++b)
-      if (stage_ == 1) rs.push_back(replica_->iall_reduce(shard_grad(b), size_t(buckets_[b].layout.shard)));
-    if (stage_ != 1) rs.push_back(replica_->iall_reduce(gshard_.as<float>(), size_t(S_)));
-    for (auto& r : rs) r.wait();
+    if (replica_) {
+      // Hybrid: each group holds its own sum; add the groups' shards.
+      std::vector<dist::Request> rs;
+      for (size_t b = 0; b < buckets_.size(); ++b)
+        if (stage_ == 1) rs.push_back(replica_->iall_reduce(shard_grad(b), size_t(buckets_[b].layout.shard)));
+      if (stage_ != 1) rs.push_back(replica_->iall_reduce(gshard_.as<float>(), size_t(S_)));
+      for (auto& r : rs) r.wait();
+    }
+    // Pipeline with a tied LM head: the embedding's gradient shard is the first stage's plus
+    // the last stage's (the bucket holds the embedding alone on both, so the shards line up).
+    if (su_.tied) su_.tied->all_reduce(shard_grad(tied_bucket_), size_t(buckets_[tied_bucket_].layout.shard));
   }
   double grad_norm() override {
     double s = 0;
     for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (su_.tied_copy && int(b) == tied_bucket_) continue;  // the first stage counts it
       const double n = optim::grad_norm(shard_grad(b), buckets_[b].layout.shard);
       s += n * n;
     }
     dp_.all_reduce(&s, 1);
-    return std::sqrt(s / double(N_ / G_));  // every group holds the whole gradient once
+    s /= double(N_ / G_);                             // every group holds the whole gradient once
+    if (su_.active()) su_.stages->all_reduce(&s, 1);  // pipeline stages: their units' squares
+    return std::sqrt(s);
   }
   double grad_sq_weighted(const std::vector<double>& w) override {
     double s = 0;
@@ -231,11 +241,29 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       std::memcpy(P + k.begin, buf.data(), size_t(k.end - k.begin) * kF32);
       put(std::move(buf));
     }
+    // Pipeline: every unit from the stage that owns it.
+    if (su_.active())
+      for (size_t u = 0; u < units_.size(); ++u)
+        su_.stages->broadcast(P + units_[u].begin, size_t(units_[u].size()) * kF32, su_.owner[u]);
+  }
+  void sync_after_load() override {
+    if (!su_.tied) return;
+    // The tied embedding's shard (parameters and every optimizer slot): first stage -> last.
+    const int b = tied_bucket_;
+    const size_t n = size_t(buckets_[b].layout.shard);
+    su_.tied->broadcast(shard_param(b), n * kF32, 0);
+    for (size_t i = 0; i < opt_->slot_names().size(); ++i)
+      su_.tied->broadcast(opt_->slot(i) + buckets_[b].shard_off, n * kF32, 0);
+    gather_params();
   }
   optim::Optimizer& optimizer() override { return *opt_; }
   Stateful& param_state() override { return params_state_; }
   // Hybrid: the groups hold the same shards; only the first group writes them.
-  StateShard checkpoint_shard() const override { return {replica_ && replica_->rank() != 0 ? -1 : gr_, G_}; }
+  // Pipeline: one file per (stage, shard).
+  StateShard checkpoint_shard() const override {
+    const int pp = su_.active() ? su_.stages->rank() : 0, stages = su_.active() ? su_.stages->size() : 1;
+    return {replica_ && replica_->rank() != 0 ? -1 : pp * G_ + gr_, G_ * stages};
+  }
   std::vector<const dist::Communicator*> comms() const override {
     std::vector<const dist::Communicator*> c{group_};
     if (replica_) c.push_back(replica_);
@@ -293,6 +321,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     std::vector<optim::StateSpan> spans;
     for (size_t b = 0; b < buckets_.size(); ++b)
       for (const PieceTemplate& t : buckets_[b].pieces) {
+        if (su_.tied_copy && int(b) == tied_bucket_) break;  // the first stage writes it
         const ParamInfo& p = list[t.param];
         params_state_.pieces.push_back({p.name, p.shape, "params", {t.param_begin, t.numel}, shard_param(b) + t.rel});
         spans.push_back({p.name, p.shape, t.param_begin, t.numel, buckets_[b].shard_off + t.rel});
@@ -305,7 +334,10 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     const int U = int(units_.size());
     bucket_of_.assign(U, -1);
     for (int u = U - 1; u >= 0; --u) {
-      const bool merge = stage_ != 3 && !buckets_.empty() &&
+      if (su_.active() && !su_.held[u]) continue;  // another pipeline stage's unit
+      // The tied embedding of a pipeline takes a bucket of its own on both stages holding it.
+      const bool alone = u == su_.tied_unit || (!buckets_.empty() && buckets_.back().first_unit == su_.tied_unit);
+      const bool merge = stage_ != 3 && !buckets_.empty() && !alone &&
                          buckets_.back().end - units_[u].begin <= o_.reduce_bucket_size &&
                          buckets_.back().begin == units_[u].end;
       if (merge) {
@@ -320,6 +352,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
         buckets_.push_back(b);
       }
       bucket_of_[u] = int(buckets_.size()) - 1;
+      if (u == su_.tied_unit) tied_bucket_ = bucket_of_[u];
     }
     S_ = 0;
     for (auto& b : buckets_) {
@@ -497,6 +530,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   int stage_, N_, G_, gr_ = 0;
   bool tied_ = true, last_ = true;
   dist::Communicator *group_, *replica_;  // the grid's dp_shard and (hybrid) dp_replicate
+  StageUnits su_;
+  int tied_bucket_ = -1;
   std::vector<Unit> units_;
   std::vector<BucketInfo> buckets_;
   std::vector<optim::StepPiece> step_pieces_;

@@ -604,6 +604,41 @@ void apply_communication_data_type(Ctx& c, const json& v) {
 // activation_checkpointing: DeepSpeedActivationCheckpointingConfig. number_checkpoints is the
 // one that shapes the recomputation; the others tune DeepSpeed's GPU implementation and change
 // nothing here, so they are accepted with one warning naming those set to true.
+// DeepSpeed's "pipeline" block (runtime/config.py's get_pipeline_config). The stage count is
+// Megatron's --pipeline-model-parallel-size here; the layer split is ztrain's cost balance (or
+// --pipeline_layers), like DeepSpeed's partition "parameters"; keys ztrain cannot honour are
+// refused. Returns the stages (the batch identity counts world / stages data-parallel ranks).
+void apply_pipeline(Ctx& c, const json& p) {
+  require_object("pipeline", p);
+  for (auto& [k, v] : p.items()) {
+    const std::string key = "pipeline." + k;
+    if (k == "stages") {
+      fill_match(c, key, v, "pipeline-model-parallel-size", c.a.pipeline_parallel_size, true, 1, 1 << 20);
+    } else if (k == "partition") {
+      const std::string m = read_string(key, v);
+      ZT_CHECK(m == "best" || m == "parameters", "DeepSpeed config key ", key, "=", show_json(v),
+               " is not supported: ztrain balances stages by the memory estimator's cost per layer (like "
+               "\"parameters\"); use \"parameters\", or --pipeline_layers to give the split");
+    } else if (k == "seed_layers" || k == "pipe_partitioned" || k == "grad_partitioned") {
+      bool b = false;
+      read(key, v, false, b, 0, 0);
+      // pipe_/grad_partitioned split the messages over tensor-parallel ranks: nothing to split
+      // without tensor parallelism, so either value runs the same.
+      ZT_CHECK(k != "seed_layers" || !b, "DeepSpeed config key ", key,
+               "=true is not supported: ztrain initialises the whole model from --seed on every stage; drop it");
+    } else if (k == "activation_checkpoint_interval") {
+      int64_t n = 0;
+      read(key, v, false, n, 0, INT64_MAX);
+      ZT_CHECK(n == 0, "DeepSpeed config key ", key, "=", n,
+               " is not supported; recompute activations with activation_checkpointing or --recompute-granularity");
+    } else {
+      throw Error(str_cat("DeepSpeed config key ", key,
+                          " is not supported; the pipeline block takes stages, partition, seed_layers, "
+                          "activation_checkpoint_interval, pipe_partitioned and grad_partitioned"));
+    }
+  }
+}
+
 void apply_activation_checkpointing(Ctx& c, const json& p) {
   require_object("activation_checkpointing", p);
   DeepSpeedPrecision& d = c.a.ds_precision;
@@ -686,6 +721,12 @@ std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, cons
   ZT_CHECK(cfg.is_object(), "a DeepSpeed config must be a JSON object, got ", show_json(cfg));
   Ctx c{a, world_size, {}, {}, {}};
   a.ds_precision = {};  // the config's alone: no flag sets it
+  // Pipeline stages first: DeepSpeed's batch identity counts the data-parallel ranks only.
+  if (const json* pl = find(cfg, "pipeline")) apply_pipeline(c, *pl);
+  const int P = a.pipeline_parallel_size;
+  ZT_CHECK(world_size % P == 0, "--pipeline-model-parallel-size ", P, " does not divide the ", world_size,
+           " ranks; give mpirun -np a multiple of it");
+  c.world_size = world_size / P;
   apply_batch(c, cfg);
   for (auto& [k, v] : cfg.items()) {
     if (k == "train_batch_size" || k == "train_micro_batch_size_per_gpu" || k == "gradient_accumulation_steps") {
@@ -710,6 +751,8 @@ std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, cons
       apply_communication_data_type(c, v);
     } else if (k == "activation_checkpointing") {
       apply_activation_checkpointing(c, v);
+    } else if (k == "pipeline") {
+      continue;  // apply_pipeline, above
     } else if (k == "steps_per_print") {
       if (!v.is_null()) fill_match(c, k, v, nullptr, a.steps_per_print, false, 1);  // null: DeepSpeed's "never"
     } else if (k == "wall_clock_breakdown") {
@@ -718,7 +761,7 @@ std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, cons
       c.other(k, v,
               {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
                "optimizer", "scheduler", "zero_optimization", "fp16", "bf16", "steps_per_print", "wall_clock_breakdown",
-               "communication_data_type", "activation_checkpointing"});
+               "communication_data_type", "activation_checkpointing", "pipeline"});
     }
   }
   check_precision(a.ds_precision);

@@ -151,6 +151,12 @@ struct TrainArgs {
   // neighbouring ranks; the data-parallel degree is the world / tensor_model_parallel_size.
   int tensor_model_parallel_size = 1;
   bool sequence_parallel = false;
+  // Pipeline parallelism (Megatron-LM's flag names; docs/parallelism.md). The micro-batches of
+  // a pipeline step are the gradient accumulation steps.
+  int pipeline_parallel_size = 1;    // --pipeline-model-parallel-size P (the grid's outermost axis)
+  int layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage K (0: no virtual stages)
+  std::string pipeline_schedule;     // gpipe | 1f1b | interleaved; "": 1f1b, interleaved with K
+  std::string pipeline_layers;       // blocks per (virtual) stage, "6,6"; "": balanced by cost
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   int64_t train_batch_size = 0;  // DeepSpeed's global batch (0 = not set): micro x accumulation x ranks

@@ -36,6 +36,7 @@
 #include "parallel/local_sgd.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/memory_fit.h"
+#include "parallel/pipeline.h"
 #include "parallel/buckets.h"
 #include "models/transformer.h"
 #include "optim/loss_scaler.h"
@@ -221,13 +222,16 @@ int local_sgd_group(dist::Communicator& world, int given) {
   return g;
 }
 
-// The run's process grid: every rank data parallel (sharded, or hybrid when ZeRO's
-// hpz_partition_size groups the ranks), no context / tensor / pipeline parallelism yet.
-// (check_data_parallel_options has already checked that G divides the world.)
+// The run's process grid: pipeline stages outermost (--pipeline-model-parallel-size), tensor
+// parallel runs of neighbouring ranks innermost (--tensor-model-parallel-size; the two do not
+// compose yet), the rest data parallel (sharded, or hybrid when ZeRO's hpz_partition_size or
+// local SGD's groups group the ranks); no context parallelism yet. (check_pipeline_args,
+// check_tp_args and check_data_parallel_options have already checked the divisions.)
 dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
   dist::ParallelDims d;
   d.tp = a.tensor_model_parallel_size;
-  const int dp = world / d.tp;
+  d.pp = a.pipeline_parallel_size;
+  const int dp = world / (d.tp * d.pp);
   d.dp_shard = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : dp;
   if (a.local_sgd_steps > 0) d.dp_shard = a.local_sgd_group_size;  // resolved, divides the world
   d.dp_replicate = dp / d.dp_shard;
@@ -276,6 +280,37 @@ nlohmann::json tp_report(const dist::Communicator& tp, bool sp, int64_t steps) {
   return j;
 }
 
+// The pipeline flags against each other and the world (one error line each); the schedule.
+parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const ModelConfig& cfg) {
+  const int P = a.pipeline_parallel_size, K = a.layers_per_virtual_stage, L = cfg.n_layer;
+  ZT_CHECK(world % P == 0, "--pipeline-model-parallel-size ", P, " does not divide the ", world,
+           " ranks; give mpirun -np a multiple of it");
+  ZT_CHECK(P <= L, "--pipeline-model-parallel-size ", P, " exceeds the model's ", L,
+           " layers; every stage needs at least one layer");
+  if (P == 1) {
+    for (const char* f : {"num-layers-per-virtual-pipeline-stage", "pipeline_schedule", "pipeline_layers"})
+      ZT_CHECK(!a.explicit_flags.count(f), "--", f,
+               " needs pipeline stages: add --pipeline-model-parallel-size 2 or more");
+    return parallel::PipeSchedule::one_f_one_b;
+  }
+  const parallel::PipeSchedule kind =
+      a.pipeline_schedule.empty() ? (K > 0 ? parallel::PipeSchedule::interleaved : parallel::PipeSchedule::one_f_one_b)
+                                  : parallel::parse_schedule(a.pipeline_schedule);
+  ZT_CHECK(
+      kind != parallel::PipeSchedule::interleaved || K > 0,
+      "--pipeline_schedule interleaved needs --num-layers-per-virtual-pipeline-stage (the layers per model chunk)");
+  ZT_CHECK(K == 0 || kind == parallel::PipeSchedule::interleaved, "--num-layers-per-virtual-pipeline-stage ", K,
+           " makes virtual stages, which only --pipeline_schedule interleaved runs (not ", a.pipeline_schedule, ")");
+  ZT_CHECK(K == 0 || L % (P * K) == 0, "--num-layers-per-virtual-pipeline-stage ", K,
+           " x --pipeline-model-parallel-size ", P, " = ", P * K, " does not divide the model's ", L, " layers");
+  const int v = K > 0 ? L / (P * K) : 1;
+  parallel::check_schedule({kind, P, a.gradient_accumulation_steps, v});
+  ZT_CHECK(!a.auto_find_batch_size,
+           "--auto_find_batch_size does not plan pipeline stages yet; give the batch with "
+           "--per_device_train_batch_size");
+  return kind;
+}
+
 bool is_jsonl(const std::string& path) { return path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0; }
 
 struct StepResult {
@@ -298,9 +333,11 @@ class Trainer {
   void start_run(const CheckpointRef* resumed);
   void start_loader_and_log();
   StepResult train_step(int64_t step);
+  void pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale);
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
   void finish(double train_s);
+  nlohmann::json pipeline_report(int64_t steps_run);
   int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
   // The LR schedule advances with optimizer steps taken, as HF's and DeepSpeed's schedulers
   // do: a step skipped for overflow does not move it.
@@ -348,6 +385,15 @@ class Trainer {
   std::unique_ptr<parallel::TensorParallel> tp_region_;
   std::vector<int> tp_partial_, tp_replicated_;
   std::vector<double> tp_norm_w_;
+  // Pipeline parallelism (--pipeline-model-parallel-size > 1): this rank's stage.
+  parallel::PipeSchedule schedule_kind_ = parallel::PipeSchedule::one_f_one_b;
+  std::unique_ptr<dist::Communicator> tied_comm_;  // first + last stage, for a tied LM head
+  std::unique_ptr<parallel::PipelineExecutor> pipe_;
+  std::vector<MicroBatch> pipe_batches_;     // the step's micro-batches, held for the schedule
+  std::vector<char> stage_layers_;           // per layer: run by this stage
+  double bubble_sum_ = 0, last_bubble_ = 0;  // the measured bubble (mean over stages): sum over steps, last
+  std::vector<double> stage_bubble_sum_;     // per stage, summed over the steps after the first
+  int64_t bubble_steps_ = 0;
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
   std::unique_ptr<optim::LossScaler> scaler_;
@@ -378,9 +424,13 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   // allocated or exchanged: ranks that disagree stop here, with the difference named.
   check_ranks_agree(world, job_identity(a_, cfg_, train_id_));
   fit_memory();
-  parallel::check_data_parallel_options(engine_options(a_), world.size() / a_.tensor_model_parallel_size);
-  ZT_CHECK(a_.local_sgd_steps == 0 || a_.tensor_model_parallel_size == 1,
-           "--local_sgd_steps does not compose with --tensor-model-parallel-size yet; use one of them");
+  schedule_kind_ = check_pipeline_args(a_, world.size(), cfg_);
+  ZT_CHECK(a_.tensor_model_parallel_size == 1 || a_.pipeline_parallel_size == 1,
+           "--tensor-model-parallel-size and --pipeline-model-parallel-size do not compose yet; use one of them");
+  parallel::check_data_parallel_options(engine_options(a_),
+                                        world.size() / (a_.tensor_model_parallel_size * a_.pipeline_parallel_size));
+  ZT_CHECK(a_.local_sgd_steps == 0 || (a_.tensor_model_parallel_size == 1 && a_.pipeline_parallel_size == 1),
+           "--local_sgd_steps does not compose with tensor or pipeline parallelism yet; use one of them");
   if (a_.local_sgd_steps > 0) a_.local_sgd_group_size = local_sgd_group(world, a_.local_sgd_group_size);
   grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
   dp_comm_ = &grid_->dp();
@@ -565,7 +615,22 @@ void Trainer::build_model_and_engine() {
   weights_s_ = seconds_since(t0);
   // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
   // the activations are planned: the flat buffers it frees never coexist with them.
-  engine_ = parallel::DataParallel::create(*model_, *grid_, engine_options(a_));
+  parallel::DataParallelOptions eo = engine_options(a_);
+  if (a_.pipeline_parallel_size > 1) {
+    model_->set_act_plan(plan_);  // the cut weighs the activations of this plan
+    const parallel::StageCut cut =
+        parallel::plan_stages(*model_, B_, T_, a_.pipeline_parallel_size, a_.layers_per_virtual_stage,
+                              a_.pipeline_layers, optim::optimizer_state_bytes_per_param(a_.optim));
+    eo.pipeline = parallel::stage_units(*model_, cut, grid_->pp(), &tied_comm_);
+    // Activations only for this stage's blocks.
+    for (int l = 0; l < cfg_.n_layer; ++l) stage_layers_.push_back(cut.stage_of_layer(l) == grid_->pp().rank());
+    model_->set_held_layers(stage_layers_);
+    pipe_ = std::make_unique<parallel::PipelineExecutor>(*model_, grid_->pp(), cut, schedule_kind_, G_);
+    if (chief_)
+      std::printf("Pipeline: %d stages, %s schedule, %d micro-batches, blocks per virtual stage %s\n",
+                  a_.pipeline_parallel_size, parallel::schedule_name(schedule_kind_), G_, cut.to_string().c_str());
+  }
+  engine_ = parallel::DataParallel::create(*model_, *grid_, eo);
   if (a_.local_sgd_steps > 0)
     local_sgd_ = std::make_unique<parallel::LocalSgd>(
         model_->flat_params().as<float>(), model_->params(), grid_->dp_replicate(),
@@ -604,6 +669,7 @@ void Trainer::resume() {
   if (scaler_) parts.push_back(scaler_.get());
   if (local_sgd_) parts.push_back(local_sgd_.get());
   resumed_->load(parts);
+  engine_->sync_after_load();
   start_step_ = rs.cursor.step();
   // The step is recorded by several components; they must agree (else the folder mixes saves
   // or was edited), since the data, the LR and the optimizer's bias correction all follow it.
@@ -634,7 +700,7 @@ void Trainer::start_run(const CheckpointRef* resumed) {
 
 void Trainer::start_loader_and_log() {
   model_->set_act_plan(plan_);
-  model_->plan(B_, T_, /*training=*/true);
+  model_->plan(B_, T_, /*training=*/true, pipe_ ? pipe_->slots() : 1);
   lc_.B = B_;
   lc_.T = T_;
   lc_.accumulation = G_;
@@ -676,14 +742,18 @@ StepResult Trainer::train_step(int64_t step) {
     throw Error(
         str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ", step));
   double sums[2] = {0, 0};  // loss sum, counted tokens (summed over the dp ranks below)
-  for (int micro = 0; micro < G_; ++micro) {
-    const MicroBatch& mb = loader_->next();
-    ZT_ASSERT(mb.step == step && mb.micro == micro);
-    if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
-    int64_t c = 0;
-    engine_->set_last_micro(micro == G_ - 1);
-    sums[0] += model_->forward_backward(mb.inputs.data(), mb.targets.data(), grad_scale, &c, mb.pos());
-    sums[1] += double(c);
+  if (pipe_) {
+    pipeline_micro_batches(step, &sums[0], loss_scale, &grad_scale);
+  } else {
+    for (int micro = 0; micro < G_; ++micro) {
+      const MicroBatch& mb = loader_->next();
+      ZT_ASSERT(mb.step == step && mb.micro == micro);
+      if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
+      int64_t c = 0;
+      engine_->set_last_micro(micro == G_ - 1);
+      sums[0] += model_->forward_backward(mb.inputs.data(), mb.targets.data(), grad_scale, &c, mb.pos());
+      sums[1] += double(c);
+    }
   }
   engine_->end_backward();
   if (tp_region_) {
@@ -717,6 +787,39 @@ StepResult Trainer::train_step(int64_t step) {
   return r;
 }
 
+// A pipeline step: every stage of a data-parallel rank reads the same micro-batches (the
+// loader's rank is the dp rank), the executor runs the schedule over them, and the loss (the
+// last stage's) is summed over the stages; the measured bubble is averaged over them for the log.
+void Trainer::pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale) {
+  pipe_batches_.resize(size_t(G_));
+  std::vector<parallel::PipelineMicroBatch> mbs;
+  for (int micro = 0; micro < G_; ++micro) {
+    pipe_batches_[micro] = loader_->next();
+    const MicroBatch& mb = pipe_batches_[micro];
+    ZT_ASSERT(mb.step == step && mb.micro == micro);
+    if (sft_ && micro == 0) *grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
+  }
+  for (const MicroBatch& mb : pipe_batches_) mbs.push_back({mb.inputs.data(), mb.targets.data(), mb.pos()});
+  const parallel::PipelineStepStats st =
+      pipe_->step(mbs, *grad_scale, [&](bool last) { engine_->set_last_micro(last); });
+  const int P = grid_->pp().size();
+  std::vector<double> v(size_t(P) + 2, 0.0);
+  v[0] = st.loss_sum;
+  v[1] = double(st.count);
+  v[2 + grid_->pp().rank()] = st.bubble();
+  grid_->pp().all_reduce(v.data(), v.size());
+  sums[0] = v[0];
+  sums[1] = v[1];
+  double mean = 0;
+  for (int s = 0; s < P; ++s) mean += v[2 + s] / P;
+  last_bubble_ = mean;
+  if (step > start_step_) {  // the first step warms up
+    bubble_sum_ += mean, ++bubble_steps_;
+    stage_bubble_sum_.resize(size_t(P), 0.0);
+    for (int s = 0; s < P; ++s) stage_bubble_sum_[s] += v[2 + s];
+  }
+}
+
 void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   if (step == start_step_) {
     // What this rank holds for training after one step, by category (ZeRO's model states).
@@ -733,6 +836,7 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     // Local SGD: bytes this rank sent across groups (hosts) per step so far in this run.
     if (local_sgd_)
       extra.push_back({"bytes_across_hosts_per_step", local_sgd_->bytes_across() / double(step + 1 - start_step_)});
+    if (pipe_) extra.push_back({"pipeline_bubble", last_bubble_});
     const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
     log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s, log_now, extra);
     if (step == start_step_) log_->first_step(startup_s_, weights_s_);
@@ -740,6 +844,17 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   const bool eval_now = (eval_every_ > 0 && (step + 1) % eval_every_ == 0) || (final_eval_ && step + 1 == total_steps_);
   // When the engine's forward is a collective (ZeRO-3 gathers), every rank evaluates.
   bool best_now = false;
+  // Pipeline: every stage's units are gathered (a collective over the stages), then the chief
+  // evaluates the whole model from its flat buffers, as one process would.
+  const bool pipe_eval = pipe_ && (val_ || sft_val_rows_) && eval_now;
+  if (pipe_eval) {
+    engine_->export_params();
+    model_->set_provider(nullptr);
+    if (chief_) {  // the whole model's activations for the evaluation, the stage's again after it
+      model_->set_held_layers({});
+      model_->plan(B_, T_, /*training=*/true);
+    }
+  }
   // So is a tensor-parallel forward (every rank evaluates; the chief logs).
   if ((val_ || sft_val_rows_) && eval_now && (chief_ || engine_->forward_is_collective() || tp_region_)) {
     EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples)
@@ -751,6 +866,13 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     const bool greater = a_.explicit_flags.count("greater_is_better") ? a_.greater_is_better : false;
     best_now = best_step_ < 0 || (greater ? v > best_metric_ : v < best_metric_);
     if (best_now) best_metric_ = v, best_step_ = step + 1;
+  }
+  if (pipe_eval) {
+    model_->set_provider(dynamic_cast<ParamProvider*>(engine_.get()));
+    if (chief_) {
+      model_->set_held_layers(stage_layers_);
+      model_->plan(B_, T_, /*training=*/true, pipe_->slots());
+    }
   }
   const bool will_save = save_every_ > 0 && save_every_ <= total_steps_;
   if (will_save && (step + 1) % save_every_ == 0) {
@@ -798,6 +920,7 @@ void Trainer::load_best_model() {
                 best_metric_, (long long)best_step_);
   CheckpointReader reader(dir, cfg_);
   reader.load(tp_wrap({&engine_->param_state()}));
+  engine_->sync_after_load();
 }
 
 std::vector<Stateful*> Trainer::tp_wrap(const std::vector<Stateful*>& parts) {
@@ -821,6 +944,43 @@ StateShard Trainer::checkpoint_shard() const {
   return {s.index < 0 ? -1 : s.index * P + grid_->tp().rank(), s.count * P};
 }
 
+// The pipeline's measurements (a collective over the stages): the bubble, and the
+// point-to-point bytes per step of every stage (the pp group's counters) with the formula: one
+// activation or gradient of B T C fp32 per micro-batch for each boundary the stage sends
+// across (a chunk that is not the last virtual stage sends its output, one that is not the
+// first its input's gradient); as many are received.
+nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
+  const double measured = bubble_steps_ ? bubble_sum_ / double(bubble_steps_) : last_bubble_;
+  std::vector<double> per_stage;
+  for (double b : stage_bubble_sum_) per_stage.push_back(b / double(std::max<int64_t>(1, bubble_steps_)));
+  const int P = a_.pipeline_parallel_size;
+  const int v = a_.layers_per_virtual_stage > 0 ? cfg_.n_layer / (P * a_.layers_per_virtual_stage) : 1;
+  const dist::CommStats cs = grid_->pp().stats();
+  std::vector<double> sent(size_t(P), 0.0), recv(size_t(P), 0.0), formula;
+  sent[grid_->pp().rank()] = cs[dist::Collective::send].bytes / double(steps_run);
+  recv[grid_->pp().rank()] = cs[dist::Collective::recv].bytes / double(steps_run);
+  grid_->pp().all_reduce(sent.data(), sent.size());
+  grid_->pp().all_reduce(recv.data(), recv.size());
+  for (int st = 0; st < P; ++st) {
+    int crossings = 0;
+    for (int c = 0; c < v; ++c) {
+      const int vs = parallel::virtual_stage(st, c, P);
+      crossings += (vs < P * v - 1) + (vs > 0);
+    }
+    formula.push_back(double(crossings) * G_ * double(B_) * T_ * cfg_.n_embd * 4.0);
+  }
+  return {{"stages", P},
+          {"schedule", parallel::schedule_name(schedule_kind_)},
+          {"micro_batches", G_},
+          {"virtual_stages", v},
+          {"bubble", measured},
+          {"bubble_per_stage", per_stage},
+          {"ideal_bubble", parallel::ideal_bubble({schedule_kind_, P, G_, v})},
+          {"send_bytes_per_step", sent},
+          {"recv_bytes_per_step", recv},
+          {"formula_bytes_per_step", formula}};
+}
+
 void Trainer::finish(double train_s) {
   const int64_t steps_run = std::max<int64_t>(1, total_steps_ - start_step_);
   nlohmann::json report = engine_->describe();
@@ -832,7 +992,8 @@ void Trainer::finish(double train_s) {
   report["peak_rss_bytes"] = peak_rss_bytes();
   if (tp_region_) report["tensor_parallel"] = tp_report(grid_->tp(), a_.sequence_parallel, steps_run);
   load_best_model();
-  engine_->export_params();  // a collective: ZeRO-3 gathers the shards
+  engine_->export_params();  // a collective: ZeRO-3 gathers the shards, pipeline stages their units
+  const nlohmann::json pipe_report = pipe_ ? pipeline_report(steps_run) : nlohmann::json();
   // Tensor parallel: the chief's TP group gathers every rank's slices into one whole model.
   std::unique_ptr<Transformer> whole;
   if (tp_region_ && dp_comm_->rank() == 0) {
@@ -846,6 +1007,17 @@ void Trainer::finish(double train_s) {
                 hf_parse_size(a_.max_shard_size, "--max_shard_size"));
   hf_write_side_files(a_.output_dir, side_files_);
   if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);
+  if (pipe_) {
+    std::printf(
+        "  Pipeline bubble (idle / step time, mean over stages, steps after the first): %.4f (per stage %s); "
+        "ideal %.4f\n",
+        pipe_report["bubble"].get<double>(), pipe_report["bubble_per_stage"].dump().c_str(),
+        pipe_report["ideal_bubble"].get<double>());
+    std::printf("  Pipeline bytes sent per step by stage: %s (formula: %s)\n",
+                pipe_report["send_bytes_per_step"].dump().c_str(),
+                pipe_report["formula_bytes_per_step"].dump().c_str());
+    log_->add_results({{"pipeline", pipe_report}});
+  }
   log_->add_results({{"data_parallel", report}});
   log_->finish(train_s, loader_->wait_seconds());
   prof::report();

@@ -1,0 +1,225 @@
+// pipeline.cpp: the pipeline executor (see pipeline.h).
+#include "parallel/pipeline.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/profile.h"
+
+namespace zt::parallel {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// Tags name the sending virtual stage and the kind, so each (link, kind) is one ordered stream.
+int tag_of(int sender_vs, bool grad) { return 2 * sender_vs + (grad ? 1 : 0); }
+}  // namespace
+
+StageUnits stage_units(const Transformer& model, const StageCut& cut, dist::Communicator& pp,
+                       std::unique_ptr<dist::Communicator>* tied) {
+  const ModelLayout& ml = model.layout();
+  const int P = cut.stages, stage = pp.rank();
+  ZT_ASSERT(pp.size() == P, "pp group and cut disagree");
+  StageUnits su;
+  su.stages = &pp;
+  su.owner.assign(ml.units.size(), 0);
+  su.owner[ml.embedding_unit] = 0;
+  su.owner[ml.head_unit] = (cut.chunks() - 1) % P;
+  for (int l = 0; l < int(ml.block_units.size()); ++l) su.owner[ml.block_units[l]] = cut.stage_of_layer(l);
+  su.held.assign(ml.units.size(), 0);
+  for (size_t u = 0; u < ml.units.size(); ++u) su.held[u] = su.owner[u] == stage;
+  const int last = (cut.chunks() - 1) % P;
+  const bool tied_pair = ml.tied_head && P > 1;
+  const bool in_pair = tied_pair && (stage == 0 || stage == last);
+  // Every rank of pp takes part in the split; only the first and last stage get a group.
+  std::unique_ptr<dist::Communicator> t = tied_pair ? pp.split(in_pair ? 0 : -1, stage, "pp_tied") : nullptr;
+  if (in_pair) {
+    su.tied_unit = ml.embedding_unit;
+    su.tied_copy = stage == last;
+    su.held[ml.embedding_unit] = 1;
+    su.tied = t.get();
+  }
+  *tied = std::move(t);
+  return su;
+}
+
+PipelineExecutor::PipelineExecutor(Transformer& model, dist::Communicator& pp, const StageCut& cut, PipeSchedule kind,
+                                   int microbatches)
+    : model_(model), pp_(pp), cut_(cut), P_(cut.stages), stage_(pp.rank()), m_(microbatches), V_(cut.chunks()) {
+  list_ = make_schedule({kind, P_, m_, cut.virtual_stages}, stage_);
+  // Slots: a micro-batch takes one from its first action on this stage (a receive is posted
+  // one compute ahead: see step()) to its last; the same walk as step(), done once.
+  std::vector<int> last(size_t(m_), -1);
+  for (size_t i = 0; i < list_.size(); ++i) last[list_[i].mb] = int(i);
+  slot_of_mb_.assign(size_t(m_), -1);
+  std::vector<char> busy;
+  auto take = [&](int mb) {
+    if (slot_of_mb_[mb] >= 0) return;
+    size_t s = 0;
+    while (s < busy.size() && busy[s]) ++s;
+    if (s == busy.size()) busy.push_back(0);
+    busy[s] = 1;
+    slot_of_mb_[mb] = int(s);
+  };
+  for (size_t i = 0; i < list_.size(); ++i) {
+    if (is_compute(list_[i]))
+      for (size_t j = i + 1; j < list_.size() && !is_compute(list_[j]); ++j)
+        if (list_[j].kind == ActionKind::recv_act || list_[j].kind == ActionKind::recv_grad) take(list_[j].mb);
+    take(list_[i].mb);
+    if (last[list_[i].mb] == int(i)) busy[slot_of_mb_[list_[i].mb]] = 0;
+  }
+  slots_ = int(busy.size());
+  occupant_.assign(size_t(slots_), -1);
+  sends_.resize(size_t(slots_));
+  grad_in_.resize(size_t(slots_));
+}
+
+// The micro-batch starts using its slot: the sends still reading the slot's buffers for the
+// previous micro-batch must be complete first.
+void PipelineExecutor::touch(int mb, const std::vector<PipelineMicroBatch>& mbs) {
+  const int s = slot_of_mb_[mb];
+  if (occupant_[s] == mb) return;
+  for (dist::Request& r : sends_[s]) r.wait();
+  sends_[s].clear();
+  occupant_[s] = mb;
+  // Stages after the first learn the micro-batch's packing and RoPE table here (the first
+  // stage's embed_forward does it again, with the same result).
+  model_.begin_slot(s, mbs[mb].inputs, mbs[mb].positions);
+}
+
+void PipelineExecutor::post_recv(const Action& a, const std::vector<PipelineMicroBatch>& mbs) {
+  const Key key{int(a.kind), a.mb, a.chunk};
+  for (auto& [k, r] : recvs_)
+    if (k == key) return;  // posted already
+  touch(a.mb, mbs);
+  const int s = slot_of_mb_[a.mb], v = vs(a);
+  if (a.kind == ActionKind::recv_act) {
+    const TensorView dst = model_.residual(s, cut_.layer_begin(v));
+    recvs_.push_back({key, pp_.irecv(dst.data, bytes_, (v - 1) % P_, tag_of(v - 1, false))});
+  } else {
+    recvs_.push_back({key, pp_.irecv(grad_in_[s].data(), bytes_, (v + 1) % P_, tag_of(v + 1, true))});
+  }
+}
+
+void PipelineExecutor::compute(const Action& a, const std::vector<PipelineMicroBatch>& mbs, float grad_scale,
+                               const std::function<void(bool)>& set_last, PipelineStepStats* st) {
+  const int s = slot_of_mb_[a.mb], v = vs(a);
+  const int first = cut_.layer_begin(v), end = cut_.layer_end(v), L = model_.config().n_layer;
+  const PipelineMicroBatch& in = mbs[a.mb];
+  const auto t0 = Clock::now();
+  if (a.kind == ActionKind::forward) {
+    if (v == 0) model_.embed_forward(s, in.inputs, in.positions);
+    model_.blocks_forward(s, first, end);
+    if (v == V_ - 1) {
+      // The head's forward and backward at once (one fused kernel); its gradient waits in the
+      // slot's last residual (read by nothing after the final norm's backward) for the
+      // schedule's backward of this micro-batch.
+      set_last(a.mb == m_ - 1);
+      int64_t c = 0;
+      st->loss_sum += model_.head_forward_backward(s, in.targets, grad_scale, &c, true);
+      st->count += c;
+      if (model_.layout().tied_head && P_ > 1) model_.lm_head_grads_done();
+      const TensorView g = model_.residual_grad(), keep = model_.residual(s, L);
+      std::memcpy(keep.data, g.data, g.bytes());
+      dres_holder_ = a.mb;
+    }
+  } else {
+    const TensorView g = model_.residual_grad();
+    if (v == V_ - 1) {
+      if (dres_holder_ != a.mb) std::memcpy(g.data, model_.residual(s, L).data, g.bytes());
+    } else {
+      std::memcpy(g.data, grad_in_[s].data(), g.bytes());
+    }
+    dres_holder_ = -1;
+    set_last(a.mb == m_ - 1);
+    model_.blocks_backward(s, first, end);
+    if (v == 0) {
+      model_.embed_backward(s);
+    } else {
+      // Sent from the chunk's input residual, free now that the chunk's backward ran.
+      std::memcpy(model_.residual(s, first).data, g.data, g.bytes());
+    }
+  }
+  st->compute_s += since(t0);
+}
+
+PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& mbs, float grad_scale,
+                                         const std::function<void(bool)>& set_last) {
+  ZT_ASSERT(int(mbs.size()) == m_, "pipeline step with ", mbs.size(), " micro-batches, planned for ", m_);
+  const auto t0 = Clock::now();
+  PipelineStepStats st;
+  bytes_ = model_.residual_grad().bytes();  // (B T, C) fp32, like every residual stream
+  for (Buffer& b : grad_in_)
+    if (b.bytes() != bytes_) b = Buffer(bytes_, MemCategory::activations);
+  std::fill(occupant_.begin(), occupant_.end(), -1);
+  dres_holder_ = -1;
+  model_.begin_pass(true);
+  for (size_t i = 0; i < list_.size(); ++i) {
+    const Action& a = list_[i];
+    switch (a.kind) {
+      case ActionKind::recv_act:
+      case ActionKind::recv_grad: {
+        post_recv(a, mbs);
+        const Key key{int(a.kind), a.mb, a.chunk};
+        auto it = std::find_if(recvs_.begin(), recvs_.end(), [&](auto& p) { return p.first == key; });
+        ZT_PROFILE("pipeline_wait");
+        it->second.wait();
+        recvs_.erase(it);
+        break;
+      }
+      case ActionKind::send_act:
+      case ActionKind::send_grad: {
+        const int s = slot_of_mb_[a.mb], v = vs(a);
+        const bool grad = a.kind == ActionKind::send_grad;
+        const TensorView src = model_.residual(s, grad ? cut_.layer_begin(v) : cut_.layer_end(v));
+        sends_[s].push_back(pp_.isend(src.data, bytes_, ((grad ? v - 1 : v + 1) % P_ + P_) % P_, tag_of(v, grad)));
+        break;
+      }
+      case ActionKind::forward:
+      case ActionKind::backward:
+        // The receives the next compute needs are posted now, so they arrive during this one.
+        for (size_t j = i + 1; j < list_.size() && !is_compute(list_[j]); ++j)
+          if (list_[j].kind == ActionKind::recv_act || list_[j].kind == ActionKind::recv_grad) post_recv(list_[j], mbs);
+        touch(a.mb, mbs);
+        compute(a, mbs, grad_scale, set_last, &st);
+        break;
+    }
+  }
+  {
+    ZT_PROFILE("pipeline_wait");
+    for (auto& reqs : sends_) {
+      for (dist::Request& r : reqs) r.wait();
+      reqs.clear();
+    }
+  }
+  ZT_ASSERT(recvs_.empty(), "pipeline: receives left over at the end of a step");
+  st.step_s = since(t0);
+  return st;
+}
+
+}  // namespace zt::parallel
+
+namespace zt::parallel {
+
+StageCut plan_stages(const Transformer& model, int B, int T, int P, int K, const std::string& list,
+                     int64_t optim_bytes) {
+  const int L = model.config().n_layer;
+  ZT_CHECK(P <= L, "--pipeline-model-parallel-size ", P, " exceeds the model's ", L,
+           " layers; every stage needs at least one layer");
+  const int v = K > 0 ? L / (P * K) : 1;
+  if (K > 0) cut_per_virtual_stage(L, P, K);  // checks that P x K divides the layers
+  if (!list.empty()) return cut_from_list(list, L, P, v);
+  if (K > 0) return cut_per_virtual_stage(L, P, K);
+  size_t acts = 0, tmp = 0;
+  Transformer::planned_bytes(model.config(), B, T, &acts, &tmp, 1, model.act_plan());
+  const ModelLayout& ml = model.layout();
+  const double per_param = double(8 + optim_bytes);
+  auto states = [&](int u) { return double(ml.units[u].size()) * per_param; };
+  std::vector<double> blocks;
+  for (int l = 0; l < L; ++l) blocks.push_back(states(ml.block_units[l]) + double(acts) / L);
+  const double head = states(ml.head_unit) + (ml.tied_head ? states(ml.embedding_unit) : 0.0);
+  return cut_balanced(states(ml.embedding_unit), blocks, head, P, 1);
+}
+
+}  // namespace zt::parallel

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""train_pp_test.py: pipeline-parallel `ztrain train` under mpirun equals one process.
+
+Tiny GPT-2 (tied head) and tiny Llama (GQA, untied), 4 layers each
+(tests/fixtures/configs/tiny-*-4l.json), random init and tokens, --no_shuffle, fp32, 20 steps.
+The reference is one process at batch 2 x accumulation 4; every pipeline run reaches the same
+tokens per step (the micro-batches of a pipeline step are the accumulation steps). Checks:
+  - per-step losses within 1e-5 relative of the reference: PP 2 (1F1B) alone, and PP 2 x DP 2
+    on 4 ranks with 1F1B + DDP and interleaved 1F1B (2 virtual stages) + ZeRO-1;
+  - the pp group's point-to-point bytes per step of every stage equal one B T C fp32
+    activation (or gradient) per micro-batch per boundary crossed, within 2%;
+  - the exported HF folder equals the reference's weights (1e-5);
+  - a checkpoint saved under PP resumes at the same layout and on one process with the
+    next steps' losses equal;
+  - bad combinations fail with one clear error line.
+usage: train_pp_test.py ZTRAIN MPIRUN
+"""
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+ZT, MPIRUN = sys.argv[1], sys.argv[2]
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIGS = os.path.join(HERE, "..", "fixtures", "configs")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", ZT_COMM_TIMEOUT_S="60")
+MODELS = {"gpt2": "tiny-gpt2-4l.json", "llama": "tiny-llama-gqa-4l.json"}
+B, T, GLOBAL_ACC, C = 2, 32, 4, 64
+failures = []
+
+
+def check(cond, msg):
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        failures.append(msg)
+
+
+def run(work, name, model, np, acc, extra, expect_fail=False, steps=20):
+    out = os.path.join(work, name)
+    args = [ZT, "train", "--model_config_path", os.path.join(CONFIGS, MODELS[model]), "--train_file",
+            os.path.join(work, "train.bin"), "--max_steps", str(steps), "--save_strategy", "no", "--no_shuffle",
+            "--model_max_length", str(T), "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps",
+            str(acc), "--learning_rate", "1e-3", "--weight_decay", "0.1", "--report_to", "none", "--logging_steps",
+            "1", "--threads", "1", "--output_dir", out] + extra
+    if "--resume_from_checkpoint" not in extra:
+        args.append("--overwrite_output_dir")
+    if np > 1:
+        args = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
+    p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=240)
+    if expect_fail:
+        return p
+    if p.returncode != 0:
+        failures.append(f"{name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+        print(f"FAIL {name}: exit {p.returncode}\n{p.stderr[-1500:]}")
+        return None
+    state = json.load(open(os.path.join(out, "trainer_state.json")))
+    res = json.load(open(os.path.join(out, "train_results.json")))
+    losses = [h["loss"] for h in state["log_history"] if "loss" in h and "train_loss" not in h]
+    evals = [h["eval_loss"] for h in state["log_history"] if "eval_loss" in h]
+    return {"losses": losses, "evals": evals, "results": res, "out": out}
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def same_losses(name, got, ref):
+    if got is None or ref is None:
+        return
+    worst = max((rel(a, b) for a, b in zip(got["losses"], ref["losses"])), default=1.0)
+    check(len(got["losses"]) == len(ref["losses"]) and worst <= 1e-5,
+          f"{name}: {len(got['losses'])} per-step losses within 1e-5 relative of one process (worst {worst:.2e})")
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", v["dtype"]
+        a, b = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((b - a) // 4), data[a:b])
+    return out
+
+
+def main():
+    with tempfile.TemporaryDirectory() as work:
+        rng = random.Random(1)
+        with open(os.path.join(work, "train.bin"), "wb") as f:
+            f.write(struct.pack("<%dH" % 60000, *[rng.randrange(512) for _ in range(60000)]))
+        val = ["--validation_file", os.path.join(work, "train.bin"), "--eval_strategy", "steps", "--eval_steps", "10",
+               "--max_eval_samples", "8"]
+        refs = {m: run(work, f"{m}_ref", m, 1, GLOBAL_ACC, ["--save_dtype", "float32"] + val) for m in MODELS}
+        runs = [
+            ("gpt2", "pp2_1f1b", 2, GLOBAL_ACC, ["--pipeline-model-parallel-size", "2"] + val),
+            ("gpt2", "pp2_dp2_1f1b_ddp", 4, GLOBAL_ACC // 2, ["--pipeline-model-parallel-size", "2"]),
+            ("gpt2", "pp2_dp2_interleaved_zero1", 4, GLOBAL_ACC // 2,
+             ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--zero_stage", "1"]),
+            ("llama", "pp2_dp2_1f1b_ddp", 4, GLOBAL_ACC // 2, ["--pipeline-model-parallel-size", "2"]),
+            ("llama", "pp2_dp2_interleaved_zero1", 4, GLOBAL_ACC // 2,
+             ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--zero_stage", "1"]),
+        ]
+        for m, name, np, acc, extra in runs:
+            r = run(work, f"{m}_{name}", m, np, acc, extra + ["--save_dtype", "float32"])
+            if r is None or refs[m] is None:
+                continue
+            same_losses(f"{m} {name}", r, refs[m])
+            if "--validation_file" in extra:
+                worst = max((rel(a, b) for a, b in zip(r["evals"], refs[m]["evals"])), default=1.0)
+                check(len(r["evals"]) == 2 and worst <= 1e-5,
+                      f"{m} {name}: evaluations (the stages' units gathered) equal one process's ({worst:.1e})")
+            pipe = r["results"]["pipeline"]
+            for kind in ("send", "recv"):
+                got, want = pipe[f"{kind}_bytes_per_step"], pipe["formula_bytes_per_step"]
+                check(all(abs(g - w) <= 0.02 * w for g, w in zip(got, want)),
+                      f"{m} {name}: {kind} bytes per step per stage {got} = formula {want} "
+                      f"(micro-batches x B T C x 4 per boundary)")
+            a = read_safetensors(os.path.join(refs[m]["out"], "model.safetensors"))
+            b = read_safetensors(os.path.join(r["out"], "model.safetensors"))
+            worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a) if a.keys() == b.keys() else 1.0
+            check(worst <= 1e-5, f"{m} {name}: exported HF weights equal one process's (max diff {worst:.1e})")
+
+        # Checkpoints: saved under PP 2, resumed at the same layout and on one process.
+        ck = run(work, "ck", "gpt2", 2, GLOBAL_ACC,
+                 ["--pipeline-model-parallel-size", "2", "--save_strategy", "steps", "--save_steps", "10"])
+        if ck is not None:
+            for name, np, extra in (("same layout", 2, ["--pipeline-model-parallel-size", "2"]), ("one process", 1, [])):
+                d = os.path.join(work, "ck_" + name.replace(" ", "_"))
+                subprocess.run(["cp", "-r", ck["out"], d], check=True)
+                r = run(work, os.path.basename(d), "gpt2", np, GLOBAL_ACC,
+                        extra + ["--resume_from_checkpoint", os.path.join(d, "checkpoint-10")])
+                same_losses(f"PP 2 checkpoint-10 resumed ({name})", r, refs["gpt2"])
+
+        # Bad combinations: one clear line each.
+        for np, acc, extra, want in (
+            (2, 3, ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"],
+             "multiple of the pipeline stages (2)"),
+            (2, 4, ["--pipeline-model-parallel-size", "3"], "does not divide the 2 ranks"),
+            (2, 4, ["--pipeline-model-parallel-size", "2", "--pipeline_layers", "3,2"], "adds up to 5 layers"),
+            (2, 4, ["--pipeline-model-parallel-size", "2", "--zero_stage", "3"], "use --zero_stage 0 or 1"),
+            (1, 4, ["--pipeline_layers", "2,2"], "needs pipeline stages"),
+            (2, 4, ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"],
+             "does not divide the model's 4 layers"),
+        ):
+            p = run(work, "bad", "gpt2", np, acc, extra, expect_fail=True, steps=1)
+            line = [ln for ln in p.stderr.splitlines() if want in ln][:1]
+            check(p.returncode != 0 and line, f"{' '.join(extra)} (np {np}) fails with {line or p.stderr[-300:]}")
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        sys.exit(1)
+    print("all pipeline checks passed")
+
+
+if __name__ == "__main__":
+    main()
