@@ -181,6 +181,7 @@ int cmd_train(const Args& args) {
     long long step = -1;
     if (std::sscanf(hook, "%d:%lld", &a.test_fail_rank, &step) == 2) a.test_fail_step = step;
   }
+  install_stop_handlers();  // before any thread starts (MPI's, OpenMP's): they inherit the mask
   // The world outlives the run so that an error on one rank ends the whole job here with
   // the rank named (abort_job), before the world's destructor reaches MPI_Finalize, which
   // would wait for the other ranks, stuck in their next collective.

@@ -26,6 +26,7 @@
 #include "core/memory.h"
 #include "core/profile.h"
 #include "core/rng_state.h"
+#include "core/stop_request.h"
 #include "data/file_identity.h"
 #include "data/loader.h"
 #include "data/sft_data.h"
@@ -229,6 +230,8 @@ class Trainer {
   StepResult train_step(int64_t step);
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
+  int stop_vote();
+  void stop_saved(int64_t step, int signo);
   void finish(double train_s);
   int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
   // The LR schedule advances with optimizer steps taken, as HF's and DeepSpeed's schedulers
@@ -276,6 +279,7 @@ class Trainer {
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<TrainLog> log_;
   nlohmann::json model_states_ = nlohmann::json::object();  // empty when no step runs (resumed at the end)
+  int64_t last_saved_step_ = -1;
 };
 
 Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
@@ -635,6 +639,29 @@ void Trainer::save(int64_t step) {
       {a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_}, cfg_,
       {parts.begin(), parts.end()});
   if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit, a_.load_best_model_at_end ? best_checkpoint_ : "");
+  last_saved_step_ = step;
+}
+
+// Graceful preemption (docs/fault-tolerance.md): whether any rank was asked to stop, agreed
+// at every step boundary by a MAX all-reduce of one integer over the world (microseconds), so
+// all ranks stop after the same step even when the signal reached only one of them.
+int Trainer::stop_vote() {
+  int64_t v = stop_requested();
+  if (world_.size() > 1) world_.all_reduce(&v, 1, dist::ReduceOp::max);
+  return int(v);
+}
+
+// Every rank saves the state after `step` (unless this step was just saved) and the chief
+// says where; the caller then returns, and the process exits 0.
+void Trainer::stop_saved(int64_t step, int signo) {
+  if (last_saved_step_ != step) save(step);
+  if (!chief_) return;
+  std::fflush(stdout);
+  std::printf(
+      "ztrain: stopped by %s after step %lld of %lld; saved %s (continue with --resume_from_checkpoint latest)\n",
+      stop_signal_name(signo), (long long)step, (long long)total_steps_,
+      (fs::path(a_.output_dir) / ("checkpoint-" + std::to_string(step))).string().c_str());
+  std::fflush(stdout);
 }
 
 void Trainer::run() {
@@ -643,6 +670,8 @@ void Trainer::run() {
     const auto t_step = Clock::now();
     const StepResult r = train_step(step);
     after_step(step, r, seconds_since(t_step));
+    // A stop request after the last step changes nothing: the run finishes as usual.
+    if (const int signo = step + 1 < total_steps_ ? stop_vote() : 0) return stop_saved(step + 1, signo);
   }
   finish(seconds_since(t_train));
 }
