@@ -88,6 +88,9 @@ struct TrainArgs {
   // (the train file); "" = nothing (docs/checkpoints.md#resuming).
   std::string resume_allow_changes;
   std::string save_dtype = "float32";  // float32 | bfloat16 for saved model weights
+  // Flash checkpoints (docs/fault-tolerance.md): each save copies the state to /dev/shm and
+  // persists checkpoint-N in a background thread; latest resumes from a newer snapshot.
+  bool flash_checkpoint = false;
 
   // Mixed precision (docs/training.md#mixed-precision): HF's --bf16 / --fp16, or a DeepSpeed
   // config's bf16 / fp16 blocks. fp32 masters, gradients and optimizer state either way.
@@ -167,6 +170,8 @@ struct TrainArgs {
   // of that step (0-based), so tests can check that the job ends at once naming the rank.
   int test_fail_rank = -1;
   int64_t test_fail_step = -1;
+  // Test hook (apps/ sets it from ZT_TEST_FLASH_PAUSE=copy:N | persist:N): pause there (train/flash_checkpoint.h).
+  std::string test_flash_pause;
 };
 
 // Runs training on the ranks of `world` (the size-1 local communicator, or MPI's world

@@ -41,6 +41,7 @@
 #include "optim/schedule.h"
 #include "train/deepspeed_config.h"
 #include "train/evaluate.h"
+#include "train/flash_checkpoint.h"
 #include "train/run_identity.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
@@ -177,6 +178,9 @@ void check_args(const TrainArgs& a) {
   schedule_from_args(a, 0);  // the scheduler's name and --lr_scheduler_kwargs
   hf_parse_size(a.max_shard_size, "--max_shard_size");
   allowed_changes(a.resume_allow_changes);
+  ZT_CHECK(!a.flash_checkpoint || !a.load_best_model_at_end,
+           "--flash_checkpoint with --load_best_model_at_end is not supported yet (pruning in the background "
+           "could remove the best checkpoint); drop one of them");
 }
 
 parallel::DataParallelOptions engine_options(const TrainArgs& a) {
@@ -225,12 +229,13 @@ class Trainer {
   void prepare_output_dir();
   void build_model_and_engine();
   void resume();
+  void start_flash();
   void start_run(const CheckpointRef* resumed);
   void start_loader_and_log();
   StepResult train_step(int64_t step);
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
-  int stop_vote();
+  int step_vote();
   void stop_saved(int64_t step, int signo);
   void finish(double train_s);
   int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
@@ -274,12 +279,13 @@ class Trainer {
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
   std::unique_ptr<optim::LossScaler> scaler_;
-  std::unique_ptr<CheckpointReader> resumed_;
+  std::unique_ptr<StateReader> resumed_;  // a checkpoint folder, or a flash snapshot
   LoaderConfig lc_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<TrainLog> log_;
   nlohmann::json model_states_ = nlohmann::json::object();  // empty when no step runs (resumed at the end)
   int64_t last_saved_step_ = -1;
+  std::unique_ptr<FlashCheckpointer> flash_;  // --flash_checkpoint
 };
 
 Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
@@ -304,6 +310,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   if (chief_) prepare_output_dir();
   build_model_and_engine();
   resume();
+  if (flash_) start_flash();
   start_loader_and_log();
   startup_s_ = seconds_since(t_start_);
 }
@@ -470,6 +477,9 @@ void Trainer::build_model_and_engine() {
 // holds, assembled from whatever layout (N, stage) wrote them. The data order is a pure
 // function of (seed, step), so the cursor is one number.
 void Trainer::resume() {
+  if (a_.flash_checkpoint)
+    flash_ = std::make_unique<FlashCheckpointer>(
+        world_, FlashOptions{a_.output_dir, cfg_, side_files_, a_.save_total_limit, a_.test_flash_pause});
   if (a_.resume_from_checkpoint.empty()) {
     if (chief_) start_run(nullptr);
     return;
@@ -482,24 +492,42 @@ void Trainer::resume() {
   if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
   dir = dist::broadcast_string(world_, dir, 0);
   save_id = dist::broadcast_string(world_, save_id, 0);
-  if (dir.empty())
+  // --flash_checkpoint: the run's shared-memory snapshot wins when it is newer on every rank.
+  std::unique_ptr<StateReader> snapshot;
+  if (flash_ && a_.resume_from_checkpoint == "latest") {
+    const std::string run_id = dist::broadcast_string(world_, chief_ ? run_record_read(a_.output_dir).run_id : "", 0);
+    int64_t disk_step = -1;
+    if (chief_ && !dir.empty())
+      disk_step = checkpoint_read_trainer_state((fs::path(dir) / "trainer_state.json").string())["global_step"];
+    world_.broadcast(&disk_step, sizeof disk_step, 0);
+    snapshot = flash_->try_resume(run_id, disk_step);
+  }
+  if (dir.empty() && !snapshot)
     throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
   const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
-  resumed_ = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id);
+  std::string model_change;
+  if (snapshot) {
+    resumed_ = std::move(snapshot);
+  } else {
+    auto reader = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id);
+    model_change = reader->model_change();
+    resumed_ = std::move(reader);
+  }
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
   std::vector<Stateful*> parts = rs.with(*engine_);
   if (scaler_) parts.push_back(scaler_.get());
-  resumed_->load(parts);
+  for (Stateful* c : parts) c->load_state(*resumed_);
   start_step_ = rs.cursor.step();
   // The step is recorded by several components; they must agree (else the folder mixes saves
   // or was edited), since the data, the LR and the optimizer's bias correction all follow it.
-  ZT_CHECK(rs.schedule.step() == start_step_ && engine_->optimizer().steps() == start_step_ - skipped_steps(), dir,
-           ": its data cursor, LR scheduler and optimizer are at different steps (", start_step_, ", ",
-           rs.schedule.step(), ", ", engine_->optimizer().steps(), " + ", skipped_steps(),
+  ZT_CHECK(rs.schedule.step() == start_step_ && engine_->optimizer().steps() == start_step_ - skipped_steps(),
+           resumed_->source(), ": its data cursor, LR scheduler and optimizer are at different steps (", start_step_,
+           ", ", rs.schedule.step(), ", ", engine_->optimizer().steps(), " + ", skipped_steps(),
            " skipped); the checkpoint is damaged");
   if (!chief_) return;
-  std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step_);
-  for (const std::string& change : {resumed_->model_change(), rs.data.change()})
+  if (!flash_ || flash_->resumed_step() < 0)
+    std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step_);
+  for (const std::string& change : {model_change, rs.data.change()})
     if (!change.empty())
       std::fprintf(stderr, "ztrain: warning: resuming although %s (--resume_allow_changes)\n", change.c_str());
   const nlohmann::json* id = resumed_->find_json("ztrain.run_id");
@@ -507,6 +535,19 @@ void Trainer::resume() {
   const CheckpointRef ref{id && id->is_string() ? id->get<std::string>() : "",
                           attempt && attempt->is_number_integer() ? attempt->get<int64_t>() : 0, start_step_};
   start_run(&ref);
+}
+
+// --flash_checkpoint: every rank binds to the run's snapshot file (the chief's run id), reserves
+// shared memory for its state and, after a resume from a snapshot, persists it.
+void Trainer::start_flash() {
+  const std::string run_id = dist::broadcast_string(world_, chief_ ? run_tag_.run_id : "", 0);
+  RunState rs(a_, seqs_per_step_, T_, *sched_, start_step_, train_id_, run_tag_);
+  StateCollector c;
+  for (Stateful* p : rs.with(*engine_)) p->save_state(c);
+  uint64_t bytes = 0;
+  for (const StatePiece& p : c.pieces) bytes += (uint64_t(p.slice.count) * 4 + 63) / 64 * 64;
+  flash_->start(run_id, bytes);
+  if (flash_->resumed_step() >= 0) last_saved_step_ = flash_->resumed_step();
 }
 
 // The chief records this start in run.json (a new attempt of a new or the resumed run)
@@ -635,26 +676,40 @@ void Trainer::save(int64_t step) {
   if (log_) parts.push_back(log_.get());
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
+  last_saved_step_ = step;
+  if (flash_) {
+    StateCollector c;
+    for (const Stateful* p : parts) p->save_state(c);
+    const double stall = flash_->snapshot(step, c, engine_->checkpoint_shard(), save_id);
+    if (chief_)
+      std::printf(
+          "Flash checkpoint of step %lld: training stopped %.3f s; checkpoint-%lld is written in the background\n",
+          (long long)step, stall, (long long)step);
+    return;
+  }
   checkpoint_save(
       {a_.output_dir, step, engine_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_}, cfg_,
       {parts.begin(), parts.end()});
   if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit, a_.load_best_model_at_end ? best_checkpoint_ : "");
-  last_saved_step_ = step;
 }
 
-// Graceful preemption (docs/fault-tolerance.md): whether any rank was asked to stop, agreed
-// at every step boundary by a MAX all-reduce of one integer over the world (microseconds), so
-// all ranks stop after the same step even when the signal reached only one of them.
-int Trainer::stop_vote() {
-  int64_t v = stop_requested();
-  if (world_.size() > 1) world_.all_reduce(&v, 1, dist::ReduceOp::max);
-  return int(v);
+// At every step boundary the ranks agree, by a MAX all-reduce of two integers over the world
+// (microseconds; docs/fault-tolerance.md): whether any rank was asked to stop (graceful
+// preemption: all ranks stop after the same step even when the signal reached only one), and
+// whether a flash checkpoint's shard is still being written on any rank (when none is, the
+// chief seals the checkpoint). Returns the stop signal, or 0.
+int Trainer::step_vote() {
+  int64_t v[2] = {stop_requested(), flash_ && flash_->shard_pending() ? 1 : 0};
+  if (world_.size() > 1) world_.all_reduce(v, 2, dist::ReduceOp::max);
+  if (flash_) flash_->after_vote(v[1] != 0);
+  return int(v[0]);
 }
 
 // Every rank saves the state after `step` (unless this step was just saved) and the chief
 // says where; the caller then returns, and the process exits 0.
 void Trainer::stop_saved(int64_t step, int signo) {
   if (last_saved_step_ != step) save(step);
+  if (flash_) flash_->finish();  // persisted and sealed; the shared memory is freed
   if (!chief_) return;
   std::fflush(stdout);
   std::printf(
@@ -671,7 +726,7 @@ void Trainer::run() {
     const StepResult r = train_step(step);
     after_step(step, r, seconds_since(t_step));
     // A stop request after the last step changes nothing: the run finishes as usual.
-    if (const int signo = step + 1 < total_steps_ ? stop_vote() : 0) return stop_saved(step + 1, signo);
+    if (const int signo = step + 1 < total_steps_ ? step_vote() : 0) return stop_saved(step + 1, signo);
   }
   finish(seconds_since(t_train));
 }
@@ -690,6 +745,7 @@ void Trainer::load_best_model() {
 }
 
 void Trainer::finish(double train_s) {
+  if (flash_) flash_->finish();  // the last flash checkpoint persisted; the shared memory freed
   const int64_t steps_run = std::max<int64_t>(1, total_steps_ - start_step_);
   nlohmann::json report = engine_->describe();
   report["communication"] = comm_report(*engine_, steps_run, G_);

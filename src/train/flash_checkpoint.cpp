@@ -1,0 +1,227 @@
+// flash_checkpoint.cpp: see flash_checkpoint.h.
+#include "train/flash_checkpoint.h"
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/run_folder.h"
+#include "core/error.h"
+#include "core/hash.h"
+
+namespace zt {
+namespace fs = std::filesystem;
+
+FlashCheckpointer::FlashCheckpointer(dist::Communicator& world, FlashOptions o)
+    : world_(world), o_(std::move(o)), chief_(world.rank() == 0) {
+  worker_ = std::thread([this] { run_worker(); });
+}
+
+FlashCheckpointer::~FlashCheckpointer() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    quit_ = true;
+    jobs_.clear();
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void FlashCheckpointer::run_worker() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return quit_ || !jobs_.empty(); });
+      if (quit_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+      busy_ = true;
+    }
+    try {
+      job();
+    } catch (...) {
+      std::lock_guard<std::mutex> l(mu_);
+      error_ = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+void FlashCheckpointer::post(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+void FlashCheckpointer::wait_idle_queue() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return jobs_.empty() && !busy_; });
+}
+
+// A failed background write (a full disk) ends the run on the training thread, named.
+void FlashCheckpointer::rethrow() {
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::swap(e, error_);
+  }
+  if (e) std::rethrow_exception(e);
+}
+
+void FlashCheckpointer::pause_if(const char* where, int64_t step) const {
+  if (o_.test_pause != str_cat(where, ":", step)) return;
+  std::fprintf(stderr, "ztrain: test hook: paused in the flash %s of step %lld\n", where, (long long)step);
+  std::fflush(stderr);
+  ::sleep(600);
+}
+
+std::unique_ptr<StateReader> FlashCheckpointer::try_resume(const std::string& run_id, int64_t disk_step) {
+  std::string why;
+  bool ok = false;
+  const std::string path = run_id.empty() ? std::string() : FlashSnapshot::path_for(run_id, world_.rank());
+  if (!path.empty() && ::access(path.c_str(), F_OK) == 0) {
+    snap_ = std::make_unique<FlashSnapshot>(path);
+    ok = snap_->verify(&why);
+    if (ok && (snap_->info().world != world_.size() || snap_->info().rank != world_.rank()))
+      ok = false, why = str_cat("it was written by rank ", snap_->info().rank, " of ", snap_->info().world);
+    if (ok) {
+      const std::string k = config_first_difference(snap_->config(), config_resolved_json(o_.cfg));
+      if (!k.empty()) ok = false, why = str_cat("it holds another model (config ", quote(k), " differs)");
+    }
+    if (!ok)
+      std::fprintf(stderr, "%sflash snapshot %s ignored: %s\n",
+                   world_.size() > 1 ? str_cat("[rank ", world_.rank(), "] ").c_str() : "ztrain: ", path.c_str(),
+                   why.c_str());
+  }
+  // Every rank must hold a complete snapshot of the same save (step and save id).
+  const int64_t step = ok ? snap_->info().step : -1;
+  const int64_t id = ok ? int64_t(hash64(snap_->info().save_id.data(), snap_->info().save_id.size()) >> 1) : -1;
+  int64_t v[5] = {ok ? 1 : 0, step, -step, id, -id};
+  if (world_.size() > 1) world_.all_reduce(v, 5, dist::ReduceOp::min);
+  const bool same = v[0] == 1 && v[1] == -v[2] && v[3] == -v[4];
+  if (!same || step <= disk_step) {
+    if (chief_ && same)
+      std::printf("Flash snapshot of step %lld not used: the checkpoint of step %lld is as new\n", (long long)step,
+                  (long long)disk_step);
+    return nullptr;
+  }
+  resumed_step_ = step;
+  if (chief_)
+    std::printf("Resuming from the flash snapshot %s at step %lld (the newest persisted checkpoint: %s)\n",
+                path.c_str(), (long long)step, disk_step < 0 ? "none" : str_cat("step ", disk_step).c_str());
+  return snap_->reader();
+}
+
+void FlashCheckpointer::start(const std::string& run_id, uint64_t data_bytes) {
+  const std::string path = FlashSnapshot::path_for(run_id, world_.rank());
+  if (snap_ && snap_->path() != path) {
+    snap_->unlink();  // another run's, not used
+    snap_.reset();
+  }
+  if (!snap_) snap_ = std::make_unique<FlashSnapshot>(path);
+  // Room in /dev/shm, checked here (a clear error) rather than found missing mid-run.
+  struct stat st {};
+  ::stat(path.c_str(), &st);
+  struct statvfs vfs {};
+  const uint64_t need = data_bytes + (2u << 20), have = uint64_t(st.st_blocks) * 512;
+  if (::statvfs(fs::path(path).parent_path().c_str(), &vfs) == 0 && need > have) {
+    const uint64_t avail = uint64_t(vfs.f_bavail) * vfs.f_frsize;
+    ZT_CHECK(avail >= need - have, "--flash_checkpoint needs ", (need - have) >> 20, " MiB more in ",
+             fs::path(path).parent_path().string(), " for rank ", world_.rank(), "'s snapshot but ", avail >> 20,
+             " MiB are free; enlarge it (docker run --shm-size) or run without --flash_checkpoint");
+  }
+  if (resumed_step_ >= 0) {
+    if (chief_) checkpoint_begin(o_.output_dir, resumed_step_);
+    world_.barrier();
+    begin_persist(resumed_step_, snap_->info().shard, snap_->info().save_id, /*seal_snapshot=*/false);
+  }
+  post([this, data_bytes] { snap_->reserve(data_bytes); });
+}
+
+void FlashCheckpointer::begin_persist(int64_t step, const StateShard& shard, const std::string& save_id,
+                                      bool seal_snapshot) {
+  pending_step_ = step;
+  pending_save_id_ = save_id;
+  if (chief_) pending_state_ = snap_->state();
+  shard_done_ = false;
+  phase_ = Phase::shard_writing;
+  post([this, step, shard, save_id, seal_snapshot] {
+    if (seal_snapshot) snap_->seal();
+    pause_if("persist", step);
+    checkpoint_write_shard(o_.output_dir, step, shard, snap_->pieces(), save_id);
+    shard_done_ = true;
+  });
+}
+
+double FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const StateShard& shard,
+                                   const std::string& save_id) {
+  const auto t0 = std::chrono::steady_clock::now();
+  drain();
+  wait_idle_queue();  // the reservation of shared memory, at the first save
+  rethrow();
+  if (chief_) checkpoint_begin(o_.output_dir, step);
+  world_.barrier();  // the folder exists before any rank's thread writes into it
+  SnapshotInfo info{step, save_id, world_.rank(), world_.size(), shard};
+  snap_->write(info, c, config_resolved_json(o_.cfg), [&] { pause_if("copy", step); });
+  begin_persist(step, shard, save_id, /*seal_snapshot=*/true);
+  last_stall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return last_stall_s_;
+}
+
+bool FlashCheckpointer::shard_pending() {
+  rethrow();
+  if (phase_ == Phase::sealing && seal_done_) phase_ = Phase::idle;
+  return phase_ == Phase::shard_writing && !shard_done_;
+}
+
+void FlashCheckpointer::after_vote(bool any_pending) {
+  if (phase_ != Phase::shard_writing || any_pending) return;
+  if (!chief_) {
+    phase_ = Phase::idle;
+    return;
+  }
+  // Every shard is in checkpoint-N.tmp/: the chief seals it and prunes, in the background.
+  seal_done_ = false;
+  phase_ = Phase::sealing;
+  post([this, step = pending_step_, state = pending_state_, save_id = pending_save_id_] {
+    checkpoint_seal(o_.output_dir, step, o_.cfg, state, save_id, o_.extra_files);
+    checkpoint_prune(o_.output_dir, o_.save_total_limit);
+    seal_done_ = true;
+  });
+}
+
+void FlashCheckpointer::drain() {
+  rethrow();
+  if (phase_ == Phase::shard_writing) {
+    wait_idle_queue();
+    rethrow();
+    int64_t v = 0;  // every rank's shard is written once every rank is here
+    if (world_.size() > 1) world_.all_reduce(&v, 1, dist::ReduceOp::max);
+    after_vote(false);
+  }
+  if (phase_ == Phase::sealing) {
+    wait_idle_queue();
+    phase_ = Phase::idle;
+  }
+  rethrow();
+}
+
+void FlashCheckpointer::finish() {
+  drain();
+  wait_idle_queue();
+  if (snap_) snap_->unlink();
+}
+
+}  // namespace zt
