@@ -101,7 +101,7 @@ void FlashSnapshot::reserve(uint64_t data_bytes) {
   (void)sink;
 }
 
-void FlashSnapshot::write(const SnapshotInfo& info, const StateCollector& c, const nlohmann::json& config,
+void FlashSnapshot::write(const SnapshotInfo& info, const StateCollector& c, const nlohmann::json& config, int threads,
                           const std::function<void()>& midway) {
   std::atomic_ref<uint64_t>(header()->complete).store(0, std::memory_order_release);
   nlohmann::json table = nlohmann::json::array();
@@ -134,7 +134,7 @@ void FlashSnapshot::write(const SnapshotInfo& info, const StateCollector& c, con
   }
   uint8_t* data = map_ + kDataOffset;
   auto copy = [&](size_t lo, size_t hi) {
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, threads))
     for (int64_t k = int64_t(lo); k < int64_t(hi); ++k)
       std::memcpy(data + chunks[k].dst, chunks[k].src, chunks[k].bytes);
   };

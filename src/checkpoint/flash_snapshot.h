@@ -49,9 +49,9 @@ class FlashSnapshot {
   // so the first copy does not pay for page faults. Safe to call from a background thread
   // before any write (nothing else may use the snapshot meanwhile).
   void reserve(uint64_t data_bytes);
-  // The stall: marks the snapshot incomplete, copies every piece (in parallel over the OpenMP
-  // threads) and the JSON. `midway`, when set, runs after half the bytes (a test hook).
-  void write(const SnapshotInfo& info, const StateCollector& c, const nlohmann::json& config,
+  // Marks the snapshot incomplete, copies every piece (over `threads` OpenMP threads) and the
+  // JSON. `midway`, when set, runs after half the bytes (a test hook).
+  void write(const SnapshotInfo& info, const StateCollector& c, const nlohmann::json& config, int threads,
              const std::function<void()>& midway = nullptr);
   // The checksum over data and JSON, then the complete mark (a background thread's work).
   void seal();

@@ -16,6 +16,11 @@
 
 namespace zt {
 namespace fs = std::filesystem;
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
 
 FlashCheckpointer::FlashCheckpointer(dist::Communicator& world, FlashOptions o)
     : world_(world), o_(std::move(o)), chief_(world.rank() == 0) {
@@ -154,6 +159,7 @@ void FlashCheckpointer::begin_persist(int64_t step, const StateShard& shard, con
                                       bool seal_snapshot) {
   pending_step_ = step;
   pending_save_id_ = save_id;
+  saved_at_ = std::chrono::steady_clock::now();
   if (chief_) pending_state_ = snap_->state();
   shard_done_ = false;
   phase_ = Phase::shard_writing;
@@ -165,19 +171,69 @@ void FlashCheckpointer::begin_persist(int64_t step, const StateShard& shard, con
   });
 }
 
-double FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const StateShard& shard,
-                                   const std::string& save_id) {
+void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const StateShard& shard,
+                                 const std::string& save_id) {
   const auto t0 = std::chrono::steady_clock::now();
   drain();
   wait_idle_queue();  // the reservation of shared memory, at the first save
+  saved_at_ = std::chrono::steady_clock::now();
   rethrow();
   if (chief_) checkpoint_begin(o_.output_dir, step);
   world_.barrier();  // the folder exists before any rank's thread writes into it
-  SnapshotInfo info{step, save_id, world_.rank(), world_.size(), shard};
-  snap_->write(info, c, config_resolved_json(o_.cfg), [&] { pause_if("copy", step); });
-  begin_persist(step, shard, save_id, /*seal_snapshot=*/true);
-  last_stall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return last_stall_s_;
+  pending_step_ = step;
+  pending_save_id_ = save_id;
+  if (chief_) pending_state_ = c.json;
+  shard_done_ = false;
+  phase_ = Phase::shard_writing;
+  copy_bytes_ = 0;
+  for (const StatePiece& p : c.pieces) copy_bytes_ += uint64_t(p.slice.count) * 4;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    copied_ = false;
+  }
+  // One thread copies (the training threads keep computing); the pieces' data stays unchanged
+  // until wait_copied returns, before the next update.
+  post([this, info = SnapshotInfo{step, save_id, world_.rank(), world_.size(), shard}, c, shard, save_id,
+        cfg = config_resolved_json(o_.cfg)] {
+    const auto t = std::chrono::steady_clock::now();
+    snap_->write(info, c, cfg, 1, [&] { pause_if("copy", info.step); });
+    copy_s_ = seconds_since(t);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      copied_ = true;
+    }
+    cv_.notify_all();
+    snap_->seal();
+    pause_if("persist", info.step);
+    checkpoint_write_shard(o_.output_dir, info.step, shard, snap_->pieces(), save_id);
+    shard_done_ = true;
+  });
+  save_s_ = stall_s_ = seconds_since(t0);
+  report_pending_ = true;
+}
+
+void FlashCheckpointer::wait_copied() {
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return copied_ || error_; });
+  }
+  rethrow();
+  if (!report_pending_) return;
+  stall_s_ += seconds_since(t0);
+  report();
+}
+
+void FlashCheckpointer::report() {
+  report_pending_ = false;
+  if (!chief_) return;
+  std::printf(
+      "Flash checkpoint of step %lld: training stopped %.3f s (%.3f s at the save, %.3f s before the next update); "
+      "the copy of %.2f GB to shared memory took %.3f s beside the step; checkpoint-%lld is written in the "
+      "background\n",
+      (long long)pending_step_, stall_s_, save_s_, stall_s_ - save_s_, double(copy_bytes_) / 1e9, copy_s_,
+      (long long)pending_step_);
+  std::fflush(stdout);
 }
 
 bool FlashCheckpointer::shard_pending() {
@@ -195,9 +251,12 @@ void FlashCheckpointer::after_vote(bool any_pending) {
   // Every shard is in checkpoint-N.tmp/: the chief seals it and prunes, in the background.
   seal_done_ = false;
   phase_ = Phase::sealing;
-  post([this, step = pending_step_, state = pending_state_, save_id = pending_save_id_] {
+  post([this, step = pending_step_, state = pending_state_, save_id = pending_save_id_, t0 = saved_at_] {
     checkpoint_seal(o_.output_dir, step, o_.cfg, state, save_id, o_.extra_files);
     checkpoint_prune(o_.output_dir, o_.save_total_limit);
+    std::printf("Flash checkpoint of step %lld persisted: checkpoint-%lld sealed %.2f s after the save\n",
+                (long long)step, (long long)step, seconds_since(t0));
+    std::fflush(stdout);
     seal_done_ = true;
   });
 }
@@ -207,6 +266,7 @@ void FlashCheckpointer::drain() {
   if (phase_ == Phase::shard_writing) {
     wait_idle_queue();
     rethrow();
+    if (report_pending_) report();
     int64_t v = 0;  // every rank's shard is written once every rank is here
     if (world_.size() > 1) world_.all_reduce(&v, 1, dist::ReduceOp::max);
     after_vote(false);

@@ -8,6 +8,7 @@
 // persisted checkpoint on every rank is loaded instead, and persisted at once.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -51,9 +52,13 @@ class FlashCheckpointer {
   // snapshot and reserving shared memory for `data_bytes` of state.
   void start(const std::string& run_id, uint64_t data_bytes);
 
-  // The stall, a collective at the same step on every rank: waits for the previous persist if it
-  // is not done, copies the state into shared memory and queues its persist. Returns the seconds.
-  double snapshot(int64_t step, const StateCollector& c, const StateShard& shard, const std::string& save_id);
+  // A collective at the same step on every rank: waits for the previous persist if it is not
+  // done, then queues the copy of the state into shared memory and its persist. The copy runs
+  // beside the next step's forward and backward, which only read what it copies.
+  void snapshot(int64_t step, const StateCollector& c, const StateShard& shard, const std::string& save_id);
+  // Before an optimizer update (which changes the state being copied): waits for the copy.
+  // The chief then prints what the save cost the training loop.
+  void wait_copied();
   // For the trainer's vote at each step boundary: this rank's shard is not written yet.
   bool shard_pending();
   // After the vote: `any_pending` false means every rank's shard is written; the chief seals.
@@ -62,7 +67,7 @@ class FlashCheckpointer {
   void drain();
   // drain, then remove the snapshot file (a normal end, or a graceful stop).
   void finish();
-  double last_stall_s() const { return last_stall_s_; }
+  double last_stall_s() const { return stall_s_; }
 
  private:
   enum class Phase { idle, shard_writing, sealing };
@@ -72,6 +77,7 @@ class FlashCheckpointer {
   void rethrow();
   void begin_persist(int64_t step, const StateShard& shard, const std::string& save_id, bool seal_snapshot);
   void pause_if(const char* where, int64_t step) const;
+  void report();
 
   dist::Communicator& world_;
   FlashOptions o_;
@@ -82,7 +88,12 @@ class FlashCheckpointer {
   std::string pending_save_id_;
   nlohmann::json pending_state_;  // the chief's JSON state of the pending save
   std::atomic<bool> shard_done_{false}, seal_done_{false};
-  double last_stall_s_ = 0;
+  // The last save: seconds the loop stopped at the save and waiting for the copy, the copy's own
+  // seconds and bytes, and whether the chief still has to print them.
+  double stall_s_ = 0, save_s_ = 0, copy_s_ = 0;
+  uint64_t copy_bytes_ = 0;
+  std::chrono::steady_clock::time_point saved_at_;
+  bool copied_ = true, report_pending_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;

@@ -624,6 +624,7 @@ StepResult Trainer::train_step(int64_t step) {
     r.skipped = scaler_->update(overflow);  // throws when the scale cannot go lower
     if (r.skipped) return r;
   }
+  if (flash_) flash_->wait_copied();  // the update changes what a flash snapshot is copying
   engine_->clip(r.grad_norm, a_.max_grad_norm, 1.0 / loss_scale);
   engine_->step(lr_for(step));
   return r;
@@ -680,11 +681,7 @@ void Trainer::save(int64_t step) {
   if (flash_) {
     StateCollector c;
     for (const Stateful* p : parts) p->save_state(c);
-    const double stall = flash_->snapshot(step, c, engine_->checkpoint_shard(), save_id);
-    if (chief_)
-      std::printf(
-          "Flash checkpoint of step %lld: training stopped %.3f s; checkpoint-%lld is written in the background\n",
-          (long long)step, stall, (long long)step);
+    flash_->snapshot(step, c, engine_->checkpoint_shard(), save_id);  // reports its stall (chief)
     return;
   }
   checkpoint_save(
