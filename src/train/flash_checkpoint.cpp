@@ -278,6 +278,13 @@ void FlashCheckpointer::drain() {
   rethrow();
 }
 
+std::unique_ptr<StateReader> FlashCheckpointer::last_snapshot() {
+  drain();
+  wait_idle_queue();
+  if (!snap_ || pending_step_ < 0) return nullptr;
+  return snap_->reader();
+}
+
 void FlashCheckpointer::finish() {
   drain();
   wait_idle_queue();

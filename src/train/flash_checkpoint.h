@@ -65,6 +65,8 @@ class FlashCheckpointer {
   void after_vote(bool any_pending);
   // Waits until the last snapshot is persisted and sealed (a collective).
   void drain();
+  // The newest snapshot (after drain), to load from; nullptr when none was taken or resumed.
+  std::unique_ptr<StateReader> last_snapshot();
   // drain, then remove the snapshot file (a normal end, or a graceful stop).
   void finish();
   double last_stall_s() const { return stall_s_; }

@@ -42,6 +42,7 @@
 #include "train/deepspeed_config.h"
 #include "train/evaluate.h"
 #include "train/flash_checkpoint.h"
+#include "train/spike_guard.h"
 #include "train/run_identity.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
@@ -176,6 +177,7 @@ void check_args(const TrainArgs& a) {
   check_hf_strategies(a);
   ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
   schedule_from_args(a, 0);  // the scheduler's name and --lr_scheduler_kwargs
+  spike_policy_from(a.spike_policy);
   hf_parse_size(a.max_shard_size, "--max_shard_size");
   allowed_changes(a.resume_allow_changes);
   ZT_CHECK(!a.flash_checkpoint || !a.load_best_model_at_end,
@@ -215,6 +217,7 @@ bool is_jsonl(const std::string& path) { return path.size() > 6 && path.compare(
 struct StepResult {
   double loss = 0, grad_norm = 0;
   bool skipped = false;  // mixed precision: inf/NaN gradients, no optimizer step
+  SpikeVerdict spike;    // non-finite or a spike: no update was applied (the caller's policy decides)
 };
 
 class Trainer {
@@ -237,8 +240,10 @@ class Trainer {
   void save(int64_t step);
   int step_vote();
   void stop_saved(int64_t step, int signo);
+  bool handle_spike(int64_t step, const StepResult& r, int64_t* resume_at);
+  int64_t rollback(int64_t step);
   void finish(double train_s);
-  int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
+  int64_t skipped_steps() const { return (scaler_ ? scaler_->skipped_steps() : 0) + spike_->skipped(); }
   // The LR schedule advances with optimizer steps taken, as HF's and DeepSpeed's schedulers
   // do: a step skipped for overflow does not move it.
   double lr_for(int64_t step) const { return sched_->lr_at(step - skipped_steps()); }
@@ -286,6 +291,7 @@ class Trainer {
   nlohmann::json model_states_ = nlohmann::json::object();  // empty when no step runs (resumed at the end)
   int64_t last_saved_step_ = -1;
   std::unique_ptr<FlashCheckpointer> flash_;  // --flash_checkpoint
+  std::unique_ptr<SpikeGuard> spike_;         // --spike_policy; NaN / Inf never reach the weights
 };
 
 Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
@@ -293,6 +299,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   if (a_.threads > 0) omp_set_num_threads(a_.threads);
   check_args(a_);
   cfg_ = load_config(a_);
+  spike_ = std::make_unique<SpikeGuard>(spike_policy_from(a_.spike_policy), a_.spike_window, a_.spike_zscore);
   plan_ = act_plan_from_args(a_, cfg_);  // a bad combination fails here, before any work
   // Every weight shard present before --output_dir is touched (a missing one is one error).
   if (!a_.model_name_or_path.empty()) hf_check_weights(a_.model_name_or_path);
@@ -516,6 +523,7 @@ void Trainer::resume() {
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
   std::vector<Stateful*> parts = rs.with(*engine_);
   if (scaler_) parts.push_back(scaler_.get());
+  parts.push_back(spike_.get());
   for (Stateful* c : parts) c->load_state(*resumed_);
   start_step_ = rs.cursor.step();
   // The step is recorded by several components; they must agree (else the folder mixes saves
@@ -576,6 +584,7 @@ void Trainer::start_loader_and_log() {
   ZT_CHECK(sft_ || !a_.packing || lc_.eos_id >= 0,
            "--packing needs the EOS token id: config.json has no integer eos_token_id; pass --eos_token_id");
   lc_.depth = std::max(2, a_.dataloader_prefetch + 1);
+  lc_.step_offset = spike_->data_offset_steps();  // data skipped by loss-spike rollbacks
   loader_ = sft_ ? std::make_unique<DataLoader>(*sft_rows_, lc_, start_step_)
                  : std::make_unique<DataLoader>(*data_, lc_, start_step_);
   if (chief_) {
@@ -600,23 +609,25 @@ StepResult Trainer::train_step(int64_t step) {
     throw Error(
         str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ", step));
   double sums[2] = {0, 0};  // loss sum, counted tokens (summed over the dp ranks below)
+  // Test hook: the data of one step corrupted (its loss and gradients scaled).
+  const float corrupt =
+      a_.test_spike_step == step + 1 + spike_->data_offset_steps() ? float(a_.test_spike_factor) : 1.0f;
   for (int micro = 0; micro < G_; ++micro) {
     const MicroBatch& mb = loader_->next();
     ZT_ASSERT(mb.step == step && mb.micro == micro);
     if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
     int64_t c = 0;
     engine_->set_last_micro(micro == G_ - 1);
-    sums[0] += model_->forward_backward(mb.inputs.data(), mb.targets.data(), grad_scale, &c, mb.pos());
+    sums[0] +=
+        corrupt * model_->forward_backward(mb.inputs.data(), mb.targets.data(), corrupt * grad_scale, &c, mb.pos());
     sums[1] += double(c);
   }
   engine_->end_backward();
   if (dp_comm_->size() > 1) dp_comm_->all_reduce(sums, 2);
   StepResult r;
   r.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // a step of prompt-only rows trains nothing
-  // In fp32 a non-finite loss ends the run; under mixed precision it is an overflow like
-  // inf/NaN gradients (the global norm, the same on every rank): the step is skipped.
-  ZT_CHECK(scaler_ || std::isfinite(r.loss), "loss became ", r.loss, " at step ", step + 1,
-           "; lower --learning_rate or check the data");
+  // Under mixed precision a non-finite loss is an overflow like inf/NaN gradients (the global
+  // norm, the same on every rank): the scaler skips the step. Otherwise the spike guard judges.
   ZT_PROFILE("optimizer");
   r.grad_norm = engine_->grad_norm() / loss_scale;
   if (scaler_) {
@@ -624,6 +635,10 @@ StepResult Trainer::train_step(int64_t step) {
     r.skipped = scaler_->update(overflow);  // throws when the scale cannot go lower
     if (r.skipped) return r;
   }
+  // NaN / Inf, or a spike under --spike_policy: no update; the caller applies the policy.
+  r.spike = spike_->judge(r.loss, r.grad_norm);
+  if (r.spike.bad) return r;
+  spike_->accept(r.loss, r.grad_norm);
   if (flash_) flash_->wait_copied();  // the update changes what a flash snapshot is copying
   engine_->clip(r.grad_norm, a_.max_grad_norm, 1.0 / loss_scale);
   engine_->step(lr_for(step));
@@ -643,6 +658,10 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     std::vector<std::pair<const char*, double>> extra;
     if (scaler_ && a_.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
     if (scaler_) extra.push_back({"skipped_steps", double(scaler_->skipped_steps())});
+    if (spike_->policy() != SpikePolicy::none) {
+      extra.push_back({"spike_skipped", double(spike_->skipped())});
+      extra.push_back({"spike_rollbacks", double(spike_->rollbacks())});
+    }
     const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
     log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s, log_now, extra);
     if (step == start_step_) log_->first_step(startup_s_, weights_s_);
@@ -674,6 +693,7 @@ void Trainer::save(int64_t step) {
   RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_);
   std::vector<Stateful*> parts = rs.with(*engine_);
   if (scaler_) parts.push_back(scaler_.get());
+  parts.push_back(spike_.get());
   if (log_) parts.push_back(log_.get());
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
@@ -716,11 +736,78 @@ void Trainer::stop_saved(int64_t step, int signo) {
   std::fflush(stdout);
 }
 
+// A step whose loss or gradient norm is non-finite, or a spike (spike_guard.h): no update was
+// applied. Every rank decides the same (the values are reduced). Returns true after a rollback,
+// with the step to go on from.
+bool Trainer::handle_spike(int64_t step, const StepResult& r, int64_t* resume_at) {
+  const std::string at = str_cat("step ", step + 1, ": ", r.spike.what);
+  const SpikePolicy p = spike_->policy();
+  if (p == SpikePolicy::none || p == SpikePolicy::stop)
+    throw JobError(str_cat(at, "; the update was not applied (the weights are unchanged) and the run stops",
+                           p == SpikePolicy::stop ? " (--spike_policy stop)" : "",
+                           "; continue from the newest checkpoint with --resume_from_checkpoint latest, after "
+                           "lowering --learning_rate or checking the data, or pass --spike_policy skip or rollback"));
+  if (p == SpikePolicy::rollback) {
+    *resume_at = rollback(step);
+    if (*resume_at >= 0) {
+      if (chief_)
+        std::printf(
+            "ztrain: %s; rolled back to step %lld and skipping the data of steps %lld-%lld "
+            "(--spike_policy rollback; %lld rollbacks so far)\n",
+            at.c_str(), (long long)*resume_at, (long long)*resume_at + 1, (long long)step + 1,
+            (long long)spike_->rollbacks());
+      return true;
+    }
+    if (chief_) std::printf("ztrain: %s; no checkpoint to roll back to yet: the update is skipped\n", at.c_str());
+  }
+  spike_->count_skip();
+  if (chief_ && p == SpikePolicy::skip)
+    std::printf("ztrain: %s; the update is skipped (--spike_policy skip; %lld skipped so far)\n", at.c_str(),
+                (long long)spike_->skipped());
+  return false;
+}
+
+// --spike_policy rollback: every component returns to the newest save (the flash snapshot in
+// shared memory when there is one, else the newest checkpoint) and the data of the steps from
+// there to the spike is skipped. The spike counters and the data offset are not rolled back.
+// Returns the restored step, or -1 when nothing was saved yet.
+int64_t Trainer::rollback(int64_t step) {
+  std::unique_ptr<StateReader> reader;
+  if (flash_) reader = flash_->last_snapshot();
+  if (!reader) {
+    std::string dir, save_id;
+    if (chief_) dir = checkpoint_find_latest(a_.output_dir, &save_id);
+    dir = dist::broadcast_string(world_, dir, 0);
+    save_id = dist::broadcast_string(world_, save_id, 0);
+    if (dir.empty()) return -1;
+    reader = std::make_unique<CheckpointReader>(dir, cfg_, false, save_id);
+  }
+  const SpikeGuard::Counters kept = spike_->counters();
+  RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
+  std::vector<Stateful*> parts = rs.with(*engine_);
+  if (scaler_) parts.push_back(scaler_.get());
+  parts.push_back(spike_.get());
+  if (log_) parts.push_back(log_.get());
+  for (Stateful* c : parts) c->load_state(*reader);
+  const int64_t to = rs.cursor.step();
+  spike_->set_counters(kept);
+  spike_->count_rollback(to, step + 1);
+  loader_.reset();  // restarts at the restored step, past the skipped data
+  lc_.step_offset = spike_->data_offset_steps();
+  loader_ = sft_ ? std::make_unique<DataLoader>(*sft_rows_, lc_, to) : std::make_unique<DataLoader>(*data_, lc_, to);
+  return to;
+}
+
 void Trainer::run() {
   const auto t_train = Clock::now();
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     const auto t_step = Clock::now();
     const StepResult r = train_step(step);
+    int64_t resume_at = -1;
+    if (r.spike.bad && handle_spike(step, r, &resume_at)) {
+      step = resume_at - 1;  // rolled back: the loop goes on from the restored step
+      continue;
+    }
     after_step(step, r, seconds_since(t_step));
     // A stop request after the last step changes nothing: the run finishes as usual.
     if (const int signo = step + 1 < total_steps_ ? step_vote() : 0) return stop_saved(step + 1, signo);
