@@ -76,6 +76,7 @@ class FlashCheckpointer {
   void run_worker();
   void post(std::function<void()> job);
   void wait_idle_queue();
+  void reset_job_cpu();
   void rethrow();
   void begin_persist(int64_t step, const StateShard& shard, const std::string& save_id, bool seal_snapshot);
   void pause_if(const char* where, int64_t step) const;
@@ -100,6 +101,7 @@ class FlashCheckpointer {
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   bool busy_ = false, quit_ = false;
+  double job_cpu_s_ = 0;  // CPU seconds of the worker's jobs finished since the last save began
   std::exception_ptr error_;
   std::thread worker_;
 };
