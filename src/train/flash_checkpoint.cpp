@@ -144,6 +144,10 @@ std::unique_ptr<StateReader> FlashCheckpointer::try_resume(const std::string& ru
   return snap_->reader();
 }
 
+void FlashCheckpointer::forget_run(const std::string& run_id) {
+  if (!run_id.empty()) ::unlink(FlashSnapshot::path_for(run_id, world_.rank()).c_str());
+}
+
 void FlashCheckpointer::start(const std::string& run_id, uint64_t data_bytes) {
   const std::string path = FlashSnapshot::path_for(run_id, world_.rank());
   if (snap_ && snap_->path() != path) {

@@ -47,6 +47,8 @@ class FlashCheckpointer {
   // Returns a reader to load the components from, or nullptr (the chief prints why not).
   std::unique_ptr<StateReader> try_resume(const std::string& run_id, int64_t disk_step);
   int64_t resumed_step() const { return resumed_step_; }
+  // A fresh start over a folder whose previous run was `run_id`: its snapshot is removed.
+  void forget_run(const std::string& run_id);
   // Binds to the run's snapshot file (after the run id is known; keeps the one try_resume
   // opened when it is the same file) and starts, in the background, persisting a resumed
   // snapshot and reserving shared memory for `data_bytes` of state.

@@ -488,6 +488,9 @@ void Trainer::resume() {
     flash_ = std::make_unique<FlashCheckpointer>(
         world_, FlashOptions{a_.output_dir, cfg_, side_files_, a_.save_total_limit, a_.test_flash_pause});
   if (a_.resume_from_checkpoint.empty()) {
+    // A fresh start replaces the folder's previous run: its snapshots are garbage.
+    if (flash_)
+      flash_->forget_run(dist::broadcast_string(world_, chief_ ? run_record_read(a_.output_dir).run_id : "", 0));
     if (chief_) start_run(nullptr);
     return;
   }
