@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "core/mapped_files.h"
-#include "core/stop_request.h"
+#include "core/run_control.h"
 
 namespace zt::app {
 namespace {

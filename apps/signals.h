@@ -9,7 +9,7 @@ namespace zt::app {
 
 // Installs the handlers; call once at start. Idempotent.
 void install_signal_handlers();
-// `ztrain train`: SIGTERM, SIGINT and SIGUSR1 request a graceful stop (core/stop_request.h;
+// `ztrain train`: SIGTERM, SIGINT and SIGUSR1 request a graceful stop (core/run_control.h;
 // the trainer saves and exits 0 at the next step boundary); a second one exits at once with
 // 128 + the signal number. Blocks the signals in the calling thread (a watcher thread takes
 // them), so call it before any other thread starts. Idempotent.

@@ -26,7 +26,7 @@
 #include "core/memory.h"
 #include "core/profile.h"
 #include "core/rng_state.h"
-#include "core/stop_request.h"
+#include "core/run_control.h"
 #include "data/file_identity.h"
 #include "data/loader.h"
 #include "data/sft_data.h"
@@ -805,6 +805,7 @@ void Trainer::run() {
   const auto t_train = Clock::now();
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     const auto t_step = Clock::now();
+    train_step_set(step + 1);  // named by the collective watchdog (--ddp_timeout)
     const StepResult r = train_step(step);
     int64_t resume_at = -1;
     if (r.spike.bad && handle_spike(step, r, &resume_at)) {

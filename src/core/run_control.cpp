@@ -1,5 +1,5 @@
-// stop_request.cpp: see stop_request.h.
-#include "core/stop_request.h"
+// run_control.cpp: see run_control.h.
+#include "core/run_control.h"
 
 #include <csignal>
 #include <cstdio>
