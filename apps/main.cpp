@@ -110,6 +110,13 @@ int cmd_train(const Args& args) {
   f.add("logging_steps", &a.logging_steps, "log every N steps; < 1 is a ratio (500)", range::above(0, kMaxSteps));
   f.add("save_strategy", &a.save_strategy, "steps | epoch | no (steps)");
   f.add("save_steps", &a.save_steps, "save checkpoint-N/ every N steps (500)", range::closed(1, kMaxSteps));
+  f.add("flash_checkpoint", &a.flash_checkpoint,
+        "save by copying the state to /dev/shm and writing checkpoint-N/ in the background (false)");
+  f.add("spike_policy", &a.spike_policy, "a loss / gradient-norm spike: none | skip | rollback | stop (none)");
+  f.add("spike_window", &a.spike_window, "steps whose loss and gradient norm a spike is judged against (100)",
+        range::closed(1, 1000000));
+  f.add("spike_zscore", &a.spike_zscore, "standard deviations above the window's mean that make a spike (6)",
+        range::above(0, 1e9));
   f.add("save_total_limit", &a.save_total_limit, "keep at most N checkpoints, 0 = all (0)",
         range::closed(0, kMaxSteps));
   f.add("resume_from_checkpoint", &a.resume_from_checkpoint, "a checkpoint-N folder, or latest in --output_dir");
@@ -212,6 +219,14 @@ int cmd_train(const Args& args) {
       a.test_fail_step = step;
     }
   }
+  if (const char* hook = std::getenv("ZT_TEST_FLASH_PAUSE")) a.test_flash_pause = hook;  // tests/cli/flash_ckpt.sh
+  if (const char* hook = std::getenv("ZT_TEST_SPIKE_AT")) {                              // tests/cli/spikes.sh
+    long long step = -1;
+    char factor[32] = {0};
+    if (std::sscanf(hook, "%lld:%31s", &step, factor) == 2)
+      a.test_spike_step = step, a.test_spike_factor = std::strtod(factor, nullptr);
+  }
+  install_stop_handlers();  // before any thread starts (MPI's, OpenMP's): they inherit the mask
   // The world outlives the run so that an error on one rank ends the whole job here with
   // the rank named (abort_job), before the world's destructor reaches MPI_Finalize, which
   // would wait for the other ranks, stuck in their next collective.

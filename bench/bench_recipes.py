@@ -84,8 +84,11 @@ def main():
     ap.add_argument("--precisions", default="fp32,bf16,fp16", help="comma-separated subset (fp32 is needed)")
     ap.add_argument("--recompute", default="none,selective,full", help="comma-separated subset (none is needed)")
     a = ap.parse_args()
+    # The peaks are measured twice and the higher of each kept, and once more at the end as a
+    # check: a neighbour's burst during a measurement lowers it (an MFU over 100% once showed it).
     pk = peaks(a.build, a.threads)
-    print(f"measured GEMM peaks (2048^3, {a.threads} threads): oneDNN sgemm {pk['fp32']:.1f} GFLOP/s, "
+    pk = {k: max(v, peaks(a.build, a.threads)[k]) for k, v in pk.items()}
+    print(f"measured GEMM peaks (2048^3, {a.threads} threads, best of two): oneDNN sgemm {pk['fp32']:.1f} GFLOP/s, "
           f"oneDNN bf16 matmul {pk['bf16']:.1f} GFLOP/s")
     results = []
     for name, arch in MODELS:
@@ -136,7 +139,11 @@ def main():
                    and r.get("recompute") == "none")
         print(f"{name} bf16: MFU {100 * b16['mfu']:.1f}% of the bf16 peak (target >= 70%), "
               f"{b16['tokens_per_s'] / f32['tokens_per_s']:.2f}x fp32 tokens/s (target >= 1.4x)")
-    json.dump({"peaks": pk, "results": results}, open(os.path.join(a.build, "bench_recipes.json"), "w"), indent=2)
+    end = peaks(a.build, a.threads)
+    print(f"peaks measured again at the end: sgemm {end['fp32']:.1f}, bf16 {end['bf16']:.1f} GFLOP/s"
+          + ("  (higher than at the start by over 5%: the MFU figures above are overstated)"
+             if any(end[k] > 1.05 * pk[k] for k in pk) else ""))
+    json.dump({"peaks": pk, "peaks_at_end": end, "results": results}, open(os.path.join(a.build, "bench_recipes.json"), "w"), indent=2)
 
 
 if __name__ == "__main__":

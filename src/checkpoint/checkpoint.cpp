@@ -120,25 +120,46 @@ void read_range(const SafetensorsFile& f, const StEntry& e, int64_t first, int64
 
 }  // namespace
 
+std::string checkpoint_tmp_dir(const std::string& output_dir, int64_t step) {
+  return checkpoint_dir(output_dir, step, true).string();
+}
+
+void checkpoint_begin(const std::string& output_dir, int64_t step) {
+  const fs::path tmp = checkpoint_dir(output_dir, step, true);
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+}
+
+void checkpoint_write_shard(const std::string& output_dir, int64_t step, const StateShard& shard,
+                            const std::vector<StatePiece>& pieces, const std::string& save_id) {
+  for (const StatePiece& p : pieces) {
+    ZT_ASSERT(p.slice.dim < 0, "checkpoints do not store slices along a dimension yet (", p.tensor, ")");
+    ZT_ASSERT(p.dtype == DType::f32 && p.slice.begin >= 0 && p.slice.begin + p.slice.count <= numel_of(p.shape),
+              p.tensor);
+  }
+  if (shard.index >= 0) write_shard(checkpoint_dir(output_dir, step, true), shard, pieces, save_id);
+}
+
+void checkpoint_seal(const std::string& output_dir, int64_t step, const ModelConfig& cfg, nlohmann::json state,
+                     const std::string& save_id, const std::vector<std::pair<std::string, std::string>>& extra_files) {
+  finish(checkpoint_dir(output_dir, step, true), checkpoint_dir(output_dir, step, false), cfg, std::move(state),
+         save_id, extra_files);
+}
+
 void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
                      const std::vector<const Stateful*>& components) {
-  const fs::path tmp = checkpoint_dir(o.output_dir, o.step, true);
   ZT_ASSERT(!o.save_id.empty(), "checkpoint_save needs a save id");
   auto barrier = [&] {
     if (o.barrier) o.barrier();
   };
-  if (o.chief) {
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-  }
+  if (o.chief) checkpoint_begin(o.output_dir, o.step);
   barrier();  // the folder exists before any rank writes into it
   nlohmann::json state;
   ShardWriter w(&state);
   for (const Stateful* c : components) c->save_state(w);
-  if (o.shard.index >= 0) write_shard(tmp, o.shard, w.pieces(), o.save_id);
+  checkpoint_write_shard(o.output_dir, o.step, o.shard, w.pieces(), o.save_id);
   barrier();  // every shard is written before the chief seals the folder
-  if (o.chief)
-    finish(tmp, checkpoint_dir(o.output_dir, o.step, false), cfg, std::move(state), o.save_id, o.extra_files);
+  if (o.chief) checkpoint_seal(o.output_dir, o.step, cfg, std::move(state), o.save_id, o.extra_files);
 }
 
 CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes,

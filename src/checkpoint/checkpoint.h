@@ -54,6 +54,17 @@ struct CheckpointSaveOptions {
 void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
                      const std::vector<const Stateful*>& components);
 
+// checkpoint_save in its parts, for the flash checkpoints (train/flash_checkpoint.h), which
+// write a snapshot's pieces from a background thread with no collective: the chief begins
+// (a fresh checkpoint-N.tmp/), each shard owner writes its files there, and once every shard is
+// written (the caller knows how) the chief seals it (JSON files, checksums.json, the rename).
+std::string checkpoint_tmp_dir(const std::string& output_dir, int64_t step);
+void checkpoint_begin(const std::string& output_dir, int64_t step);
+void checkpoint_write_shard(const std::string& output_dir, int64_t step, const StateShard& shard,
+                            const std::vector<StatePiece>& pieces, const std::string& save_id);
+void checkpoint_seal(const std::string& output_dir, int64_t step, const ModelConfig& cfg, nlohmann::json state,
+                     const std::string& save_id, const std::vector<std::pair<std::string, std::string>>& extra_files);
+
 // A checkpoint folder opened for loading: checksums and save ids verified (an Error naming
 // the damaged or foreign file), config.json compared with the run's model key by key (the
 // resolved config: config_resolved_json), trainer_state.json read, and the pieces of

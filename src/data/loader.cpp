@@ -59,7 +59,7 @@ void DataCursor::load_state(StateReader& r) {
 
 int64_t DataLoader::first_sequence(const LoaderConfig& c, int64_t step, int micro) {
   const int64_t per_step = int64_t(c.B) * c.accumulation * c.world;
-  return step * per_step + (int64_t(micro) * c.world + c.rank) * c.B;
+  return (step + c.step_offset) * per_step + (int64_t(micro) * c.world + c.rank) * c.B;
 }
 
 DataLoader::DataLoader(const TokenFile& f, const LoaderConfig& c, int64_t first_step)
@@ -102,7 +102,7 @@ void DataLoader::fill(MicroBatch& mb, int64_t step, int micro) {
   mb.micro = micro;
   source_->fill(mb.inputs.data(), mb.targets.data(), mb.positions.empty() ? nullptr : mb.positions.data(),
                 first_sequence(c_, step, micro), c_.B);
-  mb.step_targets = source_->count_targets(step * sequences_per_step(), sequences_per_step());
+  mb.step_targets = source_->count_targets((step + c_.step_offset) * sequences_per_step(), sequences_per_step());
 }
 
 // The producer runs one slot ahead of the consumer at most ring size - 1 times: the slot the

@@ -39,6 +39,9 @@ struct LoaderConfig {
   bool packing = false;
   int64_t eos_id = -1;  // document separator for packing
   int depth = 3;        // micro-batches prepared ahead
+  // Steps of data skipped (a loss-spike rollback, train/spike_guard.h): optimizer step k reads
+  // the sequences of step k + step_offset.
+  int64_t step_offset = 0;
 };
 
 // Where the loader's sequences come from: a token file's windows (below) or SFT rows

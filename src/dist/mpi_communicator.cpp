@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/run_control.h"
 #include "dist/backends.h"
 #include "dist/backoff.h"
 #include "dist/mpi_progress.h"
@@ -399,8 +400,10 @@ class Engine {
       const double waited = std::chrono::duration<double>(now - t0).count(), to = timeout();
       if (to > 0 && waited > to)
         throw Error(str_cat("communication timeout: ", collective_name(op.kind), " #", op.seq, " (", size_t(op.payload),
-                            " bytes) on communicator \"", name_, "\" (rank ", rank_, " of ", size_, ") waited ",
-                            int(waited), " s (--ddp_timeout ", to, "): ", progress_->describe_missing(current_),
+                            " bytes) on communicator \"", name_, "\" (rank ", rank_, " of ", size_, ")",
+                            train_step_current() >= 0 ? str_cat(" in training step ", train_step_current()) : "",
+                            " waited ", int(waited), " s (--ddp_timeout ", to,
+                            "): ", progress_->describe_missing(current_),
                             "; a stopped, hung or failed rank, or raise --ddp_timeout for a legitimately long wait"));
       backoff.pause();
     }

@@ -63,8 +63,8 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   // Not here, legitimately per rank: model_name_or_path, model_config_path, train_file,
   // validation_file, deepspeed (paths: contents are compared, or applied to the values below),
   // threads, dataloader_prefetch (speed only), explicit_flags (how a value was given, not the
-  // value), the test hook test_fail_rank / test_fail_step, and the SFT paths tokenizer_name,
-  // chat_template_path, cache_dir (each rank reads its own copy; the data's identity is compared).
+  // value), the test hooks test_fail_rank / test_fail_step / test_flash_pause / test_spike_*, and the SFT paths
+  // tokenizer_name, chat_template_path, cache_dir (each rank reads its own copy; the data's identity is compared).
   ZT_ARG(eval_steps), ZT_ARG(max_eval_samples), ZT_ARG(output_dir), ZT_ARG(overwrite_output_dir);
   ZT_ARG(per_device_train_batch_size), ZT_ARG(gradient_accumulation_steps), ZT_ARG(model_max_length);
   ZT_ARG(optim), ZT_ARG(learning_rate), ZT_ARG(weight_decay), ZT_ARG(adam_beta1), ZT_ARG(adam_beta2);
@@ -72,6 +72,7 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(lr_scheduler_kwargs);
   ZT_ARG(max_steps), ZT_ARG(num_train_epochs), ZT_ARG(logging_steps), ZT_ARG(save_strategy), ZT_ARG(save_steps);
   ZT_ARG(save_total_limit), ZT_ARG(resume_from_checkpoint), ZT_ARG(resume_allow_changes), ZT_ARG(save_dtype);
+  ZT_ARG(flash_checkpoint), ZT_ARG(spike_policy), ZT_ARG(spike_window), ZT_ARG(spike_zscore);
   ZT_ARG(seed), ZT_ARG(logging_dir), ZT_ARG(report_to), ZT_ARG(plot), ZT_ARG(disable_tqdm), ZT_ARG(packing);
   ZT_ARG(eos_token_id), ZT_ARG(zero_stage), ZT_ARG(overlap_comm), ZT_ARG(reduce_bucket_size);
   ZT_ARG(allgather_bucket_size), ZT_ARG(contiguous_gradients), ZT_ARG(reduce_scatter), ZT_ARG(zero_hpz_partition_size);

@@ -88,6 +88,16 @@ struct TrainArgs {
   // (the train file); "" = nothing (docs/checkpoints.md#resuming).
   std::string resume_allow_changes;
   std::string save_dtype = "float32";  // float32 | bfloat16 for saved model weights
+  // Flash checkpoints (docs/fault-tolerance.md): each save copies the state to /dev/shm and
+  // persists checkpoint-N in a background thread; latest resumes from a newer snapshot.
+  bool flash_checkpoint = false;
+  // Loss spikes and NaN (docs/fault-tolerance.md#loss-spikes-and-nan): what a step whose loss or
+  // gradient norm lies over spike_zscore standard deviations above the mean of the last
+  // spike_window applied steps does: none (not detected) | skip | rollback | stop. A non-finite
+  // loss or gradient norm never reaches the weights whatever the policy.
+  std::string spike_policy = "none";
+  int64_t spike_window = 100;
+  double spike_zscore = 6.0;
 
   // Mixed precision (docs/training.md#mixed-precision): HF's --bf16 / --fp16, or a DeepSpeed
   // config's bf16 / fp16 blocks. fp32 masters, gradients and optimizer state either way.
@@ -183,6 +193,12 @@ struct TrainArgs {
   // of that step (0-based), so tests can check that the job ends at once naming the rank.
   int test_fail_rank = -1;
   int64_t test_fail_step = -1;
+  // Test hook (apps/ sets it from ZT_TEST_FLASH_PAUSE=copy:N | persist:N): pause there (train/flash_checkpoint.h).
+  std::string test_flash_pause;
+  // Test hook (apps/ sets it from ZT_TEST_SPIKE_AT=step:factor): the loss and gradients of the
+  // data of that 1-based step are multiplied by factor (nan allowed), a corrupted data window.
+  int64_t test_spike_step = -1;
+  double test_spike_factor = 1;
 };
 
 // Runs training on the ranks of `world` (the size-1 local communicator, or MPI's world

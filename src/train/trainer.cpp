@@ -27,6 +27,7 @@
 #include "core/memory.h"
 #include "core/profile.h"
 #include "core/rng_state.h"
+#include "core/run_control.h"
 #include "data/file_identity.h"
 #include "data/loader.h"
 #include "data/sft_data.h"
@@ -44,6 +45,8 @@
 #include "optim/schedule.h"
 #include "train/deepspeed_config.h"
 #include "train/evaluate.h"
+#include "train/flash_checkpoint.h"
+#include "train/spike_guard.h"
 #include "train/run_identity.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
@@ -178,8 +181,12 @@ void check_args(const TrainArgs& a) {
   check_hf_strategies(a);
   ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
   schedule_from_args(a, 0);  // the scheduler's name and --lr_scheduler_kwargs
+  spike_policy_from(a.spike_policy);
   hf_parse_size(a.max_shard_size, "--max_shard_size");
   allowed_changes(a.resume_allow_changes);
+  ZT_CHECK(!a.flash_checkpoint || !a.load_best_model_at_end,
+           "--flash_checkpoint with --load_best_model_at_end is not supported yet (pruning in the background "
+           "could remove the best checkpoint); drop one of them");
 }
 
 parallel::DataParallelOptions engine_options(const TrainArgs& a) {
@@ -316,6 +323,7 @@ bool is_jsonl(const std::string& path) { return path.size() > 6 && path.compare(
 struct StepResult {
   double loss = 0, grad_norm = 0;
   bool skipped = false;  // mixed precision: inf/NaN gradients, no optimizer step
+  SpikeVerdict spike;    // non-finite or a spike: no update was applied (the caller's policy decides)
 };
 
 class Trainer {
@@ -330,15 +338,20 @@ class Trainer {
   void prepare_output_dir();
   void build_model_and_engine();
   void resume();
+  void start_flash();
   void start_run(const CheckpointRef* resumed);
   void start_loader_and_log();
   StepResult train_step(int64_t step);
   void pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale);
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
+  int step_vote();
+  void stop_saved(int64_t step, int signo);
+  bool handle_spike(int64_t step, const StepResult& r, int64_t* resume_at);
+  int64_t rollback(int64_t step);
   void finish(double train_s);
   nlohmann::json pipeline_report(int64_t steps_run);
-  int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
+  int64_t skipped_steps() const { return (scaler_ ? scaler_->skipped_steps() : 0) + spike_->skipped(); }
   // The LR schedule advances with optimizer steps taken, as HF's and DeepSpeed's schedulers
   // do: a step skipped for overflow does not move it.
   double lr_for(int64_t step) const { return sched_->lr_at(step - skipped_steps()); }
@@ -398,11 +411,14 @@ class Trainer {
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<parallel::LocalSgd> local_sgd_;  // --local_sgd_steps
-  std::unique_ptr<CheckpointReader> resumed_;
+  std::unique_ptr<StateReader> resumed_;  // a checkpoint folder, or a flash snapshot
   LoaderConfig lc_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<TrainLog> log_;
   nlohmann::json model_states_ = nlohmann::json::object();  // empty when no step runs (resumed at the end)
+  int64_t last_saved_step_ = -1;
+  std::unique_ptr<FlashCheckpointer> flash_;  // --flash_checkpoint
+  std::unique_ptr<SpikeGuard> spike_;         // --spike_policy; NaN / Inf never reach the weights
 };
 
 Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
@@ -415,6 +431,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   check_tp_args(a_, world.size());
   cfg_ = load_config(a_);
   check_tp_plan(cfg_, {a_.tensor_model_parallel_size, 0, a_.sequence_parallel});
+  spike_ = std::make_unique<SpikeGuard>(spike_policy_from(a_.spike_policy), a_.spike_window, a_.spike_zscore);
   plan_ = act_plan_from_args(a_, cfg_);  // a bad combination fails here, before any work
   // Every weight shard present before --output_dir is touched (a missing one is one error).
   if (!a_.model_name_or_path.empty()) hf_check_weights(a_.model_name_or_path);
@@ -431,6 +448,9 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
                                         world.size() / (a_.tensor_model_parallel_size * a_.pipeline_parallel_size));
   ZT_CHECK(a_.local_sgd_steps == 0 || (a_.tensor_model_parallel_size == 1 && a_.pipeline_parallel_size == 1),
            "--local_sgd_steps does not compose with tensor or pipeline parallelism yet; use one of them");
+  ZT_CHECK(a_.local_sgd_steps == 0 || a_.spike_policy == "none",
+           "--spike_policy ", a_.spike_policy, " judges the gradient norm, which local SGD's groups do not share; "
+           "use --spike_policy none with --local_sgd_steps");
   if (a_.local_sgd_steps > 0) a_.local_sgd_group_size = local_sgd_group(world, a_.local_sgd_group_size);
   grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
   dp_comm_ = &grid_->dp();
@@ -439,6 +459,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   if (chief_) prepare_output_dir();
   build_model_and_engine();
   resume();
+  if (flash_) start_flash();
   start_loader_and_log();
   startup_s_ = seconds_since(t_start_);
 }
@@ -648,7 +669,13 @@ void Trainer::build_model_and_engine() {
 // holds, assembled from whatever layout (N, stage) wrote them. The data order is a pure
 // function of (seed, step), so the cursor is one number.
 void Trainer::resume() {
+  if (a_.flash_checkpoint)
+    flash_ = std::make_unique<FlashCheckpointer>(
+        world_, FlashOptions{a_.output_dir, cfg_, side_files_, a_.save_total_limit, a_.test_flash_pause});
   if (a_.resume_from_checkpoint.empty()) {
+    // A fresh start replaces the folder's previous run: its snapshots are garbage.
+    if (flash_)
+      flash_->forget_run(dist::broadcast_string(world_, chief_ ? run_record_read(a_.output_dir).run_id : "", 0));
     if (chief_) start_run(nullptr);
     return;
   }
@@ -660,26 +687,45 @@ void Trainer::resume() {
   if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
   dir = dist::broadcast_string(world_, dir, 0);
   save_id = dist::broadcast_string(world_, save_id, 0);
-  if (dir.empty())
+  // --flash_checkpoint: the run's shared-memory snapshot wins when it is newer on every rank.
+  std::unique_ptr<StateReader> snapshot;
+  if (flash_ && a_.resume_from_checkpoint == "latest") {
+    const std::string run_id = dist::broadcast_string(world_, chief_ ? run_record_read(a_.output_dir).run_id : "", 0);
+    int64_t disk_step = -1;
+    if (chief_ && !dir.empty())
+      disk_step = checkpoint_read_trainer_state((fs::path(dir) / "trainer_state.json").string())["global_step"];
+    world_.broadcast(&disk_step, sizeof disk_step, 0);
+    snapshot = flash_->try_resume(run_id, disk_step);
+  }
+  if (dir.empty() && !snapshot)
     throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
   const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
-  resumed_ = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id);
+  std::string model_change;
+  if (snapshot) {
+    resumed_ = std::move(snapshot);
+  } else {
+    auto reader = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id);
+    model_change = reader->model_change();
+    resumed_ = std::move(reader);
+  }
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
   std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
   if (scaler_) parts.push_back(scaler_.get());
   if (local_sgd_) parts.push_back(local_sgd_.get());
-  resumed_->load(parts);
+  parts.push_back(spike_.get());
+  for (Stateful* c : parts) c->load_state(*resumed_);
   engine_->sync_after_load();
   start_step_ = rs.cursor.step();
   // The step is recorded by several components; they must agree (else the folder mixes saves
   // or was edited), since the data, the LR and the optimizer's bias correction all follow it.
-  ZT_CHECK(rs.schedule.step() == start_step_ && engine_->optimizer().steps() == start_step_ - skipped_steps(), dir,
-           ": its data cursor, LR scheduler and optimizer are at different steps (", start_step_, ", ",
-           rs.schedule.step(), ", ", engine_->optimizer().steps(), " + ", skipped_steps(),
+  ZT_CHECK(rs.schedule.step() == start_step_ && engine_->optimizer().steps() == start_step_ - skipped_steps(),
+           resumed_->source(), ": its data cursor, LR scheduler and optimizer are at different steps (", start_step_,
+           ", ", rs.schedule.step(), ", ", engine_->optimizer().steps(), " + ", skipped_steps(),
            " skipped); the checkpoint is damaged");
   if (!chief_) return;
-  std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step_);
-  for (const std::string& change : {resumed_->model_change(), rs.data.change()})
+  if (!flash_ || flash_->resumed_step() < 0)
+    std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step_);
+  for (const std::string& change : {model_change, rs.data.change()})
     if (!change.empty())
       std::fprintf(stderr, "ztrain: warning: resuming although %s (--resume_allow_changes)\n", change.c_str());
   const nlohmann::json* id = resumed_->find_json("ztrain.run_id");
@@ -687,6 +733,19 @@ void Trainer::resume() {
   const CheckpointRef ref{id && id->is_string() ? id->get<std::string>() : "",
                           attempt && attempt->is_number_integer() ? attempt->get<int64_t>() : 0, start_step_};
   start_run(&ref);
+}
+
+// --flash_checkpoint: every rank binds to the run's snapshot file (the chief's run id), reserves
+// shared memory for its state and, after a resume from a snapshot, persists it.
+void Trainer::start_flash() {
+  const std::string run_id = dist::broadcast_string(world_, chief_ ? run_tag_.run_id : "", 0);
+  RunState rs(a_, seqs_per_step_, T_, *sched_, start_step_, train_id_, run_tag_);
+  StateCollector c;
+  for (Stateful* p : rs.with(*engine_)) p->save_state(c);
+  uint64_t bytes = 0;
+  for (const StatePiece& p : c.pieces) bytes += (uint64_t(p.slice.count) * 4 + 63) / 64 * 64;
+  flash_->start(run_id, bytes);
+  if (flash_->resumed_step() >= 0) last_saved_step_ = flash_->resumed_step();
 }
 
 // The chief records this start in run.json (a new attempt of a new or the resumed run)
@@ -715,6 +774,7 @@ void Trainer::start_loader_and_log() {
   ZT_CHECK(sft_ || !a_.packing || lc_.eos_id >= 0,
            "--packing needs the EOS token id: config.json has no integer eos_token_id; pass --eos_token_id");
   lc_.depth = std::max(2, a_.dataloader_prefetch + 1);
+  lc_.step_offset = spike_->data_offset_steps();  // data skipped by loss-spike rollbacks
   loader_ = sft_ ? std::make_unique<DataLoader>(*sft_rows_, lc_, start_step_)
                  : std::make_unique<DataLoader>(*data_, lc_, start_step_);
   if (chief_) {
@@ -742,6 +802,9 @@ StepResult Trainer::train_step(int64_t step) {
     throw Error(
         str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ", step));
   double sums[2] = {0, 0};  // loss sum, counted tokens (summed over the dp ranks below)
+  // Test hook: the data of one step corrupted (its loss and gradients scaled; not under a pipeline).
+  const float corrupt =
+      a_.test_spike_step == step + 1 + spike_->data_offset_steps() ? float(a_.test_spike_factor) : 1.0f;
   if (pipe_) {
     pipeline_micro_batches(step, &sums[0], loss_scale, &grad_scale);
   } else {
@@ -751,7 +814,8 @@ StepResult Trainer::train_step(int64_t step) {
       if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
       int64_t c = 0;
       engine_->set_last_micro(micro == G_ - 1);
-      sums[0] += model_->forward_backward(mb.inputs.data(), mb.targets.data(), grad_scale, &c, mb.pos());
+      sums[0] +=
+          corrupt * model_->forward_backward(mb.inputs.data(), mb.targets.data(), corrupt * grad_scale, &c, mb.pos());
       sums[1] += double(c);
     }
   }
@@ -764,10 +828,8 @@ StepResult Trainer::train_step(int64_t step) {
   if (dp_comm_->size() > 1) dp_comm_->all_reduce(sums, 2);
   StepResult r;
   r.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // a step of prompt-only rows trains nothing
-  // In fp32 a non-finite loss ends the run; under mixed precision it is an overflow like
-  // inf/NaN gradients (the global norm, the same on every rank): the step is skipped.
-  ZT_CHECK(scaler_ || std::isfinite(r.loss), "loss became ", r.loss, " at step ", step + 1,
-           "; lower --learning_rate or check the data");
+  // Under mixed precision a non-finite loss is an overflow like inf/NaN gradients (the global
+  // norm, the same on every rank): the scaler skips the step. Otherwise the spike guard judges.
   ZT_PROFILE("optimizer");
   if (tp_region_) {
     // Split tensors' squares summed over the TP ranks, replicated ones counted once.
@@ -782,6 +844,11 @@ StepResult Trainer::train_step(int64_t step) {
     r.skipped = scaler_->update(overflow);  // throws when the scale cannot go lower
     if (r.skipped) return r;
   }
+  // NaN / Inf, or a spike under --spike_policy: no update; the caller applies the policy.
+  r.spike = spike_->judge(r.loss, r.grad_norm);
+  if (r.spike.bad) return r;
+  spike_->accept(r.loss, r.grad_norm);
+  if (flash_) flash_->wait_copied();  // the update changes what a flash snapshot is copying
   engine_->clip(r.grad_norm, a_.max_grad_norm, 1.0 / loss_scale);
   engine_->step(lr_for(step));
   return r;
@@ -837,6 +904,10 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     if (local_sgd_)
       extra.push_back({"bytes_across_hosts_per_step", local_sgd_->bytes_across() / double(step + 1 - start_step_)});
     if (pipe_) extra.push_back({"pipeline_bubble", last_bubble_});
+    if (spike_->policy() != SpikePolicy::none) {
+      extra.push_back({"spike_skipped", double(spike_->skipped())});
+      extra.push_back({"spike_rollbacks", double(spike_->rollbacks())});
+    }
     const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
     log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s, log_now, extra);
     if (step == start_step_) log_->first_step(startup_s_, weights_s_);
@@ -888,23 +959,127 @@ void Trainer::save(int64_t step) {
   std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
   if (scaler_) parts.push_back(scaler_.get());
   if (local_sgd_) parts.push_back(local_sgd_.get());
+  parts.push_back(spike_.get());
   if (log_) parts.push_back(log_.get());
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
+  last_saved_step_ = step;
+  if (flash_) {
+    StateCollector c;
+    for (const Stateful* p : parts) p->save_state(c);
+    flash_->snapshot(step, c, checkpoint_shard(), save_id);  // reports its stall (chief)
+    return;
+  }
   checkpoint_save({a_.output_dir, step, checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_},
                   cfg_, {parts.begin(), parts.end()});
   if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit, a_.load_best_model_at_end ? best_checkpoint_ : "");
+}
+
+// At every step boundary the ranks agree, by a MAX all-reduce of two integers over the world
+// (microseconds; docs/fault-tolerance.md): whether any rank was asked to stop (graceful
+// preemption: all ranks stop after the same step even when the signal reached only one), and
+// whether a flash checkpoint's shard is still being written on any rank (when none is, the
+// chief seals the checkpoint). Returns the stop signal, or 0.
+int Trainer::step_vote() {
+  int64_t v[2] = {stop_requested(), flash_ && flash_->shard_pending() ? 1 : 0};
+  if (world_.size() > 1) world_.all_reduce(v, 2, dist::ReduceOp::max);
+  if (flash_) flash_->after_vote(v[1] != 0);
+  return int(v[0]);
+}
+
+// Every rank saves the state after `step` (unless this step was just saved) and the chief
+// says where; the caller then returns, and the process exits 0.
+void Trainer::stop_saved(int64_t step, int signo) {
+  if (last_saved_step_ != step) save(step);
+  if (flash_) flash_->finish();  // persisted and sealed; the shared memory is freed
+  if (!chief_) return;
+  std::fflush(stdout);
+  std::printf(
+      "ztrain: stopped by %s after step %lld of %lld; saved %s (continue with --resume_from_checkpoint latest)\n",
+      stop_signal_name(signo), (long long)step, (long long)total_steps_,
+      (fs::path(a_.output_dir) / ("checkpoint-" + std::to_string(step))).string().c_str());
+  std::fflush(stdout);
+}
+
+// A step whose loss or gradient norm is non-finite, or a spike (spike_guard.h): no update was
+// applied. Every rank decides the same (the values are reduced). Returns true after a rollback,
+// with the step to go on from.
+bool Trainer::handle_spike(int64_t step, const StepResult& r, int64_t* resume_at) {
+  const std::string at = str_cat("step ", step + 1, ": ", r.spike.what);
+  const SpikePolicy p = spike_->policy();
+  if (p == SpikePolicy::none || p == SpikePolicy::stop)
+    throw JobError(str_cat(at, "; the update was not applied (the weights are unchanged) and the run stops",
+                           p == SpikePolicy::stop ? " (--spike_policy stop)" : "",
+                           "; continue from the newest checkpoint with --resume_from_checkpoint latest, after "
+                           "lowering --learning_rate or checking the data, or pass --spike_policy skip or rollback"));
+  if (p == SpikePolicy::rollback) {
+    *resume_at = rollback(step);
+    if (*resume_at >= 0) {
+      if (chief_)
+        std::printf(
+            "ztrain: %s; rolled back to step %lld and skipping the data of steps %lld-%lld "
+            "(--spike_policy rollback; %lld rollbacks so far)\n",
+            at.c_str(), (long long)*resume_at, (long long)*resume_at + 1, (long long)step + 1,
+            (long long)spike_->rollbacks());
+      return true;
+    }
+    if (chief_) std::printf("ztrain: %s; no checkpoint to roll back to yet: the update is skipped\n", at.c_str());
+  }
+  spike_->count_skip();
+  if (chief_ && p == SpikePolicy::skip)
+    std::printf("ztrain: %s; the update is skipped (--spike_policy skip; %lld skipped so far)\n", at.c_str(),
+                (long long)spike_->skipped());
+  return false;
+}
+
+// --spike_policy rollback: every component returns to the newest save (the flash snapshot in
+// shared memory when there is one, else the newest checkpoint) and the data of the steps from
+// there to the spike is skipped. The spike counters and the data offset are not rolled back.
+// Returns the restored step, or -1 when nothing was saved yet.
+int64_t Trainer::rollback(int64_t step) {
+  std::unique_ptr<StateReader> reader;
+  if (flash_) reader = flash_->last_snapshot();
+  if (!reader) {
+    std::string dir, save_id;
+    if (chief_) dir = checkpoint_find_latest(a_.output_dir, &save_id);
+    dir = dist::broadcast_string(world_, dir, 0);
+    save_id = dist::broadcast_string(world_, save_id, 0);
+    if (dir.empty()) return -1;
+    reader = std::make_unique<CheckpointReader>(dir, cfg_, false, save_id);
+  }
+  const SpikeGuard::Counters kept = spike_->counters();
+  RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
+  std::vector<Stateful*> parts = rs.with(*engine_);
+  if (scaler_) parts.push_back(scaler_.get());
+  parts.push_back(spike_.get());
+  if (log_) parts.push_back(log_.get());
+  for (Stateful* c : parts) c->load_state(*reader);
+  const int64_t to = rs.cursor.step();
+  spike_->set_counters(kept);
+  spike_->count_rollback(to, step + 1);
+  loader_.reset();  // restarts at the restored step, past the skipped data
+  lc_.step_offset = spike_->data_offset_steps();
+  loader_ = sft_ ? std::make_unique<DataLoader>(*sft_rows_, lc_, to) : std::make_unique<DataLoader>(*data_, lc_, to);
+  return to;
 }
 
 void Trainer::run() {
   const auto t_train = Clock::now();
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     const auto t_step = Clock::now();
+    train_step_set(step + 1);  // named by the collective watchdog (--ddp_timeout)
     const StepResult r = train_step(step);
+    int64_t resume_at = -1;
+    if (r.spike.bad && handle_spike(step, r, &resume_at)) {
+      step = resume_at - 1;  // rolled back: the loop goes on from the restored step
+      continue;
+    }
     // Local SGD's outer sync follows every H-th step whether or not the inner update was
     // skipped (an overflow seen by one group only), so every group meets at the same steps.
     if (local_sgd_) local_sgd_->after_step(step);
     after_step(step, r, seconds_since(t_step));
+    // A stop request after the last step changes nothing: the run finishes as usual.
+    if (const int signo = step + 1 < total_steps_ ? step_vote() : 0) return stop_saved(step + 1, signo);
   }
   finish(seconds_since(t_train));
 }
@@ -982,6 +1157,7 @@ nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
 }
 
 void Trainer::finish(double train_s) {
+  if (flash_) flash_->finish();  // the last flash checkpoint persisted; the shared memory freed
   const int64_t steps_run = std::max<int64_t>(1, total_steps_ - start_step_);
   nlohmann::json report = engine_->describe();
   report["communication"] = comm_report(*engine_, steps_run, G_);

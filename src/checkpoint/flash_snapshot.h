@@ -1,0 +1,89 @@
+// flash_snapshot.h: a rank's state copied into shared memory (a file under /dev/shm), which
+// outlives the process (kill -9 included; not a reboot), so a flash checkpoint costs the
+// training loop one memory copy and a restart finds the newest state there
+// (docs/fault-tolerance.md#flash-checkpoints).
+// The file: a 4 KiB header, the pieces' data (each 64-byte aligned, in the order saved), then a
+// JSON block (the piece table, the components' JSON state, the model config). The header's
+// `complete` word is cleared before a copy starts and set last, after the checksum over the data
+// and the JSON is stored, so a snapshot torn by a kill is never taken for whole.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/state.h"
+
+namespace zt {
+
+// Collects what components save (pieces by pointer, JSON values), to be copied into a snapshot.
+class StateCollector final : public StateWriter {
+ public:
+  void put_tensor(const StatePiece& p) override;
+  void put_json(const std::string& key, const nlohmann::json& value) override;
+  std::vector<StatePiece> pieces;
+  nlohmann::json json = nlohmann::json::object();
+};
+
+// What identifies a snapshot besides its contents.
+struct SnapshotInfo {
+  int64_t step = 0;
+  std::string save_id;
+  int rank = 0, world = 1;
+  StateShard shard;
+};
+
+class FlashSnapshot {
+ public:
+  // /dev/shm/ztrain-<run id>-r<rank> ($ZT_FLASH_DIR replaces /dev/shm, for tests).
+  static std::string path_for(const std::string& run_id, int rank);
+  // Maps path, creating it when absent (an empty, incomplete snapshot).
+  explicit FlashSnapshot(std::string path);
+  ~FlashSnapshot();
+  FlashSnapshot(const FlashSnapshot&) = delete;
+  FlashSnapshot& operator=(const FlashSnapshot&) = delete;
+
+  // Grows the file to hold `data_bytes` of pieces and touches every page (tmpfs allocates it),
+  // so the first copy does not pay for page faults. Safe to call from a background thread
+  // before any write (nothing else may use the snapshot meanwhile).
+  void reserve(uint64_t data_bytes);
+  // Marks the snapshot incomplete, copies every piece (over `threads` OpenMP threads) and the
+  // JSON. `midway`, when set, runs after half the bytes (a test hook).
+  void write(const SnapshotInfo& info, const StateCollector& c, const nlohmann::json& config, int threads,
+             const std::function<void()>& midway = nullptr);
+  // The checksum over data and JSON, then the complete mark (a background thread's work).
+  void seal();
+
+  // Reading (a restart): whether the snapshot is complete and its checksum holds; when not,
+  // `why` says what is wrong (absent, incomplete/torn, checksum mismatch, another format).
+  bool verify(std::string* why) const;
+  const SnapshotInfo& info() const { return info_; }
+  const nlohmann::json& state() const { return meta_["state"]; }
+  const nlohmann::json& config() const { return meta_["config"]; }
+  // The pieces with data pointing into the mapping (valid while this object lives, until the
+  // next write): what a persist writes to a checkpoint folder.
+  std::vector<StatePiece> pieces() const;
+  // A reader over the snapshot: components load from it as from a checkpoint (same layout).
+  std::unique_ptr<StateReader> reader() const;
+  const std::string& path() const { return path_; }
+  // Removes the file (a normal end); the mapping stays valid until destruction.
+  void unlink();
+
+ private:
+  struct Header;
+  Header* header() const;
+  void map_size(uint64_t bytes);
+  bool parse_meta(std::string* why);
+  uint64_t checksum() const;
+
+  std::string path_;
+  int fd_ = -1;
+  uint8_t* map_ = nullptr;
+  uint64_t size_ = 0;
+  SnapshotInfo info_;
+  nlohmann::json meta_;
+};
+
+}  // namespace zt

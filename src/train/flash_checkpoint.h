@@ -1,0 +1,111 @@
+// flash_checkpoint.h: --flash_checkpoint (docs/fault-tolerance.md#flash-checkpoints). At a save
+// the training loop stops only while each rank copies its state into its shared-memory snapshot
+// (checkpoint/flash_snapshot.h); a background thread then checksums the snapshot and writes the
+// rank's shard into checkpoint-N.tmp/ (the format of checkpoint.h), and once every rank's shard
+// is written (agreed at a step boundary, in the trainer's vote) the chief's thread seals the folder
+// (JSON files, checksums.json, rename) and prunes. Nothing in the background is a collective.
+// On restart with --resume_from_checkpoint latest, a complete snapshot newer than the newest
+// persisted checkpoint on every rank is loaded instead, and persisted at once.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/flash_snapshot.h"
+#include "dist/communicator.h"
+#include "models/config.h"
+
+namespace zt {
+
+struct FlashOptions {
+  std::string output_dir;
+  ModelConfig cfg;
+  std::vector<std::pair<std::string, std::string>> extra_files;  // the chief's side files
+  int64_t save_total_limit = 0;
+  // Test hook (ZT_TEST_FLASH_PAUSE=copy:N or persist:N): pause (sleep) in the snapshot copy or
+  // the persist of step N after printing a line, so a test can kill -9 there.
+  std::string test_pause;
+};
+
+class FlashCheckpointer {
+ public:
+  FlashCheckpointer(dist::Communicator& world, FlashOptions o);
+  ~FlashCheckpointer();  // stops the thread after its current job; leaves the snapshot in place
+
+  // Resume (a collective): opens the snapshot of run `run_id` and uses it when it is complete on
+  // every rank, from this world, of this model, and newer than `disk_step` (-1: no checkpoint).
+  // Returns a reader to load the components from, or nullptr (the chief prints why not).
+  std::unique_ptr<StateReader> try_resume(const std::string& run_id, int64_t disk_step);
+  int64_t resumed_step() const { return resumed_step_; }
+  // A fresh start over a folder whose previous run was `run_id`: its snapshot is removed.
+  void forget_run(const std::string& run_id);
+  // Binds to the run's snapshot file (after the run id is known; keeps the one try_resume
+  // opened when it is the same file) and starts, in the background, persisting a resumed
+  // snapshot and reserving shared memory for `data_bytes` of state.
+  void start(const std::string& run_id, uint64_t data_bytes);
+
+  // A collective at the same step on every rank: waits for the previous persist if it is not
+  // done, then queues the copy of the state into shared memory and its persist. The copy runs
+  // beside the next step's forward and backward, which only read what it copies.
+  void snapshot(int64_t step, const StateCollector& c, const StateShard& shard, const std::string& save_id);
+  // Before an optimizer update (which changes the state being copied): waits for the copy.
+  // The chief then prints what the save cost the training loop.
+  void wait_copied();
+  // For the trainer's vote at each step boundary: this rank's shard is not written yet.
+  bool shard_pending();
+  // After the vote: `any_pending` false means every rank's shard is written; the chief seals.
+  void after_vote(bool any_pending);
+  // Waits until the last snapshot is persisted and sealed (a collective).
+  void drain();
+  // The newest snapshot (after drain), to load from; nullptr when none was taken or resumed.
+  std::unique_ptr<StateReader> last_snapshot();
+  // drain, then remove the snapshot file (a normal end, or a graceful stop).
+  void finish();
+  double last_stall_s() const { return stall_s_; }
+
+ private:
+  enum class Phase { idle, shard_writing, sealing };
+  void run_worker();
+  void post(std::function<void()> job);
+  void wait_idle_queue();
+  void reset_job_cpu();
+  void rethrow();
+  void begin_persist(int64_t step, const StateShard& shard, const std::string& save_id, bool seal_snapshot);
+  void pause_if(const char* where, int64_t step) const;
+  void report();
+
+  dist::Communicator& world_;
+  FlashOptions o_;
+  bool chief_;
+  std::unique_ptr<FlashSnapshot> snap_;
+  Phase phase_ = Phase::idle;
+  int64_t pending_step_ = -1, resumed_step_ = -1;
+  std::string pending_save_id_;
+  nlohmann::json pending_state_;  // the chief's JSON state of the pending save
+  std::atomic<bool> shard_done_{false}, seal_done_{false};
+  // The last save: seconds the loop stopped at the save and waiting for the copy, the copy's own
+  // seconds and bytes, and whether the chief still has to print them.
+  double stall_s_ = 0, save_s_ = 0, copy_s_ = 0;
+  uint64_t copy_bytes_ = 0;
+  std::chrono::steady_clock::time_point saved_at_;
+  bool copied_ = true, report_pending_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool busy_ = false, quit_ = false;
+  double job_cpu_s_ = 0;  // CPU seconds of the worker's jobs finished since the last save began
+  std::exception_ptr error_;
+  std::thread worker_;
+};
+
+}  // namespace zt

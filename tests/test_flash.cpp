@@ -1,0 +1,107 @@
+// test_flash.cpp: flash snapshots (checkpoint/flash_snapshot.h) without a trainer: a snapshot
+// round-trips pieces and JSON, components read slices of it in any split, and an unsealed
+// (torn), damaged or foreign file is refused with the reason the restart prints.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "checkpoint/flash_snapshot.h"
+
+namespace zt {
+namespace {
+namespace fs = std::filesystem;
+
+class FlashTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("zt_flash_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    path_ = (dir_ / "snap").string();
+    a_.resize(1000);
+    b_.resize(77);
+    std::iota(a_.begin(), a_.end(), 1.0f);
+    std::iota(b_.begin(), b_.end(), -5.0f);
+    // a: elements [200, 1200) of a 10x120 tensor; b: all of a 77-element optimizer slot.
+    c_.put_tensor({"w", {10, 120}, "params", {200, 1000}, a_.data()});
+    c_.put_tensor({"w", {77}, "exp_avg", {0, 77}, b_.data()});
+    c_.put_json("ztrain.step", 12);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write_sealed(FlashSnapshot& s) {
+    s.reserve(8192);
+    s.write({12, "abc", 0, 1, {0, 1}}, c_, {{"n_embd", 8}}, 2);
+    s.seal();
+  }
+
+  fs::path dir_;
+  std::string path_;
+  std::vector<float> a_, b_;
+  StateCollector c_;
+};
+
+TEST_F(FlashTest, RoundTripsAndReadsSlices) {
+  {
+    FlashSnapshot s(path_);
+    write_sealed(s);
+  }
+  FlashSnapshot s(path_);  // as a restarted process opens it
+  std::string why;
+  ASSERT_TRUE(s.verify(&why)) << why;
+  EXPECT_EQ(s.info().step, 12);
+  EXPECT_EQ(s.info().save_id, "abc");
+  EXPECT_EQ(s.config()["n_embd"], 8);
+  auto r = s.reader();
+  EXPECT_EQ(r->get_int("ztrain.step"), 12);
+  std::vector<float> got(300);
+  r->get_tensor({"w", {10, 120}, "params", {500, 300}, got.data()});  // a slice inside the piece
+  EXPECT_EQ(0, std::memcmp(got.data(), a_.data() + 300, 300 * 4));
+  std::vector<float> slot(77);
+  r->get_tensor({"w", {77}, "exp_avg", {0, 77}, slot.data()});
+  EXPECT_EQ(slot, b_);
+  std::vector<float> outside(10);
+  EXPECT_THROW(r->get_tensor({"w", {10, 120}, "params", {0, 10}, outside.data()}), Error);
+  ASSERT_EQ(s.pieces().size(), 2u);
+  EXPECT_EQ(s.pieces()[0].slice.begin, 200);
+}
+
+TEST_F(FlashTest, TornDamagedAndEmptyAreRefused) {
+  std::string why;
+  {
+    FlashSnapshot s(path_);
+    EXPECT_FALSE(s.verify(&why));
+    EXPECT_NE(why.find("no snapshot"), std::string::npos) << why;
+    write_sealed(s);
+    // A second save killed mid-copy: the complete mark was cleared first.
+    s.write({24, "def", 0, 1, {0, 1}}, c_, {{"n_embd", 8}}, 1, [] {});
+  }
+  {
+    FlashSnapshot s(path_);
+    EXPECT_FALSE(s.verify(&why));
+    EXPECT_NE(why.find("incomplete (torn"), std::string::npos) << why;
+    s.seal();
+    EXPECT_TRUE(s.verify(&why)) << why;
+    EXPECT_EQ(s.info().step, 24);
+  }
+  {  // one flipped bit in the data
+    std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096 + 40);
+    f.put(char(0x55));
+  }
+  FlashSnapshot s(path_);
+  EXPECT_FALSE(s.verify(&why));
+  EXPECT_NE(why.find("checksum"), std::string::npos) << why;
+}
+
+TEST_F(FlashTest, PathNamesRunAndRank) {
+  ::setenv("ZT_FLASH_DIR", dir_.c_str(), 1);
+  EXPECT_EQ(FlashSnapshot::path_for("0123abcd", 3), (dir_ / "ztrain-0123abcd-r3").string());
+  ::unsetenv("ZT_FLASH_DIR");
+  EXPECT_EQ(FlashSnapshot::path_for("x", 0), "/dev/shm/ztrain-x-r0");
+}
+
+}  // namespace
+}  // namespace zt
