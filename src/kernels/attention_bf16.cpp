@@ -171,32 +171,8 @@ void forward_bf16(float* out, float* lse, const float* qkv, const AttnDims& dm) 
         for (int kt_i = tile_first_key(doc, q0, nq) / TILE; kt_i <= qt; ++kt_i) {
           const int k0 = kt_i * TILE, nk = std::min(TILE, T - k0);
           dp_block(s.data(), TILE, false, qb.data(), HP, kt.data() + k0, ld, HP, nq);
-          int jmin = TILE, jmax = 0;
-          for (int i = 0; i < nq; ++i) {
-            float* si = s.data() + i * TILE;
-            const int valid = std::min(nk, q0 + i - k0 + 1);
-            const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;
-            if (first >= valid) {
-              std::fill_n(si, TILE, 0.f);
-              corr[i] = 1.f;
-              continue;
-            }
-            jmin = std::min(jmin, first);
-            jmax = std::max(jmax, valid);
-#pragma omp simd
-            for (int j = 0; j < TILE; ++j) si[j] *= scale;
-            const float mx = row_max(si, first, valid, m[i]);
-            float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < TILE; ++j) {
-              float p = j >= first && j < valid ? fast_exp(si[j] - mx) : 0.f;
-              si[j] = p;
-              sum += p;
-            }
-            corr[i] = fast_exp(m[i] - mx);
-            l[i] = l[i] * corr[i] + sum;
-            m[i] = mx;
-          }
+          int jmin, jmax;
+          softmax_tile(s.data(), nq, q0, k0, nk, doc, scale, m.data(), l.data(), corr.data(), &jmin, &jmax);
           for (int i = 0; i < nq; ++i) {
             float* ai = acc.data() + size_t(i) * HS;
             const float c = corr[i];

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+
+#include "kernels/fast_math.h"
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -45,6 +47,44 @@ inline float row_max(const float* s, int first, int valid, float init) {
   for (int j = first; j < valid; ++j) mx = std::max(mx, s[j]);
   return mx;
 #endif
+}
+
+// One key tile of the forward's online softmax for query rows [0, nq) of a tile at q0 against
+// keys from k0 (nk of them): scores s (rows of TILE, times `scale` first unless it is 1) become
+// probabilities in place, zero outside each row's visible keys [first, valid); m / l (running max
+// and sum) are updated and corr gets each row's rescale of its accumulator (1 for a row that sees
+// no key here). Returns the span [*jmin, *jmax) of keys any row sees (empty: jmin >= jmax).
+inline void softmax_tile(float* s, int nq, int q0, int k0, int nk, const int32_t* doc, float scale, float* m, float* l,
+                         float* corr, int* jmin, int* jmax) {
+  *jmin = TILE;
+  *jmax = 0;
+  for (int i = 0; i < nq; ++i) {
+    float* si = s + i * TILE;
+    const int valid = std::min(nk, q0 + i - k0 + 1);            // causal: keys <= query position
+    const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;  // keys >= its document start
+    if (first >= valid) {  // this row's document starts after this tile: nothing to add
+      std::fill_n(si, TILE, 0.f);
+      corr[i] = 1.f;
+      continue;
+    }
+    *jmin = std::min(*jmin, first);
+    *jmax = std::max(*jmax, valid);
+    if (scale != 1.0f) {
+#pragma omp simd
+      for (int j = 0; j < TILE; ++j) si[j] *= scale;
+    }
+    const float mx = row_max(si, first, valid, m[i]);
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < TILE; ++j) {
+      float p = j >= first && j < valid ? fast_exp(si[j] - mx) : 0.f;
+      si[j] = p;
+      sum += p;
+    }
+    corr[i] = fast_exp(m[i] - mx);
+    l[i] = l[i] * corr[i] + sum;
+    m[i] = mx;
+  }
 }
 
 }  // namespace zt::kernels::attn_tiles

@@ -13,6 +13,30 @@
 
 namespace zt::kernels {
 
+namespace {
+// A row's logits z (n real columns of V) after its softmax (exp values summing to sum) become
+// d(loss)/d(logits): z * grad_scale / sum, minus grad_scale at the target column t (if this
+// row holds it), then lowered to the GEMMs' dtype while the row is in cache.
+inline void row_gradient(float* z, int n, int V, float sum, int64_t t, float grad_scale, uint16_t* low_row,
+                         const LmHeadCompute& k) {
+  const float ks = grad_scale / sum;
+#pragma omp simd
+  for (int v = 0; v < n; ++v) z[v] *= ks;
+  if (t >= 0 && t < n) z[t] -= grad_scale;
+  if (low_row) to_lowp(k.t, low_row, z, V);
+  if (k.round_f16) round_to_f16(z, z, V);
+}
+
+// A chunk's backward: dx (=) and dw (+=) from the logits' gradient (low in the GEMMs' dtype, or
+// the fp32 scratch).
+inline void chunk_backward(const LmHeadCompute& k, const uint16_t* low, const float* scratch, int64_t rows, int C,
+                           int V, const void* xc, float* dx, float* dw) {
+  const void* g = low ? static_cast<const void*>(low) : scratch;
+  gemm_typed(k.t, false, false, rows, C, V, 1.0f, g, V, k.w, C, 0.0f, dx, C);
+  gemm_typed(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);
+}
+}  // namespace
+
 double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const LmHeadDims& d,
                  float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute) {
   const int C = d.C, V = d.V;
@@ -51,23 +75,11 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
       }
       chunk_loss += std::log(static_cast<double>(sum)) - static_cast<double>(shifted);
       ++chunk_count;
-      if (dx) {
-        float ks = grad_scale / sum;
-#pragma omp simd
-        for (int v = 0; v < V; ++v) z[v] *= ks;
-        z[tgt] -= grad_scale;
-        // Lowered here, while the row is in cache, not in a second pass over the chunk.
-        if (low) to_lowp(k.t, low + i * V, z, V);
-        if (k.round_f16) round_to_f16(z, z, V);
-      }
+      if (dx) row_gradient(z, V, V, sum, tgt, grad_scale, low ? low + i * V : nullptr, k);
     }
     loss += chunk_loss;
     counted += chunk_count;
-    if (dx) {
-      const void* g = low ? static_cast<const void*>(low) : scratch;
-      gemm_typed(k.t, false, false, rows, C, V, 1.0f, g, V, k.w, C, 0.0f, dx + r0 * C, C);
-      gemm_typed(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);
-    }
+    if (dx) chunk_backward(k, low, scratch, rows, C, V, xc, dx + r0 * C, dw);
   }
   if (count) *count = counted;
   return loss;
@@ -132,22 +144,11 @@ double lmhead_ce_vocab(float* dx, float* dw, const float* x, const float* w, con
       chunk_loss += std::log(double(sum)) - (double(red[rows + i]) - double(mx[i]));
       ++chunk_count;
       std::fill(z + nv, z + V, 0.f);  // padding rows of the vocabulary: no gradient
-      if (dx) {
-        const float ks = grad_scale / sum;
-        for (int v = 0; v < nv; ++v) z[v] *= ks;
-        const int64_t t = int64_t(tgt) - vs.v0;
-        if (t >= 0 && t < nv) z[t] -= grad_scale;
-        if (low) to_lowp(k.t, low + i * V, z, V);
-        if (k.round_f16) round_to_f16(z, z, V);
-      }
+      if (dx) row_gradient(z, nv, V, sum, int64_t(tgt) - vs.v0, grad_scale, low ? low + i * V : nullptr, k);
     }
     loss += chunk_loss;
     counted += chunk_count;
-    if (dx) {
-      const void* g = low ? static_cast<const void*>(low) : scratch;
-      gemm_typed(k.t, false, false, rows, C, V, 1.0f, g, V, k.w, C, 0.0f, dx + r0 * C, C);
-      gemm_typed(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);
-    }
+    if (dx) chunk_backward(k, low, scratch, rows, C, V, xc, dx + r0 * C, dw);
   }
   if (count) *count = counted;
   return loss;
