@@ -1,13 +1,12 @@
 // cmd_launch.cpp: `ztrain launch`, the mpirun launcher and, with --max_restarts or --nnodes,
 // the elastic agent (torchrun's flag names). Without them it execs mpirun and is gone. As an
 // agent it stays: it runs mpirun as a child (in its own process group), turns SIGTERM / SIGINT /
-// SIGUSR1 into SIGUSR1 for it (the ranks save and exit 0: graceful preemption), and when the job fails (a rank died, a host
-// went away: OpenMPI then ends every rank) it starts it again from the newest checkpoint,
-// up to --max_restarts times. With a hostfile it first asks every host to run `true` through
-// mpirun's own launch path; the hosts that answer, at least the --nnodes minimum, run the
-// next attempt, and the gradient accumulation is recomputed so the global batch stays the
-// same (ranks' shards of model and optimizer state are resharded by the checkpoint reader).
-// The ranks see TORCHELASTIC_RESTART_COUNT / TORCHELASTIC_MAX_RESTARTS as under torchrun.
+// SIGUSR1 into SIGUSR1 for it (the ranks save and exit 0: graceful preemption), and when the job fails (a rank died, a
+// host went away: OpenMPI then ends every rank) it starts it again from the newest checkpoint, up to --max_restarts
+// times. With a hostfile it first asks every host to run `true` through mpirun's own launch path; the hosts that
+// answer, at least the --nnodes minimum, run the next attempt, and the gradient accumulation is recomputed so the
+// global batch stays the same (ranks' shards of model and optimizer state are resharded by the checkpoint reader). The
+// ranks see TORCHELASTIC_RESTART_COUNT / TORCHELASTIC_MAX_RESTARTS as under torchrun.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -370,7 +369,8 @@ int cmd_launch(const Args& all) {
       run = drop_flag(drop_flag(drop_flag(run, "resume_from_checkpoint", true), "overwrite_output_dir", false),
                       "gradient_accumulation_steps", true);
       run.insert(run.end(), {"--gradient_accumulation_steps", std::to_string(accum)});
-      if (has_checkpoint(output_dir))
+      const bool saved = has_checkpoint(output_dir);
+      if (saved)
         run.insert(run.end(), {"--resume_from_checkpoint", "latest"});
       else
         run.push_back("--overwrite_output_dir");
@@ -378,7 +378,7 @@ int cmd_launch(const Args& all) {
           "launch: restart %d of %d: %d ranks on %zu host(s), gradient accumulation %d (global batch %lld), "
           "%s\n",
           attempt, max_restarts, L.nproc * int(alive.size()), alive.size(), accum, static_cast<long long>(global),
-          has_checkpoint(output_dir) ? "resuming from the newest checkpoint" : "no checkpoint yet: from the start");
+          saved ? "resuming from the newest checkpoint" : "no checkpoint yet: from the start");
     } else if (!hostfile.empty()) {
       hf = hostfile;
     }

@@ -263,24 +263,7 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
             const float* k = base + int64_t(k0) * rs + koff;
             tile_scores<HSC>(p.data(), q, rs, nq, kt.data() + k0, ld, scale, HS);   // S
             tile_scores<HSC>(ds.data(), dO, os, nq, vt.data() + k0, ld, 1.0f, HS);  // dP = dO V^T
-            for (int i = 0; i < nq; ++i) {
-              const int valid = std::min(nk, q0 + i - k0 + 1);
-              const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;
-              float* pi = p.data() + i * TILE;
-              float* dsi = ds.data() + i * TILE;
-              const float li = lrow[i], Di = D[i];
-#pragma omp simd
-              for (int j = 0; j < TILE; ++j) {
-                float pj = j >= first && j < valid ? fast_exp(pi[j] - li) : 0.f;
-                pi[j] = pj;
-                dsi[j] = pj * (dsi[j] - Di) * scale;
-              }
-            }
-            // Rows past the tile's end hold stale values; zero them so column sums skip them.
-            for (int i = nq; i < TILE; ++i) {
-              std::fill_n(p.data() + i * TILE, TILE, 0.f);
-              std::fill_n(ds.data() + i * TILE, TILE, 0.f);
-            }
+            backward_tile(p.data(), ds.data(), nq, q0, k0, nk, doc, lrow, D.data(), 1.0f, scale);
             float* dk = dbase + int64_t(k0) * rs + koff;
             float* dv = dbase + int64_t(k0) * rs + voff;
             int j = 0, i = 0;

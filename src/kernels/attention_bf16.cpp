@@ -252,23 +252,7 @@ void backward_bf16(float* dqkv, const float* dout, const float* qkv, const float
             const int k0 = kti * TILE, nk = std::min(TILE, T - k0);
             dp_block(p.data(), TILE, false, qb.data(), HP, kt.data() + k0, ld, HP, nq);    // S
             dp_block(ds.data(), TILE, false, dob.data(), HP, vt.data() + k0, ld, HP, nq);  // dP = dO V^T
-            for (int i = 0; i < nq; ++i) {
-              const int valid = std::min(nk, q0 + i - k0 + 1);
-              const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;
-              float* pi = p.data() + i * TILE;
-              float* dsi = ds.data() + i * TILE;
-              const float li = lrow[i], Di = D[i];
-#pragma omp simd
-              for (int j = 0; j < TILE; ++j) {
-                float pj = j >= first && j < valid ? fast_exp(pi[j] * scale - li) : 0.f;
-                pi[j] = pj;
-                dsi[j] = pj * (dsi[j] - Di) * scale;
-              }
-            }
-            for (int i = nq; i < TILE; ++i) {
-              std::fill_n(p.data() + i * TILE, TILE, 0.f);
-              std::fill_n(ds.data() + i * TILE, TILE, 0.f);
-            }
+            backward_tile(p.data(), ds.data(), nq, q0, k0, nk, doc, lrow, D.data(), scale, scale);
             tile_pairs_transposed(pt.data(), p.data());
             tile_pairs_transposed(dst.data(), ds.data());
             rows_bf16(dsb.data(), ds.data(), TILE, nq, TILE);

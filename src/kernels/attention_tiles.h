@@ -87,4 +87,28 @@ inline void softmax_tile(float* s, int nq, int q0, int k0, int nk, const int32_t
   }
 }
 
+// One key tile of the backward: scores p (times s_scale first; 1 when already scaled) become
+// P = exp(S - lse) inside each row's visible keys and 0 outside, and dP in ds becomes
+// dS = P (dP - D) scale. Rows nq..TILE of both are zeroed so column sums over a tile skip them.
+inline void backward_tile(float* p, float* ds, int nq, int q0, int k0, int nk, const int32_t* doc, const float* lse,
+                          const float* D, float s_scale, float scale) {
+  for (int i = 0; i < nq; ++i) {
+    const int valid = std::min(nk, q0 + i - k0 + 1);
+    const int first = doc ? std::max(0, doc[q0 + i] - k0) : 0;
+    float* pi = p + i * TILE;
+    float* dsi = ds + i * TILE;
+    const float li = lse[i], Di = D[i];
+#pragma omp simd
+    for (int j = 0; j < TILE; ++j) {
+      float pj = j >= first && j < valid ? fast_exp(pi[j] * s_scale - li) : 0.f;
+      pi[j] = pj;
+      dsi[j] = pj * (dsi[j] - Di) * scale;
+    }
+  }
+  for (int i = nq; i < TILE; ++i) {
+    std::fill_n(p + i * TILE, TILE, 0.f);
+    std::fill_n(ds + i * TILE, TILE, 0.f);
+  }
+}
+
 }  // namespace zt::kernels::attn_tiles
