@@ -309,11 +309,12 @@ int cmd_launch(const Args& all) {
   // the gradient accumulation (refused when it does not divide).
   const int micro = int_flag(command, "per_device_train_batch_size", 8);
   const int accum0 = int_flag(command, "gradient_accumulation_steps", 1);
-  const int model_ranks =
-      int_flag(command, "tensor-model-parallel-size", 1) * int_flag(command, "pipeline-model-parallel-size", 1);
+  const int model_ranks = int_flag(command, "tensor-model-parallel-size", 1) *
+                          int_flag(command, "pipeline-model-parallel-size", 1) *
+                          int_flag(command, "context-parallel-size", 1);
   const int world0 = L.nproc * int(hosts.size());
   ZT_CHECK(world0 % model_ranks == 0, "launch: ", world0,
-           " ranks are not a multiple of tensor x pipeline = ", model_ranks);
+           " ranks are not a multiple of tensor x pipeline x context = ", model_ranks);
   const int64_t global = int64_t(micro) * accum0 * (world0 / model_ranks);
   const std::string output_dir = flag_value(command, "output_dir");
   ZT_CHECK(!output_dir.empty(), "launch: the agent restarts from the run's checkpoints; give train an --output_dir");

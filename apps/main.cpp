@@ -182,6 +182,8 @@ int cmd_train(const Args& args) {
         "tensor-parallel ranks (neighbours); must divide the world and the heads (1)", range::closed(1, 4096));
   f.add("sequence-parallel", &a.sequence_parallel,
         "with tensor parallelism: split the norms' and residuals' tokens across the TP ranks (false)");
+  f.add("context-parallel-size", &a.context_parallel_size,
+        "context-parallel ranks: each sequence split over them, ring attention (1)", range::closed(1, 4096));
   // Pipeline parallelism under mpirun (Megatron-LM's names; docs/parallelism.md).
   f.add("pipeline-model-parallel-size", &a.pipeline_parallel_size,
         "pipeline stages P, the grid's outermost axis; must divide the ranks (1)", range::closed(1, kMaxBatch));

@@ -81,6 +81,7 @@ void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorV
   const BlockSlots& bs = s.blocks[l];
   nn::Block& b = blocks_[l];
   b.tp = tp_;
+  b.cp = cp_;
   b.shape = s.shape;
   b.precision = compute ? act_plan_.precision : nn::Precision::fp32;
   b.ln1 = u.norm(bs.ln1);
@@ -104,6 +105,11 @@ void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorV
 void Transformer::set_tp_region(nn::TpRegion* r) {
   tp_ = r;
   for (nn::Block& b : blocks_) b.tp = r;
+}
+
+void Transformer::set_cp_region(nn::CpRegion* r) {
+  cp_ = r;
+  for (nn::Block& b : blocks_) b.cp = r;
 }
 
 void Transformer::set_act_plan(const nn::ActPlan& p) {

@@ -33,6 +33,11 @@ class Transformer {
   // must outlive its use.
   void set_tp_region(nn::TpRegion* r);
   const TpPlan& tp_plan() const { return layout_.tp; }
+  // Context parallelism (parallel/context_parallel.h): the pass runs on this rank's rows of each
+  // sequence (plan(B, T / cp)), attention through the region, and the caller gives the rows'
+  // global positions (B, T / cp) as `positions` (position embedding / RoPE; not a packing: the
+  // region's attention is causal over the whole sequence). Must outlive its use.
+  void set_cp_region(nn::CpRegion* r);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelLayout& layout() const { return layout_; }
@@ -156,6 +161,8 @@ class Transformer {
   }
   void bind_layers();
   nn::Packing prepare_packing(const int32_t* positions, SlotInput* in);
+  // A RoPE table covering positions up to max_pos in `in` (packed rows, context parallel ranks).
+  void extend_rope(int32_t max_pos, SlotInput* in);
   // Binds block l's layers (or the final norm) to a unit's views; grads may be empty.
   void bind_block(int l, TensorView params, TensorView grads, TensorView compute = {});
   void bind_head(TensorView params, TensorView grads);
@@ -177,6 +184,7 @@ class Transformer {
   FlatParamProvider flat_;
   ParamProvider* provider_ = nullptr;
   nn::TpRegion* tp_ = nullptr;
+  nn::CpRegion* cp_ = nullptr;
   bool external_state_ = false, external_grads_ = false;
   int B_ = 0, T_ = 0;
   bool training_ = false, backward_ = false;

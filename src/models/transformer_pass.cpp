@@ -30,6 +30,19 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
     kernels::attention_window_start(in->doc_start.data(), B, T, W);
     return pack;
   };
+  if (cp_) {
+    // Context parallel: this rank's chunks of each row at their global positions (ascending,
+    // with a jump between chunks); the region's attention masks causally over the whole row.
+    ZT_ASSERT(positions && !window, "context parallelism takes global positions and no sliding window");
+    int32_t max_pos = 0;
+    for (int64_t r = 0; r < int64_t(B) * T; ++r) max_pos = std::max(max_pos, positions[r]);
+    ZT_CHECK(max_pos < cfg_.max_position, "position ids: ", max_pos, " lies outside the model's context of ",
+             cfg_.max_position);
+    nn::Packing pack;
+    pack.positions = positions;
+    extend_rope(max_pos, in);
+    return pack;
+  }
   if (!positions) return window_bound({});
   bool identity = true, restarts = false;
   int32_t max_pos = 0;
@@ -55,20 +68,23 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
     kernels::attention_doc_start(in->doc_start.data(), positions, B, T);
     pack.doc_start = in->doc_start.data();
   }
-  if (layout_.slots.shape.rope && max_pos >= T) {
-    const int64_t half = cfg_.head_size / 2;
-    if (max_pos >= rope_ext_rows_) {
-      // Row t of a table depends only on t, so the longer table agrees with the planned one.
-      // It covers the whole context at once: slots in flight keep pointers into it.
-      const int rows = cfg_.max_position;
-      rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary);
-      rope_fill(rope_, rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows);
-      rope_ext_rows_ = rows;
-    }
-    in->rope.cos = rope_ext_.as<float>();
-    in->rope.sin = rope_ext_.as<float>() + rope_ext_rows_ * half;
-  }
+  extend_rope(max_pos, in);
   return window_bound(pack);
+}
+
+void Transformer::extend_rope(int32_t max_pos, SlotInput* in) {
+  if (!layout_.slots.shape.rope || max_pos < T_) return;
+  const int64_t half = cfg_.head_size / 2;
+  if (max_pos >= rope_ext_rows_) {
+    // Row t of a table depends only on t, so the longer table agrees with the planned one.
+    // It covers the whole context at once: slots in flight keep pointers into it.
+    const int rows = cfg_.max_position;
+    rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary);
+    rope_fill(rope_, rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows);
+    rope_ext_rows_ = rows;
+  }
+  in->rope.cos = rope_ext_.as<float>();
+  in->rope.sin = rope_ext_.as<float>() + rope_ext_rows_ * half;
 }
 
 void Transformer::begin_pass(bool backward) {

@@ -117,7 +117,9 @@ void Block::attention_forward(const BlockActs& a, TensorView qkv32, const BlockS
   {
     ZT_PROFILE("attention_fwd");
     // Under bf16 the tile products run in bf16 too (q, k, v are bf16 values already).
-    if (precision == Precision::bf16)
+    if (cp)
+      cp->attention_forward(l.as<float>(), a.lse.as<float>(), qkv32.as<const float>(), ad);
+    else if (precision == Precision::bf16)
       kernels::attention_forward_bf16(l.as<float>(), a.lse.as<float>(), qkv32.as<const float>(), ad);
     else
       kernels::attention_forward(l.as<float>(), a.lse.as<float>(), qkv32.as<const float>(), ad);
@@ -320,8 +322,12 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
     ZT_PROFILE("attention_bwd");
     const auto attention_backward =
         precision == Precision::bf16 ? kernels::attention_backward_bf16 : kernels::attention_backward;
-    attention_backward(sc.dqkv.as<float>(), sc.datt.as<const float>(), qkv32.as<const float>(), att32.as<const float>(),
-                       a.lse.as<const float>(), ad);
+    if (cp)
+      cp->attention_backward(sc.dqkv.as<float>(), sc.datt.as<const float>(), qkv32.as<const float>(),
+                             att32.as<const float>(), a.lse.as<const float>(), ad);
+    else
+      attention_backward(sc.dqkv.as<float>(), sc.datt.as<const float>(), qkv32.as<const float>(),
+                         att32.as<const float>(), a.lse.as<const float>(), ad);
   }
   if (s.rope)
     kernels::rope_backward(sc.dqkv.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(),

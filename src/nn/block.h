@@ -122,6 +122,18 @@ class TpRegion {
   TensorView local_rows(TensorView full) const;
 };
 
+// Where context parallelism meets a block (parallel/context_parallel.h implements it; nn
+// never includes dist): causal attention of this rank's rows of the sequence against the
+// whole sequence, whose other rows other ranks hold. d.T is this rank's rows per batch row;
+// the arguments are attention.h's. Forward and backward are collectives over the cp group.
+class CpRegion {
+ public:
+  virtual ~CpRegion() = default;
+  virtual void attention_forward(float* out, float* lse, const float* qkv, const kernels::AttnDims& d) = 0;
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                                  const kernels::AttnDims& d) = 0;
+};
+
 class Block {
  public:
   BlockShape shape{};
@@ -129,6 +141,7 @@ class Block {
   Linear qkv, proj, fc_in, fc_out;
   Norm q_norm, k_norm;  // shape.qk_norm only: RMSNorm over HS
   TpRegion* tp = nullptr;
+  CpRegion* cp = nullptr;  // context parallel: attention runs through it (fp32 under every precision)
   Precision precision = Precision::fp32;
 
   // A block's saved activations under recomputation mode r: none carves them all; full

@@ -114,11 +114,12 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     opt_ = optim::make_optimizer(o.optim, o.optim_config, state);
     for (const optim::ParamRange& r : flat_ranges(model.params(), own_.empty() ? nullptr : &own_))
       norm_ranges_.push_back({at(r.offset), r.numel});
-    // DDP replicates everything: its reduction group is the grid's dp_shard, which holds every
+    // DDP replicates everything: its reduction group is the grid's dp_shard (x cp: context-
+    // parallel ranks are extra data-parallel ranks for the gradients), which holds every
     // data-parallel rank (hybrid groups need a ZeRO stage), and carries only this engine's
-    // traffic (the trainer's scalar reductions run on grid.dp()).
+    // traffic (the trainer's scalar reductions run on grid.dp_cp()).
     ZT_ASSERT(grid.dp_replicate().size() == 1 || o.local_sgd, "DDP takes no replicate groups (but local SGD's)");
-    dp_ = &grid.dp_shard();
+    dp_ = &grid.dp_shard_cp();
     if (comm_dtype_ != DType::f32 && dp_->size() > 1)
       comm16_ = Buffer(size_t(held_numel_) * dtype_size(comm_dtype_), MemCategory::temporary);
     BucketOptions bo;
@@ -299,7 +300,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   std::unique_ptr<optim::Optimizer> opt_;
   std::vector<optim::StepPiece> pieces_;  // decay runs of the flat buffers
   PieceState params_state_;
-  dist::Communicator* dp_ = nullptr;  // the grid's dp_shard
+  dist::Communicator* dp_ = nullptr;  // the grid's dp_shard_cp
   BucketPlan plan_;
   std::unique_ptr<BucketTracker> tracker_;
   std::vector<std::vector<int>> unit_params_;
@@ -311,7 +312,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
 
 std::unique_ptr<DataParallel> DataParallel::create(Transformer& model, const dist::ProcessGrid& grid,
                                                    const DataParallelOptions& opt) {
-  check_data_parallel_options(opt, grid.dp().size());
+  check_data_parallel_options(opt, grid.dp_cp().size());
   DataParallelOptions o = opt;
   o.reduce_bucket_size = reduce_bucket_elements(opt.reduce_bucket_size, opt.stage);  // 0: the stage's default
   if (o.stage == 0) return std::make_unique<DdpEngine>(model, grid, o);

@@ -70,9 +70,11 @@ class DataParallel {
   // Takes over the model's parameters (stages 1-3 copy this rank's shard and free the
   // model's flat buffers; every rank must hold the same initial parameters) and installs
   // itself as the model's provider. The engine's groups come from the process grid (never
-  // the world): grid.dp() carries the tiny scalar reduction of the gradient norm; the bulk
-  // traffic runs on grid.dp_shard() (and grid.dp_replicate() for hybrid sharding), which
-  // carry nothing else, so their counters are the engine's bytes (comms()).
+  // the world): grid.dp_cp() carries the tiny scalar reduction of the gradient norm; the bulk
+  // traffic runs on grid.dp_shard_cp() (and grid.dp_replicate() for hybrid sharding), which
+  // carry nothing else, so their counters are the engine's bytes (comms()). Context-parallel
+  // ranks hold the same weights and other tokens: the engine treats them as data-parallel
+  // ranks (dp_cp and dp_shard_cp are dp and dp_shard when cp is 1).
   static std::unique_ptr<DataParallel> create(Transformer& model, const dist::ProcessGrid& grid,
                                               const DataParallelOptions& opt);
 

@@ -63,17 +63,18 @@ struct BucketInfo {
 
 class ZeroEngine final : public DataParallel, public ParamProvider {
  public:
-  // The sharding group is the grid's dp_shard, the groups holding the same shards are linked
-  // by dp_replicate (hybrid sharding when it has more than one rank): the grid's layout, not
-  // rank arithmetic here.
+  // The sharding group is the grid's dp_shard (dp_shard x cp: context-parallel ranks hold the
+  // same weights and act as extra data-parallel ranks), the groups holding the same shards are
+  // linked by dp_replicate (hybrid sharding when it has more than one rank): the grid's layout,
+  // not rank arithmetic here.
   ZeroEngine(Transformer& model, const dist::ProcessGrid& grid, const DataParallelOptions& o)
       : model_(model),
-        dp_(grid.dp()),
+        dp_(grid.dp_cp()),
         o_(o),
         stage_(o.stage),
-        N_(grid.dp().size()),
-        G_(grid.dp_shard().size()),
-        group_(&grid.dp_shard()),
+        N_(grid.dp_cp().size()),
+        G_(grid.dp_shard_cp().size()),
+        group_(&grid.dp_shard_cp()),
         replica_(grid.dp_replicate().size() > 1 ? &grid.dp_replicate() : nullptr),
         su_(o.pipeline) {
     ZT_ASSERT(!su_.active() || stage_ == 1, "pipeline stages take ZeRO stage 1 only");

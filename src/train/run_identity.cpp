@@ -76,7 +76,7 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(seed), ZT_ARG(logging_dir), ZT_ARG(report_to), ZT_ARG(plot), ZT_ARG(disable_tqdm), ZT_ARG(packing);
   ZT_ARG(eos_token_id), ZT_ARG(zero_stage), ZT_ARG(overlap_comm), ZT_ARG(reduce_bucket_size);
   ZT_ARG(allgather_bucket_size), ZT_ARG(contiguous_gradients), ZT_ARG(reduce_scatter), ZT_ARG(zero_hpz_partition_size);
-  ZT_ARG(tensor_model_parallel_size), ZT_ARG(sequence_parallel);
+  ZT_ARG(tensor_model_parallel_size), ZT_ARG(sequence_parallel), ZT_ARG(context_parallel_size);
   ZT_ARG(zero_quantized_weights), ZT_ARG(zero_quantized_gradients), ZT_ARG(steps_per_print);
   ZT_ARG(wall_clock_breakdown), ZT_ARG(train_batch_size), ZT_ARG(warmup_min_lr), ZT_ARG(warmup_max_lr);
   ZT_ARG(warmup_type), ZT_ARG(warmup_min_ratio), ZT_ARG(cos_min_ratio), ZT_ARG(total_num_steps), ZT_ARG(no_shuffle);

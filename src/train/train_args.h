@@ -161,6 +161,10 @@ struct TrainArgs {
   // neighbouring ranks; the data-parallel degree is the world / tensor_model_parallel_size.
   int tensor_model_parallel_size = 1;
   bool sequence_parallel = false;
+  // Context parallelism (Megatron's --context-parallel-size; docs/parallelism-cp.md): each
+  // sequence split over this many ranks (ring attention); they act as extra data-parallel ranks
+  // for the gradients, so the data-parallel degree is the world / (tp x cp x pp).
+  int context_parallel_size = 1;
   // Pipeline parallelism (Megatron-LM's flag names; docs/parallelism.md). The micro-batches of
   // a pipeline step are the gradient accumulation steps.
   int pipeline_parallel_size = 1;    // --pipeline-model-parallel-size P (the grid's outermost axis)

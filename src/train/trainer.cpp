@@ -36,6 +36,7 @@
 #include "dist/parallel_dims.h"
 #include "parallel/local_sgd.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/context_parallel.h"
 #include "parallel/memory_fit.h"
 #include "parallel/pipeline.h"
 #include "parallel/buckets.h"
@@ -238,7 +239,8 @@ dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
   dist::ParallelDims d;
   d.tp = a.tensor_model_parallel_size;
   d.pp = a.pipeline_parallel_size;
-  const int dp = world / (d.tp * d.pp);
+  d.cp = a.context_parallel_size;
+  const int dp = world / (d.tp * d.pp * d.cp);
   d.dp_shard = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : dp;
   if (a.local_sgd_steps > 0) d.dp_shard = a.local_sgd_group_size;  // resolved, divides the world
   d.dp_replicate = dp / d.dp_shard;
@@ -398,6 +400,7 @@ class Trainer {
   std::unique_ptr<parallel::TensorParallel> tp_region_;
   std::vector<int> tp_partial_, tp_replicated_;
   std::vector<double> tp_norm_w_;
+  std::unique_ptr<parallel::ContextParallel> cp_region_;  // --context-parallel-size > 1
   // Pipeline parallelism (--pipeline-model-parallel-size > 1): this rank's stage.
   parallel::PipeSchedule schedule_kind_ = parallel::PipeSchedule::one_f_one_b;
   std::unique_ptr<dist::Communicator> tied_comm_;  // first + last stage, for a tied LM head
@@ -421,9 +424,11 @@ class Trainer {
   std::unique_ptr<SpikeGuard> spike_;         // --spike_policy; NaN / Inf never reach the weights
 };
 
+static int seq_len(const TrainArgs& a, const ModelConfig& cfg);
+
 Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
   // DeepSpeed's world is the data-parallel one (tensor parallelism divides it).
-  const int tp = std::max(1, a_.tensor_model_parallel_size);
+  const int tp = std::max(1, a_.tensor_model_parallel_size) * std::max(1, a_.context_parallel_size);
   apply_deepspeed_config(a_, world.size() % tp == 0 ? world.size() / tp : world.size(),
                          /*print_warnings=*/world.rank() == 0);
   if (a_.threads > 0) omp_set_num_threads(a_.threads);
@@ -431,6 +436,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   check_tp_args(a_, world.size());
   cfg_ = load_config(a_);
   check_tp_plan(cfg_, {a_.tensor_model_parallel_size, 0, a_.sequence_parallel});
+  check_cp_args(a_, world.size(), seq_len(a_, cfg_), cfg_);
   spike_ = std::make_unique<SpikeGuard>(spike_policy_from(a_.spike_policy), a_.spike_window, a_.spike_zscore);
   plan_ = act_plan_from_args(a_, cfg_);  // a bad combination fails here, before any work
   // Every weight shard present before --output_dir is touched (a missing one is one error).
@@ -633,6 +639,10 @@ void Trainer::build_model_and_engine() {
     tp_partial_ = parallel::tp_partial_grad_params(model_->layout());
     tp_norm_w_ = parallel::tp_norm_weights(model_->params(), tp.size);
   }
+  if (grid_->cp().size() > 1) {  // the pass on this rank's T / cp rows, attention around the ring
+    cp_region_ = std::make_unique<parallel::ContextParallel>(grid_->cp(), T_);
+    model_->set_cp_region(cp_region_.get());
+  }
   weights_s_ = seconds_since(t0);
   // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
   // the activations are planned: the flat buffers it frees never coexist with them.
@@ -759,7 +769,7 @@ void Trainer::start_run(const CheckpointRef* resumed) {
 
 void Trainer::start_loader_and_log() {
   model_->set_act_plan(plan_);
-  model_->plan(B_, T_, /*training=*/true, pipe_ ? pipe_->slots() : 1);
+  model_->plan(B_, T_ / grid_->cp().size(), /*training=*/true, pipe_ ? pipe_->slots() : 1);
   lc_.B = B_;
   lc_.T = T_;
   lc_.accumulation = G_;
@@ -814,8 +824,13 @@ StepResult Trainer::train_step(int64_t step) {
       if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
       int64_t c = 0;
       engine_->set_last_micro(micro == G_ - 1);
-      sums[0] +=
-          corrupt * model_->forward_backward(mb.inputs.data(), mb.targets.data(), corrupt * grad_scale, &c, mb.pos());
+      const int32_t *in = mb.inputs.data(), *tg = mb.targets.data(), *pos = mb.pos();
+      if (cp_region_) {  // this rank's chunks of each row, at their global positions
+        ZT_CHECK(!pos, "--context-parallel-size does not support packed rows (position ids) yet");
+        const auto s = cp_region_->shard(in, tg, B_);
+        in = s.inputs, tg = s.targets, pos = s.positions;
+      }
+      sums[0] += corrupt * model_->forward_backward(in, tg, corrupt * grad_scale, &c, pos);
       sums[1] += double(c);
     }
   }
@@ -825,7 +840,7 @@ StepResult Trainer::train_step(int64_t step) {
     parallel::tp_sum_partial_grads(grid_->tp(), tp_partial_, pieces);
     if (tp_region_->kv_group()) parallel::tp_sum_partial_grads(*tp_region_->kv_group(), tp_replicated_, pieces);
   }
-  if (dp_comm_->size() > 1) dp_comm_->all_reduce(sums, 2);
+  if (grid_->dp_cp().size() > 1) grid_->dp_cp().all_reduce(sums, 2);  // cp ranks hold other tokens
   StepResult r;
   r.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // a step of prompt-only rows trains nothing
   // Under mixed precision a non-finite loss is an overflow like inf/NaN gradients (the global
@@ -1162,11 +1177,14 @@ void Trainer::finish(double train_s) {
   nlohmann::json report = engine_->describe();
   report["communication"] = comm_report(*engine_, steps_run, G_);
   report["model_state_bytes"] = model_states_;
-  const int group = a_.zero_hpz_partition_size > 1 ? a_.zero_hpz_partition_size : dp_comm_->size();
+  const int group = a_.zero_hpz_partition_size > 1 ? a_.zero_hpz_partition_size : grid_->dp_cp().size();
   report["zero_paper_model_state_bytes"] = zero_paper_bytes(model_->num_params(), a_.zero_stage, group,
                                                             double(engine_->optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
   if (tp_region_) report["tensor_parallel"] = tp_report(grid_->tp(), a_.sequence_parallel, steps_run);
+  if (cp_region_)
+    report["context_parallel"] = cp_report(grid_->cp(), steps_run, B_, T_, G_, cfg_,
+                                           plan_.recompute == nn::Recompute::none ? 0 : plan_.recompute_layers);
   load_best_model();
   engine_->export_params();  // a collective: ZeRO-3 gathers the shards, pipeline stages their units
   const nlohmann::json pipe_report = pipe_ ? pipeline_report(steps_run) : nlohmann::json();

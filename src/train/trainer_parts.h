@@ -4,7 +4,10 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "dist/communicator.h"
+#include "models/config.h"
 #include "parallel/data_parallel.h"
+#include "train/train_args.h"
 
 namespace zt {
 
@@ -13,5 +16,12 @@ nlohmann::json zero_paper_bytes(int64_t psi, int stage, int group, double optim_
 // Per-step communication of the engine: measured counters by collective, and the theory.
 nlohmann::json comm_report(const parallel::DataParallel& dp, int64_t steps, int accumulation);
 void print_dp_report(const nlohmann::json& report, const nlohmann::json& model_states);
+
+// Context parallelism (trainer_cp.cpp): --context-parallel-size against the world, the sequence
+// length T and what does not compose with it yet (one error line each); the cp group's bytes per
+// step, measured and by the ring formula (docs/parallelism-cp.md).
+void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg);
+nlohmann::json cp_report(const dist::Communicator& cp, int64_t steps, int B, int T, int accumulation,
+                         const ModelConfig& cfg, int recomputed_layers);
 
 }  // namespace zt

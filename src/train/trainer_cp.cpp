@@ -1,0 +1,55 @@
+// trainer_cp.cpp: the trainer's context-parallel pieces (parallel/context_parallel.h;
+// docs/parallelism-cp.md): the flag's checks against the world, the sequence and the
+// features it does not compose with yet, and the cp group's traffic for train_results.json.
+#include <algorithm>
+
+#include "core/error.h"
+#include "parallel/context_parallel.h"
+#include "train/trainer_parts.h"
+
+namespace zt {
+
+void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg) {
+  const int cp = a.context_parallel_size;
+  if (cp == 1) return;
+  const int model_ranks = cp * a.tensor_model_parallel_size * a.pipeline_parallel_size;
+  ZT_CHECK(world % model_ranks == 0, "--context-parallel-size ", cp, " does not divide the ", world, " ranks",
+           model_ranks == cp ? "" : " (with tensor / pipeline parallelism)", "; the ranks must be a multiple of it");
+  ZT_CHECK(a.tensor_model_parallel_size == 1 && a.pipeline_parallel_size == 1,
+           "--context-parallel-size does not compose with tensor or pipeline parallelism yet; use it with data "
+           "parallelism / ZeRO");
+  parallel::check_cp_seq_len(T, cp);
+  ZT_CHECK(!a.packing, "--context-parallel-size ", cp,
+           " does not support --packing yet (document masks across the ring); train without it");
+  ZT_CHECK(cfg.sliding_window <= 0 || T <= cfg.sliding_window, "--context-parallel-size ", cp,
+           ": the model's sliding window of ", cfg.sliding_window, " tokens is shorter than the sequence of ", T,
+           "; context parallelism does not mask windows yet");
+  ZT_CHECK(a.validation_file.empty(), "--context-parallel-size ", cp,
+           ": evaluation (--validation_file) does not run under context parallelism yet; evaluate the saved model "
+           "with one process");
+  ZT_CHECK(a.zero_hpz_partition_size <= 1 && a.local_sgd_steps == 0, "--context-parallel-size ", cp,
+           " does not compose with --zero_hpz_partition_size or --local_sgd_steps yet");
+  ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--context-parallel-size ", cp,
+           ": --max_memory / --auto_find_batch_size do not model context parallelism yet; set the batch yourself");
+}
+
+nlohmann::json cp_report(const dist::Communicator& cp, int64_t steps, int B, int T, int accumulation,
+                         const ModelConfig& cfg, int recomputed_layers) {
+  const dist::CommStats st = cp.stats();
+  const double sent = st[dist::Collective::send].bytes / double(steps);
+  const double recv = st[dist::Collective::recv].bytes / double(steps);
+  // A layer's ring moves 3 K / V-sized blocks per step of the ring (forward K / V, backward
+  // K / V and dK / dV); a recomputed layer reruns its forward ring in backward: a fourth.
+  const double block =
+      parallel::ContextParallel::ring_bytes_per_layer(B, T, cp.size(), cfg.n_kv_head, cfg.head_size) / 3;
+  const double formula = block * (3.0 * cfg.n_layer + recomputed_layers) * accumulation;
+  return {{"size", cp.size()},
+          {"sent_bytes_per_step", sent},
+          {"received_bytes_per_step", recv},
+          {"formula_bytes_per_step", formula},
+          {"send_seconds_per_step", st[dist::Collective::send].seconds / double(steps)},
+          {"wait_seconds_per_step",
+           (st[dist::Collective::send].wait_seconds + st[dist::Collective::recv].wait_seconds) / double(steps)}};
+}
+
+}  // namespace zt

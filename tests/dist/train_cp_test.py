@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""train_cp_test.py: context-parallel `ztrain train` (ring attention) under mpirun equals one process.
+
+Tiny GPT-2 (learned position embeddings, tied head) and tiny Llama (RoPE, GQA 4/2 heads, untied
+head) from tests/fixtures/configs, random init, random tokens, --no_shuffle, fp32, 20 steps, T = 32.
+The reference is one process at batch 2 x accumulation 4; every run reaches the same tokens per
+step. Checks:
+  - per-step losses within 1e-5 relative of the reference for CP 2 (2 ranks), CP 2 x DP 2 with
+    ZeRO-1 and with ZeRO-3 (4 ranks), and (Llama) CP 4 (4 ranks: a ring of more than one step);
+  - the gradient norm within 1e-4 relative, and the exported model equal to the reference's;
+  - the cp group's bytes sent per step (train_results.json, the communicator's counters) equal
+    the K / V-ring formula of docs/parallelism-cp.md within 2%;
+  - checkpoints: CP 2 x DP 2 (ZeRO-1) at step 10 resumes under one process, and one process's
+    resumes under CP 2 x DP 2 (ZeRO-3), to the reference's losses;
+  - bad input: one clear error line naming the numbers.
+usage: train_cp_test.py ZTRAIN MPIRUN FIXTURES_DIR
+"""
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", ZT_COMM_TIMEOUT_S="60")
+MODELS = {"gpt2": "tiny-gpt2-tp.json", "llama": "tiny-llama-gqa-tp.json"}
+B, T, ACC, STEPS, V = 2, 32, 4, 20, 509
+failures = []
+
+
+def run(work, name, model, np, acc, extra, out=None):
+    out = out or os.path.join(work, name)
+    args = [ZT, "train", "--model_config_path", os.path.join(FIX, MODELS[model]), "--train_file",
+            os.path.join(work, "train.bin"), "--max_steps", str(STEPS), "--save_strategy", "no", "--no_shuffle",
+            "--model_max_length", str(T), "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps",
+            str(acc), "--learning_rate", "1e-3", "--weight_decay", "0.1", "--max_grad_norm", "1.0",
+            "--report_to", "none", "--logging_steps", "1", "--threads", "1", "--output_dir", out,
+            "--save_dtype", "float32"] + (["--overwrite_output_dir"] if "--resume_from_checkpoint" not in extra
+                                          else []) + extra
+    if np > 1:
+        args = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
+    p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=240)
+    if p.returncode != 0:
+        failures.append(f"{name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+        print(f"FAIL {name}: exit {p.returncode}")
+        return None
+    state = json.load(open(os.path.join(out, "trainer_state.json")))
+    res = json.load(open(os.path.join(out, "train_results.json")))
+    hist = [h for h in state["log_history"] if "loss" in h and "train_loss" not in h]
+    return {"losses": [h["loss"] for h in hist], "norms": [h["grad_norm"] for h in hist], "results": res,
+            "weights": read_safetensors(out)}
+
+
+def read_safetensors(folder):
+    data = open(os.path.join(folder, "model.safetensors"), "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        b, e = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((e - b) // 4), data[8 + n + b:8 + n + e])
+    return out
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def check(cond, msg):
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        failures.append(msg)
+
+
+def ring_bytes(model, P, acc):
+    """Bytes one rank sends over the cp group per optimizer step (docs/parallelism-cp.md): per layer
+    and micro-batch, 3 (P - 1) blocks of B (T / P) rows of K and V (2 KVH HS fp32 values)."""
+    cfg = json.load(open(os.path.join(FIX, MODELS[model])))
+    L = cfg.get("n_layer", cfg.get("num_hidden_layers"))
+    C = cfg.get("n_embd", cfg.get("hidden_size"))
+    NH = cfg.get("n_head", cfg.get("num_attention_heads"))
+    KVH = cfg.get("num_key_value_heads", NH)
+    HS = C // NH
+    return acc * L * 3 * (P - 1) * B * (T // P) * 2 * KVH * HS * 4
+
+
+def resume(work, m, ref):
+    """CP changes no tensor layout: a CP 2 x DP 2 (ZeRO-1) checkpoint at step 10 resumes under one
+    process, and one process's under CP 2 x DP 2 (ZeRO-3); steps 11-20 give the reference's losses."""
+    cp = ["--context-parallel-size", "2"]
+    plans = [("cp2_dp2", 4, ACC // 2, cp + ["--zero_stage", "1"], "one process", 1, ACC, []),
+             ("one", 1, ACC, [], "CP 2 x DP 2 ZeRO-3", 4, ACC // 2, cp + ["--zero_stage", "3"])]
+    for saved, np, acc, extra, name, np2, acc2, extra2 in plans:
+        out = os.path.join(work, f"{m}_save_{saved}")
+        if run(work, f"{m}_save_{saved}", m, np, acc, extra + ["--save_strategy", "steps", "--save_steps", "10"],
+               out=out) is None:
+            continue
+        ck = os.path.join(out, "checkpoint-10")
+        r = run(work, f"{m} resume {saved} -> {name}", m, np2, acc2, extra2 + ["--resume_from_checkpoint", ck], out=out)
+        if r is None:
+            continue
+        worst = max(rel(a, b) for a, b in zip(r["losses"][10:], ref["losses"][10:]))
+        check(len(r["losses"]) == STEPS and worst < 1e-5,
+              f"{m} checkpoint of {saved} at step 10 resumed at {name}: worst relative difference {worst:.2e} (< 1e-5)")
+
+
+def bad_input(work):
+    """Bad combinations: one clear error line (per rank under mpirun) naming the numbers."""
+    base = [ZT, "train", "--train_file", os.path.join(work, "train.bin"), "--max_steps", "2", "--save_strategy", "no",
+            "--report_to", "none", "--threads", "1", "--overwrite_output_dir", "--output_dir",
+            os.path.join(work, "bad"), "--per_device_train_batch_size", str(B),
+            "--model_config_path", os.path.join(FIX, MODELS["llama"])]
+    mpi = lambda n: [MPIRUN, "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    cases = [
+        ("sequence not divisible by 2 CP", mpi(2) + base + ["--context-parallel-size", "2", "--model_max_length", "30"],
+         "--context-parallel-size 2 splits each sequence of 30 tokens into 2 x 2 = 4 equal chunks"),
+        ("world not a multiple of CP", mpi(3) + base + ["--context-parallel-size", "2", "--model_max_length", "32"],
+         "--context-parallel-size 2 does not divide the 3 ranks"),
+        ("CP with TP", mpi(4) + base + ["--context-parallel-size", "2", "--tensor-model-parallel-size", "2",
+                                        "--model_max_length", "32"],
+         "does not compose with tensor or pipeline parallelism yet"),
+        ("CP with packing", mpi(2) + base + ["--context-parallel-size", "2", "--packing", "--eos_token_id", "0",
+                                             "--model_max_length", "32"],
+         "does not support --packing yet"),
+    ]
+    for name, args, want in cases:
+        p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
+        lines = [l for l in (p.stdout + p.stderr).splitlines() if "error:" in l]
+        check(p.returncode != 0 and lines and all(want in l for l in lines),
+              f"bad input, {name}: exit {p.returncode}, error lines {lines[:1]}")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as work:
+        rng = random.Random(1)
+        with open(os.path.join(work, "train.bin"), "wb") as f:
+            f.write(struct.pack("<%dH" % 60000, *[rng.randrange(V) for _ in range(60000)]))
+        for m in MODELS:
+            ref = run(work, f"{m}_ref", m, 1, ACC, [])
+            if ref is None:
+                continue
+            cp2 = ["--context-parallel-size", "2"]
+            cases = [("cp2", 2, ACC, cp2, 2),
+                     ("cp2_dp2_zero1", 4, ACC // 2, cp2 + ["--zero_stage", "1"], 2),
+                     ("cp2_dp2_zero3", 4, ACC // 2, cp2 + ["--zero_stage", "3"], 2)]
+            if m == "llama":  # a ring of 3 steps: K / V blocks and dK / dV pass through a middle rank
+                cases.append(("cp4", 4, ACC, ["--context-parallel-size", "4"], 4))
+            for name, np, acc, extra, P in cases:
+                r = run(work, f"{m}_{name}", m, np, acc, extra)
+                if r is None:
+                    continue
+                worst = max(rel(a, b) for a, b in zip(r["losses"], ref["losses"]))
+                check(len(r["losses"]) == STEPS and worst < 1e-5,
+                      f"{m} {name}: {len(r['losses'])} losses, worst relative difference {worst:.2e} (< 1e-5)")
+                wn = max(rel(a, b) for a, b in zip(r["norms"], ref["norms"]))
+                check(wn < 1e-4, f"{m} {name}: gradient norms, worst relative difference {wn:.2e} (< 1e-4)")
+                w, rw = r["weights"], ref["weights"]
+                same = sorted(w) == sorted(rw) and all(len(w[k]) == len(rw[k]) for k in rw)
+                diff = max((abs(a - b) for k in rw if k in w for a, b in zip(w[k], rw[k])), default=1.0)
+                check(same and diff < 1e-4, f"{m} {name}: exported model max abs difference {diff:.2e} (< 1e-4)")
+                cpr = r["results"].get("data_parallel", {}).get("context_parallel", {})
+                got, want = cpr.get("sent_bytes_per_step", 0), ring_bytes(m, P, acc)
+                check(rel(got, want) < 0.02 and cpr.get("received_bytes_per_step") == got,
+                      f"{m} {name}: cp bytes sent per step {got:.0f}, formula {want:.0f} "
+                      f"({100 * rel(got, want):.2f}% off, < 2%)")
+            resume(work, m, ref)
+        bad_input(work)
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        for f in failures:
+            print(f)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
