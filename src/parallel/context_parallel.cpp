@@ -96,12 +96,17 @@ double ContextParallel::ring_bytes_per_layer(int B, int T, int P, int KVH, int H
   return 3.0 * (P - 1) * double(B) * (T / P) * 2 * KVH * HS * sizeof(float);
 }
 
-void ContextParallel::ensure(size_t kv_elems, size_t out_elems, size_t lse_elems) {
-  for (auto* v : {&kv_[0], &kv_[1], &acc_[0], &acc_[1]})
+void ContextParallel::ensure(size_t kv_elems, size_t out_elems, size_t lse_elems, bool backward) {
+  for (auto* v : {&kv_[0], &kv_[1]})
     if (v->size() < kv_elems) v->resize(kv_elems);
-  if (out_blk_.size() < out_elems) out_blk_.resize(out_elems);
-  if (lse_blk_.size() < lse_elems) lse_blk_.resize(lse_elems);
-  if (D_.size() < lse_elems) D_.resize(lse_elems);
+  if (backward) {
+    for (auto* v : {&acc_[0], &acc_[1]})
+      if (v->size() < kv_elems) v->resize(kv_elems);
+    if (D_.size() < lse_elems) D_.resize(lse_elems);
+  } else {
+    if (out_blk_.size() < out_elems) out_blk_.resize(out_elems);
+    if (lse_blk_.size() < lse_elems) lse_blk_.resize(lse_elems);
+  }
 }
 
 void ContextParallel::attention_forward(float* out, float* lse, const float* qkv, const kernels::AttnDims& d) {
@@ -114,7 +119,7 @@ void ContextParallel::attention_forward(float* out, float* lse, const float* qkv
   const int Tl = d.T, HS = d.HS;
   const int64_t rs = d.row_stride(), os = int64_t(d.NH) * HS, kvs = int64_t(2) * d.KVH * HS;
   const size_t kv_elems = size_t(d.B) * Tl * kvs, kv_bytes = kv_elems * sizeof(float);
-  ensure(kv_elems, size_t(d.B) * Tl * os, size_t(d.B) * d.NH * Tl);
+  ensure(kv_elems, size_t(d.B) * Tl * os, size_t(d.B) * d.NH * Tl, false);
   const int next = (r + 1) % P, prev = (r + P - 1) % P;
   pack_kv(kv_[0].data(), qkv, d);
   int cur = 0;
@@ -150,7 +155,7 @@ void ContextParallel::attention_backward(float* dqkv, const float* dout, const f
   const int Tl = d.T, NH = d.NH, HS = d.HS;
   const int64_t rs = d.row_stride(), os = int64_t(NH) * HS, kvs = int64_t(2) * d.KVH * HS;
   const size_t kv_elems = size_t(d.B) * Tl * kvs, kv_bytes = kv_elems * sizeof(float);
-  ensure(kv_elems, size_t(d.B) * Tl * os, size_t(d.B) * NH * Tl);
+  ensure(kv_elems, size_t(d.B) * Tl * os, size_t(d.B) * NH * Tl, true);
   // D = rowsum(dO * O) of the merged output, per (b, h, row), as the kernels compute it.
   const int64_t tasks = int64_t(d.B) * NH;
 #pragma omp parallel for schedule(static)

@@ -49,7 +49,9 @@ class ContextParallel final : public nn::CpRegion {
   static double ring_bytes_per_layer(int B, int T, int P, int KVH, int HS);
 
  private:
-  void ensure(size_t kv_elems, size_t out_elems, size_t lse_elems);
+  // The ring's buffers, grown on first use and kept (the pass's largest layer sizes them):
+  // two K / V blocks; forward: a block's output and lse; backward: two dK / dV accumulators, D.
+  void ensure(size_t kv_elems, size_t out_elems, size_t lse_elems, bool backward);
   dist::Communicator& comm_;
   int T_;
   std::vector<int32_t> in_, tg_, pos_;
