@@ -5,9 +5,9 @@
 // Forward: one task per (batch, query head). Backward: one task per (batch, key / value
 // head), which owns its dK, dV and its heads' dQ: no two threads write one gradient, and the
 // summation order is fixed (run-to-run identical results).
-// The products are plain loops vectorized along a contiguous axis (keys transposed once per
-// task to (HS, keys)); slower than attention.cpp's register-blocked micro-kernel, and used for
-// the off-diagonal half of each rank's work under context parallelism only.
+// The products use attention.cpp's 4 x 64 micro-kernel (attention_tiles.h fma4x64) when the
+// head size is a multiple of 64, plain vectorized loops otherwise; keys and values are
+// transposed once per task to (HS, keys).
 #include "kernels/attention_block.h"
 
 #include <algorithm>
@@ -20,35 +20,48 @@ namespace zt::kernels {
 namespace {
 using namespace attn_tiles;
 
-// dst (HS, ld) = head column block [col, col + HS) of rows [0, n) of src, transposed and
-// zero-padded to ld columns.
-void transpose_head(float* dst, int64_t ld, Strided<const float> src, int64_t b, int64_t col, int n, int HS) {
-  for (int j = 0; j < n; ++j) {
-    const float* r = src.at(b, j) + col;
-    for (int d = 0; d < HS; ++d) dst[d * ld + j] = r[d];
-  }
-  for (int d = 0; d < HS; ++d) std::fill(dst + d * ld + n, dst + (d + 1) * ld, 0.f);
-}
-
-// s (rows, TILE) = a rows (HS each, row i at a(i)) @ bt (HS, TILE; stride ld) * scale.
-template <class RowAt>
-void scores(float* s, int rows, const RowAt& a, const float* bt, int64_t ld, float scale, int HS) {
-  for (int i = 0; i < rows; ++i) {
+// s (rows, TILE) = a rows (HS each, row i at a + i * as) @ bt (HS, TILE; stride ld) * scale:
+// four rows at a time through the micro-kernel when HS is a multiple of 64, the rest (and
+// other head sizes) one row at a time.
+void scores(float* s, int rows, const float* a, int64_t as, const float* bt, int64_t ld, float scale, int HS) {
+  int i = 0;
+  if (HS % 64 == 0)
+    for (; i + 4 <= rows; i += 4) {
+      fma4x64(s + i * TILE, TILE, false, a + i * as, as, 1, bt, ld, HS);
+#pragma omp simd
+      for (int j = 0; j < 4 * TILE; ++j) s[i * TILE + j] *= scale;
+    }
+  for (; i < rows; ++i) {
     float acc[TILE] = {};
-    const float* ai = a(i);
+    const float* ai = a + i * as;
     for (int d = 0; d < HS; ++d) {
-      const float ad = ai[d] * scale;
+      const float ad = ai[d];
       const float* bd = bt + d * ld;
 #pragma omp simd
       for (int j = 0; j < TILE; ++j) acc[j] += ad * bd[j];
     }
-    std::copy_n(acc, TILE, s + i * TILE);
+#pragma omp simd
+    for (int j = 0; j < TILE; ++j) s[i * TILE + j] = acc[j] * scale;
   }
 }
 
-inline void axpy(float* y, float a, const float* x, int n) {
+// acc rows [0, n) (HS each, stride HS) += sum over k < m of w[i * wi + k * wk] * x rows k
+// (stride xs): the products P V, P^T dO, dS^T Q and dS K. Four accumulator rows at a time
+// through the micro-kernel (HS a multiple of 64), the rest with plain loops.
+void weighted(float* acc, int n, const float* w, int64_t wi, int64_t wk, const float* x, int64_t xs, int m, int HS) {
+  int i = 0;
+  if (HS % 64 == 0)
+    for (; i + 4 <= n; i += 4)
+      for (int c = 0; c < HS; c += 64) fma4x64(acc + int64_t(i) * HS + c, HS, true, w + i * wi, wi, wk, x + c, xs, m);
+  for (; i < n; ++i) {
+    float* ai = acc + int64_t(i) * HS;
+    for (int k = 0; k < m; ++k) {
+      const float wv = w[i * wi + k * wk];
+      const float* xk = x + k * xs;
 #pragma omp simd
-  for (int d = 0; d < n; ++d) y[d] += a * x[d];
+      for (int d = 0; d < HS; ++d) ai[d] += wv * xk[d];
+    }
+  }
 }
 
 }  // namespace
@@ -65,7 +78,8 @@ void attention_block_forward(Strided<float> out, float* lse, Strided<const float
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int h = int(task % NH), b = int(task / NH), g = h / group;
-      transpose_head(kt.data(), ld, k, b, int64_t(g) * HS, nk, HS);
+      transpose_rows(kt.data(), ld, k.at(b, 0) + int64_t(g) * HS, k.rs, nk, HS);
+      const float* vb = v.at(b, 0) + int64_t(g) * HS;
       for (int q0 = 0; q0 < nq_all; q0 += TILE) {
         const int nq = std::min(TILE, nq_all - q0);
         std::fill(acc.begin(), acc.end(), 0.f);
@@ -73,8 +87,7 @@ void attention_block_forward(Strided<float> out, float* lse, Strided<const float
         std::fill(l.begin(), l.end(), 0.f);
         for (int k0 = 0; k0 < nk; k0 += TILE) {
           const int nkt = std::min(TILE, nk - k0);
-          scores(
-              s.data(), nq, [&](int i) { return q.at(b, q0 + i) + int64_t(h) * HS; }, kt.data() + k0, ld, scale, HS);
+          scores(s.data(), nq, q.at(b, q0) + int64_t(h) * HS, q.rs, kt.data() + k0, ld, scale, HS);
           int jmin, jmax;
           // Query position nk: past every key, so all of the tile's keys are visible.
           softmax_tile(s.data(), nq, nk, k0, nkt, nullptr, 1.0f, m.data(), l.data(), corr.data(), &jmin, &jmax);
@@ -83,9 +96,9 @@ void attention_block_forward(Strided<float> out, float* lse, Strided<const float
             const float c = corr[i];
 #pragma omp simd
             for (int d = 0; d < HS; ++d) ai[d] *= c;
-            const float* si = s.data() + i * TILE;
-            for (int j = jmin; j < jmax; ++j) axpy(ai, si[j], v.at(b, k0 + j) + int64_t(g) * HS, HS);
           }
+          if (jmin < jmax)  // acc += P V
+            weighted(acc.data(), nq, s.data() + jmin, TILE, 1, vb + (k0 + jmin) * v.rs, v.rs, jmax - jmin, HS);
         }
         for (int i = 0; i < nq; ++i) {
           const float inv = 1.0f / l[i];
@@ -113,8 +126,9 @@ void attention_block_backward(Strided<float> dq, Strided<float> dk, Strided<floa
     for (int64_t task = 0; task < tasks; ++task) {
       const int g = int(task % KVH), b = int(task / KVH);
       const int64_t gc = int64_t(g) * HS;
-      transpose_head(kt.data(), ld, k, b, gc, nk, HS);
-      transpose_head(vt.data(), ld, v, b, gc, nk, HS);
+      const float* kb = k.at(b, 0) + gc;
+      transpose_rows(kt.data(), ld, kb, k.rs, nk, HS);
+      transpose_rows(vt.data(), ld, v.at(b, 0) + gc, v.rs, nk, HS);
       std::fill(dka.begin(), dka.end(), 0.f);
       std::fill(dva.begin(), dva.end(), 0.f);
       for (int h = g * group; h < (g + 1) * group; ++h) {
@@ -123,34 +137,35 @@ void attention_block_backward(Strided<float> dq, Strided<float> dk, Strided<floa
           const int nq = std::min(TILE, nq_all - q0);
           const float* lrow = lse + b * dm.lse_b + h * dm.lse_h + q0;
           const float* Drow = D + b * dm.lse_b + h * dm.lse_h + q0;
-          auto qrow = [&](int i) { return q.at(b, q0 + i) + hc; };
-          auto dorow = [&](int i) { return dout.at(b, q0 + i) + hc; };
+          const float* qr = q.at(b, q0) + hc;
+          const float* dor = dout.at(b, q0) + hc;
           std::fill(dqa.begin(), dqa.end(), 0.f);
           for (int k0 = 0; k0 < nk; k0 += TILE) {
             const int nkt = std::min(TILE, nk - k0);
-            scores(p.data(), nq, qrow, kt.data() + k0, ld, scale, HS);   // S
-            scores(ds.data(), nq, dorow, vt.data() + k0, ld, 1.0f, HS);  // dP = dO V^T
+            scores(p.data(), nq, qr, q.rs, kt.data() + k0, ld, scale, HS);      // S
+            scores(ds.data(), nq, dor, dout.rs, vt.data() + k0, ld, 1.0f, HS);  // dP = dO V^T
             backward_tile(p.data(), ds.data(), nq, nk, k0, nkt, nullptr, lrow, Drow, 1.0f, scale);
-            for (int j = 0; j < nkt; ++j) {
-              float* dvj = dva.data() + size_t(k0 + j) * HS;
-              float* dkj = dka.data() + size_t(k0 + j) * HS;
-              for (int i = 0; i < nq; ++i) {
-                axpy(dvj, p[i * TILE + j], dorow(i), HS);  // dV += P^T dO
-                axpy(dkj, ds[i * TILE + j], qrow(i), HS);  // dK += dS^T Q
-              }
-            }
-            for (int i = 0; i < nq; ++i) {
-              float* dqi = dqa.data() + size_t(i) * HS;
-              const float* dsi = ds.data() + i * TILE;
-              for (int j = 0; j < nkt; ++j) axpy(dqi, dsi[j], k.at(b, k0 + j) + gc, HS);  // dQ += dS K
-            }
+            float* dvk = dva.data() + size_t(k0) * HS;
+            float* dkk = dka.data() + size_t(k0) * HS;
+            weighted(dvk, nkt, p.data(), 1, TILE, dor, dout.rs, nq, HS);                           // dV += P^T dO
+            weighted(dkk, nkt, ds.data(), 1, TILE, qr, q.rs, nq, HS);                              // dK += dS^T Q
+            weighted(dqa.data(), nq, ds.data(), TILE, 1, kb + int64_t(k0) * k.rs, k.rs, nkt, HS);  // dQ += dS K
           }
-          for (int i = 0; i < nq; ++i) axpy(dq.at(b, q0 + i) + hc, 1.0f, dqa.data() + size_t(i) * HS, HS);
+          for (int i = 0; i < nq; ++i) {
+            float* o = dq.at(b, q0 + i) + hc;
+            const float* a = dqa.data() + size_t(i) * HS;
+#pragma omp simd
+            for (int d = 0; d < HS; ++d) o[d] += a[d];
+          }
         }
       }
       for (int j = 0; j < nk; ++j) {
-        axpy(dk.at(b, j) + gc, 1.0f, dka.data() + size_t(j) * HS, HS);
-        axpy(dv.at(b, j) + gc, 1.0f, dva.data() + size_t(j) * HS, HS);
+        float* dkj = dk.at(b, j) + gc;
+        float* dvj = dv.at(b, j) + gc;
+        const float* ka = dka.data() + size_t(j) * HS;
+        const float* va = dva.data() + size_t(j) * HS;
+#pragma omp simd
+        for (int d = 0; d < HS; ++d) dkj[d] += ka[d], dvj[d] += va[d];
       }
     }
   }

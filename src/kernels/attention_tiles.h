@@ -1,6 +1,8 @@
 // attention_tiles.h: what the fp32 and bf16 flash-attention kernels share (attention.cpp,
-// attention_bf16.cpp): the tile size, the first key a query tile may see, and a masked row
-// maximum. Internal to src/kernels.
+// attention_bf16.cpp; the fp32 ones also with ring attention's unmasked blocks,
+// attention_block.cpp): the tile size, the first key a query tile may see, a masked row
+// maximum, the keys' transpose, the 4 x 64 multiply-add micro-kernel and the softmax /
+// backward tile steps. Internal to src/kernels.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -46,6 +48,65 @@ inline float row_max(const float* s, int first, int valid, float init) {
   float mx = init;
   for (int j = first; j < valid; ++j) mx = std::max(mx, s[j]);
   return mx;
+#endif
+}
+
+// dst (HS, ld) = src rows (n, HS) transposed, zero-padded to columns [n, ld): a head's keys
+// (or values) transposed once per task, so the score products of every tile read key
+// columns contiguously. Rows are read 16 at a time so each written line gets 16 values.
+inline void transpose_rows(float* dst, int64_t ld, const float* src, int64_t stride, int n, int HS) {
+  int j0 = 0;
+  for (; j0 + 16 <= n; j0 += 16)
+    for (int d = 0; d < HS; ++d) {
+      float* o = dst + d * ld + j0;
+#pragma omp simd
+      for (int j = 0; j < 16; ++j) o[j] = src[(j0 + j) * stride + d];
+    }
+  for (int j = j0; j < n; ++j)
+    for (int d = 0; d < HS; ++d) dst[d * ld + j] = src[j * stride + d];
+  for (int d = 0; d < HS; ++d) std::fill(dst + d * ld + n, dst + (d + 1) * ld, 0.f);
+}
+
+// The one micro-kernel behind every product of a tile: four accumulator rows of 64 floats
+// (acc + k * astride, k < 4) get sum_j w[k * wk + j * wj] * x[j * xs + c] over j < n,
+// added to them (accumulate) or written (not). Sixteen AVX-512 accumulators stay in
+// registers while each 64-float row of x is loaded once for four multiply-adds; written
+// with intrinsics because the compiler spilled the same loop written over arrays. Every
+// element sums over j in order, like the portable form below.
+inline void fma4x64(float* acc, int64_t astride, bool accumulate, const float* w, int64_t wk, int64_t wj,
+                    const float* x, int64_t xs, int n) {
+#if defined(__AVX512F__)
+  __m512 r[4][4];
+  for (int k = 0; k < 4; ++k)
+    for (int c = 0; c < 4; ++c)
+      r[k][c] = accumulate ? _mm512_loadu_ps(acc + k * astride + 16 * c) : _mm512_setzero_ps();
+  for (int j = 0; j < n; ++j) {
+    const float* xj = x + j * xs;
+    const __m512 x0 = _mm512_loadu_ps(xj), x1 = _mm512_loadu_ps(xj + 16), x2 = _mm512_loadu_ps(xj + 32),
+                 x3 = _mm512_loadu_ps(xj + 48);
+    const float* wjp = w + j * wj;
+    for (int k = 0; k < 4; ++k) {
+      const __m512 b = _mm512_set1_ps(wjp[k * wk]);
+      r[k][0] = _mm512_fmadd_ps(b, x0, r[k][0]);
+      r[k][1] = _mm512_fmadd_ps(b, x1, r[k][1]);
+      r[k][2] = _mm512_fmadd_ps(b, x2, r[k][2]);
+      r[k][3] = _mm512_fmadd_ps(b, x3, r[k][3]);
+    }
+  }
+  for (int k = 0; k < 4; ++k)
+    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(acc + k * astride + 16 * c, r[k][c]);
+#else
+  for (int k = 0; k < 4; ++k) {
+    float r[64];
+    for (int c = 0; c < 64; ++c) r[c] = accumulate ? acc[k * astride + c] : 0.f;
+    for (int j = 0; j < n; ++j) {
+      const float wv = w[k * wk + j * wj];
+      const float* xj = x + j * xs;
+#pragma omp simd
+      for (int c = 0; c < 64; ++c) r[c] += wv * xj[c];
+    }
+    for (int c = 0; c < 64; ++c) acc[k * astride + c] = r[c];
+  }
 #endif
 }
 
