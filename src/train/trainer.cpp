@@ -1183,8 +1183,9 @@ void Trainer::finish(double train_s) {
   report["peak_rss_bytes"] = peak_rss_bytes();
   if (tp_region_) report["tensor_parallel"] = tp_report(grid_->tp(), a_.sequence_parallel, steps_run);
   if (cp_region_)
-    report["context_parallel"] = cp_report(grid_->cp(), steps_run, B_, T_, G_, cfg_,
-                                           plan_.recompute == nn::Recompute::none ? 0 : plan_.recompute_layers);
+    report["context_parallel"] =
+        cp_report(grid_->cp(), steps_run, B_, T_, G_, cfg_,
+                  plan_.recompute == nn::Recompute::none ? 0 : plan_.recompute_layers, grid_->tp().size());
   load_best_model();
   engine_->export_params();  // a collective: ZeRO-3 gathers the shards, pipeline stages their units
   const nlohmann::json pipe_report = pipe_ ? pipeline_report(steps_run) : nlohmann::json();

@@ -22,6 +22,6 @@ void print_dp_report(const nlohmann::json& report, const nlohmann::json& model_s
 // step, measured and by the ring formula (docs/parallelism-cp.md).
 void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg);
 nlohmann::json cp_report(const dist::Communicator& cp, int64_t steps, int B, int T, int accumulation,
-                         const ModelConfig& cfg, int recomputed_layers);
+                         const ModelConfig& cfg, int recomputed_layers, int tp);
 
 }  // namespace zt

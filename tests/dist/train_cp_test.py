@@ -6,12 +6,13 @@ head) from tests/fixtures/configs, random init, random tokens, --no_shuffle, fp3
 The reference is one process at batch 2 x accumulation 4; every run reaches the same tokens per
 step. Checks:
   - per-step losses within 1e-5 relative of the reference for CP 2 (2 ranks), CP 2 x DP 2 with
-    ZeRO-1 and with ZeRO-3 (4 ranks), and (Llama) CP 4 (4 ranks: a ring of more than one step);
+    ZeRO-1 and with ZeRO-3 (4 ranks), CP 2 x TP 2 (GPT-2; Llama with SP) and (Llama) CP 4 (4 ranks:
+    a ring of more than one step);
   - the gradient norm within 1e-4 relative, and the exported model equal to the reference's;
   - the cp group's bytes sent per step (train_results.json, the communicator's counters) equal
     the K / V-ring formula of docs/parallelism-cp.md within 2%;
-  - checkpoints: CP 2 x DP 2 (ZeRO-1) at step 10 resumes under one process, and one process's
-    resumes under CP 2 x DP 2 (ZeRO-3), to the reference's losses;
+  - checkpoints: CP 2 x DP 2 (ZeRO-1) and (Llama) CP 2 x TP 2 + SP at step 10 resume under one
+    process, and one process's resumes under CP 2 x DP 2 (ZeRO-3), to the reference's losses;
   - bad input: one clear error line naming the numbers.
 usage: train_cp_test.py ZTRAIN MPIRUN FIXTURES_DIR
 """
@@ -77,16 +78,17 @@ def check(cond, msg):
         failures.append(msg)
 
 
-def ring_bytes(model, P, acc):
+def ring_bytes(model, P, acc, tp=1):
     """Bytes one rank sends over the cp group per optimizer step (docs/parallelism-cp.md): per layer
-    and micro-batch, 3 (P - 1) blocks of B (T / P) rows of K and V (2 KVH HS fp32 values)."""
+    and micro-batch, 3 (P - 1) blocks of B (T / P) rows of K and V (2 KVH HS fp32 values; under
+    tensor parallelism the rank's own KVH / TP heads)."""
     cfg = json.load(open(os.path.join(FIX, MODELS[model])))
     L = cfg.get("n_layer", cfg.get("num_hidden_layers"))
     C = cfg.get("n_embd", cfg.get("hidden_size"))
     NH = cfg.get("n_head", cfg.get("num_attention_heads"))
     KVH = cfg.get("num_key_value_heads", NH)
     HS = C // NH
-    return acc * L * 3 * (P - 1) * B * (T // P) * 2 * KVH * HS * 4
+    return acc * L * 3 * (P - 1) * B * (T // P) * 2 * max(1, KVH // tp) * HS * 4
 
 
 def resume(work, m, ref):
@@ -95,6 +97,9 @@ def resume(work, m, ref):
     cp = ["--context-parallel-size", "2"]
     plans = [("cp2_dp2", 4, ACC // 2, cp + ["--zero_stage", "1"], "one process", 1, ACC, []),
              ("one", 1, ACC, [], "CP 2 x DP 2 ZeRO-3", 4, ACC // 2, cp + ["--zero_stage", "3"])]
+    if m == "llama":  # tensor-parallel slices stored in the global layout, as without CP
+        plans.append(("cp2_tp2_sp", 4, ACC, cp + ["--tensor-model-parallel-size", "2", "--sequence-parallel"],
+                      "one process", 1, ACC, []))
     for saved, np, acc, extra, name, np2, acc2, extra2 in plans:
         out = os.path.join(work, f"{m}_save_{saved}")
         if run(work, f"{m}_save_{saved}", m, np, acc, extra + ["--save_strategy", "steps", "--save_steps", "10"],
@@ -121,9 +126,9 @@ def bad_input(work):
          "--context-parallel-size 2 splits each sequence of 30 tokens into 2 x 2 = 4 equal chunks"),
         ("world not a multiple of CP", mpi(3) + base + ["--context-parallel-size", "2", "--model_max_length", "32"],
          "--context-parallel-size 2 does not divide the 3 ranks"),
-        ("CP with TP", mpi(4) + base + ["--context-parallel-size", "2", "--tensor-model-parallel-size", "2",
+        ("CP with PP", mpi(4) + base + ["--context-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                                         "--model_max_length", "32"],
-         "does not compose with tensor or pipeline parallelism yet"),
+         "does not compose with pipeline parallelism yet"),
         ("CP with packing", mpi(2) + base + ["--context-parallel-size", "2", "--packing", "--eos_token_id", "0",
                                              "--model_max_length", "32"],
          "does not support --packing yet"),
@@ -145,9 +150,12 @@ def main():
             if ref is None:
                 continue
             cp2 = ["--context-parallel-size", "2"]
+            tp2 = ["--tensor-model-parallel-size", "2"]
             cases = [("cp2", 2, ACC, cp2, 2),
                      ("cp2_dp2_zero1", 4, ACC // 2, cp2 + ["--zero_stage", "1"], 2),
-                     ("cp2_dp2_zero3", 4, ACC // 2, cp2 + ["--zero_stage", "3"], 2)]
+                     ("cp2_dp2_zero3", 4, ACC // 2, cp2 + ["--zero_stage", "3"], 2),
+                     ("cp2_tp2" if m == "gpt2" else "cp2_tp2_sp", 4, ACC,
+                      cp2 + tp2 + ([] if m == "gpt2" else ["--sequence-parallel"]), 2)]
             if m == "llama":  # a ring of 3 steps: K / V blocks and dK / dV pass through a middle rank
                 cases.append(("cp4", 4, ACC, ["--context-parallel-size", "4"], 4))
             for name, np, acc, extra, P in cases:
@@ -164,7 +172,7 @@ def main():
                 diff = max((abs(a - b) for k in rw if k in w for a, b in zip(w[k], rw[k])), default=1.0)
                 check(same and diff < 1e-4, f"{m} {name}: exported model max abs difference {diff:.2e} (< 1e-4)")
                 cpr = r["results"].get("data_parallel", {}).get("context_parallel", {})
-                got, want = cpr.get("sent_bytes_per_step", 0), ring_bytes(m, P, acc)
+                got, want = cpr.get("sent_bytes_per_step", 0), ring_bytes(m, P, acc, 2 if "tp2" in name else 1)
                 check(rel(got, want) < 0.02 and cpr.get("received_bytes_per_step") == got,
                       f"{m} {name}: cp bytes sent per step {got:.0f}, formula {want:.0f} "
                       f"({100 * rel(got, want):.2f}% off, < 2%)")
