@@ -76,8 +76,10 @@ int ContextParallel::global_position(int t) const {
   return t < c ? r * c + t : (2 * size() - 1 - r) * c + (t - c);
 }
 
-ContextParallel::Shard ContextParallel::shard(const int32_t* inputs, const int32_t* targets, int B) {
+ContextParallel::Shard ContextParallel::shard(const int32_t* inputs, const int32_t* targets, int B, int slot) {
   const int Tl = local_T();
+  if (int(rows_.size()) <= slot) rows_.resize(size_t(slot) + 1);
+  std::vector<int32_t>&in_ = rows_[slot].in, &tg_ = rows_[slot].tg, &pos_ = rows_[slot].pos;
   in_.resize(size_t(B) * Tl);
   tg_.resize(size_t(B) * Tl);
   pos_.resize(size_t(B) * Tl);

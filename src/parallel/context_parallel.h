@@ -31,13 +31,14 @@ class ContextParallel final : public nn::CpRegion {
   // The global position of this rank's row t of a sequence (0 <= t < local_T()).
   int global_position(int t) const;
   // This rank's part of a (B, T) micro-batch: its rows of inputs and targets and their global
-  // positions, (B, T / P) each, valid until the next shard(). targets may be null.
+  // positions, (B, T / P) each, valid until the next shard() of the same slot (a pipeline keeps
+  // one slot per micro-batch in flight). targets may be null.
   struct Shard {
     const int32_t* inputs;
     const int32_t* targets;
     const int32_t* positions;
   };
-  Shard shard(const int32_t* inputs, const int32_t* targets, int B);
+  Shard shard(const int32_t* inputs, const int32_t* targets, int B, int slot = 0);
 
   void attention_forward(float* out, float* lse, const float* qkv, const kernels::AttnDims& d) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
@@ -54,7 +55,10 @@ class ContextParallel final : public nn::CpRegion {
   void ensure(size_t kv_elems, size_t out_elems, size_t lse_elems, bool backward);
   dist::Communicator& comm_;
   int T_;
-  std::vector<int32_t> in_, tg_, pos_;
+  struct Rows {
+    std::vector<int32_t> in, tg, pos;
+  };
+  std::vector<Rows> rows_;  // per slot
   std::vector<float> kv_[2], acc_[2], out_blk_, lse_blk_, D_;
 };
 

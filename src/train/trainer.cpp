@@ -345,6 +345,7 @@ class Trainer {
   void start_loader_and_log();
   StepResult train_step(int64_t step);
   void pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale);
+  parallel::PipelineMicroBatch local_batch(const MicroBatch& mb, int slot);
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
   int step_vote();
@@ -649,9 +650,9 @@ void Trainer::build_model_and_engine() {
   parallel::DataParallelOptions eo = engine_options(a_);
   if (a_.pipeline_parallel_size > 1) {
     model_->set_act_plan(plan_);  // the cut weighs the activations of this plan
-    const parallel::StageCut cut =
-        parallel::plan_stages(*model_, B_, T_, a_.pipeline_parallel_size, a_.layers_per_virtual_stage,
-                              a_.pipeline_layers, optim::optimizer_state_bytes_per_param(a_.optim));
+    const parallel::StageCut cut = parallel::plan_stages(
+        *model_, B_, T_ / grid_->cp().size(), a_.pipeline_parallel_size, a_.layers_per_virtual_stage,
+        a_.pipeline_layers, optim::optimizer_state_bytes_per_param(a_.optim));
     eo.pipeline = parallel::stage_units(*model_, cut, grid_->pp(), &tied_comm_);
     // Activations only for this stage's blocks.
     for (int l = 0; l < cfg_.n_layer; ++l) stage_layers_.push_back(cut.stage_of_layer(l) == grid_->pp().rank());
@@ -824,13 +825,8 @@ StepResult Trainer::train_step(int64_t step) {
       if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
       int64_t c = 0;
       engine_->set_last_micro(micro == G_ - 1);
-      const int32_t *in = mb.inputs.data(), *tg = mb.targets.data(), *pos = mb.pos();
-      if (cp_region_) {  // this rank's chunks of each row, at their global positions
-        ZT_CHECK(!pos, "--context-parallel-size does not support packed rows (position ids) yet");
-        const auto s = cp_region_->shard(in, tg, B_);
-        in = s.inputs, tg = s.targets, pos = s.positions;
-      }
-      sums[0] += corrupt * model_->forward_backward(in, tg, corrupt * grad_scale, &c, pos);
+      const parallel::PipelineMicroBatch lb = local_batch(mb, 0);
+      sums[0] += corrupt * model_->forward_backward(lb.inputs, lb.targets, corrupt * grad_scale, &c, lb.positions);
       sums[1] += double(c);
     }
   }
@@ -881,7 +877,7 @@ void Trainer::pipeline_micro_batches(int64_t step, double* sums, double loss_sca
     ZT_ASSERT(mb.step == step && mb.micro == micro);
     if (sft_ && micro == 0) *grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
   }
-  for (const MicroBatch& mb : pipe_batches_) mbs.push_back({mb.inputs.data(), mb.targets.data(), mb.pos()});
+  for (int micro = 0; micro < G_; ++micro) mbs.push_back(local_batch(pipe_batches_[micro], micro));
   const parallel::PipelineStepStats st =
       pipe_->step(mbs, *grad_scale, [&](bool last) { engine_->set_last_micro(last); });
   const int P = grid_->pp().size();
@@ -900,6 +896,15 @@ void Trainer::pipeline_micro_batches(int64_t step, double* sums, double loss_sca
     stage_bubble_sum_.resize(size_t(P), 0.0);
     for (int s = 0; s < P; ++s) stage_bubble_sum_[s] += v[2 + s];
   }
+}
+
+// This rank's view of a micro-batch: the loader's rows, or under context parallelism its chunks of
+// each row at their global positions (held in the region's slot `slot` until that slot's next use).
+parallel::PipelineMicroBatch Trainer::local_batch(const MicroBatch& mb, int slot) {
+  if (!cp_region_) return {mb.inputs.data(), mb.targets.data(), mb.pos()};
+  ZT_CHECK(!mb.pos(), "--context-parallel-size does not support packed rows (position ids) yet");
+  const parallel::ContextParallel::Shard s = cp_region_->shard(mb.inputs.data(), mb.targets.data(), B_, slot);
+  return {s.inputs, s.targets, s.positions};
 }
 
 void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
@@ -1184,8 +1189,7 @@ void Trainer::finish(double train_s) {
   if (tp_region_) report["tensor_parallel"] = tp_report(grid_->tp(), a_.sequence_parallel, steps_run);
   if (cp_region_)
     report["context_parallel"] =
-        cp_report(grid_->cp(), steps_run, B_, T_, G_, cfg_,
-                  plan_.recompute == nn::Recompute::none ? 0 : plan_.recompute_layers, grid_->tp().size());
+        cp_report(grid_->cp(), steps_run, B_, T_, G_, cfg_, plan_, stage_layers_, grid_->tp().size());
   load_best_model();
   engine_->export_params();  // a collective: ZeRO-3 gathers the shards, pipeline stages their units
   const nlohmann::json pipe_report = pipe_ ? pipeline_report(steps_run) : nlohmann::json();

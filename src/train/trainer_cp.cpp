@@ -15,9 +15,6 @@ void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg)
   const int model_ranks = cp * a.tensor_model_parallel_size * a.pipeline_parallel_size;
   ZT_CHECK(world % model_ranks == 0, "--context-parallel-size ", cp, " does not divide the ", world, " ranks",
            model_ranks == cp ? "" : " (with tensor / pipeline parallelism)", "; the ranks must be a multiple of it");
-  ZT_CHECK(a.pipeline_parallel_size == 1,
-           "--context-parallel-size does not compose with pipeline parallelism yet; use it with tensor / data "
-           "parallelism");
   parallel::check_cp_seq_len(T, cp);
   ZT_CHECK(!a.packing, "--context-parallel-size ", cp,
            " does not support --packing yet (document masks across the ring); train without it");
@@ -34,16 +31,20 @@ void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg)
 }
 
 nlohmann::json cp_report(const dist::Communicator& cp, int64_t steps, int B, int T, int accumulation,
-                         const ModelConfig& cfg, int recomputed_layers, int tp) {
+                         const ModelConfig& cfg, const nn::ActPlan& plan, const std::vector<char>& held, int tp) {
   const dist::CommStats st = cp.stats();
   const double sent = st[dist::Collective::send].bytes / double(steps);
   const double recv = st[dist::Collective::recv].bytes / double(steps);
   // A layer's ring moves 3 K / V-sized blocks per step of the ring (forward K / V, backward
-  // K / V and dK / dV); a recomputed layer reruns its forward ring in backward: a fourth.
-  // Under tensor parallelism a rank's ring carries its own KV heads (one when TP exceeds them).
+  // K / V and dK / dV); a recomputed layer reruns its forward ring in backward: a fourth. Only
+  // this rank's layers count (a pipeline stage's), and under tensor parallelism its own KV heads
+  // travel (one when TP exceeds them).
+  int layers = 0, recomputed = 0;
+  for (int l = 0; l < cfg.n_layer; ++l)
+    if (held.empty() || held[l]) ++layers, recomputed += plan.of(l) != nn::Recompute::none;
   const int kv_heads = std::max(1, cfg.n_kv_head / tp);
   const double block = parallel::ContextParallel::ring_bytes_per_layer(B, T, cp.size(), kv_heads, cfg.head_size) / 3;
-  const double formula = block * (3.0 * cfg.n_layer + recomputed_layers) * accumulation;
+  const double formula = block * (3.0 * layers + recomputed) * accumulation;
   return {{"size", cp.size()},
           {"sent_bytes_per_step", sent},
           {"received_bytes_per_step", recv},

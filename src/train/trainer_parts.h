@@ -6,6 +6,7 @@
 
 #include "dist/communicator.h"
 #include "models/config.h"
+#include "nn/block.h"
 #include "parallel/data_parallel.h"
 #include "train/train_args.h"
 
@@ -19,9 +20,10 @@ void print_dp_report(const nlohmann::json& report, const nlohmann::json& model_s
 
 // Context parallelism (trainer_cp.cpp): --context-parallel-size against the world, the sequence
 // length T and what does not compose with it yet (one error line each); the cp group's bytes per
-// step, measured and by the ring formula (docs/parallelism-cp.md).
+// step, measured and by the ring formula for this rank's layers (held_layers: a pipeline stage's,
+// empty = all; docs/parallelism-cp.md).
 void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg);
 nlohmann::json cp_report(const dist::Communicator& cp, int64_t steps, int B, int T, int accumulation,
-                         const ModelConfig& cfg, int recomputed_layers, int tp);
+                         const ModelConfig& cfg, const nn::ActPlan& plan, const std::vector<char>& held_layers, int tp);
 
 }  // namespace zt
