@@ -113,11 +113,8 @@ void ContextParallel::ensure(size_t kv_elems, size_t out_elems, size_t lse_elems
 
 void ContextParallel::attention_forward(float* out, float* lse, const float* qkv, const kernels::AttnDims& d) {
   ZT_ASSERT(!d.doc_start && d.T == local_T(), "context parallel attention: unexpected packing or length");
-  // The diagonal block: this rank's own K / V, causal over its rows.
-  kernels::attention_forward(out, lse, qkv, d);
   const int P = size(), r = rank();
-  if (P == 1) return;
-  ZT_PROFILE("cp_ring_fwd");
+  if (P == 1) return kernels::attention_forward(out, lse, qkv, d);
   const int Tl = d.T, HS = d.HS;
   const int64_t rs = d.row_stride(), os = int64_t(d.NH) * HS, kvs = int64_t(2) * d.KVH * HS;
   const size_t kv_elems = size_t(d.B) * Tl * kvs, kv_bytes = kv_elems * sizeof(float);
@@ -127,6 +124,10 @@ void ContextParallel::attention_forward(float* out, float* lse, const float* qkv
   int cur = 0;
   dist::Request sent = comm_.isend(kv_[cur].data(), kv_bytes, next, kTagFwdKv);
   dist::Request got = comm_.irecv(kv_[1 - cur].data(), kv_bytes, prev, kTagFwdKv);
+  // The diagonal block while the first K / V block travels: this rank's own K / V, causal over
+  // its rows.
+  kernels::attention_forward(out, lse, qkv, d);
+  ZT_PROFILE("cp_ring_fwd");
   for (int s = 1; s < P; ++s) {
     sent.wait();
     got.wait();
@@ -148,16 +149,22 @@ void ContextParallel::attention_forward(float* out, float* lse, const float* qkv
 void ContextParallel::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                                          const float* lse, const kernels::AttnDims& d) {
   ZT_ASSERT(!d.doc_start && d.T == local_T(), "context parallel attention: unexpected packing or length");
-  // The diagonal block: dQ of every local row (=), and this rank's dK / dV from its own rows;
-  // with the merged out and lse its P is the block's part of each row's softmax.
-  kernels::attention_backward(dqkv, dout, qkv, out, lse, d);
   const int P = size(), r = rank();
-  if (P == 1) return;
-  ZT_PROFILE("cp_ring_bwd");
+  if (P == 1) return kernels::attention_backward(dqkv, dout, qkv, out, lse, d);
   const int Tl = d.T, NH = d.NH, HS = d.HS;
   const int64_t rs = d.row_stride(), os = int64_t(NH) * HS, kvs = int64_t(2) * d.KVH * HS;
   const size_t kv_elems = size_t(d.B) * Tl * kvs, kv_bytes = kv_elems * sizeof(float);
   ensure(kv_elems, size_t(d.B) * Tl * os, size_t(d.B) * NH * Tl, true);
+  const int next = (r + 1) % P, prev = (r + P - 1) % P;
+  pack_kv(kv_[0].data(), qkv, d);
+  int cur = 0, ac = 0;  // kv_[cur]: the K / V in hand; acc_[ac]: their dK / dV so far
+  dist::Request kv_sent = comm_.isend(kv_[cur].data(), kv_bytes, next, kTagBwdKv);
+  dist::Request kv_got = comm_.irecv(kv_[1 - cur].data(), kv_bytes, prev, kTagBwdKv);
+  // The diagonal block while the first K / V block travels: dQ of every local row (=), and this
+  // rank's dK / dV from its own rows; with the merged out and lse its P is the block's part of
+  // each row's softmax.
+  kernels::attention_backward(dqkv, dout, qkv, out, lse, d);
+  ZT_PROFILE("cp_ring_bwd");
   // D = rowsum(dO * O) of the merged output, per (b, h, row), as the kernels compute it.
   const int64_t tasks = int64_t(d.B) * NH;
 #pragma omp parallel for schedule(static)
@@ -172,11 +179,6 @@ void ContextParallel::attention_backward(float* dqkv, const float* dout, const f
       D_[(b * NH + h) * Tl + t] = s;
     }
   }
-  const int next = (r + 1) % P, prev = (r + P - 1) % P;
-  pack_kv(kv_[0].data(), qkv, d);
-  int cur = 0, ac = 0;  // kv_[cur]: the K / V in hand; acc_[ac]: their dK / dV so far
-  dist::Request kv_sent = comm_.isend(kv_[cur].data(), kv_bytes, next, kTagBwdKv);
-  dist::Request kv_got = comm_.irecv(kv_[1 - cur].data(), kv_bytes, prev, kTagBwdKv);
   dist::Request acc_sent, acc_got;
   for (int s = 1; s < P; ++s) {
     kv_sent.wait();
