@@ -40,7 +40,9 @@ print(f"{name}: activations {ms['activations'] / 1e6:.1f} MB, temporary {ms['tem
       f"peak RSS {dp['peak_rss_bytes'] / 1e6:.0f} MB, {T / t:.0f} tokens/s (median step {t:.2f} s), losses {losses}")
 cp = dp.get("context_parallel")
 if cp:
-    print(f"  cp bytes sent per step {cp['sent_bytes_per_step']:.0f} (formula {cp['formula_bytes_per_step']:.0f})")
+    print(f"  cp bytes sent per step {cp['sent_bytes_per_step']:.0f} (formula {cp['formula_bytes_per_step']:.0f}); "
+          f"ring transfers {cp['send_seconds_per_step']:.3f} s per step, callers blocked on them "
+          f"{cp['wait_seconds_per_step']:.3f} s")
 PY
 }
 EXTRA=()
