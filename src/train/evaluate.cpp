@@ -11,8 +11,27 @@
 
 namespace zt {
 
+namespace {
+
+// One forward over a batch's rows (this rank's part of them under context parallelism).
+double batch_loss(Transformer& model, const int32_t* in, const int32_t* tg, const int32_t* pos, int64_t* count,
+                  const EvalShard* cp) {
+  if (cp) cp->shard(&in, &tg, &pos);
+  return model.forward_loss(in, tg, count, pos);
+}
+
+void reduce(double* sum, int64_t* tokens, const EvalShard* cp) {
+  if (!cp) return;
+  double v[2] = {*sum, double(*tokens)};
+  cp->reduce(v);
+  *sum = v[0];
+  *tokens = int64_t(v[1]);
+}
+
+}  // namespace
+
 EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows, int64_t packing_eos,
-                    int per_call) {
+                    int per_call, const EvalShard* cp) {
   ZT_ASSERT(per_call >= 0 && per_call <= B);
   const int step = per_call > 0 ? per_call : B;
   auto t0 = std::chrono::steady_clock::now();
@@ -34,9 +53,10 @@ EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int
     }
     int64_t c = 0;
     if (packing_eos >= 0) packing_positions(pos.data(), in.data(), B, T, packing_eos);
-    sum += model.forward_loss(in.data(), tg.data(), &c, pos.empty() ? nullptr : pos.data());
+    sum += batch_loss(model, in.data(), tg.data(), pos.empty() ? nullptr : pos.data(), &c, cp);
     tokens += c;
   }
+  reduce(&sum, &tokens, cp);
   EvalResult r;
   r.loss = sum / double(tokens);
   r.perplexity = std::exp(r.loss);
@@ -46,7 +66,7 @@ EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int
   return r;
 }
 
-EvalResult evaluate(Transformer& model, SequenceSource& data, int B, int T, int64_t max_windows) {
+EvalResult evaluate(Transformer& model, SequenceSource& data, int B, int T, int64_t max_windows, const EvalShard* cp) {
   auto t0 = std::chrono::steady_clock::now();
   int64_t windows = data.num_sequences();
   if (max_windows > 0 && max_windows < windows) windows = max_windows;
@@ -63,9 +83,10 @@ EvalResult evaluate(Transformer& model, SequenceSource& data, int B, int T, int6
       if (!pos.empty()) pos[i] = int32_t(i % size_t(T));
     }
     int64_t c = 0;
-    sum += model.forward_loss(in.data(), tg.data(), &c, pos.empty() ? nullptr : pos.data());
+    sum += batch_loss(model, in.data(), tg.data(), pos.empty() ? nullptr : pos.data(), &c, cp);
     tokens += c;
   }
+  reduce(&sum, &tokens, cp);
   EvalResult r;
   r.loss = tokens > 0 ? sum / double(tokens) : 0;
   r.perplexity = std::exp(r.loss);

@@ -3,6 +3,7 @@
 // every window counts exactly once.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "data/loader.h"
 #include "data/token_data.h"
@@ -18,14 +19,24 @@ struct EvalResult {
   double seconds = 0;
 };
 
+// Context parallelism (parallel/context_parallel.h): the model runs on this rank's part of each
+// row, so each batch of (B, T) rows is cut to it before the forward (shard replaces the pointers),
+// and the loss sum and token count, {sum, tokens}, are summed over the cp group (reduce) at the end.
+struct EvalShard {
+  std::function<void(const int32_t** inputs, const int32_t** targets, const int32_t** positions)> shard;
+  std::function<void(double* sum_tokens)> reduce;
+};
+
 // Uses the model's current plan (B, T). max_windows <= 0 means all. packing_eos >= 0 evaluates
 // as --packing trains: attention and positions restart after each such token. per_call (1..B,
 // 0 = B) windows go into each forward (--per_device_eval_batch_size), the planned rows past
-// them padded and ignored: the loss is the same token mean whatever the batch.
+// them padded and ignored: the loss is the same token mean whatever the batch. cp: the rows are
+// (B, T) and the plan (B, T / cp).
 EvalResult evaluate(Transformer& model, const TokenFile& data, int B, int T, int64_t max_windows,
-                    int64_t packing_eos = -1, int per_call = 0);
+                    int64_t packing_eos = -1, int per_call = 0, const EvalShard* cp = nullptr);
 // The same over any sequence source in its order (SFT rows: data/sft_data.h), whose targets may
 // be ignored (prompt tokens): the loss is the mean over the counted ones.
-EvalResult evaluate(Transformer& model, SequenceSource& data, int B, int T, int64_t max_windows);
+EvalResult evaluate(Transformer& model, SequenceSource& data, int B, int T, int64_t max_windows,
+                    const EvalShard* cp = nullptr);
 
 }  // namespace zt

@@ -402,6 +402,7 @@ class Trainer {
   std::vector<int> tp_partial_, tp_replicated_;
   std::vector<double> tp_norm_w_;
   std::unique_ptr<parallel::ContextParallel> cp_region_;  // --context-parallel-size > 1
+  EvalShard cp_eval_;                                     // evaluation's rows cut the same way
   // Pipeline parallelism (--pipeline-model-parallel-size > 1): this rank's stage.
   parallel::PipeSchedule schedule_kind_ = parallel::PipeSchedule::one_f_one_b;
   std::unique_ptr<dist::Communicator> tied_comm_;  // first + last stage, for a tied LM head
@@ -643,6 +644,7 @@ void Trainer::build_model_and_engine() {
   if (grid_->cp().size() > 1) {  // the pass on this rank's T / cp rows, attention around the ring
     cp_region_ = std::make_unique<parallel::ContextParallel>(grid_->cp(), T_);
     model_->set_cp_region(cp_region_.get());
+    cp_eval_ = cp_eval_shard(*cp_region_, grid_->cp(), B_);
   }
   weights_s_ = seconds_since(t0);
   // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
@@ -946,11 +948,13 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
       model_->plan(B_, T_, /*training=*/true);
     }
   }
-  // So is a tensor-parallel forward (every rank evaluates; the chief logs).
-  if ((val_ || sft_val_rows_) && eval_now && (chief_ || engine_->forward_is_collective() || tp_region_)) {
-    EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples)
+  // So is a tensor- or context-parallel forward (every rank evaluates; the chief logs).
+  if ((val_ || sft_val_rows_) && eval_now &&
+      (chief_ || engine_->forward_is_collective() || tp_region_ || cp_region_)) {
+    const EvalShard* cs = cp_region_ ? &cp_eval_ : nullptr;
+    EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples, cs)
                                  : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
-                                            a_.per_device_eval_batch_size);
+                                            a_.per_device_eval_batch_size, cs);
     if (log_) log_->eval_done(step + 1, e);
     const std::string& m = a_.metric_for_best_model;
     const double v = m == "loss" || m == "eval_loss" ? e.loss : e.perplexity;

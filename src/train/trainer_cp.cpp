@@ -21,13 +21,24 @@ void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg)
   ZT_CHECK(cfg.sliding_window <= 0 || T <= cfg.sliding_window, "--context-parallel-size ", cp,
            ": the model's sliding window of ", cfg.sliding_window, " tokens is shorter than the sequence of ", T,
            "; context parallelism does not mask windows yet");
-  ZT_CHECK(a.validation_file.empty(), "--context-parallel-size ", cp,
-           ": evaluation (--validation_file) does not run under context parallelism yet; evaluate the saved model "
+  ZT_CHECK(a.validation_file.empty() || a.pipeline_parallel_size == 1, "--context-parallel-size ", cp,
+           " with pipeline stages: evaluation (--validation_file) does not run there yet; evaluate the saved model "
            "with one process");
   ZT_CHECK(a.zero_hpz_partition_size <= 1 && a.local_sgd_steps == 0, "--context-parallel-size ", cp,
            " does not compose with --zero_hpz_partition_size or --local_sgd_steps yet");
   ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--context-parallel-size ", cp,
            ": --max_memory / --auto_find_batch_size do not model context parallelism yet; set the batch yourself");
+}
+
+EvalShard cp_eval_shard(parallel::ContextParallel& cp, dist::Communicator& comm, int B) {
+  EvalShard e;
+  e.shard = [&cp, B](const int32_t** in, const int32_t** tg, const int32_t** pos) {
+    ZT_CHECK(!*pos, "--context-parallel-size does not support packed rows (position ids) yet");
+    const parallel::ContextParallel::Shard s = cp.shard(*in, *tg, B);
+    *in = s.inputs, *tg = s.targets, *pos = s.positions;
+  };
+  e.reduce = [&comm](double* v) { comm.all_reduce(v, 2); };
+  return e;
 }
 
 nlohmann::json cp_report(const dist::Communicator& cp, int64_t steps, int B, int T, int accumulation,

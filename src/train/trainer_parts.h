@@ -7,7 +7,9 @@
 #include "dist/communicator.h"
 #include "models/config.h"
 #include "nn/block.h"
+#include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "train/evaluate.h"
 #include "train/train_args.h"
 
 namespace zt {
@@ -23,6 +25,8 @@ void print_dp_report(const nlohmann::json& report, const nlohmann::json& model_s
 // step, measured and by the ring formula for this rank's layers (held_layers: a pipeline stage's,
 // empty = all; docs/parallelism-cp.md).
 void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg);
+// Evaluation under context parallelism: batches cut to this rank's chunks, sums over the cp group.
+EvalShard cp_eval_shard(parallel::ContextParallel& cp, dist::Communicator& comm, int B);
 nlohmann::json cp_report(const dist::Communicator& cp, int64_t steps, int B, int T, int accumulation,
                          const ModelConfig& cfg, const nn::ActPlan& plan, const std::vector<char>& held_layers, int tp);
 

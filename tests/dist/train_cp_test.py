@@ -13,6 +13,7 @@ step. Checks:
     the K / V-ring formula of docs/parallelism-cp.md within 2%;
   - checkpoints: CP 2 x DP 2 (ZeRO-1) and (Llama) CP 2 x TP 2 + SP at step 10 resume under one
     process, and one process's resumes under CP 2 x DP 2 (ZeRO-3), to the reference's losses;
+  - evaluation (--validation_file) under CP 2 x DP 2: the eval losses equal one process's;
   - bad input: one clear error line naming the numbers.
 usage: train_cp_test.py ZTRAIN MPIRUN FIXTURES_DIR
 """
@@ -52,7 +53,7 @@ def run(work, name, model, np, acc, extra, out=None):
     res = json.load(open(os.path.join(out, "train_results.json")))
     hist = [h for h in state["log_history"] if "loss" in h and "train_loss" not in h]
     return {"losses": [h["loss"] for h in hist], "norms": [h["grad_norm"] for h in hist], "results": res,
-            "weights": read_safetensors(out)}
+            "weights": read_safetensors(out), "eval": [h["eval_loss"] for h in state["log_history"] if "eval_loss" in h]}
 
 
 def read_safetensors(folder):
@@ -114,6 +115,19 @@ def resume(work, m, ref):
               f"{m} checkpoint of {saved} at step 10 resumed at {name}: worst relative difference {worst:.2e} (< 1e-5)")
 
 
+def evaluation(work):
+    """--validation_file under CP 2 x DP 2 (ZeRO-1): every rank evaluates its chunks of each window and
+    the loss sums are added over the cp group, so the eval losses (steps 5 and 10) are one process's."""
+    ev = ["--validation_file", os.path.join(work, "val.bin"), "--eval_strategy", "steps", "--eval_steps", "5",
+          "--max_steps", "10"]
+    ref = run(work, "llama_eval_ref", "llama", 1, ACC, ev)
+    r = run(work, "llama_eval_cp2_dp2", "llama", 4, ACC // 2, ev + ["--context-parallel-size", "2", "--zero_stage", "1"])
+    if ref and r:
+        worst = max((rel(a, b) for a, b in zip(r["eval"], ref["eval"])), default=1.0)
+        check(len(r["eval"]) == len(ref["eval"]) >= 2 and worst < 1e-5,
+              f"llama eval under CP 2 x DP 2: {len(r['eval'])} eval losses, worst relative difference {worst:.2e} (< 1e-5)")
+
+
 def bad_input(work):
     """Bad combinations: one clear error line (per rank under mpirun) naming the numbers."""
     base = [ZT, "train", "--train_file", os.path.join(work, "train.bin"), "--max_steps", "2", "--save_strategy", "no",
@@ -126,9 +140,10 @@ def bad_input(work):
          "--context-parallel-size 2 splits each sequence of 30 tokens into 2 x 2 = 4 equal chunks"),
         ("world not a multiple of CP", mpi(3) + base + ["--context-parallel-size", "2", "--model_max_length", "32"],
          "--context-parallel-size 2 does not divide the 3 ranks"),
-        ("CP with evaluation", mpi(2) + base + ["--context-parallel-size", "2", "--validation_file",
-                                                os.path.join(work, "train.bin"), "--model_max_length", "32"],
-         "evaluation (--validation_file) does not run under context parallelism yet"),
+        ("CP x PP with evaluation", mpi(4) + base + ["--context-parallel-size", "2", "--pipeline-model-parallel-size",
+                                                     "2", "--validation_file", os.path.join(work, "train.bin"),
+                                                     "--model_max_length", "32"],
+         "with pipeline stages: evaluation (--validation_file) does not run there yet"),
         ("CP with packing", mpi(2) + base + ["--context-parallel-size", "2", "--packing", "--eos_token_id", "0",
                                              "--model_max_length", "32"],
          "does not support --packing yet"),
@@ -145,6 +160,8 @@ def main():
         rng = random.Random(1)
         with open(os.path.join(work, "train.bin"), "wb") as f:
             f.write(struct.pack("<%dH" % 60000, *[rng.randrange(V) for _ in range(60000)]))
+        with open(os.path.join(work, "val.bin"), "wb") as f:
+            f.write(struct.pack("<%dH" % 1000, *[rng.randrange(V) for _ in range(1000)]))
         for m in MODELS:
             ref = run(work, f"{m}_ref", m, 1, ACC, [])
             if ref is None:
@@ -181,6 +198,7 @@ def main():
                       f"{m} {name}: cp bytes sent per step {got:.0f}, formula {want:.0f} "
                       f"({100 * rel(got, want):.2f}% off, < 2%)")
             resume(work, m, ref)
+        evaluation(work)
         bad_input(work)
     if failures:
         print(f"{len(failures)} failure(s)")
