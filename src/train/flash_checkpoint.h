@@ -95,7 +95,7 @@ class FlashCheckpointer {
   std::atomic<bool> shard_done_{false}, seal_done_{false};
   // The last save: seconds the loop stopped at the save and waiting for the copy, the copy's own
   // seconds and bytes, and whether the chief still has to print them.
-  double stall_s_ = 0, save_s_ = 0, copy_s_ = 0;
+  double stall_s_ = 0, save_s_ = 0, copy_s_ = 0, queue_s_ = 0;  // queue_s_: waiting for the previous persist
   uint64_t copy_bytes_ = 0;
   std::chrono::steady_clock::time_point saved_at_;
   bool copied_ = true, report_pending_ = false;
