@@ -234,6 +234,20 @@ std::string checkpoint_find_latest(const std::string& output_dir, std::string* s
   return "";
 }
 
+CheckpointRef checkpoint_newest_unverified(const std::string& output_dir, std::string* save_id) {
+  CheckpointRef best{"", 0, -1};
+  fs::path path;
+  for (const Listed& l : list_checkpoints(output_dir))
+    if (l.readable && l.ref.step > best.step) best = l.ref, path = l.path;
+  save_id->clear();
+  if (best.step >= 0) {
+    const nlohmann::json s = read_json(path / "trainer_state.json");
+    const nlohmann::json::json_pointer ptr("/ztrain/save_id");
+    if (s.is_object() && s.contains(ptr) && s[ptr].is_string()) *save_id = s[ptr].get<std::string>();
+  }
+  return best;
+}
+
 void checkpoint_prune(const std::string& output_dir, int64_t keep, const std::string& protect) {
   std::error_code ec;
   for (auto& e : fs::directory_iterator(output_dir, ec))

@@ -614,7 +614,9 @@ void Trainer::build_model_and_engine() {
   if (a_.model_name_or_path.empty()) {
     // Random weights: a tensor-parallel rank makes its slices of the values one process would
     // make (each split tensor whole, one at a time), so the run is the same model whatever the layout.
-    model_->init_random(uint64_t(a_.seed));
+    // A resume skips it (about 1 s for GPT-2 124M): the checkpoint sets every parameter a rank
+    // uses, and a slice it does not cover is an error when loading.
+    if (a_.resume_from_checkpoint.empty()) model_->init_random(uint64_t(a_.seed));
   } else if (tp.size == 1) {
     hf_load_weights(*model_, a_.model_name_or_path);
   } else {
@@ -679,23 +681,44 @@ void Trainer::resume() {
     if (chief_) start_run(nullptr);
     return;
   }
-  // The chief picks the checkpoint (for latest: from run.json, which it rewrites next) and
-  // verifies its checksums once, for every rank (a full read of the folder); every rank loads
-  // that one. A damaged one named directly fails on the chief, which ends the job.
-  std::string dir = a_.resume_from_checkpoint, save_id;
-  if (chief_) dir = dir == "latest" ? checkpoint_find_latest(a_.output_dir, &save_id) : dir;
-  if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
-  dir = dist::broadcast_string(world_, dir, 0);
-  save_id = dist::broadcast_string(world_, save_id, 0);
-  // --flash_checkpoint: the run's shared-memory snapshot wins when it is newer on every rank.
+  // --flash_checkpoint with latest: the run's shared-memory snapshot wins when every rank holds
+  // it and it is newer than the newest checkpoint, or is that checkpoint's own save; then no
+  // checkpoint is read or verified (a restart skips hashing gigabytes on disk).
   std::unique_ptr<StateReader> snapshot;
+  std::string dir = a_.resume_from_checkpoint, save_id;
+  int64_t snap_step = -1;
   if (flash_ && a_.resume_from_checkpoint == "latest") {
     const std::string run_id = dist::broadcast_string(world_, chief_ ? run_record_read(a_.output_dir).run_id : "", 0);
+    std::string snap_id;
+    snap_step = flash_->probe(run_id, &snap_id);
+    int64_t decision[2] = {0, -1};  // use the snapshot (2: it is the newest checkpoint's save), newest step
+    if (chief_ && snap_step >= 0) {
+      const CheckpointRef newest = checkpoint_newest_unverified(a_.output_dir, &save_id);
+      decision[1] = newest.step;
+      if (snap_step > newest.step) decision[0] = 1;
+      else if (snap_step == newest.step && !snap_id.empty() && save_id == snap_id) decision[0] = 2;
+      save_id.clear();
+    }
+    world_.broadcast(decision, sizeof decision, 0);
+    if (decision[0] > 0) snapshot = flash_->adopt(decision[1], decision[0] == 2), dir.clear();
+  }
+  // Otherwise the chief picks the checkpoint (for latest: from run.json, which it rewrites next)
+  // and verifies its checksums once, for every rank (a full read of the folder); every rank
+  // loads that one. A damaged one named directly fails on the chief, which ends the job.
+  if (!snapshot) {
+    if (chief_) dir = dir == "latest" ? checkpoint_find_latest(a_.output_dir, &save_id) : dir;
+    if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
+    dir = dist::broadcast_string(world_, dir, 0);
+    save_id = dist::broadcast_string(world_, save_id, 0);
+    // The newest checkpoint was damaged (or another run's): the snapshot may still be newer.
     int64_t disk_step = -1;
-    if (chief_ && !dir.empty())
+    if (snap_step >= 0 && chief_ && !dir.empty())
       disk_step = checkpoint_read_trainer_state((fs::path(dir) / "trainer_state.json").string())["global_step"];
-    world_.broadcast(&disk_step, sizeof disk_step, 0);
-    snapshot = flash_->try_resume(run_id, disk_step);
+    if (snap_step >= 0) world_.broadcast(&disk_step, sizeof disk_step, 0);
+    if (snap_step > disk_step) snapshot = flash_->adopt(disk_step, false), dir.clear();
+    else if (chief_ && snap_step >= 0)
+      std::printf("Flash snapshot of step %lld not used: the checkpoint of step %lld is newer\n", (long long)snap_step,
+                  (long long)disk_step);
   }
   if (dir.empty() && !snapshot)
     throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
