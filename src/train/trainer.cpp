@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
@@ -47,6 +48,7 @@
 #include "train/evaluate.h"
 #include "train/flash_checkpoint.h"
 #include "train/spike_guard.h"
+#include "train/straggler.h"
 #include "train/run_identity.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
@@ -345,7 +347,7 @@ class Trainer {
   void pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale);
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
-  int step_vote();
+  int step_vote(int64_t step, double step_s);
   void stop_saved(int64_t step, int signo);
   bool handle_spike(int64_t step, const StepResult& r, int64_t* resume_at);
   int64_t rollback(int64_t step);
@@ -419,6 +421,7 @@ class Trainer {
   int64_t last_saved_step_ = -1;
   std::unique_ptr<FlashCheckpointer> flash_;  // --flash_checkpoint
   std::unique_ptr<SpikeGuard> spike_;         // --spike_policy; NaN / Inf never reach the weights
+  std::unique_ptr<StragglerMonitor> straggler_;  // with more than one rank: per-rank step work
 };
 
 Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
@@ -460,6 +463,12 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   build_model_and_engine();
   resume();
   if (flash_) start_flash();
+  if (world.size() > 1) {
+    std::vector<const dist::Communicator*> comms = {&world_, tied_comm_.get()};
+    for (size_t g = 0; g < dist::kNumGroups; ++g) comms.push_back(&grid_->group(dist::Group(g)));
+    for (const dist::Communicator* c : engine_->comms()) comms.push_back(c);
+    straggler_ = std::make_unique<StragglerMonitor>(comms, world.size(), a_.straggler_threshold);
+  }
   start_loader_and_log();
   startup_s_ = seconds_since(t_start_);
 }
@@ -927,12 +936,20 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     if (local_sgd_)
       extra.push_back({"bytes_across_hosts_per_step", local_sgd_->bytes_across() / double(step + 1 - start_step_)});
     if (pipe_) extra.push_back({"pipeline_bubble", last_bubble_});
+    if (straggler_) {
+      extra.push_back({"slowest_rank", double(straggler_->slowest_rank())});
+      extra.push_back({"slowest_rank_ratio", straggler_->slowest_ratio()});
+    }
     if (spike_->policy() != SpikePolicy::none) {
       extra.push_back({"spike_skipped", double(spike_->skipped())});
       extra.push_back({"spike_rollbacks", double(spike_->rollbacks())});
     }
     const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
     log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s, log_now, extra);
+    if (straggler_ && log_now) {
+      const std::string line = straggler_->window_line(step);
+      if (!line.empty()) std::printf("%s\n", line.c_str());
+    }
     if (step == start_step_) log_->first_step(startup_s_, weights_s_);
   }
   const bool eval_now = (eval_every_ > 0 && (step + 1) % eval_every_ == 0) || (final_eval_ && step + 1 == total_steps_);
@@ -1003,10 +1020,16 @@ void Trainer::save(int64_t step) {
 // preemption: all ranks stop after the same step even when the signal reached only one), and
 // whether a flash checkpoint's shard is still being written on any rank (when none is, the
 // chief seals the checkpoint). Returns the stop signal, or 0.
-int Trainer::step_vote() {
-  int64_t v[2] = {stop_requested(), flash_ && flash_->shard_pending() ? 1 : 0};
-  if (world_.size() > 1) world_.all_reduce(v, 2, dist::ReduceOp::max);
+// The same all-reduce carries every rank's work time in the step (slot 2 + rank; the others
+// contribute 0), which the straggler monitor judges.
+int Trainer::step_vote(int64_t step, double step_s) {
+  std::vector<double> v(2 + (straggler_ ? size_t(world_.size()) : 0), 0.0);
+  v[0] = stop_requested();
+  v[1] = flash_ && flash_->shard_pending() ? 1 : 0;
+  if (straggler_) v[2 + size_t(world_.rank())] = straggler_->work_seconds(step_s);
+  if (world_.size() > 1) world_.all_reduce(v.data(), v.size(), dist::ReduceOp::max);
   if (flash_) flash_->after_vote(v[1] != 0);
+  if (straggler_) straggler_->judge(step, std::vector<double>(v.begin() + 2, v.end()));
   return int(v[0]);
 }
 
@@ -1091,6 +1114,9 @@ void Trainer::run() {
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     const auto t_step = Clock::now();
     train_step_set(step + 1);  // named by the collective watchdog (--ddp_timeout)
+    if (straggler_) straggler_->step_begins();
+    if (a_.test_slow_rank == world_.rank())
+      std::this_thread::sleep_for(std::chrono::duration<double>(a_.test_slow_seconds));
     const StepResult r = train_step(step);
     int64_t resume_at = -1;
     if (r.spike.bad && handle_spike(step, r, &resume_at)) {
@@ -1100,9 +1126,12 @@ void Trainer::run() {
     // Local SGD's outer sync follows every H-th step whether or not the inner update was
     // skipped (an overflow seen by one group only), so every group meets at the same steps.
     if (local_sgd_) local_sgd_->after_step(step);
-    after_step(step, r, seconds_since(t_step));
-    // A stop request after the last step changes nothing: the run finishes as usual.
-    if (const int signo = step + 1 < total_steps_ ? step_vote() : 0) return stop_saved(step + 1, signo);
+    // The vote comes before the step's log, which then names its slowest rank. A stop request
+    // after the last step changes nothing: the run finishes as usual.
+    const double step_s = seconds_since(t_step);
+    const int signo = step_vote(step, step_s);
+    after_step(step, r, step_s);
+    if (signo && step + 1 < total_steps_) return stop_saved(step + 1, signo);
   }
   finish(seconds_since(t_train));
 }
@@ -1217,6 +1246,7 @@ void Trainer::finish(double train_s) {
                 pipe_report["formula_bytes_per_step"].dump().c_str());
     log_->add_results({{"pipeline", pipe_report}});
   }
+  if (straggler_) log_->add_results({{"stragglers", straggler_->summary()}});
   log_->add_results({{"data_parallel", report}});
   log_->finish(train_s, loader_->wait_seconds());
   prof::report();
