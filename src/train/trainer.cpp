@@ -1033,6 +1033,7 @@ int64_t Trainer::rollback(int64_t step) {
   parts.push_back(spike_.get());
   if (log_) parts.push_back(log_.get());
   for (Stateful* c : parts) c->load_state(*reader);
+  engine_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
   const int64_t to = rs.cursor.step();
   spike_->set_counters(kept);
   spike_->count_rollback(to, step + 1);
