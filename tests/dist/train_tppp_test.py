@@ -15,7 +15,7 @@ same tokens per step (a pipeline step's micro-batches are the accumulation steps
     stage's layers, and the pp group's point-to-point bytes one activation (its 1/tp slice under
     SP) per micro-batch per boundary, within 2%;
   - checkpoints: TP 2 x PP 2 resumes at DP 4 ZeRO-3 and at one process, one process's resumes at
-    TP 2 + SP x PP 2: the first resumed step's loss within 1e-6 relative of the saving run's own
+    TP 2 + SP x PP 2, TP 2 x PP 2 x DP 2 ZeRO-1's (Llama, 8 files) at TP 2 x PP 2 interleaved: the first resumed step's loss within 1e-6 relative of the saving run's own
     next step, the rest within 1e-5 of the reference;
   - --bf16 under TP 2 + SP x PP 2 close to one bf16 process (2e-4);
   - bad grids: one clear error line each, naming the numbers.
@@ -164,7 +164,10 @@ def resume(work, m, ref):
     """Layout-free checkpoints: TP 2 x PP 2 -> DP 4 ZeRO-3 and one process; one process -> TP 2 + SP x PP 2."""
     saves = {"tp2_pp2": (4, ACC, TP2 + PP2), "one": (1, ACC, [])}
     resumes = {"tp2_pp2": [("DP 4 ZeRO-3", 4, ACC // 4, ["--zero_stage", "3"]), ("one process", 1, ACC, [])],
-               "one": [("TP 2 + SP x PP 2", 4, ACC, TP2 + PP2 + ["--sequence-parallel"])]}
+               "one": [("TP 2 + SP x PP 2", 4, ACC, TP2 + PP2 + ["--sequence-parallel"])],
+               "tp2_pp2_dp2_zero1": [("TP 2 x PP 2 interleaved", 4, ACC, TP2 + INTERLEAVED)]}
+    if m == "llama":  # 8 writers: (stage x shards + shard) x TP + tp rank
+        saves["tp2_pp2_dp2_zero1"] = (8, ACC // 2, TP2 + PP2 + ["--zero_stage", "1"])
     for saved, (np, acc, extra) in saves.items():
         out = os.path.join(work, f"{m}_save_{saved}")
         full = run(work, f"{m}_save_{saved}", m, np, acc, extra + ["--save_strategy", "steps", "--save_steps", "10"],
