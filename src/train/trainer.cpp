@@ -232,8 +232,8 @@ int local_sgd_group(dist::Communicator& world, int given) {
 }
 
 // The run's process grid: pipeline stages outermost (--pipeline-model-parallel-size), tensor
-// parallel runs of neighbouring ranks innermost (--tensor-model-parallel-size; the two do not
-// compose yet), the rest data parallel (sharded, or hybrid when ZeRO's hpz_partition_size or
+// parallel runs of neighbouring ranks innermost (--tensor-model-parallel-size; a TP group lies
+// inside one stage), the rest data parallel (sharded, or hybrid when ZeRO's hpz_partition_size or
 // local SGD's groups group the ranks); no context parallelism yet. (check_pipeline_args,
 // check_tp_args and check_data_parallel_options have already checked the divisions.)
 dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
@@ -258,35 +258,14 @@ void check_tp_args(const TrainArgs& a, int world) {
   if (tp == 1) return;
   ZT_CHECK(world % tp == 0, "--tensor-model-parallel-size ", tp, " does not divide the ", world,
            " ranks; the ranks must be a multiple of it");
+  const int pp = a.pipeline_parallel_size, dp = world / (tp * pp);
+  ZT_CHECK(world % (tp * pp) == 0, "--tensor-model-parallel-size ", tp, " x --pipeline-model-parallel-size ", pp, " = ",
+           tp * pp, " does not divide the ", world, " ranks; give mpirun -np a multiple of ", tp * pp);
   ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--tensor-model-parallel-size ", tp,
            ": --max_memory / --auto_find_batch_size do not model tensor parallelism yet; set the batch yourself");
-  ZT_CHECK(a.zero_hpz_partition_size <= 1 || (world / tp) % a.zero_hpz_partition_size == 0,
-           "--zero_hpz_partition_size ", a.zero_hpz_partition_size, " must divide the ", world / tp,
-           " data-parallel ranks (", world, " ranks / tensor parallel ", tp, ")");
-}
-
-// Tensor parallelism's traffic per optimizer step, from the tp group's counters (it carries
-// nothing else): calls, payload and bus bytes per collective kind (docs/parallelism-tp.md
-// has the formulas the distributed test checks these against).
-nlohmann::json tp_report(const dist::Communicator& tp, bool sp, int64_t steps) {
-  nlohmann::json j;
-  j["size"] = tp.size();
-  j["sequence_parallel"] = sp;
-  const dist::CommStats st = tp.stats();
-  nlohmann::json per = nlohmann::json::object();
-  double bus = 0;
-  for (size_t k = 0; k < dist::kNumCollectives; ++k) {
-    const dist::CollectiveStats& c = st.by_kind[k];
-    if (c.calls == 0) continue;
-    per[dist::collective_name(dist::Collective(k))] = {{"calls", double(c.calls) / double(steps)},
-                                                       {"bytes", c.bytes / double(steps)},
-                                                       {"bus_bytes", c.bus_bytes / double(steps)},
-                                                       {"seconds", c.seconds / double(steps)}};
-    bus += c.bus_bytes;
-  }
-  j["per_step"] = per;
-  j["bus_bytes_per_step"] = bus / double(steps);
-  return j;
+  ZT_CHECK(a.zero_hpz_partition_size <= 1 || dp % a.zero_hpz_partition_size == 0, "--zero_hpz_partition_size ",
+           a.zero_hpz_partition_size, " must divide the ", dp, " data-parallel ranks (", world,
+           " ranks / tensor parallel ", tp, " / pipeline stages ", pp, ")");
 }
 
 // The pipeline flags against each other and the world (one error line each); the schedule.
@@ -445,8 +424,6 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   check_ranks_agree(world, job_identity(a_, cfg_, train_id_));
   fit_memory();
   schedule_kind_ = check_pipeline_args(a_, world.size(), cfg_);
-  ZT_CHECK(a_.tensor_model_parallel_size == 1 || a_.pipeline_parallel_size == 1,
-           "--tensor-model-parallel-size and --pipeline-model-parallel-size do not compose yet; use one of them");
   parallel::check_data_parallel_options(engine_options(a_),
                                         world.size() / (a_.tensor_model_parallel_size * a_.pipeline_parallel_size));
   ZT_CHECK(a_.local_sgd_steps == 0 || (a_.tensor_model_parallel_size == 1 && a_.pipeline_parallel_size == 1),
@@ -957,17 +934,19 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   bool best_now = false;
   // Pipeline: every stage's units are gathered (a collective over the stages), then the chief
   // evaluates the whole model from its flat buffers, as one process would.
+  // Under TP x PP the first stage's ranks (whole TP groups) evaluate, each over its slices.
   const bool pipe_eval = pipe_ && (val_ || sft_val_rows_) && eval_now;
+  const bool evaluator = chief_ || (tp_region_ && (!pipe_ || grid_->pp().rank() == 0));
   if (pipe_eval) {
     engine_->export_params();
     model_->set_provider(nullptr);
-    if (chief_) {  // the whole model's activations for the evaluation, the stage's again after it
+    if (evaluator) {  // the whole model's activations for the evaluation, the stage's again after it
       model_->set_held_layers({});
       model_->plan(B_, T_, /*training=*/true);
     }
   }
   // So is a tensor-parallel forward (every rank evaluates; the chief logs).
-  if ((val_ || sft_val_rows_) && eval_now && (chief_ || engine_->forward_is_collective() || tp_region_)) {
+  if ((val_ || sft_val_rows_) && eval_now && (evaluator || engine_->forward_is_collective())) {
     EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples)
                                  : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
                                             a_.per_device_eval_batch_size);
@@ -980,7 +959,7 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   }
   if (pipe_eval) {
     model_->set_provider(dynamic_cast<ParamProvider*>(engine_.get()));
-    if (chief_) {
+    if (evaluator) {
       model_->set_held_layers(stage_layers_);
       model_->plan(B_, T_, /*training=*/true, pipe_->slots());
     }
@@ -1095,11 +1074,12 @@ int64_t Trainer::rollback(int64_t step) {
   }
   const SpikeGuard::Counters kept = spike_->counters();
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
-  std::vector<Stateful*> parts = rs.with(*engine_);
+  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));  // saved in the global layout
   if (scaler_) parts.push_back(scaler_.get());
   parts.push_back(spike_.get());
   if (log_) parts.push_back(log_.get());
   for (Stateful* c : parts) c->load_state(*reader);
+  engine_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
   const int64_t to = rs.cursor.step();
   spike_->set_counters(kept);
   spike_->count_rollback(to, step + 1);
@@ -1173,9 +1153,9 @@ StateShard Trainer::checkpoint_shard() const {
 
 // The pipeline's measurements (a collective over the stages): the bubble, and the
 // point-to-point bytes per step of every stage (the pp group's counters) with the formula: one
-// activation or gradient of B T C fp32 per micro-batch for each boundary the stage sends
-// across (a chunk that is not the last virtual stage sends its output, one that is not the
-// first its input's gradient); as many are received.
+// activation or gradient of B T C fp32 (B T C / tp under sequence parallelism) per micro-batch
+// for each boundary the stage sends across (a chunk that is not the last virtual stage sends
+// its output, one that is not the first its input's gradient); as many are received.
 nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
   const double measured = bubble_steps_ ? bubble_sum_ / double(bubble_steps_) : last_bubble_;
   std::vector<double> per_stage;
@@ -1183,6 +1163,8 @@ nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
   const int P = a_.pipeline_parallel_size;
   const int v = a_.layers_per_virtual_stage > 0 ? cfg_.n_layer / (P * a_.layers_per_virtual_stage) : 1;
   const dist::CommStats cs = grid_->pp().stats();
+  // Sequence parallel: each TP rank sends its 1/tp of the tokens (its residual stream's rows).
+  const double sp = a_.sequence_parallel ? grid_->tp().size() : 1;
   std::vector<double> sent(size_t(P), 0.0), recv(size_t(P), 0.0), formula;
   sent[grid_->pp().rank()] = cs[dist::Collective::send].bytes / double(steps_run);
   recv[grid_->pp().rank()] = cs[dist::Collective::recv].bytes / double(steps_run);
@@ -1194,7 +1176,7 @@ nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
       const int vs = parallel::virtual_stage(st, c, P);
       crossings += (vs < P * v - 1) + (vs > 0);
     }
-    formula.push_back(double(crossings) * G_ * double(B_) * T_ * cfg_.n_embd * 4.0);
+    formula.push_back(double(crossings) * G_ * double(B_) * T_ * cfg_.n_embd * 4.0 / sp);
   }
   return {{"stages", P},
           {"schedule", parallel::schedule_name(schedule_kind_)},
@@ -1218,13 +1200,16 @@ void Trainer::finish(double train_s) {
   report["zero_paper_model_state_bytes"] = zero_paper_bytes(model_->num_params(), a_.zero_stage, group,
                                                             double(engine_->optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
-  if (tp_region_) report["tensor_parallel"] = tp_report(grid_->tp(), a_.sequence_parallel, steps_run);
+  if (tp_region_)
+    report["tensor_parallel"] =
+        parallel::tp_comm_report(grid_->tp(), pipe_ ? &grid_->pp() : nullptr, a_.sequence_parallel, steps_run);
   load_best_model();
   engine_->export_params();  // a collective: ZeRO-3 gathers the shards, pipeline stages their units
   const nlohmann::json pipe_report = pipe_ ? pipeline_report(steps_run) : nlohmann::json();
-  // Tensor parallel: the chief's TP group gathers every rank's slices into one whole model.
+  // Tensor parallel: the chief's TP group gathers every rank's slices into one whole model
+  // (under a pipeline every stage holds every unit now: the first stage's group gathers).
   std::unique_ptr<Transformer> whole;
-  if (tp_region_ && dp_comm_->rank() == 0) {
+  if (tp_region_ && dp_comm_->rank() == 0 && grid_->pp().rank() == 0) {
     if (chief_) whole = std::make_unique<Transformer>(cfg_);
     parallel::tp_gather_params(grid_->tp(), model_->params(), model_->flat_params().as<const float>(),
                                whole ? whole->params() : model_->params(),
