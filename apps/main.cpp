@@ -193,7 +193,9 @@ int cmd_train(const Args& args) {
   f.add("pipeline_schedule", &a.pipeline_schedule,
         "gpipe, 1f1b or interleaved (default: 1f1b; interleaved with virtual stages)");
   f.add("pipeline_layers", &a.pipeline_layers,
-        "blocks per (virtual) stage, such as 6,6 (default: balanced by the memory estimator's cost)");
+        "blocks per (virtual) stage, such as 6,6 (default: balanced by --pipeline_balance)");
+  f.add("pipeline_balance", &a.pipeline_balance,
+        "the default cut balances time (FLOPs per unit, the LM head included) or memory (bytes per unit) (time)");
   f.add("train_batch_size", &a.train_batch_size, "global batch check: micro x accumulation x ranks (0 = unchecked)",
         range::closed(0, kMaxSteps));
   f.add("ddp_timeout", &a.ddp_timeout,

@@ -170,6 +170,7 @@ struct TrainArgs {
   int layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage K (0: no virtual stages)
   std::string pipeline_schedule;     // gpipe | 1f1b | interleaved; "": 1f1b, interleaved with K
   std::string pipeline_layers;       // blocks per (virtual) stage, "6,6"; "": balanced by cost
+  std::string pipeline_balance = "time";  // the default cut's cost: time (FLOPs) or memory (bytes)
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   int64_t train_batch_size = 0;  // DeepSpeed's global batch (0 = not set): micro x accumulation x ranks

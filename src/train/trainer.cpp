@@ -276,7 +276,8 @@ parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const 
   ZT_CHECK(P <= L, "--pipeline-model-parallel-size ", P, " exceeds the model's ", L,
            " layers; every stage needs at least one layer");
   if (P == 1) {
-    for (const char* f : {"num-layers-per-virtual-pipeline-stage", "pipeline_schedule", "pipeline_layers"})
+    for (const char* f : {"num-layers-per-virtual-pipeline-stage", "pipeline_schedule", "pipeline_layers",
+                          "pipeline_balance"})
       ZT_CHECK(!a.explicit_flags.count(f), "--", f,
                " needs pipeline stages: add --pipeline-model-parallel-size 2 or more");
     return parallel::PipeSchedule::one_f_one_b;
@@ -293,6 +294,8 @@ parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const 
            " x --pipeline-model-parallel-size ", P, " = ", P * K, " does not divide the model's ", L, " layers");
   const int v = K > 0 ? L / (P * K) : 1;
   parallel::check_schedule({kind, P, a.gradient_accumulation_steps, v});
+  ZT_CHECK(a.pipeline_balance == "time" || a.pipeline_balance == "memory", "--pipeline_balance ",
+           quote(a.pipeline_balance), " is not time or memory");
   ZT_CHECK(!a.auto_find_batch_size,
            "--auto_find_batch_size does not plan pipeline stages yet; give the batch with "
            "--per_device_train_batch_size");
@@ -629,7 +632,8 @@ void Trainer::build_model_and_engine() {
     model_->set_act_plan(plan_);  // the cut weighs the activations of this plan
     const parallel::StageCut cut =
         parallel::plan_stages(*model_, B_, T_, a_.pipeline_parallel_size, a_.layers_per_virtual_stage,
-                              a_.pipeline_layers, optim::optimizer_state_bytes_per_param(a_.optim));
+                              a_.pipeline_layers, optim::optimizer_state_bytes_per_param(a_.optim),
+                              a_.pipeline_balance == "time");
     eo.pipeline = parallel::stage_units(*model_, cut, grid_->pp(), &tied_comm_);
     // Activations only for this stage's blocks.
     for (int l = 0; l < cfg_.n_layer; ++l) stage_layers_.push_back(cut.stage_of_layer(l) == grid_->pp().rank());
