@@ -438,10 +438,19 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
   dp_comm_ = &grid_->dp();
   chief_ = world.rank() == 0;
-  load_data();
+  {
+    ZT_PROFILE("startup: data");
+    load_data();
+  }
   if (chief_) prepare_output_dir();
-  build_model_and_engine();
-  resume();
+  {
+    ZT_PROFILE("startup: model and engine");
+    build_model_and_engine();
+  }
+  {
+    ZT_PROFILE("startup: resume");
+    resume();
+  }
   if (flash_) start_flash();
   if (world.size() > 1) {
     std::vector<const dist::Communicator*> comms = {&world_, tied_comm_.get()};
