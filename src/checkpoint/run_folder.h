@@ -23,7 +23,9 @@ class OutputDirLock {
  public:
   // Creates output_dir if needed and locks output_dir/.ztrain.lock; an Error naming the
   // holder's pid and host when another process holds it.
-  explicit OutputDirLock(const std::string& output_dir);
+  // `wait_s`: how long to keep trying while another process holds the lock (an elastic restart
+  // waits for the failed attempt's processes, still exiting, to let go of it).
+  explicit OutputDirLock(const std::string& output_dir, double wait_s = 0);
   ~OutputDirLock();
   OutputDirLock(const OutputDirLock&) = delete;
   OutputDirLock& operator=(const OutputDirLock&) = delete;
