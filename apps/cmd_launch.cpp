@@ -169,6 +169,10 @@ int run_child(const std::vector<std::string>& argv, double timeout_s = 0) {
 struct Launch {
   int nproc = 1;
   std::string mpirun_args;
+  // The agent: when a rank fails, mpirun kills the others at once (Open MPI waits 1 s between its
+  // SIGTERM and SIGKILL by default, odls_base_sigkill_timeout): a second less per restart, and
+  // the survivors of a failed job have nothing to save.
+  bool fast_abort = false;
   std::vector<std::pair<std::string, std::string>> env;
 
   // mpirun's argv for `command` on `hosts` (a hostfile written for them), or on this host.
@@ -181,10 +185,11 @@ struct Launch {
       a.insert(a.end(), {"--hostfile", hostfile, "--map-by", "ppr:" + std::to_string(nproc) + ":node"});
     }
     a.insert(a.end(), {"--bind-to", "none"});
+    if (fast_abort) a.insert(a.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
     for (auto& [k, v] : env)
       if (k.rfind("OMPI_", 0) != 0) a.insert(a.end(), {"-x", k});
     for (const char* k : {"ZT_COMM_TIMEOUT_S", "ZT_TEST_FAIL_AT", "TORCHELASTIC_RESTART_COUNT",
-                          "ZT_TEST_SLOW_GEMM_RANK", "ZT_TEST_SLOW_LINK_RANK"})
+                          "ZT_TEST_SLOW_GEMM_RANK", "ZT_TEST_SLOW_LINK_RANK", "ZT_TEST_SLOW_RANK"})
       if (std::getenv(k)) a.insert(a.end(), {"-x", k});
     for (size_t b = mpirun_args.find_first_not_of(' '); b != std::string::npos;) {
       size_t e = std::min(mpirun_args.find(' ', b), mpirun_args.size());
@@ -305,6 +310,7 @@ int cmd_launch(const Args& all) {
   }
 
   // ---- The elastic agent.
+  L.fast_abort = true;
   // The global batch the job was started with; restarts on fewer hosts keep it by raising
   // the gradient accumulation (refused when it does not divide).
   const int micro = int_flag(command, "per_device_train_batch_size", 8);

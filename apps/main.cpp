@@ -117,6 +117,8 @@ int cmd_train(const Args& args) {
         range::closed(1, 1000000));
   f.add("spike_zscore", &a.spike_zscore, "standard deviations above the window's mean that make a spike (6)",
         range::above(0, 1e9));
+  f.add("straggler_threshold", &a.straggler_threshold,
+        "flag a rank whose compute in a step exceeds N x the median rank's; 0 = off (1.5)", range::closed(0, 1e9));
   f.add("save_total_limit", &a.save_total_limit, "keep at most N checkpoints, 0 = all (0)",
         range::closed(0, kMaxSteps));
   f.add("resume_from_checkpoint", &a.resume_from_checkpoint, "a checkpoint-N folder, or latest in --output_dir");
@@ -193,7 +195,9 @@ int cmd_train(const Args& args) {
   f.add("pipeline_schedule", &a.pipeline_schedule,
         "gpipe, 1f1b or interleaved (default: 1f1b; interleaved with virtual stages)");
   f.add("pipeline_layers", &a.pipeline_layers,
-        "blocks per (virtual) stage, such as 6,6 (default: balanced by the memory estimator's cost)");
+        "blocks per (virtual) stage, such as 6,6 (default: balanced by --pipeline_balance)");
+  f.add("pipeline_balance", &a.pipeline_balance,
+        "the default cut balances time (FLOPs per unit, the LM head included) or memory (bytes per unit) (time)");
   f.add("train_batch_size", &a.train_batch_size, "global batch check: micro x accumulation x ranks (0 = unchecked)",
         range::closed(0, kMaxSteps));
   f.add("ddp_timeout", &a.ddp_timeout,
@@ -220,6 +224,10 @@ int cmd_train(const Args& args) {
       a.test_fail_rank = rank;
       a.test_fail_step = step;
     }
+  }
+  if (const char* hook = std::getenv("ZT_TEST_SLOW_RANK")) {  // tests/dist/straggler.sh
+    char secs[32] = {0};
+    if (std::sscanf(hook, "%d:%31s", &a.test_slow_rank, secs) == 2) a.test_slow_seconds = std::strtod(secs, nullptr);
   }
   if (const char* hook = std::getenv("ZT_TEST_FLASH_PAUSE")) a.test_flash_pause = hook;  // tests/cli/flash_ckpt.sh
   if (const char* hook = std::getenv("ZT_TEST_SPIKE_AT")) {                              // tests/cli/spikes.sh

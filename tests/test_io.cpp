@@ -16,6 +16,8 @@
 #include "checkpoint/safetensors.h"
 #include "data/token_data.h"
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/hash.h"
 #include "core/memory.h"
 #include "core/tensor.h"
 #include "flags.h"
@@ -64,6 +66,50 @@ TEST(Safetensors, RoundTripF32AndBf16WithMetadata) {
   f.read_f32(*f.find("a"), back.data());
   for (int i = 0; i < 6; ++i) EXPECT_NEAR(back[i], a[i], 4e-3 * std::abs(a[i]));
   EXPECT_EQ(f.metadata().size(), 0u);
+}
+
+// The streaming hash equals hash64 however the bytes are split (blocks across pieces, the tail).
+TEST(FileWriter, StreamingHashEqualsWholeHash) {
+  std::string bytes;
+  for (int i = 0; i < 1000; ++i) bytes.push_back(char(i * 131 + 7));
+  for (size_t n : {size_t(0), size_t(5), size_t(32), size_t(33), size_t(999), size_t(1000)}) {
+    for (size_t piece : {size_t(1), size_t(7), size_t(31), size_t(32), size_t(100), size_t(1000)}) {
+      Hash64Stream h(n);
+      for (size_t i = 0; i < n; i += piece) h.update(bytes.data() + i, std::min(piece, n - i));
+      EXPECT_EQ(h.value(), hash64(bytes.data(), n)) << "n " << n << " pieces of " << piece;
+    }
+  }
+}
+
+// The writer's bytes and digest, on the disk's file system (O_DIRECT there) and on /dev/shm
+// (tmpfs: O_DIRECT refused or allowed, depending on the kernel), for sizes off the block size.
+TEST(FileWriter, WritesExactBytesAndTheirDigest) {
+  std::vector<std::string> dirs = {fs::temp_directory_path().string()};
+  if (fs::is_directory("/dev/shm")) dirs.push_back("/dev/shm");
+  for (const std::string& dir : dirs) {
+    for (size_t n : {size_t(1), size_t(4096), size_t(4097), size_t(9u << 20) + 13}) {
+      std::string data(n, '\0');
+      for (size_t i = 0; i < n; ++i) data[i] = char((i * 2654435761u) >> 13);
+      const std::string path = dir + "/zt_io_writer_" + std::to_string(::getpid());
+      {
+        SequentialFileWriter w(path, n);
+        w.write(data.data(), n / 3);
+        w.write(data.data() + n / 3, n - n / 3);
+        const auto [h, size] = w.finish();
+        EXPECT_EQ(size, n);
+        EXPECT_EQ(h, hash64(data.data(), n));
+      }
+      std::ifstream f(path, std::ios::binary);
+      const std::string back((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      EXPECT_TRUE(back == data) << dir << " size " << n << " read " << back.size();
+      EXPECT_EQ(checkpoint_file_digest(path), std::make_pair(hash64(data.data(), n), uint64_t(n)));
+      fs::remove(path);
+    }
+  }
+  // Destroyed before finish: nothing is left behind.
+  const std::string path = tmp("writer_abandoned");
+  { SequentialFileWriter w(path, 10); w.write("abc", 3); }
+  EXPECT_FALSE(fs::exists(path));
 }
 
 TEST(Safetensors, ReadsF16) {

@@ -80,7 +80,8 @@ void FlashSnapshot::map_size(uint64_t bytes) {
   bytes = std::max<uint64_t>(bytes, uint64_t(st.st_size));
   if (map_ && bytes == size_) return;
   if (map_) ::munmap(map_, size_);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  // MAP_POPULATE: a resume reads every page of the snapshot; faulting them in one call is faster.
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
   ZT_CHECK(p != MAP_FAILED, "cannot map the flash snapshot ", path_, ": ", std::strerror(errno));
   map_ = static_cast<uint8_t*>(p);
   size_ = bytes;

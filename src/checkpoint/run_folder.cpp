@@ -121,13 +121,16 @@ std::string random_id() {
   return hex64((uint64_t(rd()) << 32) ^ uint64_t(rd()));
 }
 
-OutputDirLock::OutputDirLock(const std::string& output_dir) {
+OutputDirLock::OutputDirLock(const std::string& output_dir, double wait_s) {
   std::error_code ec;
   fs::create_directories(output_dir, ec);
   ZT_CHECK(!ec, "cannot create --output_dir ", output_dir, ": ", ec.message());
   const std::string path = (fs::path(output_dir) / kFileName).string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ZT_CHECK(fd_ >= 0, "cannot open the lock file ", path, ": ", std::strerror(errno));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd_);
@@ -232,6 +235,20 @@ std::string checkpoint_find_latest(const std::string& output_dir, std::string* s
     return l.path.string();
   }
   return "";
+}
+
+CheckpointRef checkpoint_newest_unverified(const std::string& output_dir, std::string* save_id) {
+  CheckpointRef best{"", 0, -1};
+  fs::path path;
+  for (const Listed& l : list_checkpoints(output_dir))
+    if (l.readable && l.ref.step > best.step) best = l.ref, path = l.path;
+  save_id->clear();
+  if (best.step >= 0) {
+    const nlohmann::json s = read_json(path / "trainer_state.json");
+    const nlohmann::json::json_pointer ptr("/ztrain/save_id");
+    if (s.is_object() && s.contains(ptr) && s[ptr].is_string()) *save_id = s[ptr].get<std::string>();
+  }
+  return best;
 }
 
 void checkpoint_prune(const std::string& output_dir, int64_t keep, const std::string& protect) {

@@ -23,7 +23,9 @@ class OutputDirLock {
  public:
   // Creates output_dir if needed and locks output_dir/.ztrain.lock; an Error naming the
   // holder's pid and host when another process holds it.
-  explicit OutputDirLock(const std::string& output_dir);
+  // `wait_s`: how long to keep trying while another process holds the lock (an elastic restart
+  // waits for the failed attempt's processes, still exiting, to let go of it).
+  explicit OutputDirLock(const std::string& output_dir, double wait_s = 0);
   ~OutputDirLock();
   OutputDirLock(const OutputDirLock&) = delete;
   OutputDirLock& operator=(const OutputDirLock&) = delete;
@@ -63,6 +65,10 @@ void run_record_write(const std::string& output_dir, const RunRecord& r);
 // reported on stderr and skipped, and so (with a warning) is falling back to another run's.
 // save_id (optional): the chosen checkpoint's, from the verification just done.
 std::string checkpoint_find_latest(const std::string& output_dir, std::string* save_id = nullptr);
+// The checkpoint-N folder with the highest step whose trainer_state.json reads, without
+// verifying it (step -1 when there is none); *save_id its recorded save id ("" if none). Cheap:
+// a flash restart compares its snapshot with it before deciding whether to verify anything.
+CheckpointRef checkpoint_newest_unverified(const std::string& output_dir, std::string* save_id);
 // Removes checkpoints beyond the first `keep` in the order above (0 = keep all), and every
 // half-written checkpoint-N.tmp folder.
 // `protect` (a checkpoint folder, "" = none) is never removed and does not count against keep

@@ -142,8 +142,8 @@ void SafetensorsFile::read_f32(const StEntry& e, float* dst) const {
   }
 }
 
-void safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, DType dtype,
-                       const std::map<std::string, std::string>& metadata) {
+std::pair<uint64_t, uint64_t> safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors,
+                                                DType dtype, const std::map<std::string, std::string>& metadata) {
   ZT_CHECK(dtype == DType::f32 || dtype == DType::bf16, "safetensors can be written as F32 or BF16, not ",
            dtype_st_name(dtype));
   const size_t es = zt::dtype_size(dtype);
@@ -159,28 +159,27 @@ void safetensors_write(const std::string& path, const std::vector<StTensorOut>& 
   std::string header = h.dump();
   while ((header.size() + 8) % 8 != 0) header.push_back(' ');
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ZT_CHECK(fd >= 0, "cannot create ", tmp, ": ", std::strerror(errno));
   uint64_t hl = header.size();
-  write_all(fd, &hl, 8, tmp);
-  write_all(fd, header.data(), header.size(), tmp);
+  SequentialFileWriter out(tmp, 8 + hl + off);
+  out.write(&hl, 8);
+  out.write(header.data(), header.size());
   std::vector<uint16_t> half;
   for (auto& t : tensors) {
     int64_t n = 1;
     for (auto s : t.shape) n *= s;
     if (es == 4) {
-      write_all(fd, t.data, size_t(n) * 4, tmp);
+      out.write(t.data, size_t(n) * 4);
     } else {
       half.resize(size_t(n));
       for (int64_t i = 0; i < n; ++i) half[i] = f32_to_bf16(t.data[i]);
-      write_all(fd, half.data(), size_t(n) * 2, tmp);
+      out.write(half.data(), size_t(n) * 2);
     }
   }
-  ::fsync(fd);
-  ::close(fd);
+  const auto digest = out.finish();
   ZT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
   const size_t slash = path.rfind('/');
   fsync_path(slash == std::string::npos ? "." : path.substr(0, slash), true);
+  return digest;
 }
 
 }  // namespace zt

@@ -176,21 +176,24 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     su_.stages->all_reduce(&s, 1);
     return std::sqrt(s);
   }
-  // Tensor parallelism (which does not compose with a pipeline, so g_ is laid out as the flat
-  // buffer): weighted squares per parameter, and each parameter's gradient.
+  // Tensor parallelism: weighted squares per parameter (a pipeline stage: its own units', the
+  // tied copy counted by the first stage only, summed over the stages), and each gradient piece
+  // held (a pipeline stage: its units', packed).
   double grad_sq_weighted(const std::vector<double>& w) override {
-    ZT_ASSERT(!su_.active(), "tensor parallelism under a pipeline");
     double s = 0;
-    for (const ParamInfo& p : model_.params().list()) {
-      const double n = optim::grad_norm(g_ + p.offset, p.numel);
-      s += w[size_t(&p - model_.params().list().data())] * n * n;
+    const auto& list = model_.params().list();
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!own_.empty() && !own_[i]) continue;
+      const double n = optim::grad_norm(g_ + at(list[i].offset), list[i].numel);
+      s += w[i] * n * n;
     }
+    if (su_.active()) su_.stages->all_reduce(&s, 1);
     return s;  // every dp rank holds the same reduced gradient
   }
   void for_each_grad_piece(const std::function<void(int, float*, int64_t)>& f) override {
-    ZT_ASSERT(!su_.active(), "tensor parallelism under a pipeline");
     const auto& list = model_.params().list();
-    for (size_t i = 0; i < list.size(); ++i) f(int(i), g_ + list[i].offset, list[i].numel);
+    for (size_t i = 0; i < list.size(); ++i)
+      if (keep_.empty() || keep_[i]) f(int(i), g_ + at(list[i].offset), list[i].numel);
   }
   void clip(double norm, double max_norm, double unscale) override {
     for (const optim::StepPiece& p : pieces_)

@@ -86,8 +86,10 @@ class DataParallel {
   // L2 norm of the whole reduced gradient (a collective).
   virtual double grad_norm() = 0;
   // Tensor parallelism: the sum over this rank's parameters p of w[p] * |grad p|^2, reduced
-  // over the data-parallel ranks (a collective; the caller sums it over the tp group), and
-  // each gradient piece the engine holds after end_backward() as (param, grads, count).
+  // over the data-parallel ranks and, under a pipeline, summed over the stages (the tied copy
+  // counted once) (a collective; the caller sums it over the tp group), and each gradient
+  // piece the engine holds after end_backward() as (param, grads, count): a pipeline stage's
+  // are its units' (the tied copy included).
   virtual double grad_sq_weighted(const std::vector<double>& w) = 0;
   virtual void for_each_grad_piece(const std::function<void(int param, float* g, int64_t n)>& f) = 0;
   // Scales the gradients for clipping (norm: the unscaled global norm) and by `unscale`

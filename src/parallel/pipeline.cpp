@@ -203,7 +203,7 @@ PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& 
 namespace zt::parallel {
 
 StageCut plan_stages(const Transformer& model, int B, int T, int P, int K, const std::string& list,
-                     int64_t optim_bytes) {
+                     int64_t optim_bytes, bool by_time) {
   const int L = model.config().n_layer;
   ZT_CHECK(P <= L, "--pipeline-model-parallel-size ", P, " exceeds the model's ", L,
            " layers; every stage needs at least one layer");
@@ -211,6 +211,16 @@ StageCut plan_stages(const Transformer& model, int B, int T, int P, int K, const
   if (K > 0) cut_per_virtual_stage(L, P, K);  // checks that P x K divides the layers
   if (!list.empty()) return cut_from_list(list, L, P, v);
   if (K > 0) return cut_per_virtual_stage(L, P, K);
+  const ModelLayout& layout = model.layout();
+  if (by_time) {
+    const ModelConfig& c = model.config();
+    auto flops = [&](int u) { return 6.0 * double(layout.units[u].size()); };  // per token, GEMMs
+    std::vector<double> blocks;
+    for (int l = 0; l < L; ++l) blocks.push_back(flops(layout.block_units[l]) + 6.0 * double(T) * double(c.n_embd));
+    // The head's GEMM is V x C whether or not it is tied; the embedding itself is a lookup.
+    const double head = 6.0 * double(c.vocab_size) * double(c.n_embd);
+    return cut_balanced(0.0, blocks, head, P, 1);
+  }
   size_t acts = 0, tmp = 0;
   Transformer::planned_bytes(model.config(), B, T, &acts, &tmp, 1, model.act_plan());
   const ModelLayout& ml = model.layout();

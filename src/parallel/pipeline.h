@@ -94,9 +94,12 @@ class PipelineExecutor {
 namespace zt::parallel {
 // The trainer's cut: given blocks per (virtual) stage (`list`, "6,6"), K layers per virtual
 // stage (Megatron's --num-layers-per-virtual-pipeline-stage; 0: one chunk per stage), or else
-// balanced by the memory estimator's cost per unit: model-state bytes (fp32 parameter,
-// gradient and `optim_bytes` of optimizer state per parameter) plus, for blocks, the
-// activations of one micro-batch of (B, T). The head carries the tied embedding's copy.
+// balanced by a cost per unit. By time (`by_time`, the default): the unit's training FLOPs per
+// token, 6 x its GEMM parameters plus, for a block, causal attention's 6 T C (forward, and
+// backward at twice that); the LM head's 6 V C makes the last stage's head worth about five
+// GPT-2 blocks, so the last stage gets fewer blocks. By memory: model-state bytes (fp32
+// parameter, gradient and `optim_bytes` of optimizer state per parameter) plus, for blocks, the
+// activations of one micro-batch of (B, T); the head carries the tied embedding's copy.
 StageCut plan_stages(const Transformer& model, int B, int T, int stages, int layers_per_virtual_stage,
-                     const std::string& list, int64_t optim_bytes);
+                     const std::string& list, int64_t optim_bytes, bool by_time);
 }  // namespace zt::parallel

@@ -158,6 +158,33 @@ std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size) 
   return w;
 }
 
+nlohmann::json tp_comm_report(const dist::Communicator& tp, dist::Communicator* pp, bool sp, int64_t steps) {
+  nlohmann::json j;
+  j["size"] = tp.size();
+  j["sequence_parallel"] = sp;
+  const dist::CommStats st = tp.stats();
+  nlohmann::json per = nlohmann::json::object();
+  double bus = 0;
+  for (size_t k = 0; k < dist::kNumCollectives; ++k) {
+    const dist::CollectiveStats& c = st.by_kind[k];
+    if (c.calls == 0) continue;
+    per[dist::collective_name(dist::Collective(k))] = {{"calls", double(c.calls) / double(steps)},
+                                                       {"bytes", c.bytes / double(steps)},
+                                                       {"bus_bytes", c.bus_bytes / double(steps)},
+                                                       {"seconds", c.seconds / double(steps)}};
+    bus += c.bus_bytes;
+  }
+  j["per_step"] = per;
+  j["bus_bytes_per_step"] = bus / double(steps);
+  if (pp && pp->size() > 1) {
+    std::vector<double> stages(size_t(pp->size()), 0.0);
+    stages[size_t(pp->rank())] = bus / double(steps);
+    pp->all_reduce(stages.data(), stages.size());
+    j["bus_bytes_per_step_per_stage"] = stages;
+  }
+  return j;
+}
+
 TpStateAdapter::TpStateAdapter(Stateful& inner, const ParamTable& local, int tp_rank, int tp_size, bool write_meta)
     : inner_(inner), table_(local), rank_(tp_rank), size_(tp_size), meta_(write_meta) {}
 

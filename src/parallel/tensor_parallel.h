@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,13 @@ std::vector<int> tp_replicated_params(const ParamTable& table);
 // split tensor (each rank holds a different part), 1 / tp for a replicated one (counted
 // once over the group; 1 / replicas for a KV head held by that many ranks).
 std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size);
+
+// Tensor parallelism's traffic per optimizer step, from the tp group's counters (it carries
+// nothing else): calls, payload and bus bytes per collective kind, and bus_bytes_per_step
+// (docs/parallelism-tp.md has the formulas the distributed tests check these against). Under a
+// pipeline (`pp` not null, a collective over it) also every stage's bus bytes per step
+// (bus_bytes_per_step_per_stage): a stage's TP group carries only its layers' traffic.
+nlohmann::json tp_comm_report(const dist::Communicator& tp, dist::Communicator* pp, bool sp, int64_t steps);
 
 // Checkpoints under tensor parallelism in the global layout: wraps a component so that each
 // piece of a split tensor (this rank's slice, or a ZeRO shard of it: a range of the local

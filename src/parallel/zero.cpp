@@ -208,12 +208,17 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   }
   double grad_sq_weighted(const std::vector<double>& w) override {
     double s = 0;
-    for_each_grad_piece([&](int param, float* g, int64_t n) {
-      const double x = optim::grad_norm(g, n);
-      s += w[size_t(param)] * x * x;
-    });
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (su_.tied_copy && int(b) == tied_bucket_) continue;  // the first stage counts it
+      for (const PieceTemplate& t : buckets_[b].pieces) {
+        const double x = optim::grad_norm(shard_grad(b) + t.rel, t.numel);
+        s += w[size_t(t.param)] * x * x;
+      }
+    }
     dp_.all_reduce(&s, 1);
-    return s / double(N_ / G_);  // every group holds the whole gradient once
+    s /= double(N_ / G_);                             // every group holds the whole gradient once
+    if (su_.active()) su_.stages->all_reduce(&s, 1);  // pipeline stages: their units' squares
+    return s;
   }
   void for_each_grad_piece(const std::function<void(int, float*, int64_t)>& f) override {
     for (size_t b = 0; b < buckets_.size(); ++b)

@@ -107,7 +107,7 @@ void FlashCheckpointer::pause_if(const char* where, int64_t step) const {
   ::sleep(600);
 }
 
-std::unique_ptr<StateReader> FlashCheckpointer::try_resume(const std::string& run_id, int64_t disk_step) {
+int64_t FlashCheckpointer::probe(const std::string& run_id, std::string* save_id) {
   std::string why;
   bool ok = false;
   const std::string path = run_id.empty() ? std::string() : FlashSnapshot::path_for(run_id, world_.rank());
@@ -131,16 +131,18 @@ std::unique_ptr<StateReader> FlashCheckpointer::try_resume(const std::string& ru
   int64_t v[5] = {ok ? 1 : 0, step, -step, id, -id};
   if (world_.size() > 1) world_.all_reduce(v, 5, dist::ReduceOp::min);
   const bool same = v[0] == 1 && v[1] == -v[2] && v[3] == -v[4];
-  if (!same || step <= disk_step) {
-    if (chief_ && same)
-      std::printf("Flash snapshot of step %lld not used: the checkpoint of step %lld is as new\n", (long long)step,
-                  (long long)disk_step);
-    return nullptr;
-  }
-  resumed_step_ = step;
+  if (!same) return -1;
+  *save_id = snap_->info().save_id;
+  return step;
+}
+
+std::unique_ptr<StateReader> FlashCheckpointer::adopt(int64_t disk_step, bool persisted) {
+  resumed_step_ = snap_->info().step;
+  resumed_persisted_ = persisted;
   if (chief_)
     std::printf("Resuming from the flash snapshot %s at step %lld (the newest persisted checkpoint: %s)\n",
-                path.c_str(), (long long)step, disk_step < 0 ? "none" : str_cat("step ", disk_step).c_str());
+                snap_->path().c_str(), (long long)resumed_step_,
+                disk_step < 0 ? "none" : str_cat("step ", disk_step, persisted ? ", this save" : "").c_str());
   return snap_->reader();
 }
 
@@ -166,12 +168,20 @@ void FlashCheckpointer::start(const std::string& run_id, uint64_t data_bytes) {
              fs::path(path).parent_path().string(), " for rank ", world_.rank(), "'s snapshot but ", avail >> 20,
              " MiB are free; enlarge it (docker run --shm-size) or run without --flash_checkpoint");
   }
-  if (resumed_step_ >= 0) {
+  if (resumed_step_ >= 0 && !resumed_persisted_) {
     if (chief_) checkpoint_begin(o_.output_dir, resumed_step_);
     world_.barrier();
     begin_persist(resumed_step_, snap_->info().shard, snap_->info().save_id, /*seal_snapshot=*/false);
+  } else if (resumed_step_ >= 0) {
+    pending_step_ = resumed_step_;  // the snapshot a rollback returns to (its checkpoint exists)
+    pending_save_id_ = snap_->info().save_id;
   }
-  post([this, data_bytes] { snap_->reserve(data_bytes); });
+  post([this, data_bytes] {
+    const double cpu0 = thread_cpu_seconds();
+    snap_->reserve(data_bytes);
+    std::lock_guard<std::mutex> l(mu_);  // not part of any save's persist CPU (the worker adds it back)
+    job_cpu_s_ -= thread_cpu_seconds() - cpu0;
+  });
 }
 
 void FlashCheckpointer::begin_persist(int64_t step, const StateShard& shard, const std::string& save_id,
@@ -194,9 +204,11 @@ void FlashCheckpointer::begin_persist(int64_t step, const StateShard& shard, con
 void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const StateShard& shard,
                                  const std::string& save_id) {
   const auto t0 = std::chrono::steady_clock::now();
-  drain();
-  wait_idle_queue();  // the reservation of shared memory, at the first save
+  drain();  // the previous save's persist, if it is still going
+  // The first save does not wait for the reservation of shared memory (posted at start-up, slow on
+  // a loaded machine): the copy queues behind it and the next step's forward and backward overlap both.
   saved_at_ = std::chrono::steady_clock::now();
+  queue_s_ = std::chrono::duration<double>(saved_at_ - t0).count();
   reset_job_cpu();
   rethrow();
   if (chief_) checkpoint_begin(o_.output_dir, step);
@@ -249,10 +261,10 @@ void FlashCheckpointer::report() {
   report_pending_ = false;
   if (!chief_) return;
   std::printf(
-      "Flash checkpoint of step %lld: training stopped %.3f s (%.3f s at the save, %.3f s before the next update); "
-      "the copy of %.2f GB to shared memory took %.3f s beside the step; checkpoint-%lld is written in the "
-      "background\n",
-      (long long)pending_step_, stall_s_, save_s_, stall_s_ - save_s_, double(copy_bytes_) / 1e9, copy_s_,
+      "Flash checkpoint of step %lld: training stopped %.3f s (%.3f s at the save, of which %.3f s waiting for "
+      "the previous persist; %.3f s before the next update); the copy of %.2f GB to shared memory took %.3f s "
+      "beside the step; checkpoint-%lld is written in the background\n",
+      (long long)pending_step_, stall_s_, save_s_, queue_s_, stall_s_ - save_s_, double(copy_bytes_) / 1e9, copy_s_,
       (long long)pending_step_);
   std::fflush(stdout);
 }

@@ -42,10 +42,14 @@ class FlashCheckpointer {
   FlashCheckpointer(dist::Communicator& world, FlashOptions o);
   ~FlashCheckpointer();  // stops the thread after its current job; leaves the snapshot in place
 
-  // Resume (a collective): opens the snapshot of run `run_id` and uses it when it is complete on
-  // every rank, from this world, of this model, and newer than `disk_step` (-1: no checkpoint).
-  // Returns a reader to load the components from, or nullptr (the chief prints why not).
-  std::unique_ptr<StateReader> try_resume(const std::string& run_id, int64_t disk_step);
+  // Resume, first part (a collective): opens the snapshot of run `run_id` and checks that every
+  // rank holds a complete one of the same save, from this world, of this model (a rank whose
+  // snapshot is unusable says why). Returns that save's step, -1 if none; *save_id its id.
+  int64_t probe(const std::string& run_id, std::string* save_id);
+  // Second part, on every rank after a successful probe: the components load from the snapshot.
+  // `disk_step` is the newest checkpoint's step (-1: none) for the message; `persisted`: the
+  // checkpoint of the snapshot's step is this very save (then it is not written again).
+  std::unique_ptr<StateReader> adopt(int64_t disk_step, bool persisted);
   int64_t resumed_step() const { return resumed_step_; }
   // A fresh start over a folder whose previous run was `run_id`: its snapshot is removed.
   void forget_run(const std::string& run_id);
@@ -90,12 +94,13 @@ class FlashCheckpointer {
   std::unique_ptr<FlashSnapshot> snap_;
   Phase phase_ = Phase::idle;
   int64_t pending_step_ = -1, resumed_step_ = -1;
+  bool resumed_persisted_ = false;  // the resumed snapshot's checkpoint exists already
   std::string pending_save_id_;
   nlohmann::json pending_state_;  // the chief's JSON state of the pending save
   std::atomic<bool> shard_done_{false}, seal_done_{false};
   // The last save: seconds the loop stopped at the save and waiting for the copy, the copy's own
   // seconds and bytes, and whether the chief still has to print them.
-  double stall_s_ = 0, save_s_ = 0, copy_s_ = 0;
+  double stall_s_ = 0, save_s_ = 0, copy_s_ = 0, queue_s_ = 0;  // queue_s_: waiting for the previous persist
   uint64_t copy_bytes_ = 0;
   std::chrono::steady_clock::time_point saved_at_;
   bool copied_ = true, report_pending_ = false;

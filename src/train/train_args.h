@@ -98,6 +98,9 @@ struct TrainArgs {
   std::string spike_policy = "none";
   int64_t spike_window = 100;
   double spike_zscore = 6.0;
+  // A rank whose compute in a step exceeds this many times the median rank's is flagged as a
+  // straggler in the log (train/straggler.h); 0 turns the check off.
+  double straggler_threshold = 1.5;
 
   // Mixed precision (docs/training.md#mixed-precision): HF's --bf16 / --fp16, or a DeepSpeed
   // config's bf16 / fp16 blocks. fp32 masters, gradients and optimizer state either way.
@@ -171,6 +174,7 @@ struct TrainArgs {
   int layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage K (0: no virtual stages)
   std::string pipeline_schedule;     // gpipe | 1f1b | interleaved; "": 1f1b, interleaved with K
   std::string pipeline_layers;       // blocks per (virtual) stage, "6,6"; "": balanced by cost
+  std::string pipeline_balance = "time";  // the default cut's cost: time (FLOPs) or memory (bytes)
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   int64_t train_batch_size = 0;  // DeepSpeed's global batch (0 = not set): micro x accumulation x ranks
@@ -197,6 +201,10 @@ struct TrainArgs {
   // of that step (0-based), so tests can check that the job ends at once naming the rank.
   int test_fail_rank = -1;
   int64_t test_fail_step = -1;
+  // Test hook (apps/ sets it from ZT_TEST_SLOW_RANK=rank:seconds): that rank sleeps so long at
+  // the start of every step, a straggler for tests/dist/straggler.sh.
+  int test_slow_rank = -1;
+  double test_slow_seconds = 0;
   // Test hook (apps/ sets it from ZT_TEST_FLASH_PAUSE=copy:N | persist:N): pause there (train/flash_checkpoint.h).
   std::string test_flash_pause;
   // Test hook (apps/ sets it from ZT_TEST_SPIKE_AT=step:factor): the loss and gradients of the

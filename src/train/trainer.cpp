@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
@@ -48,6 +49,7 @@
 #include "train/evaluate.h"
 #include "train/flash_checkpoint.h"
 #include "train/spike_guard.h"
+#include "train/straggler.h"
 #include "train/run_identity.h"
 #include "train/train_args.h"
 #include "train/train_log.h"
@@ -231,8 +233,8 @@ int local_sgd_group(dist::Communicator& world, int given) {
 }
 
 // The run's process grid: pipeline stages outermost (--pipeline-model-parallel-size), tensor
-// parallel runs of neighbouring ranks innermost (--tensor-model-parallel-size; the two do not
-// compose yet), the rest data parallel (sharded, or hybrid when ZeRO's hpz_partition_size or
+// parallel runs of neighbouring ranks innermost (--tensor-model-parallel-size; a TP group lies
+// inside one stage), the rest data parallel (sharded, or hybrid when ZeRO's hpz_partition_size or
 // local SGD's groups group the ranks); no context parallelism yet. (check_pipeline_args,
 // check_tp_args and check_data_parallel_options have already checked the divisions.)
 dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
@@ -258,35 +260,14 @@ void check_tp_args(const TrainArgs& a, int world) {
   if (tp == 1) return;
   ZT_CHECK(world % tp == 0, "--tensor-model-parallel-size ", tp, " does not divide the ", world,
            " ranks; the ranks must be a multiple of it");
+  const int pp = a.pipeline_parallel_size, dp = world / (tp * pp);
+  ZT_CHECK(world % (tp * pp) == 0, "--tensor-model-parallel-size ", tp, " x --pipeline-model-parallel-size ", pp, " = ",
+           tp * pp, " does not divide the ", world, " ranks; give mpirun -np a multiple of ", tp * pp);
   ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--tensor-model-parallel-size ", tp,
            ": --max_memory / --auto_find_batch_size do not model tensor parallelism yet; set the batch yourself");
-  ZT_CHECK(a.zero_hpz_partition_size <= 1 || (world / tp) % a.zero_hpz_partition_size == 0,
-           "--zero_hpz_partition_size ", a.zero_hpz_partition_size, " must divide the ", world / tp,
-           " data-parallel ranks (", world, " ranks / tensor parallel ", tp, ")");
-}
-
-// Tensor parallelism's traffic per optimizer step, from the tp group's counters (it carries
-// nothing else): calls, payload and bus bytes per collective kind (docs/parallelism-tp.md
-// has the formulas the distributed test checks these against).
-nlohmann::json tp_report(const dist::Communicator& tp, bool sp, int64_t steps) {
-  nlohmann::json j;
-  j["size"] = tp.size();
-  j["sequence_parallel"] = sp;
-  const dist::CommStats st = tp.stats();
-  nlohmann::json per = nlohmann::json::object();
-  double bus = 0;
-  for (size_t k = 0; k < dist::kNumCollectives; ++k) {
-    const dist::CollectiveStats& c = st.by_kind[k];
-    if (c.calls == 0) continue;
-    per[dist::collective_name(dist::Collective(k))] = {{"calls", double(c.calls) / double(steps)},
-                                                       {"bytes", c.bytes / double(steps)},
-                                                       {"bus_bytes", c.bus_bytes / double(steps)},
-                                                       {"seconds", c.seconds / double(steps)}};
-    bus += c.bus_bytes;
-  }
-  j["per_step"] = per;
-  j["bus_bytes_per_step"] = bus / double(steps);
-  return j;
+  ZT_CHECK(a.zero_hpz_partition_size <= 1 || dp % a.zero_hpz_partition_size == 0, "--zero_hpz_partition_size ",
+           a.zero_hpz_partition_size, " must divide the ", dp, " data-parallel ranks (", world,
+           " ranks / tensor parallel ", tp, " / pipeline stages ", pp, ")");
 }
 
 // The pipeline flags against each other and the world (one error line each); the schedule.
@@ -297,7 +278,8 @@ parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const 
   ZT_CHECK(P <= L, "--pipeline-model-parallel-size ", P, " exceeds the model's ", L,
            " layers; every stage needs at least one layer");
   if (P == 1) {
-    for (const char* f : {"num-layers-per-virtual-pipeline-stage", "pipeline_schedule", "pipeline_layers"})
+    for (const char* f : {"num-layers-per-virtual-pipeline-stage", "pipeline_schedule", "pipeline_layers",
+                          "pipeline_balance"})
       ZT_CHECK(!a.explicit_flags.count(f), "--", f,
                " needs pipeline stages: add --pipeline-model-parallel-size 2 or more");
     return parallel::PipeSchedule::one_f_one_b;
@@ -314,6 +296,8 @@ parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const 
            " x --pipeline-model-parallel-size ", P, " = ", P * K, " does not divide the model's ", L, " layers");
   const int v = K > 0 ? L / (P * K) : 1;
   parallel::check_schedule({kind, P, a.gradient_accumulation_steps, v});
+  ZT_CHECK(a.pipeline_balance == "time" || a.pipeline_balance == "memory", "--pipeline_balance ",
+           quote(a.pipeline_balance), " is not time or memory");
   ZT_CHECK(!a.auto_find_batch_size,
            "--auto_find_batch_size does not plan pipeline stages yet; give the batch with "
            "--per_device_train_batch_size");
@@ -348,7 +332,7 @@ class Trainer {
   parallel::PipelineMicroBatch local_batch(const MicroBatch& mb, int slot);
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
-  int step_vote();
+  int step_vote(int64_t step, double step_s);
   void stop_saved(int64_t step, int signo);
   bool handle_spike(int64_t step, const StepResult& r, int64_t* resume_at);
   int64_t rollback(int64_t step);
@@ -424,6 +408,7 @@ class Trainer {
   int64_t last_saved_step_ = -1;
   std::unique_ptr<FlashCheckpointer> flash_;  // --flash_checkpoint
   std::unique_ptr<SpikeGuard> spike_;         // --spike_policy; NaN / Inf never reach the weights
+  std::unique_ptr<StragglerMonitor> straggler_;  // with more than one rank: per-rank step work
 };
 
 static int seq_len(const TrainArgs& a, const ModelConfig& cfg);
@@ -450,8 +435,6 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   check_ranks_agree(world, job_identity(a_, cfg_, train_id_));
   fit_memory();
   schedule_kind_ = check_pipeline_args(a_, world.size(), cfg_);
-  ZT_CHECK(a_.tensor_model_parallel_size == 1 || a_.pipeline_parallel_size == 1,
-           "--tensor-model-parallel-size and --pipeline-model-parallel-size do not compose yet; use one of them");
   parallel::check_data_parallel_options(engine_options(a_),
                                         world.size() / (a_.tensor_model_parallel_size * a_.pipeline_parallel_size));
   ZT_CHECK(a_.local_sgd_steps == 0 || (a_.tensor_model_parallel_size == 1 && a_.pipeline_parallel_size == 1),
@@ -463,11 +446,26 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
   dp_comm_ = &grid_->dp();
   chief_ = world.rank() == 0;
-  load_data();
+  {
+    ZT_PROFILE("startup: data");
+    load_data();
+  }
   if (chief_) prepare_output_dir();
-  build_model_and_engine();
-  resume();
+  {
+    ZT_PROFILE("startup: model and engine");
+    build_model_and_engine();
+  }
+  {
+    ZT_PROFILE("startup: resume");
+    resume();
+  }
   if (flash_) start_flash();
+  if (world.size() > 1) {
+    std::vector<const dist::Communicator*> comms = {&world_, tied_comm_.get()};
+    for (size_t g = 0; g < dist::kNumGroups; ++g) comms.push_back(&grid_->group(dist::Group(g)));
+    for (const dist::Communicator* c : engine_->comms()) comms.push_back(c);
+    straggler_ = std::make_unique<StragglerMonitor>(comms, world.size(), a_.straggler_threshold);
+  }
   start_loader_and_log();
   startup_s_ = seconds_since(t_start_);
 }
@@ -604,7 +602,10 @@ void Trainer::load_sft_data() {
 // inside a save, between the chief's barriers (docs/checkpoints.md#one-run-per-folder).
 void Trainer::prepare_output_dir() {
   ZT_CHECK(!a_.output_dir.empty(), "--output_dir is required");
-  lock_ = std::make_unique<OutputDirLock>(a_.output_dir);
+  // Restarted by `ztrain launch`'s agent: the failed attempt's ranks may still be exiting (freeing
+  // gigabytes) when the new ones start; their lock goes with them.
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  lock_ = std::make_unique<OutputDirLock>(a_.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 0.0);
   bool empty = true;
   for (auto& e : fs::directory_iterator(a_.output_dir)) empty &= e.path().filename() == OutputDirLock::kFileName;
   if (!empty && !a_.overwrite_output_dir && a_.resume_from_checkpoint.empty())
@@ -622,7 +623,9 @@ void Trainer::build_model_and_engine() {
   if (a_.model_name_or_path.empty()) {
     // Random weights: a tensor-parallel rank makes its slices of the values one process would
     // make (each split tensor whole, one at a time), so the run is the same model whatever the layout.
-    model_->init_random(uint64_t(a_.seed));
+    // A resume skips it (about 1 s for GPT-2 124M): the checkpoint sets every parameter a rank
+    // uses, and a slice it does not cover is an error when loading.
+    if (a_.resume_from_checkpoint.empty()) model_->init_random(uint64_t(a_.seed));
   } else if (tp.size == 1) {
     hf_load_weights(*model_, a_.model_name_or_path);
   } else {
@@ -652,9 +655,10 @@ void Trainer::build_model_and_engine() {
   parallel::DataParallelOptions eo = engine_options(a_);
   if (a_.pipeline_parallel_size > 1) {
     model_->set_act_plan(plan_);  // the cut weighs the activations of this plan
-    const parallel::StageCut cut = parallel::plan_stages(
-        *model_, B_, T_ / grid_->cp().size(), a_.pipeline_parallel_size, a_.layers_per_virtual_stage,
-        a_.pipeline_layers, optim::optimizer_state_bytes_per_param(a_.optim));
+    const parallel::StageCut cut =
+        parallel::plan_stages(*model_, B_, T_ / grid_->cp().size(), a_.pipeline_parallel_size,
+                              a_.layers_per_virtual_stage, a_.pipeline_layers,
+                              optim::optimizer_state_bytes_per_param(a_.optim), a_.pipeline_balance == "time");
     eo.pipeline = parallel::stage_units(*model_, cut, grid_->pp(), &tied_comm_);
     // Activations only for this stage's blocks.
     for (int l = 0; l < cfg_.n_layer; ++l) stage_layers_.push_back(cut.stage_of_layer(l) == grid_->pp().rank());
@@ -692,23 +696,44 @@ void Trainer::resume() {
     if (chief_) start_run(nullptr);
     return;
   }
-  // The chief picks the checkpoint (for latest: from run.json, which it rewrites next) and
-  // verifies its checksums once, for every rank (a full read of the folder); every rank loads
-  // that one. A damaged one named directly fails on the chief, which ends the job.
-  std::string dir = a_.resume_from_checkpoint, save_id;
-  if (chief_) dir = dir == "latest" ? checkpoint_find_latest(a_.output_dir, &save_id) : dir;
-  if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
-  dir = dist::broadcast_string(world_, dir, 0);
-  save_id = dist::broadcast_string(world_, save_id, 0);
-  // --flash_checkpoint: the run's shared-memory snapshot wins when it is newer on every rank.
+  // --flash_checkpoint with latest: the run's shared-memory snapshot wins when every rank holds
+  // it and it is newer than the newest checkpoint, or is that checkpoint's own save; then no
+  // checkpoint is read or verified (a restart skips hashing gigabytes on disk).
   std::unique_ptr<StateReader> snapshot;
+  std::string dir = a_.resume_from_checkpoint, save_id;
+  int64_t snap_step = -1;
   if (flash_ && a_.resume_from_checkpoint == "latest") {
     const std::string run_id = dist::broadcast_string(world_, chief_ ? run_record_read(a_.output_dir).run_id : "", 0);
+    std::string snap_id;
+    snap_step = flash_->probe(run_id, &snap_id);
+    int64_t decision[2] = {0, -1};  // use the snapshot (2: it is the newest checkpoint's save), newest step
+    if (chief_ && snap_step >= 0) {
+      const CheckpointRef newest = checkpoint_newest_unverified(a_.output_dir, &save_id);
+      decision[1] = newest.step;
+      if (snap_step > newest.step) decision[0] = 1;
+      else if (snap_step == newest.step && !snap_id.empty() && save_id == snap_id) decision[0] = 2;
+      save_id.clear();
+    }
+    world_.broadcast(decision, sizeof decision, 0);
+    if (decision[0] > 0) snapshot = flash_->adopt(decision[1], decision[0] == 2), dir.clear();
+  }
+  // Otherwise the chief picks the checkpoint (for latest: from run.json, which it rewrites next)
+  // and verifies its checksums once, for every rank (a full read of the folder); every rank
+  // loads that one. A damaged one named directly fails on the chief, which ends the job.
+  if (!snapshot) {
+    if (chief_) dir = dir == "latest" ? checkpoint_find_latest(a_.output_dir, &save_id) : dir;
+    if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
+    dir = dist::broadcast_string(world_, dir, 0);
+    save_id = dist::broadcast_string(world_, save_id, 0);
+    // The newest checkpoint was damaged (or another run's): the snapshot may still be newer.
     int64_t disk_step = -1;
-    if (chief_ && !dir.empty())
+    if (snap_step >= 0 && chief_ && !dir.empty())
       disk_step = checkpoint_read_trainer_state((fs::path(dir) / "trainer_state.json").string())["global_step"];
-    world_.broadcast(&disk_step, sizeof disk_step, 0);
-    snapshot = flash_->try_resume(run_id, disk_step);
+    if (snap_step >= 0) world_.broadcast(&disk_step, sizeof disk_step, 0);
+    if (snap_step > disk_step) snapshot = flash_->adopt(disk_step, false), dir.clear();
+    else if (chief_ && snap_step >= 0)
+      std::printf("Flash snapshot of step %lld not used: the checkpoint of step %lld is newer\n", (long long)snap_step,
+                  (long long)disk_step);
   }
   if (dir.empty() && !snapshot)
     throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
@@ -926,12 +951,20 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     if (local_sgd_)
       extra.push_back({"bytes_across_hosts_per_step", local_sgd_->bytes_across() / double(step + 1 - start_step_)});
     if (pipe_) extra.push_back({"pipeline_bubble", last_bubble_});
+    if (straggler_) {
+      extra.push_back({"slowest_rank", double(straggler_->slowest_rank())});
+      extra.push_back({"slowest_rank_ratio", straggler_->slowest_ratio()});
+    }
     if (spike_->policy() != SpikePolicy::none) {
       extra.push_back({"spike_skipped", double(spike_->skipped())});
       extra.push_back({"spike_rollbacks", double(spike_->rollbacks())});
     }
     const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
     log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s, log_now, extra);
+    if (straggler_ && log_now) {
+      const std::string line = straggler_->window_line(step);
+      if (!line.empty()) std::printf("%s\n", line.c_str());
+    }
     if (step == start_step_) log_->first_step(startup_s_, weights_s_);
   }
   const bool eval_now = (eval_every_ > 0 && (step + 1) % eval_every_ == 0) || (final_eval_ && step + 1 == total_steps_);
@@ -939,18 +972,19 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   bool best_now = false;
   // Pipeline: every stage's units are gathered (a collective over the stages), then the chief
   // evaluates the whole model from its flat buffers, as one process would.
+  // Under TP x PP the first stage's ranks (whole TP groups) evaluate, each over its slices.
   const bool pipe_eval = pipe_ && (val_ || sft_val_rows_) && eval_now;
+  const bool evaluator = chief_ || (tp_region_ && (!pipe_ || grid_->pp().rank() == 0));
   if (pipe_eval) {
     engine_->export_params();
     model_->set_provider(nullptr);
-    if (chief_) {  // the whole model's activations for the evaluation, the stage's again after it
+    if (evaluator) {  // the whole model's activations for the evaluation, the stage's again after it
       model_->set_held_layers({});
       model_->plan(B_, T_, /*training=*/true);
     }
   }
   // So is a tensor- or context-parallel forward (every rank evaluates; the chief logs).
-  if ((val_ || sft_val_rows_) && eval_now &&
-      (chief_ || engine_->forward_is_collective() || tp_region_ || cp_region_)) {
+  if ((val_ || sft_val_rows_) && eval_now && (evaluator || cp_region_ || engine_->forward_is_collective())) {
     const EvalShard* cs = cp_region_ ? &cp_eval_ : nullptr;
     EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples, cs)
                                  : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
@@ -964,7 +998,7 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   }
   if (pipe_eval) {
     model_->set_provider(dynamic_cast<ParamProvider*>(engine_.get()));
-    if (chief_) {
+    if (evaluator) {
       model_->set_held_layers(stage_layers_);
       model_->plan(B_, T_, /*training=*/true, pipe_->slots());
     }
@@ -1004,10 +1038,16 @@ void Trainer::save(int64_t step) {
 // preemption: all ranks stop after the same step even when the signal reached only one), and
 // whether a flash checkpoint's shard is still being written on any rank (when none is, the
 // chief seals the checkpoint). Returns the stop signal, or 0.
-int Trainer::step_vote() {
-  int64_t v[2] = {stop_requested(), flash_ && flash_->shard_pending() ? 1 : 0};
-  if (world_.size() > 1) world_.all_reduce(v, 2, dist::ReduceOp::max);
+// The same all-reduce carries every rank's work time in the step (slot 2 + rank; the others
+// contribute 0), which the straggler monitor judges.
+int Trainer::step_vote(int64_t step, double step_s) {
+  std::vector<double> v(2 + (straggler_ ? size_t(world_.size()) : 0), 0.0);
+  v[0] = stop_requested();
+  v[1] = flash_ && flash_->shard_pending() ? 1 : 0;
+  if (straggler_) v[2 + size_t(world_.rank())] = straggler_->work_seconds(step_s);
+  if (world_.size() > 1) world_.all_reduce(v.data(), v.size(), dist::ReduceOp::max);
   if (flash_) flash_->after_vote(v[1] != 0);
+  if (straggler_) straggler_->judge(step, std::vector<double>(v.begin() + 2, v.end()));
   return int(v[0]);
 }
 
@@ -1073,11 +1113,12 @@ int64_t Trainer::rollback(int64_t step) {
   }
   const SpikeGuard::Counters kept = spike_->counters();
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
-  std::vector<Stateful*> parts = rs.with(*engine_);
+  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));  // saved in the global layout
   if (scaler_) parts.push_back(scaler_.get());
   parts.push_back(spike_.get());
   if (log_) parts.push_back(log_.get());
   for (Stateful* c : parts) c->load_state(*reader);
+  engine_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
   const int64_t to = rs.cursor.step();
   spike_->set_counters(kept);
   spike_->count_rollback(to, step + 1);
@@ -1092,6 +1133,9 @@ void Trainer::run() {
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     const auto t_step = Clock::now();
     train_step_set(step + 1);  // named by the collective watchdog (--ddp_timeout)
+    if (straggler_) straggler_->step_begins();
+    if (a_.test_slow_rank == world_.rank())
+      std::this_thread::sleep_for(std::chrono::duration<double>(a_.test_slow_seconds));
     const StepResult r = train_step(step);
     int64_t resume_at = -1;
     if (r.spike.bad && handle_spike(step, r, &resume_at)) {
@@ -1101,9 +1145,12 @@ void Trainer::run() {
     // Local SGD's outer sync follows every H-th step whether or not the inner update was
     // skipped (an overflow seen by one group only), so every group meets at the same steps.
     if (local_sgd_) local_sgd_->after_step(step);
-    after_step(step, r, seconds_since(t_step));
-    // A stop request after the last step changes nothing: the run finishes as usual.
-    if (const int signo = step + 1 < total_steps_ ? step_vote() : 0) return stop_saved(step + 1, signo);
+    // The vote comes before the step's log, which then names its slowest rank. A stop request
+    // after the last step changes nothing: the run finishes as usual.
+    const double step_s = seconds_since(t_step);
+    const int signo = step_vote(step, step_s);
+    after_step(step, r, step_s);
+    if (signo && step + 1 < total_steps_) return stop_saved(step + 1, signo);
   }
   finish(seconds_since(t_train));
 }
@@ -1145,9 +1192,9 @@ StateShard Trainer::checkpoint_shard() const {
 
 // The pipeline's measurements (a collective over the stages): the bubble, and the
 // point-to-point bytes per step of every stage (the pp group's counters) with the formula: one
-// activation or gradient of B T C fp32 per micro-batch for each boundary the stage sends
-// across (a chunk that is not the last virtual stage sends its output, one that is not the
-// first its input's gradient); as many are received.
+// activation or gradient of B T C fp32 (B T C / tp under sequence parallelism) per micro-batch
+// for each boundary the stage sends across (a chunk that is not the last virtual stage sends
+// its output, one that is not the first its input's gradient); as many are received.
 nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
   const double measured = bubble_steps_ ? bubble_sum_ / double(bubble_steps_) : last_bubble_;
   std::vector<double> per_stage;
@@ -1155,6 +1202,8 @@ nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
   const int P = a_.pipeline_parallel_size;
   const int v = a_.layers_per_virtual_stage > 0 ? cfg_.n_layer / (P * a_.layers_per_virtual_stage) : 1;
   const dist::CommStats cs = grid_->pp().stats();
+  // Sequence parallel: each TP rank sends its 1/tp of the tokens (its residual stream's rows).
+  const double sp = a_.sequence_parallel ? grid_->tp().size() : 1;
   std::vector<double> sent(size_t(P), 0.0), recv(size_t(P), 0.0), formula;
   sent[grid_->pp().rank()] = cs[dist::Collective::send].bytes / double(steps_run);
   recv[grid_->pp().rank()] = cs[dist::Collective::recv].bytes / double(steps_run);
@@ -1166,7 +1215,7 @@ nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
       const int vs = parallel::virtual_stage(st, c, P);
       crossings += (vs < P * v - 1) + (vs > 0);
     }
-    formula.push_back(double(crossings) * G_ * double(B_) * T_ * cfg_.n_embd * 4.0);
+    formula.push_back(double(crossings) * G_ * double(B_) * T_ * cfg_.n_embd * 4.0 / sp);
   }
   return {{"stages", P},
           {"schedule", parallel::schedule_name(schedule_kind_)},
@@ -1190,16 +1239,19 @@ void Trainer::finish(double train_s) {
   report["zero_paper_model_state_bytes"] = zero_paper_bytes(model_->num_params(), a_.zero_stage, group,
                                                             double(engine_->optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
-  if (tp_region_) report["tensor_parallel"] = tp_report(grid_->tp(), a_.sequence_parallel, steps_run);
+  if (tp_region_)
+    report["tensor_parallel"] =
+        parallel::tp_comm_report(grid_->tp(), pipe_ ? &grid_->pp() : nullptr, a_.sequence_parallel, steps_run);
   if (cp_region_)
     report["context_parallel"] =
         cp_report(grid_->cp(), steps_run, B_, T_, G_, cfg_, plan_, stage_layers_, grid_->tp().size());
   load_best_model();
   engine_->export_params();  // a collective: ZeRO-3 gathers the shards, pipeline stages their units
   const nlohmann::json pipe_report = pipe_ ? pipeline_report(steps_run) : nlohmann::json();
-  // Tensor parallel: the chief's TP group gathers every rank's slices into one whole model.
+  // Tensor parallel: the chief's TP group gathers every rank's slices into one whole model
+  // (under a pipeline every stage holds every unit now: the first stage's group gathers).
   std::unique_ptr<Transformer> whole;
-  if (tp_region_ && dp_comm_->rank() == 0) {
+  if (tp_region_ && dp_comm_->rank() == 0 && grid_->pp().rank() == 0) {
     if (chief_) whole = std::make_unique<Transformer>(cfg_);
     parallel::tp_gather_params(grid_->tp(), model_->params(), model_->flat_params().as<const float>(),
                                whole ? whole->params() : model_->params(),
@@ -1221,6 +1273,7 @@ void Trainer::finish(double train_s) {
                 pipe_report["formula_bytes_per_step"].dump().c_str());
     log_->add_results({{"pipeline", pipe_report}});
   }
+  if (straggler_) log_->add_results({{"stragglers", straggler_->summary()}});
   log_->add_results({{"data_parallel", report}});
   log_->finish(train_s, loader_->wait_seconds());
   prof::report();

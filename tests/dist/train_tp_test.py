@@ -14,7 +14,8 @@ every run reaches the same tokens per step. Checks:
   - checkpoints in the global layout: TP 2 x DP 2 resumes at TP 2 + SP, one process and TP 4; one
     process's resumes at TP 2 x DP 2 (ZeRO-3), each to the reference's losses;
   - the tp group's bus bytes per step (train_results.json, the communicator's counters) equal
-    the analytic formula of docs/parallelism-tp.md within 2%.
+    the analytic formula of docs/parallelism-tp.md within 2%;
+  - --spike_policy rollback under TP 2 (checkpoints reloaded in the global layout) like one process.
 usage: train_tp_test.py ZTRAIN MPIRUN FIXTURES_DIR
 """
 import json
@@ -153,6 +154,33 @@ def resume(work, m, ref):
                   f"(< 1e-5)")
 
 
+def rollback(work):
+    """--spike_policy rollback under TP 2 reloads the newest checkpoint through the global layout: a
+    corrupted step 15 (the ZT_TEST_SPIKE_AT hook) rolls back to step 10 like one process does."""
+    runs = {}
+    for name, np, extra in (("one", 1, []), ("tp2", 2, ["--tensor-model-parallel-size", "2"])):
+        out = os.path.join(work, f"rollback_{name}")
+        env = dict(ENV, ZT_TEST_SPIKE_AT="15:1000")
+        args = [ZT, "train", "--model_config_path", os.path.join(FIX, MODELS["llama"]), "--train_file",
+                os.path.join(work, "train.bin"), "--max_steps", str(STEPS), "--save_strategy", "steps", "--save_steps",
+                "10", "--no_shuffle", "--model_max_length", str(T), "--per_device_train_batch_size", str(B),
+                "--gradient_accumulation_steps", str(ACC), "--learning_rate", "1e-3", "--report_to", "none",
+                "--logging_steps", "1", "--threads", "1", "--spike_policy", "rollback", "--spike_window", "8",
+                "--overwrite_output_dir", "--output_dir", out] + extra
+        if np > 1:
+            args = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none", "-x", "ZT_TEST_SPIKE_AT"] + args
+        p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=240)
+        if p.returncode != 0 or "rolled back to step 10" not in p.stdout:
+            failures.append(f"rollback {name}: exit {p.returncode}\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
+            return
+        state = json.load(open(os.path.join(out, "trainer_state.json")))
+        runs[name] = [h["loss"] for h in state["log_history"] if "loss" in h and "train_loss" not in h]
+    worst = max(rel(a, b) for a, b in zip(runs["tp2"], runs["one"]))
+    check(len(runs["tp2"]) == STEPS and worst < 1e-5,
+          f"llama rollback under TP 2 (step 15 corrupted, back to checkpoint-10): worst relative difference "
+          f"{worst:.2e} from one process's rollback (< 1e-5)")
+
+
 def bad_input(work):
     """Bad combinations: one clear error line (per rank under mpirun) naming the numbers."""
     base = [ZT, "train", "--train_file", os.path.join(work, "train.bin"), "--max_steps", "2", "--save_strategy", "no",
@@ -221,6 +249,7 @@ def main():
             from_hf(work, m)
             if m == "llama":
                 bf16(work, m)
+        rollback(work)
         bad_input(work)
     if failures:
         print(f"{len(failures)} failure(s)")

@@ -9,7 +9,7 @@
 set -u
 Z=$1
 MPIRUN=${2:-mpirun}
-TIMEOUT_ARGS=${WAIT_TIMEOUT_ARGS---ddp_timeout 8}  # overridable to measure an older build
+TIMEOUT_ARGS=${WAIT_TIMEOUT_ARGS---ddp_timeout 5}  # overridable to measure an older build
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 W=$(mktemp -d)
 pids=""
@@ -41,6 +41,7 @@ r0=$(rank_pid 0); r1=$(rank_pid 1)
 [ -n "$r0" ] && [ -n "$r1" ] || { echo "FAIL: ranks not found"; cat "$W/log"; exit 1; }
 pids="$r0 $r1"
 kill -STOP "$r1"
+t_stop=$(date +%s.%N)
 sleep 1  # rank 0 finishes its step and starts waiting in the next collective
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
@@ -50,7 +51,11 @@ fail=0
 if [ "$cpu" -lt 50 ]; then echo "ok    rank 0 used ${cpu}% of a core while waiting for the stopped rank 1"
 else echo "FAIL  rank 0 used ${cpu}% of a core while waiting (spinning)"; fail=1; fi
 wait $mpi; rc=$?
+took=$(/usr/bin/python3 -c "import time; print(round(time.time() - $t_stop, 1))")
 msg=$(grep -m1 "error" "$W/log")
-if [ $rc -ne 0 ] && printf '%s' "$msg" | grep -qE "rank 1 (has not arrived|entered it but has not polled)"; then echo "ok    timeout names rank 1: $msg"
+# Named within the timeout: rank 0 waits at most one step (tiny) before the collective that times out.
+if /usr/bin/python3 -c "import sys; sys.exit(0 if $took <= 5 + 3 else 1)"; then echo "ok    the job ended ${took} s after the SIGSTOP (--ddp_timeout 5)"
+else echo "FAIL  the job ended ${took} s after the SIGSTOP (--ddp_timeout 5)"; fail=1; fi
+if [ $rc -ne 0 ] && printf '%s' "$msg" | grep -qE "in training step [0-9]+ .*rank 1 (has not arrived|entered it but has not polled)"; then echo "ok    timeout names rank 1: $msg"
 else echo "FAIL  timeout message (mpirun exit $rc): $msg"; fail=1; fi
 exit $fail

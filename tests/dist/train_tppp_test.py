@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""train_tppp_test.py: tensor x pipeline parallel `ztrain train` (dp x tp x pp) equals one process.
+
+Tiny GPT-2 (tied head, vocabulary 509: padded under TP 2) and tiny Llama (GQA 4/2 heads, untied),
+4 layers each (tests/fixtures/configs/tiny-*-tppp.json), random init and tokens, --no_shuffle,
+fp32, 20 steps. The reference is one process at batch 2 x accumulation 4; every run reaches the
+same tokens per step (a pipeline step's micro-batches are the accumulation steps). Checks:
+  - per-step losses within 1e-5 relative (gradient norms 1e-4) of the reference on 4 ranks,
+    TP 2 x PP 2: 1F1B and interleaved (2 virtual stages), SP off and on, DDP and ZeRO-1; and on
+    8 ranks TP 2 + SP x PP 2 x DP 2 with ZeRO-1 (Llama);
+  - the exported HF folder (stages' units, then TP slices, gathered) equals the reference's;
+  - an evaluation under TP x PP (the first stage's TP group over the gathered units) equals one
+    process's;
+  - per stage, the tp group's bus bytes per step equal docs/parallelism-tp.md's formula for the
+    stage's layers, and the pp group's point-to-point bytes one activation (its 1/tp slice under
+    SP) per micro-batch per boundary, within 2%;
+  - checkpoints: TP 2 x PP 2 resumes at DP 4 ZeRO-3 and at one process, one process's resumes at
+    TP 2 + SP x PP 2, TP 2 x PP 2 x DP 2 ZeRO-1's (Llama, 8 files) at TP 2 x PP 2 interleaved: the first resumed step's loss within 1e-6 relative of the saving run's own
+    next step, the rest within 1e-5 of the reference;
+  - --bf16 under TP 2 + SP x PP 2 close to one bf16 process (2e-4);
+  - bad grids: one clear error line each, naming the numbers.
+usage: train_tppp_test.py ZTRAIN MPIRUN FIXTURES_DIR
+"""
+import json
+import os
+import random
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", ZT_COMM_TIMEOUT_S="60")
+MODELS = {"gpt2": "tiny-gpt2-tppp.json", "llama": "tiny-llama-gqa-tppp.json"}
+B, T, ACC, STEPS, V = 2, 32, 4, 20, 509
+TP2 = ["--tensor-model-parallel-size", "2"]
+PP2 = ["--pipeline-model-parallel-size", "2"]
+INTERLEAVED = PP2 + ["--num-layers-per-virtual-pipeline-stage", "1"]
+failures = []
+
+
+def check(cond, msg):
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        failures.append(msg)
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def cfg_of(model):
+    c = json.load(open(os.path.join(FIX, MODELS[model])))
+    return c.get("n_layer", c.get("num_hidden_layers")), c.get("n_embd", c.get("hidden_size"))
+
+
+def run(work, name, model, np, acc, extra, out=None, steps=STEPS):
+    out = out or os.path.join(work, name)
+    args = [ZT, "train", "--model_config_path", os.path.join(FIX, MODELS[model]), "--train_file",
+            os.path.join(work, "train.bin"), "--max_steps", str(steps), "--save_strategy", "no", "--no_shuffle",
+            "--model_max_length", str(T), "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps",
+            str(acc), "--learning_rate", "1e-3", "--weight_decay", "0.1", "--max_grad_norm", "1.0",
+            "--report_to", "none", "--logging_steps", "1", "--threads", "1", "--output_dir", out,
+            "--save_dtype", "float32"] + extra
+    if "--resume_from_checkpoint" not in extra:
+        args.append("--overwrite_output_dir")
+    if np > 1:
+        args = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
+    p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=240)
+    if p.returncode != 0:
+        failures.append(f"{name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+        print(f"FAIL {name}: exit {p.returncode}\n{p.stderr[-1500:]}")
+        return None
+    state = json.load(open(os.path.join(out, "trainer_state.json")))
+    res = json.load(open(os.path.join(out, "train_results.json")))
+    hist = [h for h in state["log_history"] if "loss" in h and "train_loss" not in h]
+    cut = re.search(r"blocks per virtual stage (.*)", p.stdout)
+    return {"losses": [h["loss"] for h in hist], "norms": [h["grad_norm"] for h in hist],
+            "evals": [h["eval_loss"] for h in state["log_history"] if "eval_loss" in h], "results": res,
+            "out": out, "cut": cut.group(1).strip() if cut else None}
+
+
+def read_safetensors(folder):
+    data = open(os.path.join(folder, "model.safetensors"), "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", v["dtype"]
+        b, e = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((e - b) // 4), data[8 + n + b:8 + n + e])
+    return out
+
+
+def stage_layers(cut, P):
+    """Blocks per stage from the printed cut ("0-0 | 1-1 | 2-2 | 3-3": virtual stage k on stage k % P)."""
+    per = [0] * P
+    for k, part in enumerate(cut.split("|")):
+        a, b = (int(x) for x in part.strip().split("-"))
+        per[k % P] += b - a + 1
+    return per
+
+
+def tp_bus_bytes(model, P, sp, acc, layers, first, last):
+    """Bus bytes per rank per optimizer step on one stage's tp group (docs/parallelism-tp.md, per stage)."""
+    L, C = cfg_of(model)
+    N, ring = B * T, (P - 1) / P
+    act = 4 * N * C
+    # Per micro-batch: 4 regions per block of the stage (2 forward, 2 backward), the embedding's
+    # forward on the first stage, the LM head input's backward and the loss on the last.
+    regions = (4 * layers + first + last) * 2 * ring * act
+    ce = 2 * ring * (4 * N + 4 * 2 * N) if last else 0
+    # SP: the stage's norms' partial gradients, summed once per step; the norm's scalar.
+    norm_elems = (4 * layers + 2 * last) * C if model == "gpt2" else (2 * layers + last) * C
+    partial = 2 * ring * 4 * norm_elems if sp else 0
+    return acc * (regions + ce) + partial + 2 * ring * 8
+
+
+def equivalence(work, m, ref, name, np, acc, extra, tp=2, pp=2):
+    r = run(work, f"{m}_{name}", m, np, acc, extra)
+    if r is None or ref is None:
+        return None
+    worst = max(rel(a, b) for a, b in zip(r["losses"], ref["losses"]))
+    check(len(r["losses"]) == STEPS and worst < 1e-5,
+          f"{m} {name}: {len(r['losses'])} losses, worst relative difference {worst:.2e} (< 1e-5)")
+    wn = max(rel(a, b) for a, b in zip(r["norms"], ref["norms"]))
+    check(wn < 1e-4, f"{m} {name}: gradient norms, worst relative difference {wn:.2e} (< 1e-4)")
+    w, rw = read_safetensors(r["out"]), read_safetensors(ref["out"])
+    same = sorted(w) == sorted(rw) and all(len(w[k]) == len(rw[k]) for k in rw)
+    diff = max((abs(a - b) for k in rw if k in w for a, b in zip(w[k], rw[k])), default=1.0)
+    check(same and diff < 1e-4, f"{m} {name}: exported model has the reference's tensors ({same}), "
+          f"max abs difference {diff:.2e} (< 1e-4)")
+    if "--validation_file" in extra:
+        we = max((rel(a, b) for a, b in zip(r["evals"], ref["evals"])), default=1.0)
+        check(len(r["evals"]) == len(ref["evals"]) > 0 and we < 1e-5,
+              f"{m} {name}: {len(r['evals'])} evaluations within 1e-5 of one process's ({we:.1e})")
+        return r  # evaluation traffic is on the tp group too: bytes are checked on runs without it
+    sp = "--sequence-parallel" in extra
+    layers = stage_layers(r["cut"], pp)
+    got = r["results"]["data_parallel"]["tensor_parallel"]["bus_bytes_per_step_per_stage"]
+    want = [tp_bus_bytes(m, tp, sp, acc, layers[s], s == 0, s == pp - 1) for s in range(pp)]
+    check(all(rel(g, x) < 0.02 for g, x in zip(got, want)),
+          f"{m} {name}: tp bus bytes per step per stage {[round(g) for g in got]} = formula "
+          f"{[round(x) for x in want]} (layers per stage {layers}, < 2%)")
+    pipe = r["results"]["pipeline"]
+    v = pipe["virtual_stages"]
+    _, C = cfg_of(m)
+    crossings = [sum((c * pp + s < pp * v - 1) + (c * pp + s > 0) for c in range(v)) for s in range(pp)]
+    act = B * T * C * 4 / (tp if sp else 1)
+    formula = [x * acc * act for x in crossings]
+    for kind in ("send", "recv"):
+        g = pipe[f"{kind}_bytes_per_step"]
+        check(all(abs(a - b) <= 0.02 * b for a, b in zip(g, formula)) and pipe["formula_bytes_per_step"] == formula,
+              f"{m} {name}: pp {kind} bytes per step per stage {g} = formula {formula} (micro-batches x B T C x 4"
+              f"{' / tp' if sp else ''} per boundary)")
+    return r
+
+
+def resume(work, m, ref):
+    """Layout-free checkpoints: TP 2 x PP 2 -> DP 4 ZeRO-3 and one process; one process -> TP 2 + SP x PP 2."""
+    saves = {"tp2_pp2": (4, ACC, TP2 + PP2), "one": (1, ACC, [])}
+    resumes = {"tp2_pp2": [("DP 4 ZeRO-3", 4, ACC // 4, ["--zero_stage", "3"]), ("one process", 1, ACC, [])],
+               "one": [("TP 2 + SP x PP 2", 4, ACC, TP2 + PP2 + ["--sequence-parallel"])],
+               "tp2_pp2_dp2_zero1": [("TP 2 x PP 2 interleaved", 4, ACC, TP2 + INTERLEAVED)]}
+    if m == "llama":  # 8 writers: (stage x shards + shard) x TP + tp rank
+        saves["tp2_pp2_dp2_zero1"] = (8, ACC // 2, TP2 + PP2 + ["--zero_stage", "1"])
+    for saved, (np, acc, extra) in saves.items():
+        out = os.path.join(work, f"{m}_save_{saved}")
+        full = run(work, f"{m}_save_{saved}", m, np, acc, extra + ["--save_strategy", "steps", "--save_steps", "10"],
+                   out=out)
+        if full is None:
+            continue
+        for name, np2, acc2, extra2 in resumes[saved]:
+            d = out + "_" + re.sub(r"\W+", "_", name)
+            subprocess.run(["cp", "-r", out, d], check=True)
+            r = run(work, f"{m} resume {saved} -> {name}", m, np2, acc2,
+                    extra2 + ["--resume_from_checkpoint", os.path.join(d, "checkpoint-10")], out=d)
+            if r is None:
+                continue
+            # The resumed log carries the first run's 10 steps (restored with the checkpoint).
+            first = rel(r["losses"][10], full["losses"][10])
+            worst = max(rel(a, b) for a, b in zip(r["losses"][10:], ref["losses"][10:]))
+            check(len(r["losses"]) == STEPS and first < 1e-6 and worst < 1e-5,
+                  f"{m} checkpoint of {saved} at step 10 resumed at {name}: step 11 {first:.1e} from the saving "
+                  f"run's (< 1e-6), steps 11-20 worst {worst:.1e} from the reference (< 1e-5)")
+
+
+def bf16(work, m):
+    ref = run(work, f"{m}_bf16_ref", m, 1, ACC, ["--bf16"])
+    r = run(work, f"{m}_bf16_tp2_sp_pp2", m, 4, ACC, ["--bf16"] + TP2 + PP2 + ["--sequence-parallel"])
+    if ref and r:
+        worst = max(rel(a, b) for a, b in zip(r["losses"], ref["losses"]))
+        check(len(r["losses"]) == STEPS and worst < 2e-4,
+              f"{m} bf16 TP 2 + SP x PP 2: worst relative loss difference {worst:.2e} (< 2e-4)")
+
+
+def bad_input(work):
+    """Bad grids under TP x PP: one clear error line (per rank) naming the numbers."""
+    base = [ZT, "train", "--train_file", os.path.join(work, "train.bin"), "--max_steps", "2", "--save_strategy", "no",
+            "--report_to", "none", "--threads", "1", "--overwrite_output_dir", "--output_dir",
+            os.path.join(work, "bad"), "--model_max_length", str(T), "--per_device_train_batch_size", str(B)]
+    gpt2 = ["--model_config_path", os.path.join(FIX, MODELS["gpt2"])]
+    two_layers = ["--model_config_path", os.path.join(FIX, "tiny-gpt2-tp.json")]
+    mpi = lambda n: [MPIRUN, "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    cases = [
+        ("grid not multiplying to the world", mpi(6) + base + gpt2 + TP2 + PP2,
+         "--tensor-model-parallel-size 2 x --pipeline-model-parallel-size 2 = 4 does not divide the 6 ranks"),
+        ("TP not dividing the heads", mpi(6) + base + gpt2 + ["--tensor-model-parallel-size", "3"] + PP2,
+         "--tensor-model-parallel-size 3 does not divide the model's 4 attention heads"),
+        ("PP larger than the layers", mpi(6) + base + two_layers + TP2 + ["--pipeline-model-parallel-size", "3"],
+         "--pipeline-model-parallel-size 3 exceeds the model's 2 layers"),
+        ("ZeRO-2 under TP x PP", mpi(4) + base + gpt2 + TP2 + PP2 + ["--zero_stage", "2"],
+         "use --zero_stage 0 or 1"),
+    ]
+    for name, args, want in cases:
+        p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
+        lines = [ln for ln in (p.stdout + p.stderr).splitlines() if "error:" in ln]
+        check(p.returncode != 0 and lines and all(want in ln for ln in lines),
+              f"bad input, {name}: exit {p.returncode}, error lines {lines[:1]}")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as work:
+        rng = random.Random(1)
+        with open(os.path.join(work, "train.bin"), "wb") as f:
+            f.write(struct.pack("<%dH" % 60000, *[rng.randrange(V) for _ in range(60000)]))
+        val = ["--validation_file", os.path.join(work, "train.bin"), "--eval_strategy", "steps", "--eval_steps", "10",
+               "--max_eval_samples", "8"]
+        for m in MODELS:
+            ref = run(work, f"{m}_ref", m, 1, ACC, val)
+            if ref is None:
+                continue
+            cases = [("tp2_pp2_1f1b", 4, ACC, TP2 + PP2),
+                     ("tp2_sp_pp2_1f1b_zero1", 4, ACC, TP2 + PP2 + ["--sequence-parallel", "--zero_stage", "1"]),
+                     ("tp2_pp2_interleaved_zero1", 4, ACC, TP2 + INTERLEAVED + ["--zero_stage", "1"]),
+                     ("tp2_sp_pp2_interleaved", 4, ACC, TP2 + INTERLEAVED + ["--sequence-parallel"]),
+                     ("tp2_sp_pp2_1f1b_eval", 4, ACC, TP2 + PP2 + ["--sequence-parallel"] + val)]
+            if m == "llama":
+                cases.append(("tp2_sp_pp2_dp2_zero1", 8, ACC // 2,
+                              TP2 + PP2 + ["--sequence-parallel", "--zero_stage", "1"]))
+            for name, np, acc, extra in cases:
+                equivalence(work, m, ref, name, np, acc, extra)
+            resume(work, m, ref)
+            if m == "llama":
+                bf16(work, m)
+        bad_input(work)
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        for f in failures:
+            print(f)
+        sys.exit(1)
+    print("all TP x PP checks passed")
+
+
+if __name__ == "__main__":
+    main()
