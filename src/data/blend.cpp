@@ -124,6 +124,7 @@ BlendIndex::BlendIndex(const std::vector<double>& weights) {
     sum += w;
   }
   for (double w : weights) q_.push_back(std::max<int64_t>(1, std::llround(w / sum * double(kScale))));
+  for (int64_t q : q_) S_ += q;
   n_.assign(q_.size(), 0);
 }
 
@@ -139,8 +140,7 @@ std::vector<double> BlendIndex::weights() const {
 // (n_c * S < q_c * (t+1)), the one with the earliest next deadline (n_c + 1) / q_c.
 int BlendIndex::step(std::vector<int64_t>& n, int64_t t) const {
   using i128 = __int128;
-  i128 S = 0;
-  for (int64_t q : q_) S += q;
+  const i128 S = S_;
   int best = -1;
   for (int c = 0; c < int(q_.size()); ++c) {
     if (i128(n[c]) * S >= i128(q_[c]) * (i128(t) + 1)) continue;

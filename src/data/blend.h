@@ -74,7 +74,8 @@ class BlendIndex {
 
  private:
   int step(std::vector<int64_t>& n, int64_t t) const;  // the channel drawn at sequence t
-  std::vector<int64_t> q_;                             // quantised weights, summing to kScale
+  std::vector<int64_t> q_;                             // quantised weights, about 2^30 in all
+  int64_t S_ = 0;                                      // their sum
   std::mutex mu_;
   std::vector<std::vector<int64_t>> snaps_;  // counts per channel before sequence j * kStride
   int64_t at_ = 0;                           // the running state: counts before sequence at_

@@ -7,7 +7,8 @@
 # visibly above text; the blend's shares in the start-up line; a resume from checkpoint-10
 # reproduces every logged value bit for bit; a single named channel gives the plain file's losses
 # (the same windows, the same order); 2 ranks x 1 micro-batch log what 1 rank x 2 micro-batches
-# log; bad input is one error line each.
+# log, and resume the 1-rank run's checkpoint to the same values (an elastic restart); bad input
+# is one error line each.
 # usage: channels.sh path/to/ztrain [path/to/mpirun]
 set -u
 Z=$1
@@ -81,6 +82,13 @@ if [ -n "$MPIRUN" ]; then
         --gradient_accumulation_steps 1 --output_dir "$W/n2" --report_to none 2>&1 | vals)
   [ -n "$one" ] && [ "$one" = "$two" ] && ok "2 ranks = 2 micro-batches: $two" ||
     bad "2 ranks ($two) differ from 2 micro-batches ($one)"
+  # An elastic restart with another world size (the global batch kept): 2 ranks x 1 micro-batch
+  # resume the 1-rank run's checkpoint-10 and log what it logged at steps 15 and 20.
+  cp -r "$W/a" "$W/e" && rm -rf "$W/e/checkpoint-20"
+  want=$(grep -E "step (15|20)/" "$W/a.log" | vals)
+  got=$(OMP_NUM_THREADS=1 "$MPIRUN" -np 2 --oversubscribe "$Z" train "${args[@]}" "${chan[@]}" \
+        --gradient_accumulation_steps 1 --output_dir "$W/e" --report_to none --resume_from_checkpoint latest 2>&1 | vals)
+  [ -n "$want" ] && [ "$got" = "$want" ] && ok "resumed on 2 ranks: $got" || bad "resumed on 2 ranks: $got, want $want"
 fi
 
 # Bad input: one error line each, exit 1.
