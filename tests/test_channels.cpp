@@ -5,6 +5,7 @@
 // channel; the flags' bad input is one error each; the LM head's per-token losses sum to its
 // loss (which they leave bit-identical); the per-channel sums follow the rows' channels.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,8 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // A headerless uint16 token file whose ids all lie in [lo, lo + span): rows tell their file.
+// Named per process (ctest runs the tests of this file in parallel processes).
 std::string token_file(const std::string& name, int n, int lo, int span) {
-  const std::string p = (fs::temp_directory_path() / ("zt_chan_" + name + ".bin")).string();
+  const std::string p =
+      (fs::temp_directory_path() / ("zt_chan_" + std::to_string(::getpid()) + "_" + name + ".bin")).string();
   std::vector<uint16_t> t(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) t[size_t(i)] = uint16_t(lo + (i * 7919 + 13) % span);
   std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.size() * 2));
