@@ -27,11 +27,21 @@ namespace zt {
 namespace {
 namespace fs = std::filesystem;
 
+std::string temp_prefix() { return "zt_chan_" + std::to_string(::getpid()) + "_"; }
+
+// This process's token files, removed when it exits.
+struct RemoveTempFiles {
+  ~RemoveTempFiles() {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec))
+      if (e.path().filename().string().rfind(temp_prefix(), 0) == 0) fs::remove(e.path(), ec);
+  }
+} remove_temp_files;
+
 // A headerless uint16 token file whose ids all lie in [lo, lo + span): rows tell their file.
 // Named per process (ctest runs the tests of this file in parallel processes).
 std::string token_file(const std::string& name, int n, int lo, int span) {
-  const std::string p =
-      (fs::temp_directory_path() / ("zt_chan_" + std::to_string(::getpid()) + "_" + name + ".bin")).string();
+  const std::string p = (fs::temp_directory_path() / (temp_prefix() + name + ".bin")).string();
   std::vector<uint16_t> t(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) t[size_t(i)] = uint16_t(lo + (i * 7919 + 13) % span);
   std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.size() * 2));
