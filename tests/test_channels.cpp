@@ -106,7 +106,7 @@ TEST(Blend, DeterministicAndRandomAccessEqualsSequential) {
 }
 
 // All (channel, row) a configuration sees in one step, sorted.
-std::vector<std::vector<int32_t>> step_rows(BlendedTokens& src, LoaderConfig c, int64_t step) {
+std::vector<std::vector<int32_t>> step_rows(BlendedSource& src, LoaderConfig c, int64_t step) {
   std::vector<std::vector<int32_t>> rows;
   for (int r = 0; r < c.world; ++r) {
     c.rank = r;
@@ -130,8 +130,8 @@ ChannelSpec two_channels(const std::string& weights = "") {
   return parse_channels("web=" + a + ",code=" + b, weights);
 }
 
-TEST(BlendedTokens, RowsComeFromTheirChannelsFileInTheBlendsShares) {
-  BlendedTokens src(two_channels("web=1,code=3"), 512, 16, true, 9);
+TEST(BlendedSource, RowsComeFromTheirChannelsFileInTheBlendsShares) {
+  BlendedSource src(two_channels("web=1,code=3"), 512, 16, true, 9);
   EXPECT_EQ(src.num_channels(), 2);
   EXPECT_EQ(src.names(), (std::vector<std::string>{"web", "code"}));
   EXPECT_NEAR(src.weights()[1], 0.75, 1e-9);
@@ -157,15 +157,15 @@ TEST(BlendedTokens, RowsComeFromTheirChannelsFileInTheBlendsShares) {
   EXPECT_EQ(per[1], 150);
 }
 
-TEST(BlendedTokens, DefaultWeightsFollowTheFilesSizes) {
-  BlendedTokens src(two_channels(), 512, 16, false, 0);
+TEST(BlendedSource, DefaultWeightsFollowTheFilesSizes) {
+  BlendedSource src(two_channels(), 512, 16, false, 0);
   const double a = double(src.channel_sequences(0)), b = double(src.channel_sequences(1));
   EXPECT_NEAR(src.weights()[0], a / (a + b), 1e-9);
   EXPECT_EQ(src.num_sequences(), int64_t(a + b));
 }
 
-TEST(BlendedTokens, RanksSplitTheStepLikeOneProcessAndResumeIsExact) {
-  BlendedTokens src(two_channels("0.6,0.4"), 512, 8, true, 3);
+TEST(BlendedSource, RanksSplitTheStepLikeOneProcessAndResumeIsExact) {
+  BlendedSource src(two_channels("0.6,0.4"), 512, 8, true, 3);
   LoaderConfig one;
   one.B = 2;
   one.T = 8;
@@ -221,7 +221,12 @@ TEST(ChannelSpec, BadInputIsOneClearError) {
   EXPECT_NE(parse_error("web=a.bin,web=b.bin").find("names channel web twice"), std::string::npos);
   EXPECT_NE(parse_error("w eb=a.bin").find("must be 1-64 letters"), std::string::npos);
   EXPECT_NE(parse_error("web=").find("has no file"), std::string::npos);
-  EXPECT_NE(parse_error("web=a.bin,chat=c.jsonl").find("cannot be blended"), std::string::npos);
+  EXPECT_NE(parse_error("web=a.bin,chat=c.jsonl").find("is SFT records (.jsonl) but channel web is a token file"),
+            std::string::npos);
+  EXPECT_NE(parse_error("chat=c.jsonl,web=a.bin").find("is a token file but channel chat is SFT records"),
+            std::string::npos);
+  EXPECT_TRUE(parse_channels("chat=c.jsonl,math=m.jsonl", "").sft);
+  EXPECT_FALSE(parse_channels("web=a.bin,code=b.bin", "").sft);
   EXPECT_NE(parse_error("web=a.bin,code=b.bin", "1").find("has 1 weights for 2 channels"), std::string::npos);
   EXPECT_NE(parse_error("web=a.bin,code=b.bin", "1,-1").find("must be > 0"), std::string::npos);
   EXPECT_NE(parse_error("web=a.bin,code=b.bin", "0,0").find("must be > 0"), std::string::npos);

@@ -71,9 +71,10 @@ ChannelSpec parse_channels(const std::string& train_file, const std::string& wei
     ZT_CHECK(!c.path.empty(), "--train_file ", quote(item), ": channel ", c.name, " has no file after '='");
     ZT_CHECK(seen.insert(c.name).second, "--train_file names channel ", c.name,
              " twice; give every channel a different name");
-    ZT_CHECK(!is_jsonl_path(c.path), "--train_file channel ", c.name, "=", c.path,
-             ": SFT records (.jsonl) cannot be blended into channels yet; use token files (ztrain tokenize) or "
-             "one .jsonl --train_file");
+    if (s.channels.empty()) s.sft = is_jsonl_path(c.path);
+    ZT_CHECK(is_jsonl_path(c.path) == s.sft, "--train_file channel ", c.name, "=", c.path, " is ",
+             s.sft ? "a token file" : "SFT records (.jsonl)", " but channel ", s.channels[0].name, " is ",
+             s.sft ? "SFT records (.jsonl)" : "a token file", "; blend channels of one kind");
     s.channels.push_back(c);
   }
   if (weights.empty()) return s;
@@ -184,40 +185,87 @@ void BlendIndex::fill(int64_t g, int count, Pick* out) {
   }
 }
 
-BlendedTokens::BlendedTokens(const ChannelSpec& spec, int vocab_size, int T, bool shuffle, uint64_t seed) : T_(T) {
+namespace {
+
+// A token file's windows, in the channel's own order; positions are the blend's business.
+class TokenChannel final : public SequenceSource {
+ public:
+  TokenChannel(const TokenFile& f, int T, bool shuffle, uint64_t seed) : s_(f, T, shuffle, seed), T_(T) {}
+  int64_t num_sequences() const override { return s_.num_windows(); }
+  int length() const override { return T_; }
+  bool has_positions() const override { return false; }
+  void fill(int32_t* in, int32_t* tg, int32_t*, int64_t g, int count) override { s_.fill(in, tg, g, count); }
+  int64_t count_targets(int64_t, int64_t count) const override { return count * T_; }
+
+ private:
+  WindowSampler s_;
+  int T_;
+};
+
+}  // namespace
+
+BlendedSource::BlendedSource(const ChannelSpec& spec, int vocab_size, int T, bool shuffle, uint64_t seed)
+    : T_(T), tokens_(true) {
   for (size_t c = 0; c < spec.channels.size(); ++c) {
-    const DataChannel& ch = spec.channels[c];
-    names_.push_back(ch.name);
-    paths_.push_back(ch.path);
-    files_.push_back(std::make_unique<TokenFile>(ch.path, vocab_size));
+    files_.push_back(std::make_unique<TokenFile>(spec.channels[c].path, vocab_size));
     // Each channel its own order: a file given twice is not read in lockstep.
-    samplers_.push_back(std::make_unique<WindowSampler>(*files_.back(), T, shuffle, seed + c));
-    total_ += samplers_.back()->num_windows();
+    owned_.push_back(std::make_unique<TokenChannel>(*files_.back(), T, shuffle, seed + c));
+    sources_.push_back(owned_.back().get());
   }
+  init(spec);
+}
+
+BlendedSource::BlendedSource(const ChannelSpec& spec, const std::vector<SequenceSource*>& sources, int T)
+    : T_(T), sources_(sources) {
+  ZT_ASSERT(sources.size() == spec.channels.size());
+  for (SequenceSource* s : sources) ZT_ASSERT(s->length() == T && s->has_positions() == sources[0]->has_positions());
+  init(spec);
+}
+
+void BlendedSource::init(const ChannelSpec& spec) {
   std::vector<double> w = spec.weights;
-  if (w.empty())
-    for (auto& s : samplers_) w.push_back(double(s->num_windows()));  // as concatenating the files would mix
+  for (size_t c = 0; c < spec.channels.size(); ++c) {
+    names_.push_back(spec.channels[c].name);
+    paths_.push_back(spec.channels[c].path);
+    total_ += sources_[c]->num_sequences();
+    if (spec.weights.empty()) w.push_back(double(sources_[c]->num_sequences()));  // as concatenating would mix
+  }
   blend_ = std::make_unique<BlendIndex>(w);
   weights_ = blend_->weights();
 }
 
-BlendedTokens::~BlendedTokens() = default;
+BlendedSource::~BlendedSource() = default;
 
-int64_t BlendedTokens::channel_sequences(int c) const { return samplers_[size_t(c)]->num_windows(); }
+int64_t BlendedSource::channel_sequences(int c) const { return sources_[size_t(c)]->num_sequences(); }
 
-void BlendedTokens::fill(int32_t* inputs, int32_t* targets, int32_t* positions, int64_t g, int count) {
+void BlendedSource::fill(int32_t* inputs, int32_t* targets, int32_t* positions, int64_t g, int count) {
   picks_.resize(size_t(count));
   blend_->fill(g, count, picks_.data());
   picks_g_ = g;
   for (int r = 0; r < count; ++r) {
     const BlendIndex::Pick p = picks_[size_t(r)];
-    samplers_[size_t(p.channel)]->fill(inputs + int64_t(r) * T_, targets + int64_t(r) * T_, p.index, 1);
+    SequenceSource& src = *sources_[size_t(p.channel)];
+    int32_t* in = inputs + int64_t(r) * T_;
+    int32_t* pos = positions ? positions + int64_t(r) * T_ : nullptr;
+    src.fill(in, targets + int64_t(r) * T_, src.has_positions() ? pos : nullptr, p.index, 1);
+    if (pos && !src.has_positions()) packing_positions(pos, in, 1, T_, eos_);
   }
-  if (positions) packing_positions(positions, inputs, count, T_, eos_);
+}
+
+// Token files: every target counts. SFT rows: each row's own, from its channel (the loader asks
+// for the whole step's rows, so this walks the blend back to the step's start: at most a
+// snapshot's stride of draws).
+int64_t BlendedSource::count_targets(int64_t g, int64_t count) const {
+  if (tokens_) return count * T_;
+  std::vector<BlendIndex::Pick> picks(static_cast<size_t>(count));
+  blend_->fill(g, int(count), picks.data());
+  int64_t n = 0;
+  for (const BlendIndex::Pick& p : picks) n += sources_[size_t(p.channel)]->count_targets(p.index, 1);
+  return n;
 }
 
 // The loader asks right after fill() for the same rows: the picks are still there.
-void BlendedTokens::fill_channels(int32_t* channels, int64_t g, int count) {
+void BlendedSource::fill_channels(int32_t* channels, int64_t g, int count) {
   if (picks_g_ != g || int(picks_.size()) != count) {
     picks_.resize(size_t(count));
     blend_->fill(g, count, picks_.data());
@@ -226,12 +274,13 @@ void BlendedTokens::fill_channels(int32_t* channels, int64_t g, int count) {
   for (int r = 0; r < count; ++r) channels[r] = picks_[size_t(r)].channel;
 }
 
-std::string BlendedTokens::describe() const {
+std::string BlendedSource::describe() const {
   std::string s;
   for (size_t c = 0; c < names_.size(); ++c) {
     char pct[32];
     std::snprintf(pct, sizeof pct, "%.1f%%", 100.0 * weights_[c]);
-    s += str_cat(c ? ", " : "", names_[c], " ", pct, " (", paths_[c], ", ", samplers_[c]->num_windows(), " sequences)");
+    s += str_cat(c ? ", " : "", names_[c], " ", pct, " (", paths_[c], ", ", sources_[c]->num_sequences(),
+                 tokens_ ? " sequences)" : " rows)");
   }
   return s;
 }

@@ -1,14 +1,15 @@
-// blend.h: training data from several named token files ("channels"), mixed by weight.
+// blend.h: training data from several named token files or SFT record files ("channels"),
+// mixed by weight.
 //
-// `--train_file web=a.bin,code=b.bin` names two channels; `--train_file_weights 0.7,0.3` (or
-// `web=0.7,code=0.3`) sets their shares, by default proportional to each file's sequences (what
-// concatenating the files would give). A plain `--train_file a.bin` is one unnamed source and
+// `--train_file web=a.bin,code=b.bin` names two channels (or `chat=a.jsonl,math=b.jsonl`: one kind
+// per blend); `--train_file_weights 0.7,0.3` (or `web=0.7,code=0.3`) sets their shares, by
+// default proportional to each file's sequences (what concatenating the files would give). A plain `--train_file a.bin` is one unnamed source and
 // takes none of this code's paths: the loader reads it exactly as before.
 //
 // Order. Global sequence g (the loader's cursor, data/loader.h) is drawn from channel
 // c = BlendIndex::at(g).channel, as that channel's sequence k = at(g).index (the number of
 // earlier sequences drawn from c); channel c then maps k through its own seeded per-epoch
-// window order. The blend is a pure function of the weights: every rank computes the same
+// window (or SFT row) order. The blend is a pure function of the weights: every rank computes the same
 // choice for every g, ranks slice the blended sequence exactly as they slice one file, and the
 // checkpoint's cursor (the next g) restores it whatever the world size.
 //
@@ -44,11 +45,12 @@ struct ChannelSpec {
   std::vector<DataChannel> channels;
   std::vector<double> weights;
   bool named = false;
+  bool sft = false;  // named channels of SFT records (.jsonl), all of them
 };
 
 // Parses the flags; throws a one-line zt::Error on bad syntax, a duplicate or bad name, weights
-// that do not match the channels, negative or all-zero weights, a .jsonl channel (SFT records
-// cannot be blended yet), or weights without named channels. Touches no file.
+// that do not match the channels, negative or all-zero weights, token files and SFT records
+// (.jsonl) mixed in one blend, or weights without named channels. Touches no file.
 ChannelSpec parse_channels(const std::string& train_file, const std::string& weights);
 
 // The identity of the training data (data/file_identity.h): a plain file's own, or for named
@@ -82,22 +84,27 @@ class BlendIndex {
   std::vector<int64_t> n_;
 };
 
-// The loader's source for named channels: every channel's token file, its windows in its own
-// seeded order (seed + channel), and the blend. fill_channels gives each row's channel.
-class BlendedTokens final : public SequenceSource {
+// The loader's source for named channels: every channel's sequences (a token file's windows in
+// the channel's own seeded order, seed + channel; or SFT rows, data/sft_data.h) and the blend.
+// fill_channels gives each row's channel.
+class BlendedSource final : public SequenceSource {
  public:
-  // Opens and checks every file (vocab_size as TokenFile does); weights default to the
-  // channels' window counts. Throws naming the channel's flag value on a missing file.
-  BlendedTokens(const ChannelSpec& spec, int vocab_size, int T, bool shuffle, uint64_t seed);
-  ~BlendedTokens() override;
-  // Packing positions restart after EOS (set before the loader starts).
+  // Token files: opens and checks every file (vocab_size as TokenFile does); weights default to
+  // the channels' window counts.
+  BlendedSource(const ChannelSpec& spec, int vocab_size, int T, bool shuffle, uint64_t seed);
+  // Given sources (SFT rows, each of length T, outliving this), one per channel; weights
+  // default to their sequence counts.
+  BlendedSource(const ChannelSpec& spec, const std::vector<SequenceSource*>& sources, int T);
+  ~BlendedSource() override;
+  // Token files: packing positions restart after EOS (set before the loader starts).
   void set_packing(bool packing, int64_t eos_id) { packing_ = packing, eos_ = eos_id; }
   int64_t num_sequences() const override { return total_; }
   int length() const override { return T_; }
-  bool has_positions() const override { return packing_; }
+  bool has_positions() const override { return packing_ || sources_[0]->has_positions(); }
   void fill(int32_t* inputs, int32_t* targets, int32_t* positions, int64_t g, int count) override;
-  int64_t count_targets(int64_t, int64_t count) const override { return count * T_; }
-  int num_channels() const override { return int(files_.size()); }
+  // Token files: count * T; SFT rows: each row's counted targets, from its channel.
+  int64_t count_targets(int64_t g, int64_t count) const override;
+  int num_channels() const override { return int(sources_.size()); }
   void fill_channels(int32_t* channels, int64_t g, int count) override;
 
   const std::vector<std::string>& names() const { return names_; }
@@ -106,12 +113,14 @@ class BlendedTokens final : public SequenceSource {
   std::string describe() const;  // "web 70.0% (a.bin, 1234 sequences), code 30.0% (...)"
 
  private:
+  void init(const ChannelSpec& spec);
   int T_;
-  bool packing_ = false;
+  bool packing_ = false, tokens_ = false;
   int64_t eos_ = -1, total_ = 0;
   std::vector<std::string> names_, paths_;
   std::vector<std::unique_ptr<TokenFile>> files_;
-  std::vector<std::unique_ptr<WindowSampler>> samplers_;
+  std::vector<std::unique_ptr<SequenceSource>> owned_;  // token files' windows
+  std::vector<SequenceSource*> sources_;
   std::vector<double> weights_;
   std::unique_ptr<BlendIndex> blend_;
   std::vector<BlendIndex::Pick> picks_;  // the producer thread's: the last fill's rows, from picks_g_

@@ -7,8 +7,8 @@
 # visibly above text; the blend's shares in the start-up line; a resume from checkpoint-10
 # reproduces every logged value bit for bit; a single named channel gives the plain file's losses
 # (the same windows, the same order); 2 ranks x 1 micro-batch log what 1 rank x 2 micro-batches
-# log, and resume the 1-rank run's checkpoint to the same values (an elastic restart); bad input
-# is one error line each.
+# log, and resume the 1-rank run's checkpoint to the same values (an elastic restart); SFT
+# records as channels (when ZT_CHAT_FIXTURES is set); bad input is one error line each.
 # usage: channels.sh path/to/ztrain [path/to/mpirun]
 set -u
 Z=$1
@@ -100,6 +100,39 @@ err() {  # err NAME EXPECTED-SUBSTRING flags...
     ok "$name: $out"
   else bad "$name (exit $rc): $out"; fi
 }
+# SFT records as channels (with the chat fixtures' Llama 3.1 tokenizer, as tests/cli/sft.sh):
+# each row's counted targets come from its channel; 2 ranks log what 1 rank x 2 micro-batches log.
+TOK="${ZT_CHAT_FIXTURES:-}/tokenizers/llama3_1"
+if [ -n "${ZT_CHAT_FIXTURES:-}" ] && [ -d "$TOK" ]; then
+  $PY - "$W" <<'P'
+import json, sys
+w = sys.argv[1]
+json.dump({"model_type": "llama", "vocab_size": 128256, "hidden_size": 32, "intermediate_size": 64,
+           "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "max_position_embeddings": 128, "eos_token_id": 128009}, open(w + "/sft.json", "w"))
+with open(w + "/chat.jsonl", "w") as f:
+    for i in range(40):
+        f.write(json.dumps({"messages": [{"role": "user", "content": f"What is {i} plus {i}?"},
+                                         {"role": "assistant", "content": f"{2 * i}."}]}) + "\n")
+with open(w + "/alpaca.jsonl", "w") as f:
+    for i in range(40):
+        f.write(json.dumps({"instruction": "Repeat the input.", "input": f"x{i}", "output": f"x{i}"}) + "\n")
+P
+  sft=(--model_config_path "$W/sft.json" --tokenizer_name "$TOK" --cache_dir "$W/cache" --model_max_length 64
+       --max_steps 4 --logging_steps 2 --report_to none --learning_rate 1e-3 --threads 1 --per_device_train_batch_size 2
+       --train_file "chat=$W/chat.jsonl,alpaca=$W/alpaca.jsonl" --assistant_only_loss --packing)
+  vals() { grep -o "'loss[a-z/]*': [0-9.e+-]*" | tr '\n' ' '; }
+  out=$("$Z" train "${sft[@]}" --gradient_accumulation_steps 2 --output_dir "$W/s1" 2>&1)
+  one=$(echo "$out" | vals)
+  if echo "$out" | grep -q "SFT data (channel alpaca): 40 examples" && echo "$out" | grep -q "Data channels: chat 50.0%" &&
+     [ "$(echo "$one" | grep -o "loss/alpaca" | wc -l)" = 2 ]; then ok "SFT channels: $one"
+  else bad "SFT channels: $(echo "$out" | tail -3)"; fi
+  if [ -n "$MPIRUN" ]; then
+    two=$(OMP_NUM_THREADS=1 "$MPIRUN" -np 2 --oversubscribe "$Z" train "${sft[@]}" --output_dir "$W/s2" 2>&1 | vals)
+    [ -n "$one" ] && [ "$one" = "$two" ] && ok "SFT channels: 2 ranks = 2 micro-batches" || bad "SFT 2 ranks: $two vs $one"
+  fi
+fi
+
 err "no name" "has no channel name" --train_file "text=$W/text.bin,$W/noise.bin"
 err "duplicate" "names channel text twice" --train_file "text=$W/text.bin,text=$W/noise.bin"
 err "weights count" "has 3 weights for 2 channels" "${chan[@]:0:2}" --train_file_weights 1,2,3
@@ -107,5 +140,7 @@ err "negative weight" "must be > 0" "${chan[@]:0:2}" --train_file_weights 1,-2
 err "zero weights" "must be > 0" "${chan[@]:0:2}" --train_file_weights 0,0
 err "missing file" "cannot read --train_file channel noise: $W/none.bin" --train_file "text=$W/text.bin,noise=$W/none.bin"
 err "weights alone" "needs named channels" --train_file "$W/text.bin" --train_file_weights 1
+err "mixed kinds" "is SFT records (.jsonl) but channel text is a token file" --train_file "text=$W/text.bin,chat=$W/c.jsonl"
+err "pipeline" "does not compose with pipeline stages" "${chan[@]}" --pipeline-model-parallel-size 2
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
