@@ -197,6 +197,46 @@ TEST(BlendedSource, RanksSplitTheStepLikeOneProcessAndResumeIsExact) {
   }
 }
 
+// A source whose row g has g % 7 counted targets (SFT rows count their own).
+class CountingRows final : public SequenceSource {
+ public:
+  explicit CountingRows(int64_t n) : n_(n) {}
+  int64_t num_sequences() const override { return n_; }
+  int length() const override { return 4; }
+  bool has_positions() const override { return false; }
+  void fill(int32_t* in, int32_t* tg, int32_t*, int64_t g, int count) override {
+    for (int i = 0; i < 4 * count; ++i) in[i] = tg[i] = int32_t(g + i / 4);
+  }
+  int64_t count_targets(int64_t g, int64_t count) const override {
+    int64_t c = 0;
+    for (int64_t s = 0; s < count; ++s) c += (g + s) % 7;
+    return c;
+  }
+
+ private:
+  int64_t n_;
+};
+
+TEST(BlendedSource, CountsEachRowsTargetsFromItsChannel) {
+  CountingRows a(50), b(30);
+  ChannelSpec spec = parse_channels("chat=a.jsonl,math=b.jsonl", "1,2");
+  BlendedSource src(spec, {&a, &b}, 4);
+  EXPECT_EQ(src.num_sequences(), 80);
+  BlendIndex ref({1, 2});
+  for (int64_t g : {0, 5, 9000, 3}) {  // forwards past a snapshot and back
+    int64_t want = 0;
+    for (int64_t s = 0; s < 24; ++s) want += ref.at(g + s).index % 7;
+    EXPECT_EQ(src.count_targets(g, 24), want) << g;
+  }
+  std::vector<int32_t> in(4 * 3), tg(in.size()), ch(3);
+  src.fill(in.data(), tg.data(), nullptr, 10, 3);
+  src.fill_channels(ch.data(), 10, 3);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(ch[size_t(r)], ref.at(10 + r).channel);
+    EXPECT_EQ(in[size_t(4 * r)], ref.at(10 + r).index);
+  }
+}
+
 std::string parse_error(const std::string& files, const std::string& weights = "") {
   try {
     parse_channels(files, weights);
