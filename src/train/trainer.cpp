@@ -625,10 +625,11 @@ void Trainer::load_sft_data() {
 // inside a save, between the chief's barriers (docs/checkpoints.md#one-run-per-folder).
 void Trainer::prepare_output_dir() {
   ZT_CHECK(!a_.output_dir.empty(), "--output_dir is required");
-  // Restarted by `ztrain launch`'s agent: the failed attempt's ranks may still be exiting (freeing
-  // gigabytes) when the new ones start; their lock goes with them.
+  // A failed job's ranks may still be exiting (freeing gigabytes) after mpirun has returned, and
+  // their lock goes with them: a run started right after waits a few seconds for it, a restart by
+  // `ztrain launch`'s agent longer.
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  lock_ = std::make_unique<OutputDirLock>(a_.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 0.0);
+  lock_ = std::make_unique<OutputDirLock>(a_.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 5.0);
   bool empty = true;
   for (auto& e : fs::directory_iterator(a_.output_dir)) empty &= e.path().filename() == OutputDirLock::kFileName;
   if (!empty && !a_.overwrite_output_dir && a_.resume_from_checkpoint.empty())
