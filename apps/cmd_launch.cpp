@@ -24,6 +24,8 @@
 #include <sstream>
 #include <thread>
 
+#include "checkpoint/flash_snapshot.h"
+#include "checkpoint/run_folder.h"
 #include "commands.h"
 #include "core/error.h"
 #include "flags.h"
@@ -105,9 +107,16 @@ std::vector<Host> read_hostfile(const std::string& path) {
 }
 
 // A complete checkpoint-N folder in the run's output folder (the trainer's "latest" finds it).
-bool has_checkpoint(const std::string& output_dir) {
+// Something a restart can resume from: a checkpoint-N folder (a cheap scan; the trainer verifies
+// it), or with --flash_checkpoint this run's complete snapshot of rank 0 in shared memory (a job
+// that failed before its first persist sealed a folder).
+bool has_checkpoint(const std::string& output_dir, bool flash) {
   std::error_code ec;
   if (output_dir.empty() || !fs::is_directory(output_dir, ec)) return false;
+  if (flash) {
+    const std::string run_id = run_record_read(output_dir).run_id;
+    if (!run_id.empty() && FlashSnapshot::complete_step(FlashSnapshot::path_for(run_id, 0)) >= 0) return true;
+  }
   for (const auto& e : fs::directory_iterator(output_dir, ec)) {
     const std::string n = e.path().filename().string();
     if (e.is_directory() && n.rfind("checkpoint-", 0) == 0 && n.find('.') == std::string::npos) return true;
@@ -376,7 +385,10 @@ int cmd_launch(const Args& all) {
       run = drop_flag(drop_flag(drop_flag(run, "resume_from_checkpoint", true), "overwrite_output_dir", false),
                       "gradient_accumulation_steps", true);
       run.insert(run.end(), {"--gradient_accumulation_steps", std::to_string(accum)});
-      const bool saved = has_checkpoint(output_dir);
+      const bool flash = std::any_of(command.begin(), command.end(), [](const std::string& a) {
+        return a == "--flash_checkpoint" || a == "--flash_checkpoint=true";
+      });
+      const bool saved = has_checkpoint(output_dir, flash);
       if (saved)
         run.insert(run.end(), {"--resume_from_checkpoint", "latest"});
       else

@@ -62,7 +62,11 @@ int cmd_train(const Args& args) {
   zt::app::FlagSet f("train");
   f.add("model_name_or_path", &a.model_name_or_path, "HF model folder (config.json + model.safetensors)");
   f.add("model_config_path", &a.model_config_path, "config.json for a randomly initialised model");
-  f.add("train_file", &a.train_file, "token file (nanoGPT train.bin, ztrain shard) or SFT records (.jsonl)");
+  f.add("train_file", &a.train_file,
+        "token file (nanoGPT train.bin, ztrain shard) or SFT records (.jsonl); or named channels "
+        "name1=path1,name2=path2 (token files, or .jsonl files), each channel's loss logged as loss/<name>");
+  f.add("train_file_weights", &a.train_file_weights,
+        "mixing weights of --train_file's channels: w1,w2 in their order or name1=w1,name2=w2 (default: by size)");
   f.add("validation_file", &a.validation_file, "token file or SFT .jsonl for eval_loss / perplexity");
   f.add("eval_steps", &a.eval_steps, "evaluate every N steps, 0 = at the end only (0)", range::closed(0, kMaxSteps));
   // HF Trainer flags users paste in (docs/flags.md#hugging-face-trainer-flags).

@@ -52,6 +52,15 @@ std::string FlashSnapshot::path_for(const std::string& run_id, int rank) {
   return str_cat(dir && *dir ? dir : "/dev/shm", "/ztrain-", run_id, "-r", rank);
 }
 
+int64_t FlashSnapshot::complete_step(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  Header h{};
+  const bool read = ::pread(fd, &h, sizeof h, 0) == ssize_t(sizeof h);
+  ::close(fd);
+  return read && std::memcmp(h.magic, kMagic, 8) == 0 && h.complete == 1 ? h.step : -1;
+}
+
 FlashSnapshot::FlashSnapshot(std::string path) : path_(std::move(path)) {
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT, 0600);
   ZT_CHECK(fd_ >= 0, "cannot open the flash snapshot ", path_, ": ", std::strerror(errno),

@@ -39,6 +39,9 @@ class FlashSnapshot {
  public:
   // /dev/shm/ztrain-<run id>-r<rank> ($ZT_FLASH_DIR replaces /dev/shm, for tests).
   static std::string path_for(const std::string& run_id, int rank);
+  // The step of the complete snapshot at path from its header alone (no mapping, no checksum),
+  // or -1 when there is none: how `ztrain launch`'s agent tells a restart has something to resume.
+  static int64_t complete_step(const std::string& path);
   // Maps path, creating it when absent (an empty, incomplete snapshot).
   explicit FlashSnapshot(std::string path);
   ~FlashSnapshot();

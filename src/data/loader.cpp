@@ -84,6 +84,7 @@ void DataLoader::start() {
     mb.inputs.resize(size_t(c.B) * c.T);
     mb.targets.resize(size_t(c.B) * c.T);
     if (source_->has_positions()) mb.positions.resize(size_t(c.B) * c.T);
+    if (source_->num_channels() > 1) mb.channels.resize(size_t(c.B));
   }
   worker_ = std::thread([this] { produce(); });
 }
@@ -102,6 +103,7 @@ void DataLoader::fill(MicroBatch& mb, int64_t step, int micro) {
   mb.micro = micro;
   source_->fill(mb.inputs.data(), mb.targets.data(), mb.positions.empty() ? nullptr : mb.positions.data(),
                 first_sequence(c_, step, micro), c_.B);
+  if (!mb.channels.empty()) source_->fill_channels(mb.channels.data(), first_sequence(c_, step, micro), c_.B);
   mb.step_targets = source_->count_targets((step + c_.step_offset) * sequences_per_step(), sequences_per_step());
 }
 

@@ -14,7 +14,10 @@
 // token, so the model's attention does not cross document boundaries (HF's position_ids
 // packing); without it, positions are not produced and the model uses 0..T-1.
 //
-// What it deliberately is not: no dynamic batching or padding, no multi-file mixing.
+// Channels. A source may mix several named files (data/blend.h); each micro-batch then says
+// which channel every row came from, for the per-channel losses.
+//
+// What it deliberately is not: no dynamic batching or padding.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -57,11 +60,16 @@ class SequenceSource {
   // Targets that count (not kIgnoreIndex) in global sequences [g, g + count): the loss's
   // denominator for a step. Thread-safe (the loader thread calls it while fill() runs).
   virtual int64_t count_targets(int64_t g, int64_t count) const = 0;
+  // Sources that mix named channels (data/blend.h): how many, and the channel of each of the
+  // `count` rows from global sequence g (called by the loader right after fill() for them).
+  virtual int num_channels() const { return 1; }
+  virtual void fill_channels(int32_t* channels, int64_t g, int count) {}
 };
 
 struct MicroBatch {
   std::vector<int32_t> inputs, targets;  // (B, T)
   std::vector<int32_t> positions;        // (B, T) with packing, else empty
+  std::vector<int32_t> channels;         // (B) each row's channel when the source has several, else empty
   int64_t step = 0;
   int micro = 0;
   int64_t step_targets = 0;  // counted targets in the whole optimizer step (all ranks, all micro-batches)

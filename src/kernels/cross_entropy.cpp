@@ -38,7 +38,7 @@ inline void chunk_backward(const LmHeadCompute& k, const uint16_t* low, const fl
 }  // namespace
 
 double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const LmHeadDims& d,
-                 float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute) {
+                 float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute, double* token_loss) {
   const int C = d.C, V = d.V;
   LmHeadCompute fp32{DType::f32, x, w, nullptr, false};
   const LmHeadCompute& k = compute ? *compute : fp32;
@@ -59,6 +59,7 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
       if (tgt == kIgnoreIndex) {
         std::fill_n(z, V, 0.f);
         if (dx && low) std::fill_n(low + i * V, V, uint16_t(0));
+        if (token_loss) token_loss[r0 + i] = 0.0;
         continue;
       }
       float mx = z[0];
@@ -73,7 +74,9 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
         z[v] = fast_exp(z[v] - mx);
         sum += z[v];
       }
-      chunk_loss += std::log(static_cast<double>(sum)) - static_cast<double>(shifted);
+      const double li = std::log(static_cast<double>(sum)) - static_cast<double>(shifted);
+      chunk_loss += li;
+      if (token_loss) token_loss[r0 + i] = li;
       ++chunk_count;
       if (dx) row_gradient(z, V, V, sum, tgt, grad_scale, low ? low + i * V : nullptr, k);
     }
@@ -91,7 +94,7 @@ namespace zt::kernels {
 
 double lmhead_ce_vocab(float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
                        const LmHeadDims& d, float grad_scale, float* scratch, int64_t* count, const VocabShard& vs,
-                       const LmHeadCompute* compute) {
+                       const LmHeadCompute* compute, double* token_loss) {
   const int C = d.C, V = d.V, nv = vs.nv;
   LmHeadCompute fp32{DType::f32, x, w, nullptr, false};
   const LmHeadCompute& k = compute ? *compute : fp32;
@@ -138,10 +141,13 @@ double lmhead_ce_vocab(float* dx, float* dw, const float* x, const float* w, con
       if (tgt == kIgnoreIndex) {
         std::fill_n(z, V, 0.f);
         if (dx && low) std::fill_n(low + i * V, V, uint16_t(0));
+        if (token_loss) token_loss[r0 + i] = 0.0;
         continue;
       }
       const float sum = red[i];
-      chunk_loss += std::log(double(sum)) - (double(red[rows + i]) - double(mx[i]));
+      const double li = std::log(double(sum)) - (double(red[rows + i]) - double(mx[i]));
+      chunk_loss += li;
+      if (token_loss) token_loss[r0 + i] = li;
       ++chunk_count;
       std::fill(z + nv, z + V, 0.f);  // padding rows of the vocabulary: no gradient
       if (dx) row_gradient(z, nv, V, sum, int64_t(tgt) - vs.v0, grad_scale, low ? low + i * V : nullptr, k);

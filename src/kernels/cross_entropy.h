@@ -33,9 +33,11 @@ struct LmHeadCompute {
 };
 
 // Returns the sum over non-ignored tokens of -log softmax(logits)[target]; *count gets
-// how many tokens were counted. compute == null: fp32 GEMMs on x and w.
+// how many tokens were counted. compute == null: fp32 GEMMs on x and w. token_loss, when
+// given (N), gets each token's loss (0 for ignored targets): the per-channel losses' input.
 double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const LmHeadDims& d,
-                 float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute = nullptr);
+                 float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute = nullptr,
+                 double* token_loss = nullptr);
 
 // Vocabulary-parallel form (tensor parallelism, Megatron's parallel cross-entropy): w holds
 // rows [v0, v0 + d.V) of the vocabulary, of which the first nv are real (the rest padding,
@@ -49,6 +51,6 @@ struct VocabShard {
 };
 double lmhead_ce_vocab(float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
                        const LmHeadDims& d, float grad_scale, float* scratch, int64_t* count, const VocabShard& vs,
-                       const LmHeadCompute* compute = nullptr);
+                       const LmHeadCompute* compute = nullptr, double* token_loss = nullptr);
 
 }  // namespace zt::kernels

@@ -74,6 +74,9 @@ class Transformer {
                           const int32_t* positions = nullptr);
   double forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count,
                       const int32_t* positions = nullptr);
+  // When set, every later head_forward_backward writes each token's loss into out (B*T; 0
+  // where the target is ignored): the per-channel losses (train/channel_losses.h). null: off.
+  void set_token_losses(double* out) { token_losses_ = out; }
   void zero_grad();
 
   // ---- The pieces (pipeline stages run ranges of them). The ParamProvider's call order
@@ -188,6 +191,7 @@ class Transformer {
   bool external_state_ = false, external_grads_ = false;
   int B_ = 0, T_ = 0;
   bool training_ = false, backward_ = false;
+  double* token_losses_ = nullptr;  // set_token_losses
   std::vector<SlotActs> slots_;
   std::vector<char> held_layers_;
   std::vector<SlotInput> inputs_;

@@ -182,7 +182,7 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
     loss = kernels::lmhead_ce(backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
                               prec == nn::Precision::fp32 ? a.lnf_out.as<const float>() : nullptr,
                               lm_w.as<const float>(), targets, hd, grad_scale, sc_.logits.as<float>(), count,
-                              prec == nn::Precision::fp32 ? nullptr : &lc);
+                              prec == nn::Precision::fp32 ? nullptr : &lc, token_losses_);
   } else {
     // Vocabulary parallel: the logits stay split; their max and sum of exp are reduced.
     ZT_PROFILE("lmhead_ce");
@@ -195,7 +195,7 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
     loss = kernels::lmhead_ce_vocab(backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
                                     prec == nn::Precision::fp32 ? a.lnf_out.as<const float>() : nullptr,
                                     lm_w.as<const float>(), targets, hd, grad_scale, sc_.logits.as<float>(), count, vs,
-                                    prec == nn::Precision::fp32 ? nullptr : &lc);
+                                    prec == nn::Precision::fp32 ? nullptr : &lc, token_losses_);
   }
   if (tied) pp.release(lm_unit);
   if (!backward) {

@@ -44,7 +44,7 @@ struct TrainArgs {
   // Model: an HF folder (config.json + model.safetensors) or a config.json for random init.
   std::string model_name_or_path;
   std::string model_config_path;
-  std::string train_file;       // token file (nanoGPT train.bin, ztrain shard) or SFT .jsonl
+  std::string train_file;       // token file (nanoGPT train.bin, ztrain shard) or SFT .jsonl, or name=path,...
   std::string validation_file;  // same format; evaluated every eval_steps and at the end
   int64_t eval_steps = 0;       // 0: only at the end (eval_strategy steps: logging_steps, as HF)
   // HF Trainer's strategies (docs/flags.md#hugging-face-trainer-flags). "" = not given: evaluate
@@ -133,6 +133,8 @@ struct TrainArgs {
   int64_t eos_token_id = -1;    // -1: the model config's eos_token_id
   int dataloader_prefetch = 3;  // micro-batches prepared ahead by the loader thread
 
+  // Named channels' mixing weights (docs/data.md#channels): "w1,w2" or "name1=w1,name2=w2"; "" = by size.
+  std::string train_file_weights;
   // Supervised fine-tuning data (docs/data.md#supervised-fine-tuning-data): a train_file or
   // validation_file ending in .jsonl holds chat / instruction records (TRL SFTTrainer's names).
   // (tokenizer_name, above, is also the SFT tokenizer: a folder or file; "" = model_name_or_path)

@@ -1,7 +1,9 @@
 // train_log.cpp: see train_log.h.
 #include "train/train_log.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -232,12 +234,28 @@ nlohmann::json TrainLog::trainer_state() const {
 
 void TrainLog::write_plot() const {
   PlotSeries train{"train loss", {}, 0x1f77b4}, eval{"eval loss", {}, 0xd62728};
+  // Named data channels (loss/<name>, train/channel_losses.h): one curve each, in name order
+  // (the log history's keys are sorted), in colours distinct from the train and eval curves.
+  static constexpr uint32_t kChannelRgb[] = {0x2ca02c, 0xff7f0e, 0x9467bd, 0x8c564b,
+                                             0xe377c2, 0x17becf, 0xbcbd22, 0x7f7f7f};
+  std::vector<PlotSeries> channels;
   for (auto& e : history_) {
     if (e.contains("loss")) train.points.push_back({e["step"].get<double>(), e["loss"].get<double>()});
     if (e.contains("eval_loss")) eval.points.push_back({e["step"].get<double>(), e["eval_loss"].get<double>()});
+    for (auto kv = e.begin(); kv != e.end(); ++kv) {
+      const nlohmann::json& v = kv.value();
+      if (kv.key().rfind("loss/", 0) != 0 || !v.is_number()) continue;
+      const std::string name = kv.key().substr(5) + " loss";
+      auto it = std::find_if(channels.begin(), channels.end(), [&](const PlotSeries& p) { return p.name == name; });
+      if (it == channels.end())
+        it = channels.insert(channels.end(),
+                             PlotSeries{name, {}, kChannelRgb[channels.size() % std::size(kChannelRgb)]});
+      it->points.push_back({e["step"].get<double>(), v.get<double>()});
+    }
   }
   std::vector<PlotSeries> series{train};
   if (!eval.points.empty()) series.push_back(eval);
+  series.insert(series.end(), channels.begin(), channels.end());
   write_loss_plot(a_.output_dir + "/loss.png", series,
                   std::string("ztrain: ") + model_.config().arch_name() + " loss (nats/token) by step");
 }

@@ -31,6 +31,7 @@
 #include "core/run_control.h"
 #include "data/file_identity.h"
 #include "data/loader.h"
+#include "data/blend.h"
 #include "data/sft_data.h"
 #include "data/token_data.h"
 #include "data/tokenizer.h"
@@ -52,6 +53,7 @@
 #include "train/straggler.h"
 #include "train/run_identity.h"
 #include "train/train_args.h"
+#include "train/channel_losses.h"
 #include "train/train_log.h"
 #include "train/auto_fit.h"
 #include "train/precision.h"
@@ -187,6 +189,9 @@ void check_args(const TrainArgs& a) {
   spike_policy_from(a.spike_policy);
   hf_parse_size(a.max_shard_size, "--max_shard_size");
   allowed_changes(a.resume_allow_changes);
+  ZT_CHECK(!parse_channels(a.train_file, a.train_file_weights).named || a.pipeline_parallel_size == 1,
+           "--train_file with named channels does not compose with pipeline stages yet (the per-channel losses "
+           "live on the last stage); use one file or no --pipeline-model-parallel-size");
   ZT_CHECK(!a.flash_checkpoint || !a.load_best_model_at_end,
            "--flash_checkpoint with --load_best_model_at_end is not supported yet (pruning in the background "
            "could remove the best checkpoint); drop one of them");
@@ -363,12 +368,20 @@ class Trainer {
   int64_t memory_limit_bytes_ = -1;  // --max_memory for this host (the smallest over the ranks' hosts)
   int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
   std::unique_ptr<TokenFile> data_, val_;
+  // Named data channels (data/blend.h; one unnamed channel for a plain file): their files, the
+  // blend, the loss per channel (train/channel_losses.h).
+  ChannelSpec channels_;
+  std::unique_ptr<BlendedSource> blend_;
+  std::unique_ptr<ChannelLosses> chan_;
   std::unique_ptr<WindowSampler> sampler_;
   int64_t train_sequences_ = 0;
   // SFT (a .jsonl --train_file): tokenized examples and the rows the loader reads.
   bool sft_ = false;
-  std::unique_ptr<SftTokens> sft_train_, sft_val_;
-  std::unique_ptr<SftRows> sft_rows_, sft_val_rows_;
+  // One per channel (data/blend.h; one for a plain .jsonl file).
+  std::vector<std::unique_ptr<SftTokens>> sft_train_;
+  std::vector<std::unique_ptr<SftRows>> sft_rows_;
+  std::unique_ptr<SftTokens> sft_val_;
+  std::unique_ptr<SftRows> sft_val_rows_;
   std::unique_ptr<Transformer> model_;
   HfSideFiles side_files_;                   // tokenizer + generation config, carried into saves
   int64_t eval_every_ = 0, save_every_ = 0;  // steps between evaluations / saves (0: none)
@@ -429,7 +442,8 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   // Every weight shard present before --output_dir is touched (a missing one is one error).
   if (!a_.model_name_or_path.empty()) hf_check_weights(a_.model_name_or_path);
   side_files_ = side_files(a_);
-  train_id_ = file_identity(a_.train_file, "--train_file");
+  channels_ = parse_channels(a_.train_file, a_.train_file_weights);
+  train_id_ = channels_identity(channels_);  // a plain file's own identity
   // The job's first collective, before anything sized by the arguments or the config is
   // allocated or exchanged: ranks that disagree stop here, with the difference named.
   check_ranks_agree(world, job_identity(a_, cfg_, train_id_));
@@ -503,7 +517,7 @@ void Trainer::load_data() {
        parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage), plan_,
        int(dtype_size(comm_dtype_from_args(a_)))},
       a_.max_memory.empty() ? -1 : memory_limit_bytes_);  // before anything large is allocated
-  sft_ = is_jsonl(a_.train_file);
+  sft_ = channels_.named ? channels_.sft : is_jsonl(a_.train_file);
   ZT_CHECK(sft_ || !is_jsonl(a_.validation_file), "--validation_file ", a_.validation_file,
            " holds SFT records (.jsonl) but --train_file is a token file; give both in the same form");
   // A flag of one kind of data given with the other would be parsed and ignored: refused instead.
@@ -515,6 +529,10 @@ void Trainer::load_data() {
            "--eos_token_id separates documents in token files; SFT records (.jsonl) are separate examples already");
   if (sft_) {
     load_sft_data();
+  } else if (channels_.named) {
+    blend_ = std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, T_, !a_.no_shuffle, uint64_t(a_.seed));
+    train_sequences_ = blend_->num_sequences();
+    if (world_.rank() == 0) std::printf("Data channels: %s\n", blend_->describe().c_str());
   } else {
     data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
     sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));
@@ -567,34 +585,47 @@ void Trainer::load_sft_data() {
   opt.assistant_only_loss = a_.assistant_only_loss;
   const ChatFormatter fmt(tpl, opt, tok->eos_id() >= 0 ? tok->decode({tok->eos_id()}) : std::string());
   const std::string cache = a_.cache_dir.empty() ? sft_default_cache_dir() : a_.cache_dir;
-  auto build = [&](const std::string& file, const char* flag) {
+  auto build = [&](const std::string& file, const std::string& flag) {
     return std::make_unique<SftTokens>(sft_tokenize({file, flag, tok_path, cache}, *tok, fmt, tpl, opt));
   };
-  for (int pass = 0; pass < 2; ++pass) {  // pass 0: the chief builds; pass 1: everyone reads
+  const std::vector<DataChannel>& chans = channels_.channels;  // one unnamed for a plain file
+  for (int pass = 0; pass < 2; ++pass) {                       // pass 0: the chief builds; pass 1: everyone reads
     if ((pass == 0) == (world_.rank() == 0)) {
-      sft_train_ = build(a_.train_file, "--train_file");
+      for (const DataChannel& ch : chans)
+        sft_train_.push_back(build(ch.path, ch.name.empty() ? "--train_file" : "--train_file channel " + ch.name));
       if (!a_.validation_file.empty()) sft_val_ = build(a_.validation_file, "--validation_file");
     }
     if (pass == 0) world_.barrier();
   }
-  for (const SftTokens* d : {sft_train_.get(), sft_val_.get()}) {
+  std::vector<const SftTokens*> all{sft_val_.get()};
+  for (const auto& d : sft_train_) all.push_back(d.get());
+  for (const SftTokens* d : all) {
     if (!d) continue;
     const int32_t mx = d->tokens.empty() ? 0 : *std::max_element(d->tokens.begin(), d->tokens.end());
     ZT_CHECK(mx < cfg_.vocab_size, "the tokenizer ", tok_path, " produced id ", mx, ", >= the model's vocab_size ",
              cfg_.vocab_size, "; use the model's own tokenizer");
   }
-  sft_rows_ = std::make_unique<SftRows>(*sft_train_, T_, a_.packing, !a_.no_shuffle, uint64_t(a_.seed));
+  std::vector<SequenceSource*> rows;
+  for (size_t c = 0; c < chans.size(); ++c) {  // each channel its own order (seed + channel)
+    sft_rows_.push_back(
+        std::make_unique<SftRows>(*sft_train_[c], T_, a_.packing, !a_.no_shuffle, uint64_t(a_.seed) + c));
+    rows.push_back(sft_rows_.back().get());
+  }
   if (sft_val_) sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, T_, a_.packing, false, 0);
-  train_sequences_ = sft_rows_->num_sequences();
-  if (chief_)
+  if (channels_.named) blend_ = std::make_unique<BlendedSource>(channels_, rows, T_);
+  train_sequences_ = blend_ ? blend_->num_sequences() : sft_rows_[0]->num_sequences();
+  for (size_t c = 0; c < chans.size() && chief_; ++c) {
+    const SftTokens& d = *sft_train_[c];
+    const SftRows& r = *sft_rows_[c];
     std::printf(
-        "SFT data: %lld examples, %lld tokens, %lld trained targets in %lld rows of %d (%s, %s); %s %s in "
+        "SFT data%s: %lld examples, %lld tokens, %lld trained targets in %lld rows of %d (%s, %s); %s %s in "
         "%.2f s; %lld truncated to %d+1 tokens\n",
-        (long long)sft_train_->examples(), (long long)sft_train_->tokens.size(), (long long)sft_rows_->total_targets(),
-        (long long)train_sequences_, T_, a_.packing ? "packed" : "one example per row",
-        tpl.source.empty() ? "no chat template" : tpl.origin.c_str(),
-        sft_train_->from_cache ? "read cache" : "tokenized into", sft_train_->cache_path.c_str(), sft_train_->seconds,
-        (long long)sft_rows_->truncated(), T_);
+        chans[c].name.empty() ? "" : (" (channel " + chans[c].name + ")").c_str(), (long long)d.examples(),
+        (long long)d.tokens.size(), (long long)r.total_targets(), (long long)r.num_sequences(), T_,
+        a_.packing ? "packed" : "one example per row", tpl.source.empty() ? "no chat template" : tpl.origin.c_str(),
+        d.from_cache ? "read cache" : "tokenized into", d.cache_path.c_str(), d.seconds, (long long)r.truncated(), T_);
+  }
+  if (chief_ && blend_) std::printf("Data channels: %s\n", blend_->describe().c_str());
 }
 
 // The chief locks the folder first (so a second run stops there, naming this one), then
@@ -602,10 +633,11 @@ void Trainer::load_sft_data() {
 // inside a save, between the chief's barriers (docs/checkpoints.md#one-run-per-folder).
 void Trainer::prepare_output_dir() {
   ZT_CHECK(!a_.output_dir.empty(), "--output_dir is required");
-  // Restarted by `ztrain launch`'s agent: the failed attempt's ranks may still be exiting (freeing
-  // gigabytes) when the new ones start; their lock goes with them.
+  // A failed job's ranks may still be exiting (freeing gigabytes) after mpirun has returned, and
+  // their lock goes with them: a run started right after waits a few seconds for it, a restart by
+  // `ztrain launch`'s agent longer.
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  lock_ = std::make_unique<OutputDirLock>(a_.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 0.0);
+  lock_ = std::make_unique<OutputDirLock>(a_.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 5.0);
   bool empty = true;
   for (auto& e : fs::directory_iterator(a_.output_dir)) empty &= e.path().filename() == OutputDirLock::kFileName;
   if (!empty && !a_.overwrite_output_dir && a_.resume_from_checkpoint.empty())
@@ -813,8 +845,14 @@ void Trainer::start_loader_and_log() {
            "--packing needs the EOS token id: config.json has no integer eos_token_id; pass --eos_token_id");
   lc_.depth = std::max(2, a_.dataloader_prefetch + 1);
   lc_.step_offset = spike_->data_offset_steps();  // data skipped by loss-spike rollbacks
-  loader_ = sft_ ? std::make_unique<DataLoader>(*sft_rows_, lc_, start_step_)
-                 : std::make_unique<DataLoader>(*data_, lc_, start_step_);
+  if (blend_) {
+    if (!sft_) blend_->set_packing(a_.packing, lc_.eos_id);  // SFT rows bring their own positions
+    chan_ = std::make_unique<ChannelLosses>(blend_->names(), B_, T_);
+    model_->set_token_losses(chan_->token_losses());
+  }
+  loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, lc_, start_step_)
+            : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], lc_, start_step_)
+                   : std::make_unique<DataLoader>(*data_, lc_, start_step_);
   if (chief_) {
     log_ = std::make_unique<TrainLog>(a_, cfg_, *model_, total_steps_, steps_per_epoch_, T_, start_step_,
                                       dp_comm_->size());
@@ -855,6 +893,7 @@ StepResult Trainer::train_step(int64_t step) {
       const parallel::PipelineMicroBatch lb = local_batch(mb, 0);
       sums[0] += corrupt * model_->forward_backward(lb.inputs, lb.targets, corrupt * grad_scale, &c, lb.positions);
       sums[1] += double(c);
+      if (chan_) chan_->add(mb);
     }
   }
   engine_->end_backward();
@@ -942,6 +981,9 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
                           MemCategory::temporary, MemCategory::activations})
       model_states_[mem_category_name(c)] = ms.current[size_t(c)];
   }
+  const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
+  // The loss per channel: a collective over the data-parallel ranks at logging steps.
+  const auto* channel_losses = chan_ && log_now ? &chan_->reduce(*dp_comm_) : nullptr;
   // HF logs the learning rate the scheduler holds after its step, i.e. the next one.
   if (log_) {
     std::vector<std::pair<const char*, double>> extra;
@@ -959,7 +1001,7 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
       extra.push_back({"spike_skipped", double(spike_->skipped())});
       extra.push_back({"spike_rollbacks", double(spike_->rollbacks())});
     }
-    const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
+    if (channel_losses) extra.insert(extra.end(), channel_losses->begin(), channel_losses->end());
     log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s, log_now, extra);
     if (straggler_ && log_now) {
       const std::string line = straggler_->window_line(step);
@@ -1124,7 +1166,10 @@ int64_t Trainer::rollback(int64_t step) {
   spike_->count_rollback(to, step + 1);
   loader_.reset();  // restarts at the restored step, past the skipped data
   lc_.step_offset = spike_->data_offset_steps();
-  loader_ = sft_ ? std::make_unique<DataLoader>(*sft_rows_, lc_, to) : std::make_unique<DataLoader>(*data_, lc_, to);
+  if (chan_) chan_->reset();  // the window's steps were undone
+  loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, lc_, to)
+            : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], lc_, to)
+                   : std::make_unique<DataLoader>(*data_, lc_, to);
   return to;
 }
 

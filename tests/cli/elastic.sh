@@ -54,6 +54,17 @@ if [ $rc -ne 0 ] && grep -q "launch: giving up after 1 restart(s)" "$W/gu.log" &
 else bad "give-up case: exit $rc"; tail -n 5 "$W/gu.log"; fi
 
 # Bad agent flags: one error line each, non-zero.
+# With --flash_checkpoint a job can fail before its first persist seals checkpoint-N: the agent
+# must see the snapshot in shared memory and resume, not start over.
+ZT_TEST_FAIL_AT=1:4:0 "$Z" launch --nproc_per_node 2 --max_restarts 1 -- "${args[@]}" --save_steps 3 \
+  --flash_checkpoint --output_dir "$W/fl" > "$W/fl.log" 2>&1
+rc=$?
+"$Z" launch --nproc_per_node 2 -- "${args[@]}" --save_steps 3 --output_dir "$W/flref" > /dev/null 2>&1
+if [ $rc -eq 0 ] && grep -q "launch: restart 1 of 1: .*resuming from the newest checkpoint" "$W/fl.log" &&
+   grep -q "Resuming from .*at step 3" "$W/fl.log" && [ "$(losses "$W/fl")" = "$(losses "$W/flref")" ]; then
+  ok "flash: a failure at step 5 resumed from step 3 ($(grep -o 'Resuming from [^(]*' "$W/fl.log" | head -1))"
+else bad "flash restart: exit $rc"; grep -E "launch:|Resum" "$W/fl.log" | tail -n 4; fi
+
 check_err() {
   local name=$1 pattern=$2 err rc
   shift 2

@@ -21,10 +21,11 @@ fail=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 
-# 1. Two fresh runs at once (long enough that the winner still runs when the other starts).
-"$Z" "${args[@]}" --max_steps 1500 --save_steps 500 > "$W/a.log" 2>&1 &
+# 1. Two fresh runs at once (long enough that the winner still runs when the other has tried the
+# lock for 5 s).
+"$Z" "${args[@]}" --max_steps 6000 --save_steps 2000 > "$W/a.log" 2>&1 &
 pa=$!
-"$Z" "${args[@]}" --max_steps 1500 --save_steps 500 > "$W/b.log" 2>&1 &
+"$Z" "${args[@]}" --max_steps 6000 --save_steps 2000 > "$W/b.log" 2>&1 &
 pb=$!
 pids=($pa $pb)
 wait $pa; ra=$?

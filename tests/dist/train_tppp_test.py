@@ -30,25 +30,15 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from disttest import ENV, check, failures, read_safetensors, rel, step_history, train  # noqa: E402
+
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", ZT_COMM_TIMEOUT_S="60")
 MODELS = {"gpt2": "tiny-gpt2-tppp.json", "llama": "tiny-llama-gqa-tppp.json"}
 B, T, ACC, STEPS, V = 2, 32, 4, 20, 509
 TP2 = ["--tensor-model-parallel-size", "2"]
 PP2 = ["--pipeline-model-parallel-size", "2"]
 INTERLEAVED = PP2 + ["--num-layers-per-virtual-pipeline-stage", "1"]
-failures = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        failures.append(msg)
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
 
 
 def cfg_of(model):
@@ -58,42 +48,18 @@ def cfg_of(model):
 
 def run(work, name, model, np, acc, extra, out=None, steps=STEPS):
     out = out or os.path.join(work, name)
-    args = [ZT, "train", "--model_config_path", os.path.join(FIX, MODELS[model]), "--train_file",
-            os.path.join(work, "train.bin"), "--max_steps", str(steps), "--save_strategy", "no", "--no_shuffle",
-            "--model_max_length", str(T), "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps",
-            str(acc), "--learning_rate", "1e-3", "--weight_decay", "0.1", "--max_grad_norm", "1.0",
-            "--report_to", "none", "--logging_steps", "1", "--threads", "1", "--output_dir", out,
-            "--save_dtype", "float32"] + extra
-    if "--resume_from_checkpoint" not in extra:
-        args.append("--overwrite_output_dir")
-    if np > 1:
-        args = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
-    p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=240)
+    p = train(ZT, MPIRUN, np, ["--model_config_path", os.path.join(FIX, MODELS[model])],
+              os.path.join(work, "train.bin"), out, steps, B, T, acc, extra,
+              common=["--max_grad_norm", "1.0", "--save_dtype", "float32"])
     if p.returncode != 0:
         failures.append(f"{name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
         print(f"FAIL {name}: exit {p.returncode}\n{p.stderr[-1500:]}")
         return None
-    state = json.load(open(os.path.join(out, "trainer_state.json")))
-    res = json.load(open(os.path.join(out, "train_results.json")))
-    hist = [h for h in state["log_history"] if "loss" in h and "train_loss" not in h]
+    hist, state, res = step_history(out)
     cut = re.search(r"blocks per virtual stage (.*)", p.stdout)
     return {"losses": [h["loss"] for h in hist], "norms": [h["grad_norm"] for h in hist],
             "evals": [h["eval_loss"] for h in state["log_history"] if "eval_loss" in h], "results": res,
             "out": out, "cut": cut.group(1).strip() if cut else None}
-
-
-def read_safetensors(folder):
-    data = open(os.path.join(folder, "model.safetensors"), "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        assert v["dtype"] == "F32", v["dtype"]
-        b, e = v["data_offsets"]
-        out[k] = struct.unpack("<%df" % ((e - b) // 4), data[8 + n + b:8 + n + e])
-    return out
 
 
 def stage_layers(cut, P):

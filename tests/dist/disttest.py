@@ -1,0 +1,61 @@
+"""disttest.py: what the distributed equivalence tests (train_*_test.py) share: the MPI test
+environment, the ok / FAIL lines and their tally, relative differences, the `ztrain train` command
+of a tiny run (one process or under mpirun), and reading an F32 safetensors file."""
+import json
+import os
+import struct
+import subprocess
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", ZT_COMM_TIMEOUT_S="60")
+failures = []
+
+
+def check(cond, msg):
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        failures.append(msg)
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def train(zt, mpirun, np, model_args, train_file, out, steps, B, T, acc, extra, common=()):
+    """Runs `ztrain train` on np ranks (--no_shuffle, fp32 logging every step, no saves unless extra
+    says so) and returns the CompletedProcess; a run that does not resume overwrites out."""
+    args = [zt, "train", *model_args, "--train_file", train_file, "--max_steps", str(steps), "--save_strategy",
+            "no", "--no_shuffle", "--model_max_length", str(T), "--per_device_train_batch_size", str(B),
+            "--gradient_accumulation_steps", str(acc), "--learning_rate", "1e-3", "--weight_decay", "0.1",
+            "--report_to", "none", "--logging_steps", "1", "--threads", "1", "--output_dir", out, *common, *extra]
+    if "--resume_from_checkpoint" not in extra:
+        args.append("--overwrite_output_dir")
+    if np > 1:
+        args = [mpirun, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
+    return subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=240)
+
+
+def step_history(out):
+    """(trainer_state.json's per-step entries, train_results.json) of a finished run."""
+    state = json.load(open(os.path.join(out, "trainer_state.json")))
+    res = json.load(open(os.path.join(out, "train_results.json")))
+    hist = [h for h in state["log_history"] if "loss" in h and "train_loss" not in h]
+    return hist, state, res
+
+
+def read_safetensors(path):
+    """name -> tuple of floats, from an F32 safetensors file (or a folder's model.safetensors)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.safetensors")
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", v["dtype"]
+        a, b = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((b - a) // 4), data[a:b])
+    return out
