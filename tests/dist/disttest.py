@@ -59,3 +59,12 @@ def read_safetensors(path):
         a, b = v["data_offsets"]
         out[k] = struct.unpack("<%df" % ((b - a) // 4), data[a:b])
     return out
+
+
+def check_errors(cases, timeout=120):
+    """Bad input: each (name, argv, want) must exit non-zero with every "error:" line containing want."""
+    for name, args, want in cases:
+        p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=timeout)
+        lines = [line for line in (p.stdout + p.stderr).splitlines() if "error:" in line]
+        check(p.returncode != 0 and lines and all(want in line for line in lines),
+              f"bad input, {name}: exit {p.returncode}, error lines {lines[:1]}")

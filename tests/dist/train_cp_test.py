@@ -21,62 +21,29 @@ import json
 import os
 import random
 import struct
-import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from disttest import ENV, check, check_errors, failures, read_safetensors, rel, step_history, train  # noqa: E402
+
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", ZT_COMM_TIMEOUT_S="60")
 MODELS = {"gpt2": "tiny-gpt2-tp.json", "llama": "tiny-llama-gqa-tp.json"}
 B, T, ACC, STEPS, V = 2, 32, 4, 20, 509
-failures = []
 
 
 def run(work, name, model, np, acc, extra, out=None):
     out = out or os.path.join(work, name)
-    args = [ZT, "train", "--model_config_path", os.path.join(FIX, MODELS[model]), "--train_file",
-            os.path.join(work, "train.bin"), "--max_steps", str(STEPS), "--save_strategy", "no", "--no_shuffle",
-            "--model_max_length", str(T), "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps",
-            str(acc), "--learning_rate", "1e-3", "--weight_decay", "0.1", "--max_grad_norm", "1.0",
-            "--report_to", "none", "--logging_steps", "1", "--threads", "1", "--output_dir", out,
-            "--save_dtype", "float32"] + (["--overwrite_output_dir"] if "--resume_from_checkpoint" not in extra
-                                          else []) + extra
-    if np > 1:
-        args = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
-    p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=240)
+    p = train(ZT, MPIRUN, np, ["--model_config_path", os.path.join(FIX, MODELS[model])],
+              os.path.join(work, "train.bin"), out, STEPS, B, T, acc, extra,
+              common=["--max_grad_norm", "1.0", "--save_dtype", "float32"])
     if p.returncode != 0:
         failures.append(f"{name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
         print(f"FAIL {name}: exit {p.returncode}")
         return None
-    state = json.load(open(os.path.join(out, "trainer_state.json")))
-    res = json.load(open(os.path.join(out, "train_results.json")))
-    hist = [h for h in state["log_history"] if "loss" in h and "train_loss" not in h]
+    hist, state, res = step_history(out)
     return {"losses": [h["loss"] for h in hist], "norms": [h["grad_norm"] for h in hist], "results": res,
             "weights": read_safetensors(out), "eval": [h["eval_loss"] for h in state["log_history"] if "eval_loss" in h]}
-
-
-def read_safetensors(folder):
-    data = open(os.path.join(folder, "model.safetensors"), "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        b, e = v["data_offsets"]
-        out[k] = struct.unpack("<%df" % ((e - b) // 4), data[8 + n + b:8 + n + e])
-    return out
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        failures.append(msg)
 
 
 def ring_bytes(model, P, acc, tp=1):
@@ -148,11 +115,7 @@ def bad_input(work):
                                              "--model_max_length", "32"],
          "does not support --packing yet"),
     ]
-    for name, args, want in cases:
-        p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
-        lines = [l for l in (p.stdout + p.stderr).splitlines() if "error:" in l]
-        check(p.returncode != 0 and lines and all(want in l for l in lines),
-              f"bad input, {name}: exit {p.returncode}, error lines {lines[:1]}")
+    check_errors(cases)
 
 
 def main():

@@ -23,20 +23,14 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from disttest import ENV, check, failures, read_safetensors, rel  # noqa: E402
+
 ZT, MPIRUN = sys.argv[1], sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(HERE, "..", "fixtures", "configs")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", ZT_COMM_TIMEOUT_S="60")
 MODELS = {"gpt2": "tiny-gpt2-4l.json", "llama": "tiny-llama-gqa-4l.json"}
 B, T, GLOBAL_ACC, C = 2, 32, 4, 64
-failures = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        failures.append(msg)
 
 
 def run(work, name, model, np, acc, extra, expect_fail=False, steps=20):
@@ -64,31 +58,12 @@ def run(work, name, model, np, acc, extra, expect_fail=False, steps=20):
     return {"losses": losses, "evals": evals, "results": res, "out": out}
 
 
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
-
-
 def same_losses(name, got, ref):
     if got is None or ref is None:
         return
     worst = max((rel(a, b) for a, b in zip(got["losses"], ref["losses"])), default=1.0)
     check(len(got["losses"]) == len(ref["losses"]) and worst <= 1e-5,
           f"{name}: {len(got['losses'])} per-step losses within 1e-5 relative of one process (worst {worst:.2e})")
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        assert v["dtype"] == "F32", v["dtype"]
-        a, b = v["data_offsets"]
-        out[k] = struct.unpack("<%df" % ((b - a) // 4), data[a:b])
-    return out
 
 
 def main():

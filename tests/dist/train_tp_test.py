@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from disttest import ENV, check, failures, read_safetensors, rel, step_history, train  # noqa: E402
+from disttest import ENV, check, check_errors, failures, read_safetensors, rel, step_history, train  # noqa: E402
 
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 MODELS = {"gpt2": "tiny-gpt2-tp.json", "llama": "tiny-llama-gqa-tp.json"}
@@ -165,11 +165,7 @@ def bad_input(work):
                                                              "--per_device_train_batch_size", "1"],
          "splits the 33 tokens of a micro-batch"),
     ]
-    for name, args, want in cases:
-        p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
-        lines = [l for l in (p.stdout + p.stderr).splitlines() if "error:" in l]
-        check(p.returncode != 0 and lines and all(want in l for l in lines),
-              f"bad input, {name}: exit {p.returncode}, error lines {lines[:1]}")
+    check_errors(cases)
 
 
 def main():

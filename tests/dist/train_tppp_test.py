@@ -31,7 +31,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from disttest import ENV, check, failures, read_safetensors, rel, step_history, train  # noqa: E402
+from disttest import ENV, check, check_errors, failures, read_safetensors, rel, step_history, train  # noqa: E402
 
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 MODELS = {"gpt2": "tiny-gpt2-tppp.json", "llama": "tiny-llama-gqa-tppp.json"}
@@ -182,11 +182,7 @@ def bad_input(work):
         ("ZeRO-2 under TP x PP", mpi(4) + base + gpt2 + TP2 + PP2 + ["--zero_stage", "2"],
          "use --zero_stage 0 or 1"),
     ]
-    for name, args, want in cases:
-        p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=120)
-        lines = [ln for ln in (p.stdout + p.stderr).splitlines() if "error:" in ln]
-        check(p.returncode != 0 and lines and all(want in ln for ln in lines),
-              f"bad input, {name}: exit {p.returncode}, error lines {lines[:1]}")
+    check_errors(cases)
 
 
 def main():
