@@ -37,6 +37,7 @@
 #include "dist/parallel_dims.h"
 #include "parallel/local_sgd.h"
 #include "parallel/tensor_parallel.h"
+#include "train/auto_parallel.h"
 #include "parallel/memory_fit.h"
 #include "parallel/pipeline.h"
 #include "parallel/buckets.h"
@@ -407,6 +408,10 @@ class Trainer {
 };
 
 Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
+  if (a_.auto_parallel) {  // the planner's layout first: everything below sees it as if given
+    const std::string line = apply_auto_parallel(a_, world);
+    if (world.rank() == 0) std::printf("%s\n", line.c_str());
+  }
   // DeepSpeed's world is the data-parallel one (tensor parallelism divides it).
   const int tp = std::max(1, a_.tensor_model_parallel_size);
   apply_deepspeed_config(a_, world.size() % tp == 0 ? world.size() / tp : world.size(),
