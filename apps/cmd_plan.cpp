@@ -58,6 +58,7 @@ nlohmann::json row_json(const parallel::PlanRow& r) {
             {"temporary", m.temporary},
             {"comm", m.comm},
             {"runtime", m.runtime},
+            {"export_extra", m.export_extra},
             {"stage", m.stage},
             {"slots", m.slots}}},
           {"time_s",
@@ -80,7 +81,8 @@ int cmd_plan(const Args& args) {
   std::string config_path, model_path, max_memory, optim = "adamw_torch";
   int T = 0, N = 0, nodes = 1, top = 5, tp = -1, pp = -1, zero = -1;
   int64_t G = 0;
-  double cores = 0, gemm = 0, link = 0, mem = 0, eff = parallel::kDefaultEfficiency, runtime_mb = -1;
+  double cores = 0, gemm = 0, half_rows = -1, over = parallel::kDefaultOversubscribedEfficiency, link = 0, mem = 0,
+         eff = parallel::kDefaultEfficiency, runtime_mb = -1;
   bool json = false, bf16 = false;
   FlagSet f("plan");
   f.add("model_config_path", &config_path, "config.json of the model");
@@ -94,6 +96,11 @@ int cmd_plan(const Args& args) {
   f.add("max_memory", &max_memory, "memory per host training may use, e.g. 8GB (no limit)");
   f.add("gemm_gflops", &gemm, "one core's fp32 sgemm GFLOP/s (0: measured now on the model's MLP GEMM)",
         range::closed(0, 1e6));
+  f.add("gemm_half_rows", &half_rows,
+        "GEMM rows at which sgemm runs at half speed (-1: measured with the sgemm, else 0 with --gemm_gflops)",
+        range::closed(0, 1 << 20).or_value(-1));
+  f.add("oversubscribed_efficiency", &over,
+        "with more ranks than cores, the fraction of its core share a rank gets (0.7, calibrated)", range::above(0, 1));
   f.add("efficiency", &eff, "training's achieved fraction of the sgemm speed (calibrated, docs/planner.md)",
         range::above(0, 1));
   f.add("link_gbps", &link,
@@ -130,12 +137,21 @@ int cmd_plan(const Args& args) {
   m.nodes = nodes;
   m.cores_per_host = cores > 0 ? cores : this_host_cores();
   m.efficiency = eff;
+  m.oversubscribed_efficiency = over;
   m.runtime_bytes = runtime_mb >= 0 ? int64_t(runtime_mb * (1 << 20)) : parallel::kDefaultRuntimeBytes;
   if (!max_memory.empty()) m.memory_per_rank = parse_memory_size(max_memory, "--max_memory") / m.ranks_per_host();
-  m.gemm_gflops_core = m.link_gbps = m.mem_gbps = 1;  // placeholders for the request check
-  parallel::check_plan_request(in, m);                // bad input fails before measuring
+  m.gemm_gflops_core = m.link_gbps = m.mem_gbps = 1;
+  m.gemm_half_rows = 0;                 // placeholders for the request check
+  parallel::check_plan_request(in, m);  // bad input fails before measuring
   const bool measured_gemm = gemm <= 0, measured_mem = mem <= 0;
-  m.gemm_gflops_core = gemm > 0 ? gemm : parallel::measure_gemm_gflops_core(in.cfg, in.seq_len);
+  if (gemm > 0) {
+    m.gemm_gflops_core = gemm;
+    m.gemm_half_rows = half_rows >= 0 ? half_rows : parallel::kDefaultGemmHalfRows;
+  } else {
+    const parallel::GemmSpeed g = parallel::measure_gemm_speed(in.cfg);
+    m.gemm_gflops_core = g.gflops;
+    m.gemm_half_rows = half_rows >= 0 ? half_rows : g.half_rows;
+  }
   const double copy = measured_mem ? parallel::measure_copy_gbps() : 0;
   m.mem_gbps = mem > 0 ? mem : copy;
   m.link_gbps = link > 0 ? link : parallel::kDefaultLinkGbps;
@@ -164,6 +180,8 @@ int cmd_plan(const Args& args) {
                     {"gemm_gflops_core", m.gemm_gflops_core},
                     {"gemm_measured", measured_gemm},
                     {"efficiency", m.efficiency},
+                    {"oversubscribed_efficiency", m.oversubscribed_efficiency},
+                    {"gemm_half_rows", m.gemm_half_rows},
                     {"link_gbps", m.link_gbps},
                     {"mem_gbps", m.mem_gbps},
                     {"memory_per_rank", m.memory_per_rank},
@@ -177,9 +195,11 @@ int cmd_plan(const Args& args) {
   }
   std::printf("# ztrain plan: %s, T=%d, global batch %lld sequences, %d rank(s) on %d host(s) of %g cores\n",
               cfg_file.c_str(), in.seq_len, (long long)G, N, nodes, m.cores_per_host);
-  std::printf("# speeds: sgemm %.1f GFLOP/s per core (%s) x efficiency %.2f; link %.2f GB/s; memory %.1f GB/s%s\n",
-              m.gemm_gflops_core, measured_gemm ? "measured" : "given", m.efficiency, m.link_gbps, m.mem_gbps,
-              link > 0 ? "" : " (link: the default; give --link_gbps from bench-comm's busbw)");
+  std::printf(
+      "# speeds: sgemm %.1f GFLOP/s per core (%s; half speed at %.0f rows) x efficiency %.2f; link %.2f GB/s; "
+      "memory %.1f GB/s%s\n",
+      m.gemm_gflops_core, measured_gemm ? "measured" : "given", m.gemm_half_rows, m.efficiency, m.link_gbps, m.mem_gbps,
+      link > 0 ? "" : " (link: the default; give --link_gbps from bench-comm's busbw)");
   std::printf("# memory limit per rank: %s; context parallelism not planned (cp = 1)\n",
               m.memory_per_rank < 0 ? "none" : gib(m.memory_per_rank).c_str());
   std::printf("# %zu layouts run; best first\n", rows.size());

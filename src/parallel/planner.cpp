@@ -13,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "parallel/buckets.h"
 #include "parallel/memory_estimate.h"
+#include "parallel/memory_fit.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/shard.h"
 
@@ -178,6 +179,9 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
   const TpPlan tpp{l.tp, 0, l.sp};
   const int64_t W = 4, S = optim::optimizer_state_bytes_per_param(in.optim);
   const int64_t local = ml.table.total();
+  const ModelLayout whole = l.tp > 1 ? model_layout(in.cfg) : ModelLayout{};
+  int64_t largest_whole = 0;
+  for (const ParamInfo& p : whole.table.list()) largest_whole = std::max(largest_whole, p.numel);
   LayoutMemory best;
   bool first = true;
   for (int s = 0; s < l.pp; ++s) {
@@ -223,6 +227,11 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
       const int64_t n = l.sp ? int64_t(l.micro_batch) * in.seq_len / l.tp : int64_t(l.micro_batch) * in.seq_len;
       r.comm += int64_t(r.slots) * n * in.cfg.n_embd * W;
     }
+    // The final export (trainer.cpp finish()): ZeRO engines allocate the whole local flat
+    // parameters again; the chief (stage 0) of a TP run builds the whole model and gathers
+    // every tensor (one at a time, all TP slices) into it.
+    if (l.zero >= 1) r.export_extra += W * local;
+    if (l.tp > 1 && s == 0) r.export_extra += W * whole.table.total() + W * largest_whole;
     if (first || r.total() > best.total()) best = r;
     first = false;
   }
@@ -236,7 +245,15 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
   const int P = l.pp, M = l.accumulation, L = c.n_layer;
   LayoutTime t;
   t.threads = m.threads_per_rank();
-  const double core = std::max(1e-9, m.gemm_gflops_core * m.efficiency) * 1e9;  // FLOP/s of one core
+  // The cores a rank computes on: its threads, or with more ranks than cores on a host its share
+  // of them all the time (MPI ranks busy-poll while they wait, so a rank idle in a bubble or a
+  // collective does not give its core to the others).
+  const double per_rank = m.cores_per_host / std::max(1, m.ranks_per_host());
+  const double share = per_rank < 1 ? per_rank * m.oversubscribed_efficiency : double(t.threads);
+  t.core_share = share;
+  // FLOP/s of one core at this micro-batch's GEMM rows.
+  const double rows = double(l.micro_batch) * in.seq_len;
+  const double core = std::max(1e-9, m.gemm_gflops_core * m.efficiency * rows / (rows + m.gemm_half_rows)) * 1e9;
   const double link = std::max(1e-9, m.link_gbps) * 1e9, lat = m.latency_us * 1e-6;
   const double tokens = double(l.micro_batch) * in.seq_len;  // per micro-batch per rank group
   const double A = 4.0 * tokens * c.n_embd;                  // one activation, bytes
@@ -247,7 +264,7 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
     int blocks = 0;
     for (int b = 0; b < L; ++b) blocks += v.held_blocks[s][b];
     const double flops = tokens * (blocks * f.block * recompute + (s == P - 1 ? f.head : 0.0)) / l.tp;
-    const double comp = flops / (core * t.threads);
+    const double comp = flops / (core * share);
     // TP: 4 all-reduces of an activation per block, the embedding's and the LM head input's,
     // each 2 r A bus bytes (SP: reduce-scatter + all-gather, the same bytes).
     const int calls = l.tp > 1 ? 4 * blocks + (s == 0) + (s == P - 1 ? 3 : 0) : 0;
@@ -264,7 +281,7 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
     const double dp_s = l.dp > 1 ? rounds * (r_dp * 4.0 * double(Ps) / link + lat) : 0.0;
     // AdamW: about 28 bytes read and written per updated parameter, memory bound.
     const double updated = l.zero >= 1 ? double(Ps) / l.dp : double(Ps);
-    const double opt_s = updated * 28.0 / (std::max(1e-9, m.mem_gbps) * 1e9 * t.threads);
+    const double opt_s = updated * 28.0 / (std::max(1e-9, m.mem_gbps) * 1e9 * share);
     if (mb > worst_mb) {
       worst_mb = mb;
       worst_comp = comp;
@@ -275,7 +292,7 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
     worst_opt = std::max(worst_opt, opt_s);
     // Work this stage's ranks put on their host's cores, in core-seconds (communication copies
     // through shared memory included).
-    core_seconds += double(l.dp * l.tp) * (M * (comp * t.threads + tp_s + pp_s) + dp_s + opt_s * t.threads);
+    core_seconds += double(l.dp * l.tp) * (M * (comp * share + tp_s + pp_s) + dp_s + opt_s * share);
   }
   t.compute_s = worst_comp * M;
   t.tp_comm_s = worst_tp * M;
@@ -296,7 +313,8 @@ void check_plan_request(const PlanInputs& in, const PlanMachine& m) {
   ZT_CHECK(in.seq_len >= 1 && in.seq_len <= in.cfg.max_position, "--model_max_length ", in.seq_len,
            " is outside the model's context of 1..", in.cfg.max_position, " positions");
   ZT_CHECK(in.global_batch >= 1, "--global_batch must be at least 1, got ", in.global_batch);
-  ZT_CHECK(m.cores_per_host > 0 && m.gemm_gflops_core > 0 && m.efficiency > 0 && m.link_gbps > 0 && m.mem_gbps > 0,
+  ZT_CHECK(m.cores_per_host > 0 && m.gemm_gflops_core > 0 && m.efficiency > 0 && m.link_gbps > 0 && m.mem_gbps > 0 &&
+               m.gemm_half_rows >= 0 && m.oversubscribed_efficiency > 0,
            "the machine's cores, GEMM, link and memory speeds must be positive");
 }
 
@@ -359,7 +377,9 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
   });
   for (PlanRow& r : rows) {
     const LayoutTime& t = r.time;
-    std::string s = str_cat(t.threads, " thread(s)/rank; compute ", fixed(t.compute_s, 2), " s");
+    std::string s = t.core_share < 1
+                        ? str_cat(fixed(t.core_share, 2), " core/rank; compute ", fixed(t.compute_s, 2), " s")
+                        : str_cat(t.threads, " thread(s)/rank; compute ", fixed(t.compute_s, 2), " s");
     if (t.bubble > 0) s += str_cat(", bubble ", fixed(100 * t.bubble, 0), "%");
     if (t.tp_comm_s > 0) s += str_cat(", tp all-reduce ", fixed(t.tp_comm_s, 2), " s");
     if (t.pp_comm_s > 0) s += str_cat(", pp sends ", fixed(t.pp_comm_s, 2), " s");
@@ -371,6 +391,24 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
     r.reason = s;
   }
   return rows;
+}
+
+void check_model_parallel_memory(const ModelConfig& cfg, int T, const PlanLayout& l, nn::Precision precision,
+                                 const std::string& optim, int64_t limit) {
+  PlanInputs in;
+  in.cfg = cfg;
+  in.seq_len = T;
+  in.precision = precision;
+  in.optim = optim;
+  const LayoutMemory m = layout_memory(in, l, 0);
+  const std::string breakdown = str_cat(
+      l.name(), ", the largest rank (stage ", m.stage, "): parameters ", format_bytes(double(m.params)), ", gradients ",
+      format_bytes(double(m.grads)), ", optimizer state ", format_bytes(double(m.optim)), ", activations ",
+      format_bytes(double(m.activations + m.temporary)), ", export ", format_bytes(double(m.export_extra)));
+  check_memory_fits(m.total(), ranks_on_this_host(), "training this model", breakdown,
+                    "use more tensor or pipeline ranks, a smaller --per_device_train_batch_size (more accumulation), "
+                    "--gradient_checkpointing or --bf16 (ztrain plan compares the layouts)",
+                    limit, "--max_memory");
 }
 
 }  // namespace zt::parallel

@@ -13,8 +13,9 @@
 // Time: each rank's training FLOPs over (GEMM GFLOP/s per core x a calibrated efficiency x its
 // threads); tensor-parallel all-reduces, pipeline sends and data-parallel reductions as bus
 // bytes over the link bandwidth; the 1F1B bubble as (m + P - 1) micro-batch times of the
-// slowest stage; and never less than the host's total work spread over its cores (ranks that
-// outnumber the cores share them).
+// slowest stage; ranks that outnumber a host's cores each compute on cores / ranks of one (they
+// busy-poll while waiting, so a bubble frees no core); never less than the host's total work
+// spread over its cores.
 // It deliberately is not: a simulator of the kernels (one efficiency for all of them), a
 // model of overlap (communication is counted as exposed), or context parallelism (cp = 1).
 #pragma once
@@ -41,16 +42,22 @@ struct PlanLayout {
 
 // The machine a plan is for. Defaults: this repository's calibration (docs/planner.md).
 struct PlanMachine {
-  int nproc = 1;                 // N ranks in all
-  int nodes = 1;                 // hosts; ranks per host = N / nodes
-  double cores_per_host = 1;     // cores the ranks of a host share
-  double gemm_gflops_core = 0;   // one core's fp32 sgemm GFLOP/s (measured, or given)
+  int nproc = 1;                // N ranks in all
+  int nodes = 1;                // hosts; ranks per host = N / nodes
+  double cores_per_host = 1;    // cores the ranks of a host share
+  double gemm_gflops_core = 0;  // one core's fp32 sgemm GFLOP/s on large matrices (measured, or given)
+  // Rows (B x T of a micro-batch) at which the sgemm runs at half that speed: a GEMM of r rows
+  // runs at r / (r + gemm_half_rows) of it (measured from two sizes, or the default).
+  double gemm_half_rows = 0;
   double efficiency = 0;         // training's achieved fraction of it (calibrated)
   double link_gbps = 0;          // a collective's bus bandwidth, GB/s (bench-comm's busbw)
   double latency_us = 20;        // per collective call
   double mem_gbps = 0;           // one core's memory copy bandwidth (the optimizer's update)
   int64_t memory_per_rank = -1;  // bytes a rank may use; < 0 = no limit
-  int64_t runtime_bytes = 0;     // per rank: the binary, MPI and the allocator (measured)
+  // With more ranks than cores: the fraction of its core share a rank still gets (context
+  // switches, caches shared by several ranks; calibrated).
+  double oversubscribed_efficiency = 1;
+  int64_t runtime_bytes = 0;  // per rank: the binary, MPI and the allocator (measured)
   int ranks_per_host() const { return nproc / (nodes > 0 ? nodes : 1); }
   // Compute threads a rank gets (--threads): the host's cores shared out, at least one.
   int threads_per_rank() const;
@@ -60,8 +67,10 @@ struct PlanMachine {
 // when nothing is measured or given (--auto_parallel uses these, so every rank plans alike).
 constexpr double kDefaultEfficiency = 0.9;
 constexpr double kDefaultGemmGflopsCore = 150;
+constexpr double kDefaultGemmHalfRows = 0;
 constexpr double kDefaultLinkGbps = 1.5;
 constexpr double kDefaultMemGbps = 20;
+constexpr double kDefaultOversubscribedEfficiency = 0.7;
 constexpr int64_t kDefaultRuntimeBytes = int64_t(120) << 20;
 
 // What the search may vary; a field set (>= 0 / non-empty) pins it (flags a user gave).
@@ -80,14 +89,19 @@ struct PlanInputs {
 
 struct LayoutMemory {
   int64_t params = 0, grads = 0, optim = 0, activations = 0, temporary = 0, comm = 0, runtime = 0;
+  // The end of the run, on top of the rest: ZeRO's export restores the whole flat parameter
+  // buffer; under TP the chief also builds the whole model and gathers each tensor into it.
+  int64_t export_extra = 0;
   int stage = 0;  // the pipeline stage with the most (0 without stages)
   int slots = 1;  // micro-batches in flight on that stage
-  int64_t total() const { return params + grads + optim + activations + temporary + comm + runtime; }
+  int64_t training() const { return params + grads + optim + activations + temporary + comm + runtime; }
+  int64_t total() const { return training() + export_extra; }
 };
 struct LayoutTime {
   int threads = 1;
-  double compute_s = 0;  // slowest rank's FLOPs / its speed (one step, no bubble)
-  double bubble = 0;     // pipeline: idle fraction (P - 1) / (m + P - 1)
+  double core_share = 1;  // cores a rank computes on: its threads, or cores / ranks when fewer
+  double compute_s = 0;   // slowest rank's FLOPs / its speed (one step, no bubble)
+  double bubble = 0;      // pipeline: idle fraction (P - 1) / (m + P - 1)
   double tp_comm_s = 0, pp_comm_s = 0, dp_comm_s = 0, optimizer_s = 0;
   double critical_s = 0;   // the slowest rank's path: compute with the bubble, communication, update
   double cpu_bound_s = 0;  // the host's work over its cores
@@ -113,9 +127,19 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
 // data-parallel degree divides, T beyond the context).
 void check_plan_request(const PlanInputs& in, const PlanMachine& m);
 
-// Measurements for `ztrain plan` (one process, planner_measure.cpp): one core's sgemm GFLOP/s
-// on the model's block shapes, and one core's memory copy bandwidth in GB/s.
-double measure_gemm_gflops_core(const ModelConfig& cfg, int T, double seconds = 0.5);
+// `ztrain train`'s "will it fit?" under tensor or pipeline parallelism (memory_fit.h's check for
+// the other layouts): the layout's largest rank x the ranks on this host against the memory
+// available (or `limit`), one error naming both. Selective recomputation is counted as none.
+void check_model_parallel_memory(const ModelConfig& cfg, int T, const PlanLayout& l, nn::Precision precision,
+                                 const std::string& optim, int64_t limit = -1);
+
+// Measurements for `ztrain plan` (one process, planner_measure.cpp): one core's sgemm speed on
+// the model's MLP GEMM at 2048 and 128 rows (the large-matrix GFLOP/s, and the half-speed rows
+// r0 of r / (r + r0) through both), and one core's memory copy bandwidth in GB/s.
+struct GemmSpeed {
+  double gflops = 0, half_rows = 0;
+};
+GemmSpeed measure_gemm_speed(const ModelConfig& cfg, double seconds = 0.3);
 double measure_copy_gbps(double seconds = 0.3);
 
 }  // namespace zt::parallel

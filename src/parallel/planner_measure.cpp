@@ -36,13 +36,20 @@ double rate_one_thread(double seconds, F f) {
 }
 }  // namespace
 
-// The block's MLP input GEMM at (rows, C) x (C, F): the largest share of a step's FLOPs.
-double measure_gemm_gflops_core(const ModelConfig& cfg, int T, double seconds) {
-  const int64_t m = std::min<int64_t>(std::max(T, 256), 1024), k = cfg.n_embd, n = cfg.ffn;
-  std::vector<float> a(size_t(m * k), 0.5f), b(size_t(k * n), 0.25f), c(size_t(m * n), 0.f);
-  const double per_s = rate_one_thread(
-      seconds, [&] { kernels::gemm(false, false, m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, c.data(), n); });
-  return per_s * 2.0 * double(m) * double(n) * double(k) / 1e9;
+// The block's MLP input GEMM, (rows, C) x (C, F): the largest share of a step's FLOPs.
+GemmSpeed measure_gemm_speed(const ModelConfig& cfg, double seconds) {
+  const int64_t k = cfg.n_embd, n = cfg.ffn;
+  auto gflops = [&](int64_t m) {
+    std::vector<float> a(size_t(m * k), 0.5f), b(size_t(k * n), 0.25f), c(size_t(m * n), 0.f);
+    const double per_s = rate_one_thread(
+        seconds, [&] { kernels::gemm(false, false, m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, c.data(), n); });
+    return per_s * 2.0 * double(m) * double(n) * double(k) / 1e9;
+  };
+  const double big = gflops(2048), small = gflops(128);
+  // rate(r) = peak r / (r + r0) through both points; r0 = 0 when the small one is not slower.
+  const double q = std::min(1.0, small / big);
+  const double r0 = q >= 1 ? 0.0 : 128.0 * 2048.0 * (1 - q) / std::max(1e-9, 2048.0 * q - 128.0);
+  return {big * (2048.0 + r0) / 2048.0, std::clamp(r0, 0.0, 4096.0)};
 }
 
 double measure_copy_gbps(double seconds) {

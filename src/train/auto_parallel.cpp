@@ -71,9 +71,11 @@ std::string apply_auto_parallel(TrainArgs& a, dist::Communicator& world) {
   m.nodes = N % local == 0 ? N / local : 1;
   m.cores_per_host = host_cores();
   m.gemm_gflops_core = parallel::kDefaultGemmGflopsCore;
+  m.gemm_half_rows = parallel::kDefaultGemmHalfRows;
   m.efficiency = parallel::kDefaultEfficiency;
   m.link_gbps = parallel::kDefaultLinkGbps;
   m.mem_gbps = parallel::kDefaultMemGbps;
+  m.oversubscribed_efficiency = parallel::kDefaultOversubscribedEfficiency;
   m.runtime_bytes = parallel::kDefaultRuntimeBytes;
 
   Choice ch;
