@@ -100,7 +100,7 @@ int cmd_plan(const Args& args) {
         "GEMM rows at which sgemm runs at half speed (-1: measured with the sgemm, else 0 with --gemm_gflops)",
         range::closed(0, 1 << 20).or_value(-1));
   f.add("oversubscribed_efficiency", &over,
-        "with more ranks than cores, the fraction of its core share a rank gets (0.7, calibrated)", range::above(0, 1));
+        "with more ranks than cores, the fraction of its core share a rank gets (1, calibrated)", range::above(0, 1));
   f.add("efficiency", &eff, "training's achieved fraction of the sgemm speed (calibrated, docs/planner.md)",
         range::above(0, 1));
   f.add("link_gbps", &link,
@@ -108,7 +108,7 @@ int cmd_plan(const Args& args) {
         "machine's, docs/planner.md)",
         range::closed(0, 1e6));
   f.add("mem_gbps", &mem, "one core's memory bandwidth, GB/s read + written (0: measured)", range::closed(0, 1e6));
-  f.add("runtime_mb", &runtime_mb, "per-rank memory of the binary, MPI and allocator (-1: the calibrated 120)",
+  f.add("runtime_mb", &runtime_mb, "per-rank memory of the binary, MPI and allocator (-1: the calibrated 80)",
         range::closed(0, 1 << 20).or_value(-1));
   f.add("optim", &optim, "optimizer whose state is counted: adamw_torch | adamw (adamw_torch)");
   f.add("bf16", &bf16, "bf16 mixed precision (compute copies, bf16 activations)");

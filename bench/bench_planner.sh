@@ -64,7 +64,7 @@ for model in $MODELS; do
     # run) gives the efficiency; np = twice the cores then gives the oversubscribed efficiency.
     cores=$(nproc)
     for np in "$cores" $((2 * cores)); do
-      read -r step rss <<< "$(train "cal_$model_$np" "$np" --zero_stage 1 --per_device_train_batch_size $((GB / np)) --threads 1)"
+      read -r step rss <<< "$(train "cal_${model}_$np" "$np" --zero_stage 1 --per_device_train_batch_size $((GB / np)) --threads 1)"
       "$BUILD/ztrain" plan --model_config_path "$CFG" --model_max_length "$T" --global_batch "$GB" --nproc "$np" \
         --efficiency 1 --oversubscribed_efficiency 1 --zero_stage 1 --json ${PLAN_FLAGS:-} > "$TMP/cal.json"
       /usr/bin/python3 - "$TMP/cal.json" "$step" "$rss" "$model" "$GB" "$np" <<'PY'

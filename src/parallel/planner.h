@@ -62,16 +62,18 @@ struct PlanMachine {
   // Compute threads a rank gets (--threads): the host's cores shared out, at least one.
   int threads_per_rank() const;
 };
-// This machine's calibration (docs/planner.md): the efficiency, the runtime bytes and the
-// latency are fitted to one-process runs; gemm / link / memory speeds are the defaults used
-// when nothing is measured or given (--auto_parallel uses these, so every rank plans alike).
-constexpr double kDefaultEfficiency = 0.9;
+// This machine's calibration (docs/planner.md, bench/bench_planner.sh --calibrate): the
+// efficiency against 150 GFLOP/s per core from data-parallel runs with every core busy, the
+// oversubscribed efficiency from runs with twice the ranks, the runtime bytes from their peak
+// RSS; link and memory speeds from bench-comm and a copy. `ztrain plan` measures the sgemm and
+// memory speeds unless given; --auto_parallel uses these defaults, so every run plans alike.
+constexpr double kDefaultEfficiency = 0.6;
 constexpr double kDefaultGemmGflopsCore = 150;
 constexpr double kDefaultGemmHalfRows = 0;
 constexpr double kDefaultLinkGbps = 1.5;
 constexpr double kDefaultMemGbps = 20;
-constexpr double kDefaultOversubscribedEfficiency = 0.7;
-constexpr int64_t kDefaultRuntimeBytes = int64_t(120) << 20;
+constexpr double kDefaultOversubscribedEfficiency = 1.0;
+constexpr int64_t kDefaultRuntimeBytes = int64_t(80) << 20;
 
 // What the search may vary; a field set (>= 0 / non-empty) pins it (flags a user gave).
 struct PlanConstraints {
