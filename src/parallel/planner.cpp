@@ -245,12 +245,14 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
   const int P = l.pp, M = l.accumulation, L = c.n_layer;
   LayoutTime t;
   t.threads = m.threads_per_rank();
-  // The cores a rank computes on: its threads, or with more ranks than cores on a host its share
-  // of them all the time (MPI ranks busy-poll while they wait, so a rank idle in a bubble or a
-  // collective does not give its core to the others).
+  // A rank computes on its threads' cores while it runs. With more ranks than cores a host's
+  // ranks take turns (OpenMPI yields the core while waiting when it is oversubscribed): the
+  // critical path runs at a whole core, and the host's total work over its cores (each rank's
+  // share, cores / ranks) bounds the step from below; a bubble's idle time goes to other ranks.
   const double per_rank = m.cores_per_host / std::max(1, m.ranks_per_host());
-  const double share = per_rank < 1 ? per_rank * m.oversubscribed_efficiency : double(t.threads);
-  t.core_share = share;
+  const double share = double(t.threads);
+  t.core_share = std::min(per_rank, share);
+  const double over = per_rank < 1 ? m.oversubscribed_efficiency : 1.0;
   // FLOP/s of one core at this micro-batch's GEMM rows.
   const double rows = double(l.micro_batch) * in.seq_len;
   const double core = std::max(1e-9, m.gemm_gflops_core * m.efficiency * rows / (rows + m.gemm_half_rows)) * 1e9;
@@ -301,7 +303,7 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
   t.optimizer_s = worst_opt;
   t.bubble = P > 1 ? double(P - 1) / (M + P - 1) : 0.0;
   t.critical_s = worst_mb * (M + P - 1) + worst_dp + worst_opt;
-  t.cpu_bound_s = core_seconds / std::max(1, m.nodes) / std::max(1e-9, m.cores_per_host);
+  t.cpu_bound_s = core_seconds / std::max(1, m.nodes) / std::max(1e-9, m.cores_per_host) / over;
   t.step_s = std::max(t.critical_s, t.cpu_bound_s);
   return t;
 }

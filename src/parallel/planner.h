@@ -13,9 +13,8 @@
 // Time: each rank's training FLOPs over (GEMM GFLOP/s per core x a calibrated efficiency x its
 // threads); tensor-parallel all-reduces, pipeline sends and data-parallel reductions as bus
 // bytes over the link bandwidth; the 1F1B bubble as (m + P - 1) micro-batch times of the
-// slowest stage; ranks that outnumber a host's cores each compute on cores / ranks of one (they
-// busy-poll while waiting, so a bubble frees no core); never less than the host's total work
-// spread over its cores.
+// slowest stage; and never less than the host's total work spread over its cores (ranks that
+// outnumber the cores take turns: OpenMPI yields a waiting rank's core when oversubscribed).
 // It deliberately is not: a simulator of the kernels (one efficiency for all of them), a
 // model of overlap (communication is counted as exposed), or context parallelism (cp = 1).
 #pragma once
@@ -54,8 +53,8 @@ struct PlanMachine {
   double latency_us = 20;        // per collective call
   double mem_gbps = 0;           // one core's memory copy bandwidth (the optimizer's update)
   int64_t memory_per_rank = -1;  // bytes a rank may use; < 0 = no limit
-  // With more ranks than cores: the fraction of its core share a rank still gets (context
-  // switches, caches shared by several ranks; calibrated).
+  // With more ranks than cores: the fraction of the cores' speed the ranks still get together
+  // (context switches, caches shared by several ranks; calibrated).
   double oversubscribed_efficiency = 1;
   int64_t runtime_bytes = 0;  // per rank: the binary, MPI and the allocator (measured)
   int ranks_per_host() const { return nproc / (nodes > 0 ? nodes : 1); }
@@ -101,7 +100,7 @@ struct LayoutMemory {
 };
 struct LayoutTime {
   int threads = 1;
-  double core_share = 1;  // cores a rank computes on: its threads, or cores / ranks when fewer
+  double core_share = 1;  // a rank's share of the host's cores: its threads, or cores / ranks when fewer
   double compute_s = 0;   // slowest rank's FLOPs / its speed (one step, no bubble)
   double bubble = 0;      // pipeline: idle fraction (P - 1) / (m + P - 1)
   double tp_comm_s = 0, pp_comm_s = 0, dp_comm_s = 0, optimizer_s = 0;
