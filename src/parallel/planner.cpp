@@ -246,7 +246,7 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
   LayoutTime t;
   t.threads = m.threads_per_rank();
   // A rank computes on its threads' cores while it runs. With more ranks than cores a host's
-  // ranks take turns (OpenMPI yields the core while waiting when it is oversubscribed): the
+  // ranks take turns (a waiting rank gives its core up: ctest dist_wait_cpu): the
   // critical path runs at a whole core, and the host's total work over its cores (each rank's
   // share, cores / ranks) bounds the step from below; a bubble's idle time goes to other ranks.
   const double per_rank = m.cores_per_host / std::max(1, m.ranks_per_host());

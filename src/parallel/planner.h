@@ -14,7 +14,7 @@
 // threads); tensor-parallel all-reduces, pipeline sends and data-parallel reductions as bus
 // bytes over the link bandwidth; the 1F1B bubble as (m + P - 1) micro-batch times of the
 // slowest stage; and never less than the host's total work spread over its cores (ranks that
-// outnumber the cores take turns: OpenMPI yields a waiting rank's core when oversubscribed).
+// outnumber the cores take turns: a waiting rank gives its core up: dist_wait_cpu).
 // It deliberately is not: a simulator of the kernels (one efficiency for all of them), a
 // model of overlap (communication is counted as exposed), or context parallelism (cp = 1).
 #pragma once
