@@ -50,6 +50,7 @@ const char* kUsage =
     "  launch    run a command on N ranks with mpirun: ztrain launch --nproc_per_node N -- train ...\n"
     "  bench-comm       time the collectives over message sizes (algbw / busbw, like nccl-tests)\n"
     "  estimate-memory  per-rank memory of a model under DDP / ZeRO-1/2/3 / hybrid sharding\n"
+    "  plan             rank the dp x tp x pp / ZeRO / micro-batch / recomputation layouts of N ranks\n"
     "  help      this text\n";
 
 }  // namespace
@@ -202,6 +203,9 @@ int cmd_train(const Args& args) {
         "blocks per (virtual) stage, such as 6,6 (default: balanced by --pipeline_balance)");
   f.add("pipeline_balance", &a.pipeline_balance,
         "the default cut balances time (FLOPs per unit, the LM head included) or memory (bytes per unit) (time)");
+  f.add("auto_parallel", &a.auto_parallel,
+        "choose tp / pp / ZeRO stage / micro-batch / recomputation / threads with the planner (`ztrain plan`), "
+        "keeping the global batch; flags given explicitly pin their part (false)");
   f.add("train_batch_size", &a.train_batch_size, "global batch check: micro x accumulation x ranks (0 = unchecked)",
         range::closed(0, kMaxSteps));
   f.add("ddp_timeout", &a.ddp_timeout,
@@ -297,6 +301,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench-comm") return zt::app::cmd_bench_comm(args);
     if (cmd == "health-check") return zt::app::cmd_health_check(args);
     if (cmd == "estimate-memory") return zt::app::cmd_estimate_memory(args);
+    if (cmd == "plan") return zt::app::cmd_plan(args);
     std::fprintf(stderr, "ztrain: error: unknown command \"%s\"; run ztrain help for the list\n", cmd.c_str());
     return 2;
   } catch (const std::exception& e) {

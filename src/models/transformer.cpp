@@ -294,13 +294,14 @@ void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn
 }
 
 void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary, int slots,
-                                const nn::ActPlan& plan, size_t* compute_copy) {
+                                const nn::ActPlan& plan, size_t* compute_copy, const TpPlan& tp,
+                                const std::vector<char>* held) {
   ParamTable t;
-  ModelSlots s = cfg.arch == Arch::gpt2 ? gpt2_layout(cfg, t) : llama_layout(cfg, t);
+  ModelSlots s = cfg.arch == Arch::gpt2 ? gpt2_layout(cfg, t, tp) : llama_layout(cfg, t, tp);
   Carver a, sc;
   std::vector<SlotActs> sa;
   Scratch scratch;
-  carve(a, sc, cfg, s.shape, cfg.vocab_size, B, T, slots, plan, &sa, &scratch);
+  carve(a, sc, cfg, s.shape, tp.vocab_local(cfg.vocab_size), B, T, slots, plan, &sa, &scratch, held);
   *activations = a.used();
   *temporary = sc.used();
   if (compute_copy)

@@ -39,6 +39,8 @@
 #include "parallel/local_sgd.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/context_parallel.h"
+#include "parallel/planner.h"
+#include "train/auto_parallel.h"
 #include "parallel/memory_fit.h"
 #include "parallel/pipeline.h"
 #include "parallel/buckets.h"
@@ -427,6 +429,10 @@ class Trainer {
 static int seq_len(const TrainArgs& a, const ModelConfig& cfg);
 
 Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
+  if (a_.auto_parallel) {  // the planner's layout first: everything below sees it as if given
+    const std::string line = apply_auto_parallel(a_, world);
+    if (world.rank() == 0) std::printf("%s\n", line.c_str());
+  }
   // DeepSpeed's world is the data-parallel one (tensor parallelism divides it).
   const int tp = std::max(1, a_.tensor_model_parallel_size) * std::max(1, a_.context_parallel_size);
   apply_deepspeed_config(a_, world.size() % tp == 0 ? world.size() / tp : world.size(),
@@ -511,12 +517,19 @@ void Trainer::load_data() {
   T_ = seq_len(a_, cfg_);
   ZT_CHECK(T_ <= cfg_.max_position, "--model_max_length ", T_, " exceeds the model's context of ", cfg_.max_position,
            " positions (n_positions / max_position_embeddings); lower it");
-  parallel::check_training_memory(
-      cfg_,
-      {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
-       parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage), plan_,
-       int(dtype_size(comm_dtype_from_args(a_)))},
-      a_.max_memory.empty() ? -1 : memory_limit_bytes_);  // before anything large is allocated
+  if (a_.tensor_model_parallel_size > 1 || a_.pipeline_parallel_size > 1)  // the planner's model of TP / PP
+    parallel::check_model_parallel_memory(
+        cfg_, T_,
+        {dp_comm_->size(), a_.tensor_model_parallel_size, a_.pipeline_parallel_size, a_.sequence_parallel,
+         a_.zero_stage, B_, G_, plan_.recompute == nn::Recompute::full},
+        plan_.precision, a_.optim, a_.max_memory.empty() ? -1 : memory_limit_bytes_);
+  else
+    parallel::check_training_memory(
+        cfg_,
+        {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
+         parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage), plan_,
+         int(dtype_size(comm_dtype_from_args(a_)))},
+        a_.max_memory.empty() ? -1 : memory_limit_bytes_);  // before anything large is allocated
   sft_ = channels_.named ? channels_.sft : is_jsonl(a_.train_file);
   ZT_CHECK(sft_ || !is_jsonl(a_.validation_file), "--validation_file ", a_.validation_file,
            " holds SFT records (.jsonl) but --train_file is a token file; give both in the same form");

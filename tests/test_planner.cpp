@@ -1,0 +1,149 @@
+// test_planner.cpp: the layout planner (parallel/planner.h) without MPI: the enumeration (what
+// the trainer refuses is left out, the global batch is kept), the memory model against the
+// memory estimator for data-parallel layouts and its direction under TP and PP, and the time
+// model's shape (more ranks than cores share them; a bubble for pipelines).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "models/config.h"
+#include "parallel/memory_estimate.h"
+#include "parallel/planner.h"
+
+namespace zt::parallel {
+namespace {
+
+PlanInputs gpt2_124m(int T = 256, int64_t G = 8) {
+  PlanInputs in;
+  in.cfg = config_from_json(nlohmann::json::parse(R"({"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
+      "n_embd": 768, "n_layer": 12, "n_head": 12})"),
+                            "test");
+  in.seq_len = T;
+  in.global_batch = G;
+  return in;
+}
+
+PlanMachine machine(int N, double cores = 2) {
+  PlanMachine m;
+  m.nproc = N;
+  m.cores_per_host = cores;
+  m.gemm_gflops_core = kDefaultGemmGflopsCore;
+  m.gemm_half_rows = kDefaultGemmHalfRows;
+  m.efficiency = kDefaultEfficiency;
+  m.link_gbps = kDefaultLinkGbps;
+  m.mem_gbps = kDefaultMemGbps;
+  return m;
+}
+
+TEST(Planner, DataParallelMemoryIsTheEstimatorsRow) {
+  const PlanInputs in = gpt2_124m();
+  for (int dp : {1, 2, 4})
+    for (int zero = 0; zero <= 3; ++zero)
+      for (int B : {1, 4}) {
+        const PlanLayout l{dp, 1, 1, false, zero, B, 1, false};
+        const LayoutMemory got = layout_memory(in, l, 0);
+        MemoryEstimateOptions opt;
+        opt.num_ranks = dp;
+        opt.hpz_partition_size = 1;
+        const MemoryRow want = estimate_memory(memory_inputs(in.cfg, B, in.seq_len), opt).at(size_t(zero));
+        EXPECT_EQ(got.training(), want.total()) << l.name();
+        EXPECT_EQ(got.export_extra, zero >= 1 ? 4 * memory_inputs(in.cfg, B, in.seq_len).num_params : 0);
+        EXPECT_EQ(got.optim, want.optim) << l.name();
+      }
+  EXPECT_EQ(layout_memory(in, {1, 1, 1, false, 0, 1, 1, false}, 1000).runtime, 1000);
+}
+
+TEST(Planner, TensorAndPipelineMemoryShrinkPerRank) {
+  const PlanInputs in = gpt2_124m();
+  const int64_t one = layout_memory(in, {1, 1, 1, false, 0, 4, 1, false}, 0).total();
+  const LayoutMemory tp2 = layout_memory(in, {1, 2, 1, false, 0, 4, 1, false}, 0);
+  const LayoutMemory tp2sp = layout_memory(in, {1, 2, 1, true, 0, 4, 1, false}, 0);
+  // Every split weight halves (the vocabulary too); norms and row-parallel biases stay whole.
+  EXPECT_LT(tp2.params, 0.52 * layout_memory(in, {1, 1, 1, false, 0, 4, 1, false}, 0).params);
+  EXPECT_GT(tp2.params, 0.49 * layout_memory(in, {1, 1, 1, false, 0, 4, 1, false}, 0).params);
+  EXPECT_LT(tp2.total(), one);
+  EXPECT_LT(tp2sp.activations, tp2.activations);  // SP splits the residual stream's rows
+  // PP 2 with 4 micro-batches: stage 0 keeps 2 in flight (P - s), the last one.
+  const LayoutMemory pp2 = layout_memory(in, {1, 1, 2, false, 1, 1, 4, false}, 0);
+  EXPECT_LT(pp2.grads, layout_memory(in, {1, 1, 1, false, 0, 1, 4, false}, 0).grads);  // the tied copy stays
+  EXPECT_GE(pp2.slots, 1);
+  // Recomputation keeps less.
+  EXPECT_LT(layout_memory(in, {1, 1, 1, false, 0, 4, 1, true}, 0).activations,
+            layout_memory(in, {1, 1, 1, false, 0, 4, 1, false}, 0).activations);
+}
+
+TEST(Planner, EnumerationKeepsTheBatchAndLeavesOutRefusedLayouts) {
+  const PlanInputs in = gpt2_124m(256, 8);
+  const std::vector<PlanRow> rows = plan_layouts(in, machine(4));
+  std::set<std::string> names;
+  bool saw_tp = false, saw_pp = false, saw_zero3 = false;
+  for (const PlanRow& r : rows) {
+    const PlanLayout& l = r.layout;
+    EXPECT_EQ(l.dp * l.tp * l.pp, 4);
+    EXPECT_EQ(int64_t(l.dp) * l.micro_batch * l.accumulation, 8) << l.name();
+    EXPECT_EQ(layout_refusal(in, l, 4), "");
+    EXPECT_FALSE(l.pp > 1 && l.zero >= 2) << l.name();
+    EXPECT_TRUE(names.insert(l.name()).second) << "twice: " << l.name();
+    saw_tp |= l.tp > 1;
+    saw_pp |= l.pp > 1;
+    saw_zero3 |= l.zero == 3;
+    EXPECT_GT(r.time.step_s, 0);
+  }
+  EXPECT_TRUE(saw_tp && saw_pp && saw_zero3);
+  for (size_t i = 1; i < rows.size(); ++i) EXPECT_LE(rows[i - 1].time.step_s, rows[i].time.step_s);
+  // TP must divide the heads: 12 heads, 8 ranks -> tp 8 never appears.
+  for (const PlanRow& r : plan_layouts(gpt2_124m(256, 8), machine(8))) EXPECT_NE(r.layout.tp, 8);
+  EXPECT_NE(layout_refusal(in, {2, 1, 2, false, 2, 1, 4, false}, 4), "");  // ZeRO-2 with PP
+  EXPECT_NE(layout_refusal(in, {1, 8, 1, false, 0, 1, 8, false}, 8), "");  // 12 heads / 8
+}
+
+TEST(Planner, ConstraintsPinAndMemoryLimitOrders) {
+  const PlanInputs in = gpt2_124m(256, 8);
+  PlanConstraints c;
+  c.tp = 2;
+  c.zero = 1;
+  for (const PlanRow& r : plan_layouts(in, machine(4), c)) {
+    EXPECT_EQ(r.layout.tp, 2);
+    EXPECT_EQ(r.layout.zero, 1);
+  }
+  PlanMachine m = machine(2);
+  m.memory_per_rank = int64_t(1700) << 20;  // below DDP's 124M x 16 bytes: only split layouts fit
+  const std::vector<PlanRow> rows = plan_layouts(in, m);
+  ASSERT_TRUE(rows.front().fits);
+  EXPECT_LE(rows.front().memory.total(), m.memory_per_rank);
+  EXPECT_FALSE(rows.back().fits);
+}
+
+TEST(Planner, TimeModelSharesCoresAndCountsTheBubble) {
+  const PlanInputs in = gpt2_124m(256, 8);
+  // 4 ranks on 2 cores: each gets one thread, and the host's work over 2 cores bounds the step.
+  const LayoutTime over = layout_time(in, {4, 1, 1, false, 0, 2, 1, false}, machine(4, 2));
+  EXPECT_EQ(over.threads, 1);
+  EXPECT_GE(over.step_s, over.cpu_bound_s);
+  EXPECT_DOUBLE_EQ(over.core_share, 0.5);
+  EXPECT_GE(over.cpu_bound_s, 2 * over.compute_s * 0.999);  // 4 ranks' work on 2 cores
+  EXPECT_GT(over.cpu_bound_s, over.critical_s);
+  const LayoutTime one = layout_time(in, {1, 1, 1, false, 0, 8, 1, false}, machine(1, 2));
+  EXPECT_EQ(one.threads, 2);
+  const LayoutTime pp = layout_time(in, {1, 1, 2, false, 0, 1, 8, false}, machine(2, 2));
+  EXPECT_NEAR(pp.bubble, 1.0 / 9.0, 1e-12);
+  EXPECT_GT(pp.critical_s, pp.compute_s);
+  // Oversubscribed, a pipeline's bubble goes to other ranks: 4 stages on 2 cores are bound by the
+  // work, not the bubble.
+  const LayoutTime pp4 = layout_time(in, {1, 1, 4, false, 0, 1, 8, false}, machine(4, 2));
+  EXPECT_GT(pp4.cpu_bound_s, pp4.critical_s);
+  EXPECT_GT(layout_time(in, {1, 1, 1, false, 0, 8, 1, true}, machine(1, 2)).compute_s, one.compute_s);
+}
+
+TEST(Planner, BadRequestsAreOneLine) {
+  PlanMachine m = machine(4);
+  m.nodes = 3;
+  EXPECT_THROW(plan_layouts(gpt2_124m(), m), Error);
+  EXPECT_THROW(plan_layouts(gpt2_124m(2048), machine(2)), Error);                                  // beyond the context
+  for (const PlanRow& r : plan_layouts(gpt2_124m(256, 3), machine(2))) EXPECT_EQ(r.layout.dp, 1);  // 3 % 2
+}
+
+}  // namespace
+}  // namespace zt::parallel
