@@ -95,9 +95,9 @@ TEST(FileWriter, WritesExactBytesAndTheirDigest) {
         SequentialFileWriter w(path, n);
         w.write(data.data(), n / 3);
         w.write(data.data() + n / 3, n - n / 3);
-        const auto [h, size] = w.finish();
-        EXPECT_EQ(size, n);
-        EXPECT_EQ(h, hash64(data.data(), n));
+        const FileDigest d = w.finish();
+        EXPECT_EQ(d.size, n);
+        EXPECT_EQ(d.hash, hash64(data.data(), n));
       }
       std::ifstream f(path, std::ios::binary);
       const std::string back((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

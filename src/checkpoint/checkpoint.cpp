@@ -2,6 +2,7 @@
 #include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -60,22 +61,23 @@ class ShardWriter final : public StateWriter {
 // the chief reading every shard back (1.5 GB per rank for GPT-2 124M with Adam).
 constexpr const char* kDigestSuffix = ".digest";
 
-void write_digest(const fs::path& file, std::pair<uint64_t, uint64_t> digest) {
+void write_digest(const fs::path& file, const FileDigest& d) {
   write_file_atomic(file.string() + kDigestSuffix,
-                    nlohmann::json({{"hash64", digest.first}, {"bytes", digest.second}}).dump() + "\n");
+                    nlohmann::json({{"hash64", d.hash}, {"bytes", d.size}, {"inode", d.inode}}).dump() + "\n");
 }
 
-// The digest a writer left for file, if it matches the file's size; otherwise the file is hashed.
+// The digest a writer left for file, if it describes this very file (its inode and size: two
+// writers of one name, such as local SGD's group chiefs, leave the file of the last rename and
+// maybe the other's digest); otherwise the file is hashed.
 std::pair<uint64_t, uint64_t> file_digest(const fs::path& file) {
-  std::error_code ec;
   const fs::path side = file.string() + kDigestSuffix;
-  if (fs::exists(side, ec)) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) == 0 && ::access(side.c_str(), F_OK) == 0) {
     std::ifstream f(side);
     const nlohmann::json d = nlohmann::json::parse(f, nullptr, false);
-    const uint64_t size = fs::file_size(file, ec);
-    if (!ec && d.is_object() && d.value("bytes", uint64_t(0)) == size && d.contains("hash64") &&
-        d["hash64"].is_number_unsigned())
-      return {d["hash64"].get<uint64_t>(), size};
+    if (d.is_object() && d.value("bytes", uint64_t(0)) == uint64_t(st.st_size) &&
+        d.value("inode", uint64_t(0)) == uint64_t(st.st_ino) && d.contains("hash64") && d["hash64"].is_number_unsigned())
+      return {d["hash64"].get<uint64_t>(), uint64_t(st.st_size)};
   }
   return checkpoint_file_digest(file.string());
 }

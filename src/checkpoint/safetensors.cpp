@@ -142,7 +142,7 @@ void SafetensorsFile::read_f32(const StEntry& e, float* dst) const {
   }
 }
 
-std::pair<uint64_t, uint64_t> safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors,
+FileDigest safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors,
                                                 DType dtype, const std::map<std::string, std::string>& metadata) {
   ZT_CHECK(dtype == DType::f32 || dtype == DType::bf16, "safetensors can be written as F32 or BF16, not ",
            dtype_st_name(dtype));

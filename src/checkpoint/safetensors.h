@@ -54,8 +54,8 @@ struct StTensorOut {
 };
 
 // Writes tensors (in the given order) as DType::f32 or DType::bf16 (round to nearest even),
-// atomically: temporary file, fsync, rename. Returns the file's {hash64, size}, hashed as written.
-std::pair<uint64_t, uint64_t> safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors,
+// atomically: temporary file, fsync, rename. Returns the file's digest, hashed as written.
+FileDigest safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors,
                                                 DType dtype, const std::map<std::string, std::string>& metadata);
 
 }  // namespace zt

@@ -2,6 +2,7 @@
 #include "core/file_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -111,14 +112,16 @@ void SequentialFileWriter::write(const void* p, size_t n) {
   }
 }
 
-std::pair<uint64_t, uint64_t> SequentialFileWriter::finish() {
+FileDigest SequentialFileWriter::finish() {
   ZT_ASSERT(written_ == size_, "writing ", path_, ": ", written_, " bytes of ", size_, " announced");
   if (fill_ > 0) flush_full();
   if (direct_) ZT_CHECK(::ftruncate(fd_, off_t(size_)) == 0, "cannot truncate ", path_, ": ", std::strerror(errno));
   ZT_CHECK(::fsync(fd_) == 0, "fsync of ", path_, " failed: ", std::strerror(errno), "; check free disk space");
+  struct stat st {};
+  ::fstat(fd_, &st);
   ::close(fd_);
   fd_ = -1;
-  return {hash_.value(), size_};
+  return {hash_.value(), size_, uint64_t(st.st_ino)};
 }
 
 }  // namespace zt

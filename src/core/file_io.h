@@ -22,6 +22,12 @@ void fsync_path(const std::string& path, bool is_dir);
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 
+// What a writer knows of the file it wrote: its contents' hash64 and size, and its inode (which
+// tells that file from another one written to the same name later).
+struct FileDigest {
+  uint64_t hash = 0, size = 0, inode = 0;
+};
+
 // Writes a new file of a size known in advance, front to back, and hashes it as it goes (the
 // checkpoint's checksum without reading the file back). Where the file system allows it the data
 // bypasses the page cache (O_DIRECT through an aligned staging buffer): writing 1.5 GB that way
@@ -35,8 +41,8 @@ class SequentialFileWriter {
   SequentialFileWriter(const SequentialFileWriter&) = delete;
   SequentialFileWriter& operator=(const SequentialFileWriter&) = delete;
   void write(const void* p, size_t n);
-  // {hash64 of the contents, size}; the size written must equal the size announced.
-  std::pair<uint64_t, uint64_t> finish();
+  // The digest; the size written must equal the size announced.
+  FileDigest finish();
   bool direct() const { return direct_; }
 
  private:
