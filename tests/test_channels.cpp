@@ -332,7 +332,7 @@ TEST(ChannelLosses, SumsFollowTheRowsChannelsAndSkipIgnoredTargets) {
   mb.channels = {1, 0};
   double* t = cl.token_losses();
   for (int i = 0; i < 6; ++i) t[i] = i + 1;
-  cl.add(mb);
+  cl.add(mb.channels, mb.targets.data());
   EXPECT_EQ(cl.sums(), (std::vector<double>{4 + 5 + 6, 1 + 2, 3, 2}));
   auto comm = dist::make_world(dist::Backend::local);
   const auto& out = cl.reduce(*comm);

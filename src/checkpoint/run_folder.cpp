@@ -129,10 +129,14 @@ OutputDirLock::OutputDirLock(const std::string& output_dir, double wait_s) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ZT_CHECK(fd_ >= 0, "cannot open the lock file ", path, ": ", std::strerror(errno));
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
-  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK && std::chrono::steady_clock::now() < until)
+  int err = 0;
+  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    err = errno;
+    if (err != EWOULDBLOCK || std::chrono::steady_clock::now() >= until) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
+    err = 0;
+  }
+  if (err != 0) {
     ::close(fd_);
     fd_ = -1;
     ZT_CHECK(err == EWOULDBLOCK, "cannot lock ", path, ": ", std::strerror(err),

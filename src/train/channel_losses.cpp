@@ -13,15 +13,15 @@ ChannelLosses::ChannelLosses(const std::vector<std::string>& names, int B, int T
   for (const std::string& n : names) keys_.push_back("loss/" + n);
 }
 
-void ChannelLosses::add(const MicroBatch& mb) {
+void ChannelLosses::add(const std::vector<int32_t>& channels, const int32_t* targets) {
   const size_t K = keys_.size();
   for (int b = 0; b < B_; ++b) {
-    const int c = mb.channels.empty() ? 0 : mb.channels[size_t(b)];
+    const int c = channels.empty() ? 0 : channels[size_t(b)];
     ZT_ASSERT(c >= 0 && size_t(c) < K);
     double loss = 0, n = 0;
     for (int t = 0; t < T_; ++t) {
       const size_t i = size_t(b) * T_ + t;
-      if (mb.targets[i] == kernels::kIgnoreIndex) continue;
+      if (targets[i] == kernels::kIgnoreIndex) continue;
       loss += tok_[i];
       n += 1;
     }

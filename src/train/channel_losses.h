@@ -19,13 +19,16 @@ namespace zt {
 
 class ChannelLosses {
  public:
-  // B x T: the largest micro-batch the model runs (training; evaluation batches are smaller).
+  // B x T: the largest micro-batch the model runs on this rank (training; evaluation batches are
+  // smaller); under context parallelism T is the rank's T / cp tokens of each row.
   ChannelLosses(const std::vector<std::string>& names, int B, int T);
   double* token_losses() { return tok_.data(); }
-  // Adds the micro-batch whose token losses the model has just written (a row's channel is
-  // mb.channels[b], or 0 when the micro-batch carries none: a single channel).
-  void add(const MicroBatch& mb);
-  // A collective over `dp` (every rank at the same steps): the window's mean loss per channel,
+  // Adds the micro-batch whose token losses the model has just written: row b's channel is
+  // channels[b] (0 when empty: a single channel), `targets` the B x T targets the model ran on
+  // (this rank's, under context parallelism).
+  void add(const std::vector<int32_t>& channels, const int32_t* targets);
+  // A collective over `dp` (every rank at the same steps; the ranks holding other tokens: data
+  // and context parallel): the window's mean loss per channel,
   // {"loss/<name>", mean}, for channels with counted tokens in it; starts a new window. The keys
   // stay valid while this object lives.
   const std::vector<std::pair<const char*, double>>& reduce(dist::Communicator& dp);

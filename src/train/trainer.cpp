@@ -860,7 +860,7 @@ void Trainer::start_loader_and_log() {
   lc_.step_offset = spike_->data_offset_steps();  // data skipped by loss-spike rollbacks
   if (blend_) {
     if (!sft_) blend_->set_packing(a_.packing, lc_.eos_id);  // SFT rows bring their own positions
-    chan_ = std::make_unique<ChannelLosses>(blend_->names(), B_, T_);
+    chan_ = std::make_unique<ChannelLosses>(blend_->names(), B_, T_ / grid_->cp().size());
     model_->set_token_losses(chan_->token_losses());
   }
   loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, lc_, start_step_)
@@ -906,7 +906,7 @@ StepResult Trainer::train_step(int64_t step) {
       const parallel::PipelineMicroBatch lb = local_batch(mb, 0);
       sums[0] += corrupt * model_->forward_backward(lb.inputs, lb.targets, corrupt * grad_scale, &c, lb.positions);
       sums[1] += double(c);
-      if (chan_) chan_->add(mb);
+      if (chan_) chan_->add(mb.channels, lb.targets);
     }
   }
   engine_->end_backward();
@@ -996,7 +996,7 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   }
   const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
   // The loss per channel: a collective over the data-parallel ranks at logging steps.
-  const auto* channel_losses = chan_ && log_now ? &chan_->reduce(*dp_comm_) : nullptr;
+  const auto* channel_losses = chan_ && log_now ? &chan_->reduce(grid_->dp_cp()) : nullptr;
   // HF logs the learning rate the scheduler holds after its step, i.e. the next one.
   if (log_) {
     std::vector<std::pair<const char*, double>> extra;

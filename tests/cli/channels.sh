@@ -82,6 +82,15 @@ if [ -n "$MPIRUN" ]; then
         --gradient_accumulation_steps 1 --output_dir "$W/n2" --report_to none 2>&1 | vals)
   [ -n "$one" ] && [ "$one" = "$two" ] && ok "2 ranks = 2 micro-batches: $two" ||
     bad "2 ranks ($two) differ from 2 micro-batches ($one)"
+  # Context parallel 2: each rank holds half of every row; the per-channel sums cover both halves.
+  cp2=$(OMP_NUM_THREADS=1 "$MPIRUN" -np 2 --oversubscribe "$Z" train "${args[@]}" "${chan[@]}" --max_steps 10 \
+        --context-parallel-size 2 --output_dir "$W/c2" --report_to none 2>&1 | vals)
+  $PY - "$one" "$cp2" <<'P' && ok "context parallel 2 = one process (1e-5): $cp2" || bad "context parallel 2 ($cp2) vs one process ($one)"
+import re, sys
+a, b = (re.findall(r"'(loss[a-z/]*)': ([0-9.e+-]+)", s) for s in sys.argv[1:3])
+assert a and [k for k, _ in a] == [k for k, _ in b], (a, b)
+assert all(abs(float(x) - float(y)) <= 1e-5 * abs(float(x)) for (_, x), (_, y) in zip(a, b)), (a, b)
+P
   # An elastic restart with another world size (the global batch kept): 2 ranks x 1 micro-batch
   # resume the 1-rank run's checkpoint-10 and log what it logged at steps 15 and 20.
   cp -r "$W/a" "$W/e" && rm -rf "$W/e/checkpoint-20"
