@@ -21,6 +21,18 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
 
+def mpi(mpirun, n):
+    """The mpirun prefix of an n-rank run on this machine's shared cores."""
+    return [mpirun, "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+
+
+def bad_input_args(zt, work, B):
+    """A 2-step run's arguments for the bad-input cases (the model and the layout are the case's)."""
+    return [zt, "train", "--train_file", os.path.join(work, "train.bin"), "--max_steps", "2", "--save_strategy", "no",
+            "--report_to", "none", "--threads", "1", "--overwrite_output_dir", "--output_dir",
+            os.path.join(work, "bad"), "--per_device_train_batch_size", str(B)]
+
+
 def train(zt, mpirun, np, model_args, train_file, out, steps, B, T, acc, extra, common=()):
     """Runs `ztrain train` on np ranks (--no_shuffle, fp32 logging every step, no saves unless extra
     says so) and returns the CompletedProcess; a run that does not resume overwrites out."""
@@ -31,7 +43,7 @@ def train(zt, mpirun, np, model_args, train_file, out, steps, B, T, acc, extra, 
     if "--resume_from_checkpoint" not in extra:
         args.append("--overwrite_output_dir")
     if np > 1:
-        args = [mpirun, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
+        args = mpi(mpirun, np) + args
     return subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=240)
 
 

@@ -15,7 +15,6 @@ tokens per step (the micro-batches of a pipeline step are the accumulation steps
   - bad combinations fail with one clear error line.
 usage: train_pp_test.py ZTRAIN MPIRUN
 """
-import json
 import os
 import random
 import struct
@@ -24,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from disttest import ENV, check, failures, read_safetensors, rel  # noqa: E402
+from disttest import check, failures, read_safetensors, rel, step_history, train  # noqa: E402
 
 ZT, MPIRUN = sys.argv[1], sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,25 +34,16 @@ B, T, GLOBAL_ACC, C = 2, 32, 4, 64
 
 def run(work, name, model, np, acc, extra, expect_fail=False, steps=20):
     out = os.path.join(work, name)
-    args = [ZT, "train", "--model_config_path", os.path.join(CONFIGS, MODELS[model]), "--train_file",
-            os.path.join(work, "train.bin"), "--max_steps", str(steps), "--save_strategy", "no", "--no_shuffle",
-            "--model_max_length", str(T), "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps",
-            str(acc), "--learning_rate", "1e-3", "--weight_decay", "0.1", "--report_to", "none", "--logging_steps",
-            "1", "--threads", "1", "--output_dir", out] + extra
-    if "--resume_from_checkpoint" not in extra:
-        args.append("--overwrite_output_dir")
-    if np > 1:
-        args = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none"] + args
-    p = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=240)
+    p = train(ZT, MPIRUN, np, ["--model_config_path", os.path.join(CONFIGS, MODELS[model])],
+              os.path.join(work, "train.bin"), out, steps, B, T, acc, extra)
     if expect_fail:
         return p
     if p.returncode != 0:
         failures.append(f"{name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
         print(f"FAIL {name}: exit {p.returncode}\n{p.stderr[-1500:]}")
         return None
-    state = json.load(open(os.path.join(out, "trainer_state.json")))
-    res = json.load(open(os.path.join(out, "train_results.json")))
-    losses = [h["loss"] for h in state["log_history"] if "loss" in h and "train_loss" not in h]
+    hist, state, res = step_history(out)
+    losses = [h["loss"] for h in hist]
     evals = [h["eval_loss"] for h in state["log_history"] if "eval_loss" in h]
     return {"losses": losses, "evals": evals, "results": res, "out": out}
 

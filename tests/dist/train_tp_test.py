@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from disttest import ENV, check, check_errors, failures, read_safetensors, rel, step_history, train  # noqa: E402
+from disttest import ENV, bad_input_args, check, check_errors, failures, mpi as mpi_prefix, read_safetensors, rel, step_history, train  # noqa: E402
 
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 MODELS = {"gpt2": "tiny-gpt2-tp.json", "llama": "tiny-llama-gqa-tp.json"}
@@ -148,12 +148,10 @@ def rollback(work):
 
 def bad_input(work):
     """Bad combinations: one clear error line (per rank under mpirun) naming the numbers."""
-    base = [ZT, "train", "--train_file", os.path.join(work, "train.bin"), "--max_steps", "2", "--save_strategy", "no",
-            "--report_to", "none", "--threads", "1", "--overwrite_output_dir", "--output_dir",
-            os.path.join(work, "bad"), "--model_max_length", str(T), "--per_device_train_batch_size", str(B)]
+    base = bad_input_args(ZT, work, B) + ["--model_max_length", str(T)]
     gpt2 = ["--model_config_path", os.path.join(FIX, MODELS["gpt2"])]
     llama = ["--model_config_path", os.path.join(FIX, MODELS["llama"])]
-    mpi = lambda n: [MPIRUN, "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    mpi = lambda n: mpi_prefix(MPIRUN, n)
     cases = [
         ("world not a multiple of TP", mpi(3) + base + gpt2 + ["--tensor-model-parallel-size", "2"],
          "--tensor-model-parallel-size 2 does not divide the 3 ranks"),

@@ -31,7 +31,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from disttest import ENV, check, check_errors, failures, read_safetensors, rel, step_history, train  # noqa: E402
+from disttest import bad_input_args, check, check_errors, failures, mpi as mpi_prefix, read_safetensors, rel, step_history, train  # noqa: E402
 
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 MODELS = {"gpt2": "tiny-gpt2-tppp.json", "llama": "tiny-llama-gqa-tppp.json"}
@@ -166,12 +166,10 @@ def bf16(work, m):
 
 def bad_input(work):
     """Bad grids under TP x PP: one clear error line (per rank) naming the numbers."""
-    base = [ZT, "train", "--train_file", os.path.join(work, "train.bin"), "--max_steps", "2", "--save_strategy", "no",
-            "--report_to", "none", "--threads", "1", "--overwrite_output_dir", "--output_dir",
-            os.path.join(work, "bad"), "--model_max_length", str(T), "--per_device_train_batch_size", str(B)]
+    base = bad_input_args(ZT, work, B) + ["--model_max_length", str(T)]
     gpt2 = ["--model_config_path", os.path.join(FIX, MODELS["gpt2"])]
     two_layers = ["--model_config_path", os.path.join(FIX, "tiny-gpt2-tp.json")]
-    mpi = lambda n: [MPIRUN, "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    mpi = lambda n: mpi_prefix(MPIRUN, n)
     cases = [
         ("grid not multiplying to the world", mpi(6) + base + gpt2 + TP2 + PP2,
          "--tensor-model-parallel-size 2 x --pipeline-model-parallel-size 2 = 4 does not divide the 6 ranks"),
