@@ -17,21 +17,17 @@ the uninterrupted run's, and every checkpoint-N folder left must load (`ztrain e
 usage: bench/chaos.py [--ztrain build/ztrain] [--kills 100] [--ranks 2,4] [--seed 1] [--flash]
 """
 import argparse
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fault_harness import ENV, losses, train_flags, workdir  # noqa: E402
+
 CFG = {"model_type": "gpt2", "vocab_size": 512, "n_positions": 64, "n_embd": 64, "n_layer": 2, "n_head": 4}
-
-
-def losses(out):
-    st = json.load(open(os.path.join(out, "trainer_state.json")))
-    return [e["loss"] for e in st["log_history"] if "loss" in e]
 
 
 def pids_of(pattern):
@@ -51,17 +47,9 @@ def main():
     a = ap.parse_args()
     z = os.path.abspath(a.ztrain)
     rng = random.Random(a.seed)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
-           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-    tmp = tempfile.mkdtemp(prefix="chaos-")
-    cfg = os.path.join(tmp, "cfg.json")
-    json.dump(CFG, open(cfg, "w"))
-    tok = os.path.join(tmp, "tok.bin")
-    r = random.Random(3)
-    open(tok, "wb").write(b"".join(r.randrange(512).to_bytes(2, "little") for _ in range(200000)))
-    train = ["train", "--model_config_path", cfg, "--train_file", tok, "--per_device_train_batch_size", "2",
-             "--model_max_length", "32", "--max_steps", "60", "--save_steps", "2", "--logging_steps", "1",
-             "--learning_rate", "2e-3", "--report_to", "none", "--threads", "1", "--seed", "5"]
+    env = ENV
+    tmp, cfg, tok = workdir("chaos-", CFG)
+    train = train_flags(cfg, tok, 2, 60, 2)
     if a.flash:
         train.append("--flash_checkpoint")
     refs = {}

@@ -12,22 +12,19 @@ completes, then its losses are compared.
 usage: bench/preempt.py [--ztrain build/ztrain] [--signals 20] [--seed 1]
 """
 import argparse
-import json
 import os
 import random
 import re
 import signal
 import subprocess
-import tempfile
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fault_harness import ENV, losses, train_flags, workdir  # noqa: E402
 
 CFG = {"model_type": "llama", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
-
-
-def losses(out):
-    st = json.load(open(os.path.join(out, "trainer_state.json")))
-    return [e["loss"] for e in st["log_history"] if "loss" in e]
 
 
 def rank_pids(z, out):
@@ -46,17 +43,9 @@ def main():
     a = ap.parse_args()
     z = os.path.abspath(a.ztrain)
     rng = random.Random(a.seed)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
-           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-    tmp = tempfile.mkdtemp(prefix="preempt-")
-    cfg = os.path.join(tmp, "cfg.json")
-    json.dump(CFG, open(cfg, "w"))
-    tok = os.path.join(tmp, "tok.bin")
-    r = random.Random(3)
-    open(tok, "wb").write(b"".join(r.randrange(512).to_bytes(2, "little") for _ in range(200000)))
-    train = ["train", "--model_config_path", cfg, "--train_file", tok, "--per_device_train_batch_size", "4",
-             "--model_max_length", "32", "--max_steps", "400", "--save_steps", "50", "--logging_steps", "1",
-             "--learning_rate", "2e-3", "--report_to", "none", "--threads", "1", "--seed", "5"]
+    env = ENV
+    tmp, cfg, tok = workdir("preempt-", CFG)
+    train = train_flags(cfg, tok, 4, 400, 50)
 
     def cmd(n, out, extra):
         base = [z, *train, "--output_dir", out, *extra]
