@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <tuple>
 #include <cstdio>
 #include <filesystem>
 
@@ -48,11 +49,12 @@ FlashCheckpointer::~FlashCheckpointer() {
 void FlashCheckpointer::run_worker() {
   for (;;) {
     std::function<void()> job;
+    bool counted = true;
     {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return quit_ || !jobs_.empty(); });
       if (quit_) return;
-      job = std::move(jobs_.front());
+      std::tie(job, counted) = std::move(jobs_.front());
       jobs_.pop_front();
       busy_ = true;
     }
@@ -66,16 +68,16 @@ void FlashCheckpointer::run_worker() {
     {
       std::lock_guard<std::mutex> l(mu_);
       busy_ = false;
-      job_cpu_s_ += thread_cpu_seconds() - cpu0;
+      if (counted) job_cpu_s_ += thread_cpu_seconds() - cpu0;
     }
     cv_.notify_all();
   }
 }
 
-void FlashCheckpointer::post(std::function<void()> job) {
+void FlashCheckpointer::post(std::function<void()> job, bool counted) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    jobs_.push_back(std::move(job));
+    jobs_.emplace_back(std::move(job), counted);
   }
   cv_.notify_all();
 }
@@ -176,12 +178,7 @@ void FlashCheckpointer::start(const std::string& run_id, uint64_t data_bytes) {
     pending_step_ = resumed_step_;  // the snapshot a rollback returns to (its checkpoint exists)
     pending_save_id_ = snap_->info().save_id;
   }
-  post([this, data_bytes] {
-    const double cpu0 = thread_cpu_seconds();
-    snap_->reserve(data_bytes);
-    std::lock_guard<std::mutex> l(mu_);  // not part of any save's persist CPU (the worker adds it back)
-    job_cpu_s_ -= thread_cpu_seconds() - cpu0;
-  });
+  post([this, data_bytes] { snap_->reserve(data_bytes); }, /*counted=*/false);
 }
 
 void FlashCheckpointer::begin_persist(int64_t step, const StateShard& shard, const std::string& save_id,

@@ -80,7 +80,8 @@ class FlashCheckpointer {
  private:
   enum class Phase { idle, shard_writing, sealing };
   void run_worker();
-  void post(std::function<void()> job);
+  // `counted`: its CPU belongs to the save in progress (the reservation of shared memory's does not).
+  void post(std::function<void()> job, bool counted = true);
   void wait_idle_queue();
   void reset_job_cpu();
   void rethrow();
@@ -106,7 +107,7 @@ class FlashCheckpointer {
   bool copied_ = true, report_pending_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
+  std::deque<std::pair<std::function<void()>, bool>> jobs_;  // with `counted`
   bool busy_ = false, quit_ = false;
   double job_cpu_s_ = 0;  // CPU seconds of the worker's jobs finished since the last save began
   std::exception_ptr error_;
