@@ -4,9 +4,10 @@
 # builds it. Used by both README commands; safe to run again. ZT_BUILD_DIR picks the build folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# libpcre2-dev, libutf8proc-dev, pkg-config: tokenizer regexes and Unicode normalization (docs/tokenizers.md).
+# libpcre2-dev, libutf8proc-dev, pkg-config: tokenizer regexes and Unicode normalization (docs/tokenizers.md);
+# libxxhash-dev: checkpoint and flash snapshot checksums (docs/checkpoints.md#the-folder-checkpoint-n).
 pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin pkg-config
-      libpcre2-dev libutf8proc-dev "$@")
+      libpcre2-dev libutf8proc-dev libxxhash-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # Node.js and npm often come preinstalled from outside Debian (NodeSource, npm 11); asking apt

@@ -231,7 +231,7 @@ TEST_F(CheckpointTest, MixedSavesAreRejected) {
   nlohmann::json sums;
   std::ifstream(fs::path(dir()) / "checksums.json") >> sums;
   auto [h, size] = checkpoint_file_digest((fs::path(dir()) / state).string());
-  sums["files"][state] = {{"hash64", h}, {"bytes", size}};
+  sums["files"][state] = {{"xxh3_tree", h}, {"bytes", size}};
   std::ofstream(fs::path(dir()) / "checksums.json") << sums.dump();
   const std::string err = error_of([&] { CheckpointReader r(dir(), tiny_config()); });
   EXPECT_NE(err.find("mixes files of two saves: \"" + state +

@@ -10,6 +10,8 @@
 #include <numeric>
 
 #include "checkpoint/flash_snapshot.h"
+#include "core/content_hash.h"
+#include "core/file_io.h"
 
 namespace zt {
 namespace {
@@ -76,7 +78,7 @@ TEST_F(FlashTest, TornDamagedAndEmptyAreRefused) {
     EXPECT_NE(why.find("no snapshot"), std::string::npos) << why;
     write_sealed(s);
     // A second save killed mid-copy: the complete mark was cleared first.
-    s.write({24, "def", 0, 1, {0, 1}}, c_, {{"n_embd", 8}}, 1, [] {});
+    s.write({24, "def", 0, 1, {0, 1}}, c_, {{"n_embd", 8}}, 1, {}, [] {});
   }
   {
     FlashSnapshot s(path_);
@@ -94,6 +96,50 @@ TEST_F(FlashTest, TornDamagedAndEmptyAreRefused) {
   FlashSnapshot s(path_);
   EXPECT_FALSE(s.verify(&why));
   EXPECT_NE(why.find("checksum"), std::string::npos) << why;
+}
+
+// A shard owner's checkpoint files are laid out in the snapshot as they will be on disk: each
+// image is its planned header and pieces, 4096-byte aligned, with the tree checksum of its bytes,
+// and written from there it reads back byte for byte.
+TEST_F(FlashTest, HoldsTheCheckpointFilesImages) {
+  StateCollector c;
+  std::vector<float> w(3000), m(3000);
+  std::iota(w.begin(), w.end(), 0.5f);
+  std::iota(m.begin(), m.end(), -7.0f);
+  c.put_tensor({"wte", {3000}, "params", {0, 3000}, w.data()});   // whole: model.safetensors
+  c.put_tensor({"wte", {3000}, "exp_avg", {0, 3000}, m.data()});  // the state file
+  c.put_tensor({"wpe", {6000}, "params", {100, 50}, w.data()});   // a slice: the state file
+  const std::vector<ShardFile> plan = checkpoint_shard_files({0, 1}, c.pieces, "abc");
+  ASSERT_EQ(plan.size(), 2u);
+  FlashSnapshot s(path_);
+  s.reserve(1 << 16);
+  s.write({3, "abc", 0, 1, {0, 1}}, c, {{"n_embd", 8}}, 2, plan);
+  s.seal();
+  const std::vector<SnapshotFile> files = s.files();
+  ASSERT_EQ(files.size(), 2u);
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::string want = plan[i].header;
+    for (size_t k : plan[i].pieces)
+      want.append(reinterpret_cast<const char*>(c.pieces[k].data), size_t(c.pieces[k].slice.count) * 4);
+    EXPECT_EQ(files[i].name, plan[i].name);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(files[i].image) % 4096, 0u);
+    ASSERT_EQ(files[i].bytes, want.size());
+    EXPECT_EQ(0, std::memcmp(files[i].image, want.data(), want.size())) << files[i].name;
+    EXPECT_EQ(files[i].checksum, tree_checksum(want.data(), want.size()));
+    const std::string out = (dir_ / files[i].name).string();
+    const FileDigest d = write_image_file(out, files[i].image, files[i].bytes, files[i].checksum);
+    std::ifstream f(out, std::ios::binary);
+    const std::string back((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(back == want) << files[i].name;
+    EXPECT_EQ(checkpoint_file_digest(out), std::make_pair(d.hash, uint64_t(want.size())));
+  }
+  // The pieces read back from their places inside the images.
+  FlashSnapshot again(path_);
+  std::string why;
+  ASSERT_TRUE(again.verify(&why)) << why;
+  std::vector<float> got(50);
+  again.reader()->get_tensor({"wpe", {6000}, "params", {100, 50}, got.data()});
+  EXPECT_EQ(0, std::memcmp(got.data(), w.data(), 50 * 4));
 }
 
 TEST_F(FlashTest, PathNamesRunAndRank) {

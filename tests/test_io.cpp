@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint_meta.h"
+#include "core/content_hash.h"
+#include "core/hash.h"
 #include "checkpoint/run_folder.h"
 #include "checkpoint/safetensors.h"
 #include "data/token_data.h"
@@ -68,15 +70,30 @@ TEST(Safetensors, RoundTripF32AndBf16WithMetadata) {
   EXPECT_EQ(f.metadata().size(), 0u);
 }
 
-// The streaming hash equals hash64 however the bytes are split (blocks across pieces, the tail).
+// The streaming hash equals the whole-buffer hash however the bytes are split.
 TEST(FileWriter, StreamingHashEqualsWholeHash) {
   std::string bytes;
   for (int i = 0; i < 1000; ++i) bytes.push_back(char(i * 131 + 7));
   for (size_t n : {size_t(0), size_t(5), size_t(32), size_t(33), size_t(999), size_t(1000)}) {
     for (size_t piece : {size_t(1), size_t(7), size_t(31), size_t(32), size_t(100), size_t(1000)}) {
-      Hash64Stream h(n);
+      ContentHashStream h(3);
       for (size_t i = 0; i < n; i += piece) h.update(bytes.data() + i, std::min(piece, n - i));
-      EXPECT_EQ(h.value(), hash64(bytes.data(), n)) << "n " << n << " pieces of " << piece;
+      EXPECT_EQ(h.value(), content_hash(bytes.data(), n, 3)) << "n " << n << " pieces of " << piece;
+    }
+  }
+  EXPECT_NE(content_hash(bytes.data(), 1000, 0), content_hash(bytes.data(), 1000, 1));
+  // The tree checksum: XXH3 over the XXH3s of 512 KiB blocks, streamed in any pieces.
+  std::string big(kChecksumBlock * 2 + 1000, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = char((i * 2654435761u) >> 11);
+  for (size_t n : {size_t(0), size_t(1), kChecksumBlock, kChecksumBlock + 1, big.size()}) {
+    std::vector<uint64_t> blocks;
+    for (size_t b = 0; b < n; b += kChecksumBlock)
+      blocks.push_back(content_hash(big.data() + b, std::min(kChecksumBlock, n - b)));
+    EXPECT_EQ(tree_checksum(big.data(), n), tree_checksum_of_blocks(blocks)) << n;
+    for (size_t piece : {size_t(1000), size_t(4096) * 33 + 5, kChecksumBlock}) {
+      TreeChecksumStream t;
+      for (size_t i = 0; i < n; i += piece) t.update(big.data() + i, std::min(piece, n - i));
+      EXPECT_EQ(t.value(), tree_checksum(big.data(), n)) << n << " pieces of " << piece;
     }
   }
 }
@@ -97,18 +114,23 @@ TEST(FileWriter, WritesExactBytesAndTheirDigest) {
         w.write(data.data() + n / 3, n - n / 3);
         const FileDigest d = w.finish();
         EXPECT_EQ(d.size, n);
-        EXPECT_EQ(d.hash, hash64(data.data(), n));
+        EXPECT_EQ(d.hash, tree_checksum(data.data(), n));
       }
       std::ifstream f(path, std::ios::binary);
       const std::string back((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
       EXPECT_TRUE(back == data) << dir << " size " << n << " read " << back.size();
-      EXPECT_EQ(checkpoint_file_digest(path), std::make_pair(hash64(data.data(), n), uint64_t(n)));
+      EXPECT_EQ(checkpoint_file_digest(path), std::make_pair(tree_checksum(data.data(), n), uint64_t(n)));
+      EXPECT_EQ(checkpoint_file_digest(path, ChecksumKind::hash64),
+                std::make_pair(hash64(data.data(), n), uint64_t(n)));
       fs::remove(path);
     }
   }
   // Destroyed before finish: nothing is left behind.
   const std::string path = tmp("writer_abandoned");
-  { SequentialFileWriter w(path, 10); w.write("abc", 3); }
+  {
+    SequentialFileWriter w(path, 10);
+    w.write("abc", 3);
+  }
   EXPECT_FALSE(fs::exists(path));
 }
 
@@ -365,11 +387,18 @@ TEST(FuzzRegression, CheckpointMetadata) {
   fs::create_directories(out / "checkpoint-99999999999999999999");
   auto sums = [&](const std::string& text) { write_bytes((ck / "checksums.json").string(), text); };
   sums(R"({"save_id": "1", "files": {"config.json": {"hash64": 1, "bytes": "2"}}})");  // get<uint64_t> threw
-  one_line_error([&] { checkpoint_verify(ck.string()); }, "needs unsigned integers \"hash64\" and \"bytes\"");
+  one_line_error([&] { checkpoint_verify(ck.string()); },
+                 "needs unsigned integers \"xxh3_tree\" (or \"hash64\") and \"bytes\"");
   sums(R"({"save_id": "1", "files": {"../checkpoint-7/config.json": {"hash64": 1, "bytes": 2}}})");
   one_line_error([&] { checkpoint_verify(ck.string()); }, "is not a file name");
-  auto [h, size] = checkpoint_file_digest((ck / "config.json").string());
+  // An older checkpoint's hash64 checksums verify as well as XXH3 ones; a mismatch is named.
+  auto [h, size] = checkpoint_file_digest((ck / "config.json").string(), ChecksumKind::hash64);
   sums(nlohmann::json{{"save_id", "1"}, {"files", {{"config.json", {{"hash64", h}, {"bytes", size}}}}}}.dump());
+  EXPECT_EQ(checkpoint_find_latest(out.string()), ck.string());
+  sums(nlohmann::json{{"save_id", "1"}, {"files", {{"config.json", {{"xxh3_tree", h}, {"bytes", size}}}}}}.dump());
+  one_line_error([&] { checkpoint_verify(ck.string()); }, "\"config.json\" fails its checksum");
+  const uint64_t x = checkpoint_file_digest((ck / "config.json").string()).first;
+  sums(nlohmann::json{{"save_id", "1"}, {"files", {{"config.json", {{"xxh3_tree", x}, {"bytes", size}}}}}}.dump());
   EXPECT_EQ(checkpoint_find_latest(out.string()), ck.string());
   checkpoint_prune(out.string(), 1);
 

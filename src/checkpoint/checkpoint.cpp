@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -63,7 +64,7 @@ constexpr const char* kDigestSuffix = ".digest";
 
 void write_digest(const fs::path& file, const FileDigest& d) {
   write_file_atomic(file.string() + kDigestSuffix,
-                    nlohmann::json({{"hash64", d.hash}, {"bytes", d.size}, {"inode", d.inode}}).dump() + "\n");
+                    nlohmann::json({{"xxh3_tree", d.hash}, {"bytes", d.size}, {"inode", d.inode}}).dump() + "\n");
 }
 
 // The digest a writer left for file, if it describes this very file (its inode and size: two
@@ -76,42 +77,36 @@ std::pair<uint64_t, uint64_t> file_digest(const fs::path& file) {
     std::ifstream f(side);
     const nlohmann::json d = nlohmann::json::parse(f, nullptr, false);
     if (d.is_object() && d.value("bytes", uint64_t(0)) == uint64_t(st.st_size) &&
-        d.value("inode", uint64_t(0)) == uint64_t(st.st_ino) && d.contains("hash64") && d["hash64"].is_number_unsigned())
-      return {d["hash64"].get<uint64_t>(), uint64_t(st.st_size)};
+        d.value("inode", uint64_t(0)) == uint64_t(st.st_ino) && d.contains("xxh3_tree") &&
+        d["xxh3_tree"].is_number_unsigned())
+      return {d["xxh3_tree"].get<uint64_t>(), uint64_t(st.st_size)};
   }
   return checkpoint_file_digest(file.string());
 }
 
-// A shard owner's files. With one shard, parameters held whole go to model.safetensors under
-// their HF names and shapes (the folder is then an HF model folder too); every other piece
-// goes to the state file as a 1-D tensor "<slot>.<tensor>.<begin>", described in the
-// metadata ("pieces": name -> {tensor, slot, shape, begin}) so no reader parses names.
+// A file written under a temporary name, renamed into place (its folder fsynced) and its digest
+// left beside it.
+template <typename Write>
+void write_renamed(const fs::path& path, Write write) {
+  const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  const FileDigest d = write(tmp);
+  ZT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path.string(), ": ",
+           std::strerror(errno));
+  fsync_path(path.parent_path().string(), true);
+  write_digest(path, d);
+}
+
 void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector<StatePiece>& pieces,
                  const std::string& save_id) {
-  std::vector<StTensorOut> model, state;
-  nlohmann::json desc = nlohmann::json::object();
-  for (const StatePiece& p : pieces) {
-    if (shard.count == 1 && p.slot == "params" && p.slice.begin == 0 && p.slice.count == numel_of(p.shape)) {
-      model.push_back({p.tensor, p.shape, p.data});
-      continue;
-    }
-    std::string name = p.slot + "." + p.tensor + "." + std::to_string(p.slice.begin);
-    ZT_ASSERT(!desc.contains(name), "piece ", name, " written twice");
-    desc[name] = {{"tensor", p.tensor}, {"slot", p.slot}, {"shape", p.shape}, {"begin", p.slice.begin}};
-    state.push_back({std::move(name), {p.slice.count}, p.data});
-  }
-  if (!model.empty()) {
-    const fs::path path = tmp / "model.safetensors";
-    write_digest(path, safetensors_write(path.string(), model, DType::f32,
-                                         {{"format", "pt"}, {"save_id", save_id}}));  // fsynced, as every write here
-  }
-  const fs::path path = tmp / state_file_name(shard.index, shard.count);
-  write_digest(path, safetensors_write(path.string(), state, DType::f32,
-                                       {{"format", kStateFormat},
-                                        {"shard", std::to_string(shard.index)},
-                                        {"num_shards", std::to_string(shard.count)},
-                                        {"pieces", desc.dump()},
-                                        {"save_id", save_id}}));
+  for (const ShardFile& f : checkpoint_shard_files(shard, pieces, save_id))
+    write_renamed(tmp / f.name, [&](const std::string& path) {
+      uint64_t size = f.header.size();
+      for (size_t i : f.pieces) size += uint64_t(pieces[i].slice.count) * 4;
+      SequentialFileWriter out(path, size);
+      out.write(f.header.data(), f.header.size());
+      for (size_t i : f.pieces) out.write(pieces[i].data, size_t(pieces[i].slice.count) * 4);
+      return out.finish();
+    });
 }
 
 // The chief's part, after every shard is written: the JSON files, checksums.json over every
@@ -132,7 +127,7 @@ void finish(const fs::path& tmp, const fs::path& final_dir, const ModelConfig& c
       continue;
     }
     auto [h, size] = file_digest(e.path());
-    sums[name] = {{"hash64", h}, {"bytes", size}};
+    sums[name] = {{"xxh3_tree", h}, {"bytes", size}};
   }
   for (const fs::path& p : sides) fs::remove(p);
   const nlohmann::json doc = {{"save_id", save_id}, {"files", sums}};
@@ -163,6 +158,50 @@ void checkpoint_begin(const std::string& output_dir, int64_t step) {
   const fs::path tmp = checkpoint_dir(output_dir, step, true);
   fs::remove_all(tmp);
   fs::create_directories(tmp);
+}
+
+// A shard owner's files. With one shard, parameters held whole go to model.safetensors under
+// their HF names and shapes (the folder is then an HF model folder too); every other piece
+// goes to the state file as a 1-D tensor "<slot>.<tensor>.<begin>", described in the
+// metadata ("pieces": name -> {tensor, slot, shape, begin}) so no reader parses names.
+std::vector<ShardFile> checkpoint_shard_files(const StateShard& shard, const std::vector<StatePiece>& pieces,
+                                              const std::string& save_id) {
+  if (shard.index < 0) return {};
+  std::vector<StTensorOut> model, state;
+  ShardFile model_file{"model.safetensors", "", {}}, state_file{state_file_name(shard.index, shard.count), "", {}};
+  nlohmann::json desc = nlohmann::json::object();
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const StatePiece& p = pieces[i];
+    if (shard.count == 1 && p.slot == "params" && p.slice.begin == 0 && p.slice.count == numel_of(p.shape)) {
+      model.push_back({p.tensor, p.shape, p.data});
+      model_file.pieces.push_back(i);
+      continue;
+    }
+    std::string name = p.slot + "." + p.tensor + "." + std::to_string(p.slice.begin);
+    ZT_ASSERT(!desc.contains(name), "piece ", name, " written twice");
+    desc[name] = {{"tensor", p.tensor}, {"slot", p.slot}, {"shape", p.shape}, {"begin", p.slice.begin}};
+    state.push_back({std::move(name), {p.slice.count}, p.data});
+    state_file.pieces.push_back(i);
+  }
+  std::vector<ShardFile> out;
+  if (!model.empty()) {
+    model_file.header = safetensors_header(model, DType::f32, {{"format", "pt"}, {"save_id", save_id}});
+    out.push_back(std::move(model_file));
+  }
+  state_file.header = safetensors_header(state, DType::f32,
+                                         {{"format", kStateFormat},
+                                          {"shard", std::to_string(shard.index)},
+                                          {"num_shards", std::to_string(shard.count)},
+                                          {"pieces", desc.dump()},
+                                          {"save_id", save_id}});
+  out.push_back(std::move(state_file));
+  return out;
+}
+
+void checkpoint_write_file_image(const std::string& output_dir, int64_t step, const std::string& name,
+                                 const void* image, uint64_t size, uint64_t checksum) {
+  write_renamed(checkpoint_dir(output_dir, step, true) / name,
+                [&](const std::string& path) { return write_image_file(path, image, size, checksum); });
 }
 
 void checkpoint_write_shard(const std::string& output_dir, int64_t step, const StateShard& shard,

@@ -62,6 +62,20 @@ std::string checkpoint_tmp_dir(const std::string& output_dir, int64_t step);
 void checkpoint_begin(const std::string& output_dir, int64_t step);
 void checkpoint_write_shard(const std::string& output_dir, int64_t step, const StateShard& shard,
                             const std::vector<StatePiece>& pieces, const std::string& save_id);
+// The files a shard owner writes for its pieces, planned: each file's name, the bytes before its
+// tensor data (safetensors' header) and the pieces that follow, in order, back to back. A flash
+// snapshot lays these files out in shared memory as they will be on disk, and its persist writes
+// them from there (checkpoint_write_file_image) with no copy. Empty for a rank that owns no shard.
+struct ShardFile {
+  std::string name, header;
+  std::vector<size_t> pieces;  // indices into the pieces given
+};
+std::vector<ShardFile> checkpoint_shard_files(const StateShard& shard, const std::vector<StatePiece>& pieces,
+                                              const std::string& save_id);
+// Writes one planned file into checkpoint-N.tmp/ from its image in memory (core/file_io.h's
+// write_image_file: 4096-byte aligned, readable to the next multiple of 4096), with its checksum.
+void checkpoint_write_file_image(const std::string& output_dir, int64_t step, const std::string& name,
+                                 const void* image, uint64_t size, uint64_t checksum);
 void checkpoint_seal(const std::string& output_dir, int64_t step, const ModelConfig& cfg, nlohmann::json state,
                      const std::string& save_id, const std::vector<std::pair<std::string, std::string>>& extra_files);
 

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/content_hash.h"
 #include "core/hash.h"
 #include "checkpoint/safetensors.h"
 
@@ -23,19 +24,23 @@ constexpr const char* kChecksums = "checksums.json";
 }  // namespace
 
 // Hash and size of a file through a read-only mapping.
-std::pair<uint64_t, uint64_t> checkpoint_file_digest(const std::string& path) {
+std::pair<uint64_t, uint64_t> checkpoint_file_digest(const std::string& path, ChecksumKind kind) {
   int fd = ::open(path.c_str(), O_RDONLY);
   ZT_CHECK(fd >= 0, "cannot open ", path, ": ", std::strerror(errno));
   struct stat st {};
   ::fstat(fd, &st);
-  uint64_t size = uint64_t(st.st_size), h = hash64(nullptr, 0);
+  auto hash = [kind](const void* p, size_t n) {
+    return kind == ChecksumKind::xxh3 ? tree_checksum(p, n) : hash64(p, n);
+  };
+  uint64_t size = uint64_t(st.st_size), h = hash(nullptr, 0);
   if (size > 0) {
     void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
       ::close(fd);
       throw Error(str_cat("cannot map ", path));
     }
-    h = hash64(m, size);
+    ::madvise(m, size, MADV_SEQUENTIAL);
+    h = hash(m, size);
     ::munmap(m, size);
   }
   ::close(fd);
@@ -85,15 +90,16 @@ std::string checkpoint_verify(const std::string& dir) {
     // Entries name files of this folder, each with two unsigned integers.
     ZT_CHECK(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos, dir, "/", kChecksums,
              " is damaged: ", quote(name), " is not a file name");
-    ZT_CHECK(v.is_object() && v.contains("hash64") && v["hash64"].is_number_unsigned() && v.contains("bytes") &&
+    const char* key = v.is_object() && v.contains("hash64") ? "hash64" : "xxh3_tree";
+    ZT_CHECK(v.is_object() && v.contains(key) && v[key].is_number_unsigned() && v.contains("bytes") &&
                  v["bytes"].is_number_unsigned(),
              dir, "/", kChecksums, " is damaged: the entry for ", quote(name),
-             " needs unsigned integers \"hash64\" and \"bytes\"");
+             " needs unsigned integers \"xxh3_tree\" (or \"hash64\") and \"bytes\"");
     fs::path p = d / name;
     std::error_code ec;
     ZT_CHECK(fs::is_regular_file(p, ec), "checkpoint ", dir, " is damaged: ", quote(name), " is missing");
-    auto [h, size] = checkpoint_file_digest(p.string());
-    const uint64_t want_size = v["bytes"].get<uint64_t>(), want_hash = v["hash64"].get<uint64_t>();
+    auto [h, size] = checkpoint_file_digest(p.string(), key[0] == 'x' ? ChecksumKind::xxh3 : ChecksumKind::hash64);
+    const uint64_t want_size = v["bytes"].get<uint64_t>(), want_hash = v[key].get<uint64_t>();
     ZT_CHECK(size == want_size, "checkpoint ", dir, " is damaged: ", quote(name), " has ", size, " bytes, expected ",
              want_size);
     ZT_CHECK(h == want_hash, "checkpoint ", dir, " is damaged: ", quote(name), " fails its checksum");

@@ -11,7 +11,8 @@
 
 namespace zt {
 
-// checksums.json is {"save_id": "<hex>", "files": {name: {"hash64", "bytes"}}}. Throws an
+// checksums.json is {"save_id": "<hex>", "files": {name: {"xxh3_tree", "bytes"}}} (checkpoints written
+// before XXH3 record "hash64" instead, still verified with it). Throws an
 // Error naming the first file whose size or hash does not match, or whose recorded save id
 // (trainer_state.json's ztrain.save_id, a safetensors file's "save_id" metadata) is not
 // checksums.json's: a folder mixing files of two saves. Returns the save id.
@@ -24,7 +25,10 @@ std::string checkpoint_verify(const std::string& dir);
 // have their types, so a damaged file is an Error naming the field, not a JSON exception.
 nlohmann::json checkpoint_read_trainer_state(const std::string& path);
 
-// (hash64, size in bytes) of a file, as checksums.json records them.
-std::pair<uint64_t, uint64_t> checkpoint_file_digest(const std::string& path);
+// The checksum algorithms checksums.json names: "xxh3_tree" (core/content_hash.h, what ztrain writes)
+// and "hash64" (core/hash.h, older checkpoints).
+enum class ChecksumKind { xxh3, hash64 };
+// (checksum, size in bytes) of a file, as checksums.json records them.
+std::pair<uint64_t, uint64_t> checkpoint_file_digest(const std::string& path, ChecksumKind kind = ChecksumKind::xxh3);
 
 }  // namespace zt

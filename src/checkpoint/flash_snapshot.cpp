@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/content_hash.h"
 #include "core/hash.h"
 
 namespace zt {
@@ -21,7 +23,9 @@ namespace {
 
 constexpr uint64_t kDataOffset = 4096;
 constexpr uint64_t kAlign = 64;
-constexpr char kMagic[8] = {'Z', 'T', 'F', 'L', 'A', 'S', 'H', '1'};
+// 2: the checksum is over block hashes (XXH3); snapshots of format 1 are "another format".
+constexpr char kMagic[8] = {'Z', 'T', 'F', 'L', 'A', 'S', 'H', '2'};
+constexpr uint64_t kPage = 4096;
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -35,7 +39,7 @@ struct FlashSnapshot::Header {
   char save_id[32];
   uint64_t data_bytes;  // the pieces, from kDataOffset
   uint64_t meta_bytes;  // the JSON, right after the data
-  uint64_t checksum;    // over the fields above it (complete excluded), the data and the JSON
+  uint64_t checksum;    // over the fields above it (complete excluded), the data's block hashes and the JSON
 };
 
 void StateCollector::put_tensor(const StatePiece& p) {
@@ -112,45 +116,97 @@ void FlashSnapshot::reserve(uint64_t data_bytes) {
 }
 
 void FlashSnapshot::write(const SnapshotInfo& info, const StateCollector& c, const nlohmann::json& config, int threads,
-                          const std::function<void()>& midway) {
+                          const std::vector<ShardFile>& files, const std::function<void()>& midway) {
   std::atomic_ref<uint64_t>(header()->complete).store(0, std::memory_order_release);
-  nlohmann::json table = nlohmann::json::array();
+  // The layout: each file's image (its header, then its pieces back to back) from a 4096-byte
+  // boundary, as it will be on disk; then the pieces in no file (a rank that owns no checkpoint
+  // shard), 64-byte aligned. Segments in order of their place; regions are what is checksummed.
+  struct Segment {
+    const uint8_t* src;
+    uint64_t dst, bytes;
+  };
+  std::vector<Segment> segs;
+  std::vector<std::pair<uint64_t, uint64_t>> regions;  // offset, bytes
+  std::vector<uint64_t> at(c.pieces.size(), ~uint64_t(0));
+  nlohmann::json file_table = nlohmann::json::array();
   uint64_t off = 0;
-  for (const StatePiece& p : c.pieces) {
+  auto put = [&](const void* src, uint64_t bytes) {
+    if (bytes > 0) segs.push_back({static_cast<const uint8_t*>(src), off, bytes});
+    off += bytes;
+  };
+  for (const ShardFile& f : files) {
+    off = align_up(off, kPage);
+    const uint64_t start = off;
+    put(f.header.data(), f.header.size());
+    for (size_t i : f.pieces) at[i] = off, put(c.pieces[i].data, uint64_t(c.pieces[i].slice.count) * 4);
+    // The checksum's place holds 16 hex digits now, so the JSON's size is known before the copy.
+    file_table.push_back({{"name", f.name}, {"offset", start}, {"bytes", off - start}, {"checksum", hex64(0)}});
+    regions.push_back({start, off - start});
+  }
+  off = align_up(off, kPage);
+  const uint64_t loose = off;
+  for (size_t i = 0; i < c.pieces.size(); ++i)
+    if (at[i] == ~uint64_t(0))
+      off = align_up(off, kAlign), at[i] = off, put(c.pieces[i].data, uint64_t(c.pieces[i].slice.count) * 4);
+  if (off > loose) regions.push_back({loose, off - loose});
+  const uint64_t data_bytes = align_up(off, kPage);  // an image's last block is readable whole (O_DIRECT)
+  nlohmann::json table = nlohmann::json::array();
+  for (size_t i = 0; i < c.pieces.size(); ++i) {
+    const StatePiece& p = c.pieces[i];
     table.push_back({{"tensor", p.tensor},
                      {"slot", p.slot},
                      {"shape", p.shape},
                      {"begin", p.slice.begin},
                      {"count", p.slice.count},
-                     {"offset", off}});
-    off = align_up(off + uint64_t(p.slice.count) * 4, kAlign);
+                     {"offset", at[i]}});
   }
-  const uint64_t data_bytes = off;
-  meta_ = {{"pieces", std::move(table)}, {"state", c.json}, {"config", config}};
-  const std::string meta = meta_.dump();
-  map_size(kDataOffset + data_bytes + meta.size());
-  // Chunks of at most 4 MiB, copied by the OpenMP threads (one thread's memcpy is far from
-  // the memory bandwidth); the hook runs between the two halves.
-  struct Chunk {
-    const uint8_t* src;
-    uint64_t dst, bytes;
+  nlohmann::json region_table = nlohmann::json::array();
+  for (const auto& [o, n] : regions) region_table.push_back({o, n});
+  meta_ = {{"pieces", std::move(table)},
+           {"files", std::move(file_table)},
+           {"regions", std::move(region_table)},
+           {"state", c.json},
+           {"config", config}};
+  const size_t meta_size = meta_.dump().size();
+  map_size(kDataOffset + data_bytes + meta_size);
+  // Each region in blocks of kChecksumBlock, each copied and hashed by one of `threads` OpenMP
+  // threads while it is in that core's cache.
+  struct Block {
+    uint64_t b0, b1;
   };
-  std::vector<Chunk> chunks;
-  for (size_t i = 0; i < c.pieces.size(); ++i) {
-    const uint64_t bytes = uint64_t(c.pieces[i].slice.count) * 4, dst = meta_["pieces"][i]["offset"].get<uint64_t>();
-    for (uint64_t b = 0; b < bytes; b += 4u << 20)
-      chunks.push_back(
-          {reinterpret_cast<const uint8_t*>(c.pieces[i].data) + b, dst + b, std::min<uint64_t>(4u << 20, bytes - b)});
+  std::vector<Block> blocks;
+  std::vector<size_t> first_block;  // of each region
+  for (const auto& [o, n] : regions) {
+    first_block.push_back(blocks.size());
+    for (uint64_t b = 0; b < n; b += kChecksumBlock)
+      blocks.push_back({o + b, o + std::min<uint64_t>(n, b + kChecksumBlock)});
   }
+  first_block.push_back(blocks.size());
   uint8_t* data = map_ + kDataOffset;
-  auto copy = [&](size_t lo, size_t hi) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, threads))
-    for (int64_t k = int64_t(lo); k < int64_t(hi); ++k)
-      std::memcpy(data + chunks[k].dst, chunks[k].src, chunks[k].bytes);
+  block_hashes_.assign(blocks.size(), 0);
+  wrote_ = true;
+  auto copy = [&](int64_t lo, int64_t hi) {
+#pragma omp parallel for schedule(dynamic, 4) num_threads(std::max(1, threads))
+    for (int64_t k = lo; k < hi; ++k) {
+      const uint64_t b0 = blocks[size_t(k)].b0, b1 = blocks[size_t(k)].b1;
+      auto it = std::upper_bound(segs.begin(), segs.end(), b0,
+                                 [](uint64_t v, const Segment& g) { return v < g.dst + g.bytes; });
+      for (; it != segs.end() && it->dst < b1; ++it) {
+        const uint64_t s0 = std::max(b0, it->dst), s1 = std::min(b1, it->dst + it->bytes);
+        std::memcpy(data + s0, it->src + (s0 - it->dst), s1 - s0);
+      }
+      block_hashes_[size_t(k)] = content_hash(data + b0, b1 - b0);
+    }
   };
-  copy(0, chunks.size() / 2);
+  const int64_t nb = int64_t(blocks.size());
+  copy(0, nb / 2);
   if (midway) midway();
-  copy(chunks.size() / 2, chunks.size());
+  copy(nb / 2, nb);
+  for (size_t f = 0; f < files.size(); ++f)
+    meta_["files"][f]["checksum"] = hex64(tree_checksum_of_blocks(
+        std::vector<uint64_t>(block_hashes_.begin() + first_block[f], block_hashes_.begin() + first_block[f + 1])));
+  const std::string meta = meta_.dump();
+  ZT_ASSERT(meta.size() == meta_size, "the flash snapshot's JSON changed size");
   std::memcpy(data + data_bytes, meta.data(), meta.size());
   Header* h = header();
   std::memcpy(h->magic, kMagic, 8);
@@ -167,16 +223,39 @@ void FlashSnapshot::write(const SnapshotInfo& info, const StateCollector& c, con
   info_ = info;
 }
 
-uint64_t FlashSnapshot::checksum() const {
+// content_hash of the header's fields (complete and checksum excluded), the JSON, and the block
+// hashes of the data's regions (those write() computed, or recomputed when verifying).
+uint64_t FlashSnapshot::checksum(const std::vector<uint64_t>& blocks) const {
   const Header* h = header();
   Header fields = *h;
   fields.complete = 0;
   fields.checksum = 0;
-  return hash64(map_ + kDataOffset, h->data_bytes + h->meta_bytes, hash64(&fields, sizeof fields));
+  const uint64_t seed =
+      content_hash(map_ + kDataOffset + h->data_bytes, h->meta_bytes, content_hash(&fields, sizeof fields));
+  return content_hash(blocks.data(), blocks.size() * sizeof(uint64_t), seed);
+}
+
+std::vector<uint64_t> FlashSnapshot::hash_blocks() const {
+  std::vector<std::pair<uint64_t, uint64_t>> blocks;
+  for (const auto& r : meta_["regions"]) {
+    const uint64_t o = r[0].get<uint64_t>(), n = r[1].get<uint64_t>();
+    for (uint64_t b = 0; b < n; b += kChecksumBlock)
+      blocks.push_back({o + b, std::min<uint64_t>(n - b, kChecksumBlock)});
+  }
+  std::vector<uint64_t> out(blocks.size());
+  const uint8_t* data = map_ + kDataOffset;
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t k = 0; k < int64_t(blocks.size()); ++k)
+    out[size_t(k)] = content_hash(data + blocks[size_t(k)].first, blocks[size_t(k)].second);
+  return out;
 }
 
 void FlashSnapshot::seal() {
-  header()->checksum = checksum();
+  if (!wrote_) {  // sealing a snapshot this object did not write (tests): hash it now
+    ZT_CHECK(parse_meta(nullptr), "the flash snapshot ", path_, " has no valid JSON to seal");
+    block_hashes_ = hash_blocks();
+  }
+  header()->checksum = checksum(block_hashes_);
   std::atomic_ref<uint64_t>(header()->complete).store(1, std::memory_order_release);
 }
 
@@ -195,16 +274,34 @@ bool FlashSnapshot::verify(std::string* why) const {
   if (h->data_bytes > uint64_t(st.st_size) || h->meta_bytes > uint64_t(st.st_size) ||
       kDataOffset + h->data_bytes + h->meta_bytes > uint64_t(st.st_size))
     return no("its sizes exceed the file (truncated)");
-  if (checksum() != h->checksum) return no("its checksum does not match (damaged)");
-  const_cast<FlashSnapshot*>(this)->parse_meta(why);
-  return !meta_.is_null() || no("its JSON is damaged");
+  if (!const_cast<FlashSnapshot*>(this)->parse_meta(why)) return no("its JSON is damaged");
+  if (checksum(hash_blocks()) != h->checksum) return no("its checksum does not match (damaged)");
+  return true;
 }
 
 bool FlashSnapshot::parse_meta(std::string* why) {
   const Header* h = header();
   meta_ = nlohmann::json::parse(map_ + kDataOffset + h->data_bytes, map_ + kDataOffset + h->data_bytes + h->meta_bytes,
                                 nullptr, false);
-  if (meta_.is_discarded() || !meta_.is_object() || !meta_.contains("pieces") || !meta_.contains("state")) {
+  // The regions and files are checked here, before the checksum is computed from them.
+  auto within = [&](const nlohmann::json& o, const nlohmann::json& n) {
+    return o.is_number_unsigned() && n.is_number_unsigned() && o.get<uint64_t>() <= h->data_bytes &&
+           n.get<uint64_t>() <= h->data_bytes - o.get<uint64_t>();
+  };
+  bool ok = !meta_.is_discarded() && meta_.is_object() && meta_.contains("pieces") && meta_.contains("state") &&
+            meta_.contains("regions") && meta_["regions"].is_array() && meta_.contains("files") &&
+            meta_["files"].is_array();
+  for (size_t i = 0; ok && i < meta_["regions"].size(); ++i) {
+    const nlohmann::json& r = meta_["regions"][i];
+    ok = r.is_array() && r.size() == 2 && within(r[0], r[1]);
+  }
+  for (size_t i = 0; ok && i < meta_["files"].size(); ++i) {
+    const nlohmann::json& f = meta_["files"][i];
+    ok = f.is_object() && f.contains("name") && f["name"].is_string() && f.contains("offset") && f.contains("bytes") &&
+         within(f["offset"], f["bytes"]) && f["offset"].get<uint64_t>() % kPage == 0 && f.contains("checksum") &&
+         f["checksum"].is_string() && f["checksum"].get<std::string>().size() == 16;
+  }
+  if (!ok) {
     meta_ = nullptr;
     return false;
   }
@@ -214,6 +311,14 @@ bool FlashSnapshot::parse_meta(std::string* why) {
   info_.shard = {h->shard_index, h->shard_count};
   info_.save_id = std::string(h->save_id, strnlen(h->save_id, sizeof h->save_id));
   return true;
+}
+
+std::vector<SnapshotFile> FlashSnapshot::files() const {
+  std::vector<SnapshotFile> out;
+  for (const auto& f : meta_["files"])
+    out.push_back({f["name"].get<std::string>(), map_ + kDataOffset + f["offset"].get<uint64_t>(),
+                   f["bytes"].get<uint64_t>(), std::stoull(f["checksum"].get<std::string>(), nullptr, 16)});
+  return out;
 }
 
 std::vector<StatePiece> FlashSnapshot::pieces() const {

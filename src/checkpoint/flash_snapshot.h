@@ -2,8 +2,11 @@
 // outlives the process (kill -9 included; not a reboot), so a flash checkpoint costs the
 // training loop one memory copy and a restart finds the newest state there
 // (docs/fault-tolerance.md#flash-checkpoints).
-// The file: a 4 KiB header, the pieces' data (each 64-byte aligned, in the order saved), then a
-// JSON block (the piece table, the components' JSON state, the model config). The header's
+// The file: a 4 KiB header, the data, then a JSON block (the piece table, the checkpoint files'
+// images and checksums, the checksummed regions, the components' JSON state, the model config).
+// The data holds the rank's checkpoint files as they will be on disk (each from a 4096-byte
+// boundary) and then any pieces in no file; the checksum covers the regions those occupy, in
+// 512 KiB blocks hashed as they are copied. The header's
 // `complete` word is cleared before a copy starts and set last, after the checksum over the data
 // and the JSON is stored, so a snapshot torn by a kill is never taken for whole.
 #pragma once
@@ -14,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "core/state.h"
 
 namespace zt {
@@ -35,6 +39,13 @@ struct SnapshotInfo {
   StateShard shard;
 };
 
+// A checkpoint file's image in a snapshot: 4096-byte aligned, readable to the next multiple of 4096.
+struct SnapshotFile {
+  std::string name;
+  const uint8_t* image;
+  uint64_t bytes, checksum;  // checksum: content_hash.h's tree_checksum of the image
+};
+
 class FlashSnapshot {
  public:
   // /dev/shm/ztrain-<run id>-r<rank> ($ZT_FLASH_DIR replaces /dev/shm, for tests).
@@ -53,10 +64,12 @@ class FlashSnapshot {
   // before any write (nothing else may use the snapshot meanwhile).
   void reserve(uint64_t data_bytes);
   // Marks the snapshot incomplete, copies every piece (over `threads` OpenMP threads) and the
-  // JSON. `midway`, when set, runs after half the bytes (a test hook).
+  // JSON. `files` (checkpoint_shard_files of the pieces) are laid out as their images on disk,
+  // each checksummed as it is copied. `midway`, when set, runs after half the bytes (a test hook).
   void write(const SnapshotInfo& info, const StateCollector& c, const nlohmann::json& config, int threads,
-             const std::function<void()>& midway = nullptr);
-  // The checksum over data and JSON, then the complete mark (a background thread's work).
+             const std::vector<ShardFile>& files = {}, const std::function<void()>& midway = nullptr);
+  // The checksum over the data's block hashes (computed by write()) and the JSON, then the
+  // complete mark.
   void seal();
 
   // Reading (a restart): whether the snapshot is complete and its checksum holds; when not,
@@ -68,6 +81,8 @@ class FlashSnapshot {
   // The pieces with data pointing into the mapping (valid while this object lives, until the
   // next write): what a persist writes to a checkpoint folder.
   std::vector<StatePiece> pieces() const;
+  // The checkpoint files laid out in the snapshot (see write): what a persist writes, with no copy.
+  std::vector<SnapshotFile> files() const;
   // A reader over the snapshot: components load from it as from a checkpoint (same layout).
   std::unique_ptr<StateReader> reader() const;
   const std::string& path() const { return path_; }
@@ -79,7 +94,8 @@ class FlashSnapshot {
   Header* header() const;
   void map_size(uint64_t bytes);
   bool parse_meta(std::string* why);
-  uint64_t checksum() const;
+  uint64_t checksum(const std::vector<uint64_t>& blocks) const;
+  std::vector<uint64_t> hash_blocks() const;
 
   std::string path_;
   int fd_ = -1;
@@ -87,6 +103,8 @@ class FlashSnapshot {
   uint64_t size_ = 0;
   SnapshotInfo info_;
   nlohmann::json meta_;
+  std::vector<uint64_t> block_hashes_;  // of the data's regions, as write() copied them
+  bool wrote_ = false;
 };
 
 }  // namespace zt

@@ -142,8 +142,8 @@ void SafetensorsFile::read_f32(const StEntry& e, float* dst) const {
   }
 }
 
-FileDigest safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors,
-                                                DType dtype, const std::map<std::string, std::string>& metadata) {
+std::string safetensors_header(const std::vector<StTensorOut>& tensors, DType dtype,
+                               const std::map<std::string, std::string>& metadata, uint64_t* data_bytes) {
   ZT_CHECK(dtype == DType::f32 || dtype == DType::bf16, "safetensors can be written as F32 or BF16, not ",
            dtype_st_name(dtype));
   const size_t es = zt::dtype_size(dtype);
@@ -156,12 +156,21 @@ FileDigest safetensors_write(const std::string& path, const std::vector<StTensor
     h[t.name] = {{"dtype", dtype_st_name(dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + uint64_t(n) * es}}};
     off += uint64_t(n) * es;
   }
-  std::string header = h.dump();
-  while ((header.size() + 8) % 8 != 0) header.push_back(' ');
+  std::string json = h.dump();
+  while ((json.size() + 8) % 8 != 0) json.push_back(' ');
+  const uint64_t hl = json.size();
+  std::string out(reinterpret_cast<const char*>(&hl), 8);
+  if (data_bytes) *data_bytes = off;
+  return out + json;
+}
+
+FileDigest safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, DType dtype,
+                             const std::map<std::string, std::string>& metadata) {
+  uint64_t off = 0;
+  const std::string header = safetensors_header(tensors, dtype, metadata, &off);
+  const size_t es = zt::dtype_size(dtype);
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  uint64_t hl = header.size();
-  SequentialFileWriter out(tmp, 8 + hl + off);
-  out.write(&hl, 8);
+  SequentialFileWriter out(tmp, header.size() + off);
   out.write(header.data(), header.size());
   std::vector<uint16_t> half;
   for (auto& t : tensors) {

@@ -55,7 +55,11 @@ struct StTensorOut {
 
 // Writes tensors (in the given order) as DType::f32 or DType::bf16 (round to nearest even),
 // atomically: temporary file, fsync, rename. Returns the file's digest, hashed as written.
-FileDigest safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors,
-                                                DType dtype, const std::map<std::string, std::string>& metadata);
+// The bytes before the tensor data: the 8-byte header length and the JSON header (padded to a
+// multiple of 8), for tensors stored in order, back to back; *data_bytes gets their total size.
+std::string safetensors_header(const std::vector<StTensorOut>& tensors, DType dtype,
+                               const std::map<std::string, std::string>& metadata, uint64_t* data_bytes = nullptr);
+FileDigest safetensors_write(const std::string& path, const std::vector<StTensorOut>& tensors, DType dtype,
+                             const std::map<std::string, std::string>& metadata);
 
 }  // namespace zt

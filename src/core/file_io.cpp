@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "core/error.h"
 
@@ -52,16 +54,88 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 }
 
 namespace {
-constexpr size_t kDirectAlign = 4096;        // O_DIRECT: buffer, offset and length in whole blocks
+thread_local WritePacing* t_pacing = nullptr;
+}  // namespace
+
+WritePacing::WritePacing(uint64_t total_bytes, double seconds, const std::atomic<bool>* hurry)
+    : total_(std::max<uint64_t>(total_bytes, 1)),
+      seconds_(seconds),
+      hurry_(hurry),
+      t0_(std::chrono::steady_clock::now()),
+      outer_(t_pacing) {
+  t_pacing = this;
+}
+
+WritePacing::~WritePacing() { t_pacing = outer_; }
+
+void WritePacing::wrote(uint64_t bytes) {
+  WritePacing* p = t_pacing;
+  if (!p) return;
+  p->done_ += bytes;
+  const auto due =
+      p->t0_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(
+                   p->seconds_ * double(std::min(p->done_, p->total_)) / double(p->total_)));
+  // Short sleeps, so that a hurry is noticed within 10 ms.
+  while (std::chrono::steady_clock::now() < due && !(p->hurry_ && p->hurry_->load(std::memory_order_relaxed)))
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(due - std::chrono::steady_clock::now(),
+                                                                              std::chrono::milliseconds(10)));
+}
+
+namespace {
+constexpr size_t kDirectAlign = 4096;            // O_DIRECT: buffer, offset and length in whole blocks
 constexpr size_t kStageBytes = size_t(8) << 20;  // one write per 8 MiB
+constexpr size_t kHashPiece = size_t(256) << 10;
+}  // namespace
+
+namespace {
+
+// Writes n bytes at fd's position from c. With O_DIRECT, c and n must be whole blocks: the caller
+// passes n rounded up (`exact` is the length without that padding, what a file system that refuses
+// O_DIRECT writes at the first one gets instead, with *direct turned false).
+void put_bytes(int fd, bool* direct, const unsigned char* c, size_t n, size_t exact, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::write(fd, c + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EINVAL && *direct && done == 0) {  // a file system that takes O_DIRECT at open only
+      ZT_CHECK(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT) == 0, "cannot write ", path, ": ",
+               std::strerror(errno));
+      *direct = false;
+      n = exact;
+      continue;
+    }
+    ZT_CHECK(w > 0, "writing ", path, " failed: ", w < 0 ? std::strerror(errno) : "no progress",
+             "; check free disk space");
+    done += size_t(w);
+  }
+  WritePacing::wrote(n);
+}
+
+// Opens a new file for writing, with O_DIRECT where the file system allows it.
+int open_new(const std::string& path, bool* direct) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+  *direct = fd >= 0;
+  if (!*direct) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);  // tmpfs and others
+  ZT_CHECK(fd >= 0, "cannot create ", path, ": ", std::strerror(errno));
+  return fd;
+}
+
+// The end of a file written with O_DIRECT in whole blocks: cut to its size, fsynced, closed.
+// Returns the inode.
+uint64_t close_written(int fd, bool direct, uint64_t size, const std::string& path) {
+  if (direct) ZT_CHECK(::ftruncate(fd, off_t(size)) == 0, "cannot truncate ", path, ": ", std::strerror(errno));
+  ZT_CHECK(::fsync(fd) == 0, "fsync of ", path, " failed: ", std::strerror(errno), "; check free disk space");
+  struct stat st {};
+  ::fstat(fd, &st);
+  ::close(fd);
+  return uint64_t(st.st_ino);
+}
+
 }  // namespace
 
 SequentialFileWriter::SequentialFileWriter(std::string path, uint64_t size)
-    : path_(std::move(path)), size_(size), buf_(nullptr, std::free), hash_(size) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
-  direct_ = fd_ >= 0;
-  if (!direct_) fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);  // tmpfs and others
-  ZT_CHECK(fd_ >= 0, "cannot create ", path_, ": ", std::strerror(errno));
+    : path_(std::move(path)), size_(size), buf_(nullptr, std::free) {
+  fd_ = open_new(path_, &direct_);
   buf_.reset(static_cast<unsigned char*>(std::aligned_alloc(kDirectAlign, kStageBytes)));
   ZT_CHECK(buf_ != nullptr, "out of memory for the write buffer of ", path_);
 }
@@ -80,33 +154,38 @@ void SequentialFileWriter::flush_full() {
     std::memset(buf_.get() + n, 0, padded - n);
     n = padded;
   }
-  const unsigned char* c = buf_.get();
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t w = ::write(fd_, c + done, n - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EINVAL && direct_ && done == 0) {  // a file system that takes O_DIRECT at open only
-      ZT_CHECK(::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT) == 0, "cannot write ", path_, ": ",
-               std::strerror(errno));
-      direct_ = false;
-      n = fill_;
-      continue;
-    }
-    ZT_CHECK(w > 0, "writing ", path_, " failed: ", w < 0 ? std::strerror(errno) : "no progress",
-             "; check free disk space");
-    done += size_t(w);
-  }
+  put_bytes(fd_, &direct_, buf_.get(), n, fill_, path_);
   fill_ = 0;
+}
+
+FileDigest write_image_file(const std::string& path, const void* image, uint64_t size, uint64_t checksum) {
+  ZT_ASSERT(reinterpret_cast<uintptr_t>(image) % kDirectAlign == 0, "write_image_file: ", path, " is not aligned");
+  bool direct = false;
+  const int fd = open_new(path, &direct);
+  try {
+    const unsigned char* c = static_cast<const unsigned char*>(image);
+    for (uint64_t off = 0; off < size; off += kStageBytes) {
+      const size_t exact = size_t(std::min<uint64_t>(kStageBytes, size - off));
+      const size_t n = direct ? (exact + kDirectAlign - 1) / kDirectAlign * kDirectAlign : exact;
+      put_bytes(fd, &direct, c + off, n, exact, path);
+    }
+    return {checksum, size, close_written(fd, direct, size, path)};
+  } catch (...) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    throw;
+  }
 }
 
 void SequentialFileWriter::write(const void* p, size_t n) {
   ZT_ASSERT(written_ + n <= size_, "writing ", path_, ": more bytes than announced");
-  hash_.update(p, n);
   written_ += n;
   const unsigned char* c = static_cast<const unsigned char*>(p);
   while (n > 0) {
-    const size_t k = std::min(n, kStageBytes - fill_);
+    // Pieces of 256 KiB: each is hashed right after its copy, from the cache.
+    const size_t k = std::min({n, kStageBytes - fill_, kHashPiece});
     std::memcpy(buf_.get() + fill_, c, k);
+    hash_.update(buf_.get() + fill_, k);
     fill_ += k, c += k, n -= k;
     if (fill_ == kStageBytes) flush_full();
   }
@@ -115,13 +194,15 @@ void SequentialFileWriter::write(const void* p, size_t n) {
 FileDigest SequentialFileWriter::finish() {
   ZT_ASSERT(written_ == size_, "writing ", path_, ": ", written_, " bytes of ", size_, " announced");
   if (fill_ > 0) flush_full();
-  if (direct_) ZT_CHECK(::ftruncate(fd_, off_t(size_)) == 0, "cannot truncate ", path_, ": ", std::strerror(errno));
-  ZT_CHECK(::fsync(fd_) == 0, "fsync of ", path_, " failed: ", std::strerror(errno), "; check free disk space");
-  struct stat st {};
-  ::fstat(fd_, &st);
-  ::close(fd_);
-  fd_ = -1;
-  return {hash_.value(), size_, uint64_t(st.st_ino)};
+  const int fd = fd_;
+  fd_ = -1;  // closed below, whatever happens
+  try {
+    return {hash_.value(), size_, close_written(fd, direct_, size_, path_)};
+  } catch (...) {
+    ::close(fd);
+    ::unlink(path_.c_str());
+    throw;
+  }
 }
 
 }  // namespace zt

@@ -4,13 +4,15 @@
 // that checkpoints, logs and HF's JSON files rely on.
 // It deliberately is not a file abstraction: callers own their descriptors.
 #pragma once
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 
-#include "core/hash.h"
+#include "core/content_hash.h"
 
 namespace zt {
 
@@ -21,9 +23,31 @@ void fsync_path(const std::string& path, bool is_dir);
 // Writes bytes to path atomically (temporary name, fsync, rename, fsync of the folder).
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// Spreads the writes of the SequentialFileWriters of the thread that holds it over `seconds`:
+// after each block it writes, the thread sleeps until the share of `total_bytes` written no longer
+// runs ahead of the share of the time gone. A flash checkpoint's persist uses it so that its CPU
+// (the staging copy, the hash, the kernel's part) is taken from the training threads a little at a
+// time instead of from one or two steps. Pacing ends when `*hurry` becomes true (the training loop
+// is waiting for the persist).
+class WritePacing {
+ public:
+  WritePacing(uint64_t total_bytes, double seconds, const std::atomic<bool>* hurry);
+  ~WritePacing();
+  WritePacing(const WritePacing&) = delete;
+  WritePacing& operator=(const WritePacing&) = delete;
+  // Called by the writers on this thread after each block.
+  static void wrote(uint64_t bytes);
 
-// What a writer knows of the file it wrote: its contents' hash64 and size, and its inode (which
-// tells that file from another one written to the same name later).
+ private:
+  uint64_t total_, done_ = 0;
+  double seconds_;
+  const std::atomic<bool>* hurry_;
+  std::chrono::steady_clock::time_point t0_;
+  WritePacing* outer_;
+};
+
+// What a writer knows of the file it wrote: its contents' checksum (content_hash.h's tree) and size, and its inode
+// (which tells that file from another one written to the same name later).
 struct FileDigest {
   uint64_t hash = 0, size = 0, inode = 0;
 };
@@ -53,7 +77,14 @@ class SequentialFileWriter {
   bool direct_ = false;
   std::unique_ptr<unsigned char, void (*)(void*)> buf_;
   size_t fill_ = 0;
-  Hash64Stream hash_;
+  TreeChecksumStream hash_;
 };
+
+// Writes a new file of `size` bytes from `image`, an image of it in memory (a flash snapshot's),
+// with no copy: O_DIRECT from the image itself where the file system allows it, so `image` must be
+// 4096-byte aligned and readable up to the next multiple of 4096 past `size` (those bytes are cut
+// off again). `checksum`, the image's tree checksum computed when it was made, goes into the digest.
+// Fsynced; an error removes the file. Paced by the thread's WritePacing like the writer above.
+FileDigest write_image_file(const std::string& path, const void* image, uint64_t size, uint64_t checksum);
 
 }  // namespace zt

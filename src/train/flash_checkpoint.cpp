@@ -1,6 +1,8 @@
 // flash_checkpoint.cpp: see flash_checkpoint.h.
 #include "train/flash_checkpoint.h"
 
+#include <omp.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <sys/statvfs.h>
@@ -14,6 +16,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/run_folder.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/hash.h"
 
 namespace zt {
@@ -29,6 +32,12 @@ double thread_cpu_seconds() {
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
+// Cores this thread may run on (its affinity: mpirun binds a rank to its cores).
+int cores_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
 }  // namespace
 
 FlashCheckpointer::FlashCheckpointer(dist::Communicator& world, FlashOptions o)
@@ -37,6 +46,7 @@ FlashCheckpointer::FlashCheckpointer(dist::Communicator& world, FlashOptions o)
 }
 
 FlashCheckpointer::~FlashCheckpointer() {
+  hurry_ = true;
   {
     std::lock_guard<std::mutex> l(mu_);
     quit_ = true;
@@ -173,16 +183,17 @@ void FlashCheckpointer::start(const std::string& run_id, uint64_t data_bytes) {
   if (resumed_step_ >= 0 && !resumed_persisted_) {
     if (chief_) checkpoint_begin(o_.output_dir, resumed_step_);
     world_.barrier();
-    begin_persist(resumed_step_, snap_->info().shard, snap_->info().save_id, /*seal_snapshot=*/false);
+    begin_persist(resumed_step_, snap_->info().save_id);
   } else if (resumed_step_ >= 0) {
     pending_step_ = resumed_step_;  // the snapshot a rollback returns to (its checkpoint exists)
     pending_save_id_ = snap_->info().save_id;
   }
   post([this, data_bytes] { snap_->reserve(data_bytes); }, /*counted=*/false);
+  last_save_ = std::chrono::steady_clock::now();
 }
 
-void FlashCheckpointer::begin_persist(int64_t step, const StateShard& shard, const std::string& save_id,
-                                      bool seal_snapshot) {
+// A resumed snapshot (sealed already) whose checkpoint does not exist yet.
+void FlashCheckpointer::begin_persist(int64_t step, const std::string& save_id) {
   pending_step_ = step;
   pending_save_id_ = save_id;
   saved_at_ = std::chrono::steady_clock::now();
@@ -190,20 +201,37 @@ void FlashCheckpointer::begin_persist(int64_t step, const StateShard& shard, con
   if (chief_) pending_state_ = snap_->state();
   shard_done_ = false;
   phase_ = Phase::shard_writing;
-  post([this, step, shard, save_id, seal_snapshot] {
-    if (seal_snapshot) snap_->seal();
+  post([this, step] {
     pause_if("persist", step);
-    checkpoint_write_shard(o_.output_dir, step, shard, snap_->pieces(), save_id);
+    persist_files(step);
     shard_done_ = true;
   });
+}
+
+// The rank's checkpoint files, written from their images in the snapshot (no copy; paced by the
+// caller's WritePacing, if any).
+void FlashCheckpointer::persist_files(int64_t step) {
+  for (const SnapshotFile& f : snap_->files())
+    checkpoint_write_file_image(o_.output_dir, step, f.name, f.image, f.bytes, f.checksum);
 }
 
 void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const StateShard& shard,
                                  const std::string& save_id) {
   const auto t0 = std::chrono::steady_clock::now();
+  // With no core to spare (every one runs a training thread) the training threads copy, which
+  // takes them less time than one background thread copying beside them would take from them; with
+  // a spare core the background thread copies while the next step's forward and backward run.
+  const int threads = omp_get_max_threads();
+  copy_inline_ = threads >= cores_available();
   drain();  // the previous save's persist, if it is still going
-  // The first save does not wait for the reservation of shared memory (posted at start-up, slow on
-  // a loaded machine): the copy queues behind it and the next step's forward and backward overlap both.
+  // The persist is paced over half the time since the previous save (at most 30 s): its CPU then
+  // slows no step by much, and it is done well before the next save.
+  pace_s_ = std::min(30.0, 0.5 * std::chrono::duration<double>(t0 - last_save_).count());
+  last_save_ = t0;
+  hurry_ = false;
+  // The first save with a background copy does not wait for the reservation of shared memory
+  // (posted at start-up, slow on a loaded machine): the copy queues behind it.
+  if (copy_inline_) wait_idle_queue();
   saved_at_ = std::chrono::steady_clock::now();
   queue_s_ = std::chrono::duration<double>(saved_at_ - t0).count();
   reset_job_cpu();
@@ -217,27 +245,38 @@ void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const St
   phase_ = Phase::shard_writing;
   copy_bytes_ = 0;
   for (const StatePiece& p : c.pieces) copy_bytes_ += uint64_t(p.slice.count) * 4;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    copied_ = false;
-  }
-  // One thread copies (the training threads keep computing); the pieces' data stays unchanged
-  // until wait_copied returns, before the next update.
-  post([this, info = SnapshotInfo{step, save_id, world_.rank(), world_.size(), shard}, c, shard, save_id,
-        cfg = config_resolved_json(o_.cfg)] {
+  const SnapshotInfo info{step, save_id, world_.rank(), world_.size(), shard};
+  const std::vector<ShardFile> files = checkpoint_shard_files(shard, c.pieces, save_id);
+  auto persist = [this, step, bytes = copy_bytes_, pace = pace_s_] {
+    snap_->seal();
+    pause_if("persist", step);
+    WritePacing pacing(bytes, pace, &hurry_);
+    persist_files(step);
+    shard_done_ = true;
+  };
+  if (copy_inline_) {
     const auto t = std::chrono::steady_clock::now();
-    snap_->write(info, c, cfg, 1, [&] { pause_if("copy", info.step); });
+    snap_->write(info, c, config_resolved_json(o_.cfg), threads, files, [&] { pause_if("copy", step); });
     copy_s_ = seconds_since(t);
+    post(persist);
+  } else {
     {
       std::lock_guard<std::mutex> l(mu_);
-      copied_ = true;
+      copied_ = false;
     }
-    cv_.notify_all();
-    snap_->seal();
-    pause_if("persist", info.step);
-    checkpoint_write_shard(o_.output_dir, info.step, shard, snap_->pieces(), save_id);
-    shard_done_ = true;
-  });
+    // The pieces' data stays unchanged until wait_copied returns, before the next update.
+    post([this, info, c, cfg = config_resolved_json(o_.cfg), files, persist] {
+      const auto t = std::chrono::steady_clock::now();
+      snap_->write(info, c, cfg, 1, files, [&] { pause_if("copy", info.step); });
+      copy_s_ = seconds_since(t);
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        copied_ = true;
+      }
+      cv_.notify_all();
+      persist();
+    });
+  }
   save_s_ = stall_s_ = seconds_since(t0);
   report_pending_ = true;
 }
@@ -260,9 +299,9 @@ void FlashCheckpointer::report() {
   std::printf(
       "Flash checkpoint of step %lld: training stopped %.3f s (%.3f s at the save, of which %.3f s waiting for "
       "the previous persist; %.3f s before the next update); the copy of %.2f GB to shared memory took %.3f s "
-      "beside the step; checkpoint-%lld is written in the background\n",
+      "%s; checkpoint-%lld is written in the background\n",
       (long long)pending_step_, stall_s_, save_s_, queue_s_, stall_s_ - save_s_, double(copy_bytes_) / 1e9, copy_s_,
-      (long long)pending_step_);
+      copy_inline_ ? "of it, by the training threads" : "beside the step", (long long)pending_step_);
   std::fflush(stdout);
 }
 
@@ -300,6 +339,7 @@ void FlashCheckpointer::after_vote(bool any_pending) {
 }
 
 void FlashCheckpointer::drain() {
+  hurry_ = true;  // the loop waits: the persist goes at full speed
   rethrow();
   if (phase_ == Phase::shard_writing) {
     wait_idle_queue();

@@ -1,7 +1,8 @@
 // flash_checkpoint.h: --flash_checkpoint (docs/fault-tolerance.md#flash-checkpoints). At a save
 // the training loop stops only while each rank copies its state into its shared-memory snapshot
-// (checkpoint/flash_snapshot.h); a background thread then checksums the snapshot and writes the
-// rank's shard into checkpoint-N.tmp/ (the format of checkpoint.h), and once every rank's shard
+// (checkpoint/flash_snapshot.h); a background thread then seals the snapshot and writes the
+// rank's shard into checkpoint-N.tmp/ (the format of checkpoint.h), paced over half the save
+// interval (core/file_io.h's WritePacing), and once every rank's shard
 // is written (agreed at a step boundary, in the trainer's vote) the chief's thread seals the folder
 // (JSON files, checksums.json, rename) and prunes. Nothing in the background is a collective.
 // On restart with --resume_from_checkpoint latest, a complete snapshot newer than the newest
@@ -59,8 +60,9 @@ class FlashCheckpointer {
   void start(const std::string& run_id, uint64_t data_bytes);
 
   // A collective at the same step on every rank: waits for the previous persist if it is not
-  // done, then queues the copy of the state into shared memory and its persist. The copy runs
-  // beside the next step's forward and backward, which only read what it copies.
+  // done, copies the state into shared memory and queues its persist. Where every core runs a
+  // training thread the training threads copy, here; with a core to spare the background thread
+  // copies beside the next step's forward and backward, which only read what it copies.
   void snapshot(int64_t step, const StateCollector& c, const StateShard& shard, const std::string& save_id);
   // Before an optimizer update (which changes the state being copied): waits for the copy.
   // The chief then prints what the save cost the training loop.
@@ -85,8 +87,9 @@ class FlashCheckpointer {
   void wait_idle_queue();
   void reset_job_cpu();
   void rethrow();
-  void begin_persist(int64_t step, const StateShard& shard, const std::string& save_id, bool seal_snapshot);
+  void begin_persist(int64_t step, const std::string& save_id);
   void pause_if(const char* where, int64_t step) const;
+  void persist_files(int64_t step);
   void report();
 
   dist::Communicator& world_;
@@ -104,7 +107,10 @@ class FlashCheckpointer {
   double stall_s_ = 0, save_s_ = 0, copy_s_ = 0, queue_s_ = 0;  // queue_s_: waiting for the previous persist
   uint64_t copy_bytes_ = 0;
   std::chrono::steady_clock::time_point saved_at_;
-  bool copied_ = true, report_pending_ = false;
+  bool copied_ = true, report_pending_ = false, copy_inline_ = false;
+  std::chrono::steady_clock::time_point last_save_ = std::chrono::steady_clock::now();  // or the start
+  double pace_s_ = 0;               // the seconds the current persist is spread over
+  std::atomic<bool> hurry_{false};  // the loop waits for the persist: no pacing
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<std::function<void()>, bool>> jobs_;  // with `counted`
