@@ -39,8 +39,9 @@ struct PipelineMicroBatch {
 struct PipelineStepStats {
   double loss_sum = 0;  // summed over the step's micro-batches (the last stage's; 0 elsewhere)
   int64_t count = 0;    // counted target tokens (the last stage's)
+  // This stage's schedule (wall clock) and its forwards and backwards in it; the trainer's bubble
+  // is a stage's idle share of the slowest stage's schedule.
   double step_s = 0, compute_s = 0;
-  double bubble() const { return step_s > 0 ? 1.0 - compute_s / step_s : 0.0; }
 };
 
 // Which units a stage holds: the embedding with the first virtual stage, the blocks of its

@@ -61,12 +61,12 @@ struct PlanMachine {
   // Compute threads a rank gets (--threads): the host's cores shared out, at least one.
   int threads_per_rank() const;
 };
-// This machine's calibration (docs/planner.md, bench/bench_planner.sh --calibrate): the
-// efficiency against 150 GFLOP/s per core from data-parallel runs with every core busy, the
+// This machine's calibration (docs/planner.md, bench/bench_planner.sh --calibrate, quiet machine):
+// the efficiency against the measured sgemm from data-parallel runs with every core busy, the
 // oversubscribed efficiency from runs with twice the ranks, the runtime bytes from their peak
 // RSS; link and memory speeds from bench-comm and a copy. `ztrain plan` measures the sgemm and
 // memory speeds unless given; --auto_parallel uses these defaults, so every run plans alike.
-constexpr double kDefaultEfficiency = 0.6;
+constexpr double kDefaultEfficiency = 0.95;
 constexpr double kDefaultGemmGflopsCore = 150;
 constexpr double kDefaultGemmHalfRows = 0;
 constexpr double kDefaultLinkGbps = 1.5;

@@ -285,8 +285,8 @@ parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const 
   ZT_CHECK(P <= L, "--pipeline-model-parallel-size ", P, " exceeds the model's ", L,
            " layers; every stage needs at least one layer");
   if (P == 1) {
-    for (const char* f : {"num-layers-per-virtual-pipeline-stage", "pipeline_schedule", "pipeline_layers",
-                          "pipeline_balance"})
+    for (const char* f :
+         {"num-layers-per-virtual-pipeline-stage", "pipeline_schedule", "pipeline_layers", "pipeline_balance"})
       ZT_CHECK(!a.explicit_flags.count(f), "--", f,
                " needs pipeline stages: add --pipeline-model-parallel-size 2 or more");
     return parallel::PipeSchedule::one_f_one_b;
@@ -415,14 +415,14 @@ class Trainer {
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<parallel::LocalSgd> local_sgd_;  // --local_sgd_steps
-  std::unique_ptr<StateReader> resumed_;  // a checkpoint folder, or a flash snapshot
+  std::unique_ptr<StateReader> resumed_;           // a checkpoint folder, or a flash snapshot
   LoaderConfig lc_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<TrainLog> log_;
   nlohmann::json model_states_ = nlohmann::json::object();  // empty when no step runs (resumed at the end)
   int64_t last_saved_step_ = -1;
-  std::unique_ptr<FlashCheckpointer> flash_;  // --flash_checkpoint
-  std::unique_ptr<SpikeGuard> spike_;         // --spike_policy; NaN / Inf never reach the weights
+  std::unique_ptr<FlashCheckpointer> flash_;     // --flash_checkpoint
+  std::unique_ptr<SpikeGuard> spike_;            // --spike_policy; NaN / Inf never reach the weights
   std::unique_ptr<StragglerMonitor> straggler_;  // with more than one rank: per-rank step work
 };
 
@@ -459,8 +459,8 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
                                         world.size() / (a_.tensor_model_parallel_size * a_.pipeline_parallel_size));
   ZT_CHECK(a_.local_sgd_steps == 0 || (a_.tensor_model_parallel_size == 1 && a_.pipeline_parallel_size == 1),
            "--local_sgd_steps does not compose with tensor or pipeline parallelism yet; use one of them");
-  ZT_CHECK(a_.local_sgd_steps == 0 || a_.spike_policy == "none",
-           "--spike_policy ", a_.spike_policy, " judges the gradient norm, which local SGD's groups do not share; "
+  ZT_CHECK(a_.local_sgd_steps == 0 || a_.spike_policy == "none", "--spike_policy ", a_.spike_policy,
+           " judges the gradient norm, which local SGD's groups do not share; "
            "use --spike_policy none with --local_sgd_steps");
   if (a_.local_sgd_steps > 0) a_.local_sgd_group_size = local_sgd_group(world, a_.local_sgd_group_size);
   grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
@@ -700,10 +700,9 @@ void Trainer::build_model_and_engine() {
   parallel::DataParallelOptions eo = engine_options(a_);
   if (a_.pipeline_parallel_size > 1) {
     model_->set_act_plan(plan_);  // the cut weighs the activations of this plan
-    const parallel::StageCut cut =
-        parallel::plan_stages(*model_, B_, T_ / grid_->cp().size(), a_.pipeline_parallel_size,
-                              a_.layers_per_virtual_stage, a_.pipeline_layers,
-                              optim::optimizer_state_bytes_per_param(a_.optim), a_.pipeline_balance == "time");
+    const parallel::StageCut cut = parallel::plan_stages(
+        *model_, B_, T_ / grid_->cp().size(), a_.pipeline_parallel_size, a_.layers_per_virtual_stage,
+        a_.pipeline_layers, optim::optimizer_state_bytes_per_param(a_.optim), a_.pipeline_balance == "time");
     eo.pipeline = parallel::stage_units(*model_, cut, grid_->pp(), &tied_comm_);
     // Activations only for this stage's blocks.
     for (int l = 0; l < cfg_.n_layer; ++l) stage_layers_.push_back(cut.stage_of_layer(l) == grid_->pp().rank());
@@ -755,8 +754,10 @@ void Trainer::resume() {
     if (chief_ && snap_step >= 0) {
       const CheckpointRef newest = checkpoint_newest_unverified(a_.output_dir, &save_id);
       decision[1] = newest.step;
-      if (snap_step > newest.step) decision[0] = 1;
-      else if (snap_step == newest.step && !snap_id.empty() && save_id == snap_id) decision[0] = 2;
+      if (snap_step > newest.step)
+        decision[0] = 1;
+      else if (snap_step == newest.step && !snap_id.empty() && save_id == snap_id)
+        decision[0] = 2;
       save_id.clear();
     }
     world_.broadcast(decision, sizeof decision, 0);
@@ -775,7 +776,8 @@ void Trainer::resume() {
     if (snap_step >= 0 && chief_ && !dir.empty())
       disk_step = checkpoint_read_trainer_state((fs::path(dir) / "trainer_state.json").string())["global_step"];
     if (snap_step >= 0) world_.broadcast(&disk_step, sizeof disk_step, 0);
-    if (snap_step > disk_step) snapshot = flash_->adopt(disk_step, false), dir.clear();
+    if (snap_step > disk_step)
+      snapshot = flash_->adopt(disk_step, false), dir.clear();
     else if (chief_ && snap_step >= 0)
       std::printf("Flash snapshot of step %lld not used: the checkpoint of step %lld is newer\n", (long long)snap_step,
                   (long long)disk_step);
@@ -960,20 +962,29 @@ void Trainer::pipeline_micro_batches(int64_t step, double* sums, double loss_sca
   const parallel::PipelineStepStats st =
       pipe_->step(mbs, *grad_scale, [&](bool last) { engine_->set_last_micro(last); });
   const int P = grid_->pp().size();
-  std::vector<double> v(size_t(P) + 2, 0.0);
+  std::vector<double> v(2 * size_t(P) + 2, 0.0);
   v[0] = st.loss_sum;
   v[1] = double(st.count);
-  v[2 + grid_->pp().rank()] = st.bubble();
+  v[2 + grid_->pp().rank()] = st.compute_s;
+  v[2 + P + grid_->pp().rank()] = st.step_s;
   grid_->pp().all_reduce(v.data(), v.size());
   sums[0] = v[0];
   sums[1] = v[1];
-  double mean = 0;
-  for (int s = 0; s < P; ++s) mean += v[2 + s] / P;
+  // A stage's bubble is its idle share of the pipeline's whole run (the slowest stage's
+  // schedule, as (P - 1) / (m + P - 1) counts it), not of its own: the last stage finishes its
+  // last backward while the first still works, and that wait is idle too.
+  double makespan = 0, mean = 0;
+  for (int s = 0; s < P; ++s) makespan = std::max(makespan, v[2 + P + s]);
+  std::vector<double> bubble(size_t(P), 0.0);
+  for (int s = 0; s < P; ++s) {
+    bubble[size_t(s)] = makespan > 0 ? 1.0 - v[2 + s] / makespan : 0.0;
+    mean += bubble[size_t(s)] / P;
+  }
   last_bubble_ = mean;
   if (step > start_step_) {  // the first step warms up
     bubble_sum_ += mean, ++bubble_steps_;
     stage_bubble_sum_.resize(size_t(P), 0.0);
-    for (int s = 0; s < P; ++s) stage_bubble_sum_[s] += v[2 + s];
+    for (int s = 0; s < P; ++s) stage_bubble_sum_[s] += bubble[size_t(s)];
   }
 }
 
