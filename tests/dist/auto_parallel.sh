@@ -73,7 +73,7 @@ assert dp * B * acc == 8, line  # the global batch: 2 x 2 x 2 ranks as given
 r = json.load(open(sys.argv[1] + "/train_results.json"))
 d = r["data_parallel"]
 assert d["ranks"] == dp * cp and d["stage"] == zero, d  # gradients reduce over dp x cp
-assert ("context_parallel" in r) == (cp > 1), r.keys()
+assert ("context_parallel" in d) == (cp > 1), d.keys()
 assert ("tensor_parallel" in d) == (tp > 1), d.keys()
 assert ("pipeline" in r) == (pp > 1), r.keys()
 if pp > 1: assert r["pipeline"]["micro_batches"] == acc and r["pipeline"]["stages"] == pp
