@@ -155,7 +155,11 @@ int64_t cp_ring_bytes(const ModelConfig& c, int B, int T, int cp, int tp, int sl
   const int64_t kv = int64_t(B) * Tl * 2 * KVH * c.head_size, out = int64_t(B) * Tl * NH * c.head_size;
   const int64_t lse = int64_t(B) * NH * Tl;
   // kv_[2] and acc_[2]; out_blk_; lse_blk_ and D_ (floats); per slot 3 int32 rows.
-  return 4 * (4 * kv + out + 2 * lse) + int64_t(slots) * 3 * 4 * B * Tl;
+  int64_t bytes = 4 * (4 * kv + out + 2 * lse) + int64_t(slots) * 3 * 4 * B * Tl;
+  // RoPE: the rows' global positions run past the T / cp the arena's table was planned for, so
+  // the model fills a cos / sin table of the whole context (Transformer::extend_rope).
+  if (model_layout(c).slots.shape.rope) bytes += 4 * int64_t(c.max_position) * c.head_size;
+  return bytes;
 }
 
 double cp_ring_seconds(const ModelConfig& c, int B, int T, int cp, int tp, bool recompute, const PlanMachine& m) {

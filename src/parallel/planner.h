@@ -133,7 +133,8 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
 LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMachine& m);
 // Context parallelism's own memory on a rank: ContextParallel's ring buffers at their largest (two
 // K / V blocks, two dK / dV accumulators, a block's partial output, its lse and D) and the
-// shard's rows (inputs, targets, positions per slot), for B rows of T / cp tokens.
+// shard's rows (inputs, targets, positions per slot), for B rows of T / cp tokens; with RoPE the
+// whole context's cos / sin table the model extends to for the global positions.
 int64_t cp_ring_bytes(const ModelConfig& c, int B, int T, int cp, int tp, int slots);
 // Seconds of one micro-batch's ring traffic per layer: (cp - 1) K / V blocks forward, twice
 // that backward (K / V and dK / dV), a recomputed forward's again; each block a message.
