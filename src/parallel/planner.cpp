@@ -469,11 +469,13 @@ void check_model_parallel_memory(const ModelConfig& cfg, int T, const PlanLayout
   const std::string breakdown = str_cat(
       l.name(), ", the largest rank (stage ", m.stage, "): parameters ", format_bytes(double(m.params)), ", gradients ",
       format_bytes(double(m.grads)), ", optimizer state ", format_bytes(double(m.optim)), ", activations ",
-      format_bytes(double(m.activations + m.temporary)), ", export ", format_bytes(double(m.export_extra)));
-  check_memory_fits(m.total(), ranks_on_this_host(), "training this model", breakdown,
-                    "use more tensor or pipeline ranks, a smaller --per_device_train_batch_size (more accumulation), "
-                    "--gradient_checkpointing or --bf16 (ztrain plan compares the layouts)",
-                    limit, "--max_memory");
+      format_bytes(double(m.activations + m.temporary)), ", export ", format_bytes(double(m.export_extra)),
+      m.cp_ring > 0 ? ", cp ring " + format_bytes(double(m.cp_ring)) : "");
+  check_memory_fits(
+      m.total(), ranks_on_this_host(), "training this model", breakdown,
+      "use more tensor, pipeline or context parallel ranks, a smaller --per_device_train_batch_size (more "
+      "accumulation), --gradient_checkpointing or --bf16 (ztrain plan compares the layouts)",
+      limit, "--max_memory");
 }
 
 }  // namespace zt::parallel

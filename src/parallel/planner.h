@@ -146,7 +146,7 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
 // data-parallel degree divides, T beyond the context).
 void check_plan_request(const PlanInputs& in, const PlanMachine& m);
 
-// `ztrain train`'s "will it fit?" under tensor or pipeline parallelism (memory_fit.h's check for
+// `ztrain train`'s "will it fit?" under tensor, pipeline or context parallelism (memory_fit.h's check for
 // the other layouts): the layout's largest rank x the ranks on this host against the memory
 // available (or `limit`), one error naming both. Selective recomputation is counted as none.
 void check_model_parallel_memory(const ModelConfig& cfg, int T, const PlanLayout& l, nn::Precision precision,
