@@ -41,6 +41,7 @@ nlohmann::json row_json(const parallel::PlanRow& r) {
   return {{"dp", l.dp},
           {"tp", l.tp},
           {"pp", l.pp},
+          {"cp", l.cp},
           {"sequence_parallel", l.sp},
           {"zero_stage", l.zero},
           {"micro_batch", l.micro_batch},
@@ -58,6 +59,7 @@ nlohmann::json row_json(const parallel::PlanRow& r) {
             {"temporary", m.temporary},
             {"comm", m.comm},
             {"runtime", m.runtime},
+            {"cp_ring", m.cp_ring},
             {"export_extra", m.export_extra},
             {"stage", m.stage},
             {"slots", m.slots}}},
@@ -67,6 +69,7 @@ nlohmann::json row_json(const parallel::PlanRow& r) {
             {"bubble", t.bubble},
             {"tp_comm", t.tp_comm_s},
             {"pp_comm", t.pp_comm_s},
+            {"cp_comm", t.cp_comm_s},
             {"dp_comm", t.dp_comm_s},
             {"optimizer", t.optimizer_s},
             {"critical", t.critical_s},
@@ -79,7 +82,7 @@ nlohmann::json row_json(const parallel::PlanRow& r) {
 
 int cmd_plan(const Args& args) {
   std::string config_path, model_path, max_memory, optim = "adamw_torch";
-  int T = 0, N = 0, nodes = 1, top = 5, tp = -1, pp = -1, zero = -1;
+  int T = 0, N = 0, nodes = 1, top = 5, tp = -1, pp = -1, cp = -1, zero = -1;
   int64_t G = 0;
   double cores = 0, gemm = 0, half_rows = -1, over = parallel::kDefaultOversubscribedEfficiency, link = 0, mem = 0,
          eff = parallel::kDefaultEfficiency, runtime_mb = -1;
@@ -114,11 +117,12 @@ int cmd_plan(const Args& args) {
   f.add("bf16", &bf16, "bf16 mixed precision (compute copies, bf16 activations)");
   f.add("tensor-model-parallel-size", &tp, "pin tp (-1: search)", range::closed(1, 1 << 16).or_value(-1));
   f.add("pipeline-model-parallel-size", &pp, "pin pp (-1: search)", range::closed(1, 1 << 16).or_value(-1));
+  f.add("context-parallel-size", &cp, "pin cp (-1: search)", range::closed(1, 1 << 16).or_value(-1));
   f.add("zero_stage", &zero, "pin the ZeRO stage (-1: search)", range::closed(0, 3).or_value(-1));
   f.add("top", &top, "layouts printed (5)", range::closed(1, 1 << 20));
   f.add("json", &json, "print JSON (every layout, best first) instead of the table");
-  if (wants_help(args, f.help() + "\nContext parallelism is not planned (cp = 1). The printed command runs the "
-                                  "best layout; `ztrain train --auto_parallel` picks it itself.\n"))
+  if (wants_help(args, f.help() + "\nThe printed command runs the best layout; `ztrain train --auto_parallel` picks "
+                                  "it itself.\n"))
     return 0;
   f.parse(args);
   ZT_CHECK(config_path.empty() != model_path.empty(),
@@ -158,6 +162,7 @@ int cmd_plan(const Args& args) {
   parallel::PlanConstraints c;
   c.tp = tp;
   c.pp = pp;
+  c.cp = cp;
   c.zero = zero;
   const std::vector<parallel::PlanRow> rows = parallel::plan_layouts(in, m, c);
   const parallel::PlanRow& best = rows.front();
@@ -200,8 +205,7 @@ int cmd_plan(const Args& args) {
       "memory %.1f GB/s%s\n",
       m.gemm_gflops_core, measured_gemm ? "measured" : "given", m.gemm_half_rows, m.efficiency, m.link_gbps, m.mem_gbps,
       link > 0 ? "" : " (link: the default; give --link_gbps from bench-comm's busbw)");
-  std::printf("# memory limit per rank: %s; context parallelism not planned (cp = 1)\n",
-              m.memory_per_rank < 0 ? "none" : gib(m.memory_per_rank).c_str());
+  std::printf("# memory limit per rank: %s\n", m.memory_per_rank < 0 ? "none" : gib(m.memory_per_rank).c_str());
   std::printf("# %zu layouts run; best first\n", rows.size());
   std::printf("%-4s %-34s %10s %9s %10s  %s\n", "rank", "layout", "memory", "step(s)", "tokens/s", "why");
   for (size_t i = 0; i < rows.size() && int(i) < top; ++i) {

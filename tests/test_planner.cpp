@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "models/config.h"
+#include "parallel/context_parallel.h"
 #include "parallel/memory_estimate.h"
 #include "parallel/planner.h"
 
@@ -81,7 +82,7 @@ TEST(Planner, EnumerationKeepsTheBatchAndLeavesOutRefusedLayouts) {
   bool saw_tp = false, saw_pp = false, saw_zero3 = false;
   for (const PlanRow& r : rows) {
     const PlanLayout& l = r.layout;
-    EXPECT_EQ(l.dp * l.tp * l.pp, 4);
+    EXPECT_EQ(l.dp * l.cp * l.tp * l.pp, 4);
     EXPECT_EQ(int64_t(l.dp) * l.micro_batch * l.accumulation, 8) << l.name();
     EXPECT_EQ(layout_refusal(in, l, 4), "");
     EXPECT_FALSE(l.pp > 1 && l.zero >= 2) << l.name();
@@ -143,6 +144,121 @@ TEST(Planner, BadRequestsAreOneLine) {
   EXPECT_THROW(plan_layouts(gpt2_124m(), m), Error);
   EXPECT_THROW(plan_layouts(gpt2_124m(2048), machine(2)), Error);                                  // beyond the context
   for (const PlanRow& r : plan_layouts(gpt2_124m(256, 3), machine(2))) EXPECT_EQ(r.layout.dp, 1);  // 3 % 2
+}
+
+// Context parallelism: a cp rank is a data-parallel rank of T / cp rows (dp x cp ranks share the
+// gradients and ZeRO's shards) plus the ring's buffers.
+TEST(Planner, ContextParallelMemoryIsHalfTheRowsPlusTheRing) {
+  const PlanInputs in = gpt2_124m(256, 8);
+  PlanInputs half = in;
+  half.seq_len = 128;
+  for (int dp : {1, 2})
+    for (int zero = 0; zero <= 3; ++zero)
+      for (int B : {1, 4}) {
+        PlanLayout cp{dp, 1, 1, false, zero, B, 1, false, 2};
+        const PlanLayout as_dp{2 * dp, 1, 1, false, zero, B, 1, false, 1};
+        const LayoutMemory got = layout_memory(in, cp, 0), want = layout_memory(half, as_dp, 0);
+        EXPECT_EQ(got.activations, want.activations) << cp.name();
+        EXPECT_EQ(got.temporary, want.temporary) << cp.name();
+        EXPECT_EQ(got.params, want.params) << cp.name();
+        EXPECT_EQ(got.grads, want.grads) << cp.name();
+        EXPECT_EQ(got.optim, want.optim) << cp.name();
+        EXPECT_EQ(got.comm, want.comm) << cp.name();
+        EXPECT_EQ(got.cp_ring, cp_ring_bytes(in.cfg, B, 256, 2, 1, 1)) << cp.name();
+        EXPECT_EQ(got.training(), want.training() + got.cp_ring) << cp.name();
+      }
+  // A pipeline of cp ranks: the same stage cut and slots as the data-parallel one at T / cp.
+  const LayoutMemory pp = layout_memory(in, {1, 1, 2, false, 1, 1, 4, false, 2}, 0);
+  const LayoutMemory pp_dp = layout_memory(half, {2, 1, 2, false, 1, 1, 4, false, 1}, 0);
+  EXPECT_EQ(pp.training(), pp_dp.training() + pp.cp_ring);
+  EXPECT_EQ(pp.cp_ring, cp_ring_bytes(in.cfg, 1, 256, 2, 1, pp.slots));
+  EXPECT_EQ(layout_memory(in, {2, 1, 1, false, 0, 1, 1, false}, 0).cp_ring, 0);
+}
+
+TEST(Planner, ContextParallelRingBytes) {
+  // The small Llama of docs/parallelism-cp.md (4 query / 2 KV heads of 64) at T 8192, cp 2, B 1:
+  // K / V blocks of 4096 x 2 x 2 x 64 floats, 4 of them, a block's output (4096 x 4 x 64), lse and
+  // D (4 x 4096 each), the shard's 3 rows of 4096 int32: 21.1 MB as measured there (the ring).
+  const ModelConfig c = config_from_json(nlohmann::json::parse(R"({"model_type": "llama", "vocab_size": 509,
+      "max_position_embeddings": 8192, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+      "num_attention_heads": 4, "num_key_value_heads": 2})"),
+                                         "test");
+  const int64_t kv = int64_t(4096) * 2 * 2 * 64, out = int64_t(4096) * 4 * 64, lse = int64_t(4) * 4096;
+  // RoPE adds the whole context's cos / sin table (8192 x 64 floats): the trainer's tracked
+  // temporaries under cp 2 measured exactly 2 MiB above the planned arena's.
+  const int64_t rope = int64_t(8192) * 64 * 4;
+  EXPECT_EQ(cp_ring_bytes(c, 1, 8192, 2, 1, 1), 4 * (4 * kv + out + 2 * lse) + 3 * 4 * 4096 + rope);
+  EXPECT_NEAR(double(cp_ring_bytes(c, 1, 8192, 2, 1, 1) - rope) / 1e6, 21.1, 0.1);
+  EXPECT_EQ(cp_ring_bytes(c, 1, 8192, 1, 1, 1), 0);
+  // Ring seconds without latency are the bytes the ring sends (ContextParallel's own formula, the
+  // one its test checks against the communicator) over the link; recomputation adds a forward ring.
+  PlanMachine m = machine(2);
+  m.latency_us = 0;
+  for (int P : {2, 4})
+    for (int B : {1, 3}) {
+      const double want = ContextParallel::ring_bytes_per_layer(B, 8192, P, 2, 64) / (m.link_gbps * 1e9);
+      EXPECT_NEAR(cp_ring_seconds(c, B, 8192, P, 1, false, m), want, 1e-12 * want);
+      EXPECT_NEAR(cp_ring_seconds(c, B, 8192, P, 1, true, m), want * 4 / 3, 1e-12 * want);
+    }
+  const double no_latency = cp_ring_seconds(c, 1, 8192, 2, 1, false, m);
+  m.latency_us = 20;  // 3 messages a layer at cp 2
+  EXPECT_NEAR(cp_ring_seconds(c, 1, 8192, 2, 1, false, m) - no_latency, 3 * 20e-6, 1e-12);
+}
+
+TEST(Planner, ContextParallelRefusalsMirrorTheTrainer) {
+  PlanInputs in = gpt2_124m(260, 8);  // 260 = 4 x 65: cp 2 splits it, cp 4 (8 chunks) does not
+  EXPECT_EQ(layout_refusal(in, {1, 1, 1, false, 0, 8, 1, false, 2}, 2), "");
+  EXPECT_NE(layout_refusal(in, {1, 1, 1, false, 0, 8, 1, false, 4}, 4).find("not divisible by 8"), std::string::npos);
+  EXPECT_NE(layout_refusal(in, {1, 1, 1, false, 0, 8, 1, false, 2}, 4), "");  // 2 ranks of 4
+  std::set<int> cps;
+  for (const PlanRow& r : plan_layouts(in, machine(4))) cps.insert(r.layout.cp);
+  EXPECT_EQ(cps, (std::set<int>{1, 2}));
+  in.seq_len = 258;  // not a multiple of 4: no cp at all
+  for (const PlanRow& r : plan_layouts(in, machine(4))) EXPECT_EQ(r.layout.cp, 1);
+  in.seq_len = 256;
+  in.cfg.sliding_window = 128;
+  EXPECT_NE(layout_refusal(in, {1, 1, 1, false, 0, 8, 1, false, 2}, 2).find("sliding window"), std::string::npos);
+  in.cfg.sliding_window = 256;
+  EXPECT_EQ(layout_refusal(in, {1, 1, 1, false, 0, 8, 1, false, 2}, 2), "");
+  in.packing = true;
+  EXPECT_NE(layout_refusal(in, {1, 1, 1, false, 0, 8, 1, false, 2}, 2).find("--packing"), std::string::npos);
+  in.packing = false;
+  in.validation = true;
+  EXPECT_EQ(layout_refusal(in, {1, 1, 1, false, 0, 8, 1, false, 2}, 2), "");
+  EXPECT_NE(layout_refusal(in, {1, 1, 2, false, 0, 1, 8, false, 2}, 4).find("--validation_file"), std::string::npos);
+}
+
+TEST(Planner, ContextParallelEnumerationPinsAndTime) {
+  const PlanInputs in = gpt2_124m(256, 8);
+  bool saw_cp2 = false, saw_cp4 = false;
+  for (const PlanRow& r : plan_layouts(in, machine(4))) {
+    const PlanLayout& l = r.layout;
+    EXPECT_EQ(l.dp * l.cp * l.tp * l.pp, 4) << l.name();
+    EXPECT_EQ(int64_t(l.dp) * l.micro_batch * l.accumulation, 8) << l.name();  // cp ranks read the same rows
+    EXPECT_EQ(r.time.cp_comm_s > 0, l.cp > 1) << l.name();
+    saw_cp2 |= l.cp == 2;
+    saw_cp4 |= l.cp == 4;
+  }
+  EXPECT_TRUE(saw_cp2 && saw_cp4);
+  PlanConstraints c;
+  c.cp = 2;
+  for (const PlanRow& r : plan_layouts(in, machine(4), c)) {
+    EXPECT_EQ(r.layout.cp, 2);
+    EXPECT_NE(r.layout.flags().find("--context-parallel-size 2 "), std::string::npos);
+    EXPECT_NE(r.layout.name().find(str_cat(" pp", r.layout.pp, " cp2 zero")), std::string::npos) << r.layout.name();
+  }
+  EXPECT_EQ(PlanLayout{}.flags().find("context"), std::string::npos);
+  c.tp = 4;
+  EXPECT_THROW(plan_layouts(in, machine(4), c), Error);  // 4 x 2 of 4 ranks
+  // cp 2 with B 2 computes what dp 2 with B 1 does (T tokens a rank, attention at the whole T),
+  // reduces over the same 2 ranks, and sends each layer's ring on top.
+  const PlanMachine m = machine(2);
+  const LayoutTime cp = layout_time(in, {1, 1, 1, false, 0, 2, 1, false, 2}, m);
+  const LayoutTime dp = layout_time(in, {2, 1, 1, false, 0, 1, 1, false}, m);
+  EXPECT_NEAR(cp.compute_s, dp.compute_s, 1e-12);
+  EXPECT_NEAR(cp.dp_comm_s, dp.dp_comm_s, 1e-12);
+  EXPECT_NEAR(cp.cp_comm_s, 12 * cp_ring_seconds(in.cfg, 2, 256, 2, 1, false, m), 1e-12);
+  EXPECT_NEAR(cp.critical_s, dp.critical_s + cp.cp_comm_s, 1e-9);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "models/transformer.h"
 #include "optim/optimizer.h"
 #include "parallel/buckets.h"
+#include "parallel/context_parallel.h"
 #include "parallel/memory_estimate.h"
 #include "parallel/memory_fit.h"
 #include "parallel/pipeline_schedule.h"
@@ -23,6 +24,7 @@ std::string PlanLayout::flags() const {
   std::string s;
   if (tp > 1) s += str_cat("--tensor-model-parallel-size ", tp, sp ? " --sequence-parallel" : "", " ");
   if (pp > 1) s += str_cat("--pipeline-model-parallel-size ", pp, " ");
+  if (cp > 1) s += str_cat("--context-parallel-size ", cp, " ");
   s += str_cat("--zero_stage ", zero, " --per_device_train_batch_size ", micro_batch, " --gradient_accumulation_steps ",
                accumulation);
   if (recompute) s += " --gradient_checkpointing";
@@ -30,8 +32,8 @@ std::string PlanLayout::flags() const {
 }
 
 std::string PlanLayout::name() const {
-  return str_cat("dp", dp, " tp", tp, sp ? "+sp" : "", " pp", pp, " zero", zero, " B", micro_batch, " m", accumulation,
-                 recompute ? " recompute" : "");
+  return str_cat("dp", dp, " tp", tp, sp ? "+sp" : "", " pp", pp, cp > 1 ? str_cat(" cp", cp) : "", " zero", zero, " B",
+                 micro_batch, " m", accumulation, recompute ? " recompute" : "");
 }
 
 int PlanMachine::threads_per_rank() const {
@@ -65,7 +67,7 @@ StageView stage_view(const PlanInputs& in, const PlanLayout& l) {
     // (local) GEMM parameters + 6 T C, the head 6 V C, the embedding nothing.
     std::vector<double> blocks;
     for (int b = 0; b < L; ++b)
-      blocks.push_back(6.0 * double(ml.units[ml.block_units[b]].size()) + 6.0 * in.seq_len * in.cfg.n_embd);
+      blocks.push_back(6.0 * double(ml.units[ml.block_units[b]].size()) + 6.0 * (in.seq_len / l.cp) * in.cfg.n_embd);
     v.cut = cut_balanced(0.0, blocks, 6.0 * double(in.cfg.vocab_size) * in.cfg.n_embd, P, 1);
   } else {
     v.cut.stages = 1;
@@ -147,18 +149,59 @@ UnitFlops unit_flops(const ModelConfig& c, int T) {
 
 }  // namespace
 
+int64_t cp_ring_bytes(const ModelConfig& c, int B, int T, int cp, int tp, int slots) {
+  if (cp <= 1) return 0;
+  const int64_t Tl = T / cp, NH = c.n_head / tp, KVH = c.n_kv_head >= tp ? c.n_kv_head / tp : 1;
+  const int64_t kv = int64_t(B) * Tl * 2 * KVH * c.head_size, out = int64_t(B) * Tl * NH * c.head_size;
+  const int64_t lse = int64_t(B) * NH * Tl;
+  // kv_[2] and acc_[2]; out_blk_; lse_blk_ and D_ (floats); per slot 3 int32 rows.
+  int64_t bytes = 4 * (4 * kv + out + 2 * lse) + int64_t(slots) * 3 * 4 * B * Tl;
+  // RoPE: the rows' global positions run past the T / cp the arena's table was planned for, so
+  // the model fills a cos / sin table of the whole context (Transformer::extend_rope).
+  if (model_layout(c).slots.shape.rope) bytes += 4 * int64_t(c.max_position) * c.head_size;
+  return bytes;
+}
+
+double cp_ring_seconds(const ModelConfig& c, int B, int T, int cp, int tp, bool recompute, const PlanMachine& m) {
+  if (cp <= 1) return 0;
+  const int KVH = c.n_kv_head >= tp ? c.n_kv_head / tp : 1;
+  const double blocks = (recompute ? 4.0 : 3.0) * (cp - 1);  // messages per layer (ring steps x kinds)
+  const double bytes = double(B) * (T / cp) * 2 * KVH * c.head_size * sizeof(float);
+  return blocks * (bytes / (std::max(1e-9, m.link_gbps) * 1e9) + m.latency_us * 1e-6);
+}
+
 std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc) {
   const ModelConfig& c = in.cfg;
-  if (l.dp * l.tp * l.pp != nproc) return str_cat("dp x tp x pp = ", l.dp * l.tp * l.pp, " is not ", nproc, " ranks");
+  if (l.cp < 1) return str_cat("context parallel size ", l.cp, " must be at least 1");
+  if (l.dp * l.cp * l.tp * l.pp != nproc)
+    return str_cat("dp x cp x tp x pp = ", l.dp * l.cp * l.tp * l.pp, " is not ", nproc, " ranks");
+  if (l.cp > 1) {  // the trainer's check_cp_args (trainer_cp.cpp)
+    try {
+      check_cp_seq_len(in.seq_len, l.cp);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    if (in.packing)
+      return str_cat("--context-parallel-size ", l.cp,
+                     " does not support --packing yet (document masks across the ring); train without it");
+    if (in.validation && l.pp > 1)
+      return str_cat("--context-parallel-size ", l.cp,
+                     " with pipeline stages: evaluation (--validation_file) does not run there yet");
+    if (c.sliding_window > 0 && in.seq_len > c.sliding_window)
+      return str_cat("--context-parallel-size ", l.cp, ": the model's sliding window of ", c.sliding_window,
+                     " tokens is shorter than the sequence of ", in.seq_len,
+                     "; context parallelism does not mask windows yet");
+  }
   try {
     check_tp_plan(c, TpPlan{l.tp, 0, l.sp});
   } catch (const Error& e) {
     return e.what();
   }
   if (l.sp && l.tp == 1) return "--sequence-parallel needs tensor parallelism";
-  if (l.sp && int64_t(l.micro_batch) * in.seq_len % l.tp != 0)
-    return str_cat("--sequence-parallel: B x T = ", int64_t(l.micro_batch) * in.seq_len, " is not a multiple of tp ",
-                   l.tp);
+  // SP splits a rank's rows: T / cp of each sequence under context parallelism.
+  if (l.sp && int64_t(l.micro_batch) * (in.seq_len / l.cp) % l.tp != 0)
+    return str_cat("--sequence-parallel: B x T = ", int64_t(l.micro_batch) * (in.seq_len / l.cp),
+                   l.cp > 1 ? " (a cp rank's rows)" : "", " is not a multiple of tp ", l.tp);
   if (l.pp > c.n_layer) return str_cat("pipeline stages ", l.pp, " exceed the model's ", c.n_layer, " layers");
   if (l.pp > 1 && l.zero >= 2) return "ZeRO-2/3 with pipeline stages is refused by the trainer (ZeRO-1 or DDP only)";
   if (l.pp > 1) {
@@ -177,6 +220,9 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
   const ModelLayout& ml = v.ml;
   const nn::ActPlan plan = act_plan(in, l);
   const TpPlan tpp{l.tp, 0, l.sp};
+  // A cp rank runs the model on its T / cp rows (the trainer plans the arena so); parameters,
+  // gradients and optimizer state are data parallel's over dp x cp ranks (ZeRO shards over both).
+  const int T = in.seq_len / l.cp, R = l.dp * l.cp;
   const int64_t W = 4, S = optim::optimizer_state_bytes_per_param(in.optim);
   const int64_t local = ml.table.total();
   const ModelLayout whole = l.tp > 1 ? model_layout(in.cfg) : ModelLayout{};
@@ -189,11 +235,12 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
     r.stage = s;
     r.slots = stage_slots(l.pp, l.accumulation, s);
     size_t acts = 0, tmp = 0, copy = 0;
-    Transformer::planned_bytes(in.cfg, l.micro_batch, in.seq_len, &acts, &tmp, r.slots, plan, &copy, tpp,
+    Transformer::planned_bytes(in.cfg, l.micro_batch, T, &acts, &tmp, r.slots, plan, &copy, tpp,
                                l.pp > 1 ? &v.held_blocks[s] : nullptr);
     r.activations = int64_t(acts);
     r.temporary = int64_t(tmp);
     r.runtime = runtime_bytes;
+    r.cp_ring = cp_ring_bytes(in.cfg, l.micro_batch, in.seq_len, l.cp, l.tp, r.slots);
     if (l.pp == 1) {
       // The estimator's row for the stage, on this TP rank's slices.
       ModelMemoryInputs mi;
@@ -205,7 +252,7 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
       mi.temporary_bytes = r.temporary;
       mi.compute_copy_bytes = int64_t(copy);
       MemoryEstimateOptions opt;
-      opt.num_ranks = l.dp;
+      opt.num_ranks = R;
       opt.hpz_partition_size = 1;
       opt.optim = in.optim;
       const MemoryRow row = estimate_memory(mi, opt).at(size_t(l.zero));
@@ -219,12 +266,12 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
       const int64_t Ps = units_params(ml, v.held_units[s]);
       r.params = W * (l.zero == 0 ? local : Ps) + int64_t(copy);
       r.grads = W * Ps;
-      r.optim = S * (l.zero == 0 ? Ps : shard_layout(Ps, l.dp).shard);
-      if (l.dp > 1)
+      r.optim = S * (l.zero == 0 ? Ps : shard_layout(Ps, R).shard);
+      if (R > 1)
         r.comm = l.zero == 0 ? std::min(W * Ps, 4 * reduce_bucket_elements(0, 0))
                              : std::min(W * Ps, 2 * int64_t(dist::kRingChunkBytes));
       // The received gradient per slot (the activation lands in the arena's residual).
-      const int64_t n = l.sp ? int64_t(l.micro_batch) * in.seq_len / l.tp : int64_t(l.micro_batch) * in.seq_len;
+      const int64_t n = l.sp ? int64_t(l.micro_batch) * T / l.tp : int64_t(l.micro_batch) * T;
       r.comm += int64_t(r.slots) * n * in.cfg.n_embd * W;
     }
     // The final export (trainer.cpp finish()): ZeRO engines allocate the whole local flat
@@ -241,6 +288,8 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
 LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMachine& m) {
   const ModelConfig& c = in.cfg;
   const StageView v = stage_view(in, l);
+  // Per-token FLOPs at the whole T (a cp rank's rows attend to all T / 2 earlier keys on average,
+  // zigzag balanced), on T / cp tokens per rank: attention's T^2 divided by cp like the rest.
   const UnitFlops f = unit_flops(c, in.seq_len);
   const int P = l.pp, M = l.accumulation, L = c.n_layer;
   LayoutTime t;
@@ -254,14 +303,17 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
   t.core_share = std::min(per_rank, share);
   const double over = per_rank < 1 ? m.oversubscribed_efficiency : 1.0;
   // FLOP/s of one core at this micro-batch's GEMM rows.
-  const double rows = double(l.micro_batch) * in.seq_len;
+  const int T = in.seq_len / l.cp, R = l.dp * l.cp;
+  const double rows = double(l.micro_batch) * T;
   const double core = std::max(1e-9, m.gemm_gflops_core * m.efficiency * rows / (rows + m.gemm_half_rows)) * 1e9;
   const double link = std::max(1e-9, m.link_gbps) * 1e9, lat = m.latency_us * 1e-6;
-  const double tokens = double(l.micro_batch) * in.seq_len;  // per micro-batch per rank group
-  const double A = 4.0 * tokens * c.n_embd;                  // one activation, bytes
-  const double r_tp = double(l.tp - 1) / l.tp, r_dp = double(l.dp - 1) / l.dp;
+  const double tokens = double(l.micro_batch) * T;  // per micro-batch per rank group
+  const double A = 4.0 * tokens * c.n_embd;         // one activation, bytes
+  const double r_tp = double(l.tp - 1) / l.tp, r_dp = double(R - 1) / R;
   const double recompute = l.recompute ? 8.0 / 6.0 : 1.0;  // forward again in backward
-  double worst_mb = 0, core_seconds = 0, worst_dp = 0, worst_opt = 0, worst_tp = 0, worst_pp = 0, worst_comp = 0;
+  const double ring_layer = cp_ring_seconds(c, l.micro_batch, in.seq_len, l.cp, l.tp, l.recompute, m);
+  double worst_mb = 0, core_seconds = 0, worst_dp = 0, worst_opt = 0, worst_tp = 0, worst_pp = 0, worst_comp = 0,
+         worst_cp = 0;
   for (int s = 0; s < P; ++s) {
     int blocks = 0;
     for (int b = 0; b < L; ++b) blocks += v.held_blocks[s][b];
@@ -274,31 +326,35 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
     // PP: the activation forward and its gradient back across each boundary of the stage.
     const int cross = (s > 0) + (s < P - 1);
     const double pp_s = cross * (lat + (l.sp ? A / l.tp : A) / link);
-    const double mb = comp + tp_s + pp_s;
+    // CP: each block's ring, exposed (the kernels overlap part of it; not modelled).
+    const double cp_s = blocks * ring_layer;
+    const double mb = comp + tp_s + pp_s + cp_s;
     // DP: the stage's local gradient bytes, reduced once per step (ZeRO-2 every micro-batch,
     // ZeRO-3 also gathers parameters forward and backward every micro-batch), then gathered.
     const int64_t Ps = units_params(v.ml, v.held_units[s]);
     double rounds = 0;
-    if (l.dp > 1) rounds = l.zero <= 1 ? 2.0 : l.zero == 2 ? M + 1.0 : 3.0 * M;
-    const double dp_s = l.dp > 1 ? rounds * (r_dp * 4.0 * double(Ps) / link + lat) : 0.0;
+    if (R > 1) rounds = l.zero <= 1 ? 2.0 : l.zero == 2 ? M + 1.0 : 3.0 * M;
+    const double dp_s = R > 1 ? rounds * (r_dp * 4.0 * double(Ps) / link + lat) : 0.0;
     // AdamW: about 28 bytes read and written per updated parameter, memory bound.
-    const double updated = l.zero >= 1 ? double(Ps) / l.dp : double(Ps);
+    const double updated = l.zero >= 1 ? double(Ps) / R : double(Ps);
     const double opt_s = updated * 28.0 / (std::max(1e-9, m.mem_gbps) * 1e9 * share);
     if (mb > worst_mb) {
       worst_mb = mb;
       worst_comp = comp;
       worst_tp = tp_s;
       worst_pp = pp_s;
+      worst_cp = cp_s;
     }
     worst_dp = std::max(worst_dp, dp_s);
     worst_opt = std::max(worst_opt, opt_s);
     // Work this stage's ranks put on their host's cores, in core-seconds (communication copies
     // through shared memory included).
-    core_seconds += double(l.dp * l.tp) * (M * (comp * share + tp_s + pp_s) + dp_s + opt_s * share);
+    core_seconds += double(R * l.tp) * (M * (comp * share + tp_s + pp_s + cp_s) + dp_s + opt_s * share);
   }
   t.compute_s = worst_comp * M;
   t.tp_comm_s = worst_tp * M;
   t.pp_comm_s = worst_pp * M;
+  t.cp_comm_s = worst_cp * M;
   t.dp_comm_s = worst_dp;
   t.optimizer_s = worst_opt;
   t.bubble = P > 1 ? double(P - 1) / (M + P - 1) : 0.0;
@@ -327,6 +383,9 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
            " ranks");
   ZT_CHECK(cons.pp < 0 || N % cons.pp == 0, "--pipeline-model-parallel-size ", cons.pp, " does not divide the ", N,
            " ranks");
+  ZT_CHECK(cons.cp < 0 || N % cons.cp == 0, "--context-parallel-size ", cons.cp, " does not divide the ", N, " ranks");
+  ZT_CHECK(N % (std::max(1, cons.tp) * std::max(1, cons.pp) * std::max(1, cons.cp)) == 0,
+           "the pinned tensor x pipeline x context parallel sizes do not divide the ", N, " ranks");
   ZT_CHECK(cons.tp < 0 || cons.pp < 0 || N % (cons.tp * cons.pp) == 0, "--tensor-model-parallel-size ", cons.tp,
            " x --pipeline-model-parallel-size ", cons.pp, " does not divide the ", N, " ranks");
   std::vector<PlanRow> rows;
@@ -337,31 +396,34 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
     if (N % tp || !pin(cons.tp, tp)) continue;
     for (int pp = 1; pp <= N / tp; ++pp) {
       if ((N / tp) % pp || !pin(cons.pp, pp)) continue;
-      const int dp = N / (tp * pp);
-      if (in.global_batch % dp) continue;
-      ++dp_divides;
-      const int64_t per_dp = in.global_batch / dp;
-      for (int zero = 0; zero <= 3; ++zero) {
-        if (!pin(cons.zero, zero) || (cons.zero < 0 && dp == 1 && zero > 0)) continue;  // nothing to shard
-        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-          if (!pin(cons.sp, sp) && !(cons.sp == 0 && sp == 0)) continue;
-          for (int rc = 0; rc <= 1; ++rc) {
-            if (!pin(cons.recompute, rc)) continue;
-            for (int64_t B = 1; B <= per_dp; ++B) {
-              if (per_dp % B || !pin(cons.micro_batch, int(B)) || B > (int64_t(1) << 20)) continue;
-              PlanLayout l{dp, tp, pp, sp == 1, zero, int(B), int(per_dp / B), rc == 1};
-              const std::string why = layout_refusal(in, l, N);
-              if (!why.empty()) {
-                if (refused.empty()) refused = l.name() + ": " + why;
-                continue;
+      for (int cp = 1; cp <= N / (tp * pp); ++cp) {
+        if ((N / (tp * pp)) % cp || !pin(cons.cp, cp)) continue;
+        const int dp = N / (tp * pp * cp);
+        if (in.global_batch % dp) continue;
+        ++dp_divides;
+        const int64_t per_dp = in.global_batch / dp;
+        for (int zero = 0; zero <= 3; ++zero) {
+          if (!pin(cons.zero, zero) || (cons.zero < 0 && dp * cp == 1 && zero > 0)) continue;  // nothing to shard
+          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+            if (!pin(cons.sp, sp) && !(cons.sp == 0 && sp == 0)) continue;
+            for (int rc = 0; rc <= 1; ++rc) {
+              if (!pin(cons.recompute, rc)) continue;
+              for (int64_t B = 1; B <= per_dp; ++B) {
+                if (per_dp % B || !pin(cons.micro_batch, int(B)) || B > (int64_t(1) << 20)) continue;
+                PlanLayout l{dp, tp, pp, sp == 1, zero, int(B), int(per_dp / B), rc == 1, cp};
+                const std::string why = layout_refusal(in, l, N);
+                if (!why.empty()) {
+                  if (refused.empty()) refused = l.name() + ": " + why;
+                  continue;
+                }
+                PlanRow row;
+                row.layout = l;
+                row.memory = layout_memory(in, l, m.runtime_bytes);
+                row.time = layout_time(in, l, m);
+                row.tokens_per_s = double(in.global_batch) * in.seq_len / row.time.step_s;
+                row.fits = m.memory_per_rank < 0 || row.memory.total() <= m.memory_per_rank;
+                rows.push_back(row);
               }
-              PlanRow row;
-              row.layout = l;
-              row.memory = layout_memory(in, l, m.runtime_bytes);
-              row.time = layout_time(in, l, m);
-              row.tokens_per_s = double(in.global_batch) * in.seq_len / row.time.step_s;
-              row.fits = m.memory_per_rank < 0 || row.memory.total() <= m.memory_per_rank;
-              rows.push_back(row);
             }
           }
         }
@@ -385,6 +447,7 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
     if (t.bubble > 0) s += str_cat(", bubble ", fixed(100 * t.bubble, 0), "%");
     if (t.tp_comm_s > 0) s += str_cat(", tp all-reduce ", fixed(t.tp_comm_s, 2), " s");
     if (t.pp_comm_s > 0) s += str_cat(", pp sends ", fixed(t.pp_comm_s, 2), " s");
+    if (t.cp_comm_s > 0) s += str_cat(", cp ring ", fixed(t.cp_comm_s, 2), " s");
     if (t.dp_comm_s > 0) s += str_cat(", dp reduce ", fixed(t.dp_comm_s, 2), " s");
     s += str_cat(", update ", fixed(t.optimizer_s, 2), " s");
     if (t.cpu_bound_s >= t.critical_s) s += "; bound by the host's cores";
@@ -406,11 +469,13 @@ void check_model_parallel_memory(const ModelConfig& cfg, int T, const PlanLayout
   const std::string breakdown = str_cat(
       l.name(), ", the largest rank (stage ", m.stage, "): parameters ", format_bytes(double(m.params)), ", gradients ",
       format_bytes(double(m.grads)), ", optimizer state ", format_bytes(double(m.optim)), ", activations ",
-      format_bytes(double(m.activations + m.temporary)), ", export ", format_bytes(double(m.export_extra)));
-  check_memory_fits(m.total(), ranks_on_this_host(), "training this model", breakdown,
-                    "use more tensor or pipeline ranks, a smaller --per_device_train_batch_size (more accumulation), "
-                    "--gradient_checkpointing or --bf16 (ztrain plan compares the layouts)",
-                    limit, "--max_memory");
+      format_bytes(double(m.activations + m.temporary)), ", export ", format_bytes(double(m.export_extra)),
+      m.cp_ring > 0 ? ", cp ring " + format_bytes(double(m.cp_ring)) : "");
+  check_memory_fits(
+      m.total(), ranks_on_this_host(), "training this model", breakdown,
+      "use more tensor, pipeline or context parallel ranks, a smaller --per_device_train_batch_size (more "
+      "accumulation), --gradient_checkpointing or --bf16 (ztrain plan compares the layouts)",
+      limit, "--max_memory");
 }
 
 }  // namespace zt::parallel

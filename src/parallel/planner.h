@@ -1,7 +1,7 @@
 // planner.h: `ztrain plan` and `ztrain train --auto_parallel` (docs/planner.md). Given a
 // model, a sequence length, a global batch and a machine (ranks, cores and memory per host,
 // GEMM speed per core, link bandwidth), it enumerates the layouts the trainer runs (data x
-// tensor x pipeline parallel, ZeRO stage, micro-batch, activation recomputation), predicts each
+// context x tensor x pipeline parallel, ZeRO stage, micro-batch, activation recomputation), predicts each
 // one's per-rank peak memory and step time, drops what does not fit or what the trainer
 // refuses, and ranks the rest by step time.
 //
@@ -16,7 +16,10 @@
 // slowest stage; and never less than the host's total work spread over its cores (ranks that
 // outnumber the cores take turns: a waiting rank gives its core up: dist_wait_cpu).
 // It deliberately is not: a simulator of the kernels (one efficiency for all of them), a
-// model of overlap (communication is counted as exposed), or context parallelism (cp = 1).
+// model of overlap (communication is counted as exposed, the cp ring's too).
+// Context parallelism: a cp rank computes and keeps the activations of T / cp rows (attention's
+// causal T^2 work split evenly by the zigzag chunks), holds the ring's buffers, sends its K / V
+// blocks around the ring (and dK / dV in backward) and reduces gradients over dp x cp ranks.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,9 +37,10 @@ struct PlanLayout {
   int micro_batch = 1;     // B, sequences per micro-batch per data-parallel rank
   int accumulation = 1;    // m: micro-batches per step (a pipeline's micro-batches)
   bool recompute = false;  // full activation recomputation
+  int cp = 1;              // context parallel ranks (last: the aggregate initialisers above stay)
   // "--tensor-model-parallel-size 2 --zero_stage 1 ..." (the trainer's flags for it).
   std::string flags() const;
-  std::string name() const;  // "dp2 tp1 pp1 zero1 B4 m1"
+  std::string name() const;  // "dp2 tp1 pp1 zero1 B4 m1" (" cp2" after pp with cp > 1)
 };
 
 // The machine a plan is for. Defaults: this repository's calibration (docs/planner.md).
@@ -78,6 +82,7 @@ constexpr int64_t kDefaultRuntimeBytes = int64_t(80) << 20;
 struct PlanConstraints {
   int tp = -1, pp = -1, zero = -1, recompute = -1, sp = -1;
   int micro_batch = -1;
+  int cp = -1;
 };
 
 struct PlanInputs {
@@ -86,16 +91,20 @@ struct PlanInputs {
   int64_t global_batch = 1;  // sequences per optimizer step, all ranks
   nn::Precision precision = nn::Precision::fp32;
   std::string optim = "adamw_torch";
+  // What the trainer's context parallelism does not run with yet (check_cp_args): --packing,
+  // and --validation_file with pipeline stages.
+  bool packing = false, validation = false;
 };
 
 struct LayoutMemory {
   int64_t params = 0, grads = 0, optim = 0, activations = 0, temporary = 0, comm = 0, runtime = 0;
+  int64_t cp_ring = 0;  // context parallelism's ring buffers and shard rows (cp_ring_bytes)
   // The end of the run, on top of the rest: ZeRO's export restores the whole flat parameter
   // buffer; under TP the chief also builds the whole model and gathers each tensor into it.
   int64_t export_extra = 0;
   int stage = 0;  // the pipeline stage with the most (0 without stages)
   int slots = 1;  // micro-batches in flight on that stage
-  int64_t training() const { return params + grads + optim + activations + temporary + comm + runtime; }
+  int64_t training() const { return params + grads + optim + activations + temporary + comm + runtime + cp_ring; }
   int64_t total() const { return training() + export_extra; }
 };
 struct LayoutTime {
@@ -104,6 +113,7 @@ struct LayoutTime {
   double compute_s = 0;   // slowest rank's FLOPs / its speed (one step, no bubble)
   double bubble = 0;      // pipeline: idle fraction (P - 1) / (m + P - 1)
   double tp_comm_s = 0, pp_comm_s = 0, dp_comm_s = 0, optimizer_s = 0;
+  double cp_comm_s = 0;    // the cp ring's K / V (and dK / dV) sends, every layer and micro-batch
   double critical_s = 0;   // the slowest rank's path: compute with the bubble, communication, update
   double cpu_bound_s = 0;  // the host's work over its cores
   double step_s = 0;       // max of the two
@@ -121,6 +131,14 @@ struct PlanRow {
 std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc);
 LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t runtime_bytes);
 LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMachine& m);
+// Context parallelism's own memory on a rank: ContextParallel's ring buffers at their largest (two
+// K / V blocks, two dK / dV accumulators, a block's partial output, its lse and D) and the
+// shard's rows (inputs, targets, positions per slot), for B rows of T / cp tokens; with RoPE the
+// whole context's cos / sin table the model extends to for the global positions.
+int64_t cp_ring_bytes(const ModelConfig& c, int B, int T, int cp, int tp, int slots);
+// Seconds of one micro-batch's ring traffic per layer: (cp - 1) K / V blocks forward, twice
+// that backward (K / V and dK / dV), a recomputed forward's again; each block a message.
+double cp_ring_seconds(const ModelConfig& c, int B, int T, int cp, int tp, bool recompute, const PlanMachine& m);
 // Every layout of N ranks the trainer accepts under the constraints, fitting first, each group
 // by predicted step time (then memory). Throws zt::Error when nothing can run (naming why).
 std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, const PlanConstraints& c = {});
@@ -128,7 +146,7 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
 // data-parallel degree divides, T beyond the context).
 void check_plan_request(const PlanInputs& in, const PlanMachine& m);
 
-// `ztrain train`'s "will it fit?" under tensor or pipeline parallelism (memory_fit.h's check for
+// `ztrain train`'s "will it fit?" under tensor, pipeline or context parallelism (memory_fit.h's check for
 // the other layouts): the layout's largest rank x the ranks on this host against the memory
 // available (or `limit`), one error naming both. Selective recomputation is counted as none.
 void check_model_parallel_memory(const ModelConfig& cfg, int T, const PlanLayout& l, nn::Precision precision,

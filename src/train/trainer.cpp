@@ -517,11 +517,12 @@ void Trainer::load_data() {
   T_ = seq_len(a_, cfg_);
   ZT_CHECK(T_ <= cfg_.max_position, "--model_max_length ", T_, " exceeds the model's context of ", cfg_.max_position,
            " positions (n_positions / max_position_embeddings); lower it");
-  if (a_.tensor_model_parallel_size > 1 || a_.pipeline_parallel_size > 1)  // the planner's model of TP / PP
+  // The planner's model of TP / PP / CP (a cp rank holds T / cp rows and shards over dp x cp).
+  if (a_.tensor_model_parallel_size > 1 || a_.pipeline_parallel_size > 1 || a_.context_parallel_size > 1)
     parallel::check_model_parallel_memory(
         cfg_, T_,
         {dp_comm_->size(), a_.tensor_model_parallel_size, a_.pipeline_parallel_size, a_.sequence_parallel,
-         a_.zero_stage, B_, G_, plan_.recompute == nn::Recompute::full},
+         a_.zero_stage, B_, G_, plan_.recompute == nn::Recompute::full, a_.context_parallel_size},
         plan_.precision, a_.optim, a_.max_memory.empty() ? -1 : memory_limit_bytes_);
   else
     parallel::check_training_memory(

@@ -3,7 +3,8 @@
 # `ztrain plan --json` lists only layouts the trainer runs, keeping the global batch; bad requests
 # are one error line; 2 ranks with --auto_parallel print the chosen layout and train with it
 # (train_results.json shows the same dp / tp / pp / ZeRO stage / micro-batch); an explicit
-# --tensor-model-parallel-size pins tp; --deepspeed with it is refused.
+# --tensor-model-parallel-size pins tp, an explicit --context-parallel-size cp; --deepspeed with it
+# is refused.
 # usage: auto_parallel.sh ZTRAIN MPIRUN CONFIG_DIR
 set -u
 Z=$1
@@ -27,10 +28,11 @@ import json, sys
 j = json.load(open(sys.argv[1])); L = j["layouts"]
 assert len(L) > 10, len(L)
 for r in L:
-    assert r["dp"] * r["tp"] * r["pp"] == 4 and r["dp"] * r["micro_batch"] * r["accumulation"] == 8, r
+    assert r["dp"] * r["cp"] * r["tp"] * r["pp"] == 4 and r["dp"] * r["micro_batch"] * r["accumulation"] == 8, r
+    assert (r["cp"] > 1) == (r["time_s"]["cp_comm"] > 0 and r["memory_bytes"]["cp_ring"] > 0), r
     assert not (r["pp"] > 1 and r["zero_stage"] >= 2), r
 assert all(a["time_s"]["step"] <= b["time_s"]["step"] for a, b in zip(L, L[1:]))
-assert {r["tp"] for r in L} == {1, 2, 4} and {r["pp"] for r in L} == {1, 2, 4}
+assert {r["tp"] for r in L} == {1, 2, 4} and {r["pp"] for r in L} == {1, 2, 4} and {r["cp"] for r in L} == {1, 2, 4}
 assert "ztrain train" in j["command"]
 PY
 "$Z" plan --model_config_path "$CFG" --model_max_length 32 --global_batch 8 --nproc 2 --gemm_gflops 100 \
@@ -64,12 +66,14 @@ check_run() {  # name dir log
   /usr/bin/python3 - "$2" "$line" <<'PY' && ok "$1: ${line:0:110}" || { bad "$1: layout differs: $line"; }
 import json, re, sys
 line = sys.argv[2]
-m = re.search(r"-> dp(\d+) tp(\d+)(\+sp)? pp(\d+) zero(\d) B(\d+) m(\d+)", line)
-dp, tp, pp, zero, B, acc = (int(m.group(i)) for i in (1, 2, 4, 5, 6, 7))
+m = re.search(r"-> dp(\d+) tp(\d+)(\+sp)? pp(\d+)(?: cp(\d+))? zero(\d) B(\d+) m(\d+)", line)
+dp, tp, pp, zero, B, acc = (int(m.group(i)) for i in (1, 2, 4, 6, 7, 8))
+cp = int(m.group(5) or 1)
 assert dp * B * acc == 8, line  # the global batch: 2 x 2 x 2 ranks as given
 r = json.load(open(sys.argv[1] + "/train_results.json"))
 d = r["data_parallel"]
-assert d["ranks"] == dp and d["stage"] == zero, d
+assert d["ranks"] == dp * cp and d["stage"] == zero, d  # gradients reduce over dp x cp
+assert ("context_parallel" in d) == (cp > 1), d.keys()
 assert ("tensor_parallel" in d) == (tp > 1), d.keys()
 assert ("pipeline" in r) == (pp > 1), r.keys()
 if pp > 1: assert r["pipeline"]["micro_batches"] == acc and r["pipeline"]["stages"] == pp
@@ -82,6 +86,13 @@ check_run "auto" "$W/auto" "$W/auto.log"
   { bad "pinned tp run failed"; tail -5 "$W/tp.log"; }
 grep -q "^auto_parallel: 2 ranks -> dp1 tp2" "$W/tp.log" && check_run "pinned tp 2" "$W/tp" "$W/tp.log" ||
   bad "explicit --tensor-model-parallel-size 2 not kept: $(grep -m1 auto_parallel "$W/tp.log")"
+"$MPI" -np 2 --oversubscribe "$Z" "${args[@]}" --context-parallel-size 2 --output_dir "$W/cp" > "$W/cp.log" 2>&1 ||
+  { bad "pinned cp run failed"; tail -5 "$W/cp.log"; }
+grep -q "^auto_parallel: 2 ranks -> dp1 tp1 pp1 cp2 .*--context-parallel-size 2 " "$W/cp.log" &&
+  check_run "pinned cp 2" "$W/cp" "$W/cp.log" ||
+  bad "explicit --context-parallel-size 2 not kept: $(grep -m1 auto_parallel "$W/cp.log")"
+expect "pinned cp not dividing" "context-parallel-size 3 does not divide" "${p[@]}" --global_batch 8 --nproc 2 \
+  --context-parallel-size 3
 echo '{"train_micro_batch_size_per_gpu": "auto"}' > "$W/ds.json"
 expect "--deepspeed with --auto_parallel" "drop --deepspeed" "$Z" "${args[@]}" --deepspeed "$W/ds.json" --output_dir "$W/ds"
 exit $fail
