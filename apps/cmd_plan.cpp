@@ -3,12 +3,10 @@
 // The speeds it needs are measured here in one process (one core's sgemm on the model's MLP
 // GEMM, one core's memory copy) unless given; the link bandwidth is given from
 // `ztrain bench-comm` (its busbw at large sizes), else this machine's default (docs/planner.md).
-#include <sched.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "commands.h"
 #include "core/error.h"
@@ -21,12 +19,6 @@
 namespace zt::app {
 
 namespace {
-
-int this_host_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 std::string gib(int64_t b) {
   char s[32];
@@ -139,7 +131,7 @@ int cmd_plan(const Args& args) {
   parallel::PlanMachine m;
   m.nproc = N;
   m.nodes = nodes;
-  m.cores_per_host = cores > 0 ? cores : this_host_cores();
+  m.cores_per_host = cores > 0 ? cores : available_cores();
   m.efficiency = eff;
   m.oversubscribed_efficiency = over;
   m.runtime_bytes = runtime_mb >= 0 ? int64_t(runtime_mb * (1 << 20)) : parallel::kDefaultRuntimeBytes;

@@ -84,29 +84,12 @@ std::pair<uint64_t, uint64_t> file_digest(const fs::path& file) {
   return checkpoint_file_digest(file.string());
 }
 
-// A file written under a temporary name, renamed into place (its folder fsynced) and its digest
-// left beside it.
-template <typename Write>
-void write_renamed(const fs::path& path, Write write) {
-  const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  const FileDigest d = write(tmp);
-  ZT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path.string(), ": ",
-           std::strerror(errno));
-  fsync_path(path.parent_path().string(), true);
-  write_digest(path, d);
-}
-
 void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector<StatePiece>& pieces,
                  const std::string& save_id) {
-  for (const ShardFile& f : checkpoint_shard_files(shard, pieces, save_id))
-    write_renamed(tmp / f.name, [&](const std::string& path) {
-      uint64_t size = f.header.size();
-      for (size_t i : f.pieces) size += uint64_t(pieces[i].slice.count) * 4;
-      SequentialFileWriter out(path, size);
-      out.write(f.header.data(), f.header.size());
-      for (size_t i : f.pieces) out.write(pieces[i].data, size_t(pieces[i].slice.count) * 4);
-      return out.finish();
-    });
+  for (const ShardFile& f : checkpoint_shard_files(shard, pieces, save_id)) {
+    const fs::path path = tmp / f.name;
+    write_digest(path, safetensors_write(path.string(), f.tensors, DType::f32, f.metadata));  // fsynced
+  }
 }
 
 // The chief's part, after every shard is written: the JSON files, checksums.json over every
@@ -167,41 +150,42 @@ void checkpoint_begin(const std::string& output_dir, int64_t step) {
 std::vector<ShardFile> checkpoint_shard_files(const StateShard& shard, const std::vector<StatePiece>& pieces,
                                               const std::string& save_id) {
   if (shard.index < 0) return {};
-  std::vector<StTensorOut> model, state;
-  ShardFile model_file{"model.safetensors", "", {}}, state_file{state_file_name(shard.index, shard.count), "", {}};
+  ShardFile model_file{"model.safetensors", {}, {}, {}},
+      state_file{state_file_name(shard.index, shard.count), {}, {}, {}};
   nlohmann::json desc = nlohmann::json::object();
   for (size_t i = 0; i < pieces.size(); ++i) {
     const StatePiece& p = pieces[i];
     if (shard.count == 1 && p.slot == "params" && p.slice.begin == 0 && p.slice.count == numel_of(p.shape)) {
-      model.push_back({p.tensor, p.shape, p.data});
+      model_file.tensors.push_back({p.tensor, p.shape, p.data});
       model_file.pieces.push_back(i);
       continue;
     }
     std::string name = p.slot + "." + p.tensor + "." + std::to_string(p.slice.begin);
     ZT_ASSERT(!desc.contains(name), "piece ", name, " written twice");
     desc[name] = {{"tensor", p.tensor}, {"slot", p.slot}, {"shape", p.shape}, {"begin", p.slice.begin}};
-    state.push_back({std::move(name), {p.slice.count}, p.data});
+    state_file.tensors.push_back({std::move(name), {p.slice.count}, p.data});
     state_file.pieces.push_back(i);
   }
   std::vector<ShardFile> out;
-  if (!model.empty()) {
-    model_file.header = safetensors_header(model, DType::f32, {{"format", "pt"}, {"save_id", save_id}});
+  if (!model_file.tensors.empty()) {
+    model_file.metadata = {{"format", "pt"}, {"save_id", save_id}};
     out.push_back(std::move(model_file));
   }
-  state_file.header = safetensors_header(state, DType::f32,
-                                         {{"format", kStateFormat},
-                                          {"shard", std::to_string(shard.index)},
-                                          {"num_shards", std::to_string(shard.count)},
-                                          {"pieces", desc.dump()},
-                                          {"save_id", save_id}});
+  state_file.metadata = {{"format", kStateFormat},
+                         {"shard", std::to_string(shard.index)},
+                         {"num_shards", std::to_string(shard.count)},
+                         {"pieces", desc.dump()},
+                         {"save_id", save_id}};
   out.push_back(std::move(state_file));
   return out;
 }
 
 void checkpoint_write_file_image(const std::string& output_dir, int64_t step, const std::string& name,
                                  const void* image, uint64_t size, uint64_t checksum) {
-  write_renamed(checkpoint_dir(output_dir, step, true) / name,
-                [&](const std::string& path) { return write_image_file(path, image, size, checksum); });
+  const fs::path path = checkpoint_dir(output_dir, step, true) / name;
+  write_digest(path, write_renamed(path.string(), [&](const std::string& tmp) {
+                 return write_image_file(tmp, image, size, checksum);
+               }));
 }
 
 void checkpoint_write_shard(const std::string& output_dir, int64_t step, const StateShard& shard,

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_meta.h"
+#include "checkpoint/safetensors.h"
 #include "core/state.h"
 #include "models/config.h"
 
@@ -63,12 +64,15 @@ void checkpoint_begin(const std::string& output_dir, int64_t step);
 void checkpoint_write_shard(const std::string& output_dir, int64_t step, const StateShard& shard,
                             const std::vector<StatePiece>& pieces, const std::string& save_id);
 // The files a shard owner writes for its pieces, planned: each file's name, the bytes before its
-// tensor data (safetensors' header) and the pieces that follow, in order, back to back. A flash
+// tensor data (safetensors_header of its tensors and metadata) and the pieces that follow, in order,
+// back to back. A flash
 // snapshot lays these files out in shared memory as they will be on disk, and its persist writes
 // them from there (checkpoint_write_file_image) with no copy. Empty for a rank that owns no shard.
 struct ShardFile {
-  std::string name, header;
-  std::vector<size_t> pieces;  // indices into the pieces given
+  std::string name;
+  std::vector<StTensorOut> tensors;  // in file order, data pointing at the pieces
+  std::map<std::string, std::string> metadata;
+  std::vector<size_t> pieces;  // indices into the pieces given, one per tensor
 };
 std::vector<ShardFile> checkpoint_shard_files(const StateShard& shard, const std::vector<StatePiece>& pieces,
                                               const std::string& save_id);

@@ -98,7 +98,8 @@ std::string checkpoint_verify(const std::string& dir) {
     fs::path p = d / name;
     std::error_code ec;
     ZT_CHECK(fs::is_regular_file(p, ec), "checkpoint ", dir, " is damaged: ", quote(name), " is missing");
-    auto [h, size] = checkpoint_file_digest(p.string(), key[0] == 'x' ? ChecksumKind::xxh3 : ChecksumKind::hash64);
+    auto [h, size] =
+        checkpoint_file_digest(p.string(), std::string(key) == "hash64" ? ChecksumKind::hash64 : ChecksumKind::xxh3);
     const uint64_t want_size = v["bytes"].get<uint64_t>(), want_hash = v[key].get<uint64_t>();
     ZT_CHECK(size == want_size, "checkpoint ", dir, " is damaged: ", quote(name), " has ", size, " bytes, expected ",
              want_size);

@@ -134,10 +134,13 @@ void FlashSnapshot::write(const SnapshotInfo& info, const StateCollector& c, con
     if (bytes > 0) segs.push_back({static_cast<const uint8_t*>(src), off, bytes});
     off += bytes;
   };
+  std::vector<std::string> headers;  // the segments point into them until the copy ends
+  headers.reserve(files.size());
   for (const ShardFile& f : files) {
     off = align_up(off, kPage);
     const uint64_t start = off;
-    put(f.header.data(), f.header.size());
+    headers.push_back(safetensors_header(f.tensors, DType::f32, f.metadata));
+    put(headers.back().data(), headers.back().size());
     for (size_t i : f.pieces) at[i] = off, put(c.pieces[i].data, uint64_t(c.pieces[i].slice.count) * 4);
     // The checksum's place holds 16 hex digits now, so the JSON's size is known before the copy.
     file_table.push_back({{"name", f.name}, {"offset", start}, {"bytes", off - start}, {"checksum", hex64(0)}});
@@ -236,17 +239,11 @@ uint64_t FlashSnapshot::checksum(const std::vector<uint64_t>& blocks) const {
 }
 
 std::vector<uint64_t> FlashSnapshot::hash_blocks() const {
-  std::vector<std::pair<uint64_t, uint64_t>> blocks;
+  std::vector<uint64_t> out;
   for (const auto& r : meta_["regions"]) {
-    const uint64_t o = r[0].get<uint64_t>(), n = r[1].get<uint64_t>();
-    for (uint64_t b = 0; b < n; b += kChecksumBlock)
-      blocks.push_back({o + b, std::min<uint64_t>(n - b, kChecksumBlock)});
+    const std::vector<uint64_t> h = block_hashes(map_ + kDataOffset + r[0].get<uint64_t>(), r[1].get<uint64_t>());
+    out.insert(out.end(), h.begin(), h.end());
   }
-  std::vector<uint64_t> out(blocks.size());
-  const uint8_t* data = map_ + kDataOffset;
-#pragma omp parallel for schedule(dynamic, 8)
-  for (int64_t k = 0; k < int64_t(blocks.size()); ++k)
-    out[size_t(k)] = content_hash(data + blocks[size_t(k)].first, blocks[size_t(k)].second);
   return out;
 }
 

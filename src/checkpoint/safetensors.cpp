@@ -169,26 +169,23 @@ FileDigest safetensors_write(const std::string& path, const std::vector<StTensor
   uint64_t off = 0;
   const std::string header = safetensors_header(tensors, dtype, metadata, &off);
   const size_t es = zt::dtype_size(dtype);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  SequentialFileWriter out(tmp, header.size() + off);
-  out.write(header.data(), header.size());
-  std::vector<uint16_t> half;
-  for (auto& t : tensors) {
-    int64_t n = 1;
-    for (auto s : t.shape) n *= s;
-    if (es == 4) {
-      out.write(t.data, size_t(n) * 4);
-    } else {
-      half.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i) half[i] = f32_to_bf16(t.data[i]);
-      out.write(half.data(), size_t(n) * 2);
+  return write_renamed(path, [&](const std::string& tmp) {
+    SequentialFileWriter out(tmp, header.size() + off);
+    out.write(header.data(), header.size());
+    std::vector<uint16_t> half;
+    for (auto& t : tensors) {
+      int64_t n = 1;
+      for (auto s : t.shape) n *= s;
+      if (es == 4) {
+        out.write(t.data, size_t(n) * 4);
+      } else {
+        half.resize(size_t(n));
+        for (int64_t i = 0; i < n; ++i) half[i] = f32_to_bf16(t.data[i]);
+        out.write(half.data(), size_t(n) * 2);
+      }
     }
-  }
-  const auto digest = out.finish();
-  ZT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
-  const size_t slash = path.rfind('/');
-  fsync_path(slash == std::string::npos ? "." : path.substr(0, slash), true);
-  return digest;
+    return out.finish();
+  });
 }
 
 }  // namespace zt

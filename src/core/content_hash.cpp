@@ -19,7 +19,7 @@ uint64_t tree_checksum_of_blocks(const std::vector<uint64_t>& block_hashes) {
   return content_hash(block_hashes.data(), block_hashes.size() * sizeof(uint64_t));
 }
 
-uint64_t tree_checksum(const void* data, size_t n) {
+std::vector<uint64_t> block_hashes(const void* data, size_t n) {
   const int64_t blocks = int64_t((n + kChecksumBlock - 1) / kChecksumBlock);
   std::vector<uint64_t> h(static_cast<size_t>(blocks));
   const unsigned char* p = static_cast<const unsigned char*>(data);
@@ -28,8 +28,10 @@ uint64_t tree_checksum(const void* data, size_t n) {
     const size_t b0 = size_t(k) * kChecksumBlock;
     h[size_t(k)] = content_hash(p + b0, std::min(n - b0, kChecksumBlock));
   }
-  return tree_checksum_of_blocks(h);
+  return h;
 }
+
+uint64_t tree_checksum(const void* data, size_t n) { return tree_checksum_of_blocks(block_hashes(data, n)); }
 
 ContentHashStream::ContentHashStream(uint64_t seed) : s_(std::make_unique<State>()) {
   XXH3_INITSTATE(&s_->st);

@@ -19,7 +19,9 @@ uint64_t content_hash(const void* data, size_t n, uint64_t seed = 0);
 constexpr size_t kChecksumBlock = size_t(512) << 10;
 // The checksum from a file's block hashes, in order.
 uint64_t tree_checksum_of_blocks(const std::vector<uint64_t>& block_hashes);
-// The checksum of n bytes in memory (blocks hashed by the OpenMP threads).
+// The content_hash of each kChecksumBlock block of n bytes in memory (hashed by the OpenMP threads).
+std::vector<uint64_t> block_hashes(const void* data, size_t n);
+// The checksum of n bytes in memory: tree_checksum_of_blocks(block_hashes(data, n)).
 uint64_t tree_checksum(const void* data, size_t n);
 
 // content_hash over bytes that arrive in pieces: update() in order, value() equals

@@ -48,6 +48,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   }
   ::fsync(fd);
   ::close(fd);
+  rename_into_place(tmp, path);
+}
+
+void rename_into_place(const std::string& tmp, const std::string& path) {
   ZT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
   const size_t slash = path.rfind('/');
   fsync_path(slash == std::string::npos ? "." : path.substr(0, slash), true);

@@ -4,6 +4,8 @@
 // that checkpoints, logs and HF's JSON files rely on.
 // It deliberately is not a file abstraction: callers own their descriptors.
 #pragma once
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -22,6 +24,8 @@ void write_all(int fd, const void* p, size_t n, const std::string& path, const c
 void fsync_path(const std::string& path, bool is_dir);
 // Writes bytes to path atomically (temporary name, fsync, rename, fsync of the folder).
 void write_file_atomic(const std::string& path, const std::string& bytes);
+// rename(tmp, path), then fsync of path's folder; an Error names both on failure.
+void rename_into_place(const std::string& tmp, const std::string& path);
 
 // Spreads the writes of the SequentialFileWriters of the thread that holds it over `seconds`:
 // after each block it writes, the thread sleeps until the share of `total_bytes` written no longer
@@ -79,6 +83,16 @@ class SequentialFileWriter {
   size_t fill_ = 0;
   TreeChecksumStream hash_;
 };
+
+// A new file made whole or not at all: `write(tmp)` writes it under a temporary name beside path
+// (and returns its digest), which is then renamed to path and the folder fsynced.
+template <typename Write>
+FileDigest write_renamed(const std::string& path, Write write) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const FileDigest d = write(tmp);
+  rename_into_place(tmp, path);
+  return d;
+}
 
 // Writes a new file of `size` bytes from `image`, an image of it in memory (a flash snapshot's),
 // with no copy: O_DIRECT from the image itself where the file system allows it, so `image` must be

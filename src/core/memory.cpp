@@ -11,6 +11,7 @@
 #include <utility>
 #include <new>
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -120,6 +121,13 @@ int64_t read_cgroup_bytes(const char* file) {
   return ok && end != buf && v < (1ull << 60) ? int64_t(v) : -1;  // v1 spells "no limit" as ~2^63
 }
 }  // namespace
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, int(::sysconf(_SC_NPROCESSORS_ONLN)));
+}
 
 int64_t available_memory_bytes(std::string* source) {
   const size_t kb_avail = read_kb("/proc/meminfo", "MemAvailable:");

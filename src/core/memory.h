@@ -31,6 +31,8 @@ size_t current_rss_bytes();
 // Memory this process could still get now: MemAvailable, or less when a cgroup limit (a
 // container) leaves less; -1 when unknown. source, when given, says which one it is.
 int64_t available_memory_bytes(std::string* source = nullptr);
+// Cores the calling thread may run on (its affinity: mpirun binds a rank to its cores), at least 1.
+int available_cores();
 
 // A 64-byte aligned, zero-initialised block of bytes charged to one category.
 class Buffer {

@@ -48,28 +48,7 @@ PipelineExecutor::PipelineExecutor(Transformer& model, dist::Communicator& pp, c
                                    int microbatches)
     : model_(model), pp_(pp), cut_(cut), P_(cut.stages), stage_(pp.rank()), m_(microbatches), V_(cut.chunks()) {
   list_ = make_schedule({kind, P_, m_, cut.virtual_stages}, stage_);
-  // Slots: a micro-batch takes one from its first action on this stage (a receive is posted
-  // one compute ahead: see step()) to its last; the same walk as step(), done once.
-  std::vector<int> last(size_t(m_), -1);
-  for (size_t i = 0; i < list_.size(); ++i) last[list_[i].mb] = int(i);
-  slot_of_mb_.assign(size_t(m_), -1);
-  std::vector<char> busy;
-  auto take = [&](int mb) {
-    if (slot_of_mb_[mb] >= 0) return;
-    size_t s = 0;
-    while (s < busy.size() && busy[s]) ++s;
-    if (s == busy.size()) busy.push_back(0);
-    busy[s] = 1;
-    slot_of_mb_[mb] = int(s);
-  };
-  for (size_t i = 0; i < list_.size(); ++i) {
-    if (is_compute(list_[i]))
-      for (size_t j = i + 1; j < list_.size() && !is_compute(list_[j]); ++j)
-        if (list_[j].kind == ActionKind::recv_act || list_[j].kind == ActionKind::recv_grad) take(list_[j].mb);
-    take(list_[i].mb);
-    if (last[list_[i].mb] == int(i)) busy[slot_of_mb_[list_[i].mb]] = 0;
-  }
-  slots_ = int(busy.size());
+  slot_of_mb_ = assign_slots(list_, m_, &slots_);
   occupant_.assign(size_t(slots_), -1);
   sends_.resize(size_t(slots_));
   grad_in_.resize(size_t(slots_));
@@ -202,8 +181,8 @@ PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& 
 
 namespace zt::parallel {
 
-StageCut plan_stages(const Transformer& model, int B, int T, int P, int K, const std::string& list,
-                     int64_t optim_bytes, bool by_time) {
+StageCut plan_stages(const Transformer& model, int B, int T, int P, int K, const std::string& list, int64_t optim_bytes,
+                     bool by_time) {
   const int L = model.config().n_layer;
   ZT_CHECK(P <= L, "--pipeline-model-parallel-size ", P, " exceeds the model's ", L,
            " layers; every stage needs at least one layer");

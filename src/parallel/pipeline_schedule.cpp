@@ -124,6 +124,30 @@ std::vector<Action> make_schedule(const ScheduleSpec& s, int stage) {
   return out;
 }
 
+std::vector<int> assign_slots(const std::vector<Action>& list, int m, int* slots) {
+  auto compute = [](const Action& a) { return a.kind == ActionKind::forward || a.kind == ActionKind::backward; };
+  std::vector<int> last(size_t(m), -1), slot(size_t(m), -1);
+  for (size_t i = 0; i < list.size(); ++i) last[list[i].mb] = int(i);
+  std::vector<char> busy;
+  auto take = [&](int mb) {
+    if (slot[mb] >= 0) return;
+    size_t s = 0;
+    while (s < busy.size() && busy[s]) ++s;
+    if (s == busy.size()) busy.push_back(0);
+    busy[s] = 1;
+    slot[mb] = int(s);
+  };
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (compute(list[i]))
+      for (size_t j = i + 1; j < list.size() && !compute(list[j]); ++j)
+        if (list[j].kind == ActionKind::recv_act || list[j].kind == ActionKind::recv_grad) take(list[j].mb);
+    take(list[i].mb);
+    if (last[list[i].mb] == int(i)) busy[slot[list[i].mb]] = 0;
+  }
+  *slots = int(busy.size());
+  return slot;
+}
+
 double ideal_bubble(const ScheduleSpec& s) {
   const double b = double(s.stages - 1) / double(s.virtual_stages);
   return b / (double(s.microbatches) + b);

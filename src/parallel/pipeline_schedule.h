@@ -75,6 +75,12 @@ SimResult simulate(const ScheduleSpec& spec, double forward_time = 1.0, double b
 // the bubble time shrinks by v: ((P - 1) / v) / (m + (P - 1) / v).
 double ideal_bubble(const ScheduleSpec& spec);
 
+// The activation slot each of the m micro-batches takes on a stage running `list`: a micro-batch
+// holds one from its first action (a receive is posted one compute ahead, as the executor does)
+// to its last, and takes the lowest free one. Returns the slots per micro-batch; *slots gets how
+// many the stage needs (what it holds activations for at once).
+std::vector<int> assign_slots(const std::vector<Action>& list, int m, int* slots);
+
 // ---- Stage assignment. The model's units in pipeline order: the embedding, the L blocks,
 // the head. A cut gives every virtual stage a run of blocks; the embedding goes with the first
 // virtual stage and the head with the last.

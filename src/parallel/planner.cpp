@@ -89,31 +89,12 @@ StageView stage_view(const PlanInputs& in, const PlanLayout& l) {
   return v;
 }
 
-// Micro-batches a stage holds activations for: the executor's slot walk (pipeline.cpp) over
-// the 1F1B schedule (a receive takes its slot one compute ahead).
+// Micro-batches a stage holds activations for: the executor's slots over the 1F1B schedule.
 int stage_slots(int P, int m, int stage) {
   if (P == 1) return 1;
-  const std::vector<Action> list = make_schedule({PipeSchedule::one_f_one_b, P, m, 1}, stage);
-  auto compute = [](const Action& a) { return a.kind == ActionKind::forward || a.kind == ActionKind::backward; };
-  std::vector<int> last(size_t(m), -1), slot(size_t(m), -1);
-  for (size_t i = 0; i < list.size(); ++i) last[list[i].mb] = int(i);
-  std::vector<char> busy;
-  auto take = [&](int mb) {
-    if (slot[mb] >= 0) return;
-    size_t s = 0;
-    while (s < busy.size() && busy[s]) ++s;
-    if (s == busy.size()) busy.push_back(0);
-    busy[s] = 1;
-    slot[mb] = int(s);
-  };
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (compute(list[i]))
-      for (size_t j = i + 1; j < list.size() && !compute(list[j]); ++j)
-        if (list[j].kind == ActionKind::recv_act || list[j].kind == ActionKind::recv_grad) take(list[j].mb);
-    take(list[i].mb);
-    if (last[list[i].mb] == int(i)) busy[slot[list[i].mb]] = 0;
-  }
-  return int(busy.size());
+  int slots = 0;
+  assign_slots(make_schedule({PipeSchedule::one_f_one_b, P, m, 1}, stage), m, &slots);
+  return slots;
 }
 
 nn::ActPlan act_plan(const PlanInputs& in, const PlanLayout& l) {

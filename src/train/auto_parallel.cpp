@@ -1,10 +1,7 @@
 // auto_parallel.cpp: see auto_parallel.h.
 #include "train/auto_parallel.h"
 
-#include <sched.h>
-
 #include <cstdio>
-#include <thread>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -17,12 +14,6 @@
 namespace zt {
 
 namespace {
-
-int host_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 // The layout as integers for the broadcast; status < 0: rank 0 found none.
 struct Choice {
@@ -73,7 +64,7 @@ std::string apply_auto_parallel(TrainArgs& a, dist::Communicator& world) {
   m.nproc = N;
   const int local = parallel::ranks_on_this_host();
   m.nodes = N % local == 0 ? N / local : 1;
-  m.cores_per_host = host_cores();
+  m.cores_per_host = available_cores();
   m.gemm_gflops_core = parallel::kDefaultGemmGflopsCore;
   m.gemm_half_rows = parallel::kDefaultGemmHalfRows;
   m.efficiency = parallel::kDefaultEfficiency;

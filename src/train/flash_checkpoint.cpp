@@ -2,7 +2,6 @@
 #include "train/flash_checkpoint.h"
 
 #include <omp.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <sys/statvfs.h>
@@ -17,6 +16,7 @@
 #include "checkpoint/run_folder.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/memory.h"
 #include "core/hash.h"
 
 namespace zt {
@@ -31,12 +31,6 @@ double thread_cpu_seconds() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-// Cores this thread may run on (its affinity: mpirun binds a rank to its cores).
-int cores_available() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
 }
 }  // namespace
 
@@ -222,7 +216,7 @@ void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const St
   // takes them less time than one background thread copying beside them would take from them; with
   // a spare core the background thread copies while the next step's forward and backward run.
   const int threads = omp_get_max_threads();
-  copy_inline_ = threads >= cores_available();
+  copy_inline_ = threads >= available_cores();
   drain();  // the previous save's persist, if it is still going
   // The persist is paced over half the time since the previous save (at most 30 s): its CPU then
   // slows no step by much, and it is done well before the next save.
