@@ -36,10 +36,6 @@ void check_data_parallel_options(const DataParallelOptions& o, int n) {
            "\"fp32\" or drop qgZ");
   ZT_CHECK(o.comm_dtype == DType::f32 || o.comm_dtype == DType::bf16 || o.comm_dtype == DType::f16,
            "gradients are reduced in fp32, bf16 or fp16, not ", dtype_name(o.comm_dtype));
-  ZT_CHECK(!o.pipeline.active() || o.stage <= 1, "--zero_stage ", o.stage,
-           " with pipeline parallelism: stages 2 and 3 reduce or gather per micro-batch in the model's call order, "
-           "which a pipeline schedule interleaves; use --zero_stage 0 or 1 (DeepSpeed also takes ZeRO-1 only with "
-           "pipelines)");
   optim::optimizer_state_bytes_per_param(o.optim);  // an unknown --optim fails here, before any work
 }
 
@@ -65,7 +61,7 @@ std::vector<optim::ParamRange> flat_ranges(const ParamTable& t, const std::vecto
 
 // Per parameter: whether its unit is held by this stage (and, for `without_copy`, not the
 // tied copy). Empty when the pipeline is off.
-std::vector<char> held_params(const Transformer& model, const StageUnits& su, bool without_copy) {
+std::vector<char> held_param_mask(const Transformer& model, const StageUnits& su, bool without_copy) {
   if (!su.active()) return {};
   std::vector<char> keep(model.params().list().size(), 0);
   for (size_t u = 0; u < model.units().size(); ++u)
@@ -85,8 +81,8 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
         overlap_(o.overlap_comm),
         comm_dtype_(o.comm_dtype),
         su_(o.pipeline),
-        keep_(held_params(model, o.pipeline, false)),
-        own_(held_params(model, o.pipeline, true)) {
+        keep_(held_param_mask(model, o.pipeline, false)),
+        own_(held_param_mask(model, o.pipeline, true)) {
     set_units(&model.units());
     // The parameters this rank holds (a pipeline stage: its units') as decay runs; their
     // gradients and optimizer state are packed one run after the other (without a pipeline
@@ -234,8 +230,9 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   }
   double paper_bus_bytes(int) const override {
     const int n = dp_->size();
-    return 2.0 * (n - 1) / n * double(kF32) * double(model_.num_params());
+    return 2.0 * (n - 1) / n * double(kF32) * double(held_numel_);
   }
+  int64_t held_params() const override { return held_numel_; }
   nlohmann::json describe() const override {
     return {{"stage", 0}, {"ranks", dp_->size()}, {"buckets", plan_.buckets.size()}, {"overlap_comm", overlap_}};
   }

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 #include "core/state.h"
@@ -40,6 +41,10 @@ struct StageUnits {
   bool tied_copy = false;                // this rank holds tied_unit as the last stage's copy
   dist::Communicator* stages = nullptr;  // the grid's pp group
   dist::Communicator* tied = nullptr;    // first and last stage of the pipeline (null elsewhere)
+  // The units this stage's schedule acquires in one step, in order, with `backward` (the
+  // executor's PipelineExecutor::acquire_order): ZeRO-3 gathers and prefetches by it, as it
+  // does by the model's whole-pass order without a pipeline.
+  std::vector<std::pair<int, bool>> acquire_order;
   bool active() const { return !held.empty(); }
 };
 
@@ -61,7 +66,7 @@ struct DataParallelOptions {
   // The optimizer each engine makes (optim::make_optimizer) over what its rank owns.
   std::string optim = "adamw_torch";  // HF's --optim name
   optim::OptimizerConfig optim_config;
-  StageUnits pipeline;  // pipeline parallel: this stage's units (DDP and ZeRO-1)
+  StageUnits pipeline;  // pipeline parallel: this stage's units (DDP and ZeRO-1/2/3)
 };
 
 class DataParallel {
@@ -122,10 +127,13 @@ class DataParallel {
   // Bus bytes per rank per optimizer step with `accumulation` micro-batches: what this
   // engine's plan moves (padding and int8 scales included), and the ZeRO paper's figure
   // (2 (N-1)/N Psi for DDP / ZeRO-1, ZeRO-2 per reduction, 3 (N-1)/N Psi for ZeRO-3).
+  // The paper's Psi is the parameters this engine holds (held_params: a pipeline stage's units,
+  // a tied embedding's copy included; else the model's).
   virtual double planned_bus_bytes(int accumulation) const = 0;
   virtual double paper_bus_bytes(int accumulation) const = 0;
   // A description for the log / train_results.json (stage, ranks, buckets, shard sizes).
   virtual nlohmann::json describe() const = 0;
+  virtual int64_t held_params() const = 0;
 };
 
 // Validates the options against the world size; throws zt::Error with a one-line message.

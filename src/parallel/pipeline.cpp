@@ -54,6 +54,26 @@ PipelineExecutor::PipelineExecutor(Transformer& model, dist::Communicator& pp, c
   grad_in_.resize(size_t(slots_));
 }
 
+std::vector<std::pair<int, bool>> PipelineExecutor::acquire_order() const {
+  const ModelLayout& ml = model_.layout();
+  std::vector<std::pair<int, bool>> order;
+  for (const Action& a : list_) {
+    if (!is_compute(a)) continue;
+    const int v = vs(a), first = cut_.layer_begin(v), end = cut_.layer_end(v);
+    if (a.kind == ActionKind::forward) {
+      if (v == 0) order.push_back({ml.embedding_unit, false});
+      for (int l = first; l < end; ++l) order.push_back({ml.block_units[l], false});
+      if (v == V_ - 1) {
+        order.push_back({ml.head_unit, false});
+        if (ml.tied_head) order.push_back({ml.lm_head_unit(), false});
+      }
+    } else {
+      for (int l = end - 1; l >= first; --l) order.push_back({ml.block_units[l], true});
+    }
+  }
+  return order;
+}
+
 // The micro-batch starts using its slot: the sends still reading the slot's buffers for the
 // previous micro-batch must be complete first.
 void PipelineExecutor::touch(int mb, const std::vector<PipelineMicroBatch>& mbs) {

@@ -13,7 +13,7 @@
 // the slot's last residual until the schedule asks for that micro-batch's backward.
 //
 // Parameters and gradients come from the model's ParamProvider (the data-parallel engine with
-// this stage's units, see StageUnits), so DP / ZeRO-1 compose on the dp group unchanged.
+// this stage's units, see StageUnits), so DP / ZeRO-1/2/3 compose on the dp group unchanged.
 // It deliberately is not the data loader (the caller hands it the step's micro-batches: every
 // stage of a data-parallel rank reads the same ones) or the optimizer.
 #pragma once
@@ -58,6 +58,10 @@ class PipelineExecutor {
   // Activation slots this stage needs (plan the model with them): the micro-batches in flight.
   int slots() const { return slots_; }
   const std::vector<Action>& actions() const { return list_; }
+  // The units one step's computes acquire from the provider, in order, as (unit, backward):
+  // the model's calls in each forward (embedding, the chunk's blocks, the head and a tied LM
+  // head's embedding) and backward (the chunk's blocks, last first). ZeRO-3 gathers by it.
+  std::vector<std::pair<int, bool>> acquire_order() const;
   // One step's forward and backward over the m micro-batches. set_last(true) comes before the
   // compute that completes the step's gradients of a unit (the data-parallel engine reduces
   // then). Gradients accumulate in the provider; the loss is the last stage's.

@@ -184,7 +184,6 @@ std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc)
     return str_cat("--sequence-parallel: B x T = ", int64_t(l.micro_batch) * (in.seq_len / l.cp),
                    l.cp > 1 ? " (a cp rank's rows)" : "", " is not a multiple of tp ", l.tp);
   if (l.pp > c.n_layer) return str_cat("pipeline stages ", l.pp, " exceed the model's ", c.n_layer, " layers");
-  if (l.pp > 1 && l.zero >= 2) return "ZeRO-2/3 with pipeline stages is refused by the trainer (ZeRO-1 or DDP only)";
   if (l.pp > 1) {
     try {
       check_schedule({PipeSchedule::one_f_one_b, l.pp, l.accumulation, 1});
@@ -222,11 +221,14 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
     r.temporary = int64_t(tmp);
     r.runtime = runtime_bytes;
     r.cp_ring = cp_ring_bytes(in.cfg, l.micro_batch, in.seq_len, l.cp, l.tp, r.slots);
-    if (l.pp == 1) {
-      // The estimator's row for the stage, on this TP rank's slices.
+    if (l.pp == 1 || l.zero >= 2) {
+      // The estimator's row for the stage's units (all of them without a pipeline), on this TP
+      // rank's slices: ZeRO-2/3 under a pipeline hold what they hold without one, for the
+      // stage's units only.
       ModelMemoryInputs mi;
-      mi.num_params = local;
-      for (const Unit& u : ml.units) mi.unit_params.push_back(u.size());
+      mi.num_params = l.pp == 1 ? local : units_params(ml, v.held_units[s]);
+      for (size_t u = 0; u < ml.units.size(); ++u)
+        if (l.pp == 1 || v.held_units[s][u]) mi.unit_params.push_back(ml.units[u].size());
       std::sort(mi.unit_params.rbegin(), mi.unit_params.rend());
       mi.largest_unit_params = mi.unit_params.empty() ? 0 : mi.unit_params[0];
       mi.activation_bytes = r.activations;
@@ -241,6 +243,10 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
       r.grads = row.grads;
       r.optim = row.optim;
       r.comm = row.comm;
+      if (l.pp > 1) {  // the received gradient per slot (the activation lands in the arena's residual)
+        const int64_t n = l.sp ? int64_t(l.micro_batch) * T / l.tp : int64_t(l.micro_batch) * T;
+        r.comm += int64_t(r.slots) * n * in.cfg.n_embd * W;
+      }
     } else {
       // A stage's own units (docs/parallelism.md "What a stage holds"): gradients and optimizer
       // state per stage; DDP keeps the flat parameter buffer whole, ZeRO-1 the stage's.

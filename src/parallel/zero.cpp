@@ -20,6 +20,11 @@
 //            shard: at most the buckets in flight are held.
 //   stage 3: parameter shard + gradient shard + moments. acquire() all-gathers a unit into
 //            a pooled buffer (prefetching the next unit of the pass), release() returns it.
+// Pipeline stages: the engine holds the stage's units only (the head in a bucket of its own,
+// so every bucket's units finish a micro-batch's backward together); ZeRO-2/3 reduce a
+// bucket each time its units finish one, in the schedule's order, the same on every
+// data-parallel replica of the stage, and ZeRO-3 gathers in the schedule's acquire order
+// (StageUnits::acquire_order) instead of the model's whole pass.
 // Hybrid (G < N): everything above happens within groups of G consecutive ranks; after
 // backward, the group-reduced gradient shards are all-reduced across groups, so the update
 // equals the flat run's. qgZ replaces the reduce-scatter by an all-to-all of int8 blocks
@@ -77,7 +82,6 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
         group_(&grid.dp_shard_cp()),
         replica_(grid.dp_replicate().size() > 1 ? &grid.dp_replicate() : nullptr),
         su_(o.pipeline) {
-    ZT_ASSERT(!su_.active() || stage_ == 1, "pipeline stages take ZeRO stage 1 only");
     ZT_ASSERT(G_ == (o.hpz_partition_size > 1 ? o.hpz_partition_size : N_), "grid and ZeRO options disagree");
     gr_ = group_->rank();
     units_ = model.units();
@@ -119,6 +123,11 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   void begin_pass(bool backward) override {
     for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].units;
     if (stage_ != 3) return;
+    pos_ = 0;
+    if (su_.active()) {  // a pipeline step: the schedule's order over all its micro-batches
+      schedule_ = su_.acquire_order;
+      return;
+    }
     // The model's call order (Transformer::forward_backward): every unit forward, the tied
     // LM head's unit again, then the blocks backward, last first.
     const ModelLayout& ml = model_.layout();
@@ -168,6 +177,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     if (b < 0) return;                  // another pipeline stage's unit
     if (stage_ == 1 && !last_) return;  // stage 1 accumulates locally until the last micro-batch
     if (--pending_[b] > 0) return;
+    // Stages 2/3 reduce every micro-batch: a pipeline runs them all in one pass, so the
+    // count starts again for the next one.
+    pending_[b] = buckets_[b].units;
     reduce_bucket(b);
     if (!o_.overlap_comm) drain(0);
   }
@@ -181,6 +193,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   }
   void set_last_micro(bool last) override { last_ = last; }
   void end_backward() override {
+    // Gradients no reduction has taken yet (none when every bucket's units reported done).
+    for (size_t b = 0; b < gbuf_.size(); ++b)
+      if (gbuf_[b].data()) reduce_bucket(int(b));
     drain(0);
     if (replica_) {
       // Hybrid: each group holds its own sum; add the groups' shards.
@@ -286,7 +301,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       const double g = stage_ == 3 && o_.quantized_weights
                            ? dist::bus_bytes(Collective::all_gather, double(G_) * quant_packed_bytes(l.shard), G_)
                            : dist::bus_bytes(Collective::all_gather, double(l.padded) * kF32, G_);
-      gather += g * (stage_ == 3 ? gathers_per_pass(int(b)) : 1);
+      // Stage 3: per micro-batch by the model's pass, or (pipeline) per step by the schedule.
+      gather += g * (stage_ != 3 ? 1 : su_.active() ? gathers_per_step(int(b)) / double(acc) : gathers_per_pass(int(b)));
       if (replica_) cross += dist::bus_bytes(Collective::all_reduce, double(l.shard) * kF32, replica_->size());
     }
     if (stage_ == 1) return reduce + gather + cross;
@@ -294,10 +310,15 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     return acc * (reduce + gather) + cross;
   }
   double paper_bus_bytes(int acc) const override {
-    const double psi = double(kF32) * double(model_.num_params()), f = double(N_ - 1) / N_;
+    const double psi = double(kF32) * double(held_params()), f = double(N_ - 1) / N_;
     if (stage_ == 1) return 2 * f * psi;
     if (stage_ == 2) return (acc + 1) * f * psi;
     return 3 * acc * f * psi;
+  }
+  int64_t held_params() const override {
+    int64_t n = 0;
+    for (const BucketInfo& b : buckets_) n += b.end - b.begin;
+    return n;
   }
   nlohmann::json describe() const override {
     return {{"stage", stage_},
@@ -341,8 +362,12 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     bucket_of_.assign(U, -1);
     for (int u = U - 1; u >= 0; --u) {
       if (su_.active() && !su_.held[u]) continue;  // another pipeline stage's unit
-      // The tied embedding of a pipeline takes a bucket of its own on both stages holding it.
-      const bool alone = u == su_.tied_unit || (!buckets_.empty() && buckets_.back().first_unit == su_.tied_unit);
+      // The tied embedding of a pipeline takes a bucket of its own on both stages holding it;
+      // so does the head: its backward runs with its forward, the blocks' later.
+      const bool solo = su_.active() && (u == su_.tied_unit || u == model_.layout().head_unit);
+      const bool alone = solo || (!buckets_.empty() && su_.active() &&
+                                  (buckets_.back().first_unit == su_.tied_unit ||
+                                   buckets_.back().first_unit == model_.layout().head_unit));
       const bool merge = stage_ != 3 && !buckets_.empty() && !alone &&
                          buckets_.back().end - units_[u].begin <= o_.reduce_bucket_size &&
                          buckets_.back().begin == units_[u].end;
@@ -390,6 +415,12 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     if (u.kind == UnitKind::head) return 1;
     if (u.kind == UnitKind::embedding) return tied_ ? 2 : 1;
     return 2;
+  }
+  // Stage 3 under a pipeline: how often the schedule acquires the bucket's unit in one step.
+  int gathers_per_step(int b) const {
+    int n = 0;
+    for (const auto& [u, backward] : su_.acquire_order) n += bucket_of_[u] == b;
+    return n;
   }
   float* shard_param(size_t b) {
     if (stage_ == 3) return pshard_.as<float>() + buckets_[b].shard_off;

@@ -709,6 +709,7 @@ void Trainer::build_model_and_engine() {
     for (int l = 0; l < cfg_.n_layer; ++l) stage_layers_.push_back(cut.stage_of_layer(l) == grid_->pp().rank());
     model_->set_held_layers(stage_layers_);
     pipe_ = std::make_unique<parallel::PipelineExecutor>(*model_, grid_->pp(), cut, schedule_kind_, G_);
+    eo.pipeline.acquire_order = pipe_->acquire_order();  // ZeRO-3 gathers in the schedule's order
     if (chief_)
       std::printf("Pipeline: %d stages, %s schedule, %d micro-batches, blocks per virtual stage %s\n",
                   a_.pipeline_parallel_size, parallel::schedule_name(schedule_kind_), G_, cut.to_string().c_str());
@@ -1050,8 +1051,10 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
       model_->plan(B_, T_, /*training=*/true);
     }
   }
-  // So is a tensor- or context-parallel forward (every rank evaluates; the chief logs).
-  if ((val_ || sft_val_rows_) && eval_now && (evaluator || cp_region_ || engine_->forward_is_collective())) {
+  // So is a tensor- or context-parallel forward (every rank evaluates; the chief logs). A
+  // pipeline's evaluator runs on the gathered flat parameters, without the engine.
+  if ((val_ || sft_val_rows_) && eval_now &&
+      (evaluator || cp_region_ || (!pipe_eval && engine_->forward_is_collective()))) {
     const EvalShard* cs = cp_region_ ? &cp_eval_ : nullptr;
     EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples, cs)
                                  : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
@@ -1306,7 +1309,7 @@ void Trainer::finish(double train_s) {
   report["communication"] = comm_report(*engine_, steps_run, G_);
   report["model_state_bytes"] = model_states_;
   const int group = a_.zero_hpz_partition_size > 1 ? a_.zero_hpz_partition_size : grid_->dp_cp().size();
-  report["zero_paper_model_state_bytes"] = zero_paper_bytes(model_->num_params(), a_.zero_stage, group,
+  report["zero_paper_model_state_bytes"] = zero_paper_bytes(engine_->held_params(), a_.zero_stage, group,
                                                             double(engine_->optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
   if (tp_region_)

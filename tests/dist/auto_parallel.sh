@@ -30,8 +30,8 @@ assert len(L) > 10, len(L)
 for r in L:
     assert r["dp"] * r["cp"] * r["tp"] * r["pp"] == 4 and r["dp"] * r["micro_batch"] * r["accumulation"] == 8, r
     assert (r["cp"] > 1) == (r["time_s"]["cp_comm"] > 0 and r["memory_bytes"]["cp_ring"] > 0), r
-    assert not (r["pp"] > 1 and r["zero_stage"] >= 2), r
 assert all(a["time_s"]["step"] <= b["time_s"]["step"] for a, b in zip(L, L[1:]))
+assert any(r["pp"] > 1 and r["zero_stage"] == 3 for r in L)  # ZeRO-2/3 compose with pipeline stages
 assert {r["tp"] for r in L} == {1, 2, 4} and {r["pp"] for r in L} == {1, 2, 4} and {r["cp"] for r in L} == {1, 2, 4}
 assert "ztrain train" in j["command"]
 PY

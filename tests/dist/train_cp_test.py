@@ -6,8 +6,8 @@ head) from tests/fixtures/configs, random init, random tokens, --no_shuffle, fp3
 The reference is one process at batch 2 x accumulation 4; every run reaches the same tokens per
 step. Checks:
   - per-step losses within 1e-5 relative of the reference for CP 2 (2 ranks), CP 2 x DP 2 with
-    ZeRO-1 and with ZeRO-3 (4 ranks), CP 2 x TP 2 (GPT-2; Llama with SP), CP 2 x PP 2 (GPT-2 DDP;
-    Llama ZeRO-1) and (Llama) CP 4 (4 ranks: a ring of more than one step);
+    ZeRO-1 and with ZeRO-3 (4 ranks), CP 2 x TP 2 (GPT-2; Llama with SP), CP 2 x PP 2 (GPT-2 ZeRO-3
+    sharded over the two cp ranks of each stage; Llama ZeRO-1) and (Llama) CP 4 (4 ranks: a ring of more than one step);
   - the gradient norm within 1e-4 relative, and the exported model equal to the reference's;
   - the cp group's bytes sent per step (train_results.json, the communicator's counters) equal
     the K / V-ring formula of docs/parallelism-cp.md within 2%;
@@ -133,8 +133,8 @@ def main():
                      ("cp2_dp2_zero3", 4, ACC // 2, cp2 + ["--zero_stage", "3"], 2),
                      ("cp2_tp2" if m == "gpt2" else "cp2_tp2_sp", 4, ACC,
                       cp2 + tp2 + ([] if m == "gpt2" else ["--sequence-parallel"]), 2),
-                     ("cp2_pp2" if m == "gpt2" else "cp2_pp2_zero1", 4, ACC,
-                      cp2 + ["--pipeline-model-parallel-size", "2"] + ([] if m == "gpt2" else ["--zero_stage", "1"]), 2)]
+                     ("cp2_pp2_zero3" if m == "gpt2" else "cp2_pp2_zero1", 4, ACC,
+                      cp2 + ["--pipeline-model-parallel-size", "2", "--zero_stage", "3" if m == "gpt2" else "1"], 2)]
             if m == "llama":  # a ring of 3 steps: K / V blocks and dK / dV pass through a middle rank
                 cases.append(("cp4", 4, ACC, ["--context-parallel-size", "4"], 4))
             for name, np, acc, extra, P in cases:

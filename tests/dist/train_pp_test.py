@@ -6,12 +6,15 @@ Tiny GPT-2 (tied head) and tiny Llama (GQA, untied), 4 layers each
 The reference is one process at batch 2 x accumulation 4; every pipeline run reaches the same
 tokens per step (the micro-batches of a pipeline step are the accumulation steps). Checks:
   - per-step losses within 1e-5 relative of the reference: PP 2 (1F1B) alone, and PP 2 x DP 2
-    on 4 ranks with 1F1B + DDP and interleaved 1F1B (2 virtual stages) + ZeRO-1;
+    on 4 ranks with 1F1B + DDP, interleaved 1F1B (2 virtual stages) + ZeRO-1, 1F1B + ZeRO-2,
+    interleaved + ZeRO-3 and 1F1B + ZeRO-3 (with an evaluation: the stages' shards gathered);
+  - under ZeRO, the data-parallel bytes per step equal the engine's plan (2%) and the chief's
+    stage holds the ZeRO paper's shares of the stage's parameters (5%);
   - the pp group's point-to-point bytes per step of every stage equal one B T C fp32
     activation (or gradient) per micro-batch per boundary crossed, within 2%;
   - the exported HF folder equals the reference's weights (1e-5);
-  - a checkpoint saved under PP resumes at the same layout and on one process with the
-    next steps' losses equal;
+  - a checkpoint saved under PP resumes at the same layout and on one process, and one saved under
+    PP 2 x DP 2 ZeRO-3 on one process and at PP 2 x DP 2 ZeRO-2, with the next steps' losses equal;
   - bad combinations fail with one clear error line.
 usage: train_pp_test.py ZTRAIN MPIRUN
 """
@@ -69,7 +72,14 @@ def main():
             ("gpt2", "pp2_dp2_1f1b_ddp", 4, GLOBAL_ACC // 2, ["--pipeline-model-parallel-size", "2"]),
             ("gpt2", "pp2_dp2_interleaved_zero1", 4, GLOBAL_ACC // 2,
              ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--zero_stage", "1"]),
+            ("gpt2", "pp2_dp2_1f1b_zero2", 4, GLOBAL_ACC // 2, ["--pipeline-model-parallel-size", "2", "--zero_stage", "2"]),
+            ("gpt2", "pp2_dp2_interleaved_zero3", 4, GLOBAL_ACC // 2,
+             ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--zero_stage", "3"]),
             ("llama", "pp2_dp2_1f1b_ddp", 4, GLOBAL_ACC // 2, ["--pipeline-model-parallel-size", "2"]),
+            ("llama", "pp2_dp2_1f1b_zero3_eval", 4, GLOBAL_ACC // 2,
+             ["--pipeline-model-parallel-size", "2", "--zero_stage", "3"] + val),
+            ("llama", "pp2_dp2_interleaved_zero2", 4, GLOBAL_ACC // 2,
+             ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--zero_stage", "2"]),
             ("llama", "pp2_dp2_interleaved_zero1", 4, GLOBAL_ACC // 2,
              ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--zero_stage", "1"]),
         ]
@@ -88,21 +98,40 @@ def main():
                 check(all(abs(g - w) <= 0.02 * w for g, w in zip(got, want)),
                       f"{m} {name}: {kind} bytes per step per stage {got} = formula {want} "
                       f"(micro-batches x B T C x 4 per boundary)")
+            if "--zero_stage" in extra:
+                # The data-parallel engine over the stage's units: its measured bytes are its plan,
+                # and what the chief's stage holds is the ZeRO paper's share of the stage's Psi.
+                dp = r["results"]["data_parallel"]
+                c = dp["communication"]
+                # (an evaluation's gathers count too: checked on runs without one)
+                check("--validation_file" in extra or
+                      rel(c["bus_bytes_per_step"], c["planned_bus_bytes_per_step"]) <= 0.02,
+                      f"{m} {name}: data-parallel bus bytes per step {c['bus_bytes_per_step']:.0f} = planned "
+                      f"{c['planned_bus_bytes_per_step']:.0f}")
+                held, zp = dp["model_state_bytes"], dp["zero_paper_model_state_bytes"]
+                for k in ("parameters", "gradients", "optimizer_state"):
+                    check(rel(held[k], zp[k]) <= 0.05, f"{m} {name}: stage 0 {k} held {held[k]} vs ZeRO paper {zp[k]:.0f}")
             a = read_safetensors(os.path.join(refs[m]["out"], "model.safetensors"))
             b = read_safetensors(os.path.join(r["out"], "model.safetensors"))
             worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a) if a.keys() == b.keys() else 1.0
             check(worst <= 1e-5, f"{m} {name}: exported HF weights equal one process's (max diff {worst:.1e})")
 
-        # Checkpoints: saved under PP 2, resumed at the same layout and on one process.
-        ck = run(work, "ck", "gpt2", 2, GLOBAL_ACC,
-                 ["--pipeline-model-parallel-size", "2", "--save_strategy", "steps", "--save_steps", "10"])
-        if ck is not None:
-            for name, np, extra in (("same layout", 2, ["--pipeline-model-parallel-size", "2"]), ("one process", 1, [])):
-                d = os.path.join(work, "ck_" + name.replace(" ", "_"))
+        # Checkpoints: saved under PP 2, resumed at the same layout and on one process; saved under
+        # PP 2 x DP 2 ZeRO-3 (a file per stage and shard), resumed on one process and at PP 2 x DP 2 ZeRO-2.
+        pp2 = ["--pipeline-model-parallel-size", "2"]
+        saves = [("PP 2", 2, GLOBAL_ACC, pp2, [("same layout", 2, GLOBAL_ACC, pp2), ("one process", 1, GLOBAL_ACC, [])]),
+                 ("PP 2 x DP 2 ZeRO-3", 4, GLOBAL_ACC // 2, pp2 + ["--zero_stage", "3"],
+                  [("one process", 1, GLOBAL_ACC, []), ("PP 2 x DP 2 ZeRO-2", 4, GLOBAL_ACC // 2, pp2 + ["--zero_stage", "2"])])]
+        for k, (saved, np0, acc0, extra0, resumes) in enumerate(saves):
+            ck = run(work, f"ck{k}", "gpt2", np0, acc0, extra0 + ["--save_strategy", "steps", "--save_steps", "10"])
+            if ck is None:
+                continue
+            for name, np, acc, extra in resumes:
+                d = os.path.join(work, f"ck{k}_" + name.replace(" ", "_"))
                 subprocess.run(["cp", "-r", ck["out"], d], check=True)
-                r = run(work, os.path.basename(d), "gpt2", np, GLOBAL_ACC,
+                r = run(work, os.path.basename(d), "gpt2", np, acc,
                         extra + ["--resume_from_checkpoint", os.path.join(d, "checkpoint-10")])
-                same_losses(f"PP 2 checkpoint-10 resumed ({name})", r, refs["gpt2"])
+                same_losses(f"{saved} checkpoint-10 resumed ({name})", r, refs["gpt2"])
 
         # Bad combinations: one clear line each.
         for np, acc, extra, want in (
@@ -110,7 +139,6 @@ def main():
              "multiple of the pipeline stages (2)"),
             (2, 4, ["--pipeline-model-parallel-size", "3"], "does not divide the 2 ranks"),
             (2, 4, ["--pipeline-model-parallel-size", "2", "--pipeline_layers", "3,2"], "adds up to 5 layers"),
-            (2, 4, ["--pipeline-model-parallel-size", "2", "--zero_stage", "3"], "use --zero_stage 0 or 1"),
             (1, 4, ["--pipeline_layers", "2,2"], "needs pipeline stages"),
             (2, 4, ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"],
              "does not divide the model's 4 layers"),
