@@ -29,6 +29,7 @@
 // backward, the group-reduced gradient shards are all-reduced across groups, so the update
 // equals the flat run's. qgZ replaces the reduce-scatter by an all-to-all of int8 blocks
 // and a local dequantize-and-sum; qwZ all-gathers stage 3's parameters as int8 blocks.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -167,6 +168,12 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     const Shape shape{units_[u].size()};
     if (stage_ == 1) return TensorView::of(full_g_[b].as<float>() + rel, shape);
     if (!gbuf_[b].data()) {
+      // The bucket's reduction from the previous micro-batch ends first (it started a forward or
+      // a whole pass ago) and its buffer is reused: a bucket never holds two buffers at once.
+      auto in_flight = [&] {
+        return std::any_of(inflight_.begin(), inflight_.end(), [&](const Pending& p) { return p.bucket == b; });
+      };
+      while (in_flight()) drain(inflight_.size() - 1);
       gbuf_[b] = get(size_t(buckets_[b].layout.padded) * kF32);
       std::memset(gbuf_[b].data(), 0, gbuf_[b].bytes());
     }
