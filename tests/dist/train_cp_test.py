@@ -7,7 +7,8 @@ The reference is one process at batch 2 x accumulation 4; every run reaches the 
 step. Checks:
   - per-step losses within 1e-5 relative of the reference for CP 2 (2 ranks), CP 2 x DP 2 with
     ZeRO-1 and with ZeRO-3 (4 ranks), CP 2 x TP 2 (GPT-2; Llama with SP), CP 2 x PP 2 (GPT-2 ZeRO-3
-    sharded over the two cp ranks of each stage; Llama ZeRO-1) and (Llama) CP 4 (4 ranks: a ring of more than one step);
+    sharded over the two cp ranks of each stage; Llama ZeRO-1), CP 2 x PP 2 interleaved on 4-layer
+    models (GPT-2 ZeRO-1, Llama ZeRO-3) and (Llama) CP 4 (4 ranks: a ring of more than one step);
   - the gradient norm within 1e-4 relative, and the exported model equal to the reference's;
   - the cp group's bytes sent per step (train_results.json, the communicator's counters) equal
     the K / V-ring formula of docs/parallelism-cp.md within 2%;
@@ -29,12 +30,14 @@ from disttest import bad_input_args, check, check_errors, failures, mpi as mpi_p
 
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 MODELS = {"gpt2": "tiny-gpt2-tp.json", "llama": "tiny-llama-gqa-tp.json"}
+# 4-layer variants: interleaved pipelines need 2 chunks of a layer on each of 2 stages.
+CONFIGS = {**MODELS, "gpt2_4l": "tiny-gpt2-tppp.json", "llama_4l": "tiny-llama-gqa-tppp.json"}
 B, T, ACC, STEPS, V = 2, 32, 4, 20, 509
 
 
 def run(work, name, model, np, acc, extra, out=None):
     out = out or os.path.join(work, name)
-    p = train(ZT, MPIRUN, np, ["--model_config_path", os.path.join(FIX, MODELS[model])],
+    p = train(ZT, MPIRUN, np, ["--model_config_path", os.path.join(FIX, CONFIGS[model])],
               os.path.join(work, "train.bin"), out, STEPS, B, T, acc, extra,
               common=["--max_grad_norm", "1.0", "--save_dtype", "float32"])
     if p.returncode != 0:
@@ -50,7 +53,7 @@ def ring_bytes(model, P, acc, tp=1):
     """Bytes one rank sends over the cp group per optimizer step (docs/parallelism-cp.md): per layer
     and micro-batch, 3 (P - 1) blocks of B (T / P) rows of K and V (2 KVH HS fp32 values; under
     tensor parallelism the rank's own KVH / TP heads)."""
-    cfg = json.load(open(os.path.join(FIX, MODELS[model])))
+    cfg = json.load(open(os.path.join(FIX, CONFIGS[model])))
     L = cfg.get("n_layer", cfg.get("num_hidden_layers"))
     C = cfg.get("n_embd", cfg.get("hidden_size"))
     NH = cfg.get("n_head", cfg.get("num_attention_heads"))
@@ -115,6 +118,26 @@ def bad_input(work):
     check_errors(cases)
 
 
+def interleaved(work):
+    """CP 2 x PP 2 with the interleaved schedule (2 chunks of one layer per stage), 4-layer models:
+    GPT-2 with ZeRO-1, Llama with ZeRO-3 (sharded over each stage's two cp ranks)."""
+    pp = ["--context-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+          "--num-layers-per-virtual-pipeline-stage", "1"]
+    for m, zero in (("gpt2_4l", "1"), ("llama_4l", "3")):
+        ref = run(work, f"{m}_ref", m, 1, ACC, [])
+        r = run(work, f"{m}_cp2_pp2_interleaved_zero{zero}", m, 4, ACC, pp + ["--zero_stage", zero])
+        if r is None or ref is None:
+            continue
+        worst = max(rel(a, b) for a, b in zip(r["losses"], ref["losses"]))
+        wn = max(rel(a, b) for a, b in zip(r["norms"], ref["norms"]))
+        check(len(r["losses"]) == STEPS and worst < 1e-5 and wn < 1e-4,
+              f"{m} CP 2 x PP 2 interleaved, ZeRO-{zero}: worst relative loss difference {worst:.2e} (< 1e-5), "
+              f"gradient norm {wn:.2e} (< 1e-4)")
+        got = r["results"].get("data_parallel", {}).get("context_parallel", {}).get("sent_bytes_per_step", 0)
+        want = ring_bytes(m, 2, ACC) // 2  # the chief's stage holds 2 of the 4 layers
+        check(rel(got, want) < 0.02, f"{m} CP 2 x PP 2 interleaved: cp bytes sent per step {got:.0f}, formula {want:.0f}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as work:
         rng = random.Random(1)
@@ -158,6 +181,7 @@ def main():
                       f"{m} {name}: cp bytes sent per step {got:.0f}, formula {want:.0f} "
                       f"({100 * rel(got, want):.2f}% off, < 2%)")
             resume(work, m, ref)
+        interleaved(work)
         evaluation(work)
         bad_input(work)
     if failures:
