@@ -10,6 +10,7 @@ tokens per step (the micro-batches of a pipeline step are the accumulation steps
     interleaved + ZeRO-3 and 1F1B + ZeRO-3 (with an evaluation: the stages' shards gathered);
   - under ZeRO, the data-parallel bytes per step equal the engine's plan (2%) and the chief's
     stage holds the ZeRO paper's shares of the stage's parameters (5%);
+  - --bf16 and --fp16 under PP 2 x DP 2 ZeRO-3 within 2e-4 of one process in the same precision;
   - the pp group's point-to-point bytes per step of every stage equal one B T C fp32
     activation (or gradient) per micro-batch per boundary crossed, within 2%;
   - the exported HF folder equals the reference's weights (1e-5);
@@ -115,6 +116,18 @@ def main():
             b = read_safetensors(os.path.join(r["out"], "model.safetensors"))
             worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a) if a.keys() == b.keys() else 1.0
             check(worst <= 1e-5, f"{m} {name}: exported HF weights equal one process's (max diff {worst:.1e})")
+
+        # Mixed precision: PP 2 x DP 2 ZeRO-3 under --bf16 and --fp16 (dynamic loss scale) against one
+        # process in the same precision (bf16 gradients are reduced in bf16: DeepSpeed's default).
+        for prec in ("--bf16", "--fp16"):
+            ref = run(work, f"llama_ref{prec}", "llama", 1, GLOBAL_ACC, [prec])
+            r = run(work, f"llama_pp2_dp2_zero3{prec}", "llama", 4, GLOBAL_ACC // 2,
+                    [prec, "--pipeline-model-parallel-size", "2", "--zero_stage", "3"])
+            if ref and r:
+                worst = max((rel(a, b) for a, b in zip(r["losses"], ref["losses"])), default=1.0)
+                check(len(r["losses"]) == 20 and worst <= 2e-4,
+                      f"llama PP 2 x DP 2 ZeRO-3 {prec}: per-step losses within 2e-4 of one {prec[2:]} process "
+                      f"(worst {worst:.1e})")
 
         # Checkpoints: saved under PP 2, resumed at the same layout and on one process; saved under
         # PP 2 x DP 2 ZeRO-3 (a file per stage and shard), resumed on one process and at PP 2 x DP 2 ZeRO-2.
