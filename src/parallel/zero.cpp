@@ -309,7 +309,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
                            ? dist::bus_bytes(Collective::all_gather, double(G_) * quant_packed_bytes(l.shard), G_)
                            : dist::bus_bytes(Collective::all_gather, double(l.padded) * kF32, G_);
       // Stage 3: per micro-batch by the model's pass, or (pipeline) per step by the schedule.
-      gather += g * (stage_ != 3 ? 1 : su_.active() ? gathers_per_step(int(b)) / double(acc) : gathers_per_pass(int(b)));
+      gather += g * (stage_ != 3    ? 1
+                     : su_.active() ? gathers_per_step(int(b)) / double(acc)
+                                    : gathers_per_pass(int(b)));
       if (replica_) cross += dist::bus_bytes(Collective::all_reduce, double(l.shard) * kF32, replica_->size());
     }
     if (stage_ == 1) return reduce + gather + cross;
@@ -372,9 +374,10 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       // The tied embedding of a pipeline takes a bucket of its own on both stages holding it;
       // so does the head: its backward runs with its forward, the blocks' later.
       const bool solo = su_.active() && (u == su_.tied_unit || u == model_.layout().head_unit);
-      const bool alone = solo || (!buckets_.empty() && su_.active() &&
-                                  (buckets_.back().first_unit == su_.tied_unit ||
-                                   buckets_.back().first_unit == model_.layout().head_unit));
+      const bool alone =
+          solo ||
+          (!buckets_.empty() && su_.active() &&
+           (buckets_.back().first_unit == su_.tied_unit || buckets_.back().first_unit == model_.layout().head_unit));
       const bool merge = stage_ != 3 && !buckets_.empty() && !alone &&
                          buckets_.back().end - units_[u].begin <= o_.reduce_bucket_size &&
                          buckets_.back().begin == units_[u].end;

@@ -1,0 +1,212 @@
+// trainer_impl.h: the Trainer behind `ztrain train` (train_run in train/train_args.h), shared by its
+// files: trainer.cpp (the checks and the set-up: data, model and engine, resume), trainer_loop.cpp
+// (the step loop: micro-batches, evaluation, saves, stops, spikes, the final reports). Not an API.
+#pragma once
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_model.h"
+#include "checkpoint/run_folder.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/profile.h"
+#include "core/rng_state.h"
+#include "core/run_control.h"
+#include "data/file_identity.h"
+#include "data/loader.h"
+#include "data/blend.h"
+#include "data/sft_data.h"
+#include "data/token_data.h"
+#include "data/tokenizer.h"
+#include "dist/parallel_dims.h"
+#include "parallel/local_sgd.h"
+#include "parallel/tensor_parallel.h"
+#include "parallel/context_parallel.h"
+#include "parallel/planner.h"
+#include "train/auto_parallel.h"
+#include "parallel/memory_fit.h"
+#include "parallel/pipeline.h"
+#include "parallel/buckets.h"
+#include "models/transformer.h"
+#include "optim/loss_scaler.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "train/deepspeed_config.h"
+#include "train/evaluate.h"
+#include "train/flash_checkpoint.h"
+#include "train/spike_guard.h"
+#include "train/straggler.h"
+#include "train/run_identity.h"
+#include "train/train_args.h"
+#include "train/channel_losses.h"
+#include "train/train_log.h"
+#include "train/auto_fit.h"
+#include "train/precision.h"
+#include "train/trainer_parts.h"
+
+namespace zt::train_internal {
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// --resume_allow_changes: which differences from the checkpoint a resume accepts.
+struct AllowedChanges {
+  bool model = false, data = false;
+};
+AllowedChanges allowed_changes(const std::string& list);
+
+// The run a checkpoint belongs to (checkpoint/run_folder.h): recorded for `latest` and pruning;
+// loading restores nothing (the chief reads it from the checkpoint to carry the run id on).
+struct RunTag final : Stateful {
+  std::string run_id;
+  int64_t attempt = 0;
+  void save_state(StateWriter& w) const override {
+    w.put_json("ztrain.run_id", run_id);
+    w.put_json("ztrain.attempt", attempt);
+  }
+  void load_state(StateReader&) override {}
+};
+
+// The components a checkpoint holds besides the trainer's log, at optimizer step `step`: where
+// the data, the RNG and the schedule stand, which data and run, the parameters and the optimizer.
+struct RunState {
+  RunState(const TrainArgs& a, int64_t seqs_per_step, int T, const optim::Schedule& s, int64_t step,
+           const FileIdentity& train, const RunTag& tag)
+      : cursor(seqs_per_step, T, !a.no_shuffle, step),
+        rng(a.seed),
+        schedule(s, step),
+        data(train, allowed_changes(a.resume_allow_changes).data),
+        tag(tag) {}
+  std::vector<Stateful*> with(parallel::DataParallel& dp) {
+    return {&cursor, &rng, &schedule, &data, &tag, &dp.param_state(), &dp.optimizer()};
+  }
+  DataCursor cursor;
+  RngState rng;
+  optim::ScheduleState schedule;
+  DataIdentity data;
+  RunTag tag;
+};
+
+struct StepResult {
+  double loss = 0, grad_norm = 0;
+  bool skipped = false;  // mixed precision: inf/NaN gradients, no optimizer step
+  SpikeVerdict spike;    // non-finite or a spike: no update was applied (the caller's policy decides)
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainArgs& args, dist::Communicator& world);
+  void run();
+
+ private:
+  void fit_memory();
+  void load_data();
+  void load_sft_data();
+  void prepare_output_dir();
+  void build_model_and_engine();
+  void resume();
+  void start_flash();
+  void start_run(const CheckpointRef* resumed);
+  void start_loader_and_log();
+  StepResult train_step(int64_t step);
+  void pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale);
+  parallel::PipelineMicroBatch local_batch(const MicroBatch& mb, int slot);
+  void after_step(int64_t step, const StepResult& r, double step_s);
+  void save(int64_t step);
+  int step_vote(int64_t step, double step_s);
+  void stop_saved(int64_t step, int signo);
+  bool handle_spike(int64_t step, const StepResult& r, int64_t* resume_at);
+  int64_t rollback(int64_t step);
+  void finish(double train_s);
+  nlohmann::json pipeline_report(int64_t steps_run);
+  int64_t skipped_steps() const { return (scaler_ ? scaler_->skipped_steps() : 0) + spike_->skipped(); }
+  // The LR schedule advances with optimizer steps taken, as HF's and DeepSpeed's schedulers
+  // do: a step skipped for overflow does not move it.
+  double lr_for(int64_t step) const { return sched_->lr_at(step - skipped_steps()); }
+  void load_best_model();
+  // Under tensor parallelism, components whose tensors are stored per TP slice (TpStateAdapter).
+  std::vector<Stateful*> tp_wrap(const std::vector<Stateful*>& parts);
+  std::vector<std::unique_ptr<parallel::TpStateAdapter>> tp_adapters_;
+  StateShard checkpoint_shard() const;
+
+  Clock::time_point t_start_ = Clock::now();
+  TrainArgs a_;
+  dist::Communicator& world_;
+  std::unique_ptr<dist::ProcessGrid> grid_;
+  dist::Communicator* dp_comm_ = nullptr;
+  bool chief_ = false;  // the only rank that prints and writes files
+  ModelConfig cfg_;
+  FileIdentity train_id_;
+  std::unique_ptr<OutputDirLock> lock_;  // the chief's, for the run's lifetime
+  RunTag run_tag_;                       // the chief's; empty on the other ranks (they write no JSON)
+  int B_ = 0, G_ = 0, T_ = 0;
+  nn::ActPlan plan_;                 // precision and recomputation, from the arguments (after auto_find_batch_size)
+  int64_t memory_limit_bytes_ = -1;  // --max_memory for this host (the smallest over the ranks' hosts)
+  int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
+  std::unique_ptr<TokenFile> data_, val_;
+  // Named data channels (data/blend.h; one unnamed channel for a plain file): their files, the
+  // blend, the loss per channel (train/channel_losses.h).
+  ChannelSpec channels_;
+  std::unique_ptr<BlendedSource> blend_;
+  std::unique_ptr<ChannelLosses> chan_;
+  std::unique_ptr<WindowSampler> sampler_;
+  int64_t train_sequences_ = 0;
+  // SFT (a .jsonl --train_file): tokenized examples and the rows the loader reads.
+  bool sft_ = false;
+  // One per channel (data/blend.h; one for a plain .jsonl file).
+  std::vector<std::unique_ptr<SftTokens>> sft_train_;
+  std::vector<std::unique_ptr<SftRows>> sft_rows_;
+  std::unique_ptr<SftTokens> sft_val_;
+  std::unique_ptr<SftRows> sft_val_rows_;
+  std::unique_ptr<Transformer> model_;
+  HfSideFiles side_files_;                   // tokenizer + generation config, carried into saves
+  int64_t eval_every_ = 0, save_every_ = 0;  // steps between evaluations / saves (0: none)
+  bool final_eval_ = true;
+  // --load_best_model_at_end (the chief's): the best metric so far, its step and checkpoint.
+  double best_metric_ = 0;
+  int64_t best_step_ = -1;
+  std::string best_checkpoint_;
+  double weights_s_ = 0, startup_s_ = 0;
+  std::unique_ptr<optim::Schedule> sched_;
+  std::unique_ptr<parallel::DataParallel> engine_;  // the strategy: how a step is computed across ranks
+  // Tensor parallelism (null / empty without): the pass's TP operators, the replicated
+  // tensors whose gradients are summed over the group, each tensor's weight in the norm.
+  std::unique_ptr<parallel::TensorParallel> tp_region_;
+  std::vector<int> tp_partial_, tp_replicated_;
+  std::vector<double> tp_norm_w_;
+  std::unique_ptr<parallel::ContextParallel> cp_region_;  // --context-parallel-size > 1
+  EvalShard cp_eval_;                                     // evaluation's rows cut the same way
+  // Pipeline parallelism (--pipeline-model-parallel-size > 1): this rank's stage.
+  parallel::PipeSchedule schedule_kind_ = parallel::PipeSchedule::one_f_one_b;
+  std::unique_ptr<dist::Communicator> tied_comm_;  // first + last stage, for a tied LM head
+  std::unique_ptr<parallel::PipelineExecutor> pipe_;
+  std::vector<MicroBatch> pipe_batches_;     // the step's micro-batches, held for the schedule
+  std::vector<char> stage_layers_;           // per layer: run by this stage
+  double bubble_sum_ = 0, last_bubble_ = 0;  // the measured bubble (mean over stages): sum over steps, last
+  std::vector<double> stage_bubble_sum_;     // per stage, summed over the steps after the first
+  int64_t bubble_steps_ = 0;
+  // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
+  // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
+  std::unique_ptr<optim::LossScaler> scaler_;
+  std::unique_ptr<parallel::LocalSgd> local_sgd_;  // --local_sgd_steps
+  std::unique_ptr<StateReader> resumed_;           // a checkpoint folder, or a flash snapshot
+  LoaderConfig lc_;
+  std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<TrainLog> log_;
+  nlohmann::json model_states_ = nlohmann::json::object();  // empty when no step runs (resumed at the end)
+  int64_t last_saved_step_ = -1;
+  std::unique_ptr<FlashCheckpointer> flash_;     // --flash_checkpoint
+  std::unique_ptr<SpikeGuard> spike_;            // --spike_policy; NaN / Inf never reach the weights
+  std::unique_ptr<StragglerMonitor> straggler_;  // with more than one rank: per-rank step work
+};
+
+}  // namespace zt::train_internal

@@ -1,0 +1,481 @@
+// trainer_loop.cpp: the Trainer's step loop (trainer_impl.h): one optimizer step over the
+// micro-batches (or a pipeline schedule), the step's bookkeeping (logging, evaluation, saves), the
+// ranks' vote at each step boundary (stops, hangs), spike rollback, and the final reports.
+#include "train/trainer_impl.h"
+
+namespace zt::train_internal {
+namespace fs = std::filesystem;
+
+// One optimizer step through the strategy object: micro-batches, reductions, clip, update.
+StepResult Trainer::train_step(int64_t step) {
+  // The loss scale multiplies the gradients (fp16); the loss itself is reported unscaled. The
+  // mean is over the step's counted targets: all of them for token files; for SFT, those not
+  // ignored (prompt tokens, padding), counted over the whole global step by the loader.
+  const double loss_scale = scaler_ ? scaler_->scale_exact() : 1.0;
+  float grad_scale = float(loss_scale / (double(seqs_per_step_) * T_));
+  // Local SGD: a group's all-reduce sums its own ranks only, so its gradient is its share of the
+  // global batch scaled up to a mean over that share.
+  if (local_sgd_) grad_scale *= float(grid_->dp_replicate().size());
+  engine_->begin_step();
+  if (a_.test_fail_step == step && world_.rank() == a_.test_fail_rank)  // test hook, set by apps/
+    throw Error(
+        str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ", step));
+  double sums[2] = {0, 0};  // loss sum, counted tokens (summed over the dp ranks below)
+  // Test hook: the data of one step corrupted (its loss and gradients scaled; not under a pipeline).
+  const float corrupt =
+      a_.test_spike_step == step + 1 + spike_->data_offset_steps() ? float(a_.test_spike_factor) : 1.0f;
+  if (pipe_) {
+    pipeline_micro_batches(step, &sums[0], loss_scale, &grad_scale);
+  } else {
+    for (int micro = 0; micro < G_; ++micro) {
+      const MicroBatch& mb = loader_->next();
+      ZT_ASSERT(mb.step == step && mb.micro == micro);
+      if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
+      int64_t c = 0;
+      engine_->set_last_micro(micro == G_ - 1);
+      const parallel::PipelineMicroBatch lb = local_batch(mb, 0);
+      sums[0] += corrupt * model_->forward_backward(lb.inputs, lb.targets, corrupt * grad_scale, &c, lb.positions);
+      sums[1] += double(c);
+      if (chan_) chan_->add(mb.channels, lb.targets);
+    }
+  }
+  engine_->end_backward();
+  if (tp_region_) {
+    const auto pieces = [&](const auto& f) { engine_->for_each_grad_piece(f); };
+    parallel::tp_sum_partial_grads(grid_->tp(), tp_partial_, pieces);
+    if (tp_region_->kv_group()) parallel::tp_sum_partial_grads(*tp_region_->kv_group(), tp_replicated_, pieces);
+  }
+  if (grid_->dp_cp().size() > 1) grid_->dp_cp().all_reduce(sums, 2);  // cp ranks hold other tokens
+  StepResult r;
+  r.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // a step of prompt-only rows trains nothing
+  // Under mixed precision a non-finite loss is an overflow like inf/NaN gradients (the global
+  // norm, the same on every rank): the scaler skips the step. Otherwise the spike guard judges.
+  ZT_PROFILE("optimizer");
+  if (tp_region_) {
+    // Split tensors' squares summed over the TP ranks, replicated ones counted once.
+    double sq = engine_->grad_sq_weighted(tp_norm_w_);
+    grid_->tp().all_reduce(&sq, 1);
+    r.grad_norm = std::sqrt(sq) / loss_scale;
+  } else {
+    r.grad_norm = engine_->grad_norm() / loss_scale;
+  }
+  if (scaler_) {
+    const bool overflow = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
+    r.skipped = scaler_->update(overflow);  // throws when the scale cannot go lower
+    if (r.skipped) return r;
+  }
+  // NaN / Inf, or a spike under --spike_policy: no update; the caller applies the policy.
+  r.spike = spike_->judge(r.loss, r.grad_norm);
+  if (r.spike.bad) return r;
+  spike_->accept(r.loss, r.grad_norm);
+  if (flash_) flash_->wait_copied();  // the update changes what a flash snapshot is copying
+  engine_->clip(r.grad_norm, a_.max_grad_norm, 1.0 / loss_scale);
+  engine_->step(lr_for(step));
+  return r;
+}
+
+// A pipeline step: every stage of a data-parallel rank reads the same micro-batches (the
+// loader's rank is the dp rank), the executor runs the schedule over them, and the loss (the
+// last stage's) is summed over the stages; the measured bubble is averaged over them for the log.
+void Trainer::pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale) {
+  pipe_batches_.resize(size_t(G_));
+  std::vector<parallel::PipelineMicroBatch> mbs;
+  for (int micro = 0; micro < G_; ++micro) {
+    pipe_batches_[micro] = loader_->next();
+    const MicroBatch& mb = pipe_batches_[micro];
+    ZT_ASSERT(mb.step == step && mb.micro == micro);
+    if (sft_ && micro == 0) *grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
+  }
+  for (int micro = 0; micro < G_; ++micro) mbs.push_back(local_batch(pipe_batches_[micro], micro));
+  const parallel::PipelineStepStats st =
+      pipe_->step(mbs, *grad_scale, [&](bool last) { engine_->set_last_micro(last); });
+  const int P = grid_->pp().size();
+  std::vector<double> v(2 * size_t(P) + 2, 0.0);
+  v[0] = st.loss_sum;
+  v[1] = double(st.count);
+  v[2 + grid_->pp().rank()] = st.compute_s;
+  v[2 + P + grid_->pp().rank()] = st.step_s;
+  grid_->pp().all_reduce(v.data(), v.size());
+  sums[0] = v[0];
+  sums[1] = v[1];
+  // A stage's bubble is its idle share of the pipeline's whole run (the slowest stage's
+  // schedule, as (P - 1) / (m + P - 1) counts it), not of its own: the last stage finishes its
+  // last backward while the first still works, and that wait is idle too.
+  double makespan = 0, mean = 0;
+  for (int s = 0; s < P; ++s) makespan = std::max(makespan, v[2 + P + s]);
+  std::vector<double> bubble(size_t(P), 0.0);
+  for (int s = 0; s < P; ++s) {
+    bubble[size_t(s)] = makespan > 0 ? 1.0 - v[2 + s] / makespan : 0.0;
+    mean += bubble[size_t(s)] / P;
+  }
+  last_bubble_ = mean;
+  if (step > start_step_) {  // the first step warms up
+    bubble_sum_ += mean, ++bubble_steps_;
+    stage_bubble_sum_.resize(size_t(P), 0.0);
+    for (int s = 0; s < P; ++s) stage_bubble_sum_[s] += bubble[size_t(s)];
+  }
+}
+
+// This rank's view of a micro-batch: the loader's rows, or under context parallelism its chunks of
+// each row at their global positions (held in the region's slot `slot` until that slot's next use).
+parallel::PipelineMicroBatch Trainer::local_batch(const MicroBatch& mb, int slot) {
+  if (!cp_region_) return {mb.inputs.data(), mb.targets.data(), mb.pos()};
+  ZT_CHECK(!mb.pos(), "--context-parallel-size does not support packed rows (position ids) yet");
+  const parallel::ContextParallel::Shard s = cp_region_->shard(mb.inputs.data(), mb.targets.data(), B_, slot);
+  return {s.inputs, s.targets, s.positions};
+}
+
+void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
+  if (step == start_step_) {
+    // What this rank holds for training after one step, by category (ZeRO's model states).
+    const MemStats ms = mem_stats();
+    for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state,
+                          MemCategory::temporary, MemCategory::activations})
+      model_states_[mem_category_name(c)] = ms.current[size_t(c)];
+  }
+  const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
+  // The loss per channel: a collective over the data-parallel ranks at logging steps.
+  const auto* channel_losses = chan_ && log_now ? &chan_->reduce(grid_->dp_cp()) : nullptr;
+  // HF logs the learning rate the scheduler holds after its step, i.e. the next one.
+  if (log_) {
+    std::vector<std::pair<const char*, double>> extra;
+    if (scaler_ && a_.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
+    if (scaler_) extra.push_back({"skipped_steps", double(scaler_->skipped_steps())});
+    // Local SGD: bytes this rank sent across groups (hosts) per step so far in this run.
+    if (local_sgd_)
+      extra.push_back({"bytes_across_hosts_per_step", local_sgd_->bytes_across() / double(step + 1 - start_step_)});
+    if (pipe_) extra.push_back({"pipeline_bubble", last_bubble_});
+    if (straggler_) {
+      extra.push_back({"slowest_rank", double(straggler_->slowest_rank())});
+      extra.push_back({"slowest_rank_ratio", straggler_->slowest_ratio()});
+    }
+    if (spike_->policy() != SpikePolicy::none) {
+      extra.push_back({"spike_skipped", double(spike_->skipped())});
+      extra.push_back({"spike_rollbacks", double(spike_->rollbacks())});
+    }
+    if (channel_losses) extra.insert(extra.end(), channel_losses->begin(), channel_losses->end());
+    log_->step_done(step + 1, r.loss, r.grad_norm, lr_for(step + 1), step_s, log_now, extra);
+    if (straggler_ && log_now) {
+      const std::string line = straggler_->window_line(step);
+      if (!line.empty()) std::printf("%s\n", line.c_str());
+    }
+    if (step == start_step_) log_->first_step(startup_s_, weights_s_);
+  }
+  const bool eval_now = (eval_every_ > 0 && (step + 1) % eval_every_ == 0) || (final_eval_ && step + 1 == total_steps_);
+  // When the engine's forward is a collective (ZeRO-3 gathers), every rank evaluates.
+  bool best_now = false;
+  // Pipeline: every stage's units are gathered (a collective over the stages), then the chief
+  // evaluates the whole model from its flat buffers, as one process would.
+  // Under TP x PP the first stage's ranks (whole TP groups) evaluate, each over its slices.
+  const bool pipe_eval = pipe_ && (val_ || sft_val_rows_) && eval_now;
+  const bool evaluator = chief_ || (tp_region_ && (!pipe_ || grid_->pp().rank() == 0));
+  if (pipe_eval) {
+    engine_->export_params();
+    model_->set_provider(nullptr);
+    if (evaluator) {  // the whole model's activations for the evaluation, the stage's again after it
+      model_->set_held_layers({});
+      model_->plan(B_, T_, /*training=*/true);
+    }
+  }
+  // So is a tensor- or context-parallel forward (every rank evaluates; the chief logs). A
+  // pipeline's evaluator runs on the gathered flat parameters, without the engine.
+  if ((val_ || sft_val_rows_) && eval_now &&
+      (evaluator || cp_region_ || (!pipe_eval && engine_->forward_is_collective()))) {
+    const EvalShard* cs = cp_region_ ? &cp_eval_ : nullptr;
+    EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples, cs)
+                                 : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
+                                            a_.per_device_eval_batch_size, cs);
+    if (log_) log_->eval_done(step + 1, e);
+    const std::string& m = a_.metric_for_best_model;
+    const double v = m == "loss" || m == "eval_loss" ? e.loss : e.perplexity;
+    const bool greater = a_.explicit_flags.count("greater_is_better") ? a_.greater_is_better : false;
+    best_now = best_step_ < 0 || (greater ? v > best_metric_ : v < best_metric_);
+    if (best_now) best_metric_ = v, best_step_ = step + 1;
+  }
+  if (pipe_eval) {
+    model_->set_provider(dynamic_cast<ParamProvider*>(engine_.get()));
+    if (evaluator) {
+      model_->set_held_layers(stage_layers_);
+      model_->plan(B_, T_, /*training=*/true, pipe_->slots());
+    }
+  }
+  const bool will_save = save_every_ > 0 && save_every_ <= total_steps_;
+  if (will_save && (step + 1) % save_every_ == 0) {
+    save(step + 1);
+    if (best_now) best_checkpoint_ = (fs::path(a_.output_dir) / ("checkpoint-" + std::to_string(step + 1))).string();
+  }
+}
+
+// One way for every layout: shard owners write their pieces (no rank holds the full state
+// under ZeRO), the chief the JSON state and the checksums.
+void Trainer::save(int64_t step) {
+  RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_);
+  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
+  if (scaler_) parts.push_back(scaler_.get());
+  if (local_sgd_) parts.push_back(local_sgd_.get());
+  parts.push_back(spike_.get());
+  if (log_) parts.push_back(log_.get());
+  // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
+  const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
+  last_saved_step_ = step;
+  if (flash_) {
+    StateCollector c;
+    for (const Stateful* p : parts) p->save_state(c);
+    flash_->snapshot(step, c, checkpoint_shard(), save_id);  // reports its stall (chief)
+    return;
+  }
+  checkpoint_save({a_.output_dir, step, checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_},
+                  cfg_, {parts.begin(), parts.end()});
+  if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit, a_.load_best_model_at_end ? best_checkpoint_ : "");
+}
+
+// At every step boundary the ranks agree, by a MAX all-reduce of two integers over the world
+// (microseconds; docs/fault-tolerance.md): whether any rank was asked to stop (graceful
+// preemption: all ranks stop after the same step even when the signal reached only one), and
+// whether a flash checkpoint's shard is still being written on any rank (when none is, the
+// chief seals the checkpoint). Returns the stop signal, or 0.
+// The same all-reduce carries every rank's work time in the step (slot 2 + rank; the others
+// contribute 0), which the straggler monitor judges.
+int Trainer::step_vote(int64_t step, double step_s) {
+  std::vector<double> v(2 + (straggler_ ? size_t(world_.size()) : 0), 0.0);
+  v[0] = stop_requested();
+  v[1] = flash_ && flash_->shard_pending() ? 1 : 0;
+  if (straggler_) v[2 + size_t(world_.rank())] = straggler_->work_seconds(step_s);
+  if (world_.size() > 1) world_.all_reduce(v.data(), v.size(), dist::ReduceOp::max);
+  if (flash_) flash_->after_vote(v[1] != 0);
+  if (straggler_) straggler_->judge(step, std::vector<double>(v.begin() + 2, v.end()));
+  return int(v[0]);
+}
+
+// Every rank saves the state after `step` (unless this step was just saved) and the chief
+// says where; the caller then returns, and the process exits 0.
+void Trainer::stop_saved(int64_t step, int signo) {
+  if (last_saved_step_ != step) save(step);
+  if (flash_) flash_->finish();  // persisted and sealed; the shared memory is freed
+  if (!chief_) return;
+  std::fflush(stdout);
+  std::printf(
+      "ztrain: stopped by %s after step %lld of %lld; saved %s (continue with --resume_from_checkpoint latest)\n",
+      stop_signal_name(signo), (long long)step, (long long)total_steps_,
+      (fs::path(a_.output_dir) / ("checkpoint-" + std::to_string(step))).string().c_str());
+  std::fflush(stdout);
+}
+
+// A step whose loss or gradient norm is non-finite, or a spike (spike_guard.h): no update was
+// applied. Every rank decides the same (the values are reduced). Returns true after a rollback,
+// with the step to go on from.
+bool Trainer::handle_spike(int64_t step, const StepResult& r, int64_t* resume_at) {
+  const std::string at = str_cat("step ", step + 1, ": ", r.spike.what);
+  const SpikePolicy p = spike_->policy();
+  if (p == SpikePolicy::none || p == SpikePolicy::stop)
+    throw JobError(str_cat(at, "; the update was not applied (the weights are unchanged) and the run stops",
+                           p == SpikePolicy::stop ? " (--spike_policy stop)" : "",
+                           "; continue from the newest checkpoint with --resume_from_checkpoint latest, after "
+                           "lowering --learning_rate or checking the data, or pass --spike_policy skip or rollback"));
+  if (p == SpikePolicy::rollback) {
+    *resume_at = rollback(step);
+    if (*resume_at >= 0) {
+      if (chief_)
+        std::printf(
+            "ztrain: %s; rolled back to step %lld and skipping the data of steps %lld-%lld "
+            "(--spike_policy rollback; %lld rollbacks so far)\n",
+            at.c_str(), (long long)*resume_at, (long long)*resume_at + 1, (long long)step + 1,
+            (long long)spike_->rollbacks());
+      return true;
+    }
+    if (chief_) std::printf("ztrain: %s; no checkpoint to roll back to yet: the update is skipped\n", at.c_str());
+  }
+  spike_->count_skip();
+  if (chief_ && p == SpikePolicy::skip)
+    std::printf("ztrain: %s; the update is skipped (--spike_policy skip; %lld skipped so far)\n", at.c_str(),
+                (long long)spike_->skipped());
+  return false;
+}
+
+// --spike_policy rollback: every component returns to the newest save (the flash snapshot in
+// shared memory when there is one, else the newest checkpoint) and the data of the steps from
+// there to the spike is skipped. The spike counters and the data offset are not rolled back.
+// Returns the restored step, or -1 when nothing was saved yet.
+int64_t Trainer::rollback(int64_t step) {
+  std::unique_ptr<StateReader> reader;
+  if (flash_) reader = flash_->last_snapshot();
+  if (!reader) {
+    std::string dir, save_id;
+    if (chief_) dir = checkpoint_find_latest(a_.output_dir, &save_id);
+    dir = dist::broadcast_string(world_, dir, 0);
+    save_id = dist::broadcast_string(world_, save_id, 0);
+    if (dir.empty()) return -1;
+    reader = std::make_unique<CheckpointReader>(dir, cfg_, false, save_id);
+  }
+  const SpikeGuard::Counters kept = spike_->counters();
+  RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
+  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));  // saved in the global layout
+  if (scaler_) parts.push_back(scaler_.get());
+  parts.push_back(spike_.get());
+  if (log_) parts.push_back(log_.get());
+  for (Stateful* c : parts) c->load_state(*reader);
+  engine_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
+  const int64_t to = rs.cursor.step();
+  spike_->set_counters(kept);
+  spike_->count_rollback(to, step + 1);
+  loader_.reset();  // restarts at the restored step, past the skipped data
+  lc_.step_offset = spike_->data_offset_steps();
+  if (chan_) chan_->reset();  // the window's steps were undone
+  loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, lc_, to)
+            : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], lc_, to)
+                   : std::make_unique<DataLoader>(*data_, lc_, to);
+  return to;
+}
+
+void Trainer::run() {
+  const auto t_train = Clock::now();
+  for (int64_t step = start_step_; step < total_steps_; ++step) {
+    const auto t_step = Clock::now();
+    train_step_set(step + 1);  // named by the collective watchdog (--ddp_timeout)
+    if (straggler_) straggler_->step_begins();
+    if (a_.test_slow_rank == world_.rank())
+      std::this_thread::sleep_for(std::chrono::duration<double>(a_.test_slow_seconds));
+    const StepResult r = train_step(step);
+    int64_t resume_at = -1;
+    if (r.spike.bad && handle_spike(step, r, &resume_at)) {
+      step = resume_at - 1;  // rolled back: the loop goes on from the restored step
+      continue;
+    }
+    // Local SGD's outer sync follows every H-th step whether or not the inner update was
+    // skipped (an overflow seen by one group only), so every group meets at the same steps.
+    if (local_sgd_) local_sgd_->after_step(step);
+    // The vote comes before the step's log, which then names its slowest rank. A stop request
+    // after the last step changes nothing: the run finishes as usual.
+    const double step_s = seconds_since(t_step);
+    const int signo = step_vote(step, step_s);
+    after_step(step, r, step_s);
+    if (signo && step + 1 < total_steps_) return stop_saved(step + 1, signo);
+  }
+  finish(seconds_since(t_train));
+}
+
+// --load_best_model_at_end: the parameters of the best evaluated checkpoint replace the final
+// ones before --output_dir is written (every rank loads its part; the chief decides which).
+void Trainer::load_best_model() {
+  if (!a_.load_best_model_at_end) return;
+  const std::string dir = dist::broadcast_string(world_, chief_ ? best_checkpoint_ : "", 0);
+  if (dir.empty() || best_step_ == total_steps_) return;  // the final weights are the best (or none saved)
+  if (chief_)
+    std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(), a_.metric_for_best_model.c_str(),
+                best_metric_, (long long)best_step_);
+  CheckpointReader reader(dir, cfg_);
+  reader.load(tp_wrap({&engine_->param_state()}));
+  engine_->sync_after_load();
+}
+
+std::vector<Stateful*> Trainer::tp_wrap(const std::vector<Stateful*>& parts) {
+  if (!tp_region_) return parts;
+  tp_adapters_.clear();
+  std::vector<Stateful*> out;
+  for (Stateful* p : parts) {
+    tp_adapters_.push_back(std::make_unique<parallel::TpStateAdapter>(*p, model_->params(), grid_->tp().rank(),
+                                                                      grid_->tp().size(), out.empty()));
+    out.push_back(tp_adapters_.back().get());
+  }
+  return out;
+}
+
+// Which state file this rank writes: the engine's choice within its TP slice's files (every TP
+// rank writes its own slices; replicated tensors come from TP rank 0's file).
+StateShard Trainer::checkpoint_shard() const {
+  const StateShard s = engine_->checkpoint_shard();
+  if (!tp_region_) return s;
+  const int P = grid_->tp().size();
+  return {s.index < 0 ? -1 : s.index * P + grid_->tp().rank(), s.count * P};
+}
+
+// The pipeline's measurements (a collective over the stages): the bubble, and the
+// point-to-point bytes per step of every stage (the pp group's counters) with the formula: one
+// activation or gradient of B T C fp32 (B T C / tp under sequence parallelism) per micro-batch
+// for each boundary the stage sends across (a chunk that is not the last virtual stage sends
+// its output, one that is not the first its input's gradient); as many are received.
+nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
+  const double measured = bubble_steps_ ? bubble_sum_ / double(bubble_steps_) : last_bubble_;
+  std::vector<double> per_stage;
+  for (double b : stage_bubble_sum_) per_stage.push_back(b / double(std::max<int64_t>(1, bubble_steps_)));
+  const int P = a_.pipeline_parallel_size;
+  const int v = a_.layers_per_virtual_stage > 0 ? cfg_.n_layer / (P * a_.layers_per_virtual_stage) : 1;
+  const dist::CommStats cs = grid_->pp().stats();
+  // Sequence parallel: each TP rank sends its 1/tp of the tokens (its residual stream's rows).
+  const double sp = a_.sequence_parallel ? grid_->tp().size() : 1;
+  std::vector<double> sent(size_t(P), 0.0), recv(size_t(P), 0.0), formula;
+  sent[grid_->pp().rank()] = cs[dist::Collective::send].bytes / double(steps_run);
+  recv[grid_->pp().rank()] = cs[dist::Collective::recv].bytes / double(steps_run);
+  grid_->pp().all_reduce(sent.data(), sent.size());
+  grid_->pp().all_reduce(recv.data(), recv.size());
+  for (int st = 0; st < P; ++st) {
+    int crossings = 0;
+    for (int c = 0; c < v; ++c) {
+      const int vs = parallel::virtual_stage(st, c, P);
+      crossings += (vs < P * v - 1) + (vs > 0);
+    }
+    formula.push_back(double(crossings) * G_ * double(B_) * T_ * cfg_.n_embd * 4.0 / sp);
+  }
+  return {{"stages", P},
+          {"schedule", parallel::schedule_name(schedule_kind_)},
+          {"micro_batches", G_},
+          {"virtual_stages", v},
+          {"bubble", measured},
+          {"bubble_per_stage", per_stage},
+          {"ideal_bubble", parallel::ideal_bubble({schedule_kind_, P, G_, v})},
+          {"send_bytes_per_step", sent},
+          {"recv_bytes_per_step", recv},
+          {"formula_bytes_per_step", formula}};
+}
+
+void Trainer::finish(double train_s) {
+  if (flash_) flash_->finish();  // the last flash checkpoint persisted; the shared memory freed
+  const int64_t steps_run = std::max<int64_t>(1, total_steps_ - start_step_);
+  nlohmann::json report = engine_->describe();
+  report["communication"] = comm_report(*engine_, steps_run, G_);
+  report["model_state_bytes"] = model_states_;
+  const int group = a_.zero_hpz_partition_size > 1 ? a_.zero_hpz_partition_size : grid_->dp_cp().size();
+  report["zero_paper_model_state_bytes"] = zero_paper_bytes(engine_->held_params(), a_.zero_stage, group,
+                                                            double(engine_->optimizer().state_bytes_per_param()));
+  report["peak_rss_bytes"] = peak_rss_bytes();
+  if (tp_region_)
+    report["tensor_parallel"] =
+        parallel::tp_comm_report(grid_->tp(), pipe_ ? &grid_->pp() : nullptr, a_.sequence_parallel, steps_run);
+  if (cp_region_)
+    report["context_parallel"] =
+        cp_report(grid_->cp(), steps_run, B_, T_, G_, cfg_, plan_, stage_layers_, grid_->tp().size());
+  load_best_model();
+  engine_->export_params();  // a collective: ZeRO-3 gathers the shards, pipeline stages their units
+  const nlohmann::json pipe_report = pipe_ ? pipeline_report(steps_run) : nlohmann::json();
+  // Tensor parallel: the chief's TP group gathers every rank's slices into one whole model
+  // (under a pipeline every stage holds every unit now: the first stage's group gathers).
+  std::unique_ptr<Transformer> whole;
+  if (tp_region_ && dp_comm_->rank() == 0 && grid_->pp().rank() == 0) {
+    if (chief_) whole = std::make_unique<Transformer>(cfg_);
+    parallel::tp_gather_params(grid_->tp(), model_->params(), model_->flat_params().as<const float>(),
+                               whole ? whole->params() : model_->params(),
+                               whole ? whole->flat_params().as<float>() : nullptr);
+  }
+  if (!chief_) return;
+  hf_save_model(whole ? *whole : *model_, a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
+                hf_parse_size(a_.max_shard_size, "--max_shard_size"));
+  hf_write_side_files(a_.output_dir, side_files_);
+  if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);
+  if (pipe_) {
+    std::printf(
+        "  Pipeline bubble (idle / step time, mean over stages, steps after the first): %.4f (per stage %s); "
+        "ideal %.4f\n",
+        pipe_report["bubble"].get<double>(), pipe_report["bubble_per_stage"].dump().c_str(),
+        pipe_report["ideal_bubble"].get<double>());
+    std::printf("  Pipeline bytes sent per step by stage: %s (formula: %s)\n",
+                pipe_report["send_bytes_per_step"].dump().c_str(),
+                pipe_report["formula_bytes_per_step"].dump().c_str());
+    log_->add_results({{"pipeline", pipe_report}});
+  }
+  if (straggler_) log_->add_results({{"stragglers", straggler_->summary()}});
+  log_->add_results({{"data_parallel", report}});
+  log_->finish(train_s, loader_->wait_seconds());
+  prof::report();
+}
+
+}  // namespace zt::train_internal
