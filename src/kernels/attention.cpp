@@ -29,35 +29,6 @@ namespace zt::kernels {
 namespace {
 using namespace attn_tiles;
 
-// s (rows, TILE) = a rows (rows, HS) @ bt (HS, TILE; row stride ldb) * scale: four rows at a
-// time through fma4x64 (HSC > 0), the rest one row at a time in the same order.
-template <int HSC>
-inline void tile_scores(float* s, const float* a, int64_t stride, int rows, const float* bt, int64_t ldb, float scale,
-                        int hs) {
-  const int HS = HSC ? HSC : hs;
-  int i = 0;
-  if (HSC)
-    for (; i + 4 <= rows; i += 4) {
-      fma4x64(s + i * TILE, TILE, false, a + i * stride, stride, 1, bt, ldb, HS);
-      if (scale != 1.0f) {
-#pragma omp simd
-        for (int j = 0; j < 4 * TILE; ++j) s[i * TILE + j] *= scale;
-      }
-    }
-  for (; i < rows; ++i) {
-    float acc[TILE] = {};
-    const float* ai = a + i * stride;
-    for (int d = 0; d < HS; ++d) {
-      const float ad = ai[d];
-      const float* b = bt + d * ldb;
-#pragma omp simd
-      for (int j = 0; j < TILE; ++j) acc[j] += ad * b[j];
-    }
-#pragma omp simd
-    for (int j = 0; j < TILE; ++j) s[i * TILE + j] = acc[j] * scale;
-  }
-}
-
 // acc rows [i, i + 4) (HS each) += p rows [i, i + 4) (TILE each, zero outside each row's
 // visible keys) @ v rows [j0, j1): four query rows share every load of a value row.
 template <int HSC>
@@ -93,7 +64,7 @@ void forward_impl(float* out, float* lse, const float* qkv, const AttnDims& dm) 
         std::fill(l.begin(), l.end(), 0.f);
         for (int kt_i = tile_first_key(doc, q0, nq) / TILE; kt_i <= qt; ++kt_i) {
           const int k0 = kt_i * TILE, nk = std::min(TILE, T - k0);
-          tile_scores<HSC>(s.data(), q, rs, nq, kt.data() + k0, ld, scale, HS);
+          tile_scores(s.data(), q, rs, nq, kt.data() + k0, ld, scale, HS, HSC > 0);
           int jmin, jmax;  // the keys any row of the tile sees
           softmax_tile(s.data(), nq, q0, k0, nk, doc, 1.0f, m.data(), l.data(), corr.data(), &jmin, &jmax);
           for (int i = 0; i < nq; ++i) {
@@ -202,8 +173,8 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
           for (int kti = tile_first_key(doc, q0, nq) / TILE; kti <= qt; ++kti) {
             const int k0 = kti * TILE, nk = std::min(TILE, T - k0);
             const float* k = base + int64_t(k0) * rs + koff;
-            tile_scores<HSC>(p.data(), q, rs, nq, kt.data() + k0, ld, scale, HS);   // S
-            tile_scores<HSC>(ds.data(), dO, os, nq, vt.data() + k0, ld, 1.0f, HS);  // dP = dO V^T
+            tile_scores(p.data(), q, rs, nq, kt.data() + k0, ld, scale, HS, HSC > 0);   // S
+            tile_scores(ds.data(), dO, os, nq, vt.data() + k0, ld, 1.0f, HS, HSC > 0);  // dP = dO V^T
             backward_tile(p.data(), ds.data(), nq, q0, k0, nk, doc, lrow, D.data(), 1.0f, scale);
             float* dk = dbase + int64_t(k0) * rs + koff;
             float* dv = dbase + int64_t(k0) * rs + voff;

@@ -1,6 +1,6 @@
 // attention_block.cpp: unmasked attention of a query block against a key / value block
 // (attention_block.h), in 64 x 64 tiles with an online softmax like attention.cpp, whose
-// tile steps (softmax_tile, backward_tile) it shares. Every key is visible to every query,
+// tile steps (tile_scores, softmax_tile, backward_tile) it shares. Every key is visible to every query,
 // so the causal bound of those steps is lifted by placing the queries after the last key.
 // Forward: one task per (batch, query head). Backward: one task per (batch, key / value
 // head), which owns its dK, dV and its heads' dQ: no two threads write one gradient, and the
@@ -19,31 +19,6 @@
 namespace zt::kernels {
 namespace {
 using namespace attn_tiles;
-
-// s (rows, TILE) = a rows (HS each, row i at a + i * as) @ bt (HS, TILE; stride ld) * scale:
-// four rows at a time through the micro-kernel when HS is a multiple of 64, the rest (and
-// other head sizes) one row at a time.
-void scores(float* s, int rows, const float* a, int64_t as, const float* bt, int64_t ld, float scale, int HS) {
-  int i = 0;
-  if (HS % 64 == 0)
-    for (; i + 4 <= rows; i += 4) {
-      fma4x64(s + i * TILE, TILE, false, a + i * as, as, 1, bt, ld, HS);
-#pragma omp simd
-      for (int j = 0; j < 4 * TILE; ++j) s[i * TILE + j] *= scale;
-    }
-  for (; i < rows; ++i) {
-    float acc[TILE] = {};
-    const float* ai = a + i * as;
-    for (int d = 0; d < HS; ++d) {
-      const float ad = ai[d];
-      const float* bd = bt + d * ld;
-#pragma omp simd
-      for (int j = 0; j < TILE; ++j) acc[j] += ad * bd[j];
-    }
-#pragma omp simd
-    for (int j = 0; j < TILE; ++j) s[i * TILE + j] = acc[j] * scale;
-  }
-}
 
 // acc rows [0, n) (HS each, stride HS) += sum over k < m of w[i * wi + k * wk] * x rows k
 // (stride xs): the products P V, P^T dO, dS^T Q and dS K. Four accumulator rows at a time
@@ -87,7 +62,7 @@ void attention_block_forward(Strided<float> out, float* lse, Strided<const float
         std::fill(l.begin(), l.end(), 0.f);
         for (int k0 = 0; k0 < nk; k0 += TILE) {
           const int nkt = std::min(TILE, nk - k0);
-          scores(s.data(), nq, q.at(b, q0) + int64_t(h) * HS, q.rs, kt.data() + k0, ld, scale, HS);
+          tile_scores(s.data(), q.at(b, q0) + int64_t(h) * HS, q.rs, nq, kt.data() + k0, ld, scale, HS, HS % 64 == 0);
           int jmin, jmax;
           // Query position nk: past every key, so all of the tile's keys are visible.
           softmax_tile(s.data(), nq, nk, k0, nkt, nullptr, 1.0f, m.data(), l.data(), corr.data(), &jmin, &jmax);
@@ -142,8 +117,8 @@ void attention_block_backward(Strided<float> dq, Strided<float> dk, Strided<floa
           std::fill(dqa.begin(), dqa.end(), 0.f);
           for (int k0 = 0; k0 < nk; k0 += TILE) {
             const int nkt = std::min(TILE, nk - k0);
-            scores(p.data(), nq, qr, q.rs, kt.data() + k0, ld, scale, HS);      // S
-            scores(ds.data(), nq, dor, dout.rs, vt.data() + k0, ld, 1.0f, HS);  // dP = dO V^T
+            tile_scores(p.data(), qr, q.rs, nq, kt.data() + k0, ld, scale, HS, HS % 64 == 0);      // S
+            tile_scores(ds.data(), dor, dout.rs, nq, vt.data() + k0, ld, 1.0f, HS, HS % 64 == 0);  // dP = dO V^T
             backward_tile(p.data(), ds.data(), nq, nk, k0, nkt, nullptr, lrow, Drow, 1.0f, scale);
             float* dvk = dva.data() + size_t(k0) * HS;
             float* dkk = dka.data() + size_t(k0) * HS;

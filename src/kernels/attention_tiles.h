@@ -110,6 +110,34 @@ inline void fma4x64(float* acc, int64_t astride, bool accumulate, const float* w
 #endif
 }
 
+// s (rows, TILE) = a rows (HS each, row i at a + i * stride) @ bt (HS, TILE; row stride ldb) *
+// scale: four rows at a time through fma4x64 when `micro` (the caller's head size is a multiple of
+// 64), the rest one row at a time in the same order. The scores of both attention kernels.
+inline void tile_scores(float* s, const float* a, int64_t stride, int rows, const float* bt, int64_t ldb, float scale,
+                        int HS, bool micro) {
+  int i = 0;
+  if (micro)
+    for (; i + 4 <= rows; i += 4) {
+      fma4x64(s + i * TILE, TILE, false, a + i * stride, stride, 1, bt, ldb, HS);
+      if (scale != 1.0f) {
+#pragma omp simd
+        for (int j = 0; j < 4 * TILE; ++j) s[i * TILE + j] *= scale;
+      }
+    }
+  for (; i < rows; ++i) {
+    float acc[TILE] = {};
+    const float* ai = a + i * stride;
+    for (int d = 0; d < HS; ++d) {
+      const float ad = ai[d];
+      const float* b = bt + d * ldb;
+#pragma omp simd
+      for (int j = 0; j < TILE; ++j) acc[j] += ad * b[j];
+    }
+#pragma omp simd
+    for (int j = 0; j < TILE; ++j) s[i * TILE + j] = acc[j] * scale;
+  }
+}
+
 // One key tile of the forward's online softmax for query rows [0, nq) of a tile at q0 against
 // keys from k0 (nk of them): scores s (rows of TILE, times `scale` first unless it is 1) become
 // probabilities in place, zero outside each row's visible keys [first, valid); m / l (running max
