@@ -405,6 +405,53 @@ TEST_P(ModelTest, HfFolderRoundTrip) {
   std::filesystem::remove_all(dir);
 }
 
+// hf_save_tensors with fill(): the tensors produced one at a time when the writer reaches them
+// (the streamed export of train/hf_export.h) make the same files, byte for byte, as a save from the
+// model's buffer, sharded or not; each fill runs once, in hf_shard_plan's order (the order the
+// exporter's ranks send in), which a tensor larger than the limit takes out of table order.
+TEST_P(ModelTest, FilledTensorsWriteTheSameFolder) {
+  namespace fs = std::filesystem;
+  Transformer m(cfg());
+  m.init_random(5);
+  const fs::path a = fs::temp_directory_path() / ("zt_fill_a_" + std::to_string(GetParam()));
+  const fs::path b = fs::temp_directory_path() / ("zt_fill_b_" + std::to_string(GetParam()));
+  for (int64_t shard : {int64_t(8000), kHfDefaultShardBytes}) {
+    fs::remove_all(a);
+    fs::remove_all(b);
+    hf_save_model(m, a.string(), DType::bf16, shard);
+    std::vector<StTensorOut> tensors;
+    std::vector<int> order;
+    const float* P = m.flat_params().as<const float>();
+    for (size_t i = 0; i < m.params().list().size(); ++i) {
+      const ParamInfo& p = m.params().list()[i];
+      tensors.push_back({p.name, p.shape, nullptr, [&, i, p](float* dst) {
+                           order.push_back(int(i));
+                           std::memcpy(dst, P + p.offset, size_t(p.numel) * sizeof(float));
+                         }});
+    }
+    hf_save_tensors(m.config(), tensors, b.string(), DType::bf16, shard);
+    std::vector<int64_t> bytes;
+    for (const ParamInfo& p : m.params().list()) bytes.push_back(p.numel * 2);
+    std::vector<int> planned;
+    for (const auto& file : hf_shard_plan(bytes, shard))
+      for (size_t i : file) planned.push_back(int(i));
+    EXPECT_EQ(order, planned);
+    EXPECT_EQ(planned.size(), tensors.size());
+    // GPT-2 at 8000 bytes: its 1-D tensors wait in a file while larger ones get files of their own.
+    if (shard == 8000 && GetParam() == 0) EXPECT_FALSE(std::is_sorted(planned.begin(), planned.end()));
+    std::vector<std::string> names;
+    for (auto& e : fs::directory_iterator(a)) names.push_back(e.path().filename().string());
+    ASSERT_FALSE(names.empty());
+    for (const std::string& n : names) {
+      std::ifstream fa(a / n, std::ios::binary), fb(b / n, std::ios::binary);
+      const std::string x((std::istreambuf_iterator<char>(fa)), {}), y((std::istreambuf_iterator<char>(fb)), {});
+      EXPECT_TRUE(!x.empty() && x == y) << n;
+    }
+  }
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
 // save_pretrained's sharding: a small max_shard_size cuts the weights into shards and an index
 // that lists every tensor once; the folder reloads bit-identically; a later unsharded save
 // removes the shards; an index naming a missing shard is one error naming it.

@@ -142,33 +142,54 @@ int64_t hf_parse_size(const std::string& text, const std::string& flag) {
 }
 
 void hf_save_model(const Transformer& model, const std::string& folder, DType dtype, int64_t max_shard_bytes) {
-  ::mkdir(folder.c_str(), 0755);
-  const fs::path dir(folder);
   const float* P = model.flat_params().as<const float>();
-  const int64_t es = int64_t(dtype_size(dtype));
-  // save_pretrained's cut (huggingface_hub's split_state_dict_into_shards): tensors in order;
-  // one larger than the limit is a shard alone, one that would tip the current shard over
-  // closes it first.
-  std::vector<std::vector<StTensorOut>> shards;
-  std::vector<StTensorOut> current;
-  int64_t current_bytes = 0, total = 0;
-  for (const ParamInfo& p : model.params().list()) {
-    const int64_t bytes = p.numel * es;
-    total += bytes;
-    StTensorOut t{p.name, p.shape, P + p.offset};
-    if (bytes > max_shard_bytes) {
-      shards.push_back({t});
+  std::vector<StTensorOut> tensors;
+  for (const ParamInfo& p : model.params().list()) tensors.push_back({p.name, p.shape, P + p.offset});
+  hf_save_tensors(model.config(), tensors, folder, dtype, max_shard_bytes);
+}
+
+std::vector<std::vector<size_t>> hf_shard_plan(const std::vector<int64_t>& bytes, int64_t max_shard_bytes) {
+  // huggingface_hub's split_state_dict_into_shards: tensors in order; one larger than the limit
+  // is a shard alone (listed before the shard still filling), one that would tip the current
+  // shard over closes it first.
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  int64_t current_bytes = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] > max_shard_bytes) {
+      shards.push_back({i});
       continue;
     }
-    if (current_bytes + bytes > max_shard_bytes && !current.empty()) {
+    if (current_bytes + bytes[i] > max_shard_bytes && !current.empty()) {
       shards.push_back(std::move(current));
       current.clear();
       current_bytes = 0;
     }
-    current.push_back(t);
-    current_bytes += bytes;
+    current.push_back(i);
+    current_bytes += bytes[i];
   }
   if (!current.empty()) shards.push_back(std::move(current));
+  return shards;
+}
+
+void hf_save_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& tensors, const std::string& folder,
+                     DType dtype, int64_t max_shard_bytes) {
+  ::mkdir(folder.c_str(), 0755);
+  const fs::path dir(folder);
+  const int64_t es = int64_t(dtype_size(dtype));
+  std::vector<int64_t> sizes;
+  int64_t total = 0;
+  for (const StTensorOut& t : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    sizes.push_back(numel * es);
+    total += numel * es;
+  }
+  std::vector<std::vector<StTensorOut>> shards;
+  for (const std::vector<size_t>& plan : hf_shard_plan(sizes, max_shard_bytes)) {
+    shards.emplace_back();
+    for (size_t i : plan) shards.back().push_back(tensors[i]);
+  }
   std::vector<std::string> written;
   if (shards.size() <= 1) {
     safetensors_write((dir / kHfWeights).string(), shards.empty() ? std::vector<StTensorOut>{} : shards[0], dtype,
@@ -187,7 +208,7 @@ void hf_save_model(const Transformer& model, const std::string& folder, DType dt
     write_file_atomic((dir / kHfWeightsIndex).string(), index.dump(2) + "\n");
     written.push_back(kHfWeightsIndex);
   }
-  nlohmann::json cj = config_to_json(model.config(), dtype_name(dtype));
+  nlohmann::json cj = config_to_json(cfg, dtype_name(dtype));
   write_file_atomic((dir / "config.json").string(), cj.dump(2) + "\n");
   // An earlier save's other layout (a single file beside new shards would win over them).
   static const std::regex stale(R"(model(-[0-9]{5}-of-[0-9]{5})?\.safetensors(\.index\.json)?)");

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/safetensors.h"
 #include "core/tensor.h"
 #include "models/transformer.h"
 
@@ -49,6 +50,14 @@ int64_t hf_parse_size(const std::string& text, const std::string& flag);
 // after it (so the folder never offers two sets).
 void hf_save_model(const Transformer& model, const std::string& folder, DType dtype,
                    int64_t max_shard_bytes = kHfDefaultShardBytes);
+// Which tensors (indices, by their bytes in the saved dtype) go into which weight file, in the
+// order the files are written: save_pretrained's cut (a tensor larger than the limit gets a file of
+// its own, listed before the file still filling, so the write order is not always table order).
+std::vector<std::vector<size_t>> hf_shard_plan(const std::vector<int64_t>& bytes, int64_t max_shard_bytes);
+// The same folder from the model's tensors in table order (HF names, global shapes), each with its
+// data or a fill() that produces it when its turn comes (train/hf_export.h streams them so).
+void hf_save_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& tensors, const std::string& folder,
+                     DType dtype, int64_t max_shard_bytes = kHfDefaultShardBytes);
 
 // The non-weight files of an HF model folder that travel with its weights: the tokenizer
 // (tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json,

@@ -173,14 +173,21 @@ FileDigest safetensors_write(const std::string& path, const std::vector<StTensor
     SequentialFileWriter out(tmp, header.size() + off);
     out.write(header.data(), header.size());
     std::vector<uint16_t> half;
+    std::vector<float> filled;
     for (auto& t : tensors) {
       int64_t n = 1;
       for (auto s : t.shape) n *= s;
+      const float* data = t.data;
+      if (!data) {
+        filled.resize(size_t(n));
+        t.fill(filled.data());
+        data = filled.data();
+      }
       if (es == 4) {
-        out.write(t.data, size_t(n) * 4);
+        out.write(data, size_t(n) * 4);
       } else {
         half.resize(size_t(n));
-        for (int64_t i = 0; i < n; ++i) half[i] = f32_to_bf16(t.data[i]);
+        for (int64_t i = 0; i < n; ++i) half[i] = f32_to_bf16(data[i]);
         out.write(half.data(), size_t(n) * 2);
       }
     }

@@ -5,6 +5,7 @@
 // Error naming the file and the problem; nothing is read out of bounds.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ struct StTensorOut {
   std::string name;
   std::vector<int64_t> shape;
   const float* data;
+  // Without data: fills a buffer of the tensor's elements when the writer reaches it (a tensor
+  // gathered from several ranks exists only while it is written).
+  std::function<void(float*)> fill = {};
 };
 
 // Writes tensors (in the given order) as DType::f32 or DType::bf16 (round to nearest even),

@@ -205,7 +205,7 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
   const int T = in.seq_len / l.cp, R = l.dp * l.cp;
   const int64_t W = 4, S = optim::optimizer_state_bytes_per_param(in.optim);
   const int64_t local = ml.table.total();
-  const ModelLayout whole = l.tp > 1 ? model_layout(in.cfg) : ModelLayout{};
+  const ModelLayout whole = model_layout(in.cfg);
   int64_t largest_whole = 0;
   for (const ParamInfo& p : whole.table.list()) largest_whole = std::max(largest_whole, p.numel);
   LayoutMemory best;
@@ -261,11 +261,22 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
       const int64_t n = l.sp ? int64_t(l.micro_batch) * T / l.tp : int64_t(l.micro_batch) * T;
       r.comm += int64_t(r.slots) * n * in.cfg.n_embd * W;
     }
-    // The final export (trainer.cpp finish()): ZeRO engines allocate the whole local flat
-    // parameters again; the chief (stage 0) of a TP run builds the whole model and gathers
-    // every tensor (one at a time, all TP slices) into it.
-    if (l.zero >= 1) r.export_extra += W * local;
-    if (l.tp > 1 && s == 0) r.export_extra += W * whole.table.total() + W * largest_whole;
+    // The final export (train/hf_export.h) streams the model to the chief one tensor at a time:
+    // the chief (stage 0) holds the tensor being written and one other rank's pieces of it, a
+    // writer its own pieces of one tensor, packed for the send: the largest tensor split over TP
+    // and, under ZeRO, over the data-parallel shards (fp32 weights, --save_dtype's default).
+    // DDP without TP: the chief writes its stage's tensors from its own buffers and receives only
+    // the other stages' (whole, from their writers).
+    const int64_t piece = W * largest_whole / (int64_t(l.tp) * (l.zero >= 1 ? R : 1));
+    if (l.zero == 0 && l.tp == 1) {
+      int64_t other = 0;  // the largest tensor stage 0 does not hold
+      for (size_t u = 0; u < ml.units.size(); ++u)
+        if (l.pp > 1 && !v.held_units[0][u])
+          for (int p : ml.units[u].params) other = std::max(other, ml.table.list()[size_t(p)].numel);
+      r.export_extra = s == 0 ? 2 * W * other : piece;
+    } else {
+      r.export_extra = s == 0 ? W * largest_whole + piece : piece;
+    }
     if (first || r.total() > best.total()) best = r;
     first = false;
   }

@@ -99,8 +99,8 @@ struct PlanInputs {
 struct LayoutMemory {
   int64_t params = 0, grads = 0, optim = 0, activations = 0, temporary = 0, comm = 0, runtime = 0;
   int64_t cp_ring = 0;  // context parallelism's ring buffers and shard rows (cp_ring_bytes)
-  // The end of the run, on top of the rest: ZeRO's export restores the whole flat parameter
-  // buffer; under TP the chief also builds the whole model and gathers each tensor into it.
+  // The end of the run, on top of the rest: the streamed export's buffers (train/hf_export.h:
+  // the largest tensor and one rank's pieces of it on the chief).
   int64_t export_extra = 0;
   int stage = 0;  // the pipeline stage with the most (0 without stages)
   int slots = 1;  // micro-batches in flight on that stage

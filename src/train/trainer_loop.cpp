@@ -1,6 +1,7 @@
 // trainer_loop.cpp: the Trainer's step loop (trainer_impl.h): one optimizer step over the
 // micro-batches (or a pipeline schedule), the step's bookkeeping (logging, evaluation, saves), the
 // ranks' vote at each step boundary (stops, hangs), spike rollback, and the final reports.
+#include "train/hf_export.h"
 #include "train/trainer_impl.h"
 
 namespace zt::train_internal {
@@ -445,20 +446,13 @@ void Trainer::finish(double train_s) {
     report["context_parallel"] =
         cp_report(grid_->cp(), steps_run, B_, T_, G_, cfg_, plan_, stage_layers_, grid_->tp().size());
   load_best_model();
-  engine_->export_params();  // a collective: ZeRO-3 gathers the shards, pipeline stages their units
   const nlohmann::json pipe_report = pipe_ ? pipeline_report(steps_run) : nlohmann::json();
-  // Tensor parallel: the chief's TP group gathers every rank's slices into one whole model
-  // (under a pipeline every stage holds every unit now: the first stage's group gathers).
-  std::unique_ptr<Transformer> whole;
-  if (tp_region_ && dp_comm_->rank() == 0 && grid_->pp().rank() == 0) {
-    if (chief_) whole = std::make_unique<Transformer>(cfg_);
-    parallel::tp_gather_params(grid_->tp(), model_->params(), model_->flat_params().as<const float>(),
-                               whole ? whole->params() : model_->params(),
-                               whole ? whole->flat_params().as<float>() : nullptr);
-  }
+  // One HF folder, streamed to the chief tensor by tensor from the ranks that write checkpoint
+  // pieces (any layout): no rank gathers the whole model (hf_export.h).
+  hf_export_streamed(world_, tp_wrap({&engine_->param_state()}), checkpoint_shard().index >= 0, cfg_, a_.output_dir,
+                     a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
+                     hf_parse_size(a_.max_shard_size, "--max_shard_size"));
   if (!chief_) return;
-  hf_save_model(whole ? *whole : *model_, a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
-                hf_parse_size(a_.max_shard_size, "--max_shard_size"));
   hf_write_side_files(a_.output_dir, side_files_);
   if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);
   if (pipe_) {

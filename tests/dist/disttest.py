@@ -56,8 +56,15 @@ def step_history(out):
 
 
 def read_safetensors(path):
-    """name -> tuple of floats, from an F32 safetensors file (or a folder's model.safetensors)."""
+    """name -> tuple of floats, from an F32 safetensors file (or a folder's model.safetensors, or
+    its shards through model.safetensors.index.json)."""
     if os.path.isdir(path):
+        index = os.path.join(path, "model.safetensors.index.json")
+        if not os.path.exists(os.path.join(path, "model.safetensors")) and os.path.exists(index):
+            out = {}
+            for name in sorted(set(json.load(open(index))["weight_map"].values())):
+                out.update(read_safetensors(os.path.join(path, name)))
+            return out
         path = os.path.join(path, "model.safetensors")
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]

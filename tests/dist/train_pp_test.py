@@ -117,6 +117,19 @@ def main():
             worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a) if a.keys() == b.keys() else 1.0
             check(worst <= 1e-5, f"{m} {name}: exported HF weights equal one process's (max diff {worst:.1e})")
 
+        # The final folder in several weight files (--max_shard_size 20KB: tensors leave table order,
+        # the larger ones getting files of their own) streamed from PP 2 x DP 2 ZeRO-3's shards.
+        r = run(work, "gpt2_pp2_dp2_zero3_shards", "gpt2", 4, GLOBAL_ACC // 2,
+                ["--pipeline-model-parallel-size", "2", "--zero_stage", "3", "--max_shard_size", "20KB",
+                 "--save_dtype", "float32"])
+        if r is not None and refs["gpt2"] is not None:
+            files = [f for f in os.listdir(r["out"]) if f.endswith(".safetensors")]
+            a, b = read_safetensors(refs["gpt2"]["out"]), read_safetensors(r["out"])
+            worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a) if a.keys() == b.keys() else 1.0
+            check(len(files) > 2 and worst <= 1e-5,
+                  f"gpt2 PP 2 x DP 2 ZeRO-3, --max_shard_size 20KB: {len(files)} weight files equal one process's "
+                  f"weights (max diff {worst:.1e})")
+
         # Mixed precision: PP 2 x DP 2 ZeRO-3 under --bf16 and --fp16 (dynamic loss scale) against one
         # process in the same precision (bf16 gradients are reduced in bf16: DeepSpeed's default).
         for prec in ("--bf16", "--fp16"):
