@@ -4,6 +4,7 @@
 // Parity with PyTorch itself is tests/parity (run by ctest through python3).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "checkpoint/hf_model.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/rng.h"
 #include "kernels/cross_entropy.h"
 #include "models/decoder.h"
 #include "models/transformer.h"
@@ -405,6 +407,40 @@ TEST_P(ModelTest, HfFolderRoundTrip) {
   std::filesystem::remove_all(dir);
 }
 
+// init_values: any flat range of a rank's parameters (one process's or a tensor-parallel rank's
+// slices, padding included) equals what init_random puts there, without the rest of the model:
+// what a ZeRO rank initialises its shard from.
+TEST_P(ModelTest, InitValuesAreInitRandomsPieces) {
+  for (int size : {1, 2})
+    for (int rank = 0; rank < size; ++rank) {
+      const TpPlan tp{size, rank, false};
+      try {
+        check_tp_plan(cfg(), tp);
+      } catch (const Error&) {
+        continue;  // this architecture's heads do not split in two
+      }
+      Transformer m(cfg(), tp);
+      m.init_random(11);
+      const float* P = m.flat_params().as<const float>();
+      const int64_t N = m.num_params();
+      Transformer bare(cfg(), tp, /*hold_params=*/false);
+      EXPECT_FALSE(bare.flat_params());
+      Rng rng(3);
+      std::vector<std::pair<int64_t, int64_t>> ranges{{0, N}, {N - 1, 1}, {65530, 20}};
+      for (int k = 0; k < 12; ++k) {
+        const int64_t b = int64_t(rng.below(uint64_t(N)));
+        ranges.push_back({b, int64_t(rng.below(uint64_t(N - b))) + 1});
+      }
+      for (const auto& [b, n] : ranges) {
+        if (b + n > N) continue;
+        std::vector<float> got(size_t(n), -7.f);
+        bare.init_values(11, b, n, got.data());
+        EXPECT_EQ(0, std::memcmp(got.data(), P + b, size_t(n) * sizeof(float)))
+            << "tp " << size << " rank " << rank << " range " << b << " + " << n;
+      }
+    }
+}
+
 // hf_save_tensors with fill(): the tensors produced one at a time when the writer reaches them
 // (the streamed export of train/hf_export.h) make the same files, byte for byte, as a save from the
 // model's buffer, sharded or not; each fill runs once, in hf_shard_plan's order (the order the
@@ -438,7 +474,9 @@ TEST_P(ModelTest, FilledTensorsWriteTheSameFolder) {
     EXPECT_EQ(order, planned);
     EXPECT_EQ(planned.size(), tensors.size());
     // GPT-2 at 8000 bytes: its 1-D tensors wait in a file while larger ones get files of their own.
-    if (shard == 8000 && GetParam() == 0) EXPECT_FALSE(std::is_sorted(planned.begin(), planned.end()));
+    if (shard == 8000 && GetParam() == 0) {
+      EXPECT_FALSE(std::is_sorted(planned.begin(), planned.end()));
+    }
     std::vector<std::string> names;
     for (auto& e : fs::directory_iterator(a)) names.push_back(e.path().filename().string());
     ASSERT_FALSE(names.empty());

@@ -67,10 +67,13 @@ struct UnitBinder {
 };
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& cfg, const TpPlan& tp)
+Transformer::Transformer(const ModelConfig& cfg, const TpPlan& tp, bool hold_params)
     : cfg_(cfg), layout_(model_layout(cfg, tp)), rope_(rope_freqs(cfg)) {
   flat_.set_units(&layout_.units);
-  params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
+  if (hold_params)
+    params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
+  else
+    external_state_ = true;  // a ZeRO engine will hold them (drop_flat_state's state from the start)
   bind_layers();
 }
 
@@ -202,56 +205,84 @@ TensorView Transformer::lm_head_slice(TensorView unit_view, int unit) const {
   return unit_view.sub(off, {layout_.vocab_local, cfg_.n_embd});
 }
 
+namespace {
+constexpr int64_t kInitChunk = 65536;  // values per random stream of a tensor
+
+// The initial values of elements [begin, end) of parameter `param` (global element numbering,
+// within one chunk of kInitChunk) into dst: each chunk of each whole tensor has its own stream,
+// so a value depends on neither the thread count nor which rank (or slice, or shard) asks.
+void init_chunk(uint64_t seed, size_t param, const ParamInfo& p, double std_normal, double std_resid, int64_t begin,
+                int64_t end, float* dst) {
+  if (p.init == ParamInit::zeros || p.init == ParamInit::ones) {
+    std::fill(dst, dst + (end - begin), p.init == ParamInit::ones ? 1.f : 0.f);
+    return;
+  }
+  const int64_t c0 = begin / kInitChunk * kInitChunk;  // the stream starts at its chunk's start
+  Rng rng(seed, (uint64_t(param) << 32) ^ uint64_t(begin / kInitChunk));
+  const double sd = p.init == ParamInit::residual_normal ? std_resid : std_normal;
+  for (int64_t k = c0; k < end; k += 2) {
+    double z[2];
+    rng.normal_pair(z);
+    if (k >= begin) dst[k - begin] = float(z[0] * sd);
+    if (k + 1 < end && k + 1 >= begin) dst[k + 1 - begin] = float(z[1] * sd);
+  }
+}
+}  // namespace
+
 void Transformer::init_random(uint64_t seed) {
+  ZT_ASSERT(params_.data(), "init_random on a model that does not hold its parameters");
+  init_values(seed, 0, num_params(), params_.as<float>());
+}
+
+void Transformer::init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const {
   const auto& list = params().list();
-  float* P = params_.as<float>();
   const double std_normal = 0.02, std_resid = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
-  // Chunks of 64K values of each whole (global) tensor, each with its own stream, so the result
-  // does not depend on the thread count, large tensors fill in parallel, and a tensor-parallel
-  // rank's slices hold the values one process would have there.
+  const int64_t end = begin + n;
+  // Per tensor overlapping [begin, end): the local elements [lo, hi) it covers. Unsplit tensors
+  // fill chunk by chunk in parallel; a split tensor's runs map local elements to the global
+  // tensor's (whose chunks they draw from), the vocabulary padding staying zero.
   struct Job {
     size_t param;
-    int64_t begin, end;
-  };
-  auto fill = [&](const std::vector<Job>& jobs, const std::function<float*(size_t)>& dst_of) {
-#pragma omp parallel for schedule(dynamic, 4)
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      const ParamInfo& p = list[jobs[j].param];
-      float* dst = dst_of(jobs[j].param);
-      Rng rng(seed, (uint64_t(jobs[j].param) << 32) ^ uint64_t(jobs[j].begin / 65536));
-      double sd = p.init == ParamInit::residual_normal ? std_resid : std_normal;
-      if (p.init == ParamInit::zeros || p.init == ParamInit::ones) {
-        std::fill(dst + jobs[j].begin, dst + jobs[j].end, p.init == ParamInit::ones ? 1.f : 0.f);
-        continue;
-      }
-      for (int64_t k = jobs[j].begin; k < jobs[j].end; k += 2) {
-        double z[2];
-        rng.normal_pair(z);
-        dst[k] = float(z[0] * sd);
-        if (k + 1 < jobs[j].end) dst[k + 1] = float(z[1] * sd);
-      }
-    }
+    int64_t lo, hi;  // global elements of an unsplit tensor, within one chunk
   };
   std::vector<Job> jobs;
-  for (size_t i = 0; i < list.size(); ++i)
-    if (list[i].split == Split::none)
-      for (int64_t b = 0; b < list[i].numel; b += 65536) jobs.push_back({i, b, std::min(b + 65536, list[i].numel)});
-  fill(jobs, [&](size_t i) { return P + list[i].offset; });
-  // Split tensors (tensor parallelism): the whole tensor, one at a time, and this rank's slice.
-  std::vector<float> whole;
   for (size_t i = 0; i < list.size(); ++i) {
     const ParamInfo& p = list[i];
-    if (p.split == Split::none) continue;
-    int64_t n = 1;
-    for (int64_t d : p.global_shape) n *= d;
-    whole.assign(size_t(n), 0.f);
-    jobs.clear();
-    for (int64_t b = 0; b < n; b += 65536) jobs.push_back({i, b, std::min(b + 65536, n)});
-    fill(jobs, [&](size_t) { return whole.data(); });
-    float* dst = P + p.offset;
-    std::fill_n(dst, p.numel, 0.f);  // vocabulary padding stays zero
-    for_each_slice_run(p, p.split_offset,
-                       [&](int64_t g, int64_t l, int64_t c) { std::copy_n(whole.data() + g, c, dst + l); });
+    const int64_t lo = std::max(begin, p.offset) - p.offset, hi = std::min(end, p.offset + p.numel) - p.offset;
+    if (lo >= hi || p.split != Split::none) continue;
+    for (int64_t c = lo / kInitChunk * kInitChunk; c < hi; c += kInitChunk)
+      jobs.push_back({i, std::max(lo, c), std::min(hi, c + kInitChunk)});
+  }
+#pragma omp parallel for schedule(dynamic, 4)
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const ParamInfo& p = list[jobs[j].param];
+    init_chunk(seed, jobs[j].param, p, std_normal, std_resid, jobs[j].lo, jobs[j].hi,
+               dst + (p.offset + jobs[j].lo - begin));
+  }
+  std::vector<float> chunk(static_cast<size_t>(kInitChunk));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const ParamInfo& p = list[i];
+    const int64_t lo = std::max(begin, p.offset) - p.offset, hi = std::min(end, p.offset + p.numel) - p.offset;
+    if (lo >= hi || p.split == Split::none) continue;
+    float* out = dst + (p.offset + lo - begin);  // local element lo
+    std::fill_n(out, hi - lo, 0.f);
+    int64_t global_numel = 1;
+    for (int64_t d : p.global_shape) global_numel *= d;
+    int64_t have = -1;  // the chunk in `chunk` (runs come in global order: each drawn once)
+    for_each_slice_run(p, p.split_offset, [&](int64_t g, int64_t l, int64_t cnt) {
+      const int64_t a = std::max(lo, l), b = std::min(hi, l + cnt);
+      for (int64_t x = a; x < b;) {  // local x is global g + (x - l)
+        const int64_t gx = g + (x - l), c = gx / kInitChunk;
+        if (c != have) {
+          const int64_t c0 = c * kInitChunk;
+          init_chunk(seed, i, p, std_normal, std_resid, c0, std::min(global_numel, c0 + kInitChunk), chunk.data());
+          have = c;
+        }
+        const int64_t take = std::min(b - x, (c + 1) * kInitChunk - gx);
+        std::copy_n(chunk.data() + (gx - c * kInitChunk), take, out + (x - lo));
+        x += take;
+      }
+    });
   }
 }
 

@@ -27,7 +27,9 @@ namespace zt {
 class Transformer {
  public:
   // tp: this rank's tensor-parallel cut (models/layout.h); the identity plan is one device.
-  explicit Transformer(const ModelConfig& cfg, const TpPlan& tp = {});
+  // hold_params false: no flat parameter buffer (a ZeRO engine takes its shard's initial values
+  // from init_values or a checkpoint; restore_flat_params() makes one when needed).
+  explicit Transformer(const ModelConfig& cfg, const TpPlan& tp = {}, bool hold_params = true);
   // Tensor parallelism: where the pass meets the TP group (the blocks' f / g operators, the
   // vocabulary-parallel embedding and loss). Required when the plan has more than one rank;
   // must outlive its use.
@@ -50,6 +52,9 @@ class Transformer {
 
   // GPT-2 style: N(0, 0.02), residual projections scaled by 1/sqrt(2L), norms 1, biases 0.
   void init_random(uint64_t seed);
+  // The values init_random(seed) puts at flat elements [begin, begin + n) (this rank's layout, TP
+  // slices included), computed without the rest: a ZeRO rank initialises only its shard.
+  void init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const;
 
   // Mixed precision and activation recomputation (nn::ActPlan); takes effect at the next
   // plan(). recompute_layers is clamped to the layer count by the caller's validation.

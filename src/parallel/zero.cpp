@@ -88,17 +88,26 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     units_ = model.units();
     tied_ = model.layout().tied_head;
     plan_buckets_();
+    // The initial values of flat elements [begin, begin + n): from the options' source, or the
+    // model's buffer.
     const float* P = model.flat_params().as<const float>();
+    ZT_ASSERT(P || o.initial_params, "ZeRO: no initial parameters (the model holds none and no source was given)");
+    auto take = [&](int64_t begin, int64_t n, float* dst) {
+      if (o.initial_params)
+        o.initial_params(begin, n, dst);
+      else
+        std::memcpy(dst, P + begin, size_t(n) * kF32);
+    };
     if (stage_ <= 2) {
       for (auto& b : buckets_) {
         full_p_.emplace_back(size_t(b.layout.padded) * kF32, MemCategory::parameters);
-        std::memcpy(full_p_.back().data(), P + b.begin, size_t(b.end - b.begin) * kF32);
+        take(b.begin, b.end - b.begin, full_p_.back().as<float>());
       }
     } else {
       pshard_ = Buffer(size_t(S_) * kF32, MemCategory::parameters);
       for (auto& b : buckets_) {
         Range r = b.layout.range(gr_);
-        if (!r.empty()) std::memcpy(pshard_.as<float>() + b.shard_off, P + b.begin + r.begin, size_t(r.size()) * kF32);
+        if (!r.empty()) take(b.begin + r.begin, r.size(), pshard_.as<float>() + b.shard_off);
       }
     }
     if (stage_ == 1)

@@ -465,14 +465,18 @@ void Trainer::prepare_output_dir() {
 
 void Trainer::build_model_and_engine() {
   const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), a_.sequence_parallel};
-  model_ = std::make_unique<Transformer>(cfg_, tp);
+  // Random weights under ZeRO: the model holds no flat buffer; the engine initialises what this
+  // rank keeps (its shard, or its stage's units) from init_values, or from nothing on a resume
+  // (the checkpoint sets every parameter a rank keeps). So no rank holds the whole model at start.
+  const bool sharded_init = a_.zero_stage >= 1 && a_.model_name_or_path.empty();
+  model_ = std::make_unique<Transformer>(cfg_, tp, /*hold_params=*/!sharded_init);
   const auto t0 = Clock::now();
   if (a_.model_name_or_path.empty()) {
     // Random weights: a tensor-parallel rank makes its slices of the values one process would
     // make (each split tensor whole, one at a time), so the run is the same model whatever the layout.
     // A resume skips it (about 1 s for GPT-2 124M): the checkpoint sets every parameter a rank
     // uses, and a slice it does not cover is an error when loading.
-    if (a_.resume_from_checkpoint.empty()) model_->init_random(uint64_t(a_.seed));
+    if (a_.resume_from_checkpoint.empty() && !sharded_init) model_->init_random(uint64_t(a_.seed));
   } else if (tp.size == 1) {
     hf_load_weights(*model_, a_.model_name_or_path);
   } else {
@@ -500,6 +504,16 @@ void Trainer::build_model_and_engine() {
   // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
   // the activations are planned: the flat buffers it frees never coexist with them.
   parallel::DataParallelOptions eo = engine_options(a_);
+  if (sharded_init) {
+    const uint64_t seed = a_.resume_from_checkpoint.empty() ? uint64_t(a_.seed) : 0;
+    const bool fresh = a_.resume_from_checkpoint.empty();
+    eo.initial_params = [this, seed, fresh](int64_t begin, int64_t n, float* dst) {
+      if (fresh)
+        model_->init_values(seed, begin, n, dst);
+      else
+        std::fill_n(dst, n, 0.f);  // the checkpoint overwrites every element this rank keeps
+    };
+  }
   if (a_.pipeline_parallel_size > 1) {
     model_->set_act_plan(plan_);  // the cut weighs the activations of this plan
     const parallel::StageCut cut = parallel::plan_stages(
