@@ -503,6 +503,18 @@ TEST(DeepSpeedConfig, PipelineBlock) {
     TrainArgs c;
     EXPECT_THROW(apply(c, 4, bad), Error) << bad;
   }
+  // pipe_partitioned: honoured under TP with SP (each TP rank sends its rows), refused under TP
+  // without SP (whole copies cross), nothing to split without TP.
+  TrainArgs tp;
+  tp.tensor_model_parallel_size = 2;
+  const std::string part = R"({"pipeline": {"pipe_partitioned": true}})";
+  EXPECT_NE(error_of([&] { apply(tp, 4, part); }).find("add --sequence-parallel or set it to false"),
+            std::string::npos);
+  tp.sequence_parallel = true;
+  EXPECT_NO_THROW(apply(tp, 4, part));
+  TrainArgs off;
+  off.tensor_model_parallel_size = 2;
+  EXPECT_NO_THROW(apply(off, 4, R"({"pipeline": {"pipe_partitioned": false, "grad_partitioned": false}})"));
 }
 
 }  // namespace
