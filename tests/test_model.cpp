@@ -441,6 +441,44 @@ TEST_P(ModelTest, InitValuesAreInitRandomsPieces) {
     }
 }
 
+// HfWeights reads any flat range of a rank's layout from an HF folder (a TP rank's slices,
+// vocabulary padding zero; a ZeRO shard): the values of the saved model at those elements, which
+// for a model saved from init_random(seed) are init_values(seed) of that layout.
+TEST_P(ModelTest, HfWeightsReadRangesOfAnyLayout) {
+  namespace fs = std::filesystem;
+  Transformer m(cfg());
+  m.init_random(21);
+  const fs::path dir = fs::temp_directory_path() / ("zt_hf_ranges_" + std::to_string(GetParam()));
+  fs::remove_all(dir);
+  hf_save_model(m, dir.string(), DType::f32, 8000);  // sharded: tensors in several files
+  const HfWeights hf(dir.string(), cfg());
+  for (int size : {1, 2})
+    for (int rank = 0; rank < size; ++rank) {
+      const TpPlan tp{size, rank, false};
+      try {
+        check_tp_plan(cfg(), tp);
+      } catch (const Error&) {
+        continue;
+      }
+      const Transformer local(cfg(), tp, /*hold_params=*/false);
+      const int64_t N = local.num_params();
+      Rng rng(5);
+      std::vector<std::pair<int64_t, int64_t>> ranges{{0, N}, {N / 3, N / 3}};
+      for (int k = 0; k < 8; ++k) {
+        const int64_t b = int64_t(rng.below(uint64_t(N)));
+        ranges.push_back({b, int64_t(rng.below(uint64_t(N - b))) + 1});
+      }
+      for (const auto& [b, n] : ranges) {
+        std::vector<float> got(size_t(n), -7.f), want(static_cast<size_t>(n));
+        hf.read(local.params(), b, n, got.data());
+        local.init_values(21, b, n, want.data());
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * sizeof(float)))
+            << "tp " << size << " rank " << rank << " range " << b << " + " << n;
+      }
+    }
+  fs::remove_all(dir);
+}
+
 // hf_save_tensors with fill(): the tensors produced one at a time when the writer reaches them
 // (the streamed export of train/hf_export.h) make the same files, byte for byte, as a save from the
 // model's buffer, sharded or not; each fill runs once, in hf_shard_plan's order (the order the

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -93,21 +94,46 @@ std::string shard_name(size_t i, size_t n) {
 
 }  // namespace
 
-void hf_load_weights(Transformer& model, const std::string& path) {
-  const WeightSet w = open_weights(path);
-  float* P = model.flat_params().as<float>();
-  const ModelConfig& cfg = model.config();
-  for (const ParamInfo& p : model.params().list()) {
+struct HfWeights::Impl {
+  WeightSet w;
+  ModelConfig cfg;
+};
+
+HfWeights::HfWeights(const std::string& path, const ModelConfig& cfg)
+    : impl_(std::make_unique<Impl>(Impl{open_weights(path), cfg})) {}
+HfWeights::~HfWeights() = default;
+
+void HfWeights::read(const ParamTable& table, int64_t begin, int64_t n, float* dst) const {
+  const WeightSet& w = impl_->w;
+  const ModelConfig& cfg = impl_->cfg;
+  const int64_t end = begin + n;
+  for (const ParamInfo& p : table.list()) {
+    const int64_t lo = std::max(begin, p.offset) - p.offset, hi = std::min(end, p.offset + p.numel) - p.offset;
+    if (lo >= hi) continue;
     const StEntry* e = w.find(p.name);
     // GPT2Model checkpoints (e.g. the original "gpt2" upload) omit the "transformer." prefix.
     if (!e && p.name.rfind("transformer.", 0) == 0) e = w.find(p.name.substr(12));
     ZT_CHECK(e, w.source, ": tensor \"", p.name, "\" is missing; the weights do not match config.json (",
              cfg.arch_name(), ", ", cfg.n_layer, " layers)");
-    ZT_CHECK(e->shape == p.shape, w.source, ": tensor \"", p.name, "\" has shape ", nlohmann::json(e->shape).dump(),
-             " but config.json implies ", nlohmann::json(p.shape).dump());
+    ZT_CHECK(e->shape == p.global_shape, w.source, ": tensor \"", p.name, "\" has shape ",
+             nlohmann::json(e->shape).dump(), " but config.json implies ", nlohmann::json(p.global_shape).dump());
     const SafetensorsFile& f = w.where.empty() ? *w.files.front() : *w.where.at(e->name);
-    f.read_f32(*e, P + p.offset);
+    float* out = dst + (p.offset + lo - begin);  // local element lo
+    if (p.split == Split::none) {
+      f.read_f32(*e, out, lo, hi - lo);
+      continue;
+    }
+    // A tensor-parallel slice: its runs of the global tensor (vocabulary padding stays zero).
+    std::fill_n(out, hi - lo, 0.f);
+    for_each_slice_run(p, p.split_offset, [&](int64_t g, int64_t l, int64_t cnt) {
+      const int64_t a = std::max(lo, l), b = std::min(hi, l + cnt);
+      if (a < b) f.read_f32(*e, out + (a - lo), g + (a - l), b - a);
+    });
   }
+}
+
+void hf_load_weights(Transformer& model, const std::string& path) {
+  HfWeights(path, model.config()).read(model.params(), 0, model.num_params(), model.flat_params().as<float>());
 }
 
 void hf_check_weights(const std::string& path) { open_weights(path); }

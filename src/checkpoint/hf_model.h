@@ -6,6 +6,7 @@
 // table meets the file format.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,22 @@ inline constexpr const char* kHfWeightsIndex = "model.safetensors.index.json";
 // transformers picks them) or a .safetensors file. A missing shard or a tensor the index
 // places in a file that lacks it is an Error naming both, raised before anything is read.
 void hf_load_weights(Transformer& model, const std::string& path);
+
+// The weights of an HF folder (or file), opened and checked as hf_load_weights does, read by flat
+// range of a rank's own layout: a tensor-parallel rank's slices (vocabulary padding zero), a ZeRO
+// shard. Only the elements asked for are converted, so no rank reads the whole model.
+class HfWeights {
+ public:
+  HfWeights(const std::string& path, const ModelConfig& cfg);
+  ~HfWeights();
+  // Elements [begin, begin + n) of the flat layout of `table` into dst; every tensor touched is
+  // checked by name and global shape (one error line naming it).
+  void read(const ParamTable& table, int64_t begin, int64_t n, float* dst) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Opens the weights as hf_load_weights would (every shard present, the index consistent)
 // without reading them: a run checks its model folder before it touches --output_dir.

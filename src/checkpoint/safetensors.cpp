@@ -122,11 +122,12 @@ const StEntry* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-void SafetensorsFile::read_f32(const StEntry& e, float* dst) const {
-  const uint8_t* src = data_ + e.begin;
-  int64_t n = e.numel();
+void SafetensorsFile::read_f32(const StEntry& e, float* dst, int64_t begin, int64_t count) const {
+  const int64_t n = count < 0 ? e.numel() - begin : count;
+  ZT_ASSERT(begin >= 0 && begin + n <= e.numel(), "read_f32 out of the tensor's range");
   DType t{};
   const bool known = dtype_from_st_name(e.dtype, &t);
+  const uint8_t* src = data_ + e.begin + (known ? uint64_t(begin) * dtype_size(t) : 0);
   if (known && t == DType::f32) {
     std::memcpy(dst, src, size_t(n) * 4);
   } else if (known && (t == DType::bf16 || t == DType::f16)) {

@@ -33,8 +33,8 @@ class SafetensorsFile {
   const StEntry* find(const std::string& name) const;
   const std::vector<StEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  // Converts the tensor to fp32 into dst (numel floats).
-  void read_f32(const StEntry& e, float* dst) const;
+  // Converts elements [begin, begin + count) of the tensor (count < 0: to the end) to fp32 into dst.
+  void read_f32(const StEntry& e, float* dst, int64_t begin = 0, int64_t count = -1) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -75,46 +75,6 @@ void for_each_run(const ParamInfo& p, int64_t offset, F f) {
 }
 }  // namespace
 
-void tp_slice_params(const ParamTable& global_table, const float* global, const ParamTable& local_table, float* local) {
-  const auto& gl = global_table.list();
-  const auto& ll = local_table.list();
-  ZT_ASSERT(gl.size() == ll.size());
-  for (size_t i = 0; i < ll.size(); ++i) {
-    const ParamInfo& p = ll[i];
-    ZT_ASSERT(gl[i].name == p.name && gl[i].shape == p.global_shape, p.name);
-    float* dst = local + p.offset;
-    std::fill_n(dst, p.numel, 0.f);
-    for_each_run(p, p.split_offset, [&](int64_t g, int64_t l, int64_t n) {
-      std::memcpy(dst + l, global + gl[i].offset + g, size_t(n) * sizeof(float));
-    });
-  }
-}
-
-void tp_gather_params(dist::Communicator& tp, const ParamTable& local_table, const float* local,
-                      const ParamTable& global_table, float* global) {
-  const auto& gl = global_table.list();
-  const auto& ll = local_table.list();
-  ZT_ASSERT(gl.size() == ll.size());
-  const int P = tp.size();
-  std::vector<float> all;
-  for (size_t i = 0; i < ll.size(); ++i) {
-    const ParamInfo& p = ll[i];
-    if (p.split == Split::none) {
-      if (global) std::memcpy(global + gl[i].offset, local + p.offset, p.bytes());
-      continue;
-    }
-    // One tensor in flight: every rank's slice (equal local sizes), then placed.
-    all.resize(size_t(p.numel) * size_t(P));
-    tp.all_gather(local + p.offset, all.data(), p.bytes());
-    if (!global) continue;
-    const int64_t l_part = p.shape[size_t(p.split_dim)] / p.split_parts;
-    for (int r = 0; r < P; r += p.split_replicas)  // replicas hold the same values: one is enough
-      for_each_run(p, int64_t(r / p.split_replicas) * l_part, [&](int64_t g, int64_t l, int64_t n) {
-        std::memcpy(global + gl[i].offset + g, all.data() + int64_t(r) * p.numel + l, size_t(n) * sizeof(float));
-      });
-  }
-}
-
 std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
   std::vector<int64_t> offsets;
   const ModelSlots& s = layout.slots;

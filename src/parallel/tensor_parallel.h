@@ -46,15 +46,6 @@ class TensorParallel final : public nn::TpRegion {
   std::unique_ptr<dist::Communicator> kv_;
 };
 
-// Copies this rank's slice of every parameter out of a whole model's flat buffer (`global`,
-// laid out by `global_table`, the identity plan's) into `local` (laid out by `local_table`, a TP
-// layout, whose ParamInfo says which slice). Vocabulary padding rows become zeros.
-void tp_slice_params(const ParamTable& global_table, const float* global, const ParamTable& local_table, float* local);
-// The inverse, a collective over the tp group: every rank's slices gathered, and the whole
-// tensors written into `global` (may be null on ranks that do not need them).
-void tp_gather_params(dist::Communicator& tp, const ParamTable& local_table, const float* local,
-                      const ParamTable& global_table, float* global);
-
 // Parameters (indices into the local ParamTable) whose gradient each TP rank holds only a
 // part of although the tensor is replicated: the per-head q/k norms (each rank's heads),
 // and under sequence parallelism every norm (each rank's rows). Their gradients are summed

@@ -465,28 +465,25 @@ void Trainer::prepare_output_dir() {
 
 void Trainer::build_model_and_engine() {
   const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), a_.sequence_parallel};
-  // Random weights under ZeRO: the model holds no flat buffer; the engine initialises what this
-  // rank keeps (its shard, or its stage's units) from init_values, or from nothing on a resume
-  // (the checkpoint sets every parameter a rank keeps). So no rank holds the whole model at start.
-  const bool sharded_init = a_.zero_stage >= 1 && a_.model_name_or_path.empty();
+  // Under ZeRO the model holds no flat buffer: the engine fills what this rank keeps (its shard, or
+  // its stage's units) from the random streams (init_values), from the HF files (only those
+  // elements), or from nothing on a resume (the checkpoint sets every parameter a rank keeps). So
+  // no rank holds the whole model at start.
+  const bool sharded_init = a_.zero_stage >= 1;
   model_ = std::make_unique<Transformer>(cfg_, tp, /*hold_params=*/!sharded_init);
   const auto t0 = Clock::now();
-  if (a_.model_name_or_path.empty()) {
+  const bool fresh = a_.resume_from_checkpoint.empty();
+  std::unique_ptr<HfWeights> hf;
+  if (!a_.model_name_or_path.empty()) hf = std::make_unique<HfWeights>(a_.model_name_or_path, cfg_);
+  if (!sharded_init) {
     // Random weights: a tensor-parallel rank makes its slices of the values one process would
-    // make (each split tensor whole, one at a time), so the run is the same model whatever the layout.
-    // A resume skips it (about 1 s for GPT-2 124M): the checkpoint sets every parameter a rank
-    // uses, and a slice it does not cover is an error when loading.
-    if (a_.resume_from_checkpoint.empty() && !sharded_init) model_->init_random(uint64_t(a_.seed));
-  } else if (tp.size == 1) {
-    hf_load_weights(*model_, a_.model_name_or_path);
-  } else {
-    // Under tensor parallelism the weights are read whole and each rank keeps its slices (the
-    // whole model exists on each rank for this moment; reading slices straight from the files
-    // is a later piece).
-    Transformer whole(cfg_);
-    hf_load_weights(whole, a_.model_name_or_path);
-    parallel::tp_slice_params(whole.params(), whole.flat_params().as<const float>(), model_->params(),
-                              model_->flat_params().as<float>());
+    // make, so the run is the same model whatever the layout; HF weights: a TP rank reads its
+    // slices from the files. A resume skips random weights (about 1 s for GPT-2 124M): the
+    // checkpoint sets every parameter a rank uses, and a slice it does not cover is an error.
+    if (hf)
+      hf->read(model_->params(), 0, model_->num_params(), model_->flat_params().as<float>());
+    else if (fresh)
+      model_->init_random(uint64_t(a_.seed));
   }
   if (tp.size > 1) {
     tp_region_ = std::make_unique<parallel::TensorParallel>(grid_->tp(), tp.sp, tp.kv_replicas(cfg_.n_kv_head));
@@ -505,13 +502,14 @@ void Trainer::build_model_and_engine() {
   // the activations are planned: the flat buffers it frees never coexist with them.
   parallel::DataParallelOptions eo = engine_options(a_);
   if (sharded_init) {
-    const uint64_t seed = a_.resume_from_checkpoint.empty() ? uint64_t(a_.seed) : 0;
-    const bool fresh = a_.resume_from_checkpoint.empty();
-    eo.initial_params = [this, seed, fresh](int64_t begin, int64_t n, float* dst) {
-      if (fresh)
-        model_->init_values(seed, begin, n, dst);
-      else
+    const uint64_t seed = uint64_t(a_.seed);
+    eo.initial_params = [this, seed, fresh, &hf](int64_t begin, int64_t n, float* dst) {
+      if (!fresh)
         std::fill_n(dst, n, 0.f);  // the checkpoint overwrites every element this rank keeps
+      else if (hf)
+        hf->read(model_->params(), begin, n, dst);
+      else
+        model_->init_values(seed, begin, n, dst);
     };
   }
   if (a_.pipeline_parallel_size > 1) {

@@ -76,6 +76,14 @@ def from_hf(work, m):
         worst = max(rel(a, b) for a, b in zip(r["losses"], one["losses"]))
         check(len(r["losses"]) == STEPS and worst < 1e-5,
               f"{m} from an HF folder at TP 2 + SP x DP 2: worst relative difference {worst:.2e} (< 1e-5)")
+    # Each rank reads only what it keeps from the files: a TP rank's slices (DDP), a ZeRO-3 shard.
+    for name, np, acc, extra in (("TP 2 x DP 2 (DDP)", 4, ACC // 2, ["--tensor-model-parallel-size", "2"]),
+                                 ("DP 4 ZeRO-3", 4, ACC // 4, ["--zero_stage", "3"])):
+        r = run(work, f"{m}_hf_{name.replace(' ', '_')}", m, np, acc, ["--model_name_or_path", folder] + extra)
+        if one and r:
+            worst = max(rel(a, b) for a, b in zip(r["losses"], one["losses"]))
+            check(len(r["losses"]) == STEPS and worst < 1e-5,
+                  f"{m} from an HF folder at {name}: worst relative difference {worst:.2e} (< 1e-5)")
 
 
 def bf16(work, m):
