@@ -410,35 +410,43 @@ TEST_P(ModelTest, HfFolderRoundTrip) {
 // init_values: any flat range of a rank's parameters (one process's or a tensor-parallel rank's
 // slices, padding included) equals what init_random puts there, without the rest of the model:
 // what a ZeRO rank initialises its shard from.
-TEST_P(ModelTest, InitValuesAreInitRandomsPieces) {
+// The tensor-parallel plans of 1 and 2 ranks this architecture takes (every rank of each), and
+// flat ranges of N elements to read: the whole, the ends, chunk boundaries, random ones.
+std::vector<TpPlan> tp_plans_1_2(const ModelConfig& c) {
+  std::vector<TpPlan> plans;
   for (int size : {1, 2})
-    for (int rank = 0; rank < size; ++rank) {
-      const TpPlan tp{size, rank, false};
-      try {
-        check_tp_plan(cfg(), tp);
-      } catch (const Error&) {
-        continue;  // this architecture's heads do not split in two
+    for (int rank = 0; rank < size; ++rank) try {
+        check_tp_plan(c, {size, rank, false});
+        plans.push_back({size, rank, false});
+      } catch (const Error&) {  // this architecture's heads do not split in two
       }
-      Transformer m(cfg(), tp);
-      m.init_random(11);
-      const float* P = m.flat_params().as<const float>();
-      const int64_t N = m.num_params();
-      Transformer bare(cfg(), tp, /*hold_params=*/false);
-      EXPECT_FALSE(bare.flat_params());
-      Rng rng(3);
-      std::vector<std::pair<int64_t, int64_t>> ranges{{0, N}, {N - 1, 1}, {65530, 20}};
-      for (int k = 0; k < 12; ++k) {
-        const int64_t b = int64_t(rng.below(uint64_t(N)));
-        ranges.push_back({b, int64_t(rng.below(uint64_t(N - b))) + 1});
-      }
-      for (const auto& [b, n] : ranges) {
-        if (b + n > N) continue;
-        std::vector<float> got(size_t(n), -7.f);
-        bare.init_values(11, b, n, got.data());
-        EXPECT_EQ(0, std::memcmp(got.data(), P + b, size_t(n) * sizeof(float)))
-            << "tp " << size << " rank " << rank << " range " << b << " + " << n;
-      }
+  return plans;
+}
+std::vector<std::pair<int64_t, int64_t>> some_ranges(int64_t N, uint64_t seed) {
+  std::vector<std::pair<int64_t, int64_t>> ranges{{0, N}, {N - 1, 1}, {N / 3, N / 3}};
+  if (N > 65550) ranges.push_back({65530, 20});  // across a random stream's chunk boundary
+  Rng rng(seed);
+  for (int k = 0; k < 12; ++k) {
+    const int64_t b = int64_t(rng.below(uint64_t(N)));
+    ranges.push_back({b, int64_t(rng.below(uint64_t(N - b))) + 1});
+  }
+  return ranges;
+}
+
+TEST_P(ModelTest, InitValuesAreInitRandomsPieces) {
+  for (const TpPlan& tp : tp_plans_1_2(cfg())) {
+    Transformer m(cfg(), tp);
+    m.init_random(11);
+    const float* P = m.flat_params().as<const float>();
+    Transformer bare(cfg(), tp, /*hold_params=*/false);
+    EXPECT_FALSE(bare.flat_params());
+    for (const auto& [b, n] : some_ranges(m.num_params(), 3)) {
+      std::vector<float> got(size_t(n), -7.f);
+      bare.init_values(11, b, n, got.data());
+      EXPECT_EQ(0, std::memcmp(got.data(), P + b, size_t(n) * sizeof(float)))
+          << "tp " << tp.size << " rank " << tp.rank << " range " << b << " + " << n;
     }
+  }
 }
 
 // HfWeights reads any flat range of a rank's layout from an HF folder (a TP rank's slices,
@@ -452,30 +460,16 @@ TEST_P(ModelTest, HfWeightsReadRangesOfAnyLayout) {
   fs::remove_all(dir);
   hf_save_model(m, dir.string(), DType::f32, 8000);  // sharded: tensors in several files
   const HfWeights hf(dir.string(), cfg());
-  for (int size : {1, 2})
-    for (int rank = 0; rank < size; ++rank) {
-      const TpPlan tp{size, rank, false};
-      try {
-        check_tp_plan(cfg(), tp);
-      } catch (const Error&) {
-        continue;
-      }
-      const Transformer local(cfg(), tp, /*hold_params=*/false);
-      const int64_t N = local.num_params();
-      Rng rng(5);
-      std::vector<std::pair<int64_t, int64_t>> ranges{{0, N}, {N / 3, N / 3}};
-      for (int k = 0; k < 8; ++k) {
-        const int64_t b = int64_t(rng.below(uint64_t(N)));
-        ranges.push_back({b, int64_t(rng.below(uint64_t(N - b))) + 1});
-      }
-      for (const auto& [b, n] : ranges) {
-        std::vector<float> got(size_t(n), -7.f), want(static_cast<size_t>(n));
-        hf.read(local.params(), b, n, got.data());
-        local.init_values(21, b, n, want.data());
-        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * sizeof(float)))
-            << "tp " << size << " rank " << rank << " range " << b << " + " << n;
-      }
+  for (const TpPlan& tp : tp_plans_1_2(cfg())) {
+    const Transformer local(cfg(), tp, /*hold_params=*/false);
+    for (const auto& [b, n] : some_ranges(local.num_params(), 5)) {
+      std::vector<float> got(size_t(n), -7.f), want(static_cast<size_t>(n));
+      hf.read(local.params(), b, n, got.data());
+      local.init_values(21, b, n, want.data());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * sizeof(float)))
+          << "tp " << tp.size << " rank " << tp.rank << " range " << b << " + " << n;
     }
+  }
   fs::remove_all(dir);
 }
 
