@@ -407,9 +407,6 @@ TEST_P(ModelTest, HfFolderRoundTrip) {
   std::filesystem::remove_all(dir);
 }
 
-// init_values: any flat range of a rank's parameters (one process's or a tensor-parallel rank's
-// slices, padding included) equals what init_random puts there, without the rest of the model:
-// what a ZeRO rank initialises its shard from.
 // The tensor-parallel plans of 1 and 2 ranks this architecture takes (every rank of each), and
 // flat ranges of N elements to read: the whole, the ends, chunk boundaries, random ones.
 std::vector<TpPlan> tp_plans_1_2(const ModelConfig& c) {
@@ -433,11 +430,24 @@ std::vector<std::pair<int64_t, int64_t>> some_ranges(int64_t N, uint64_t seed) {
   return ranges;
 }
 
+// init_values: a tensor-parallel rank's slices hold one process's values, and any flat range of a
+// rank's parameters (padding included) equals what init_random puts there, without the rest of the
+// model: what a ZeRO rank initialises its shard from.
 TEST_P(ModelTest, InitValuesAreInitRandomsPieces) {
+  Transformer one(cfg());  // one process's values: a TP rank's slices must hold them
+  one.init_random(11);
   for (const TpPlan& tp : tp_plans_1_2(cfg())) {
     Transformer m(cfg(), tp);
     m.init_random(11);
     const float* P = m.flat_params().as<const float>();
+    for (size_t i = 0; i < m.params().list().size(); ++i) {
+      const ParamInfo& p = m.params().list()[i];
+      const float* whole = one.flat_params().as<const float>() + one.params().list()[i].offset;
+      for_each_slice_run(p, p.split_offset, [&](int64_t g, int64_t l, int64_t cnt) {
+        EXPECT_EQ(0, std::memcmp(P + p.offset + l, whole + g, size_t(cnt) * sizeof(float)))
+            << p.name << " tp " << tp.size << " rank " << tp.rank;
+      });
+    }
     Transformer bare(cfg(), tp, /*hold_params=*/false);
     EXPECT_FALSE(bare.flat_params());
     for (const auto& [b, n] : some_ranges(m.num_params(), 3)) {

@@ -14,6 +14,7 @@
 // It deliberately knows nothing about communication (models never include dist).
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -39,6 +40,10 @@ class ParamProvider {
   // Unit u's gradients of this backward pass are complete.
   virtual void grads_done(int u) {}
 };
+
+// A sequence of acquires, as (unit, backward) in call order (Transformer::forward_acquires /
+// backward_acquires): what a provider may prefetch by.
+using AcquireOrder = std::vector<std::pair<int, bool>>;
 
 // The single-device provider: slices of one flat parameter and one flat gradient buffer.
 class FlatParamProvider : public ParamProvider {

@@ -238,51 +238,57 @@ void Transformer::init_values(uint64_t seed, int64_t begin, int64_t n, float* ds
   const auto& list = params().list();
   const double std_normal = 0.02, std_resid = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
   const int64_t end = begin + n;
-  // Per tensor overlapping [begin, end): the local elements [lo, hi) it covers. Unsplit tensors
-  // fill chunk by chunk in parallel; a split tensor's runs map local elements to the global
-  // tensor's (whose chunks they draw from), the vocabulary padding staying zero.
+  // The pieces of global random-stream chunks this range needs: per tensor overlapping
+  // [begin, end), its local elements [lo, hi) as runs of the global tensor (one run unless the
+  // tensor is split: a tensor-parallel slice, whose vocabulary padding stays zero), cut at chunk
+  // boundaries. A job is one chunk of one tensor and the pieces it feeds; jobs run in parallel.
+  struct Piece {
+    int64_t g, count;  // global elements [g, g + count), within one chunk
+    float* out;
+  };
   struct Job {
     size_t param;
-    int64_t lo, hi;  // global elements of an unsplit tensor, within one chunk
+    int64_t chunk;
+    size_t first, last;  // its pieces
   };
+  std::vector<Piece> pieces;
   std::vector<Job> jobs;
   for (size_t i = 0; i < list.size(); ++i) {
     const ParamInfo& p = list[i];
     const int64_t lo = std::max(begin, p.offset) - p.offset, hi = std::min(end, p.offset + p.numel) - p.offset;
-    if (lo >= hi || p.split != Split::none) continue;
-    for (int64_t c = lo / kInitChunk * kInitChunk; c < hi; c += kInitChunk)
-      jobs.push_back({i, std::max(lo, c), std::min(hi, c + kInitChunk)});
-  }
-#pragma omp parallel for schedule(dynamic, 4)
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    const ParamInfo& p = list[jobs[j].param];
-    init_chunk(seed, jobs[j].param, p, std_normal, std_resid, jobs[j].lo, jobs[j].hi,
-               dst + (p.offset + jobs[j].lo - begin));
-  }
-  std::vector<float> chunk(static_cast<size_t>(kInitChunk));
-  for (size_t i = 0; i < list.size(); ++i) {
-    const ParamInfo& p = list[i];
-    const int64_t lo = std::max(begin, p.offset) - p.offset, hi = std::min(end, p.offset + p.numel) - p.offset;
-    if (lo >= hi || p.split == Split::none) continue;
+    if (lo >= hi) continue;
     float* out = dst + (p.offset + lo - begin);  // local element lo
-    std::fill_n(out, hi - lo, 0.f);
-    int64_t global_numel = 1;
-    for (int64_t d : p.global_shape) global_numel *= d;
-    int64_t have = -1;  // the chunk in `chunk` (runs come in global order: each drawn once)
+    if (p.split != Split::none) std::fill_n(out, hi - lo, 0.f);
     for_each_slice_run(p, p.split_offset, [&](int64_t g, int64_t l, int64_t cnt) {
-      const int64_t a = std::max(lo, l), b = std::min(hi, l + cnt);
-      for (int64_t x = a; x < b;) {  // local x is global g + (x - l)
-        const int64_t gx = g + (x - l), c = gx / kInitChunk;
-        if (c != have) {
-          const int64_t c0 = c * kInitChunk;
-          init_chunk(seed, i, p, std_normal, std_resid, c0, std::min(global_numel, c0 + kInitChunk), chunk.data());
-          have = c;
-        }
-        const int64_t take = std::min(b - x, (c + 1) * kInitChunk - gx);
-        std::copy_n(chunk.data() + (gx - c * kInitChunk), take, out + (x - lo));
+      for (int64_t x = std::max(lo, l), e = std::min(hi, l + cnt); x < e;) {  // local x is global g + (x - l)
+        const int64_t gx = g + (x - l), c = gx / kInitChunk, take = std::min(e - x, (c + 1) * kInitChunk - gx);
+        if (jobs.empty() || jobs.back().param != i || jobs.back().chunk != c)
+          jobs.push_back({i, c, pieces.size(), pieces.size()});
+        pieces.push_back({gx, take, out + (x - lo)});
+        ++jobs.back().last;
         x += take;
       }
     });
+  }
+#pragma omp parallel
+  {
+    std::vector<float> chunk;
+#pragma omp for schedule(dynamic, 4)
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const Job& job = jobs[j];
+      const ParamInfo& p = list[job.param];
+      if (job.last - job.first == 1) {  // one piece: drawn straight into place
+        const Piece& q = pieces[job.first];
+        init_chunk(seed, job.param, p, std_normal, std_resid, q.g, q.g + q.count, q.out);
+        continue;
+      }
+      // Several runs of a slice in one chunk: the chunk drawn once, each run copied from it.
+      const int64_t c0 = job.chunk * kInitChunk, c1 = pieces[job.last - 1].g + pieces[job.last - 1].count;
+      chunk.resize(size_t(c1 - c0));
+      init_chunk(seed, job.param, p, std_normal, std_resid, c0, c1, chunk.data());
+      for (size_t k = job.first; k < job.last; ++k)
+        std::copy_n(chunk.data() + (pieces[k].g - c0), pieces[k].count, pieces[k].out);
+    }
   }
 }
 

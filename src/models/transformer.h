@@ -101,6 +101,12 @@ class Transformer {
   // A pipeline stage holding the tied LM head but not the embedding: the head's share of the
   // embedding unit's gradients is complete (embed_backward reports the unit otherwise).
   void lm_head_grads_done();
+  // The acquires the pieces make, appended in their call order: embed_forward (embed),
+  // blocks_forward(first, last), head_forward_backward (head: the head, then the embedding again
+  // when the LM head is tied); blocks_backward(first, last). forward_backward is both over every
+  // block. A ZeRO-3 provider gathers and prefetches by them.
+  void forward_acquires(int first, int last, bool embed, bool head, AcquireOrder* out) const;
+  void backward_acquires(int first, int last, AcquireOrder* out) const;
   // The residual stream entering block l of a slot (l = L: leaving the last block), (N, C):
   // a pipeline stage writes the activations it receives here.
   TensorView residual(int slot, int l) const { return slots_[slot].res[l]; }

@@ -225,6 +225,18 @@ void Transformer::blocks_backward(int slot, int first, int last) {
   }
 }
 
+void Transformer::forward_acquires(int first, int last, bool embed, bool head, AcquireOrder* out) const {
+  if (embed) out->push_back({layout_.embedding_unit, false});
+  for (int l = first; l < last; ++l) out->push_back({layout_.block_units[l], false});
+  if (!head) return;
+  out->push_back({layout_.head_unit, false});
+  if (layout_.tied_head) out->push_back({layout_.lm_head_unit(), false});
+}
+
+void Transformer::backward_acquires(int first, int last, AcquireOrder* out) const {
+  for (int l = last - 1; l >= first; --l) out->push_back({layout_.block_units[l], true});
+}
+
 void Transformer::lm_head_grads_done() {
   if (layout_.tied_head) provider().grads_done(layout_.lm_head_unit());
 }

@@ -69,6 +69,18 @@ void check_cp_seq_len(int T, int cp) {
            ": set --model_max_length to a multiple of ", 2 * cp);
 }
 
+void check_cp_composes(int T, int cp, bool packing, int sliding_window, bool validation, int pp) {
+  check_cp_seq_len(T, cp);
+  ZT_CHECK(!packing, "--context-parallel-size ", cp,
+           " does not support --packing yet (document masks across the ring); train without it");
+  ZT_CHECK(sliding_window <= 0 || T <= sliding_window, "--context-parallel-size ", cp,
+           ": the model's sliding window of ", sliding_window, " tokens is shorter than the sequence of ", T,
+           "; context parallelism does not mask windows yet");
+  ZT_CHECK(!validation || pp == 1, "--context-parallel-size ", cp,
+           " with pipeline stages: evaluation (--validation_file) does not run there yet; evaluate the saved model "
+           "with one process");
+}
+
 ContextParallel::ContextParallel(dist::Communicator& cp, int T) : comm_(cp), T_(T) { check_cp_seq_len(T, cp.size()); }
 
 int ContextParallel::global_position(int t) const {

@@ -64,5 +64,9 @@ class ContextParallel final : public nn::CpRegion {
 
 // One clear error when T does not split into 2 cp equal chunks.
 void check_cp_seq_len(int T, int cp);
+// What context parallelism does not run with yet, one error line each: T not in 2 cp equal chunks,
+// --packing, a sliding window shorter than T, evaluation with pipeline stages. The trainer's
+// check_cp_args and the planner's layout_refusal both ask it.
+void check_cp_composes(int T, int cp, bool packing, int sliding_window, bool validation, int pp);
 
 }  // namespace zt::parallel

@@ -44,7 +44,7 @@ struct StageUnits {
   // The units this stage's schedule acquires in one step, in order, with `backward` (the
   // executor's PipelineExecutor::acquire_order): ZeRO-3 gathers and prefetches by it, as it
   // does by the model's whole-pass order without a pipeline.
-  std::vector<std::pair<int, bool>> acquire_order;
+  AcquireOrder acquire_order;
   bool active() const { return !held.empty(); }
 };
 

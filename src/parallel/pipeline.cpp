@@ -54,22 +54,12 @@ PipelineExecutor::PipelineExecutor(Transformer& model, dist::Communicator& pp, c
   grad_in_.resize(size_t(slots_));
 }
 
-std::vector<std::pair<int, bool>> PipelineExecutor::acquire_order() const {
-  const ModelLayout& ml = model_.layout();
-  std::vector<std::pair<int, bool>> order;
+AcquireOrder PipelineExecutor::acquire_order() const {
+  AcquireOrder order;
   for (const Action& a : list_) {
-    if (!is_compute(a)) continue;
     const int v = vs(a), first = cut_.layer_begin(v), end = cut_.layer_end(v);
-    if (a.kind == ActionKind::forward) {
-      if (v == 0) order.push_back({ml.embedding_unit, false});
-      for (int l = first; l < end; ++l) order.push_back({ml.block_units[l], false});
-      if (v == V_ - 1) {
-        order.push_back({ml.head_unit, false});
-        if (ml.tied_head) order.push_back({ml.lm_head_unit(), false});
-      }
-    } else {
-      for (int l = end - 1; l >= first; --l) order.push_back({ml.block_units[l], true});
-    }
+    if (a.kind == ActionKind::forward) model_.forward_acquires(first, end, v == 0, v == V_ - 1, &order);
+    if (a.kind == ActionKind::backward) model_.backward_acquires(first, end, &order);
   }
   return order;
 }

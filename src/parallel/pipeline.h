@@ -58,10 +58,9 @@ class PipelineExecutor {
   // Activation slots this stage needs (plan the model with them): the micro-batches in flight.
   int slots() const { return slots_; }
   const std::vector<Action>& actions() const { return list_; }
-  // The units one step's computes acquire from the provider, in order, as (unit, backward):
-  // the model's calls in each forward (embedding, the chunk's blocks, the head and a tied LM
-  // head's embedding) and backward (the chunk's blocks, last first). ZeRO-3 gathers by it.
-  std::vector<std::pair<int, bool>> acquire_order() const;
+  // The acquires of one step's computes, in order (each forward's and backward's pieces, by
+  // Transformer::forward_acquires / backward_acquires). ZeRO-3 gathers by it.
+  AcquireOrder acquire_order() const;
   // One step's forward and backward over the m micro-batches. set_last(true) comes before the
   // compute that completes the step's gradients of a unit (the data-parallel engine reduces
   // then). Gradients accumulate in the provider; the loss is the last stage's.

@@ -156,22 +156,12 @@ std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc)
   if (l.cp < 1) return str_cat("context parallel size ", l.cp, " must be at least 1");
   if (l.dp * l.cp * l.tp * l.pp != nproc)
     return str_cat("dp x cp x tp x pp = ", l.dp * l.cp * l.tp * l.pp, " is not ", nproc, " ranks");
-  if (l.cp > 1) {  // the trainer's check_cp_args (trainer_cp.cpp)
+  if (l.cp > 1) {  // the trainer's refusals (check_cp_args)
     try {
-      check_cp_seq_len(in.seq_len, l.cp);
+      check_cp_composes(in.seq_len, l.cp, in.packing, c.sliding_window, in.validation, l.pp);
     } catch (const Error& e) {
       return e.what();
     }
-    if (in.packing)
-      return str_cat("--context-parallel-size ", l.cp,
-                     " does not support --packing yet (document masks across the ring); train without it");
-    if (in.validation && l.pp > 1)
-      return str_cat("--context-parallel-size ", l.cp,
-                     " with pipeline stages: evaluation (--validation_file) does not run there yet");
-    if (c.sliding_window > 0 && in.seq_len > c.sliding_window)
-      return str_cat("--context-parallel-size ", l.cp, ": the model's sliding window of ", c.sliding_window,
-                     " tokens is shorter than the sequence of ", in.seq_len,
-                     "; context parallelism does not mask windows yet");
   }
   try {
     check_tp_plan(c, TpPlan{l.tp, 0, l.sp});
@@ -243,10 +233,6 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
       r.grads = row.grads;
       r.optim = row.optim;
       r.comm = row.comm;
-      if (l.pp > 1) {  // the received gradient per slot (the activation lands in the arena's residual)
-        const int64_t n = l.sp ? int64_t(l.micro_batch) * T / l.tp : int64_t(l.micro_batch) * T;
-        r.comm += int64_t(r.slots) * n * in.cfg.n_embd * W;
-      }
     } else {
       // A stage's own units (docs/parallelism.md "What a stage holds"): gradients and optimizer
       // state per stage; DDP keeps the flat parameter buffer whole, ZeRO-1 the stage's.
@@ -257,7 +243,8 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
       if (R > 1)
         r.comm = l.zero == 0 ? std::min(W * Ps, 4 * reduce_bucket_elements(0, 0))
                              : std::min(W * Ps, 2 * int64_t(dist::kRingChunkBytes));
-      // The received gradient per slot (the activation lands in the arena's residual).
+    }
+    if (l.pp > 1) {  // the received gradient per slot (the activation lands in the arena's residual)
       const int64_t n = l.sp ? int64_t(l.micro_batch) * T / l.tp : int64_t(l.micro_batch) * T;
       r.comm += int64_t(r.slots) * n * in.cfg.n_embd * W;
     }
@@ -384,8 +371,6 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
   ZT_CHECK(cons.cp < 0 || N % cons.cp == 0, "--context-parallel-size ", cons.cp, " does not divide the ", N, " ranks");
   ZT_CHECK(N % (std::max(1, cons.tp) * std::max(1, cons.pp) * std::max(1, cons.cp)) == 0,
            "the pinned tensor x pipeline x context parallel sizes do not divide the ", N, " ranks");
-  ZT_CHECK(cons.tp < 0 || cons.pp < 0 || N % (cons.tp * cons.pp) == 0, "--tensor-model-parallel-size ", cons.tp,
-           " x --pipeline-model-parallel-size ", cons.pp, " does not divide the ", N, " ranks");
   std::vector<PlanRow> rows;
   std::string refused;  // the first refusal, for the error when nothing runs
   int dp_divides = 0;

@@ -88,6 +88,10 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     units_ = model.units();
     tied_ = model.layout().tied_head;
     plan_buckets_();
+    const int L = model.config().n_layer;
+    model.forward_acquires(0, L, true, true, &pass_order_[0]);
+    pass_order_[1] = pass_order_[0];
+    model.backward_acquires(0, L, &pass_order_[1]);
     // The initial values of flat elements [begin, begin + n): from the options' source, or the
     // model's buffer.
     const float* P = model.flat_params().as<const float>();
@@ -110,6 +114,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
         if (!r.empty()) take(b.begin + r.begin, r.size(), pshard_.as<float>() + b.shard_off);
       }
     }
+    o_.initial_params = nullptr;  // used up: what it captures (the caller's weight files) need not outlive this
     if (stage_ == 1)
       for (auto& b : buckets_) full_g_.emplace_back(size_t(b.layout.padded) * kF32, MemCategory::gradients);
     else
@@ -133,32 +138,22 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   void begin_pass(bool backward) override {
     for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].units;
     if (stage_ != 3) return;
-    pos_ = 0;
-    if (su_.active()) {  // a pipeline step: the schedule's order over all its micro-batches
-      schedule_ = su_.acquire_order;
-      return;
-    }
-    // The model's call order (Transformer::forward_backward): every unit forward, the tied
-    // LM head's unit again, then the blocks backward, last first.
-    const ModelLayout& ml = model_.layout();
-    schedule_.clear();
-    for (int u = 0; u < int(units_.size()); ++u) schedule_.push_back({u, false});
-    if (tied_) schedule_.push_back({ml.lm_head_unit(), false});
-    if (backward)
-      for (auto it = ml.block_units.rbegin(); it != ml.block_units.rend(); ++it) schedule_.push_back({*it, true});
+    // A pipeline step: the schedule's order over all its micro-batches; else the model's pass.
+    schedule_ = su_.active() ? &su_.acquire_order : &pass_order_[backward ? 1 : 0];
     pos_ = 0;
   }
   TensorView acquire(int u, bool backward) override {
     const int b = bucket_of_[u];
     const Shape shape{units_[u].size()};
     if (stage_ != 3) return TensorView::of(full_p_[b].as<float>() + (units_[u].begin - buckets_[b].begin), shape);
-    while (pos_ < schedule_.size() && !(schedule_[pos_].first == u && schedule_[pos_].second == backward)) ++pos_;
-    ZT_ASSERT(pos_ < schedule_.size(), "ZeRO-3: unit acquired out of the model's pass order");
+    const AcquireOrder& order = *schedule_;
+    while (pos_ < order.size() && !(order[pos_].first == u && order[pos_].second == backward)) ++pos_;
+    ZT_ASSERT(pos_ < order.size(), "ZeRO-3: unit acquired out of the model's pass order");
     ++pos_;
     if (!gathers_.count(u)) start_gather(u);
     finish_gather(u);
-    if (pos_ < schedule_.size()) {
-      const int next = schedule_[pos_].first;
+    if (pos_ < order.size()) {
+      const int next = order[pos_].first;
       if (!gathers_.count(next) && !held_.count(next)) start_gather(next);
     }
     return TensorView::of(held_[u].as<float>(), shape);
@@ -209,9 +204,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   }
   void set_last_micro(bool last) override { last_ = last; }
   void end_backward() override {
-    // Gradients no reduction has taken yet (none when every bucket's units reported done).
-    for (size_t b = 0; b < gbuf_.size(); ++b)
-      if (gbuf_[b].data()) reduce_bucket(int(b));
+    // Every bucket's units reported done (its buffer went to a reduction): the buckets hold
+    // units that finish a micro-batch's backward together (plan_buckets_).
+    for (const Buffer& g : gbuf_) ZT_ASSERT(!g.data(), "ZeRO: a gradient bucket was never reduced");
     drain(0);
     if (replica_) {
       // Hybrid: each group holds its own sum; add the groups' shards.
@@ -382,11 +377,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       if (su_.active() && !su_.held[u]) continue;  // another pipeline stage's unit
       // The tied embedding of a pipeline takes a bucket of its own on both stages holding it;
       // so does the head: its backward runs with its forward, the blocks' later.
-      const bool solo = su_.active() && (u == su_.tied_unit || u == model_.layout().head_unit);
-      const bool alone =
-          solo ||
-          (!buckets_.empty() && su_.active() &&
-           (buckets_.back().first_unit == su_.tied_unit || buckets_.back().first_unit == model_.layout().head_unit));
+      auto solo = [&](int x) { return su_.active() && (x == su_.tied_unit || x == model_.layout().head_unit); };
+      const bool alone = solo(u) || (!buckets_.empty() && solo(buckets_.back().first_unit));
       const bool merge = stage_ != 3 && !buckets_.empty() && !alone &&
                          buckets_.back().end - units_[u].begin <= o_.reduce_bucket_size &&
                          buckets_.back().begin == units_[u].end;
@@ -599,7 +591,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   PieceState params_state_;
   std::vector<int> pending_;
   std::deque<Pending> inflight_;
-  std::vector<std::pair<int, bool>> schedule_;
+  AcquireOrder pass_order_[2];  // the model's pass: forward only, forward and backward
+  const AcquireOrder* schedule_ = nullptr;
   size_t pos_ = 0;
   std::map<int, Gather> gathers_;
   std::map<int, Buffer> held_;

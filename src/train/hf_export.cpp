@@ -77,20 +77,25 @@ void hf_export_streamed(dist::Communicator& world, const std::vector<Stateful*>&
   world.all_gather(&n, counts.data(), sizeof(int64_t));
   if (me != 0) {
     // A sender: its rows, then one message per tensor it holds pieces of, in write order; a send
-    // waits until the chief has reached that tensor, so one packed tensor is in flight at most.
+    // waits until the chief has reached that tensor, so one packed tensor is in flight at most
+    // (a DDP writer's or a ZeRO shard's one piece of a tensor is sent from where it lies).
     if (n > 0) world.send(rows.data(), rows.size() * sizeof(Row), 0, kRowsTag);
     std::vector<float> buf;
     for (size_t k = 0; k < rows.size();) {
       size_t e = k;
       int64_t total = 0;
       while (e < rows.size() && rows[e].tensor == rows[k].tensor) total += rows[e++].count;
-      buf.resize(size_t(total));
-      int64_t at = 0;
-      for (size_t j = k; j < e; ++j) {
-        std::memcpy(buf.data() + at, data[j], size_t(rows[j].count) * kF32);
-        at += rows[j].count;
+      const float* src = data[k];  // one piece goes from its buffer; several are packed first
+      if (e - k > 1) {
+        buf.resize(size_t(total));
+        int64_t at = 0;
+        for (size_t j = k; j < e; ++j) {
+          std::memcpy(buf.data() + at, data[j], size_t(rows[j].count) * kF32);
+          at += rows[j].count;
+        }
+        src = buf.data();
       }
-      world.send(buf.data(), size_t(total) * kF32, 0, kDataTag);
+      world.send(src, size_t(total) * kF32, 0, kDataTag);
       k = e;
     }
     return;

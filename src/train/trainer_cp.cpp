@@ -15,15 +15,8 @@ void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg)
   const int model_ranks = cp * a.tensor_model_parallel_size * a.pipeline_parallel_size;
   ZT_CHECK(world % model_ranks == 0, "--context-parallel-size ", cp, " does not divide the ", world, " ranks",
            model_ranks == cp ? "" : " (with tensor / pipeline parallelism)", "; the ranks must be a multiple of it");
-  parallel::check_cp_seq_len(T, cp);
-  ZT_CHECK(!a.packing, "--context-parallel-size ", cp,
-           " does not support --packing yet (document masks across the ring); train without it");
-  ZT_CHECK(cfg.sliding_window <= 0 || T <= cfg.sliding_window, "--context-parallel-size ", cp,
-           ": the model's sliding window of ", cfg.sliding_window, " tokens is shorter than the sequence of ", T,
-           "; context parallelism does not mask windows yet");
-  ZT_CHECK(a.validation_file.empty() || a.pipeline_parallel_size == 1, "--context-parallel-size ", cp,
-           " with pipeline stages: evaluation (--validation_file) does not run there yet; evaluate the saved model "
-           "with one process");
+  parallel::check_cp_composes(T, cp, a.packing, cfg.sliding_window, !a.validation_file.empty(),
+                              a.pipeline_parallel_size);
   ZT_CHECK(a.zero_hpz_partition_size <= 1 && a.local_sgd_steps == 0, "--context-parallel-size ", cp,
            " does not compose with --zero_hpz_partition_size or --local_sgd_steps yet");
   ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--context-parallel-size ", cp,
