@@ -21,6 +21,8 @@ int cmd_estimate_memory(const Args& args);
 int cmd_plan(const Args& args);
 // apps/cmd_health.cpp: the pre-flight check (GEMM per rank, all-gather in pairs).
 int cmd_health_check(const Args& args);
+// apps/cmd_info.cpp: the machine as ztrain sees it (CPU, kernel levels, GEMM ISA, peaks).
+int cmd_info(const Args& args);
 
 // True (after printing help) when args ask for --help.
 bool wants_help(const Args& args, const std::string& help);

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/isa.h"
+#include "data/sft_data.h"
 #include "commands.h"
 #include "dist/communicator.h"
 #include "flags.h"
@@ -51,6 +53,7 @@ const char* kUsage =
     "  bench-comm       time the collectives over message sizes (algbw / busbw, like nccl-tests)\n"
     "  estimate-memory  per-rank memory of a model under DDP / ZeRO-1/2/3 / hybrid sharding\n"
     "  plan             rank the dp x tp x pp / ZeRO / micro-batch / recomputation layouts of N ranks\n"
+    "  info             the CPU, kernel levels (ZT_ISA), GEMM ISA and GEMM peaks ztrain uses here\n"
     "  help      this text\n";
 
 }  // namespace
@@ -212,7 +215,10 @@ int cmd_train(const Args& args) {
         "seconds a collective waits for a missing rank before the job ends naming it, 0 = never "
         "(ZT_COMM_TIMEOUT_S, else 300)",
         range::closed(0, 1e9));
-  f.add("peak_gflops", &a.peak_gflops, "GEMM peak used for MFU (400, this machine's fp32 sgemm)", range::above(0));
+  f.add("peak_gflops", &a.peak_gflops,
+        "GEMM peak MFU is reported against (measured on this machine at the first run, cached in "
+        "~/.cache/ztrain/gemm_peak.json)",
+        range::above(0));
   // DeepSpeed / ZeRO (docs/deepspeed.md). A --deepspeed JSON's values replace defaults but must
   // agree with flags given here; "auto" values take the flags.
   f.add("deepspeed", &a.deepspeed, "DeepSpeed JSON config (HF Trainer's flag; docs/deepspeed.md)");
@@ -222,6 +228,7 @@ int cmd_train(const Args& args) {
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   a.explicit_flags = f.given();
+  a.peak_cache_dir = a.cache_dir.empty() ? zt::sft_default_cache_dir() : a.cache_dir;
   if (const char* hook = std::getenv("ZT_TEST_FAIL_AT")) {  // tests/dist: a rank failing mid-run
     // rank:step, or rank:step:attempt to fail only in that attempt of `ztrain launch`'s agent.
     long long step = -1;
@@ -292,6 +299,10 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
+    // The kernels' instruction set: the best this CPU has, or the level ZT_ISA forces
+    // (docs/kernels.md#dispatch); an unknown level or one the CPU lacks is an error here.
+    const char* isa = std::getenv("ZT_ISA");
+    zt::kernels::isa_select(isa ? isa : "");
     if (cmd == "train") return zt::app::cmd_train(args);
     if (cmd == "tokenize") return zt::app::cmd_tokenize(args);
     if (cmd == "tokenizer-train") return zt::app::cmd_tokenizer_train(args);
@@ -302,6 +313,7 @@ int main(int argc, char** argv) {
     if (cmd == "health-check") return zt::app::cmd_health_check(args);
     if (cmd == "estimate-memory") return zt::app::cmd_estimate_memory(args);
     if (cmd == "plan") return zt::app::cmd_plan(args);
+    if (cmd == "info") return zt::app::cmd_info(args);
     std::fprintf(stderr, "ztrain: error: unknown command \"%s\"; run ztrain help for the list\n", cmd.c_str());
     return 2;
   } catch (const std::exception& e) {

@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # libpcre2-dev, libutf8proc-dev, pkg-config: tokenizer regexes and Unicode normalization (docs/tokenizers.md);
+# libhwy-dev: run-time SIMD dispatch of the kernels (docs/kernels.md#dispatch);
 # libxxhash-dev: checkpoint and flash snapshot checksums (docs/checkpoints.md#the-folder-checkpoint-n).
 pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin pkg-config
-      libpcre2-dev libutf8proc-dev libxxhash-dev "$@")
+      libpcre2-dev libutf8proc-dev libxxhash-dev libhwy-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # Node.js and npm often come preinstalled from outside Debian (NodeSource, npm 11); asking apt

@@ -19,6 +19,7 @@ namespace zt {
 namespace {
 
 TEST(Convert, MatchesScalarReferencesIncludingEdges) {
+  test::for_each_isa([&] {
   std::vector<float> x = test::randn(1000, 5, 3.0);
   const float edges[] = {0.f,
                          -0.f,
@@ -63,12 +64,16 @@ TEST(Convert, MatchesScalarReferencesIncludingEdges) {
   kernels::from_lowp(DType::f16, back.data(), h.data(), n);
   for (int64_t i = 0; i < n; ++i)
     if (!std::isnan(x[i])) EXPECT_EQ(back[i], f16_to_f32(h[i]));
+  });
 }
 
 // The bf16 GEMM multiplies bf16 values exactly and accumulates in fp32: against the naive
-// GEMM in double on the same rounded inputs it differs only by fp32 summation error.
+// GEMM in double on the same rounded inputs it differs only by fp32 summation error. Both paths
+// on every machine: oneDNN's bf16 matmul where it has one, and the widened fp32 path (also
+// with B cut into panels of 5 columns).
 TEST(Gemm, Bf16MatchesReferenceOnRoundedInputs) {
   const int64_t m = 37, n = 53, k = 70;
+  for (int64_t widened_panel : {int64_t(-1), int64_t(0), int64_t(5 * 70)})
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb)
       for (float beta : {0.f, 1.f}) {
@@ -81,7 +86,9 @@ TEST(Gemm, Bf16MatchesReferenceOnRoundedInputs) {
         for (size_t i = 0; i < b.size(); ++i) bd[i] = bf16_to_f32(b16[i]);
         std::vector<float> c = c0;
         const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+        kernels::gemm_bf16_force_widened(widened_panel >= 0, widened_panel);
         kernels::gemm_typed(DType::bf16, ta, tb, m, n, k, 0.5f, a16.data(), lda, b16.data(), ldb, beta, c.data(), n);
+        kernels::gemm_bf16_force_widened(false);
         kernels::gemm_ref<double>(ta, tb, m, n, k, 0.5, ad.data(), lda, bd.data(), ldb, beta, cd.data(), n);
         test::expect_close(c, cd, 1e-5, 1e-5, "bf16 GEMM");
       }

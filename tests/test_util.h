@@ -7,8 +7,19 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/isa.h"
 
 namespace zt::test {
+
+// Runs f at every kernel level this CPU has (kernels/isa.h), each failure tagged with the level:
+// an AVX-512 machine also proves the AVX2 path.
+template <class F>
+void for_each_isa(F f) {
+  kernels::for_each_isa([&](const std::string& isa) {
+    SCOPED_TRACE("kernel level " + isa);
+    f();
+  });
+}
 
 template <class T = float>
 std::vector<T> randn(size_t n, uint64_t seed, double scale = 1.0) {

@@ -12,20 +12,23 @@
 // document start of a query tile are skipped, so a packed row costs roughly the sum of
 // its documents' causal costs (plus partial tiles); inside a tile, keys before a row's
 // start are masked like the causal future.
-#include "kernels/attention.h"
+// Compiled once per Highway target (kernels/isa.h); the public functions dispatch.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "kernels/attention_tiles.h"
+#include "kernels/attention.h"
+#include "kernels/attention_tiles-inl.h"
 #include "kernels/fast_math.h"
 
-namespace zt::kernels {
+HWY_BEFORE_NAMESPACE();
+namespace zt::kernels::HWY_NAMESPACE {
 namespace {
 using namespace attn_tiles;
 
@@ -202,7 +205,7 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
 
 }  // namespace
 
-void attention_decode(float* out, const float* q, const float* kcache, const float* vcache, int n, int NH, int KVH,
+void attention_decode_impl(float* out, const float* q, const float* kcache, const float* vcache, int n, int NH, int KVH,
                       int HS) {
   const int group = NH / KVH;
   const int64_t ks = int64_t(KVH) * HS;
@@ -237,6 +240,34 @@ void attention_decode(float* out, const float* q, const float* kcache, const flo
   }
 }
 
+void attention_forward_impl(float* out, float* lse, const float* qkv, const AttnDims& d) {
+  if (d.HS == 64)
+    forward_impl<64>(out, lse, qkv, d);
+  else if (d.HS == 128)
+    forward_impl<128>(out, lse, qkv, d);
+  else
+    forward_impl<0>(out, lse, qkv, d);
+}
+
+void attention_backward_impl(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             const AttnDims& d) {
+  if (d.HS == 64)
+    backward_impl<64>(dqkv, dout, qkv, out, lse, d);
+  else if (d.HS == 128)
+    backward_impl<128>(dqkv, dout, qkv, out, lse, d);
+  else
+    backward_impl<0>(dqkv, dout, qkv, out, lse, d);
+}
+
+}  // namespace zt::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace zt::kernels {
+HWY_EXPORT(attention_forward_impl);
+HWY_EXPORT(attention_backward_impl);
+HWY_EXPORT(attention_decode_impl);
+
 void attention_doc_start(int32_t* doc_start, const int32_t* positions, int B, int T) {
   for (int64_t r = 0; r < int64_t(B) * T; ++r) doc_start[r] = std::max<int32_t>(0, int32_t(r % T) - positions[r]);
 }
@@ -246,22 +277,17 @@ void attention_window_start(int32_t* doc_start, int B, int T, int W) {
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d) {
-  if (d.HS == 64)
-    forward_impl<64>(out, lse, qkv, d);
-  else if (d.HS == 128)
-    forward_impl<128>(out, lse, qkv, d);
-  else
-    forward_impl<0>(out, lse, qkv, d);
+  HWY_DYNAMIC_DISPATCH(attention_forward_impl)(out, lse, qkv, d);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const AttnDims& d) {
-  if (d.HS == 64)
-    backward_impl<64>(dqkv, dout, qkv, out, lse, d);
-  else if (d.HS == 128)
-    backward_impl<128>(dqkv, dout, qkv, out, lse, d);
-  else
-    backward_impl<0>(dqkv, dout, qkv, out, lse, d);
+  HWY_DYNAMIC_DISPATCH(attention_backward_impl)(dqkv, dout, qkv, out, lse, d);
 }
 
+void attention_decode(float* out, const float* q, const float* kcache, const float* vcache, int n, int NH, int KVH,
+                      int HS) {
+  HWY_DYNAMIC_DISPATCH(attention_decode_impl)(out, q, kcache, vcache, n, NH, KVH, HS);
+}
 }  // namespace zt::kernels
+#endif

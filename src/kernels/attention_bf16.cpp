@@ -12,18 +12,35 @@
 // dK += dS^T Q and dV += P^T dO. A task builds its keys' and values' layouts once; query
 // tiles and probability tiles are packed as they are made.
 //
-// Without AVX512-BF16 at build time the bf16 entry points run the fp32 kernels.
+// This file goes through Highway's foreach_target like the other kernels, but only the AVX-512
+// pass compiles the kernel, with AVX512-BF16 added to its target (Highway 1.0.3 has no target
+// with vdpbf16ps). attention_bf16_native() chooses it at run time when the CPU has the
+// instruction and the level is not forced lower (kernels/isa.h); otherwise the bf16 entry
+// points run the fp32 kernels.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention_bf16.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "core/tensor.h"
 #include "kernels/attention.h"
-#include "kernels/attention_tiles.h"
+#include "kernels/attention_tiles-inl.h"
 #include "kernels/fast_math.h"
+#include "kernels/isa.h"
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
 
-namespace zt::kernels {
-#if defined(__AVX512BF16__)
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+#define ZT_ATTENTION_BF16_DOT 1
+HWY_BEFORE_NAMESPACE();
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
+namespace zt::kernels::HWY_NAMESPACE {
 namespace {
 using namespace attn_tiles;
 
@@ -273,29 +290,44 @@ void backward_bf16(float* dqkv, const float* dout, const float* qkv, const float
 }
 
 }  // namespace
-#endif
+
+void attention_forward_bf16_dot(float* out, float* lse, const float* qkv, const AttnDims& d) {
+  forward_bf16(out, lse, qkv, d);
+}
+void attention_backward_bf16_dot(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                                 const AttnDims& d) {
+  backward_bf16(dqkv, dout, qkv, out, lse, d);
+}
+}  // namespace zt::kernels::HWY_NAMESPACE
+#pragma GCC pop_options
+HWY_AFTER_NAMESPACE();
+#endif  // AVX3 pass
+
+#if HWY_ONCE
+namespace zt::kernels {
 
 bool attention_bf16_native(int HS) {
-#if defined(__AVX512BF16__)
-  return HS % 64 == 0 && HS <= 512;
+#if defined(ZT_ATTENTION_BF16_DOT)
+  return isa_bf16_dot() && HS % 64 == 0 && HS <= 512;
 #else
   return false;
 #endif
 }
 
 void attention_forward_bf16(float* out, float* lse, const float* qkv, const AttnDims& d) {
-#if defined(__AVX512BF16__)
-  if (attention_bf16_native(d.HS)) return forward_bf16(out, lse, qkv, d);
+#if defined(ZT_ATTENTION_BF16_DOT)
+  if (attention_bf16_native(d.HS)) return N_AVX3::attention_forward_bf16_dot(out, lse, qkv, d);
 #endif
   attention_forward(out, lse, qkv, d);
 }
 
 void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                              const AttnDims& d) {
-#if defined(__AVX512BF16__)
-  if (attention_bf16_native(d.HS)) return backward_bf16(dqkv, dout, qkv, out, lse, d);
+#if defined(ZT_ATTENTION_BF16_DOT)
+  if (attention_bf16_native(d.HS)) return N_AVX3::attention_backward_bf16_dot(dqkv, dout, qkv, out, lse, d);
 #endif
   attention_backward(dqkv, dout, qkv, out, lse, d);
 }
 
 }  // namespace zt::kernels
+#endif  // HWY_ONCE

@@ -8,15 +8,21 @@
 // The products use attention.cpp's 4 x 64 micro-kernel (attention_tiles.h fma4x64) when the
 // head size is a multiple of 64, plain vectorized loops otherwise; keys and values are
 // transposed once per task to (HS, keys).
-#include "kernels/attention_block.h"
+// Compiled once per Highway target (kernels/isa.h); the public functions dispatch.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention_block.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "kernels/attention_tiles.h"
+#include "kernels/attention_block.h"
+#include "kernels/attention_tiles-inl.h"
 
-namespace zt::kernels {
+HWY_BEFORE_NAMESPACE();
+namespace zt::kernels::HWY_NAMESPACE {
 namespace {
 using namespace attn_tiles;
 
@@ -41,7 +47,7 @@ void weighted(float* acc, int n, const float* w, int64_t wi, int64_t wk, const f
 
 }  // namespace
 
-void attention_block_forward(Strided<float> out, float* lse, Strided<const float> q, Strided<const float> k,
+void attention_block_forward_impl(Strided<float> out, float* lse, Strided<const float> q, Strided<const float> k,
                              Strided<const float> v, const BlockDims& dm) {
   const int NH = dm.NH, HS = dm.HS, group = NH / dm.KVH, nk = dm.nk, nq_all = dm.nq;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -86,7 +92,7 @@ void attention_block_forward(Strided<float> out, float* lse, Strided<const float
   }
 }
 
-void attention_block_backward(Strided<float> dq, Strided<float> dk, Strided<float> dv, Strided<const float> dout,
+void attention_block_backward_impl(Strided<float> dq, Strided<float> dk, Strided<float> dv, Strided<const float> dout,
                               const float* lse, const float* D, Strided<const float> q, Strided<const float> k,
                               Strided<const float> v, const BlockDims& dm) {
   const int NH = dm.NH, KVH = dm.KVH, HS = dm.HS, group = NH / KVH, nk = dm.nk, nq_all = dm.nq;
@@ -146,4 +152,23 @@ void attention_block_backward(Strided<float> dq, Strided<float> dk, Strided<floa
   }
 }
 
+}  // namespace zt::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace zt::kernels {
+HWY_EXPORT(attention_block_forward_impl);
+HWY_EXPORT(attention_block_backward_impl);
+
+void attention_block_forward(Strided<float> out, float* lse, Strided<const float> q, Strided<const float> k,
+                             Strided<const float> v, const BlockDims& d) {
+  HWY_DYNAMIC_DISPATCH(attention_block_forward_impl)(out, lse, q, k, v, d);
+}
+
+void attention_block_backward(Strided<float> dq, Strided<float> dk, Strided<float> dv, Strided<const float> dout,
+                              const float* lse, const float* D, Strided<const float> q, Strided<const float> k,
+                              Strided<const float> v, const BlockDims& d) {
+  HWY_DYNAMIC_DISPATCH(attention_block_backward_impl)(dq, dk, dv, dout, lse, D, q, k, v, d);
+}
 }  // namespace zt::kernels
+#endif

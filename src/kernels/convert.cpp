@@ -1,79 +1,117 @@
-// convert.cpp: see convert.h. Blocks of 16 floats per AVX-512 register; OpenMP over
-// large arrays (a 124M-parameter model's weights convert in a few milliseconds).
-#include "kernels/convert.h"
+// convert.cpp: see convert.h. Written once with Highway and compiled for every target
+// (kernels/isa.h): whole vectors in the hot loop, the last partial vector through the scalar
+// references of core/tensor.h (the same rounding). OpenMP over large arrays (a 124M-parameter
+// model's weights convert in a few milliseconds).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/convert.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
-#include <immintrin.h>
 #include <omp.h>
 
-namespace zt::kernels {
+#include "core/error.h"
+#include "kernels/convert.h"
 
-namespace {
+HWY_BEFORE_NAMESPACE();
+namespace zt::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
 constexpr int64_t kParallelMin = 1 << 16;  // below this, threads cost more than they save
 
-inline __m256i cvt_bf16(__m512 v) {
-#if defined(__AVX512BF16__)
-  return (__m256i)_mm512_cvtneps_pbh(v);
-#else
-  // Round to nearest even by integer arithmetic; NaN keeps a quiet NaN payload.
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-#endif
-}
-inline __m512 bf16_to_ps(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+const hn::ScalableTag<float> df;
+const hn::RebindToUnsigned<decltype(df)> du32;
+const hn::RebindToSigned<decltype(df)> di32;
+const hn::Rebind<uint16_t, decltype(df)> du16;
+const hn::Rebind<hwy::float16_t, decltype(df)> df16;
 
-// Full blocks of 16 without masks (the hot path), then one masked tail. Called from inside a
-// parallel loop (the LM head converts one row per iteration) it runs on the calling thread.
-template <class F>
-void blocks(int64_t n, F f) {
-  const int64_t nb = n / 16;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin && !omp_in_parallel())
-  for (int64_t b = 0; b < nb; ++b) f(b * 16, __mmask16(0xffff));
-  if (n % 16) f(nb * 16, __mmask16((1u << (n % 16)) - 1));
+// fp32 -> bf16 bits, round to nearest even by integer arithmetic; NaN keeps a quiet NaN payload.
+HWY_INLINE hn::Vec<decltype(du16)> cvt_bf16(hn::Vec<decltype(df)> v) {
+  const auto u = hn::BitCast(du32, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du32, 1));
+  auto r = hn::Add(u, hn::Add(lsb, hn::Set(du32, 0x7fff)));
+  r = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), hn::Or(u, hn::Set(du32, 0x400000)), r);
+  return hn::DemoteTo(du16, hn::BitCast(di32, hn::ShiftRight<16>(r)));
 }
-}  // namespace
+HWY_INLINE hn::Vec<decltype(df)> bf16_to_ps(hn::Vec<decltype(du16)> h) {
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, h)));
+}
+
+// f(i) for every whole vector at i; tail(i) for the rest. Called from inside a parallel loop
+// (the LM head converts one row per iteration) it runs on the calling thread.
+template <class F, class Tail>
+void blocks(int64_t n, F f, Tail tail) {
+  const int64_t N = int64_t(hn::Lanes(df)), nb = n / N;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin && !omp_in_parallel())
+  for (int64_t b = 0; b < nb; ++b) f(b * N);
+  for (int64_t i = nb * N; i < n; ++i) tail(i);
+}
+
+void to_lowp_impl(DType t, uint16_t* dst, const float* src, int64_t n) {
+  if (t == DType::bf16)
+    blocks(
+        n, [&](int64_t i) { hn::StoreU(cvt_bf16(hn::LoadU(df, src + i)), du16, dst + i); },
+        [&](int64_t i) { dst[i] = f32_to_bf16(src[i]); });
+  else
+    blocks(
+        n,
+        [&](int64_t i) {
+          hn::StoreU(hn::DemoteTo(df16, hn::LoadU(df, src + i)), df16, reinterpret_cast<hwy::float16_t*>(dst + i));
+        },
+        [&](int64_t i) { dst[i] = f32_to_f16(src[i]); });
+}
+
+void to_bf16_keep_impl(uint16_t* dst, float* src, int64_t n) {
+  blocks(
+      n,
+      [&](int64_t i) {
+        const auto h = cvt_bf16(hn::LoadU(df, src + i));
+        hn::StoreU(h, du16, dst + i);
+        hn::StoreU(bf16_to_ps(h), df, src + i);
+      },
+      [&](int64_t i) { src[i] = bf16_to_f32(dst[i] = f32_to_bf16(src[i])); });
+}
+
+void from_lowp_impl(DType t, float* dst, const uint16_t* src, int64_t n) {
+  if (t == DType::bf16)
+    blocks(
+        n, [&](int64_t i) { hn::StoreU(bf16_to_ps(hn::LoadU(du16, src + i)), df, dst + i); },
+        [&](int64_t i) { dst[i] = bf16_to_f32(src[i]); });
+  else
+    blocks(
+        n,
+        [&](int64_t i) {
+          hn::StoreU(hn::PromoteTo(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(src + i))), df, dst + i);
+        },
+        [&](int64_t i) { dst[i] = f16_to_f32(src[i]); });
+}
+
+void round_to_f16_impl(float* dst, const float* src, int64_t n) {
+  blocks(
+      n, [&](int64_t i) { hn::StoreU(hn::PromoteTo(df, hn::DemoteTo(df16, hn::LoadU(df, src + i))), df, dst + i); },
+      [&](int64_t i) { dst[i] = f16_to_f32(f32_to_f16(src[i])); });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace zt::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace zt::kernels {
+HWY_EXPORT(to_lowp_impl);
+HWY_EXPORT(to_bf16_keep_impl);
+HWY_EXPORT(from_lowp_impl);
+HWY_EXPORT(round_to_f16_impl);
 
 void to_lowp(DType t, uint16_t* dst, const float* src, int64_t n) {
   ZT_ASSERT(t == DType::bf16 || t == DType::f16, "to_lowp: ", dtype_name(t), " is not a 16-bit float type");
-  if (t == DType::bf16)
-    blocks(n, [&](int64_t i, __mmask16 m) {
-      _mm256_mask_storeu_epi16(dst + i, m, cvt_bf16(_mm512_maskz_loadu_ps(m, src + i)));
-    });
-  else
-    blocks(n, [&](int64_t i, __mmask16 m) {
-      _mm256_mask_storeu_epi16(dst + i, m,
-                               _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
-    });
+  HWY_DYNAMIC_DISPATCH(to_lowp_impl)(t, dst, src, n);
 }
-
-void to_bf16_keep(uint16_t* dst, float* src, int64_t n) {
-  blocks(n, [&](int64_t i, __mmask16 m) {
-    const __m256i h = cvt_bf16(_mm512_maskz_loadu_ps(m, src + i));
-    _mm256_mask_storeu_epi16(dst + i, m, h);
-    _mm512_mask_storeu_ps(src + i, m, bf16_to_ps(h));
-  });
-}
-
+void to_bf16_keep(uint16_t* dst, float* src, int64_t n) { HWY_DYNAMIC_DISPATCH(to_bf16_keep_impl)(dst, src, n); }
 void from_lowp(DType t, float* dst, const uint16_t* src, int64_t n) {
   ZT_ASSERT(t == DType::bf16 || t == DType::f16, "from_lowp: ", dtype_name(t), " is not a 16-bit float type");
-  if (t == DType::bf16)
-    blocks(n, [&](int64_t i, __mmask16 m) {
-      _mm512_mask_storeu_ps(dst + i, m, bf16_to_ps(_mm256_maskz_loadu_epi16(m, src + i)));
-    });
-  else
-    blocks(n, [&](int64_t i, __mmask16 m) {
-      _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + i)));
-    });
+  HWY_DYNAMIC_DISPATCH(from_lowp_impl)(t, dst, src, n);
 }
-
-void round_to_f16(float* dst, const float* src, int64_t n) {
-  blocks(n, [&](int64_t i, __mmask16 m) {
-    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(h));
-  });
-}
-
+void round_to_f16(float* dst, const float* src, int64_t n) { HWY_DYNAMIC_DISPATCH(round_to_f16_impl)(dst, src, n); }
 }  // namespace zt::kernels
+#endif

@@ -1,14 +1,21 @@
 // gemm.cpp: oneDNN sgemm behind ztrain's gemm signature, and oneDNN's bf16 matmul for
-// mixed precision. oneDNN picks its AVX-512 kernels from the CPU itself, so
-// OPENBLAS_CORETYPE and friends cannot slow it down.
+// mixed precision. oneDNN picks its kernels from the CPU itself at run time, so
+// OPENBLAS_CORETYPE and friends cannot slow it down. Where oneDNN has no bf16 matmul (x86
+// without AVX-512, aarch64), bf16 operands are widened to fp32 panel by panel and multiplied
+// by sgemm: the same products (bf16 values are exact in fp32) with fp32 accumulation.
 #include "kernels/gemm.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <vector>
+#include <algorithm>
 
 #include "core/error.h"
+#include "kernels/convert.h"
+#include "kernels/isa.h"
 
 namespace zt::kernels {
 
@@ -28,6 +35,7 @@ struct MatmulCache {
   dnnl::stream stream{eng};
   std::map<Key, dnnl::matmul> prims;
   std::mutex mu;
+  std::vector<float> scratch_a, scratch_b;  // gemm_bf16_widened's operands in fp32
 
   const dnnl::matmul& get(const Key& key) {
     auto it = prims.find(key);
@@ -57,6 +65,50 @@ MatmulCache& matmul_cache() {
 }
 }  // namespace
 
+namespace {
+// Test hooks (gemm_bf16_force_widened): the widened path even where oneDNN has bf16 matmul,
+// and the panel size.
+std::atomic<bool> g_force_widened{false};
+std::atomic<int64_t> g_panel_floats{int64_t(2) << 20};  // 8 MiB of B at a time
+
+// Widens rows [r0, r0 + nr) of a row-major bf16 matrix (cols columns, leading dimension ld)
+// into dst (nr, cols), dense.
+void widen_rows(float* dst, const uint16_t* src, int64_t ld, int64_t r0, int64_t nr, int64_t cols) {
+  for (int64_t r = 0; r < nr; ++r) from_lowp(DType::bf16, dst + r * cols, src + (r0 + r) * ld, cols);
+}
+
+// C = alpha op(A) op(B) + beta C for bf16 A and B on fp32 arithmetic: A widened whole, B in
+// panels of output columns (at most 8 MiB of scratch), so a (V, C) LM-head
+// weight never exists in fp32 at once. Scratch is kept between calls (under the cache's lock).
+void gemm_bf16_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                       int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                       std::vector<float>& sa, std::vector<float>& sb) {
+  const int64_t panel_floats = g_panel_floats;
+  // A as stored: (m, k) rows, or (k, m) rows when transposed.
+  const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+  sa.resize(size_t(a_rows * a_cols));
+  widen_rows(sa.data(), a, lda, 0, a_rows, a_cols);
+  const int64_t nb = std::max<int64_t>(1, std::min<int64_t>(n, panel_floats / std::max<int64_t>(k, 1)));
+  for (int64_t j0 = 0; j0 < n; j0 += nb) {
+    const int64_t w = std::min(nb, n - j0);
+    if (trans_b) {  // B stored (n, k): the panel is rows j0..j0+w, dense (w, k)
+      sb.resize(size_t(w * k));
+      widen_rows(sb.data(), b, ldb, j0, w, k);
+      gemm(trans_a, true, m, w, k, alpha, sa.data(), a_cols, sb.data(), k, beta, c + j0, ldc);
+    } else {  // B stored (k, n): the panel is columns j0..j0+w of every row, dense (k, w)
+      sb.resize(size_t(k * w));
+      for (int64_t r = 0; r < k; ++r) from_lowp(DType::bf16, sb.data() + r * w, b + r * ldb + j0, w);
+      gemm(trans_a, false, m, w, k, alpha, sa.data(), a_cols, sb.data(), w, beta, c + j0, ldc);
+    }
+  }
+}
+}  // namespace
+
+void gemm_bf16_force_widened(bool on, int64_t panel_floats) {
+  g_force_widened = on;
+  g_panel_floats = panel_floats > 0 ? panel_floats : int64_t(2) << 20;
+}
+
 void gemm_typed(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
                 int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (t == DType::f32)
@@ -66,6 +118,9 @@ void gemm_typed(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   if (m == 0 || n == 0) return;
   MatmulCache& mc = matmul_cache();
   std::lock_guard<std::mutex> lock(mc.mu);
+  if (g_force_widened || !gemm_has_bf16())
+    return gemm_bf16_widened(trans_a, trans_b, m, n, k, alpha, static_cast<const uint16_t*>(a), lda,
+                             static_cast<const uint16_t*>(b), ldb, beta, c, ldc, mc.scratch_a, mc.scratch_b);
   try {
     const dnnl::matmul& mm = mc.get({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta});
     using dt = dnnl::memory::data_type;
@@ -78,8 +133,7 @@ void gemm_typed(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
     mm.execute(mc.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
     mc.stream.wait();
   } catch (const dnnl::error& e) {
-    ZT_ASSERT(false, "oneDNN bf16 matmul failed (", e.what(), ") for m=", m, " n=", n, " k=", k,
-              "; this CPU may lack AVX512-BF16: train without --bf16");
+    ZT_ASSERT(false, "oneDNN bf16 matmul failed (", e.what(), ") for m=", m, " n=", n, " k=", k, ")");
   }
 }
 

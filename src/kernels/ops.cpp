@@ -1,16 +1,22 @@
 // ops.cpp: OpenMP-parallel, auto-vectorized implementations of kernels/ops.h.
 // Row kernels parallelize over rows; parameter-gradient reductions use per-thread
 // partial sums so no two threads write the same address.
-#include "kernels/ops.h"
-
+// Compiled once per Highway target (kernels/isa.h): the loops are plain C++ that the compiler
+// vectorizes for each target's width; the public functions at the end dispatch.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/ops.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
 #include "kernels/fast_math.h"
+#include "kernels/ops.h"
 
-namespace zt::kernels {
+HWY_BEFORE_NAMESPACE();
+namespace zt::kernels::HWY_NAMESPACE {
 namespace {
 
 // Sums per-thread partial column sums into dst (+=).
@@ -32,7 +38,7 @@ struct ThreadPartials {
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
+void layernorm_forward_impl(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
                        int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
@@ -53,7 +59,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
   }
 }
 
-void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+void layernorm_backward_impl(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
                         const float* mean, const float* rstd, int64_t N, int C) {
   ThreadPartials part(2, C);
 #pragma omp parallel
@@ -90,7 +96,7 @@ void layernorm_backward(float* dx, float* dw, float* db, const float* dout, cons
   part.reduce_into(db, 1, 2);
 }
 
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps) {
+void rmsnorm_forward_impl(float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* xi = x + i * C;
@@ -105,7 +111,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, in
   }
 }
 
-void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+void rmsnorm_backward_impl(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
                       int64_t N, int C) {
   ThreadPartials part(1, C);
 #pragma omp parallel
@@ -137,7 +143,7 @@ constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluK = 0.044715f;
 }  // namespace
 
-void gelu_forward(float* out, const float* x, int64_t n) {
+void gelu_forward_impl(float* out, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
@@ -145,7 +151,7 @@ void gelu_forward(float* out, const float* x, int64_t n) {
   }
 }
 
-void gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
+void gelu_backward_impl(float* dx, const float* dout, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
@@ -160,7 +166,7 @@ void gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
   }
 }
 
-void swiglu_forward(float* out, const float* x, int64_t N, int F) {
+void swiglu_forward_impl(float* out, const float* x, int64_t N, int F) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* g = x + i * 2 * F;
@@ -171,7 +177,7 @@ void swiglu_forward(float* out, const float* x, int64_t N, int F) {
   }
 }
 
-void swiglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F) {
+void swiglu_backward_impl(float* dx, const float* dout, const float* x, int64_t N, int F) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* g = x + i * 2 * F;
@@ -189,7 +195,7 @@ void swiglu_backward(float* dx, const float* dout, const float* x, int64_t N, in
   }
 }
 
-void rope_table(float* cos_t, float* sin_t, int T, int HS, float theta) {
+void rope_table_impl(float* cos_t, float* sin_t, int T, int HS, float theta) {
   int half = HS / 2;
   for (int i = 0; i < half; ++i) {
     // Same float32 arithmetic as HF: inv_freq = 1 / theta^(2i/HS), angle = t * inv_freq.
@@ -202,7 +208,7 @@ void rope_table(float* cos_t, float* sin_t, int T, int HS, float theta) {
   }
 }
 
-void rope_table_freqs(float* cos_t, float* sin_t, int T, int half, const float* inv_freq, float scale) {
+void rope_table_freqs_impl(float* cos_t, float* sin_t, int T, int half, const float* inv_freq, float scale) {
   for (int i = 0; i < half; ++i)
     for (int t = 0; t < T; ++t) {
       float a = static_cast<float>(t) * inv_freq[i];
@@ -236,18 +242,18 @@ void rope_apply(float* qkv, const float* cos_t, const float* sin_t, int B, int T
 }
 }  // namespace
 
-void rope_forward(float* qkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
+void rope_forward_impl(float* qkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
                   int64_t row_stride, const int32_t* positions) {
   rope_apply(qkv, cos_t, sin_t, B, T, NH, KVH, HS, row_stride, 1.0f, positions);
 }
 
-void rope_backward(float* dqkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
+void rope_backward_impl(float* dqkv, const float* cos_t, const float* sin_t, int B, int T, int NH, int KVH, int HS,
                    int64_t row_stride, const int32_t* positions) {
   // The rotation is orthogonal: its transpose is the rotation by -angle.
   rope_apply(dqkv, cos_t, sin_t, B, T, NH, KVH, HS, row_stride, -1.0f, positions);
 }
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T, int C,
+void embedding_forward_impl(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T, int C,
                        const int32_t* positions) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
@@ -264,7 +270,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   }
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C,
+void embedding_backward_impl(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C,
                         const int32_t* positions) {
   // Split the channels between threads: every thread sees every token, so repeated
   // token ids never race, and the accumulation order per address stays fixed.
@@ -284,7 +290,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   }
 }
 
-void embedding_forward_vocab(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
+void embedding_forward_vocab_impl(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
                              int C, const int32_t* positions, int v0, int nv) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
@@ -296,7 +302,7 @@ void embedding_forward_vocab(float* out, const int32_t* tokens, const float* wte
   }
 }
 
-void embedding_backward_vocab(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T,
+void embedding_backward_vocab_impl(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T,
                               int C, const int32_t* positions, int v0, int nv) {
   // As embedding_backward: channels split between threads, a fixed order per address.
 #pragma omp parallel
@@ -318,7 +324,7 @@ void embedding_backward_vocab(float* dwte, float* dwpe, const float* dout, const
   }
 }
 
-void bias_forward(float* y, const float* b, int64_t N, int M) {
+void bias_forward_impl(float* y, const float* b, int64_t N, int M) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     float* yi = y + i * M;
@@ -327,7 +333,7 @@ void bias_forward(float* y, const float* b, int64_t N, int M) {
   }
 }
 
-void bias_backward(float* db, const float* dy, int64_t N, int M) {
+void bias_backward_impl(float* db, const float* dy, int64_t N, int M) {
   ThreadPartials part(1, M);
 #pragma omp parallel
   {
@@ -342,9 +348,110 @@ void bias_backward(float* db, const float* dy, int64_t N, int M) {
   part.reduce_into(db, 0, 1);
 }
 
-void add(float* y, const float* a, const float* b, int64_t n) {
+void add_impl(float* y, const float* a, const float* b, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
+}  // namespace zt::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace zt::kernels {
+HWY_EXPORT(layernorm_forward_impl);
+HWY_EXPORT(layernorm_backward_impl);
+HWY_EXPORT(rmsnorm_forward_impl);
+HWY_EXPORT(rmsnorm_backward_impl);
+HWY_EXPORT(gelu_forward_impl);
+HWY_EXPORT(gelu_backward_impl);
+HWY_EXPORT(swiglu_forward_impl);
+HWY_EXPORT(swiglu_backward_impl);
+HWY_EXPORT(rope_table_impl);
+HWY_EXPORT(rope_table_freqs_impl);
+HWY_EXPORT(rope_forward_impl);
+HWY_EXPORT(rope_backward_impl);
+HWY_EXPORT(embedding_forward_impl);
+HWY_EXPORT(embedding_backward_impl);
+HWY_EXPORT(embedding_forward_vocab_impl);
+HWY_EXPORT(embedding_backward_vocab_impl);
+HWY_EXPORT(bias_forward_impl);
+HWY_EXPORT(bias_backward_impl);
+HWY_EXPORT(add_impl);
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N, int C, float eps) {
+  HWY_DYNAMIC_DISPATCH(layernorm_forward_impl)(out, mean, rstd, x, w, b, N, C, eps);
+}
+
+void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w, const float* mean, const float* rstd, int64_t N, int C) {
+  HWY_DYNAMIC_DISPATCH(layernorm_backward_impl)(dx, dw, db, dout, x, w, mean, rstd, N, C);
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps) {
+  HWY_DYNAMIC_DISPATCH(rmsnorm_forward_impl)(out, rstd, x, w, N, C, eps);
+}
+
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int64_t N, int C) {
+  HWY_DYNAMIC_DISPATCH(rmsnorm_backward_impl)(dx, dw, dout, x, w, rstd, N, C);
+}
+
+void gelu_forward(float* out, const float* x, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(gelu_forward_impl)(out, x, n);
+}
+
+void gelu_backward(float* dx, const float* dout, const float* x, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(gelu_backward_impl)(dx, dout, x, n);
+}
+
+void swiglu_forward(float* out, const float* x, int64_t N, int F) {
+  HWY_DYNAMIC_DISPATCH(swiglu_forward_impl)(out, x, N, F);
+}
+
+void swiglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F) {
+  HWY_DYNAMIC_DISPATCH(swiglu_backward_impl)(dx, dout, x, N, F);
+}
+
+void rope_table(float* cos, float* sin, int T, int HS, float theta) {
+  HWY_DYNAMIC_DISPATCH(rope_table_impl)(cos, sin, T, HS, theta);
+}
+
+void rope_table_freqs(float* cos, float* sin, int T, int half, const float* inv_freq, float scale) {
+  HWY_DYNAMIC_DISPATCH(rope_table_freqs_impl)(cos, sin, T, half, inv_freq, scale);
+}
+
+void rope_forward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS, int64_t row_stride, const int32_t* positions) {
+  HWY_DYNAMIC_DISPATCH(rope_forward_impl)(qkv, cos, sin, B, T, NH, KVH, HS, row_stride, positions);
+}
+
+void rope_backward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS, int64_t row_stride, const int32_t* positions) {
+  HWY_DYNAMIC_DISPATCH(rope_backward_impl)(dqkv, cos, sin, B, T, NH, KVH, HS, row_stride, positions);
+}
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T, int C, const int32_t* positions) {
+  HWY_DYNAMIC_DISPATCH(embedding_forward_impl)(out, tokens, wte, wpe, N, T, C, positions);
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C, const int32_t* positions) {
+  HWY_DYNAMIC_DISPATCH(embedding_backward_impl)(dwte, dwpe, dout, tokens, N, T, C, positions);
+}
+
+void embedding_forward_vocab(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T, int C, const int32_t* positions, int v0, int nv) {
+  HWY_DYNAMIC_DISPATCH(embedding_forward_vocab_impl)(out, tokens, wte, wpe, N, T, C, positions, v0, nv);
+}
+
+void embedding_backward_vocab(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T, int C, const int32_t* positions, int v0, int nv) {
+  HWY_DYNAMIC_DISPATCH(embedding_backward_vocab_impl)(dwte, dwpe, dout, tokens, N, T, C, positions, v0, nv);
+}
+
+void bias_forward(float* y, const float* b, int64_t N, int M) {
+  HWY_DYNAMIC_DISPATCH(bias_forward_impl)(y, b, N, M);
+}
+
+void bias_backward(float* db, const float* dy, int64_t N, int M) {
+  HWY_DYNAMIC_DISPATCH(bias_backward_impl)(db, dy, N, M);
+}
+
+void add(float* y, const float* a, const float* b, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(add_impl)(y, a, b, n);
+}
 }  // namespace zt::kernels
+#endif

@@ -199,7 +199,10 @@ struct TrainArgs {
 
   int threads = 0;  // 0: all cores
   bool no_shuffle = false;
-  double peak_gflops = 400.0;  // this machine's measured fp32 GEMM peak, for MFU
+  // The GEMM peak MFU is reported against; 0 = measure this machine's (train/gemm_peak.h),
+  // cached in peak_cache_dir ("" = measure every run, keep nothing).
+  double peak_gflops = 0;
+  std::string peak_cache_dir;
   // Test hook (apps/ sets it from ZT_TEST_FAIL_AT=rank:step): that rank throws at the start
   // of that step (0-based), so tests can check that the job ends at once naming the rank.
   int test_fail_rank = -1;

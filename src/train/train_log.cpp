@@ -1,5 +1,8 @@
 // train_log.cpp: see train_log.h.
 #include "train/train_log.h"
+#include "kernels/isa.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -76,7 +79,7 @@ void TrainLog::progress(int64_t step, double loss, double grad_norm, double lr, 
   ema_step_s_ = ema_step_s_ == 0 ? step_s : 0.8 * ema_step_s_ + 0.2 * step_s;
   if (!progress_) return;
   const double tok_s = tokens_per_step_ / ema_step_s_;
-  const double mfu = tok_s * flops_per_token_ / (a_.peak_gflops * 1e9);
+  const double mfu = tok_s * flops_per_token_ / (peak_.gflops * 1e9);
   std::fprintf(
       stderr,
       "\r%5.1f%% step %lld/%lld | loss %.4f | lr %.3g | grad_norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s\x1b[K",
@@ -93,6 +96,16 @@ void TrainLog::clear_progress() {
   progress_shown_ = false;
 }
 
+void TrainLog::set_peak(const GemmPeak& p) {
+  peak_ = p;
+  extra_results_["machine"] = {{"cpu_model", kernels::cpu_model_name()},
+                               {"kernel_isa", kernels::isa_current()},
+                               {"gemm_isa", kernels::gemm_isa()},
+                               {"peak_gflops", p.gflops},
+                               {"peak_kind", p.what},
+                               {"peak_source", p.source}};
+}
+
 void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
   std::printf("***** Running training *****\n");
   std::printf("  Num examples = %lld\n", (long long)num_examples);
@@ -104,6 +117,14 @@ void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
   std::printf("  Number of trainable parameters = %lld\n", (long long)model_.num_params());
   std::printf("  Sequence length = %d, model = %s, threads = %d\n", T_, model_.config().arch_name(),
               a_.threads > 0 ? a_.threads : 0);
+  std::printf("  Machine = %s\n", machine_summary().c_str());
+  std::printf("  MFU peak = %.1f GFLOP/s (%s, %d threads; %s)\n", peak_.gflops, peak_.what.c_str(),
+              omp_get_max_threads(), peak_.source.c_str());
+  if (peak_.widened_ratio > 0)
+    std::printf("  bf16: this CPU has no bf16 arithmetic (GEMMs oneDNN %s): tensors are kept and communicated in "
+                "bf16, GEMMs run in fp32 on operands widened from bf16 (%.0f%% of fp32 sgemm speed, measured) and "
+                "attention in fp32; see docs/precision.md\n",
+                kernels::gemm_isa().c_str(), 100.0 * peak_.widened_ratio);
   std::fflush(stdout);
 }
 
@@ -120,7 +141,7 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
                      {"grad_norm", grad_norm},
                      {"step_time_s", step_s},
                      {"tokens_per_second", tps},
-                     {"mfu", tps * flops_per_token_ / (a_.peak_gflops * 1e9)}};
+                     {"mfu", tps * flops_per_token_ / (peak_.gflops * 1e9)}};
   // A skipped step's inf/NaN norm is logged as null (JSON has no inf).
   if (!std::isfinite(grad_norm)) row["grad_norm"] = nullptr;
   for (auto& [k, v] : extra) row[k] = v;
@@ -133,7 +154,7 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
   int64_t n = step - last_logged_;
   double mean_loss = loss_since_log_ / double(n);
   double tok_s = tokens_per_step_ * double(n) / time_since_log_;
-  double mfu = tok_s * flops_per_token_ / (a_.peak_gflops * 1e9);
+  double mfu = tok_s * flops_per_token_ / (peak_.gflops * 1e9);
   nlohmann::json e;
   e["epoch"] = epoch_at(step);
   e["grad_norm"] = grad_norm;
@@ -272,7 +293,7 @@ void TrainLog::finish(double train_s, double data_wait_s) {
   r["train_samples_per_second"] = samples / train_s;
   r["train_steps_per_second"] = double(step_) / train_s;
   r["train_tokens_per_second"] = tok_s;
-  r["train_mfu"] = tok_s * flops_per_token_ / (a_.peak_gflops * 1e9);
+  r["train_mfu"] = tok_s * flops_per_token_ / (peak_.gflops * 1e9);
   r["data_wait_seconds"] = data_wait_s;
   r["data_wait_fraction"] = data_wait_s / train_s;
   MemStats ms = mem_stats();

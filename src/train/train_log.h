@@ -16,6 +16,7 @@
 #include "models/config.h"
 #include "models/transformer.h"
 #include "train/evaluate.h"
+#include "train/gemm_peak.h"
 #include "train/train_args.h"
 
 namespace zt {
@@ -42,6 +43,8 @@ class TrainLog final : public Stateful {
   void load_state(StateReader& r) override;
   // Extra keys merged into train_results.json (e.g. the data-parallel report).
   void add_results(const nlohmann::json& j) { extra_results_.update(j); }
+  // The GEMM peak MFU is reported against (given or measured, gemm_peak.h), before print_header.
+  void set_peak(const GemmPeak& p);
   // data_wait_s: time the step loop spent blocked on the data loader.
   void finish(double train_s, double data_wait_s);
   const std::string& tensorboard_dir() const { return tb_dir_; }
@@ -53,6 +56,7 @@ class TrainLog final : public Stateful {
   void write_plot() const;
 
   const TrainArgs& a_;
+  GemmPeak peak_;
   const Transformer& model_;
   int64_t total_steps_, steps_per_epoch_;
   int T_;

@@ -14,6 +14,10 @@
 // loop is trainer_loop.cpp, the class trainer_impl.h.
 #include "train/trainer_impl.h"
 
+#include <omp.h>
+
+#include "train/gemm_peak.h"
+
 namespace zt {
 namespace train_internal {
 namespace fs = std::filesystem;
@@ -687,6 +691,8 @@ void Trainer::start_loader_and_log() {
     log_ = std::make_unique<TrainLog>(a_, cfg_, *model_, total_steps_, steps_per_epoch_, T_, start_step_,
                                       dp_comm_->size());
     if (resumed_) log_->load_state(*resumed_);
+    log_->set_peak(gemm_peak_for_run(a_.peak_gflops, nn::compute_dtype(plan_.precision), omp_get_max_threads(),
+                                     a_.peak_cache_dir));
     log_->print_header(train_sequences_, seqs_per_step_);
     if (dp_comm_->size() > 1) std::printf("  Data parallel: %s\n", engine_->describe().dump().c_str());
   }

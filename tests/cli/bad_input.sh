@@ -82,5 +82,25 @@ expect "wsd without num_decay_steps" "needs num_decay_steps" -- "$Z" train --mod
 expect "unknown scheduler kwarg" 'key "num_decay_step" is not used by warmup_stable_decay.*did you mean num_decay_steps' -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o16" "${base[@]}" --lr_scheduler_type warmup_stable_decay --lr_scheduler_kwargs '{"num_decay_step": 1}'
 expect "scheduler kwargs not JSON" "not valid JSON" -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o16" "${base[@]}" --lr_scheduler_type cosine --lr_scheduler_kwargs 'num_cycles=1'
 expect "cosine_with_min_lr without a minimum" "needs min_lr or min_lr_rate" -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o16" "${base[@]}" --lr_scheduler_type cosine_with_min_lr
+# Kernel levels and the MFU peak (docs/kernels.md#dispatch, docs/observability.md#mfu).
+expect "unknown ZT_ISA" 'unknown ZT_ISA "avx9000"; choose auto or one of: ' -- env ZT_ISA=avx9000 "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o17" "${base[@]}"
+missing=$($PY - "$Z" <<'P'
+import subprocess, sys
+# A level this build knows but this CPU lacks, if any (an AVX2-only CPU lacks avx512).
+known = {"x86_64": ["avx512_bf16", "avx512", "avx2"], "aarch64": ["sve2", "sve", "neon"]}
+import platform
+for lvl in known.get(platform.machine(), []):
+    r = subprocess.run([sys.argv[1], "train", "--help"], env={"ZT_ISA": lvl}, capture_output=True, text=True)
+    if "does not have" in r.stderr:
+        print(lvl); break
+P
+)
+if [ -n "$missing" ]; then
+  expect "forced ISA the CPU lacks ($missing)" "ZT_ISA=$missing asks for instructions this CPU .* does not have" -- env ZT_ISA=$missing "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o17" "${base[@]}"
+else
+  echo "ok    forced ISA the CPU lacks: this CPU has every level this build knows"
+fi
+expect "--peak_gflops 0" "peak_gflops" -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o17" "${base[@]}" --peak_gflops 0
+expect "--peak_gflops negative" "peak_gflops" -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o17" "${base[@]}" --peak_gflops -5
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -1,19 +1,27 @@
-// attention_tiles.h: what the fp32 and bf16 flash-attention kernels share (attention.cpp,
+// attention_tiles-inl.h: what the fp32 and bf16 flash-attention kernels share (attention.cpp,
 // attention_bf16.cpp; the fp32 ones also with ring attention's unmasked blocks,
 // attention_block.cpp): the tile size, the first key a query tile may see, a masked row
 // maximum, the keys' transpose, the 4 x 64 multiply-add micro-kernel and the softmax /
-// backward tile steps. Internal to src/kernels.
-#pragma once
+// backward tile steps. Internal to src/kernels. A Highway "-inl" header: included by files
+// that foreach_target compiles once per target, it is compiled into each target's namespace
+// (the guard toggles per target), so every target gets its own vector width.
+#if defined(ZT_KERNELS_ATTENTION_TILES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ZT_KERNELS_ATTENTION_TILES_INL_H_
+#undef ZT_KERNELS_ATTENTION_TILES_INL_H_
+#else
+#define ZT_KERNELS_ATTENTION_TILES_INL_H_
+#endif
+#include <hwy/highway.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
 #include "kernels/fast_math.h"
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
-namespace zt::kernels::attn_tiles {
+HWY_BEFORE_NAMESPACE();
+namespace zt::kernels::HWY_NAMESPACE::attn_tiles {
+namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr int TILE = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -29,26 +37,17 @@ inline int tile_first_key(const int32_t* doc, int q0, int nq) {
 // max(init, s[j] for first <= j < valid), s a TILE-float row: vectorized by hand, because the
 // compiler leaves a float max-reduction scalar (NaN ordering) even under omp simd.
 inline float row_max(const float* s, int first, int valid, float init) {
-#if defined(__AVX512F__)
-  __m512 mx = _mm512_set1_ps(init);
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (int c = 0; c < TILE; c += 16) {
-    const __m512i j = _mm512_add_epi32(lane, _mm512_set1_epi32(c));
-    const __mmask16 in =
-        _mm512_cmpge_epi32_mask(j, _mm512_set1_epi32(first)) & _mm512_cmplt_epi32_mask(j, _mm512_set1_epi32(valid));
-    mx = _mm512_mask_max_ps(mx, in, mx, _mm512_loadu_ps(s + c));
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int N = int(hn::Lanes(d));
+  auto mx = hn::Set(d, init);
+  const auto lo = hn::Set(di, first), hi = hn::Set(di, valid);
+  for (int c = 0; c < TILE; c += N) {
+    const auto j = hn::Iota(di, c);
+    const auto in = hn::RebindMask(d, hn::AndNot(j < lo, j < hi));
+    mx = hn::IfThenElse(in, hn::Max(mx, hn::LoadU(d, s + c)), mx);
   }
-  // The horizontal max by hand: GCC 12's _mm512_reduce_max_ps trips -Wmaybe-uninitialized.
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, mx);
-  float r = lanes[0];
-  for (int k = 1; k < 16; ++k) r = std::max(r, lanes[k]);
-  return r;
-#else
-  float mx = init;
-  for (int j = first; j < valid; ++j) mx = std::max(mx, s[j]);
-  return mx;
-#endif
+  return hn::GetLane(hn::MaxOfLanes(d, mx));
 }
 
 // dst (HS, ld) = src rows (n, HS) transposed, zero-padded to columns [n, ld): a head's keys
@@ -69,32 +68,39 @@ inline void transpose_rows(float* dst, int64_t ld, const float* src, int64_t str
 
 // The one micro-kernel behind every product of a tile: four accumulator rows of 64 floats
 // (acc + k * astride, k < 4) get sum_j w[k * wk + j * wj] * x[j * xs + c] over j < n,
-// added to them (accumulate) or written (not). Sixteen AVX-512 accumulators stay in
-// registers while each 64-float row of x is loaded once for four multiply-adds; written
-// with intrinsics because the compiler spilled the same loop written over arrays. Every
-// element sums over j in order, like the portable form below.
+// added to them (accumulate) or written (not). Four rows x V vectors of accumulators stay in
+// registers while each vector of x is loaded once for four multiply-adds: V = 4 where the
+// register file has 32 vectors (AVX-512: the whole 64 columns in one pass; NEON), V = 2 on
+// AVX2's 16 (a pass per 16 columns). Written with Highway ops because the compiler spilled
+// the same loop written over arrays. Every element sums over j in order, like the scalable
+// targets' (SVE: sizeless vectors cannot form arrays) portable form below.
 inline void fma4x64(float* acc, int64_t astride, bool accumulate, const float* w, int64_t wk, int64_t wj,
                     const float* x, int64_t xs, int n) {
-#if defined(__AVX512F__)
-  __m512 r[4][4];
-  for (int k = 0; k < 4; ++k)
-    for (int c = 0; c < 4; ++c)
-      r[k][c] = accumulate ? _mm512_loadu_ps(acc + k * astride + 16 * c) : _mm512_setzero_ps();
-  for (int j = 0; j < n; ++j) {
-    const float* xj = x + j * xs;
-    const __m512 x0 = _mm512_loadu_ps(xj), x1 = _mm512_loadu_ps(xj + 16), x2 = _mm512_loadu_ps(xj + 32),
-                 x3 = _mm512_loadu_ps(xj + 48);
-    const float* wjp = w + j * wj;
-    for (int k = 0; k < 4; ++k) {
-      const __m512 b = _mm512_set1_ps(wjp[k * wk]);
-      r[k][0] = _mm512_fmadd_ps(b, x0, r[k][0]);
-      r[k][1] = _mm512_fmadd_ps(b, x1, r[k][1]);
-      r[k][2] = _mm512_fmadd_ps(b, x2, r[k][2]);
-      r[k][3] = _mm512_fmadd_ps(b, x3, r[k][3]);
+#if !HWY_HAVE_SCALABLE
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  constexpr int N = int(hn::MaxLanes(d));
+  constexpr int kVecs = HWY_ARCH_X86 && HWY_TARGET >= HWY_AVX2 ? 2 : 4;
+  constexpr int kCols = kVecs * N < TILE ? kVecs * N : TILE;
+  constexpr int kUse = kCols / N;
+  for (int c0 = 0; c0 < TILE; c0 += kCols) {
+    V r[4][kUse];
+    for (int k = 0; k < 4; ++k)
+      for (int c = 0; c < kUse; ++c)
+        r[k][c] = accumulate ? hn::LoadU(d, acc + k * astride + c0 + c * N) : hn::Zero(d);
+    for (int j = 0; j < n; ++j) {
+      const float* xj = x + j * xs + c0;
+      V xv[kUse];
+      for (int c = 0; c < kUse; ++c) xv[c] = hn::LoadU(d, xj + c * N);
+      const float* wjp = w + j * wj;
+      for (int k = 0; k < 4; ++k) {
+        const V b = hn::Set(d, wjp[k * wk]);
+        for (int c = 0; c < kUse; ++c) r[k][c] = hn::MulAdd(b, xv[c], r[k][c]);
+      }
     }
+    for (int k = 0; k < 4; ++k)
+      for (int c = 0; c < kUse; ++c) hn::StoreU(r[k][c], d, acc + k * astride + c0 + c * N);
   }
-  for (int k = 0; k < 4; ++k)
-    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(acc + k * astride + 16 * c, r[k][c]);
 #else
   for (int k = 0; k < 4; ++k) {
     float r[64];
@@ -200,4 +206,7 @@ inline void backward_tile(float* p, float* ds, int nq, int q0, int k0, int nk, c
   }
 }
 
-}  // namespace zt::kernels::attn_tiles
+}  // namespace zt::kernels::HWY_NAMESPACE::attn_tiles
+HWY_AFTER_NAMESPACE();
+
+#endif  // ZT_KERNELS_ATTENTION_TILES_INL_H_

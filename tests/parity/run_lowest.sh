@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# run_lowest.sh: the PyTorch parity tier again with the kernels and oneDNN held at the lowest
+# level this build runs on (x86: ZT_ISA=avx2 + ONEDNN_MAX_CPU_ISA=AVX2), so a machine with
+# AVX-512 also proves the AVX2 path end to end (docs/testing.md). On a machine whose best level
+# is the lowest, parity_torch has already run exactly this path, and so this says so and passes.
+# usage: run_lowest.sh path/to/ztrain
+set -euo pipefail
+Z=$1
+read -r best lowest < <("$Z" info --json | /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print(j["kernel_isas_available"][0], j["kernel_isas_available"][-1])')
+if [ "$best" = "$lowest" ]; then
+  echo "the best kernel level here is the lowest ($lowest): parity_torch ran it; 1 passed, 0 failed"
+  exit 0
+fi
+echo "parity at the lowest kernel level: ZT_ISA=$lowest (best here: $best)"
+export ZT_ISA=$lowest
+[ "$lowest" = avx2 ] && export ONEDNN_MAX_CPU_ISA=AVX2
+exec /usr/bin/python3 "$(dirname "$0")/run_parity.py" --ztrain "$Z"
