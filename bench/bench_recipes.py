@@ -9,7 +9,7 @@ oneDNN's bf16 matmul for bf16), the step time relative to the same precision wit
 recomputation, the planned activation bytes (the arena plus what recomputation adds to the
 temporaries; from `estimate-memory`) relative to none, peak RSS, and `estimate-memory`'s
 total with the ratio measured / estimated. The PyTorch 1.13 peer runs fp32 and bf16 autocast
-on the same shapes (OPENBLAS_CORETYPE=SkylakeX), and the speed checks of issue 10 are printed
+on the same shapes (OpenBLAS at the CPU's best core type, bench_train.best_coretype), and the speed checks of issue 10 are printed
 at the end: bf16 MFU >= 70% of the bf16 peak and bf16 >= 1.4x ztrain's fp32 tokens/s.
 
 usage: bench/bench_recipes.py [--build build] [--steps 5] [--threads 2] [--only gpt2] [--no_torch]
@@ -123,7 +123,7 @@ def main():
                           f"{r['peak_rss_mib']:>9.0f}{r['estimate_mib']:>9.0f}{r['rss_vs_estimate']:>8.3f}", flush=True)
         if not a.no_torch:
             for label, extra in (("torch fp32", []), ("torch bf16 autocast", ["--autocast", "bf16"])):
-                env = {**os.environ, "OPENBLAS_CORETYPE": "SkylakeX", "OMP_NUM_THREADS": str(a.threads)}
+                env = {**os.environ, "OPENBLAS_CORETYPE": bench_train.best_coretype(), "OMP_NUM_THREADS": str(a.threads)}
                 cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_peer.py"), "--config", cfg, "--B", str(B),
                        "--T", str(T), "--steps", "3", "--warmup", "1", "--threads", str(a.threads)] + extra
                 t = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,

@@ -17,6 +17,7 @@
 static const char* kLib_ = "onednn";
 static const char* kLib = kLib_;
 static bool g_bf16 = false;
+static bool g_widened = false;  // bf16 without a oneDNN bf16 matmul (see bf16_matmul)
 // bf16 operands made once per shape (from the fp32 test values) and reused.
 static void bf16_matmul(bool ta, bool tb, long m, long n, long k, const float* a, const float* b, float* c) {
   using dt = dnnl::memory::data_type;
@@ -40,10 +41,35 @@ static void bf16_matmul(bool ta, bool tb, long m, long n, long k, const float* a
   if (key[0] != m || key[1] != n || key[2] != k || key[3] != ta || key[4] != tb) {
     to16(a, size_t(m) * k, a16);
     to16(b, size_t(k) * n, b16);
-    mm = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), eng));
-    am = dnnl::memory(ad, eng, a16.data());
-    bm = dnnl::memory(bd, eng, b16.data());
+    try {
+      mm = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), eng));
+    } catch (const dnnl::error&) {
+      // No bf16 matmul on this CPU (AVX2): time what ztrain does there instead, widening both
+      // operands to fp32 on every call and running sgemm (kernels/gemm.cpp).
+      if (!g_widened) std::fprintf(stderr, "gemm_libs: oneDNN has no bf16 matmul here; timing widened sgemm\n");
+      g_widened = true;
+    }
+    if (!g_widened) {
+      am = dnnl::memory(ad, eng, a16.data());
+      bm = dnnl::memory(bd, eng, b16.data());
+    }
     key[0] = m, key[1] = n, key[2] = k, key[3] = ta, key[4] = tb;
+  }
+  if (g_widened) {
+    static std::vector<float> a32, b32;
+    auto widen = [](const std::vector<uint16_t>& x, std::vector<float>& out) {
+      out.resize(x.size());
+#pragma omp parallel for simd
+      for (size_t i = 0; i < x.size(); ++i) {
+        const uint32_t u = uint32_t(x[i]) << 16;
+        std::memcpy(&out[i], &u, 4);
+      }
+    };
+    widen(a16, a32);
+    widen(b16, b32);
+    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.f, a32.data(), ta ? m : k, b32.data(), tb ? k : n, 0.f, c,
+               n);
+    return;
   }
   dnnl::memory cm(cd, eng, c);
   mm.execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});

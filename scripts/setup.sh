@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh [EXTRA_PACKAGES...]: installs ztrain's Debian build dependencies (only those
 # missing) plus any extra packages named (the test command adds the PyTorch oracle), and
-# builds it. Used by both README commands; safe to run again. ZT_BUILD_DIR picks the build folder.
+# builds it. Used by both README commands; safe to run again. ZT_BUILD_DIR picks the build folder;
+# ZT_BUILD_TARGETS names the targets to build (default: all; the quickstart builds ztrain only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # libpcre2-dev, libutf8proc-dev, pkg-config: tokenizer regexes and Unicode normalization (docs/tokenizers.md);
@@ -23,5 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 build=${ZT_BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${ZT_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build" -j"$(nproc)" 2>&1 | grep -E "error|warning: " || true
+targets=()
+for t in ${ZT_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build" -j"$(nproc)" "${targets[@]}" 2>&1 | grep -E "error|warning: " || true
 test -x "$build/ztrain" || { echo "setup: build failed"; exit 1; }

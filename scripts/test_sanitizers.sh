@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 build=${ZT_ASAN_BUILD_DIR:-build-asan}
 start=$(date +%s)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -march=native" \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DZT_SANITIZE=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" 2>&1 | grep -E "error|warning: " || true
 test -x "$build/ztrain" && test -x "$build/zt_tests" || { echo "test_sanitizers: build failed"; exit 1; }
