@@ -11,7 +11,7 @@
 
 namespace zt::prof {
 namespace {
-std::mutex g_mu;
+std::mutex g_profile_mu;
 std::map<std::string, std::pair<double, long>>& table() {
   static std::map<std::string, std::pair<double, long>> t;
   return t;
@@ -27,7 +27,7 @@ bool enabled() {
 }
 
 void add(const char* name, double s) {
-  std::lock_guard<std::mutex> lk(g_mu);
+  std::lock_guard<std::mutex> lk(g_profile_mu);
   auto& e = table()[name];
   e.first += s;
   e.second += 1;

@@ -6,6 +6,11 @@
 
 namespace zt::prof {
 
+// Seconds from t to now on the steady clock.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 bool enabled();
 void add(const char* name, double seconds);
 // Prints the table of regions, sorted by time, to stderr.

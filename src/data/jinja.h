@@ -68,6 +68,11 @@ struct CallArgs {
   std::vector<Value> pos;
   std::vector<std::pair<std::string, Value>> kw;
   const Value* kwarg(const std::string& name) const;
+  // The argument at position pos, else the keyword `name` (null: positional only); null if absent.
+  const Value* at(size_t pos, const char* name) const {
+    if (pos < this->pos.size()) return &this->pos[pos];
+    return name ? kwarg(name) : nullptr;
+  }
 };
 
 // JSON (a JSONL record) to a template value: integers stay integers, other numbers floats.

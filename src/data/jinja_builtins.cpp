@@ -519,12 +519,8 @@ static Array py_split(const std::string& s, const Value* sep, int64_t maxsplit) 
   return out;
 }
 
-static const Value* arg(CallArgs& a, size_t pos, const char* name) {
-  if (pos < a.pos.size()) return &a.pos[pos];
-  return name ? a.kwarg(name) : nullptr;
-}
 static int64_t int_arg(CallArgs& a, size_t pos, const char* name, int64_t dflt) {
-  const Value* v = arg(a, pos, name);
+  const Value* v = a.at(pos, name);
   return v && v->kind != K::none ? as_int(*v) : dflt;
 }
 
@@ -532,15 +528,15 @@ static Value str_method(const std::string& s, const std::string& name) {
   auto bind = [&](auto fn) { return Value::function([s, fn](CallArgs& a) -> Value { return fn(s, a); }); };
   if (name == "strip" || name == "lstrip" || name == "rstrip")
     return bind([l = name != "rstrip", r = name != "lstrip"](const std::string& x, CallArgs& a) {
-      return Value::string(py_strip(x, arg(a, 0, "chars"), l, r));
+      return Value::string(py_strip(x, a.at(0, "chars"), l, r));
     });
   if (name == "split")
     return bind([](const std::string& x, CallArgs& a) {
-      return Value::array(py_split(x, arg(a, 0, "sep"), int_arg(a, 1, "maxsplit", -1)));
+      return Value::array(py_split(x, a.at(0, "sep"), int_arg(a, 1, "maxsplit", -1)));
     });
   if (name == "startswith" || name == "endswith")
     return bind([start = name == "startswith"](const std::string& x, CallArgs& a) {
-      const Value* p = arg(a, 0, nullptr);
+      const Value* p = a.at(0, nullptr);
       if (!p) render_fail("startswith / endswith take a prefix");
       Array cands = p->kind == K::array ? *p->a : Array{*p};
       for (const Value& c : cands) {
@@ -560,13 +556,13 @@ static Value str_method(const std::string& s, const std::string& name) {
     }
   if (name == "replace")
     return bind([](const std::string& x, CallArgs& a) {
-      const Value *f = arg(a, 0, nullptr), *t = arg(a, 1, nullptr);
+      const Value *f = a.at(0, nullptr), *t = a.at(1, nullptr);
       if (!f || !t || f->kind != K::string || t->kind != K::string) render_fail("replace() takes two strings");
       return Value::string(py_replace(x, f->s, t->s, int_arg(a, 2, "count", -1)));
     });
   if (name == "find" || name == "count")
     return bind([find = name == "find"](const std::string& x, CallArgs& a) {
-      const Value* sub = arg(a, 0, nullptr);
+      const Value* sub = a.at(0, nullptr);
       if (!sub || sub->kind != K::string) render_fail("find() / count() take a string");
       if (find) {
         const size_t f = x.find(sub->s);
@@ -579,7 +575,7 @@ static Value str_method(const std::string& s, const std::string& name) {
     });
   if (name == "join")
     return bind([](const std::string& x, CallArgs& a) {
-      const Value* it = arg(a, 0, nullptr);
+      const Value* it = a.at(0, nullptr);
       std::string out;
       bool first = true;
       for (const Value& v : it ? iterate(*it) : Array{}) {
@@ -622,10 +618,10 @@ Value get_attr(const Value& obj, const std::string& name) {
         });
       if (name == "get")
         return Value::function([o](CallArgs& a) {
-          const Value* k = arg(a, 0, nullptr);
+          const Value* k = a.at(0, nullptr);
           const Value* hit = k && k->kind == K::string ? o->find(k->s) : nullptr;
           if (hit) return *hit;
-          const Value* d = arg(a, 1, "default");
+          const Value* d = a.at(1, "default");
           return d ? *d : Value::none();
         });
     }

@@ -16,12 +16,8 @@ using K = Value::Kind;
 
 namespace {
 
-const Value* arg(CallArgs& a, size_t pos, const char* name) {
-  if (pos < a.pos.size()) return &a.pos[pos];
-  return name ? a.kwarg(name) : nullptr;
-}
 bool bool_arg(CallArgs& a, size_t pos, const char* name, bool dflt) {
-  const Value* v = arg(a, pos, name);
+  const Value* v = a.at(pos, name);
   return v ? truthy(*v) : dflt;
 }
 std::string need_string(const Value& v, const char* filter) {
@@ -50,7 +46,7 @@ Array select_items(const Value& seq, CallArgs& a, bool by_attr, bool keep) {
   size_t first = 0;
   std::string attr;
   if (by_attr) {
-    const Value* at = arg(a, 0, nullptr);
+    const Value* at = a.at(0, nullptr);
     if (!at || at->kind != K::string) render_fail("selectattr / rejectattr need an attribute name");
     attr = at->s;
     first = 1;
@@ -74,7 +70,7 @@ Array select_items(const Value& seq, CallArgs& a, bool by_attr, bool keep) {
 Value sorted(const Value& seq, CallArgs& a) {
   Array items = iterate(seq);
   const bool reverse = bool_arg(a, 0, "reverse", false), case_sensitive = bool_arg(a, 1, "case_sensitive", false);
-  const Value* at = arg(a, 2, "attribute");
+  const Value* at = a.at(2, "attribute");
   auto key = [&](const Value& v) {
     Value k = at && at->kind == K::string ? attr_path(v, at->s) : v;
     if (!case_sensitive && k.kind == K::string) {
@@ -101,10 +97,10 @@ Value minmax(const Value& seq, bool want_max) {
 
 Value tojson(const Value& v, CallArgs& a) {
   const bool ensure_ascii = bool_arg(a, 0, "ensure_ascii", false);
-  const Value* ind = arg(a, 1, "indent");
+  const Value* ind = a.at(1, "indent");
   const int indent = ind && ind->kind != K::none ? int(ind->kind == K::integer ? ind->i : 0) : -1;
   std::string item_sep = indent >= 0 ? "," : ", ", key_sep = ": ";
-  if (const Value* sep = arg(a, 2, "separators"); sep && sep->kind == K::array && sep->a->size() == 2) {
+  if (const Value* sep = a.at(2, "separators"); sep && sep->kind == K::array && sep->a->size() == 2) {
     item_sep = to_str((*sep->a)[0]);
     key_sep = to_str((*sep->a)[1]);
   }
@@ -113,7 +109,7 @@ Value tojson(const Value& v, CallArgs& a) {
 
 Value indent_filter(const Value& v, CallArgs& a) {
   const std::string s = need_string(v, "indent");
-  const Value* w = arg(a, 0, "width");
+  const Value* w = a.at(0, "width");
   const std::string pad =
       w && w->kind == K::string ? w->s : std::string(size_t(w ? std::max<int64_t>(0, w->i) : 4), ' ');
   const bool first = bool_arg(a, 1, "first", false), blank = bool_arg(a, 2, "blank", false);
@@ -162,8 +158,8 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
     return f == "first" ? items.front() : items.back();
   }
   if (f == "join") {
-    const Value* sep = arg(a, 0, "d");
-    const Value* at = arg(a, 1, "attribute");
+    const Value* sep = a.at(0, "d");
+    const Value* at = a.at(1, "attribute");
     std::string out;
     bool first = true;
     for (const Value& x : iterate(v)) {
@@ -191,7 +187,7 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
     return items;
   }
   if (f == "default" || f == "d") {
-    const Value* d = arg(a, 0, "default_value");
+    const Value* d = a.at(0, "default_value");
     const bool boolean = bool_arg(a, 1, "boolean", false);
     if (!v.defined() || (boolean && !truthy(v))) return d ? *d : Value::string("");
     return v;
@@ -242,15 +238,15 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
   if (f == "sort") return sorted(v, a);
   if (f == "min" || f == "max") return minmax(v, f == "max");
   if (f == "sum") {
-    const Value* at = arg(a, 0, "attribute");
-    const Value* start = arg(a, 1, "start");
+    const Value* at = a.at(0, "attribute");
+    const Value* start = a.at(1, "start");
     Value total = start ? *start : Value::integer(0);
     for (const Value& x : iterate(v))
       total = binary_op("+", total, at && at->kind == K::string ? attr_path(x, at->s) : x);
     return total;
   }
   if (f == "int" || f == "float") {
-    const Value* d = arg(a, 0, "default");
+    const Value* d = a.at(0, "default");
     Value dflt = d ? *d : f == "int" ? Value::integer(0) : Value::number(0);
     if (v.kind == K::integer || v.kind == K::boolean)
       return f == "int" ? Value::integer(v.kind == K::boolean ? v.b : v.i) : Value::number(double(v.i));
@@ -276,8 +272,8 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
     render_fail(str_cat("bad operand type for abs(): '", type_name(v), "'"));
   }
   if (f == "round") {
-    const Value* p = arg(a, 0, "precision");
-    const Value* m = arg(a, 1, "method");
+    const Value* p = a.at(0, "precision");
+    const Value* m = a.at(1, "method");
     const int64_t prec = p && p->kind == K::integer ? p->i : 0;
     const std::string method = m && m->kind == K::string ? m->s : "common";
     const double scale = std::pow(10.0, double(prec)), x = (v.kind == K::integer ? double(v.i) : v.d) * scale;

@@ -21,8 +21,6 @@ struct Doc {
   int64_t index;       // document number, decides the split
 };
 
-bool is_jsonl(const fs::path& p) { return p.extension() == ".jsonl" || p.extension() == ".json"; }
-
 // Splits a large text after a lone newline (non-space before it, non-space after it): the
 // GPT-2 and tiktoken pre-tokenizers never join tokens across such a point, so pieces encode
 // to exactly the tokens of the whole. A longer whitespace run is not a safe point: GPT-2's
@@ -66,7 +64,7 @@ class Reader {
       }
       if (next_file_ >= files_.size()) return !out.empty();
       const fs::path& f = files_[next_file_++];
-      if (is_jsonl(f)) {
+      if (is_jsonl_corpus_file(f)) {
         jsonl_.open(f);
         ZT_CHECK(jsonl_.is_open(), "cannot open ", f.string());
         jsonl_name_ = f.string();

@@ -37,6 +37,10 @@ TokenizeStats tokenize_corpus(const Tokenizer& tok, const TokenizeConfig& cfg);
 // ending .txt, .text, .jsonl, .json; hidden files skipped). Also read by tokenizer-train.
 // Throws zt::Error on a missing input or when no file is found.
 std::vector<std::filesystem::path> list_corpus_files(const std::vector<std::string>& inputs);
+// True for a corpus file read as JSONL records (.jsonl or .json), false for plain text.
+inline bool is_jsonl_corpus_file(const std::filesystem::path& p) {
+  return p.extension() == ".jsonl" || p.extension() == ".json";
+}
 // The next line of a JSONL text corpus: false at its end; true with *text its record's string
 // `field`, or *blank set for a blank line. A line that is not JSON or lacks the field throws,
 // naming file and line.

@@ -179,8 +179,6 @@ LearnedBpe learn_bpe(const PieceCounts& counts, int max_tokens) {
 
 namespace {
 
-bool is_jsonl(const fs::path& p) { return p.extension() == ".jsonl" || p.extension() == ".json"; }
-
 // The last point of s where a cut cannot change the pieces (tokenize.cpp's safe_cut: just after
 // a newline with a non-space character on both sides), or 0 when there is none.
 size_t last_safe_cut(const std::string& s) {
@@ -236,7 +234,7 @@ class ChunkReader {
       if (next_file_ >= files_.size()) return !out.empty();
       const fs::path& f = files_[next_file_++];
       name_ = f.string();
-      if (is_jsonl(f)) {
+      if (is_jsonl_corpus_file(f)) {
         jsonl_.open(f);
         ZT_CHECK(jsonl_.is_open(), "cannot open ", name_);
         line_no_ = 0;

@@ -11,7 +11,6 @@ namespace zt::parallel {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 // Tags name the sending virtual stage and the kind, so each (link, kind) is one ordered stream.
 int tag_of(int sender_vs, bool grad) { return 2 * sender_vs + (grad ? 1 : 0); }
 }  // namespace
@@ -130,7 +129,7 @@ void PipelineExecutor::compute(const Action& a, const std::vector<PipelineMicroB
       std::memcpy(model_.residual(s, first).data, g.data, g.bytes());
     }
   }
-  st->compute_s += since(t0);
+  st->compute_s += prof::seconds_since(t0);
 }
 
 PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& mbs, float grad_scale,
@@ -183,7 +182,7 @@ PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& 
     }
   }
   ZT_ASSERT(recvs_.empty(), "pipeline: receives left over at the end of a step");
-  st.step_s = since(t0);
+  st.step_s = prof::seconds_since(t0);
   return st;
 }
 

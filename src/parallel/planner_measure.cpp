@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/profile.h"
 #include "kernels/gemm.h"
 #include "models/layout.h"
 #include "parallel/planner.h"
@@ -14,7 +15,6 @@ namespace zt::parallel {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Runs f on one thread until `seconds` have passed (at least twice after a warm-up call);
 // returns the calls per second.
@@ -29,7 +29,7 @@ double rate_one_thread(double seconds, F f) {
   while (calls < 2 || t < seconds) {
     f();
     ++calls;
-    t = since(t0);
+    t = prof::seconds_since(t0);
   }
   omp_set_num_threads(saved);
   return calls / t;

@@ -47,7 +47,7 @@ namespace {
 
 constexpr int64_t kAlign = 16;  // elements: 64-byte slices of fp32
 // Bytes of one element of the fp32 masters, gradients and moments this engine keeps.
-constexpr size_t kF32 = dtype_size(DType::f32);
+constexpr size_t kF32Bytes = dtype_size(DType::f32);
 constexpr size_t kMaxInflight = 2;
 constexpr size_t kPoolKeep = 2;
 
@@ -100,15 +100,15 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       if (o.initial_params)
         o.initial_params(begin, n, dst);
       else
-        std::memcpy(dst, P + begin, size_t(n) * kF32);
+        std::memcpy(dst, P + begin, size_t(n) * kF32Bytes);
     };
     if (stage_ <= 2) {
       for (auto& b : buckets_) {
-        full_p_.emplace_back(size_t(b.layout.padded) * kF32, MemCategory::parameters);
+        full_p_.emplace_back(size_t(b.layout.padded) * kF32Bytes, MemCategory::parameters);
         take(b.begin, b.end - b.begin, full_p_.back().as<float>());
       }
     } else {
-      pshard_ = Buffer(size_t(S_) * kF32, MemCategory::parameters);
+      pshard_ = Buffer(size_t(S_) * kF32Bytes, MemCategory::parameters);
       for (auto& b : buckets_) {
         Range r = b.layout.range(gr_);
         if (!r.empty()) take(b.begin + r.begin, r.size(), pshard_.as<float>() + b.shard_off);
@@ -116,9 +116,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     }
     o_.initial_params = nullptr;  // used up: what it captures (the caller's weight files) need not outlive this
     if (stage_ == 1)
-      for (auto& b : buckets_) full_g_.emplace_back(size_t(b.layout.padded) * kF32, MemCategory::gradients);
+      for (auto& b : buckets_) full_g_.emplace_back(size_t(b.layout.padded) * kF32Bytes, MemCategory::gradients);
     else
-      gshard_ = Buffer(size_t(S_) * kF32, MemCategory::gradients);
+      gshard_ = Buffer(size_t(S_) * kF32Bytes, MemCategory::gradients);
     opt_ = optim::make_optimizer(o.optim, o.optim_config, S_);
     set_state_pieces();
     // The update's pieces: this rank's slice of each tensor in its bucket (the buffers never
@@ -178,7 +178,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
         return std::any_of(inflight_.begin(), inflight_.end(), [&](const Pending& p) { return p.bucket == b; });
       };
       while (in_flight()) drain(inflight_.size() - 1);
-      gbuf_[b] = get(size_t(buckets_[b].layout.padded) * kF32);
+      gbuf_[b] = get(size_t(buckets_[b].layout.padded) * kF32Bytes);
       std::memset(gbuf_[b].data(), 0, gbuf_[b].bytes());
     }
     return TensorView::of(gbuf_[b].as<float>() + rel, shape);
@@ -265,27 +265,27 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const BucketInfo& k = buckets_[b];
       if (stage_ <= 2) {
-        std::memcpy(P + k.begin, full_p_[b].data(), size_t(k.end - k.begin) * kF32);
+        std::memcpy(P + k.begin, full_p_[b].data(), size_t(k.end - k.begin) * kF32Bytes);
         continue;
       }
-      Buffer buf = get(size_t(k.layout.padded) * kF32);
-      group_->all_gather(pshard_.as<float>() + k.shard_off, buf.data(), size_t(k.layout.shard) * kF32);
-      std::memcpy(P + k.begin, buf.data(), size_t(k.end - k.begin) * kF32);
+      Buffer buf = get(size_t(k.layout.padded) * kF32Bytes);
+      group_->all_gather(pshard_.as<float>() + k.shard_off, buf.data(), size_t(k.layout.shard) * kF32Bytes);
+      std::memcpy(P + k.begin, buf.data(), size_t(k.end - k.begin) * kF32Bytes);
       put(std::move(buf));
     }
     // Pipeline: every unit from the stage that owns it.
     if (su_.active())
       for (size_t u = 0; u < units_.size(); ++u)
-        su_.stages->broadcast(P + units_[u].begin, size_t(units_[u].size()) * kF32, su_.owner[u]);
+        su_.stages->broadcast(P + units_[u].begin, size_t(units_[u].size()) * kF32Bytes, su_.owner[u]);
   }
   void sync_after_load() override {
     if (!su_.tied) return;
     // The tied embedding's shard (parameters and every optimizer slot): first stage -> last.
     const int b = tied_bucket_;
     const size_t n = size_t(buckets_[b].layout.shard);
-    su_.tied->broadcast(shard_param(b), n * kF32, 0);
+    su_.tied->broadcast(shard_param(b), n * kF32Bytes, 0);
     for (size_t i = 0; i < opt_->slot_names().size(); ++i)
-      su_.tied->broadcast(opt_->slot(i) + buckets_[b].shard_off, n * kF32, 0);
+      su_.tied->broadcast(opt_->slot(i) + buckets_[b].shard_off, n * kF32Bytes, 0);
     gather_params();
   }
   optim::Optimizer& optimizer() override { return *opt_; }
@@ -311,19 +311,19 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
                     : dist::bus_bytes(Collective::reduce_scatter, double(l.padded) * dtype_size(o_.comm_dtype), G_);
       const double g = stage_ == 3 && o_.quantized_weights
                            ? dist::bus_bytes(Collective::all_gather, double(G_) * quant_packed_bytes(l.shard), G_)
-                           : dist::bus_bytes(Collective::all_gather, double(l.padded) * kF32, G_);
+                           : dist::bus_bytes(Collective::all_gather, double(l.padded) * kF32Bytes, G_);
       // Stage 3: per micro-batch by the model's pass, or (pipeline) per step by the schedule.
       gather += g * (stage_ != 3    ? 1
                      : su_.active() ? gathers_per_step(int(b)) / double(acc)
                                     : gathers_per_pass(int(b)));
-      if (replica_) cross += dist::bus_bytes(Collective::all_reduce, double(l.shard) * kF32, replica_->size());
+      if (replica_) cross += dist::bus_bytes(Collective::all_reduce, double(l.shard) * kF32Bytes, replica_->size());
     }
     if (stage_ == 1) return reduce + gather + cross;
     if (stage_ == 2) return acc * reduce + gather + cross;
     return acc * (reduce + gather) + cross;
   }
   double paper_bus_bytes(int acc) const override {
-    const double psi = double(kF32) * double(held_params()), f = double(N_ - 1) / N_;
+    const double psi = double(kF32Bytes) * double(held_params()), f = double(N_ - 1) / N_;
     if (stage_ == 1) return 2 * f * psi;
     if (stage_ == 2) return (acc + 1) * f * psi;
     return 3 * acc * f * psi;
@@ -350,7 +350,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     std::vector<dist::Request> rs;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const int64_t sh = buckets_[b].layout.shard;
-      rs.push_back(group_->iall_gather(shard_param(b), full_p_[b].data(), size_t(sh) * kF32));
+      rs.push_back(group_->iall_gather(shard_param(b), full_p_[b].data(), size_t(sh) * kF32Bytes));
     }
     for (auto& r : rs) r.wait();
   }
@@ -487,7 +487,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       float* dst = shard_grad(b);
       if (o_.quantized_gradients) {
         const size_t qb = quant_packed_bytes(l.shard);
-        if (stage_ == 1) std::memset(dst, 0, size_t(l.shard) * kF32);  // in place: replace, not add
+        if (stage_ == 1) std::memset(dst, 0, size_t(l.shard) * kF32Bytes);  // in place: replace, not add
         for (int j = 0; j < G_; ++j) dequantize_int8_add_packed(dst, p.qout.as<char>() + j * qb, l.shard);
         put(std::move(p.qin));
         put(std::move(p.qout));
@@ -523,7 +523,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   void start_gather(int u) {
     const BucketInfo& k = buckets_[bucket_of_[u]];
     Gather g;
-    g.buf = get(size_t(k.layout.padded) * kF32);
+    g.buf = get(size_t(k.layout.padded) * kF32Bytes);
     const float* mine = pshard_.as<float>() + k.shard_off;
     if (o_.quantized_weights) {
       const size_t qb = quant_packed_bytes(k.layout.shard);
@@ -532,7 +532,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       quantize_int8_packed(g.qin.data(), mine, k.layout.shard);
       g.req = group_->iall_gather(g.qin.data(), g.qout.data(), qb);
     } else {
-      g.req = group_->iall_gather(mine, g.buf.data(), size_t(k.layout.shard) * kF32);
+      g.req = group_->iall_gather(mine, g.buf.data(), size_t(k.layout.shard) * kF32Bytes);
     }
     gathers_.emplace(u, std::move(g));
   }
