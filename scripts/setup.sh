@@ -11,7 +11,12 @@ cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin pkg-config
       libpcre2-dev libutf8proc-dev libxxhash-dev libhwy-dev "$@")
 missing=()
-for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+# The native architecture named too: with a foreign one (arm64 for tests/cross) installed beside it,
+# a bare name is ambiguous to dpkg.
+arch=$(dpkg --print-architecture)
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || dpkg -s "$p:$arch" >/dev/null 2>&1 || missing+=("$p")
+done
 # Node.js and npm often come preinstalled from outside Debian (NodeSource, npm 11); asking apt
 # for Debian's npm then conflicts with that nodejs. Install them only when the commands are absent.
 command -v node >/dev/null 2>&1 || missing+=(nodejs)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # aarch64.sh [--install]: proves the aarch64 build without ARM hardware (docs/kernels.md#aarch64).
 # Cross-compiles ztrain and its unit tests with Debian's g++-aarch64-linux-gnu against the :arm64
-# multiarch -dev packages (oneDNN, Highway, GoogleTest, PCRE2, utf8proc, xxHash; without MPI:
-# Debian's OpenMPI -dev cannot be installed for two architectures at once), then runs under
+# multiarch -dev packages (Highway, GoogleTest, PCRE2, utf8proc, xxHash; oneDNN's -dev package
+# cannot be installed beside the amd64 one (dnnl_config.h differs), so its arm64 headers are
+# unpacked into .cache/arm64-sysroot; without MPI: Debian's OpenMPI -dev cannot be installed for
+# two architectures at once either), then runs under
 # qemu-aarch64-static the tests that need no PyTorch:
 #   - the kernel tests at every Highway target qemu offers (NEON, SVE, SVE2 ... as emulated),
 #   - the model tests: gradients against finite differences, the KV decoder against the full
@@ -12,8 +14,9 @@
 # Not part of ctest: a cross build of everything takes longer than CI should spend on it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-need=(g++-aarch64-linux-gnu qemu-user-static libc6:arm64 libdnnl-dev:arm64 libhwy-dev:arm64 libgtest-dev:arm64
+need=(g++-aarch64-linux-gnu qemu-user-static libc6:arm64 libdnnl2:arm64 libhwy-dev:arm64 libgtest-dev:arm64
       libpcre2-dev:arm64 libutf8proc-dev:arm64 libxxhash-dev:arm64 libgomp1:arm64)
+sysroot=$PWD/.cache/arm64-sysroot
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -25,9 +28,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+if [ ! -f "$sysroot/usr/include/oneapi/dnnl/dnnl_config.h" ]; then
+  if [ "${1:-}" != --install ]; then
+    echo "aarch64.sh: skipped: no arm64 oneDNN headers in $sysroot (run with --install)"
+    exit 77
+  fi
+  rm -rf "$sysroot.tmp" && mkdir -p "$sysroot.tmp"
+  (cd "$sysroot.tmp" && apt-get download libdnnl-dev:arm64 >/dev/null && dpkg -x libdnnl-dev_*_arm64.deb . && rm -f ./*.deb)
+  rm -rf "$sysroot" && mv "$sysroot.tmp" "$sysroot"
+fi
 build=${ZT_CROSS_BUILD_DIR:-build-aarch64}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DZT_WITH_MPI=OFF \
-  -DCMAKE_TOOLCHAIN_FILE="$PWD/tests/cross/aarch64-toolchain.cmake" >/dev/null
+  -DCMAKE_TOOLCHAIN_FILE="$PWD/tests/cross/aarch64-toolchain.cmake" -DCMAKE_CXX_FLAGS="-isystem $sysroot/usr/include" \
+  -DDNNL_LIB=/usr/lib/aarch64-linux-gnu/libdnnl.so.2 >/dev/null
 cmake --build "$build" -j"$(nproc)" --target zt_tests ztrain 2>&1 | grep -E "error|warning: " || true
 test -x "$build/ztrain" || { echo "aarch64.sh: cross build failed"; exit 1; }
 file "$build/ztrain" | grep -q aarch64 || { echo "aarch64.sh: $build/ztrain is not an aarch64 binary"; exit 1; }
