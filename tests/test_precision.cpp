@@ -70,10 +70,10 @@ TEST(Convert, MatchesScalarReferencesIncludingEdges) {
 // The bf16 GEMM multiplies bf16 values exactly and accumulates in fp32: against the naive
 // GEMM in double on the same rounded inputs it differs only by fp32 summation error. Both paths
 // on every machine: oneDNN's bf16 matmul where it has one, and the widened fp32 path (also
-// with B cut into panels of 5 columns).
+// with k cut into panels of 7).
 TEST(Gemm, Bf16MatchesReferenceOnRoundedInputs) {
   const int64_t m = 37, n = 53, k = 70;
-  for (int64_t widened_panel : {int64_t(-1), int64_t(0), int64_t(5 * 70)})
+  for (int64_t widened_panel : {int64_t(-1), int64_t(0), int64_t(7 * (37 + 53))})
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb)
       for (float beta : {0.f, 1.f}) {

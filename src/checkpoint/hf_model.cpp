@@ -19,15 +19,9 @@
 namespace zt {
 namespace fs = std::filesystem;
 
-namespace {
-
-bool is_file(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec);
-}
-
-// The weight files of a folder, opened, and where each tensor lives.
-struct WeightSet {
+// The weight files of a folder, opened, and where each tensor lives. Outside the anonymous
+// namespace because HfWeights::Impl holds one (a unity build would warn, -Wsubobject-linkage).
+struct HfWeightSet {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::map<std::string, const SafetensorsFile*> where;  // sharded: tensor -> file; empty: one file
   std::string source;                                   // for messages
@@ -37,6 +31,14 @@ struct WeightSet {
     return it == where.end() ? nullptr : it->second->find(name);
   }
 };
+
+namespace {
+using WeightSet = HfWeightSet;
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
 
 WeightSet open_index(const fs::path& dir) {
   const fs::path index = dir / kHfWeightsIndex;

@@ -44,7 +44,7 @@ inline float row_max(const float* s, int first, int valid, float init) {
   const auto lo = hn::Set(di, first), hi = hn::Set(di, valid);
   for (int c = 0; c < TILE; c += N) {
     const auto j = hn::Iota(di, c);
-    const auto in = hn::RebindMask(d, hn::AndNot(j < lo, j < hi));
+    const auto in = hn::RebindMask(d, hn::AndNot(hn::Lt(j, lo), hn::Lt(j, hi)));
     mx = hn::IfThenElse(in, hn::Max(mx, hn::LoadU(d, s + c)), mx);
   }
   return hn::GetLane(hn::MaxOfLanes(d, mx));

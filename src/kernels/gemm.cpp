@@ -69,7 +69,7 @@ namespace {
 // Test hooks (gemm_bf16_force_widened): the widened path even where oneDNN has bf16 matmul,
 // and the panel size.
 std::atomic<bool> g_force_widened{false};
-std::atomic<int64_t> g_panel_floats{int64_t(2) << 20};  // 8 MiB of B at a time
+std::atomic<int64_t> g_panel_floats{int64_t(4) << 20};  // 16 MiB of A and B slices at a time
 
 // Widens rows [r0, r0 + nr) of a row-major bf16 matrix (cols columns, leading dimension ld)
 // into dst (nr, cols), dense.
@@ -77,36 +77,43 @@ void widen_rows(float* dst, const uint16_t* src, int64_t ld, int64_t r0, int64_t
   for (int64_t r = 0; r < nr; ++r) from_lowp(DType::bf16, dst + r * cols, src + (r0 + r) * ld, cols);
 }
 
-// C = alpha op(A) op(B) + beta C for bf16 A and B on fp32 arithmetic: A widened whole, B in
-// panels of output columns (at most 8 MiB of scratch), so a (V, C) LM-head
-// weight never exists in fp32 at once. Scratch is kept between calls (under the cache's lock).
+// C = alpha op(A) op(B) + beta C for bf16 A and B on fp32 arithmetic, in panels of the reduction
+// dimension k: each panel's slices of A and B are widened once into scratch of at most
+// panel_floats floats together, multiplied and summed into C (beta on the first panel only). Every
+// element is widened exactly once and the scratch stays small even for the LM head's (V, C)
+// weight or (tokens, V) logits' gradient. Scratch is kept between calls (under the cache's lock).
 void gemm_bf16_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
                        std::vector<float>& sa, std::vector<float>& sb) {
-  const int64_t panel_floats = g_panel_floats;
-  // A as stored: (m, k) rows, or (k, m) rows when transposed.
-  const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
-  sa.resize(size_t(a_rows * a_cols));
-  widen_rows(sa.data(), a, lda, 0, a_rows, a_cols);
-  const int64_t nb = std::max<int64_t>(1, std::min<int64_t>(n, panel_floats / std::max<int64_t>(k, 1)));
-  for (int64_t j0 = 0; j0 < n; j0 += nb) {
-    const int64_t w = std::min(nb, n - j0);
-    if (trans_b) {  // B stored (n, k): the panel is rows j0..j0+w, dense (w, k)
-      sb.resize(size_t(w * k));
-      widen_rows(sb.data(), b, ldb, j0, w, k);
-      gemm(trans_a, true, m, w, k, alpha, sa.data(), a_cols, sb.data(), k, beta, c + j0, ldc);
-    } else {  // B stored (k, n): the panel is columns j0..j0+w of every row, dense (k, w)
-      sb.resize(size_t(k * w));
-      for (int64_t r = 0; r < k; ++r) from_lowp(DType::bf16, sb.data() + r * w, b + r * ldb + j0, w);
-      gemm(trans_a, false, m, w, k, alpha, sa.data(), a_cols, sb.data(), w, beta, c + j0, ldc);
-    }
+  if (k == 0) {  // an empty sum: C = beta C
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
+    return;
+  }
+  const int64_t kb = std::max<int64_t>(1, std::min<int64_t>(k, g_panel_floats / std::max<int64_t>(m + n, 1)));
+  sa.resize(size_t(m * kb));
+  sb.resize(size_t(kb * n));
+  for (int64_t p0 = 0; p0 < k; p0 += kb) {
+    const int64_t w = std::min(kb, k - p0);
+    // A panel: (m, w) dense, or (w, m) when A is stored transposed (k, m).
+    if (trans_a)
+      widen_rows(sa.data(), a + p0 * lda, lda, 0, w, m);
+    else
+      for (int64_t i = 0; i < m; ++i) from_lowp(DType::bf16, sa.data() + i * w, a + i * lda + p0, w);
+    // B panel: (w, n) dense, or (n, w) when B is stored transposed (n, k).
+    if (trans_b)
+      for (int64_t j = 0; j < n; ++j) from_lowp(DType::bf16, sb.data() + j * w, b + j * ldb + p0, w);
+    else
+      widen_rows(sb.data(), b + p0 * ldb, ldb, 0, w, n);
+    gemm(trans_a, trans_b, m, n, w, alpha, sa.data(), trans_a ? m : w, sb.data(), trans_b ? w : n,
+         p0 == 0 ? beta : 1.f, c, ldc);
   }
 }
 }  // namespace
 
 void gemm_bf16_force_widened(bool on, int64_t panel_floats) {
   g_force_widened = on;
-  g_panel_floats = panel_floats > 0 ? panel_floats : int64_t(2) << 20;
+  g_panel_floats = panel_floats > 0 ? panel_floats : int64_t(4) << 20;
 }
 
 void gemm_typed(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,

@@ -17,12 +17,13 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 // chosen over kernels of our own by measurement on the model's shapes (docs/kernels.md).
 // Primitives are cached per shape, layout, alpha and beta (a training step reuses a handful of
 // shapes). Where oneDNN has no bf16 matmul (AVX2, aarch64) the bf16 operands are widened to
-// fp32 (B in panels of at most 8 MiB) and multiplied by sgemm: the same exact products.
+// fp32 in panels of the reduction dimension (at most 16 MiB of scratch) and multiplied by sgemm:
+// the same exact products, fp32 sums.
 void gemm_typed(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
                 int64_t lda, const void* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // Tests: send bf16 products through the widened path even where oneDNN has a bf16 matmul, with
-// B's panels at most panel_floats floats (0 = the default); on = false restores both.
+// panels of at most panel_floats floats of A and B slices (0 = the default); on = false restores both.
 void gemm_bf16_force_widened(bool on, int64_t panel_floats = 0);
 
 template <class T>

@@ -49,7 +49,8 @@ echo "kernel levels under qemu: $(run "$build/ztrain" info --json)"
 # The unit tests that need neither PyTorch nor MPI nor the npm fixtures (those skip themselves).
 filter='Isa*:LayerNorm*:RmsNorm*:Gelu*:SwiGlu*:Rope*:Embedding*:Bias*:Add*:Attention*:LmHead*:AdamW*:Clipping*'
 filter+=':Schedule*:Convert*:Gemm*:Recompute*:ModelTest*:HfSizes*:CheckpointTest*:Config*:Safetensors*:Tensor*:Tokenizer*'
-OMP_NUM_THREADS=2 run "$build/zt_tests" --gtest_filter="$filter" --gtest_brief=1
+# One thread: under qemu-user OpenMP barriers between emulated threads crawl (minutes per test).
+OMP_NUM_THREADS=1 run "$build/zt_tests" --gtest_filter="$filter" --gtest_brief=1
 # A short training run: the same losses as this machine's (x86) build within 1e-4 relative.
 x86=${ZT_BUILD_DIR:-build}/ztrain
 [ -x "$x86" ] || { echo "aarch64.sh: $x86 missing: build the x86 ztrain first (scripts/setup.sh)"; exit 1; }
@@ -58,8 +59,8 @@ w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
 args=(train --model_config_path tests/fixtures/configs/tiny-llama-gqa-4l.json --train_file "$w/tok.bin"
       --per_device_train_batch_size 4 --model_max_length 64 --max_steps 12 --logging_steps 1 --learning_rate 3e-3
       --save_strategy no --peak_gflops 1 --seed 7 --overwrite_output_dir)
-OMP_NUM_THREADS=2 "$x86" "${args[@]}" --output_dir "$w/x86" >/dev/null
-OMP_NUM_THREADS=2 run "$build/ztrain" "${args[@]}" --output_dir "$w/arm" >/dev/null
+OMP_NUM_THREADS=1 "$x86" "${args[@]}" --output_dir "$w/x86" >/dev/null
+OMP_NUM_THREADS=1 run "$build/ztrain" "${args[@]}" --output_dir "$w/arm" >/dev/null
 /usr/bin/python3 - "$w" <<'P'
 import json, sys
 w = sys.argv[1]
