@@ -149,8 +149,11 @@ std::string isa_current() {
 
 bool isa_bf16_dot() {
   State& s = state();
-  if (s.current.empty()) isa_current();
-  return s.bf16_dot;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    init_locked(s);
+  }
+  return s.bf16_dot;  // atomic: read on every bf16 attention call without the lock
 }
 
 std::string gemm_isa() {
@@ -185,16 +188,16 @@ bool gemm_has_bf16() {
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
-  std::string line;
+  auto trim = [](const std::string& t) {
+    const auto b = t.find_first_not_of(" \t"), e = t.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+  };
   // x86: "model name"; aarch64 kernels print no model name, so fall back to the part number.
-  std::string part;
+  std::string line, part;
   while (std::getline(in, line)) {
     const auto colon = line.find(':');
     if (colon == std::string::npos) continue;
-    std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
-    std::string val = line.substr(line.find_first_not_of(" \t", colon + 1) == std::string::npos
-                                      ? line.size()
-                                      : line.find_first_not_of(" \t", colon + 1));
+    const std::string key = trim(line.substr(0, colon)), val = trim(line.substr(colon + 1));
     if (key == "model name" && !val.empty()) return val;
     if (key == "CPU part" && part.empty()) part = "arm part " + val;
   }
