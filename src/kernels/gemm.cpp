@@ -71,10 +71,12 @@ namespace {
 std::atomic<bool> g_force_widened{false};
 std::atomic<int64_t> g_panel_floats{int64_t(4) << 20};  // 16 MiB of A and B slices at a time
 
-// Widens rows [r0, r0 + nr) of a row-major bf16 matrix (cols columns, leading dimension ld)
-// into dst (nr, cols), dense.
-void widen_rows(float* dst, const uint16_t* src, int64_t ld, int64_t r0, int64_t nr, int64_t cols) {
-  for (int64_t r = 0; r < nr; ++r) from_lowp(DType::bf16, dst + r * cols, src + (r0 + r) * ld, cols);
+// Widens nr rows of `cols` bf16 values, row i at src + i * ld, into dst (nr, cols), dense: one
+// (parallel) conversion when the rows are contiguous, else rows spread over the threads.
+void widen_rows(float* dst, const uint16_t* src, int64_t ld, int64_t nr, int64_t cols) {
+  if (ld == cols) return from_lowp(DType::bf16, dst, src, nr * cols);
+#pragma omp parallel for schedule(static) if (nr * cols >= (int64_t(1) << 16))
+  for (int64_t r = 0; r < nr; ++r) from_lowp(DType::bf16, dst + r * cols, src + r * ld, cols);
 }
 
 // C = alpha op(A) op(B) + beta C for bf16 A and B on fp32 arithmetic, in panels of the reduction
@@ -95,16 +97,16 @@ void gemm_bf16_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
   sb.resize(size_t(kb * n));
   for (int64_t p0 = 0; p0 < k; p0 += kb) {
     const int64_t w = std::min(kb, k - p0);
-    // A panel: (m, w) dense, or (w, m) when A is stored transposed (k, m).
+    // The panel's slices, dense: A (w, m) when stored transposed (k, m), else (m, w); B (n, w)
+    // when stored transposed (n, k), else (w, n).
     if (trans_a)
-      widen_rows(sa.data(), a + p0 * lda, lda, 0, w, m);
+      widen_rows(sa.data(), a + p0 * lda, lda, w, m);
     else
-      for (int64_t i = 0; i < m; ++i) from_lowp(DType::bf16, sa.data() + i * w, a + i * lda + p0, w);
-    // B panel: (w, n) dense, or (n, w) when B is stored transposed (n, k).
+      widen_rows(sa.data(), a + p0, lda, m, w);
     if (trans_b)
-      for (int64_t j = 0; j < n; ++j) from_lowp(DType::bf16, sb.data() + j * w, b + j * ldb + p0, w);
+      widen_rows(sb.data(), b + p0, ldb, n, w);
     else
-      widen_rows(sb.data(), b + p0 * ldb, ldb, 0, w, n);
+      widen_rows(sb.data(), b + p0 * ldb, ldb, w, n);
     gemm(trans_a, trans_b, m, n, w, alpha, sa.data(), trans_a ? m : w, sb.data(), trans_b ? w : n,
          p0 == 0 ? beta : 1.f, c, ldc);
   }

@@ -148,12 +148,8 @@ std::string isa_current() {
 }
 
 bool isa_bf16_dot() {
-  State& s = state();
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    init_locked(s);
-  }
-  return s.bf16_dot;  // atomic: read on every bf16 attention call without the lock
+  [[maybe_unused]] static const bool initialised = (isa_current(), true);  // once, thread-safe
+  return state().bf16_dot;  // atomic: read on every bf16 attention call without the lock
 }
 
 std::string gemm_isa() {
