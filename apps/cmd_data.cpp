@@ -10,9 +10,9 @@
 #include "commands.h"
 #include "core/error.h"
 #include "data/tokenize.h"
-#include "data/tokenizer.h"
 #include "data/tokenizer_train.h"
 #include "flags.h"
+#include "text/tokenizer.h"
 
 namespace zt::app {
 namespace {

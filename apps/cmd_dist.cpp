@@ -22,8 +22,8 @@
 #include "flags.h"
 #include "models/config.h"
 #include "optim/optimizer.h"
-#include "parallel/memory_estimate.h"
-#include "parallel/memory_fit.h"
+#include "plan/memory_estimate.h"
+#include "plan/memory_fit.h"
 #include "train/precision.h"
 
 namespace zt::app {

@@ -14,12 +14,12 @@
 #include "core/error.h"
 #include "data/token_data.h"
 #include "data/tokenize.h"
-#include "data/tokenizer.h"
 #include "flags.h"
 #include "models/decoder.h"
 #include "models/sampling.h"
 #include "models/transformer.h"
-#include "parallel/memory_fit.h"
+#include "plan/memory_fit.h"
+#include "text/tokenizer.h"
 #include "train/evaluate.h"
 
 namespace zt::app {

@@ -13,7 +13,7 @@
 #include "core/memory.h"
 #include "flags.h"
 #include "models/config.h"
-#include "parallel/planner.h"
+#include "plan/planner.h"
 #include "train/auto_fit.h"
 
 namespace zt::app {

@@ -9,7 +9,7 @@
 #   usage: bench/bench_planner.sh [--calibrate] [BUILD_DIR] [STEPS] [K] [NPROC...]
 #   --calibrate: data parallel ZeRO-1 runs of `nproc` ranks (every core busy) and of twice that
 #   (oversubscribed) per model instead; prints the efficiency and the oversubscribed efficiency
-#   that make the planner's compute equal the measured step (kDefault* in parallel/planner.h).
+#   that make the planner's compute equal the measured step (kDefault* in plan/planner.h).
 # Environment: MODELS (default "gpt2-124m llama-124m"), GB (global batch, 8), T (256), ROUNDS (2),
 # PLAN_FLAGS (extra `ztrain plan` flags, e.g. --link_gbps 1.5 --gemm_gflops 150).
 set -euo pipefail

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "text/tokenizer.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {

@@ -1,11 +1,11 @@
-// fuzz_chat_template.cpp: libFuzzer target for the chat-template engine (src/data/jinja*.cpp)
-// and SFT record formatting (src/data/chat_format.cpp). The input is a template, a NUL byte,
+// fuzz_chat_template.cpp: libFuzzer target for the chat-template engine (src/text/jinja*.cpp)
+// and SFT record formatting (src/text/chat_format.cpp). The input is a template, a NUL byte,
 // then one JSONL record: the template is parsed, and when it parses the record is formatted
 // with it under every loss option (the way sft_tokenize does). Errors must be zt::Error with one
 // line; nothing may crash, hang or exhaust the stack.
-#include "data/chat_format.h"
-#include "data/jinja.h"
 #include "fuzz_util.h"
+#include "text/chat_format.h"
+#include "text/jinja.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string in(reinterpret_cast<const char*>(data), size);

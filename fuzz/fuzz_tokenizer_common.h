@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
 #include "fuzz_util.h"
+#include "text/tokenizer.h"
 
 namespace zt::fuzz {
 

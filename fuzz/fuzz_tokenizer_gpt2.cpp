@@ -1,5 +1,5 @@
 // fuzz_tokenizer_gpt2.cpp: libFuzzer target for the GPT-2 tokenizer files loader
-// (src/data/tokenizer.cpp: encoder.json + vocab.bpe). The input is encoder.json, a line
+// (src/text/tokenizer.cpp: encoder.json + vocab.bpe). The input is encoder.json, a line
 // "=====", then vocab.bpe; both are written into a folder loaded by Tokenizer::load. A loaded
 // tokenizer must encode sample text to ids that decode without error.
 #include "fuzz_tokenizer_common.h"

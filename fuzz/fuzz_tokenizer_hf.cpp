@@ -1,5 +1,5 @@
 // fuzz_tokenizer_hf.cpp: libFuzzer target for the Hugging Face tokenizer.json loader
-// (src/data/tokenizer_hf.cpp). The input is tokenizer.json, optionally followed by a line
+// (src/text/tokenizer_hf.cpp). The input is tokenizer.json, optionally followed by a line
 // "=====" and a tokenizer_config.json placed beside it (bos/eos names). A loaded tokenizer
 // must encode sample text to ids that decode without error.
 #include "fuzz_tokenizer_common.h"

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "data/tokenizer.h"
-#include "data/tokenizer_bpe.h"
 #include "fuzz_util.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_bpe.h"
 
 namespace zt::fuzz {
 

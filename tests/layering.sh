@@ -14,9 +14,12 @@ declare -A allowed=(
   [optim]="core optim"
   [dist]="core dist"
   [parallel]="core kernels nn models optim dist parallel"
-  [data]="core data checkpoint"
-  [checkpoint]="core kernels nn models optim checkpoint"
-  [train]="core kernels nn models optim dist parallel data checkpoint train"
+  [plan]="core kernels nn models optim dist parallel plan"
+  [text]="core text"
+  [data]="core text data checkpoint"
+  [checkpoint]="core kernels nn models optim dist checkpoint"
+  [observe]="core observe"
+  [train]="core kernels nn models optim dist parallel plan text data checkpoint observe train"
 )
 fail=0
 for dir in "${!allowed[@]}"; do

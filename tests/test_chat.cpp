@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "data/jinja.h"
+#include "text/jinja.h"
 
 using namespace zt;
 using jinja::Template;

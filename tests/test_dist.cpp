@@ -15,10 +15,10 @@
 #include "models/layout.h"
 #include "models/transformer.h"
 #include "parallel/buckets.h"
-#include "parallel/memory_estimate.h"
-#include "parallel/memory_fit.h"
 #include "parallel/quantize.h"
 #include "parallel/shard.h"
+#include "plan/memory_estimate.h"
+#include "plan/memory_fit.h"
 
 using namespace zt;
 using namespace zt::parallel;

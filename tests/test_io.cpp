@@ -23,7 +23,7 @@
 #include "core/memory.h"
 #include "core/tensor.h"
 #include "flags.h"
-#include "data/tokenizer.h"
+#include "text/tokenizer.h"
 #include "models/config.h"
 
 namespace zt {

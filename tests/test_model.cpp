@@ -484,7 +484,7 @@ TEST_P(ModelTest, HfWeightsReadRangesOfAnyLayout) {
 }
 
 // hf_save_tensors with fill(): the tensors produced one at a time when the writer reaches them
-// (the streamed export of train/hf_export.h) make the same files, byte for byte, as a save from the
+// (the streamed export of checkpoint/hf_export.h) make the same files, byte for byte, as a save from the
 // model's buffer, sharded or not; each fill runs once, in hf_shard_plan's order (the order the
 // exporter's ranks send in), which a tensor larger than the limit takes out of table order.
 TEST_P(ModelTest, FilledTensorsWriteTheSameFolder) {

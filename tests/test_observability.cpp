@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "train/jsonl_log.h"
-#include "train/plot_png.h"
-#include "train/tfevents.h"
+#include "observe/jsonl_log.h"
+#include "observe/plot_png.h"
+#include "observe/tfevents.h"
 
 namespace zt {
 namespace {

@@ -1,4 +1,4 @@
-// test_planner.cpp: the layout planner (parallel/planner.h) without MPI: the enumeration (what
+// test_planner.cpp: the layout planner (plan/planner.h) without MPI: the enumeration (what
 // the trainer refuses is left out, the global batch is kept), the memory model against the
 // memory estimator for data-parallel layouts and its direction under TP and PP, and the time
 // model's shape (more ranks than cores share them; a bubble for pipelines).
@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "models/config.h"
 #include "parallel/context_parallel.h"
-#include "parallel/memory_estimate.h"
-#include "parallel/planner.h"
+#include "plan/memory_estimate.h"
+#include "plan/planner.h"
 
 namespace zt::parallel {
 namespace {

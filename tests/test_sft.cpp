@@ -9,10 +9,10 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "data/chat_format.h"
 #include "data/sft_data.h"
 #include "kernels/cross_entropy.h"
 #include "models/transformer.h"
+#include "text/chat_format.h"
 
 namespace zt {
 namespace {

@@ -23,9 +23,9 @@
 #include "core/error.h"
 #include "data/token_data.h"
 #include "data/tokenize.h"
-#include "data/tokenizer.h"
-#include "data/tokenizer_pretok.h"
-#include "data/tokenizer_unicode.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_pretok.h"
+#include "text/tokenizer_unicode.h"
 
 namespace zt {
 namespace {

@@ -11,9 +11,9 @@
 #include <map>
 #include <random>
 
-#include "data/tokenizer.h"
-#include "data/tokenizer_bpe.h"
 #include "data/tokenizer_train.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_bpe.h"
 
 namespace zt::tok {
 namespace {

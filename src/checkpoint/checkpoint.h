@@ -55,7 +55,7 @@ struct CheckpointSaveOptions {
 void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
                      const std::vector<const Stateful*>& components);
 
-// checkpoint_save in its parts, for the flash checkpoints (train/flash_checkpoint.h), which
+// checkpoint_save in its parts, for the flash checkpoints (checkpoint/flash_checkpoint.h), which
 // write a snapshot's pieces from a background thread with no collective: the chief begins
 // (a fresh checkpoint-N.tmp/), each shard owner writes its files there, and once every shard is
 // written (the caller knows how) the chief seals it (JSON files, checksums.json, the rename).

@@ -72,7 +72,7 @@ void hf_save_model(const Transformer& model, const std::string& folder, DType dt
 // its own, listed before the file still filling, so the write order is not always table order).
 std::vector<std::vector<size_t>> hf_shard_plan(const std::vector<int64_t>& bytes, int64_t max_shard_bytes);
 // The same folder from the model's tensors in table order (HF names, global shapes), each with its
-// data or a fill() that produces it when its turn comes (train/hf_export.h streams them so).
+// data or a fill() that produces it when its turn comes (checkpoint/hf_export.h streams them so).
 void hf_save_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& tensors, const std::string& folder,
                      DType dtype, int64_t max_shard_bytes = kHfDefaultShardBytes);
 

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "data/chat_format.h"
 #include "data/loader.h"
-#include "data/tokenizer.h"
+#include "text/chat_format.h"
+#include "text/tokenizer.h"
 
 namespace zt {
 

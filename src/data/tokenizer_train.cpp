@@ -22,10 +22,10 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "data/tokenize.h"
-#include "data/tokenizer.h"
-#include "data/tokenizer_bpe.h"
-#include "data/tokenizer_pretok.h"
-#include "data/tokenizer_regex.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_bpe.h"
+#include "text/tokenizer_pretok.h"
+#include "text/tokenizer_regex.h"
 
 namespace zt {
 namespace fs = std::filesystem;

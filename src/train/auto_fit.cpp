@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "parallel/buckets.h"
-#include "parallel/memory_fit.h"
+#include "plan/memory_fit.h"
 #include "train/precision.h"
 
 namespace zt {

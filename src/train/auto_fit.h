@@ -1,6 +1,6 @@
 // auto_fit.h: --max_memory and --auto_find_batch_size (HF's name). HF's Trainer finds a batch
 // size by catching out-of-memory errors and halving; ztrain knows its memory in advance (the
-// estimator, parallel/memory_estimate.h, within a few percent of the measured peak), so it
+// estimator, plan/memory_estimate.h, within a few percent of the measured peak), so it
 // picks before allocating anything: the largest micro-batch among the requested one and its
 // halvings, with the least recomputation that makes it fit, and raises the gradient
 // accumulation so the global batch stays what was asked (when the halving divides it).

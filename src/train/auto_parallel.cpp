@@ -6,8 +6,8 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "models/config.h"
-#include "parallel/memory_fit.h"
-#include "parallel/planner.h"
+#include "plan/memory_fit.h"
+#include "plan/planner.h"
 #include "train/auto_fit.h"
 #include "train/precision.h"
 

@@ -211,7 +211,7 @@ struct TrainArgs {
   // the start of every step, a straggler for tests/dist/straggler.sh.
   int test_slow_rank = -1;
   double test_slow_seconds = 0;
-  // Test hook (apps/ sets it from ZT_TEST_FLASH_PAUSE=copy:N | persist:N): pause there (train/flash_checkpoint.h).
+  // Test hook (apps/ sets it from ZT_TEST_FLASH_PAUSE=copy:N | persist:N): pause there (checkpoint/flash_checkpoint.h).
   std::string test_flash_pause;
   // Test hook (apps/ sets it from ZT_TEST_SPIKE_AT=step:factor): the loss and gradients of the
   // data of that 1-based step are multiplied by factor (nan allowed), a corrupted data window.

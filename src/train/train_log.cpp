@@ -20,9 +20,9 @@
 #include "core/memory.h"
 #include "core/rng_state.h"
 #include "data/loader.h"
-#include "train/jsonl_log.h"
-#include "train/plot_png.h"
-#include "train/tfevents.h"
+#include "observe/jsonl_log.h"
+#include "observe/plot_png.h"
+#include "observe/tfevents.h"
 
 namespace zt {
 namespace {

@@ -1,7 +1,7 @@
 // trainer_loop.cpp: the Trainer's step loop (trainer_impl.h): one optimizer step over the
 // micro-batches (or a pipeline schedule), the step's bookkeeping (logging, evaluation, saves), the
 // ranks' vote at each step boundary (stops, hangs), spike rollback, and the final reports.
-#include "train/hf_export.h"
+#include "checkpoint/hf_export.h"
 #include "train/trainer_impl.h"
 
 namespace zt::train_internal {

@@ -1,0 +1,159 @@
+// hf_export.cpp: the final HF folder streamed to the chief (see hf_export.h).
+#include "checkpoint/hf_export.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <numeric>
+
+#include "checkpoint/hf_model.h"
+#include "core/error.h"
+#include "models/layout.h"
+
+namespace zt {
+namespace {
+
+// One piece of a global tensor this rank holds: elements [begin, begin + count) of tensor `tensor`
+// (its index in the HF order). What the chief learns of every rank before the data flows.
+struct Row {
+  int64_t tensor, begin, count;
+};
+
+// The "params" pieces a component writes; their data stays in the engine's buffers.
+class ParamPieces final : public StateWriter {
+ public:
+  std::vector<StatePiece> pieces;
+  void put_tensor(const StatePiece& p) override {
+    if (p.slot == "params") pieces.push_back(p);
+  }
+  void put_json(const std::string&, const nlohmann::json&) override {}
+};
+
+constexpr int kRowsTag = 7301, kDataTag = 7302;
+constexpr size_t kF32 = sizeof(float);
+
+}  // namespace
+
+void hf_export_streamed(dist::Communicator& world, const std::vector<Stateful*>& params, bool writer,
+                        const ModelConfig& cfg, const std::string& folder, DType dtype, int64_t max_shard_bytes) {
+  const ModelLayout whole = model_layout(cfg);  // HF names and global shapes, in the folder's order
+  const std::vector<ParamInfo>& list = whole.table.list();
+  std::map<std::string, int64_t> index;
+  for (size_t i = 0; i < list.size(); ++i) index[list[i].name] = int64_t(i);
+  // The order the chief writes (and so asks for) the tensors: the weight files' (hf_shard_plan),
+  // which every rank computes alike; rows and messages follow it.
+  std::vector<int64_t> bytes;
+  for (const ParamInfo& p : list) bytes.push_back(p.numel * int64_t(dtype_size(dtype)));
+  std::vector<int64_t> pos(list.size());
+  int64_t next = 0;
+  for (const std::vector<size_t>& file : hf_shard_plan(bytes, max_shard_bytes))
+    for (size_t i : file) pos[i] = next++;
+  ParamPieces mine;
+  if (writer)
+    for (Stateful* s : params) s->save_state(mine);
+  // This rank's pieces in write order (a tensor's runs in the order written), their data beside.
+  std::vector<Row> rows;
+  std::vector<const float*> data;
+  {
+    std::vector<int64_t> t;
+    for (const StatePiece& p : mine.pieces) {
+      auto it = index.find(p.tensor);
+      ZT_CHECK(it != index.end() && p.shape == list[size_t(it->second)].shape, "exporting the model: tensor ", p.tensor,
+               " is not one of the model's tensors with that shape (a bug)");
+      t.push_back(it->second);
+    }
+    std::vector<size_t> order(t.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return pos[size_t(t[a])] < pos[size_t(t[b])]; });
+    for (size_t k : order) {
+      rows.push_back({t[k], mine.pieces[k].slice.begin, mine.pieces[k].slice.count});
+      data.push_back(mine.pieces[k].data);
+    }
+  }
+  const int R = world.size(), me = world.rank();
+  std::vector<int64_t> counts(size_t(R), 0);
+  const int64_t n = int64_t(rows.size());
+  world.all_gather(&n, counts.data(), sizeof(int64_t));
+  if (me != 0) {
+    // A sender: its rows, then one message per tensor it holds pieces of, in write order; a send
+    // waits until the chief has reached that tensor, so one packed tensor is in flight at most
+    // (a DDP writer's or a ZeRO shard's one piece of a tensor is sent from where it lies).
+    if (n > 0) world.send(rows.data(), rows.size() * sizeof(Row), 0, kRowsTag);
+    std::vector<float> buf;
+    for (size_t k = 0; k < rows.size();) {
+      size_t e = k;
+      int64_t total = 0;
+      while (e < rows.size() && rows[e].tensor == rows[k].tensor) total += rows[e++].count;
+      const float* src = data[k];  // one piece goes from its buffer; several are packed first
+      if (e - k > 1) {
+        buf.resize(size_t(total));
+        int64_t at = 0;
+        for (size_t j = k; j < e; ++j) {
+          std::memcpy(buf.data() + at, data[j], size_t(rows[j].count) * kF32);
+          at += rows[j].count;
+        }
+        src = buf.data();
+      }
+      world.send(src, size_t(total) * kF32, 0, kDataTag);
+      k = e;
+    }
+    return;
+  }
+  // The chief: every rank's rows; then each tensor, when the writer reaches it, from its pieces.
+  std::vector<std::vector<Row>> of(static_cast<size_t>(R));
+  of[0] = rows;
+  for (int r = 1; r < R; ++r)
+    if (counts[size_t(r)] > 0) {
+      of[size_t(r)].resize(size_t(counts[size_t(r)]));
+      world.recv(of[size_t(r)].data(), of[size_t(r)].size() * sizeof(Row), r, kRowsTag);
+    }
+  std::vector<size_t> cursor(static_cast<size_t>(R), 0);
+  std::vector<float> recv;
+  // A tensor the chief holds whole in one piece, and nobody else holds, is written from its buffer
+  // (DDP: every tensor of the chief's stage): no copy.
+  std::vector<const float*> whole_here(list.size(), nullptr);
+  for (size_t j = 0; j < rows.size(); ++j)
+    if (rows[j].begin == 0 && rows[j].count == list[size_t(rows[j].tensor)].numel)
+      whole_here[size_t(rows[j].tensor)] = data[j];
+  for (int r = 1; r < R; ++r)
+    for (const Row& row : of[size_t(r)]) whole_here[size_t(row.tensor)] = nullptr;
+  std::vector<StTensorOut> tensors;
+  for (size_t i = 0; i < list.size(); ++i)
+    tensors.push_back({list[i].name, list[i].shape, whole_here[i], [&, i](float* dst) {
+                         std::vector<std::pair<int64_t, int64_t>> got;
+                         for (int r = 0; r < R; ++r) {
+                           const std::vector<Row>& rr = of[size_t(r)];
+                           size_t& c = cursor[size_t(r)];
+                           while (c < rr.size() && pos[size_t(rr[c].tensor)] < pos[i]) ++c;  // written from its buffer
+                           size_t e = c;
+                           int64_t total = 0;
+                           while (e < rr.size() && rr[e].tensor == int64_t(i)) total += rr[e++].count;
+                           if (e == c) continue;
+                           if (r != 0) {
+                             recv.resize(size_t(total));
+                             world.recv(recv.data(), size_t(total) * kF32, r, kDataTag);
+                           }
+                           int64_t at = 0;
+                           for (size_t j = c; j < e; ++j) {
+                             const float* src = r == 0 ? data[j] : recv.data() + at;
+                             std::memcpy(dst + rr[j].begin, src, size_t(rr[j].count) * kF32);
+                             got.push_back({rr[j].begin, rr[j].begin + rr[j].count});
+                             at += rr[j].count;
+                           }
+                           c = e;
+                         }
+                         std::sort(got.begin(), got.end());
+                         int64_t reach = 0;
+                         for (const auto& [b, e] : got) {
+                           if (b > reach) break;
+                           reach = std::max(reach, e);
+                         }
+                         ZT_CHECK(reach >= list[i].numel, "exporting the model: elements ", reach, " to ",
+                                  list[i].numel, " of ", list[i].name,
+                                  " came from no rank (a bug in the layout's checkpoint pieces)");
+                       }});
+  hf_save_tensors(cfg, tensors, folder, dtype, max_shard_bytes);
+}
+
+}  // namespace zt

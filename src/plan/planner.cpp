@@ -1,0 +1,464 @@
+// planner.cpp: see planner.h.
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "dist/communicator.h"
+#include "models/layout.h"
+#include "models/transformer.h"
+#include "optim/optimizer.h"
+#include "parallel/buckets.h"
+#include "parallel/context_parallel.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/shard.h"
+#include "plan/memory_estimate.h"
+#include "plan/memory_fit.h"
+
+namespace zt::parallel {
+
+std::string PlanLayout::flags() const {
+  std::string s;
+  if (tp > 1) s += str_cat("--tensor-model-parallel-size ", tp, sp ? " --sequence-parallel" : "", " ");
+  if (pp > 1) s += str_cat("--pipeline-model-parallel-size ", pp, " ");
+  if (cp > 1) s += str_cat("--context-parallel-size ", cp, " ");
+  s += str_cat("--zero_stage ", zero, " --per_device_train_batch_size ", micro_batch, " --gradient_accumulation_steps ",
+               accumulation);
+  if (recompute) s += " --gradient_checkpointing";
+  return s;
+}
+
+std::string PlanLayout::name() const {
+  return str_cat("dp", dp, " tp", tp, sp ? "+sp" : "", " pp", pp, cp > 1 ? str_cat(" cp", cp) : "", " zero", zero, " B",
+                 micro_batch, " m", accumulation, recompute ? " recompute" : "");
+}
+
+int PlanMachine::threads_per_rank() const {
+  return std::max(1, int(std::floor(cores_per_host / std::max(1, ranks_per_host()) + 1e-9)));
+}
+
+namespace {
+
+std::string fixed(double v, int digits) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+// What one rank of a layout holds and computes: the TP rank's layout, the pipeline cut, the
+// stage's units.
+struct StageView {
+  ModelLayout ml;
+  StageCut cut;
+  std::vector<std::vector<char>> held_units;   // per stage, per unit
+  std::vector<std::vector<char>> held_blocks;  // per stage, per layer
+};
+
+StageView stage_view(const PlanInputs& in, const PlanLayout& l) {
+  StageView v;
+  v.ml = model_layout(in.cfg, TpPlan{l.tp, 0, l.sp});
+  const ModelLayout& ml = v.ml;
+  const int L = in.cfg.n_layer, P = l.pp;
+  if (P > 1) {
+    // The trainer's default cut (plan_stages, --pipeline_balance time): a block costs 6 x its
+    // (local) GEMM parameters + 6 T C, the head 6 V C, the embedding nothing.
+    std::vector<double> blocks;
+    for (int b = 0; b < L; ++b)
+      blocks.push_back(6.0 * double(ml.units[ml.block_units[b]].size()) + 6.0 * (in.seq_len / l.cp) * in.cfg.n_embd);
+    v.cut = cut_balanced(0.0, blocks, 6.0 * double(in.cfg.vocab_size) * in.cfg.n_embd, P, 1);
+  } else {
+    v.cut.stages = 1;
+    v.cut.first_layer = {0, L};
+  }
+  for (int s = 0; s < P; ++s) {
+    std::vector<char> units(ml.units.size(), 0), blocks(size_t(L), 0);
+    if (s == 0) units[ml.embedding_unit] = 1;
+    if (s == P - 1) units[ml.head_unit] = 1;
+    if (s == P - 1 && ml.tied_head) units[ml.embedding_unit] = 1;  // the last stage's copy
+    for (int b = 0; b < L; ++b)
+      if (v.cut.stage_of_layer(b) == s) {
+        units[ml.block_units[b]] = 1;
+        blocks[b] = 1;
+      }
+    v.held_units.push_back(units);
+    v.held_blocks.push_back(blocks);
+  }
+  return v;
+}
+
+// Micro-batches a stage holds activations for: the executor's slots over the 1F1B schedule.
+int stage_slots(int P, int m, int stage) {
+  if (P == 1) return 1;
+  int slots = 0;
+  assign_slots(make_schedule({PipeSchedule::one_f_one_b, P, m, 1}, stage), m, &slots);
+  return slots;
+}
+
+nn::ActPlan act_plan(const PlanInputs& in, const PlanLayout& l) {
+  nn::ActPlan p;
+  p.precision = in.precision;
+  if (l.recompute) {
+    p.recompute = nn::Recompute::full;
+    p.recompute_layers = in.cfg.n_layer;
+  }
+  return p;
+}
+
+int64_t units_params(const ModelLayout& ml, const std::vector<char>& held) {
+  int64_t n = 0;
+  for (size_t u = 0; u < ml.units.size(); ++u)
+    if (held[u]) n += ml.units[u].size();
+  return n;
+}
+
+// Global (whole-model) training FLOPs per token of block l and of the LM head: 6 x GEMM
+// parameters, and causal attention's 12 x heads x head size x T for a block
+// (Transformer::flops_per_token's convention, split per unit).
+struct UnitFlops {
+  double block = 0, head = 0;
+};
+UnitFlops unit_flops(const ModelConfig& c, int T) {
+  const ModelLayout whole = model_layout(c);
+  const auto& b = whole.slots.blocks.at(0);
+  double gemm = 0;
+  for (auto* lin : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) gemm += double(lin->in) * lin->out;
+  return {6.0 * gemm + 12.0 * c.n_head * c.head_size * double(T), 6.0 * double(c.vocab_size) * c.n_embd};
+}
+
+}  // namespace
+
+int64_t cp_ring_bytes(const ModelConfig& c, int B, int T, int cp, int tp, int slots) {
+  if (cp <= 1) return 0;
+  const int64_t Tl = T / cp, NH = c.n_head / tp, KVH = c.n_kv_head >= tp ? c.n_kv_head / tp : 1;
+  const int64_t kv = int64_t(B) * Tl * 2 * KVH * c.head_size, out = int64_t(B) * Tl * NH * c.head_size;
+  const int64_t lse = int64_t(B) * NH * Tl;
+  // kv_[2] and acc_[2]; out_blk_; lse_blk_ and D_ (floats); per slot 3 int32 rows.
+  int64_t bytes = 4 * (4 * kv + out + 2 * lse) + int64_t(slots) * 3 * 4 * B * Tl;
+  // RoPE: the rows' global positions run past the T / cp the arena's table was planned for, so
+  // the model fills a cos / sin table of the whole context (Transformer::extend_rope).
+  if (model_layout(c).slots.shape.rope) bytes += 4 * int64_t(c.max_position) * c.head_size;
+  return bytes;
+}
+
+double cp_ring_seconds(const ModelConfig& c, int B, int T, int cp, int tp, bool recompute, const PlanMachine& m) {
+  if (cp <= 1) return 0;
+  const int KVH = c.n_kv_head >= tp ? c.n_kv_head / tp : 1;
+  const double blocks = (recompute ? 4.0 : 3.0) * (cp - 1);  // messages per layer (ring steps x kinds)
+  const double bytes = double(B) * (T / cp) * 2 * KVH * c.head_size * sizeof(float);
+  return blocks * (bytes / (std::max(1e-9, m.link_gbps) * 1e9) + m.latency_us * 1e-6);
+}
+
+std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc) {
+  const ModelConfig& c = in.cfg;
+  if (l.cp < 1) return str_cat("context parallel size ", l.cp, " must be at least 1");
+  if (l.dp * l.cp * l.tp * l.pp != nproc)
+    return str_cat("dp x cp x tp x pp = ", l.dp * l.cp * l.tp * l.pp, " is not ", nproc, " ranks");
+  if (l.cp > 1) {  // the trainer's refusals (check_cp_args)
+    try {
+      check_cp_composes(in.seq_len, l.cp, in.packing, c.sliding_window, in.validation, l.pp);
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
+  try {
+    check_tp_plan(c, TpPlan{l.tp, 0, l.sp});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (l.sp && l.tp == 1) return "--sequence-parallel needs tensor parallelism";
+  // SP splits a rank's rows: T / cp of each sequence under context parallelism.
+  if (l.sp && int64_t(l.micro_batch) * (in.seq_len / l.cp) % l.tp != 0)
+    return str_cat("--sequence-parallel: B x T = ", int64_t(l.micro_batch) * (in.seq_len / l.cp),
+                   l.cp > 1 ? " (a cp rank's rows)" : "", " is not a multiple of tp ", l.tp);
+  if (l.pp > c.n_layer) return str_cat("pipeline stages ", l.pp, " exceed the model's ", c.n_layer, " layers");
+  if (l.pp > 1) {
+    try {
+      check_schedule({PipeSchedule::one_f_one_b, l.pp, l.accumulation, 1});
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
+  if (l.zero < 0 || l.zero > 3) return str_cat("ZeRO stage ", l.zero, " does not exist");
+  return "";
+}
+
+LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t runtime_bytes) {
+  const StageView v = stage_view(in, l);
+  const ModelLayout& ml = v.ml;
+  const nn::ActPlan plan = act_plan(in, l);
+  const TpPlan tpp{l.tp, 0, l.sp};
+  // A cp rank runs the model on its T / cp rows (the trainer plans the arena so); parameters,
+  // gradients and optimizer state are data parallel's over dp x cp ranks (ZeRO shards over both).
+  const int T = in.seq_len / l.cp, R = l.dp * l.cp;
+  const int64_t W = 4, S = optim::optimizer_state_bytes_per_param(in.optim);
+  const int64_t local = ml.table.total();
+  const ModelLayout whole = model_layout(in.cfg);
+  int64_t largest_whole = 0;
+  for (const ParamInfo& p : whole.table.list()) largest_whole = std::max(largest_whole, p.numel);
+  LayoutMemory best;
+  bool first = true;
+  for (int s = 0; s < l.pp; ++s) {
+    LayoutMemory r;
+    r.stage = s;
+    r.slots = stage_slots(l.pp, l.accumulation, s);
+    size_t acts = 0, tmp = 0, copy = 0;
+    Transformer::planned_bytes(in.cfg, l.micro_batch, T, &acts, &tmp, r.slots, plan, &copy, tpp,
+                               l.pp > 1 ? &v.held_blocks[s] : nullptr);
+    r.activations = int64_t(acts);
+    r.temporary = int64_t(tmp);
+    r.runtime = runtime_bytes;
+    r.cp_ring = cp_ring_bytes(in.cfg, l.micro_batch, in.seq_len, l.cp, l.tp, r.slots);
+    if (l.pp == 1 || l.zero >= 2) {
+      // The estimator's row for the stage's units (all of them without a pipeline), on this TP
+      // rank's slices: ZeRO-2/3 under a pipeline hold what they hold without one, for the
+      // stage's units only.
+      ModelMemoryInputs mi;
+      mi.num_params = l.pp == 1 ? local : units_params(ml, v.held_units[s]);
+      for (size_t u = 0; u < ml.units.size(); ++u)
+        if (l.pp == 1 || v.held_units[s][u]) mi.unit_params.push_back(ml.units[u].size());
+      std::sort(mi.unit_params.rbegin(), mi.unit_params.rend());
+      mi.largest_unit_params = mi.unit_params.empty() ? 0 : mi.unit_params[0];
+      mi.activation_bytes = r.activations;
+      mi.temporary_bytes = r.temporary;
+      mi.compute_copy_bytes = int64_t(copy);
+      MemoryEstimateOptions opt;
+      opt.num_ranks = R;
+      opt.hpz_partition_size = 1;
+      opt.optim = in.optim;
+      const MemoryRow row = estimate_memory(mi, opt).at(size_t(l.zero));
+      r.params = row.params;
+      r.grads = row.grads;
+      r.optim = row.optim;
+      r.comm = row.comm;
+    } else {
+      // A stage's own units (docs/parallelism.md "What a stage holds"): gradients and optimizer
+      // state per stage; DDP keeps the flat parameter buffer whole, ZeRO-1 the stage's.
+      const int64_t Ps = units_params(ml, v.held_units[s]);
+      r.params = W * (l.zero == 0 ? local : Ps) + int64_t(copy);
+      r.grads = W * Ps;
+      r.optim = S * (l.zero == 0 ? Ps : shard_layout(Ps, R).shard);
+      if (R > 1)
+        r.comm = l.zero == 0 ? std::min(W * Ps, 4 * reduce_bucket_elements(0, 0))
+                             : std::min(W * Ps, 2 * int64_t(dist::kRingChunkBytes));
+    }
+    if (l.pp > 1) {  // the received gradient per slot (the activation lands in the arena's residual)
+      const int64_t n = l.sp ? int64_t(l.micro_batch) * T / l.tp : int64_t(l.micro_batch) * T;
+      r.comm += int64_t(r.slots) * n * in.cfg.n_embd * W;
+    }
+    // The final export (checkpoint/hf_export.h) streams the model to the chief one tensor at a time:
+    // the chief (stage 0) holds the tensor being written and one other rank's pieces of it, a
+    // writer its own pieces of one tensor, packed for the send: the largest tensor split over TP
+    // and, under ZeRO, over the data-parallel shards (fp32 weights, --save_dtype's default).
+    // DDP without TP: the chief writes its stage's tensors from its own buffers and receives only
+    // the other stages' (whole, from their writers).
+    const int64_t piece = W * largest_whole / (int64_t(l.tp) * (l.zero >= 1 ? R : 1));
+    if (l.zero == 0 && l.tp == 1) {
+      int64_t other = 0;  // the largest tensor stage 0 does not hold
+      for (size_t u = 0; u < ml.units.size(); ++u)
+        if (l.pp > 1 && !v.held_units[0][u])
+          for (int p : ml.units[u].params) other = std::max(other, ml.table.list()[size_t(p)].numel);
+      r.export_extra = s == 0 ? 2 * W * other : piece;
+    } else {
+      r.export_extra = s == 0 ? W * largest_whole + piece : piece;
+    }
+    if (first || r.total() > best.total()) best = r;
+    first = false;
+  }
+  return best;
+}
+
+LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMachine& m) {
+  const ModelConfig& c = in.cfg;
+  const StageView v = stage_view(in, l);
+  // Per-token FLOPs at the whole T (a cp rank's rows attend to all T / 2 earlier keys on average,
+  // zigzag balanced), on T / cp tokens per rank: attention's T^2 divided by cp like the rest.
+  const UnitFlops f = unit_flops(c, in.seq_len);
+  const int P = l.pp, M = l.accumulation, L = c.n_layer;
+  LayoutTime t;
+  t.threads = m.threads_per_rank();
+  // A rank computes on its threads' cores while it runs. With more ranks than cores a host's
+  // ranks take turns (a waiting rank gives its core up: ctest dist_wait_cpu): the
+  // critical path runs at a whole core, and the host's total work over its cores (each rank's
+  // share, cores / ranks) bounds the step from below; a bubble's idle time goes to other ranks.
+  const double per_rank = m.cores_per_host / std::max(1, m.ranks_per_host());
+  const double share = double(t.threads);
+  t.core_share = std::min(per_rank, share);
+  const double over = per_rank < 1 ? m.oversubscribed_efficiency : 1.0;
+  // FLOP/s of one core at this micro-batch's GEMM rows.
+  const int T = in.seq_len / l.cp, R = l.dp * l.cp;
+  const double rows = double(l.micro_batch) * T;
+  const double core = std::max(1e-9, m.gemm_gflops_core * m.efficiency * rows / (rows + m.gemm_half_rows)) * 1e9;
+  const double link = std::max(1e-9, m.link_gbps) * 1e9, lat = m.latency_us * 1e-6;
+  const double tokens = double(l.micro_batch) * T;  // per micro-batch per rank group
+  const double A = 4.0 * tokens * c.n_embd;         // one activation, bytes
+  const double r_tp = double(l.tp - 1) / l.tp, r_dp = double(R - 1) / R;
+  const double recompute = l.recompute ? 8.0 / 6.0 : 1.0;  // forward again in backward
+  const double ring_layer = cp_ring_seconds(c, l.micro_batch, in.seq_len, l.cp, l.tp, l.recompute, m);
+  double worst_mb = 0, core_seconds = 0, worst_dp = 0, worst_opt = 0, worst_tp = 0, worst_pp = 0, worst_comp = 0,
+         worst_cp = 0;
+  for (int s = 0; s < P; ++s) {
+    int blocks = 0;
+    for (int b = 0; b < L; ++b) blocks += v.held_blocks[s][b];
+    const double flops = tokens * (blocks * f.block * recompute + (s == P - 1 ? f.head : 0.0)) / l.tp;
+    const double comp = flops / (core * share);
+    // TP: 4 all-reduces of an activation per block, the embedding's and the LM head input's,
+    // each 2 r A bus bytes (SP: reduce-scatter + all-gather, the same bytes).
+    const int calls = l.tp > 1 ? 4 * blocks + (s == 0) + (s == P - 1 ? 3 : 0) : 0;
+    const double tp_s = l.tp > 1 ? calls * lat + (4.0 * blocks + (s == 0) + (s == P - 1)) * 2 * r_tp * A / link : 0.0;
+    // PP: the activation forward and its gradient back across each boundary of the stage.
+    const int cross = (s > 0) + (s < P - 1);
+    const double pp_s = cross * (lat + (l.sp ? A / l.tp : A) / link);
+    // CP: each block's ring, exposed (the kernels overlap part of it; not modelled).
+    const double cp_s = blocks * ring_layer;
+    const double mb = comp + tp_s + pp_s + cp_s;
+    // DP: the stage's local gradient bytes, reduced once per step (ZeRO-2 every micro-batch,
+    // ZeRO-3 also gathers parameters forward and backward every micro-batch), then gathered.
+    const int64_t Ps = units_params(v.ml, v.held_units[s]);
+    double rounds = 0;
+    if (R > 1) rounds = l.zero <= 1 ? 2.0 : l.zero == 2 ? M + 1.0 : 3.0 * M;
+    const double dp_s = R > 1 ? rounds * (r_dp * 4.0 * double(Ps) / link + lat) : 0.0;
+    // AdamW: about 28 bytes read and written per updated parameter, memory bound.
+    const double updated = l.zero >= 1 ? double(Ps) / R : double(Ps);
+    const double opt_s = updated * 28.0 / (std::max(1e-9, m.mem_gbps) * 1e9 * share);
+    if (mb > worst_mb) {
+      worst_mb = mb;
+      worst_comp = comp;
+      worst_tp = tp_s;
+      worst_pp = pp_s;
+      worst_cp = cp_s;
+    }
+    worst_dp = std::max(worst_dp, dp_s);
+    worst_opt = std::max(worst_opt, opt_s);
+    // Work this stage's ranks put on their host's cores, in core-seconds (communication copies
+    // through shared memory included).
+    core_seconds += double(R * l.tp) * (M * (comp * share + tp_s + pp_s + cp_s) + dp_s + opt_s * share);
+  }
+  t.compute_s = worst_comp * M;
+  t.tp_comm_s = worst_tp * M;
+  t.pp_comm_s = worst_pp * M;
+  t.cp_comm_s = worst_cp * M;
+  t.dp_comm_s = worst_dp;
+  t.optimizer_s = worst_opt;
+  t.bubble = P > 1 ? double(P - 1) / (M + P - 1) : 0.0;
+  t.critical_s = worst_mb * (M + P - 1) + worst_dp + worst_opt;
+  t.cpu_bound_s = core_seconds / std::max(1, m.nodes) / std::max(1e-9, m.cores_per_host) / over;
+  t.step_s = std::max(t.critical_s, t.cpu_bound_s);
+  return t;
+}
+
+void check_plan_request(const PlanInputs& in, const PlanMachine& m) {
+  ZT_CHECK(m.nproc >= 1, "--nproc must be at least 1, got ", m.nproc);
+  ZT_CHECK(m.nodes >= 1 && m.nproc % m.nodes == 0, "--nnodes ", m.nodes, " does not divide --nproc ", m.nproc,
+           "; every host runs the same number of ranks");
+  ZT_CHECK(in.seq_len >= 1 && in.seq_len <= in.cfg.max_position, "--model_max_length ", in.seq_len,
+           " is outside the model's context of 1..", in.cfg.max_position, " positions");
+  ZT_CHECK(in.global_batch >= 1, "--global_batch must be at least 1, got ", in.global_batch);
+  ZT_CHECK(m.cores_per_host > 0 && m.gemm_gflops_core > 0 && m.efficiency > 0 && m.link_gbps > 0 && m.mem_gbps > 0 &&
+               m.gemm_half_rows >= 0 && m.oversubscribed_efficiency > 0,
+           "the machine's cores, GEMM, link and memory speeds must be positive");
+}
+
+std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, const PlanConstraints& cons) {
+  check_plan_request(in, m);
+  const int N = m.nproc;
+  ZT_CHECK(cons.tp < 0 || N % cons.tp == 0, "--tensor-model-parallel-size ", cons.tp, " does not divide the ", N,
+           " ranks");
+  ZT_CHECK(cons.pp < 0 || N % cons.pp == 0, "--pipeline-model-parallel-size ", cons.pp, " does not divide the ", N,
+           " ranks");
+  ZT_CHECK(cons.cp < 0 || N % cons.cp == 0, "--context-parallel-size ", cons.cp, " does not divide the ", N, " ranks");
+  ZT_CHECK(N % (std::max(1, cons.tp) * std::max(1, cons.pp) * std::max(1, cons.cp)) == 0,
+           "the pinned tensor x pipeline x context parallel sizes do not divide the ", N, " ranks");
+  std::vector<PlanRow> rows;
+  std::string refused;  // the first refusal, for the error when nothing runs
+  int dp_divides = 0;
+  auto pin = [](int want, int v) { return want < 0 || want == v; };
+  for (int tp = 1; tp <= N; ++tp) {
+    if (N % tp || !pin(cons.tp, tp)) continue;
+    for (int pp = 1; pp <= N / tp; ++pp) {
+      if ((N / tp) % pp || !pin(cons.pp, pp)) continue;
+      for (int cp = 1; cp <= N / (tp * pp); ++cp) {
+        if ((N / (tp * pp)) % cp || !pin(cons.cp, cp)) continue;
+        const int dp = N / (tp * pp * cp);
+        if (in.global_batch % dp) continue;
+        ++dp_divides;
+        const int64_t per_dp = in.global_batch / dp;
+        for (int zero = 0; zero <= 3; ++zero) {
+          if (!pin(cons.zero, zero) || (cons.zero < 0 && dp * cp == 1 && zero > 0)) continue;  // nothing to shard
+          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+            if (!pin(cons.sp, sp) && !(cons.sp == 0 && sp == 0)) continue;
+            for (int rc = 0; rc <= 1; ++rc) {
+              if (!pin(cons.recompute, rc)) continue;
+              for (int64_t B = 1; B <= per_dp; ++B) {
+                if (per_dp % B || !pin(cons.micro_batch, int(B)) || B > (int64_t(1) << 20)) continue;
+                PlanLayout l{dp, tp, pp, sp == 1, zero, int(B), int(per_dp / B), rc == 1, cp};
+                const std::string why = layout_refusal(in, l, N);
+                if (!why.empty()) {
+                  if (refused.empty()) refused = l.name() + ": " + why;
+                  continue;
+                }
+                PlanRow row;
+                row.layout = l;
+                row.memory = layout_memory(in, l, m.runtime_bytes);
+                row.time = layout_time(in, l, m);
+                row.tokens_per_s = double(in.global_batch) * in.seq_len / row.time.step_s;
+                row.fits = m.memory_per_rank < 0 || row.memory.total() <= m.memory_per_rank;
+                rows.push_back(row);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  ZT_CHECK(dp_divides > 0, "no data-parallel degree of ", N, " ranks divides the global batch of ", in.global_batch,
+           " sequences; make the batch a multiple of the data-parallel ranks");
+  ZT_CHECK(!rows.empty(), "no layout of ", N, " ranks can run this model",
+           refused.empty() ? "" : " (e.g. " + refused + ")", "; change --nproc or the pinned flags");
+  std::stable_sort(rows.begin(), rows.end(), [](const PlanRow& a, const PlanRow& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
+    return a.memory.total() < b.memory.total();
+  });
+  for (PlanRow& r : rows) {
+    const LayoutTime& t = r.time;
+    std::string s = t.core_share < 1
+                        ? str_cat(fixed(t.core_share, 2), " core/rank; compute ", fixed(t.compute_s, 2), " s")
+                        : str_cat(t.threads, " thread(s)/rank; compute ", fixed(t.compute_s, 2), " s");
+    if (t.bubble > 0) s += str_cat(", bubble ", fixed(100 * t.bubble, 0), "%");
+    if (t.tp_comm_s > 0) s += str_cat(", tp all-reduce ", fixed(t.tp_comm_s, 2), " s");
+    if (t.pp_comm_s > 0) s += str_cat(", pp sends ", fixed(t.pp_comm_s, 2), " s");
+    if (t.cp_comm_s > 0) s += str_cat(", cp ring ", fixed(t.cp_comm_s, 2), " s");
+    if (t.dp_comm_s > 0) s += str_cat(", dp reduce ", fixed(t.dp_comm_s, 2), " s");
+    s += str_cat(", update ", fixed(t.optimizer_s, 2), " s");
+    if (t.cpu_bound_s >= t.critical_s) s += "; bound by the host's cores";
+    if (r.layout.recompute) s += "; recompute +33% block FLOPs";
+    if (!r.fits) s += str_cat("; needs ", format_bytes(double(r.memory.total())), " > the limit");
+    r.reason = s;
+  }
+  return rows;
+}
+
+void check_model_parallel_memory(const ModelConfig& cfg, int T, const PlanLayout& l, nn::Precision precision,
+                                 const std::string& optim, int64_t limit) {
+  PlanInputs in;
+  in.cfg = cfg;
+  in.seq_len = T;
+  in.precision = precision;
+  in.optim = optim;
+  const LayoutMemory m = layout_memory(in, l, 0);
+  const std::string breakdown = str_cat(
+      l.name(), ", the largest rank (stage ", m.stage, "): parameters ", format_bytes(double(m.params)), ", gradients ",
+      format_bytes(double(m.grads)), ", optimizer state ", format_bytes(double(m.optim)), ", activations ",
+      format_bytes(double(m.activations + m.temporary)), ", export ", format_bytes(double(m.export_extra)),
+      m.cp_ring > 0 ? ", cp ring " + format_bytes(double(m.cp_ring)) : "");
+  check_memory_fits(
+      m.total(), ranks_on_this_host(), "training this model", breakdown,
+      "use more tensor, pipeline or context parallel ranks, a smaller --per_device_train_batch_size (more "
+      "accumulation), --gradient_checkpointing or --bf16 (ztrain plan compares the layouts)",
+      limit, "--max_memory");
+}
+
+}  // namespace zt::parallel

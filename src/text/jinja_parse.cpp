@@ -1,0 +1,843 @@
+// jinja_parse.cpp: lexer and parser of the Jinja subset (see jinja.h). The lexer applies
+// what transformers' environment sets: trim_blocks (the newline after a block or comment tag
+// goes), lstrip_blocks (spaces and tabs before a block or comment tag on its own line go), the
+// template's last newline dropped (keep_trailing_newline=False), and the "-" / "+" markers.
+// The grammar and precedence follow Jinja2's parser (parse_unary: filters and tests bind to
+// the operand before any binary operator; `not` is below comparisons).
+#include <cstdlib>
+#include <set>
+
+#include "core/error.h"
+#include "text/jinja_ast.h"
+
+namespace zt::jinja {
+namespace {
+
+enum class Tok { text, var_begin, var_end, block_begin, block_end, name, string, integer, number, op, eof };
+
+struct Token {
+  Tok type;
+  std::string value;
+  int line;
+};
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+class Lexer {
+ public:
+  Lexer(const std::string& src, const std::string& name) : s_(src), name_(name) {
+    if (!s_.empty() && s_.back() == '\n') s_.pop_back();  // keep_trailing_newline=False
+    if (!s_.empty() && s_.back() == '\r') s_.pop_back();
+  }
+
+  std::vector<Token> run() {
+    bool line_starting = true;
+    while (p_ < s_.size()) {
+      size_t open = find_open(p_);
+      std::string text = s_.substr(p_, open - p_);
+      const int text_line = line_;
+      advance_to(open);
+      if (open >= s_.size()) {
+        push_text(text, text_line);
+        break;
+      }
+      const char kind = s_[open + 1];  // '{', '%' or '#'
+      size_t q = open + 2;
+      const char sign = q < s_.size() && (s_[q] == '-' || s_[q] == '+') ? s_[q] : 0;
+      if (sign) ++q;
+      if (sign == '-') {
+        text = rstrip_ws(text);
+      } else if (sign != '+' && kind != '{') {  // lstrip_blocks
+        const size_t nl = text.rfind('\n');
+        const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
+        if (l_pos > 0 || line_starting) {
+          bool blank = l_pos < text.size();
+          for (size_t k = l_pos; k < text.size(); ++k) blank &= text[k] == ' ' || text[k] == '\t';
+          if (blank) text.resize(l_pos);
+        }
+      }
+      push_text(text, text_line);
+      advance_to(q);
+      if (kind == '#') {
+        const size_t e = s_.find("#}", p_);
+        if (e == std::string::npos) fail(line_, "a comment {# is never closed with #}");
+        const bool strip = e > p_ && s_[e - 1] == '-';
+        advance_to(e + 2);
+        line_starting = after_tag(strip, /*trim=*/true);
+        continue;
+      }
+      const bool block = kind == '%';
+      toks_.push_back({block ? Tok::block_begin : Tok::var_begin, "", line_});
+      line_starting = lex_tag(block);
+    }
+    toks_.push_back({Tok::eof, "", line_});
+    return std::move(toks_);
+  }
+
+  [[noreturn]] void fail(int line, const std::string& what) {
+    throw Error(str_cat("chat template ", name_, " line ", line, ": ", what));
+  }
+
+ private:
+  size_t find_open(size_t from) const {
+    for (size_t k = from; k + 1 < s_.size(); ++k)
+      if (s_[k] == '{' && (s_[k + 1] == '{' || s_[k + 1] == '%' || s_[k + 1] == '#')) return k;
+    return s_.size();
+  }
+  void advance_to(size_t q) {
+    for (; p_ < q && p_ < s_.size(); ++p_)
+      if (s_[p_] == '\n') ++line_;
+    p_ = q;
+  }
+  static std::string rstrip_ws(const std::string& t) {
+    size_t e = t.size();
+    while (e > 0 && is_space(t[e - 1])) --e;
+    return t.substr(0, e);
+  }
+  void push_text(const std::string& t, int line) {
+    if (!t.empty()) toks_.push_back({Tok::text, t, line});
+  }
+  // After a tag's end: "-" strips all following whitespace, trim_blocks one newline (blocks and
+  // comments). Returns whether the next text starts a line (for lstrip_blocks).
+  bool after_tag(bool strip, bool trim) {
+    size_t q = p_;
+    if (strip) {
+      while (q < s_.size() && is_space(s_[q])) ++q;
+    } else if (trim && q < s_.size() && s_[q] == '\n') {
+      ++q;
+    } else if (trim && q + 1 < s_.size() && s_[q] == '\r' && s_[q + 1] == '\n') {
+      q += 2;
+    }
+    const bool ends_line = q > p_ && s_[q - 1] == '\n';
+    advance_to(q);
+    return ends_line;
+  }
+
+  // Tokens of one {% %} or {{ }} tag, through its end.
+  bool lex_tag(bool block) {
+    int depth = 0;  // { } nesting, so a dict literal's "}}" does not end a {{ }}
+    for (;;) {
+      while (p_ < s_.size() && is_space(s_[p_])) advance_to(p_ + 1);
+      if (p_ >= s_.size()) fail(line_, block ? "a {% tag is never closed with %}" : "a {{ tag is never closed with }}");
+      const char* end = block ? "%}" : "}}";
+      const bool dash = s_[p_] == '-' && s_.compare(p_ + 1, 2, end) == 0;
+      if ((dash || s_.compare(p_, 2, end) == 0) && (block || depth == 0)) {
+        toks_.push_back({block ? Tok::block_end : Tok::var_end, "", line_});
+        advance_to(p_ + (dash ? 3 : 2));
+        return after_tag(dash, block);
+      }
+      const char c = s_[p_];
+      if (is_name_start(c)) {
+        size_t q = p_;
+        while (q < s_.size() && (is_name_start(s_[q]) || is_digit(s_[q]))) ++q;
+        toks_.push_back({Tok::name, s_.substr(p_, q - p_), line_});
+        advance_to(q);
+      } else if (is_digit(c)) {
+        lex_number();
+      } else if (c == '\'' || c == '"') {
+        lex_string(c);
+      } else {
+        static const char* ops[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                    ">",  "=",  ".",  ",",  ":",  "|",  "(", ")", "[", "]", "{", "}"};
+        bool found = false;
+        for (const char* op : ops) {
+          const size_t n = std::char_traits<char>::length(op);
+          if (s_.compare(p_, n, op) == 0) {
+            if (op[0] == '{' && n == 1) ++depth;
+            if (op[0] == '}' && n == 1) --depth;
+            toks_.push_back({Tok::op, op, line_});
+            advance_to(p_ + n);
+            found = true;
+            break;
+          }
+        }
+        if (!found) fail(line_, str_cat("unexpected character ", quote(std::string(1, c)), " in a tag"));
+      }
+    }
+  }
+
+  void lex_number() {
+    size_t q = p_;
+    while (q < s_.size() && (is_digit(s_[q]) || s_[q] == '_')) ++q;
+    bool is_float = false;
+    if (q + 1 < s_.size() && s_[q] == '.' && is_digit(s_[q + 1])) {
+      is_float = true;
+      ++q;
+      while (q < s_.size() && is_digit(s_[q])) ++q;
+    }
+    if (q < s_.size() && (s_[q] == 'e' || s_[q] == 'E')) {
+      size_t r = q + 1;
+      if (r < s_.size() && (s_[r] == '+' || s_[r] == '-')) ++r;
+      if (r < s_.size() && is_digit(s_[r])) {
+        is_float = true;
+        q = r;
+        while (q < s_.size() && is_digit(s_[q])) ++q;
+      }
+    }
+    std::string v;
+    for (size_t k = p_; k < q; ++k)
+      if (s_[k] != '_') v += s_[k];
+    toks_.push_back({is_float ? Tok::number : Tok::integer, v, line_});
+    advance_to(q);
+  }
+
+  static void append_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += char(cp);
+    } else if (cp < 0x800) {
+      out += char(0xC0 | (cp >> 6));
+      out += char(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += char(0xE0 | (cp >> 12));
+      out += char(0x80 | ((cp >> 6) & 0x3F));
+      out += char(0x80 | (cp & 0x3F));
+    } else {
+      out += char(0xF0 | (cp >> 18));
+      out += char(0x80 | ((cp >> 12) & 0x3F));
+      out += char(0x80 | ((cp >> 6) & 0x3F));
+      out += char(0x80 | (cp & 0x3F));
+    }
+  }
+
+  // A Python string literal: the escapes Python knows; an unknown one stays as written.
+  void lex_string(char quote_char) {
+    const int line = line_;
+    size_t q = p_ + 1;
+    std::string v;
+    for (;;) {
+      if (q >= s_.size()) fail(line, "a string literal is never closed");
+      const char c = s_[q];
+      if (c == quote_char) break;
+      if (c != '\\' || q + 1 >= s_.size()) {
+        v += c;
+        ++q;
+        continue;
+      }
+      const char e = s_[q + 1];
+      q += 2;
+      switch (e) {
+        case 'n':
+          v += '\n';
+          break;
+        case 't':
+          v += '\t';
+          break;
+        case 'r':
+          v += '\r';
+          break;
+        case 'b':
+          v += '\b';
+          break;
+        case 'f':
+          v += '\f';
+          break;
+        case 'v':
+          v += '\v';
+          break;
+        case 'a':
+          v += '\a';
+          break;
+        case '0':
+          v += '\0';
+          break;
+        case '\\':
+          v += '\\';
+          break;
+        case '\'':
+          v += '\'';
+          break;
+        case '"':
+          v += '"';
+          break;
+        case '\n':
+          break;
+        case 'x':
+        case 'u':
+        case 'U': {
+          const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+          if (q + n > s_.size()) fail(line, "a truncated \\x / \\u escape in a string literal");
+          append_utf8(v, uint32_t(std::strtoul(s_.substr(q, n).c_str(), nullptr, 16)));
+          q += n;
+          break;
+        }
+        default:
+          v += '\\';
+          v += e;
+      }
+    }
+    toks_.push_back({Tok::string, v, line});
+    advance_to(q + 1);
+  }
+
+  std::string s_;
+  const std::string& name_;
+  size_t p_ = 0;
+  int line_ = 1;
+  std::vector<Token> toks_;
+};
+
+const std::set<std::string> kUnsupportedStatements = {"call",  "filter", "include", "import",     "from", "extends",
+                                                      "block", "raw",    "with",    "autoescape", "do",   "trans"};
+
+class Parser {
+ public:
+  Parser(std::vector<Token> toks, Lexer& lx) : t_(std::move(toks)), lx_(lx) {}
+  bool has_generation = false;
+
+  NodePtr parse_all() {
+    std::string end;
+    NodePtr body = parse_body({}, &end);
+    return body;
+  }
+
+ private:
+  const Token& cur() const { return t_[k_]; }
+  const Token& peek(size_t n = 1) const { return t_[std::min(k_ + n, t_.size() - 1)]; }
+  bool at_op(const char* op) const { return cur().type == Tok::op && cur().value == op; }
+  bool at_name(const char* n) const { return cur().type == Tok::name && cur().value == n; }
+  [[noreturn]] void fail(const std::string& what) { lx_.fail(cur().line, what); }
+  void expect_op(const char* op) {
+    if (!at_op(op)) fail(str_cat("expected \"", op, "\", found ", describe(cur())));
+    ++k_;
+  }
+  std::string expect_name() {
+    if (cur().type != Tok::name) fail(str_cat("expected a name, found ", describe(cur())));
+    return t_[k_++].value;
+  }
+  void expect_block_end() {
+    if (cur().type != Tok::block_end) fail(str_cat("expected the end of the tag (%}), found ", describe(cur())));
+    ++k_;
+  }
+  static std::string describe(const Token& t) {
+    switch (t.type) {
+      case Tok::block_end:
+        return "\"%}\"";
+      case Tok::var_end:
+        return "\"}}\"";
+      case Tok::eof:
+        return "the end of the template";
+      case Tok::string:
+        return "a string";
+      default:
+        return quote(t.value);
+    }
+  }
+  NodePtr node(NodeKind k) { return std::make_unique<Node>(k, cur().line); }
+
+  // Statements until a block tag named in `ends` (its name goes to *end, the tag's "{% name"
+  // consumed) or the end of the template (only when ends is empty).
+  NodePtr parse_body(const std::set<std::string>& ends, std::string* end) {
+    if (++depth_ > 200) fail("blocks nested deeper than 200 levels");
+    struct Depth {
+      int& d;
+      ~Depth() { --d; }
+    } guard{depth_};
+    NodePtr body = node(NodeKind::body);
+    for (;;) {
+      const Token& t = cur();
+      if (t.type == Tok::eof) {
+        for (const std::string& e : ends)
+          if (e.rfind("end", 0) == 0) fail(str_cat("missing {% ", e, " %} before the end of the template"));
+        return body;
+      }
+      if (t.type == Tok::text) {
+        NodePtr n = node(NodeKind::text);
+        n->str = t.value;
+        ++k_;
+        body->kids.push_back(std::move(n));
+      } else if (t.type == Tok::var_begin) {
+        ++k_;
+        NodePtr n = node(NodeKind::output);
+        n->a = parse_tuple(true);
+        if (cur().type != Tok::var_end) fail(str_cat("expected \"}}\", found ", describe(cur())));
+        ++k_;
+        body->kids.push_back(std::move(n));
+      } else {  // block_begin
+        const Token& nt = peek();
+        if (nt.type == Tok::name && ends.count(nt.value)) {
+          *end = nt.value;
+          k_ += 2;
+          return body;
+        }
+        ++k_;
+        body->kids.push_back(parse_statement());
+      }
+    }
+  }
+
+  NodePtr parse_statement() {
+    if (cur().type != Tok::name) fail(str_cat("expected a statement name after {%, found ", describe(cur())));
+    const std::string kw = cur().value;
+    if (kw.rfind("end", 0) == 0 || kw == "elif" || kw == "else")
+      fail(str_cat("unexpected {% ", kw, " %} (no open block it could close)"));
+    if (kUnsupportedStatements.count(kw))
+      fail(str_cat("unsupported Jinja construct {% ", kw,
+                   " %}; ztrain's chat templates support set, if, for, macro, break, continue and generation"));
+    ++k_;
+    std::string end;
+    if (kw == "if") return parse_if();
+    if (kw == "for") {
+      NodePtr n = node(NodeKind::for_);
+      n->names = parse_targets(false);
+      if (!at_name("in")) fail("expected \"in\" in a for statement");
+      ++k_;
+      n->a = parse_tuple(false);
+      if (at_name("if")) {
+        ++k_;
+        n->c = parse_expression(true);
+      }
+      if (at_name("recursive")) fail("unsupported Jinja construct: recursive for loops");
+      expect_block_end();
+      n->kids.push_back(parse_body({"endfor", "else"}, &end));
+      if (end == "else") {
+        expect_block_end();
+        n->b = parse_body({"endfor"}, &end);
+      }
+      expect_block_end();
+      return n;
+    }
+    if (kw == "set") {
+      std::vector<std::string> targets = parse_targets(true);
+      if (at_op("=")) {
+        ++k_;
+        NodePtr n = node(NodeKind::set);
+        n->names = targets;
+        n->a = parse_tuple(true);
+        expect_block_end();
+        return n;
+      }
+      if (targets.size() != 1) fail("a block {% set %} takes one name");
+      NodePtr n = node(NodeKind::set_block);
+      n->names = targets;
+      if (at_op("|")) fail("unsupported Jinja construct: a filter on a block {% set %}");
+      expect_block_end();
+      n->kids.push_back(parse_body({"endset"}, &end));
+      expect_block_end();
+      return n;
+    }
+    if (kw == "macro") {
+      NodePtr n = node(NodeKind::macro);
+      n->str = expect_name();
+      expect_op("(");
+      while (!at_op(")")) {
+        n->names.push_back(expect_name());
+        if (at_op("=")) {
+          ++k_;
+          n->args.push_back(parse_expression(true));
+        } else {
+          n->args.push_back(nullptr);
+        }
+        if (!at_op(")")) expect_op(",");
+      }
+      ++k_;
+      expect_block_end();
+      n->kids.push_back(parse_body({"endmacro"}, &end));
+      if (cur().type == Tok::name) ++k_;  // {% endmacro name %}
+      expect_block_end();
+      return n;
+    }
+    if (kw == "break" || kw == "continue") {
+      NodePtr n = node(kw == "break" ? NodeKind::break_ : NodeKind::continue_);
+      expect_block_end();
+      return n;
+    }
+    if (kw == "generation") {
+      has_generation = true;
+      NodePtr n = node(NodeKind::generation);
+      expect_block_end();
+      n->kids.push_back(parse_body({"endgeneration"}, &end));
+      expect_block_end();
+      return n;
+    }
+    fail(str_cat("unsupported Jinja construct {% ", kw,
+                 " %}; ztrain's chat templates support set, if, for, macro, break, continue and generation"));
+  }
+
+  NodePtr parse_if() {
+    NodePtr n = node(NodeKind::if_);
+    n->a = parse_tuple(true);
+    expect_block_end();
+    std::string end;
+    n->kids.push_back(parse_body({"elif", "else", "endif"}, &end));
+    if (end == "elif") {
+      NodePtr alt = node(NodeKind::body);
+      alt->kids.push_back(parse_if());
+      n->b = std::move(alt);
+      return n;  // the nested if consumed the endif
+    }
+    if (end == "else") {
+      expect_block_end();
+      n->b = parse_body({"endif"}, &end);
+    }
+    expect_block_end();
+    return n;
+  }
+
+  // Assignment / loop targets: names, "ns.attr" (set only), comma-separated tuples.
+  std::vector<std::string> parse_targets(bool allow_attr) {
+    std::vector<std::string> out;
+    const bool paren = at_op("(");
+    if (paren) ++k_;
+    for (;;) {
+      std::string n = expect_name();
+      if (allow_attr && at_op(".")) {
+        ++k_;
+        n += "." + expect_name();
+      }
+      out.push_back(n);
+      if (!at_op(",")) break;
+      ++k_;
+    }
+    if (paren) expect_op(")");
+    return out;
+  }
+
+  // An expression, or a tuple when commas follow (as Jinja2's parse_tuple).
+  NodePtr parse_tuple(bool with_cond) {
+    NodePtr first = parse_expression(with_cond);
+    if (!at_op(",")) return first;
+    NodePtr t = node(NodeKind::tuple);
+    t->args.push_back(std::move(first));
+    while (at_op(",")) {
+      ++k_;
+      if (cur().type == Tok::block_end || cur().type == Tok::var_end || at_op(")")) break;
+      t->args.push_back(parse_expression(with_cond));
+    }
+    return t;
+  }
+
+  NodePtr parse_expression(bool with_cond) {
+    // Expressions nest through here; a template nested deeper than this would only exhaust the stack.
+    if (++depth_ > 200) fail("expression nested deeper than 200 levels");
+    struct Depth {
+      int& d;
+      ~Depth() { --d; }
+    } guard{depth_};
+    NodePtr e = parse_or();
+    if (!with_cond) return e;
+    while (at_name("if")) {
+      NodePtr c = node(NodeKind::cond);
+      ++k_;
+      c->c = parse_or();
+      if (at_name("else")) {
+        ++k_;
+        c->b = parse_expression(true);
+      }
+      c->a = std::move(e);
+      e = std::move(c);
+    }
+    return e;
+  }
+  NodePtr binary(const std::string& op, NodePtr l, NodePtr r) {
+    NodePtr n = node(NodeKind::binary);
+    n->str = op;
+    n->a = std::move(l);
+    n->b = std::move(r);
+    return n;
+  }
+  NodePtr parse_or() {
+    NodePtr l = parse_and();
+    while (at_name("or")) {
+      ++k_;
+      l = binary("or", std::move(l), parse_and());
+    }
+    return l;
+  }
+  NodePtr parse_and() {
+    NodePtr l = parse_not();
+    while (at_name("and")) {
+      ++k_;
+      l = binary("and", std::move(l), parse_not());
+    }
+    return l;
+  }
+  NodePtr parse_not() {
+    if (at_name("not")) {
+      NodePtr n = node(NodeKind::unary);
+      ++k_;
+      n->str = "not";
+      n->a = parse_not();
+      return n;
+    }
+    return parse_compare();
+  }
+  NodePtr parse_compare() {
+    NodePtr l = parse_math1();
+    for (;;) {
+      std::string op;
+      if (cur().type == Tok::op && (cur().value == "==" || cur().value == "!=" || cur().value == "<" ||
+                                    cur().value == ">" || cur().value == "<=" || cur().value == ">=")) {
+        op = cur().value;
+        ++k_;
+      } else if (at_name("in")) {
+        op = "in";
+        ++k_;
+      } else if (at_name("not") && peek().type == Tok::name && peek().value == "in") {
+        op = "not in";
+        k_ += 2;
+      } else {
+        return l;
+      }
+      l = binary(op, std::move(l), parse_math1());
+    }
+  }
+  NodePtr parse_math1() {
+    NodePtr l = parse_concat();
+    while (at_op("+") || at_op("-")) {
+      const std::string op = cur().value;
+      ++k_;
+      l = binary(op, std::move(l), parse_concat());
+    }
+    return l;
+  }
+  NodePtr parse_concat() {
+    NodePtr l = parse_math2();
+    while (at_op("~")) {
+      ++k_;
+      l = binary("~", std::move(l), parse_math2());
+    }
+    return l;
+  }
+  NodePtr parse_math2() {
+    NodePtr l = parse_pow();
+    while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
+      const std::string op = cur().value;
+      ++k_;
+      l = binary(op, std::move(l), parse_pow());
+    }
+    return l;
+  }
+  NodePtr parse_pow() {
+    NodePtr l = parse_unary(true);
+    while (at_op("**")) {
+      ++k_;
+      l = binary("**", std::move(l), parse_unary(true));
+    }
+    return l;
+  }
+  NodePtr parse_unary(bool with_filter) {
+    NodePtr n;
+    if (at_op("-") || at_op("+")) {
+      n = node(NodeKind::unary);
+      n->str = cur().value;
+      ++k_;
+      n->a = parse_unary(false);
+    } else {
+      n = parse_primary();
+    }
+    n = parse_postfix(std::move(n));
+    if (with_filter) n = parse_filter_expr(std::move(n));
+    return n;
+  }
+
+  NodePtr parse_primary() {
+    const Token t = cur();
+    NodePtr n = node(NodeKind::literal);
+    switch (t.type) {
+      case Tok::name:
+        ++k_;
+        if (t.value == "true" || t.value == "True") {
+          n->value = Value::boolean(true);
+        } else if (t.value == "false" || t.value == "False") {
+          n->value = Value::boolean(false);
+        } else if (t.value == "none" || t.value == "None") {
+          n->value = Value::none();
+        } else {
+          n->kind = NodeKind::name;
+          n->str = t.value;
+        }
+        return n;
+      case Tok::string: {
+        std::string s;
+        while (cur().type == Tok::string) s += t_[k_++].value;  // adjacent literals join
+        n->value = Value::string(s);
+        return n;
+      }
+      case Tok::integer:
+        ++k_;
+        n->value = Value::integer(std::strtoll(t.value.c_str(), nullptr, 10));
+        return n;
+      case Tok::number:
+        ++k_;
+        n->value = Value::number(std::strtod(t.value.c_str(), nullptr));
+        return n;
+      default:
+        break;
+    }
+    if (at_op("(")) {
+      ++k_;
+      if (at_op(")")) {
+        ++k_;
+        n->kind = NodeKind::tuple;
+        return n;
+      }
+      NodePtr e = parse_tuple(true);
+      expect_op(")");
+      return e;
+    }
+    if (at_op("[")) {
+      ++k_;
+      n->kind = NodeKind::list;
+      while (!at_op("]")) {
+        n->args.push_back(parse_expression(true));
+        if (!at_op("]")) expect_op(",");
+      }
+      ++k_;
+      return n;
+    }
+    if (at_op("{")) {
+      ++k_;
+      n->kind = NodeKind::dict;
+      while (!at_op("}")) {
+        n->args.push_back(parse_expression(true));
+        expect_op(":");
+        n->kw_values.push_back(parse_expression(true));
+        if (!at_op("}")) expect_op(",");
+      }
+      ++k_;
+      return n;
+    }
+    fail(str_cat("unexpected ", describe(t), " in an expression"));
+  }
+
+  void parse_call_args(Node& n) {
+    expect_op("(");
+    while (!at_op(")")) {
+      if (at_op("*") || at_op("**")) fail("unsupported Jinja construct: *args / **kwargs in a call");
+      if (cur().type == Tok::name && peek().type == Tok::op && peek().value == "=") {
+        n.names.push_back(cur().value);
+        k_ += 2;
+        n.kw_values.push_back(parse_expression(true));
+      } else {
+        if (!n.names.empty()) fail("a positional argument follows a keyword argument");
+        n.args.push_back(parse_expression(true));
+      }
+      if (!at_op(")")) expect_op(",");
+    }
+    ++k_;
+  }
+
+  NodePtr parse_postfix(NodePtr n) {
+    for (;;) {
+      if (at_op(".")) {
+        ++k_;
+        if (cur().type == Tok::integer) {
+          NodePtr it = node(NodeKind::item);
+          NodePtr idx = node(NodeKind::literal);
+          idx->value = Value::integer(std::strtoll(cur().value.c_str(), nullptr, 10));
+          ++k_;
+          it->a = std::move(n);
+          it->b = std::move(idx);
+          n = std::move(it);
+          continue;
+        }
+        NodePtr at = node(NodeKind::attr);
+        at->str = expect_name();
+        at->a = std::move(n);
+        n = std::move(at);
+      } else if (at_op("[")) {
+        ++k_;
+        n = parse_subscript(std::move(n));
+      } else if (at_op("(")) {
+        NodePtr c = node(NodeKind::call);
+        parse_call_args(*c);
+        c->a = std::move(n);
+        n = std::move(c);
+      } else {
+        return n;
+      }
+    }
+  }
+
+  NodePtr parse_subscript(NodePtr obj) {
+    std::vector<NodePtr> parts(1);
+    bool is_slice = false;
+    while (!at_op("]")) {
+      if (at_op(":")) {
+        ++k_;
+        is_slice = true;
+        if (parts.size() >= 3) fail("a slice takes at most start:stop:step");
+        parts.emplace_back();
+        continue;
+      }
+      if (parts.back()) fail(str_cat("unexpected ", describe(cur()), " in a subscript"));
+      parts.back() = parse_expression(true);
+    }
+    ++k_;
+    if (!is_slice) {
+      if (!parts[0]) fail("an empty subscript []");
+      NodePtr it = node(NodeKind::item);
+      it->a = std::move(obj);
+      it->b = std::move(parts[0]);
+      return it;
+    }
+    NodePtr sl = node(NodeKind::slice);
+    sl->a = std::move(obj);
+    parts.resize(3);
+    for (auto& p : parts) sl->args.push_back(std::move(p));
+    return sl;
+  }
+
+  NodePtr parse_filter_expr(NodePtr n) {
+    for (;;) {
+      if (at_op("|")) {
+        ++k_;
+        NodePtr f = node(NodeKind::filter);
+        f->str = expect_name();
+        while (at_op(".")) {
+          ++k_;
+          f->str += "." + expect_name();
+        }
+        if (!known_filter(f->str)) fail(str_cat("unsupported Jinja filter \"", f->str, "\""));
+        if (at_op("(")) parse_call_args(*f);
+        f->a = std::move(n);
+        n = std::move(f);
+      } else if (at_name("is")) {
+        ++k_;
+        NodePtr t = node(NodeKind::test);
+        if (at_name("not")) {
+          t->negate = true;
+          ++k_;
+        }
+        t->str = expect_name();
+        if (!known_test(t->str)) fail(str_cat("unsupported Jinja test \"", t->str, "\""));
+        if (at_op("(")) {
+          parse_call_args(*t);
+        } else if ((cur().type == Tok::name && cur().value != "else" && cur().value != "or" && cur().value != "and" &&
+                    cur().value != "if" && cur().value != "is" && cur().value != "in" && cur().value != "not") ||
+                   cur().type == Tok::string || cur().type == Tok::integer || cur().type == Tok::number || at_op("[") ||
+                   at_op("{")) {
+          t->args.push_back(parse_postfix(parse_primary()));
+        }
+        t->a = std::move(n);
+        n = std::move(t);
+      } else if (at_op("(")) {
+        NodePtr c = node(NodeKind::call);
+        parse_call_args(*c);
+        c->a = std::move(n);
+        n = std::move(c);
+      } else {
+        return n;
+      }
+    }
+  }
+
+  std::vector<Token> t_;
+  Lexer& lx_;
+  size_t k_ = 0;
+  int depth_ = 0;  // parse_expression nesting, and block nesting (parse_body)
+};
+
+}  // namespace
+
+NodePtr parse_template(const std::string& source, const std::string& name, bool* has_generation) {
+  Lexer lx(source, name);
+  Parser p(lx.run(), lx);
+  NodePtr root = p.parse_all();
+  *has_generation = p.has_generation;
+  return root;
+}
+
+}  // namespace zt::jinja

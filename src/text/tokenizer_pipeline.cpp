@@ -1,0 +1,292 @@
+// tokenizer_pipeline.cpp: see tokenizer_pipeline.h. Added tokens are found leftmost-longest
+// (the Aho-Corasick match kind Hugging Face uses), honouring single_word, lstrip and rstrip.
+#include "text/tokenizer_pipeline.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "text/tokenizer_bpe.h"
+
+namespace zt::tok {
+
+WordModel::~WordModel() = default;
+
+bool PieceCache::lookup(std::string_view piece, std::vector<int32_t>& out) const {
+  size_t h = Hash{}(piece);
+  Shard& s = shards_[(h >> 20) % kShards];
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.map.find(piece);
+  if (it == s.map.end()) return false;
+  out.insert(out.end(), it->second.begin(), it->second.end());
+  return true;
+}
+
+void PieceCache::store(std::string_view piece, const int32_t* ids, size_t n) const {
+  size_t h = Hash{}(piece);
+  Shard& s = shards_[(h >> 20) % kShards];
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.map.size() >= kShardCapacity) s.map.clear();
+  s.map.emplace(std::string(piece), std::vector<int32_t>(ids, ids + n));
+}
+
+namespace {
+
+// The pre-tokenizer cuts only with patterns that cannot join text across "\n" followed by a
+// non-space character, and the normalizer (if any) is a Unicode form ("\n" is a starter that
+// composes with nothing): so a document cut there encodes piece by piece to the same ids.
+bool newline_cuts_are_safe(const PipelineParts& p) {
+  if (p.pre_tokenizer.empty()) return false;
+  for (const NormalizeStep& n : p.normalizer)
+    if (n.kind != NormalizeStep::Kind::form) return false;
+  for (const PreTokStep& s : p.pre_tokenizer) {
+    if (s.kind == PreTokStep::Kind::metaspace) return false;
+    if (s.kind == PreTokStep::Kind::byte_level && s.add_prefix_space) return false;
+    if (s.kind == PreTokStep::Kind::split_regex && s.behavior != SplitBehavior::isolated &&
+        s.behavior != SplitBehavior::removed)
+      return false;
+  }
+  return true;
+}
+
+bool is_word_at_end(std::string_view s) {
+  if (s.empty()) return false;
+  size_t k = s.size() - 1;
+  while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+  return is_word_char(utf8_next(s, k).cp);
+}
+
+}  // namespace
+
+PipelineTokenizer::PipelineTokenizer(PipelineParts parts) : p_(std::move(parts)) {
+  vocab_size_ = p_.model->vocab_size();
+  for (const AddedToken& a : p_.added) vocab_size_ = std::max(vocab_size_, a.id + 1);
+  splits_at_newlines_ = newline_cuts_are_safe(p_);
+  added_normalized_.resize(p_.added.size());
+  for (uint32_t i = 0; i < p_.added.size(); ++i) {
+    AddedToken& a = p_.added[i];
+    added_by_id_.emplace(a.id, i);
+    std::string& text = added_normalized_[i];
+    text = a.content;
+    if (a.normalized) normalize_text(p_.normalizer, text);
+    (a.normalized ? any_normalized_added_ : any_raw_added_) = true;
+    if (!text.empty()) added_by_first_byte_[static_cast<unsigned char>(text[0])].push_back(i);
+  }
+}
+
+void PipelineTokenizer::split_added(std::string_view text, bool normalized, std::vector<Part>& parts) const {
+  parts.clear();
+  size_t start_offset = 0;
+  for (size_t i = 0; i < text.size();) {
+    const AddedToken* best = nullptr;
+    size_t best_len = 0;
+    for (uint32_t k : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
+      const AddedToken& a = p_.added[k];
+      const std::string& pat = added_normalized_[k];
+      if (a.normalized == normalized && pat.size() > best_len && text.substr(i).starts_with(pat))
+        best = &a, best_len = pat.size();
+    }
+    if (!best) {
+      ++i;
+      continue;
+    }
+    size_t start = i, stop = i + best_len;
+    i = stop;
+    if (best->single_word) {
+      bool start_space = start == 0 || !is_word_at_end(text.substr(0, start));
+      bool stop_space = stop == text.size() || !is_word_char(utf8_next(text, stop).cp);
+      if (!start_space || !stop_space) continue;
+    }
+    if (best->lstrip) {
+      size_t s = start;
+      while (s > start_offset) {
+        size_t k = s - 1;
+        while (k > 0 && (static_cast<unsigned char>(text[k]) & 0xC0) == 0x80) --k;
+        if (!is_white_space(utf8_next(text, k).cp)) break;
+        s = k;
+      }
+      start = s;
+    }
+    if (best->rstrip)
+      while (stop < text.size()) {
+        Utf8Char c = utf8_next(text, stop);
+        if (!is_white_space(c.cp)) break;
+        stop += c.len;
+      }
+    if (start_offset < start) parts.push_back({start_offset, start, nullptr});
+    parts.push_back({start, stop, best});
+    start_offset = i = stop;
+  }
+  if (start_offset < text.size()) parts.push_back({start_offset, text.size(), nullptr});
+}
+
+void PipelineTokenizer::encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  if (text.empty()) return;
+  thread_local Splits a, tmp;
+  a.clear();
+  a.add(text, at_start);
+  pre_tokenize(p_.pre_tokenizer, a, tmp);
+  for (size_t i = 0; i < a.spans.size(); ++i) p_.model->encode(a.piece(i), out);
+}
+
+void PipelineTokenizer::encode_part(std::string_view text, bool at_start, bool normalized_added,
+                                    std::vector<int32_t>& out) const {
+  std::string normalized;
+  if (!p_.normalizer.empty()) {
+    normalized.assign(text);
+    normalize_text(p_.normalizer, normalized);
+    text = normalized;
+  }
+  if (!normalized_added || !any_normalized_added_) return encode_normalized(text, at_start, out);
+  std::vector<Part> parts;
+  split_added(text, true, parts);
+  for (const Part& p : parts) {
+    if (p.token)
+      out.push_back(p.token->id);
+    else
+      encode_normalized(text.substr(p.start, p.end - p.start), at_start && p.start == 0, out);
+  }
+}
+
+std::vector<int32_t> PipelineTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3);
+  encode_part(text, true, false, out);
+  return out;
+}
+
+std::vector<int32_t> PipelineTokenizer::encode_with_special(std::string_view text, bool add_special_tokens) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3);
+  if (add_special_tokens) out = p_.post.before;
+  if (!any_raw_added_) {
+    encode_part(text, true, true, out);
+  } else {
+    std::vector<Part> parts;
+    split_added(text, false, parts);
+    for (const Part& p : parts) {
+      if (p.token)
+        out.push_back(p.token->id);
+      else
+        encode_part(text.substr(p.start, p.end - p.start), p.start == 0, true, out);
+    }
+  }
+  if (add_special_tokens) out.insert(out.end(), p_.post.after.begin(), p_.post.after.end());
+  return out;
+}
+
+namespace {
+
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  if (from.empty()) return;
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+    s.replace(pos, from.size(), to);
+}
+
+bool byte_fallback_token(const std::string& t, char* byte) {
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'); };
+  if (t.size() != 6 || !t.starts_with("<0x") || t[5] != '>' || !hex(t[3]) || !hex(t[4])) return false;
+  *byte = char(std::stoi(t.substr(3, 2), nullptr, 16));
+  return true;
+}
+
+void apply_decoder(const DecodeStep& d, std::vector<std::string>& tokens) {
+  using K = DecodeStep::Kind;
+  switch (d.kind) {
+    case K::byte_level: {
+      // Bytes are kept as they are (Hugging Face replaces invalid UTF-8 with U+FFFD; keeping
+      // them makes decode(encode(x)) == x for any bytes).
+      std::string all, raw;
+      for (const std::string& t : tokens) all += byte_level_decode(t, raw) ? raw : t;
+      tokens.assign(1, std::move(all));
+      break;
+    }
+    case K::byte_fallback: {
+      std::vector<std::string> out;
+      char b;
+      bool in_bytes = false;
+      for (std::string& t : tokens) {
+        if (byte_fallback_token(t, &b)) {
+          if (!in_bytes) out.emplace_back();
+          out.back() += b;
+          in_bytes = true;
+        } else {
+          out.push_back(std::move(t));
+          in_bytes = false;
+        }
+      }
+      tokens.swap(out);
+      break;
+    }
+    case K::fuse: {
+      std::string all;
+      for (const std::string& t : tokens) all += t;
+      tokens.assign(1, std::move(all));
+      break;
+    }
+    case K::strip:
+      for (std::string& t : tokens) {
+        size_t b = 0, e = t.size();
+        for (size_t k = 0; k < d.start && t.compare(b, d.from.size(), d.from) == 0 && b < e; ++k) b += d.from.size();
+        for (size_t k = 0;
+             k < d.stop && e >= b + d.from.size() && t.compare(e - d.from.size(), d.from.size(), d.from) == 0; ++k)
+          e -= d.from.size();
+        t = t.substr(b, e - b);
+      }
+      break;
+    case K::replace:
+      for (std::string& t : tokens) replace_all(t, d.from, d.to);
+      break;
+    case K::metaspace:
+      for (size_t i = 0; i < tokens.size(); ++i) replace_all(tokens[i], d.from, i == 0 && d.prepend ? "" : " ");
+      break;
+    case K::wordpiece:
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        std::string& t = tokens[i];
+        if (i != 0) {
+          if (t.starts_with(d.from))
+            t.erase(0, d.from.size());
+          else
+            t.insert(0, " ");
+        }
+        if (d.cleanup)
+          for (auto [f, r] : {std::pair{" .", "."},
+                              {" ?", "?"},
+                              {" !", "!"},
+                              {" ,", ","},
+                              {" ' ", "'"},
+                              {" n't", "n't"},
+                              {" 'm", "'m"},
+                              {" do not", " don't"},
+                              {" 's", "'s"},
+                              {" 've", "'ve"},
+                              {" 're", "'re"}})
+            replace_all(t, f, r);
+      }
+      break;
+  }
+}
+
+}  // namespace
+
+std::string PipelineTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    auto it = added_by_id_.find(id);
+    const std::string* t = it != added_by_id_.end() ? &p_.added[it->second].content : p_.model->id_to_token(id);
+    ZT_CHECK(t, "decode: token id ", id, " is not in the ", p_.name, " vocabulary (", vocab_size_,
+             " ids); the ids were made by a different tokenizer");
+    tokens.push_back(*t);
+  }
+  if (!p_.has_decoder) {
+    std::string out;
+    for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
+    return out;
+  }
+  for (const DecodeStep& d : p_.decoder) apply_decoder(d, tokens);
+  std::string out;
+  for (const std::string& t : tokens) out += t;
+  return out;
+}
+
+}  // namespace zt::tok
