@@ -7,9 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # libpcre2-dev, libutf8proc-dev, pkg-config: tokenizer regexes and Unicode normalization (docs/tokenizers.md);
 # libhwy-dev: run-time SIMD dispatch of the kernels (docs/kernels.md#dispatch);
-# libxxhash-dev: checkpoint and flash snapshot checksums (docs/checkpoints.md#the-folder-checkpoint-n).
+# libxxhash-dev: checkpoint and flash snapshot checksums (docs/checkpoints.md#the-folder-checkpoint-n);
+# libpng-dev: encodes the loss plot (docs/observability.md#png-loss-plot).
 pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin pkg-config
-      libpcre2-dev libutf8proc-dev libxxhash-dev libhwy-dev "$@")
+      libpcre2-dev libutf8proc-dev libxxhash-dev libhwy-dev libpng-dev "$@")
 missing=()
 # The native architecture named too: with a foreign one (arm64 for tests/cross) installed beside it,
 # a bare name is ambiguous to dpkg.

@@ -1,16 +1,19 @@
 // plot_png.cpp: see plot_png.h. Three parts: a tiny RGB canvas with a bitmap font, the plot
-// layout (ranges, ticks, lines, legend), and a PNG encoder that needs no zlib (a zlib stream
-// of stored deflate blocks, Adler-32, and the chunk CRC-32).
+// layout (ranges, ticks, lines, legend), and the file: libpng encodes the canvas in memory,
+// then it is written atomically.
 #include "observe/plot_png.h"
 
+#include <png.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
+#include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "core/error.h"
 
@@ -234,77 +237,59 @@ std::string tick_label(double v, double step) {
   return b;
 }
 
-// ---- PNG ----
+// ---- PNG (libpng encodes; the file is written below) ----
 
-uint32_t png_crc32(const uint8_t* p, size_t n, uint32_t crc) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
-
-void put_be32(std::string& out, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) out.push_back(char(uint8_t(v >> s)));
-}
-
-void put_chunk(std::string& out, const char type[4], const std::string& data) {
-  put_be32(out, uint32_t(data.size()));
-  const size_t start = out.size();
-  out.append(type, 4);
-  out += data;
-  put_be32(out, png_crc32(reinterpret_cast<const uint8_t*>(out.data() + start), 4 + data.size(), 0));
-}
-
-// zlib stream (RFC 1950) of stored deflate blocks (RFC 1951, BTYPE 00).
-std::string zlib_stored(const std::string& raw) {
-  std::string z;
-  z.reserve(raw.size() + raw.size() / 65535 * 5 + 16);
-  z.push_back(char(0x78));  // CM 8 (deflate), 32K window
-  z.push_back(char(0x01));  // FCHECK: 0x7801 is a multiple of 31; no dictionary
-  size_t pos = 0;
-  do {
-    const size_t n = std::min<size_t>(raw.size() - pos, 65535);
-    const bool last = pos + n == raw.size();
-    z.push_back(char(last ? 1 : 0));  // BFINAL, BTYPE 00; the rest of the byte is padding
-    z.push_back(char(n & 0xFF));
-    z.push_back(char(n >> 8));
-    z.push_back(char(~n & 0xFF));
-    z.push_back(char((~n >> 8) & 0xFF));
-    z.append(raw, pos, n);
-    pos += n;
-  } while (pos < raw.size());
-  uint32_t a = 1, b = 0;  // Adler-32
-  for (unsigned char c : raw) {
-    a = (a + c) % 65521;
-    b = (b + a) % 65521;
+// libpng's output callback: the encoded bytes go to the std::string given as io_ptr. An
+// exception must not unwind through libpng's C frames, so a failed append ends in png_error.
+void png_append(png_structp png, png_bytep data, size_t n) {
+  bool ok = true;
+  try {
+    static_cast<std::string*>(png_get_io_ptr(png))->append(reinterpret_cast<const char*>(data), n);
+  } catch (const std::bad_alloc&) {
+    ok = false;
   }
-  put_be32(z, (b << 16) | a);
-  return z;
+  if (!ok) png_error(png, "out of memory");
+}
+
+// libpng's error callback: keeps the message (err_ptr, 256 bytes) and jumps back to the setjmp.
+[[noreturn]] void png_fail(png_structp png, png_const_charp msg) {
+  std::snprintf(static_cast<char*>(png_get_error_ptr(png)), 256, "%s", msg);
+  png_longjmp(png, 1);
+}
+void png_quiet(png_structp, png_const_charp) {}
+void png_no_flush(png_structp) {}  // NULL would make libpng fflush the io_ptr as a FILE*
+
+// 8-bit RGB rows -> *out. libpng reports errors by longjmp to the setjmp here, so this function
+// holds nothing with a destructor a jump could skip (the rows and the output belong to the caller).
+// False with the message in err[256] when libpng fails.
+bool png_encode_rgb(std::string* out, png_bytep* rows, int w, int h, char* err) {
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, err, png_fail, png_quiet);
+  if (!png) return false;
+  png_infop info = png_create_info_struct(png);
+  if (!info) {
+    png_destroy_write_struct(&png, nullptr);
+    return false;
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    return false;
+  }
+  png_set_write_fn(png, out, png_append, png_no_flush);
+  png_set_IHDR(png, info, png_uint_32(w), png_uint_32(h), 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  png_write_image(png, rows);
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return true;
 }
 
 std::string png_encode(const Canvas& cv) {
-  std::string raw;  // each row: filter type 0 (None), then RGB bytes
-  raw.reserve(size_t(cv.h) * (1 + size_t(cv.w) * 3));
-  for (int y = 0; y < cv.h; ++y) {
-    raw.push_back(0);
-    raw.append(reinterpret_cast<const char*>(&cv.px[size_t(y) * cv.w * 3]), size_t(cv.w) * 3);
-  }
-  std::string png("\x89PNG\r\n\x1a\n", 8);
-  std::string ihdr;
-  put_be32(ihdr, uint32_t(cv.w));
-  put_be32(ihdr, uint32_t(cv.h));
-  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit, truecolour RGB, deflate, filter 0, no interlace
-  put_chunk(png, "IHDR", ihdr);
-  put_chunk(png, "IDAT", zlib_stored(raw));
-  put_chunk(png, "IEND", "");
+  std::vector<png_bytep> rows(size_t(cv.h));
+  for (int y = 0; y < cv.h; ++y) rows[size_t(y)] = const_cast<png_bytep>(&cv.px[size_t(y) * cv.w * 3]);
+  std::string png;
+  char err[256] = "unknown error";
+  ZT_CHECK(png_encode_rgb(&png, rows.data(), cv.w, cv.h, err), "cannot encode the plot as PNG (libpng): ", err);
   return png;
 }
 

@@ -1,8 +1,7 @@
 // plot_png.h: a loss-curve picture for users without TensorBoard: a 900x500 RGB PNG with
 // a title, axes with numeric ticks (x = step, y = loss), light grid lines, a legend, and one
 // anti-aliased 2 px line per series (plus round markers when a series has few points, as
-// eval series do). Text uses a built-in 5x7 bitmap font; the PNG is written without zlib
-// (stored deflate blocks, so about 1.3 MiB whatever the content).
+// eval series do). Text uses a built-in 5x7 bitmap font; libpng encodes the picture.
 //
 // What it deliberately is not: a plotting library. No log scale, no axis options, no font
 // beyond ASCII letters, digits and a little punctuation (other characters draw as '?').
