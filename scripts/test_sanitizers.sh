@@ -6,14 +6,17 @@
 # after the normal ctest run; alone it assumes the Debian packages are installed (scripts/setup.sh).
 # usage: scripts/test_sanitizers.sh [extra ctest args]     (ZT_ASAN_BUILD_DIR picks the folder)
 # -O1: sanitizer reports keep useful stacks, and the suite runs in about 2-3x the normal time.
+# -g1: line tables only (file:line in every report frame, no variable locations): 17% less compile
+# time than -g on the largest unity batch. Only the targets ctest runs are built (not bench/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=${ZT_ASAN_BUILD_DIR:-build-asan}
 start=$(date +%s)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DZT_SANITIZE=ON >/dev/null
-cmake --build "$build" -j"$(nproc)" 2>&1 | grep -E "error|warning: " || true
+cmake --build "$build" -j"$(nproc)" --target ztrain zt_tests zt_dist_tests zt_cp_tests 2>&1 |
+  grep -E "error|warning: " || true
 test -x "$build/ztrain" && test -x "$build/zt_tests" || { echo "test_sanitizers: build failed"; exit 1; }
 built=$(date +%s)
 
@@ -23,6 +26,8 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0
 export OMP_NUM_THREADS=2
+# The tokenizer parity tests encode every 4th Brown document here (all of them in the plain pass).
+export ZT_TEST_SAMPLE_EVERY=4
 cd "$build"
 rc=0
 ctest --output-on-failure -j1 "$@" || rc=$?

@@ -37,7 +37,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   f << bytes;
 }
 
-std::string error_of(const std::function<void()>& f) {
+std::string error_text(const std::function<void()>& f) {
   try {
     f();
   } catch (const Error& e) {
@@ -150,19 +150,19 @@ TEST(Safetensors, ReadsF16) {
 }
 
 TEST(Safetensors, DamagedFilesAreNamedErrors) {
-  EXPECT_NE(error_of([] { SafetensorsFile f(tmp("does_not_exist")); }).find("cannot open"), std::string::npos);
+  EXPECT_NE(error_text([] { SafetensorsFile f(tmp("does_not_exist")); }).find("cannot open"), std::string::npos);
   write_bytes(tmp("short"), "abc");
-  EXPECT_NE(error_of([] { SafetensorsFile f(tmp("short")); }).find("not a safetensors file"), std::string::npos);
+  EXPECT_NE(error_text([] { SafetensorsFile f(tmp("short")); }).find("not a safetensors file"), std::string::npos);
   write_bytes(tmp("text"), "this is definitely not a safetensors file at all");
-  EXPECT_NE(error_of([] { SafetensorsFile f(tmp("text")); }).find("safetensors"), std::string::npos);
+  EXPECT_NE(error_text([] { SafetensorsFile f(tmp("text")); }).find("safetensors"), std::string::npos);
   std::vector<float> a(100, 1.f);
   safetensors_write(tmp("trunc"), {{"a", {100}, a.data()}}, DType::f32, {});
   fs::resize_file(tmp("trunc"), fs::file_size(tmp("trunc")) - 10);
-  EXPECT_NE(error_of([] { SafetensorsFile f(tmp("trunc")); }).find("truncated"), std::string::npos);
+  EXPECT_NE(error_text([] { SafetensorsFile f(tmp("trunc")); }).find("truncated"), std::string::npos);
   std::string header = R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})";
   uint64_t n = header.size();
   write_bytes(tmp("badsize"), std::string(reinterpret_cast<char*>(&n), 8) + header + std::string(8, '\0'));
-  EXPECT_NE(error_of([] { SafetensorsFile f(tmp("badsize")); }).find("need"), std::string::npos);
+  EXPECT_NE(error_text([] { SafetensorsFile f(tmp("badsize")); }).find("need"), std::string::npos);
 }
 
 TEST(Config, MissingAndInvalidFieldsAreErrors) {
@@ -173,27 +173,27 @@ TEST(Config, MissingAndInvalidFieldsAreErrors) {
   EXPECT_EQ(config_to_json(c, "float32")["unused_key"], "kept");
   auto missing = ok;
   missing.erase("n_layer");
-  EXPECT_NE(error_of([&] { config_from_json(missing, "cfg"); }).find("\"n_layer\""), std::string::npos);
+  EXPECT_NE(error_text([&] { config_from_json(missing, "cfg"); }).find("\"n_layer\""), std::string::npos);
   auto bad = ok;
   bad["n_head"] = "two";
-  EXPECT_NE(error_of([&] { config_from_json(bad, "cfg"); }).find("n_head"), std::string::npos);
+  EXPECT_NE(error_text([&] { config_from_json(bad, "cfg"); }).find("n_head"), std::string::npos);
   auto indiv = ok;
   indiv["n_head"] = 3;
-  EXPECT_NE(error_of([&] { config_from_json(indiv, "cfg"); }).find("divisible"), std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(error_text([&] { config_from_json(indiv, "cfg"); }).find("divisible"), std::string::npos);
+  EXPECT_NE(error_text([] {
               config_from_json({{"model_type", "bert"}}, "cfg");
             }).find("not supported"),
             std::string::npos);
-  EXPECT_NE(error_of([] { config_from_json({{"vocab_size", 3}}, "cfg"); }).find("model_type"), std::string::npos);
+  EXPECT_NE(error_text([] { config_from_json({{"vocab_size", 3}}, "cfg"); }).find("model_type"), std::string::npos);
 }
 
 TEST(TokenFile, RejectsOutOfRangeIdsAndOddSizes) {
   std::vector<uint16_t> t = {1, 2, 3, 99, 4};
   write_bytes(tmp("tok.bin"), std::string(reinterpret_cast<char*>(t.data()), t.size() * 2));
-  std::string e = error_of([] { TokenFile f(tmp("tok.bin"), 50); });
+  std::string e = error_text([] { TokenFile f(tmp("tok.bin"), 50); });
   EXPECT_NE(e.find("token id 99 at position 3"), std::string::npos) << e;
   write_bytes(tmp("odd.bin"), "abc");
-  EXPECT_NE(error_of([] { TokenFile f(tmp("odd.bin"), 50); }).find("token file"), std::string::npos);
+  EXPECT_NE(error_text([] { TokenFile f(tmp("odd.bin"), 50); }).find("token file"), std::string::npos);
   TokenFile ok(tmp("tok.bin"), 100);
   WindowSampler s(ok, 2, false, 0);
   EXPECT_EQ(s.num_windows(), 2);
@@ -218,12 +218,12 @@ TEST(Flags, UnknownFlagSuggestsNearestAndValuesAreTyped) {
   EXPECT_EQ(bs, 4);
   EXPECT_TRUE(flag);
   EXPECT_EQ(s, "x");
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_text([&] {
               f.parse({"--lerning_rate", "1"});
             }).find("did you mean --learning_rate?"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { f.parse({"--learning_rate", "fast"}); }).find("expects a number"), std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_text([&] { f.parse({"--learning_rate", "fast"}); }).find("expects a number"), std::string::npos);
+  EXPECT_NE(error_text([&] {
               f.parse({"--per_device_train_batch_size", "2.5"});
             }).find("expects an integer"),
             std::string::npos);
@@ -235,10 +235,10 @@ TEST(Flags, UnknownFlagSuggestsNearestAndValuesAreTyped) {
   EXPECT_EQ(bs, 16);
   for (const char* bad : {"2.5e0", "1e30", "5e", "1e10"}) {
     const char* flag_name = std::string(bad) == "1e10" ? "--per_device_train_batch_size" : "--reduce_bucket_size";
-    EXPECT_NE(error_of([&] { f.parse({flag_name, bad}); }).find("expects an integer"), std::string::npos) << bad;
+    EXPECT_NE(error_text([&] { f.parse({flag_name, bad}); }).find("expects an integer"), std::string::npos) << bad;
   }
-  EXPECT_NE(error_of([&] { f.parse({"--output_dir"}); }).find("needs a value"), std::string::npos);
-  EXPECT_NE(error_of([&] { f.parse({"stray"}); }).find("unexpected argument"), std::string::npos);
+  EXPECT_NE(error_text([&] { f.parse({"--output_dir"}); }).find("needs a value"), std::string::npos);
+  EXPECT_NE(error_text([&] { f.parse({"stray"}); }).find("unexpected argument"), std::string::npos);
 }
 
 // Every numeric flag has a range, checked at parse time: out-of-range, NaN, infinite, huge and
@@ -255,22 +255,22 @@ TEST(Flags, RangesAreCheckedWhereFlagsAreParsed) {
   f.parse({"--max_steps", "-1", "--adam_beta1", "0", "--top_p", "1", "--per_device_train_batch_size", "1048576"});
   EXPECT_EQ(steps, -1);
   EXPECT_EQ(batch, 1 << 20);
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(error_text([&] {
               f.parse({"--adam_beta1", "1.5"});
             }),
             "ztrain train: --adam_beta1 expects a number in [0, 1), got \"1.5\"");
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(error_text([&] {
               f.parse({"--max_steps", "0"});
             }),
             "ztrain train: --max_steps expects -1 or an integer in [1, 1e15], got \"0\"");
   for (const char* bad : {"0", "-0.5", "2", "nan", "inf", "-inf", "1e400", "abc", ""})
-    EXPECT_NE(error_of([&] {
+    EXPECT_NE(error_text([&] {
                 f.parse({"--top_p", bad});
               }).find("--top_p expects a number in (0, 1], got"),
               std::string::npos)
         << bad;
   for (const char* bad : {"0", "-1", "1048577", "1e18", "9223372036854775808", "nan", "2.5", "x"})
-    EXPECT_NE(error_of([&] {
+    EXPECT_NE(error_text([&] {
                 f.parse({"--per_device_train_batch_size", bad});
               }).find("--per_device_train_batch_size expects an integer in [1, 1048576], got"),
               std::string::npos)
@@ -280,7 +280,7 @@ TEST(Flags, RangesAreCheckedWhereFlagsAreParsed) {
   // An int flag's open-ended range stops at int's limit, and says so.
   int k = 0;
   f.add("top_k", &k, "", app::range::at_least(0));
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_text([&] {
               f.parse({"--top_k", "3000000000"});
             }).find("an integer in [0, 2147483647]"),
             std::string::npos);
@@ -291,7 +291,7 @@ TEST(Flags, RangesAreCheckedWhereFlagsAreParsed) {
 // message; now it must be a zt::Error whose message is one line containing `part`.
 
 std::string one_line_error(const std::function<void()>& f, const std::string& part) {
-  std::string e = error_of(f);
+  std::string e = error_text(f);
   EXPECT_NE(e.find(part), std::string::npos) << "message: " << e;
   EXPECT_EQ(e.find_first_of("\r\n"), std::string::npos) << "not one line: " << e;
   return e;
@@ -354,7 +354,7 @@ TEST(FuzzRegression, SafetensorsShapeOverflowAndNoLeaks) {
   one_line_error([] { SafetensorsFile f(tmp("nl")); }, "tensor \"a\\nb\" has unknown dtype \"F99\"");
   // A rejected file used to leak its descriptor and mapping (the constructor threw past them).
   int before = lowest_free_fd();
-  for (int i = 0; i < 50; ++i) error_of([] { SafetensorsFile f(tmp("ovf")); });
+  for (int i = 0; i < 50; ++i) error_text([] { SafetensorsFile f(tmp("ovf")); });
   EXPECT_EQ(lowest_free_fd(), before);
 }
 

@@ -84,13 +84,6 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(r.below(V));
-  return t;
-}
-
 class ModelTest : public ::testing::TestWithParam<int> {
  protected:
   ModelConfig cfg() const {
@@ -103,7 +96,7 @@ TEST_P(ModelTest, UntrainedLossIsLogVocab) {
   Transformer m(cfg());
   m.init_random(1);
   m.plan(4, 16, false);
-  auto in = tokens(64, 67, 2), tg = tokens(64, 67, 3);
+  auto in = test::random_tokens(64, 67, 2), tg = test::random_tokens(64, 67, 3);
   int64_t count = 0;
   double loss = m.forward_loss(in.data(), tg.data(), &count) / double(count);
   EXPECT_EQ(count, 64);
@@ -126,7 +119,7 @@ void expect_model_fd_grad(const ModelConfig& cfg, const int32_t* positions) {
       std::fill_n(m.flat_params().as<float>() + p.offset, p.numel, 1.0f);
   const int B = 2, T = 9;
   m.plan(B, T, true);
-  auto in = tokens(B * T, 67, 4), tg = tokens(B * T, 67, 5);
+  auto in = test::random_tokens(B * T, 67, 4), tg = test::random_tokens(B * T, 67, 5);
   m.zero_grad();
   int64_t count = 0;
   m.forward_backward(in.data(), tg.data(), 1.0f / (B * T), &count, positions);
@@ -192,7 +185,7 @@ TEST_P(ModelTest, PackedBatchEqualsSeparateDocuments) {
   packed.init_random(31);
   for (int64_t i = 0; i < packed.num_params(); ++i) packed.flat_params().as<float>()[i] *= 2.0f;
   std::memcpy(single.flat_params().as<float>(), packed.flat_params().as<float>(), sizeof(float) * packed.num_params());
-  auto in = tokens(B * T, 67, 32), tg = tokens(B * T, 67, 33);
+  auto in = test::random_tokens(B * T, 67, 32), tg = test::random_tokens(B * T, 67, 33);
   tg[4] = kernels::kIgnoreIndex;  // end of the first document: no target
   const float scale = 1.0f / (B * T);
   packed.plan(B, T, true);
@@ -245,7 +238,7 @@ TEST_P(ModelTest, OffsetPositionsMatchShiftedPositionTable) {
       ref.flat_params().as<float>()[wpe->offset + i] = m.flat_params().as<float>()[wpe->offset + k * C + i];
   std::vector<int32_t> ids(T);
   for (int t = 0; t < T; ++t) ids[t] = k + t;
-  auto in = tokens(T, 67, 42), tg = tokens(T, 67, 43);
+  auto in = test::random_tokens(T, 67, 42), tg = test::random_tokens(T, 67, 43);
   m.plan(1, T, true);
   ref.plan(1, T, true);
   m.zero_grad();
@@ -276,7 +269,7 @@ TEST_P(ModelTest, IdentityPositionsAreBitIdentical) {
   b.zero_grad();
   std::vector<int32_t> ids(B * T);
   for (int i = 0; i < B * T; ++i) ids[i] = i % T;
-  auto in = tokens(B * T, 67, 52), tg = tokens(B * T, 67, 53);
+  auto in = test::random_tokens(B * T, 67, 52), tg = test::random_tokens(B * T, 67, 53);
   int64_t c;
   const double la = a.forward_backward(in.data(), tg.data(), 0.05f, &c);
   const double lb = b.forward_backward(in.data(), tg.data(), 0.05f, &c, ids.data());
@@ -298,8 +291,8 @@ TEST_P(ModelTest, StagedPiecesWithTwoSlotsEqualSequentialPasses) {
   b.plan(B, T, true, /*slots=*/2);
   a.zero_grad();
   b.zero_grad();
-  auto in0 = tokens(B * T, 67, 62), tg0 = tokens(B * T, 67, 63);
-  auto in1 = tokens(B * T, 67, 64), tg1 = tokens(B * T, 67, 65);
+  auto in0 = test::random_tokens(B * T, 67, 62), tg0 = test::random_tokens(B * T, 67, 63);
+  auto in1 = test::random_tokens(B * T, 67, 64), tg1 = test::random_tokens(B * T, 67, 65);
   int64_t c = 0;
   const double la0 = a.forward_backward(in0.data(), tg0.data(), 0.05f, &c);
   const double la1 = a.forward_backward(in1.data(), tg1.data(), 0.05f, &c);
@@ -328,7 +321,7 @@ TEST_P(ModelTest, BadPositionsNameRowAndColumn) {
   m.init_random(61);
   const int B = 2, T = 6;
   m.plan(B, T, false);
-  auto in = tokens(B * T, 67, 62), tg = tokens(B * T, 67, 63);
+  auto in = test::random_tokens(B * T, 67, 62), tg = test::random_tokens(B * T, 67, 63);
   auto message = [&](std::vector<int32_t> ids) {
     int64_t c;
     try {
@@ -352,7 +345,7 @@ TEST_P(ModelTest, GradientAccumulationEqualsOneBigBatch) {
   big.init_random(3);
   small.init_random(3);
   const int T = 8;
-  auto in = tokens(4 * T, 67, 6), tg = tokens(4 * T, 67, 7);
+  auto in = test::random_tokens(4 * T, 67, 6), tg = test::random_tokens(4 * T, 67, 7);
   big.plan(4, T, true);
   small.plan(2, T, true);
   big.zero_grad();
@@ -372,7 +365,7 @@ TEST_P(ModelTest, OverfitsAShortSequence) {
   m.init_random(5);
   const int B = 2, T = 16;
   m.plan(B, T, true);
-  auto seq = tokens(B * T + 1, 67, 8);
+  auto seq = test::random_tokens(B * T + 1, 67, 8);
   std::vector<int32_t> in(seq.begin(), seq.end() - 1), tg(seq.begin() + 1, seq.end());
   std::vector<optim::ParamRange> ranges;
   for (auto& p : m.params().list()) ranges.push_back({p.offset, p.numel, p.decay()});
@@ -618,7 +611,7 @@ TEST_P(ModelTest, KvDecoderMatchesFullForward) {
   m.init_random(21);
   for (int64_t i = 0; i < m.num_params(); ++i) m.flat_params().as<float>()[i] *= 3.0f;
   const int T = 20;
-  auto seq = tokens(T + 1, 67, 22);
+  auto seq = test::random_tokens(T + 1, 67, 22);
   std::vector<int32_t> in(seq.begin(), seq.end() - 1), tg(seq.begin() + 1, seq.end());
   m.plan(1, T, false);
   int64_t c;

@@ -109,13 +109,6 @@ ModelConfig tiny(Arch a, int layers = 3, bool hs64 = false) {
   return config_from_json(j, "test");
 }
 
-std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(r.below(V));
-  return t;
-}
-
 struct PassResult {
   double loss = 0;
   std::vector<float> grads;
@@ -129,7 +122,7 @@ PassResult run(const ModelConfig& cfg, const nn::ActPlan& plan) {
   const int B = 2, T = 16;
   m.plan(B, T, true);
   m.zero_grad();
-  auto in = tokens(B * T, 67, 1), tg = tokens(B * T, 67, 2);
+  auto in = test::random_tokens(B * T, 67, 1), tg = test::random_tokens(B * T, 67, 2);
   const std::vector<int32_t> pos = test::packed_positions(B, T, 9, 3);
   int64_t c = 0;
   PassResult r;

@@ -99,6 +99,14 @@ inline std::vector<int32_t> packed_positions(int B, int T, int max_len, uint64_t
   return pos;
 }
 
+// n token ids uniform in [0, V), reproducible from seed.
+inline std::vector<int32_t> random_tokens(int n, int V, uint64_t seed) {
+  Rng r(seed);
+  std::vector<int32_t> t(size_t(n), 0);
+  for (auto& x : t) x = int32_t(r.below(uint64_t(V)));
+  return t;
+}
+
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
