@@ -27,8 +27,8 @@ out=out/quickstart
 $Z train --model_config_path configs/quickstart-llama.json \
   --train_file "$data/bpe-16384-tokens/train.bin" --validation_file "$data/bpe-16384-tokens/validation.bin" \
   --per_device_train_batch_size 16 --model_max_length 128 \
-  --learning_rate 2e-3 --weight_decay 0.1 --adam_beta2 0.95 --lr_scheduler_type cosine --warmup_steps 60 \
-  --max_steps "${ZT_QUICKSTART_STEPS:-640}" --logging_steps 40 --eval_steps 320 --max_eval_samples 256 \
+  --learning_rate 2e-3 --weight_decay 0.1 --adam_beta2 0.95 --lr_scheduler_type cosine --warmup_steps 55 \
+  --max_steps "${ZT_QUICKSTART_STEPS:-576}" --logging_steps 48 --eval_steps 288 --max_eval_samples 256 \
   --save_strategy no --plot --output_dir "$out" --overwrite_output_dir --tokenizer_name "$tok"
 # node is installed by setup.sh (python3 may not be on a minimal machine).
 json_num() { node -e "console.log(JSON.parse(require('fs').readFileSync('$1','utf8'))['$2'])"; }
