@@ -30,7 +30,10 @@ export OMP_NUM_THREADS=2
 export ZT_TEST_SAMPLE_EVERY=4
 cd "$build"
 rc=0
-ctest --output-on-failure -j1 "$@" || rc=$?
+# parity_torch*: PyTorch's side is most of the test and is not instrumented, and the ztrain code it
+# drives (GPT-2 / Llama training) runs under the sanitizers in the CLI and model tests; it ran in
+# the plain pass. Left out here it saves about two minutes.
+ctest --output-on-failure -j1 -E '^parity_torch' "$@" || rc=$?
 end=$(date +%s)
 echo "test_sanitizers: build $((built - start)) s, ctest $((end - built)) s"
 exit $rc

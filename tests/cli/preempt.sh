@@ -19,7 +19,7 @@ $PY -c "
 import random, sys; r = random.Random(5)
 sys.stdout.buffer.write(b''.join(r.randrange(512).to_bytes(2, 'little') for _ in range(100000)))" > "$W/tok.bin"
 args=(--model_config_path "$W/cfg.json" --train_file "$W/tok.bin" --per_device_train_batch_size 4
-      --gradient_accumulation_steps 2 --model_max_length 64 --max_steps 200 --learning_rate 2e-3
+      --gradient_accumulation_steps 2 --model_max_length 64 --max_steps 80 --learning_rate 2e-3
       --lr_scheduler_type cosine --warmup_steps 5 --logging_steps 1 --threads 1 --seed 7 --save_steps 1000
       --report_to none)
 losses() { $PY -c "import json,sys; print(json.dumps([e['loss'] for e in json.load(open(sys.argv[1]))['log_history'] if 'loss' in e]))" "$1/trainer_state.json"; }
@@ -50,7 +50,7 @@ run_case() {
   if [ $rc -ne 0 ] || [ -z "$step" ] || [ ! -f "$out/checkpoint-$step/checksums.json" ]; then
     bad "$name: exit $rc, line \"$line\", $(ls "$out" | tr '\n' ' ')"; tail -3 "$log"; return
   fi
-  if [ "$step" -ge 200 ]; then bad "$name: the signal came too late (step $step)"; return; fi
+  if [ "$step" -ge 80 ]; then bad "$name: the signal came too late (step $step)"; return; fi
   $2 "$Z" train "${args[@]}" --output_dir "$out" --resume_from_checkpoint latest > "$log.resume" 2>&1 ||
     { bad "$name: resume failed: $(tail -1 "$log.resume")"; return; }
   if [ "$(losses "$out")" = "$want" ]; then ok "$name: exit 0 at step $step, resumed bit-identical: $line"

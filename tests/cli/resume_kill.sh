@@ -18,7 +18,7 @@ $PY -c "
 import random, sys; r = random.Random(5)
 sys.stdout.buffer.write(b''.join(r.randrange(2048).to_bytes(2, 'little') for _ in range(200000)))" > "$W/tok.bin"
 args=(--model_config_path "$W/cfg.json" --train_file "$W/tok.bin" --per_device_train_batch_size 8
-      --gradient_accumulation_steps 2 --model_max_length 64 --max_steps 150 --learning_rate 2e-3
+      --gradient_accumulation_steps 2 --model_max_length 64 --max_steps 80 --learning_rate 2e-3
       --lr_scheduler_type cosine --warmup_steps 10 --weight_decay 0.1 --logging_steps 1 --threads 2 --seed 7)
 losses() { $PY -c "import json,sys; print(json.dumps([e['loss'] for e in json.load(open(sys.argv[1]))['log_history'] if 'loss' in e]))" "$1/trainer_state.json"; }
 
