@@ -117,6 +117,23 @@ double bench_one(dist::Communicator& c, dist::Collective kind, size_t bytes, int
   return t;
 }
 
+// The message sizes of bench-comm's rows: min_bytes, then each step_factor times the one before
+// but at least 4 x ranks bytes more (so no two rows time the same payload, which a factor barely
+// above 1 gave for hours), up to max_bytes. More than 4096 rows is refused.
+std::vector<size_t> bench_sizes(int64_t min_bytes, int64_t max_bytes, double factor, int ranks) {
+  constexpr size_t kMaxRows = 4096;
+  std::vector<size_t> sizes;
+  const size_t grain = 4 * size_t(ranks);
+  for (double s = double(min_bytes); s <= double(max_bytes) * 1.0000001;) {
+    sizes.push_back(size_t(s));
+    ZT_CHECK(sizes.size() <= kMaxRows, "ztrain bench-comm: --step_factor ", factor, " makes more than ", kMaxRows,
+             " message sizes between --min_bytes ", min_bytes, " and --max_bytes ", max_bytes,
+             "; raise --step_factor or narrow the range");
+    s = std::max(s * factor, double(sizes.back() + grain));
+  }
+  return sizes;
+}
+
 }  // namespace
 
 int cmd_bench_comm(const Args& args) {
@@ -158,6 +175,7 @@ int cmd_bench_comm(const Args& args) {
   }
   auto world = dist::make_world();
   const bool root = world->rank() == 0;
+  const std::vector<size_t> sizes = bench_sizes(min_bytes, max_bytes, step_factor, world->size());
   BenchBuffers buf;
   buf.a.assign(size_t(max_bytes), 1);  // touched up front: page faults stay out of the timings
   buf.b.assign(size_t(max_bytes), 1);
@@ -175,9 +193,9 @@ int cmd_bench_comm(const Args& args) {
     }
     double bus_sum = 0;
     int rows = 0;
-    for (double s = double(min_bytes); s <= double(max_bytes) * 1.0000001; s *= step_factor) {
+    for (const size_t s : sizes) {
       size_t payload = 0;
-      double t = bench_one(*world, kind, size_t(s), iters, warmup, nonblocking, buf, &payload);
+      double t = bench_one(*world, kind, s, iters, warmup, nonblocking, buf, &payload);
       if (t < 0) continue;
       double algbw = payload / t / 1e9, busbw = dist::bus_bytes(kind, double(payload), world->size()) / t / 1e9;
       bus_sum += busbw;

@@ -115,7 +115,7 @@ bool has_checkpoint(const std::string& output_dir, bool flash) {
   if (output_dir.empty() || !fs::is_directory(output_dir, ec)) return false;
   if (flash) {
     const std::string run_id = run_record_read(output_dir).run_id;
-    if (!run_id.empty() && FlashSnapshot::complete_step(FlashSnapshot::path_for(run_id, 0)) >= 0) return true;
+    if (!run_id.empty() && FlashSnapshot::complete_step(FlashSnapshot::path_for(output_dir, run_id, 0)) >= 0) return true;
   }
   for (const auto& e : fs::directory_iterator(output_dir, ec)) {
     const std::string n = e.path().filename().string();

@@ -123,6 +123,9 @@ int cmd_train(const Args& args) {
   f.add("spike_policy", &a.spike_policy, "a loss / gradient-norm spike: none | skip | rollback | stop (none)");
   f.add("spike_window", &a.spike_window, "steps whose loss and gradient norm a spike is judged against (100)",
         range::closed(1, 1000000));
+  f.add("spike_max_rollbacks", &a.spike_max_rollbacks,
+        "rollbacks in a row to the same save before --spike_policy rollback stops the run (5)",
+        range::closed(0, 1000000));
   f.add("spike_zscore", &a.spike_zscore, "standard deviations above the window's mean that make a spike (6)",
         range::above(0, 1e9));
   f.add("straggler_threshold", &a.straggler_threshold,
@@ -246,10 +249,13 @@ int cmd_train(const Args& args) {
   }
   if (const char* hook = std::getenv("ZT_TEST_FLASH_PAUSE")) a.test_flash_pause = hook;  // tests/cli/flash_ckpt.sh
   if (const char* hook = std::getenv("ZT_TEST_SPIKE_AT")) {                              // tests/cli/spikes.sh
+    // step:factor (the data of that step) or step:factor:state (that optimizer step, whatever its
+    // data: a spike a rollback cannot avoid).
     long long step = -1;
     char factor[32] = {0};
-    if (std::sscanf(hook, "%lld:%31s", &step, factor) == 2)
+    if (std::sscanf(hook, "%lld:%31[^:]", &step, factor) == 2)
       a.test_spike_step = step, a.test_spike_factor = std::strtod(factor, nullptr);
+    a.test_spike_by_state = std::strstr(hook, ":state") != nullptr;
   }
   install_stop_handlers();  // before any thread starts (MPI's, OpenMP's): they inherit the mask
   // The world outlives the run so that an error on one rank ends the whole job here with

@@ -18,13 +18,13 @@ import random, sys; r = random.Random(5)
 sys.stdout.buffer.write(b''.join(r.randrange(50257).to_bytes(2, 'little') for _ in range(300000)))" > "$W/tok.bin"
 A=(--model_config_path "$W/config.json" --train_file "$W/tok.bin" --per_device_train_batch_size 1
    --model_max_length 128 --max_steps 25 --learning_rate 1e-4 --logging_steps 1 --threads "$THREADS"
-   --save_total_limit 2 --report_to none)
+   --report_to none)
 for rep in $(seq "$REPS"); do
   for mode in none flash direct; do
     case $mode in
       none) extra=(--save_strategy no) ;;
-      flash) extra=(--save_steps 8 --flash_checkpoint) ;;
-      direct) extra=(--save_steps 8) ;;
+      flash) extra=(--save_steps 8 --save_total_limit 2 --flash_checkpoint) ;;
+      direct) extra=(--save_steps 8 --save_total_limit 2) ;;
     esac
     rm -rf "$W/out"
     t0=$(date +%s.%N)

@@ -113,10 +113,10 @@ void FlashCheckpointer::pause_if(const char* where, int64_t step) const {
   ::sleep(600);
 }
 
-int64_t FlashCheckpointer::probe(const std::string& run_id, std::string* save_id) {
+int64_t FlashCheckpointer::probe(const std::string& run_id, const RunRecord& rec, std::string* save_id) {
   std::string why;
   bool ok = false;
-  const std::string path = run_id.empty() ? std::string() : FlashSnapshot::path_for(run_id, world_.rank());
+  const std::string path = run_id.empty() ? std::string() : FlashSnapshot::path_for(o_.output_dir, run_id, world_.rank());
   if (!path.empty() && ::access(path.c_str(), F_OK) == 0) {
     snap_ = std::make_unique<FlashSnapshot>(path);
     ok = snap_->verify(&why);
@@ -125,6 +125,21 @@ int64_t FlashCheckpointer::probe(const std::string& run_id, std::string* save_id
     if (ok) {
       const std::string k = config_first_difference(snap_->config(), config_resolved_json(o_.cfg));
       if (!k.empty()) ok = false, why = str_cat("it holds another model (config ", quote(k), " differs)");
+    }
+    // The chief's snapshot records the run and attempt that wrote it (the other ranks' do not):
+    // a save outside the lineage of the folder's run (an abandoned attempt's, or another
+    // run's) is never resumed, however new.
+    if (ok && chief_) {
+      const auto reader = snap_->reader();
+      const nlohmann::json* id = reader->find_json("ztrain.run_id");
+      const nlohmann::json* attempt = reader->find_json("ztrain.attempt");
+      const CheckpointRef save{id && id->is_string() ? id->get<std::string>() : "",
+                               attempt && attempt->is_number_integer() ? attempt->get<int64_t>() : -1,
+                               snap_->info().step};
+      if (!run_record_in_lineage(rec, save))
+        ok = false, why = str_cat("its save (run ", save.run_id, ", attempt ", save.attempt, ", step ", save.step,
+                                  ") is not in the lineage of ", o_.output_dir, "'s run (run.json: run ", rec.run_id,
+                                  ", attempt ", rec.attempt, ")");
     }
     if (!ok)
       std::fprintf(stderr, "%sflash snapshot %s ignored: %s\n",
@@ -153,11 +168,11 @@ std::unique_ptr<StateReader> FlashCheckpointer::adopt(int64_t disk_step, bool pe
 }
 
 void FlashCheckpointer::forget_run(const std::string& run_id) {
-  if (!run_id.empty()) ::unlink(FlashSnapshot::path_for(run_id, world_.rank()).c_str());
+  if (!run_id.empty()) ::unlink(FlashSnapshot::path_for(o_.output_dir, run_id, world_.rank()).c_str());
 }
 
 void FlashCheckpointer::start(const std::string& run_id, uint64_t data_bytes) {
-  const std::string path = FlashSnapshot::path_for(run_id, world_.rank());
+  const std::string path = FlashSnapshot::path_for(o_.output_dir, run_id, world_.rank());
   if (snap_ && snap_->path() != path) {
     snap_->unlink();  // another run's, not used
     snap_.reset();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "checkpoint/flash_snapshot.h"
+#include "checkpoint/run_folder.h"
 #include "dist/communicator.h"
 #include "models/config.h"
 
@@ -46,7 +47,9 @@ class FlashCheckpointer {
   // Resume, first part (a collective): opens the snapshot of run `run_id` and checks that every
   // rank holds a complete one of the same save, from this world, of this model (a rank whose
   // snapshot is unusable says why). Returns that save's step, -1 if none; *save_id its id.
-  int64_t probe(const std::string& run_id, std::string* save_id);
+  // `rec` (the folder's run.json, read by the chief; unused on other ranks): the snapshot must be
+  // a save of its current attempt's lineage.
+  int64_t probe(const std::string& run_id, const RunRecord& rec, std::string* save_id);
   // Second part, on every rank after a successful probe: the components load from the snapshot.
   // `disk_step` is the newest checkpoint's step (-1: none) for the message; `persisted`: the
   // checkpoint of the snapshot's step is this very save (then it is not written again).

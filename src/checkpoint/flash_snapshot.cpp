@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/content_hash.h"
 #include "core/hash.h"
+#include <filesystem>
 
 namespace zt {
 namespace {
@@ -51,9 +52,13 @@ void StateCollector::put_json(const std::string& key, const nlohmann::json& valu
   JsonStateWriter(&json).put_json(key, value);
 }
 
-std::string FlashSnapshot::path_for(const std::string& run_id, int rank) {
+std::string FlashSnapshot::path_for(const std::string& output_dir, const std::string& run_id, int rank) {
   const char* dir = std::getenv("ZT_FLASH_DIR");
-  return str_cat(dir && *dir ? dir : "/dev/shm", "/ztrain-", run_id, "-r", rank);
+  // The folder's resolved path, hashed: a copy of a run folder (same run id) gets its own snapshot.
+  std::error_code ec;
+  const std::string folder = std::filesystem::weakly_canonical(std::filesystem::absolute(output_dir), ec).string();
+  const std::string key = hex64(hash64(folder.data(), folder.size())).substr(0, 8);
+  return str_cat(dir && *dir ? dir : "/dev/shm", "/ztrain-", key, "-", run_id, "-r", rank);
 }
 
 int64_t FlashSnapshot::complete_step(const std::string& path) {
@@ -66,11 +71,18 @@ int64_t FlashSnapshot::complete_step(const std::string& path) {
 }
 
 FlashSnapshot::FlashSnapshot(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT, 0600);
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   ZT_CHECK(fd_ >= 0, "cannot open the flash snapshot ", path_, ": ", std::strerror(errno),
            "; check that /dev/shm is writable, or run without --flash_checkpoint");
   struct stat st {};
   ::fstat(fd_, &st);
+  // Shared memory is a shared folder: a file someone else planted under the name is not ours.
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(str_cat("the flash snapshot ", path_, " is not a regular file of this user; remove it, or run without "
+                        "--flash_checkpoint"));
+  }
   map_size(std::max<uint64_t>(uint64_t(st.st_size), kDataOffset));
 }
 

@@ -48,8 +48,10 @@ struct SnapshotFile {
 
 class FlashSnapshot {
  public:
-  // /dev/shm/ztrain-<run id>-r<rank> ($ZT_FLASH_DIR replaces /dev/shm, for tests).
-  static std::string path_for(const std::string& run_id, int rank);
+  // /dev/shm/ztrain-<8 hex digits of the output folder's path>-<run id>-r<rank> ($ZT_FLASH_DIR
+  // replaces /dev/shm, for tests): keyed by folder and run, so neither a fork (its own run id)
+  // nor a copied folder (the same run id elsewhere) shares a snapshot with its origin.
+  static std::string path_for(const std::string& output_dir, const std::string& run_id, int rank);
   // The step of the complete snapshot at path from its header alone (no mapping, no checksum),
   // or -1 when there is none: how `ztrain launch`'s agent tells a restart has something to resume.
   static int64_t complete_step(const std::string& path);

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,6 +58,16 @@ struct Listed {
   bool foreign = false;   // outside the current attempt's lineage (set by ordered_checkpoints)
 };
 
+// Whether `inner` is `outer` or lies inside it, both resolved (links, "..") as far as they exist.
+bool path_within(const fs::path& inner, const fs::path& outer) {
+  std::error_code ec;
+  const fs::path i = fs::weakly_canonical(fs::absolute(inner, ec), ec), o = fs::weakly_canonical(outer, ec);
+  auto ii = i.begin();
+  for (auto oi = o.begin(); oi != o.end(); ++oi, ++ii)
+    if (ii == i.end() || *ii != *oi) return false;
+  return true;
+}
+
 // Every checkpoint-N folder with what its trainer_state.json says about the run that wrote it.
 std::vector<Listed> list_checkpoints(const std::string& output_dir) {
   std::vector<Listed> r;
@@ -80,27 +91,39 @@ std::vector<Listed> list_checkpoints(const std::string& output_dir) {
   return r;
 }
 
+// The lineage of the record's current attempt: (attempt, last step that belongs to it), walked
+// through each attempt's parent. Empty without a record.
+std::vector<std::pair<int64_t, int64_t>> lineage_of(const RunRecord& rec) {
+  std::vector<std::pair<int64_t, int64_t>> lineage;
+  if (rec.run_id.empty()) return lineage;
+  int64_t a = rec.attempt, last = INT64_MAX;
+  while (lineage.size() <= rec.parents.size()) {  // a damaged record cannot make it loop
+    lineage.push_back({a, last});
+    auto it = rec.parents.find(a);
+    if (it == rec.parents.end() || !it->second) break;
+    a = it->second->attempt;
+    last = it->second->step;
+  }
+  return lineage;
+}
+
+// The index in `lineage` of the attempt a save belongs to; lineage.size() when none.
+size_t lineage_group(const RunRecord& rec, const std::vector<std::pair<int64_t, int64_t>>& lineage,
+                     const CheckpointRef& save) {
+  for (size_t i = 0; i < lineage.size(); ++i)
+    if (save.run_id == rec.run_id && save.attempt == lineage[i].first && save.step <= lineage[i].second) return i;
+  return lineage.size();
+}
+
 // The checkpoints, most preferred first (run_folder.h). The lineage of the current attempt is
 // a list of (attempt, last step that belongs to it), walked through each attempt's parent.
 std::vector<Listed> ordered_checkpoints(const std::string& output_dir) {
   std::vector<Listed> all = list_checkpoints(output_dir);
   const RunRecord rec = run_record_read(output_dir);
-  std::vector<std::pair<int64_t, int64_t>> lineage;
-  if (!rec.run_id.empty()) {
-    int64_t a = rec.attempt, last = INT64_MAX;
-    while (lineage.size() <= rec.parents.size()) {  // a damaged record cannot make it loop
-      lineage.push_back({a, last});
-      auto it = rec.parents.find(a);
-      if (it == rec.parents.end() || !it->second) break;
-      a = it->second->attempt;
-      last = it->second->step;
-    }
-  }
+  const std::vector<std::pair<int64_t, int64_t>> lineage = lineage_of(rec);
   auto group = [&](const Listed& l) {
     if (!l.readable) return lineage.size() + 1;  // damaged: last for latest, first to prune
-    for (size_t i = 0; i < lineage.size(); ++i)
-      if (l.ref.run_id == rec.run_id && l.ref.attempt == lineage[i].first && l.ref.step <= lineage[i].second) return i;
-    return lineage.size();
+    return lineage_group(rec, lineage, l.ref);
   };
   auto key = [&](const Listed& l) { return std::make_tuple(group(l), -l.ref.attempt, -l.ref.step, l.path.string()); };
   std::sort(all.begin(), all.end(), [&](const Listed& x, const Listed& y) { return key(x) < key(y); });
@@ -126,8 +149,18 @@ OutputDirLock::OutputDirLock(const std::string& output_dir, double wait_s) {
   fs::create_directories(output_dir, ec);
   ZT_CHECK(!ec, "cannot create --output_dir ", output_dir, ": ", ec.message());
   const std::string path = (fs::path(output_dir) / kFileName).string();
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a symbolic link planted at the lock's name would make ztrain truncate and
+  // rewrite whatever it points to; a FIFO or device there is refused too.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  ZT_CHECK(fd_ >= 0 || errno != ELOOP, "the lock file ", path,
+           " is a symbolic link; ztrain never writes through one: remove it (or choose another --output_dir)");
   ZT_CHECK(fd_ >= 0, "cannot open the lock file ", path, ": ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(str_cat("the lock file ", path, " is not a regular file; remove it (or choose another --output_dir)"));
+  }
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
   int err = 0;
   while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -164,12 +197,8 @@ OutputDirLock::~OutputDirLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays (unlinking it would race)
 }
 
-RunRecord run_record_read(const std::string& output_dir) {
+RunRecord run_record_from_json(const nlohmann::json& j) {
   RunRecord r;
-  const fs::path p = fs::path(output_dir) / kRunFile;
-  std::error_code ec;
-  if (!fs::exists(p, ec)) return r;
-  const nlohmann::json j = read_json(p);
   try {
     r.run_id = j.at("run_id").get<std::string>();
     r.attempt = j.at("attempt").get<int64_t>();
@@ -180,20 +209,51 @@ RunRecord run_record_read(const std::string& output_dir) {
               ? std::nullopt
               : std::optional<RunRecord::Parent>({from.at("attempt").get<int64_t>(), from.at("step").get<int64_t>()});
     }
-  } catch (const nlohmann::json::exception&) {
-    std::fprintf(stderr, "ztrain: warning: %s is damaged; ignoring it (checkpoints are ranked by attempt and step)\n",
-                 p.c_str());
-    return RunRecord{};
+    if (j.contains("forked_from") && !j["forked_from"].is_null()) {
+      const auto& f = j["forked_from"];
+      r.forked_from = RunRecord::Fork{f.at("run_id").get<std::string>(), f.at("checkpoint").get<std::string>(),
+                                      f.at("attempt").get<int64_t>(), f.at("step").get<int64_t>()};
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat("run record: ", e.what()));
   }
   return r;
 }
 
-RunRecord run_record_start(const std::string& output_dir, const CheckpointRef* resumed) {
+RunRecord run_record_read(const std::string& output_dir) {
+  const fs::path p = fs::path(output_dir) / kRunFile;
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return RunRecord{};
+  try {
+    return run_record_from_json(read_json(p));
+  } catch (const Error&) {
+    std::fprintf(stderr, "ztrain: warning: %s is damaged; ignoring it (checkpoints are ranked by attempt and step)\n",
+                 p.c_str());
+    return RunRecord{};
+  }
+}
+
+bool run_record_in_lineage(const RunRecord& r, const CheckpointRef& save) {
+  const auto lineage = lineage_of(r);
+  return lineage_group(r, lineage, save) < lineage.size();
+}
+
+RunRecord run_record_start(const std::string& output_dir, const CheckpointRef* resumed,
+                           const std::string& resumed_dir) {
   const RunRecord prev = run_record_read(output_dir);
   int64_t last = prev.attempt;
   for (const Listed& l : list_checkpoints(output_dir)) last = std::max(last, l.ref.attempt);
   RunRecord r;
   r.attempt = last + 1;
+  // A fork must not share its parent's run id: snapshots, `latest` and pruning go by it, and two
+  // runs under one id would take each other's state.
+  if (resumed && !resumed_dir.empty() && !path_within(resumed_dir, output_dir)) {
+    r.run_id = random_id();
+    r.parents[r.attempt] = std::nullopt;
+    r.forked_from = RunRecord::Fork{resumed->run_id, fs::absolute(resumed_dir).lexically_normal().string(),
+                                    resumed->attempt, resumed->step};
+    return r;
+  }
   if (!resumed) {
     r.run_id = random_id();
     r.parents[r.attempt] = std::nullopt;
@@ -205,20 +265,27 @@ RunRecord run_record_start(const std::string& output_dir, const CheckpointRef* r
   return r;
 }
 
-void run_record_write(const std::string& output_dir, const RunRecord& r) {
+nlohmann::json run_record_to_json(const RunRecord& r) {
   nlohmann::json attempts = nlohmann::json::array();
   for (const auto& [a, from] : r.parents)
     attempts.push_back({{"attempt", a},
                         {"resumed_from", from ? nlohmann::json{{"attempt", from->attempt}, {"step", from->step}}
                                               : nlohmann::json(nullptr)}});
-  const nlohmann::json j = {
-      {"run_id", r.run_id},
-      {"attempt", r.attempt},
-      {"attempts", attempts},
-      {"pid", ::getpid()},
-      {"host", host_name()},
-      {"started_unix_s",
-       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()}};
+  nlohmann::json j = {{"run_id", r.run_id}, {"attempt", r.attempt}, {"attempts", attempts}};
+  if (r.forked_from)
+    j["forked_from"] = {{"run_id", r.forked_from->run_id},
+                        {"checkpoint", r.forked_from->checkpoint},
+                        {"attempt", r.forked_from->attempt},
+                        {"step", r.forked_from->step}};
+  return j;
+}
+
+void run_record_write(const std::string& output_dir, const RunRecord& r) {
+  nlohmann::json j = run_record_to_json(r);
+  j["pid"] = ::getpid();
+  j["host"] = host_name();
+  j["started_unix_s"] =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   write_file_atomic((fs::path(output_dir) / kRunFile).string(), j.dump(2) + "\n");
 }
 
@@ -265,11 +332,19 @@ void checkpoint_prune(const std::string& output_dir, int64_t keep, const std::st
   for (size_t i = size_t(keep); i < all.size(); ++i) fs::remove_all(all[i].path, ec);
 }
 
-void checkpoint_remove_all(const std::string& output_dir) {
+void checkpoint_remove_all(const std::string& output_dir,
+                           const std::vector<std::pair<std::string, std::string>>& inputs) {
   std::error_code ec;
+  std::vector<fs::path> doomed;
   for (auto& e : fs::directory_iterator(output_dir, ec))
     if (e.is_directory() && (step_of(e.path()) >= 0 || is_tmp_checkpoint(e.path().filename().string())))
-      fs::remove_all(e.path(), ec);
+      doomed.push_back(e.path());
+  for (const fs::path& d : doomed)
+    for (const auto& [flag, path] : inputs)
+      if (!path.empty() && path_within(path, d))
+        throw Error(str_cat("--overwrite_output_dir would delete ", d.string(), ", which ", flag, " ", path,
+                            " reads; copy it out of ", output_dir, " first, or choose another --output_dir"));
+  for (const fs::path& d : doomed) fs::remove_all(d, ec);
 }
 
 }  // namespace zt

@@ -14,8 +14,11 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace zt {
 
@@ -48,16 +51,32 @@ struct RunRecord {
   struct Parent {
     int64_t attempt = 0, step = 0;
   };
+  // A fork (a resume from a checkpoint of another folder) starts a run of its own: a new run id,
+  // with the checkpoint it came from recorded here.
+  struct Fork {
+    std::string run_id, checkpoint;
+    int64_t attempt = 0, step = 0;
+  };
   std::string run_id;  // "" when the folder has no (readable) run.json
   int64_t attempt = 0;
   std::map<int64_t, std::optional<Parent>> parents;  // per attempt: the checkpoint it resumed from
+  std::optional<Fork> forked_from;
 };
+
+// run.json's contents, and back (an Error when a field is missing or of the wrong type).
+nlohmann::json run_record_to_json(const RunRecord& r);
+RunRecord run_record_from_json(const nlohmann::json& j);
+// Whether a save of (run id, attempt, step) belongs to the lineage of the record's current
+// attempt: its own saves, its parent attempt's up to the step it resumed from, and so on.
+bool run_record_in_lineage(const RunRecord& r, const CheckpointRef& save);
 
 // Reads output_dir/run.json; an absent or damaged one (a warning on stderr) reads as empty.
 RunRecord run_record_read(const std::string& output_dir);
 // The record of a run starting now in output_dir: a fresh start (resumed == nullptr) gets a new
 // run id, a resume carries its checkpoint's; the attempt is one more than any the folder knows.
-RunRecord run_record_start(const std::string& output_dir, const CheckpointRef* resumed);
+// A resume from `resumed_dir` outside output_dir is a fork: a new run id, the parent recorded.
+RunRecord run_record_start(const std::string& output_dir, const CheckpointRef* resumed,
+                           const std::string& resumed_dir = "");
 // Writes run.json atomically (with this process's pid and host, for people).
 void run_record_write(const std::string& output_dir, const RunRecord& r);
 
@@ -74,8 +93,11 @@ CheckpointRef checkpoint_newest_unverified(const std::string& output_dir, std::s
 // `protect` (a checkpoint folder, "" = none) is never removed and does not count against keep
 // (HF keeps the best model's checkpoint under --load_best_model_at_end the same way).
 void checkpoint_prune(const std::string& output_dir, int64_t keep, const std::string& protect = "");
-// Removes every checkpoint-N and checkpoint-N.tmp folder (--overwrite_output_dir).
-void checkpoint_remove_all(const std::string& output_dir);
+// Removes every checkpoint-N and checkpoint-N.tmp folder (--overwrite_output_dir). `inputs`
+// (flag, path) are what the command reads: when one lies inside a folder to be removed, nothing
+// is removed and an Error names the flag, the path and the folder.
+void checkpoint_remove_all(const std::string& output_dir,
+                           const std::vector<std::pair<std::string, std::string>>& inputs = {});
 
 // 16 hex digits from std::random_device: run ids and save ids.
 std::string random_id();

@@ -35,9 +35,14 @@ void fsync_path(const std::string& path, bool is_dir) {
   }
 }
 
+int open_new_file(const std::string& path, int extra_flags, unsigned mode) {
+  ::unlink(path.c_str());  // a link is removed itself; its target is never touched
+  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | extra_flags, mode);
+}
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int fd = open_new_file(tmp);
   ZT_CHECK(fd >= 0, "cannot create ", tmp, ": ", std::strerror(errno));
   try {
     write_all(fd, bytes.data(), bytes.size(), tmp);
@@ -117,9 +122,9 @@ void put_bytes(int fd, bool* direct, const unsigned char* c, size_t n, size_t ex
 
 // Opens a new file for writing, with O_DIRECT where the file system allows it.
 int open_new(const std::string& path, bool* direct) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+  int fd = open_new_file(path, O_DIRECT);
   *direct = fd >= 0;
-  if (!*direct) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);  // tmpfs and others
+  if (!*direct) fd = open_new_file(path);  // tmpfs and others
   ZT_CHECK(fd >= 0, "cannot create ", path, ": ", std::strerror(errno));
   return fd;
 }

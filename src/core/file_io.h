@@ -24,6 +24,11 @@ void write_all(int fd, const void* p, size_t n, const std::string& path, const c
 void fsync_path(const std::string& path, bool is_dir);
 // Writes bytes to path atomically (temporary name, fsync, rename, fsync of the folder).
 void write_file_atomic(const std::string& path, const std::string& bytes);
+// Creates `path` as a new file for writing (flags added to O_WRONLY | O_CREAT | O_EXCL |
+// O_NOFOLLOW | O_CLOEXEC): whatever was there (a stale temporary, or a symbolic link planted to
+// make ztrain overwrite another file) is unlinked first, never followed. Returns the descriptor, or
+// -1 with errno set.
+int open_new_file(const std::string& path, int extra_flags = 0, unsigned mode = 0644);
 // rename(tmp, path), then fsync of path's folder; an Error names both on failure.
 void rename_into_place(const std::string& tmp, const std::string& path);
 

@@ -46,7 +46,7 @@ JsonlLog::JsonlLog(std::string path, int64_t keep_through_step) : path_(std::mov
     for (auto& l : jsonl_lines_through(path_, keep_through_step)) kept += l + "\n";
   // Replaced in one rename: the old file stays whole until the new one is on disk.
   write_file_atomic(path_, kept);
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
   ZT_CHECK(fd_ >= 0, "cannot open ", path_, " for appending: ", std::strerror(errno));
 }
 

@@ -16,6 +16,7 @@
 #include <new>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace zt {
 namespace {
@@ -293,20 +294,6 @@ std::string png_encode(const Canvas& cv) {
   return png;
 }
 
-void write_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  ZT_CHECK(f, "cannot create the plot file ", tmp, ": ", std::strerror(errno), " (check that the folder is writable)");
-  const bool ok =
-      std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
-  const int err = errno;
-  std::fclose(f);
-  if (!ok) std::remove(tmp.c_str());
-  ZT_CHECK(ok, "cannot write the plot file ", tmp, ": ", std::strerror(err), " (is the disk full?)");
-  ZT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path, ": ",
-           std::strerror(errno));
-}
-
 // ---- Layout ----
 
 constexpr int kW = 900, kH = 500;
@@ -422,7 +409,7 @@ void write_loss_plot(const std::string& path, const std::vector<PlotSeries>& ser
   draw_axes(cv, f, title);
   for (size_t i = 0; i < series.size(); ++i) draw_series(cv, cov, f, pts[i], rgb_of(series[i].rgb));
   draw_legend(cv, cov, f, series);
-  write_atomic(path, png_encode(cv));
+  write_file_atomic(path, png_encode(cv));  // temporary name, rename: never through a planted link
 }
 
 }  // namespace zt

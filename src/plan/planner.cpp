@@ -90,11 +90,27 @@ StageView stage_view(const PlanInputs& in, const PlanLayout& l) {
 }
 
 // Micro-batches a stage holds activations for: the executor's slots over the 1F1B schedule.
+// Under 1F1B a stage has at most P micro-batches in flight, so the count is the same for every
+// m >= P: the schedule is simulated with at most 2P of them (a global batch of millions of
+// sequences would otherwise simulate millions of micro-batches per layout).
 int stage_slots(int P, int m, int stage) {
   if (P == 1) return 1;
+  const int sim = std::min(m, 2 * P);
   int slots = 0;
-  assign_slots(make_schedule({PipeSchedule::one_f_one_b, P, m, 1}, stage), m, &slots);
+  assign_slots(make_schedule({PipeSchedule::one_f_one_b, P, sim, 1}, stage), sim, &slots);
   return slots;
+}
+
+// The divisors of n up to `cap`, ascending, in O(sqrt n): the micro-batch sizes of a batch of n.
+std::vector<int64_t> divisors_up_to(int64_t n, int64_t cap) {
+  std::vector<int64_t> small, large;
+  for (int64_t d = 1; d * d <= n; ++d) {
+    if (n % d) continue;
+    if (d <= cap) small.push_back(d);
+    if (d != n / d && n / d <= cap) large.push_back(n / d);
+  }
+  small.insert(small.end(), large.rbegin(), large.rend());
+  return small;
 }
 
 nn::ActPlan act_plan(const PlanInputs& in, const PlanLayout& l) {
@@ -385,14 +401,15 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
         if (in.global_batch % dp) continue;
         ++dp_divides;
         const int64_t per_dp = in.global_batch / dp;
+        const std::vector<int64_t> micro_batches = divisors_up_to(per_dp, int64_t(1) << 20);
         for (int zero = 0; zero <= 3; ++zero) {
           if (!pin(cons.zero, zero) || (cons.zero < 0 && dp * cp == 1 && zero > 0)) continue;  // nothing to shard
           for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
             if (!pin(cons.sp, sp) && !(cons.sp == 0 && sp == 0)) continue;
             for (int rc = 0; rc <= 1; ++rc) {
               if (!pin(cons.recompute, rc)) continue;
-              for (int64_t B = 1; B <= per_dp; ++B) {
-                if (per_dp % B || !pin(cons.micro_batch, int(B)) || B > (int64_t(1) << 20)) continue;
+              for (int64_t B : micro_batches) {
+                if (!pin(cons.micro_batch, int(B))) continue;
                 PlanLayout l{dp, tp, pp, sp == 1, zero, int(B), int(per_dp / B), rc == 1, cp};
                 const std::string why = layout_refusal(in, l, N);
                 if (!why.empty()) {

@@ -2,6 +2,7 @@
 #include "train/channel_losses.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "kernels/cross_entropy.h"
@@ -25,6 +26,9 @@ void ChannelLosses::add(const std::vector<int32_t>& channels, const int32_t* tar
       loss += tok_[i];
       n += 1;
     }
+    // A row whose loss is NaN or infinite (a step the spike guard skips) stays out of the
+    // channel's mean, as HF's logging_nan_inf_filter keeps it out of the logged loss.
+    if (!std::isfinite(loss)) continue;
     sums_[size_t(c)] += loss;
     sums_[K + size_t(c)] += n;
   }

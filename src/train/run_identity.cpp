@@ -73,6 +73,7 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(max_steps), ZT_ARG(num_train_epochs), ZT_ARG(logging_steps), ZT_ARG(save_strategy), ZT_ARG(save_steps);
   ZT_ARG(save_total_limit), ZT_ARG(resume_from_checkpoint), ZT_ARG(resume_allow_changes), ZT_ARG(save_dtype);
   ZT_ARG(flash_checkpoint), ZT_ARG(spike_policy), ZT_ARG(spike_window), ZT_ARG(spike_zscore);
+  ZT_ARG(spike_max_rollbacks);
   ZT_ARG(seed), ZT_ARG(logging_dir), ZT_ARG(report_to), ZT_ARG(plot), ZT_ARG(disable_tqdm), ZT_ARG(packing);
   ZT_ARG(eos_token_id), ZT_ARG(zero_stage), ZT_ARG(overlap_comm), ZT_ARG(reduce_bucket_size);
   ZT_ARG(allgather_bucket_size), ZT_ARG(contiguous_gradients), ZT_ARG(reduce_scatter), ZT_ARG(zero_hpz_partition_size);

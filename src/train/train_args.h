@@ -98,6 +98,9 @@ struct TrainArgs {
   std::string spike_policy = "none";
   int64_t spike_window = 100;
   double spike_zscore = 6.0;
+  // Rollbacks in a row to the same save (no newer save in between) before the run stops: a spike
+  // that returns after every rollback comes from the schedule or the state, not from the data.
+  int64_t spike_max_rollbacks = 5;
   // A rank whose compute in a step exceeds this many times the median rank's is flagged as a
   // straggler in the log (train/straggler.h); 0 turns the check off.
   double straggler_threshold = 1.5;
@@ -217,6 +220,7 @@ struct TrainArgs {
   // data of that 1-based step are multiplied by factor (nan allowed), a corrupted data window.
   int64_t test_spike_step = -1;
   double test_spike_factor = 1;
+  bool test_spike_by_state = false;
 };
 
 // Runs training on the ranks of `world` (the size-1 local communicator, or MPI's world

@@ -61,12 +61,39 @@ TrainLog::TrainLog(const TrainArgs& a, const ModelConfig&, const Transformer& mo
   progress_ = a.disable_tqdm == "false" || (a.disable_tqdm == "auto" && ::isatty(2));
 }
 
+namespace {
+// The loss summed over steps 1..step from log_history's entries (each the mean of the steps since
+// the one before), finite ones only.
+double rebuilt_loss_sum(const nlohmann::json& history, int64_t step) {
+  double sum = 0;
+  int64_t prev = 0;
+  for (const nlohmann::json& e : history) {
+    if (!e.is_object() || !e.contains("step") || !e["step"].is_number_integer()) continue;
+    const int64_t s = std::min(e["step"].get<int64_t>(), step);
+    if (e.contains("loss") && e["loss"].is_number() && std::isfinite(e["loss"].get<double>()) && s > prev)
+      sum += e["loss"].get<double>() * double(s - prev);
+    prev = std::max(prev, s);
+  }
+  return sum;
+}
+}  // namespace
+
 void TrainLog::load_state(StateReader& r) {
   const nlohmann::json& history = r.get_json("log_history");
   ZT_CHECK(history.is_array(), r.source(), ": \"log_history\" is not an array; the checkpoint is damaged");
   history_ = history;
   step_ = last_logged_ = r.get_int("global_step");
-  loss_total_ = r.get_number("ztrain.loss_sum");
+  // Before the NaN filter of step_done, a skipped NaN step saved the sum as null (JSON has no NaN),
+  // which made every later checkpoint unloadable: such a sum is rebuilt from the logged means.
+  const nlohmann::json* sum = r.find_json("ztrain.loss_sum");
+  if (sum && sum->is_number() && std::isfinite(sum->get<double>())) {
+    loss_total_ = sum->get<double>();
+  } else {
+    ZT_CHECK(sum && sum->is_null(), r.source(), ": \"ztrain.loss_sum\" is not a number; the checkpoint is damaged");
+    loss_total_ = rebuilt_loss_sum(history_, step_);
+    std::fprintf(stderr, "ztrain: warning: %s has no loss sum (a NaN step was logged); rebuilt from log_history\n",
+                 r.source().c_str());
+  }
   // The last entry of a finished run's history is its summary; a resumed run writes a new one.
   if (!history_.empty() && history_.back().contains("train_runtime")) history_.erase(history_.size() - 1);
 }
@@ -131,8 +158,18 @@ void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
 void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log,
                          const std::vector<std::pair<const char*, double>>& extra) {
   step_ = step;
-  loss_total_ += loss;
-  loss_since_log_ += loss;
+  // HF's logging_nan_inf_filter (on by default): a NaN or infinite loss (a step the spike guard
+  // or the loss scaler skipped) counts as the mean of the logging window so far (of the run so
+  // far when the window has none), so no statistic that is saved (the loss sum in
+  // trainer_state.json, log_history's means) is ever NaN. The per-step metrics row keeps the raw
+  // value (null in JSON).
+  const int64_t in_window = step - 1 - last_logged_;
+  const double counted = std::isfinite(loss)   ? loss
+                         : in_window > 0       ? loss_since_log_ / double(in_window)
+                         : step > 1 ? loss_total_ / double(step - 1)
+                                                : 0.0;
+  loss_total_ += counted;
+  loss_since_log_ += counted;
   time_since_log_ += step_s;
   const double tps = tokens_per_step_ / step_s;
   nlohmann::json row{{"step", step},

@@ -49,6 +49,21 @@ HfSideFiles side_files(const TrainArgs& a) {
   return files;
 }
 
+// Every file or folder the command reads, with the flag that names it: --overwrite_output_dir
+// must not delete one of them.
+std::vector<std::pair<std::string, std::string>> input_paths(const TrainArgs& a) {
+  std::vector<std::pair<std::string, std::string>> r = {{"--model_name_or_path", a.model_name_or_path},
+                                                        {"--model_config_path", a.model_config_path},
+                                                        {"--validation_file", a.validation_file},
+                                                        {"--tokenizer_name", a.tokenizer_name},
+                                                        {"--chat_template_path", a.chat_template_path},
+                                                        {"--deepspeed", a.deepspeed},
+                                                        {"--cache_dir", a.cache_dir}};
+  for (const DataChannel& c : parse_channels(a.train_file, a.train_file_weights).channels)
+    r.push_back({"--train_file", c.path});
+  return r;
+}
+
 // HF Trainer's strategy flags, checked as TrainingArguments checks them.
 void check_hf_strategies(const TrainArgs& a) {
   auto given = [&](const char* f) { return a.explicit_flags.count(f) > 0; };
@@ -82,8 +97,42 @@ void check_hf_strategies(const TrainArgs& a) {
            eval_steps, ")");
 }
 
+// Flags that only act together with another: given without it, they are refused rather than
+// parsed and ignored (docs/flags.md#flags-that-need-another).
+void check_flag_dependencies(const TrainArgs& a) {
+  const bool eval = !a.validation_file.empty();
+  const bool spikes = a.spike_policy != "none";
+  const struct {
+    const char* flag;
+    bool ok;
+    const char* needs;
+  } rules[] = {
+      {"eval_steps", eval, "--validation_file (the data to evaluate)"},
+      {"eval_steps", a.eval_strategy.empty() || a.eval_strategy == "steps", "--eval_strategy steps"},
+      {"max_eval_samples", eval, "--validation_file (the data to evaluate)"},
+      {"per_device_eval_batch_size", eval, "--validation_file (the data to evaluate)"},
+      {"metric_for_best_model", eval, "--validation_file (the data to evaluate)"},
+      {"greater_is_better", eval, "--validation_file (the data to evaluate)"},
+      {"eos_token_id", a.packing, "--packing (it separates the packed documents)"},
+      {"spike_window", spikes, "--spike_policy skip, rollback or stop"},
+      {"spike_zscore", spikes, "--spike_policy skip, rollback or stop"},
+      {"spike_max_rollbacks", a.spike_policy == "rollback", "--spike_policy rollback"},
+      {"resume_allow_changes", !a.resume_from_checkpoint.empty(), "--resume_from_checkpoint (it relaxes a resume)"},
+      {"save_steps", a.save_strategy == "steps", "--save_strategy steps (the default)"},
+      {"save_total_limit", a.save_strategy != "no", "checkpoints: drop --save_strategy no"},
+      {"local_sgd_group_size", a.local_sgd_steps > 0, "--local_sgd_steps"},
+      {"local_sgd_outer_lr", a.local_sgd_steps > 0, "--local_sgd_steps"},
+      {"local_sgd_outer_momentum", a.local_sgd_steps > 0, "--local_sgd_steps"},
+      {"logging_dir", a.report_to != "none", "--report_to tensorboard (the default)"},
+  };
+  for (const auto& r : rules)
+    ZT_CHECK(r.ok || !a.explicit_flags.count(r.flag), "--", r.flag, " has no effect without ", r.needs,
+             "; add that or drop the flag");
+}
+
 // Argument checks that need nothing but the arguments: they fail before any work.
 void check_args(const TrainArgs& a) {
+  check_flag_dependencies(a);
   ZT_CHECK(a.per_device_train_batch_size > 0, "--per_device_train_batch_size must be positive");
   ZT_CHECK(a.gradient_accumulation_steps > 0, "--gradient_accumulation_steps must be positive");
   ZT_CHECK(!a.train_file.empty(),
@@ -364,7 +413,13 @@ void Trainer::load_data() {
   ZT_CHECK(train_sequences_ >= seqs_per_step_, a_.train_file, " has only ", train_sequences_, " sequences of ", T_,
            sft_ ? " tokens (rows of examples)" : "+1 tokens", ", fewer than one optimizer step needs (", seqs_per_step_,
            " = batch ", B_, " x accumulation ", G_, " x ranks ", n, "); use more data or a smaller batch");
-  if (!a_.validation_file.empty() && !sft_) val_ = std::make_unique<TokenFile>(a_.validation_file, cfg_.vocab_size);
+  if (!a_.validation_file.empty() && !sft_) {
+    val_ = std::make_unique<TokenFile>(a_.validation_file, cfg_.vocab_size);
+    // Checked now, not at the first evaluation after all the training.
+    ZT_CHECK(val_->size() > int64_t(T_), "--validation_file ", a_.validation_file, " has ",
+             val_->size(), " tokens, fewer than one sequence of ", T_,
+             "+1; use a longer validation file or a smaller --model_max_length");
+  }
   steps_per_epoch_ = std::max<int64_t>(1, train_sequences_ / seqs_per_step_);
   total_steps_ = a_.max_steps > 0 ? a_.max_steps : int64_t(std::ceil(a_.num_train_epochs * double(steps_per_epoch_)));
   ZT_CHECK(total_steps_ > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
@@ -430,7 +485,12 @@ void Trainer::load_sft_data() {
         std::make_unique<SftRows>(*sft_train_[c], T_, a_.packing, !a_.no_shuffle, uint64_t(a_.seed) + c));
     rows.push_back(sft_rows_.back().get());
   }
-  if (sft_val_) sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, T_, a_.packing, false, 0);
+  if (sft_val_) {
+    sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, T_, a_.packing, false, 0);
+    ZT_CHECK(sft_val_rows_->num_sequences() > 0 && sft_val_rows_->total_targets() > 0, "--validation_file ",
+             a_.validation_file, " gives no row with a trained target at --model_max_length ", T_,
+             "; check the file (and --completion_only_loss / --assistant_only_loss) or raise --model_max_length");
+  }
   if (channels_.named) blend_ = std::make_unique<BlendedSource>(channels_, rows, T_);
   train_sequences_ = blend_ ? blend_->num_sequences() : sft_rows_[0]->num_sequences();
   for (size_t c = 0; c < chans.size() && chief_; ++c) {
@@ -464,7 +524,7 @@ void Trainer::prepare_output_dir() {
                         ") already exists and is not empty. Use --overwrite_output_dir to overcome."));
   // A fresh start over an old run: its checkpoints go, so that neither `latest` nor pruning
   // can pick them up later (HF's Trainer deletes nothing; docs/checkpoints.md says why we do).
-  if (a_.overwrite_output_dir && a_.resume_from_checkpoint.empty()) checkpoint_remove_all(a_.output_dir);
+  if (a_.overwrite_output_dir && a_.resume_from_checkpoint.empty()) checkpoint_remove_all(a_.output_dir, input_paths(a_));
 }
 
 void Trainer::build_model_and_engine() {
@@ -566,9 +626,10 @@ void Trainer::resume() {
   std::string dir = a_.resume_from_checkpoint, save_id;
   int64_t snap_step = -1;
   if (flash_ && a_.resume_from_checkpoint == "latest") {
-    const std::string run_id = dist::broadcast_string(world_, chief_ ? run_record_read(a_.output_dir).run_id : "", 0);
+    const RunRecord rec = chief_ ? run_record_read(a_.output_dir) : RunRecord{};
+    const std::string run_id = dist::broadcast_string(world_, rec.run_id, 0);
     std::string snap_id;
-    snap_step = flash_->probe(run_id, &snap_id);
+    snap_step = flash_->probe(run_id, rec, &snap_id);
     int64_t decision[2] = {0, -1};  // use the snapshot (2: it is the newest checkpoint's save), newest step
     if (chief_ && snap_step >= 0) {
       const CheckpointRef newest = checkpoint_newest_unverified(a_.output_dir, &save_id);
@@ -636,7 +697,7 @@ void Trainer::resume() {
   const nlohmann::json* attempt = resumed_->find_json("ztrain.attempt");
   const CheckpointRef ref{id && id->is_string() ? id->get<std::string>() : "",
                           attempt && attempt->is_number_integer() ? attempt->get<int64_t>() : 0, start_step_};
-  start_run(&ref);
+  start_run(&ref, dir);
 }
 
 // --flash_checkpoint: every rank binds to the run's snapshot file (the chief's run id), reserves
@@ -654,8 +715,11 @@ void Trainer::start_flash() {
 
 // The chief records this start in run.json (a new attempt of a new or the resumed run)
 // before the first save, so `latest` and pruning rank this attempt's checkpoints first.
-void Trainer::start_run(const CheckpointRef* resumed) {
-  const RunRecord rec = run_record_start(a_.output_dir, resumed);
+void Trainer::start_run(const CheckpointRef* resumed, const std::string& resumed_dir) {
+  const RunRecord rec = run_record_start(a_.output_dir, resumed, resumed_dir);
+  if (rec.forked_from)
+    std::printf("A fork of run %s (%s): this run is %s\n", rec.forked_from->run_id.c_str(),
+                rec.forked_from->checkpoint.c_str(), rec.run_id.c_str());
   run_record_write(a_.output_dir, rec);
   run_tag_.run_id = rec.run_id;
   run_tag_.attempt = rec.attempt;

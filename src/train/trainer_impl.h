@@ -115,7 +115,7 @@ class Trainer {
   void build_model_and_engine();
   void resume();
   void start_flash();
-  void start_run(const CheckpointRef* resumed);
+  void start_run(const CheckpointRef* resumed, const std::string& resumed_dir = "");
   void start_loader_and_log();
   StepResult train_step(int64_t step);
   void pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale);
@@ -206,6 +206,7 @@ class Trainer {
   int64_t last_saved_step_ = -1;
   std::unique_ptr<FlashCheckpointer> flash_;     // --flash_checkpoint
   std::unique_ptr<SpikeGuard> spike_;            // --spike_policy; NaN / Inf never reach the weights
+  int64_t rollback_target_ = -1, rollbacks_in_a_row_ = 0;  // --spike_max_rollbacks
   std::unique_ptr<StragglerMonitor> straggler_;  // with more than one rank: per-rank step work
 };
 

@@ -23,8 +23,8 @@ StepResult Trainer::train_step(int64_t step) {
         str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ", step));
   double sums[2] = {0, 0};  // loss sum, counted tokens (summed over the dp ranks below)
   // Test hook: the data of one step corrupted (its loss and gradients scaled; not under a pipeline).
-  const float corrupt =
-      a_.test_spike_step == step + 1 + spike_->data_offset_steps() ? float(a_.test_spike_factor) : 1.0f;
+  const int64_t spike_key = step + 1 + (a_.test_spike_by_state ? 0 : spike_->data_offset_steps());
+  const float corrupt = a_.test_spike_step == spike_key ? float(a_.test_spike_factor) : 1.0f;
   if (pipe_) {
     pipeline_micro_batches(step, &sums[0], loss_scale, &grad_scale);
   } else {
@@ -276,6 +276,14 @@ bool Trainer::handle_spike(int64_t step, const StepResult& r, int64_t* resume_at
   if (p == SpikePolicy::rollback) {
     *resume_at = rollback(step);
     if (*resume_at >= 0) {
+      rollbacks_in_a_row_ = *resume_at == rollback_target_ ? rollbacks_in_a_row_ + 1 : 1;
+      rollback_target_ = *resume_at;
+      if (rollbacks_in_a_row_ > a_.spike_max_rollbacks)
+        throw JobError(str_cat(at, "; that makes ", rollbacks_in_a_row_, " rollbacks in a row to step ", *resume_at,
+                               " (--spike_max_rollbacks ", a_.spike_max_rollbacks,
+                               "): a spike that returns after rolling back comes from the LR schedule or the state "
+                               "rather than the data, so the run stops. The newest checkpoint is intact: resume from "
+                               "it with --resume_from_checkpoint latest after lowering --learning_rate"));
       if (chief_)
         std::printf(
             "ztrain: %s; rolled back to step %lld and skipping the data of steps %lld-%lld "

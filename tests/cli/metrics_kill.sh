@@ -21,9 +21,10 @@ $PY -c "
 import random, sys; r = random.Random(5)
 sys.stdout.buffer.write(b''.join(r.randrange(200).to_bytes(2, 'little') for _ in range(50000)))" > "$W/tok.bin"
 args=(--model_config_path "$W/cfg.json" --train_file "$W/tok.bin" --per_device_train_batch_size 2
-      --model_max_length 32 --logging_steps 1 --threads 1 --report_to none --save_steps 4 --save_total_limit 2
+      --model_max_length 32 --logging_steps 1 --threads 1 --report_to none)
+saves=(--save_steps 4 --save_total_limit 2
       --output_dir "$W/out")
-"$Z" train "${args[@]}" --max_steps 4 >/dev/null 2>&1 || { echo "FAIL: first run"; exit 1; }
+"$Z" train "${args[@]}" "${saves[@]}" --max_steps 4 >/dev/null 2>&1 || { echo "FAIL: first run"; exit 1; }
 
 # Prints "ok K C" (lines for steps 1..K, newest checkpoint C) or "bad <why>".
 check() {
@@ -47,14 +48,14 @@ P
 
 # Start-up length of a resume on this machine now, so the kills spread over it whatever the load.
 t0=$(date +%s%N)
-"$Z" train "${args[@]}" --max_steps 6 --resume_from_checkpoint latest >/dev/null 2>&1 || { echo "FAIL: resume"; exit 1; }
+"$Z" train "${args[@]}" "${saves[@]}" --max_steps 6 --resume_from_checkpoint latest >/dev/null 2>&1 || { echo "FAIL: resume"; exit 1; }
 span_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 echo "a resume of 2 steps takes $span_ms ms here; killing $N resumes at random moments in [0, $span_ms] ms (seed $SEED)"
 RANDOM=$SEED
 fail=0; min_lines=999999; max_lines=0
 for i in $(seq "$N"); do
   delay_ms=$(( RANDOM % (span_ms + 1) ))
-  "$Z" train "${args[@]}" --max_steps 100000 --resume_from_checkpoint latest >/dev/null 2>&1 &
+  "$Z" train "${args[@]}" "${saves[@]}" --max_steps 100000 --resume_from_checkpoint latest >/dev/null 2>&1 &
   pid=$!
   sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
   kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
@@ -76,7 +77,7 @@ else fail=$((fail + 1)); echo "FAIL  write error (exit $rc): $err"; fi
 
 # A damaged line: named with its number, one line, non-zero exit.
 sed -i '2s/.*/{"step": "two"/' "$W/out/metrics.jsonl"
-err=$("$Z" train "${args[@]}" --max_steps 8 --resume_from_checkpoint latest 2>&1 >/dev/null); rc=$?
+err=$("$Z" train "${args[@]}" "${saves[@]}" --max_steps 8 --resume_from_checkpoint latest 2>&1 >/dev/null); rc=$?
 if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] &&
    printf '%s' "$err" | grep -q "^ztrain: error: .*metrics.jsonl line 2"; then echo "ok    damaged line named: $err"
 else fail=$((fail + 1)); echo "FAIL  damaged line (exit $rc): $err"; fi

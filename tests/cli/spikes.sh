@@ -55,6 +55,37 @@ ZT_TEST_SPIKE_AT=35:1000 "$Z" train "${args[@]}" --output_dir "$W/skip_resumed" 
   --resume_from_checkpoint latest > /dev/null 2>&1 && [ "$(col "$W/skip_resumed" loss)" = "$want" ] &&
   ok "skip: resumed from checkpoint-40 (after the skip): losses equal" || bad "skip: resume after the skip differs"
 
+# A skipped NaN step never enters a saved statistic (issue 21): trainer_state.json's loss sum and
+# log_history stay finite, so the checkpoints after it resume (they were refused as damaged).
+state_finite() { $PY -c "
+import json, math, sys
+s = json.load(open(sys.argv[1] + '/trainer_state.json'))
+v = [e['loss'] for e in s['log_history'] if 'loss' in e] + [s['ztrain']['loss_sum']]
+sys.exit(0 if all(isinstance(x, float) and math.isfinite(x) for x in v) else 1)" "$1"; }
+out="$W/skipnan"
+if state_finite "$out/checkpoint-40" && rm -rf "$out"/checkpoint-60 "$out"/checkpoint-50 &&
+   ZT_TEST_SPIKE_AT=35:nan "$Z" train "${args[@]}" --output_dir "$out" --spike_policy skip \
+     --resume_from_checkpoint latest > "$W/skipnan2.log" 2>&1 && grep -q "Resuming from .*checkpoint-40" "$W/skipnan2.log"; then
+  ok "skip (nan): the statistics stay finite and checkpoint-40 resumes"
+else bad "skip (nan): $(grep -E 'error|Resuming' "$W/skipnan2.log" | head -2)"; fi
+# The same before the first save under rollback (nothing to roll back to: the update is skipped).
+ZT_TEST_SPIKE_AT=5:nan "$Z" train "${args[@]}" --output_dir "$W/rbnan" --spike_policy rollback --max_steps 20 \
+  > "$W/rbnan.log" 2>&1 && state_finite "$W/rbnan/checkpoint-20" &&
+  ZT_TEST_SPIKE_AT=5:nan "$Z" train "${args[@]}" --output_dir "$W/rbnan" --spike_policy rollback --max_steps 20 \
+    --resume_from_checkpoint "$W/rbnan/checkpoint-10" > "$W/rbnan2.log" 2>&1 &&
+  ok "rollback before the first save (nan): skipped, statistics finite, resumes" ||
+  bad "rollback before the first save (nan): $(tail -1 "$W/rbnan.log") / $(tail -1 "$W/rbnan2.log" 2>/dev/null)"
+# A spike that returns after every rollback (keyed by the optimizer step, not the data): the run
+# stops after --spike_max_rollbacks with one error line, and its checkpoint-30 still resumes.
+ZT_TEST_SPIKE_AT=35:1000:state timeout 120 "$Z" train "${args[@]}" --output_dir "$W/rbloop" --spike_policy rollback \
+  --spike_max_rollbacks 2 > "$W/rbloop.log" 2> "$W/rbloop.err"; rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c . "$W/rbloop.err")" -eq 1 ] &&
+   grep -q "^ztrain: error: step 35: .*3 rollbacks in a row to step 30 (--spike_max_rollbacks 2)" "$W/rbloop.err" &&
+   "$Z" train "${args[@]}" --output_dir "$W/rbloop" --spike_policy rollback --resume_from_checkpoint latest \
+     > "$W/rbloop2.log" 2>&1 && grep -q "Resuming from .*checkpoint-30" "$W/rbloop2.log"; then
+  ok "rollback loop stops (exit $rc): $(cat "$W/rbloop.err" | cut -c1-150)..."
+else bad "rollback loop: exit $rc: $(tail -2 "$W/rbloop.err") $(tail -1 "$W/rbloop2.log" 2>/dev/null)"; fi
+
 # rollback: back to checkpoint-30, the data of steps 31-35 skipped; steps 1-30 unchanged.
 ZT_TEST_SPIKE_AT=35:1000 "$Z" train "${args[@]}" --output_dir "$W/rb" --spike_policy rollback > "$W/rb.log" 2>&1 ||
   bad "rollback: $(tail -1 "$W/rb.log")"
