@@ -381,7 +381,7 @@ TEST(Safetensors, HeaderIsCappedAndParsedInBoundedMemory) {
     one_line_error([&] { SafetensorsFile f(p); }, "header is 100000001 bytes, over the limit of 100000000 (100 MB");
     fs::remove(p);
   }
-  // About 24 MB of header: 400,000 empty tensors and metadata.
+  // About 27 MB of header: 400,000 empty tensors and metadata.
   std::string h = "{\"__metadata__\":{\"format\":\"pt\",\"n\":[1,2,{\"x\":3}]}";
   const int n = 400000;
   for (int i = 0; i < n; ++i)
