@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -39,6 +40,23 @@ std::unique_ptr<Transformer> load_model(const std::string& dir, int B, int* T, c
   auto m = std::make_unique<Transformer>(cfg);
   hf_load_weights(*m, dir);
   return m;
+}
+
+// The index of the first NaN or infinite value of x[0, n), -1 when all are finite.
+int64_t first_non_finite(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
+}
+
+// Whether the tokenizer turns id into text (an id below its vocab_size may be a hole).
+bool decodable(const Tokenizer& tok, int32_t id) {
+  try {
+    tok.decode({id});
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -82,27 +100,53 @@ int cmd_generate(const Args& args) {
                               "lower --max_new_tokens or use a smaller model");
   KvDecoder dec(*model, total);
   Rng rng(uint64_t(seed), 0x47454eull);
+  const int V = model->config().vocab_size;
+  // A model's vocabulary is often padded past its tokenizer's (Qwen2.5: 151,936 rows for 151,665
+  // ids); those rows were never trained and no text decodes from them, so they are never sampled.
+  const int V_tok = tok->vocab_size();
+  ZT_CHECK(V_tok <= V, "the tokenizer has ", V_tok, " tokens but the model only ", V,
+           "; pass the model's own tokenizer (--tokenizer_name_or_path)");
   auto t0 = Clock::now();
   const float* logits = nullptr;
   for (int32_t id : ids) logits = dec.step(id).as<const float>();
   const double prefill_s = since(t0);
-  std::string out;
+  const size_t prompt_tokens = ids.size();
   auto t1 = Clock::now();
   int64_t made = 0;
   std::vector<float> masked;
-  for (; made < max_new_tokens; ++made) {
-    const int V = model->config().vocab_size;
-    const float* l = logits;
-    if (made < min_new_tokens && tok->eos_id() >= 0 && tok->eos_id() < V) {
-      // HF's min_new_tokens: EOS is masked out until that many tokens exist.
-      masked.assign(logits, logits + V);
-      masked[size_t(tok->eos_id())] = -std::numeric_limits<float>::infinity();
-      l = masked.data();
+  try {
+    for (; made < max_new_tokens; ++made) {
+      // NaN or inf logits mean broken weights or an overflow: sampling from them gives noise that
+      // looks like text, so it stops here (what came before is printed; the exit is non-zero).
+      const int64_t bad = first_non_finite(logits, V);
+      ZT_CHECK(bad < 0, "generate: the model ", model_dir, " produced a non-finite logit (", logits[bad], " for id ",
+               bad, ") at new token ", made + 1, "; its weights are damaged or overflow in fp32");
+      const bool hold_eos = made < min_new_tokens && tok->eos_id() >= 0 && tok->eos_id() < V;
+      const float* l = logits;
+      if (hold_eos || V_tok < V) {
+        masked.assign(logits, logits + V);
+        std::fill(masked.begin() + V_tok, masked.end(), -std::numeric_limits<float>::infinity());
+        // HF's min_new_tokens: EOS is masked out until that many tokens exist.
+        if (hold_eos) masked[size_t(tok->eos_id())] = -std::numeric_limits<float>::infinity();
+        l = masked.data();
+      }
+      int32_t next = sample_token(TensorView::of(l, {V}), sc, rng);
+      // Ids below the tokenizer's vocab_size can still be holes (no token): masked as met.
+      for (int tries = 0; !decodable(*tok, next); ++tries) {
+        ZT_CHECK(tries < 1000, "generate: the tokenizer decodes none of the model's likeliest ids; pass the model's "
+                 "own tokenizer (--tokenizer_name_or_path)");
+        if (l != masked.data()) masked.assign(l, l + V), l = masked.data();
+        masked[size_t(next)] = -std::numeric_limits<float>::infinity();
+        next = sample_token(TensorView::of(l, {V}), sc, rng);
+      }
+      if (next == tok->eos_id()) break;
+      ids.push_back(next);
+      if (made + 1 < max_new_tokens) logits = dec.step(next).as<const float>();
     }
-    int32_t next = sample_token(TensorView::of(l, {V}), sc, rng);
-    if (next == tok->eos_id()) break;
-    ids.push_back(next);
-    if (made + 1 < max_new_tokens) logits = dec.step(next).as<const float>();
+  } catch (const Error&) {
+    // The text so far is not lost: it goes to stdout before the one error line.
+    if (ids.size() > prompt_tokens) std::printf("%s\n", tok->decode(ids).c_str());
+    throw;
   }
   const double gen_s = since(t1);
   std::printf("%s\n", tok->decode(ids).c_str());

@@ -205,8 +205,15 @@ TEST_F(CheckpointTest, OneShardIsAnHfModelFolder) {
   for (size_t i = 0; i < back.pieces.size(); ++i)
     for (int64_t k = 0; k < back.pieces[i].slice.count; ++k)
       ASSERT_EQ(back.store[i][k], Pieces::expected(back.pieces[i], k));
-  // A checkpoint of the older format is named as such.
-  std::ofstream(fs::path(dir()) / "optimizer.safetensors") << "x";
+  // A checkpoint of the older format is named as such (its checksums.json listed the file).
+  const float x = 1;
+  safetensors_write((fs::path(dir()) / "optimizer.safetensors").string(), {{"x", {1}, &x}}, DType::f32,
+                    {{"save_id", "save-1"}});
+  nlohmann::json sums;
+  std::ifstream(fs::path(dir()) / "checksums.json") >> sums;
+  auto [h, size] = checkpoint_file_digest((fs::path(dir()) / "optimizer.safetensors").string());
+  sums["files"]["optimizer.safetensors"] = {{"xxh3_tree", h}, {"bytes", size}};
+  std::ofstream(fs::path(dir()) / "checksums.json") << sums.dump();
   EXPECT_NE(error_of([&] { CheckpointReader r(dir(), tiny_config()); }).find("older ztrain"), std::string::npos);
 }
 
@@ -240,6 +247,44 @@ TEST_F(CheckpointTest, MixedSavesAreRejected) {
             std::string::npos)
       << err;
   EXPECT_EQ(checkpoint_find_latest(out_.string()), "");
+}
+
+// Issue 21 item 13: `latest` fell back past a missing or truncated file but not past a stray extra
+// shard, which the reader then loaded beside the listed ones. Any file checksums.json does not list
+// makes the folder incomplete: an Error naming it when asked for directly, skipped by `latest`.
+TEST_F(CheckpointTest, UnlistedFilesMakeTheFolderIncomplete) {
+  std::vector<Pieces> ranks(1);
+  for (const char* slot : {"params", "exp_avg"}) ranks[0].add(slot, "a", 0, 20);
+  ranks[0].fill_expected(), ranks[0].bind();
+  save(ranks);  // checkpoint-3: the older intact one `latest` falls back to
+  DataCursor cursor(8, 16, true, 5);
+  RngState rng(42);
+  Counters counters;
+  counters.step = 5;
+  checkpoint_save({out_.string(), 5, {0, 1}, true, {}, "save-2", {}}, tiny_config(),
+                  {&ranks[0], &cursor, &rng, &counters});
+  const fs::path newest = out_ / "checkpoint-5";
+  ASSERT_EQ(checkpoint_find_latest(out_.string()), newest.string());
+  const fs::path state = newest / "state-00000-of-00001.safetensors";
+  for (const char* stray : {"state-00001-of-00002.safetensors", "model-00002.safetensors", ".hidden", "sub"}) {
+    const fs::path p = newest / stray;
+    if (std::string(stray) == "sub")
+      fs::create_directory(p);
+    else
+      fs::copy_file(state, p);
+    const std::string err = error_of([&] { CheckpointReader r(newest.string(), tiny_config()); });
+    EXPECT_NE(err.find(str_cat("checkpoint-5 is incomplete: \"", stray, "\" is not listed in checksums.json")),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(checkpoint_find_latest(out_.string()), dir()) << stray;
+    fs::remove_all(p);
+  }
+  EXPECT_EQ(checkpoint_find_latest(out_.string()), newest.string());  // intact again
+  // A listed file that is gone is still named as missing, and `latest` falls back past it too.
+  fs::remove(state);
+  EXPECT_NE(error_of([&] { CheckpointReader r(newest.string(), tiny_config()); }).find("is missing"),
+            std::string::npos);
+  EXPECT_EQ(checkpoint_find_latest(out_.string()), dir());
 }
 
 // The optimizer saves every slot it declares by tensor piece, and loads into another layout

@@ -5,6 +5,8 @@
 // order and stop their threads; a token file cut or rewritten while mapped is an error
 // naming it (from the loader thread, or the SIGBUS handler apps/ installs).
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 
 #include "core/error.h"
 #include "data/loader.h"
+#include "data/shard_format.h"
 #include "data/token_data.h"
 #include "signals.h"
 
@@ -216,6 +219,114 @@ TEST(DataLoader, TruncatedFileIsAnErrorNamingIt) {
         << e.what();
   }
   fs::remove(p);
+}
+
+// Issue 21 item 1, token files: a byte flipped anywhere in a shard `ztrain tokenize` wrote (header,
+// tokens, checksum table) is an Error naming the file when it is opened.
+TEST(TokenFile, ShardChecksumsCatchAFlippedByteAnywhere) {
+  for (uint32_t vocab : {1000u, 70000u}) {  // 2- and 4-byte tokens
+    const std::string p = (fs::temp_directory_path() / ("zt_shard_" + std::to_string(::getpid()) + ".bin")).string();
+    {
+      ShardWriter w(p, vocab, 0);
+      std::vector<int32_t> ids(30000);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % vocab);
+      w.append(ids.data(), ids.size());
+      w.close();
+    }
+    std::string good;
+    {
+      std::ifstream in(p, std::ios::binary);
+      good.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    { TokenFile ok(p, int(vocab)); }  // intact
+    const size_t data_end = 64 + 30000 * (vocab > 65536 ? 4 : 2);
+    for (size_t pos : {size_t(1), size_t(7), size_t(8), size_t(13), size_t(17), size_t(25), size_t(29), size_t(32),
+                       size_t(37), size_t(41), size_t(50), size_t(58), size_t(64), size_t(64 + 16384 + 3),
+                       data_end - 1, data_end, good.size() - 1}) {
+      std::string bad = good;
+      bad[pos] ^= 0x01;
+      std::ofstream(p, std::ios::binary) << bad;
+      try {
+        TokenFile f(p, int(vocab));
+        ADD_FAILURE() << "a flipped byte at " << pos << " went unnoticed (vocab " << vocab << ")";
+      } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find(p), std::string::npos) << m;
+        EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+        if (pos >= 64 && pos < data_end) {
+          EXPECT_NE(m.find("fail their checksum"), std::string::npos) << m;
+        }
+      }
+    }
+    fs::remove(p);
+  }
+}
+
+// Rewrites byte `pos` of p in place and puts its size and mtime back, as a tool that rewrites a
+// file and restores its times would: the per-batch fstat check cannot see it.
+void rewrite_in_place(const std::string& p, size_t pos, const std::string& bytes) {
+  struct stat st {};
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(pos));
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+  }
+  const struct timespec times[2] = {st.st_atim, st.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, p.c_str(), times, 0), 0);
+}
+
+// Issue 21 item 1: a token file rewritten in place after the start-up check (same size and mtime)
+// crashed the run in the embedding kernel. Every batch's ids are checked as they are read: the
+// loader's error names the file, the id and its offset; no id >= vocab reaches a kernel.
+TEST(TokenFile, RewrittenInPlaceIsCaughtInTheBatchThatReadsIt) {
+  const std::string p = token_file(4000, 100);
+  TokenFile f(p, 100);
+  rewrite_in_place(p, 2 * 1000, std::string("\xff\xff", 2));  // id 65535 at token 1000
+  f.check_unchanged();                                       // the cheap check cannot see it
+  LoaderConfig c;
+  c.B = 4;
+  c.T = 16;
+  c.shuffle = false;
+  DataLoader dl(f, c, 0);
+  try {
+    for (int i = 0; i < 100; ++i) {
+      const MicroBatch& mb = dl.next();
+      for (int32_t id : mb.inputs) ASSERT_TRUE(id >= 0 && id < 100);
+      for (int32_t id : mb.targets) ASSERT_TRUE(id >= 0 && id < 100);
+    }
+    ADD_FAILURE() << "id 65535 reached a batch";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(p + " changed while it was being read: token id 65535 at position 1000 "
+                                             "(byte 2000) is >= the model's vocab_size 100"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove(p);
+  // A shard with checksums: an in-range change is caught too, by its chunk's checksum.
+  const std::string s = (fs::temp_directory_path() / ("zt_shard_rw_" + std::to_string(::getpid()) + ".bin")).string();
+  {
+    ShardWriter w(s, 100, 0);
+    std::vector<int32_t> ids(40000, 5);
+    w.append(ids.data(), ids.size());
+    w.close();
+  }
+  TokenFile g(s, 100);
+  WindowSampler ws(g, 16, false, 0);
+  std::vector<int32_t> in(16), tg(16);
+  ws.fill(in.data(), tg.data(), 0, 1);
+  rewrite_in_place(s, 64 + 2 * 17000, std::string("\x06\x00", 2));  // token 17000: 5 -> 6, chunk 2
+  ws.fill(in.data(), tg.data(), 0, 1);                                // chunk 0 is intact
+  try {
+    ws.fill(in.data(), tg.data(), 17000 / 16, 1);
+    ADD_FAILURE() << "an in-range rewrite went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(s + " changed while it was being read: bytes 32832 to 49215 (chunk 2 of 5) "
+                                             "fail their checksum"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove(s);
 }
 
 // A read past the cut with no check before it (the race the checks cannot close) raises SIGBUS:

@@ -3,6 +3,8 @@
 // flag parser's messages. Every bad input must produce a zt::Error that names it.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -356,6 +358,71 @@ TEST(FuzzRegression, SafetensorsShapeOverflowAndNoLeaks) {
   int before = lowest_free_fd();
   for (int i = 0; i < 50; ++i) error_text([] { SafetensorsFile f(tmp("ovf")); });
   EXPECT_EQ(lowest_free_fd(), before);
+}
+
+// Peak resident memory (VmHWM) in bytes after resetting it (writing 5 to clear_refs).
+int64_t reset_peak_rss() {
+  std::ofstream("/proc/self/clear_refs") << "5";
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+// Issue 21 item 9: headers were accepted up to 1 GiB and a 150 MB one cost 5.8 GB to parse (a
+// JSON document of ~40 bytes per header byte). Now: Hugging Face's 100 MB cap, a parse that
+// builds the entries directly, and no nesting deeper than the format has.
+TEST(Safetensors, HeaderIsCappedAndParsedInBoundedMemory) {
+  {  // 100,000,001 bytes of header in a sparse file: refused before anything is read
+    const std::string p = tmp("cap.safetensors");
+    const uint64_t n = kStMaxHeaderBytes + 1;
+    write_bytes(p, std::string(reinterpret_cast<const char*>(&n), 8));
+    ASSERT_EQ(::truncate(p.c_str(), off_t(8 + n + 16)), 0);
+    one_line_error([&] { SafetensorsFile f(p); }, "header is 100000001 bytes, over the limit of 100000000 (100 MB");
+    fs::remove(p);
+  }
+  // About 27 MB of header: 400,000 empty tensors and metadata.
+  std::string h = "{\"__metadata__\":{\"format\":\"pt\",\"n\":[1,2,{\"x\":3}]}";
+  const int n = 400000;
+  for (int i = 0; i < n; ++i)
+    h += ",\"layer." + std::to_string(i) + ".w\":{\"dtype\":\"F32\",\"shape\":[0,4],\"data_offsets\":[0,0]}";
+  h += "}";
+  const std::string p = tmp("big_header.safetensors");
+  write_bytes(p, st_bytes(h));
+  const int64_t before = reset_peak_rss();
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    SafetensorsFile f(p);
+    EXPECT_EQ(f.entries().size(), size_t(n));
+    EXPECT_EQ(f.metadata().at("format"), "pt");
+    EXPECT_TRUE(f.find("layer.7.w") && f.find("layer.7.w")->shape == (std::vector<int64_t>{0, 4}));
+    const int64_t grew = reset_peak_rss() - before;
+    // The mapped header's pages count too (h.size()); the entries about 150 bytes each.
+    EXPECT_LT(grew, int64_t(h.size()) + int64_t(n) * 400) << "header of " << h.size() << " bytes";
+    std::printf("[          ] %zu-byte header: peak resident +%lld bytes (%.1fx), %.2f s\n", h.size(),
+                (long long)grew, double(grew) / double(h.size()),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  fs::remove(p);
+  // Nesting beyond the format's three levels, anywhere: one error, no deep recursion.
+  const std::string deep(100000, '[');
+  for (const std::string& bad : {"{\"a\":{\"x\":" + deep + "}}", "{\"__metadata__\":{\"k\":" + deep + "}}"}) {
+    write_bytes(tmp("deep"), st_bytes(bad));
+    one_line_error([] { SafetensorsFile f(tmp("deep")); }, "nests deeper than 64 levels");
+  }
+  write_bytes(tmp("deep"), st_bytes(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", "abcd"));
+  one_line_error([] { SafetensorsFile f(tmp("deep")); }, "has a shape that is not a list of non-negative integers");
+  write_bytes(tmp("deep"), st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,4]}})", "abcd"));
+  one_line_error([] { SafetensorsFile f(tmp("deep")); }, "malformed header entry for tensor \"a\"");
+  write_bytes(tmp("deep"), st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "abcd"));
+  one_line_error([] { SafetensorsFile f(tmp("deep")); }, "tensor \"a\" appears twice");
+  write_bytes(tmp("deep"), st_bytes(R"({"__metadata__":5})"));
+  one_line_error([] { SafetensorsFile f(tmp("deep")); }, "__metadata__ must be an object of strings");
+  write_bytes(tmp("deep"), st_bytes(R"([1])"));
+  one_line_error([] { SafetensorsFile f(tmp("deep")); }, "header is not a JSON object");
+  write_bytes(tmp("deep"), st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} x)", "abcd"));
+  one_line_error([] { SafetensorsFile f(tmp("deep")); }, "not valid JSON");
+  fs::remove(tmp("deep"));
 }
 
 TEST(FuzzRegression, ConfigValuesOutOfRange) {

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "core/content_hash.h"
 #include "core/error.h"
 #include "data/sft_data.h"
 #include "kernels/cross_entropy.h"
@@ -178,6 +180,69 @@ TEST(SftData, CacheMakesTheSecondRunReadInsteadOfTokenize) {
   EXPECT_FALSE(sft_tokenize(src, tok, fmt2, chatml(), opt).from_cache);
   t.write("c.jsonl", text + text);  // changed data: tokenized again
   EXPECT_FALSE(sft_tokenize(src, tok, fmt, chatml(), opt).from_cache);
+}
+
+// Issue 21 item 1: the cache was trusted on read (no checksum, only max id < vocab), so a byte
+// flipped or planted in it reached the kernels (id -1 wrote before the embedding table). Now a
+// cache whose header, key, checksum, structure or id range fails is rebuilt, with a note.
+TEST(SftData, CacheIsCheckedAndRebuiltWhenItDisagrees) {
+  Tmp t;
+  ByteTokenizer tok;
+  SftOptions opt;
+  ChatFormatter fmt(chatml(), opt, "<eos>");
+  std::string text;
+  for (int k = 0; k < 40; ++k)
+    text += R"({"messages": [{"role": "user", "content": "q)" + std::to_string(k) +
+            R"("}, {"role": "assistant", "content": "answer"}]})" + "\n";
+  const std::string f = t.write("c.jsonl", text);
+  const SftSource src{f, "--train_file", f, (t.dir / "cache").string()};
+  const SftTokens a = sft_tokenize(src, tok, fmt, chatml(), opt);
+  ASSERT_FALSE(a.from_cache);
+  const std::string cache = a.cache_path;
+  std::string good;
+  {
+    std::ifstream in(cache, std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write_cache = [&](const std::string& bytes) { std::ofstream(cache, std::ios::binary) << bytes; };
+  auto expect_rebuilt = [&](const std::string& what) {
+    const SftTokens b = sft_tokenize(src, tok, fmt, chatml(), opt);
+    EXPECT_FALSE(b.from_cache) << what;
+    EXPECT_EQ(a.tokens, b.tokens) << what;
+    EXPECT_EQ(a.trained, b.trained) << what;
+    EXPECT_EQ(a.offsets, b.offsets) << what;
+    EXPECT_TRUE(sft_tokenize(src, tok, fmt, chatml(), opt).from_cache) << what;  // the rebuilt one is good
+  };
+  // A flipped bit anywhere: magic, counts, key, checksum, id bound, header checksum, tokens,
+  // trained flags, offsets, the last byte.
+  const size_t n_tok = a.tokens.size();
+  for (size_t pos : {size_t(3), size_t(9), size_t(17), size_t(25), size_t(33), size_t(41), size_t(60), size_t(64),
+                     size_t(64 + 4 * n_tok / 2), size_t(64 + 4 * n_tok + 5), size_t(64 + 5 * n_tok + 8),
+                     good.size() - 1}) {
+    std::string bad = good;
+    bad[pos] ^= 0x10;
+    write_cache(bad);
+    expect_rebuilt("flip at byte " + std::to_string(pos));
+  }
+  write_cache(good.substr(0, good.size() - 8));  // truncated
+  expect_rebuilt("truncated");
+  // Another input's cache under this one's name: the key in the header differs.
+  const std::string g = t.write("g.jsonl", R"({"prompt": "x", "completion": "y"})" "\n");
+  const SftTokens other = sft_tokenize({g, "--train_file", g, (t.dir / "cache").string()}, tok, fmt, chatml(), opt);
+  fs::copy_file(other.cache_path, cache, fs::copy_options::overwrite_existing);
+  expect_rebuilt("another input's cache");
+  // A crafted cache whose checksums are right but which holds id -1 and 257 (>= the tokenizer's
+  // vocabulary): the checksum is no signature, so the ids themselves are checked.
+  for (int32_t id : {-1, 257, INT32_MIN}) {
+    std::string bad = good;
+    std::memcpy(bad.data() + 64 + 4 * 3, &id, 4);
+    const uint64_t sum = content_hash(bad.data() + 64, bad.size() - 64);
+    std::memcpy(bad.data() + 32, &sum, 8);
+    const uint64_t self = content_hash(bad.data(), 56);
+    std::memcpy(bad.data() + 56, &self, 8);
+    write_cache(bad);
+    expect_rebuilt("id " + std::to_string(id));
+  }
 }
 
 SftTokens hand_made(const std::vector<std::pair<int, int>>& prompt_completion_lengths) {

@@ -67,6 +67,22 @@ std::string recorded_save_id(const fs::path& p) {
   return "-";  // records none
 }
 
+// The folder holds exactly what checksums.json lists (and checksums.json): a stray file is either
+// a piece of another save (an extra state-* shard once loaded beside the listed ones, and
+// `latest` did not fall back past it) or something written after the seal, which nothing
+// vouches for.
+void reject_unlisted(const fs::path& d, const nlohmann::json& sums) {
+  std::error_code ec;
+  for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    ZT_CHECK(name == kChecksums || sums.contains(name), "checkpoint ", d.string(), " is incomplete: ", quote(name),
+             " is not listed in ", kChecksums,
+             " (a stray file, or one written after the save); move it out of the folder, or resume from another "
+             "checkpoint");
+  }
+  ZT_CHECK(!ec, "cannot list checkpoint ", d.string(), ": ", ec.message());
+}
+
 }  // namespace
 
 std::string checkpoint_verify(const std::string& dir) {
@@ -105,6 +121,7 @@ std::string checkpoint_verify(const std::string& dir) {
              want_size);
     ZT_CHECK(h == want_hash, "checkpoint ", dir, " is damaged: ", quote(name), " fails its checksum");
   }
+  reject_unlisted(d, sums);
   // Checksums bind the bytes, save ids the files: two runs writing one folder at once once
   // produced a checkpoint of one run's model and the other's optimizer whose checksums passed.
   for (auto it = sums.begin(); it != sums.end(); ++it) {

@@ -15,7 +15,9 @@ namespace zt {
 // before XXH3 record "hash64" instead, still verified with it). Throws an
 // Error naming the first file whose size or hash does not match, or whose recorded save id
 // (trainer_state.json's ztrain.save_id, a safetensors file's "save_id" metadata) is not
-// checksums.json's: a folder mixing files of two saves. Returns the save id.
+// checksums.json's: a folder mixing files of two saves. A file in the folder that checksums.json
+// does not list (a stray shard) makes it incomplete too: the same Error, so `latest` falls back
+// past it as past a missing or damaged file. Returns the save id.
 std::string checkpoint_verify(const std::string& dir);
 
 // Finding the newest checkpoint and pruning old ones: checkpoint/run_folder.h.

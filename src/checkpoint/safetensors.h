@@ -15,6 +15,11 @@
 
 namespace zt {
 
+// The largest header read: Hugging Face's safetensors refuses more (MAX_HEADER_SIZE, 100,000,000
+// bytes); a real model's header is kilobytes to a few megabytes. Parsing costs a few bytes of
+// memory per header byte (no JSON document is built).
+constexpr uint64_t kStMaxHeaderBytes = 100'000'000;
+
 struct StEntry {
   std::string name;
   std::string dtype;  // "F32", "BF16", "F16" (others are listed but cannot be converted)

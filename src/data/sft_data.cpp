@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/content_hash.h"
 #include "core/hash.h"
 
 namespace zt {
@@ -21,12 +23,36 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kMagic[8] = {'Z', 'T', 'S', 'F', 'T', 'C', 'A', '1'};
-constexpr size_t kHeader = 64;  // magic, tokens, examples, meta bytes (u64 each), reserved
-constexpr int kFormatVersion = 1;
+// Cache file, format 2 (docs/data.md#the-tokenized-cache): a 64-byte header
+//   magic "ZTSFTCA2", u64 tokens, u64 examples, u64 key (what produced it: cache_key),
+//   u64 content checksum (XXH3 of everything after the header), u32 id bound (the tokenizer's
+//   vocab_size: every id is below it), u32 zero, u64 zero, u64 XXH3 of header bytes 0..55
+// then i32 tokens, u8 trained flags, i64 example offsets. Nothing in it is trusted: the header's
+// own checksum, the key, the content checksum and the ids' range are all checked on every load,
+// and a cache that fails any of them is rebuilt. (Format 1, "ZTSFTCA1", had no checksum.)
+constexpr char kMagic[8] = {'Z', 'T', 'S', 'F', 'T', 'C', 'A', '2'};
+constexpr size_t kHeader = 64;
+constexpr int kFormatVersion = 2;
 constexpr int32_t kIgnore = -100;  // kIgnore, HF's -100 (data/ does not include kernels/)
 
-// Hash of a whole file, chained over 8 MiB chunks; "" when it cannot be read.
+struct CacheHeader {
+  uint64_t tokens = 0, examples = 0, key = 0, checksum = 0;
+  uint32_t id_bound = 0;
+};
+
+void header_encode(const CacheHeader& h, char* b) {
+  std::memset(b, 0, kHeader);
+  std::memcpy(b, kMagic, 8);
+  std::memcpy(b + 8, &h.tokens, 8);
+  std::memcpy(b + 16, &h.examples, 8);
+  std::memcpy(b + 24, &h.key, 8);
+  std::memcpy(b + 32, &h.checksum, 8);
+  std::memcpy(b + 40, &h.id_bound, 4);
+  const uint64_t self = content_hash(b, 56);
+  std::memcpy(b + 56, &self, 8);
+}
+
+// Hash of a whole file, chained over 8 MiB chunks; *ok false when it cannot be read.
 uint64_t hash_file(const std::string& path, uint64_t seed, bool* ok) {
   std::ifstream f(path, std::ios::binary);
   *ok = bool(f);
@@ -41,7 +67,10 @@ uint64_t hash_file(const std::string& path, uint64_t seed, bool* ok) {
   return h;
 }
 
-std::string cache_key(const SftSource& src, const ChatTemplateConfig& tpl, const SftOptions& opt) {
+// The key of everything that determines the cache's contents: the format, the JSONL bytes, the
+// tokenizer (its files' bytes, kind and vocabulary size), the chat template and its special tokens,
+// the loss options. (The sequence length is not among them: rows are cut from whole examples.)
+uint64_t cache_key(const SftSource& src, const Tokenizer& tok, const ChatTemplateConfig& tpl, const SftOptions& opt) {
   bool ok = false;
   uint64_t h = hash_file(src.jsonl, 0x5346540000ull + kFormatVersion, &ok);
   ZT_CHECK(ok, "cannot read ", src.flag, " ", src.jsonl, ": ", std::strerror(errno));
@@ -56,29 +85,58 @@ std::string cache_key(const SftSource& src, const ChatTemplateConfig& tpl, const
   }
   for (const std::string& f : tok_files) h = hash_file(f, h, &ok);
   const std::string meta = str_cat(tpl.source, '\0', tpl.has_bos, tpl.bos_token, '\0', tpl.has_eos, tpl.eos_token, '\0',
-                                   opt.completion_only_loss, opt.assistant_only_loss);
-  h = hash64(meta.data(), meta.size(), h);
-  return hex64(h);
+                                   opt.completion_only_loss, opt.assistant_only_loss, '\0', tok.name(), '\0',
+                                   tok.vocab_size());
+  return hash64(meta.data(), meta.size(), h);
 }
 
-bool load_cache(const std::string& path, SftTokens* out) {
+// Reads and checks a cache file. Returns "" when out holds it, else why it cannot be used
+// (for the rebuild note); "absent" when there is no file.
+std::string load_cache(const std::string& path, uint64_t key, uint32_t id_bound, SftTokens* out) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
+  if (!f) return "absent";
   char head[kHeader];
-  if (!f.read(head, kHeader) || std::memcmp(head, kMagic, 8) != 0) return false;
-  uint64_t n_tok = 0, n_ex = 0;
-  std::memcpy(&n_tok, head + 8, 8);
-  std::memcpy(&n_ex, head + 16, 8);
+  if (!f.read(head, kHeader) || std::memcmp(head, kMagic, 6) != 0) return "is not a ztrain SFT cache";
+  if (std::memcmp(head, kMagic, 8) != 0) return "has an older format";
+  char want[kHeader];
+  CacheHeader h;
+  std::memcpy(&h.tokens, head + 8, 8);
+  std::memcpy(&h.examples, head + 16, 8);
+  std::memcpy(&h.key, head + 24, 8);
+  std::memcpy(&h.checksum, head + 32, 8);
+  std::memcpy(&h.id_bound, head + 40, 4);
+  header_encode(h, want);
+  if (std::memcmp(head, want, kHeader) != 0) return "has a damaged header";
+  if (h.key != key) return "was made from other inputs (its key differs)";
+  if (h.id_bound != id_bound) return "was made for another vocabulary";
   std::error_code ec;
   const uint64_t size = fs::file_size(path, ec);
-  if (ec || n_tok > size || n_ex > size || kHeader + n_tok * 5 + (n_ex + 1) * 8 != size) return false;
+  const uint64_t n_tok = h.tokens, n_ex = h.examples;
+  if (ec || n_tok > size || n_ex > size || kHeader + n_tok * 5 + (n_ex + 1) * 8 != size) return "has the wrong size";
   out->tokens.resize(n_tok);
   out->trained.resize(n_tok);
   out->offsets.resize(n_ex + 1);
   f.read(reinterpret_cast<char*>(out->tokens.data()), std::streamsize(n_tok * 4));
   f.read(reinterpret_cast<char*>(out->trained.data()), std::streamsize(n_tok));
   f.read(reinterpret_cast<char*>(out->offsets.data()), std::streamsize((n_ex + 1) * 8));
-  return bool(f) && out->offsets.front() == 0 && uint64_t(out->offsets.back()) == n_tok;
+  if (!f) return "cannot be read";
+  // Checked in memory, after the read: what is verified is what is used.
+  ContentHashStream sum;
+  sum.update(out->tokens.data(), n_tok * 4);
+  sum.update(out->trained.data(), n_tok);
+  sum.update(out->offsets.data(), (n_ex + 1) * 8);
+  if (sum.value() != h.checksum) return "fails its checksum (damaged or modified)";
+  // The checksum is no signature (anyone who can write the file can recompute it): the structure
+  // and every id are checked too, so a crafted cache cannot reach the kernels with a bad id.
+  if (out->offsets.front() != 0 || uint64_t(out->offsets.back()) != n_tok) return "has bad example offsets";
+  for (size_t e = 0; e + 1 < out->offsets.size(); ++e)
+    if (out->offsets[e + 1] < out->offsets[e]) return "has bad example offsets";
+  bool ok = true;
+#pragma omp parallel for simd reduction(&& : ok)
+  for (int64_t i = 0; i < int64_t(n_tok); ++i)
+    ok = ok && out->tokens[size_t(i)] >= 0 && uint32_t(out->tokens[size_t(i)]) < id_bound && out->trained[size_t(i)] <= 1;
+  if (!ok) return "holds an id outside the vocabulary";
+  return "";
 }
 
 // The temporary cache file of one build: removed unless committed (renamed into place).
@@ -130,25 +188,12 @@ std::string sft_default_cache_dir() {
   return ".ztrain_cache";
 }
 
-SftTokens sft_tokenize(const SftSource& src, const Tokenizer& tok, const ChatFormatter& fmt,
-                       const ChatTemplateConfig& tpl, const SftOptions& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string key = cache_key(src, tpl, opt);
-  std::error_code ec;
-  fs::create_directories(src.cache_dir, ec);
-  ZT_CHECK(fs::is_directory(src.cache_dir, ec), "cannot create the tokenized-data cache folder ", src.cache_dir,
-           "; pass a writable --cache_dir");
-  const std::string path =
-      (fs::path(src.cache_dir) / str_cat("sft-", fs::path(src.jsonl).stem().string(), "-", key, ".bin")).string();
-  SftTokens out;
-  out.cache_path = path;
-  if (load_cache(path, &out)) {
-    out.from_cache = true;
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return out;
-  }
-  out = SftTokens();
-  out.cache_path = path;
+namespace {
+
+// Tokenizes the JSONL into path (through a temporary file and a rename). *out gets the lines,
+// trained flags and offsets (the tokens go to the file, not to memory).
+void build_cache(const SftSource& src, const Tokenizer& tok, const ChatFormatter& fmt, const std::string& path,
+                 uint64_t key, SftTokens* out) {
   std::ifstream in(src.jsonl, std::ios::binary);
   ZT_CHECK(in, "cannot read ", src.flag, " ", src.jsonl, ": ", std::strerror(errno));
   TempFile tmp;
@@ -157,7 +202,8 @@ SftTokens sft_tokenize(const SftSource& src, const Tokenizer& tok, const ChatFor
   ZT_CHECK(tmp.fd >= 0, "cannot create ", tmp.path, ": ", std::strerror(errno), "; pass a writable --cache_dir");
   const char zeros[kHeader] = {};
   write_all(tmp.fd, zeros, kHeader, tmp.path);
-  out.offsets.push_back(0);
+  ContentHashStream sum;  // over the bytes after the header, in file order
+  out->offsets.push_back(0);
   int64_t line_no = 0;
   std::vector<std::string> lines;
   std::vector<int64_t> numbers;
@@ -181,23 +227,23 @@ SftTokens sft_tokenize(const SftSource& src, const Tokenizer& tok, const ChatFor
       if (!enc[k].error.empty())
         throw Error(str_cat(src.flag, " ", src.jsonl, " line ", numbers[k], ": ", enc[k].error));
       for (int32_t id : enc[k].ids)
-        ZT_CHECK(id >= 0, src.flag, " ", src.jsonl, " line ", numbers[k], ": the tokenizer produced id ", id);
+        ZT_CHECK(id >= 0 && id < tok.vocab_size(), src.flag, " ", src.jsonl, " line ", numbers[k],
+                 ": the tokenizer produced id ", id, ", outside its vocabulary of ", tok.vocab_size());
       write_all(tmp.fd, enc[k].ids.data(), enc[k].ids.size() * 4, tmp.path);
-      out.trained.insert(out.trained.end(), enc[k].trained.begin(), enc[k].trained.end());
-      out.offsets.push_back(out.offsets.back() + int64_t(enc[k].ids.size()));
+      sum.update(enc[k].ids.data(), enc[k].ids.size() * 4);
+      out->trained.insert(out->trained.end(), enc[k].trained.begin(), enc[k].trained.end());
+      out->offsets.push_back(out->offsets.back() + int64_t(enc[k].ids.size()));
     }
   }
-  out.lines = line_no;
-  ZT_CHECK(out.examples() > 0, src.flag, " ", src.jsonl,
-           " has no records; give a JSONL file with one JSON object per "
-           "line");
-  const uint64_t n_tok = uint64_t(out.offsets.back()), n_ex = uint64_t(out.examples());
-  write_all(tmp.fd, out.trained.data(), out.trained.size(), tmp.path);
-  write_all(tmp.fd, out.offsets.data(), out.offsets.size() * 8, tmp.path);
-  char head[kHeader] = {};
-  std::memcpy(head, kMagic, 8);
-  std::memcpy(head + 8, &n_tok, 8);
-  std::memcpy(head + 16, &n_ex, 8);
+  out->lines = line_no;
+  ZT_CHECK(out->examples() > 0, src.flag, " ", src.jsonl, " has no records; give a JSONL file with one JSON object per line");
+  write_all(tmp.fd, out->trained.data(), out->trained.size(), tmp.path);
+  write_all(tmp.fd, out->offsets.data(), out->offsets.size() * 8, tmp.path);
+  sum.update(out->trained.data(), out->trained.size());
+  sum.update(out->offsets.data(), out->offsets.size() * 8);
+  CacheHeader h{uint64_t(out->offsets.back()), uint64_t(out->examples()), key, sum.value(), uint32_t(tok.vocab_size())};
+  char head[kHeader];
+  header_encode(h, head);
   ZT_CHECK(::pwrite(tmp.fd, head, kHeader, 0) == ssize_t(kHeader), "cannot write ", tmp.path, ": ",
            std::strerror(errno));
   ZT_CHECK(::fsync(tmp.fd) == 0, "cannot write ", tmp.path, ": ", std::strerror(errno));
@@ -207,9 +253,38 @@ SftTokens sft_tokenize(const SftSource& src, const Tokenizer& tok, const ChatFor
            std::strerror(errno));
   tmp.path.clear();
   fsync_path(src.cache_dir, true);
-  // Read back what was written (the tokens went to the file, not to memory).
+}
+
+}  // namespace
+
+SftTokens sft_tokenize(const SftSource& src, const Tokenizer& tok, const ChatFormatter& fmt,
+                       const ChatTemplateConfig& tpl, const SftOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t key = cache_key(src, tok, tpl, opt);
+  const uint32_t id_bound = uint32_t(tok.vocab_size());
+  std::error_code ec;
+  fs::create_directories(src.cache_dir, ec);
+  ZT_CHECK(fs::is_directory(src.cache_dir, ec), "cannot create the tokenized-data cache folder ", src.cache_dir,
+           "; pass a writable --cache_dir");
+  const std::string path =
+      (fs::path(src.cache_dir) / str_cat("sft-", fs::path(src.jsonl).stem().string(), "-", hex64(key), ".bin"))
+          .string();
+  SftTokens out;
+  out.cache_path = path;
+  const std::string why = load_cache(path, key, id_bound, &out);
+  if (why.empty()) {
+    out.from_cache = true;
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
+  // A cache that cannot be used is never an error: it is rebuilt (atomically replaced), and said so.
+  if (why != "absent") std::fprintf(stderr, "ztrain: note: the tokenized cache %s %s; rebuilding it\n", path.c_str(), why.c_str());
+  out = SftTokens();
+  build_cache(src, tok, fmt, path, key, &out);
+  // Read back what was written (the tokens went to the file, not to memory), checked as any cache.
   SftTokens loaded;
-  ZT_CHECK(load_cache(path, &loaded), "the tokenized cache ", path, " did not read back; check the disk");
+  const std::string back = load_cache(path, key, id_bound, &loaded);
+  ZT_CHECK(back.empty(), "the tokenized cache ", path, " just written ", back, "; check the disk and --cache_dir");
   loaded.cache_path = path;
   loaded.lines = out.lines;
   loaded.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

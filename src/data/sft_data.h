@@ -6,7 +6,10 @@
 // the line; the cache is written under a temporary name and renamed, so nothing half-written
 // is ever read. The cache file is named by a hash of what determines its contents: the JSONL
 // bytes, the tokenizer files, the chat template and special tokens, the loss options and the
-// format version; a second run with the same inputs reads it and starts at once.
+// format version; a second run with the same inputs reads it and starts at once. A cache is not
+// trusted: its header records that key and a checksum of its contents, and every load checks both,
+// the structure and every id's range (0 <= id < the tokenizer's vocab_size); a cache failing any
+// check (damaged, planted, copied under another name) is rebuilt, with a one-line note.
 //
 // Rows (SftRows, a loader SequenceSource). An example of n tokens gives n-1 (input, target)
 // pairs; a target carries loss when its token is trained (completion / assistant, or every

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -16,7 +17,7 @@
 
 namespace zt {
 
-TokenFile::TokenFile(const std::string& path, int vocab_size) : path_(path) {
+TokenFile::TokenFile(const std::string& path, int vocab_size) : path_(path), vocab_size_(vocab_size) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   ZT_CHECK(fd_ >= 0, "cannot open token file ", path, ": ", std::strerror(errno));
   struct stat st {};
@@ -33,7 +34,7 @@ TokenFile::TokenFile(const std::string& path, int vocab_size) : path_(path) {
   if (map_) mapped_file_register(map_, bytes_, path);
   // A constructor that throws runs no destructor: unmap here so a rejected file is not leaked.
   try {
-    validate(vocab_size);
+    validate();
   } catch (...) {
     release();
     throw;
@@ -62,32 +63,33 @@ void TokenFile::check_unchanged() const {
            "resume with --resume_from_checkpoint latest");
 }
 
-void TokenFile::validate(int vocab_size) {
+void TokenFile::validate() {
   const std::string& path = path_;
   const auto* base = static_cast<const unsigned char*>(map_);
-  size_t offset = 0;
-  if (bytes_ >= kShardHeaderBytes && std::memcmp(base, kShardMagic, 8) == 0) {
-    ShardHeader h;
-    std::memcpy(&h.version, base + 8, 4);
-    std::memcpy(&h.token_bytes, base + 12, 4);
-    std::memcpy(&h.count, base + 16, 8);
-    ZT_CHECK(h.version == kShardVersion, path, ": token shard version ", h.version, " is not supported (expected ",
-             kShardVersion, "); re-run ztrain tokenize");
-    ZT_CHECK(h.token_bytes == 2 || h.token_bytes == 4, path, ": token shard has ", h.token_bytes,
-             "-byte tokens; expected 2 or 4");
-    ZT_CHECK(h.count <= (bytes_ - kShardHeaderBytes) / h.token_bytes, path, ": truncated token shard (header says ",
-             h.count, " tokens, the file holds ", (bytes_ - kShardHeaderBytes) / h.token_bytes, ")");
-    token_bytes_ = int(h.token_bytes);
-    count_ = int64_t(h.count);
-    offset = kShardHeaderBytes;
+  ShardLayout l = shard_layout(base, bytes_, path);
+  if (l.shard) {
+    token_bytes_ = int(l.header.token_bytes);
+    count_ = int64_t(l.header.count);
   } else {
     ZT_CHECK(bytes_ % 2 == 0, path, ": not a token file (", bytes_,
              " bytes: neither a ztrain shard nor an even-sized uint16 file)");
     count_ = int64_t(bytes_ / 2);
   }
   ZT_CHECK(count_ >= 2, path, ": has ", count_, " tokens; a token file needs at least 2");
-  tokens16_ = reinterpret_cast<const uint16_t*>(base + offset);
-  tokens32_ = reinterpret_cast<const uint32_t*>(base + offset);
+  data_ = base + l.data_offset;
+  data_bytes_ = uint64_t(count_) * uint64_t(token_bytes_);
+  chunk_bytes_ = l.chunk_bytes;
+  sums_ = std::move(l.sums);
+  tokens16_ = reinterpret_cast<const uint16_t*>(data_);
+  tokens32_ = reinterpret_cast<const uint32_t*>(data_);
+  // Every chunk's checksum, in parallel (XXH3 runs at memory speed), before any id is looked at.
+  int64_t bad_chunk = -1;
+#pragma omp parallel for schedule(dynamic, 16) reduction(max : bad_chunk)
+  for (int64_t c = 0; c < int64_t(sums_.size()); ++c) {
+    const size_t n = size_t(std::min<uint64_t>(chunk_bytes_, data_bytes_ - uint64_t(c) * chunk_bytes_));
+    if (shard_chunk_hash(data_ + size_t(c) * chunk_bytes_, n, uint64_t(c)) != sums_[size_t(c)]) bad_chunk = c;
+  }
+  if (bad_chunk >= 0) check_chunk(data_ + size_t(bad_chunk) * chunk_bytes_, uint64_t(bad_chunk), true);
   // One vectorized pass (GB/s) finds any out-of-range id before training starts.
   uint32_t mx = 0;
   if (token_bytes_ == 2) {
@@ -97,11 +99,74 @@ void TokenFile::validate(int vocab_size) {
 #pragma omp parallel for simd reduction(max : mx)
     for (int64_t i = 0; i < count_; ++i) mx = tokens32_[i] > mx ? tokens32_[i] : mx;
   }
-  if (mx >= uint32_t(vocab_size)) {
+  if (mx >= uint32_t(vocab_size_)) {
     int64_t pos = 0;
-    while (at(pos) < uint32_t(vocab_size)) ++pos;
-    throw Error(str_cat(path, ": token id ", at(pos), " at position ", pos, " is >= the model's vocab_size ",
-                        vocab_size, "; the file was tokenized for a different model"));
+    while (at(pos) < uint32_t(vocab_size_)) ++pos;
+    bad_id(pos, at(pos), true);
+  }
+}
+
+void TokenFile::check_chunk(const unsigned char* copy, uint64_t chunk, bool at_open) const {
+  const size_t n = size_t(std::min<uint64_t>(chunk_bytes_, data_bytes_ - chunk * chunk_bytes_));
+  if (shard_chunk_hash(copy, n, chunk) == sums_[size_t(chunk)]) return;
+  const uint64_t first = (data_ - static_cast<const unsigned char*>(map_)) + chunk * chunk_bytes_;
+  throw Error(str_cat("token file ", path_, at_open ? " is damaged" : " changed while it was being read", ": bytes ",
+                      first, " to ", first + n - 1, " (chunk ", chunk, " of ", sums_.size(),
+                      ") fail their checksum; ",
+                      at_open ? "re-run ztrain tokenize or restore the file"
+                              : "restore it (write new data under a new name) and resume with "
+                                "--resume_from_checkpoint latest"));
+}
+
+void TokenFile::bad_id(int64_t pos, uint32_t id, bool at_open) const {
+  const uint64_t byte = (data_ - static_cast<const unsigned char*>(map_)) + uint64_t(pos) * uint64_t(token_bytes_);
+  if (at_open)
+    throw Error(str_cat(path_, ": token id ", id, " at position ", pos, " (byte ", byte, ") is >= the model's vocab_size ",
+                        vocab_size_, "; the file was tokenized for a different model"));
+  throw Error(str_cat("token file ", path_, " changed while it was being read: token id ", id, " at position ", pos,
+                      " (byte ", byte, ") is >= the model's vocab_size ", vocab_size_,
+                      "; restore it (write new data under a new name) and resume with --resume_from_checkpoint latest"));
+}
+
+void TokenFile::read(int64_t first, int64_t n, int32_t* out, std::vector<unsigned char>* scratch) const {
+  ZT_ASSERT(first >= 0 && n > 0 && first + n <= count_, "TokenFile::read out of range");
+  const unsigned char* src = data_ + size_t(first) * size_t(token_bytes_);
+  if (chunk_bytes_ > 0) {
+    // The chunks holding the range, copied and verified: what is checked is what is used, even
+    // if the file is written to meanwhile.
+    const uint64_t b0 = uint64_t(first) * uint64_t(token_bytes_), b1 = uint64_t(first + n) * uint64_t(token_bytes_);
+    const uint64_t c0 = b0 / chunk_bytes_, c1 = (b1 - 1) / chunk_bytes_;
+    scratch->resize(size_t(c1 - c0 + 1) * chunk_bytes_);
+    for (uint64_t c = c0; c <= c1; ++c) {
+      unsigned char* dst = scratch->data() + size_t(c - c0) * chunk_bytes_;
+      std::memcpy(dst, data_ + c * chunk_bytes_, size_t(std::min<uint64_t>(chunk_bytes_, data_bytes_ - c * chunk_bytes_)));
+      check_chunk(dst, c, false);
+    }
+    src = scratch->data() + size_t(b0 - c0 * chunk_bytes_);
+  }
+  // Range check fused with the copy: max over the ids, then the culprit's position if one is out.
+  uint32_t mx = 0;
+  if (token_bytes_ == 2) {
+    const auto* p = reinterpret_cast<const uint16_t*>(src);
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t id = p[i];
+      out[i] = int32_t(id);
+      mx = id > mx ? id : mx;
+    }
+  } else {
+    const auto* p = reinterpret_cast<const uint32_t*>(src);
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t id = p[i];
+      out[i] = int32_t(id);
+      mx = id > mx ? id : mx;
+    }
+  }
+  if (mx >= uint32_t(vocab_size_)) {
+    int64_t i = 0;
+    while (uint32_t(out[i]) < uint32_t(vocab_size_)) ++i;
+    bad_id(first + i, uint32_t(out[i]), false);
   }
 }
 
@@ -130,12 +195,11 @@ int64_t WindowSampler::window_of(int64_t g) { return order_.at(g); }
 
 void WindowSampler::fill(int32_t* inputs, int32_t* targets, int64_t g, int count) {
   f_.check_unchanged();  // before touching pages a truncation may have removed
+  window_.resize(size_t(T_) + 1);
   for (int s = 0; s < count; ++s) {
-    const int64_t w = window_of(g + s) * T_;
-    for (int t = 0; t < T_; ++t) {
-      inputs[int64_t(s) * T_ + t] = int32_t(f_.at(w + t));
-      targets[int64_t(s) * T_ + t] = int32_t(f_.at(w + t + 1));
-    }
+    f_.read(window_of(g + s) * T_, T_ + 1, window_.data(), &scratch_);
+    std::memcpy(inputs + int64_t(s) * T_, window_.data(), size_t(T_) * 4);
+    std::memcpy(targets + int64_t(s) * T_, window_.data() + 1, size_t(T_) * 4);
   }
 }
 
