@@ -28,6 +28,7 @@
 #include "checkpoint/run_folder.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "flags.h"
 
 namespace zt::app {
@@ -378,8 +379,9 @@ int cmd_launch(const Args& all) {
       }
       accum = int(global / (int64_t(micro) * dp));
       if (!hostfile.empty()) {
-        std::ofstream out(hosts_path);
-        for (const Host& h : alive) out << h.name << (h.slots ? " slots=" + std::to_string(h.slots) : "") << "\n";
+        std::string hosts;
+        for (const Host& h : alive) hosts += h.name + (h.slots ? " slots=" + std::to_string(h.slots) : "") + "\n";
+        write_file_atomic(hosts_path, hosts);
         hf = hosts_path;
       }
       run = drop_flag(drop_flag(drop_flag(run, "resume_from_checkpoint", true), "overwrite_output_dir", false),

@@ -198,7 +198,7 @@ void build_cache(const SftSource& src, const Tokenizer& tok, const ChatFormatter
   ZT_CHECK(in, "cannot read ", src.flag, " ", src.jsonl, ": ", std::strerror(errno));
   TempFile tmp;
   tmp.path = str_cat(path, ".tmp.", ::getpid());
-  tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  tmp.fd = open_new_file(tmp.path);  // never through a link planted in a shared cache folder
   ZT_CHECK(tmp.fd >= 0, "cannot create ", tmp.path, ": ", std::strerror(errno), "; pass a writable --cache_dir");
   const char zeros[kHeader] = {};
   write_all(tmp.fd, zeros, kHeader, tmp.path);

@@ -9,6 +9,7 @@
 
 #include "core/content_hash.h"
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace zt {
 namespace {
@@ -96,7 +97,8 @@ ShardWriter::ShardWriter(const std::string& path, uint32_t vocab_size, int32_t e
   header_.vocab_size = vocab_size;
   header_.eos_id = eos_id;
   header_.token_bytes = vocab_size <= 65536 ? 2 : 4;
-  f_ = std::fopen(tmp_.c_str(), "wb");
+  const int fd = open_new_file(tmp_);  // never through a planted link
+  f_ = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
   ZT_CHECK(f_, "cannot create ", tmp_, ": ", std::strerror(errno));
   unsigned char b[kShardHeaderBytes] = {};  // the real header comes at close()
   ZT_CHECK(std::fwrite(b, 1, sizeof b, f_) == sizeof b, "writing ", tmp_, " failed; check free disk space");

@@ -8,6 +8,8 @@
 //     a merge only touches the words that hold the pair.
 #include "data/tokenizer_train.h"
 
+#include <unistd.h>
+
 #include <omp.h>
 
 #include <algorithm>
@@ -264,9 +266,10 @@ void check_output_dir(const std::string& dir) {
            ec ? ec.message() : "a file of that name exists", "); pass --output a writable folder");
   std::string probe = dir + "/.tokenizer-train-probe";
   {
-    std::ofstream f(probe);
-    ZT_CHECK(f.is_open() && (f << "x") && f.flush(), "cannot write to the output folder ", quote(dir),
-             "; pass --output a writable folder");
+    const int fd = open_new_file(probe);  // never through a planted link
+    const bool ok = fd >= 0 && ::write(fd, "x", 1) == 1;
+    if (fd >= 0) ::close(fd);
+    ZT_CHECK(ok, "cannot write to the output folder ", quote(dir), "; pass --output a writable folder");
   }
   fs::remove(probe, ec);
 }

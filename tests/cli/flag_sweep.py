@@ -155,7 +155,7 @@ def docs_ranges():
             cmd = m.group(1)
         m = re.match(r"^\| `--([\w-]+)` \|", line)
         if m and cmd:
-            rows[(cmd, m.group(1))] = line
+            rows.setdefault((cmd, m.group(1)), line)  # the range table comes first; later tables name flags too
     return rows
 
 

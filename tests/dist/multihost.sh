@@ -73,7 +73,7 @@ else bad "2 hosts vs one: $(losses "$W/two") vs $want"; fi
 # 2. Local SGD across the hosts: groups found by host name (2 of 2 ranks), an fp32 all-reduce of the
 #    parameters across hosts every 4 steps and nothing else (bytes per step against the formula).
 on_h1 "$Z" launch --nproc_per_node 2 --hostfile "$W/hosts" --mpirun_args "$MPI_ARGS" -- "${args[@]}" \
-  --zero_stage 0 --local_sgd_steps 4 --max_steps 12 --save_strategy no --output_dir "$W/lsgd" > "$W/lsgd.log" 2>&1 ||
+  --zero_stage 0 --local_sgd_steps 4 --max_steps 12 --save_steps 12 --output_dir "$W/lsgd" > "$W/lsgd.log" 2>&1 ||
   { bad "local SGD on 2 hosts failed"; tail -n 8 "$W/lsgd.log"; }
 if [ -f "$W/lsgd/trainer_state.json" ] && $PY - "$W/lsgd" <<'P'
 import json, struct, sys

@@ -1,0 +1,119 @@
+// train_args_check.cpp: see train_args_check.h.
+#include "train/train_args_check.h"
+
+#include "train/trainer_impl.h"
+
+namespace zt::train_internal {
+
+namespace {
+
+// HF Trainer's strategy flags, checked as TrainingArguments checks them.
+void check_hf_strategies(const TrainArgs& a) {
+  auto given = [&](const char* f) { return a.explicit_flags.count(f) > 0; };
+  for (const auto& [flag, v] :
+       {std::pair{"--eval_strategy", a.eval_strategy}, {"--logging_strategy", a.logging_strategy}})
+    ZT_CHECK(v.empty() || v == "no" || v == "steps" || v == "epoch", flag, " ", quote(v),
+             " is not supported; use no, steps or epoch");
+  ZT_CHECK(a.do_train, "--do_train false: `ztrain train` always trains; to evaluate only, run `ztrain eval`");
+  ZT_CHECK(a.save_safetensors,
+           "--save_safetensors false: ztrain writes safetensors only (HF's default); drop the flag");
+  const bool eval_given = !a.eval_strategy.empty() && a.eval_strategy != "no";
+  ZT_CHECK(!eval_given || !a.validation_file.empty(), "--eval_strategy ", a.eval_strategy,
+           " needs --validation_file (the data to evaluate)");
+  ZT_CHECK(!(given("do_eval") && a.do_eval) || !a.validation_file.empty(), "--do_eval needs --validation_file");
+  ZT_CHECK(a.per_device_eval_batch_size <= a.per_device_train_batch_size, "--per_device_eval_batch_size ",
+           a.per_device_eval_batch_size, " exceeds --per_device_train_batch_size ", a.per_device_train_batch_size,
+           ": evaluation runs in the activations planned for training; lower it");
+  const std::string& m = a.metric_for_best_model;
+  ZT_CHECK(m == "loss" || m == "eval_loss" || m == "perplexity" || m == "eval_perplexity", "--metric_for_best_model ",
+           quote(m), " is not a metric ztrain evaluates; use loss (eval_loss) or perplexity");
+  if (!a.load_best_model_at_end) return;
+  // TrainingArguments' rules: checkpoints exactly where evaluations happen.
+  ZT_CHECK(eval_given, "--load_best_model_at_end needs --eval_strategy steps or epoch (and --validation_file)");
+  ZT_CHECK(a.save_strategy == a.eval_strategy,
+           "--load_best_model_at_end requires the save and eval strategy to match, "
+           "got --save_strategy ",
+           a.save_strategy, " and --eval_strategy ", a.eval_strategy);
+  const int64_t eval_steps = a.eval_steps > 0 ? a.eval_steps : int64_t(a.logging_steps);  // HF's fallback
+  ZT_CHECK(a.save_strategy != "steps" || (eval_steps > 0 && a.save_steps % eval_steps == 0),
+           "--load_best_model_at_end requires --save_steps (", a.save_steps, ") to be a multiple of --eval_steps (",
+           eval_steps, ")");
+}
+
+// Flags that only act together with another: given without it, they are refused rather than
+// parsed and ignored (docs/flags.md#flags-that-need-another).
+void check_flag_dependencies(const TrainArgs& a) {
+  const bool eval = !a.validation_file.empty();
+  const bool spikes = a.spike_policy != "none";
+  const ChannelSpec channels = parse_channels(a.train_file, a.train_file_weights);
+  const std::string& f = a.train_file;
+  const bool sft = channels.named ? channels.sft : f.size() > 6 && f.compare(f.size() - 6, 6, ".jsonl") == 0;
+  const struct {
+    const char* flag;
+    bool ok;
+    const char* needs;
+  } rules[] = {
+      {"eval_steps", eval, "--validation_file (the data to evaluate)"},
+      {"eval_steps", a.eval_strategy.empty() || a.eval_strategy == "steps", "--eval_strategy steps"},
+      {"max_eval_samples", eval, "--validation_file (the data to evaluate)"},
+      {"per_device_eval_batch_size", eval, "--validation_file (the data to evaluate)"},
+      {"metric_for_best_model", eval, "--validation_file (the data to evaluate)"},
+      {"greater_is_better", eval, "--validation_file (the data to evaluate)"},
+      {"eos_token_id", a.packing || sft, "--packing (it separates the packed documents)"},  // SFT: refused later
+      {"spike_window", spikes, "--spike_policy skip, rollback or stop"},
+      {"spike_zscore", spikes, "--spike_policy skip, rollback or stop"},
+      {"spike_max_rollbacks", a.spike_policy == "rollback", "--spike_policy rollback"},
+      {"resume_allow_changes", !a.resume_from_checkpoint.empty(), "--resume_from_checkpoint (it relaxes a resume)"},
+      {"save_steps", a.save_strategy == "steps", "--save_strategy steps (the default)"},
+      {"save_total_limit", a.save_strategy != "no", "checkpoints: drop --save_strategy no"},
+      {"local_sgd_group_size", a.local_sgd_steps > 0, "--local_sgd_steps"},
+      {"local_sgd_outer_lr", a.local_sgd_steps > 0, "--local_sgd_steps"},
+      {"local_sgd_outer_momentum", a.local_sgd_steps > 0, "--local_sgd_steps"},
+      {"logging_dir", a.report_to != "none", "--report_to tensorboard (the default)"},
+  };
+  for (const auto& r : rules)
+    ZT_CHECK(r.ok || !a.explicit_flags.count(r.flag), "--", r.flag, " has no effect without ", r.needs,
+             "; add that or drop the flag");
+}
+
+}  // namespace
+
+// Every file or folder the command reads, with the flag that names it: --overwrite_output_dir
+// must not delete one of them.
+std::vector<std::pair<std::string, std::string>> input_paths(const TrainArgs& a) {
+  std::vector<std::pair<std::string, std::string>> r = {{"--model_name_or_path", a.model_name_or_path},
+                                                        {"--model_config_path", a.model_config_path},
+                                                        {"--validation_file", a.validation_file},
+                                                        {"--tokenizer_name", a.tokenizer_name},
+                                                        {"--chat_template_path", a.chat_template_path},
+                                                        {"--deepspeed", a.deepspeed},
+                                                        {"--cache_dir", a.cache_dir}};
+  for (const DataChannel& c : parse_channels(a.train_file, a.train_file_weights).channels)
+    r.push_back({"--train_file", c.path});
+  return r;
+}
+
+// Argument checks that need nothing but the arguments: they fail before any work.
+void check_args(const TrainArgs& a) {
+  check_flag_dependencies(a);
+  ZT_CHECK(a.per_device_train_batch_size > 0, "--per_device_train_batch_size must be positive");
+  ZT_CHECK(a.gradient_accumulation_steps > 0, "--gradient_accumulation_steps must be positive");
+  ZT_CHECK(!a.train_file.empty(),
+           "--train_file is required (a token file such as nanoGPT's train.bin, or SFT records in a .jsonl file)");
+  ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps" || a.save_strategy == "epoch", "--save_strategy \"",
+           a.save_strategy, "\" is not supported; use steps, epoch or no");
+  check_hf_strategies(a);
+  ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
+  schedule_from_args(a, 0);  // the scheduler's name and --lr_scheduler_kwargs
+  spike_policy_from(a.spike_policy);
+  hf_parse_size(a.max_shard_size, "--max_shard_size");
+  allowed_changes(a.resume_allow_changes);
+  ZT_CHECK(!parse_channels(a.train_file, a.train_file_weights).named || a.pipeline_parallel_size == 1,
+           "--train_file with named channels does not compose with pipeline stages yet (the per-channel losses "
+           "live on the last stage); use one file or no --pipeline-model-parallel-size");
+  ZT_CHECK(!a.flash_checkpoint || !a.load_best_model_at_end,
+           "--flash_checkpoint with --load_best_model_at_end is not supported yet (pruning in the background "
+           "could remove the best checkpoint); drop one of them");
+}
+
+}  // namespace zt::train_internal

@@ -1,0 +1,18 @@
+// train_args_check.h: the checks `ztrain train`'s arguments pass before any work (HF's strategy
+// rules, flags that need another, value ranges the flag parser cannot see), and the inputs the
+// command reads (which --overwrite_output_dir must never delete). Internal to the trainer.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train/train_args.h"
+
+namespace zt::train_internal {
+
+// Throws a one-line zt::Error naming the flag on the first problem.
+void check_args(const TrainArgs& a);
+// Every file or folder the command reads, with the flag that names it.
+std::vector<std::pair<std::string, std::string>> input_paths(const TrainArgs& a);
+
+}  // namespace zt::train_internal
