@@ -142,11 +142,18 @@ TEST_F(FlashTest, HoldsTheCheckpointFilesImages) {
   EXPECT_EQ(0, std::memcmp(got.data(), w.data(), 50 * 4));
 }
 
-TEST_F(FlashTest, PathNamesRunAndRank) {
+// The name holds the output folder (hashed), the run and the rank: a fork (its own run id) and a
+// copied folder (the same run id elsewhere) never share a snapshot with their origin.
+TEST_F(FlashTest, PathNamesFolderRunAndRank) {
   ::setenv("ZT_FLASH_DIR", dir_.c_str(), 1);
-  EXPECT_EQ(FlashSnapshot::path_for("0123abcd", 3), (dir_ / "ztrain-0123abcd-r3").string());
+  const std::string p = FlashSnapshot::path_for("out", "0123abcd", 3);
+  EXPECT_EQ(p.rfind((dir_ / "ztrain-").string(), 0), 0u) << p;
+  EXPECT_NE(p.find("-0123abcd-r3"), std::string::npos) << p;
+  EXPECT_EQ(p, FlashSnapshot::path_for("./out/", "0123abcd", 3));  // the same folder, spelled otherwise
+  EXPECT_NE(p, FlashSnapshot::path_for("out2", "0123abcd", 3));
+  EXPECT_NE(p, FlashSnapshot::path_for("out", "0123abce", 3));
   ::unsetenv("ZT_FLASH_DIR");
-  EXPECT_EQ(FlashSnapshot::path_for("x", 0), "/dev/shm/ztrain-x-r0");
+  EXPECT_EQ(FlashSnapshot::path_for("x", "y", 0).rfind("/dev/shm/ztrain-", 0), 0u);
 }
 
 }  // namespace

@@ -56,7 +56,9 @@ std::string FlashSnapshot::path_for(const std::string& output_dir, const std::st
   const char* dir = std::getenv("ZT_FLASH_DIR");
   // The folder's resolved path, hashed: a copy of a run folder (same run id) gets its own snapshot.
   std::error_code ec;
-  const std::string folder = std::filesystem::weakly_canonical(std::filesystem::absolute(output_dir), ec).string();
+  std::string folder =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(output_dir).lexically_normal(), ec).string();
+  while (folder.size() > 1 && folder.back() == '/') folder.pop_back();  // "out/" and "out" are one folder
   const std::string key = hex64(hash64(folder.data(), folder.size())).substr(0, 8);
   return str_cat(dir && *dir ? dir : "/dev/shm", "/ztrain-", key, "-", run_id, "-r", rank);
 }
