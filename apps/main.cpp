@@ -169,6 +169,9 @@ int cmd_train(const Args& args) {
   f.add("completion_only_loss", &a.completion_only_loss, "SFT prompt/completion: loss on the completion only (true)");
   f.add("assistant_only_loss", &a.assistant_only_loss, "SFT messages: loss on assistant turns only (false)");
   f.add("cache_dir", &a.cache_dir, "SFT: tokenized-data cache folder ($ZT_CACHE_DIR or ~/.cache/ztrain)");
+  f.add("chat_template_max_steps", &a.chat_template_max_steps,
+        "SFT: work budget of one chat-template render; a template that needs more fails (1e7)",
+        range::closed(1000, 1e12));
   // Data parallelism under mpirun (DeepSpeed's names; docs/distributed.md).
   f.add("zero_stage", &a.zero_stage, "0 = DDP, 1/2/3 = ZeRO stage (0)", range::closed(0, 3));
   f.add("overlap_comm", &a.overlap_comm, "reduce gradient buckets while backward runs (true)");

@@ -160,11 +160,20 @@ TokenizeStats tokenize_corpus(const Tokenizer& tok, const TokenizeConfig& cfg) {
     batch.clear();
     if (!reader.next_batch(batch, cfg.batch_bytes, &st.bytes)) break;
     ids.assign(batch.size(), {});
+    // An exception must not leave the OpenMP loop (that terminates the process): the first one
+    // (in input order) is rethrown after it, e.g. a tokenizer.json whose normalizer grows text past
+    // its limit.
+    std::vector<std::string> failed(batch.size());
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t i = 0; i < batch.size(); ++i) {
-      ids[i] = tok.encode(batch[i].text);
-      if (batch[i].ends_document && tok.eos_id() >= 0) ids[i].push_back(tok.eos_id());
+      try {
+        ids[i] = tok.encode(batch[i].text);
+        if (batch[i].ends_document && tok.eos_id() >= 0) ids[i].push_back(tok.eos_id());
+      } catch (const std::exception& e) {
+        failed[i] = e.what()[0] ? e.what() : "encoding failed";
+      }
     }
+    for (const std::string& f : failed) ZT_CHECK(f.empty(), f);
     for (size_t i = 0; i < batch.size(); ++i) {
       bool v = goes_to_validation(batch[i].index, cfg.validation_split_percentage);
       (v ? val : train).append(ids[i].data(), ids[i].size());

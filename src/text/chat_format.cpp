@@ -48,7 +48,8 @@ void read_config(const std::string& path, ChatTemplateConfig* c, bool want_templ
     c->source = t.get<std::string>();
   } else if (t.is_array()) {  // [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
     for (auto& e : t)
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+      if (e.is_object() && e.contains("name") && e["name"] == "default" && e.contains("template") &&
+          e["template"].is_string())
         c->source = e["template"].get<std::string>();
     ZT_CHECK(!c->source.empty(), path, ": chat_template is a list without a \"default\" template");
   } else {
@@ -104,7 +105,7 @@ std::string ChatFormatter::render(const jinja::Value& messages, bool add_generat
   ctx.o->set("eos_token", cfg_.has_eos ? jinja::Value::string(cfg_.eos_token) : jinja::Value::none());
   if (extra.kind == jinja::Value::Kind::object)
     for (auto& kv : extra.o->items) ctx.o->set(kv.first, kv.second);
-  return tpl_->render(ctx, spans);
+  return tpl_->render(ctx, spans, opt_.template_limits);
 }
 
 static void check_messages(const nlohmann::ordered_json& msgs, const char* field) {

@@ -42,6 +42,7 @@ ChatTemplateConfig chat_template_load(const std::string& tokenizer_dir, const st
 struct SftOptions {
   bool completion_only_loss = true;  // TRL's completion_only_loss (prompt-completion records)
   bool assistant_only_loss = false;  // TRL's assistant_only_loss (messages records)
+  jinja::Limits template_limits;     // each render's budget (max_steps: --chat_template_max_steps)
 };
 
 // What a record becomes before tokenization: text pieces in order, each trained or not.

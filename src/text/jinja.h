@@ -14,6 +14,11 @@
 // jinja_eval.cpp. Anything else (call blocks, filter blocks, include, extends, import, raw,
 // an unknown filter or test) is one Error naming the construct and its template line, at
 // parse time, so a template that parses renders with defined semantics.
+// A template is untrusted input (it comes with a downloaded tokenizer_config.json): every render
+// runs under a budget (Limits below: work steps, string and output bytes, list items, nesting),
+// integers are 64-bit with Python's results or an "integer overflow" error, never a wrap, and a
+// template nests at most 256 levels deep at parse time; exceeding any of these is one Error
+// naming the template and the limit (docs/security-text.md).
 // Deliberately not here: autoescaping, sandboxing beyond what these constructs allow, file
 // loaders, Unicode case mapping beyond ASCII (upper / lower / title on ASCII letters only).
 #pragma once
@@ -34,6 +39,14 @@ struct CallArgs;
 using Function = std::function<Value(CallArgs&)>;
 
 struct Value {
+  Value() = default;
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
+  // Releases nested lists and dicts iteratively: a template can build a list nested 100,000 deep,
+  // and the default (recursive) destruction of it would overflow the stack.
+  ~Value();
   enum class Kind { undefined, none, boolean, integer, number, string, array, object, function };
   Kind kind = Kind::undefined;
   bool b = false;
@@ -80,6 +93,18 @@ struct CallArgs {
 Value from_json(const nlohmann::ordered_json& j);
 Value from_json(const nlohmann::json& j);  // keys in sorted order
 
+// What one render may spend. A real chat template needs a tiny fraction of each (Llama 3.1's on a
+// 100-turn conversation with tools: about 10^5 steps); the defaults bound a hostile template to
+// about a second and a few hundred MB. Only max_steps has a flag (--chat_template_max_steps).
+struct Limits {
+  // Work units: one per expression evaluated or statement executed, 4 per list item made or copied,
+  // one per 16 bytes of string made or copied.
+  int64_t max_steps = 10'000'000;
+  size_t max_string_bytes = size_t(32) << 20;  // the output, a captured block, any one string
+  size_t max_items = size_t(1) << 20;          // any one list (range(), +, *, split, ...)
+  int max_depth = 500;  // nesting of evaluation at run time: expressions, statements, macro calls, values
+};
+
 struct Node;
 
 // A parsed template. Thread-safe to render concurrently (rendering keeps no state here).
@@ -98,8 +123,9 @@ class Template {
   };
   // Renders with `context` (an object: messages, add_generation_prompt, bos_token, ...).
   // Errors (raise_exception, a type error, an undefined call) throw zt::Error naming the
-  // template line. Generation spans go to *spans when given.
-  std::string render(const Value& context, std::vector<Span>* spans = nullptr) const;
+  // template line. Generation spans go to *spans when given. Exceeding `limits` is such an Error,
+  // naming the limit.
+  std::string render(const Value& context, std::vector<Span>* spans = nullptr, const Limits& limits = {}) const;
   bool has_generation() const { return has_generation_; }
   const std::string& name() const { return name_; }
 

@@ -15,7 +15,7 @@ enum class NodeKind {
   body,        // a sequence of statements (kids)
   text,        // str = the text
   output,      // a = the expression
-  if_,         // a = condition, kids = then-body, b = else-body (a body node; elif is a nested if_)
+  if_,         // args = the if and elif conditions, kids = their bodies, b = else-body (or null)
   for_,        // names = targets, a = iterable, c = filter condition (or null), kids = body, b = else-body
   set,         // names = targets (one, several for tuples, or "ns.attr"), a = value
   set_block,   // names[0] = target, kids = body whose output is the value
@@ -46,6 +46,7 @@ struct Node {
   std::string str;
   Value value;
   bool negate = false;
+  int depth = 1;  // of an expression: 1 + its deepest operand's (the parser limits it)
   std::unique_ptr<Node> a, b, c;
   std::vector<std::unique_ptr<Node>> kids, args, kw_values;
   std::vector<std::string> names;

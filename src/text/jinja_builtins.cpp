@@ -7,6 +7,8 @@
 // equalto, ...). Methods: str strip / lstrip / rstrip / split / startswith / endswith /
 // upper / lower / title / capitalize / replace / find / count / join / splitlines; dict
 // items / keys / values / get. Globals: range, namespace, dict, raise_exception, strftime_now.
+// Each charges its work to the render's Budget before doing it (strings and lists it makes,
+// values it walks) and recurses over values at most Limits::max_depth deep (jinja_internal.h).
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -49,9 +51,13 @@ static bool numeric(const Value& v) { return v.kind == K::integer || v.kind == K
 static double as_double(const Value& v) {
   return v.kind == K::number ? v.d : v.kind == K::integer ? double(v.i) : v.kind == K::boolean ? double(v.b) : 0;
 }
-static int64_t as_int(const Value& v) { return v.kind == K::integer ? v.i : v.kind == K::boolean ? v.b : int64_t(v.d); }
+static int64_t as_int(const Value& v) {
+  return v.kind == K::integer ? v.i : v.kind == K::boolean ? v.b : v.kind == K::number ? float_to_int(v.d) : 0;
+}
 
-bool equal(const Value& a, const Value& b) {
+bool equal(const Value& a, const Value& b, int depth) {
+  Budget::depth(depth);
+  Budget::steps(1);
   if (numeric(a) && numeric(b)) {
     if (a.kind != K::number && b.kind != K::number) return as_int(a) == as_int(b);
     return as_double(a) == as_double(b);
@@ -62,18 +68,21 @@ bool equal(const Value& a, const Value& b) {
     case K::none:
       return true;
     case K::string:
+      Budget::steps(int64_t(std::min(a.s.size(), b.s.size()) / 16));
       return a.s == b.s;
     case K::array:
+      if (a.a == b.a) return true;
       if (a.a->size() != b.a->size()) return false;
       for (size_t k = 0; k < a.a->size(); ++k)
-        if (!equal((*a.a)[k], (*b.a)[k])) return false;
+        if (!equal((*a.a)[k], (*b.a)[k], depth + 1)) return false;
       return true;
     case K::object:
       if (a.o == b.o) return true;
       if (a.o->items.size() != b.o->items.size()) return false;
       for (auto& kv : a.o->items) {
+        Budget::steps(int64_t(b.o->items.size()));  // find is a linear search
         const Value* o = b.o->find(kv.first);
-        if (!o || !equal(kv.second, *o)) return false;
+        if (!o || !equal(kv.second, *o, depth + 1)) return false;
       }
       return true;
     case K::function:
@@ -83,15 +92,24 @@ bool equal(const Value& a, const Value& b) {
   }
 }
 
-int compare(const Value& a, const Value& b, const char* op) {
+int compare(const Value& a, const Value& b, const char* op, int depth) {
+  Budget::depth(depth);
+  Budget::steps(1);
   if (numeric(a) && numeric(b)) {
+    if (a.kind != K::number && b.kind != K::number) {  // exact: doubles lose integers past 2^53
+      const int64_t x = as_int(a), y = as_int(b);
+      return x < y ? -1 : x > y ? 1 : 0;
+    }
     const double x = as_double(a), y = as_double(b);
     return x < y ? -1 : x > y ? 1 : 0;
   }
-  if (a.kind == K::string && b.kind == K::string) return a.s < b.s ? -1 : a.s > b.s ? 1 : 0;
+  if (a.kind == K::string && b.kind == K::string) {
+    Budget::steps(int64_t(std::min(a.s.size(), b.s.size()) / 16));
+    return a.s.compare(b.s) < 0 ? -1 : a.s == b.s ? 0 : 1;
+  }
   if (a.kind == K::array && b.kind == K::array) {
     for (size_t k = 0; k < std::min(a.a->size(), b.a->size()); ++k) {
-      const int c = compare((*a.a)[k], (*b.a)[k], op);
+      const int c = compare((*a.a)[k], (*b.a)[k], op, depth + 1);
       if (c) return c;
     }
     return a.a->size() < b.a->size() ? -1 : a.a->size() > b.a->size() ? 1 : 0;
@@ -123,193 +141,6 @@ std::string type_name(const Value& v) {
   return "?";
 }
 
-// Python's repr(float): the shortest round-trip digits, fixed notation for exponents in
-// [-4, 16), else d.ddde+XX; integral values keep ".0".
-std::string float_repr(double d) {
-  if (std::isnan(d)) return "nan";
-  if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
-  if (d == 0) return std::signbit(d) ? "-0.0" : "0.0";
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
-  std::string sci(buf, r.ptr);  // -d.dddde+XX
-  const bool neg = sci[0] == '-';
-  if (neg) sci.erase(0, 1);
-  const size_t e = sci.find('e');
-  std::string digits = sci.substr(0, e);
-  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
-  const int exp = std::atoi(sci.c_str() + e + 1);
-  std::string out;
-  if (exp >= -4 && exp < 16) {
-    if (exp < 0) {
-      out = "0." + std::string(size_t(-exp - 1), '0') + digits;
-    } else if (size_t(exp) + 1 >= digits.size()) {
-      out = digits + std::string(size_t(exp) + 1 - digits.size(), '0') + ".0";
-    } else {
-      out = digits.substr(0, size_t(exp) + 1) + "." + digits.substr(size_t(exp) + 1);
-    }
-  } else {
-    out = digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
-    char eb[16];
-    std::snprintf(eb, sizeof eb, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
-    out += eb;
-  }
-  return neg ? "-" + out : out;
-}
-
-static std::string repr_string(const std::string& s) {
-  const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
-  const char q = dq ? '"' : '\'';
-  std::string out(1, q);
-  for (unsigned char c : s) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == q)
-      out += std::string("\\") + char(c);
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\r')
-      out += "\\r";
-    else if (c == '\t')
-      out += "\\t";
-    else if (c < 0x20 || c == 0x7f) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", c);
-      out += b;
-    } else
-      out += char(c);
-  }
-  return out + q;
-}
-
-std::string repr(const Value& v) {
-  if (v.kind == K::string) return repr_string(v.s);
-  if (v.kind == K::array) {
-    std::string s = "[";
-    for (size_t k = 0; k < v.a->size(); ++k) s += (k ? ", " : "") + repr((*v.a)[k]);
-    return s + "]";
-  }
-  if (v.kind == K::object && !v.o->is_namespace) {
-    std::string s = "{";
-    for (size_t k = 0; k < v.o->items.size(); ++k)
-      s += (k ? ", " : "") + repr_string(v.o->items[k].first) + ": " + repr(v.o->items[k].second);
-    return s + "}";
-  }
-  return to_str(v);
-}
-
-std::string to_str(const Value& v) {
-  switch (v.kind) {
-    case K::undefined:
-      return "";
-    case K::none:
-      return "None";
-    case K::boolean:
-      return v.b ? "True" : "False";
-    case K::integer:
-      return std::to_string(v.i);
-    case K::number:
-      return float_repr(v.d);
-    case K::string:
-      return v.s;
-    case K::object:
-      if (v.o->is_namespace) return "<Namespace>";
-      return repr(v);
-    case K::array:
-      return repr(v);
-    case K::function:
-      return "<function>";
-  }
-  return "";
-}
-
-static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
-  out += '"';
-  for (size_t k = 0; k < s.size(); ++k) {
-    const unsigned char c = static_cast<unsigned char>(s[k]);
-    char b[16];
-    if (c == '"')
-      out += "\\\"";
-    else if (c == '\\')
-      out += "\\\\";
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\r')
-      out += "\\r";
-    else if (c == '\t')
-      out += "\\t";
-    else if (c == '\b')
-      out += "\\b";
-    else if (c == '\f')
-      out += "\\f";
-    else if (c < 0x20) {
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else if (c >= 0x80 && ensure_ascii) {
-      const int n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-      uint32_t cp = c & (n == 4 ? 0x07 : n == 3 ? 0x0F : 0x1F);
-      for (int m = 1; m < n && k + 1 < s.size(); ++m) cp = (cp << 6) | (static_cast<unsigned char>(s[++k]) & 0x3F);
-      if (cp >= 0x10000) {
-        cp -= 0x10000;
-        std::snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
-      } else {
-        std::snprintf(b, sizeof b, "\\u%04x", cp);
-      }
-      out += b;
-    } else
-      out += char(c);
-  }
-  out += '"';
-}
-
-// Python's json.dumps(v, ensure_ascii, indent, separators, sort_keys).
-std::string to_json(const Value& v, int indent, bool ensure_ascii, bool sort_keys, const std::string& item_sep,
-                    const std::string& key_sep, int depth) {
-  std::string out;
-  const std::string nl = indent >= 0 ? "\n" + std::string(size_t(indent) * size_t(depth + 1), ' ') : "";
-  const std::string nl_end = indent >= 0 ? "\n" + std::string(size_t(indent) * size_t(depth), ' ') : "";
-  switch (v.kind) {
-    case K::undefined:
-    case K::none:
-      return "null";
-    case K::boolean:
-      return v.b ? "true" : "false";
-    case K::integer:
-      return std::to_string(v.i);
-    case K::number:
-      if (std::isnan(v.d)) return "NaN";
-      if (std::isinf(v.d)) return v.d < 0 ? "-Infinity" : "Infinity";
-      return float_repr(v.d);
-    case K::string:
-      json_string(out, v.s, ensure_ascii);
-      return out;
-    case K::array: {
-      if (v.a->empty()) return "[]";
-      out = "[";
-      for (size_t k = 0; k < v.a->size(); ++k)
-        out += (k ? item_sep : "") + nl +
-               to_json((*v.a)[k], indent, ensure_ascii, sort_keys, item_sep, key_sep, depth + 1);
-      return out + nl_end + "]";
-    }
-    case K::object: {
-      if (v.o->items.empty()) return "{}";
-      std::vector<const std::pair<std::string, Value>*> items;
-      for (auto& kv : v.o->items) items.push_back(&kv);
-      if (sort_keys) std::sort(items.begin(), items.end(), [](auto* x, auto* y) { return x->first < y->first; });
-      out = "{";
-      for (size_t k = 0; k < items.size(); ++k) {
-        out += (k ? item_sep : "") + nl;
-        json_string(out, items[k]->first, ensure_ascii);
-        out += key_sep + to_json(items[k]->second, indent, ensure_ascii, sort_keys, item_sep, key_sep, depth + 1);
-      }
-      return out + nl_end + "}";
-    }
-    case K::function:
-      render_fail("Object of type function is not JSON serializable");
-  }
-  return out;
-}
-
 std::vector<size_t> utf8_offsets(const std::string& s) {
   std::vector<size_t> off;
   for (size_t k = 0; k < s.size(); ++k)
@@ -323,13 +154,16 @@ Array iterate(const Value& v) {
     case K::undefined:
       return {};
     case K::array:
+      Budget::copy(*v.a);
       return *v.a;
     case K::object: {
+      Budget::list(v.o->items.size());
       Array keys;
       for (auto& kv : v.o->items) keys.push_back(Value::string(kv.first));
       return keys;
     }
     case K::string: {
+      Budget::list(utf8_length(v.s));  // before the offsets (8 bytes a character) and the list are made
       Array chars;
       const auto off = utf8_offsets(v.s);
       for (size_t k = 0; k + 1 < off.size(); ++k)
@@ -348,13 +182,17 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == ">") return Value::boolean(compare(a, b, ">") > 0);
   if (op == "<=") return Value::boolean(compare(a, b, "<=") <= 0);
   if (op == ">=") return Value::boolean(compare(a, b, ">=") >= 0);
-  if (op == "~") return Value::string(to_str(a) + to_str(b));
+  if (op == "~") {
+    std::string l = to_str(a), r = to_str(b);
+    Budget::string(l.size() + r.size());
+    return Value::string(l + r);
+  }
   if (op == "in" || op == "not in") {
     bool found = false;
     if (b.kind == K::string) {
       if (a.kind != K::string)
         render_fail(str_cat("'in <string>' requires string as left operand, not ", type_name(a)));
-      found = b.s.find(a.s) != std::string::npos;
+      found = find_linear(b.s, a.s) != std::string::npos;
     } else if (b.kind == K::object) {
       found = a.kind == K::string && b.o->find(a.s);
     } else {
@@ -364,8 +202,14 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   }
   const bool ints = (a.kind == K::integer || a.kind == K::boolean) && (b.kind == K::integer || b.kind == K::boolean);
   if (op == "+") {
-    if (a.kind == K::string && b.kind == K::string) return Value::string(a.s + b.s);
+    if (a.kind == K::string && b.kind == K::string) {
+      Budget::string(a.s.size() + b.s.size());
+      return Value::string(a.s + b.s);
+    }
     if (a.kind == K::array && b.kind == K::array) {
+      Budget::list(a.a->size() + b.a->size());
+      Budget::copy(*a.a);
+      Budget::copy(*b.a);
       Array r = *a.a;
       r.insert(r.end(), b.a->begin(), b.a->end());
       return Value::array(std::move(r));
@@ -375,45 +219,49 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     const Value *seq = &a, *n = &b;
     if (b.kind == K::string || b.kind == K::array) std::swap(seq, n);
     if ((seq->kind == K::string || seq->kind == K::array) && (n->kind == K::integer || n->kind == K::boolean)) {
+      // The size is checked before anything is built; the product saturates rather than wraps.
       const size_t unit = seq->kind == K::string ? seq->s.size() : seq->a->size();
-      if (as_int(*n) > 0 && unit > 0 && uint64_t(as_int(*n)) > (uint64_t(1) << 26) / unit)
-        render_fail("a repeated string or list longer than 2^26 items");
+      const uint64_t times = unit == 0 ? 0 : uint64_t(std::max<int64_t>(0, as_int(*n)));  // "" * 10**18 is quick
+      auto total = [&](size_t unit) {
+        uint64_t t;
+        return __builtin_mul_overflow(uint64_t(unit), times, &t) ? UINT64_MAX : t;
+      };
       if (seq->kind == K::string) {
+        Budget::string(size_t(total(seq->s.size())));
         std::string r;
-        for (int64_t k = 0; k < as_int(*n); ++k) r += seq->s;
+        for (uint64_t k = 0; k < times; ++k) r += seq->s;
         return Value::string(r);
       }
+      Budget::list(size_t(total(seq->a->size())));
+      size_t bytes = 0;
+      for (const Value& x : *seq->a) bytes += x.s.size();
+      Budget::steps(int64_t(std::min<uint64_t>(total(bytes) / 16, INT64_MAX / 2)));
       Array r;
-      for (int64_t k = 0; k < as_int(*n); ++k) r.insert(r.end(), seq->a->begin(), seq->a->end());
+      for (uint64_t k = 0; k < times; ++k) r.insert(r.end(), seq->a->begin(), seq->a->end());
       return Value::array(std::move(r));
     }
   }
   if (!numeric(a) || !numeric(b))
     render_fail(str_cat("unsupported operand type(s) for ", op, ": '", type_name(a), "' and '", type_name(b), "'"));
   const double x = as_double(a), y = as_double(b);
-  if (op == "+") return ints ? Value::integer(as_int(a) + as_int(b)) : Value::number(x + y);
-  if (op == "-") return ints ? Value::integer(as_int(a) - as_int(b)) : Value::number(x - y);
-  if (op == "*") return ints ? Value::integer(as_int(a) * as_int(b)) : Value::number(x * y);
-  if (op == "**")
-    return ints && as_int(b) >= 0 ? Value::integer(int64_t(std::llround(std::pow(x, y))))
-                                  : Value::number(std::pow(x, y));
+  // Integers: Python's exact results, or an overflow error (int_* in jinja_budget.cpp).
+  if (op == "+") return ints ? Value::integer(int_add(as_int(a), as_int(b))) : Value::number(x + y);
+  if (op == "-") return ints ? Value::integer(int_sub(as_int(a), as_int(b))) : Value::number(x - y);
+  if (op == "*") return ints ? Value::integer(int_mul(as_int(a), as_int(b))) : Value::number(x * y);
+  if (op == "**") {
+    if (ints && as_int(b) >= 0) return Value::integer(int_pow(as_int(a), as_int(b)));
+    if (x == 0 && y < 0) render_fail("0.0 cannot be raised to a negative power");
+    return Value::number(std::pow(x, y));
+  }
   if (y == 0) render_fail(op == "/" ? "division by zero" : "integer division or modulo by zero");
   if (op == "/") return Value::number(x / y);
   if (op == "//") {
-    if (ints) {
-      int64_t q = as_int(a) / as_int(b);
-      if ((as_int(a) % as_int(b) != 0) && ((as_int(a) < 0) != (as_int(b) < 0))) --q;
-      return Value::integer(q);
-    }
+    if (ints) return Value::integer(int_floordiv(as_int(a), as_int(b)));
     return Value::number(std::floor(x / y));
   }
   if (op == "%") {
     if (a.kind == K::string) render_fail("unsupported Jinja construct: %-formatting of strings");
-    if (ints) {
-      int64_t m = as_int(a) % as_int(b);
-      if (m != 0 && ((m < 0) != (as_int(b) < 0))) m += as_int(b);
-      return Value::integer(m);
-    }
+    if (ints) return Value::integer(int_mod(as_int(a), as_int(b)));
     double m = std::fmod(x, y);
     if (m != 0 && ((m < 0) != (y < 0))) m += y;
     return Value::number(m);
@@ -444,7 +292,8 @@ static std::string py_strip(const std::string& s, const Value* chars, bool left,
     if (chars->kind != K::string) render_fail("strip arg must be None or str");
     for (size_t k = 0, n; k < chars->s.size(); k += n) set.push_back(decode_at(chars->s, k, &n));
   }
-  auto strip_it = [&](uint32_t c) { return ws ? py_space(c) : std::find(set.begin(), set.end(), c) != set.end(); };
+  std::sort(set.begin(), set.end());  // a long chars argument must not make each test linear
+  auto strip_it = [&](uint32_t c) { return ws ? py_space(c) : std::binary_search(set.begin(), set.end(), c); };
   const auto off = utf8_offsets(s);
   size_t b = 0, e = off.size() - 1, n;
   while (left && b < e && strip_it(decode_at(s, off[b], &n))) ++b;
@@ -466,7 +315,12 @@ static std::string py_replace(const std::string& s, const std::string& from, con
   std::string out;
   size_t k = 0;
   int64_t done = 0;
-  if (from.empty()) {  // Python inserts `to` between characters
+  if (from.empty()) {  // Python inserts `to` between characters: checked before it is built
+    const size_t chars = utf8_length(s);
+    const uint64_t inserts = count < 0 ? chars + 1 : std::min<uint64_t>(uint64_t(count), chars + 1);
+    uint64_t extra;
+    if (__builtin_mul_overflow(inserts, uint64_t(to.size()), &extra)) extra = UINT64_MAX;
+    Budget::string(size_t(std::min<uint64_t>(extra, UINT64_MAX - s.size()) + s.size()));
     const auto off = utf8_offsets(s);
     for (size_t c = 0; c + 1 < off.size(); ++c) {
       if (count < 0 || done++ < count) out += to;
@@ -476,13 +330,17 @@ static std::string py_replace(const std::string& s, const std::string& from, con
     return out;
   }
   for (;;) {
-    const size_t f = s.find(from, k);
+    const size_t f = find_linear(s, from, k);
     if (f == std::string::npos || (count >= 0 && done >= count)) break;
-    out += s.substr(k, f - k) + to;
+    out.append(s, k, f - k);
+    out += to;
+    Budget::fits(out.size());
     k = f + from.size();
     ++done;
   }
-  return out + s.substr(k);
+  out.append(s, k);
+  Budget::fits(out.size());
+  return out;
 }
 static Array py_split(const std::string& s, const Value* sep, int64_t maxsplit) {
   Array out;
@@ -495,12 +353,12 @@ static Array py_split(const std::string& s, const Value* sep, int64_t maxsplit) 
     while (k < s.size()) {
       if (maxsplit >= 0 && int64_t(out.size()) >= maxsplit) {
         std::string rest = s.substr(k);
-        out.push_back(Value::string(py_strip(rest, nullptr, false, true)));
+        add_item(out, Value::string(py_strip(rest, nullptr, false, true)));
         return out;
       }
       size_t e = k;
       while (e < s.size() && !py_space(decode_at(s, e, &n))) e += n;
-      out.push_back(Value::string(s.substr(k, e - k)));
+      add_item(out, Value::string(s.substr(k, e - k)));
       k = e;
       skip();
     }
@@ -510,12 +368,12 @@ static Array py_split(const std::string& s, const Value* sep, int64_t maxsplit) 
   if (sep->s.empty()) render_fail("empty separator");
   size_t k = 0;
   for (;;) {
-    const size_t f = s.find(sep->s, k);
+    const size_t f = find_linear(s, sep->s, k);
     if (f == std::string::npos || (maxsplit >= 0 && int64_t(out.size()) >= maxsplit)) break;
-    out.push_back(Value::string(s.substr(k, f - k)));
+    add_item(out, Value::string(s.substr(k, f - k)));
     k = f + sep->s.size();
   }
-  out.push_back(Value::string(s.substr(k)));
+  add_item(out, Value::string(s.substr(k)));
   return out;
 }
 
@@ -565,11 +423,12 @@ static Value str_method(const std::string& s, const std::string& name) {
       const Value* sub = a.at(0, nullptr);
       if (!sub || sub->kind != K::string) render_fail("find() / count() take a string");
       if (find) {
-        const size_t f = x.find(sub->s);
-        return Value::integer(f == std::string::npos ? -1 : int64_t(utf8_offsets(x.substr(0, f)).size() - 1));
+        const size_t f = find_linear(x, sub->s);
+        return Value::integer(f == std::string::npos ? -1 : int64_t(utf8_length(x.substr(0, f))));
       }
       int64_t n = 0;
-      for (size_t k = x.find(sub->s); k != std::string::npos && !sub->s.empty(); k = x.find(sub->s, k + sub->s.size()))
+      for (size_t k = find_linear(x, sub->s); k != std::string::npos && !sub->s.empty();
+           k = find_linear(x, sub->s, k + sub->s.size()))
         ++n;
       return Value::integer(n);
     });
@@ -580,6 +439,7 @@ static Value str_method(const std::string& s, const std::string& name) {
       bool first = true;
       for (const Value& v : it ? iterate(*it) : Array{}) {
         out += (first ? "" : x) + to_str(v);
+        Budget::fits(out.size());
         first = false;
       }
       return Value::string(out);
@@ -591,7 +451,7 @@ static Value str_method(const std::string& s, const std::string& name) {
       while (k < x.size()) {
         size_t e = x.find_first_of("\r\n", k);
         if (e == std::string::npos) e = x.size();
-        out.push_back(Value::string(x.substr(k, e - k)));
+        add_item(out, Value::string(x.substr(k, e - k)));
         k = e + (x.compare(e, 2, "\r\n") == 0 ? 2 : 1);
       }
       return Value::array(std::move(out));
@@ -609,6 +469,7 @@ Value get_attr(const Value& obj, const std::string& name) {
       auto o = obj.o;
       if (name == "items" || name == "keys" || name == "values")
         return Value::function([o, name](CallArgs&) {
+          Budget::list(o->items.size());
           Array out;
           for (auto& kv : o->items)
             out.push_back(name == "items"  ? Value::array({Value::string(kv.first), kv.second})
@@ -669,14 +530,20 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     return st > 0 ? std::clamp<int64_t>(k, 0, n) : std::clamp<int64_t>(k, -1, n - 1);
   };
   const int64_t b = clamp(start, st > 0 ? 0 : n - 1), e = clamp(stop, st > 0 ? n : -1);
+  // The count first, in 128 bits: stepping k by a huge step could overflow past the end.
+  const __int128 span = st > 0 ? __int128(e) - b : __int128(b) - e, stride = st > 0 ? __int128(st) : -__int128(st);
+  const int64_t count = span <= 0 ? 0 : int64_t((span - 1) / stride + 1);
+  if (!is_str) Budget::list(size_t(count));  // (a string's slice is no longer than the string)
   Array items;
   std::string s;
-  for (int64_t k = b; st > 0 ? k < e : k > e; k += st) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t k = int64_t(__int128(b) + __int128(i) * st);
     if (is_str)
-      s += obj.s.substr(off[k], off[k + 1] - off[k]);
+      s += obj.s.substr(off[size_t(k)], off[size_t(k) + 1] - off[size_t(k)]);
     else
       items.push_back((*obj.a)[size_t(k)]);
   }
+  if (!is_str) Budget::copy(items);
   return is_str ? Value::string(s) : Value::array(std::move(items));
 }
 
@@ -729,7 +596,7 @@ bool apply_test(const std::string& t, const Value& v, const std::vector<Value>& 
   if (t == "divisibleby") {
     const int64_t d = as_int(need(1));
     if (d == 0) render_fail("divisibleby 0");
-    return as_int(v) % d == 0;
+    return int_mod(as_int(v), d) == 0;  // INT64_MIN % -1 would trap
   }
   if (t == "lower") return v.kind == K::string && ascii_map(v.s, 1) == v.s;
   if (t == "upper") return v.kind == K::string && ascii_map(v.s, 0) == v.s;

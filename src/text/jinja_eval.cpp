@@ -2,7 +2,10 @@
 // also the Value / Object constructors and from_json. Scopes follow Jinja2: a for loop's body
 // has its own scope (a `set` inside does not leak out, hence namespace()), if does not; a macro
 // call runs in a scope over the one it was defined in. Errors carry the template name and line
-// of the node being evaluated.
+// of the node being evaluated. Every node evaluated, statement executed and byte written is
+// charged to the render's Budget (jinja_internal.h), and evaluation nests at most
+// Limits::max_depth deep, so no template can run without end or exhaust the stack.
+#include <algorithm>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -133,6 +136,8 @@ class Renderer {
 
   Flow exec(const Node& n, Scope& scope) {
     try {
+      Nesting nest(depth_);
+      Budget::steps(1);
       return exec_inner(n, scope);
     } catch (RenderFailure& f) {
       throw Failure{n.line, f.what};
@@ -141,13 +146,41 @@ class Renderer {
 
   Value eval(const Node& n, Scope& scope) {
     try {
-      return eval_inner(n, scope);
+      Nesting nest(depth_);
+      Budget::steps(1);
+      Value v = eval_inner(n, scope);
+      if (v.kind == K::string) Budget::string(v.s.size());  // made or copied (a name's value is a copy)
+      return v;
     } catch (RenderFailure& f) {
       throw Failure{n.line, f.what};
     }
   }
 
  private:
+  // Counts the nesting of exec / eval (and so of macro calls, which go through them).
+  struct Nesting {
+    int& d;
+    explicit Nesting(int& depth) : d(depth) {
+      if (++d > Budget::limits().max_depth) {
+        --d;
+        render_fail(str_cat("evaluation nested deeper than ", Budget::limits().max_depth,
+                            " levels (the limit; a macro that calls itself without end?)"));
+      }
+    }
+    ~Nesting() { --d; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+  };
+
+  // Appends to the output (or the block being captured) within the string limit.
+  void emit(const std::string& text) {
+    if (text.size() > Budget::limits().max_string_bytes - std::min(out_->size(), Budget::limits().max_string_bytes))
+      render_fail(str_cat("the output is longer than ", Budget::limits().max_string_bytes,
+                          " bytes, the limit per render"));
+    Budget::steps(int64_t(text.size() / 16));
+    *out_ += text;
+  }
+
   static Value lookup(const Scope& scope, const std::string& name) {
     for (auto it = scope.rbegin(); it != scope.rend(); ++it) {
       auto f = (*it)->find(name);
@@ -193,13 +226,14 @@ class Renderer {
       case NodeKind::body:
         return exec_body(n, scope);
       case NodeKind::text:
-        *out_ += n.str;
+        emit(n.str);
         return Flow::normal;
       case NodeKind::output:
-        *out_ += to_str(eval(*n.a, scope));
+        emit(to_str(eval(*n.a, scope)));
         return Flow::normal;
-      case NodeKind::if_:
-        if (truthy(eval(*n.a, scope))) return exec_body(*n.kids[0], scope);
+      case NodeKind::if_:  // if / elif conditions in order (a flat list: a long elif chain nests nothing)
+        for (size_t k = 0; k < n.args.size(); ++k)
+          if (truthy(eval(*n.args[k], scope))) return exec_body(*n.kids[k], scope);
         return n.b ? exec_body(*n.b, scope) : Flow::normal;
       case NodeKind::for_:
         return exec_for(n, scope);
@@ -253,6 +287,7 @@ class Renderer {
     inner.push_back(std::make_shared<Frame>());
     const int64_t len = int64_t(items.size());
     for (int64_t k = 0; k < len; ++k) {
+      Budget::steps(4);  // the loop object
       Value loop = Value::object();
       Object& o = *loop.o;
       o.set("index", Value::integer(k + 1));
@@ -389,7 +424,7 @@ class Renderer {
       case NodeKind::unary: {
         Value v = eval(*n.a, scope);
         if (n.str == "not") return Value::boolean(!truthy(v));
-        if (v.kind == K::integer) return Value::integer(n.str == "-" ? -v.i : v.i);
+        if (v.kind == K::integer) return Value::integer(n.str == "-" ? int_neg(v.i) : v.i);
         if (v.kind == K::number) return Value::number(n.str == "-" ? -v.d : v.d);
         if (v.kind == K::boolean) return Value::integer(n.str == "-" ? -int64_t(v.b) : int64_t(v.b));
         render_fail(str_cat("bad operand type for unary ", n.str, ": '", type_name(v), "'"));
@@ -408,16 +443,24 @@ class Renderer {
     }
   }
 
-  // How an expression is named in a message: 'name', 'obj.attr', or "a value".
+  // How an expression is named in a message: 'name', 'obj.attr.attr', or "a value". Built in one
+  // pass over the chain and cut at 120 characters: a chain 10,000 attributes long that fails
+  // must not make a message 10,000 attributes long (or take time exponential in it).
   static std::string describe(const Node& n) {
-    if (n.kind == NodeKind::name) return "'" + n.str + "'";
-    if (n.kind == NodeKind::attr) return describe(*n.a).substr(0, describe(*n.a).size() - 1) + "." + n.str + "'";
-    return "a value";
+    std::vector<const std::string*> attrs;
+    const Node* base = &n;
+    for (; base->kind == NodeKind::attr; base = base->a.get()) attrs.push_back(&base->str);
+    std::string path = base->kind == NodeKind::name ? base->str : "";
+    for (auto it = attrs.rbegin(); it != attrs.rend() && path.size() <= 120; ++it) path += "." + **it;
+    if (path.size() > 120) path = path.substr(0, 120) + "...";
+    if (base->kind == NodeKind::name) return "'" + path + "'";
+    return attrs.empty() ? "a value" : "the attribute '" + path.substr(1) + "' of a value";
   }
 
   std::string* out_;
   std::vector<Template::Span>* spans_;
   int macro_depth_ = 0;
+  int depth_ = 0;  // exec / eval nesting (Nesting)
 };
 
 }  // namespace
@@ -428,7 +471,8 @@ Template::Template(const std::string& source, std::string name) : name_(std::mov
 
 Template::~Template() = default;
 
-std::string Template::render(const Value& context, std::vector<Span>* spans) const {
+std::string Template::render(const Value& context, std::vector<Span>* spans, const Limits& limits) const {
+  Budget budget(limits);
   std::string out;
   Scope scope{std::make_shared<Frame>()};
   if (context.kind == K::object)
@@ -438,7 +482,11 @@ std::string Template::render(const Value& context, std::vector<Span>* spans) con
   try {
     r.exec(*root_, scope);
   } catch (Failure& f) {
-    throw Error(str_cat("chat template ", name_, " line ", f.line, ": ", f.what));
+    // One line of readable size whatever the template raised or named (a message can quote values).
+    std::string what = f.what.size() > 600 ? f.what.substr(0, 600) + "..." : f.what;
+    for (char& c : what)
+      if (c == '\n' || c == '\r') c = ' ';
+    throw Error(str_cat("chat template ", name_, " line ", f.line, ": ", what));
   }
   return out;
 }

@@ -2,6 +2,8 @@
 // jinja_builtins.cpp's header comment), with Jinja2's semantics and HF's tojson signature
 // tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <ctime>
 #include <set>
@@ -33,9 +35,10 @@ Value attr_path(const Value& v, const std::string& path) {
     const size_t e = std::min(path.find('.', b), path.size());
     const std::string part = path.substr(b, e - b);
     if (!cur.defined()) return cur;
-    const bool digits =
-        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    cur = digits ? get_item(cur, Value::integer(std::stoll(part))) : get_item(cur, Value::string(part));
+    int64_t index = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+    const bool digits = !part.empty() && part[0] != '-' && ec == std::errc() && end == part.data() + part.size();
+    cur = digits ? get_item(cur, Value::integer(index)) : get_item(cur, Value::string(part));
     b = e + 1;
   }
   return cur;
@@ -71,19 +74,27 @@ Value sorted(const Value& seq, CallArgs& a) {
   Array items = iterate(seq);
   const bool reverse = bool_arg(a, 0, "reverse", false), case_sensitive = bool_arg(a, 1, "case_sensitive", false);
   const Value* at = a.at(2, "attribute");
-  auto key = [&](const Value& v) {
+  // The keys once each (not per comparison: a lower-cased copy per comparison is n log n copies).
+  std::vector<Value> keys;
+  keys.reserve(items.size());
+  for (const Value& v : items) {
     Value k = at && at->kind == K::string ? attr_path(v, at->s) : v;
     if (!case_sensitive && k.kind == K::string) {
       std::string s = k.s;
       for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
       k = Value::string(s);
     }
-    return k;
-  };
-  std::stable_sort(items.begin(), items.end(),
-                   [&](const Value& x, const Value& y) { return compare(key(x), key(y), "<") < 0; });
-  if (reverse) std::reverse(items.begin(), items.end());
-  return Value::array(std::move(items));
+    keys.push_back(std::move(k));
+  }
+  std::vector<size_t> order(items.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return compare(keys[x], keys[y], "<") < 0; });
+  Array out;
+  out.reserve(items.size());
+  for (size_t k : order) out.push_back(std::move(items[k]));
+  if (reverse) std::reverse(out.begin(), out.end());
+  return Value::array(std::move(out));
 }
 
 Value minmax(const Value& seq, bool want_max) {
@@ -96,22 +107,26 @@ Value minmax(const Value& seq, bool want_max) {
 }
 
 Value tojson(const Value& v, CallArgs& a) {
-  const bool ensure_ascii = bool_arg(a, 0, "ensure_ascii", false);
+  JsonStyle st;
+  st.ensure_ascii = bool_arg(a, 0, "ensure_ascii", false);
   const Value* ind = a.at(1, "indent");
-  const int indent = ind && ind->kind != K::none ? int(ind->kind == K::integer ? ind->i : 0) : -1;
-  std::string item_sep = indent >= 0 ? "," : ", ", key_sep = ": ";
+  // Python: a negative indent still breaks lines, indenting by nothing.
+  if (ind && ind->kind != K::none) st.indent = ind->kind == K::integer ? std::max<int64_t>(0, ind->i) : 0;
+  st.item_sep = st.indent >= 0 ? "," : ", ";
   if (const Value* sep = a.at(2, "separators"); sep && sep->kind == K::array && sep->a->size() == 2) {
-    item_sep = to_str((*sep->a)[0]);
-    key_sep = to_str((*sep->a)[1]);
+    st.item_sep = to_str((*sep->a)[0]);
+    st.key_sep = to_str((*sep->a)[1]);
   }
-  return Value::string(to_json(v, indent, ensure_ascii, bool_arg(a, 3, "sort_keys", false), item_sep, key_sep));
+  st.sort_keys = bool_arg(a, 3, "sort_keys", false);
+  return Value::string(to_json(v, st));
 }
 
 Value indent_filter(const Value& v, CallArgs& a) {
   const std::string s = need_string(v, "indent");
   const Value* w = a.at(0, "width");
-  const std::string pad =
-      w && w->kind == K::string ? w->s : std::string(size_t(w ? std::max<int64_t>(0, w->i) : 4), ' ');
+  const size_t width = w && w->kind == K::integer ? size_t(std::max<int64_t>(0, w->i)) : w ? 0 : 4;
+  if (!(w && w->kind == K::string)) Budget::fits(width);  // before a pad of 10**15 spaces is made
+  const std::string pad = w && w->kind == K::string ? w->s : std::string(width, ' ');
   const bool first = bool_arg(a, 1, "first", false), blank = bool_arg(a, 2, "blank", false);
   std::string out;
   size_t k = 0;
@@ -123,6 +138,7 @@ Value indent_filter(const Value& v, CallArgs& a) {
     const std::string line = s.substr(k, e - k);
     if ((!line0 || first) && (blank || !line.empty())) out += pad;
     out += line;
+    Budget::fits(out.size());
     if (last) break;
     out += '\n';
     k = e + 1;
@@ -142,17 +158,20 @@ const std::set<std::string> kFilters = {
 bool known_filter(const std::string& name) { return kFilters.count(name) > 0; }
 
 Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
+  Budget::steps(1);  // (map applies one per item)
   if (f == "safe") return v;
   if (f == "trim") return get_attr(Value::string(to_str(v)), "strip").f->operator()(a);
-  if (f == "length" || f == "count") {
-    if (v.kind == K::string) return Value::integer(int64_t(utf8_offsets(v.s).size()) - 1);
+  if (f == "length" || f == "count") {  // counted in place, not by copying
+    if (v.kind == K::string) return Value::integer(int64_t(utf8_length(v.s)));
     if (v.kind == K::object) return Value::integer(int64_t(v.o->items.size()));
+    if (v.kind == K::array) return Value::integer(int64_t(v.a->size()));
     return Value::integer(int64_t(iterate(v).size()));
   }
   if (f == "tojson") return tojson(v, a);
   if (f == "string") return Value::string(to_str(v));
   if (f == "list") return Value::array(iterate(v));
   if (f == "first" || f == "last") {
+    if (v.kind == K::array) return v.a->empty() ? Value() : f == "first" ? v.a->front() : v.a->back();
     Array items = iterate(v);
     if (items.empty()) return Value();
     return f == "first" ? items.front() : items.back();
@@ -164,6 +183,7 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
     bool first = true;
     for (const Value& x : iterate(v)) {
       out += (first ? "" : sep ? to_str(*sep) : "") + to_str(at && at->kind == K::string ? attr_path(x, at->s) : x);
+      Budget::fits(out.size());
       first = false;
     }
     return Value::string(out);
@@ -248,18 +268,23 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
   if (f == "int" || f == "float") {
     const Value* d = a.at(0, "default");
     Value dflt = d ? *d : f == "int" ? Value::integer(0) : Value::number(0);
-    if (v.kind == K::integer || v.kind == K::boolean)
-      return f == "int" ? Value::integer(v.kind == K::boolean ? v.b : v.i) : Value::number(double(v.i));
-    if (v.kind == K::number) return f == "int" ? Value::integer(int64_t(v.d)) : v;
+    if (v.kind == K::integer || v.kind == K::boolean) {
+      const int64_t n = v.kind == K::boolean ? v.b : v.i;
+      return f == "int" ? Value::integer(n) : Value::number(double(n));
+    }
+    if (v.kind == K::number) return f == "int" ? Value::integer(float_to_int(v.d)) : v;
     if (v.kind == K::string) {
       char* end = nullptr;
       CallArgs none;
       const std::string s = get_attr(v, "strip").f->operator()(none).s;
-      if (f == "int") {
+      if (f == "int") {  // Jinja2: int(s), else int(float(s)), else the default
+        errno = 0;
         const long long n = std::strtoll(s.c_str(), &end, 10);
+        if (!s.empty() && *end == 0 && errno == ERANGE)
+          render_fail(str_cat("integer overflow: ", quote(s.substr(0, 40)), " does not fit in 64 bits"));
         if (!s.empty() && *end == 0) return Value::integer(n);
         const double x = std::strtod(s.c_str(), &end);
-        return !s.empty() && *end == 0 ? Value::integer(int64_t(x)) : dflt;
+        return !s.empty() && *end == 0 && !std::isnan(x) ? Value::integer(float_to_int(x)) : dflt;
       }
       const double x = std::strtod(s.c_str(), &end);
       return !s.empty() && *end == 0 ? Value::number(x) : dflt;
@@ -267,7 +292,7 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
     return dflt;
   }
   if (f == "abs") {
-    if (v.kind == K::integer) return Value::integer(v.i < 0 ? -v.i : v.i);
+    if (v.kind == K::integer) return Value::integer(v.i < 0 ? int_neg(v.i) : v.i);
     if (v.kind == K::number) return Value::number(std::fabs(v.d));
     render_fail(str_cat("bad operand type for abs(): '", type_name(v), "'"));
   }
@@ -322,11 +347,14 @@ const Object& global_functions() {
               if (a.pos.size() == 3) step = a.pos[2].i;
             }
             if (step == 0) render_fail("range() step must not be zero");
+            // The length first (in 128 bits, where no step overflows), checked before anything is made.
+            const __int128 span = step > 0 ? __int128(stop) - start : __int128(start) - stop;
+            const __int128 stride = step > 0 ? __int128(step) : -__int128(step);
+            const __int128 count = span <= 0 ? 0 : (span - 1) / stride + 1;
+            Budget::list(count > __int128(SIZE_MAX / 2) ? SIZE_MAX / 2 : size_t(count));
             Array out;
-            for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
-              out.push_back(Value::integer(k));
-              if (out.size() > 10000000) render_fail("range() longer than 10,000,000 items");
-            }
+            out.reserve(size_t(count));
+            for (__int128 k = 0; k < count; ++k) out.push_back(Value::integer(int64_t(start + k * step)));
             return Value::array(std::move(out));
           }));
     auto dict_like = [](bool ns) {
@@ -334,8 +362,11 @@ const Object& global_functions() {
         Value o = Value::object();
         o.o->is_namespace = ns;
         for (const Value& p : a.pos)
-          if (p.kind == K::object)
+          if (p.kind == K::object) {
+            Budget::list(p.o->items.size());
+            Budget::steps(int64_t(p.o->items.size() * (o.o->items.size() + p.o->items.size())));  // set() is linear
             for (auto& kv : p.o->items) o.o->set(kv.first, kv.second);
+          }
         for (auto& kv : a.kw) o.o->set(kv.first, kv.second);
         if (ns) NamespaceRegistry::note(o.o);
         return o;
@@ -344,7 +375,8 @@ const Object& global_functions() {
     g.set("namespace", dict_like(true));
     g.set("dict", dict_like(false));
     g.set("raise_exception", Value::function([](CallArgs& a) -> Value {
-            render_fail(str_cat("the template raised an exception: ", quote(a.pos.empty() ? "" : to_str(a.pos[0]))));
+            const std::string what = a.pos.empty() ? "" : to_str(a.pos[0]);  // (render() cuts a long message)
+            render_fail(str_cat("the template raised an exception: ", quote(what)));
           }));
     // HF's strftime_now: the local time now (Llama 3.x templates print today's date with it).
     g.set("strftime_now", Value::function([](CallArgs& a) {

@@ -15,18 +15,66 @@ struct RenderFailure {
 };
 [[noreturn]] inline void render_fail(std::string what) { throw RenderFailure{std::move(what)}; }
 
+// The limits (jinja.h) of the render running on this thread; the evaluator and the builtins charge
+// their work to it before they do it, so a hostile template fails before it allocates. Outside a
+// render (unit tests of the builtins) the default limits hold and steps are not counted.
+class Budget {
+ public:
+  explicit Budget(const Limits& limits);  // installed for this thread until destroyed
+  ~Budget();
+  Budget(const Budget&) = delete;
+  Budget& operator=(const Budget&) = delete;
+  static void steps(int64_t n);                // n units of work
+  static void string(size_t bytes);            // a string of this size is about to be made or copied
+  static void list(size_t items);              // a list of this many items is about to be made or copied
+  static void copy(const Array& items);        // a list and its strings are about to be copied
+  static void fits(size_t bytes);              // fails when a string being built passes the limit (no charge)
+  static void depth(int depth);                // fails when a recursion over values is this deep
+  static const Limits& limits();
+
+ private:
+  Limits limits_;
+  int64_t used_ = 0;
+  Budget* outer_;
+};
+
+// Appends one item to a list being built, within the item limit (charged as Budget::list does).
+inline void add_item(Array& out, Value v) {
+  if (out.size() >= Budget::limits().max_items) Budget::list(out.size() + 1);
+  Budget::steps(4);
+  out.push_back(std::move(v));
+}
+
+// 64-bit integer arithmetic with Python's results, or "integer overflow" where Python's unbounded
+// integers would leave 64 bits (never a wrap: signed overflow is undefined behaviour in C++).
+int64_t int_add(int64_t a, int64_t b);
+int64_t int_sub(int64_t a, int64_t b);
+int64_t int_mul(int64_t a, int64_t b);
+int64_t int_neg(int64_t a);
+int64_t int_pow(int64_t base, int64_t exp);           // exp >= 0
+int64_t int_floordiv(int64_t a, int64_t b);           // b != 0; floors, as Python's //
+int64_t int_mod(int64_t a, int64_t b);                // b != 0; the sign of b, as Python's %
+int64_t float_to_int(double d);                       // Python's int(float): truncates; fails on nan / inf / range
+
 // Python semantics of values.
 bool truthy(const Value& v);
-bool equal(const Value& a, const Value& b);
-int compare(const Value& a, const Value& b, const char* op);  // <0, 0, >0; fails on unordered types
+bool equal(const Value& a, const Value& b, int depth = 0);
+int compare(const Value& a, const Value& b, const char* op, int depth = 0);  // <0, 0, >0; fails on unordered types
 std::string type_name(const Value& v);                        // Python's: str, int, NoneType, ...
 std::string to_str(const Value& v);                           // str(v)
-std::string repr(const Value& v);                             // repr(v)
+std::string repr(const Value& v, int depth = 0);              // repr(v)
 std::string float_repr(double d);                             // repr(float)
-std::string to_json(const Value& v, int indent, bool ensure_ascii, bool sort_keys, const std::string& item_sep,
-                    const std::string& key_sep, int depth = 0);
+struct JsonStyle {  // json.dumps's arguments
+  int64_t indent = -1;  // -1: None (one line)
+  bool ensure_ascii = false, sort_keys = false;
+  std::string item_sep = ", ", key_sep = ": ";
+};
+std::string to_json(const Value& v, const JsonStyle& style);
 // Code point boundaries of a UTF-8 string: offsets[i] is where code point i starts, plus the end.
 std::vector<size_t> utf8_offsets(const std::string& s);
+size_t utf8_length(const std::string& s);  // code points, without building the offsets
+// s.find(needle, from) in time linear in their lengths (std::string::find can take |s| x |needle|).
+size_t find_linear(const std::string& s, const std::string& needle, size_t from = 0);
 Array iterate(const Value& v);  // for loops and filters: list items, dict keys, string characters
 Value binary_op(const std::string& op, const Value& a, const Value& b);
 Value get_attr(const Value& obj, const std::string& name);  // obj.name (methods first, then keys)

@@ -4,6 +4,11 @@
 // template's last newline dropped (keep_trailing_newline=False), and the "-" / "+" markers.
 // The grammar and precedence follow Jinja2's parser (parse_unary: filters and tests bind to
 // the operand before any binary operator; `not` is below comparisons).
+// A template is untrusted: the parser's recursion (blocks, parentheses, `not` / unary chains) and
+// the depth of the tree it builds (chains of operators, filters, attributes, calls, which the
+// parser builds in loops) are both held to kMaxNesting, so neither parsing nor evaluating nor
+// freeing the tree can exhaust the stack; an elif chain is a flat list, not a nesting.
+#include <cerrno>
 #include <cstdlib>
 #include <set>
 
@@ -278,6 +283,8 @@ class Lexer {
   std::vector<Token> toks_;
 };
 
+constexpr int kMaxNesting = 256;
+
 const std::set<std::string> kUnsupportedStatements = {"call",  "filter", "include", "import",     "from", "extends",
                                                       "block", "raw",    "with",    "autoescape", "do",   "trans"};
 
@@ -326,14 +333,39 @@ class Parser {
   }
   NodePtr node(NodeKind k) { return std::make_unique<Node>(k, cur().line); }
 
+  // Parser recursion (one per nested block, expression, `not` or unary operator).
+  struct Recursion {
+    Parser& p;
+    explicit Recursion(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxNesting)
+        p.fail(str_cat("the template nests blocks or expressions deeper than ", kMaxNesting, " levels (the limit)"));
+    }
+    ~Recursion() { --p.depth_; }
+    Recursion(const Recursion&) = delete;
+    Recursion& operator=(const Recursion&) = delete;
+  };
+
+  // An expression node whose operands are set: its depth is one more than its deepest operand's.
+  // A chain the parser builds in a loop (a.b.c..., x|f|g..., 1+1+1..., x if c if d ...) is held to
+  // the limit here, since no recursion of the parser counts it.
+  NodePtr done(NodePtr n) {
+    int d = 0;
+    for (const Node* c : {n->a.get(), n->b.get(), n->c.get()})
+      if (c) d = std::max(d, c->depth);
+    for (const auto* list : {&n->args, &n->kw_values})
+      for (const NodePtr& c : *list)
+        if (c) d = std::max(d, c->depth);
+    n->depth = d + 1;
+    if (n->depth > kMaxNesting)
+      fail(str_cat("an expression nested deeper than ", kMaxNesting,
+                   " levels (the limit; a chain of that many operators, filters, attributes or calls?)"));
+    return n;
+  }
+
   // Statements until a block tag named in `ends` (its name goes to *end, the tag's "{% name"
   // consumed) or the end of the template (only when ends is empty).
   NodePtr parse_body(const std::set<std::string>& ends, std::string* end) {
-    if (++depth_ > 200) fail("blocks nested deeper than 200 levels");
-    struct Depth {
-      int& d;
-      ~Depth() { --d; }
-    } guard{depth_};
+    Recursion guard(*this);
     NodePtr body = node(NodeKind::body);
     for (;;) {
       const Token& t = cur();
@@ -350,7 +382,7 @@ class Parser {
       } else if (t.type == Tok::var_begin) {
         ++k_;
         NodePtr n = node(NodeKind::output);
-        n->a = parse_tuple(true);
+        n->a = parse_tuple(true);  // (a statement: its depth is the parser recursion's)
         if (cur().type != Tok::var_end) fail(str_cat("expected \"}}\", found ", describe(cur())));
         ++k_;
         body->kids.push_back(std::move(n));
@@ -457,15 +489,11 @@ class Parser {
 
   NodePtr parse_if() {
     NodePtr n = node(NodeKind::if_);
-    n->a = parse_tuple(true);
-    expect_block_end();
-    std::string end;
-    n->kids.push_back(parse_body({"elif", "else", "endif"}, &end));
-    if (end == "elif") {
-      NodePtr alt = node(NodeKind::body);
-      alt->kids.push_back(parse_if());
-      n->b = std::move(alt);
-      return n;  // the nested if consumed the endif
+    std::string end = "elif";
+    while (end == "elif") {  // "{% elif" was consumed: its condition follows
+      n->args.push_back(parse_tuple(true));
+      expect_block_end();
+      n->kids.push_back(parse_body({"elif", "else", "endif"}, &end));
     }
     if (end == "else") {
       expect_block_end();
@@ -484,7 +512,8 @@ class Parser {
       std::string n = expect_name();
       if (allow_attr && at_op(".")) {
         ++k_;
-        n += "." + expect_name();
+        n += '.';
+        n += expect_name();
       }
       out.push_back(n);
       if (!at_op(",")) break;
@@ -505,16 +534,11 @@ class Parser {
       if (cur().type == Tok::block_end || cur().type == Tok::var_end || at_op(")")) break;
       t->args.push_back(parse_expression(with_cond));
     }
-    return t;
+    return done(std::move(t));
   }
 
   NodePtr parse_expression(bool with_cond) {
-    // Expressions nest through here; a template nested deeper than this would only exhaust the stack.
-    if (++depth_ > 200) fail("expression nested deeper than 200 levels");
-    struct Depth {
-      int& d;
-      ~Depth() { --d; }
-    } guard{depth_};
+    Recursion guard(*this);  // expressions nest through here
     NodePtr e = parse_or();
     if (!with_cond) return e;
     while (at_name("if")) {
@@ -526,7 +550,7 @@ class Parser {
         c->b = parse_expression(true);
       }
       c->a = std::move(e);
-      e = std::move(c);
+      e = done(std::move(c));
     }
     return e;
   }
@@ -535,7 +559,7 @@ class Parser {
     n->str = op;
     n->a = std::move(l);
     n->b = std::move(r);
-    return n;
+    return done(std::move(n));
   }
   NodePtr parse_or() {
     NodePtr l = parse_and();
@@ -555,11 +579,12 @@ class Parser {
   }
   NodePtr parse_not() {
     if (at_name("not")) {
+      Recursion guard(*this);
       NodePtr n = node(NodeKind::unary);
       ++k_;
       n->str = "not";
       n->a = parse_not();
-      return n;
+      return done(std::move(n));
     }
     return parse_compare();
   }
@@ -620,16 +645,26 @@ class Parser {
   NodePtr parse_unary(bool with_filter) {
     NodePtr n;
     if (at_op("-") || at_op("+")) {
+      Recursion guard(*this);
       n = node(NodeKind::unary);
       n->str = cur().value;
       ++k_;
       n->a = parse_unary(false);
+      n = done(std::move(n));
     } else {
       n = parse_primary();
     }
     n = parse_postfix(std::move(n));
     if (with_filter) n = parse_filter_expr(std::move(n));
     return n;
+  }
+
+  // A decimal integer literal; Python's would be exact at any size, so one past 64 bits is refused.
+  int64_t integer_literal(const std::string& digits) {
+    errno = 0;
+    const long long v = std::strtoll(digits.c_str(), nullptr, 10);
+    if (errno == ERANGE) fail(str_cat("the integer literal ", digits, " does not fit in 64 bits"));
+    return v;
   }
 
   NodePtr parse_primary() {
@@ -657,7 +692,7 @@ class Parser {
       }
       case Tok::integer:
         ++k_;
-        n->value = Value::integer(std::strtoll(t.value.c_str(), nullptr, 10));
+        n->value = Value::integer(integer_literal(t.value));
         return n;
       case Tok::number:
         ++k_;
@@ -685,7 +720,7 @@ class Parser {
         if (!at_op("]")) expect_op(",");
       }
       ++k_;
-      return n;
+      return done(std::move(n));
     }
     if (at_op("{")) {
       ++k_;
@@ -697,7 +732,7 @@ class Parser {
         if (!at_op("}")) expect_op(",");
       }
       ++k_;
-      return n;
+      return done(std::move(n));
     }
     fail(str_cat("unexpected ", describe(t), " in an expression"));
   }
@@ -726,25 +761,25 @@ class Parser {
         if (cur().type == Tok::integer) {
           NodePtr it = node(NodeKind::item);
           NodePtr idx = node(NodeKind::literal);
-          idx->value = Value::integer(std::strtoll(cur().value.c_str(), nullptr, 10));
+          idx->value = Value::integer(integer_literal(cur().value));
           ++k_;
           it->a = std::move(n);
           it->b = std::move(idx);
-          n = std::move(it);
+          n = done(std::move(it));
           continue;
         }
         NodePtr at = node(NodeKind::attr);
         at->str = expect_name();
         at->a = std::move(n);
-        n = std::move(at);
+        n = done(std::move(at));
       } else if (at_op("[")) {
         ++k_;
-        n = parse_subscript(std::move(n));
+        n = done(parse_subscript(std::move(n)));
       } else if (at_op("(")) {
         NodePtr c = node(NodeKind::call);
         parse_call_args(*c);
         c->a = std::move(n);
-        n = std::move(c);
+        n = done(std::move(c));
       } else {
         return n;
       }
@@ -788,12 +823,13 @@ class Parser {
         f->str = expect_name();
         while (at_op(".")) {
           ++k_;
-          f->str += "." + expect_name();
+          f->str += '.';  // (not "." + name: GCC 12 warns falsely on that once inlined, PR 105651)
+          f->str += expect_name();
         }
         if (!known_filter(f->str)) fail(str_cat("unsupported Jinja filter \"", f->str, "\""));
         if (at_op("(")) parse_call_args(*f);
         f->a = std::move(n);
-        n = std::move(f);
+        n = done(std::move(f));
       } else if (at_name("is")) {
         ++k_;
         NodePtr t = node(NodeKind::test);
@@ -812,12 +848,12 @@ class Parser {
           t->args.push_back(parse_postfix(parse_primary()));
         }
         t->a = std::move(n);
-        n = std::move(t);
+        n = done(std::move(t));
       } else if (at_op("(")) {
         NodePtr c = node(NodeKind::call);
         parse_call_args(*c);
         c->a = std::move(n);
-        n = std::move(c);
+        n = done(std::move(c));
       } else {
         return n;
       }
@@ -827,7 +863,7 @@ class Parser {
   std::vector<Token> t_;
   Lexer& lx_;
   size_t k_ = 0;
-  int depth_ = 0;  // parse_expression nesting, and block nesting (parse_body)
+  int depth_ = 0;  // parser recursion (Recursion)
 };
 
 }  // namespace

@@ -46,8 +46,37 @@ std::string read_text_file(const std::string& path) {
   return std::move(s).str();
 }
 
+namespace {
+// Where JSON text first nests deeper than `limit` (brackets outside strings), or npos. A scan of
+// the bytes, before parsing: a document nested 10^6 deep costs nlohmann memory for every level, and
+// copying, printing or walking it recurses once per level.
+size_t too_deep_at(const std::string& text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string::npos;
+}
+}  // namespace
+
 nlohmann::json read_json_file(const std::string& path) {
   std::string text = read_text_file(path);
+  if (const size_t at = too_deep_at(text, kMaxJsonDepth); at != std::string::npos)
+    throw Error(str_cat(path, ": JSON nested deeper than ", kMaxJsonDepth, " levels (at byte ", at,
+                        "); no tokenizer file nests like that, and Hugging Face's loader (serde_json) refuses it too"));
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e99999

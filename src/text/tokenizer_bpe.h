@@ -132,6 +132,10 @@ class BpeWordModel final : public WordModel {
 
 // Loader helpers (tokenizer.cpp), shared by both formats; errors name the file.
 std::string read_text_file(const std::string& path);
+// Refuses JSON nested deeper than kMaxJsonDepth: serde_json's recursion limit, so every file
+// Hugging Face tokenizers can load loads here, and nothing after parsing recurses deeper (a
+// Sequence of Sequences of normalizers, pre-tokenizers, decoders or post-processors included).
+inline constexpr int kMaxJsonDepth = 128;
 nlohmann::json read_json_file(const std::string& path);
 std::unique_ptr<Tokenizer> load_gpt2_files(const std::string& dir);          // tokenizer.cpp
 std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::string& file);  // tokenizer_hf.cpp

@@ -29,7 +29,7 @@ std::pair<std::string, std::string> merge_parts(const Reader& rd, const json& m,
     if (space != std::string::npos && space > 0 && space + 1 < s.size() && s.find(' ', space + 1) == std::string::npos)
       return {s.substr(0, space), s.substr(space + 1)};
   }
-  rd.fail(where, str_cat("must be \"left right\" or [\"left\", \"right\"], found ", m.dump()));
+  rd.fail(where, str_cat("must be \"left right\" or [\"left\", \"right\"], found ", rd.brief(m)));
 }
 
 std::unique_ptr<WordModel> load_bpe(const Reader& rd, const json& mj, bool byte_level) {
@@ -136,7 +136,7 @@ std::unique_ptr<WordModel> load_unigram(const Reader& rd, const json& mj) {
   for (size_t i = 0; i < list.size(); ++i) {
     const json& e = list[i];
     if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number())
-      rd.fail(str_cat("model.vocab[", i, "]"), str_cat("must be [piece, score], found ", e.dump().substr(0, 80)));
+      rd.fail(str_cat("model.vocab[", i, "]"), str_cat("must be [piece, score], found ", rd.brief(e)));
     vocab.emplace_back(e[0].get<std::string>(), serde_json_f64(e[1].get<double>()));
   }
   int32_t unk = -1;
@@ -155,10 +155,17 @@ std::unique_ptr<WordModel> load_wordpiece(const Reader& rd, const json& mj) {
     vocab.emplace(t, checked_id(rd, value, str_cat("model.vocab[", json(t).dump(), "]")));
   std::string unk = rd.string_or(mj, "model", "unk_token", "[UNK]");
   if (!vocab.count(unk)) rd.fail("model.unk_token", str_cat(quote(unk), " is not in model.vocab"));
-  const json& max = mj.contains("max_input_chars_per_word") ? mj["max_input_chars_per_word"] : json(100);
-  if (!max.is_number_unsigned()) rd.fail("model.max_input_chars_per_word", "must be a non-negative integer");
+  // Absent: Hugging Face's default, 100. (json(100) is a signed integer, which an is_number_unsigned()
+  // test refused with a message that blamed the file.)
+  size_t max_chars = 100;
+  if (mj.contains("max_input_chars_per_word")) {
+    const json& max = mj["max_input_chars_per_word"];
+    if (!max.is_number_integer() || max.get<int64_t>() < 0)
+      rd.fail("model.max_input_chars_per_word", str_cat("must be a non-negative integer, found ", rd.brief(max)));
+    max_chars = max.get<size_t>();
+  }
   return make_wordpiece(std::move(vocab), unk, rd.string_or(mj, "model", "continuing_subword_prefix", "##"),
-                        max.get<size_t>());
+                        max_chars);
 }
 
 void read_added_tokens(const Reader& rd, const json& root, PipelineParts& p) {
@@ -217,6 +224,7 @@ std::unique_ptr<Tokenizer> load_json(const Reader& rd, const json& root) {
   std::string type = mj.contains("type") ? rd.string_field(mj, "model", "type") : mj.contains("merges") ? "BPE" : "";
   auto part = [&](const char* key) { return root.contains(key) ? root[key] : json(); };
   PipelineParts p;
+  p.source = rd.file;
   bool byte_level = false;
   parse_normalizer(rd, part("normalizer"), "normalizer", p);
   parse_pre_tokenizer(rd, part("pre_tokenizer"), "pre_tokenizer", p, byte_level);
@@ -245,7 +253,7 @@ std::unique_ptr<Tokenizer> load_json(const Reader& rd, const json& root) {
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::string& file) {
   Reader rd{file};
-  json root = read_json_file(file);
+  json root = read_json_file(file);  // (nested at most kMaxJsonDepth deep: see read_json_file)
   try {
     return load_json(rd, root);
   } catch (const json::exception& e) {

@@ -42,6 +42,11 @@ struct Reader {
     if (!v.is_array()) fail(str_cat(where, ".", key), str_cat("must be an array, found ", v.type_name()));
     return v;
   }
+  // A JSON value in a message: its first 80 characters (a value can be megabytes, or invalid UTF-8).
+  static std::string brief(const nlohmann::json& v) {
+    std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return s.size() > 80 ? s.substr(0, 80) + "..." : s;
+  }
   [[noreturn]] void unsupported(const std::string& where, const std::string& type, const char* supported) const {
     fail(where, str_cat("type \"", type, "\" is not supported (ztrain reads ", supported, ")"));
   }

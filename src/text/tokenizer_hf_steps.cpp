@@ -23,7 +23,7 @@ void read_pattern(const Reader& rd, const json& obj, const std::string& where, s
       rd.fail(where + ".pattern", e.what());
     }
   } else {
-    rd.fail(where + ".pattern", str_cat("must be {\"String\": ...} or {\"Regex\": ...}, found ", pattern.dump()));
+    rd.fail(where + ".pattern", str_cat("must be {\"String\": ...} or {\"Regex\": ...}, found ", rd.brief(pattern)));
   }
 }
 
@@ -54,7 +54,7 @@ PreTokStep char_split(bool (*pred)(uint32_t), SplitBehavior b) {
 
 int32_t checked_id(const Reader& rd, const json& v, const std::string& where) {
   if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= (1 << 24))
-    rd.fail(where, str_cat("has id ", v.dump(), "; ids must be integers in [0, 2^24)"));
+    rd.fail(where, str_cat("has id ", rd.brief(v), "; ids must be integers in [0, 2^24)"));
   return v.get<int32_t>();
 }
 
@@ -182,6 +182,8 @@ void parse_decoder(const Reader& rd, const json& n, const std::string& where, Pi
     d.from = rd.string_field(n, where, "content");
     d.start = n.value("start", size_t(0));
     d.stop = n.value("stop", size_t(0));
+    // An empty content would strip nothing start times: with a huge start, a loop without end.
+    if (d.from.empty()) d.start = d.stop = 0;
   } else if (type == "Replace") {
     d.kind = K::replace;
     std::shared_ptr<const Regex> re;
@@ -251,7 +253,7 @@ void parse_post_processor(const Reader& rd, const json& n, const std::string& wh
         auto& to = seen_sequence ? p.post.after : p.post.before;
         to.insert(to.end(), ids.begin(), ids.end());
       } else {
-        rd.fail(at, str_cat("must be {\"Sequence\": ...} or {\"SpecialToken\": ...}, found ", item.dump()));
+        rd.fail(at, str_cat("must be {\"Sequence\": ...} or {\"SpecialToken\": ...}, found ", rd.brief(item)));
       }
     }
   } else {

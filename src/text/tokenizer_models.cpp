@@ -157,7 +157,10 @@ class WordPieceModel final : public WordModel {
     int32_t top = -1;
     for (const auto& [t, id] : vocab_) top = std::max(top, id);
     text_.resize(size_t(top + 1));
-    for (const auto& [t, id] : vocab_) text_[size_t(id)] = t;
+    for (const auto& [t, id] : vocab_) {
+      text_[size_t(id)] = t;
+      longest_ = std::max(longest_, t.size());
+    }
     auto it = vocab_.find(unk);
     unk_id_ = it == vocab_.end() ? -1 : it->second;
   }
@@ -189,7 +192,10 @@ class WordPieceModel final : public WordModel {
     const size_t mark = out.size();
     std::string candidate;
     for (size_t start = 0; start < word.size();) {
-      size_t end = word.size();
+      // No candidate longer than the longest vocab entry can match: starting there (at a character
+      // boundary) gives the same result, without trying every longer one on a long word.
+      size_t end = std::min(word.size(), start + longest_);
+      while (end > start && end < word.size() && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80) --end;
       int32_t found = -1;
       while (start < end) {
         candidate.assign(start > 0 ? prefix_ : "");
@@ -214,6 +220,7 @@ class WordPieceModel final : public WordModel {
   std::vector<std::string> text_;
   std::string prefix_;
   size_t max_chars_;
+  size_t longest_ = 0;  // bytes of the longest vocab entry
   int32_t unk_id_ = -1;
   PieceCache cache_;
 };

@@ -1,6 +1,8 @@
 // tokenizer_normalize.cpp: see tokenizer_normalize.h.
 #include "text/tokenizer_normalize.h"
 
+#include "core/error.h"
+
 namespace zt::tok {
 namespace {
 
@@ -19,27 +21,36 @@ std::string filter_map(std::string_view s, Keep keep, Map map) {
   return out;
 }
 
-void replace_literal(std::string& s, const std::string& from, const std::string& to) {
+// The Replace steps check their output as they build it (`limit`): one step can multiply the
+// text by its replacement's length.
+void replace_literal(std::string& s, const std::string& from, const std::string& to, size_t limit, bool& over) {
   if (from.empty() || s.find(from) == std::string::npos) return;
   std::string r;
-  r.reserve(s.size() + s.size() / 4);
+  r.reserve(std::min(limit, s.size() + s.size() / 4));
   size_t pos = 0;
   for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
     r.append(s, pos, hit - pos);
     r += to;
+    if (r.size() > limit) {
+      over = true;
+      return;
+    }
   }
   r.append(s, pos, std::string::npos);
   s.swap(r);
 }
 
-void replace_regex(std::string& s, const Regex& re, const std::string& to) {
+void replace_regex(std::string& s, const Regex& re, const std::string& to, size_t limit, bool& over) {
   std::string r;
   size_t prev = 0;
   re.for_each_match(s, [&](size_t start, size_t end) {
+    if (over) return;  // (the matcher runs to the end; nothing more is built)
     r.append(s, prev, start - prev);
     r += to;
     prev = end;
+    over = r.size() > limit;
   });
+  if (over) return;
   r.append(s, prev, std::string::npos);
   s.swap(r);
 }
@@ -93,7 +104,16 @@ void bert_normalize(const NormalizeStep& st, std::string& s) {
 
 }  // namespace
 
-void normalize_text(const std::vector<NormalizeStep>& steps, std::string& s) {
+void expansion_fail(const char* stage, const std::string& source, size_t input_bytes) {
+  throw Error(str_cat(source.empty() ? "tokenizer" : source, ": the ", stage, " makes ", input_bytes,
+                      " bytes of text longer than ", expansion_limit(input_bytes), " bytes (", kMaxExpansion,
+                      " times + ", kExpansionSlack,
+                      " bytes, the limit); a tokenizer.json whose steps grow text without bound is refused"));
+}
+
+void normalize_text(const std::vector<NormalizeStep>& steps, std::string& s, const std::string& source) {
+  const size_t input = s.size(), limit = expansion_limit(input);
+  bool over = false;
   for (const NormalizeStep& st : steps) {
     switch (st.kind) {
       case NormalizeStep::Kind::form:
@@ -111,9 +131,9 @@ void normalize_text(const std::vector<NormalizeStep>& steps, std::string& s) {
         break;
       case NormalizeStep::Kind::replace:
         if (st.regex)
-          replace_regex(s, *st.regex, st.to);
+          replace_regex(s, *st.regex, st.to, limit, over);
         else
-          replace_literal(s, st.from, st.to);
+          replace_literal(s, st.from, st.to, limit, over);
         break;
       case NormalizeStep::Kind::prepend:
         if (!s.empty()) s.insert(0, st.to);
@@ -122,6 +142,7 @@ void normalize_text(const std::vector<NormalizeStep>& steps, std::string& s) {
         bert_normalize(st, s);
         break;
     }
+    if (over || s.size() > limit) expansion_fail("normalizer", source, input);
   }
 }
 

@@ -4,6 +4,7 @@
 // Semantics follow Hugging Face tokenizers (e.g. Prepend skips empty text, Lowercase maps each
 // character on its own). Internal to src/text.
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -25,7 +26,21 @@ struct NormalizeStep {
   bool clean_text = true, chinese_chars = true, strip_accents = false, lowercase = true;  // bert
 };
 
-// Applies the steps in order; `s` is replaced by the result.
-void normalize_text(const std::vector<NormalizeStep>& steps, std::string& s);
+// A tokenizer.json is untrusted, and its normalizer, pre-tokenizer and decoder may each make text at
+// most kMaxExpansion times longer plus kExpansionSlack bytes (checked after every step, and while
+// a step builds its output). Real ones stay far below: Replace " " -> "▁" is 3x, Prepend adds
+// 3 bytes, NFKD's worst character (U+FDFA) is 11x; a chain of doubling Replace steps would
+// otherwise grow without bound.
+inline constexpr size_t kMaxExpansion = 32, kExpansionSlack = 4096;
+inline size_t expansion_limit(size_t input_bytes) {
+  return std::min<size_t>(input_bytes, size_t(1) << 40) * kMaxExpansion + kExpansionSlack;
+}
+// Throws the error for text that grew past its limit; `stage` is "normalizer", "pre-tokenizer" or
+// "decoder", `source` the tokenizer file.
+[[noreturn]] void expansion_fail(const char* stage, const std::string& source, size_t input_bytes);
+
+// Applies the steps in order; `s` is replaced by the result. Throws zt::Error (naming `source`)
+// when the text grows past expansion_limit.
+void normalize_text(const std::vector<NormalizeStep>& steps, std::string& s, const std::string& source = "");
 
 }  // namespace zt::tok

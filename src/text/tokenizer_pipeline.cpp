@@ -67,7 +67,7 @@ PipelineTokenizer::PipelineTokenizer(PipelineParts parts) : p_(std::move(parts))
     added_by_id_.emplace(a.id, i);
     std::string& text = added_normalized_[i];
     text = a.content;
-    if (a.normalized) normalize_text(p_.normalizer, text);
+    if (a.normalized) normalize_text(p_.normalizer, text, p_.source);
     (a.normalized ? any_normalized_added_ : any_raw_added_) = true;
     if (!text.empty()) added_by_first_byte_[static_cast<unsigned char>(text[0])].push_back(i);
   }
@@ -124,7 +124,7 @@ void PipelineTokenizer::encode_normalized(std::string_view text, bool at_start, 
   thread_local Splits a, tmp;
   a.clear();
   a.add(text, at_start);
-  pre_tokenize(p_.pre_tokenizer, a, tmp);
+  pre_tokenize(p_.pre_tokenizer, a, tmp, p_.source);
   for (size_t i = 0; i < a.spans.size(); ++i) p_.model->encode(a.piece(i), out);
 }
 
@@ -133,7 +133,7 @@ void PipelineTokenizer::encode_part(std::string_view text, bool at_start, bool n
   std::string normalized;
   if (!p_.normalizer.empty()) {
     normalized.assign(text);
-    normalize_text(p_.normalizer, normalized);
+    normalize_text(p_.normalizer, normalized, p_.source);
     text = normalized;
   }
   if (!normalized_added || !any_normalized_added_) return encode_normalized(text, at_start, out);
@@ -176,10 +176,23 @@ std::vector<int32_t> PipelineTokenizer::encode_with_special(std::string_view tex
 
 namespace {
 
+// Built into a new string: replacing in place moves the tail once per match (quadratic).
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  if (from.empty()) return;
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
-    s.replace(pos, from.size(), to);
+  if (from.empty() || s.find(from) == std::string::npos) return;
+  std::string r;
+  size_t pos = 0;
+  for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
+    r.append(s, pos, hit - pos);
+    r += to;
+  }
+  r.append(s, pos, std::string::npos);
+  s.swap(r);
+}
+
+size_t total_bytes(const std::vector<std::string>& tokens) {
+  size_t n = 0;
+  for (const std::string& t : tokens) n += t.size();
+  return n;
 }
 
 bool byte_fallback_token(const std::string& t, char* byte) {
@@ -189,7 +202,8 @@ bool byte_fallback_token(const std::string& t, char* byte) {
   return true;
 }
 
-void apply_decoder(const DecodeStep& d, std::vector<std::string>& tokens) {
+// Returns false when a Replace grew the tokens past `limit` (bytes in all).
+bool apply_decoder(const DecodeStep& d, std::vector<std::string>& tokens, size_t limit) {
   using K = DecodeStep::Kind;
   switch (d.kind) {
     case K::byte_level: {
@@ -233,9 +247,18 @@ void apply_decoder(const DecodeStep& d, std::vector<std::string>& tokens) {
         t = t.substr(b, e - b);
       }
       break;
-    case K::replace:
-      for (std::string& t : tokens) replace_all(t, d.from, d.to);
+    case K::replace: {
+      size_t bytes = total_bytes(tokens);
+      for (std::string& t : tokens) {
+        // One token grows at most |t| / |from| * |to|: checked before it is built.
+        const size_t grown = d.from.empty() ? 0 : t.size() / d.from.size() * d.to.size();
+        if (bytes + grown > limit) return false;
+        bytes -= t.size();
+        replace_all(t, d.from, d.to);
+        bytes += t.size();
+      }
       break;
+    }
     case K::metaspace:
       for (size_t i = 0; i < tokens.size(); ++i) replace_all(tokens[i], d.from, i == 0 && d.prepend ? "" : " ");
       break;
@@ -264,6 +287,7 @@ void apply_decoder(const DecodeStep& d, std::vector<std::string>& tokens) {
       }
       break;
   }
+  return total_bytes(tokens) <= limit;
 }
 
 }  // namespace
@@ -283,7 +307,9 @@ std::string PipelineTokenizer::decode(const std::vector<int32_t>& ids) const {
     for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
     return out;
   }
-  for (const DecodeStep& d : p_.decoder) apply_decoder(d, tokens);
+  const size_t input = total_bytes(tokens), limit = expansion_limit(input);
+  for (const DecodeStep& d : p_.decoder)
+    if (!apply_decoder(d, tokens, limit)) expansion_fail("decoder", p_.source, input);
   std::string out;
   for (const std::string& t : tokens) out += t;
   return out;

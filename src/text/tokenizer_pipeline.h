@@ -80,7 +80,8 @@ struct PostTemplate {
 };
 
 struct PipelineParts {
-  std::string name;  // "gpt2-bpe", "hf-bpe", "hf-unigram", "hf-wordpiece"
+  std::string name;    // "gpt2-bpe", "hf-bpe", "hf-unigram", "hf-wordpiece"
+  std::string source;  // the file it was loaded from, for errors ("" = none)
   std::vector<NormalizeStep> normalizer;
   std::vector<PreTokStep> pre_tokenizer;
   std::unique_ptr<WordModel> model;

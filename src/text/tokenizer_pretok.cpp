@@ -3,6 +3,10 @@
 // behaviour folds that list, and empty pieces are dropped.
 #include "text/tokenizer_pretok.h"
 
+#include <cstdint>
+
+#include "text/tokenizer_normalize.h"
+
 #include <algorithm>
 
 namespace zt::tok {
@@ -92,7 +96,8 @@ void split_one(const PreTokStep& step, std::string_view s, bool at_start, Splits
     if (!p.is_match && p.end > p.start) out.add(s.substr(p.start, p.end - p.start), at_start && p.start == 0);
 }
 
-void metaspace_one(const PreTokStep& step, std::string_view s, bool at_start, Splits& out) {
+// False (nothing added) when the replaced text would pass `limit`.
+bool metaspace_one(const PreTokStep& step, std::string_view s, bool at_start, Splits& out, size_t limit) {
   thread_local std::string t;
   t.clear();
   for (char c : s) {
@@ -100,28 +105,37 @@ void metaspace_one(const PreTokStep& step, std::string_view s, bool at_start, Sp
       t += step.replacement;
     else
       t += c;
+    if (t.size() > limit) return false;
   }
   bool prepend =
       step.prepend == PreTokStep::Prepend::always || (step.prepend == PreTokStep::Prepend::first && at_start);
   if (prepend && !std::string_view(t).starts_with(step.replacement)) t.insert(0, step.replacement);
-  if (!step.split) return out.add(t, at_start);
+  if (!step.split) {
+    out.add(t, at_start);
+    return true;
+  }
   PreTokStep cut;
   cut.kind = PreTokStep::Kind::split_literal;
   cut.literal = step.replacement;
   cut.behavior = SplitBehavior::merged_with_next;
   split_one(cut, t, at_start, out);
+  return true;
 }
 
 }  // namespace
 
-void pre_tokenize(const std::vector<PreTokStep>& steps, Splits& a, Splits& tmp) {
+void pre_tokenize(const std::vector<PreTokStep>& steps, Splits& a, Splits& tmp, const std::string& source) {
+  const size_t input = a.buf.size();
+  // Also within Splits' 32-bit offsets.
+  const size_t limit = std::min<size_t>(expansion_limit(input), UINT32_MAX);
   for (const PreTokStep& step : steps) {
     tmp.clear();
     for (size_t i = 0; i < a.spans.size(); ++i) {
       std::string_view s = a.piece(i);
       bool at_start = a.spans[i].at_start;
+      if (tmp.buf.size() > limit) expansion_fail("pre-tokenizer", source, input);
       if (step.kind == PreTokStep::Kind::metaspace) {
-        metaspace_one(step, s, at_start, tmp);
+        if (!metaspace_one(step, s, at_start, tmp, limit - tmp.buf.size())) expansion_fail("pre-tokenizer", source, input);
       } else if (step.kind == PreTokStep::Kind::byte_level) {
         std::string prefixed;
         if (step.add_prefix_space && !s.starts_with(' ')) {
@@ -136,6 +150,7 @@ void pre_tokenize(const std::vector<PreTokStep>& steps, Splits& a, Splits& tmp) 
         split_one(step, s, at_start, tmp);
       }
     }
+    if (tmp.buf.size() > limit) expansion_fail("pre-tokenizer", source, input);
     std::swap(a, tmp);
   }
 }

@@ -67,7 +67,10 @@ struct PreTokStep {
 };
 
 // Applies the steps in order to the pieces of `a` (the result is left in `a`; `tmp` is scratch).
-void pre_tokenize(const std::vector<PreTokStep>& steps, Splits& a, Splits& tmp);
+// Throws zt::Error (naming `source`, the tokenizer file) when the pieces grow past
+// expansion_limit (tokenizer_normalize.h) of the input: Metaspace steps whose replacement holds
+// spaces would otherwise double the text once per step.
+void pre_tokenize(const std::vector<PreTokStep>& steps, Splits& a, Splits& tmp, const std::string& source = "");
 
 // The pieces `pattern` cuts `s` into with `behavior` (exposed for the unit tests).
 std::vector<std::string> split_pieces(const PreTokStep& step, std::string_view s);

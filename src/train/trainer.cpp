@@ -287,7 +287,8 @@ void Trainer::load_data() {
            " holds SFT records (.jsonl) but --train_file is a token file; give both in the same form");
   // A flag of one kind of data given with the other would be parsed and ignored: refused instead.
   // (--tokenizer_name is not among them: it also names the tokenizer a token-file run carries.)
-  for (const char* f : {"chat_template_path", "completion_only_loss", "assistant_only_loss", "cache_dir"})
+  for (const char* f :
+       {"chat_template_path", "completion_only_loss", "assistant_only_loss", "cache_dir", "chat_template_max_steps"})
     ZT_CHECK(sft_ || !a_.explicit_flags.count(f), "--", f, " applies to SFT records (a .jsonl --train_file), not to ",
              "the token file ", a_.train_file);
   ZT_CHECK(!sft_ || !a_.explicit_flags.count("eos_token_id"),
@@ -354,6 +355,7 @@ void Trainer::load_sft_data() {
   SftOptions opt;
   opt.completion_only_loss = a_.completion_only_loss;
   opt.assistant_only_loss = a_.assistant_only_loss;
+  opt.template_limits.max_steps = a_.chat_template_max_steps;
   const ChatFormatter fmt(tpl, opt, tok->eos_id() >= 0 ? tok->decode({tok->eos_id()}) : std::string());
   const std::string cache = a_.cache_dir.empty() ? sft_default_cache_dir() : a_.cache_dir;
   auto build = [&](const std::string& file, const std::string& flag) {
