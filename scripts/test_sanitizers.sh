@@ -26,8 +26,8 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0
 export OMP_NUM_THREADS=2
-# The tokenizer parity tests encode every 4th Brown document here (all of them in the plain pass).
-export ZT_TEST_SAMPLE_EVERY=4
+# The tokenizer parity tests encode every 8th Brown document here (all of them in the plain pass).
+export ZT_TEST_SAMPLE_EVERY=8
 cd "$build"
 rc=0
 # parity_torch*: PyTorch's side is most of the test and is not instrumented, and the ztrain code it

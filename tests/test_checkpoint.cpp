@@ -100,7 +100,7 @@ class CheckpointTest : public ::testing::Test {
         DataCursor cursor(8, 16, true, 3);
         RngState rng(42);
         Counters counters;
-        CheckpointSaveOptions o{out_.string(), 3, {r, n}, r == 0, [&] { sync.arrive_and_wait(); }, save_id};
+        CheckpointSaveOptions o{out_.string(), 3, {r, n}, r == 0, [&] { sync.arrive_and_wait(); }, save_id, {}};
         checkpoint_save(o, tiny_config(), {&ranks[r], &cursor, &rng, &counters});
       });
     for (auto& t : threads) t.join();
@@ -301,7 +301,7 @@ TEST_F(CheckpointTest, OptimizerStateReshards) {
   DataCursor cursor(8, 16, true, 3);
   RngState rng(42);
   Counters counters;
-  checkpoint_save({out_.string(), 3, {0, 1}, true, {}, "save-1"}, tiny_config(), {opt.get(), &cursor, &rng, &counters});
+  checkpoint_save({out_.string(), 3, {0, 1}, true, {}, "save-1", {}}, tiny_config(), {opt.get(), &cursor, &rng, &counters});
 
   // "Rank 1 of 2": b first in its state, then the second half of a.
   auto mine = optim::make_optimizer("adamw", {}, 17);

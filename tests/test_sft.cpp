@@ -311,7 +311,9 @@ TEST(SftData, PromptTokensContributeExactlyZeroGradient) {
       const int next = j + 1;  // target of input j is token j + 1 (the EOS after the text)
       const int32_t id = next < int(all.size()) ? static_cast<unsigned char>(all[next]) : 256;
       if (next <= int(all.size())) ref_tg[b * T + j] = next >= prompt_len ? id : kernels::kIgnoreIndex;
-      if (next < prompt_len) EXPECT_EQ(tg[b * T + j], kernels::kIgnoreIndex) << "row " << b << " position " << j;
+      if (next < prompt_len) {
+        EXPECT_EQ(tg[b * T + j], kernels::kIgnoreIndex) << "row " << b << " position " << j;
+      }
     }
   }
   EXPECT_EQ(tg, ref_tg);

@@ -18,7 +18,7 @@
 // runs under a budget (Limits below: work steps, string and output bytes, list items, nesting),
 // integers are 64-bit with Python's results or an "integer overflow" error, never a wrap, and a
 // template nests at most 256 levels deep at parse time; exceeding any of these is one Error
-// naming the template and the limit (docs/security-text.md).
+// naming the template and the limit (docs/security.md).
 // Deliberately not here: autoescaping, sandboxing beyond what these constructs allow, file
 // loaders, Unicode case mapping beyond ASCII (upper / lower / title on ASCII letters only).
 #pragma once

@@ -145,7 +145,7 @@ struct TrainArgs {
   std::string chat_template_path;    // a .jinja file or tokenizer_config.json; "" = the tokenizer's
   bool completion_only_loss = true;  // prompt-completion records: loss on the completion only
   bool assistant_only_loss = false;  // messages records: loss on the assistant turns only
-  int64_t chat_template_max_steps = 10'000'000;  // work budget of one chat-template render (docs/security-text.md)
+  int64_t chat_template_max_steps = 10'000'000;  // work budget of one chat-template render (docs/security.md)
   std::string cache_dir;             // tokenized-data cache; "" = $ZT_CACHE_DIR or ~/.cache/ztrain
 
   // Data parallelism over the ranks of mpirun (docs/distributed.md). Set by flags of the same

@@ -17,6 +17,7 @@ usage: run_parity.py --ztrain build/ztrain [--work DIR]
 import argparse
 import json
 import os
+import concurrent.futures
 import subprocess
 import sys
 import tempfile
@@ -80,60 +81,78 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--work", default="")
-    ap.add_argument("--only", default="", help="run the cases whose name contains this")
-    a = ap.parse_args()
-    work = a.work or tempfile.mkdtemp(prefix="zt_parity_")
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    failures = 0
-    cases = [c for c in CASES if a.only in c[0]]
-    for name, make_args in cases:
-        d = os.path.join(work, name)
-        model, tokens = os.path.join(d, "model"), os.path.join(d, "train.bin")
-        run([PY, os.path.join(HERE, "make_model.py"), "--out", model, "--seed", "3", "--tokens", tokens,
-             "--num_tokens", "6000"] + make_args)
-        common = ["--per_device_train_batch_size", str(B), "--gradient_accumulation_steps", str(G),
-                  "--model_max_length", str(T), "--max_steps", str(STEPS)] + HP
-        torch_dir = os.path.join(d, "torch_out")
-        bf16 = "autocast_bf16" in name
-        ref = json.loads(run([PY, os.path.join(HERE, "torch_train.py"), "--model", model, "--train_file", tokens,
-                              "--save_dir", torch_dir] + common + (["--autocast", "bf16"] if bf16 else []),
-                             env=env).strip().splitlines()[-1])
-        out = os.path.join(d, "ztrain_out")
-        run([a.ztrain, "train", "--model_name_or_path", model, "--train_file", tokens, "--output_dir", out,
-             "--overwrite_output_dir", "--no_shuffle", "--lr_scheduler_type", "constant", "--logging_steps", "1",
-             "--save_strategy", "no", "--threads", "2"] + common + (["--bf16"] if bf16 else []), env=env)
-        hist = [e for e in json.load(open(os.path.join(out, "trainer_state.json")))["log_history"] if "loss" in e]
-        worst_loss = max(rel(h["loss"], r) for h, r in zip(hist, ref["losses"]))
-        worst_norm = max(rel(h["grad_norm"], r) for h, r in zip(hist, ref["grad_norms"]))
-        loss_tol, norm_tol = (1e-2, 5e-2) if bf16 else (1e-4, 1e-4)
-        ok = len(hist) == STEPS and worst_loss <= loss_tol and worst_norm <= norm_tol
-        print(f"{name:<22} losses ztrain {[round(h['loss'], 6) for h in hist]}")
-        print(f"{'':<22} losses torch  {[round(x, 6) for x in ref['losses']]}")
-        print(f"{'':<22} worst relative difference: loss {worst_loss:.2e}, grad_norm {worst_norm:.2e} "
-              f"-> {'ok' if ok else 'FAIL'}")
-        failures += not ok
-        # ztrain's saved folder read by the reference loader equals PyTorch's own result.
-        cmp = run([PY, "-c", f"""
+def run_case(name, make_args, work, ztrain, env):
+    """One case: (failures, the lines it prints)."""
+    lines, failures = [], 0
+    d = os.path.join(work, name)
+    model, tokens = os.path.join(d, "model"), os.path.join(d, "train.bin")
+    run([PY, os.path.join(HERE, "make_model.py"), "--out", model, "--seed", "3", "--tokens", tokens,
+         "--num_tokens", "6000"] + make_args)
+    common = ["--per_device_train_batch_size", str(B), "--gradient_accumulation_steps", str(G),
+              "--model_max_length", str(T), "--max_steps", str(STEPS)] + HP
+    torch_dir = os.path.join(d, "torch_out")
+    bf16 = "autocast_bf16" in name
+    ref = json.loads(run([PY, os.path.join(HERE, "torch_train.py"), "--model", model, "--train_file", tokens,
+                          "--save_dir", torch_dir] + common + (["--autocast", "bf16"] if bf16 else []),
+                         env=env).strip().splitlines()[-1])
+    out = os.path.join(d, "ztrain_out")
+    run([ztrain, "train", "--model_name_or_path", model, "--train_file", tokens, "--output_dir", out,
+         "--overwrite_output_dir", "--no_shuffle", "--lr_scheduler_type", "constant", "--logging_steps", "1",
+         "--save_strategy", "no", "--threads", env["OMP_NUM_THREADS"]] + common + (["--bf16"] if bf16 else []),
+        env=env)
+    hist = [e for e in json.load(open(os.path.join(out, "trainer_state.json")))["log_history"] if "loss" in e]
+    worst_loss = max(rel(h["loss"], r) for h, r in zip(hist, ref["losses"]))
+    worst_norm = max(rel(h["grad_norm"], r) for h, r in zip(hist, ref["grad_norms"]))
+    loss_tol, norm_tol = (1e-2, 5e-2) if bf16 else (1e-4, 1e-4)
+    ok = len(hist) == STEPS and worst_loss <= loss_tol and worst_norm <= norm_tol
+    lines.append(f"{name:<22} losses ztrain {[round(h['loss'], 6) for h in hist]}")
+    lines.append(f"{'':<22} losses torch  {[round(x, 6) for x in ref['losses']]}")
+    lines.append(f"{'':<22} worst relative difference: loss {worst_loss:.2e}, grad_norm {worst_norm:.2e} "
+                 f"-> {'ok' if ok else 'FAIL'}")
+    failures += not ok
+    # ztrain's saved folder read by the reference loader equals PyTorch's own result.
+    cmp = run([PY, "-c", f"""
 import sys; sys.path.insert(0, {HERE!r})
 import hfmodels, torch
 zm, _ = hfmodels.load_model({out!r}); tm, _ = hfmodels.load_model({torch_dir!r})
 zs, ts = zm.state_dict(), tm.state_dict()
 assert zs.keys() == ts.keys(), (sorted(zs.keys() ^ ts.keys()))
 print(max(float((zs[k] - ts[k]).abs().max()) for k in zs))
-"""])
-        diff = float(cmp.strip().splitlines()[-1])
-        # Adam turns tiny gradient differences on near-zero gradients into up to ~lr-sized
-        # moves, so allow 10% of the 5 steps' largest possible travel (5 x lr = 5e-3); a
-        # wrong name, layout or transpose would differ by the weights' own size (~2e-2).
-        # bf16: the rounding differences flip the signs of Adam's steps on tiny gradients, so any
-        # parameter may move up to 2 x 5 lr apart (1e-2); a layout bug still shows as ~1e-1.
-        ok2 = diff < (1e-2 if bf16 else 5e-4)
-        print(f"{'':<22} saved model vs PyTorch's trained parameters: max |diff| {diff:.2e} -> {'ok' if ok2 else 'FAIL'}")
-        failures += not ok2
+"""], env=env)
+    diff = float(cmp.strip().splitlines()[-1])
+    # Adam turns tiny gradient differences on near-zero gradients into up to ~lr-sized
+    # moves, so allow 10% of the 5 steps' largest possible travel (5 x lr = 5e-3); a
+    # wrong name, layout or transpose would differ by the weights' own size (~2e-2).
+    # bf16: the rounding differences flip the signs of Adam's steps on tiny gradients, so any
+    # parameter may move up to 2 x 5 lr apart (1e-2); a layout bug still shows as ~1e-1.
+    ok2 = diff < (1e-2 if bf16 else 5e-4)
+    lines.append(f"{'':<22} saved model vs PyTorch's trained parameters: max |diff| {diff:.2e} -> "
+                 f"{'ok' if ok2 else 'FAIL'}")
+    failures += not ok2
+    return failures, lines
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--work", default="")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--jobs", type=int, default=2, help="cases run at once, one thread each (2)")
+    a = ap.parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="zt_parity_")
+    # Cases run two at a time with one thread each: most of a case is starting Python and importing
+    # torch (single-threaded), so this halves the test's time on two cores. One thread or two
+    # changes only the order of sums, far inside the tolerances.
+    threads = "1" if a.jobs > 1 else "2"
+    env = {**os.environ, "OMP_NUM_THREADS": threads}
+    cases = [c for c in CASES if a.only in c[0]]
+    failures = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        futures = [pool.submit(run_case, name, args, work, a.ztrain, env) for name, args in cases]
+        for f in futures:  # in case order, each case's lines together
+            n, lines = f.result()
+            failures += n
+            print("\n".join(lines), flush=True)
     print(f"{len(cases) * 2 - failures} passed, {failures} failed")
     return 1 if failures else 0
 
