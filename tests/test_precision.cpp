@@ -59,11 +59,17 @@ TEST(Convert, MatchesScalarReferencesIncludingEdges) {
   }
   EXPECT_TRUE(std::isinf(f16_to_f32(f32_to_f16(65520.f))));  // fp16 overflows to inf
   kernels::from_lowp(DType::bf16, back.data(), b.data(), n);
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isnan(x[i])) EXPECT_EQ(back[i], bf16_to_f32(b[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isnan(x[i])) {
+      EXPECT_EQ(back[i], bf16_to_f32(b[i]));
+    }
+  }
   kernels::from_lowp(DType::f16, back.data(), h.data(), n);
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isnan(x[i])) EXPECT_EQ(back[i], f16_to_f32(h[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isnan(x[i])) {
+      EXPECT_EQ(back[i], f16_to_f32(h[i]));
+    }
+  }
   });
 }
 
