@@ -339,5 +339,27 @@ TEST(UntrustedTokenizer, WordPieceWithoutMaxInputCharsUsesTheDefault100) {
   EXPECT_TRUE(has(bounded([&] { Tokenizer::load(p.string()); }), "max_input_chars_per_word"));
 }
 
+// Found by fuzz_tokenizer_pipeline: a post-processor's special-token ids are emitted as written, so
+// an id past the vocabulary reached the caller (and from there an embedding table). Refused at load.
+TEST(UntrustedTokenizer, PostProcessorIdsOutsideTheVocabAreRefused) {
+  json j = json::parse(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]",
+      "vocab": {"[UNK]": 0, "a": 1, "##a": 2, "<s>": 3, "</s>": 4}}, "pre_tokenizer": {"type": "WhitespaceSplit"},
+      "post_processor": {"type": "BertProcessing", "cls": ["<s>", 3], "sep": ["</s>", 9]}})");
+  const fs::path p = scratch_dir("post_ids") / "tokenizer.json";
+  std::ofstream(p) << j.dump();
+  const std::string err = bounded([&] { Tokenizer::load(p.string()); });
+  EXPECT_TRUE(has(err, "post_processor") && has(err, "token id 9") && has(err, p.string().c_str())) << err;
+  j["post_processor"] = json::parse(R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}},
+      {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [-2], "tokens": ["<s>"]}}})");
+  std::ofstream(p, std::ios::trunc) << j.dump();
+  EXPECT_FALSE(bounded([&] { Tokenizer::load(p.string()); }).empty());
+  j["post_processor"]["special_tokens"]["<s>"]["ids"] = json::array({3});
+  std::ofstream(p, std::ios::trunc) << j.dump();
+  std::unique_ptr<Tokenizer> t;
+  EXPECT_EQ(bounded([&] { t = Tokenizer::load(p.string()); }), "");  // in range: loads and encodes
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->encode_with_special("a", true), (std::vector<int32_t>{3, 1}));
+}
+
 }  // namespace untrusted_test
 }  // namespace zt

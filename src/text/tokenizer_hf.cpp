@@ -245,6 +245,15 @@ std::unique_ptr<Tokenizer> load_json(const Reader& rd, const json& root) {
   read_added_tokens(rd, root, p);
   parse_decoder(rd, part("decoder"), "decoder", p);
   parse_post_processor(rd, part("post_processor"), "post_processor", p);
+  // A post-processor's ids are emitted as written: one outside the vocabulary (the model's ids and
+  // added_tokens) would index an embedding table past its end (found by fuzz_tokenizer_pipeline).
+  int vocab = p.model->vocab_size();
+  for (const AddedToken& a : p.added) vocab = std::max(vocab, a.id + 1);
+  for (const std::vector<int32_t>* ids : {&p.post.before, &p.post.after})
+    for (int32_t id : *ids)
+      if (id < 0 || id >= vocab)
+        rd.fail("post_processor", str_cat("emits the token id ", id, ", outside the vocabulary of ", vocab,
+                                          " ids (the model's and added_tokens)"));
   resolve_bos_eos(rd.file, p);
   return std::make_unique<PipelineTokenizer>(std::move(p));
 }
