@@ -86,8 +86,9 @@ ShardLayout shard_layout(const unsigned char* base, size_t bytes, const std::str
            " bytes, expected ", kShardHeaderBytes + l.data_bytes + chunks * 8, " (truncated or extended); re-run "
            "ztrain tokenize or restore the file");
   l.sums.resize(chunks);
-  std::memcpy(l.sums.data(), base + kShardHeaderBytes + l.data_bytes, chunks * 8);
-  ZT_CHECK(content_hash(l.sums.data(), chunks * 8) == table_hash, path,
+  if (chunks > 0) std::memcpy(l.sums.data(), base + kShardHeaderBytes + l.data_bytes, chunks * 8);
+  static const uint64_t kNone = 0;  // an empty table: never hand a null pointer to the hash
+  ZT_CHECK(content_hash(chunks > 0 ? static_cast<const void*>(l.sums.data()) : &kNone, chunks * 8) == table_hash, path,
            ": the token shard's checksum table is damaged; re-run ztrain tokenize or restore the file");
   return l;
 }
@@ -113,6 +114,7 @@ ShardWriter::~ShardWriter() {
 }
 
 void ShardWriter::put(const void* bytes, size_t n) {
+  if (n == 0) return;
   ZT_CHECK(std::fwrite(bytes, 1, n, f_) == n, "writing ", tmp_, " failed; check free disk space");
   const auto* p = static_cast<const unsigned char*>(bytes);
   while (n > 0) {
@@ -140,9 +142,13 @@ void ShardWriter::close() {
   if (!chunk_.empty()) sums_.push_back(shard_chunk_hash(chunk_.data(), chunk_.size(), sums_.size()));
   chunk_.clear();
   const size_t table = sums_.size() * 8;
-  ZT_CHECK(std::fwrite(sums_.data(), 1, table, f_) == table, "writing ", tmp_, " failed; check free disk space");
+  // An empty shard has no chunks: its table is empty (and sums_.data() may be null, which
+  // fwrite and the hash must not be given).
+  static const uint64_t kNone = 0;
+  const void* sums = sums_.empty() ? &kNone : sums_.data();
+  ZT_CHECK(table == 0 || std::fwrite(sums, 1, table, f_) == table, "writing ", tmp_, " failed; check free disk space");
   unsigned char b[kShardHeaderBytes];
-  encode_header(header_, kShardFlagChecksums, kShardChunkLog2, content_hash(sums_.data(), table), b);
+  encode_header(header_, kShardFlagChecksums, kShardChunkLog2, content_hash(sums, table), b);
   ZT_CHECK(std::fseek(f_, 0, SEEK_SET) == 0 && std::fwrite(b, 1, sizeof b, f_) == sizeof b, "writing ", tmp_,
            " failed; check free disk space");
   ZT_CHECK(std::fflush(f_) == 0 && ::fsync(fileno(f_)) == 0, "writing ", tmp_, " failed; check free disk space");
