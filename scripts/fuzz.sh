@@ -26,7 +26,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 build=build-fuzz
-cmake -S . -B "$build" -DZT_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+cmake -S . -B "$build" -DZT_FUZZ=ON -DZT_WITH_CUDA=OFF -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g" >/dev/null
 cmake --build "$build" -j"${ZT_FUZZ_JOBS:-2}" --target fuzz_all 2>&1 | grep -E "error|warning: " || true
 

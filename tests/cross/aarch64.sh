@@ -38,7 +38,7 @@ if [ ! -f "$sysroot/usr/include/oneapi/dnnl/dnnl_config.h" ]; then
   rm -rf "$sysroot" && mv "$sysroot.tmp" "$sysroot"
 fi
 build=${ZT_CROSS_BUILD_DIR:-build-aarch64}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DZT_WITH_MPI=OFF \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DZT_WITH_MPI=OFF -DZT_WITH_CUDA=OFF \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/tests/cross/aarch64-toolchain.cmake" -DCMAKE_CXX_FLAGS="-isystem $sysroot/usr/include" \
   -DDNNL_LIB=/usr/lib/aarch64-linux-gnu/libdnnl.so.2 >/dev/null
 cmake --build "$build" -j"$(nproc)" --target zt_tests ztrain 2>&1 | grep -E "error|warning: " || true

@@ -1,0 +1,65 @@
+// device.h: the device seam's host side. Which device a run computes on (--device cpu | cuda |
+// auto), whether the CUDA backend is compiled in and a GPU present, and device memory that is
+// freed on every path (RAII). Nothing here includes a CUDA header: the CPU-only build
+// (device_none.cpp) and the CUDA build (device_cuda.cpp) implement the same declarations.
+// Every failure is a zt::Error whose message names what failed and what to do.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace zt {
+
+enum class DeviceKind { cpu, cuda };
+
+// True when this binary was built with the CUDA backend (CMake found the toolkit).
+bool cuda_backend_compiled();
+// GPUs this process can use: 0 without the backend, without a driver or without a GPU. Never throws.
+int cuda_device_count();
+
+struct CudaDeviceInfo {
+  std::string name;
+  int major = 0, minor = 0;  // compute capability
+  int multiprocessors = 0;
+  size_t total_bytes = 0, free_bytes = 0;
+};
+// Device 0's properties; throws when there is none.
+CudaDeviceInfo cuda_device_info();
+
+// --device: "cpu", "cuda" (throws when the backend is missing or no GPU is present), "auto"
+// (a GPU when one is present, else the CPU); anything else throws naming the valid values.
+DeviceKind resolve_device(std::string_view flag);
+
+// An allocation in GPU memory. `what` names the buffer in the out-of-memory message
+// (with its size and the free memory), so the user learns which buffer did not fit.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(size_t bytes, std::string_view what);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Synchronous copies on the current stream (host memory may be pageable).
+void copy_to_device(void* dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+void fill_device_zero(void* dst, size_t bytes);
+// Waits for the device and throws if any earlier launch failed asynchronously.
+void device_synchronize();
+
+}  // namespace zt

@@ -1,0 +1,89 @@
+// device_cuda.cpp: core/device.h with the CUDA backend compiled in.
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "core/cuda_check.h"
+#include "core/device.h"
+
+namespace zt {
+
+bool cuda_backend_compiled() { return true; }
+
+int cuda_device_count() {
+  int n = 0;
+  // No driver, no GPU, or a driver older than the runtime: all mean "no usable GPU" here;
+  // --device cuda turns that into an error that names the reason.
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+CudaDeviceInfo cuda_device_info() {
+  cudaDeviceProp p{};
+  ZT_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  CudaDeviceInfo info;
+  info.name = p.name;
+  info.major = p.major;
+  info.minor = p.minor;
+  info.multiprocessors = p.multiProcessorCount;
+  ZT_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
+DeviceKind resolve_device(std::string_view flag) {
+  if (flag == "cpu") return DeviceKind::cpu;
+  if (flag != "cuda" && flag != "auto")
+    throw Error(str_cat("--device ", quote(flag), " is not a device: use cpu, cuda or auto"));
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    if (flag == "auto") return DeviceKind::cpu;
+    throw Error(str_cat("--device cuda: no usable GPU (", e == cudaSuccess ? "none found" : cudaGetErrorString(e),
+                        "): check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --device cpu"));
+  }
+  return DeviceKind::cuda;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes, std::string_view what) : bytes_(bytes) {
+  if (bytes == 0) return;
+  cudaError_t e = cudaMalloc(&ptr_, bytes);
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  ptr_ = nullptr;
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  cudaGetLastError();
+  const double mib = 1024.0 * 1024.0;
+  throw Error(str_cat("GPU out of memory allocating ", what, ": ", int64_t(bytes / mib), " MiB asked, ",
+                      int64_t(free_b / mib), " MiB free of ", int64_t(total_b / mib),
+                      " MiB: lower --per_device_train_batch_size or --max_seq_length, or turn on "
+                      "--gradient_checkpointing (ztrain estimate-memory --device cuda shows the budget)"));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cudaFree(ptr_);  // an error here (device lost) cannot be reported from a destructor
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)),
+                                                         bytes_(std::exchange(o.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  std::swap(ptr_, o.ptr_);
+  std::swap(bytes_, o.bytes_);
+  return *this;
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  ZT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  ZT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+void fill_device_zero(void* dst, size_t bytes) { ZT_CUDA_CHECK(cudaMemset(dst, 0, bytes)); }
+void device_synchronize() { ZT_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+}  // namespace zt

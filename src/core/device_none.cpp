@@ -1,0 +1,43 @@
+// device_none.cpp: core/device.h in a binary built without the CUDA backend: the CPU is the
+// only device, and asking for a GPU says how to get one.
+#include "core/device.h"
+
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+[[noreturn]] void no_backend() {
+  throw Error(
+      "this ztrain was built without the CUDA backend: install the CUDA toolkit (nvcc, cuBLASLt) "
+      "and rebuild (README: Building with CUDA), or use --device cpu");
+}
+}  // namespace
+
+bool cuda_backend_compiled() { return false; }
+int cuda_device_count() { return 0; }
+CudaDeviceInfo cuda_device_info() { no_backend(); }
+
+DeviceKind resolve_device(std::string_view flag) {
+  if (flag == "cpu" || flag == "auto") return DeviceKind::cpu;
+  if (flag == "cuda") no_backend();
+  throw Error(str_cat("--device ", quote(flag), " is not a device: use cpu, cuda or auto"));
+}
+
+DeviceBuffer::DeviceBuffer(size_t, std::string_view) { no_backend(); }
+DeviceBuffer::~DeviceBuffer() = default;
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+  o.ptr_ = nullptr;
+  o.bytes_ = 0;
+}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  std::swap(ptr_, o.ptr_);
+  std::swap(bytes_, o.bytes_);
+  return *this;
+}
+void copy_to_device(void*, const void*, size_t) { no_backend(); }
+void copy_to_host(void*, const void*, size_t) { no_backend(); }
+void fill_device_zero(void*, size_t) { no_backend(); }
+void device_synchronize() {}
+
+}  // namespace zt

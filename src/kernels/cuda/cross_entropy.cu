@@ -1,0 +1,141 @@
+// cross_entropy.cu: see cross_entropy_cuda.h. The row kernel gives each token's row of V logits
+// one block: three passes over the row (max; exp and sum, the exponentials written back; scale
+// into the gradient), reductions through shared memory. Each row's loss is
+// log(sum) - (z_target - max), as on the CPU, in double on the host from the row's float sum and
+// shifted target logit.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "core/device.h"
+#include "kernels/cuda/cross_entropy_cuda.h"
+#include "kernels/cuda/gemm_cuda.h"
+
+namespace zt::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+
+// op 0: max, op 1: sum. Every thread returns the block's result.
+__device__ float block_reduce(float v, int op, float* shared) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = op == 0 ? fmaxf(v, u) : v + u;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < int(blockDim.x / 32) ? shared[lane] : (op == 0 ? -INFINITY : 0.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+      const float u = __shfl_xor_sync(0xffffffffu, v, o);
+      v = op == 0 ? fmaxf(v, u) : v + u;
+    }
+    if (lane == 0) shared[32] = v;
+  }
+  __syncthreads();
+  const float r = shared[32];
+  __syncthreads();  // shared[] is reused by the next reduction
+  return r;
+}
+
+// z (rows, V) logits -> gradient (when grad), row_stats[2*i] = sum of exp, [2*i+1] = z_t - max.
+__global__ void softmax_ce_k(float* z, __nv_bfloat16* low, float* row_stats, const int32_t* targets, int V,
+                             float grad_scale, bool grad) {
+  __shared__ float shared[33];
+  const int64_t i = blockIdx.x;
+  float* zr = z + i * V;
+  const int32_t tgt = targets[i];
+  if (tgt == kIgnoreIndex) {
+    if (grad) {
+      for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        zr[v] = 0.0f;
+        if (low) low[i * V + v] = __float2bfloat16_rn(0.0f);
+      }
+    }
+    if (threadIdx.x == 0) row_stats[2 * i] = row_stats[2 * i + 1] = 0.0f;
+    return;
+  }
+  float mx = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, zr[v]);
+  mx = block_reduce(mx, 0, shared);
+  const float shifted = zr[tgt] - mx;
+  float sum = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    const float e = expf(zr[v] - mx);
+    zr[v] = e;
+    sum += e;
+  }
+  sum = block_reduce(sum, 1, shared);
+  if (threadIdx.x == 0) {
+    row_stats[2 * i] = sum;
+    row_stats[2 * i + 1] = shifted;
+  }
+  if (!grad) return;
+  const float ks = grad_scale / sum;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    float g = zr[v] * ks;
+    if (v == tgt) g -= grad_scale;
+    zr[v] = g;
+    if (low) low[i * V + v] = __float2bfloat16_rn(g);
+  }
+}
+
+void check_targets(const std::vector<int32_t>& targets, int V) {
+  for (size_t i = 0; i < targets.size(); ++i)
+    if (targets[i] != kIgnoreIndex && uint32_t(targets[i]) >= uint32_t(V))
+      throw Error(str_cat("lm head: target id ", targets[i], " at row ", i, " is outside the vocabulary [0, ", V,
+                          "); the token data was not checked against the model"));
+}
+
+}  // namespace
+
+double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const LmHeadDims& d,
+                 float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute, double* token_loss) {
+  const int C = d.C, V = d.V;
+  LmHeadCompute fp32{DType::f32, x, w, nullptr, false};
+  const LmHeadCompute& k = compute ? *compute : fp32;
+  if (k.t != DType::f32 && k.t != DType::bf16)
+    throw Error("GPU lm head: fp16 compute is not supported on the GPU yet; use --bf16 or fp32");
+  const size_t es = dtype_size(k.t);
+  std::vector<int32_t> host_targets(size_t(d.N));
+  copy_to_host(host_targets.data(), targets, host_targets.size() * sizeof(int32_t));
+  check_targets(host_targets, V);
+  DeviceBuffer stats(size_t(2 * std::max<int64_t>(d.chunk, 1)) * sizeof(float), "lm head row statistics");
+  std::vector<float> host_stats(size_t(2 * d.chunk));
+  double loss = 0.0;
+  int64_t counted = 0;
+  for (int64_t r0 = 0; r0 < d.N; r0 += d.chunk) {
+    const int64_t rows = std::min(d.chunk, d.N - r0);
+    const void* xc = static_cast<const char*>(k.x) + size_t(r0) * C * es;
+    gemm(k.t, false, true, rows, V, C, 1.0f, xc, C, k.w, C, 0.0f, scratch, V);
+    auto* low = k.t == DType::bf16 && dx ? static_cast<__nv_bfloat16*>(k.dlogits) : nullptr;
+    softmax_ce_k<<<unsigned(rows), kThreads>>>(scratch, low, stats.as<float>(), targets + r0, V, grad_scale,
+                                               dx != nullptr);
+    ZT_CUDA_LAUNCH_CHECK();
+    copy_to_host(host_stats.data(), stats.data(), size_t(2 * rows) * sizeof(float));
+    for (int64_t i = 0; i < rows; ++i) {
+      if (host_targets[size_t(r0 + i)] == kIgnoreIndex) {
+        if (token_loss) token_loss[r0 + i] = 0.0;
+        continue;
+      }
+      const double li = std::log(double(host_stats[size_t(2 * i)])) - double(host_stats[size_t(2 * i + 1)]);
+      loss += li;
+      ++counted;
+      if (token_loss) token_loss[r0 + i] = li;
+    }
+    if (dx) {
+      const void* g = low ? static_cast<const void*>(low) : scratch;
+      gemm(k.t, false, false, rows, C, V, 1.0f, g, V, k.w, C, 0.0f, dx + r0 * C, C);
+      gemm(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);
+    }
+  }
+  if (count) *count = counted;
+  return loss;
+}
+
+}  // namespace zt::kernels::cuda
