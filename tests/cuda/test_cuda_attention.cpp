@@ -22,6 +22,7 @@ using kernels::AttnDims;
 struct Case {
   int B, T, NH, KVH, HS;
   bool doc, bf16;
+  int doc_len = 0;  // > 0: documents of doc_len tokens (the last one shorter) instead of two
 };
 
 // Two documents per row: positions restart at T/3 + b (so rows differ); a cut at 0 or past the
@@ -35,16 +36,25 @@ std::vector<int32_t> two_documents(int B, int T) {
   return ds;
 }
 
+// Documents of len tokens each (row b shifted by b so that boundaries move between rows).
+std::vector<int32_t> short_documents(int B, int T, int len) {
+  std::vector<int32_t> ds(size_t(B) * T);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) ds[size_t(b) * T + t] = t < b ? 0 : (t - b) / len * len + b;
+  return ds;
+}
+
 std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
 void run_case(const Case& c, uint64_t seed) {
   SCOPED_TRACE(testing::Message() << "B=" << c.B << " T=" << c.T << " NH=" << c.NH << " KVH=" << c.KVH
-                                  << " HS=" << c.HS << " doc=" << c.doc << " bf16=" << c.bf16);
+                                  << " HS=" << c.HS << " doc=" << c.doc << " bf16=" << c.bf16
+                                  << " doc_len=" << c.doc_len);
   AttnDims d{c.B, c.T, c.NH, c.KVH, c.HS};
   const size_t n_qkv = size_t(c.B) * c.T * d.row_stride(), n_out = size_t(c.B) * c.T * c.NH * c.HS;
   const size_t n_lse = size_t(c.B) * c.NH * c.T;
   const std::vector<float> qkv = randn(n_qkv, seed), dout = randn(n_out, seed + 1);
-  const std::vector<int32_t> doc = two_documents(c.B, c.T);
+  const std::vector<int32_t> doc = c.doc_len > 0 ? short_documents(c.B, c.T, c.doc_len) : two_documents(c.B, c.T);
 
   // Reference in double, on the values the kernel actually multiplies.
   const std::vector<double> qkv_r = to_double(c.bf16 ? bf16_round(qkv) : qkv);
@@ -114,6 +124,20 @@ TEST(CudaAttention, LongerRowsBothPaths) {
     run_case({1, 333, 4, 2, 128, true, bf16}, 7);
     run_case({2, 300, 2, 1, 64, true, bf16}, 8);
     run_case({1, 257, 2, 2, 64, false, bf16}, 9);
+  }
+}
+
+// The tensor-core kernels' tile edges: T one past / short of the forward's 128-query and the
+// backward's 128-key tiles, and many short documents, so that key tiles see only a few query
+// tiles, whole tiles are skipped, and boundaries fall inside 16-row warp slices.
+TEST(CudaAttention, Bf16TensorCoreTileEdges) {
+  ZT_REQUIRE_GPU();
+  uint64_t seed = 40;
+  for (int HS : {64, 128}) {
+    for (int T : {2, 127, 129, 385}) run_case({2, T, 4, 2, HS, false, true}, ++seed);
+    run_case({2, 500, 4, 1, HS, true, true, 37}, ++seed);
+    run_case({1, 700, 2, 2, HS, true, true, 130}, ++seed);
+    run_case({2, 300, 8, 2, HS, true, true, 9}, ++seed);
   }
 }
 

@@ -371,15 +371,11 @@ void attention_forward(float* out, float* lse, const float* qkv, const AttnDims&
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const AttnDims& d, bool bf16) {
   check_dims(d);
+  if (attention_uses_tensor_cores(d.HS, bf16)) return detail::attention_backward_tc(dqkv, dout, qkv, out, lse, d);
   float* D = scratch_floats(size_t(d.B) * d.NH * d.T);
   const int64_t warps = int64_t(d.B) * d.T * d.NH;
   rowdot_kernel<<<unsigned((warps * 32 + 255) / 256), 256>>>(D, dout, out, d.B, d.T, d.NH, d.HS);
   ZT_CUDA_LAUNCH_CHECK();
-  if (attention_uses_tensor_cores(d.HS, bf16)) {
-    // dQ is accumulated with atomics over key tiles: its part must start at zero.
-    ZT_CUDA_CHECK(cudaMemsetAsync(dqkv, 0, size_t(d.B) * d.T * d.row_stride() * sizeof(float)));
-    return detail::attention_backward_tc(dqkv, dout, qkv, lse, D, d);
-  }
   const Geom g = make_geom(d);
   const size_t smem_kv = size_t(2 * kBlockRows * d.HS + 2 * kTile * (d.HS + 1)) * sizeof(float);
   allow_smem(bwd_dkdv_kernel, smem_kv);

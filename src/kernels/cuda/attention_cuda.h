@@ -5,8 +5,8 @@
 // bf16=false: fp32 products everywhere (FlashAttention-2 tiling on CUDA cores).
 // bf16=true: Q, K, V, dO and the probability tiles P, dS are rounded to bf16 for the products,
 // with fp32 accumulation, softmax, lse and outputs (attention_bf16.cpp's semantics). HS 64 and
-// 128 run on tensor cores (WMMA bf16 16x16x16); other head sizes run the CUDA-core kernels with
-// the same rounding.
+// 128 run on tensor cores (mma.sync bf16 m16n8k16); other head sizes run the CUDA-core kernels
+// with the same rounding.
 #pragma once
 #include "kernels/attention.h"
 
@@ -24,11 +24,10 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 bool attention_uses_tensor_cores(int HS, bool bf16);
 
 namespace detail {
-// attention_tc.cu: the tensor-core kernels (bf16, HS 64 or 128). D (B, NH, T) = rowsum(dO * O)
-// is precomputed by the caller; dqkv's q part must be zero on entry (dQ is accumulated with
-// atomics), its k/v parts are assigned.
+// attention_tc.cu: the tensor-core kernels (bf16, HS 64 or 128), the same contracts as above
+// (dims already checked).
 void attention_forward_tc(float* out, float* lse, const float* qkv, const AttnDims& d);
-void attention_backward_tc(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
+void attention_backward_tc(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                            const AttnDims& d);
 }  // namespace detail
 
