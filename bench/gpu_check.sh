@@ -5,8 +5,8 @@
 # compute-sanitizer's memcheck where it works), the kernel benchmark and the PyTorch peer on the
 # same GPU, and prints one summary table last. Writes logs to $OUT (default /tmp/gpu_check).
 #   bash bench/gpu_check.sh            # gtest from ZT_GTEST_SOURCE, default .gpu/googletest
-# Prepare the gtest sources on a machine that has them (Debian's googletest package):
-#   mkdir -p .gpu && cp -r /usr/src/googletest .gpu/   (and carry .gpu to the GPU machine)
+# Prepare .gpu/ (gtest's sources, the model tests built here) with bench/gpu_pack.sh, and carry
+# .gpu to the GPU machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gpu_check}"
@@ -43,8 +43,21 @@ grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/tests.log" | tee -a "$summary"
 grep -B3 -A12 'Failure' "$out/tests.log" | head -80
 note "zt_cuda_tests rc=$rc"
 if command -v compute-sanitizer >/dev/null; then
-  timeout 240 compute-sanitizer --tool memcheck --print-limit 5 "$bin/zt_cuda_tests" >"$out/memcheck.log" 2>&1
+  timeout 240 compute-sanitizer --tool memcheck --report-api-errors no --print-limit 5 "$bin/zt_cuda_tests" >"$out/memcheck.log" 2>&1
   note "memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+fi
+
+note "== the model on the GPU against the CPU (zt_tests built by bench/gpu_pack.sh)"
+if [ -f .gpu/run.tar.xz ]; then
+  rm -rf /tmp/zt_run && mkdir -p /tmp/zt_run && tar xJf .gpu/run.tar.xz -C /tmp/zt_run
+  LD_LIBRARY_PATH="/tmp/zt_run/run/lib:${LD_LIBRARY_PATH:-}" OMP_NUM_THREADS=8 timeout 300 \
+    /tmp/zt_run/run/zt_tests --gtest_filter='*Cuda*' >"$out/model.log" 2>&1
+  rc=$?
+  grep -E 'worst per-step|gradient rel|^\[  (FAILED|PASSED|SKIPPED) ' "$out/model.log" | tee -a "$summary"
+  grep -B2 -A8 'Failure' "$out/model.log" | head -60
+  note "zt_tests *Cuda* rc=$rc"
+else
+  note "(no .gpu/run.tar.xz: run bench/gpu_pack.sh first)"
 fi
 
 note "== kernel benchmark"

@@ -55,10 +55,18 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Raw zero-filled GPU memory for core/memory.h's Buffer (`what` names it in the out-of-memory
+// error, like DeviceBuffer's), and its release.
+void* device_alloc(size_t bytes, std::string_view what);
+void device_free(void* p);
+
 // Synchronous copies on the current stream (host memory may be pageable).
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void fill_device_zero(void* dst, size_t bytes);
+// `rows` rows of row_bytes bytes from src (rows src_pitch bytes apart) to dst (dst_pitch apart),
+// both in GPU memory.
+void copy_device_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows);
 // Waits for the device and throws if any earlier launch failed asynchronously.
 void device_synchronize();
 

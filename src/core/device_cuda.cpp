@@ -48,12 +48,14 @@ DeviceKind resolve_device(std::string_view flag) {
   return DeviceKind::cuda;
 }
 
-DeviceBuffer::DeviceBuffer(size_t bytes, std::string_view what) : bytes_(bytes) {
-  if (bytes == 0) return;
-  cudaError_t e = cudaMalloc(&ptr_, bytes);
-  if (e == cudaSuccess) return;
+void* device_alloc(size_t bytes, std::string_view what) {
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaSuccess) {
+    ZT_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    return p;
+  }
   cudaGetLastError();
-  ptr_ = nullptr;
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
   cudaGetLastError();
@@ -64,9 +66,16 @@ DeviceBuffer::DeviceBuffer(size_t bytes, std::string_view what) : bytes_(bytes) 
                       "--gradient_checkpointing (ztrain estimate-memory --device cuda shows the budget)"));
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) cudaFree(ptr_);  // an error here (device lost) cannot be reported from a destructor
+void device_free(void* p) {
+  if (p) cudaFree(p);  // an error here (device lost) cannot be reported from a destructor
 }
+
+DeviceBuffer::DeviceBuffer(size_t bytes, std::string_view what) : bytes_(bytes) {
+  if (bytes == 0) return;
+  ptr_ = device_alloc(bytes, what);
+}
+
+DeviceBuffer::~DeviceBuffer() { device_free(ptr_); }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)),
                                                          bytes_(std::exchange(o.bytes_, 0)) {}
@@ -84,6 +93,9 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
   ZT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 void fill_device_zero(void* dst, size_t bytes) { ZT_CUDA_CHECK(cudaMemset(dst, 0, bytes)); }
+void copy_device_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {
+  ZT_CUDA_CHECK(cudaMemcpy2D(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice));
+}
 void device_synchronize() { ZT_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 }  // namespace zt

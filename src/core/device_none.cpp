@@ -24,6 +24,8 @@ DeviceKind resolve_device(std::string_view flag) {
   throw Error(str_cat("--device ", quote(flag), " is not a device: use cpu, cuda or auto"));
 }
 
+void* device_alloc(size_t, std::string_view) { no_backend(); }
+void device_free(void*) {}
 DeviceBuffer::DeviceBuffer(size_t, std::string_view) { no_backend(); }
 DeviceBuffer::~DeviceBuffer() = default;
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
@@ -38,6 +40,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 void copy_to_device(void*, const void*, size_t) { no_backend(); }
 void copy_to_host(void*, const void*, size_t) { no_backend(); }
 void fill_device_zero(void*, size_t) { no_backend(); }
+void copy_device_rows(void*, size_t, const void*, size_t, size_t, size_t) { no_backend(); }
 void device_synchronize() {}
 
 }  // namespace zt

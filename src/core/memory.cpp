@@ -31,6 +31,12 @@ void charge(MemCategory c, long long delta) {
   if (g_stats.total_current > g_stats.total_peak) g_stats.total_peak = g_stats.total_current;
 }
 
+void charge_device(long long delta) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_stats.device_current += delta;
+  if (g_stats.device_current > g_stats.device_peak) g_stats.device_peak = g_stats.device_current;
+}
+
 constexpr size_t kHuge = size_t(2) << 20;
 
 // Transparent huge pages at fault time are cheap when the kernel has free 2 MiB blocks the
@@ -148,8 +154,13 @@ int64_t available_memory_bytes(std::string* source) {
   return avail;
 }
 
-Buffer::Buffer(size_t bytes, MemCategory cat) : bytes_(bytes), cat_(cat) {
+Buffer::Buffer(size_t bytes, MemCategory cat, DeviceKind dev) : bytes_(bytes), cat_(cat), dev_(dev) {
   if (bytes == 0) return;
+  if (dev == DeviceKind::cuda) {
+    data_ = device_alloc(bytes, mem_category_name(cat));
+    charge_device(static_cast<long long>(bytes_));
+    return;
+  }
   // Large blocks are 2 MiB aligned for transparent huge pages (fault_in_large): fewer page
   // faults at start-up (a 124M-parameter run touches ~3 GiB) and fewer TLB misses.
   const bool huge = bytes >= kHuge / 2;
@@ -170,7 +181,10 @@ Buffer::Buffer(size_t bytes, MemCategory cat) : bytes_(bytes), cat_(cat) {
 Buffer::~Buffer() { reset(); }
 
 void Buffer::reset() {
-  if (data_) {
+  if (data_ && dev_ == DeviceKind::cuda) {
+    device_free(data_);
+    charge_device(-static_cast<long long>(bytes_));
+  } else if (data_) {
     std::free(data_);
     charge(cat_, -static_cast<long long>(bytes_));
   }
@@ -178,7 +192,7 @@ void Buffer::reset() {
   bytes_ = 0;
 }
 
-Buffer::Buffer(Buffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_), cat_(o.cat_) {
+Buffer::Buffer(Buffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_), cat_(o.cat_), dev_(o.dev_) {
   o.data_ = nullptr;
   o.bytes_ = 0;
 }
@@ -189,6 +203,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     data_ = o.data_;
     bytes_ = o.bytes_;
     cat_ = o.cat_;
+    dev_ = o.dev_;
     o.data_ = nullptr;
     o.bytes_ = 0;
   }

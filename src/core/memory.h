@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/device.h"
 #include "core/tensor.h"
 
 namespace zt {
@@ -23,6 +24,9 @@ struct MemStats {
   std::array<size_t, static_cast<size_t>(MemCategory::count)> peak{};
   size_t total_current = 0;
   size_t total_peak = 0;
+  // GPU memory held through Buffer (device kind cuda), all categories together.
+  size_t device_current = 0;
+  size_t device_peak = 0;
 };
 MemStats mem_stats();
 // Peak resident set size of this process in bytes (VmHWM), 0 where unavailable.
@@ -34,11 +38,12 @@ int64_t available_memory_bytes(std::string* source = nullptr);
 // Cores the calling thread may run on (its affinity: mpirun binds a rank to its cores), at least 1.
 int available_cores();
 
-// A 64-byte aligned, zero-initialised block of bytes charged to one category.
+// A 64-byte aligned, zero-initialised block of bytes charged to one category, in host memory
+// or (dev = cuda) in GPU memory, where it is charged to MemStats' device counters instead.
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(size_t bytes, MemCategory cat);
+  Buffer(size_t bytes, MemCategory cat, DeviceKind dev = DeviceKind::cpu);
   ~Buffer();
   Buffer(Buffer&& o) noexcept;
   Buffer& operator=(Buffer&& o) noexcept;
@@ -51,12 +56,14 @@ class Buffer {
   }
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  DeviceKind device() const { return dev_; }
   void reset();
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   MemCategory cat_ = MemCategory::temporary;
+  DeviceKind dev_ = DeviceKind::cpu;
 };
 
 // Carves a planned region into sub-arrays. Run once with a null base to learn the size,

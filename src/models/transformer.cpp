@@ -10,8 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/profile.h"
-#include "kernels/convert.h"
-#include "kernels/ops.h"
+#include "kernels/dispatch.h"
 
 namespace zt {
 
@@ -36,6 +35,7 @@ struct UnitBinder {
   const ModelConfig& cfg;
   nn::NormKind norm_kind;
   int tp_rank = 0;  // a row-parallel bias is added by tensor-parallel rank 0 only (once in the sum)
+  DeviceKind dev = DeviceKind::cpu;
   TensorView p(int64_t off, Shape s) const { return off < 0 || !P ? TensorView() : P.sub(off - base, s); }
   TensorView g(int64_t off, Shape s) const { return off < 0 || !G ? TensorView() : G.sub(off - base, s); }
   nn::Linear lin(const LinearSlot& s) const {
@@ -50,6 +50,7 @@ struct UnitBinder {
     l.dw = g(s.w, ws);
     l.db = g(s.b, {s.out});
     l.wc = l.w;
+    l.dev = dev;
     return l;
   }
   // A norm over the model width, or (C = head size) over each q / k head (Qwen3).
@@ -62,6 +63,7 @@ struct UnitBinder {
     n.b = p(s.b, {n.C});
     n.dw = g(s.w, {n.C});
     n.db = g(s.b, {n.C});
+    n.dev = dev;
     return n;
   }
 };
@@ -80,9 +82,10 @@ Transformer::Transformer(const ModelConfig& cfg, const TpPlan& tp, bool hold_par
 void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorView compute) {
   const ModelSlots& s = layout_.slots;
   const int64_t base = layout_.units[layout_.block_units[l]].begin;
-  UnitBinder u{params, grads, base, cfg_, s.shape.norm, layout_.tp.rank};
+  UnitBinder u{params, grads, base, cfg_, s.shape.norm, layout_.tp.rank, dev_};
   const BlockSlots& bs = s.blocks[l];
   nn::Block& b = blocks_[l];
+  b.dev = dev_;
   b.tp = tp_;
   b.cp = cp_;
   b.shape = s.shape;
@@ -129,7 +132,7 @@ TensorView Transformer::compute_view(int u, TensorView P) {
   const Unit& k = layout_.units[u];
   const DType ct = nn::compute_dtype(act_plan_.precision);
   if (!compute_params_.data()) {
-    compute_params_ = Buffer(size_t(num_params()) * dtype_size(ct), MemCategory::parameters);
+    compute_params_ = Buffer(size_t(num_params()) * dtype_size(ct), MemCategory::parameters, dev_);
     converted_in_pass_.assign(layout_.units.size(), 0);
   }
   const TensorView C = TensorView(compute_params_.data(), ct, {num_params()}).sub(k.begin, {k.size()});
@@ -138,16 +141,17 @@ TensorView Transformer::compute_view(int u, TensorView P) {
   if (converted_in_pass_[u] != pass_) {
     ZT_PROFILE("convert");
     if (ct == DType::bf16)
-      kernels::to_lowp(ct, C.as<uint16_t>(), P.as<const float>(), k.size());
+      kernels::to_lowp(dev_, ct, C.as<uint16_t>(), P.as<const float>(), k.size());
     else
-      kernels::round_to_f16(C.as<float>(), P.as<const float>(), k.size());
+      kernels::round_to_f16(dev_, C.as<float>(), P.as<const float>(), k.size());
     converted_in_pass_[u] = pass_;
   }
   return C;
 }
 
 void Transformer::bind_head(TensorView params, TensorView grads) {
-  UnitBinder u{params, grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.slots.shape.norm, layout_.tp.rank};
+  UnitBinder u{params,           grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.slots.shape.norm,
+               layout_.tp.rank, dev_};
   lnf_ = u.norm(layout_.slots.lnf);
 }
 
@@ -167,7 +171,7 @@ void Transformer::drop_flat_state() {
 }
 
 void Transformer::restore_flat_params() {
-  if (!params_.data()) params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
+  if (!params_.data()) params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters, dev_);
   bind_layers();
 }
 
@@ -179,7 +183,7 @@ void Transformer::drop_flat_grads() {
 
 void Transformer::ensure_grads() {
   if (grads_.data()) return;
-  grads_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::gradients);
+  grads_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::gradients, dev_);
   bind_layers();
 }
 
@@ -231,7 +235,46 @@ void init_chunk(uint64_t seed, size_t param, const ParamInfo& p, double std_norm
 
 void Transformer::init_random(uint64_t seed) {
   ZT_ASSERT(params_.data(), "init_random on a model that does not hold its parameters");
-  init_values(seed, 0, num_params(), params_.as<float>());
+  if (dev_ == DeviceKind::cpu) return init_values(seed, 0, num_params(), params_.as<float>());
+  std::vector<float> host(static_cast<size_t>(num_params()));
+  init_values(seed, 0, num_params(), host.data());
+  kernels::copy_in(dev_, params_.data(), host.data(), params_.bytes());
+}
+
+void Transformer::set_device(DeviceKind dev) {
+  if (dev == dev_) return;
+  ZT_CHECK(dev == DeviceKind::cpu || (!tp_ && !cp_ && layout_.tp.size == 1 && !provider_ && !external_state_),
+           "the GPU runs one model on one device for now: no tensor or context parallelism, pipeline or ZeRO "
+           "engine (docs/gpu.md)");
+  Buffer moved;
+  if (params_.data()) {
+    moved = Buffer(params_.bytes(), MemCategory::parameters, dev);
+    if (dev == DeviceKind::cuda)
+      copy_to_device(moved.data(), params_.data(), params_.bytes());
+    else
+      copy_to_host(moved.data(), params_.data(), params_.bytes());
+  }
+  params_ = std::move(moved);
+  grads_.reset();
+  compute_params_.reset();
+  acts_.reset();
+  scratch_.reset();
+  rope_ext_.reset();
+  rope_ext_rows_ = 0;
+  targets_.reset();
+  inputs_.clear();
+  B_ = T_ = 0;
+  dev_ = dev;
+  bind_layers();
+}
+
+void Transformer::fill_rope(float* cos, float* sin, int rows) {
+  if (dev_ == DeviceKind::cpu) return rope_fill(rope_, cos, sin, rows);
+  const size_t half = size_t(cfg_.head_size / 2), n = size_t(rows) * half;
+  std::vector<float> host(2 * n);
+  rope_fill(rope_, host.data(), host.data() + n, rows);
+  kernels::copy_in(dev_, cos, host.data(), n * sizeof(float));
+  kernels::copy_in(dev_, sin, host.data() + n, n * sizeof(float));
 }
 
 void Transformer::init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const {
@@ -364,12 +407,17 @@ void Transformer::plan(int B, int T, bool training, int slots) {
              " ranks; they must divide evenly");
   const std::vector<char>* held = held_layers_.empty() ? nullptr : &held_layers_;
   carve(a, s, cfg_, layout_.slots.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_, held);
-  acts_ = Buffer(a.used(), MemCategory::activations);
-  scratch_ = Buffer(s.used(), MemCategory::temporary);
+  acts_ = Buffer(a.used(), MemCategory::activations, dev_);
+  scratch_ = Buffer(s.used(), MemCategory::temporary, dev_);
   Carver a2(acts_.data()), s2(scratch_.data());
   carve(a2, s2, cfg_, layout_.slots.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_, held);
-  inputs_.assign(size_t(slots), {});
-  if (layout_.slots.shape.rope) rope_fill(rope_, sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
+  inputs_.clear();
+  inputs_.resize(size_t(slots));
+  if (dev_ == DeviceKind::cuda) {
+    for (SlotInput& in : inputs_) in.ids = Buffer(size_t(3 * B * T) * sizeof(int32_t), MemCategory::data, dev_);
+    targets_ = Buffer(size_t(B * T) * sizeof(int32_t), MemCategory::data, dev_);
+  }
+  if (layout_.slots.shape.rope) fill_rope(sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
 }
 
 void Transformer::set_held_layers(std::vector<char> held) {
@@ -379,7 +427,7 @@ void Transformer::set_held_layers(std::vector<char> held) {
 }
 
 void Transformer::zero_grad() {
-  if (grads_.data()) std::memset(grads_.data(), 0, grads_.bytes());
+  if (grads_.data()) kernels::fill_zero(dev_, grads_.data(), grads_.bytes());
 }
 
 int64_t Transformer::matmul_params() const {

@@ -41,6 +41,15 @@ class Transformer {
   // region's attention is causal over the whole sequence). Must outlive its use.
   void set_cp_region(nn::CpRegion* r);
 
+  // The device the model's buffers live on and its kernels run on (core/device.h, kernels/
+  // dispatch.h). Call before plan(): it moves the parameters (values kept) and drops the
+  // gradients, compute copies and arena, which plan() makes again there. The GPU runs one
+  // device for now: no tensor / context parallelism and no external ParamProvider. Inputs,
+  // targets and positions stay host arrays: the pass copies each micro-batch's over.
+  // flat_params() / flat_grads() are then device pointers.
+  void set_device(DeviceKind dev);
+  DeviceKind device() const { return dev_; }
+
   const ModelConfig& config() const { return cfg_; }
   const ModelLayout& layout() const { return layout_; }
   const ParamTable& params() const { return layout_.table; }
@@ -166,6 +175,7 @@ class Transformer {
     nn::Packing pack;
     nn::RopeTable rope;
     std::vector<int32_t> doc_start;
+    Buffer ids;  // on a GPU: the micro-batch's tokens, positions and doc_start there, (3, N)
   };
   static void carve(Carver& acts, Carver& scratch, const ModelConfig& cfg, const nn::BlockShape& shape, int V, int B,
                     int T, int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* sc,
@@ -214,6 +224,13 @@ class Transformer {
   // on demand up to the context.
   Buffer rope_ext_;
   int rope_ext_rows_ = 0;
+  DeviceKind dev_ = DeviceKind::cpu;
+  Buffer targets_;  // on a GPU: the head's targets there (N)
+  // The RoPE tables (rows of HS/2 cos, then as many sin) computed on the host, into cos/sin
+  // on the model's device.
+  void fill_rope(float* cos, float* sin, int rows);
+  // Copies the micro-batch's host arrays to the device (GPU only): tokens, positions, doc_start.
+  void upload_slot(SlotInput* in, const int32_t* inputs);
 };
 
 }  // namespace zt

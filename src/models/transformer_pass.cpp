@@ -7,6 +7,7 @@
 #include "core/profile.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "models/transformer.h"
 
@@ -79,8 +80,8 @@ void Transformer::extend_rope(int32_t max_pos, SlotInput* in) {
     // Row t of a table depends only on t, so the longer table agrees with the planned one.
     // It covers the whole context at once: slots in flight keep pointers into it.
     const int rows = cfg_.max_position;
-    rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary);
-    rope_fill(rope_, rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows);
+    rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary, dev_);
+    fill_rope(rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows);
     rope_ext_rows_ = rows;
   }
   in->rope.cos = rope_ext_.as<float>();
@@ -100,6 +101,23 @@ void Transformer::begin_slot(int slot, const int32_t* inputs, const int32_t* pos
   in.inputs = inputs;
   in.rope = {sc_.rope_cos.as<const float>(), sc_.rope_sin.as<const float>()};
   in.pack = prepare_packing(positions, &in);
+  if (dev_ == DeviceKind::cuda) upload_slot(&in, inputs);
+}
+
+void Transformer::upload_slot(SlotInput* in, const int32_t* inputs) {
+  const int64_t N = int64_t(B_) * T_;
+  const size_t bytes = size_t(N) * sizeof(int32_t);
+  int32_t* ids = in->ids.as<int32_t>();
+  kernels::copy_in(dev_, ids, inputs, bytes);
+  in->inputs = ids;
+  if (in->pack.positions) {
+    kernels::copy_in(dev_, ids + N, in->pack.positions, bytes);
+    in->pack.positions = ids + N;
+  }
+  if (in->pack.doc_start) {
+    kernels::copy_in(dev_, ids + 2 * N, in->pack.doc_start, bytes);
+    in->pack.doc_start = ids + 2 * N;
+  }
 }
 
 void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* positions) {
@@ -115,7 +133,7 @@ void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* 
   const float* wpe = s.wpe >= 0 ? E.as<const float>() + (s.wpe - base) : nullptr;
   const float* wte = E.as<const float>() + (s.wte - base);
   if (!tp_) {
-    kernels::embedding_forward(slots_[slot].res[0].as<float>(), inputs, wte, wpe, N, T_, cfg_.n_embd,
+    kernels::embedding_forward(dev_, slots_[slot].res[0].as<float>(), in.inputs, wte, wpe, N, T_, cfg_.n_embd,
                                in.pack.positions);
   } else {
     // Vocabulary parallel: each rank embeds the tokens it holds rows for (zeros elsewhere),
@@ -165,7 +183,7 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
   auto mine = [&](TensorView full) { return tp_ ? tp_->local_rows(full) : full; };
   const TensorView land = a.lnf_out.dtype == DType::f32 ? mine(a.lnf_out) : mine(sc_.dlnf);
   lnf_.forward(land, a.lnf_mean, a.lnf_rstd, a.res[L]);
-  nn::lower(prec, mine(a.lnf_out), land);
+  nn::lower(prec, mine(a.lnf_out), land, dev_);
   if (tp_) tp_->column_parallel_input(a.lnf_out);
   kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_local, sc_.lm_chunk};
   kernels::LmHeadCompute lc;
@@ -179,7 +197,11 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
   double loss;
   if (!tp_) {
     ZT_PROFILE("lmhead_ce");
-    loss = kernels::lmhead_ce(backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
+    if (dev_ == DeviceKind::cuda) {
+      kernels::copy_in(dev_, targets_.data(), targets, size_t(N) * sizeof(int32_t));
+      targets = targets_.as<const int32_t>();
+    }
+    loss = kernels::lmhead_ce(dev_, backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
                               prec == nn::Precision::fp32 ? a.lnf_out.as<const float>() : nullptr,
                               lm_w.as<const float>(), targets, hd, grad_scale, sc_.logits.as<float>(), count,
                               prec == nn::Precision::fp32 ? nullptr : &lc, token_losses_);
@@ -202,7 +224,7 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
     pp.release(head);
     return loss;
   }
-  std::memset(sc_.dres.data, 0, sc_.dres.bytes());  // the final norm's backward adds into it
+  kernels::fill_zero(dev_, sc_.dres.data, sc_.dres.bytes());  // the final norm's backward adds into it
   // f backward: the LM head's input gradient is a partial sum over the vocabulary's ranks.
   const TensorView dlnf = mine(sc_.dlnf);
   if (tp_) tp_->column_parallel_input_grad(dlnf, sc_.dlnf);
@@ -251,8 +273,8 @@ void Transformer::embed_backward(int slot) {
     ZT_PROFILE("embedding_bwd");
     float* dwpe = s.wpe >= 0 ? G.as<float>() + (s.wpe - base) : nullptr;
     if (!tp_) {
-      kernels::embedding_backward(G.as<float>() + (s.wte - base), dwpe, sc_.dres.as<const float>(), in.inputs, N, T_,
-                                  cfg_.n_embd, in.pack.positions);
+      kernels::embedding_backward(dev_, G.as<float>() + (s.wte - base), dwpe, sc_.dres.as<const float>(), in.inputs, N,
+                                  T_, cfg_.n_embd, in.pack.positions);
     } else {
       // g backward: every rank needs all N rows' gradient (SP gathers them). Every rank
       // adds the positions' gradient, which is then the same on all (a replicated tensor).

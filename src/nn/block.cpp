@@ -5,8 +5,7 @@
 #include <cstring>
 
 #include "core/profile.h"
-#include "kernels/convert.h"
-#include "kernels/ops.h"
+#include "kernels/dispatch.h"
 
 namespace zt::nn {
 
@@ -95,7 +94,7 @@ namespace {
 TensorView landing(TensorView dst, TensorView land) { return dst.dtype == DType::f32 ? dst : land.sub(0, dst.shape); }
 }  // namespace
 
-void Block::lower(TensorView dst, TensorView land) const { nn::lower(precision, dst, land); }
+void Block::lower(TensorView dst, TensorView land) const { nn::lower(precision, dst, land, dev); }
 
 TensorView Block::compute_copy(TensorView dy, const BlockScratch& s) const {
   if (precision == Precision::fp32) return dy;
@@ -119,10 +118,9 @@ void Block::attention_forward(const BlockActs& a, TensorView qkv32, const BlockS
     // Under bf16 the tile products run in bf16 too (q, k, v are bf16 values already).
     if (cp)
       cp->attention_forward(l.as<float>(), a.lse.as<float>(), qkv32.as<const float>(), ad);
-    else if (precision == Precision::bf16)
-      kernels::attention_forward_bf16(l.as<float>(), a.lse.as<float>(), qkv32.as<const float>(), ad);
     else
-      kernels::attention_forward(l.as<float>(), a.lse.as<float>(), qkv32.as<const float>(), ad);
+      kernels::attention_forward(dev, precision == Precision::bf16, l.as<float>(), a.lse.as<float>(),
+                                 qkv32.as<const float>(), ad);
   }
   lower(a.att, l);
 }
@@ -133,9 +131,9 @@ void Block::activation_forward(const BlockActs& a, TensorView fc32, const BlockS
     ZT_PROFILE("act_fwd");
     const int64_t N = rows(fc32);
     if (shape.mlp == MlpKind::gelu)
-      kernels::gelu_forward(l.as<float>(), fc32.as<const float>(), N * shape.F);
+      kernels::gelu_forward(dev, l.as<float>(), fc32.as<const float>(), N * shape.F);
     else
-      kernels::swiglu_forward(l.as<float>(), fc32.as<const float>(), N, shape.F);
+      kernels::swiglu_forward(dev, l.as<float>(), fc32.as<const float>(), N, shape.F);
   }
   lower(a.act, l);
 }
@@ -151,7 +149,7 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
   qkv.forward(qkv32, a.ln1);
   if (s.qk_norm) qk_norm_forward(qkv32, a, sc);
   if (s.rope)
-    kernels::rope_forward(qkv32.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
+    kernels::rope_forward(dev, qkv32.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
   keep(a.qkv, qkv32);
   attention_forward(a, qkv32, sc, ad);
   attention_output(a, x, sc);
@@ -205,7 +203,7 @@ void Block::attention_output(const BlockActs& a, TensorView x, const BlockScratc
 void Block::keep(TensorView kept, TensorView f32) const {
   if (kept.data == f32.data) return;
   ZT_PROFILE("convert");
-  kernels::to_bf16_keep(kept.as<uint16_t>(), f32.as<float>(), kept.numel());
+  kernels::to_bf16_keep(dev, kept.as<uint16_t>(), f32.as<float>(), kept.numel());
 }
 
 // The fp32 form of a kept tensor: itself, or (bf16) its values widened into `scratch`.
@@ -213,20 +211,21 @@ TensorView Block::unkeep(TensorView kept, TensorView scratch) const {
   if (kept.dtype == DType::f32) return kept;
   ZT_PROFILE("convert");
   const TensorView f = scratch.sub(0, kept.shape);
-  kernels::from_lowp(kept.dtype, f.as<float>(), kept.as<const uint16_t>(), kept.numel());
+  kernels::from_lowp(dev, kept.dtype, f.as<float>(), kept.as<const uint16_t>(), kept.numel());
   return f;
 }
 
 namespace {
 // Copies `heads` head vectors (HS floats each) per row between qkv rows (stride rs, starting
 // at column col) and a packed (N heads, HS) buffer.
-void heads_gather(float* dst, const float* qkv, int64_t N, int64_t rs, int64_t col, int heads, int HS) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) std::copy_n(qkv + i * rs + col, int64_t(heads) * HS, dst + i * heads * HS);
+void heads_gather(DeviceKind dev, float* dst, const float* qkv, int64_t N, int64_t rs, int64_t col, int heads, int HS) {
+  const size_t row = size_t(heads) * HS * sizeof(float);
+  kernels::copy_rows(dev, dst, row, qkv + col, size_t(rs) * sizeof(float), row, N);
 }
-void heads_scatter(float* qkv, const float* src, int64_t N, int64_t rs, int64_t col, int heads, int HS) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) std::copy_n(src + i * heads * HS, int64_t(heads) * HS, qkv + i * rs + col);
+void heads_scatter(DeviceKind dev, float* qkv, const float* src, int64_t N, int64_t rs, int64_t col, int heads,
+                   int HS) {
+  const size_t row = size_t(heads) * HS * sizeof(float);
+  kernels::copy_rows(dev, qkv + col, size_t(rs) * sizeof(float), src, row, row, N);
 }
 }  // namespace
 
@@ -236,12 +235,12 @@ void Block::qk_norm_forward(TensorView qkv_out, const BlockActs& a, const BlockS
   const int64_t N = rows(qkv_out), rs = s.qkv_dim(), kcol = int64_t(s.NH) * s.HS;
   float* x = qkv_out.as<float>();
   const TensorView qo = sc.qk_a.sub(0, {N * s.NH, s.HS}), ko = sc.qk_a.sub(N * s.NH * s.HS, {N * s.KVH, s.HS});
-  heads_gather(a.q_raw.as<float>(), x, N, rs, 0, s.NH, s.HS);
-  heads_gather(a.k_raw.as<float>(), x, N, rs, kcol, s.KVH, s.HS);
+  heads_gather(dev, a.q_raw.as<float>(), x, N, rs, 0, s.NH, s.HS);
+  heads_gather(dev, a.k_raw.as<float>(), x, N, rs, kcol, s.KVH, s.HS);
   q_norm.forward(qo, {}, a.q_rstd, a.q_raw);
   k_norm.forward(ko, {}, a.k_rstd, a.k_raw);
-  heads_scatter(x, qo.as<const float>(), N, rs, 0, s.NH, s.HS);
-  heads_scatter(x, ko.as<const float>(), N, rs, kcol, s.KVH, s.HS);
+  heads_scatter(dev, x, qo.as<const float>(), N, rs, 0, s.NH, s.HS);
+  heads_scatter(dev, x, ko.as<const float>(), N, rs, kcol, s.KVH, s.HS);
 }
 
 void Block::qk_norm_backward(TensorView dqkv, const BlockActs& a, const BlockScratch& sc) const {
@@ -252,19 +251,19 @@ void Block::qk_norm_backward(TensorView dqkv, const BlockActs& a, const BlockScr
   const int64_t qn = N * s.NH * s.HS, kn = N * s.KVH * s.HS;
   const TensorView gq = sc.qk_a.sub(0, {N * s.NH, s.HS}), gk = sc.qk_a.sub(qn, {N * s.KVH, s.HS});
   const TensorView dq = sc.qk_b.sub(0, {N * s.NH, s.HS}), dk = sc.qk_b.sub(qn, {N * s.KVH, s.HS});
-  heads_gather(gq.as<float>(), d, N, rs, 0, s.NH, s.HS);
-  heads_gather(gk.as<float>(), d, N, rs, kcol, s.KVH, s.HS);
-  std::fill_n(dq.as<float>(), qn + kn, 0.f);  // the norm's backward adds into its input gradient
+  heads_gather(dev, gq.as<float>(), d, N, rs, 0, s.NH, s.HS);
+  heads_gather(dev, gk.as<float>(), d, N, rs, kcol, s.KVH, s.HS);
+  kernels::fill_zero(dev, dq.data, size_t(qn + kn) * sizeof(float));  // the norm's backward adds into it
   q_norm.backward(dq, gq, a.q_raw, {}, a.q_rstd);
   k_norm.backward(dk, gk, a.k_raw, {}, a.k_rstd);
-  heads_scatter(d, dq.as<const float>(), N, rs, 0, s.NH, s.HS);
-  heads_scatter(d, dk.as<const float>(), N, rs, kcol, s.KVH, s.HS);
+  heads_scatter(dev, d, dq.as<const float>(), N, rs, 0, s.NH, s.HS);
+  heads_scatter(dev, d, dk.as<const float>(), N, rs, kcol, s.KVH, s.HS);
 }
 
 void Block::residual_add(TensorView out, TensorView x) const {
   ZT_PROFILE("residual");
   ZT_ASSERT(out.numel() == x.numel());
-  kernels::add(out.as<float>(), out.as<const float>(), x.as<const float>(), out.numel());
+  kernels::add(dev, out.as<float>(), out.as<const float>(), x.as<const float>(), out.numel());
 }
 
 void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const BlockScratch& sc, int B, int T,
@@ -302,9 +301,9 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   {
     ZT_PROFILE("act_bwd");
     if (s.mlp == MlpKind::gelu) {
-      kernels::gelu_backward(dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N * s.F);
+      kernels::gelu_backward(dev, dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N * s.F);
     } else {
-      kernels::swiglu_backward(sc.dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N, s.F);
+      kernels::swiglu_backward(dev, sc.dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N, s.F);
       dfc = sc.dfc;
     }
   }
@@ -320,17 +319,15 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   const TensorView att32 = unkeep(a.att, sc.att32);
   {
     ZT_PROFILE("attention_bwd");
-    const auto attention_backward =
-        precision == Precision::bf16 ? kernels::attention_backward_bf16 : kernels::attention_backward;
     if (cp)
       cp->attention_backward(sc.dqkv.as<float>(), sc.datt.as<const float>(), qkv32.as<const float>(),
                              att32.as<const float>(), a.lse.as<const float>(), ad);
     else
-      attention_backward(sc.dqkv.as<float>(), sc.datt.as<const float>(), qkv32.as<const float>(),
-                         att32.as<const float>(), a.lse.as<const float>(), ad);
+      kernels::attention_backward(dev, precision == Precision::bf16, sc.dqkv.as<float>(), sc.datt.as<const float>(),
+                                  qkv32.as<const float>(), att32.as<const float>(), a.lse.as<const float>(), ad);
   }
   if (s.rope)
-    kernels::rope_backward(sc.dqkv.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(),
+    kernels::rope_backward(dev, sc.dqkv.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(),
                            pack.positions);
   if (s.qk_norm) qk_norm_backward(sc.dqkv, a, sc);
   dy_c = compute_copy(sc.dqkv, sc);

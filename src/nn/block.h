@@ -143,6 +143,7 @@ class Block {
   TpRegion* tp = nullptr;
   CpRegion* cp = nullptr;  // context parallel: attention runs through it (fp32 under every precision)
   Precision precision = Precision::fp32;
+  DeviceKind dev = DeviceKind::cpu;  // where its views live and its kernels run
 
   // A block's saved activations under recomputation mode r: none carves them all; full
   // returns `shared` (one set for every block, carved with r = none); selective carves

@@ -2,13 +2,10 @@
 #include "nn/layers.h"
 
 #include "core/profile.h"
-#include "kernels/convert.h"
-#include "kernels/gemm.h"
-#include "kernels/ops.h"
+#include "kernels/dispatch.h"
 
 namespace zt::nn {
 
-using kernels::gemm_typed;
 
 const char* precision_name(Precision p) {
   return p == Precision::bf16 ? "bf16" : p == Precision::fp16 ? "fp16" : "fp32";
@@ -18,14 +15,14 @@ const char* recompute_name(Recompute r) {
   return r == Recompute::full ? "full" : r == Recompute::selective ? "selective" : "none";
 }
 
-void lower(Precision p, TensorView dst, TensorView land) {
+void lower(Precision p, TensorView dst, TensorView land, DeviceKind dev) {
   if (p == Precision::fp32) return;
   ZT_PROFILE("convert");
   ZT_ASSERT(dst.numel() == land.numel() && land.dtype == DType::f32);
   if (p == Precision::bf16)
-    kernels::to_lowp(DType::bf16, dst.as<uint16_t>(), land.as<const float>(), dst.numel());
+    kernels::to_lowp(dev, DType::bf16, dst.as<uint16_t>(), land.as<const float>(), dst.numel());
   else
-    kernels::round_to_f16(dst.as<float>(), land.as<const float>(), dst.numel());
+    kernels::round_to_f16(dev, dst.as<float>(), land.as<const float>(), dst.numel());
 }
 
 namespace {
@@ -48,10 +45,10 @@ void Linear::forward(TensorView y, TensorView x) const {
   const void* xp = rows_of(x, N, in, t, "Linear input");
   float* yp = const_cast<float*>(rows_of(y, N, out, "Linear output"));
   if (w_in_out)
-    gemm_typed(t, false, false, N, out, in, 1.0f, xp, in, wc.data, out, 0.0f, yp, out);
+    kernels::gemm_typed(dev, t, false, false, N, out, in, 1.0f, xp, in, wc.data, out, 0.0f, yp, out);
   else
-    gemm_typed(t, false, true, N, out, in, 1.0f, xp, in, wc.data, in, 0.0f, yp, out);
-  if (b) kernels::bias_forward(yp, b.as<const float>(), N, out);
+    kernels::gemm_typed(dev, t, false, true, N, out, in, 1.0f, xp, in, wc.data, in, 0.0f, yp, out);
+  if (b) kernels::bias_forward(dev, yp, b.as<const float>(), N, out);
 }
 
 void Linear::backward_input(TensorView dx, TensorView dy_c) const {
@@ -61,9 +58,9 @@ void Linear::backward_input(TensorView dx, TensorView dy_c) const {
   const void* dyp = rows_of(dy_c, N, out, t, "Linear output gradient");
   float* dxp = const_cast<float*>(rows_of(dx, N, in, "Linear input gradient"));
   if (w_in_out)
-    gemm_typed(t, false, true, N, in, out, 1.0f, dyp, out, wc.data, out, 0.0f, dxp, in);
+    kernels::gemm_typed(dev, t, false, true, N, in, out, 1.0f, dyp, out, wc.data, out, 0.0f, dxp, in);
   else
-    gemm_typed(t, false, false, N, in, out, 1.0f, dyp, out, wc.data, in, 0.0f, dxp, in);
+    kernels::gemm_typed(dev, t, false, false, N, in, out, 1.0f, dyp, out, wc.data, in, 0.0f, dxp, in);
 }
 
 void Linear::backward_weight(TensorView dy, TensorView dy_c, TensorView x) const {
@@ -74,10 +71,10 @@ void Linear::backward_weight(TensorView dy, TensorView dy_c, TensorView x) const
   const void* xp = rows_of(x, N, in, t, "Linear input");
   float* dwp = dw.as<float>();
   if (w_in_out)
-    gemm_typed(t, true, false, in, out, N, 1.0f, xp, in, dyp, out, 1.0f, dwp, out);
+    kernels::gemm_typed(dev, t, true, false, in, out, N, 1.0f, xp, in, dyp, out, 1.0f, dwp, out);
   else
-    gemm_typed(t, true, false, out, in, N, 1.0f, dyp, out, xp, in, 1.0f, dwp, in);
-  if (db) kernels::bias_backward(db.as<float>(), rows_of(dy, N, out, "Linear output gradient"), N, out);
+    kernels::gemm_typed(dev, t, true, false, out, in, N, 1.0f, dyp, out, xp, in, 1.0f, dwp, in);
+  if (db) kernels::bias_backward(dev, db.as<float>(), rows_of(dy, N, out, "Linear output gradient"), N, out);
 }
 
 void Linear::backward(TensorView dx, TensorView dy, TensorView x) const {
@@ -91,10 +88,10 @@ void Norm::forward(TensorView out, TensorView mean, TensorView rstd, TensorView 
   const float* xp = rows_of(x, N, C, "Norm input");
   float* op = const_cast<float*>(rows_of(out, N, C, "Norm output"));
   if (kind == NormKind::layernorm)
-    kernels::layernorm_forward(op, mean.as<float>(), rstd.as<float>(), xp, w.as<const float>(), b.as<const float>(), N,
+    kernels::layernorm_forward(dev, op, mean.as<float>(), rstd.as<float>(), xp, w.as<const float>(), b.as<const float>(), N,
                                C, eps);
   else
-    kernels::rmsnorm_forward(op, rstd.as<float>(), xp, w.as<const float>(), N, C, eps);
+    kernels::rmsnorm_forward(dev, op, rstd.as<float>(), xp, w.as<const float>(), N, C, eps);
 }
 
 void Norm::backward(TensorView dx, TensorView dout, TensorView x, TensorView mean, TensorView rstd) const {
@@ -102,10 +99,10 @@ void Norm::backward(TensorView dx, TensorView dout, TensorView x, TensorView mea
   const int64_t N = rows(x);
   float* dxp = const_cast<float*>(rows_of(dx, N, C, "Norm input gradient"));
   if (kind == NormKind::layernorm)
-    kernels::layernorm_backward(dxp, dw.as<float>(), db.as<float>(), dout.as<const float>(), x.as<const float>(),
+    kernels::layernorm_backward(dev, dxp, dw.as<float>(), db.as<float>(), dout.as<const float>(), x.as<const float>(),
                                 w.as<const float>(), mean.as<const float>(), rstd.as<const float>(), N, C);
   else
-    kernels::rmsnorm_backward(dxp, dw.as<float>(), dout.as<const float>(), x.as<const float>(), w.as<const float>(),
+    kernels::rmsnorm_backward(dev, dxp, dw.as<float>(), dout.as<const float>(), x.as<const float>(), w.as<const float>(),
                               rstd.as<const float>(), N, C);
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/device.h"
 #include "core/tensor.h"
 
 namespace zt::nn {
@@ -38,7 +39,7 @@ const char* recompute_name(Recompute r);
 // Makes a GEMM input that a kernel computed in fp32 at `land` final in dst: bf16 converts
 // into dst; fp16 rounds to fp16 values into dst (fp32; dst may be land); fp32 does nothing
 // (land is dst).
-void lower(Precision p, TensorView dst, TensorView land);
+void lower(Precision p, TensorView dst, TensorView land, DeviceKind dev = DeviceKind::cpu);
 
 struct Linear {
   LinearKind kind = LinearKind::plain;
@@ -51,6 +52,7 @@ struct Linear {
   // under --bf16; an fp32 copy rounded to fp16 under --fp16. GEMM inputs (x, and dy's
   // compute copy) come in the same dtype; outputs and weight gradients are fp32.
   TensorView wc;
+  DeviceKind dev = DeviceKind::cpu;  // where the views live and the kernels run
 
   // y (N, out) = x (N, in) W (+ b).
   void forward(TensorView y, TensorView x) const;
@@ -70,6 +72,7 @@ struct Norm {
   int C = 0;
   float eps = 1e-5f;
   TensorView w, b, dw, db;
+  DeviceKind dev = DeviceKind::cpu;
 
   // out (N, C); mean (N) is unused (may be empty) for RMSNorm; rstd (N).
   void forward(TensorView out, TensorView mean, TensorView rstd, TensorView x) const;

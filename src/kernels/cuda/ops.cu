@@ -219,6 +219,14 @@ __global__ void from_bf16_k(float* dst, const __nv_bfloat16* src, int64_t n) {
     dst[i] = __bfloat162float(src[i]);
 }
 
+__global__ void to_bf16_keep_k(__nv_bfloat16* dst, float* src, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(src[i]);
+    dst[i] = h;
+    src[i] = __bfloat162float(h);
+  }
+}
+
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
@@ -339,6 +347,12 @@ void to_bf16(uint16_t* dst, const float* src, int64_t n) {
 void from_bf16(float* dst, const uint16_t* src, int64_t n) {
   if (n == 0) return;
   from_bf16_k<<<blocks_for(n), kThreads>>>(dst, reinterpret_cast<const __nv_bfloat16*>(src), n);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+void to_bf16_keep(uint16_t* dst, float* src, int64_t n) {
+  if (n == 0) return;
+  to_bf16_keep_k<<<blocks_for(n), kThreads>>>(reinterpret_cast<__nv_bfloat16*>(dst), src, n);
   ZT_CUDA_LAUNCH_CHECK();
 }
 

@@ -40,6 +40,8 @@ void add(float* y, const float* a, const float* b, int64_t n);
 // fp32 <-> bf16 (round to nearest even, NaN stays NaN: core/tensor.h's f32_to_bf16).
 void to_bf16(uint16_t* dst, const float* src, int64_t n);
 void from_bf16(float* dst, const uint16_t* src, int64_t n);
+// Both at once (a bf16-kept tensor, kernels/convert.h): dst = bf16(src), then src = dst in fp32.
+void to_bf16_keep(uint16_t* dst, float* src, int64_t n);
 
 // AdamW with optim/adamw.cpp's arithmetic over every piece of a flat parameter buffer in one
 // launch. Piece i updates params[0, numel) from grads, with its state at exp_avg/exp_avg_sq +
