@@ -100,6 +100,8 @@ int cmd_train(const Args& args) {
         range::closed(1, kMaxLength));
   f.add("learning_rate", &a.learning_rate, "peak learning rate (5e-5)", range::above(0));
   f.add("optim", &a.optim, "optimizer, HF's names: adamw_torch | adamw (adamw_torch)");
+  f.add("device", &a.device,
+        "cpu | cuda | auto: the GPU when one is present and the run is one the GPU path runs (auto; docs/gpu.md)");
   f.add("weight_decay", &a.weight_decay, "AdamW decoupled weight decay on rank>=2 tensors (0)", range::at_least(0));
   f.add("adam_beta1", &a.adam_beta1, "(0.9)", range::below(0, 1));
   f.add("adam_beta2", &a.adam_beta2, "(0.999)", range::below(0, 1));

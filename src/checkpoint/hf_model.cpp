@@ -171,6 +171,12 @@ int64_t hf_parse_size(const std::string& text, const std::string& flag) {
 
 void hf_save_model(const Transformer& model, const std::string& folder, DType dtype, int64_t max_shard_bytes) {
   const float* P = model.flat_params().as<const float>();
+  std::vector<float> host;  // a model on the GPU is written from a host copy of its parameters
+  if (model.device() == DeviceKind::cuda) {
+    host.resize(size_t(model.num_params()));
+    copy_to_host(host.data(), P, host.size() * sizeof(float));
+    P = host.data();
+  }
   std::vector<StTensorOut> tensors;
   for (const ParamInfo& p : model.params().list()) tensors.push_back({p.name, p.shape, P + p.offset});
   hf_save_tensors(model.config(), tensors, folder, dtype, max_shard_bytes);

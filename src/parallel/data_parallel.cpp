@@ -10,6 +10,9 @@
 #include "optim/clip.h"
 #include "parallel/buckets.h"
 #include "parallel/zero_engine.h"
+#ifdef ZT_HAVE_CUDA
+#include "parallel/gpu_engine.h"
+#endif
 
 namespace zt::parallel {
 
@@ -313,6 +316,9 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
 std::unique_ptr<DataParallel> DataParallel::create(Transformer& model, const dist::ProcessGrid& grid,
                                                    const DataParallelOptions& opt) {
   check_data_parallel_options(opt, grid.dp_cp().size());
+#ifdef ZT_HAVE_CUDA
+  if (model.device() == DeviceKind::cuda) return make_gpu_engine(model, grid, opt);
+#endif
   DataParallelOptions o = opt;
   o.reduce_bucket_size = reduce_bucket_elements(opt.reduce_bucket_size, opt.stage);  // 0: the stage's default
   if (o.stage == 0) return std::make_unique<DdpEngine>(model, grid, o);

@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -15,6 +16,11 @@
 #include "kernels/convert.h"
 #include "kernels/gemm.h"
 #include "kernels/isa.h"
+#ifdef ZT_HAVE_CUDA
+#include "core/device.h"
+#include "kernels/cuda/gemm_cuda.h"
+#include "kernels/cuda/ops_cuda.h"
+#endif
 
 namespace zt {
 namespace {
@@ -117,6 +123,51 @@ GemmPeak gemm_peak_for_run(double given_gflops, DType t, int threads, const std:
     p.widened_ratio = widened / gemm_peak_measured(DType::f32, threads, cache_dir).gflops;
   }
   return p;
+}
+
+GemmPeak gpu_gemm_peak(double given_gflops, DType t) {
+  GemmPeak p;
+  p.what = t == DType::bf16 ? "GPU bf16 GEMM (cuBLASLt)" : "GPU fp32 GEMM (cuBLASLt, no TF32)";
+  if (given_gflops > 0) {
+    p.gflops = given_gflops;
+    p.source = "given by --peak_gflops";
+    return p;
+  }
+#ifdef ZT_HAVE_CUDA
+  const int64_t n = t == DType::bf16 ? 8192 : 4096;
+  const size_t elems = size_t(n * n);
+  DeviceBuffer a(elems * 4, "GEMM peak A"), b(elems * 4, "GEMM peak B"), c(elems * 4, "GEMM peak C");
+  // Random-like values, never zeros (a GPU multiplies zeros faster).
+  std::vector<float> host(elems);
+  for (size_t i = 0; i < elems; ++i) host[i] = float(int64_t((i * 2654435761u) % 2001) - 1000) / 1000.0f;
+  copy_to_device(a.data(), host.data(), elems * 4);
+  copy_to_device(b.data(), host.data(), elems * 4);
+  DeviceBuffer a16, b16;
+  const void *pa = a.data(), *pb = b.data();
+  if (t == DType::bf16) {
+    a16 = DeviceBuffer(elems * 2, "GEMM peak A16");
+    b16 = DeviceBuffer(elems * 2, "GEMM peak B16");
+    kernels::cuda::to_bf16(a16.as<uint16_t>(), a.as<float>(), int64_t(elems));
+    kernels::cuda::to_bf16(b16.as<uint16_t>(), b.as<float>(), int64_t(elems));
+    pa = a16.data();
+    pb = b16.data();
+  }
+  std::vector<double> secs;
+  for (int i = 0; i < 7; ++i) {
+    device_synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    kernels::cuda::gemm(t, false, true, n, n, n, 1.0f, pa, n, pb, n, 0.0f, c.data(), n);
+    device_synchronize();
+    if (i >= 2) secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(secs.begin(), secs.end());
+  p.gflops = 2.0 * double(n) * n * n / secs[secs.size() / 2] / 1e9;
+  p.source = "measured";
+  return p;
+#else
+  (void)resolve_device("cuda");  // throws: built without the backend
+  return p;
+#endif
 }
 
 std::string machine_summary() {

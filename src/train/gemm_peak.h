@@ -27,6 +27,11 @@ GemmPeak gemm_peak_for_run(double given_gflops, DType t, int threads, const std:
 // A damaged cache file is ignored and rewritten.
 GemmPeak gemm_peak_measured(DType t, int threads, const std::string& cache_dir);
 
+// The GPU's peak for compute dtype t: --peak_gflops when given (> 0), else measured in about a
+// tenth of a second (cuBLASLt, 8192^3 in bf16 or 4096^3 in fp32, median of 5 after 2 warm-ups;
+// the figure docs/gpu.md's MFU is against). Throws without the CUDA backend.
+GemmPeak gpu_gemm_peak(double given_gflops, DType t);
+
 // One line for the start-up block and the results: CPU model, kernel ISA, GEMM ISA.
 std::string machine_summary();
 

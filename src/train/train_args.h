@@ -68,6 +68,7 @@ struct TrainArgs {
   int model_max_length = 0;             // T; 0 = min(1024, model context)
 
   std::string optim = "adamw_torch";  // HF's --optim: adamw_torch (alias adamw); optim/optimizer.h
+  std::string device = "auto";        // cpu | cuda | auto (a GPU when present and the run can use it)
   double learning_rate = 5e-5;
   double weight_decay = 0.0;
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;

@@ -447,6 +447,14 @@ void Trainer::finish(double train_s) {
   report["zero_paper_model_state_bytes"] = zero_paper_bytes(engine_->held_params(), a_.zero_stage, group,
                                                             double(engine_->optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
+  if (device_ == DeviceKind::cuda) {
+    // Every GPU buffer goes through core/memory.h's Buffer or DeviceBuffer; cuBLASLt's workspace
+    // (32 MiB) is among the latter and not counted here.
+    report["gpu_peak_bytes"] = mem_stats().device_peak;
+    if (chief_)
+      std::printf("  GPU memory (model state, activations, scratch): peak %s\n",
+                  format_bytes(double(mem_stats().device_peak)).c_str());
+  }
   if (tp_region_)
     report["tensor_parallel"] =
         parallel::tp_comm_report(grid_->tp(), pipe_ ? &grid_->pp() : nullptr, a_.sequence_parallel, steps_run);

@@ -4,7 +4,11 @@
 // partial sums with one atomic per column.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "kernels/cuda/ops_cuda.h"
 
 namespace zt::kernels::cuda {
@@ -227,7 +231,46 @@ __global__ void to_bf16_keep_k(__nv_bfloat16* dst, float* src, int64_t n) {
   }
 }
 
+__global__ void sum_squares_k(double* partial, const float* x, int64_t n) {
+  __shared__ double warp_sums[kWarpsPerBlock];
+  double s = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    s += double(x[i]) * double(x[i]);
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int w = 0; w < kWarpsPerBlock; ++w) t += warp_sums[w];
+    partial[blockIdx.x] = t;
+  }
+}
+
+__global__ void scale_k(float* x, int64_t n, float a, float b, bool two) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = two ? x[i] * a * b : x[i] * a;
+}
+
 }  // namespace
+
+double sum_squares(const float* x, int64_t n) {
+  if (n == 0) return 0.0;
+  const int blocks = std::min(blocks_for(n), 1024);
+  DeviceBuffer partial(size_t(blocks) * sizeof(double), "gradient norm partial sums");
+  sum_squares_k<<<blocks, kThreads>>>(partial.as<double>(), x, n);
+  ZT_CUDA_LAUNCH_CHECK();
+  std::vector<double> host(static_cast<size_t>(blocks));
+  copy_to_host(host.data(), partial.data(), host.size() * sizeof(double));
+  double s = 0;
+  for (double v : host) s += v;
+  return s;
+}
+
+void scale(float* x, int64_t n, float a, float b) {
+  if (n == 0) return;
+  scale_k<<<blocks_for(n), kThreads>>>(x, n, a, b, b != 1.0f);
+  ZT_CUDA_LAUNCH_CHECK();
+}
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
                        int C, float eps) {

@@ -43,6 +43,11 @@ void from_bf16(float* dst, const uint16_t* src, int64_t n);
 // Both at once (a bf16-kept tensor, kernels/convert.h): dst = bf16(src), then src = dst in fp32.
 void to_bf16_keep(uint16_t* dst, float* src, int64_t n);
 
+// Gradient clipping (optim/clip.cpp): the sum of squares in double (one partial per block, summed
+// on the host), and x = x * a * b with the products rounded in that order (b = 1: one rounding).
+double sum_squares(const float* x, int64_t n);
+void scale(float* x, int64_t n, float a, float b = 1.0f);
+
 // AdamW with optim/adamw.cpp's arithmetic over every piece of a flat parameter buffer in one
 // launch. Piece i updates params[0, numel) from grads, with its state at exp_avg/exp_avg_sq +
 // state_offset; decay marks the pieces weight decay applies to. `step` counts from 1.

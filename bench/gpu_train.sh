@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# gpu_train.sh: ztrain training on the GPU, end to end, on a GPU machine (docs/gpu.md). Runs the
+# binaries bench/gpu_pack.sh packed (.gpu/run.tar.xz: ztrain, its libraries, the quickstart's
+# tokens) and prints one table last:
+#   parity   the same run (seed, data) on --device cpu and --device cuda, 10 steps, fp32 and bf16,
+#            a small Llama (the quickstart's) and a small GPT-2: the largest per-step loss difference
+#   resume   a run saved on the GPU at step 5 and resumed on the CPU: steps 6-10 against the GPU's own
+#   speed    GPT-2 124M (random weights), bf16, T=1024: tokens/s, MFU against the measured GEMM peak,
+#            and the GPU memory peak
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/gpu_train}"
+mkdir -p "$out"
+run=/tmp/zt_run/run
+[ -x "$run/ztrain" ] || { mkdir -p /tmp/zt_run && tar xJf .gpu/run.tar.xz -C /tmp/zt_run; }
+export LD_LIBRARY_PATH="$run/lib:${LD_LIBRARY_PATH:-}" OMP_NUM_THREADS=8
+Z="$run/ztrain"
+D="$run/data"
+summary="$out/train_summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+cat >"$out/gpt2-small.json" <<'J'
+{"model_type": "gpt2", "vocab_size": 16384, "n_positions": 256, "n_embd": 256, "n_layer": 4, "n_head": 4}
+J
+cat >"$out/gpt2-124m.json" <<'J'
+{"model_type": "gpt2", "vocab_size": 50304, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12}
+J
+train() {  # name, device, config, extra flags...
+  local name=$1 dev=$2 cfg=$3
+  shift 3
+  timeout 300 "$Z" train --model_config_path "$cfg" --train_file "$D/train.bin" --validation_file "$D/validation.bin" \
+    --per_device_train_batch_size 8 --model_max_length 128 --learning_rate 2e-3 --weight_decay 0.1 \
+    --warmup_steps 2 --max_steps 10 --logging_steps 1 --save_strategy no --seed 3 \
+    --output_dir "$out/$name" --overwrite_output_dir --device "$dev" "$@" >"$out/$name.log" 2>&1
+  echo $?
+}
+losses() { python3 -c "
+import json,sys
+for l in open('$out/$1/metrics.jsonl'):
+    r=json.loads(l)
+    if 'loss' in r and 'eval_loss' not in r: print(r['step'], r['loss'])"; }
+compare() {  # run a, run b, first step compared
+  python3 - "$out/$1/metrics.jsonl" "$out/$2/metrics.jsonl" "${3:-1}" <<'P'
+import json, sys
+def read(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r and "eval_loss" not in r}
+a, b, first = read(sys.argv[1]), read(sys.argv[2]), int(sys.argv[3])
+steps = [s for s in sorted(a) if s >= first and s in b]
+worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in steps) if steps else float("nan")
+print(f"{worst:.2e} over steps {steps[0] if steps else '-'}..{steps[-1] if steps else '-'}")
+P
+}
+
+note "== parity: --device cpu against --device cuda, 10 steps"
+for model in llama gpt2; do
+  cfg=configs/quickstart-llama.json
+  [ $model = gpt2 ] && cfg="$out/gpt2-small.json"
+  for prec in fp32 bf16; do
+    flags=()
+    [ $prec = bf16 ] && flags=(--bf16)
+    rc_c=$(train "$model-$prec-cpu" cpu "$cfg" "${flags[@]}")
+    rc_g=$(train "$model-$prec-gpu" cuda "$cfg" "${flags[@]}")
+    note "$model $prec: rc cpu $rc_c gpu $rc_g; worst per-step loss difference $(compare "$model-$prec-gpu" "$model-$prec-cpu")"
+  done
+done
+
+note "== resume: saved on the GPU at step 5, resumed on the CPU"
+rc1=$(train resume-gpu cuda configs/quickstart-llama.json --save_strategy steps --save_steps 5)
+rc2=$(train resume-cpu cpu configs/quickstart-llama.json --resume_from_checkpoint "$out/resume-gpu/checkpoint-5" \
+  --output_dir "$out/resume-cpu" --overwrite_output_dir)
+note "rc $rc1 $rc2; steps 6-10 on the CPU against the GPU run: $(compare resume-cpu resume-gpu 6)"
+
+note "== speed: GPT-2 124M, bf16, T=1024, random weights"
+for B in 16 32; do
+  timeout 400 "$Z" train --model_config_path "$out/gpt2-124m.json" --train_file "$D/train.bin" \
+    --per_device_train_batch_size $B --model_max_length 1024 --bf16 --learning_rate 6e-4 --max_steps 30 \
+    --logging_steps 10 --save_strategy no --output_dir "$out/speed$B" --overwrite_output_dir --device cuda \
+    >"$out/speed$B.log" 2>&1
+  note "B=$B rc $?: $(grep -E "step (20|30)/30" "$out/speed$B.log" | tail -1 | grep -oE '[0-9.]+ tokens/s +MFU [0-9.]+%')" \
+    "$(grep -E 'GPU memory' "$out/speed$B.log")"
+done
+grep -h -iE 'error|peak' "$out"/*.log | sort | uniq -c | head -20
+
+echo
+echo "================ training summary ================"
+cat "$summary"
