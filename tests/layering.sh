@@ -23,7 +23,7 @@ declare -A allowed=(
 )
 fail=0
 for dir in "${!allowed[@]}"; do
-  for f in "$SRC/$dir"/*; do
+  for f in $(find "$SRC/$dir" -type f); do  # subfolders (kernels/cuda) obey their folder's rule
     for inc in $(grep -hoE '^#include "[a-z_]+/' "$f" | sed 's/#include "//; s/\///' | sort -u); do
       case " ${allowed[$dir]} " in
         *" $inc "*) ;;

@@ -145,8 +145,11 @@ void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
   std::printf("  Sequence length = %d, model = %s, threads = %d\n", T_, model_.config().arch_name(),
               a_.threads > 0 ? a_.threads : 0);
   std::printf("  Machine = %s\n", machine_summary().c_str());
-  std::printf("  MFU peak = %.1f GFLOP/s (%s, %d threads; %s)\n", peak_.gflops, peak_.what.c_str(),
-              omp_get_max_threads(), peak_.source.c_str());
+  if (peak_.what.rfind("GPU", 0) == 0)  // a GPU's peak does not depend on the host's threads
+    std::printf("  MFU peak = %.1f GFLOP/s (%s; %s)\n", peak_.gflops, peak_.what.c_str(), peak_.source.c_str());
+  else
+    std::printf("  MFU peak = %.1f GFLOP/s (%s, %d threads; %s)\n", peak_.gflops, peak_.what.c_str(),
+                omp_get_max_threads(), peak_.source.c_str());
   if (peak_.widened_ratio > 0)
     std::printf("  bf16: this CPU has no bf16 arithmetic (GEMMs oneDNN %s): tensors are kept and communicated in "
                 "bf16, GEMMs run in fp32 on operands widened from bf16 (%.0f%% of fp32 sgemm speed, measured) and "
