@@ -20,11 +20,17 @@ namespace zt {
 namespace {
 
 ModelConfig gpu_family(int which) {
-  nlohmann::json j = {{"vocab_size", 67},          {"hidden_size", 64},      {"intermediate_size", 96},
-                      {"num_hidden_layers", 2},    {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                      {"max_position_embeddings", 64}, {"tie_word_embeddings", false}};
+  nlohmann::json j = {{"vocab_size", 67},
+                      {"hidden_size", 64},
+                      {"intermediate_size", 96},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},
+                      {"max_position_embeddings", 64},
+                      {"tie_word_embeddings", false}};
   if (which == 0) {
-    j = {{"model_type", "gpt2"}, {"vocab_size", 67}, {"n_embd", 64}, {"n_layer", 2}, {"n_head", 4}, {"n_positions", 64}};
+    j = {{"model_type", "gpt2"}, {"vocab_size", 67}, {"n_embd", 64},
+         {"n_layer", 2},         {"n_head", 4},      {"n_positions", 64}};
   } else if (which == 1) {
     j["model_type"] = "llama";
     j["attention_bias"] = true;
@@ -128,13 +134,17 @@ TEST_P(CudaModel, TenStepsMatchTheCpu) {
 
 using nn::Precision;
 using nn::Recompute;
-INSTANTIATE_TEST_SUITE_P(
-    Families, CudaModel,
-    ::testing::Values(Case{0, Precision::fp32, Recompute::none, false}, Case{0, Precision::bf16, Recompute::none, false},
-                      Case{1, Precision::fp32, Recompute::none, false}, Case{1, Precision::bf16, Recompute::none, false},
-                      Case{0, Precision::fp32, Recompute::full, true}, Case{1, Precision::bf16, Recompute::selective, true},
-                      Case{2, Precision::fp32, Recompute::none, false}, Case{3, Precision::bf16, Recompute::none, true},
-                      Case{4, Precision::fp32, Recompute::none, false}, Case{4, Precision::bf16, Recompute::full, false}));
+INSTANTIATE_TEST_SUITE_P(Families, CudaModel,
+                         ::testing::Values(Case{0, Precision::fp32, Recompute::none, false},
+                                           Case{0, Precision::bf16, Recompute::none, false},
+                                           Case{1, Precision::fp32, Recompute::none, false},
+                                           Case{1, Precision::bf16, Recompute::none, false},
+                                           Case{0, Precision::fp32, Recompute::full, true},
+                                           Case{1, Precision::bf16, Recompute::selective, true},
+                                           Case{2, Precision::fp32, Recompute::none, false},
+                                           Case{3, Precision::bf16, Recompute::none, true},
+                                           Case{4, Precision::fp32, Recompute::none, false},
+                                           Case{4, Precision::bf16, Recompute::full, false}));
 
 // Moving a model to the GPU and back keeps its parameters bit for bit.
 TEST(CudaModelDevice, SetDeviceRoundTripKeepsParameters) {

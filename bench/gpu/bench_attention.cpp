@@ -76,7 +76,9 @@ struct Buffers {
     zt::copy_to_device(qkv.data(), q.data(), n_qkv * 4);
     zt::copy_to_device(dout.data(), g.data(), n_out * 4);
   }
-  void forward(bool bf16) { zt::kernels::cuda::attention_forward(out.as<float>(), lse.as<float>(), qkv.as<float>(), d, bf16); }
+  void forward(bool bf16) {
+    zt::kernels::cuda::attention_forward(out.as<float>(), lse.as<float>(), qkv.as<float>(), d, bf16);
+  }
   void backward(bool bf16) {
     zt::kernels::cuda::attention_backward(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(), out.as<float>(),
                                           lse.as<float>(), d, bf16);
@@ -100,8 +102,7 @@ void bench_shape(FILE* table, const Shape& s, bool check) {
       buf.forward(bf16);
       buf.backward(bf16);
     });
-    std::fprintf(table, "attention_fwdbwd_%s_%s %.3f ms %.1f TFLOP/s\n", mode, s.name, fb,
-                 3.5 * fwd_flop / (fb * 1e9));
+    std::fprintf(table, "attention_fwdbwd_%s_%s %.3f ms %.1f TFLOP/s\n", mode, s.name, fb, 3.5 * fwd_flop / (fb * 1e9));
   }
   if (!check) return;
   buf.forward(true);

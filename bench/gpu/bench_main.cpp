@@ -78,7 +78,8 @@ double bench_gemm(FILE* out, const Gemm& g, DType t, double peak_tflops) {
     pb = b16.data();
   }
   const int64_t lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
-  const double ms = median_ms([&] { kc::gemm(t, g.ta, g.tb, g.m, g.n, g.k, 1.0f, pa, lda, pb, ldb, 0.0f, c.data(), g.n); });
+  const double ms =
+      median_ms([&] { kc::gemm(t, g.ta, g.tb, g.m, g.n, g.k, 1.0f, pa, lda, pb, ldb, 0.0f, c.data(), g.n); });
   const double tflops = 2.0 * g.m * g.n * g.k / (ms * 1e-3) / 1e12;
   std::fprintf(out, "%-34s %-4s %9.3f ms %8.1f TFLOP/s", g.name, t == DType::bf16 ? "bf16" : "f32", ms, tflops);
   if (peak_tflops > 0) std::fprintf(out, "  %5.1f%% of measured bf16 peak", 100.0 * tflops / peak_tflops);
@@ -130,10 +131,12 @@ void bench_lm_head(FILE* out, double peak_tflops) {
   copy_to_device(tgt.data(), t.data(), t.size() * 4);
   kernels::LmHeadCompute k{DType::bf16, x.data(), w.data(), dl.data(), false};
   int64_t count = 0;
-  const double ms = median_ms([&] {
-    kc::lmhead_ce(dx.as<float>(), dw.as<float>(), xf.as<float>(), wf.as<float>(), tgt.as<int32_t>(),
-                  kernels::LmHeadDims{N, C, V, chunk}, 1.0f / N, scratch.as<float>(), &count, &k);
-  }, 5);
+  const double ms = median_ms(
+      [&] {
+        kc::lmhead_ce(dx.as<float>(), dw.as<float>(), xf.as<float>(), wf.as<float>(), tgt.as<int32_t>(),
+                      kernels::LmHeadDims{N, C, V, chunk}, 1.0f / N, scratch.as<float>(), &count, &k);
+      },
+      5);
   const double tflops = 6.0 * N * C * V / (ms * 1e-3) / 1e12;
   std::fprintf(out, "%-39s %9.3f ms %8.1f TFLOP/s  %5.1f%% of measured bf16 peak\n",
                "lm head + CE fwd+bwd (8192, 768, 50304)", ms, tflops, 100.0 * tflops / peak_tflops);
@@ -152,7 +155,8 @@ int main() {
                 info.multiprocessors, info.total_bytes / 1073741824.0);
     FILE* out = stdout;
     const double copy_gbs = bench_copy(out);
-    const double peak = bench_gemm(out, {"gemm 8192^3 (the bf16 ceiling)", 8192, 8192, 8192, false, true}, DType::bf16, 0);
+    const double peak =
+        bench_gemm(out, {"gemm 8192^3 (the bf16 ceiling)", 8192, 8192, 8192, false, true}, DType::bf16, 0);
     bench_gemm(out, {"gemm 8192^3 fp32 (no TF32)", 8192, 8192, 8192, false, true}, DType::f32, peak);
     // GPT-2 124M at B=8, T=1024: the forward shapes of one block, and a backward weight gradient.
     const Gemm gpt2[] = {{"gpt2 qkv   (8192 x 2304 x 768)", 8192, 2304, 768, false, true},

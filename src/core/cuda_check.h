@@ -14,9 +14,9 @@ namespace zt::cuda_detail {
 }
 }  // namespace zt::cuda_detail
 
-#define ZT_CUDA_CHECK(call)                                                                \
-  do {                                                                                     \
-    cudaError_t zt_cuda_err_ = (call);                                                     \
+#define ZT_CUDA_CHECK(call)                                                                            \
+  do {                                                                                                 \
+    cudaError_t zt_cuda_err_ = (call);                                                                 \
     if (zt_cuda_err_ != cudaSuccess) ::zt::cuda_detail::fail(zt_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 

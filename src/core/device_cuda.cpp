@@ -77,8 +77,8 @@ DeviceBuffer::DeviceBuffer(size_t bytes, std::string_view what) : bytes_(bytes) 
 
 DeviceBuffer::~DeviceBuffer() { device_free(ptr_); }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)),
-                                                         bytes_(std::exchange(o.bytes_, 0)) {}
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   std::swap(ptr_, o.ptr_);

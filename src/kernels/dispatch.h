@@ -22,7 +22,8 @@ void layernorm_forward(DeviceKind d, float* out, float* mean, float* rstd, const
                        const float* b, int64_t N, int C, float eps);
 void layernorm_backward(DeviceKind d, float* dx, float* dw, float* db, const float* dout, const float* x,
                         const float* w, const float* mean, const float* rstd, int64_t N, int C);
-void rmsnorm_forward(DeviceKind d, float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps);
+void rmsnorm_forward(DeviceKind d, float* out, float* rstd, const float* x, const float* w, int64_t N, int C,
+                     float eps);
 void rmsnorm_backward(DeviceKind d, float* dx, float* dw, const float* dout, const float* x, const float* w,
                       const float* rstd, int64_t N, int C);
 void gelu_forward(DeviceKind d, float* out, const float* x, int64_t n);

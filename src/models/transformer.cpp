@@ -150,7 +150,7 @@ TensorView Transformer::compute_view(int u, TensorView P) {
 }
 
 void Transformer::bind_head(TensorView params, TensorView grads) {
-  UnitBinder u{params,           grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.slots.shape.norm,
+  UnitBinder u{params,          grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.slots.shape.norm,
                layout_.tp.rank, dev_};
   lnf_ = u.norm(layout_.slots.lnf);
 }

@@ -149,7 +149,8 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
   qkv.forward(qkv32, a.ln1);
   if (s.qk_norm) qk_norm_forward(qkv32, a, sc);
   if (s.rope)
-    kernels::rope_forward(dev, qkv32.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(), pack.positions);
+    kernels::rope_forward(dev, qkv32.as<float>(), rope.cos, rope.sin, B, T, s.NH, s.KVH, s.HS, s.qkv_dim(),
+                          pack.positions);
   keep(a.qkv, qkv32);
   attention_forward(a, qkv32, sc, ad);
   attention_output(a, x, sc);

@@ -6,7 +6,6 @@
 
 namespace zt::nn {
 
-
 const char* precision_name(Precision p) {
   return p == Precision::bf16 ? "bf16" : p == Precision::fp16 ? "fp16" : "fp32";
 }
@@ -88,8 +87,8 @@ void Norm::forward(TensorView out, TensorView mean, TensorView rstd, TensorView 
   const float* xp = rows_of(x, N, C, "Norm input");
   float* op = const_cast<float*>(rows_of(out, N, C, "Norm output"));
   if (kind == NormKind::layernorm)
-    kernels::layernorm_forward(dev, op, mean.as<float>(), rstd.as<float>(), xp, w.as<const float>(), b.as<const float>(), N,
-                               C, eps);
+    kernels::layernorm_forward(dev, op, mean.as<float>(), rstd.as<float>(), xp, w.as<const float>(),
+                               b.as<const float>(), N, C, eps);
   else
     kernels::rmsnorm_forward(dev, op, rstd.as<float>(), xp, w.as<const float>(), N, C, eps);
 }
@@ -102,8 +101,8 @@ void Norm::backward(TensorView dx, TensorView dout, TensorView x, TensorView mea
     kernels::layernorm_backward(dev, dxp, dw.as<float>(), db.as<float>(), dout.as<const float>(), x.as<const float>(),
                                 w.as<const float>(), mean.as<const float>(), rstd.as<const float>(), N, C);
   else
-    kernels::rmsnorm_backward(dev, dxp, dw.as<float>(), dout.as<const float>(), x.as<const float>(), w.as<const float>(),
-                              rstd.as<const float>(), N, C);
+    kernels::rmsnorm_backward(dev, dxp, dw.as<float>(), dout.as<const float>(), x.as<const float>(),
+                              w.as<const float>(), rstd.as<const float>(), N, C);
 }
 
 }  // namespace zt::nn

@@ -143,11 +143,11 @@ struct TrainArgs {
   // Supervised fine-tuning data (docs/data.md#supervised-fine-tuning-data): a train_file or
   // validation_file ending in .jsonl holds chat / instruction records (TRL SFTTrainer's names).
   // (tokenizer_name, above, is also the SFT tokenizer: a folder or file; "" = model_name_or_path)
-  std::string chat_template_path;    // a .jinja file or tokenizer_config.json; "" = the tokenizer's
-  bool completion_only_loss = true;  // prompt-completion records: loss on the completion only
-  bool assistant_only_loss = false;  // messages records: loss on the assistant turns only
+  std::string chat_template_path;                // a .jinja file or tokenizer_config.json; "" = the tokenizer's
+  bool completion_only_loss = true;              // prompt-completion records: loss on the completion only
+  bool assistant_only_loss = false;              // messages records: loss on the assistant turns only
   int64_t chat_template_max_steps = 10'000'000;  // work budget of one chat-template render (docs/security.md)
-  std::string cache_dir;             // tokenized-data cache; "" = $ZT_CACHE_DIR or ~/.cache/ztrain
+  std::string cache_dir;                         // tokenized-data cache; "" = $ZT_CACHE_DIR or ~/.cache/ztrain
 
   // Data parallelism over the ranks of mpirun (docs/distributed.md). Set by flags of the same
   // names or by a DeepSpeed JSON config (--deepspeed, HF Trainer's flag; its keys win over the
@@ -158,11 +158,11 @@ struct TrainArgs {
   int64_t reduce_bucket_size = 0;             // elements; 0 = DDP 25 MiB (PyTorch), ZeRO 5e8 (DeepSpeed)
   int64_t allgather_bucket_size = 500000000;  // DeepSpeed default 5e8 elements
   bool contiguous_gradients = true;
-  bool reduce_scatter = true;             // stage 1/2: reduce-scatter gradients instead of all-reduce
-  int zero_hpz_partition_size = 1;        // hybrid: shard within groups of this many ranks (1 = all ranks)
+  bool reduce_scatter = true;       // stage 1/2: reduce-scatter gradients instead of all-reduce
+  int zero_hpz_partition_size = 1;  // hybrid: shard within groups of this many ranks (1 = all ranks)
   // Local SGD / DiLoCo (parallel/local_sgd.h): groups of ranks (default: the ranks of a host)
   // all-reduce every step and synchronise across groups every local_sgd_steps steps.
-  int local_sgd_steps = 0;  // 0: off
+  int local_sgd_steps = 0;       // 0: off
   int local_sgd_group_size = 0;  // 0: the ranks on this host
   double local_sgd_outer_lr = 0.7;
   double local_sgd_outer_momentum = 0.9;
@@ -178,10 +178,10 @@ struct TrainArgs {
   int context_parallel_size = 1;
   // Pipeline parallelism (Megatron-LM's flag names; docs/parallelism.md). The micro-batches of
   // a pipeline step are the gradient accumulation steps.
-  int pipeline_parallel_size = 1;    // --pipeline-model-parallel-size P (the grid's outermost axis)
-  int layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage K (0: no virtual stages)
-  std::string pipeline_schedule;     // gpipe | 1f1b | interleaved; "": 1f1b, interleaved with K
-  std::string pipeline_layers;       // blocks per (virtual) stage, "6,6"; "": balanced by cost
+  int pipeline_parallel_size = 1;         // --pipeline-model-parallel-size P (the grid's outermost axis)
+  int layers_per_virtual_stage = 0;       // --num-layers-per-virtual-pipeline-stage K (0: no virtual stages)
+  std::string pipeline_schedule;          // gpipe | 1f1b | interleaved; "": 1f1b, interleaved with K
+  std::string pipeline_layers;            // blocks per (virtual) stage, "6,6"; "": balanced by cost
   std::string pipeline_balance = "time";  // the default cut's cost: time (FLOPs) or memory (bytes)
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;

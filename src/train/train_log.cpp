@@ -151,10 +151,11 @@ void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
     std::printf("  MFU peak = %.1f GFLOP/s (%s, %d threads; %s)\n", peak_.gflops, peak_.what.c_str(),
                 omp_get_max_threads(), peak_.source.c_str());
   if (peak_.widened_ratio > 0)
-    std::printf("  bf16: this CPU has no bf16 arithmetic (GEMMs oneDNN %s): tensors are kept and communicated in "
-                "bf16, GEMMs run in fp32 on operands widened from bf16 (%.0f%% of fp32 sgemm speed, measured) and "
-                "attention in fp32; see docs/precision.md\n",
-                kernels::gemm_isa().c_str(), 100.0 * peak_.widened_ratio);
+    std::printf(
+        "  bf16: this CPU has no bf16 arithmetic (GEMMs oneDNN %s): tensors are kept and communicated in "
+        "bf16, GEMMs run in fp32 on operands widened from bf16 (%.0f%% of fp32 sgemm speed, measured) and "
+        "attention in fp32; see docs/precision.md\n",
+        kernels::gemm_isa().c_str(), 100.0 * peak_.widened_ratio);
   std::fflush(stdout);
 }
 
@@ -167,10 +168,10 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
   // trainer_state.json, log_history's means) is ever NaN. The per-step metrics row keeps the raw
   // value (null in JSON).
   const int64_t in_window = step - 1 - last_logged_;
-  const double counted = std::isfinite(loss)   ? loss
-                         : in_window > 0       ? loss_since_log_ / double(in_window)
-                         : step > 1 ? loss_total_ / double(step - 1)
-                                                : 0.0;
+  const double counted = std::isfinite(loss) ? loss
+                         : in_window > 0     ? loss_since_log_ / double(in_window)
+                         : step > 1          ? loss_total_ / double(step - 1)
+                                             : 0.0;
   loss_total_ += counted;
   loss_since_log_ += counted;
   time_since_log_ += step_s;

@@ -315,8 +315,8 @@ void Trainer::load_data() {
   if (!a_.validation_file.empty() && !sft_) {
     val_ = std::make_unique<TokenFile>(a_.validation_file, cfg_.vocab_size);
     // Checked now, not at the first evaluation after all the training.
-    ZT_CHECK(val_->size() > int64_t(T_), "--validation_file ", a_.validation_file, " has ",
-             val_->size(), " tokens, fewer than one sequence of ", T_,
+    ZT_CHECK(val_->size() > int64_t(T_), "--validation_file ", a_.validation_file, " has ", val_->size(),
+             " tokens, fewer than one sequence of ", T_,
              "+1; use a longer validation file or a smaller --model_max_length");
   }
   steps_per_epoch_ = std::max<int64_t>(1, train_sequences_ / seqs_per_step_);
@@ -424,7 +424,8 @@ void Trainer::prepare_output_dir() {
                         ") already exists and is not empty. Use --overwrite_output_dir to overcome."));
   // A fresh start over an old run: its checkpoints go, so that neither `latest` nor pruning
   // can pick them up later (HF's Trainer deletes nothing; docs/checkpoints.md says why we do).
-  if (a_.overwrite_output_dir && a_.resume_from_checkpoint.empty()) checkpoint_remove_all(a_.output_dir, input_paths(a_));
+  if (a_.overwrite_output_dir && a_.resume_from_checkpoint.empty())
+    checkpoint_remove_all(a_.output_dir, input_paths(a_));
 }
 
 void Trainer::build_model_and_engine() {
@@ -660,10 +661,9 @@ void Trainer::start_loader_and_log() {
     log_ = std::make_unique<TrainLog>(a_, cfg_, *model_, total_steps_, steps_per_epoch_, T_, start_step_,
                                       dp_comm_->size());
     if (resumed_) log_->load_state(*resumed_);
-    log_->set_peak(device_ == DeviceKind::cuda
-                       ? gpu_gemm_peak(a_.peak_gflops, nn::compute_dtype(plan_.precision))
-                       : gemm_peak_for_run(a_.peak_gflops, nn::compute_dtype(plan_.precision), omp_get_max_threads(),
-                                           a_.peak_cache_dir));
+    log_->set_peak(device_ == DeviceKind::cuda ? gpu_gemm_peak(a_.peak_gflops, nn::compute_dtype(plan_.precision))
+                                               : gemm_peak_for_run(a_.peak_gflops, nn::compute_dtype(plan_.precision),
+                                                                   omp_get_max_threads(), a_.peak_cache_dir));
     log_->print_header(train_sequences_, seqs_per_step_);
     if (dp_comm_->size() > 1) std::printf("  Data parallel: %s\n", engine_->describe().dump().c_str());
   }

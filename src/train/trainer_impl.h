@@ -168,7 +168,7 @@ class Trainer {
   std::unique_ptr<SftTokens> sft_val_;
   std::unique_ptr<SftRows> sft_val_rows_;
   std::unique_ptr<Transformer> model_;
-  DeviceKind device_ = DeviceKind::cpu;  // --device, resolved (train/run_device.h)
+  DeviceKind device_ = DeviceKind::cpu;      // --device, resolved (train/run_device.h)
   HfSideFiles side_files_;                   // tokenizer + generation config, carried into saves
   int64_t eval_every_ = 0, save_every_ = 0;  // steps between evaluations / saves (0: none)
   bool final_eval_ = true;
@@ -205,10 +205,10 @@ class Trainer {
   std::unique_ptr<TrainLog> log_;
   nlohmann::json model_states_ = nlohmann::json::object();  // empty when no step runs (resumed at the end)
   int64_t last_saved_step_ = -1;
-  std::unique_ptr<FlashCheckpointer> flash_;     // --flash_checkpoint
-  std::unique_ptr<SpikeGuard> spike_;            // --spike_policy; NaN / Inf never reach the weights
+  std::unique_ptr<FlashCheckpointer> flash_;               // --flash_checkpoint
+  std::unique_ptr<SpikeGuard> spike_;                      // --spike_policy; NaN / Inf never reach the weights
   int64_t rollback_target_ = -1, rollbacks_in_a_row_ = 0;  // --spike_max_rollbacks
-  std::unique_ptr<StragglerMonitor> straggler_;  // with more than one rank: per-rank step work
+  std::unique_ptr<StragglerMonitor> straggler_;            // with more than one rank: per-rank step work
 };
 
 }  // namespace zt::train_internal

@@ -11,8 +11,8 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 
-#define ZT_REQUIRE_GPU()                                                   \
-  do {                                                                     \
+#define ZT_REQUIRE_GPU()                                                  \
+  do {                                                                    \
     if (::zt::cuda_device_count() == 0) GTEST_SKIP() << "no GPU present"; \
   } while (0)
 

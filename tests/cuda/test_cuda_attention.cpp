@@ -47,9 +47,8 @@ std::vector<int32_t> short_documents(int B, int T, int len) {
 std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
 void run_case(const Case& c, uint64_t seed) {
-  SCOPED_TRACE(testing::Message() << "B=" << c.B << " T=" << c.T << " NH=" << c.NH << " KVH=" << c.KVH
-                                  << " HS=" << c.HS << " doc=" << c.doc << " bf16=" << c.bf16
-                                  << " doc_len=" << c.doc_len);
+  SCOPED_TRACE(testing::Message() << "B=" << c.B << " T=" << c.T << " NH=" << c.NH << " KVH=" << c.KVH << " HS=" << c.HS
+                                  << " doc=" << c.doc << " bf16=" << c.bf16 << " doc_len=" << c.doc_len);
   AttnDims d{c.B, c.T, c.NH, c.KVH, c.HS};
   const size_t n_qkv = size_t(c.B) * c.T * d.row_stride(), n_out = size_t(c.B) * c.T * c.NH * c.HS;
   const size_t n_lse = size_t(c.B) * c.NH * c.T;

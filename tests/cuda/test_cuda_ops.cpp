@@ -31,8 +31,7 @@ TEST(CudaOps, LayerNormForwardBackward) {
     auto dx0 = randn(N * C, 5), dw0 = randn(C, 6), db0 = randn(C, 7);  // += targets start non-zero
     std::vector<double> out(N * C), mean(N), rstd(N);
     auto xd = as_double(x), wd = as_double(w);
-    ref::layernorm_forward(out.data(), mean.data(), rstd.data(), xd.data(), wd.data(), as_double(b).data(), N, C,
-                           1e-5);
+    ref::layernorm_forward(out.data(), mean.data(), rstd.data(), xd.data(), wd.data(), as_double(b).data(), N, C, 1e-5);
     auto dxd = as_double(dx0), dwd = as_double(dw0), dbd = as_double(db0);
     ref::layernorm_backward(dxd.data(), dwd.data(), dbd.data(), as_double(dout).data(), xd.data(), wd.data(),
                             mean.data(), rstd.data(), N, C);
@@ -233,8 +232,8 @@ TEST(CudaGemm, MatchesTheReferenceInEveryLayout) {
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (float beta : {0.0f, 1.0f}) {
-          SCOPED_TRACE(testing::Message() << "bf16 " << (t == DType::bf16) << " ta " << ta << " tb " << tb
-                                          << " beta " << beta);
+          SCOPED_TRACE(testing::Message()
+                       << "bf16 " << (t == DType::bf16) << " ta " << ta << " tb " << tb << " beta " << beta);
           auto a = randn(m * k, 71), b = randn(k * n, 72), c0 = randn(m * n, 73);
           if (t == DType::bf16) {
             a = test::bf16_round(a);
@@ -284,9 +283,9 @@ TEST(CudaLmHead, MatchesTheReference) {
     kernels::LmHeadCompute k{DType::bf16, x16.data(), w16.data(), dl16.data(), false};
     int64_t count = 0;
     std::vector<double> token_loss(N, -1.0);
-    const double got = kc::lmhead_ce(gdx.as<float>(), gdw.as<float>(), gx.as<float>(), gw.as<float>(),
-                                     gt.as<int32_t>(), d, 0.01f, scratch.as<float>(), &count,
-                                     t == DType::bf16 ? &k : nullptr, token_loss.data());
+    const double got =
+        kc::lmhead_ce(gdx.as<float>(), gdw.as<float>(), gx.as<float>(), gw.as<float>(), gt.as<int32_t>(), d, 0.01f,
+                      scratch.as<float>(), &count, t == DType::bf16 ? &k : nullptr, token_loss.data());
     EXPECT_EQ(count, int64_t(std::count_if(tgt.begin(), tgt.end(), [](int32_t v) { return v >= 0; })));
     EXPECT_NEAR(got, want, std::abs(want) * 1e-5);
     EXPECT_EQ(token_loss[4], 0.0);

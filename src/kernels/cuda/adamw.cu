@@ -21,16 +21,17 @@ struct DevicePiece {
   float decay;                  // 1 - lr * weight_decay, or 1
 };
 
-__global__ void adamw_k(const DevicePiece* pieces, int n_pieces, int64_t total, float* m, float* v, float b1,
-                        float b2, float one_minus_b1, float one_minus_b2, float step_size, float bc2_sqrt,
-                        float eps) {
+__global__ void adamw_k(const DevicePiece* pieces, int n_pieces, int64_t total, float* m, float* v, float b1, float b2,
+                        float one_minus_b1, float one_minus_b2, float step_size, float bc2_sqrt, float eps) {
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
     int lo = 0, hi = n_pieces - 1;
     while (lo < hi) {  // the last piece whose start <= idx
       const int mid = (lo + hi + 1) / 2;
-      if (pieces[mid].start <= idx) lo = mid;
-      else hi = mid - 1;
+      if (pieces[mid].start <= idx)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     const DevicePiece& p = pieces[lo];
     const int64_t i = idx - p.start, s = p.state_offset + i;

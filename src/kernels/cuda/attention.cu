@@ -26,7 +26,7 @@
 namespace zt::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;                   // warps per block
+constexpr int kWarps = 4;  // warps per block
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 4;                    // rows per warp: one column load feeds four rows
 constexpr int kBlockRows = kWarps * kRows;  // rows per block
@@ -36,9 +36,9 @@ constexpr int kMaxCols = 8;                 // head-dimension entries per lane: 
 // The device-side copy of AttnDims plus what every kernel derives from it.
 struct Geom {
   int B, T, NH, KVH, HS;
-  int64_t rs;         // qkv row stride (floats)
+  int64_t rs;          // qkv row stride (floats)
   const int32_t* doc;  // (B, T) first visible key, or null
-  float scale;        // 1 / sqrt(HS)
+  float scale;         // 1 / sqrt(HS)
 };
 
 Geom make_geom(const AttnDims& d) {
@@ -78,9 +78,9 @@ __device__ void load_rows(float* dst, int ld, const float* src, int64_t stride, 
 __global__ void __launch_bounds__(kThreads) fwd_kernel(float* out, float* lse, const float* qkv, Geom g, bool bf16) {
   extern __shared__ float smem[];
   const int HS = g.HS, ldk = HS + 1;  // K is read one row per lane: pad against bank conflicts
-  float* qs = smem;                    // kBlockRows x HS
-  float* ks = qs + kBlockRows * HS;    // kTile x ldk
-  float* vs = ks + kTile * ldk;        // kTile x HS
+  float* qs = smem;                   // kBlockRows x HS
+  float* ks = qs + kBlockRows * HS;   // kTile x ldk
+  float* vs = ks + kTile * ldk;       // kTile x HS
   const int b = blockIdx.z, h = blockIdx.y, grp = h / (g.NH / g.KVH), q0 = blockIdx.x * kBlockRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = warp * kRows;
   const float* base = qkv + int64_t(b) * g.T * g.rs;
@@ -250,8 +250,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_kernel(float* dqkv, const flo
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = warp * kRows;
   const float* base = qkv + int64_t(b) * g.T * g.rs;
   load_rows(qs, HS, base + h * HS, g.rs, q0, kBlockRows, g.T, HS, bf16);
-  load_rows(dos, HS, dout + int64_t(b) * g.T * g.NH * HS + h * HS, int64_t(g.NH) * HS, q0, kBlockRows, g.T, HS,
-            bf16);
+  load_rows(dos, HS, dout + int64_t(b) * g.T * g.NH * HS + h * HS, int64_t(g.NH) * HS, q0, kBlockRows, g.T, HS, bf16);
   int first[kRows];
   float lse_r[kRows], D_r[kRows], dq[kRows][kMaxCols] = {};
 #pragma unroll
@@ -327,8 +326,8 @@ __global__ void rowdot_kernel(float* D, const float* dout, const float* out, int
 }
 
 void check_dims(const AttnDims& d) {
-  ZT_CHECK(d.B > 0 && d.T > 0 && d.NH > 0 && d.KVH > 0 && d.NH % d.KVH == 0, "attention: bad dims B=", d.B,
-           " T=", d.T, " NH=", d.NH, " KVH=", d.KVH);
+  ZT_CHECK(d.B > 0 && d.T > 0 && d.NH > 0 && d.KVH > 0 && d.NH % d.KVH == 0, "attention: bad dims B=", d.B, " T=", d.T,
+           " NH=", d.NH, " KVH=", d.KVH);
   ZT_CHECK(d.HS > 0 && d.HS % 8 == 0 && d.HS <= 32 * kMaxCols, "attention (CUDA): head size ", d.HS,
            " is not supported (a multiple of 8 up to ", 32 * kMaxCols, ")");
 }

@@ -318,10 +318,10 @@ constexpr int kBwdWarps = 8, kBwdBK = 16 * kBwdWarps, kBwdBQ = 64;
 template <int HS>
 struct BwdSmem {
   static constexpr int LD = HS + 8, LDS = kBwdBQ + 8;
-  static constexpr size_t k = 0, v = k + size_t(kBwdBK) * LD;                   // bf16 elements
-  static constexpr size_t q = v + size_t(kBwdBK) * LD;                          // 2 buffers
-  static constexpr size_t o = q + 2 * size_t(kBwdBQ) * LD;                      // dO, 2 buffers
-  static constexpr size_t ds = o + 2 * size_t(kBwdBQ) * LD;                     // dS^T (BK x LDS)
+  static constexpr size_t k = 0, v = k + size_t(kBwdBK) * LD;                      // bf16 elements
+  static constexpr size_t q = v + size_t(kBwdBK) * LD;                             // 2 buffers
+  static constexpr size_t o = q + 2 * size_t(kBwdBQ) * LD;                         // dO, 2 buffers
+  static constexpr size_t ds = o + 2 * size_t(kBwdBQ) * LD;                        // dS^T (BK x LDS)
   static constexpr size_t vec_bytes = (ds + size_t(kBwdBK) * LDS) * sizeof(bf16);  // lse2, D, first
   static constexpr size_t bytes = vec_bytes + 2 * 3 * kBwdBQ * sizeof(float);
 };
@@ -351,8 +351,10 @@ __global__ void __launch_bounds__(32 * kBwdWarps, 1)
   int lo = k0, hi = g.T;  // first_key(lo) <= klast; answer in (lo, hi]
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (first_key(g, b, mid) <= klast) lo = mid;
-    else hi = mid;
+    if (first_key(g, b, mid) <= klast)
+      lo = mid;
+    else
+      hi = mid;
   }
   const int nq = (hi - k0 + BQ - 1) / BQ, n_it = heads * nq;
 
@@ -441,8 +443,7 @@ __global__ void __launch_bounds__(32 * kBwdWarps, 1)
         da[n / 2][(n & 1) * 2 + 1] = pack_bf16(dp[n][2], dp[n][3]);
         // dS^T rows j0, j1 (tile-local), query columns c, c + 1.
         *reinterpret_cast<uint32_t*>(dss + (warp * 16 + lane / 4) * LDS + n * 8 + cq) = da[n / 2][(n & 1) * 2];
-        *reinterpret_cast<uint32_t*>(dss + (warp * 16 + lane / 4 + 8) * LDS + n * 8 + cq) =
-            da[n / 2][(n & 1) * 2 + 1];
+        *reinterpret_cast<uint32_t*>(dss + (warp * 16 + lane / 4 + 8) * LDS + n * 8 + cq) = da[n / 2][(n & 1) * 2 + 1];
       }
 #pragma unroll
       for (int kc = 0; kc < BQ / 16; ++kc)
@@ -554,8 +555,8 @@ void launch_backward(float* dqkv, const float* dout, const float* qkv, const flo
   dout_prep_kernel<HS><<<unsigned((warps * 32 + 255) / 256), 256>>>(oh, D, dout, out, d.B, d.T, d.NH);
   ZT_CUDA_LAUNCH_CHECK();
   // dQ is accumulated with atomics over key tiles: the q columns of every row start at zero.
-  ZT_CUDA_CHECK(cudaMemset2DAsync(dqkv, size_t(d.row_stride()) * sizeof(float), 0,
-                                  size_t(d.NH) * HS * sizeof(float), size_t(rows)));
+  ZT_CUDA_CHECK(cudaMemset2DAsync(dqkv, size_t(d.row_stride()) * sizeof(float), 0, size_t(d.NH) * HS * sizeof(float),
+                                  size_t(rows)));
   ZT_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::bytes)));
   const int64_t blocks = int64_t((d.T + kBwdBK - 1) / kBwdBK) * d.B * d.KVH;
   bwd_kernel<HS><<<unsigned(blocks), 32 * kBwdWarps, L::bytes>>>(dqkv, oh, qh, lse, D, make_tc_geom(d));

@@ -10,7 +10,7 @@
 
 namespace zt::kernels::cuda {
 
-void gemm(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
-          int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc, DType c_t = DType::f32);
+void gemm(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+          const void* b, int64_t ldb, float beta, void* c, int64_t ldc, DType c_t = DType::f32);
 
 }  // namespace zt::kernels::cuda

@@ -109,8 +109,8 @@ Plan make_plan(Lt& l, const Key& key) {
 
 }  // namespace
 
-void gemm(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
-          int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc, DType c_t) {
+void gemm(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+          const void* b, int64_t ldb, float beta, void* c, int64_t ldc, DType c_t) {
   if (m == 0 || n == 0) return;
   ZT_ASSERT(c_t == DType::f32 || beta == 0.0f, "a bf16 C is written, never accumulated");
   if (k == 0) {  // C = beta * C: cuBLASLt rejects an empty reduction
@@ -119,14 +119,15 @@ void gemm(DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
     return;
   }
   Lt& l = lt();
-  Key key{int(t), int(c_t), trans_a, trans_b, beta == 0.0f, m, n, k, lda, ldb, ldc,
-          std::min(alignment(a), std::min(alignment(b), alignment(c)))};
+  Key key{int(t),       int(c_t), trans_a, trans_b,
+          beta == 0.0f, m,        n,       k,
+          lda,          ldb,      ldc,     std::min(alignment(a), std::min(alignment(b), alignment(c)))};
   std::lock_guard<std::mutex> lock(l.mu);
   auto it = l.plans.find(key);
   if (it == l.plans.end()) it = l.plans.emplace(key, make_plan(l, key)).first;
   const Plan& p = it->second;
-  lt_check(cublasLtMatmul(l.handle, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c, &p.algo,
-                          l.workspace.data(), kWorkspaceBytes, nullptr),
+  lt_check(cublasLtMatmul(l.handle, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c, &p.algo, l.workspace.data(),
+                          kWorkspaceBytes, nullptr),
            "Matmul");
 }
 

@@ -154,8 +154,7 @@ __global__ void rope_k(float* qkv, const float* cos_t, const float* sin_t, int B
                        int64_t row_stride, const int32_t* positions, float sign) {
   const int half = HS / 2;
   const int64_t n = int64_t(B) * T * heads * half;
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
-       idx += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
     const int i = int(idx % half);
     const int64_t rh = idx / half;
     const int h = int(rh % heads);
@@ -172,8 +171,7 @@ __global__ void rope_k(float* qkv, const float* cos_t, const float* sin_t, int B
 __global__ void embedding_fwd_k(float* out, const int32_t* tok, const float* wte, const float* wpe, int64_t N, int T,
                                 int C, const int32_t* positions) {
   const int64_t n = N * C;
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
-       idx += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = idx / C, c = idx % C;
     float v = wte[int64_t(tok[i]) * C + c];
     if (wpe) v += wpe[(positions ? int64_t(positions[i]) : i % T) * C + c];
@@ -184,8 +182,7 @@ __global__ void embedding_fwd_k(float* out, const int32_t* tok, const float* wte
 __global__ void embedding_bwd_k(float* dwte, float* dwpe, const float* dout, const int32_t* tok, int64_t N, int T,
                                 int C, const int32_t* positions) {
   const int64_t n = N * C;
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
-       idx += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = idx / C, c = idx % C;
     atomicAdd(dwte + int64_t(tok[i]) * C + c, dout[idx]);
     if (dwpe) atomicAdd(dwpe + (positions ? int64_t(positions[i]) : i % T) * C + c, dout[idx]);
