@@ -60,6 +60,10 @@ class DeviceBuffer {
 void* device_alloc(size_t bytes, std::string_view what);
 void device_free(void* p);
 
+// A scratch buffer kept across calls, grown when a call needs more: cudaFree waits for the whole
+// device, so per-call allocations in a step's kernels would serialise the step.
+void grow_device_buffer(DeviceBuffer* b, size_t bytes, std::string_view what);
+
 // Synchronous copies on the current stream (host memory may be pageable).
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);

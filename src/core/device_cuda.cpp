@@ -86,6 +86,10 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+void grow_device_buffer(DeviceBuffer* b, size_t bytes, std::string_view what) {
+  if (b->bytes() < bytes) *b = DeviceBuffer(bytes, what);
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   ZT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }

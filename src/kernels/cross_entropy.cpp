@@ -36,19 +36,6 @@ inline void chunk_backward(const LmHeadCompute& k, const uint16_t* low, const fl
   gemm_typed(k.t, false, false, rows, C, V, 1.0f, g, V, k.w, C, 0.0f, dx, C);
   gemm_typed(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);
 }
-// A target indexes its row of logits (and the gradient written there): one outside [0, V) would
-// read and write outside the scratch. The data loaders check every id against the vocabulary
-// (data/token_data.h); this is the kernel's own guard, N compares beside N*V*C flops.
-void check_targets(const int32_t* targets, int64_t N, int V) {
-  bool ok = true;
-#pragma omp simd reduction(&& : ok)
-  for (int64_t i = 0; i < N; ++i) ok = ok && (targets[i] == kIgnoreIndex || uint32_t(targets[i]) < uint32_t(V));
-  if (ok) return;
-  int64_t i = 0;
-  while (targets[i] == kIgnoreIndex || uint32_t(targets[i]) < uint32_t(V)) ++i;
-  throw Error(str_cat("lm head: target id ", targets[i], " at row ", i, " is outside the vocabulary [0, ", V,
-                      "); the token data was not checked against the model"));
-}
 
 }  // namespace
 
@@ -58,7 +45,7 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
   LmHeadCompute fp32{DType::f32, x, w, nullptr, false};
   const LmHeadCompute& k = compute ? *compute : fp32;
   const size_t es = dtype_size(k.t);
-  check_targets(targets, d.N, V);
+  check_lm_targets(targets, d.N, V);
   double loss = 0.0;
   int64_t counted = 0;
   for (int64_t r0 = 0; r0 < d.N; r0 += d.chunk) {

@@ -14,6 +14,22 @@ namespace zt::kernels {
 
 constexpr int32_t kIgnoreIndex = -100;
 
+// A target indexes its row of logits (and the gradient written there): one outside [0, V) would
+// read and write outside the scratch. The data loaders check every id against the vocabulary
+// (data/token_data.h); this is the kernel's own guard, N compares beside N*V*C flops.
+inline void check_lm_targets(const int32_t* targets, int64_t N, int V) {
+  bool ok = true;
+#ifdef _OPENMP  // also included by the GPU kernels' files, which nvcc builds without OpenMP
+#pragma omp simd reduction(&& : ok)
+#endif
+  for (int64_t i = 0; i < N; ++i) ok = ok && (targets[i] == kIgnoreIndex || uint32_t(targets[i]) < uint32_t(V));
+  if (ok) return;
+  int64_t i = 0;
+  while (targets[i] == kIgnoreIndex || uint32_t(targets[i]) < uint32_t(V)) ++i;
+  throw Error(str_cat("lm head: target id ", targets[i], " at row ", i, " is outside the vocabulary [0, ", V,
+                      "); the token data was not checked against the model"));
+}
+
 struct LmHeadDims {
   int64_t N;
   int C, V;

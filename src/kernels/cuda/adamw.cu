@@ -60,16 +60,16 @@ void adamw_step(const AdamWPiece* pieces, int n_pieces, float* exp_avg, float* e
   if (total == 0) return;
   const double bc1 = 1.0 - std::pow(h.beta1, double(h.step));
   const double bc2 = 1.0 - std::pow(h.beta2, double(h.step));
-  // The table goes with the launch; a persistent copy would save one small transfer per step.
-  DeviceBuffer dev(table.size() * sizeof(DevicePiece), "AdamW piece table");
-  copy_to_device(dev.data(), table.data(), dev.bytes());
+  // The table goes with each launch (a few KiB) into a buffer kept across steps.
+  static DeviceBuffer dev;
+  grow_device_buffer(&dev, table.size() * sizeof(DevicePiece), "AdamW piece table");
+  copy_to_device(dev.data(), table.data(), table.size() * sizeof(DevicePiece));
   int64_t blocks = (total + 255) / 256;
   if (blocks > 65535 * 16) blocks = 65535 * 16;
   adamw_k<<<unsigned(blocks), 256>>>(dev.as<DevicePiece>(), int(table.size()), total, exp_avg, exp_avg_sq,
                                      float(h.beta1), float(h.beta2), float(1.0 - h.beta1), float(1.0 - h.beta2),
                                      float(h.lr / bc1), float(std::sqrt(bc2)), float(h.eps));
   ZT_CUDA_LAUNCH_CHECK();
-  device_synchronize();  // the table is freed on return
 }
 
 }  // namespace zt::kernels::cuda

@@ -85,13 +85,6 @@ __global__ void softmax_ce_k(float* z, __nv_bfloat16* low, float* row_stats, con
   }
 }
 
-void check_targets(const std::vector<int32_t>& targets, int V) {
-  for (size_t i = 0; i < targets.size(); ++i)
-    if (targets[i] != kIgnoreIndex && uint32_t(targets[i]) >= uint32_t(V))
-      throw Error(str_cat("lm head: target id ", targets[i], " at row ", i, " is outside the vocabulary [0, ", V,
-                          "); the token data was not checked against the model"));
-}
-
 }  // namespace
 
 double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const LmHeadDims& d,
@@ -104,35 +97,38 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
   const size_t es = dtype_size(k.t);
   std::vector<int32_t> host_targets(size_t(d.N));
   copy_to_host(host_targets.data(), targets, host_targets.size() * sizeof(int32_t));
-  check_targets(host_targets, V);
-  DeviceBuffer stats(size_t(2 * std::max<int64_t>(d.chunk, 1)) * sizeof(float), "lm head row statistics");
-  std::vector<float> host_stats(size_t(2 * d.chunk));
-  double loss = 0.0;
-  int64_t counted = 0;
+  check_lm_targets(host_targets.data(), d.N, V);
+  // Each row's (sum of exp, shifted target logit) stays on the device until the last chunk: one
+  // copy per call instead of a synchronisation per chunk.
+  static DeviceBuffer stats;
+  grow_device_buffer(&stats, size_t(2 * std::max<int64_t>(d.N, 1)) * sizeof(float), "lm head row statistics");
   for (int64_t r0 = 0; r0 < d.N; r0 += d.chunk) {
     const int64_t rows = std::min(d.chunk, d.N - r0);
     const void* xc = static_cast<const char*>(k.x) + size_t(r0) * C * es;
     gemm(k.t, false, true, rows, V, C, 1.0f, xc, C, k.w, C, 0.0f, scratch, V);
     auto* low = k.t == DType::bf16 && dx ? static_cast<__nv_bfloat16*>(k.dlogits) : nullptr;
-    softmax_ce_k<<<unsigned(rows), kThreads>>>(scratch, low, stats.as<float>(), targets + r0, V, grad_scale,
-                                               dx != nullptr);
+    softmax_ce_k<<<unsigned(rows), kThreads>>>(scratch, low, stats.as<float>() + 2 * r0, targets + r0, V,
+                                               grad_scale, dx != nullptr);
     ZT_CUDA_LAUNCH_CHECK();
-    copy_to_host(host_stats.data(), stats.data(), size_t(2 * rows) * sizeof(float));
-    for (int64_t i = 0; i < rows; ++i) {
-      if (host_targets[size_t(r0 + i)] == kIgnoreIndex) {
-        if (token_loss) token_loss[r0 + i] = 0.0;
-        continue;
-      }
-      const double li = std::log(double(host_stats[size_t(2 * i)])) - double(host_stats[size_t(2 * i + 1)]);
-      loss += li;
-      ++counted;
-      if (token_loss) token_loss[r0 + i] = li;
-    }
     if (dx) {
       const void* g = low ? static_cast<const void*>(low) : scratch;
       gemm(k.t, false, false, rows, C, V, 1.0f, g, V, k.w, C, 0.0f, dx + r0 * C, C);
       gemm(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);
     }
+  }
+  std::vector<float> host_stats(size_t(2 * d.N));
+  copy_to_host(host_stats.data(), stats.data(), host_stats.size() * sizeof(float));
+  double loss = 0.0;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < d.N; ++i) {
+    if (host_targets[size_t(i)] == kIgnoreIndex) {
+      if (token_loss) token_loss[i] = 0.0;
+      continue;
+    }
+    const double li = std::log(double(host_stats[size_t(2 * i)])) - double(host_stats[size_t(2 * i + 1)]);
+    loss += li;
+    ++counted;
+    if (token_loss) token_loss[i] = li;
   }
   if (count) *count = counted;
   return loss;

@@ -253,7 +253,8 @@ __global__ void scale_k(float* x, int64_t n, float a, float b, bool two) {
 double sum_squares(const float* x, int64_t n) {
   if (n == 0) return 0.0;
   const int blocks = std::min(blocks_for(n), 1024);
-  DeviceBuffer partial(size_t(blocks) * sizeof(double), "gradient norm partial sums");
+  static DeviceBuffer partial;
+  grow_device_buffer(&partial, size_t(blocks) * sizeof(double), "gradient norm partial sums");
   sum_squares_k<<<blocks, kThreads>>>(partial.as<double>(), x, n);
   ZT_CUDA_LAUNCH_CHECK();
   std::vector<double> host(static_cast<size_t>(blocks));
