@@ -108,8 +108,8 @@ int cmd_train(const Args& args) {
   f.add("adam_epsilon", &a.adam_epsilon, "(1e-8)", range::above(0));
   f.add("max_grad_norm", &a.max_grad_norm, "global gradient-norm clip, 0 disables (1.0)", range::at_least(0));
   f.add("lr_scheduler_type", &a.lr_scheduler_type,
-        "constant | constant_with_warmup | linear | cosine | cosine_with_min_lr | warmup_stable_decay | WarmupLR | "
-        "WarmupDecayLR | WarmupCosineLR (linear)");
+        "constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial | inverse_sqrt | "
+        "cosine_with_min_lr | warmup_stable_decay | WarmupLR | WarmupDecayLR | WarmupCosineLR (linear)");
   f.add("lr_scheduler_kwargs", &a.lr_scheduler_kwargs,
         "JSON object of the schedule's own arguments, e.g. '{\"num_decay_steps\": 100}' ({})");
   f.add("warmup_ratio", &a.warmup_ratio, "warmup as a fraction of the total steps (0)", range::closed(0, 1));
