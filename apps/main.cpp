@@ -55,6 +55,7 @@ const char* kUsage =
     "  estimate-memory  per-rank memory of a model under DDP / ZeRO-1/2/3 / hybrid sharding\n"
     "  plan             rank the dp x tp x pp / ZeRO / micro-batch / recomputation layouts of N ranks\n"
     "  info             the CPU, kernel levels (ZT_ISA), GEMM ISA and GEMM peaks ztrain uses here\n"
+    "  version   version, git commit, build type, CPU kernel levels and backends (also --version)\n"
     "  help      this text\n";
 
 }  // namespace
@@ -317,6 +318,8 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
+    // Before the ISA choice: the version prints even where ZT_ISA names a level this CPU lacks.
+    if (cmd == "version" || cmd == "--version") return zt::app::cmd_version(args);
     // The kernels' instruction set: the best this CPU has, or the level ZT_ISA forces
     // (docs/kernels.md#dispatch); an unknown level or one the CPU lacks is an error here.
     const char* isa = std::getenv("ZT_ISA");

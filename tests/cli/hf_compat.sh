@@ -3,7 +3,7 @@
 # --local_rank (against the launcher's local rank), --ddp_bucket_cap_mb (-> --reduce_bucket_size),
 # --data_seed (the data order alone; resume stays exact), --logging_first_step, --run_name (the
 # TensorBoard run folder, all_results.json), --use_cpu / --no_cuda, the schedules polynomial,
-# cosine_with_restarts, inverse_sqrt (and reduce_lr_on_plateau refused).
+# cosine_with_restarts, inverse_sqrt (and reduce_lr_on_plateau refused), and `ztrain --version`.
 # usage: hf_compat.sh path/to/ztrain
 set -u
 Z=$1
@@ -112,5 +112,12 @@ err "--lr_scheduler_kwargs key \"lr_end\" must be a number" rnd --output_dir "$W
   --lr_scheduler_type polynomial --lr_scheduler_kwargs '{"lr_end": "small"}'
 err "reduce_lr_on_plateau is not implemented" rnd --output_dir "$W/e" --max_steps 1 --lr_scheduler_type reduce_lr_on_plateau
 
+# ztrain --version / ztrain version.
+for v in --version version; do
+  "$Z" $v >"$W/v" 2>&1 || { echo "FAIL: ztrain $v: exit $?"; fail=1; }
+  for k in "^ztrain [0-9]" "^commit: " "^build: " "^cpu isa: .*avx2" "^backends: MPI o[nf]*, CUDA o[nf]*, oneDNN [0-9]"; do
+    grep -q "$k" "$W/v" || { echo "FAIL: ztrain $v has no line $k:"; cat "$W/v"; fail=1; }
+  done
+done
 [ $fail -eq 0 ] && echo "hf_compat: all passed"
 exit $fail
