@@ -275,8 +275,10 @@ int cmd_train(const Args& args) {
   // would wait for the other ranks, stuck in their next collective.
   std::unique_ptr<dist::Communicator> world = dist::make_world();
   if (a.ddp_timeout >= 0) world->set_timeout(a.ddp_timeout);
-  check_local_rank(hf);  // with the world up, a mismatch on one rank ends the whole job
   try {
+    // Inside the try: a mismatch on one rank must end the job (abort_job) before the world's
+    // destructor reaches MPI_Finalize and waits for the ranks that passed.
+    check_local_rank(hf);
     zt::train_run(a, *world);
   } catch (const zt::JobError& e) {
     // Every rank raised this same error: rank 0 reports it and ends the job; the others wait

@@ -4,9 +4,10 @@
 # --data_seed (the data order alone; resume stays exact), --logging_first_step, --run_name (the
 # TensorBoard run folder, all_results.json), --use_cpu / --no_cuda, the schedules polynomial,
 # cosine_with_restarts, inverse_sqrt (and reduce_lr_on_plateau refused), and `ztrain --version`.
-# usage: hf_compat.sh path/to/ztrain
+# usage: hf_compat.sh path/to/ztrain [mpiexec]  (with mpiexec: --local_rank under 2 ranks too)
 set -u
 Z=$1
+MPI=${2:-}
 W=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 PY=/usr/bin/python3
@@ -82,6 +83,17 @@ ok "LOCAL_RANK 2" env LOCAL_RANK=2 "$Z" train --model_config_path "$W/cfg.json" 
 err "--local_rank 1 does not match this process's local rank 0 (no launcher)" rnd --output_dir "$W/e" --max_steps 1 --local_rank 1
 err "local rank 3 (LOCAL_RANK)" env LOCAL_RANK=3 "$Z" train --model_config_path "$W/cfg.json" --train_file "$W/train.bin" \
   --output_dir "$W/e" --max_steps 1 --local_rank 0
+
+# Under mpirun every rank gets the same --local_rank: rank 1's mismatch ends the job, naming it.
+if [ -n "$MPI" ]; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout 120 "$MPI" -np 2 --oversubscribe \
+    "$Z" train --model_config_path "$W/cfg.json" --train_file "$W/train.bin" --per_device_train_batch_size 2 \
+    --model_max_length 16 --report_to none --save_strategy no --output_dir "$W/mpi" --max_steps 1 --local_rank=0 \
+    >"$W/mpi.log" 2>&1
+  rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^\[rank 1\] error: --local_rank 0 does not match this process's local rank 1 (OMPI_COMM_WORLD_LOCAL_RANK)" "$W/mpi.log" ||
+    { echo "FAIL: mpirun -np 2 --local_rank=0 -> rc $rc:"; head -5 "$W/mpi.log"; fail=1; }
+fi
 
 # --ddp_bucket_cap_mb: MiB -> fp32 elements for --reduce_bucket_size; the two must agree.
 ok "bucket 1 MiB" rnd --output_dir "$W/bk" --max_steps 1 --ddp_bucket_cap_mb 1 --reduce_bucket_size 262144
