@@ -96,6 +96,8 @@ void FlagSet::parse(const std::vector<std::string>& args) {
       has_value = true;
     }
     const Flag* f = find(name);
+    if (auto r = refused_because_.find(name); !f && r != refused_because_.end())
+      throw Error(str_cat("ztrain ", command_, ": --", name, " ", r->second));
     ZT_CHECK(f || !refused_.count(name), "ztrain ", command_, ": --", name, " ", refused_why_);
     ZT_CHECK(f, "ztrain ", command_, ": unknown flag --", shown(name), "; did you mean --", nearest(name), "?");
     given_.insert(f->name);

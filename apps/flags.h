@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -80,6 +81,8 @@ class FlagSet {
     refused_ = names;
     refused_why_ = std::move(why);
   }
+  // One such name with its own reason (what to use instead), which wins over refuse()'s.
+  void refuse_because(const std::string& name, std::string why) { refused_because_[name] = std::move(why); }
   // Names of the flags parse() saw (without "--"), so a config file can tell an explicit
   // value from a default (DeepSpeed JSON vs HF flags, docs/deepspeed.md).
   const std::set<std::string>& given() const { return given_; }
@@ -100,6 +103,7 @@ class FlagSet {
   std::set<std::string> given_;
   std::set<std::string> refused_;
   std::string refused_why_;
+  std::map<std::string, std::string> refused_because_;
 };
 
 }  // namespace zt::app

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "dist/communicator.h"
 #include "flags.h"
+#include "hf_compat.h"
 #include "hf_training_args.h"
 #include "signals.h"
 #include "train/train_args.h"
@@ -54,6 +55,7 @@ const char* kUsage =
     "  estimate-memory  per-rank memory of a model under DDP / ZeRO-1/2/3 / hybrid sharding\n"
     "  plan             rank the dp x tp x pp / ZeRO / micro-batch / recomputation layouts of N ranks\n"
     "  info             the CPU, kernel levels (ZT_ISA), GEMM ISA and GEMM peaks ztrain uses here\n"
+    "  version   version, git commit, build type, CPU kernel levels and backends (also --version)\n"
     "  help      this text\n";
 
 }  // namespace
@@ -86,9 +88,6 @@ int cmd_train(const Args& args) {
   f.add("metric_for_best_model", &a.metric_for_best_model, "loss | eval_loss | perplexity (loss)");
   f.add("greater_is_better", &a.greater_is_better, "a larger metric is better (false for loss and perplexity)");
   f.add("save_safetensors", &a.save_safetensors, "accepted (HF); ztrain writes safetensors only, false is refused");
-  f.add("dataloader_num_workers", &a.dataloader_num_workers,
-        "accepted (HF); data are memory-mapped tokens read by one prefetch thread (--dataloader_prefetch)",
-        range::closed(0, 1024));
   f.add("max_eval_samples", &a.max_eval_samples, "sequences evaluated, 0 = all (0)", range::closed(0, kMaxSteps));
   f.add("output_dir", &a.output_dir, "where the model, trainer_state.json and metrics go");
   f.add("overwrite_output_dir", &a.overwrite_output_dir, "allow a non-empty --output_dir");
@@ -108,8 +107,8 @@ int cmd_train(const Args& args) {
   f.add("adam_epsilon", &a.adam_epsilon, "(1e-8)", range::above(0));
   f.add("max_grad_norm", &a.max_grad_norm, "global gradient-norm clip, 0 disables (1.0)", range::at_least(0));
   f.add("lr_scheduler_type", &a.lr_scheduler_type,
-        "constant | constant_with_warmup | linear | cosine | cosine_with_min_lr | warmup_stable_decay | WarmupLR | "
-        "WarmupDecayLR | WarmupCosineLR (linear)");
+        "constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial | inverse_sqrt | "
+        "cosine_with_min_lr | warmup_stable_decay | WarmupLR | WarmupDecayLR | WarmupCosineLR (linear)");
   f.add("lr_scheduler_kwargs", &a.lr_scheduler_kwargs,
         "JSON object of the schedule's own arguments, e.g. '{\"num_decay_steps\": 100}' ({})");
   f.add("warmup_ratio", &a.warmup_ratio, "warmup as a fraction of the total steps (0)", range::closed(0, 1));
@@ -153,11 +152,16 @@ int cmd_train(const Args& args) {
         "largest weight file in --output_dir, save_pretrained's units: 50MB, 2GB, 500MiB, bytes (5GB)");
   f.add("tokenizer_name", &a.tokenizer_name,
         "tokenizer folder (or file): carried into --output_dir and checkpoints, and SFT's tokenizer (the model's)");
-  f.add("seed", &a.seed, "seed for initialisation and shuffling (42)", range::at_least(0));
+  f.add("seed", &a.seed, "seed for initialisation, and for shuffling unless --data_seed (42)", range::at_least(0));
+  f.add("data_seed", &a.data_seed, "seed of the data order alone (HF's; default: --seed)", range::at_least(0));
   f.add("threads", &a.threads, "compute threads, 0 = all cores (0)", range::closed(0, kMaxThreads));
   f.add("no_shuffle", &a.no_shuffle, "consecutive windows in file order");
   f.add("logging_dir", &a.logging_dir, "TensorBoard folder (output_dir/runs/<date>_<host>)");
   f.add("report_to", &a.report_to, "tensorboard | none (tensorboard)");
+  f.add("logging_first_step", &a.logging_first_step, "also log step 1, whatever --logging_strategy says (false)");
+  f.add("run_name", &a.run_name,
+        "the run's name: TensorBoard folder output_dir/runs/<run_name> (unless --logging_dir), \"run_name\" in "
+        "all_results.json (<date>_<host>)");
   f.add("plot", &a.plot, "write output_dir/loss.png with the loss curves at the end");
   f.add("disable_tqdm", &a.disable_tqdm, "auto | true | false: the live progress line on stderr (auto: on a terminal)");
   f.add("packing", &a.packing,
@@ -230,12 +234,15 @@ int cmd_train(const Args& args) {
   // DeepSpeed / ZeRO (docs/deepspeed.md). A --deepspeed JSON's values replace defaults but must
   // agree with flags given here; "auto" values take the flags.
   f.add("deepspeed", &a.deepspeed, "DeepSpeed JSON config (HF Trainer's flag; docs/deepspeed.md)");
+  HfCompatFlags hf;  // HF flags resolved here: the environment, units, other flags (hf_compat.h)
+  add_hf_compat_flags(f, hf);
   f.refuse({std::begin(kHfTrainingArguments), std::end(kHfTrainingArguments)},
            "is a Hugging Face TrainingArguments flag that ztrain does not implement; remove it (docs/flags.md "
            "lists the flags ztrain takes)");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   a.explicit_flags = f.given();
+  apply_hf_compat_flags(hf, f.given(), a);
   a.peak_cache_dir = a.cache_dir.empty() ? zt::sft_default_cache_dir() : a.cache_dir;
   if (const char* hook = std::getenv("ZT_TEST_FAIL_AT")) {  // tests/dist: a rank failing mid-run
     // rank:step, or rank:step:attempt to fail only in that attempt of `ztrain launch`'s agent.
@@ -269,6 +276,9 @@ int cmd_train(const Args& args) {
   std::unique_ptr<dist::Communicator> world = dist::make_world();
   if (a.ddp_timeout >= 0) world->set_timeout(a.ddp_timeout);
   try {
+    // Inside the try: a mismatch on one rank must end the job (abort_job) before the world's
+    // destructor reaches MPI_Finalize and waits for the ranks that passed.
+    check_local_rank(hf);
     zt::train_run(a, *world);
   } catch (const zt::JobError& e) {
     // Every rank raised this same error: rank 0 reports it and ends the job; the others wait
@@ -310,6 +320,8 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
+    // Before the ISA choice: the version prints even where ZT_ISA names a level this CPU lacks.
+    if (cmd == "version" || cmd == "--version") return zt::app::cmd_version(args);
     // The kernels' instruction set: the best this CPU has, or the level ZT_ISA forces
     // (docs/kernels.md#dispatch); an unknown level or one the CPU lacks is an error here.
     const char* isa = std::getenv("ZT_ISA");

@@ -1,5 +1,5 @@
-// test_schedule.cpp: HF's cosine_with_min_lr and warmup_stable_decay schedules and their
-// --lr_scheduler_kwargs. The tables are HF's lr_lambda values, printed by
+// test_schedule.cpp: HF's cosine_with_min_lr, warmup_stable_decay, cosine_with_restarts,
+// polynomial and inverse_sqrt schedules and their --lr_scheduler_kwargs. The tables are HF's lr_lambda values, printed by
 // tests/parity/hf_schedules.py (a transcription of transformers/optimization.py at commit
 // 005edacb6b5d; transformers is not installed here); regenerate them with it.
 #include <gtest/gtest.h>
@@ -195,6 +195,15 @@ const double kWsdCycles[] = {1.0,
                              0.0,
                              0.0};
 
+const double kRestarts1[] = {0.0, 0.5, 1.0, 0.9755282581475768, 0.9045084971874737, 0.7938926261462366, 0.6545084971874737, 0.5, 0.34549150281252633, 0.2061073738537635, 0.09549150281252633, 0.024471741852423234, 0.0, 0.0};
+const double kRestarts3[] = {1.0, 0.8535533905932737, 0.5, 0.14644660940672627, 1.0, 0.8535533905932737, 0.5, 0.14644660940672627, 1.0, 0.8535533905932737, 0.5, 0.14644660940672627, 0.0, 0.0};
+const double kRestartsHalf[] = {0.0, 1.0, 0.9157348061512727, 0.6913417161825449, 0.4024548389919359, 0.14644660940672627, 0.009607359798384785, 0.9619397662556434, 0.7777851165098011, 0.0, 0.0};
+const double kPolyDefault[] = {0.0, 0.5, 1.0, 0.8750000125, 0.750000025, 0.6250000375, 0.50000005, 0.3750000625, 0.250000075, 0.1250000875, 1e-07, 1e-07, 1e-07};
+const double kPolySquare[] = {0.0, 0.3333333333333333, 0.6666666666666666, 1.0, 0.77734375, 0.584375, 0.42109375000000004, 0.2875, 0.18359375, 0.109375, 0.06484375, 0.05, 0.05};
+const double kInvSqrtWarmup[] = {0.0, 0.25, 0.5, 0.75, 1.0, 0.8944271909999159, 0.8164965809277261, 0.7559289460184544, 0.7071067811865475, 0.6666666666666666, 0.6324555320336759, 0.6030226891555273};
+const double kInvSqrtTimescale[] = {0.0, 0.3333333333333333, 0.6666666666666666, 1.0, 0.9354143466934853, 0.8819171036881969, 0.8366600265340756, 0.7977240352174657, 0.7637626158259734, 0.7337993857053429, 0.7071067811865475, 0.6831300510639732};
+const double kInvSqrtNoWarmup[] = {1.0, 0.9999500037496877, 0.9950371902099893, 0.7071067811865475, 0.5};
+
 // Every step of the table against lr_at with base_lr 1 (the multiplier itself).
 template <size_t N>
 void expect_table(const optim::Schedule& s, const double (&want)[N], const char* what) {
@@ -285,6 +294,52 @@ TEST(ScheduleHF, KwargsErrors) {
   EXPECT_NE(err(K::cosine, "[1]").find("must be a JSON object"), std::string::npos);
   EXPECT_NE(err(K::cosine, "{num_cycles: 1}").find("not valid JSON"), std::string::npos);
   EXPECT_EQ(err(K::cosine, ""), "");
+}
+
+TEST(ScheduleHF, CosineWithRestarts) {
+  // num_cycles defaults to 1 for this kind (0.5 for cosine); the LR is 0 from the run's end on.
+  expect_table(hf(K::cosine_with_restarts, 2, 12, ""), kRestarts1, "restarts default");
+  expect_table(hf(K::cosine_with_restarts, 0, 12, R"({"num_cycles": 3})"), kRestarts3, "restarts 3");
+  expect_table(hf(K::cosine_with_restarts, 1, 9, R"({"num_cycles": 1.5})"), kRestartsHalf, "restarts 1.5");
+}
+
+TEST(ScheduleHF, Polynomial) {
+  expect_table(hf(K::polynomial, 2, 10, ""), kPolyDefault, "polynomial defaults");  // lr_end 1e-7, power 1
+  optim::Schedule s;
+  s.kind = K::polynomial;
+  s.base_lr = 2e-3;  // lr_end is an LR, not a ratio: the table holds lr / base_lr
+  s.warmup_steps = 3;
+  s.total_steps = 11;
+  optim::schedule_apply_kwargs(s, R"({"lr_end": 1e-4, "power": 2})");
+  for (int i = 0; i < 13; ++i) EXPECT_NEAR(s.lr_at(i), 2e-3 * kPolySquare[i], 1e-15) << i;
+  // The warmup fills the run: HF would divide by zero at step total; we hold lr_end.
+  EXPECT_NEAR(hf(K::polynomial, 5, 5, "").lr_at(5), 1e-7, 1e-20);
+}
+
+TEST(ScheduleHF, InverseSqrt) {
+  expect_table(hf(K::inverse_sqrt, 4, 100, ""), kInvSqrtWarmup, "timescale = warmup");
+  expect_table(hf(K::inverse_sqrt, 3, 100, R"({"timescale": 7})"), kInvSqrtTimescale, "timescale 7");
+  const optim::Schedule s = hf(K::inverse_sqrt, 0, 100, "");  // no warmup: timescale 10000
+  const int64_t steps[] = {0, 1, 100, 10000, 30000};
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(s.lr_at(steps[i]), kInvSqrtNoWarmup[i], 1e-12) << steps[i];
+}
+
+TEST(ScheduleHF, NewKindsKwargsErrors) {
+  auto err = [](K k, const std::string& kw) { return error_of([&] { hf(k, 2, 10, kw); }); };
+  EXPECT_NE(err(K::polynomial, R"({"lr_end": "small"})").find("key \"lr_end\" must be a number"), std::string::npos);
+  EXPECT_NE(err(K::polynomial, R"({"power": -1})").find("\"power\""), std::string::npos);
+  EXPECT_NE(err(K::polynomial, R"({"lr_end": 1.5})").find("must be smaller than --learning_rate"), std::string::npos);
+  EXPECT_NE(err(K::polynomial, R"({"num_cycles": 1})").find("it takes lr_end, power"), std::string::npos);
+  EXPECT_NE(err(K::cosine_with_restarts, R"({"num_cycles": "two"})").find("\"num_cycles\" must be a number"),
+            std::string::npos);
+  EXPECT_NE(err(K::inverse_sqrt, R"({"timescale": 0})").find("\"timescale\""), std::string::npos);
+  EXPECT_NE(err(K::inverse_sqrt, R"({"timescale": 2.5})").find("whole number"), std::string::npos);
+  EXPECT_NE(err(K::inverse_sqrt, R"({"lr_end": 1})").find("it takes timescale"), std::string::npos);
+  EXPECT_EQ(optim::schedule_kind_from_string("polynomial"), K::polynomial);
+  EXPECT_EQ(optim::schedule_kind_name(K::cosine_with_restarts), std::string("cosine_with_restarts"));
+  EXPECT_EQ(optim::schedule_kind_name(optim::schedule_kind_from_string("inverse_sqrt")), std::string("inverse_sqrt"));
+  const std::string plateau = error_of([] { optim::schedule_kind_from_string("reduce_lr_on_plateau"); });
+  EXPECT_NE(plateau.find("reduce_lr_on_plateau is not implemented"), std::string::npos) << plateau;
 }
 
 TEST(ScheduleHF, FromTrainArgs) {

@@ -51,6 +51,33 @@ double wsd_lambda(const Schedule& k, int64_t s) {
   return floor;
 }
 
+// transformers' cosine with hard restarts: the half-cosine restarts num_cycles times over the
+// decay and the LR is 0 from the end of the run on (no rise past it, unlike plain cosine).
+double restarts_lambda(const Schedule& k, int64_t s) {
+  const double progress = double(s - k.warmup_steps) / std::max(1.0, double(k.total_steps - k.warmup_steps));
+  if (progress >= 1.0) return 0.0;
+  // Python's float % 1.0; both operands are >= 0 here, where it equals fmod.
+  return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * std::fmod(k.num_cycles * progress, 1.0))));
+}
+
+// transformers' polynomial decay: an absolute LR from base_lr down to lr_end, divided by
+// base_lr because LambdaLR multiplies it back. HF divides by total - warmup unguarded; that is
+// 0 only when the warmup fills the run, and then only at step total (the LR reported after the
+// last step), where we return the end value instead of raising.
+double polynomial_lambda(const Schedule& k, int64_t s) {
+  const double decay_steps = double(k.total_steps - k.warmup_steps);
+  if (s > k.total_steps || decay_steps <= 0) return k.lr_end / k.base_lr;
+  const double remaining = 1.0 - double(s - k.warmup_steps) / decay_steps;
+  return ((k.base_lr - k.lr_end) * std::pow(remaining, k.power) + k.lr_end) / k.base_lr;
+}
+
+// transformers' inverse square root: 1 at the end of the warmup, then timescale's scale.
+double inverse_sqrt_lambda(const Schedule& k, int64_t s) {
+  const int64_t ts = k.timescale > 0 ? k.timescale : (k.warmup_steps > 0 ? k.warmup_steps : 10000);
+  const int64_t shift = ts - k.warmup_steps;
+  return 1.0 / std::sqrt(double(s + shift) / double(ts));
+}
+
 }  // namespace
 
 double deepspeed_lr_at_iteration(const Schedule& s, int64_t it) {
@@ -116,6 +143,19 @@ double Schedule::lr_at(int64_t s) const {
     case ScheduleKind::warmup_stable_decay:
       m = wsd_lambda(*this, s);
       break;
+    case ScheduleKind::cosine_with_restarts:
+    case ScheduleKind::polynomial:
+    case ScheduleKind::inverse_sqrt:
+      // The same linear warmup from 0 as the others.
+      if (s < warmup_steps)
+        m = double(s) / std::max(1.0, w);
+      else if (kind == ScheduleKind::cosine_with_restarts)
+        m = restarts_lambda(*this, s);
+      else if (kind == ScheduleKind::polynomial)
+        m = polynomial_lambda(*this, s);
+      else
+        m = inverse_sqrt_lambda(*this, s);
+      break;
     default:
       break;
   }
@@ -132,10 +172,20 @@ ScheduleKind schedule_kind_from_string(const std::string& s) {
   if (s == "WarmupCosineLR") return ScheduleKind::warmup_cosine_lr;
   if (s == "cosine_with_min_lr") return ScheduleKind::cosine_with_min_lr;
   if (s == "warmup_stable_decay") return ScheduleKind::warmup_stable_decay;
+  if (s == "cosine_with_restarts") return ScheduleKind::cosine_with_restarts;
+  if (s == "polynomial") return ScheduleKind::polynomial;
+  if (s == "inverse_sqrt") return ScheduleKind::inverse_sqrt;
+  // HF steps ReduceLROnPlateau with each evaluation's metric, so its LR is a function of the
+  // evaluation history, not of the step: every other schedule here is, which is what lets a
+  // resume (and every rank) recompute the LR from the step alone.
+  ZT_CHECK(s != "reduce_lr_on_plateau",
+           "--lr_scheduler_type reduce_lr_on_plateau is not implemented: its LR follows the evaluation metric's "
+           "history, and ztrain's schedules are functions of the step (exact resume); use cosine, linear or "
+           "warmup_stable_decay");
   throw Error(str_cat("--lr_scheduler_type ", quote(s),
                       " is not supported; use one of constant, constant_with_warmup, linear, cosine, "
-                      "cosine_with_min_lr, warmup_stable_decay, WarmupLR, WarmupDecayLR, WarmupCosineLR "
-                      "(DeepSpeed's)"));
+                      "cosine_with_restarts, polynomial, inverse_sqrt, cosine_with_min_lr, warmup_stable_decay, "
+                      "WarmupLR, WarmupDecayLR, WarmupCosineLR (DeepSpeed's)"));
 }
 
 const char* schedule_kind_name(ScheduleKind k) {
@@ -158,6 +208,12 @@ const char* schedule_kind_name(ScheduleKind k) {
       return "cosine_with_min_lr";
     case ScheduleKind::warmup_stable_decay:
       return "warmup_stable_decay";
+    case ScheduleKind::cosine_with_restarts:
+      return "cosine_with_restarts";
+    case ScheduleKind::polynomial:
+      return "polynomial";
+    case ScheduleKind::inverse_sqrt:
+      return "inverse_sqrt";
   }
   return "?";
 }
@@ -171,7 +227,14 @@ using json = nlohmann::json;
 std::vector<std::string> kwargs_of(ScheduleKind k) {
   switch (k) {
     case ScheduleKind::cosine:
+    case ScheduleKind::cosine_with_restarts:
       return {"num_cycles"};
+    case ScheduleKind::polynomial:
+      return {"lr_end", "power"};
+    case ScheduleKind::inverse_sqrt:
+      // get_inverse_sqrt_schedule's own argument. HF's get_scheduler drops every
+      // lr_scheduler_kwargs key for inverse_sqrt; ztrain takes this one (docs/training.md).
+      return {"timescale"};
     case ScheduleKind::cosine_with_min_lr:
       return {"num_cycles", "min_lr", "min_lr_rate"};
     case ScheduleKind::warmup_stable_decay:
@@ -205,6 +268,15 @@ WsdShape kw_shape(const std::string& key, const json& v) {
   if (t == "cosine") return WsdShape::cosine;
   ZT_CHECK(t == "1-sqrt", kw(key), " must be \"linear\", \"cosine\" or \"1-sqrt\", got ", v.dump());
   return WsdShape::one_minus_sqrt;
+}
+
+// polynomial's lr_end (an LR, HF's default 1e-7) and power; HF's ValueError when the end is not
+// below the start, worded for the command line.
+void apply_polynomial(Schedule& s, const json* lr_end, const json* power) {
+  if (lr_end) s.lr_end = kw_number("lr_end", *lr_end, 0, 1e9, "a learning rate >= 0");
+  if (power) s.power = kw_number("power", *power, 0, 1e9, "a number >= 0");
+  ZT_CHECK(s.base_lr > s.lr_end, "--lr_scheduler_type polynomial: lr_end (", s.lr_end,
+           ") must be smaller than --learning_rate (", s.base_lr, "); set lr_end in --lr_scheduler_kwargs");
 }
 
 // A key the kind does not take: one message saying which keys it does take.
@@ -252,7 +324,13 @@ void schedule_apply_kwargs(Schedule& s, const std::string& kwargs_json) {
     auto it = kwargs.find(key);
     return it == kwargs.end() ? nullptr : &*it;
   };
+  if (s.kind == ScheduleKind::cosine_with_restarts) s.num_cycles = 1;  // HF's default for this kind
   if (const json* v = get("num_cycles")) s.num_cycles = kw_number("num_cycles", *v, 0, 1e9, "a number >= 0");
+  if (s.kind == ScheduleKind::polynomial) apply_polynomial(s, get("lr_end"), get("power"));
+  if (const json* v = get("timescale")) {
+    s.timescale = kw_steps("timescale", *v);
+    ZT_CHECK(s.timescale >= 1, kw("timescale"), " must be a whole number of optimizer steps >= 1, got ", v->dump());
+  }
   if (s.kind == ScheduleKind::cosine_with_min_lr) {
     const json *lr = get("min_lr"), *rate = get("min_lr_rate");
     // HF's ValueErrors, worded for the command line.

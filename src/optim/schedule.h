@@ -12,8 +12,8 @@
 // last_batch_iteration = -1. So optimizer step s uses DeepSpeed's formula at iteration s-1,
 // and step 0 uses the pre-start value (warmup_min_lr for WarmupLR/WarmupDecayLR, 0 for
 // WarmupCosineLR). lr_at(s + 1) is the LR DeepSpeed reports after step s (get_last_lr()).
-// Not here: OneCycle, LRRangeTest, HF's polynomial/inverse_sqrt/cosine_with_restarts/
-// cosine_warmup_with_min_lr (rejected by name).
+// Not here: OneCycle, LRRangeTest, HF's cosine_warmup_with_min_lr and reduce_lr_on_plateau
+// (rejected by name: the latter's LR follows the evaluation history, not the step).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -32,6 +32,9 @@ enum class ScheduleKind {
   warmup_cosine_lr,     // DeepSpeed WarmupCosineLR: warmup then cosine decay to cos_min_ratio
   cosine_with_min_lr,   // HF: cosine from base_lr down to min_lr_rate * base_lr
   warmup_stable_decay,  // HF: warmup, constant, then decay to min_lr_rate * base_lr
+  cosine_with_restarts, // HF: num_cycles hard restarts of a half-cosine down to 0
+  polynomial,           // HF: (1 - progress)^power from base_lr down to lr_end, then lr_end
+  inverse_sqrt,         // HF: 1 / sqrt((s + timescale - warmup) / timescale) after the warmup
 };
 
 // warmup_stable_decay's warmup_type / decay_type: HF's "linear", "cosine", "1-sqrt".
@@ -52,13 +55,18 @@ struct Schedule {
   double cos_min_ratio = 1e-4;    // WarmupCosineLR end, a ratio of base_lr
 
   // HF --lr_scheduler_kwargs, unused by the other kinds; defaults are HF's.
-  double num_cycles = 0.5;  // cosine, cosine_with_min_lr, warmup_stable_decay (cosine decay)
+  // cosine, cosine_with_min_lr, warmup_stable_decay (cosine decay); cosine_with_restarts: the
+  // number of restarts, HF's default 1 (schedule_apply_kwargs sets it for that kind).
+  double num_cycles = 0.5;
   // cosine_with_min_lr: min_lr_rate (or min_lr / base_lr); warmup_stable_decay: min_lr_ratio.
   double min_lr_rate = 0.0;
   int64_t num_stable_steps = 0;  // warmup_stable_decay; HF's default: total - warmup - decay
   int64_t num_decay_steps = 0;   // warmup_stable_decay (required)
   WsdShape warmup_shape = WsdShape::linear;
   WsdShape decay_shape = WsdShape::cosine;
+  double lr_end = 1e-7;   // polynomial: the final LR (absolute, not a ratio), < base_lr
+  double power = 1.0;     // polynomial: the decay's exponent
+  int64_t timescale = 0;  // inverse_sqrt; 0 = HF's default: warmup_steps, or 10000 without warmup
 
   double lr_at(int64_t step) const;
 };

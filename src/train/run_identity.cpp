@@ -86,7 +86,7 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(max_shard_size), ZT_ARG(tokenizer_name), ZT_ARG(eval_strategy);
   ZT_ARG(logging_strategy), ZT_ARG(do_train), ZT_ARG(do_eval), ZT_ARG(per_device_eval_batch_size);
   ZT_ARG(load_best_model_at_end), ZT_ARG(metric_for_best_model), ZT_ARG(greater_is_better);
-  ZT_ARG(save_safetensors), ZT_ARG(dataloader_num_workers);
+  ZT_ARG(save_safetensors), ZT_ARG(data_seed), ZT_ARG(logging_first_step), ZT_ARG(run_name);
   ZT_ARG(completion_only_loss), ZT_ARG(assistant_only_loss), ZT_ARG(train_file_weights);
 #undef ZT_ARG
   j["ds_precision"] = deepspeed_precision_json(a.ds_precision);

@@ -58,7 +58,6 @@ struct TrainArgs {
   std::string metric_for_best_model = "loss";  // loss | eval_loss | perplexity | eval_perplexity
   bool greater_is_better = false;              // not given: HF's default (false for loss and perplexity)
   bool save_safetensors = true;                // ztrain writes only safetensors: false is refused
-  int dataloader_num_workers = 0;              // accepted; the loader is one prefetch thread
   int64_t max_eval_samples = 0;                // windows evaluated, 0 = all
   std::string output_dir;
   bool overwrite_output_dir = false;
@@ -125,6 +124,9 @@ struct TrainArgs {
   std::string max_shard_size = "5GB";  // save_pretrained's: larger weights go to shards + an index
   std::string tokenizer_name;          // folder whose tokenizer files are carried into saves ("": the model's)
   int64_t seed = 42;
+  // HF's --data_seed: the seed of the data order (windows, SFT rows, channel blending), apart from
+  // the initialisation's --seed; -1 = seed (HF's None). data_seed_of() resolves it.
+  int64_t data_seed = -1;
 
   // Observability: TensorBoard event files under logging_dir (HF's default output_dir/runs/
   // <date>_<host>), a PNG of the loss curves at the end, a live progress line on a terminal.
@@ -132,6 +134,11 @@ struct TrainArgs {
   std::string report_to = "tensorboard";  // tensorboard | none
   bool plot = false;                      // write output_dir/loss.png at the end
   std::string disable_tqdm = "auto";      // auto (progress line when stderr is a terminal) | true | false
+  bool logging_first_step = false;        // HF's: also log step 1, whatever the logging strategy
+  // HF's --run_name (for wandb / MLflow there): here the TensorBoard run folder's name,
+  // output_dir/runs/<run_name> (unless --logging_dir), and "run_name" in all_results.json and
+  // train_results.json. "" = HF's folder <date>_<host> and no key.
+  std::string run_name;
 
   // Data: document packing (attention does not cross EOS boundaries, positions restart).
   bool packing = false;
@@ -224,6 +231,9 @@ struct TrainArgs {
   double test_spike_factor = 1;
   bool test_spike_by_state = false;
 };
+
+// The seed of the data order: --data_seed, or --seed when it is not given (HF's rule).
+inline int64_t data_seed_of(const TrainArgs& a) { return a.data_seed >= 0 ? a.data_seed : a.seed; }
 
 // Runs training on the ranks of `world` (the size-1 local communicator, or MPI's world
 // under mpirun); returns normally or throws zt::Error. It never ends the process: the

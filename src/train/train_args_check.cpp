@@ -70,10 +70,20 @@ void check_flag_dependencies(const TrainArgs& a) {
       {"local_sgd_outer_lr", a.local_sgd_steps > 0, "--local_sgd_steps"},
       {"local_sgd_outer_momentum", a.local_sgd_steps > 0, "--local_sgd_steps"},
       {"logging_dir", a.report_to != "none", "--report_to tensorboard (the default)"},
+      {"data_seed", !a.no_shuffle, "shuffling (it seeds the data order): drop --no_shuffle"},
   };
   for (const auto& r : rules)
     ZT_CHECK(r.ok || !a.explicit_flags.count(r.flag), "--", r.flag, " has no effect without ", r.needs,
              "; add that or drop the flag");
+}
+
+// --run_name becomes a folder under output_dir/runs: one plain name, nothing that climbs out.
+void check_run_name(const std::string& n) {
+  bool plain = !n.empty() && n != "." && n != "..";
+  for (char c : n) plain = plain && c != '/' && c != '\\' && (unsigned char)c >= 0x20 && c != 0x7f;
+  ZT_CHECK(plain, "--run_name ", quote(n),
+           " must be one folder name (no '/', '\\' or control characters, not . or ..): it names the TensorBoard "
+           "run folder output_dir/runs/<run_name>");
 }
 
 }  // namespace
@@ -103,6 +113,7 @@ void check_args(const TrainArgs& a) {
   ZT_CHECK(a.save_strategy == "no" || a.save_strategy == "steps" || a.save_strategy == "epoch", "--save_strategy \"",
            a.save_strategy, "\" is not supported; use steps, epoch or no");
   check_hf_strategies(a);
+  if (a.explicit_flags.count("run_name")) check_run_name(a.run_name);
   ZT_CHECK(a.save_dtype == "float32" || a.save_dtype == "bfloat16", "--save_dtype must be float32 or bfloat16");
   schedule_from_args(a, 0);  // the scheduler's name and --lr_scheduler_kwargs
   spike_policy_from(a.spike_policy);

@@ -47,7 +47,11 @@ TrainLog::TrainLog(const TrainArgs& a, const ModelConfig&, const Transformer& mo
            "\" is not supported; use tensorboard or none");
   if (a.report_to == "tensorboard") {
     tb_dir_ = a.logging_dir;
-    if (tb_dir_.empty()) {  // HF's default: output_dir/runs/<Mon>DD_HH-MM-SS_<host>
+    if (tb_dir_.empty() && !a.run_name.empty()) {
+      // TensorBoard lists runs by folder: --run_name (HF's name for the run in wandb / MLflow)
+      // names ours. A resume with the same name appends to the same run.
+      tb_dir_ = a.output_dir + "/runs/" + a.run_name;
+    } else if (tb_dir_.empty()) {  // HF's default: output_dir/runs/<Mon>DD_HH-MM-SS_<host>
       char when[64], host[128] = "localhost";
       std::time_t now = std::time(nullptr);
       std::strftime(when, sizeof when, "%b%d_%H-%M-%S", std::localtime(&now));
@@ -290,7 +294,7 @@ nlohmann::json TrainLog::trainer_state() const {
   save_state(w);
   const int64_t seqs = int64_t(a_.per_device_train_batch_size) * a_.gradient_accumulation_steps * world_;
   DataCursor(seqs, T_, !a_.no_shuffle, step_).save_state(w);
-  RngState(a_.seed).save_state(w);
+  RngState(a_.seed, data_seed_of(a_)).save_state(w);
   return s;
 }
 
@@ -349,6 +353,7 @@ void TrainLog::finish(double train_s, double data_wait_s) {
   final_entry.erase("data_wait_fraction");
   r["memory_bytes"] = mem;
   r.update(extra_results_);
+  if (!a_.run_name.empty()) r["run_name"] = a_.run_name;  // train_results.json and all_results.json
   final_entry["step"] = step_;
   history_.push_back(final_entry);
   write_trainer_state(a_.output_dir);

@@ -297,12 +297,13 @@ void Trainer::load_data() {
   if (sft_) {
     load_sft_data();
   } else if (channels_.named) {
-    blend_ = std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, T_, !a_.no_shuffle, uint64_t(a_.seed));
+    blend_ = std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, T_, !a_.no_shuffle,
+                                             uint64_t(data_seed_of(a_)));
     train_sequences_ = blend_->num_sequences();
     if (world_.rank() == 0) std::printf("Data channels: %s\n", blend_->describe().c_str());
   } else {
     data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
-    sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(a_.seed));
+    sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(data_seed_of(a_)));
     train_sequences_ = sampler_->num_windows();
   }
   const int n = dp_comm_->size();
@@ -382,7 +383,7 @@ void Trainer::load_sft_data() {
   std::vector<SequenceSource*> rows;
   for (size_t c = 0; c < chans.size(); ++c) {  // each channel its own order (seed + channel)
     sft_rows_.push_back(
-        std::make_unique<SftRows>(*sft_train_[c], T_, a_.packing, !a_.no_shuffle, uint64_t(a_.seed) + c));
+        std::make_unique<SftRows>(*sft_train_[c], T_, a_.packing, !a_.no_shuffle, uint64_t(data_seed_of(a_)) + c));
     rows.push_back(sft_rows_.back().get());
   }
   if (sft_val_) {
@@ -640,7 +641,7 @@ void Trainer::start_loader_and_log() {
   lc_.rank = dp_comm_->rank();
   lc_.world = dp_comm_->size();
   lc_.shuffle = !a_.no_shuffle;
-  lc_.seed = uint64_t(a_.seed);
+  lc_.seed = uint64_t(data_seed_of(a_));  // the data order's seed (--data_seed, else --seed)
   lc_.packing = a_.packing;
   lc_.eos_id = a_.eos_token_id;
   if (lc_.eos_id < 0 && cfg_.raw.contains("eos_token_id") && cfg_.raw["eos_token_id"].is_number_integer())

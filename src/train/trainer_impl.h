@@ -82,7 +82,7 @@ struct RunState {
   RunState(const TrainArgs& a, int64_t seqs_per_step, int T, const optim::Schedule& s, int64_t step,
            const FileIdentity& train, const RunTag& tag)
       : cursor(seqs_per_step, T, !a.no_shuffle, step),
-        rng(a.seed),
+        rng(a.seed, data_seed_of(a)),
         schedule(s, step),
         data(train, allowed_changes(a.resume_allow_changes).data),
         tag(tag) {}

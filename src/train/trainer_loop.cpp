@@ -134,7 +134,9 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
                           MemCategory::temporary, MemCategory::activations})
       model_states_[mem_category_name(c)] = ms.current[size_t(c)];
   }
-  const bool log_now = a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0);
+  // HF's --logging_first_step logs step 1 too, whatever --logging_strategy says.
+  const bool log_now = (a_.logging_first_step && step == 0) ||
+                       (a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0));
   // The loss per channel: a collective over the data-parallel ranks at logging steps.
   const auto* channel_losses = chan_ && log_now ? &chan_->reduce(grid_->dp_cp()) : nullptr;
   // HF logs the learning rate the scheduler holds after its step, i.e. the next one.

@@ -2,7 +2,7 @@
 """The expected LR multipliers of tests/test_schedule.cpp, from HF's formulas.
 
 A transcription of the lr_lambda functions of transformers/optimization.py (commit 005edacb6b5d:
-cosine, cosine_with_min_lr, warmup_stable_decay) in plain Python floats, since transformers is not
+cosine, cosine_with_min_lr, warmup_stable_decay, cosine_with_restarts, polynomial, inverse_sqrt) in plain Python floats, since transformers is not
 installed here. LambdaLR gives optimizer step s (0-based) the LR base_lr * lambda(s).
 Run it to regenerate the tables: python3 tests/parity/hf_schedules.py
 """
@@ -46,6 +46,39 @@ def wsd(s, w, stable, decay, warmup_type="linear", decay_type="cosine", min_lr_r
     return min_lr_ratio
 
 
+def warmup(s, w):
+    return float(s) / float(max(1, w))
+
+
+def restarts(s, w, total, num_cycles=1):
+    # get_cosine_with_hard_restarts_schedule_with_warmup
+    if s < w:
+        return warmup(s, w)
+    progress = float(s - w) / float(max(1, total - w))
+    if progress >= 1.0:
+        return 0.0
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * ((float(num_cycles) * progress) % 1.0))))
+
+
+def polynomial(s, w, total, lr_init, lr_end=1e-7, power=1.0):
+    # get_polynomial_decay_schedule_with_warmup: an absolute LR divided by lr_init
+    if s < w:
+        return warmup(s, w)
+    if s > total:
+        return lr_end / lr_init
+    pct_remaining = 1 - (s - w) / (total - w)
+    return ((lr_init - lr_end) * pct_remaining**power + lr_end) / lr_init
+
+
+def inverse_sqrt(s, w, timescale=None):
+    # get_inverse_sqrt_schedule (timescale None: the warmup, or 10_000 without one)
+    if timescale is None:
+        timescale = w or 10_000
+    if s < w:
+        return warmup(s, w)
+    return 1.0 / math.sqrt((s + timescale - w) / timescale)
+
+
 def table(name, values):
     print(f"const double {name}[] = {{" + ", ".join(repr(float(v)) for v in values) + "};")
 
@@ -60,4 +93,12 @@ if __name__ == "__main__":
     # num_stable_steps absent: total 20 - warmup 4 - decay 6 = 10.
     table("kWsdDerived", [wsd(s, 4, 20 - 4 - 6, 6) for s in range(22)])
     # cosine decay with num_cycles 1 (down and up again), no warmup.
+    table("kRestarts1", [restarts(s, 2, 12) for s in range(14)])
+    table("kRestarts3", [restarts(s, 0, 12, 3) for s in range(14)])
+    table("kRestartsHalf", [restarts(s, 1, 9, 1.5) for s in range(11)])
+    table("kPolyDefault", [polynomial(s, 2, 10, 1.0) for s in range(13)])
+    table("kPolySquare", [polynomial(s, 3, 11, 2e-3, 1e-4, 2.0) for s in range(13)])
+    table("kInvSqrtWarmup", [inverse_sqrt(s, 4) for s in range(12)])
+    table("kInvSqrtTimescale", [inverse_sqrt(s, 3, 7) for s in range(12)])
+    table("kInvSqrtNoWarmup", [inverse_sqrt(s, 0) for s in (0, 1, 100, 10000, 30000)])
     table("kWsdCycles", [wsd(s, 0, 2, 8, "linear", "cosine", 0.0, 1.0) for s in range(12)])
