@@ -127,6 +127,14 @@ void train_both(const Case& c) {
 
 class CudaModel : public ::testing::TestWithParam<Case> {};
 
+// gpt2_bf16_none, llama_fp32_full_packed, ...: what a failing case trains, in its name.
+std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+  static const char* families[] = {"gpt2", "llama", "mistral", "qwen2", "qwen3"};
+  const Case& c = i.param;
+  return std::string(families[c.family]) + "_" + nn::precision_name(c.precision) + "_" +
+         nn::recompute_name(c.recompute) + (c.packed ? "_packed" : "");
+}
+
 TEST_P(CudaModel, TenStepsMatchTheCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU present";
   train_both(GetParam());
@@ -144,7 +152,8 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaModel,
                                            Case{2, Precision::fp32, Recompute::none, false},
                                            Case{3, Precision::bf16, Recompute::none, true},
                                            Case{4, Precision::fp32, Recompute::none, false},
-                                           Case{4, Precision::bf16, Recompute::full, false}));
+                                           Case{4, Precision::bf16, Recompute::full, false}),
+    case_name);
 
 // Moving a model to the GPU and back keeps its parameters bit for bit.
 TEST(CudaModelDevice, SetDeviceRoundTripKeepsParameters) {
