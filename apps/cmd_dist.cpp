@@ -225,7 +225,7 @@ std::string mib(int64_t b) {
 }  // namespace
 
 int cmd_estimate_memory(const Args& args) {
-  std::string config_path, model_path, ranks = "1", optim = "adamw_torch";
+  std::string config_path, model_path, ranks = "1", optim = "adamw_torch", device = "cpu";
   int B = 8, T = 0, G = 0;
   double bucket_mb = 0;
   FlagSet f("estimate-memory");
@@ -241,6 +241,7 @@ int cmd_estimate_memory(const Args& args) {
         "DDP / ZeRO-1/2 gradient bucket in MiB (0: train's default, DDP 25, ZeRO 5e8 elements)",
         range::closed(0, 1 << 20));
   f.add("optim", &optim, "optimizer whose state is counted, HF's names: adamw_torch | adamw (adamw_torch)");
+  f.add("device", &device, "cpu: per-rank rows by strategy; cuda: what one GPU holds (docs/gpu.md) (cpu)");
   TrainArgs prec;  // the precision and recomputation flags of `ztrain train`, same meaning
   f.add("bf16", &prec.bf16, "bf16 mixed precision (bf16 compute copies and activations)");
   f.add("fp16", &prec.fp16, "fp16 mixed precision (fp32 storage of fp16-rounded values on this CPU)");
@@ -250,6 +251,8 @@ int cmd_estimate_memory(const Args& args) {
         range::closed(0, 1 << 20).or_value(-1));
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
+  ZT_CHECK(device == "cpu" || device == "cuda", "estimate-memory: --device ", quote(device),
+           " is not a device: use cpu or cuda");
   ZT_CHECK(config_path.empty() != model_path.empty(),
            "estimate-memory: give exactly one of --model_config_path or --model_name_or_path");
   std::string cfg_file = config_path.empty() ? model_path + "/config.json" : config_path;
@@ -271,6 +274,19 @@ int cmd_estimate_memory(const Args& args) {
               cfg_file.c_str(), in.num_params / 1e6, in.largest_unit_params / 1e6, in.largest_unit.c_str());
   std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,
               mib(in.activation_bytes).c_str(), mib(in.temporary_bytes).c_str());
+  if (device == "cuda") {
+    ZT_CHECK(ranks == "1", "estimate-memory --device cuda: one GPU, one process (several GPUs are not implemented "
+                          "yet); drop --num_ranks");
+    const parallel::MemoryRow r = parallel::estimate_gpu_memory(cfg, in, B, T, plan, optim);
+    std::printf("HW: 1 GPU (--device cuda; host mirrors of the checkpointed state are host memory).\n");
+    std::printf("  %-18s %10s %10s %10s %10s %10s %10s | %11s\n", "", "params", "grads", "optim", "acts", "temp",
+                "gpu extra", "total");
+    std::printf("  %-18s %10s %10s %10s %10s %10s %10s | %11s\n", "1 GPU", mib(r.params).c_str(), mib(r.grads).c_str(),
+                mib(r.optim).c_str(), mib(r.activations).c_str(), mib(r.temporary).c_str(), mib(r.comm).c_str(),
+                mib(r.total()).c_str());
+    std::printf("    gpu extra: cuBLASLt's workspace, attention's bf16 copies, the LM head's row statistics, ids.\n");
+    return 0;
+  }
   const std::string cap = bucket_mb > 0 ? mib(int64_t(bucket_mb * (1 << 20))) : "DDP 25 MiB, ZeRO 5e8 elements";
   std::printf(
       "    comm: DDP one gradient bucket, ZeRO-1 the reduce-scatter ring's 16 MiB, ZeRO-2 three buckets + the\n"

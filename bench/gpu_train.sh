@@ -7,8 +7,10 @@
 #   resume   a run saved on the GPU at step 5 and resumed on the CPU: steps 6-10 against the GPU's own
 #   speed    GPT-2 124M (random weights), bf16, T=1024: tokens/s, MFU against the measured GEMM peak,
 #            and the GPU memory peak
+# ZT_GPU_TRAIN_PARTS (default parity,resume,speed) picks the sections.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+parts=",${ZT_GPU_TRAIN_PARTS:-parity,resume,speed},"
 out="${OUT:-/tmp/gpu_train}"
 mkdir -p "$out"
 run=/tmp/zt_run/run
@@ -52,8 +54,8 @@ print(f"{worst:.2e} over steps {steps[0] if steps else '-'}..{steps[-1] if steps
 P
 }
 
-note "== parity: --device cpu against --device cuda, 10 steps"
-for model in llama gpt2; do
+[[ $parts == *,parity,* ]] && note "== parity: --device cpu against --device cuda, 10 steps"
+[[ $parts == *,parity,* ]] && for model in llama gpt2; do
   cfg=configs/quickstart-llama.json
   [ $model = gpt2 ] && cfg="$out/gpt2-small.json"
   for prec in fp32 bf16; do
@@ -65,14 +67,16 @@ for model in llama gpt2; do
   done
 done
 
+if [[ $parts == *,resume,* ]]; then
 note "== resume: saved on the GPU at step 5, resumed on the CPU"
 rc1=$(train resume-gpu cuda configs/quickstart-llama.json --save_strategy steps --save_steps 5)
 rc2=$(train resume-cpu cpu configs/quickstart-llama.json --resume_from_checkpoint "$out/resume-gpu/checkpoint-5" \
   --output_dir "$out/resume-cpu" --overwrite_output_dir)
 note "rc $rc1 $rc2; steps 6-10 on the CPU against the GPU run: $(compare resume-cpu resume-gpu 6)"
+fi
 
-note "== speed: GPT-2 124M, bf16, T=1024, random weights"
-for B in 16 32; do
+[[ $parts == *,speed,* ]] && note "== speed: GPT-2 124M, bf16, T=1024, random weights"
+[[ $parts == *,speed,* ]] && for B in 16 32; do
   timeout 400 "$Z" train --model_config_path "$out/gpt2-124m.json" --train_file "$D/train.bin" \
     --per_device_train_batch_size $B --model_max_length 1024 --bf16 --learning_rate 6e-4 --max_steps 30 \
     --logging_steps 10 --save_strategy no --output_dir "$out/speed$B" --overwrite_output_dir --device cuda \

@@ -55,10 +55,14 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// Raw zero-filled GPU memory for core/memory.h's Buffer (`what` names it in the out-of-memory
-// error, like DeviceBuffer's), and its release.
+// Raw zero-filled GPU memory for core/memory.h's Buffer and the kernels' scratch (`what` names it
+// in the out-of-memory error, like DeviceBuffer's), and its release (bytes: what was allocated).
+// Every GPU allocation of ztrain goes through these two, so their counters are its GPU memory.
 void* device_alloc(size_t bytes, std::string_view what);
-void device_free(void* p);
+void device_free(void* p, size_t bytes);
+// Bytes allocated through device_alloc now, and the most at any time (0 without the backend).
+size_t device_allocated_bytes();
+size_t device_allocated_peak();
 
 // A scratch buffer kept across calls, grown when a call needs more: cudaFree waits for the whole
 // device, so per-call allocations in a step's kernels would serialise the step.

@@ -1,6 +1,7 @@
 // device_cuda.cpp: core/device.h with the CUDA backend compiled in.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <utility>
 
 #include "core/cuda_check.h"
@@ -48,11 +49,22 @@ DeviceKind resolve_device(std::string_view flag) {
   return DeviceKind::cuda;
 }
 
+namespace {
+std::atomic<size_t> g_allocated{0}, g_peak{0};
+}  // namespace
+
+size_t device_allocated_bytes() { return g_allocated.load(); }
+size_t device_allocated_peak() { return g_peak.load(); }
+
 void* device_alloc(size_t bytes, std::string_view what) {
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, bytes);
   if (e == cudaSuccess) {
     ZT_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    const size_t now = g_allocated += bytes;
+    size_t peak = g_peak.load();
+    while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+    }
     return p;
   }
   cudaGetLastError();
@@ -66,8 +78,10 @@ void* device_alloc(size_t bytes, std::string_view what) {
                       "--gradient_checkpointing (ztrain estimate-memory --device cuda shows the budget)"));
 }
 
-void device_free(void* p) {
-  if (p) cudaFree(p);  // an error here (device lost) cannot be reported from a destructor
+void device_free(void* p, size_t bytes) {
+  if (!p) return;
+  cudaFree(p);  // an error here (device lost) cannot be reported from a destructor
+  g_allocated -= bytes;
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes, std::string_view what) : bytes_(bytes) {
@@ -75,7 +89,7 @@ DeviceBuffer::DeviceBuffer(size_t bytes, std::string_view what) : bytes_(bytes) 
   ptr_ = device_alloc(bytes, what);
 }
 
-DeviceBuffer::~DeviceBuffer() { device_free(ptr_); }
+DeviceBuffer::~DeviceBuffer() { device_free(ptr_, bytes_); }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
     : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}

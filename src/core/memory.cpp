@@ -182,7 +182,7 @@ Buffer::~Buffer() { reset(); }
 
 void Buffer::reset() {
   if (data_ && dev_ == DeviceKind::cuda) {
-    device_free(data_);
+    device_free(data_, bytes_);
     charge_device(-static_cast<long long>(bytes_));
   } else if (data_) {
     std::free(data_);

@@ -122,4 +122,26 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
   return rows;
 }
 
+MemoryRow estimate_gpu_memory(const ModelConfig& cfg, const ModelMemoryInputs& in, int B, int T,
+                              const nn::ActPlan& plan, const std::string& optim) {
+  const int64_t P = in.num_params, N = int64_t(B) * T;
+  const int64_t NH = cfg.n_head, KVH = cfg.n_kv_head, HS = cfg.head_size;
+  // kernels/cuda/attention_cuda.h: the tensor-core kernels (bf16, HS 64 or 128) keep bf16 copies
+  // of the qkv rows and of dO and D per query row; the CUDA-core kernels keep D.
+  const bool tensor_cores = plan.precision == nn::Precision::bf16 && (HS == 64 || HS == 128);
+  const int64_t attention =
+      tensor_cores ? N * (NH + 2 * KVH) * HS * 2 + N * NH * HS * 2 + N * NH * 4 : N * NH * 4;
+  const int64_t workspace = int64_t(32) << 20;   // kernels/cuda/gemm_lt.cpp
+  const int64_t lm_stats = N * 2 * 4, ids = N * 4 * 4;  // row statistics; tokens, positions, doc_start, targets
+  MemoryRow r;
+  r.strategy = Strategy::ddp;
+  r.params = P * 4 + in.compute_copy_bytes;
+  r.grads = P * 4;
+  r.optim = P * optim::optimizer_state_bytes_per_param(optim);
+  r.activations = in.activation_bytes;
+  r.temporary = in.temporary_bytes;
+  r.comm = workspace + attention + lm_stats + ids;
+  return r;
+}
+
 }  // namespace zt::parallel

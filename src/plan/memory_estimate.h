@@ -78,6 +78,15 @@ struct MemoryRow {
 };
 // One row per strategy; hpZ and hybrid rows only when 1 < G < N.
 std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const MemoryEstimateOptions& opt);
+
+// One GPU (--device cuda, docs/gpu.md): what the GPU holds when one process trains there.
+// Model states, compute copy, activations and the temporaries arena as on one CPU rank (the same
+// planner), and in `comm`, what only the GPU path allocates: cuBLASLt's 32 MiB workspace,
+// attention's scratch (the bf16 copies of q, k, v and of dO with D for the tensor-core kernels;
+// D alone for the others), the LM head's row statistics and the micro-batch's ids and targets.
+// Host mirrors of the checkpointed state are host memory, not counted.
+MemoryRow estimate_gpu_memory(const ModelConfig& cfg, const ModelMemoryInputs& in, int B, int T,
+                              const nn::ActPlan& plan, const std::string& optim);
 // The G the estimate uses for opt (resolving the 0 default).
 int resolved_group(const MemoryEstimateOptions& opt);
 

@@ -454,8 +454,13 @@ void Trainer::build_model_and_engine() {
   std::string note;
   device_ = run_device(a_, world_.size(), &note);
   if (chief_ && !note.empty()) std::printf("ztrain: note: %s\n", note.c_str());
-  // The weights are read or drawn on the host, then the model moves to the GPU whole.
-  if (device_ == DeviceKind::cuda) model_->set_device(DeviceKind::cuda);
+  // The weights are read or drawn on the host, then the model moves to the GPU whole. The GEMM
+  // peak (MFU's reference) is measured first, so its scratch is gone before the model arrives and
+  // the GPU memory peak is training's own.
+  if (device_ == DeviceKind::cuda) {
+    if (chief_) gpu_peak_ = gpu_gemm_peak(a_.peak_gflops, nn::compute_dtype(plan_.precision));
+    model_->set_device(DeviceKind::cuda);
+  }
   if (tp.size > 1) {
     tp_region_ = std::make_unique<parallel::TensorParallel>(grid_->tp(), tp.sp, tp.kv_replicas(cfg_.n_kv_head));
     tp_replicated_ = parallel::tp_replicated_params(model_->params());
@@ -662,7 +667,7 @@ void Trainer::start_loader_and_log() {
     log_ = std::make_unique<TrainLog>(a_, cfg_, *model_, total_steps_, steps_per_epoch_, T_, start_step_,
                                       dp_comm_->size());
     if (resumed_) log_->load_state(*resumed_);
-    log_->set_peak(device_ == DeviceKind::cuda ? gpu_gemm_peak(a_.peak_gflops, nn::compute_dtype(plan_.precision))
+    log_->set_peak(device_ == DeviceKind::cuda ? gpu_peak_
                                                : gemm_peak_for_run(a_.peak_gflops, nn::compute_dtype(plan_.precision),
                                                                    omp_get_max_threads(), a_.peak_cache_dir));
     log_->print_header(train_sequences_, seqs_per_step_);

@@ -42,6 +42,7 @@
 #include "optim/schedule.h"
 #include "train/deepspeed_config.h"
 #include "train/evaluate.h"
+#include "train/gemm_peak.h"
 #include "checkpoint/flash_checkpoint.h"
 #include "train/spike_guard.h"
 #include "train/straggler.h"
@@ -169,6 +170,7 @@ class Trainer {
   std::unique_ptr<SftRows> sft_val_rows_;
   std::unique_ptr<Transformer> model_;
   DeviceKind device_ = DeviceKind::cpu;      // --device, resolved (train/run_device.h)
+  GemmPeak gpu_peak_;                        // the GPU's GEMM peak, measured before the model moves there
   HfSideFiles side_files_;                   // tokenizer + generation config, carried into saves
   int64_t eval_every_ = 0, save_every_ = 0;  // steps between evaluations / saves (0: none)
   bool final_eval_ = true;

@@ -2,6 +2,7 @@
 // micro-batches (or a pipeline schedule), the step's bookkeeping (logging, evaluation, saves), the
 // ranks' vote at each step boundary (stops, hangs), spike rollback, and the final reports.
 #include "checkpoint/hf_export.h"
+#include "plan/memory_estimate.h"
 #include "train/trainer_impl.h"
 
 namespace zt::train_internal {
@@ -450,12 +451,17 @@ void Trainer::finish(double train_s) {
                                                             double(engine_->optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
   if (device_ == DeviceKind::cuda) {
-    // Every GPU buffer goes through core/memory.h's Buffer or DeviceBuffer; cuBLASLt's workspace
-    // (32 MiB) is among the latter and not counted here.
-    report["gpu_peak_bytes"] = mem_stats().device_peak;
+    // Every GPU allocation of ztrain goes through core/device.h's device_alloc, whose peak this is;
+    // the estimate is `ztrain estimate-memory --device cuda`'s for this run (plan/memory_estimate.h).
+    const double peak = double(device_allocated_peak());
+    const double est = double(parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, B_, T_, plan_), B_,
+                                                            T_, plan_, a_.optim)
+                                  .total());
+    report["gpu_peak_bytes"] = peak;
+    report["gpu_estimate_bytes"] = est;
     if (chief_)
-      std::printf("  GPU memory (model state, activations, scratch): peak %s\n",
-                  format_bytes(double(mem_stats().device_peak)).c_str());
+      std::printf("  GPU memory: peak %s, estimate-memory --device cuda %s (peak / estimate %.3f)\n",
+                  format_bytes(peak).c_str(), format_bytes(est).c_str(), peak / est);
   }
   if (tp_region_)
     report["tensor_parallel"] =

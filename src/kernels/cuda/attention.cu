@@ -20,6 +20,7 @@
 #include <cmath>
 
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "kernels/cuda/attention_cuda.h"
 
@@ -344,9 +345,9 @@ float* scratch_floats(size_t n) {
   static float* ptr = nullptr;
   static size_t cap = 0;
   if (n > cap) {
-    if (ptr) ZT_CUDA_CHECK(cudaFree(ptr));
+    device_free(ptr, cap * sizeof(float));
     ptr = nullptr;
-    ZT_CUDA_CHECK(cudaMalloc(&ptr, n * sizeof(float)));
+    ptr = static_cast<float*>(device_alloc(n * sizeof(float), "attention scratch"));
     cap = n;
   }
   return ptr;

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "kernels/cuda/attention_cuda.h"
 
 namespace zt::kernels::cuda::detail {
@@ -512,9 +513,9 @@ void* scratch(int slot, size_t bytes) {
   static void* ptr[3] = {};
   static size_t cap[3] = {};
   if (bytes > cap[slot]) {
-    if (ptr[slot]) ZT_CUDA_CHECK(cudaFree(ptr[slot]));
+    device_free(ptr[slot], cap[slot]);
     ptr[slot] = nullptr;
-    ZT_CUDA_CHECK(cudaMalloc(&ptr[slot], bytes));
+    ptr[slot] = device_alloc(bytes, "attention scratch");
     cap[slot] = bytes;
   }
   return ptr[slot];
