@@ -10,7 +10,7 @@ namespace {
 [[noreturn]] void no_backend() {
   throw Error(
       "this ztrain was built without the CUDA backend: install the CUDA toolkit (nvcc, cuBLASLt) "
-      "and rebuild (README: Building with CUDA), or use --device cpu");
+      "and rebuild (README, section GPU; docs/gpu.md), or use --device cpu");
 }
 }  // namespace
 
