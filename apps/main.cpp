@@ -42,7 +42,7 @@ std::string one_line(std::string msg) {
 namespace {
 
 const char* kUsage =
-    "ztrain: train GPT-2 and Llama language models on CPUs\n"
+    "ztrain: train GPT-2 and Llama-family language models on CPUs and NVIDIA GPUs\n"
     "usage: ztrain <command> [flags]\n"
     "commands:\n"
     "  train     train or fine-tune a model (HF Trainer flag names); ztrain train --help\n"
@@ -51,6 +51,7 @@ const char* kUsage =
     "  eval      loss and perplexity of a model folder on a token file\n"
     "  generate  sample text from a model folder with a KV cache\n"
     "  launch    run a command on N ranks with mpirun: ztrain launch --nproc_per_node N -- train ...\n"
+    "  health-check     pre-flight check of every rank's GEMM and links (DLRover's node check)\n"
     "  bench-comm       time the collectives over message sizes (algbw / busbw, like nccl-tests)\n"
     "  estimate-memory  per-rank memory of a model under DDP / ZeRO-1/2/3 / hybrid sharding\n"
     "  plan             rank the dp x tp x pp / ZeRO / micro-batch / recomputation layouts of N ranks\n"

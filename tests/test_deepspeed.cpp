@@ -355,7 +355,8 @@ TEST(DeepSpeedConfig, UnusedKeysAreWarnedByName) {
     "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10, "cos_min_ratio": 0.1}}})");
   std::vector<std::string> want = {
       "DeepSpeed config keys that change nothing on ztrain's CPU training: "
-      "activation_checkpointing.partition_activations (splits checkpoints over model-parallel ranks)",
+      "activation_checkpointing.partition_activations (splits checkpoints over tensor-parallel ranks; there are "
+      "none (--tensor-model-parallel-size 1))",
       "DeepSpeed config key flux_capacitor is not used by ztrain",
       "DeepSpeed config key optimizer.params.fused is not used by ztrain",
       "DeepSpeed config key scheduler.params.cos_min_ratio is not used by WarmupLR",

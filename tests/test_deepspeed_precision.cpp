@@ -116,6 +116,21 @@ TEST(DeepSpeedPrecision, Bf16AndCommunicationDataType) {
   EXPECT_EQ(a.ds_precision.communication_data_type, "bf16");
 }
 
+// partition_activations under tensor parallelism: the checkpointed block inputs split over the TP
+// ranks, which is ztrain's sequence parallelism; with tp 1 there is nothing to split (warned).
+TEST(DeepSpeedPrecision, PartitionActivationsIsSequenceParallelism) {
+  TrainArgs a;
+  a.tensor_model_parallel_size = 2;
+  auto w = apply(a, R"({"activation_checkpointing": {"partition_activations": true}})");
+  EXPECT_TRUE(w.empty());
+  EXPECT_TRUE(a.sequence_parallel);
+  TrainArgs b;
+  w = apply(b, R"({"activation_checkpointing": {"partition_activations": true}})");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("there are none (--tensor-model-parallel-size 1)"), std::string::npos);
+  EXPECT_FALSE(b.sequence_parallel);
+}
+
 TEST(DeepSpeedPrecision, ActivationCheckpointing) {
   TrainArgs a;
   auto w = apply(a, R"({"activation_checkpointing": {"number_checkpoints": 6, "partition_activations": false,

@@ -513,7 +513,8 @@ void apply_activation_checkpointing(Ctx& c, const json& p) {
     const char* why;
   };
   const Flag flags[] = {
-      {"partition_activations", &d.partition_activations, "splits checkpoints over model-parallel ranks"},
+      {"partition_activations", &d.partition_activations,
+       "splits checkpoints over tensor-parallel ranks; there are none (--tensor-model-parallel-size 1)"},
       {"cpu_checkpointing", &d.cpu_checkpointing, "moves checkpoints to host memory, where they are already"},
       {"contiguous_memory_optimization", &d.contiguous_memory_optimization,
        "packs checkpoints into one buffer, as ztrain's activation arena already is"},
@@ -537,6 +538,14 @@ void apply_activation_checkpointing(Ctx& c, const json& p) {
       continue;
     }
     read(key, v, false, *f->field, 0, 0);
+    // Partitioned checkpoints keep 1/tp of each checkpointed block input on every tensor-parallel
+    // rank (DeepSpeed's partition_activations, Megatron's sequence parallelism): ztrain's
+    // --sequence-parallel holds its block inputs exactly so. Without tensor parallelism there is
+    // nothing to split over.
+    if (*f->field && f->field == &d.partition_activations && c.a.tensor_model_parallel_size > 1) {
+      c.a.sequence_parallel = true;
+      continue;
+    }
     if (*f->field) no_effect += str_cat(no_effect.empty() ? "" : "; ", key, " (", f->why, ")");
   }
   if (!no_effect.empty())
@@ -550,10 +559,6 @@ void check_precision(const DeepSpeedPrecision& d) {
            "\"bfloat16 and fp16 modes cannot be simultaneously enabled\")");
 }
 
-// What of ds_precision the trainer does not act on: ztrain trains fp32 without recomputation,
-// so an enabled fp16 / bf16 is an error (a run in another precision than asked would differ in
-// memory and losses; HF also rejects fp16.enabled=true without --fp16), and the sections that
-// would change the reduction dtype or recompute activations are warned about by name.
 // The precision and recomputation sections turned into the run's settings (HF's
 // semantics: "auto" follows the flags; a value that contradicts a flag given on the command
 // line is a mismatch; otherwise the config's value replaces the default).
