@@ -98,6 +98,10 @@ int cmd_train(const Args& args) {
         range::closed(1, kMaxBatch));
   f.add("model_max_length", &a.model_max_length, "sequence length T (min(1024, model context))",
         range::closed(1, kMaxLength));
+  f.add("rope_scaling", &a.rope_scaling,
+        "RoPE scaling as a JSON object with transformers' keys, replacing config.json's (e.g. "
+        "'{\"rope_type\": \"linear\", \"factor\": 2}'); with --resume_from_checkpoint and a longer "
+        "--model_max_length: a long-context stage (docs/training.md#long-context-stages)");
   f.add("learning_rate", &a.learning_rate, "peak learning rate (5e-5)", range::above(0));
   f.add("optim", &a.optim, "optimizer, HF's names: adamw_torch | adamw (adamw_torch)");
   f.add("device", &a.device,

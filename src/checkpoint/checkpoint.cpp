@@ -221,11 +221,11 @@ void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
 }
 
 CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes,
-                                   std::string verified_save_id)
+                                   std::string verified_save_id, bool allow_context_change)
     : dir_(dir), save_id_(std::move(verified_save_id)) {
   if (save_id_.empty()) save_id_ = checkpoint_verify(dir);
   const fs::path d(dir);
-  compare_config(config_from_file((d / "config.json").string()), cfg, allow_model_changes);
+  compare_config(config_from_file((d / "config.json").string()), cfg, allow_model_changes, allow_context_change);
   // Before the state files, optimizer state lived in optimizer.safetensors or zero_shard-* files.
   bool old_format = fs::exists(d / "optimizer.safetensors");
   for (auto& e : fs::directory_iterator(d)) old_format |= e.path().filename().string().rfind("zero_shard-", 0) == 0;
@@ -252,8 +252,21 @@ CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cf
 CheckpointReader::~CheckpointReader() = default;
 
 // Every resolved setting, not a few: a changed n_head or norm epsilon once resumed silently.
-void CheckpointReader::compare_config(const ModelConfig& saved, const ModelConfig& cfg, bool allow) {
-  const nlohmann::json have = config_resolved_json(saved), want = config_resolved_json(cfg);
+void CheckpointReader::compare_config(const ModelConfig& saved, const ModelConfig& cfg, bool allow,
+                                      bool allow_context) {
+  nlohmann::json have = config_resolved_json(saved), want = config_resolved_json(cfg);
+  // A long-context stage changes how positions are encoded, never a tensor's shape.
+  for (const char* k : {"rope_scaling", "max_position_embeddings"}) {
+    if (!allow_context) break;
+    const nlohmann::json none;
+    const nlohmann::json& h = have.contains(k) ? have[k] : none;
+    const nlohmann::json& w = want.contains(k) ? want[k] : none;
+    if (h != w)
+      context_change_ += str_cat(context_change_.empty() ? "" : ", ", k, " ", h.is_null() ? "none" : h.dump(), " -> ",
+                                 w.is_null() ? "none" : w.dump());
+    have.erase(k);
+    want.erase(k);
+  }
   const std::string key = config_first_difference(have, want);
   if (key.empty()) return;
   auto value = [&](const nlohmann::json& j) { return j.contains(key) ? j[key].dump() : std::string("no value"); };

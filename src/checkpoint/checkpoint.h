@@ -94,8 +94,10 @@ class CheckpointReader final : public StateReader {
   // model_change() says how it differs (tensors must still fit). verified_save_id: the save id
   // checkpoint_verify returned for dir (the trainer's chief verifies once for every rank:
   // hashing a checkpoint is a full read); empty = verify here.
+  // allow_context_change (a long-context stage, --rope_scaling given): rope_scaling and
+  // max_position_embeddings may differ; context_change() says how.
   CheckpointReader(const std::string& dir, const ModelConfig& cfg, bool allow_model_changes = false,
-                   std::string verified_save_id = "");
+                   std::string verified_save_id = "", bool allow_context_change = false);
   ~CheckpointReader() override;
   void load(const std::vector<Stateful*>& components);
 
@@ -104,6 +106,7 @@ class CheckpointReader final : public StateReader {
   std::string source() const override { return dir_; }
   const nlohmann::json& trainer_state() const { return state_; }
   const std::string& model_change() const { return model_change_; }
+  const std::string& context_change() const { return context_change_; }
 
  private:
   struct Stored {
@@ -115,13 +118,13 @@ class CheckpointReader final : public StateReader {
     std::vector<int64_t> shape;
     std::vector<Stored> pieces;  // sorted by begin, disjoint
   };
-  void compare_config(const ModelConfig& saved, const ModelConfig& cfg, bool allow);
+  void compare_config(const ModelConfig& saved, const ModelConfig& cfg, bool allow, bool allow_context);
   void index_state_files();
   void add(const std::string& slot, const std::string& tensor, std::vector<int64_t> shape, Stored s);
 
   std::string dir_;
   std::string save_id_;
-  std::string model_change_;
+  std::string model_change_, context_change_;
   nlohmann::json state_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::pair<std::string, std::string>, Tensor> index_;  // (slot, tensor)

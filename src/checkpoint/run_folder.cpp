@@ -289,6 +289,10 @@ void run_record_write(const std::string& output_dir, const RunRecord& r) {
   write_file_atomic((fs::path(output_dir) / kRunFile).string(), j.dump(2) + "\n");
 }
 
+int64_t checkpoint_step_of(const std::string& dir) {
+  return step_of(fs::path(dir).lexically_normal().filename().empty() ? fs::path(dir).parent_path() : fs::path(dir));
+}
+
 std::string checkpoint_find_latest(const std::string& output_dir, std::string* save_id) {
   for (const Listed& l : ordered_checkpoints(output_dir)) {
     try {

@@ -80,6 +80,9 @@ RunRecord run_record_start(const std::string& output_dir, const CheckpointRef* r
 // Writes run.json atomically (with this process's pid and host, for people).
 void run_record_write(const std::string& output_dir, const RunRecord& r);
 
+// N of a checkpoint-N folder (the last path component); -1 for any other name.
+int64_t checkpoint_step_of(const std::string& dir);
+
 // The first intact checkpoint of output_dir in the order above; "" if none. Damaged ones are
 // reported on stderr and skipped, and so (with a warning) is falling back to another run's.
 // save_id (optional): the chosen checkpoint's, from the verification just done.

@@ -12,12 +12,13 @@ namespace {
 // A token file's windows as a sequence source; with packing, positions restart after EOS.
 class TokenWindows final : public SequenceSource {
  public:
-  TokenWindows(const TokenFile& f, const LoaderConfig& c) : s_(f, c.T, c.shuffle, c.seed), c_(c) {}
+  TokenWindows(const TokenFile& f, const LoaderConfig& c)
+      : s_(f, c.T, c.shuffle, c.seed, c.stage_first_token), c_(c) {}
   int64_t num_sequences() const override { return s_.num_windows(); }
   int length() const override { return c_.T; }
   bool has_positions() const override { return c_.packing; }
   void fill(int32_t* in, int32_t* tg, int32_t* pos, int64_t g, int count) override {
-    s_.fill(in, tg, g, count);
+    s_.fill(in, tg, g - c_.stage_first_sequence, count);
     if (pos) packing_positions(pos, in, count, c_.T, c_.eos_id);
   }
   int64_t count_targets(int64_t, int64_t count) const override { return count * c_.T; }
@@ -38,23 +39,73 @@ void packing_positions(int32_t* positions, const int32_t* inputs, int B, int T, 
   }
 }
 
+nlohmann::json data_stages_json(const std::vector<DataStage>& stages) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const DataStage& s : stages)
+    j.push_back({{"step", s.step},
+                 {"sequence_length", s.T},
+                 {"sequences_per_step", s.per_step},
+                 {"first_sequence", s.first_sequence},
+                 {"first_token", s.first_token}});
+  return j;
+}
+
+namespace {
+
+// The checkpoint's stages, each checked: a damaged list must not steer the reads.
+std::vector<DataStage> read_stages(StateReader& r) {
+  const nlohmann::json* j = r.find_json("ztrain.data_stages");
+  if (!j) return {};
+  const std::string bad = r.source() + ": \"ztrain.data_stages\" is malformed; the checkpoint is damaged";
+  ZT_CHECK(j->is_array() && j->size() <= 4096, bad);
+  std::vector<DataStage> stages;
+  for (const nlohmann::json& e : *j) {
+    ZT_CHECK(e.is_object(), bad);
+    auto num = [&](const char* k, int64_t lo, int64_t hi) {
+      ZT_CHECK(e.contains(k) && e[k].is_number_integer(), bad);
+      const int64_t v = e[k].get<int64_t>();
+      ZT_CHECK(v >= lo && v <= hi, bad);
+      return v;
+    };
+    DataStage s;
+    s.step = num("step", stages.empty() ? 0 : stages.back().step + 1, INT64_MAX / 2);
+    s.T = int(num("sequence_length", 1, 1 << 30));
+    s.per_step = num("sequences_per_step", 1, INT64_MAX / (int64_t(1) << 32));
+    s.first_sequence = num("first_sequence", 0, INT64_MAX / 2);
+    s.first_token = num("first_token", 0, INT64_MAX / 2);
+    stages.push_back(s);
+  }
+  return stages;
+}
+
+}  // namespace
+
 void DataCursor::save_state(StateWriter& w) const {
   w.put_json("ztrain.sequences_consumed", next_);
   w.put_json("ztrain.sequences_per_step", per_step_);
   w.put_json("ztrain.sequence_length", T_);
   w.put_json("ztrain.shuffle", shuffle_);
+  // A run of one stage writes no list (its checkpoints are as before stages existed).
+  if (stages_ && stages_->size() > 1) w.put_json("ztrain.data_stages", data_stages_json(*stages_));
 }
 
 void DataCursor::load_state(StateReader& r) {
   const int64_t per_step = r.get_int("ztrain.sequences_per_step"), T = r.get_int("ztrain.sequence_length");
-  ZT_CHECK(per_step == per_step_ && T == T_, r.source(), " was saved with ", per_step, " sequences of ", T,
+  switched_ = per_step != per_step_ || T != T_;
+  ZT_CHECK(!switched_ || stages_, r.source(), " was saved with ", per_step, " sequences of ", T,
            " tokens per step; resume with the same batch size, accumulation and --model_max_length");
   ZT_CHECK(r.get_bool("ztrain.shuffle") == shuffle_, r.source(), " was saved ", shuffle_ ? "with" : "without",
            " --no_shuffle; resume the same way to continue its data order");
   const int64_t next = r.get_int("ztrain.sequences_consumed");
-  ZT_CHECK(next >= 0 && next % per_step_ == 0, r.source(), ": \"ztrain.sequences_consumed\" is ", next,
-           ", not a whole number of steps; the checkpoint is damaged");
-  next_ = next;
+  ZT_CHECK(per_step > 0 && T > 0 && next >= 0 && next % per_step == 0, r.source(),
+           ": \"ztrain.sequences_consumed\" is ", next, ", not a whole number of steps; the checkpoint is damaged");
+  next_ = next / per_step * per_step_;  // the same step in this run's geometry
+  if (!stages_) return;
+  *stages_ = read_stages(r);
+  // Checkpoints of one stage carry no list: their stage started at step 0 at their geometry.
+  if (stages_->empty()) stages_->push_back({0, int(T), per_step, 0, 0});
+  ZT_CHECK(stages_->back().T == T && stages_->back().per_step == per_step && stages_->back().step <= next / per_step,
+           r.source(), ": \"ztrain.data_stages\" does not end at the checkpoint's geometry; the checkpoint is damaged");
 }
 
 int64_t DataLoader::first_sequence(const LoaderConfig& c, int64_t step, int micro) {

@@ -45,6 +45,9 @@ struct LoaderConfig {
   // Steps of data skipped (a loss-spike rollback, train/spike_guard.h): optimizer step k reads
   // the sequences of step k + step_offset.
   int64_t step_offset = 0;
+  // The current data stage (DataStage below): its window 0 is global sequence stage_first_sequence
+  // and, in file order, starts at token stage_first_token. Both 0 for a run of one stage.
+  int64_t stage_first_sequence = 0, stage_first_token = 0;
 };
 
 // Where the loader's sequences come from: a token file's windows (below) or SFT rows
@@ -115,15 +118,36 @@ class DataLoader {
   std::thread worker_;
 };
 
+// A stretch of a run at one sequence geometry. A run starts with one; resuming at another
+// --model_max_length or batch (a long-context stage, train/context_stage.h) starts the next.
+struct DataStage {
+  int64_t step = 0;            // its first optimizer step
+  int T = 0;                   // sequence length
+  int64_t per_step = 0;        // sequences per optimizer step
+  int64_t first_sequence = 0;  // the global sequence (data skipped by rollbacks included) of its window 0
+  int64_t first_token = 0;     // where its window 0 starts in file order (0 when shuffled)
+  bool operator==(const DataStage&) const = default;
+};
+nlohmann::json data_stages_json(const std::vector<DataStage>& stages);
+
 // The loader's resumable position in checkpoints: the next global sequence (the order is a
 // pure function of the seed, which core/rng_state.h saves, and the step), with what fixes
-// the meaning of that number: sequences per step, their length, shuffling. Loading checks
-// those against this run's and restores the position.
+// the meaning of that number: sequences per step, their length, shuffling, and the data stages
+// before this one. Loading checks those against this run's and restores the position; with
+// `stages` given, a checkpoint of another geometry loads too and switched() says so (the
+// trainer then starts a new stage or refuses), else that is an error.
 class DataCursor final : public Stateful {
  public:
-  DataCursor(int64_t sequences_per_step, int sequence_length, bool shuffle, int64_t step = 0)
-      : per_step_(sequences_per_step), T_(sequence_length), shuffle_(shuffle), next_(step * sequences_per_step) {}
+  DataCursor(int64_t sequences_per_step, int sequence_length, bool shuffle, int64_t step = 0,
+             std::vector<DataStage>* stages = nullptr)
+      : per_step_(sequences_per_step),
+        T_(sequence_length),
+        shuffle_(shuffle),
+        next_(step * sequences_per_step),
+        stages_(stages) {}
   int64_t step() const { return next_ / per_step_; }  // the optimizer step it starts
+  // After load_state: the checkpoint's geometry differed from this run's.
+  bool switched() const { return switched_; }
   void save_state(StateWriter& w) const override;
   void load_state(StateReader& r) override;
 
@@ -132,6 +156,8 @@ class DataCursor final : public Stateful {
   int T_;
   bool shuffle_;
   int64_t next_;  // the next global sequence
+  std::vector<DataStage>* stages_;
+  bool switched_ = false;
 };
 
 // Position ids for packed rows: positions[t] = 0 at t = 0 and after every EOS input token,

@@ -172,10 +172,27 @@ void TokenFile::read(int64_t first, int64_t n, int32_t* out, std::vector<unsigne
 
 TokenFile::~TokenFile() { release(); }
 
-WindowSampler::WindowSampler(const TokenFile& f, int T, bool shuffle, uint64_t seed)
-    : f_(f), T_(T), windows_(T > 0 ? (f.size() - 1) / T : 0), order_(std::max<int64_t>(windows_, 1), shuffle, seed) {
+WindowSampler::WindowSampler(const TokenFile& f, int T, bool shuffle, uint64_t seed, int64_t first_token)
+    : f_(f),
+      T_(T),
+      windows_(T > 0 ? (f.size() - 1) / T : 0),
+      shuffle_(shuffle),
+      first_token_(shuffle ? 0 : first_token),
+      order_(std::max<int64_t>(windows_, 1), shuffle, seed) {
   ZT_CHECK(windows_ > 0, f.path(), " has ", f.size(), " tokens, fewer than one sequence of ", T,
            "+1 tokens; use more data or a smaller --model_max_length");
+  ZT_CHECK(first_token_ >= 0 && first_token_ < f.size(), f.path(), ": a data stage starts at token ", first_token_,
+           " of ", f.size(), "; the checkpoint's data stages do not fit this file");
+}
+
+int64_t stream_window_start(int64_t tokens, int T, int64_t first_token, int64_t j) {
+  const int64_t first_pass = first_token + T < tokens ? (tokens - 1 - first_token) / T : 0;
+  if (j < first_pass) return first_token + j * T;
+  return (j - first_pass) % ((tokens - 1) / T) * T;
+}
+
+int64_t WindowSampler::window_start(int64_t g) {
+  return shuffle_ ? order_.at(g) * T_ : stream_window_start(f_.size(), T_, first_token_, g);
 }
 
 int64_t EpochOrder::at(int64_t g) {
@@ -197,7 +214,7 @@ void WindowSampler::fill(int32_t* inputs, int32_t* targets, int64_t g, int count
   f_.check_unchanged();  // before touching pages a truncation may have removed
   window_.resize(size_t(T_) + 1);
   for (int s = 0; s < count; ++s) {
-    f_.read(window_of(g + s) * T_, T_ + 1, window_.data(), &scratch_);
+    f_.read(window_start(g + s), T_ + 1, window_.data(), &scratch_);
     std::memcpy(inputs + int64_t(s) * T_, window_.data(), size_t(T_) * 4);
     std::memcpy(targets + int64_t(s) * T_, window_.data() + 1, size_t(T_) * 4);
   }

@@ -73,11 +73,20 @@ class TokenFile {
   std::vector<uint64_t> sums_;           // per chunk, verified at open and copied out of the file
 };
 
+// File order from token `first_token` on (a long-context stage continues the token stream where
+// the previous stage stopped, train/context_stage.h): window j of T + 1 tokens starts at
+// first_token + j*T while it fits before the end, then the stream wraps to token 0 and windows
+// follow at multiples of T (each pass over the file drops the tail shorter than a window).
+int64_t stream_window_start(int64_t tokens, int T, int64_t first_token, int64_t j);
+
 class WindowSampler {
  public:
-  WindowSampler(const TokenFile& f, int T, bool shuffle, uint64_t seed);
+  // first_token: where window 0 starts in file order (ignored when shuffled: windows are then
+  // the file's multiples of T, in a seeded per-epoch permutation).
+  WindowSampler(const TokenFile& f, int T, bool shuffle, uint64_t seed, int64_t first_token = 0);
   int64_t num_windows() const { return windows_; }
   int64_t window_of(int64_t g);
+  int64_t window_start(int64_t g);
   // Fills count sequences starting at global sequence g into (count, T) arrays, every id checked
   // (TokenFile::read): a file changed since it was opened is an Error, never a bad id.
   void fill(int32_t* inputs, int32_t* targets, int64_t g, int count);
@@ -86,6 +95,8 @@ class WindowSampler {
   const TokenFile& f_;
   int T_;
   int64_t windows_;
+  bool shuffle_;
+  int64_t first_token_;
   EpochOrder order_;
   std::vector<int32_t> window_;         // T + 1 ids
   std::vector<unsigned char> scratch_;  // TokenFile::read's verified copy

@@ -65,6 +65,7 @@ struct TrainArgs {
   int per_device_train_batch_size = 8;  // B
   int gradient_accumulation_steps = 1;  // micro-batches per optimizer step
   int model_max_length = 0;             // T; 0 = min(1024, model context)
+  std::string rope_scaling;             // JSON (transformers' keys) replacing config.json's rope_scaling
 
   std::string optim = "adamw_torch";  // HF's --optim: adamw_torch (alias adamw); optim/optimizer.h
   std::string device = "auto";        // cpu | cuda | auto (a GPU when present and the run can use it)

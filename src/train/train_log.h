@@ -43,6 +43,8 @@ class TrainLog final : public Stateful {
   void load_state(StateReader& r) override;
   // Extra keys merged into train_results.json (e.g. the data-parallel report).
   void add_results(const nlohmann::json& j) { extra_results_.update(j); }
+  // An entry of log_history that is not a step's log (a data stage, train/context_stage.h).
+  void add_history(const nlohmann::json& entry) { history_.push_back(entry); }
   // The GEMM peak MFU is reported against (given or measured, gemm_peak.h), before print_header.
   void set_peak(const GemmPeak& p);
   // data_wait_s: time the step loop spent blocked on the data loader.

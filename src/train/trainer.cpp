@@ -16,6 +16,7 @@
 
 #include <omp.h>
 
+#include "train/context_stage.h"
 #include "train/gemm_peak.h"
 #include "train/run_device.h"
 #include "train/train_args_check.h"
@@ -29,8 +30,9 @@ namespace {
 ModelConfig load_config(const TrainArgs& a) {
   ZT_CHECK(a.model_name_or_path.empty() != a.model_config_path.empty(),
            "give exactly one of --model_name_or_path (an HF folder) or --model_config_path (a config.json)");
-  if (!a.model_config_path.empty()) return config_from_file(a.model_config_path);
-  return config_from_file(a.model_name_or_path + "/config.json");
+  const ModelConfig cfg = config_from_file(!a.model_config_path.empty() ? a.model_config_path
+                                                                        : a.model_name_or_path + "/config.json");
+  return train_internal::with_rope_scaling(cfg, a.rope_scaling, a.model_max_length);  // a long-context stage's RoPE
 }
 
 // The files that make the saved folders usable as they are (generate needs a tokenizer):
@@ -577,15 +579,16 @@ void Trainer::resume() {
   if (dir.empty() && !snapshot)
     throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
   const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
-  std::string model_change;
+  std::string model_change, context_change;
   if (snapshot) {
     resumed_ = std::move(snapshot);
   } else {
-    auto reader = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id);
+    auto reader = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id, !a_.rope_scaling.empty());
     model_change = reader->model_change();
+    context_change = reader->context_change();
     resumed_ = std::move(reader);
   }
-  RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
+  RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_, &stages_);
   std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
   if (scaler_) parts.push_back(scaler_.get());
   if (local_sgd_) parts.push_back(local_sgd_.get());
@@ -593,6 +596,7 @@ void Trainer::resume() {
   for (Stateful* c : parts) c->load_state(*resumed_);
   engine_->sync_after_load();
   start_step_ = rs.cursor.step();
+  if (rs.cursor.switched()) begin_data_stage(context_change);
   // The step is recorded by several components; they must agree (else the folder mixes saves
   // or was edited), since the data, the LR and the optimizer's bias correction all follow it.
   ZT_CHECK(rs.schedule.step() == start_step_ && engine_->optimizer().steps() == start_step_ - skipped_steps(),
@@ -616,7 +620,7 @@ void Trainer::resume() {
 // shared memory for its state and, after a resume from a snapshot, persists it.
 void Trainer::start_flash() {
   const std::string run_id = dist::broadcast_string(world_, chief_ ? run_tag_.run_id : "", 0);
-  RunState rs(a_, seqs_per_step_, T_, *sched_, start_step_, train_id_, run_tag_);
+  RunState rs(a_, seqs_per_step_, T_, *sched_, start_step_, train_id_, run_tag_, &stages_);
   StateCollector c;
   for (Stateful* p : rs.with(*engine_)) p->save_state(c);
   uint64_t bytes = 0;
@@ -655,6 +659,9 @@ void Trainer::start_loader_and_log() {
            "--packing needs the EOS token id: config.json has no integer eos_token_id; pass --eos_token_id");
   lc_.depth = std::max(2, a_.dataloader_prefetch + 1);
   lc_.step_offset = spike_->data_offset_steps();  // data skipped by loss-spike rollbacks
+  if (stages_.empty()) stages_.push_back({0, T_, seqs_per_step_, 0, 0});
+  lc_.stage_first_sequence = stages_.back().first_sequence;
+  lc_.stage_first_token = stages_.back().first_token;
   if (blend_) {
     if (!sft_) blend_->set_packing(a_.packing, lc_.eos_id);  // SFT rows bring their own positions
     chan_ = std::make_unique<ChannelLosses>(blend_->names(), B_, T_ / grid_->cp().size());
@@ -667,6 +674,7 @@ void Trainer::start_loader_and_log() {
     log_ = std::make_unique<TrainLog>(a_, cfg_, *model_, total_steps_, steps_per_epoch_, T_, start_step_,
                                       dp_comm_->size());
     if (resumed_) log_->load_state(*resumed_);
+    if (!stage_entry_.is_null()) log_->add_history(stage_entry_);
     log_->set_peak(device_ == DeviceKind::cuda ? gpu_peak_
                                                : gemm_peak_for_run(a_.peak_gflops, nn::compute_dtype(plan_.precision),
                                                                    omp_get_max_threads(), a_.peak_cache_dir));

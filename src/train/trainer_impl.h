@@ -81,8 +81,8 @@ struct RunTag final : Stateful {
 // the data, the RNG and the schedule stand, which data and run, the parameters and the optimizer.
 struct RunState {
   RunState(const TrainArgs& a, int64_t seqs_per_step, int T, const optim::Schedule& s, int64_t step,
-           const FileIdentity& train, const RunTag& tag)
-      : cursor(seqs_per_step, T, !a.no_shuffle, step),
+           const FileIdentity& train, const RunTag& tag, std::vector<DataStage>* stages)
+      : cursor(seqs_per_step, T, !a.no_shuffle, step, stages),
         rng(a.seed, data_seed_of(a)),
         schedule(s, step),
         data(train, allowed_changes(a.resume_allow_changes).data),
@@ -115,6 +115,7 @@ class Trainer {
   void prepare_output_dir();
   void build_model_and_engine();
   void resume();
+  void begin_data_stage(const std::string& context_change);
   void start_flash();
   void start_run(const CheckpointRef* resumed, const std::string& resumed_dir = "");
   void start_loader_and_log();
@@ -203,6 +204,10 @@ class Trainer {
   std::unique_ptr<parallel::LocalSgd> local_sgd_;  // --local_sgd_steps
   std::unique_ptr<StateReader> resumed_;           // a checkpoint folder, or a flash snapshot
   LoaderConfig lc_;
+  // The run's data stages (data/loader.h): one, or more after long-context resumes
+  // (train/context_stage.h); the last is current. stage_entry_: its log_history record, to add.
+  std::vector<DataStage> stages_;
+  nlohmann::json stage_entry_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<TrainLog> log_;
   nlohmann::json model_states_ = nlohmann::json::object();  // empty when no step runs (resumed at the end)

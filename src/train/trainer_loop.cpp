@@ -3,6 +3,7 @@
 // ranks' vote at each step boundary (stops, hangs), spike rollback, and the final reports.
 #include "checkpoint/hf_export.h"
 #include "plan/memory_estimate.h"
+#include "train/context_stage.h"
 #include "train/trainer_impl.h"
 
 namespace zt::train_internal {
@@ -213,7 +214,7 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
 // One way for every layout: shard owners write their pieces (no rank holds the full state
 // under ZeRO), the chief the JSON state and the checksums.
 void Trainer::save(int64_t step) {
-  RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_);
+  RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_, &stages_);
   std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
   if (scaler_) parts.push_back(scaler_.get());
   if (local_sgd_) parts.push_back(local_sgd_.get());
@@ -304,6 +305,30 @@ bool Trainer::handle_spike(int64_t step, const StepResult& r, int64_t* resume_at
   return false;
 }
 
+// A resume at another sequence length or batch: the next data stage (train/context_stage.h),
+// recorded in log_history once the log exists.
+void Trainer::begin_data_stage(const std::string& context_change) {
+  StageSwitch sw;
+  sw.step = start_step_;
+  sw.offset_steps = spike_->data_offset_steps();
+  sw.T = T_;
+  sw.per_step = seqs_per_step_;
+  sw.shuffle = !a_.no_shuffle;
+  sw.allow_data_change = allowed_changes(a_.resume_allow_changes).data;
+  sw.single_token_file = data_ != nullptr;
+  sw.file_tokens = data_ ? data_->size() : 0;
+  const DataStage from = stages_.back();
+  stages_ = next_data_stage(stages_, sw);
+  const DataStage& to = stages_.back();
+  stage_entry_ = stage_history_entry(from, to, cfg_, context_change);
+  if (!chief_) return;
+  std::printf("Data stage %zu from step %lld: %d-token sequences (was %d), %lld per step (was %lld), %s%s\n",
+              stages_.size(), (long long)to.step, to.T, from.T, (long long)to.per_step, (long long)from.per_step,
+              sw.shuffle ? "a fresh shuffled order"
+                         : str_cat("the token stream continuing at token ", to.first_token).c_str(),
+              context_change.empty() ? "" : str_cat("; ", context_change).c_str());
+}
+
 // --spike_policy rollback: every component returns to the newest save (the flash snapshot in
 // shared memory when there is one, else the newest checkpoint) and the data of the steps from
 // there to the spike is skipped. The spike counters and the data offset are not rolled back.
@@ -317,10 +342,14 @@ int64_t Trainer::rollback(int64_t step) {
     dir = dist::broadcast_string(world_, dir, 0);
     save_id = dist::broadcast_string(world_, save_id, 0);
     if (dir.empty()) return -1;
+    // A checkpoint of an earlier data stage (a long-context resume) is not this stage's save.
+    const int64_t saved_step = checkpoint_step_of(dir);
+    if (stages_.size() > 1 && saved_step >= 0 && saved_step <= stages_.back().step) return -1;
     reader = std::make_unique<CheckpointReader>(dir, cfg_, false, save_id);
   }
   const SpikeGuard::Counters kept = spike_->counters();
-  RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_);
+  std::vector<DataStage> stages = stages_;
+  RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_, &stages);
   std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));  // saved in the global layout
   if (scaler_) parts.push_back(scaler_.get());
   parts.push_back(spike_.get());
@@ -328,6 +357,9 @@ int64_t Trainer::rollback(int64_t step) {
   for (Stateful* c : parts) c->load_state(*reader);
   engine_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
   const int64_t to = rs.cursor.step();
+  ZT_CHECK(!rs.cursor.switched() && stages == stages_, reader->source(),
+           " belongs to an earlier data stage (another --model_max_length or batch); a rollback stays within "
+           "this stage: save a checkpoint in it first (--save_steps) or use --spike_policy skip");
   spike_->set_counters(kept);
   spike_->count_rollback(to, step + 1);
   loader_.reset();  // restarts at the restored step, past the skipped data
