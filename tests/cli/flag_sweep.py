@@ -14,6 +14,7 @@ usage: flag_sweep.py path/to/ztrain [path/to/ztrain-for-the-flag-list]
 (the second binary, e.g. a newer build, supplies the flags and ranges: to sweep an older build
 whose --help shows no ranges; the docs check is then skipped)
 """
+import concurrent.futures
 import json
 import os
 import random
@@ -173,10 +174,14 @@ def main():
         rc, out, err = run(cmd, None, None, w, f"{cmd}_base")
         if rc != 0:
             failures.append(f"{cmd}: the base command line fails alone (exit {rc}): {(err or out).strip()[-300:]}")
+        # The runs are independent processes (one thread each): as many at once as there are cores.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            runs = {(flag, i): pool.submit(run, cmd, flag, value, w, f"{cmd}_{flag}_{i}")
+                    for flag, _ in flags for i, value in enumerate(VALUES)}
         for flag, desc in flags:
             row = []
             for i, value in enumerate(VALUES):
-                rc, out, err = run(cmd, flag, value, w, f"{cmd}_{flag}_{i}")
+                rc, out, err = runs[(flag, i)].result()
                 short, why = classify(cmd, flag, desc, value, rc, out, err)
                 counts[short] = counts.get(short, 0) + 1
                 row.append(short)
