@@ -22,6 +22,11 @@ for f in $FAMS; do
 done
 grep -q "1235.81M total params" <(for f in llama-3.2-1b; do "$Z" estimate-memory --model_config_path "$CFG/$f.json"; done) ||
   { echo "FAIL: Llama-3.2-1B is not 1235.81M parameters"; fail=1; }
+for want in "olmo2-1b 1484.92M" "phi3-mini-128k 3821.08M"; do  # the published counts
+  set -- $want
+  "$Z" estimate-memory --model_config_path "$CFG/$1.json" | grep -q "$2 total params" ||
+    { echo "FAIL: $1 is not $2 parameters"; fail=1; }
+done
 # A byte-level GPT-2 tokenizer (256 bytes + EOS) and a generation config beside each shrunk config.
 $PY - "$W" "$CFG" <<'P'
 import json, os, random, sys
