@@ -41,7 +41,7 @@ ModelConfig tiny(Arch a, bool tie = false) {
 
 // The Llama-shaped families, each with its differences switched on at sizes where they act:
 // Mistral's window (4) is shorter than the tests' rows, Qwen3's head_dim (12) is not
-// hidden / heads.
+// hidden / heads; OLMo-2 (7).
 ModelConfig tiny_family(int which) {
   nlohmann::json j = {{"vocab_size", 67},
                       {"hidden_size", 32},
@@ -57,6 +57,11 @@ ModelConfig tiny_family(int which) {
   } else if (which == 4) {
     j["model_type"] = "qwen2";
     j["tie_word_embeddings"] = true;
+  } else if (which == 7) {
+    // No pre-norms, output norms, q/k norms over the whole projections. Without attention biases:
+    // zero biases feeding the output norms make the loss too curved along their gradients for
+    // h = 1e-3 (the parity test trains OLMo-2 with biases against PyTorch).
+    j["model_type"] = "olmo2";
   } else if (which == 5) {
     j["model_type"] = "qwen3";
     j["head_dim"] = 12;
@@ -591,11 +596,11 @@ TEST(HfSizes, ParsedAsTransformersMaxShardSize) {
 }
 
 std::string arch_test_name(int i) {
-  static const char* names[] = {"Gpt2",  "LlamaGqa", "LlamaGqaTied",       "MistralWindow",
-                                "Qwen2", "Qwen3",    "Llama3RopeAndBiases"};
+  static const char* names[] = {"Gpt2",  "LlamaGqa", "LlamaGqaTied",        "MistralWindow",
+                                "Qwen2", "Qwen3",    "Llama3RopeAndBiases", "Olmo2"};
   return names[i];
 }
-INSTANTIATE_TEST_SUITE_P(Archs, ModelTest, ::testing::Values(0, 1, 2, 3, 4, 5, 6),
+INSTANTIATE_TEST_SUITE_P(Archs, ModelTest, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7),
                          [](const auto& info) { return arch_test_name(info.param); });
 
 }  // namespace

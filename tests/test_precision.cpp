@@ -101,14 +101,14 @@ TEST(Gemm, Bf16MatchesReferenceOnRoundedInputs) {
 }
 
 // hs64: head size 64 (two heads of width 128), where bf16 attention runs its AVX512-BF16 kernel.
-ModelConfig tiny(Arch a, int layers = 3, bool hs64 = false) {
+ModelConfig tiny(Arch a, int layers = 3, bool hs64 = false, const char* family = "llama") {
   nlohmann::json j;
   const int C = hs64 ? 128 : 32, NH = hs64 ? 2 : 4;
   if (a == Arch::gpt2)
     j = {{"model_type", "gpt2"}, {"vocab_size", 67}, {"n_embd", C},
          {"n_layer", layers},    {"n_head", NH},     {"n_positions", 32}};
   else
-    j = {{"model_type", "llama"},       {"vocab_size", 67},
+    j = {{"model_type", family},        {"vocab_size", 67},
          {"hidden_size", C},            {"intermediate_size", 40},
          {"num_hidden_layers", layers}, {"num_attention_heads", NH},
          {"num_key_value_heads", NH / 2}, {"max_position_embeddings", 32}};
@@ -140,7 +140,11 @@ PassResult run(const ModelConfig& cfg, const nn::ActPlan& plan) {
 
 class RecomputeTest : public ::testing::TestWithParam<int> {
  protected:
-  ModelConfig cfg() const { return tiny(GetParam() % 2 == 0 ? Arch::gpt2 : Arch::llama, 3, GetParam() >= 2); }
+  // 4: OLMo-2 (its output norms' saved inputs and whole-projection q/k norms recompute too).
+  ModelConfig cfg() const {
+    if (GetParam() == 4) return tiny(Arch::llama, 3, false, "olmo2");
+    return tiny(GetParam() % 2 == 0 ? Arch::gpt2 : Arch::llama, 3, GetParam() >= 2);
+  }
 };
 
 // fp32 recomputation reruns the same deterministic kernels on the same inputs, so the
@@ -179,7 +183,8 @@ TEST_P(RecomputeTest, MixedPrecisionIsCloseToFp32AndRecomputesExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, RecomputeTest, ::testing::Values(0, 1, 2, 3), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Archs, RecomputeTest, ::testing::Values(0, 1, 2, 3, 4), [](const auto& info) {
+  if (info.param == 4) return std::string("Olmo2");
   return std::string(info.param % 2 == 0 ? "Gpt2" : "Llama") + (info.param >= 2 ? "Hs64" : "");
 });
 

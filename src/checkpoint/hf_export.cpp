@@ -42,12 +42,24 @@ void hf_export_streamed(dist::Communicator& world, const std::vector<Stateful*>&
   for (size_t i = 0; i < list.size(); ++i) index[list[i].name] = int64_t(i);
   // The order the chief writes (and so asks for) the tensors: the weight files' (hf_shard_plan),
   // which every rank computes alike; rows and messages follow it.
+  // The files hold stored tensors: each a run of the list's tensors (several where the folder
+  // fuses them, hf_stored); a run's tensors are written one after the other.
   std::vector<int64_t> bytes;
-  for (const ParamInfo& p : list) bytes.push_back(p.numel * int64_t(dtype_size(dtype)));
+  std::vector<std::vector<size_t>> stored;
+  for (size_t i = 0; i < list.size();) {
+    const std::string name = hf_stored(cfg, list[i].name, list[i].shape).name;
+    stored.emplace_back();
+    bytes.push_back(0);
+    for (; i < list.size() && hf_stored(cfg, list[i].name, list[i].shape).name == name; ++i) {
+      stored.back().push_back(i);
+      bytes.back() += list[i].numel * int64_t(dtype_size(dtype));
+    }
+  }
   std::vector<int64_t> pos(list.size());
   int64_t next = 0;
   for (const std::vector<size_t>& file : hf_shard_plan(bytes, max_shard_bytes))
-    for (size_t i : file) pos[i] = next++;
+    for (size_t s : file)
+      for (size_t i : stored[s]) pos[i] = next++;
   ParamPieces mine;
   if (writer)
     for (Stateful* s : params) s->save_state(mine);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -105,6 +106,29 @@ HfWeights::HfWeights(const std::string& path, const ModelConfig& cfg)
     : impl_(std::make_unique<Impl>(Impl{open_weights(path), cfg})) {}
 HfWeights::~HfWeights() = default;
 
+HfStored hf_stored(const ModelConfig& cfg, const std::string& name, const std::vector<int64_t>& shape) {
+  HfStored st{name, 0, shape};
+  if (cfg.model_type != "phi3" || shape.size() != 2) return st;
+  // Phi3Attention's qkv_proj: q, k, v stacked; Phi3MLP's gate_up_proj: gate, then up.
+  const int64_t q = int64_t(cfg.n_head) * cfg.head_size, kv = int64_t(cfg.n_kv_head) * cfg.head_size;
+  const struct {
+    const char *part, *whole;
+    int64_t row, rows;
+  } fused[] = {{".self_attn.q_proj.weight", ".self_attn.qkv_proj.weight", 0, q + 2 * kv},
+               {".self_attn.k_proj.weight", ".self_attn.qkv_proj.weight", q, q + 2 * kv},
+               {".self_attn.v_proj.weight", ".self_attn.qkv_proj.weight", q + kv, q + 2 * kv},
+               {".mlp.gate_proj.weight", ".mlp.gate_up_proj.weight", 0, 2 * int64_t(cfg.ffn)},
+               {".mlp.up_proj.weight", ".mlp.gate_up_proj.weight", cfg.ffn, 2 * int64_t(cfg.ffn)}};
+  for (const auto& f : fused) {
+    const size_t n = std::strlen(f.part);
+    if (name.size() < n || name.compare(name.size() - n, n, f.part) != 0) continue;
+    st.name = name.substr(0, name.size() - n) + f.whole;
+    st.row = f.row;
+    st.shape = {f.rows, shape[1]};
+  }
+  return st;
+}
+
 void HfWeights::read(const ParamTable& table, int64_t begin, int64_t n, float* dst) const {
   const WeightSet& w = impl_->w;
   const ModelConfig& cfg = impl_->cfg;
@@ -112,24 +136,28 @@ void HfWeights::read(const ParamTable& table, int64_t begin, int64_t n, float* d
   for (const ParamInfo& p : table.list()) {
     const int64_t lo = std::max(begin, p.offset) - p.offset, hi = std::min(end, p.offset + p.numel) - p.offset;
     if (lo >= hi) continue;
-    const StEntry* e = w.find(p.name);
+    HfStored st = hf_stored(cfg, p.name, p.global_shape);
+    const StEntry* e = w.find(st.name);
+    // ztrain's checkpoints keep a fused tensor's parts under their own names.
+    if (!e && st.name != p.name && (e = w.find(p.name))) st = {p.name, 0, p.global_shape};
     // GPT2Model checkpoints (e.g. the original "gpt2" upload) omit the "transformer." prefix.
     if (!e && p.name.rfind("transformer.", 0) == 0) e = w.find(p.name.substr(12));
-    ZT_CHECK(e, w.source, ": tensor \"", p.name, "\" is missing; the weights do not match config.json (",
+    ZT_CHECK(e, w.source, ": tensor \"", st.name, "\" is missing; the weights do not match config.json (",
              cfg.arch_name(), ", ", cfg.n_layer, " layers)");
-    ZT_CHECK(e->shape == p.global_shape, w.source, ": tensor \"", p.name, "\" has shape ",
-             nlohmann::json(e->shape).dump(), " but config.json implies ", nlohmann::json(p.global_shape).dump());
+    ZT_CHECK(e->shape == st.shape, w.source, ": tensor \"", st.name, "\" has shape ", nlohmann::json(e->shape).dump(),
+             " but config.json implies ", nlohmann::json(st.shape).dump());
     const SafetensorsFile& f = w.where.empty() ? *w.files.front() : *w.where.at(e->name);
-    float* out = dst + (p.offset + lo - begin);  // local element lo
+    const int64_t at = st.row * (p.global_shape.size() > 1 ? p.global_shape[1] : 1);  // our first element in it
+    float* out = dst + (p.offset + lo - begin);                                       // local element lo
     if (p.split == Split::none) {
-      f.read_f32(*e, out, lo, hi - lo);
+      f.read_f32(*e, out, at + lo, hi - lo);
       continue;
     }
     // A tensor-parallel slice: its runs of the global tensor (vocabulary padding stays zero).
     std::fill_n(out, hi - lo, 0.f);
     for_each_slice_run(p, p.split_offset, [&](int64_t g, int64_t l, int64_t cnt) {
       const int64_t a = std::max(lo, l), b = std::min(hi, l + cnt);
-      if (a < b) f.read_f32(*e, out + (a - lo), g + (a - l), b - a);
+      if (a < b) f.read_f32(*e, out + (a - lo), at + g + (a - l), b - a);
     });
   }
 }
@@ -206,8 +234,49 @@ std::vector<std::vector<size_t>> hf_shard_plan(const std::vector<int64_t>& bytes
   return shards;
 }
 
-void hf_save_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& tensors, const std::string& folder,
+namespace {
+// The tensors as the folder stores them: runs of parts of one fused tensor (hf_stored) become it,
+// from their data when they lie back to back, else filled part after part.
+std::vector<StTensorOut> hf_fused(const ModelConfig& cfg, const std::vector<StTensorOut>& tensors) {
+  std::vector<StTensorOut> out;
+  for (size_t i = 0; i < tensors.size();) {
+    const HfStored st = hf_stored(cfg, tensors[i].name, tensors[i].shape);
+    if (st.name == tensors[i].name) {
+      out.push_back(tensors[i++]);
+      continue;
+    }
+    size_t e = i;
+    int64_t rows = 0;
+    bool contiguous = true;
+    std::vector<int64_t> numel;
+    for (; e < tensors.size() && hf_stored(cfg, tensors[e].name, tensors[e].shape).name == st.name; ++e) {
+      numel.push_back(tensors[e].shape[0] * tensors[e].shape[1]);
+      rows += tensors[e].shape[0];
+      contiguous =
+          contiguous && tensors[e].data && (e == i || tensors[e].data == tensors[e - 1].data + numel[numel.size() - 2]);
+    }
+    ZT_CHECK(rows == st.shape[0], "saving ", st.name, ": its parts hold ", rows, " of ", st.shape[0],
+             " rows (a bug in the layout)");
+    std::vector<StTensorOut> parts(tensors.begin() + int64_t(i), tensors.begin() + int64_t(e));
+    StTensorOut f{st.name, st.shape, contiguous ? tensors[i].data : nullptr};
+    if (!contiguous)
+      f.fill = [parts, numel](float* dst) {
+        for (size_t k = 0; k < parts.size(); dst += numel[k++])
+          if (parts[k].data)
+            std::memcpy(dst, parts[k].data, size_t(numel[k]) * sizeof(float));
+          else
+            parts[k].fill(dst);
+      };
+    out.push_back(std::move(f));
+    i = e;
+  }
+  return out;
+}
+}  // namespace
+
+void hf_save_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& parts, const std::string& folder,
                      DType dtype, int64_t max_shard_bytes) {
+  const std::vector<StTensorOut> tensors = hf_fused(cfg, parts);
   ::mkdir(folder.c_str(), 0755);
   const fs::path dir(folder);
   const int64_t es = int64_t(dtype_size(dtype));

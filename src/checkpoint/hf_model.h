@@ -76,6 +76,17 @@ std::vector<std::vector<size_t>> hf_shard_plan(const std::vector<int64_t>& bytes
 void hf_save_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& tensors, const std::string& folder,
                      DType dtype, int64_t max_shard_bytes = kHfDefaultShardBytes);
 
+// Where an HF folder stores a model tensor (name, global shape): itself, or (Phi-3's qkv_proj,
+// gate_up_proj) rows [row, row + shape[0]) of a fused tensor `name` of shape `shape`. ztrain keeps
+// the parts (q / k / v, gate / up) back to back in its layouts; the reader splits the fused
+// tensors, the writers fuse them again.
+struct HfStored {
+  std::string name;
+  int64_t row = 0;
+  std::vector<int64_t> shape;
+};
+HfStored hf_stored(const ModelConfig& cfg, const std::string& name, const std::vector<int64_t>& shape);
+
 // The non-weight files of an HF model folder that travel with its weights: the tokenizer
 // (tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json,
 // tokenizer.model, vocab.json + merges.txt, GPT-2's encoder.json + vocab.bpe,

@@ -71,6 +71,26 @@ double rope_number(const nlohmann::json& r, const char* key, double def, bool re
   return r[key].get<double>();
 }
 
+// longrope: the factor lists (their length is checked against the head size later); the context
+// the factors switch at is config.json's original_max_position_embeddings (Phi-3), else
+// max_position_embeddings with rope_scaling's factor.
+RopeScaling parse_longrope(const nlohmann::json& j, const nlohmann::json& r, RopeScaling rs, const std::string& where) {
+  for (auto [key, out] : {std::pair{"short_factor", &rs.short_factor}, {"long_factor", &rs.long_factor}}) {
+    ZT_CHECK(r.contains(key) && r[key].is_array() && !r[key].empty(), where,
+             ": rope_scaling of rope_type longrope needs \"", key, "\", a list of numbers");
+    for (const auto& v : r[key]) {
+      ZT_CHECK(v.is_number() && v.get<double>() > 0 && v.get<double>() < 1e30, where, ": rope_scaling ", key,
+               " must hold positive numbers, got ", short_dump(v));
+      out->push_back(v.get<double>());
+    }
+  }
+  if (j.contains("original_max_position_embeddings") && !j["original_max_position_embeddings"].is_null())
+    rs.original_max_position = positive_int(j, "original_max_position_embeddings", where);
+  rs.factor = rope_number(r, "factor", 1.0, rs.original_max_position == 0, where);
+  rs.attention_factor = rope_number(r, "attention_factor", 0.0, false, where);
+  return rs;
+}
+
 // rope_scaling as transformers reads it ("rope_type", or the older "type").
 RopeScaling parse_rope_scaling(const nlohmann::json& j, const std::string& where) {
   RopeScaling rs;
@@ -79,12 +99,15 @@ RopeScaling parse_rope_scaling(const nlohmann::json& j, const std::string& where
   ZT_CHECK(r.is_object(), where, ": rope_scaling must be an object or null, got ", short_dump(r));
   const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
   ZT_CHECK(r.contains(type_key) && r[type_key].is_string(), where,
-           ": rope_scaling needs a \"rope_type\" (default, linear, dynamic, yarn or llama3)");
+           ": rope_scaling needs a \"rope_type\" (default, linear, dynamic, yarn, llama3 or longrope)");
   rs.type = r[type_key].get<std::string>();
   if (rs.type == "default") return rs;
-  ZT_CHECK(rs.type == "linear" || rs.type == "dynamic" || rs.type == "yarn" || rs.type == "llama3", where,
-           ": rope_scaling rope_type ", quote(rs.type),
-           " is not supported; ztrain computes default, linear, dynamic, yarn and llama3");
+  if (rs.type == "su") rs.type = "longrope";  // Phi-3's first name for it
+  ZT_CHECK(
+      rs.type == "linear" || rs.type == "dynamic" || rs.type == "yarn" || rs.type == "llama3" || rs.type == "longrope",
+      where, ": rope_scaling rope_type ", quote(rs.type),
+      " is not supported; ztrain computes default, linear, dynamic, yarn, llama3 and longrope");
+  if (rs.type == "longrope") return parse_longrope(j, r, rs, where);
   rs.factor =
       rope_number(r, "factor", 1.0, rs.type != "yarn" || !r.contains("original_max_position_embeddings"), where);
   if (rs.type == "llama3") {
@@ -109,7 +132,7 @@ RopeScaling parse_rope_scaling(const nlohmann::json& j, const std::string& where
   return rs;
 }
 
-// The Llama-shaped families: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config keys and
+// The Llama-shaped families: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Olmo2Config keys and
 // defaults; each family's differences are options of one model (config.h).
 void parse_llama_family(const nlohmann::json& j, const std::string& mt, const std::string& where, ModelConfig* out) {
   ModelConfig& c = *out;
@@ -121,9 +144,12 @@ void parse_llama_family(const nlohmann::json& j, const std::string& mt, const st
   c.n_head = req_int(j, "num_attention_heads", where);
   c.ffn = req_int(j, "intermediate_size", where);
   c.n_kv_head = opt_int(j, "num_key_value_heads", c.n_head, where);
-  const int default_context = mt == "llama" ? 2048 : mt == "mistral" ? 4096 * 32 : 32768;
+  const int default_context = mt == "llama" || mt == "olmo2" ? 2048
+                              : mt == "mistral"              ? 4096 * 32
+                              : mt == "phi3"                 ? 4096
+                                                             : 32768;
   c.max_position = opt_int(j, "max_position_embeddings", default_context, where);
-  c.norm_eps = opt_float(j, "rms_norm_eps", 1e-6f, where);
+  c.norm_eps = opt_float(j, "rms_norm_eps", mt == "olmo2" || mt == "phi3" ? 1e-5f : 1e-6f, where);
   c.rope_theta = opt_float(j, "rope_theta", 10000.f, where);
   c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", false, where);
   c.rope = parse_rope_scaling(j, where);
@@ -134,6 +160,23 @@ void parse_llama_family(const nlohmann::json& j, const std::string& mt, const st
   if (mt == "llama") {
     c.qkv_bias = c.o_bias = opt_bool(j, "attention_bias", false, where);
     c.mlp_bias = opt_bool(j, "mlp_bias", false, where);
+  } else if (mt == "olmo2") {
+    // Olmo2DecoderLayer: no norm before attention or the MLP; RMSNorm on their outputs
+    // (post_attention_layernorm, post_feedforward_layernorm) before the residual add, and
+    // q_norm / k_norm over the whole q and k projections (not per head) before RoPE.
+    c.qkv_bias = c.o_bias = opt_bool(j, "attention_bias", false, where);
+    c.qk_norm = c.qk_norm_full = true;
+    c.pre_norm = false;
+    c.post_norm = true;
+  } else if (mt == "phi3") {
+    // Phi3Config: Mistral's block (no biases, an optional window); q/k/v and gate/up are stored
+    // fused (qkv_proj, gate_up_proj), which the HF reader splits and the writer fuses again.
+    if (j.contains("sliding_window") && !j["sliding_window"].is_null())
+      c.sliding_window = positive_int(j, "sliding_window", where);
+    if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null())
+      ZT_CHECK(j["partial_rotary_factor"].is_number() && j["partial_rotary_factor"].get<double>() == 1.0, where,
+               ": partial_rotary_factor ", short_dump(j["partial_rotary_factor"]),
+               " is not supported; ztrain rotates whole heads (1.0)");
   } else if (mt == "mistral") {
     // MistralConfig's default window is 4096; null (Mistral v0.2+) means full attention.
     if (!j.contains("sliding_window"))
@@ -179,11 +222,12 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
     std::string act = opt_str(j, "activation_function", "gelu_new");
     ZT_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function ", quote(act),
              " is not supported; ztrain's GPT-2 uses the tanh GELU (\"gelu_new\")");
-  } else if (mt == "llama" || mt == "mistral" || mt == "qwen2" || mt == "qwen3") {
+  } else if (mt == "llama" || mt == "mistral" || mt == "qwen2" || mt == "qwen3" || mt == "olmo2" || mt == "phi3") {
     parse_llama_family(j, mt, where, &c);
   } else {
-    throw Error(str_cat(where, ": model_type ", quote(mt),
-                        " is not supported; use \"gpt2\", \"llama\", \"mistral\", \"qwen2\" or \"qwen3\""));
+    throw Error(str_cat(
+        where, ": model_type ", quote(mt),
+        " is not supported; use \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"olmo2\" or \"phi3\""));
   }
   if (mt == "gpt2") c.model_type = "gpt2";
   const int default_hs = c.model_type == "qwen3" ? 128 : c.n_embd / c.n_head;  // Qwen3Config's head_dim is 128
@@ -195,6 +239,10 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
   ZT_CHECK(c.head_size > 0, where, ": head size is 0: hidden_size (", c.n_embd,
            ") is smaller than the number of heads (", c.n_head, "); fix num_attention_heads or set head_dim");
   ZT_CHECK(c.head_size % 2 == 0 || c.arch == Arch::gpt2, where, ": head size must be even for RoPE");
+  for (auto [key, list] : {std::pair{"short_factor", &c.rope.short_factor}, {"long_factor", &c.rope.long_factor}})
+    ZT_CHECK(c.rope.type != "longrope" || list->size() == size_t(c.head_size / 2), where, ": rope_scaling ", key,
+             " has ", list->size(),
+             " entries; longrope needs one per rotated frequency, head_dim / 2 = ", c.head_size / 2);
   ZT_CHECK(c.vocab_size <= (1 << 30), where, ": vocab_size is implausibly large");
   for (auto [name, width] : {std::pair{"n_embd / hidden_size", int64_t(c.n_embd)},
                              {"the FFN width", int64_t(c.ffn)},
@@ -225,6 +273,8 @@ nlohmann::json config_to_json(const ModelConfig& c, const std::string& torch_dty
                           : mt == "mistral" ? "MistralForCausalLM"
                           : mt == "qwen2"   ? "Qwen2ForCausalLM"
                           : mt == "qwen3"   ? "Qwen3ForCausalLM"
+                          : mt == "olmo2"   ? "Olmo2ForCausalLM"
+                          : mt == "phi3"    ? "Phi3ForCausalLM"
                                             : "LlamaForCausalLM"};
   }
   j["torch_dtype"] = torch_dtype;

@@ -1,30 +1,34 @@
 // config.h: the model hyper-parameters ztrain understands, read from and written to a
 // Hugging Face config.json (GPT2Config / LlamaConfig / MistralConfig / Qwen2Config /
-// Qwen3Config key names). Keys ztrain does not use are kept and written back untouched;
+// Qwen3Config / Olmo2Config / Phi3Config key names). Keys ztrain does not use are kept and written back untouched;
 // missing required keys and settings ztrain cannot honour (longrope, a per-layer sliding
 // window, other activations) are errors naming the key.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace zt {
 
 // gpt2: GPT2LMHeadModel. llama: the Llama-shaped decoders (RMSNorm, RoPE, SwiGLU, GQA);
-// ModelConfig::model_type tells the families apart (llama, mistral, qwen2, qwen3), which
+// ModelConfig::model_type tells the families apart (llama, mistral, qwen2, qwen3, olmo2, phi3), which
 // differ only in the options below.
 enum class Arch { gpt2, llama };
 
 // RoPE frequencies as transformers' modeling_rope_utils computes them (models/rope.cpp).
 struct RopeScaling {
-  std::string type = "default";  // default | linear | dynamic | yarn | llama3
+  std::string type = "default";  // default | linear | dynamic | yarn | llama3 | longrope ("su" read as longrope)
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
-  int original_max_position = 0;                         // llama3; yarn when given (0: not given)
-  double attention_factor = 0.0;                         // yarn; 0: derived from factor / mscale
-  double beta_fast = 32.0, beta_slow = 1.0;              // yarn
-  double mscale = 0.0, mscale_all_dim = 0.0;             // yarn (DeepSeek style), 0: unset
-  bool truncate = true;                                  // yarn
+  int original_max_position = 0;  // llama3; yarn when given; longrope: config.json's top-level key (0: not given)
+  double attention_factor = 0.0;  // yarn; 0: derived from factor / mscale
+  double beta_fast = 32.0, beta_slow = 1.0;   // yarn
+  double mscale = 0.0, mscale_all_dim = 0.0;  // yarn (DeepSeek style), 0: unset
+  bool truncate = true;                       // yarn
+  // longrope (Phi-3): per-frequency divisors, (HS/2) each; long_factor for sequences longer than
+  // original_max_position_embeddings, short_factor otherwise. attention_factor 0: derived.
+  std::vector<double> short_factor, long_factor;
 };
 
 struct ModelConfig {
@@ -41,14 +45,18 @@ struct ModelConfig {
   float rope_theta = 10000.f;
   bool tie_word_embeddings = true;
   // Llama-family options (all off for GPT-2 and plain Llama):
-  std::string model_type = "gpt2";  // config.json's model_type: gpt2 | llama | mistral | qwen2 | qwen3
-  RopeScaling rope;                 // rope_scaling
-  bool qkv_bias = false;            // q/k/v projections have biases (Qwen2; Llama attention_bias)
-  bool o_bias = false;              // o_proj has a bias (Llama attention_bias)
-  bool mlp_bias = false;            // gate/up/down have biases (Llama mlp_bias)
-  bool qk_norm = false;             // RMSNorm over each q and k head before RoPE (Qwen3)
-  int sliding_window = 0;           // a query sees at most this many keys, itself included; 0: all
-  nlohmann::json raw;               // the config.json as read, for writing back
+  // config.json's model_type: gpt2 | llama | mistral | qwen2 | qwen3 | olmo2 | phi3
+  std::string model_type = "gpt2";
+  RopeScaling rope;           // rope_scaling
+  bool qkv_bias = false;      // q/k/v projections have biases (Qwen2; Llama attention_bias)
+  bool o_bias = false;        // o_proj has a bias (Llama attention_bias)
+  bool mlp_bias = false;      // gate/up/down have biases (Llama mlp_bias)
+  bool qk_norm = false;       // RMSNorm over each q and k head before RoPE (Qwen3)
+  bool qk_norm_full = false;  // qk_norm over the whole q and k projections instead (OLMo-2)
+  bool pre_norm = true;       // RMSNorm before attention and MLP (all but OLMo-2)
+  bool post_norm = false;     // RMSNorm on attention's and the MLP's outputs before the residual add (OLMo-2)
+  int sliding_window = 0;     // a query sees at most this many keys, itself included; 0: all
+  nlohmann::json raw;         // the config.json as read, for writing back
 
   int qkv_dim() const { return (n_head + 2 * n_kv_head) * head_size; }
   const char* arch_name() const { return model_type.c_str(); }

@@ -64,12 +64,12 @@ TensorView KvDecoder::step(int32_t token) {
     b.ln1.forward(h, one_mean, one_rstd, x);
     b.qkv.forward(row(qkv_, c.qkv_dim()), h);
     if (b.shape.qk_norm) {  // in place: RMSNorm reads a row before writing it
-      b.q_norm.forward(TensorView::of(qkv_, {c.n_head, c.head_size}), {}, TensorView::of(qk_rstd_.data(), {c.n_head}),
-                       TensorView::of(qkv_, {c.n_head, c.head_size}));
-      float* k = qkv_ + qw;
-      b.k_norm.forward(TensorView::of(k, {c.n_kv_head, c.head_size}), {},
-                       TensorView::of(qk_rstd_.data() + c.n_head, {c.n_kv_head}),
-                       TensorView::of(k, {c.n_kv_head, c.head_size}));
+      // Rows of one head each, or (OLMo-2) one row of all of them.
+      const int qr = b.shape.qk_norm_full ? 1 : c.n_head, kr = b.shape.qk_norm_full ? 1 : c.n_kv_head;
+      const TensorView q = TensorView::of(qkv_, {qr, b.q_norm.C});
+      b.q_norm.forward(q, {}, TensorView::of(qk_rstd_.data(), {qr}), q);
+      const TensorView k = TensorView::of(qkv_ + qw, {kr, b.k_norm.C});
+      b.k_norm.forward(k, {}, TensorView::of(qk_rstd_.data() + c.n_head, {kr}), k);
     }
     if (b.shape.rope)  // position pos_: the table row at pos_ is "t = 0" of a 1-row call
       kernels::rope_forward(qkv_, cos_ + int64_t(pos_) * half, sin_ + int64_t(pos_) * half, 1, 1, c.n_head, c.n_kv_head,
@@ -82,6 +82,7 @@ TensorView KvDecoder::step(int32_t token) {
                               c.n_kv_head, c.head_size);
     // Residual adds as the training pass does them (block.cpp): GEMM, then x += out.
     b.proj.forward(h, row(att_, qw));
+    if (b.shape.post_norm) b.post1.forward(h, {}, one_rstd, h);  // OLMo-2: the output normalized
     kernels::add(x_, x_, h_, C);
     b.ln2.forward(h, one_mean, one_rstd, x);
     b.fc_in.forward(row(fc_, b.shape.fc_dim()), h);
@@ -90,6 +91,7 @@ TensorView KvDecoder::step(int32_t token) {
     else
       kernels::swiglu_forward(act_, fc_, 1, c.ffn);
     b.fc_out.forward(h, row(act_, c.ffn));
+    if (b.shape.post_norm) b.post2.forward(h, {}, one_rstd, h);
     kernels::add(x_, x_, h_, C);
   }
   m_.final_norm().forward(h, one_mean, one_rstd, x);

@@ -42,19 +42,19 @@ ModelLayout model_layout(const ModelConfig& c, const TpPlan& tp) {
     b.qkv.kind = b.fc_in.kind = nn::LinearKind::column;
     b.proj.kind = b.fc_out.kind = nn::LinearKind::row;
   }
-  // Both layouts add the embeddings, then block after block (each starting with its first
-  // norm), then the final norm and an untied LM head: units are contiguous ranges.
+  // Both layouts add the embeddings, then block after block (each starting at its
+  // begin: its first norm), then the final norm and an untied LM head: units are contiguous ranges.
   const int64_t total = m.table.total();
   auto add = [&](UnitKind kind, int layer, int64_t begin, int64_t end) {
     ZT_ASSERT(begin <= end && end <= total);
     m.units.push_back({kind, layer, {}, begin, end});
     return int(m.units.size()) - 1;
   };
-  const int64_t first_block = s.blocks.empty() ? s.lnf.w : s.blocks[0].ln1.w;
+  auto begin = [&](size_t l) { return s.blocks[l].begin >= 0 ? s.blocks[l].begin : s.blocks[l].ln1.w; };
+  const int64_t first_block = s.blocks.empty() ? s.lnf.w : begin(0);
   m.embedding_unit = add(UnitKind::embedding, -1, 0, first_block);
   for (size_t l = 0; l < s.blocks.size(); ++l)
-    m.block_units.push_back(
-        add(UnitKind::block, int(l), s.blocks[l].ln1.w, l + 1 < s.blocks.size() ? s.blocks[l + 1].ln1.w : s.lnf.w));
+    m.block_units.push_back(add(UnitKind::block, int(l), begin(l), l + 1 < s.blocks.size() ? begin(l + 1) : s.lnf.w));
   m.head_unit = add(UnitKind::head, -1, s.lnf.w, total);
   m.tied_head = s.lm_head < 0;
   auto& list = m.table.mutable_list();

@@ -30,7 +30,9 @@ struct NormSlot {
 struct BlockSlots {
   NormSlot ln1, ln2;
   LinearSlot qkv, proj, fc_in, fc_out;
-  NormSlot q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, (HS); absent otherwise
+  NormSlot q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, (HS); OLMo-2: (NH HS), (KVH HS)
+  NormSlot post1, post2;    // OLMo-2: RMSNorm on attention's / the MLP's output, (C); absent otherwise
+  int64_t begin = -1;       // the block's first element (its first norm's, or OLMo-2's q_proj)
 };
 struct ModelSlots {
   int64_t wte = -1, wpe = -1;

@@ -2,7 +2,8 @@
 // MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM share them; [out, in] weights);
 // RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, optional tied head, and the families'
 // options: q/k/v biases (Qwen2, Llama attention_bias), o_proj bias (attention_bias), MLP
-// biases (mlp_bias), per-head q/k RMSNorm (Qwen3).
+// biases (mlp_bias), per-head q/k RMSNorm (Qwen3), OLMo-2's norms (none before attention and
+// the MLP, RMSNorm on their outputs, q/k RMSNorm over the whole projections).
 // q/k/v and gate/up (weights, and biases) are added back to back so each trio/pair is one
 // contiguous [out, in] matrix (and one bias vector) that a single GEMM (bias add) handles.
 #include <string>
@@ -27,6 +28,10 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   ModelSlots s;
   s.shape = {c.n_embd, int(NH), int(KVH), c.head_size, int(Fl), nn::NormKind::rmsnorm, nn::MlpKind::swiglu, true};
   s.shape.qk_norm = c.qk_norm;
+  s.shape.qk_norm_full = c.qk_norm_full;
+  s.shape.kv_replicas = R;
+  s.shape.pre_norm = c.pre_norm;
+  s.shape.post_norm = c.post_norm;
   s.shape.window = c.sliding_window;
   s.shape.sp = tp.sp ? tp.size : 1;
   // [out, in] weights: column-parallel ones cut dim 0 (outputs), row-parallel ones dim 1.
@@ -74,15 +79,22 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
     }
     return first;
   };
-  auto head_norm = [&](const std::string& name) {
+  // q / k norms: per head (HS), or (OLMo-2) over the projection, cut like it.
+  auto head_norm = [&](const std::string& name, bool is_k) {
     NormSlot n;
-    n.w = t.add(name, {HS}, ParamInit::ones);
+    if (!c.qk_norm_full)
+      n.w = t.add(name, {HS}, ParamInit::ones);
+    else if (is_k)
+      n.w = kv(name, {0}, ParamInit::ones);
+    else
+      n.w = t.add_split(name, {NH * HS}, {c.n_head * HS}, Split::column, 0, r * NH * HS, ParamInit::ones);
     return n;
   };
   for (int l = 0; l < c.n_layer; ++l) {
     std::string p = "model.layers." + std::to_string(l);
     BlockSlots b;
-    b.ln1 = norm(p + ".input_layernorm.weight");
+    b.begin = t.total();
+    if (c.pre_norm) b.ln1 = norm(p + ".input_layernorm.weight");
     const std::string a = p + ".self_attn.", m = p + ".mlp.";
     int64_t q = col(a + "q_proj.weight", NH * HS, c.n_head * HS, C, ParamInit::normal);
     kv(a + "k_proj.weight", {C}, ParamInit::normal);
@@ -92,19 +104,22 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
                                            {a + "v_proj.bias", KVH * HS, c.n_kv_head * HS}});
     b.qkv = linear(q, C, (NH + 2 * KVH) * HS, qb);
     if (c.qk_norm) {
-      b.q_norm = head_norm(a + "q_norm.weight");
-      b.k_norm = head_norm(a + "k_norm.weight");
+      b.q_norm = head_norm(a + "q_norm.weight", false);
+      b.k_norm = head_norm(a + "k_norm.weight", true);
     }
     const int64_t o = t.add_split(a + "o_proj.weight", {C, NH * HS}, {C, c.n_head * HS}, Split::row, 1, r * NH * HS,
                                   ParamInit::residual_normal);
     b.proj = linear(o, NH * HS, C, biases(c.o_bias, {{a + "o_proj.bias", C, C}}));
-    b.ln2 = norm(p + ".post_attention_layernorm.weight");
+    // OLMo-2's post_attention_layernorm normalizes attention's output; Llama's the MLP's input.
+    if (c.post_norm) b.post1 = norm(p + ".post_attention_layernorm.weight");
+    if (c.pre_norm) b.ln2 = norm(p + ".post_attention_layernorm.weight");
     int64_t g = col(m + "gate_proj.weight", Fl, F, C, ParamInit::normal);
     col(m + "up_proj.weight", Fl, F, C, ParamInit::normal);
     b.fc_in = linear(g, C, 2 * Fl, biases(c.mlp_bias, {{m + "gate_proj.bias", Fl, F}, {m + "up_proj.bias", Fl, F}}));
     const int64_t d =
         t.add_split(m + "down_proj.weight", {C, Fl}, {C, F}, Split::row, 1, r * Fl, ParamInit::residual_normal);
     b.fc_out = linear(d, Fl, C, biases(c.mlp_bias, {{m + "down_proj.bias", C, C}}));
+    if (c.post_norm) b.post2 = norm(p + ".post_feedforward_layernorm.weight");
     s.blocks.push_back(b);
   }
   s.lnf = norm("model.norm.weight");

@@ -72,6 +72,29 @@ float yarn(std::vector<float>& inv, const ModelConfig& c, float base, int dim) {
   return float(att);
 }
 
+// longrope (modeling_rope_utils' _compute_longrope_parameters): 1 / (ext * base^(2i/dim)) in
+// float32 for the short and the long factors; attention factor sqrt(1 + ln s / ln orig) with s =
+// max_position / original_max_position_embeddings when config.json has the latter (Phi-3), else
+// rope_scaling's factor over max_position_embeddings.
+void longrope(RopeFreqs& out, const ModelConfig& c, float base, int dim) {
+  const RopeScaling& r = c.rope;
+  const double orig = r.original_max_position > 0 ? r.original_max_position : c.max_position;
+  const double factor = r.original_max_position > 0 ? double(c.max_position) / orig : r.factor;
+  double att = r.attention_factor;
+  if (att <= 0) att = factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(orig));
+  out.scale = float(att);
+  out.long_after = int(orig);
+  auto freqs = [&](const std::vector<double>& ext) {
+    std::vector<float> f(size_t(dim / 2));
+    for (int i = 0; i < dim / 2; ++i)
+      f[size_t(i)] =
+          1.0f / (float(ext[size_t(i)]) * std::pow(base, static_cast<float>(2 * i) / static_cast<float>(dim)));
+    return f;
+  };
+  out.inv_freq = freqs(r.short_factor);
+  out.long_inv_freq = freqs(r.long_factor);
+}
+
 }  // namespace
 
 RopeFreqs rope_freqs(const ModelConfig& c) {
@@ -94,11 +117,14 @@ RopeFreqs rope_freqs(const ModelConfig& c) {
     llama3(out.inv_freq, c.rope);
   else if (type == "yarn")
     out.scale = yarn(out.inv_freq, c, c.rope_theta, dim);
+  else if (type == "longrope")
+    longrope(out, c, c.rope_theta, dim);
   return out;
 }
 
-void rope_fill(const RopeFreqs& f, float* cos, float* sin, int rows) {
-  kernels::rope_table_freqs(cos, sin, rows, int(f.inv_freq.size()), f.inv_freq.data(), f.scale);
+void rope_fill(const RopeFreqs& f, float* cos, float* sin, int rows, int seq_len) {
+  const std::vector<float>& inv = f.for_length(seq_len > 0 ? seq_len : rows);
+  kernels::rope_table_freqs(cos, sin, rows, int(inv.size()), inv.data(), f.scale);
 }
 
 }  // namespace zt

@@ -92,13 +92,20 @@ void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorV
   b.precision = compute ? act_plan_.precision : nn::Precision::fp32;
   b.ln1 = u.norm(bs.ln1);
   b.ln2 = u.norm(bs.ln2);
+  if (!s.shape.pre_norm) b.ln1.kind = b.ln2.kind = nn::NormKind::none;  // OLMo-2: no norm before the sub-layers
+  if (s.shape.post_norm) {
+    b.post1 = u.norm(bs.post1);
+    b.post2 = u.norm(bs.post2);
+    b.post1.kind = b.post2.kind = nn::NormKind::rmsnorm;
+  }
   b.qkv = u.lin(bs.qkv);
   b.proj = u.lin(bs.proj);
   b.fc_in = u.lin(bs.fc_in);
   b.fc_out = u.lin(bs.fc_out);
   if (s.shape.qk_norm) {
-    b.q_norm = u.norm(bs.q_norm, cfg_.head_size);
-    b.k_norm = u.norm(bs.k_norm, cfg_.head_size);
+    const nn::BlockShape& sh = s.shape;  // per head, or this rank's whole q / k width (OLMo-2)
+    b.q_norm = u.norm(bs.q_norm, sh.qk_norm_full ? sh.NH * sh.HS : sh.HS);
+    b.k_norm = u.norm(bs.k_norm, sh.qk_norm_full ? sh.KVH * sh.HS : sh.HS);
   }
   if (compute && compute.data != params.data) {
     // The GEMMs read the compute copy; the same offsets in the compute dtype.
@@ -269,10 +276,10 @@ void Transformer::set_device(DeviceKind dev) {
 }
 
 void Transformer::fill_rope(float* cos, float* sin, int rows) {
-  if (dev_ == DeviceKind::cpu) return rope_fill(rope_, cos, sin, rows);
+  if (dev_ == DeviceKind::cpu) return rope_fill(rope_, cos, sin, rows, T_);
   const size_t half = size_t(cfg_.head_size / 2), n = size_t(rows) * half;
   std::vector<float> host(2 * n);
-  rope_fill(rope_, host.data(), host.data() + n, rows);
+  rope_fill(rope_, host.data(), host.data() + n, rows, T_);
   kernels::copy_in(dev_, cos, host.data(), n * sizeof(float));
   kernels::copy_in(dev_, sin, host.data() + n, n * sizeof(float));
 }
@@ -400,6 +407,8 @@ void Transformer::plan(int B, int T, bool training, int slots) {
   T_ = T;
   acts_.reset();
   scratch_.reset();
+  rope_ext_.reset();  // longrope's factors follow T
+  rope_ext_rows_ = 0;
   Carver a, s;
   if (layout_.tp.sp)
     ZT_CHECK(int64_t(B) * T % layout_.tp.size == 0, "--sequence-parallel splits the ", int64_t(B) * T,

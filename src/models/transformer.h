@@ -228,6 +228,7 @@ class Transformer {
   Buffer targets_;  // on a GPU: the head's targets there (N)
   // The RoPE tables (rows of HS/2 cos, then as many sin) computed on the host, into cos/sin
   // on the model's device.
+  // longrope chooses its factors by the planned row length T, whatever the rows filled.
   void fill_rope(float* cos, float* sin, int rows);
   // Copies the micro-batch's host arrays to the device (GPU only): tokens, positions, doc_start.
   void upload_slot(SlotInput* in, const int32_t* inputs);

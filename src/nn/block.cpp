@@ -44,8 +44,13 @@ BlockActs Block::carve_acts(Carver& c, const BlockShape& s, int B, int T, Precis
   const int64_t qh = s.qk_norm ? N * s.NH : 0, kh = s.qk_norm ? N * s.KVH : 0;
   a.q_raw = c.take(DType::f32, {qh, s.HS});
   a.k_raw = c.take(DType::f32, {kh, s.HS});
-  a.q_rstd = c.take(DType::f32, {qh});
-  a.k_rstd = c.take(DType::f32, {kh});
+  a.q_rstd = c.take(DType::f32, {s.qk_norm_full ? N : qh});
+  a.k_rstd = c.take(DType::f32, {s.qk_norm_full ? N : kh});
+  const int64_t np = s.post_norm ? n : 0;
+  a.attn_out = c.take(DType::f32, {np, s.C});
+  a.mlp_out = c.take(DType::f32, {np, s.C});
+  a.post1_rstd = c.take(DType::f32, {np});
+  a.post2_rstd = c.take(DType::f32, {np});
   return a;
 }
 
@@ -84,6 +89,8 @@ BlockScratch Block::carve_scratch(Carver& c, const BlockShape& s, int B, int T, 
   const int64_t heads = s.qk_norm ? N * (s.NH + s.KVH) : 0;
   r.qk_a = c.take(DType::f32, {heads, s.HS});
   r.qk_b = c.take(DType::f32, {heads, s.HS});
+  r.dpost = c.take(DType::f32, {s.post_norm ? n : 0, s.C});
+  r.qk_sums = c.take(DType::f32, {s.qk_norm_full ? N : 0});
   r.full = c.take(DType::f32, {s.sp > 1 ? N : 0, s.C});
   return r;
 }
@@ -160,9 +167,11 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
   fc_in.forward(fc32, a.ln2);
   keep(a.fc, fc32);
   activation_forward(a, fc32, sc);
-  const TensorView yp = row_out(y, sc);
+  const TensorView out = s.post_norm ? a.mlp_out : y;
+  const TensorView yp = row_out(out, sc);
   fc_out.forward(yp, a.act);
-  if (tp) tp->row_parallel_output(y, yp);
+  if (tp) tp->row_parallel_output(out, yp);
+  if (s.post_norm) post2.forward(y, {}, a.post2_rstd, a.mlp_out);
   residual_add(y, a.mid);
 }
 
@@ -189,14 +198,24 @@ TensorView Block::reduce_input_grad(TensorView grad) const {
   return out;
 }
 
-// mid = x + proj(att). The residual add is its own step after the projection (not folded
-// into the GEMM as C += A B): a row-parallel projection's partial sums are reduced first (tp
-// hook), and x is added once, not on every tensor-parallel rank.
+// mid = x + proj(att) (post_norm: x + post1(proj(att))). The residual add is its own step after
+// the projection (not folded into the GEMM as C += A B): a row-parallel projection's partial
+// sums are reduced first (tp hook), and x is added once, not on every tensor-parallel rank.
 void Block::attention_output(const BlockActs& a, TensorView x, const BlockScratch& s) const {
-  const TensorView partial = row_out(a.mid, s);
+  const TensorView out = shape.post_norm ? a.attn_out : a.mid;
+  const TensorView partial = row_out(out, s);
   proj.forward(partial, a.att);
-  if (tp) tp->row_parallel_output(a.mid, partial);
+  if (tp) tp->row_parallel_output(out, partial);
+  if (shape.post_norm) post1.forward(a.mid, {}, a.post1_rstd, a.attn_out);
   residual_add(a.mid, x);
+}
+
+TensorView Block::post_norm_backward(const Norm& n, TensorView dres, TensorView out, TensorView rstd,
+                                     const BlockScratch& s) const {
+  if (!shape.post_norm) return dres;
+  kernels::fill_zero(dev, s.dpost.data, size_t(s.dpost.numel()) * sizeof(float));  // the norm adds into it
+  n.backward(s.dpost, dres, out, {}, rstd);
+  return s.dpost;
 }
 
 // A GEMM output kept in bf16: stored, and its fp32 copy rounded to the stored values so
@@ -235,11 +254,19 @@ void Block::qk_norm_forward(TensorView qkv_out, const BlockActs& a, const BlockS
   const BlockShape& s = shape;
   const int64_t N = rows(qkv_out), rs = s.qkv_dim(), kcol = int64_t(s.NH) * s.HS;
   float* x = qkv_out.as<float>();
-  const TensorView qo = sc.qk_a.sub(0, {N * s.NH, s.HS}), ko = sc.qk_a.sub(N * s.NH * s.HS, {N * s.KVH, s.HS});
+  // Per head: (N heads, HS) rows; qk_norm_full: the same memory as (N, heads HS) rows.
+  const int64_t qr = s.qk_norm_full ? N : N * s.NH, kr = s.qk_norm_full ? N : N * s.KVH;
+  const TensorView qo = sc.qk_a.sub(0, {qr, q_norm.C}), ko = sc.qk_a.sub(N * s.NH * s.HS, {kr, k_norm.C});
+  const TensorView qi = a.q_raw.sub(0, {qr, q_norm.C}), ki = a.k_raw.sub(0, {kr, k_norm.C});
   heads_gather(dev, a.q_raw.as<float>(), x, N, rs, 0, s.NH, s.HS);
   heads_gather(dev, a.k_raw.as<float>(), x, N, rs, kcol, s.KVH, s.HS);
-  q_norm.forward(qo, {}, a.q_rstd, a.q_raw);
-  k_norm.forward(ko, {}, a.k_rstd, a.k_raw);
+  if (s.qk_norm_full && tp && tp->size() > 1) {
+    sharded_norm_forward(q_norm, qo, a.q_rstd, qi, 1, sc);
+    sharded_norm_forward(k_norm, ko, a.k_rstd, ki, s.kv_replicas, sc);
+  } else {
+    q_norm.forward(qo, {}, a.q_rstd, qi);
+    k_norm.forward(ko, {}, a.k_rstd, ki);
+  }
   heads_scatter(dev, x, qo.as<const float>(), N, rs, 0, s.NH, s.HS);
   heads_scatter(dev, x, ko.as<const float>(), N, rs, kcol, s.KVH, s.HS);
 }
@@ -250,13 +277,20 @@ void Block::qk_norm_backward(TensorView dqkv, const BlockActs& a, const BlockScr
   const int64_t N = rows(dqkv), rs = s.qkv_dim(), kcol = int64_t(s.NH) * s.HS;
   float* d = dqkv.as<float>();
   const int64_t qn = N * s.NH * s.HS, kn = N * s.KVH * s.HS;
-  const TensorView gq = sc.qk_a.sub(0, {N * s.NH, s.HS}), gk = sc.qk_a.sub(qn, {N * s.KVH, s.HS});
-  const TensorView dq = sc.qk_b.sub(0, {N * s.NH, s.HS}), dk = sc.qk_b.sub(qn, {N * s.KVH, s.HS});
+  const int64_t qr = s.qk_norm_full ? N : N * s.NH, kr = s.qk_norm_full ? N : N * s.KVH;
+  const TensorView gq = sc.qk_a.sub(0, {qr, q_norm.C}), gk = sc.qk_a.sub(qn, {kr, k_norm.C});
+  const TensorView dq = sc.qk_b.sub(0, {qr, q_norm.C}), dk = sc.qk_b.sub(qn, {kr, k_norm.C});
+  const TensorView qi = a.q_raw.sub(0, {qr, q_norm.C}), ki = a.k_raw.sub(0, {kr, k_norm.C});
   heads_gather(dev, gq.as<float>(), d, N, rs, 0, s.NH, s.HS);
   heads_gather(dev, gk.as<float>(), d, N, rs, kcol, s.KVH, s.HS);
   kernels::fill_zero(dev, dq.data, size_t(qn + kn) * sizeof(float));  // the norm's backward adds into it
-  q_norm.backward(dq, gq, a.q_raw, {}, a.q_rstd);
-  k_norm.backward(dk, gk, a.k_raw, {}, a.k_rstd);
+  if (s.qk_norm_full && tp && tp->size() > 1) {
+    sharded_norm_backward(q_norm, dq, gq, qi, a.q_rstd, 1, sc);
+    sharded_norm_backward(k_norm, dk, gk, ki, a.k_rstd, s.kv_replicas, sc);
+  } else {
+    q_norm.backward(dq, gq, qi, {}, a.q_rstd);
+    k_norm.backward(dk, gk, ki, {}, a.k_rstd);
+  }
   heads_scatter(dev, d, dq.as<const float>(), N, rs, 0, s.NH, s.HS);
   heads_scatter(dev, d, dk.as<const float>(), N, rs, kcol, s.KVH, s.HS);
 }
@@ -294,7 +328,7 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   }
   // MLP. fc_out's weight gradient reads the activation before its gradient lands in
   // sc.act (which is the activation itself under fp32 selective recomputation).
-  TensorView dy = full_grad(dres, sc);
+  TensorView dy = full_grad(post_norm_backward(post2, dres, a.mlp_out, a.post2_rstd, sc), sc);
   TensorView dy_c = compute_copy(dy, sc);
   fc_out.backward_weight(dy, dy_c, a.act);
   fc_out.backward_input(sc.act, dy_c);
@@ -313,7 +347,7 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   fc_in.backward_weight(dfc, dy_c, a.ln2);
   ln2.backward(dres, reduce_input_grad(sc.dln), a.mid, a.ln2_mean, a.ln2_rstd);  // dres is now dL/dmid
   // Attention.
-  dy = full_grad(dres, sc);
+  dy = full_grad(post_norm_backward(post1, dres, a.attn_out, a.post1_rstd, sc), sc);
   dy_c = compute_copy(dy, sc);
   proj.backward_input(sc.datt, dy_c);
   proj.backward_weight(dy, dy_c, a.att);

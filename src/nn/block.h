@@ -1,6 +1,8 @@
-// block.h: one pre-norm transformer block, shared by GPT-2 and Llama:
-//   mid = x + proj(attention(rope?(qkv(norm1(x)))))
-//   y   = mid + fc_out(act(fc_in(norm2(mid))))
+// block.h: one transformer block, shared by GPT-2 and the Llama-shaped families:
+//   mid = x + post1?(proj(attention(rope?(qk_norm?(qkv(norm1(x)))))))
+//   y   = mid + post2?(fc_out(act(fc_in(norm2(mid)))))
+// norm1 / norm2 are the identity without pre-norms (OLMo-2, NormKind::none); post1 / post2
+// are RMSNorms on the sub-layers' outputs (OLMo-2's post_attention / post_feedforward norms).
 // with act = tanh-GELU (GPT-2) or SwiGLU (Llama, fc_in = [gate | up] fused). The block
 // saves what its backward pass needs in BlockActs (carved from the model's activation
 // arena; under recomputation some or all of them are views of one shared set that
@@ -26,10 +28,17 @@ struct BlockShape {
   MlpKind mlp;
   bool rope;
   bool qk_norm = false;  // Qwen3: RMSNorm over each q and k head (weights q_norm/k_norm, (HS)) before RoPE
-  int window = 0;        // sliding-window attention (Mistral): keys t-window+1..t; 0 = none. The model
-                         // turns it into Packing::doc_start (the kernel's per-query first key).
-  int sp = 1;            // sequence parallel: the residual stream (x, mid, y, norm statistics) holds
-                         // N / sp of the N = B T rows; GEMM inputs and attention hold all N.
+  // OLMo-2: qk_norm over the whole q (NH HS) and k (KVH HS) projections instead. Under tensor
+  // parallelism a rank holds some heads, so the sums of squares are reduced over the group;
+  // kv_replicas ranks hold each KV head (TpPlan::kv_replicas), counted once.
+  bool qk_norm_full = false;
+  int kv_replicas = 1;
+  bool pre_norm = true;    // false (OLMo-2): ln1 / ln2 are the identity (NormKind::none)
+  bool post_norm = false;  // OLMo-2: RMSNorm on attention's and the MLP's outputs before the residual add
+  int window = 0;          // sliding-window attention (Mistral): keys t-window+1..t; 0 = none. The model
+                           // turns it into Packing::doc_start (the kernel's per-query first key).
+  int sp = 1;              // sequence parallel: the residual stream (x, mid, y, norm statistics) holds
+                           // N / sp of the N = B T rows; GEMM inputs and attention hold all N.
   int64_t rows_local(int64_t N) const { return N / sp; }
   int qkv_dim() const { return (NH + 2 * KVH) * HS; }
   int fc_dim() const { return mlp == MlpKind::swiglu ? 2 * F : F; }
@@ -49,7 +58,10 @@ struct BlockActs {
   TensorView act;  // (N, F), compute dtype: the activation function's output
   // qk_norm only (empty otherwise): q and k before their norm, one head per row, and the rstds.
   TensorView q_raw, k_raw;    // (N NH, HS), (N KVH, HS)
-  TensorView q_rstd, k_rstd;  // (N NH), (N KVH)
+  TensorView q_rstd, k_rstd;  // (N NH), (N KVH); qk_norm_full: (N) each
+  // post_norm only (empty otherwise): the sub-layers' outputs before their norm, and the rstds.
+  TensorView attn_out, mlp_out;       // (n, C)
+  TensorView post1_rstd, post2_rstd;  // (n)
 };
 
 struct BlockScratch {
@@ -64,6 +76,8 @@ struct BlockScratch {
   TensorView fc32;        // bf16: fc_in's output in fp32 (the activation function reads fp32)
   TensorView y;           // full recomputation: where the rerun forward's output goes
   TensorView qk_a, qk_b;  // (N (NH + KVH), HS) each, qk_norm only: heads gathered from / for qkv rows
+  TensorView dpost;       // post_norm only, (n, C): the gradient of a sub-layer's output before its norm
+  TensorView qk_sums;     // qk_norm_full under tensor parallelism, (N): per-row sums reduced over the group
   TensorView full;        // sequence parallel only, (N, C) fp32: a row-parallel GEMM's partial sums
                           // before their reduce-scatter, an output gradient after its all-gather
 };
@@ -139,7 +153,8 @@ class Block {
   BlockShape shape{};
   Norm ln1, ln2;
   Linear qkv, proj, fc_in, fc_out;
-  Norm q_norm, k_norm;  // shape.qk_norm only: RMSNorm over HS
+  Norm q_norm, k_norm;  // shape.qk_norm only: RMSNorm over HS (qk_norm_full: this rank's q / k width)
+  Norm post1, post2;    // shape.post_norm only: RMSNorm over C
   TpRegion* tp = nullptr;
   CpRegion* cp = nullptr;  // context parallel: attention runs through it (fp32 under every precision)
   Precision precision = Precision::fp32;
@@ -180,6 +195,15 @@ class Block {
   void qk_norm_forward(TensorView qkv, const BlockActs& a, const BlockScratch& s) const;
   // dqkv's q and k parts: from dL/d(normalized) to dL/d(raw), in place; norm weight grads +=.
   void qk_norm_backward(TensorView dqkv, const BlockActs& a, const BlockScratch& s) const;
+  // qk_norm_full under tensor parallelism: an RMSNorm over a width the group holds in parts
+  // (block_norm.cpp). replicas: ranks holding the same part.
+  void sharded_norm_forward(const Norm& n, TensorView out, TensorView rstd, TensorView x, int replicas,
+                            const BlockScratch& s) const;
+  void sharded_norm_backward(const Norm& n, TensorView dx, TensorView dout, TensorView x, TensorView rstd, int replicas,
+                             const BlockScratch& s) const;
+  // A sub-layer's output gradient: dres itself, or (post_norm) through the output norm into s.dpost.
+  TensorView post_norm_backward(const Norm& n, TensorView dres, TensorView out, TensorView rstd,
+                                const BlockScratch& s) const;
   // out += x (the residual stream), after any tensor-parallel reduction of out.
   void residual_add(TensorView out, TensorView x) const;
   // Where a row-parallel GEMM writes its (N, C) output before g reduces it into out (n, C).

@@ -86,7 +86,9 @@ void Norm::forward(TensorView out, TensorView mean, TensorView rstd, TensorView 
   const int64_t N = rows(x);
   const float* xp = rows_of(x, N, C, "Norm input");
   float* op = const_cast<float*>(rows_of(out, N, C, "Norm output"));
-  if (kind == NormKind::layernorm)
+  if (kind == NormKind::none) {
+    if (op != xp) kernels::copy_rows(dev, op, size_t(C) * 4, xp, size_t(C) * 4, size_t(C) * 4, N);
+  } else if (kind == NormKind::layernorm)
     kernels::layernorm_forward(dev, op, mean.as<float>(), rstd.as<float>(), xp, w.as<const float>(),
                                b.as<const float>(), N, C, eps);
   else
@@ -97,7 +99,9 @@ void Norm::backward(TensorView dx, TensorView dout, TensorView x, TensorView mea
   ZT_PROFILE("norm");
   const int64_t N = rows(x);
   float* dxp = const_cast<float*>(rows_of(dx, N, C, "Norm input gradient"));
-  if (kind == NormKind::layernorm)
+  if (kind == NormKind::none)
+    kernels::add(dev, dxp, dxp, dout.as<const float>(), N * C);
+  else if (kind == NormKind::layernorm)
     kernels::layernorm_backward(dev, dxp, dw.as<float>(), db.as<float>(), dout.as<const float>(), x.as<const float>(),
                                 w.as<const float>(), mean.as<const float>(), rstd.as<const float>(), N, C);
   else

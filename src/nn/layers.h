@@ -65,7 +65,9 @@ struct Linear {
   void backward_weight(TensorView dy, TensorView dy_c, TensorView x) const;
 };
 
-enum class NormKind { layernorm, rmsnorm };
+// none: the identity (OLMo-2 has no norm before attention and the MLP): forward copies, backward
+// adds the gradient through, so a block without pre-norms runs the same code.
+enum class NormKind { layernorm, rmsnorm, none };
 
 struct Norm {
   NormKind kind = NormKind::layernorm;

@@ -83,9 +83,10 @@ std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
       if (o >= 0) offsets.push_back(o);
   };
   for (const BlockSlots& b : s.blocks) {
-    norm(b.q_norm);
-    norm(b.k_norm);
-    if (layout.tp.sp) norm(b.ln1), norm(b.ln2);
+    // Per-head q / k norms are whole on every rank, each rank's heads adding to their gradient;
+    // OLMo-2's are cut with the projections (a slice's gradient is whole on its rank).
+    if (!s.shape.qk_norm_full) norm(b.q_norm), norm(b.k_norm);
+    if (layout.tp.sp) norm(b.ln1), norm(b.ln2), norm(b.post1), norm(b.post2);
   }
   if (layout.tp.sp) norm(s.lnf);
   std::vector<int> out;

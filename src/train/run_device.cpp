@@ -5,7 +5,11 @@
 
 namespace zt {
 
-std::string gpu_unsupported_reason(const TrainArgs& a, int world_size) {
+std::string gpu_unsupported_reason(const TrainArgs& a, int world_size, const ModelConfig& cfg) {
+  // OLMo-2's norms (none before the sub-layers, output and whole-projection q/k norms) and Phi-3's
+  // longrope tables have not been checked on a GPU yet.
+  if (cfg.model_type == "olmo2" || cfg.model_type == "phi3")
+    return str_cat("the ", cfg.model_type, " family runs on the CPU only for now");
   if (world_size > 1) return "runs of several processes (NCCL) do not run on the GPU yet";
   if (a.zero_stage > 0) return "ZeRO does not run on the GPU yet (with one GPU nothing is sharded: drop it)";
   if (a.tensor_model_parallel_size > 1 || a.context_parallel_size > 1 || a.pipeline_parallel_size > 1)
@@ -15,17 +19,17 @@ std::string gpu_unsupported_reason(const TrainArgs& a, int world_size) {
   return "";
 }
 
-DeviceKind run_device(const TrainArgs& a, int world_size, std::string* note) {
+DeviceKind run_device(const TrainArgs& a, int world_size, const ModelConfig& cfg, std::string* note) {
   if (a.device == "cpu") return DeviceKind::cpu;
   if (a.device == "cuda") {
     resolve_device("cuda");  // throws when the backend or a GPU is missing
-    const std::string why = gpu_unsupported_reason(a, world_size);
+    const std::string why = gpu_unsupported_reason(a, world_size, cfg);
     ZT_CHECK(why.empty(), "--device cuda: ", why, "; or use --device cpu");
     return DeviceKind::cuda;
   }
   ZT_CHECK(a.device == "auto", "--device ", quote(a.device), " is not a device: use cpu, cuda or auto");
   if (cuda_device_count() == 0) return DeviceKind::cpu;
-  const std::string why = gpu_unsupported_reason(a, world_size);
+  const std::string why = gpu_unsupported_reason(a, world_size, cfg);
   if (why.empty()) return DeviceKind::cuda;
   if (note) *note = str_cat("--device auto: training on the CPU although a GPU is present: ", why);
   return DeviceKind::cpu;

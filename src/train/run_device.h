@@ -3,17 +3,18 @@
 #include <string>
 
 #include "core/device.h"
+#include "models/config.h"
 #include "train/train_args.h"
 
 namespace zt {
 
 // Why this run cannot take the GPU path today ("" when it can): one process, no ZeRO, tensor /
-// context / pipeline parallelism, local SGD or fp16.
-std::string gpu_unsupported_reason(const TrainArgs& a, int world_size);
+// context / pipeline parallelism, local SGD, fp16, or a model family the GPU path does not run.
+std::string gpu_unsupported_reason(const TrainArgs& a, int world_size, const ModelConfig& cfg);
 
 // --device cpu: the CPU. cuda: the GPU, or an Error when the backend, a GPU or the run's features
 // are missing (the message names which). auto: the GPU when one is present and the run can use
 // it; otherwise the CPU, with *note set to why a present GPU goes unused.
-DeviceKind run_device(const TrainArgs& a, int world_size, std::string* note);
+DeviceKind run_device(const TrainArgs& a, int world_size, const ModelConfig& cfg, std::string* note);
 
 }  // namespace zt

@@ -454,7 +454,7 @@ void Trainer::build_model_and_engine() {
       model_->init_random(uint64_t(a_.seed));
   }
   std::string note;
-  device_ = run_device(a_, world_.size(), &note);
+  device_ = run_device(a_, world_.size(), cfg_, &note);
   if (chief_ && !note.empty()) std::printf("ztrain: note: %s\n", note.c_str());
   // The weights are read or drawn on the host, then the model moves to the GPU whole. The GEMM
   // peak (MFU's reference) is measured first, so its scratch is gone before the model arrives and

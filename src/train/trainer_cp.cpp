@@ -17,6 +17,9 @@ void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg)
            model_ranks == cp ? "" : " (with tensor / pipeline parallelism)", "; the ranks must be a multiple of it");
   parallel::check_cp_composes(T, cp, a.packing, cfg.sliding_window, !a.validation_file.empty(),
                               a.pipeline_parallel_size);
+  // A rank's table covers its T / cp rows; longrope picks its factors by the whole sequence.
+  ZT_CHECK(cfg.rope.type != "longrope", "--context-parallel-size ", cp,
+           " does not compose with rope_scaling longrope yet (its factors follow the whole sequence's length)");
   ZT_CHECK(a.zero_hpz_partition_size <= 1 && a.local_sgd_steps == 0, "--context-parallel-size ", cp,
            " does not compose with --zero_hpz_partition_size or --local_sgd_steps yet");
   ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--context-parallel-size ", cp,

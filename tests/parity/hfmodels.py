@@ -1,7 +1,8 @@
 """Plain-torch reference models and safetensors I/O for ztrain parity tests.
 
 Reproduces the math and parameter names/layouts of Hugging Face's
-GPT2LMHeadModel and LlamaForCausalLM without depending on `transformers` or
+GPT2LMHeadModel and LlamaForCausalLM (and its relatives: Mistral, Qwen2, Qwen3, and OLMo-2 in
+hffamilies.py; Phi-3 there too) without depending on `transformers` or
 `safetensors` (neither is installed here), so that a folder written by HF (or
 by ztrain) can be loaded, evaluated and trained in PyTorch as an oracle.
 
@@ -283,7 +284,7 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def rope_inv_freq(c):
+def rope_inv_freq(c, seq_len=None):
     """(HS/2) inverse frequencies and the cos/sin scale for a Llama-family config.
 
     Written from transformers' modeling_rope_utils (4.5x): default, linear, dynamic,
@@ -299,6 +300,9 @@ def rope_inv_freq(c):
 
     if kind == "default":
         return default(theta), 1.0
+    if kind in ("longrope", "su"):
+        import hffamilies
+        return hffamilies.longrope_inv_freq(c, seq_len)
     if kind == "linear":
         return default(theta) / rs["factor"], 1.0
     if kind == "dynamic":
@@ -360,7 +364,7 @@ def rope_cos_sin(T, c, dtype, device):
     finite-difference checks stay exact.
     """
     ct = torch.float64 if dtype == torch.float64 else torch.float32
-    inv_freq, scale = rope_inv_freq(c)
+    inv_freq, scale = rope_inv_freq(c, T)
     ang = torch.outer(torch.arange(T, dtype=ct), inv_freq.to(ct))
     emb = torch.cat((ang, ang), dim=-1)
     cos, sin = emb.cos(), emb.sin()
@@ -447,8 +451,10 @@ class Llama(nn.Module):
         self.config = c
         self.model = nn.Module()
         self.model.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.model.layers = nn.ModuleList(LlamaLayer(c) for _ in range(c["num_hidden_layers"]))
-        self.model.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        import hffamilies  # the families with their own blocks (it imports this module)
+        layer, norm = hffamilies.LAYERS.get(c["model_type"], (LlamaLayer, RMSNorm))
+        self.model.layers = nn.ModuleList(layer(c) for _ in range(c["num_hidden_layers"]))
+        self.model.norm = norm(c["hidden_size"], c["rms_norm_eps"])
         if not c["tie_word_embeddings"]:
             self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
         self._rope = {}
@@ -483,18 +489,19 @@ def llama_config(config):
     c.setdefault("num_attention_heads", 32)
     if c.get("num_key_value_heads") is None:
         c["num_key_value_heads"] = c["num_attention_heads"]
-    c.setdefault("max_position_embeddings", {"llama": 2048, "mistral": 4096 * 32}.get(mt, 32768))
-    c.setdefault("rms_norm_eps", 1e-6)
+    c.setdefault("max_position_embeddings", {"llama": 2048, "olmo2": 2048, "phi3": 4096, "mistral": 4096 * 32}.get(mt, 32768))
+    c.setdefault("rms_norm_eps", 1e-5 if mt in ("olmo2", "phi3") else 1e-6)
     c.setdefault("rope_theta", 10000.0)
     c.setdefault("tie_word_embeddings", False)
     c.setdefault("hidden_act", "silu")
     if c.get("head_dim") is None:
         c["head_dim"] = 128 if mt == "qwen3" else c["hidden_size"] // c["num_attention_heads"]
-    c["_qkv_bias"] = bool(c.get("attention_bias")) if mt in ("llama", "qwen3") else mt == "qwen2"
-    c["_o_bias"] = bool(c.get("attention_bias")) if mt in ("llama", "qwen3") else False
+    c["_qkv_bias"] = bool(c.get("attention_bias")) if mt in ("llama", "qwen3", "olmo2") else mt == "qwen2"
+    c["_o_bias"] = bool(c.get("attention_bias")) if mt in ("llama", "qwen3", "olmo2") else False
     c["_mlp_bias"] = bool(c.get("mlp_bias")) if mt == "llama" else False
     c["_qk_norm"] = mt == "qwen3"
-    c["_window"] = (c.get("sliding_window", 4096) or 0) if mt == "mistral" else 0
+    c["_window"] = (c.get("sliding_window", 4096) or 0) if mt == "mistral" else (c.get("sliding_window") or 0) \
+        if mt == "phi3" else 0
     if mt in ("qwen2", "qwen3") and c.get("use_sliding_window"):
         raise ValueError("use_sliding_window is not supported")
     if c["num_attention_heads"] % c["num_key_value_heads"]:
@@ -516,7 +523,7 @@ def build_model(config):
     mt = config.get("model_type")
     if mt == "gpt2":
         return GPT2(config)
-    if mt in ("llama", "mistral", "qwen2", "qwen3"):
+    if mt in ("llama", "mistral", "qwen2", "qwen3", "olmo2", "phi3"):
         return Llama(config)
     raise ValueError(f"unsupported model_type {mt!r}")
 

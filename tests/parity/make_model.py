@@ -121,6 +121,9 @@ def perturb(model, gen):
     for name, p in model.named_parameters():
         if name.endswith(("q_proj.weight", "k_proj.weight")):
             p.mul_(8.0)
+        if name.endswith("qkv_proj.weight"):  # Phi-3: q and k are its first rows
+            c = model.config
+            p[:(c["num_attention_heads"] + c["num_key_value_heads"]) * c["head_dim"]].mul_(8.0)
         if p.dim() == 1:
             base = 0.0 if name.endswith("bias") else 1.0
             p.copy_(base + 0.1 * torch.randn(p.shape, generator=gen))

@@ -4,7 +4,8 @@
 For GPT-2 and for Llama with grouped-query attention (fp32 weights), a tied Llama
 stored in BF16, and each Llama-shaped family from its published config.json (Llama 3.2
 with llama3 RoPE, Mistral with a sliding window shorter than the sequence, Qwen2.5's
-q/k/v biases, Qwen3's q/k norms, Llama biases with linear / yarn / dynamic RoPE):
+q/k/v biases, Qwen3's q/k norms, OLMo-2's output norms and whole-projection q/k norms,
+Phi-3's fused projections and longrope, Llama biases with linear / yarn / dynamic RoPE):
 build one random HF folder and one token file, train 5 AdamW steps
 (lr 1e-3, weight decay 0.1, clip 1.0, betas 0.9/0.95, eps 1e-8, constant lr, file
 order, gradient accumulation 2) in both, and require every per-step loss and pre-clip
@@ -38,6 +39,9 @@ CASES = [
 CONFIGS = os.path.join(HERE, "..", "fixtures", "configs")
 FAMILY = ["--vocab_size", "300", "--hidden_size", "64", "--n_layer", "2", "--n_head", "4", "--n_kv_head", "2",
           "--ffn", "128", "--perturb"]
+# longrope factors for head_dim 16 (8 frequencies): short near 1, long growing to 20.
+PHI3_ROPE = json.dumps({"type": "longrope", "short_factor": [1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.4, 1.7],
+                        "long_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 5.0, 9.0, 20.0]})
 CASES += [
     ("llama3.2_rope_llama3", ["--config", os.path.join(CONFIGS, "llama-3.2-1b.json"), "--head_dim", "16"] + FAMILY),
     ("mistral_window8", ["--config", os.path.join(CONFIGS, "mistral-7b-v0.1.json"), "--sliding_window", "8"] + FAMILY),
@@ -53,6 +57,14 @@ CASES += [
     ("llama_rope_llama3_16", ["--config", os.path.join(CONFIGS, "llama-3.2-1b.json"), "--head_dim", "16",
                               "--rope_scaling", '{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, '
                               '"high_freq_factor": 4.0, "original_max_position_embeddings": 16}'] + FAMILY),
+    ("olmo2_post_norms", ["--config", os.path.join(CONFIGS, "olmo2-1b.json"), "--set",
+                          '{"attention_bias": true}'] + FAMILY),
+    # Phi-3: fused qkv_proj / gate_up_proj, a window shorter than the rows, longrope with its
+    # attention factor; rows of 32 pass an original context of 16 (long_factor) but not one of 64.
+    ("phi3_longrope_long", ["--config", os.path.join(CONFIGS, "phi3-mini-128k.json"), "--sliding_window", "8",
+                            "--rope_scaling", PHI3_ROPE, "--set", '{"original_max_position_embeddings": 16}'] + FAMILY),
+    ("phi3_longrope_short", ["--config", os.path.join(CONFIGS, "phi3-mini-128k.json"), "--rope_scaling", PHI3_ROPE,
+                             "--set", '{"original_max_position_embeddings": 64}'] + FAMILY),
     ("llama_rope_dynamic", ["--config", os.path.join(CONFIGS, "llama-3.2-1b.json"), "--rope_scaling",
                             '{"rope_type": "dynamic", "factor": 2.0}'] + FAMILY),
 ]
@@ -60,7 +72,8 @@ CASES += [
 # The two round in different places (autocast keeps every linear output in bf16, ztrain its
 # GEMM outputs that backward reads), so the bound is the issue's 1e-2 relative per-step loss;
 # grad norms and trained parameters are looser for the same reason.
-MIXED = {"gpt2": "gpt2_autocast_bf16", "llama_gqa": "llama_gqa_autocast_bf16"}
+MIXED = {"gpt2": "gpt2_autocast_bf16", "llama_gqa": "llama_gqa_autocast_bf16",
+         "olmo2_post_norms": "olmo2_autocast_bf16", "phi3_longrope_long": "phi3_autocast_bf16"}
 CASES += [(MIXED[n], args) for n, args in CASES if n in MIXED]
 # Head size 64: the bf16 attention kernel (AVX512-BF16 tile products) runs; below it falls back to fp32.
 CASES += [("gpt2_hs64_autocast_bf16", ["--arch", "gpt2", "--vocab_size", "300", "--n_embd", "128", "--n_layer", "2",
