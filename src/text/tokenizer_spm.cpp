@@ -8,7 +8,10 @@
 // adds bos / eos as tokenizer_config.json's add_bos_token (default true) and add_eos_token
 // (default false) say; decode writes special pieces as their text (SentencePiece drops them).
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <sentencepiece_processor.h>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "text/tokenizer_bpe.h"
