@@ -7,9 +7,11 @@
 // the added-token corpus against Hugging Face in both modes, and three tokenizer.model files against
 // spm_encode.
 #include <gtest/gtest.h>
+#include <unistd.h>
+#ifdef ZT_HAS_SENTENCEPIECE
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
-#include <unistd.h>
+#endif
 
 #include <cstring>
 #include <filesystem>
@@ -204,7 +206,8 @@ TEST(TokenizerPrecompiled, RandomCharsmapsAreBounded) {
   }
 }
 
-// ---- SentencePiece tokenizer.model ----
+// ---- SentencePiece tokenizer.model (when built with libsentencepiece) ----
+#ifdef ZT_HAS_SENTENCEPIECE
 
 fs::path tiny_spm_model() {
   static const fs::path dir = [] {
@@ -271,6 +274,8 @@ TEST(TokenizerSpm, TokenizeCommandAndBadFiles) {
   }
 }
 
+#endif  // ZT_HAS_SENTENCEPIECE
+
 // ---- Parity with Hugging Face and SentencePiece (fixtures from tests/tokenizer/prepare.sh) ----
 
 Ids read_ids(const fs::path& p) {
@@ -317,6 +322,9 @@ TEST(TokenizerParity, AddedTokensMatchHfBothModes) {
 }
 
 TEST(TokenizerParity, SentencePieceModelsMatchSpmEncode) {
+#ifndef ZT_HAS_SENTENCEPIECE
+  GTEST_SKIP() << "built without libsentencepiece";
+#endif
   if (!fixtures_dir()) GTEST_SKIP() << "set ZT_TOKENIZER_FIXTURES (tests/tokenizer/prepare.sh makes it)";
   const fs::path spm = fs::path(fixtures_dir()) / "spm";
   ASSERT_TRUE(fs::exists(spm / "lines.txt")) << "rerun tests/tokenizer/prepare.sh (needs the sentencepiece CLI)";

@@ -100,7 +100,6 @@ class AddedTrie {
   void insert(std::string_view text, uint32_t index);  // the first insert of a text wins
   // The longest inserted text starting at text[at]: its index and length; false if none.
   bool longest_at(std::string_view text, size_t at, uint32_t* index, size_t* len) const;
-  bool empty() const { return value_.size() <= 1; }
 
  private:
   std::unordered_map<uint64_t, uint32_t> edges_;  // (node << 8 | byte) -> child node

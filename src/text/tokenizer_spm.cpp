@@ -8,13 +8,25 @@
 // adds bos / eos as tokenizer_config.json's add_bos_token (default true) and add_eos_token
 // (default false) say; decode writes special pieces as their text (SentencePiece drops them).
 #include <filesystem>
-#include <nlohmann/json.hpp>
-#include <sentencepiece_processor.h>
 #include <string>
-#include <vector>
 
 #include "core/error.h"
 #include "text/tokenizer_bpe.h"
+
+#ifndef ZT_HAS_SENTENCEPIECE
+// Built without libsentencepiece (CMake did not find it): the format is known, the reader is not.
+namespace zt::tok {
+std::unique_ptr<Tokenizer> load_spm_model(const std::string& file) {
+  throw Error(str_cat(file, ": a SentencePiece tokenizer.model, but this ztrain was built without libsentencepiece "
+                            "(apt-get install libsentencepiece-dev, then rebuild); a tokenizer.json works"));
+}
+}  // namespace zt::tok
+#else
+
+#include <nlohmann/json.hpp>
+#include <sentencepiece_processor.h>
+#include <vector>
+
 #include "text/tokenizer_pipeline.h"
 
 namespace zt::tok {
@@ -164,3 +176,4 @@ class SpmTokenizer final : public Tokenizer {
 std::unique_ptr<Tokenizer> load_spm_model(const std::string& file) { return std::make_unique<SpmTokenizer>(file); }
 
 }  // namespace zt::tok
+#endif  // ZT_HAS_SENTENCEPIECE

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # aarch64.sh [--install]: proves the aarch64 build without ARM hardware (docs/kernels.md#aarch64).
 # Cross-compiles ztrain and its unit tests with Debian's g++-aarch64-linux-gnu against the :arm64
-# multiarch -dev packages (Highway, GoogleTest, PCRE2, utf8proc, SentencePiece, xxHash, libpng; oneDNN's -dev package
+# multiarch -dev packages (Highway, GoogleTest, PCRE2, utf8proc, xxHash, libpng; oneDNN's -dev package
 # cannot be installed beside the amd64 one (dnnl_config.h differs), so its arm64 headers are
 # unpacked into .cache/arm64-sysroot; without MPI: Debian's OpenMPI -dev cannot be installed for
-# two architectures at once either), then runs under
+# two architectures at once either, nor can libsentencepiece-dev, so the arm64 ztrain refuses a
+# tokenizer.model with an error that says so), then runs under
 # qemu-aarch64-static the tests that need no PyTorch:
 #   - the kernel tests at every Highway target qemu offers (NEON, SVE, SVE2 ... as emulated),
 #   - the model tests: gradients against finite differences, the KV decoder against the full
@@ -15,8 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 need=(g++-aarch64-linux-gnu qemu-user-static libc6:arm64 libdnnl2:arm64 libhwy-dev:arm64 libgtest-dev:arm64
-      libpcre2-dev:arm64 libutf8proc-dev:arm64 libsentencepiece-dev:arm64 libxxhash-dev:arm64 libpng-dev:arm64
-      libgomp1:arm64)
+      libpcre2-dev:arm64 libutf8proc-dev:arm64 libxxhash-dev:arm64 libpng-dev:arm64 libgomp1:arm64)
 sysroot=$PWD/.cache/arm64-sysroot
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
