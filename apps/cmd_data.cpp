@@ -34,13 +34,17 @@ int cmd_tokenize(const Args& args) {
   int threads = 0;
   FlagSet f("tokenize");
   f.add("tokenizer_name_or_path", &tokenizer,
-        "folder with encoder.json + vocab.bpe (GPT-2) or tokenizer.json (HF), or the tokenizer.json itself");
+        "folder with encoder.json + vocab.bpe (GPT-2), tokenizer.json (HF) or tokenizer.model (SentencePiece), or the "
+        "file itself");
   f.add("input", &inputs, "comma-separated text files, .jsonl files or folders of them");
   f.add("text_field", &cfg.text_field, "JSONL field holding the text (text)");
   f.add("output_dir", &cfg.output_dir, "where train.bin and validation.bin are written");
   f.add("validation_split_percentage", &cfg.validation_split_percentage, "share of documents for validation (5)",
         range::below(0, 100));
   f.add("threads", &threads, "tokenizer threads, 0 = all cores (0)", range::closed(0, limits::kMaxThreads));
+  f.add("split_special_tokens", &cfg.split_special_tokens,
+        "special added tokens (<|endoftext|>) in the text stay text; false = matched as Hugging Face's "
+        "tokenizer(text) does (true)");
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   ZT_CHECK(!tokenizer.empty(), "--tokenizer_name_or_path is required");
@@ -59,7 +63,7 @@ int cmd_tokenize(const Args& args) {
                       {"train_tokens", st.train_tokens}, {"validation_tokens", st.validation_tokens},
                       {"seconds", st.seconds},           {"unigram_entropy", st.unigram_entropy},
                       {"tokenizer", tok->name()},        {"vocab_size", tok->vocab_size()},
-                      {"eos_id", tok->eos_id()}};
+                      {"eos_id", tok->eos_id()},         {"split_special_tokens", cfg.split_special_tokens}};
   write_file_atomic(cfg.output_dir + "/tokenize_stats.json", j.dump(2) + "\n");
   return 0;
 }

@@ -66,11 +66,15 @@ int cmd_generate(const Args& args) {
   int64_t max_new_tokens = 100, min_new_tokens = 0, seed = 42;
   int threads = 0;
   bool compare_full = false;
+  bool split_special = false;  // a prompt's special tokens mean what they say, as in HF's tokenizer(prompt)
   SamplingConfig sc;
   FlagSet f("generate");
   f.add("model_name_or_path", &model_dir, "HF model folder");
   f.add("tokenizer_name_or_path", &tokenizer, "tokenizer folder or tokenizer.json (default: the model folder)");
   f.add("prompt", &prompt, "text to continue");
+  f.add("split_special_tokens", &split_special,
+        "special added tokens in --prompt stay text; false = matched, as Hugging Face's tokenizer(prompt) does "
+        "(false)");
   f.add("max_new_tokens", &max_new_tokens, "tokens to generate (100)", range::closed(1, limits::kMaxLength));
   f.add("min_new_tokens", &min_new_tokens, "EOS is not sampled before this many new tokens (0)",
         range::closed(0, limits::kMaxLength));
@@ -88,7 +92,7 @@ int cmd_generate(const Args& args) {
   int one = 1;
   auto model = load_model(model_dir, 1, &one, "generating with this model", "use a smaller model");
   auto tok = Tokenizer::load(tokenizer.empty() ? model_dir : tokenizer);
-  std::vector<int32_t> ids = tok->encode(prompt);
+  std::vector<int32_t> ids = tok->encode(prompt, {split_special, false});
   if (ids.empty()) ids.push_back(tok->bos_id() >= 0 ? tok->bos_id() : tok->eos_id());
   ZT_CHECK(ids[0] >= 0, "empty prompt and the tokenizer has no BOS/EOS token to start from; pass --prompt");
   const int total = int(ids.size() + size_t(max_new_tokens));
@@ -174,6 +178,7 @@ int cmd_generate(const Args& args) {
 
 int cmd_eval(const Args& args) {
   std::string model_dir, file, text_file, tokenizer, text_field = "text";
+  bool split_special = true;
   int B = 8, T = 0, threads = 0;
   int64_t max_samples = 0;
   FlagSet f("eval");
@@ -182,6 +187,9 @@ int cmd_eval(const Args& args) {
   f.add("text_file", &text_file, "or text: a .txt / .jsonl file or a folder of them, tokenized first");
   f.add("tokenizer_name_or_path", &tokenizer, "tokenizer for --text_file (default: the model folder)");
   f.add("text_field", &text_field, "JSONL field holding the text (text)");
+  f.add("split_special_tokens", &split_special,
+        "--text_file: special added tokens stay text, as in `ztrain tokenize` (true); false = matched as Hugging "
+        "Face's tokenizer(text) does");
   f.add("per_device_eval_batch_size", &B, "sequences per batch (8)", range::closed(1, limits::kMaxBatch));
   f.add("model_max_length", &T, "sequence length (min(1024, model context))", range::closed(1, limits::kMaxLength));
   f.add("max_eval_samples", &max_samples, "sequences evaluated, 0 = all (0)", range::closed(0, limits::kMaxSteps));
@@ -203,6 +211,7 @@ int cmd_eval(const Args& args) {
     TokenizeConfig tc;
     tc.inputs = {text_file};
     tc.text_field = text_field;
+    tc.split_special_tokens = split_special;
     tc.output_dir = tmp_dir;
     tc.validation_split_percentage = 0;
     tokenize_corpus(*tok, tc);

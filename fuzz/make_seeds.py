@@ -2,6 +2,7 @@
 """make_seeds.py: writes the hand-made seed inputs of every fuzz target into fuzz/corpus/<target>/.
 Each seed is a small valid file of the format its target parses (see the target's header comment
 for how an input is laid out). Run it again after changing a format; the files are committed."""
+import base64
 import json
 import os
 import struct
@@ -126,6 +127,17 @@ def main():
            "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "byte_fallback": True, "fuse_unk": True,
                      "vocab": spm_vocab, "merges": [["\u2581", "h"], "\u2581h i", ["e", "r"], "\u2581 t"]}}
     put("tokenizer_hf", "spm.json", json.dumps(spm, ensure_ascii=False).encode() + SEP +
+        json.dumps({"bos_token": {"content": "<s>"}, "eos_token": "</s>"}).encode())
+    # The same behind a Precompiled normalizer: a one-entry darts-clone charsmap, "A" -> "aa"
+    # (tokenizer_charsmap.h), so mutations reach the trie walk.
+    units = [0] * 66
+    units[0] = 1 << 10
+    units[1 ^ 0x41] = 0x41 | 1 << 8 | 1 << 10
+    units[(1 ^ 0x41) ^ 1] = 1 << 31
+    charsmap = struct.pack("<I", 4 * len(units)) + b"".join(struct.pack("<I", u) for u in units) + b"aa\0"
+    pre = dict(spm, normalizer={"type": "Sequence", "normalizers": [
+        {"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap).decode()}, spm["normalizer"]]})
+    put("tokenizer_hf", "precompiled.json", json.dumps(pre, ensure_ascii=False).encode() + SEP +
         json.dumps({"bos_token": {"content": "<s>"}, "eos_token": "</s>"}).encode())
     llama3_regex = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
                     "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")

@@ -12,7 +12,7 @@ secs=${1:-180}
 shift $(( $# > 0 ? 1 : 0 ))
 all=(fuzz_flags fuzz_config fuzz_safetensors fuzz_tokenizer_gpt2 fuzz_tokenizer_hf fuzz_tokenizer_encode
      fuzz_token_shard fuzz_checkpoint fuzz_tokenize_jsonl fuzz_chat_template fuzz_jinja_render
-     fuzz_tokenizer_pipeline fuzz_sft_cache)
+     fuzz_tokenizer_pipeline fuzz_sft_cache fuzz_tokenizer_spm)
 targets=("$@")
 [ $# -gt 0 ] || targets=("${all[@]}")
 

@@ -6,11 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # libpcre2-dev, libutf8proc-dev, pkg-config: tokenizer regexes and Unicode normalization (docs/tokenizers.md);
+# libsentencepiece-dev: tokenizer.model files, with SentencePiece's own ids (docs/tokenizers.md#sentencepiece);
+# sentencepiece: its spm_train / spm_encode make the tokenizer.model parity fixtures (tests/tokenizer/spm_fixtures.sh);
 # libhwy-dev: run-time SIMD dispatch of the kernels (docs/kernels.md#dispatch);
 # libxxhash-dev: checkpoint and flash snapshot checksums (docs/checkpoints.md#the-folder-checkpoint-n);
 # libpng-dev: encodes the loss plot (docs/observability.md#png-loss-plot).
 pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin pkg-config
-      libpcre2-dev libutf8proc-dev libxxhash-dev libhwy-dev libpng-dev "$@")
+      libpcre2-dev libutf8proc-dev libsentencepiece-dev sentencepiece libxxhash-dev libhwy-dev libpng-dev "$@")
 missing=()
 # The native architecture named too: with a foreign one (arm64 for tests/cross) installed beside it,
 # a bare name is ambiguous to dpkg.

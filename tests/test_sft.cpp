@@ -23,8 +23,9 @@ namespace fs = std::filesystem;
 // Byte-level test tokenizer: id = byte, and "<eos>" as id 256 when special tokens are read.
 class ByteTokenizer final : public Tokenizer {
  public:
-  std::vector<int32_t> encode(std::string_view t) const override { return {t.begin(), t.end()}; }
-  std::vector<int32_t> encode_with_special(std::string_view t, bool = false) const override {
+  using Tokenizer::encode;
+  std::vector<int32_t> encode(std::string_view t, EncodeOptions opt) const override {
+    if (opt.split_special_tokens) return {t.begin(), t.end()};
     std::vector<int32_t> ids;
     for (size_t k = 0; k < t.size();) {
       if (t.compare(k, 5, "<eos>") == 0) {

@@ -355,9 +355,17 @@ TEST(TokenizerErrors, TokenizerJsonMalformedOrUnsupported) {
              "model.merges[5] uses \"q\", which is not in model.vocab");
   expect_has(with([](json& j) { j["model"]["merges"].push_back("h i e"); }), "model.merges[5] must be \"left right\"");
   expect_has(with([](json& j) {
-               j["normalizer"] = {{"type", "Precompiled"}};
+               j["normalizer"] = {{"type", "ByteLevel"}};
              }),
-             "normalizer type \"Precompiled\" is not supported");
+             "normalizer type \"ByteLevel\" is not supported");
+  expect_has(with([](json& j) {
+               j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "AAAA*"}};
+             }),
+             "normalizer.precompiled_charsmap is not base64");
+  expect_has(with([](json& j) {
+               j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "CAAAAAEAAAA="}};
+             }),
+             "normalizer.precompiled_charsmap has a trie of 8 bytes but only 4 bytes follow the header");
   expect_has(with([](json& j) {
                j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
              }),
@@ -556,6 +564,10 @@ TEST(TokenizerParity, Gpt4oMatchesHf) { check_parity("gpt4o", "gpt4o", "hf-bpe",
 // Were 1 and 28 texts apart: Unigram scores must be parsed as serde_json does (serde_json_f64 in
 // tokenizer_hf.cpp), and BertNormalizer keeps unassigned code points (is_other).
 TEST(TokenizerParity, AlbertUnigramMatchesHf) { check_parity("albert", "albert", "hf-unigram", 30000, 3, 2, false); }
+// ALBERT's real normalizer: SentencePiece's Precompiled charsmap (nmt_nfkc) in place of NFKC.
+TEST(TokenizerParity, AlbertPrecompiledMatchesHf) {
+  check_parity("albert_spm", "albert_spm", "hf-unigram", 30000, 3, 2, false);
+}
 TEST(TokenizerParity, BertWordPieceMatchesHf) { check_parity("bert", "bert", "hf-wordpiece", 30522, 102, 101, false); }
 
 // `ztrain tokenize` end to end: Brown texts as a folder, encoded in small batches (so long

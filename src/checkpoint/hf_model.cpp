@@ -324,8 +324,10 @@ void hf_save_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& par
 }
 
 HfSideFiles hf_side_files(const std::string& folder) {
+  // (spiece.model, sentencepiece.bpe.model: T5's and XLM-R's names for a SentencePiece model.)
   static const char* names[] = {"tokenizer.json",      "tokenizer_config.json", "special_tokens_map.json",
-                                "added_tokens.json",   "tokenizer.model",       "vocab.json",
+                                "added_tokens.json",   "tokenizer.model",       "spiece.model",
+                                "sentencepiece.bpe.model",                      "vocab.json",
                                 "merges.txt",          "encoder.json",          "vocab.bpe",
                                 "chat_template.jinja", "generation_config.json"};
   HfSideFiles out;

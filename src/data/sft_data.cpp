@@ -77,7 +77,8 @@ uint64_t cache_key(const SftSource& src, const Tokenizer& tok, const ChatTemplat
   std::error_code ec;
   std::vector<std::string> tok_files;
   if (fs::is_directory(src.tokenizer_path, ec)) {
-    for (const char* f : {"tokenizer.json", "encoder.json", "vocab.bpe", "tokenizer_config.json"})
+    for (const char* f : {"tokenizer.json", "encoder.json", "vocab.bpe", "tokenizer.model", "spiece.model",
+                          "sentencepiece.bpe.model", "tokenizer_config.json"})
       if (fs::exists(fs::path(src.tokenizer_path) / f, ec))
         tok_files.push_back((fs::path(src.tokenizer_path) / f).string());
   } else {

@@ -167,7 +167,7 @@ TokenizeStats tokenize_corpus(const Tokenizer& tok, const TokenizeConfig& cfg) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t i = 0; i < batch.size(); ++i) {
       try {
-        ids[i] = tok.encode(batch[i].text);
+        ids[i] = tok.encode(batch[i].text, {cfg.split_special_tokens, false});
         if (batch[i].ends_document && tok.eos_id() >= 0) ids[i].push_back(tok.eos_id());
       } catch (const std::exception& e) {
         failed[i] = e.what()[0] ? e.what() : "encoding failed";

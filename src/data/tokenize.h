@@ -20,6 +20,10 @@ struct TokenizeConfig {
   std::string output_dir;
   double validation_split_percentage = 5.0;  // HF run_clm's name and default
   size_t batch_bytes = size_t(32) << 20;     // text held in memory at once
+  // transformers' flag: true = special added tokens ("<|endoftext|>") are ordinary text, so a
+  // document cannot inject a boundary; false = Hugging Face's tokenizer(text). Non-special added
+  // tokens are matched either way (docs/tokenizers.md#added-tokens).
+  bool split_special_tokens = true;
 };
 
 struct TokenizeStats {

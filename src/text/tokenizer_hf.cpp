@@ -2,7 +2,7 @@
 // (BPE, Unigram, WordPiece), added tokens and bos/eos here; the normalizer, pre-tokenizer,
 // post-processor and decoder in tokenizer_hf_steps.cpp. Anything ztrain does not implement is
 // rejected by name, because a silently different tokenization would spoil a training run.
-// Not here: WordLevel models, BPE dropout, the Precompiled (SentencePiece charsmap) normalizer.
+// Not here: WordLevel models, BPE dropout.
 #include "text/tokenizer_hf.h"
 
 #include <array>

@@ -93,10 +93,22 @@ void parse_normalizer(const Reader& rd, const json& n, const std::string& where,
     st.chinese_chars = rd.bool_field(n, where, "handle_chinese_chars", true);
     st.lowercase = rd.bool_field(n, where, "lowercase", true);
     st.strip_accents = rd.bool_field(n, where, "strip_accents", st.lowercase);
+  } else if (type == "Precompiled") {
+    // Absent or empty: nothing to map (a converter that found no charsmap in the .model).
+    const std::string b64 = rd.string_or(n, where, "precompiled_charsmap", "");
+    if (b64.empty()) return;
+    std::string bytes;
+    if (!base64_decode(b64, bytes)) rd.fail(where + ".precompiled_charsmap", "is not base64");
+    st.kind = K::precompiled;
+    try {
+      st.charsmap = CharsMap::parse(bytes);
+    } catch (const Error& e) {
+      rd.fail(where + ".precompiled_charsmap", e.what());
+    }
   } else {
     rd.unsupported(where, type,
-                   "NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend, BertNormalizer and "
-                   "Sequence of those");
+                   "NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend, BertNormalizer, "
+                   "Precompiled and Sequence of those");
   }
   p.normalizer.push_back(std::move(st));
 }

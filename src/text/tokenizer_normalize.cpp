@@ -141,6 +141,9 @@ void normalize_text(const std::vector<NormalizeStep>& steps, std::string& s, con
       case NormalizeStep::Kind::bert:
         bert_normalize(st, s);
         break;
+      case NormalizeStep::Kind::precompiled:
+        over = !st.charsmap->apply(s, limit);
+        break;
     }
     if (over || s.size() > limit) expansion_fail("normalizer", source, input);
   }

