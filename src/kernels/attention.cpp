@@ -45,7 +45,7 @@ template <int HSC>
 void forward_impl(float* out, float* lse, const float* qkv, const AttnDims& dm) {
   const int T = dm.T, NH = dm.NH, KVH = dm.KVH, HS = HSC ? HSC : dm.HS, group = NH / KVH;
   const int64_t rs = dm.row_stride(), os = int64_t(NH) * HS;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = dm.softmax_scale();
   const int ntiles = (T + TILE - 1) / TILE;
   const int64_t ld = int64_t(ntiles) * TILE;
   const int64_t tasks = int64_t(dm.B) * NH;
@@ -136,7 +136,7 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
                    const AttnDims& dm) {
   const int T = dm.T, NH = dm.NH, KVH = dm.KVH, HS = HSC ? HSC : dm.HS, group = NH / KVH;
   const int64_t rs = dm.row_stride(), os = int64_t(NH) * HS;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = dm.softmax_scale();
   const int ntiles = (T + TILE - 1) / TILE;
   const int64_t ld = int64_t(ntiles) * TILE;
   const int64_t tasks = int64_t(dm.B) * KVH;
@@ -206,10 +206,10 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
 }  // namespace
 
 void attention_decode_impl(float* out, const float* q, const float* kcache, const float* vcache, int n, int NH, int KVH,
-                      int HS) {
+                           int HS, float scale_in) {
   const int group = NH / KVH;
   const int64_t ks = int64_t(KVH) * HS;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = scale_in > 0.f ? scale_in : 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel
   {
     std::vector<float> s(n);
@@ -286,8 +286,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 }
 
 void attention_decode(float* out, const float* q, const float* kcache, const float* vcache, int n, int NH, int KVH,
-                      int HS) {
-  HWY_DYNAMIC_DISPATCH(attention_decode_impl)(out, q, kcache, vcache, n, NH, KVH, HS);
+                      int HS, float scale) {
+  HWY_DYNAMIC_DISPATCH(attention_decode_impl)(out, q, kcache, vcache, n, NH, KVH, HS, scale);
 }
 }  // namespace zt::kernels
 #endif

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "core/error.h"
 #include "kernels/convert.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
@@ -70,6 +71,14 @@ void swiglu_forward(DeviceKind d, float* out, const float* x, int64_t N, int F) 
 void swiglu_backward(DeviceKind d, float* dx, const float* dout, const float* x, int64_t N, int F) {
   ZT_ON_GPU(swiglu_backward(dx, dout, x, N, F));
   swiglu_backward(dx, dout, x, N, F);
+}
+void geglu_forward(DeviceKind d, float* out, const float* x, int64_t N, int F) {
+  ZT_ASSERT(d == DeviceKind::cpu, "GeGLU has no GPU kernel");
+  geglu_forward(out, x, N, F);
+}
+void geglu_backward(DeviceKind d, float* dx, const float* dout, const float* x, int64_t N, int F) {
+  ZT_ASSERT(d == DeviceKind::cpu, "GeGLU has no GPU kernel");
+  geglu_backward(dx, dout, x, N, F);
 }
 void rope_forward(DeviceKind d, float* qkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS,
                   int64_t rs, const int32_t* positions) {

@@ -110,6 +110,23 @@ void swiglu_backward(T* dx, const T* dout, const T* x, int64_t N, int F) {
     }
 }
 
+template <class T>
+void geglu_forward(T* out, const T* x, int64_t N, int F) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int f = 0; f < F; ++f) out[i * F + f] = gelu(x[i * 2 * F + f]) * x[i * 2 * F + F + f];
+}
+
+template <class T>
+void geglu_backward(T* dx, const T* dout, const T* x, int64_t N, int F) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int f = 0; f < F; ++f) {
+      T g = x[i * 2 * F + f], u = x[i * 2 * F + F + f], d = dout[i * F + f], dg = T(0);
+      gelu_backward(&dg, &d, &g, 1);  // d gelu(g) / dg times d
+      dx[i * 2 * F + F + f] = d * gelu(g);
+      dx[i * 2 * F + f] = dg * u;
+    }
+}
+
 // y (N, M) += b per row; db (M) += column sums of dy.
 template <class T>
 void bias_forward(T* y, const T* b, int64_t N, int M) {
@@ -174,7 +191,7 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int
 template <class T>
 void attention_forward(T* out, T* lse, const T* qkv, const kernels::AttnDims& d) {
   int64_t rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
-  T scale = T(1) / std::sqrt(T(d.HS));
+  T scale = d.scale > 0 ? T(d.scale) : T(1) / std::sqrt(T(d.HS));
   for (int b = 0; b < d.B; ++b)
     for (int h = 0; h < d.NH; ++h) {
       int g = h / (d.NH / d.KVH);
@@ -207,7 +224,7 @@ void attention_forward(T* out, T* lse, const T* qkv, const kernels::AttnDims& d)
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const kernels::AttnDims& d) {
   int64_t rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
-  T scale = T(1) / std::sqrt(T(d.HS));
+  T scale = d.scale > 0 ? T(d.scale) : T(1) / std::sqrt(T(d.HS));
   for (int64_t i = 0; i < int64_t(d.B) * d.T * rs; ++i) dqkv[i] = 0;
   for (int b = 0; b < d.B; ++b)
     for (int h = 0; h < d.NH; ++h) {
@@ -252,8 +269,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const kernels::Att
 // One query row per head against n cached key/value rows (KVH*HS each), plain softmax with
 // every cached position visible: the last query row of attention_forward over those n positions.
 template <class T>
-void attention_decode(T* out, const T* q, const T* kcache, const T* vcache, int n, int NH, int KVH, int HS) {
-  const T scale = T(1) / std::sqrt(T(HS));
+void attention_decode(T* out, const T* q, const T* kcache, const T* vcache, int n, int NH, int KVH, int HS,
+                      float scale_in = 0.f) {
+  const T scale = scale_in > 0.f ? T(scale_in) : T(1) / std::sqrt(T(HS));
   for (int h = 0; h < NH; ++h) {
     const int g = h / (NH / KVH);
     std::vector<T> s(static_cast<size_t>(n));

@@ -47,6 +47,13 @@ nlohmann::json config_resolved_json(const ModelConfig& c) {
   if (c.o_bias) j["attention_bias"] = true;
   if (c.mlp_bias) j["mlp_bias"] = true;
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (c.model_type == "gemma3_text") {  // Gemma 3's other settings, resolved
+    j["rope_local_base_freq"] = float_value(c.rope_local_theta);
+    j["attention_scale"] = float_value(c.attn_scale);  // query_pre_attn_scalar^-1/2
+    nlohmann::json types = nlohmann::json::array();
+    for (uint8_t s : c.sliding_layers) types.push_back(s ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+  }
   // The one other key a run reads from config.json: the EOS id packing splits documents at.
   if (c.raw.contains("eos_token_id")) j["eos_token_id"] = c.raw["eos_token_id"];
   return j;
