@@ -234,7 +234,8 @@ void parse_gemma3(const nlohmann::json& j, const std::string& where, ModelConfig
   c.qkv_bias = c.o_bias = opt_bool(j, "attention_bias", false, where);
   c.qk_norm = c.pre_norm = c.post_norm = true;
   c.norm_unit_offset = c.embed_scale = c.geglu = true;
-  c.attn_scale = float(std::pow(double(opt_int(j, "query_pre_attn_scalar", 256, where)), -0.5));
+  // A number (published configs hold integers: 256, 168); HF scales by its double ** -0.5.
+  c.attn_scale = float(std::pow(double(opt_float(j, "query_pre_attn_scalar", 256.f, where)), -0.5));
   c.sliding_window = opt_int(j, "sliding_window", 4096, where);
   c.sliding_layers.assign(size_t(c.n_layer), 0);
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {

@@ -49,7 +49,8 @@ nlohmann::json config_resolved_json(const ModelConfig& c) {
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (c.model_type == "gemma3_text") {  // Gemma 3's other settings, resolved
     j["rope_local_base_freq"] = float_value(c.rope_local_theta);
-    j["attention_scale"] = float_value(c.attn_scale);  // query_pre_attn_scalar^-1/2
+    const auto& q = c.raw.contains("query_pre_attn_scalar") ? c.raw["query_pre_attn_scalar"] : nlohmann::json();
+    j["query_pre_attn_scalar"] = q.is_number() ? q : nlohmann::json(256);  // as given (parsing checked it)
     nlohmann::json types = nlohmann::json::array();
     for (uint8_t s : c.sliding_layers) types.push_back(s ? "sliding_attention" : "full_attention");
     j["layer_types"] = types;
