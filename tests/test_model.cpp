@@ -73,6 +73,15 @@ ModelConfig tiny_family(int which) {
     j["rope_theta"] = 10000.0;
     j["rope_local_base_freq"] = 100.0;
     j["tie_word_embeddings"] = true;
+  } else if (which == 9) {
+    // Gemma 2: even layers slide (window 4), scores capped at 3 and logits at 6 (both bend them here;
+    // a tighter logit cap bounds how far OverfitsAShortSequence can push the loss down).
+    j["model_type"] = "gemma2";
+    j["head_dim"] = 8;
+    j["sliding_window"] = 4;
+    j["query_pre_attn_scalar"] = 10;
+    j["attn_logit_softcapping"] = 3.0;
+    j["final_logit_softcapping"] = 6.0;
   } else if (which == 5) {
     j["model_type"] = "qwen3";
     j["head_dim"] = 12;
@@ -608,11 +617,12 @@ TEST(HfSizes, ParsedAsTransformersMaxShardSize) {
 }
 
 std::string arch_test_name(int i) {
-  static const char* names[] = {
-      "Gpt2", "LlamaGqa", "LlamaGqaTied", "MistralWindow", "Qwen2", "Qwen3", "Llama3RopeAndBiases", "Olmo2", "Gemma3"};
+  static const char* names[] = {"Gpt2",   "LlamaGqa", "LlamaGqaTied",        "MistralWindow",
+                                "Qwen2",  "Qwen3",    "Llama3RopeAndBiases", "Olmo2",
+                                "Gemma3", "Gemma2"};
   return names[i];
 }
-INSTANTIATE_TEST_SUITE_P(Archs, ModelTest, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8),
+INSTANTIATE_TEST_SUITE_P(Archs, ModelTest, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9),
                          [](const auto& info) { return arch_test_name(info.param); });
 
 }  // namespace

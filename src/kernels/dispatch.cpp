@@ -106,7 +106,7 @@ void add(DeviceKind d, float* y, const float* a, const float* b, int64_t n) {
 }
 void attention_forward(DeviceKind d, bool bf16, float* out, float* lse, const float* qkv, const AttnDims& ad) {
   ZT_ON_GPU(attention_forward(out, lse, qkv, ad, bf16));
-  if (bf16)
+  if (bf16 && ad.softcap == 0.f)  // soft-capped scores: the fp32 kernel (the bf16 one has no cap)
     attention_forward_bf16(out, lse, qkv, ad);
   else
     attention_forward(out, lse, qkv, ad);
@@ -114,7 +114,7 @@ void attention_forward(DeviceKind d, bool bf16, float* out, float* lse, const fl
 void attention_backward(DeviceKind d, bool bf16, float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, const AttnDims& ad) {
   ZT_ON_GPU(attention_backward(dqkv, dout, qkv, out, lse, ad, bf16));
-  if (bf16)
+  if (bf16 && ad.softcap == 0.f)
     attention_backward_bf16(dqkv, dout, qkv, out, lse, ad);
   else
     attention_backward(dqkv, dout, qkv, out, lse, ad);

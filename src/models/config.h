@@ -1,6 +1,6 @@
 // config.h: the model hyper-parameters ztrain understands, read from and written to a
 // Hugging Face config.json (GPT2Config / LlamaConfig / MistralConfig / Qwen2Config /
-// Qwen3Config / Olmo2Config / Phi3Config / Gemma3TextConfig key names). Keys ztrain does not use
+// Qwen3Config / Olmo2Config / Phi3Config / Gemma2Config / Gemma3TextConfig key names). Keys ztrain does not use
 // are kept and written back untouched; missing required keys and settings ztrain cannot honour
 // (Qwen's per-layer window, soft-capping, other activations) are errors naming the key.
 #pragma once
@@ -13,7 +13,7 @@ namespace zt {
 
 // gpt2: GPT2LMHeadModel. llama: the Llama-shaped decoders (RMSNorm, RoPE, SwiGLU, GQA);
 // ModelConfig::model_type tells the families apart (llama, mistral, qwen2, qwen3, olmo2, phi3,
-// gemma3_text), which differ only in the options below.
+// gemma2, gemma3_text), which differ only in the options below.
 enum class Arch { gpt2, llama };
 
 // RoPE frequencies as transformers' modeling_rope_utils computes them (models/rope.cpp).
@@ -45,7 +45,7 @@ struct ModelConfig {
   float rope_theta = 10000.f;
   bool tie_word_embeddings = true;
   // Llama-family options (all off for GPT-2 and plain Llama):
-  // config.json's model_type: gpt2 | llama | mistral | qwen2 | qwen3 | olmo2 | phi3 | gemma3_text
+  // config.json's model_type: gpt2 | llama | mistral | qwen2 | qwen3 | olmo2 | phi3 | gemma2 | gemma3_text
   std::string model_type = "gpt2";
   RopeScaling rope;           // rope_scaling
   bool qkv_bias = false;      // q/k/v projections have biases (Qwen2; Llama attention_bias)
@@ -63,7 +63,10 @@ struct ModelConfig {
   bool embed_scale = false;       // Gemma: the token embeddings times sqrt(hidden_size)
   bool geglu = false;             // Gemma: MLP gelu_tanh(gate) * up instead of SwiGLU
   float attn_scale = 0.f;         // attention's score scale (Gemma: query_pre_attn_scalar^-1/2); 0: head_dim^-1/2
-  nlohmann::json raw;             // the config.json as read, for writing back
+  // Gemma 2's soft-capping (attn_logit_softcapping, final_logit_softcapping): scores / logits
+  // become c tanh(x / c); 0: none.
+  float attn_softcap = 0.f, final_softcap = 0.f;
+  nlohmann::json raw;  // the config.json as read, for writing back
 
   int qkv_dim() const { return (n_head + 2 * n_kv_head) * head_size; }
   const char* arch_name() const { return model_type.c_str(); }

@@ -2,6 +2,7 @@
 #include "models/decoder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -90,7 +91,7 @@ TensorView KvDecoder::step(int32_t token) {
     // A sliding window (Mistral) sees the last W cached positions, this one included.
     const int first = b.shape.window > 0 ? std::max(0, pos_ + 1 - b.shape.window) : 0;
     kernels::attention_decode(att_, qkv_, k_[l] + first * kvw, v_[l] + first * kvw, pos_ + 1 - first, c.n_head,
-                              c.n_kv_head, c.head_size, b.shape.attn_scale);
+                              c.n_kv_head, c.head_size, b.shape.attn_scale, b.shape.attn_softcap);
     // Residual adds as the training pass does them (block.cpp): GEMM, then x += out.
     b.proj.forward(h, row(att_, qw));
     if (b.shape.post_norm) b.post1.forward(h, {}, one_rstd, h);  // OLMo-2, Gemma: the output normalized
@@ -110,6 +111,8 @@ TensorView KvDecoder::step(int32_t token) {
   m_.final_norm().forward(h, one_mean, one_rstd, x);
   kernels::gemm(false, true, 1, c.vocab_size, C, 1.0f, h_, C, m_.lm_head().as<const float>(), C, 0.0f, logits_,
                 c.vocab_size);
+  if (c.final_softcap > 0.f)  // Gemma 2: the logits soft-capped, as training's head does
+    for (int v = 0; v < c.vocab_size; ++v) logits_[v] = c.final_softcap * std::tanh(logits_[v] / c.final_softcap);
   ++pos_;
   return TensorView::of(logits_, {c.vocab_size});
 }

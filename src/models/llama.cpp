@@ -37,6 +37,7 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   s.shape.post_norm = c.post_norm;
   s.shape.window = c.sliding_layers.empty() ? c.sliding_window : 0;  // per-layer windows: the model's packing
   s.shape.attn_scale = c.attn_scale;
+  s.shape.attn_softcap = c.attn_softcap;
   // Gemma's (1 + w) norms start at w = 0, the others' at w = 1: both scale by 1.
   const ParamInit norm_init = c.norm_unit_offset ? ParamInit::zeros : ParamInit::ones;
   s.shape.sp = tp.sp ? tp.size : 1;

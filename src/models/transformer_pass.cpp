@@ -223,7 +223,7 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
   lnf_.forward(land, a.lnf_mean, a.lnf_rstd, a.res[L]);
   nn::lower(prec, mine(a.lnf_out), land, dev_);
   if (tp_) tp_->column_parallel_input(a.lnf_out);
-  kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_local, sc_.lm_chunk};
+  kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_local, sc_.lm_chunk, cfg_.final_softcap};
   kernels::LmHeadCompute lc;
   if (prec != nn::Precision::fp32) {
     lc.t = nn::compute_dtype(prec);

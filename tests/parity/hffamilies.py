@@ -1,6 +1,7 @@
 """The families whose blocks differ from Llama's beyond its options, as transformers computes
 them: OLMo-2 (Olmo2DecoderLayer), Phi-3 (Phi3DecoderLayer: fused qkv_proj / gate_up_proj,
-longrope) and Gemma 3's text model (Gemma3ForCausalLM, its own model class below). Kept apart from hfmodels.py (which builds them through
+longrope), Gemma 2 and Gemma 3's text model (Gemma2ForCausalLM, Gemma3ForCausalLM: one model class
+below). Kept apart from hfmodels.py (which builds them through
 build_model) to keep each file readable; the shared pieces (rope, attention, MLP) come from it.
 """
 
@@ -167,7 +168,8 @@ class GemmaRMSNorm(nn.Module):
 
 class Gemma3Attention(nn.Module):
     """Gemma3Attention: per-head q_norm / k_norm before RoPE, scores scaled by
-    query_pre_attn_scalar ** -0.5, a sliding window on the sliding layers."""
+    query_pre_attn_scalar ** -0.5, a sliding window on the sliding layers. Gemma2Attention: no
+    q/k norms; the scores soft-capped (c tanh(s / c)) before the mask."""
 
     def __init__(self, c, sliding):
         super().__init__()
@@ -180,8 +182,12 @@ class Gemma3Attention(nn.Module):
         self.k_proj = nn.Linear(C, self.n_kv_head * hs, bias=bias)
         self.v_proj = nn.Linear(C, self.n_kv_head * hs, bias=bias)
         self.o_proj = nn.Linear(self.n_head * hs, C, bias=bias)
-        self.q_norm = GemmaRMSNorm(hs, c["rms_norm_eps"])
-        self.k_norm = GemmaRMSNorm(hs, c["rms_norm_eps"])
+        self.softcap = c.get("attn_logit_softcapping") if c["model_type"] == "gemma2" else None
+        if c["model_type"] == "gemma3_text":
+            self.q_norm = GemmaRMSNorm(hs, c["rms_norm_eps"])
+            self.k_norm = GemmaRMSNorm(hs, c["rms_norm_eps"])
+        else:
+            self.q_norm = self.k_norm = nn.Identity()
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
@@ -197,7 +203,11 @@ class Gemma3Attention(nn.Module):
         window = self.window if 0 < self.window < T else 0
         q3, k3, v3 = (t.reshape(B * self.n_head, T, self.hs) for t in (q, k, v))
         mask = hfmodels.causal_mask(T, q.dtype, q.device, window).expand(B * self.n_head, T, T)
-        att = torch.softmax(torch.baddbmm(mask, q3, k3.transpose(1, 2), alpha=self.scaling), dim=-1)
+        if self.softcap:  # Gemma 2: capped, then masked
+            att = torch.bmm(q3, k3.transpose(1, 2)) * self.scaling
+            att = torch.softmax(torch.tanh(att / self.softcap) * self.softcap + mask, dim=-1)
+        else:
+            att = torch.softmax(torch.baddbmm(mask, q3, k3.transpose(1, 2), alpha=self.scaling), dim=-1)
         y = torch.bmm(att, v3).view(B, self.n_head, T, self.hs).transpose(1, 2).reshape(B, T, self.n_head * self.hs)
         return self.o_proj(y)
 
@@ -237,22 +247,29 @@ class Gemma3Layer(nn.Module):
 
 
 def gemma3_config(config):
-    """Gemma3TextConfig's defaults and the layer types (layer_types, else every
-    sliding_window_pattern-th layer global); keys starting with "_" are this module's."""
+    """Gemma3TextConfig's / Gemma2Config's defaults and the layer types (layer_types, else every
+    sliding_window_pattern-th layer global; Gemma 2 every other); keys starting with "_" are this
+    module's."""
     c = dict(config)
-    for k, v in (("num_key_value_heads", 4), ("head_dim", 256), ("rms_norm_eps", 1e-6), ("rope_theta", 1e6),
-                 ("rope_local_base_freq", 1e4), ("query_pre_attn_scalar", 256), ("sliding_window", 4096),
-                 ("tie_word_embeddings", True), ("max_position_embeddings", 131072)):
+    g3 = c["model_type"] == "gemma3_text"
+    for k, v in (("num_key_value_heads", 4), ("head_dim", 256), ("rms_norm_eps", 1e-6),
+                 ("rope_theta", 1e6 if g3 else 1e4), ("rope_local_base_freq", 1e4), ("query_pre_attn_scalar", 256),
+                 ("sliding_window", 4096), ("tie_word_embeddings", True),
+                 ("max_position_embeddings", 131072 if g3 else 8192)):
         if c.get(k) is None:
             c[k] = v
-    for k in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if c.get(k) is not None:
-            raise ValueError(f"{k} is not supported")
+    if g3:
+        for k in ("attn_logit_softcapping", "final_logit_softcapping"):
+            if c.get(k) is not None:
+                raise ValueError(f"{k} is not supported")
+    else:
+        c.setdefault("attn_logit_softcapping", 50.0)
+        c.setdefault("final_logit_softcapping", 30.0)
     L = c["num_hidden_layers"]
     if c.get("layer_types"):
         c["_sliding"] = [t == "sliding_attention" for t in c["layer_types"]]
     else:
-        pattern = c.get("sliding_window_pattern") or 6
+        pattern = (c.get("sliding_window_pattern") or 6) if g3 else 2
         c["_sliding"] = [bool((i + 1) % pattern) for i in range(L)]
     return c
 
@@ -282,7 +299,9 @@ class Gemma3(nn.Module):
         x = x * torch.tensor(self.config["hidden_size"] ** 0.5, dtype=x.dtype)
         key = (T, x.dtype, str(x.device))
         if key not in self._rope:
-            local = dict(self.config, rope_theta=self.config["rope_local_base_freq"], rope_scaling=None)
+            g3 = self.config["model_type"] == "gemma3_text"  # Gemma 2: one table for every layer
+            local = dict(self.config, rope_theta=self.config["rope_local_base_freq"], rope_scaling=None) if g3 \
+                else self.config
             self._rope[key] = (hfmodels.rope_cos_sin(T, self.config, x.dtype, x.device),
                                hfmodels.rope_cos_sin(T, local, x.dtype, x.device))
         rope_global, rope_local = self._rope[key]
@@ -290,6 +309,9 @@ class Gemma3(nn.Module):
             x = layer(x, rope_global, rope_local)
         x = self.model.norm(x)
         logits = F.linear(x, self.head_weight())
+        cap = self.config.get("final_logit_softcapping")
+        if cap:  # Gemma 2
+            logits = torch.tanh(logits / cap) * cap
         return logits, (hfmodels.lm_loss(logits, targets) if targets is not None else None)
 
 

@@ -525,7 +525,7 @@ def build_model(config):
         return GPT2(config)
     if mt in ("llama", "mistral", "qwen2", "qwen3", "olmo2", "phi3"):
         return Llama(config)
-    if mt == "gemma3_text":
+    if mt in ("gemma3_text", "gemma2"):
         import hffamilies
         return hffamilies.Gemma3(config)
     raise ValueError(f"unsupported model_type {mt!r}")
