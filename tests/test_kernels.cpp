@@ -155,6 +155,31 @@ TEST(SwiGlu, FastMatchesReferenceAndFiniteDifferences) {
   });
 }
 
+TEST(GeGlu, FastMatchesReferenceAndFiniteDifferences) {
+  test::for_each_isa([&] {
+  const int N = 9, F = 50;
+  auto x = randn(N * 2 * F, 25, 3.0), dout = randn(N * F, 26);
+  // The reference runs in double (as gelu's): in float, 1 - tanh^2 loses its digits near saturation.
+  auto xr = cast<double>(x), doutr = cast<double>(dout);
+  std::vector<float> y(N * F), dx(N * 2 * F);
+  std::vector<double> y_r(N * F), dx_r(N * 2 * F);
+  kernels::geglu_forward(y.data(), x.data(), N, F);
+  ref::geglu_forward<double>(y_r.data(), xr.data(), N, F);
+  expect_close(y, y_r, 1e-5, 1e-5, "geglu");  // the up half multiplies the GELU's absolute error
+  kernels::geglu_backward(dx.data(), dout.data(), x.data(), N, F);
+  ref::geglu_backward<double>(dx_r.data(), doutr.data(), xr.data(), N, F);
+  expect_close(dx, dx_r, 1e-5, 1e-5, "geglu backward");
+  auto xd = randn<double>(2 * 2 * 5, 27), r = randn<double>(2 * 5, 28);
+  std::vector<double> yd(10), gd(20);
+  auto loss = [&] {
+    ref::geglu_forward<double>(yd.data(), xd.data(), 2, 5);
+    return dot(yd, r);
+  };
+  ref::geglu_backward<double>(gd.data(), r.data(), xd.data(), 2, 5);
+  expect_fd_grad(xd, gd, loss, "geglu dx");
+  });
+}
+
 TEST(Rope, FastMatchesReferenceAndBackwardIsTranspose) {
   test::for_each_isa([&] {
   const int B = 2, T = 11, NH = 4, KVH = 2, HS = 16;
@@ -229,8 +254,10 @@ TEST(Add, FastMatchesReferenceAlsoInPlace) {
 // and off the vector width; and the reference against the last row of full causal attention.
 TEST(Attention, DecodeMatchesReference) {
   test::for_each_isa([&] {
-  for (auto [n, NH, KVH, HS] : {std::tuple{1, 2, 2, 8}, {5, 4, 2, 64}, {70, 6, 2, 32}, {129, 2, 1, 12}}) {
-    kernels::AttnDims d{1, n, NH, KVH, HS};
+  for (auto [n, NH, KVH, HS, scale, cap] : {std::tuple{1, 2, 2, 8, 0.f, 0.f}, {5, 4, 2, 64, 0.f, 0.f},
+                                            {70, 6, 2, 32, 0.f, 0.f}, {129, 2, 1, 12, 0.f, 0.f},
+                                            {33, 4, 2, 16, 0.6f, 0.f}, {33, 4, 2, 16, 0.6f, 1.2f}}) {
+    kernels::AttnDims d{1, n, NH, KVH, HS, nullptr, scale, cap};
     const int64_t rs = d.row_stride(), os = int64_t(NH) * HS, ks = int64_t(KVH) * HS;
     auto qkv = randn(size_t(n * rs), 56);
     std::vector<float> kc(size_t(n * ks)), vc(size_t(n * ks));
@@ -241,8 +268,8 @@ TEST(Attention, DecodeMatchesReference) {
       }
     const float* q = qkv.data() + (n - 1) * rs;  // the newest position queries the whole cache
     std::vector<float> out(static_cast<size_t>(os)), out_r(static_cast<size_t>(os));
-    kernels::attention_decode(out.data(), q, kc.data(), vc.data(), n, NH, KVH, HS);
-    ref::attention_decode<float>(out_r.data(), q, kc.data(), vc.data(), n, NH, KVH, HS);
+    kernels::attention_decode(out.data(), q, kc.data(), vc.data(), n, NH, KVH, HS, scale, cap);
+    ref::attention_decode<float>(out_r.data(), q, kc.data(), vc.data(), n, NH, KVH, HS, scale, cap);
     expect_close(out, out_r, 1e-4, 1e-5, "attention decode");
     std::vector<float> full(size_t(n * os)), lse(size_t(NH * n));
     ref::attention_forward<float>(full.data(), lse.data(), qkv.data(), d);
@@ -257,7 +284,9 @@ TEST(Attention, FlashMatchesNaive) {
   test::for_each_isa([&] {
   for (auto d :
        {kernels::AttnDims{2, 5, 2, 2, 8}, kernels::AttnDims{1, 70, 4, 2, 64}, kernels::AttnDims{2, 130, 6, 2, 32},
-        kernels::AttnDims{1, 65, 2, 1, 128}, kernels::AttnDims{1, 64, 4, 4, 64}}) {
+        kernels::AttnDims{1, 65, 2, 1, 128}, kernels::AttnDims{1, 64, 4, 4, 64},
+        kernels::AttnDims{1, 70, 4, 2, 64, nullptr, 0.09f}, kernels::AttnDims{2, 5, 2, 2, 8, nullptr, 0.5f},
+        kernels::AttnDims{1, 70, 4, 2, 64, nullptr, 0.f, 1.5f}, kernels::AttnDims{2, 9, 2, 1, 16, nullptr, 0.5f, 2.f}}) {
     const int64_t N = int64_t(d.B) * d.T, rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
     auto qkv = randn(N * rs, 24), dout = randn(N * os, 25);
     std::vector<float> out(N * os), lse(d.B * d.NH * d.T), out_r(N * os), lse_r(d.B * d.NH * d.T);
@@ -274,7 +303,9 @@ TEST(Attention, FlashMatchesNaive) {
 }
 
 TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
-  kernels::AttnDims d{1, 4, 4, 2, 4};
+  // scale 0: 1 / sqrt(HS); else Gemma's query_pre_attn_scalar^-1/2; softcap: Gemma 2's c tanh(s / c).
+  for (auto [scale, softcap] : {std::pair{0.f, 0.f}, {0.7f, 0.f}, {0.7f, 0.8f}}) {
+  kernels::AttnDims d{1, 4, 4, 2, 4, nullptr, scale, softcap};
   const int64_t N = d.T, rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
   auto qkv = randn<double>(N * rs, 26), r = randn<double>(N * os, 27);
   std::vector<double> out(N * os), lse(d.NH * d.T), g(N * rs);
@@ -284,6 +315,7 @@ TEST(Attention, ReferenceBackwardMatchesFiniteDifferences) {
   };
   ref::attention_backward<double>(g.data(), r.data(), qkv.data(), d);
   expect_fd_grad(qkv, g, loss, "attention dqkv");
+  }
 }
 
 // Packed documents: random boundaries (documents from 1 token to several 64-key tiles,
@@ -335,7 +367,8 @@ TEST(Attention, Bf16MatchesNaive) {
   };
   uint64_t seed = 300;
   for (auto d : {kernels::AttnDims{2, 70, 4, 2, 64}, kernels::AttnDims{1, 201, 4, 1, 128},
-                 kernels::AttnDims{2, 256, 4, 4, 64}, kernels::AttnDims{1, 1, 2, 2, 64}})
+                 kernels::AttnDims{2, 256, 4, 4, 64}, kernels::AttnDims{1, 1, 2, 2, 64},
+                 kernels::AttnDims{2, 70, 4, 2, 64, nullptr, 0.2f}})
     for (bool docs : {false, true}) {
       const int64_t N = int64_t(d.B) * d.T, rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
       std::vector<int32_t> doc(N);
@@ -534,13 +567,38 @@ TEST(LmHeadCrossEntropy, FusedMatchesReferenceAcrossChunks) {
 
 TEST(LmHeadCrossEntropy, ReferenceBackwardMatchesFiniteDifferences) {
   const int N = 3, C = 4, V = 6;
-  auto x = randn<double>(N * C, 30), w = randn<double>(V * C, 31);
-  std::vector<int32_t> tgt = {1, 5, 0};
-  std::vector<double> dx(N * C), dw(V * C);
-  auto loss = [&] { return ref::lmhead_ce<double>(nullptr, nullptr, x.data(), w.data(), tgt.data(), N, C, V, 1.0); };
-  ref::lmhead_ce<double>(dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 1.0);
-  expect_fd_grad(x, dx, loss, "ce dx");
-  expect_fd_grad(w, dw, loss, "ce dw");
+  for (double cap : {0.0, 1.5}) {  // Gemma 2's final_logit_softcapping too
+    auto x = randn<double>(N * C, 30), w = randn<double>(V * C, 31);
+    std::vector<int32_t> tgt = {1, 5, 0};
+    std::vector<double> dx(N * C), dw(V * C);
+    auto loss = [&] {
+      return ref::lmhead_ce<double>(nullptr, nullptr, x.data(), w.data(), tgt.data(), N, C, V, 1.0, cap);
+    };
+    ref::lmhead_ce<double>(dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 1.0, cap);
+    expect_fd_grad(x, dx, loss, "ce dx");
+    expect_fd_grad(w, dw, loss, "ce dw");
+  }
+}
+
+// Soft-capped logits (Gemma 2): the fused kernel against the reference, across chunks.
+TEST(LmHeadCrossEntropy, SoftcapMatchesReference) {
+  test::for_each_isa([&] {
+  const int N = 20, C = 24, V = 101;
+  auto x = randn(N * C, 32), w = randn(V * C, 33, 0.6);
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = (i * 37) % V;
+  std::vector<float> dx_r(N * C), dw_r(V * C, 0.1f);
+  double loss_r = ref::lmhead_ce<float>(dx_r.data(), dw_r.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.05f, 2.f);
+  for (int64_t chunk : {int64_t(7), int64_t(20)}) {
+    std::vector<float> dx(N * C), dw(V * C, 0.1f), scratch(chunk * V);
+    kernels::LmHeadDims d{N, C, V, chunk, 2.f};
+    double loss = kernels::lmhead_ce(dx.data(), dw.data(), x.data(), w.data(), tgt.data(), d, 0.05f, scratch.data(),
+                                     nullptr);
+    EXPECT_NEAR(loss, loss_r, 1e-5 * std::abs(loss_r));
+    expect_close(dx, dx_r, 1e-4, 1e-6, "softcapped lm head dx");
+    expect_close(dw, dw_r, 1e-4, 1e-6, "softcapped lm head dw");
+  }
+  });
 }
 
 TEST(AdamW, MatchesScalarFormulaAndDecaysOnlyMarkedRanges) {

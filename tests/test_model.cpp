@@ -62,6 +62,26 @@ ModelConfig tiny_family(int which) {
     // zero biases feeding the output norms make the loss too curved along their gradients for
     // h = 1e-3 (the parity test trains OLMo-2 with biases against PyTorch).
     j["model_type"] = "olmo2";
+  } else if (which == 8) {
+    // Gemma 3: layer 0 slides (window 4 < the rows, local RoPE base), layer 1 is global; the score
+    // scale 10^-1/2 (not head_dim's), (1 + w) norms, GeGLU, scaled and tied embeddings.
+    j["model_type"] = "gemma3_text";
+    j["head_dim"] = 8;
+    j["sliding_window"] = 4;
+    j["sliding_window_pattern"] = 2;
+    j["query_pre_attn_scalar"] = 10;
+    j["rope_theta"] = 10000.0;
+    j["rope_local_base_freq"] = 100.0;
+    j["tie_word_embeddings"] = true;
+  } else if (which == 9) {
+    // Gemma 2: even layers slide (window 4), scores capped at 3 and logits at 6 (both bend them here;
+    // a tighter logit cap bounds how far OverfitsAShortSequence can push the loss down).
+    j["model_type"] = "gemma2";
+    j["head_dim"] = 8;
+    j["sliding_window"] = 4;
+    j["query_pre_attn_scalar"] = 10;
+    j["attn_logit_softcapping"] = 3.0;
+    j["final_logit_softcapping"] = 6.0;
   } else if (which == 5) {
     j["model_type"] = "qwen3";
     j["head_dim"] = 12;
@@ -118,10 +138,11 @@ void expect_model_fd_grad(const ModelConfig& cfg, const int32_t* positions) {
   // Larger weights than the default init so every path carries signal.
   for (int64_t i = 0; i < m.num_params(); ++i) m.flat_params().as<float>()[i] *= 2.0f;
   // Except Qwen3's q/k head norms: doubled, they make every score twice as large (normalized
-  // q and k no longer shrink with the weights), so the softmax is too curved for h = 1e-3.
+  // q and k no longer shrink with the weights), so the softmax is too curved for h = 1e-3. They
+  // scale by 1 (w = 1; Gemma's 1 + w: w = 0).
   for (const ParamInfo& p : m.params().list())
     if (p.name.find("q_norm") != std::string::npos || p.name.find("k_norm") != std::string::npos)
-      std::fill_n(m.flat_params().as<float>() + p.offset, p.numel, 1.0f);
+      std::fill_n(m.flat_params().as<float>() + p.offset, p.numel, cfg.norm_unit_offset ? 0.0f : 1.0f);
   const int B = 2, T = 9;
   m.plan(B, T, true);
   auto in = test::random_tokens(B * T, 67, 4), tg = test::random_tokens(B * T, 67, 5);
@@ -596,11 +617,12 @@ TEST(HfSizes, ParsedAsTransformersMaxShardSize) {
 }
 
 std::string arch_test_name(int i) {
-  static const char* names[] = {"Gpt2",  "LlamaGqa", "LlamaGqaTied",        "MistralWindow",
-                                "Qwen2", "Qwen3",    "Llama3RopeAndBiases", "Olmo2"};
+  static const char* names[] = {"Gpt2",   "LlamaGqa", "LlamaGqaTied",        "MistralWindow",
+                                "Qwen2",  "Qwen3",    "Llama3RopeAndBiases", "Olmo2",
+                                "Gemma3", "Gemma2"};
   return names[i];
 }
-INSTANTIATE_TEST_SUITE_P(Archs, ModelTest, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7),
+INSTANTIATE_TEST_SUITE_P(Archs, ModelTest, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9),
                          [](const auto& info) { return arch_test_name(info.param); });
 
 }  // namespace

@@ -143,6 +143,14 @@ class RecomputeTest : public ::testing::TestWithParam<int> {
   // 4: OLMo-2 (its output norms' saved inputs and whole-projection q/k norms recompute too).
   ModelConfig cfg() const {
     if (GetParam() == 4) return tiny(Arch::llama, 3, false, "olmo2");
+    if (GetParam() == 5) {  // Gemma 3: four norms, per-head q/k norms, GeGLU, a sliding layer
+      ModelConfig c = tiny(Arch::llama, 3, false, "gemma3_text");
+      nlohmann::json j = c.raw;
+      j["head_dim"] = 8;
+      j["sliding_window"] = 4;
+      j["sliding_window_pattern"] = 2;
+      return config_from_json(j, "test");
+    }
     return tiny(GetParam() % 2 == 0 ? Arch::gpt2 : Arch::llama, 3, GetParam() >= 2);
   }
 };
@@ -183,8 +191,9 @@ TEST_P(RecomputeTest, MixedPrecisionIsCloseToFp32AndRecomputesExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, RecomputeTest, ::testing::Values(0, 1, 2, 3, 4), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Archs, RecomputeTest, ::testing::Values(0, 1, 2, 3, 4, 5), [](const auto& info) {
   if (info.param == 4) return std::string("Olmo2");
+  if (info.param == 5) return std::string("Gemma3");
   return std::string(info.param % 2 == 0 ? "Gpt2" : "Llama") + (info.param >= 2 ? "Hs64" : "");
 });
 

@@ -39,13 +39,25 @@ inline void pv_rows4(float* acc, const float* p, const float* v, int64_t rs, int
   for (int c = 0; c < HSC; c += 64) fma4x64(acc + c, HSC, true, p + j0, TILE, 1, v + j0 * rs + c, rs, j1 - j0);
 }
 
+// Gemma 2's soft-capping of a score tile in place: s = c tanh(s / c) over its nq x nk scores,
+// and (dcap non-null) the derivative 1 - tanh^2 for backward. Plain std::tanh: the cap saturates
+// scores far out, where an approximate tanh would lose the gradient's last digits.
+inline void softcap_tile(float* s, float* dcap, int nq, int nk, float c) {
+  for (int i = 0; i < nq; ++i)
+    for (int j = 0; j < nk; ++j) {
+      const float t = std::tanh(s[size_t(i) * TILE + j] / c);
+      s[size_t(i) * TILE + j] = c * t;
+      if (dcap) dcap[size_t(i) * TILE + j] = 1.0f - t * t;
+    }
+}
+
 // One task per (batch, query head): the head's keys are transposed once, then its query
 // tiles run an online softmax over their key tiles.
 template <int HSC>
 void forward_impl(float* out, float* lse, const float* qkv, const AttnDims& dm) {
   const int T = dm.T, NH = dm.NH, KVH = dm.KVH, HS = HSC ? HSC : dm.HS, group = NH / KVH;
   const int64_t rs = dm.row_stride(), os = int64_t(NH) * HS;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = dm.softmax_scale();
   const int ntiles = (T + TILE - 1) / TILE;
   const int64_t ld = int64_t(ntiles) * TILE;
   const int64_t tasks = int64_t(dm.B) * NH;
@@ -68,6 +80,7 @@ void forward_impl(float* out, float* lse, const float* qkv, const AttnDims& dm) 
         for (int kt_i = tile_first_key(doc, q0, nq) / TILE; kt_i <= qt; ++kt_i) {
           const int k0 = kt_i * TILE, nk = std::min(TILE, T - k0);
           tile_scores(s.data(), q, rs, nq, kt.data() + k0, ld, scale, HS, HSC > 0);
+          if (dm.softcap > 0.f) softcap_tile(s.data(), nullptr, nq, nk, dm.softcap);
           int jmin, jmax;  // the keys any row of the tile sees
           softmax_tile(s.data(), nq, q0, k0, nk, doc, 1.0f, m.data(), l.data(), corr.data(), &jmin, &jmax);
           for (int i = 0; i < nq; ++i) {
@@ -136,7 +149,7 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
                    const AttnDims& dm) {
   const int T = dm.T, NH = dm.NH, KVH = dm.KVH, HS = HSC ? HSC : dm.HS, group = NH / KVH;
   const int64_t rs = dm.row_stride(), os = int64_t(NH) * HS;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = dm.softmax_scale();
   const int ntiles = (T + TILE - 1) / TILE;
   const int64_t ld = int64_t(ntiles) * TILE;
   const int64_t tasks = int64_t(dm.B) * KVH;
@@ -144,6 +157,8 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
   {
     std::vector<float> kt(size_t(HS) * ld), vt(size_t(HS) * ld), p(TILE * TILE), ds(TILE * TILE), dq(size_t(TILE) * HS),
         D(TILE);
+    const bool cap = dm.softcap > 0.f;
+    std::vector<float> dcap(cap ? TILE * TILE : 0);  // 1 - tanh^2 of the capped tile
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int g = int(task % KVH), b = int(task / KVH);
@@ -177,8 +192,13 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
             const int k0 = kti * TILE, nk = std::min(TILE, T - k0);
             const float* k = base + int64_t(k0) * rs + koff;
             tile_scores(p.data(), q, rs, nq, kt.data() + k0, ld, scale, HS, HSC > 0);   // S
+            if (cap) softcap_tile(p.data(), dcap.data(), nq, nk, dm.softcap);
             tile_scores(ds.data(), dO, os, nq, vt.data() + k0, ld, 1.0f, HS, HSC > 0);  // dP = dO V^T
             backward_tile(p.data(), ds.data(), nq, q0, k0, nk, doc, lrow, D.data(), 1.0f, scale);
+            if (cap)  // through the cap: dS_raw = dS (1 - tanh^2)
+              for (int i = 0; i < nq; ++i)
+#pragma omp simd
+                for (int j = 0; j < nk; ++j) ds[size_t(i) * TILE + j] *= dcap[size_t(i) * TILE + j];
             float* dk = dbase + int64_t(k0) * rs + koff;
             float* dv = dbase + int64_t(k0) * rs + voff;
             int j = 0, i = 0;
@@ -206,10 +226,10 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
 }  // namespace
 
 void attention_decode_impl(float* out, const float* q, const float* kcache, const float* vcache, int n, int NH, int KVH,
-                      int HS) {
+                           int HS, float scale_in, float softcap) {
   const int group = NH / KVH;
   const int64_t ks = int64_t(KVH) * HS;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = scale_in > 0.f ? scale_in : 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel
   {
     std::vector<float> s(n);
@@ -223,7 +243,7 @@ void attention_decode_impl(float* out, const float* q, const float* kcache, cons
         float d = 0.f;
 #pragma omp simd reduction(+ : d)
         for (int i = 0; i < HS; ++i) d += qh[i] * kj[i];
-        s[j] = d * scale;
+        s[j] = softcap > 0.f ? softcap * std::tanh(d * scale / softcap) : d * scale;
         mx = std::max(mx, s[j]);
       }
       float sum = 0.f;
@@ -286,8 +306,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 }
 
 void attention_decode(float* out, const float* q, const float* kcache, const float* vcache, int n, int NH, int KVH,
-                      int HS) {
-  HWY_DYNAMIC_DISPATCH(attention_decode_impl)(out, q, kcache, vcache, n, NH, KVH, HS);
+                      int HS, float scale, float softcap) {
+  HWY_DYNAMIC_DISPATCH(attention_decode_impl)(out, q, kcache, vcache, n, NH, KVH, HS, scale, softcap);
 }
 }  // namespace zt::kernels
 #endif

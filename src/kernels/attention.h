@@ -7,6 +7,7 @@
 // Document packing: with doc_start set, query t of row b sees only keys s with
 // doc_start[b*T + t] <= s <= t, so packed documents never attend across a boundary.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace zt::kernels {
@@ -16,6 +17,13 @@ struct AttnDims {
   // (B, T) first key each query may see (packed documents), non-decreasing along a row
   // with doc_start[t] <= t; null = plain causal (every query sees keys 0..t).
   const int32_t* doc_start = nullptr;
+  // The scores' scale; 0: 1 / sqrt(HS). Gemma sets query_pre_attn_scalar^-1/2. The CPU kernels
+  // honour it; the GPU's and context parallelism's do not (those refuse such models).
+  float scale = 0.f;
+  // Gemma 2's attn_logit_softcapping c: scores become c tanh(s / c) before the softmax; 0: none.
+  // The fp32 CPU kernels (forward, backward, decode) apply it; the bf16 entry points run them then.
+  float softcap = 0.f;
+  float softmax_scale() const { return scale > 0.f ? scale : 1.0f / std::sqrt(static_cast<float>(HS)); }
   int64_t row_stride() const { return int64_t(NH + 2 * KVH) * HS; }
 };
 
@@ -46,7 +54,8 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, c
 // One query row per head against a cache of n keys/values (KV-cache decoding):
 // q (NH*HS), k/v caches (n rows of KVH*HS), out (NH*HS). Not causal-masked: the cache
 // holds exactly the visible positions.
+// scale, softcap: as AttnDims's (0: 1 / sqrt(HS), none).
 void attention_decode(float* out, const float* q, const float* kcache, const float* vcache, int n, int NH, int KVH,
-                      int HS);
+                      int HS, float scale = 0.f, float softcap = 0.f);
 
 }  // namespace zt::kernels

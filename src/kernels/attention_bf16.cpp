@@ -164,7 +164,7 @@ inline void dp_block(float* acc, int64_t astride, bool accumulate, const uint32_
 void forward_bf16(float* out, float* lse, const float* qkv, const AttnDims& dm) {
   const int T = dm.T, NH = dm.NH, KVH = dm.KVH, HS = dm.HS, group = NH / KVH, HP = HS / 2;
   const int64_t rs = dm.row_stride(), os = int64_t(NH) * HS;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = dm.softmax_scale();
   const int ntiles = (T + TILE - 1) / TILE;
   const int64_t ld = int64_t(ntiles) * TILE;
   const int64_t tasks = int64_t(dm.B) * NH;
@@ -218,7 +218,7 @@ void backward_bf16(float* dqkv, const float* dout, const float* qkv, const float
                    const AttnDims& dm) {
   const int T = dm.T, NH = dm.NH, KVH = dm.KVH, HS = dm.HS, group = NH / KVH, HP = HS / 2;
   const int64_t rs = dm.row_stride(), os = int64_t(NH) * HS;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = dm.softmax_scale();
   const int ntiles = (T + TILE - 1) / TILE;
   const int64_t ld = int64_t(ntiles) * TILE;
   const int64_t tasks = int64_t(dm.B) * KVH;

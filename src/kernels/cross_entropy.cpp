@@ -19,13 +19,29 @@ namespace {
 // d(loss)/d(logits): z * grad_scale / sum, minus grad_scale at the target column t (if this
 // row holds it), then lowered to the GEMMs' dtype while the row is in cache.
 inline void row_gradient(float* z, int n, int V, float sum, int64_t t, float grad_scale, uint16_t* low_row,
-                         const LmHeadCompute& k) {
+                         const LmHeadCompute& k, const float* dcap = nullptr) {
   const float ks = grad_scale / sum;
 #pragma omp simd
   for (int v = 0; v < n; ++v) z[v] *= ks;
   if (t >= 0 && t < n) z[t] -= grad_scale;
+  if (dcap)  // soft-capped logits: through c tanh(z / c), whose derivative is 1 - tanh^2
+#pragma omp simd
+    for (int v = 0; v < n; ++v) z[v] *= dcap[v];
   if (low_row) to_lowp(k.t, low_row, z, V);
   if (k.round_f16) round_to_f16(z, z, V);
+}
+
+// Gemma 2's final soft-capping of a chunk's logits in place (the first n columns of each of rows
+// rows of V), keeping 1 - tanh^2 in dcap (rows x V) for the gradient. std::tanh: the cap saturates
+// large logits, where an approximation would lose the gradient's digits.
+void softcap_logits(float* z, float* dcap, int64_t rows, int n, int V, float c) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < rows; ++i)
+    for (int v = 0; v < n; ++v) {
+      const float t = std::tanh(z[i * V + v] / c);
+      z[i * V + v] = c * t;
+      dcap[i * V + v] = 1.0f - t * t;
+    }
 }
 
 // A chunk's backward: dx (=) and dw (+=) from the logits' gradient (low in the GEMMs' dtype, or
@@ -48,10 +64,12 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
   check_lm_targets(targets, d.N, V);
   double loss = 0.0;
   int64_t counted = 0;
+  std::vector<float> dcap(d.softcap > 0.f ? size_t(std::min(d.chunk, d.N)) * V : 0);
   for (int64_t r0 = 0; r0 < d.N; r0 += d.chunk) {
     int64_t rows = std::min(d.chunk, d.N - r0);
     const void* xc = static_cast<const char*>(k.x) + size_t(r0) * C * es;
     gemm_typed(k.t, false, true, rows, V, C, 1.0f, xc, C, k.w, C, 0.0f, scratch, V);
+    if (d.softcap > 0.f) softcap_logits(scratch, dcap.data(), rows, V, V, d.softcap);
     uint16_t* low = k.t != DType::f32 ? static_cast<uint16_t*>(k.dlogits) : nullptr;
     double chunk_loss = 0.0;
     int64_t chunk_count = 0;
@@ -81,7 +99,9 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
       chunk_loss += li;
       if (token_loss) token_loss[r0 + i] = li;
       ++chunk_count;
-      if (dx) row_gradient(z, V, V, sum, tgt, grad_scale, low ? low + i * V : nullptr, k);
+      if (dx)
+        row_gradient(z, V, V, sum, tgt, grad_scale, low ? low + i * V : nullptr, k,
+                     dcap.empty() ? nullptr : dcap.data() + i * V);
     }
     loss += chunk_loss;
     counted += chunk_count;
@@ -105,10 +125,12 @@ double lmhead_ce_vocab(float* dx, float* dw, const float* x, const float* w, con
   double loss = 0.0;
   int64_t counted = 0;
   std::vector<float> mx(size_t(d.chunk)), red(2 * size_t(d.chunk));  // maxima; sums of exp, target logits
+  std::vector<float> dcap(d.softcap > 0.f ? size_t(std::min(d.chunk, d.N)) * V : 0);
   for (int64_t r0 = 0; r0 < d.N; r0 += d.chunk) {
     const int64_t rows = std::min(d.chunk, d.N - r0);
     const void* xc = static_cast<const char*>(k.x) + size_t(r0) * C * es;
     gemm_typed(k.t, false, true, rows, V, C, 1.0f, xc, C, k.w, C, 0.0f, scratch, V);
+    if (d.softcap > 0.f) softcap_logits(scratch, dcap.data(), rows, nv, V, d.softcap);
     uint16_t* low = k.t != DType::f32 ? static_cast<uint16_t*>(k.dlogits) : nullptr;
     // This rank's maxima over its real columns, and the target logits it holds.
 #pragma omp parallel for schedule(static)
@@ -153,7 +175,9 @@ double lmhead_ce_vocab(float* dx, float* dw, const float* x, const float* w, con
       if (token_loss) token_loss[r0 + i] = li;
       ++chunk_count;
       std::fill(z + nv, z + V, 0.f);  // padding rows of the vocabulary: no gradient
-      if (dx) row_gradient(z, nv, V, sum, int64_t(tgt) - vs.v0, grad_scale, low ? low + i * V : nullptr, k);
+      if (dx)
+        row_gradient(z, nv, V, sum, int64_t(tgt) - vs.v0, grad_scale, low ? low + i * V : nullptr, k,
+                     dcap.empty() ? nullptr : dcap.data() + i * V);
     }
     loss += chunk_loss;
     counted += chunk_count;

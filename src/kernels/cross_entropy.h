@@ -34,6 +34,9 @@ struct LmHeadDims {
   int64_t N;
   int C, V;
   int64_t chunk;  // tokens per chunk; scratch holds chunk * V floats
+  // Gemma 2's final_logit_softcapping c: the logits become c tanh(z / c) before the softmax
+  // (forward and backward; the CPU kernels only); 0: none.
+  float softcap = 0.f;
 };
 
 // Mixed precision: the GEMMs read x and w in dtype t (bf16, or fp32 holding fp16-rounded

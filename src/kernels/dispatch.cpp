@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "core/error.h"
 #include "kernels/convert.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
@@ -71,6 +72,14 @@ void swiglu_backward(DeviceKind d, float* dx, const float* dout, const float* x,
   ZT_ON_GPU(swiglu_backward(dx, dout, x, N, F));
   swiglu_backward(dx, dout, x, N, F);
 }
+void geglu_forward(DeviceKind d, float* out, const float* x, int64_t N, int F) {
+  ZT_ASSERT(d == DeviceKind::cpu, "GeGLU has no GPU kernel");
+  geglu_forward(out, x, N, F);
+}
+void geglu_backward(DeviceKind d, float* dx, const float* dout, const float* x, int64_t N, int F) {
+  ZT_ASSERT(d == DeviceKind::cpu, "GeGLU has no GPU kernel");
+  geglu_backward(dx, dout, x, N, F);
+}
 void rope_forward(DeviceKind d, float* qkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS,
                   int64_t rs, const int32_t* positions) {
   ZT_ON_GPU(rope_forward(qkv, cos, sin, B, T, NH, KVH, HS, rs, positions));
@@ -97,7 +106,7 @@ void add(DeviceKind d, float* y, const float* a, const float* b, int64_t n) {
 }
 void attention_forward(DeviceKind d, bool bf16, float* out, float* lse, const float* qkv, const AttnDims& ad) {
   ZT_ON_GPU(attention_forward(out, lse, qkv, ad, bf16));
-  if (bf16)
+  if (bf16 && ad.softcap == 0.f)  // soft-capped scores: the fp32 kernel (the bf16 one has no cap)
     attention_forward_bf16(out, lse, qkv, ad);
   else
     attention_forward(out, lse, qkv, ad);
@@ -105,7 +114,7 @@ void attention_forward(DeviceKind d, bool bf16, float* out, float* lse, const fl
 void attention_backward(DeviceKind d, bool bf16, float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, const AttnDims& ad) {
   ZT_ON_GPU(attention_backward(dqkv, dout, qkv, out, lse, ad, bf16));
-  if (bf16)
+  if (bf16 && ad.softcap == 0.f)
     attention_backward_bf16(dqkv, dout, qkv, out, lse, ad);
   else
     attention_backward(dqkv, dout, qkv, out, lse, ad);

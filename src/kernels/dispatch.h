@@ -30,6 +30,9 @@ void gelu_forward(DeviceKind d, float* out, const float* x, int64_t n);
 void gelu_backward(DeviceKind d, float* dx, const float* dout, const float* x, int64_t n);
 void swiglu_forward(DeviceKind d, float* out, const float* x, int64_t N, int F);
 void swiglu_backward(DeviceKind d, float* dx, const float* dout, const float* x, int64_t N, int F);
+// CPU only: the families that use it (Gemma) are refused on the GPU (train/run_device.cpp).
+void geglu_forward(DeviceKind d, float* out, const float* x, int64_t N, int F);
+void geglu_backward(DeviceKind d, float* dx, const float* dout, const float* x, int64_t N, int F);
 void rope_forward(DeviceKind d, float* qkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS,
                   int64_t row_stride, const int32_t* positions);
 void rope_backward(DeviceKind d, float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS,

@@ -195,6 +195,42 @@ void swiglu_backward_impl(float* dx, const float* dout, const float* x, int64_t 
   }
 }
 
+// GeGLU (Gemma): gelu_tanh(gate) * up, the same [gate | up] layout as SwiGLU.
+void geglu_forward_impl(float* out, const float* x, int64_t N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* g = x + i * 2 * F;
+    const float* u = g + F;
+    float* o = out + i * F;
+#pragma omp simd
+    for (int f = 0; f < F; ++f) {
+      const float v = g[f];
+      o[f] = 0.5f * v * (1.0f + fast_tanh(kGeluS * (v + kGeluK * v * v * v))) * u[f];
+    }
+  }
+}
+
+void geglu_backward_impl(float* dx, const float* dout, const float* x, int64_t N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* g = x + i * 2 * F;
+    const float* u = g + F;
+    const float* d = dout + i * F;
+    float* dg = dx + i * 2 * F;
+    float* du = dg + F;
+#pragma omp simd
+    for (int f = 0; f < F; ++f) {
+      const float v = g[f], w = kGeluS * (v + kGeluK * v * v * v);
+      // tanh and sech^2 from one exp(-2|w|), as gelu_backward_impl does (no overflow, no cancellation).
+      const float e = fast_exp(-2.0f * std::fabs(w)), r = 1.0f / (e + 1.0f);
+      const float t = std::copysign((1.0f - e) * r, w), sech2 = 4.0f * e * r * r;
+      const float dw = kGeluS * (1.0f + 3.0f * kGeluK * v * v);
+      du[f] = d[f] * 0.5f * v * (1.0f + t);
+      dg[f] = d[f] * u[f] * (0.5f * (1.0f + t) + 0.5f * v * sech2 * dw);
+    }
+  }
+}
+
 void rope_table_impl(float* cos_t, float* sin_t, int T, int HS, float theta) {
   int half = HS / 2;
   for (int i = 0; i < half; ++i) {
@@ -366,6 +402,8 @@ HWY_EXPORT(gelu_forward_impl);
 HWY_EXPORT(gelu_backward_impl);
 HWY_EXPORT(swiglu_forward_impl);
 HWY_EXPORT(swiglu_backward_impl);
+HWY_EXPORT(geglu_forward_impl);
+HWY_EXPORT(geglu_backward_impl);
 HWY_EXPORT(rope_table_impl);
 HWY_EXPORT(rope_table_freqs_impl);
 HWY_EXPORT(rope_forward_impl);
@@ -408,6 +446,14 @@ void swiglu_forward(float* out, const float* x, int64_t N, int F) {
 
 void swiglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F) {
   HWY_DYNAMIC_DISPATCH(swiglu_backward_impl)(dx, dout, x, N, F);
+}
+
+void geglu_forward(float* out, const float* x, int64_t N, int F) {
+  HWY_DYNAMIC_DISPATCH(geglu_forward_impl)(out, x, N, F);
+}
+
+void geglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F) {
+  HWY_DYNAMIC_DISPATCH(geglu_backward_impl)(dx, dout, x, N, F);
 }
 
 void rope_table(float* cos, float* sin, int T, int HS, float theta) {

@@ -29,6 +29,9 @@ void gelu_backward(float* dx, const float* dout, const float* x, int64_t n);
 void swiglu_forward(float* out, const float* x, int64_t N, int F);
 // dx (N, 2F) = ...; must not alias dout.
 void swiglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F);
+// GeGLU (Gemma's gelu_pytorch_tanh MLP): the same layout; out = gelu_tanh(gate) * up.
+void geglu_forward(float* out, const float* x, int64_t N, int F);
+void geglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F);
 
 // RoPE tables in HF rotate-half layout: cos/sin are (T, HS/2). Row t depends only on
 // t, so a longer table starts with the rows of a shorter one.

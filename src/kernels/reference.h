@@ -110,6 +110,23 @@ void swiglu_backward(T* dx, const T* dout, const T* x, int64_t N, int F) {
     }
 }
 
+template <class T>
+void geglu_forward(T* out, const T* x, int64_t N, int F) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int f = 0; f < F; ++f) out[i * F + f] = gelu(x[i * 2 * F + f]) * x[i * 2 * F + F + f];
+}
+
+template <class T>
+void geglu_backward(T* dx, const T* dout, const T* x, int64_t N, int F) {
+  for (int64_t i = 0; i < N; ++i)
+    for (int f = 0; f < F; ++f) {
+      T g = x[i * 2 * F + f], u = x[i * 2 * F + F + f], d = dout[i * F + f], dg = T(0);
+      gelu_backward(&dg, &d, &g, 1);  // d gelu(g) / dg times d
+      dx[i * 2 * F + F + f] = d * gelu(g);
+      dx[i * 2 * F + f] = dg * u;
+    }
+}
+
 // y (N, M) += b per row; db (M) += column sums of dy.
 template <class T>
 void bias_forward(T* y, const T* b, int64_t N, int M) {
@@ -174,7 +191,7 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int
 template <class T>
 void attention_forward(T* out, T* lse, const T* qkv, const kernels::AttnDims& d) {
   int64_t rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
-  T scale = T(1) / std::sqrt(T(d.HS));
+  T scale = d.scale > 0 ? T(d.scale) : T(1) / std::sqrt(T(d.HS));
   for (int b = 0; b < d.B; ++b)
     for (int h = 0; h < d.NH; ++h) {
       int g = h / (d.NH / d.KVH);
@@ -187,7 +204,7 @@ void attention_forward(T* out, T* lse, const T* qkv, const kernels::AttnDims& d)
           const T* k = qkv + (int64_t(b) * d.T + j) * rs + (d.NH + g) * d.HS;
           T acc = 0;
           for (int i = 0; i < d.HS; ++i) acc += q[i] * k[i];
-          s[j] = acc * scale;
+          s[j] = d.softcap > 0 ? T(d.softcap) * std::tanh(acc * scale / T(d.softcap)) : acc * scale;
           mx = std::max(mx, s[j]);
         }
         T sum = 0;
@@ -207,7 +224,7 @@ void attention_forward(T* out, T* lse, const T* qkv, const kernels::AttnDims& d)
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const kernels::AttnDims& d) {
   int64_t rs = d.row_stride(), os = int64_t(d.NH) * d.HS;
-  T scale = T(1) / std::sqrt(T(d.HS));
+  T scale = d.scale > 0 ? T(d.scale) : T(1) / std::sqrt(T(d.HS));
   for (int64_t i = 0; i < int64_t(d.B) * d.T * rs; ++i) dqkv[i] = 0;
   for (int b = 0; b < d.B; ++b)
     for (int h = 0; h < d.NH; ++h) {
@@ -217,13 +234,18 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const kernels::Att
         const T* q = qkv + qr + h * d.HS;
         const T* dO = dout + (int64_t(b) * d.T + t) * os + h * d.HS;
         const int j0 = d.doc_start ? d.doc_start[int64_t(b) * d.T + t] : 0;
-        std::vector<T> p(t + 1), dp(t + 1);
+        std::vector<T> p(t + 1), dp(t + 1), dcap(t + 1, T(1));
         T mx = -1e30, sum = 0;
         for (int j = j0; j <= t; ++j) {
           const T* k = qkv + (int64_t(b) * d.T + j) * rs + (d.NH + g) * d.HS;
           T acc = 0;
           for (int i = 0; i < d.HS; ++i) acc += q[i] * k[i];
           p[j] = acc * scale;
+          if (d.softcap > 0) {  // Gemma 2: c tanh(s / c), whose derivative is 1 - tanh^2
+            const T th = std::tanh(p[j] / T(d.softcap));
+            p[j] = T(d.softcap) * th;
+            dcap[j] = T(1) - th * th;
+          }
           mx = std::max(mx, p[j]);
         }
         for (int j = j0; j <= t; ++j) sum += (p[j] = std::exp(p[j] - mx));
@@ -238,7 +260,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const kernels::Att
         }
         for (int j = j0; j <= t; ++j) {
           int64_t kr = (int64_t(b) * d.T + j) * rs;
-          T ds = p[j] * (dp[j] - pdp) * scale;
+          T ds = p[j] * (dp[j] - pdp) * scale * dcap[j];
           for (int i = 0; i < d.HS; ++i) {
             dqkv[qr + h * d.HS + i] += ds * qkv[kr + (d.NH + g) * d.HS + i];
             dqkv[kr + (d.NH + g) * d.HS + i] += ds * q[i];
@@ -252,8 +274,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const kernels::Att
 // One query row per head against n cached key/value rows (KVH*HS each), plain softmax with
 // every cached position visible: the last query row of attention_forward over those n positions.
 template <class T>
-void attention_decode(T* out, const T* q, const T* kcache, const T* vcache, int n, int NH, int KVH, int HS) {
-  const T scale = T(1) / std::sqrt(T(HS));
+void attention_decode(T* out, const T* q, const T* kcache, const T* vcache, int n, int NH, int KVH, int HS,
+                      float scale_in = 0.f, float softcap = 0.f) {
+  const T scale = scale_in > 0.f ? T(scale_in) : T(1) / std::sqrt(T(HS));
   for (int h = 0; h < NH; ++h) {
     const int g = h / (NH / KVH);
     std::vector<T> s(static_cast<size_t>(n));
@@ -261,7 +284,7 @@ void attention_decode(T* out, const T* q, const T* kcache, const T* vcache, int 
     for (int j = 0; j < n; ++j) {
       T acc = 0;
       for (int i = 0; i < HS; ++i) acc += q[h * HS + i] * kcache[(int64_t(j) * KVH + g) * HS + i];
-      s[size_t(j)] = acc * scale;
+      s[size_t(j)] = softcap > 0.f ? T(softcap) * std::tanh(acc * scale / T(softcap)) : acc * scale;
       mx = std::max(mx, s[size_t(j)]);
     }
     T sum = 0;
@@ -276,9 +299,16 @@ void attention_decode(T* out, const T* q, const T* kcache, const T* vcache, int 
 
 // Unfused LM head + cross entropy: full (N, V) logits.
 template <class T>
-double lmhead_ce(T* dx, T* dw, const T* x, const T* w, const int32_t* tgt, int64_t N, int C, int V, T grad_scale) {
-  std::vector<T> z(size_t(N) * V);
+double lmhead_ce(T* dx, T* dw, const T* x, const T* w, const int32_t* tgt, int64_t N, int C, int V, T grad_scale,
+                 T softcap = T(0)) {
+  std::vector<T> z(size_t(N) * V), dcap(size_t(N) * V, T(1));
   kernels::gemm_ref<T>(false, true, N, V, C, T(1), x, C, w, C, T(0), z.data(), V);
+  if (softcap > T(0))  // Gemma 2: logits c tanh(z / c)
+    for (size_t i = 0; i < z.size(); ++i) {
+      const T t = std::tanh(z[i] / softcap);
+      z[i] = softcap * t;
+      dcap[i] = T(1) - t * t;
+    }
   double loss = 0;
   for (int64_t i = 0; i < N; ++i) {
     T* zi = z.data() + i * V;
@@ -293,6 +323,7 @@ double lmhead_ce(T* dx, T* dw, const T* x, const T* w, const int32_t* tgt, int64
     loss += double(std::log(sum) - (zi[tgt[i]] - mx));
     for (int v = 0; v < V; ++v) zi[v] = std::exp(zi[v] - mx) / sum * grad_scale;
     zi[tgt[i]] -= grad_scale;
+    for (int v = 0; v < V; ++v) zi[v] *= dcap[size_t(i) * V + v];
   }
   if (dx) {
     kernels::gemm_ref<T>(false, false, N, C, V, T(1), z.data(), V, w, C, T(0), dx, C);

@@ -1,6 +1,7 @@
 // config.cpp: HF config.json <-> ModelConfig.
 #include "models/config.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "core/error.h"
@@ -197,6 +198,83 @@ void parse_llama_family(const nlohmann::json& j, const std::string& mt, const st
   }
 }
 
+// A key the family does not implement (Gemma 3's published configs hold null): refused by name when set.
+void refuse_set(const nlohmann::json& j, const char* key, const std::string& mt, const std::string& where,
+                const char* why) {
+  ZT_CHECK(!j.contains(key) || j[key].is_null() || j[key] == false, where, ": ", key, " = ", short_dump(j[key]),
+           " is not supported for ", mt, " (", why, "); set it to null");
+}
+
+// A soft-capping key of Gemma2Config: its default when absent, none (0) when null.
+float softcap(const nlohmann::json& j, const char* key, float def, const std::string& where) {
+  if (!j.contains(key)) return def;
+  return j[key].is_null() ? 0.f : opt_float(j, key, def, where);
+}
+
+// The layer types: layer_types, else every pattern-th layer (1-based) global, the others sliding.
+void parse_layer_types(const nlohmann::json& j, int pattern, const std::string& where, ModelConfig* c) {
+  c->sliding_layers.assign(size_t(c->n_layer), 0);
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const auto& lt = j["layer_types"];
+    ZT_CHECK(lt.is_array() && lt.size() == size_t(c->n_layer), where, ": layer_types must list one entry per layer (",
+             c->n_layer, "), got ", short_dump(lt));
+    for (int l = 0; l < c->n_layer; ++l) {
+      const auto& t = lt[size_t(l)];
+      ZT_CHECK(t == "sliding_attention" || t == "full_attention", where, ": layer_types[", l, "] is ", short_dump(t),
+               "; use \"sliding_attention\" or \"full_attention\"");
+      c->sliding_layers[size_t(l)] = t == "sliding_attention";
+    }
+    return;
+  }
+  for (int l = 0; l < c->n_layer; ++l) c->sliding_layers[size_t(l)] = (l + 1) % pattern != 0;
+}
+
+// Gemma 2 and Gemma 3's text model (Gemma2Config / Gemma3TextConfig keys and defaults): Gemma's
+// RMSNorm (1 + w), four norms per layer (pre and post around attention and the MLP), GeGLU,
+// embeddings scaled by sqrt(hidden_size), the score scale query_pre_attn_scalar^-1/2, and
+// sliding-window layers. Gemma 2: every other layer slides (the even ones), soft-capped scores and
+// logits. Gemma 3: per-head q/k norms, every sliding_window_pattern-th layer global, the sliding
+// layers with their own RoPE base; its soft-capping keys are null.
+void parse_gemma(const nlohmann::json& j, const std::string& mt, const std::string& where, ModelConfig* out) {
+  ModelConfig& c = *out;
+  const bool g3 = mt == "gemma3_text";
+  c.arch = Arch::llama;
+  c.model_type = mt;
+  c.vocab_size = req_int(j, "vocab_size", where);
+  c.n_embd = req_int(j, "hidden_size", where);
+  c.n_layer = req_int(j, "num_hidden_layers", where);
+  c.n_head = req_int(j, "num_attention_heads", where);
+  c.ffn = req_int(j, "intermediate_size", where);
+  c.n_kv_head = opt_int(j, "num_key_value_heads", 4, where);
+  c.max_position = opt_int(j, "max_position_embeddings", g3 ? 131072 : 8192, where);
+  c.norm_eps = opt_float(j, "rms_norm_eps", 1e-6f, where);
+  c.rope_theta = opt_float(j, "rope_theta", g3 ? 1e6f : 1e4f, where);
+  if (g3) c.rope_local_theta = opt_float(j, "rope_local_base_freq", 1e4f, where);
+  c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", true, where);
+  c.rope = parse_rope_scaling(j, where);
+  const std::string act = opt_str(j, "hidden_activation", "gelu_pytorch_tanh");
+  ZT_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_new", where, ": hidden_activation ", quote(act),
+           " is not supported; Gemma uses \"gelu_pytorch_tanh\"");
+  if (g3) {
+    refuse_set(j, "attn_logit_softcapping", mt, where, "Gemma 3 has no attention soft-capping");
+    refuse_set(j, "final_logit_softcapping", mt, where, "Gemma 3 has no final logit soft-capping");
+  } else {
+    c.attn_softcap = softcap(j, "attn_logit_softcapping", 50.f, where);
+    c.final_softcap = softcap(j, "final_logit_softcapping", 30.f, where);
+  }
+  refuse_set(j, "use_bidirectional_attention", mt, where, "attention is causal");
+  refuse_set(j, "rope_parameters", mt, where, "give rope_theta, rope_local_base_freq and rope_scaling instead");
+  c.qkv_bias = c.o_bias = opt_bool(j, "attention_bias", false, where);
+  c.qk_norm = g3;
+  c.pre_norm = c.post_norm = true;
+  c.norm_unit_offset = c.embed_scale = c.geglu = true;
+  // A number (published configs hold integers: 256, 168); HF scales by its double ** -0.5.
+  c.attn_scale = float(std::pow(double(opt_float(j, "query_pre_attn_scalar", 256.f, where)), -0.5));
+  c.sliding_window = opt_int(j, "sliding_window", 4096, where);
+  const char* key = j.contains("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
+  parse_layer_types(j, g3 ? opt_int(j, key, 6, where) : 2, where, &c);
+}
+
 }  // namespace
 
 ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) {
@@ -224,13 +302,21 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
              " is not supported; ztrain's GPT-2 uses the tanh GELU (\"gelu_new\")");
   } else if (mt == "llama" || mt == "mistral" || mt == "qwen2" || mt == "qwen3" || mt == "olmo2" || mt == "phi3") {
     parse_llama_family(j, mt, where, &c);
+  } else if (mt == "gemma3_text" || mt == "gemma2") {
+    parse_gemma(j, mt, where, &c);
+  } else if (mt == "gemma3" || mt == "gemma") {
+    throw Error(str_cat(where, ": model_type ", quote(mt),
+                        " is not supported; of the Gemma family ztrain trains \"gemma2\" and the text model "
+                        "\"gemma3_text\""));
   } else {
-    throw Error(str_cat(
-        where, ": model_type ", quote(mt),
-        " is not supported; use \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"olmo2\" or \"phi3\""));
+    throw Error(str_cat(where, ": model_type ", quote(mt),
+                        " is not supported; use \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"olmo2\", "
+                        "\"phi3\" or \"gemma3_text\""));
   }
   if (mt == "gpt2") c.model_type = "gpt2";
-  const int default_hs = c.model_type == "qwen3" ? 128 : c.n_embd / c.n_head;  // Qwen3Config's head_dim is 128
+  // Qwen3Config's and Gemma3TextConfig's head_dim defaults are 128 and 256.
+  const bool gemma = c.model_type == "gemma3_text" || c.model_type == "gemma2";
+  const int default_hs = c.model_type == "qwen3" ? 128 : gemma ? 256 : c.n_embd / c.n_head;
   c.head_size = c.arch == Arch::llama ? opt_int(j, "head_dim", default_hs, where) : c.n_embd / c.n_head;
   ZT_CHECK(c.arch == Arch::llama || c.n_embd % c.n_head == 0, where, ": n_embd (", c.n_embd,
            ") must be divisible by n_head (", c.n_head, ")");
@@ -269,13 +355,15 @@ nlohmann::json config_to_json(const ModelConfig& c, const std::string& torch_dty
   j["model_type"] = c.model_type;
   if (!j.contains("architectures")) {
     const std::string& mt = c.model_type;
-    j["architectures"] = {mt == "gpt2"      ? "GPT2LMHeadModel"
-                          : mt == "mistral" ? "MistralForCausalLM"
-                          : mt == "qwen2"   ? "Qwen2ForCausalLM"
-                          : mt == "qwen3"   ? "Qwen3ForCausalLM"
-                          : mt == "olmo2"   ? "Olmo2ForCausalLM"
-                          : mt == "phi3"    ? "Phi3ForCausalLM"
-                                            : "LlamaForCausalLM"};
+    j["architectures"] = {mt == "gpt2"          ? "GPT2LMHeadModel"
+                          : mt == "mistral"     ? "MistralForCausalLM"
+                          : mt == "qwen2"       ? "Qwen2ForCausalLM"
+                          : mt == "qwen3"       ? "Qwen3ForCausalLM"
+                          : mt == "olmo2"       ? "Olmo2ForCausalLM"
+                          : mt == "phi3"        ? "Phi3ForCausalLM"
+                          : mt == "gemma3_text" ? "Gemma3ForCausalLM"
+                          : mt == "gemma2"      ? "Gemma2ForCausalLM"
+                                                : "LlamaForCausalLM"};
   }
   j["torch_dtype"] = torch_dtype;
   if (c.arch == Arch::llama) j["tie_word_embeddings"] = c.tie_word_embeddings;

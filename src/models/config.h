@@ -1,8 +1,8 @@
 // config.h: the model hyper-parameters ztrain understands, read from and written to a
 // Hugging Face config.json (GPT2Config / LlamaConfig / MistralConfig / Qwen2Config /
-// Qwen3Config / Olmo2Config / Phi3Config key names). Keys ztrain does not use are kept and written back untouched;
-// missing required keys and settings ztrain cannot honour (longrope, a per-layer sliding
-// window, other activations) are errors naming the key.
+// Qwen3Config / Olmo2Config / Phi3Config / Gemma2Config / Gemma3TextConfig key names). Keys ztrain does not use
+// are kept and written back untouched; missing required keys and settings ztrain cannot honour
+// (Qwen's per-layer window, soft-capping, other activations) are errors naming the key.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -12,8 +12,8 @@
 namespace zt {
 
 // gpt2: GPT2LMHeadModel. llama: the Llama-shaped decoders (RMSNorm, RoPE, SwiGLU, GQA);
-// ModelConfig::model_type tells the families apart (llama, mistral, qwen2, qwen3, olmo2, phi3), which
-// differ only in the options below.
+// ModelConfig::model_type tells the families apart (llama, mistral, qwen2, qwen3, olmo2, phi3,
+// gemma2, gemma3_text), which differ only in the options below.
 enum class Arch { gpt2, llama };
 
 // RoPE frequencies as transformers' modeling_rope_utils computes them (models/rope.cpp).
@@ -45,7 +45,7 @@ struct ModelConfig {
   float rope_theta = 10000.f;
   bool tie_word_embeddings = true;
   // Llama-family options (all off for GPT-2 and plain Llama):
-  // config.json's model_type: gpt2 | llama | mistral | qwen2 | qwen3 | olmo2 | phi3
+  // config.json's model_type: gpt2 | llama | mistral | qwen2 | qwen3 | olmo2 | phi3 | gemma2 | gemma3_text
   std::string model_type = "gpt2";
   RopeScaling rope;           // rope_scaling
   bool qkv_bias = false;      // q/k/v projections have biases (Qwen2; Llama attention_bias)
@@ -56,10 +56,24 @@ struct ModelConfig {
   bool pre_norm = true;       // RMSNorm before attention and MLP (all but OLMo-2)
   bool post_norm = false;     // RMSNorm on attention's and the MLP's outputs before the residual add (OLMo-2)
   int sliding_window = 0;     // a query sees at most this many keys, itself included; 0: all
-  nlohmann::json raw;         // the config.json as read, for writing back
+  // Gemma 3: which layers the window applies to (1: sliding, 0: global attention); empty: all.
+  std::vector<uint8_t> sliding_layers;
+  float rope_local_theta = 0.f;   // Gemma 3: the sliding layers' RoPE base (no scaling); 0: one table
+  bool norm_unit_offset = false;  // Gemma: RMSNorms scale by (1 + weight), weights stored zero-centred
+  bool embed_scale = false;       // Gemma: the token embeddings times sqrt(hidden_size)
+  bool geglu = false;             // Gemma: MLP gelu_tanh(gate) * up instead of SwiGLU
+  float attn_scale = 0.f;         // attention's score scale (Gemma: query_pre_attn_scalar^-1/2); 0: head_dim^-1/2
+  // Gemma 2's soft-capping (attn_logit_softcapping, final_logit_softcapping): scores / logits
+  // become c tanh(x / c); 0: none.
+  float attn_softcap = 0.f, final_softcap = 0.f;
+  nlohmann::json raw;  // the config.json as read, for writing back
 
   int qkv_dim() const { return (n_head + 2 * n_kv_head) * head_size; }
   const char* arch_name() const { return model_type.c_str(); }
+  // Whether layer l attends through the sliding window (every layer when sliding_layers is empty).
+  bool layer_slides(int l) const {
+    return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[size_t(l)] != 0);
+  }
 };
 
 // Parses a config.json object; `where` names its source in error messages.

@@ -47,6 +47,18 @@ nlohmann::json config_resolved_json(const ModelConfig& c) {
   if (c.o_bias) j["attention_bias"] = true;
   if (c.mlp_bias) j["mlp_bias"] = true;
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (c.model_type == "gemma3_text" || c.model_type == "gemma2") {  // Gemma's other settings, resolved
+    if (c.rope_local_theta > 0.f) j["rope_local_base_freq"] = float_value(c.rope_local_theta);
+    if (c.model_type == "gemma2") {
+      j["attn_logit_softcapping"] = c.attn_softcap > 0.f ? nlohmann::json(float_value(c.attn_softcap)) : nullptr;
+      j["final_logit_softcapping"] = c.final_softcap > 0.f ? nlohmann::json(float_value(c.final_softcap)) : nullptr;
+    }
+    const auto& q = c.raw.contains("query_pre_attn_scalar") ? c.raw["query_pre_attn_scalar"] : nlohmann::json();
+    j["query_pre_attn_scalar"] = q.is_number() ? q : nlohmann::json(256);  // as given (parsing checked it)
+    nlohmann::json types = nlohmann::json::array();
+    for (uint8_t s : c.sliding_layers) types.push_back(s ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+  }
   // The one other key a run reads from config.json: the EOS id packing splits documents at.
   if (c.raw.contains("eos_token_id")) j["eos_token_id"] = c.raw["eos_token_id"];
   return j;

@@ -2,6 +2,7 @@
 #include "models/decoder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -38,12 +39,20 @@ KvDecoder::KvDecoder(const Transformer& model, int max_len) : m_(model), max_len
     logits_ = w.take(c.vocab_size);
     cos_ = w.take(int64_t(max_len) * c.head_size / 2);
     sin_ = w.take(int64_t(max_len) * c.head_size / 2);
+    const int64_t local = c.rope_local_theta > 0.f ? int64_t(max_len) * c.head_size / 2 : 0;  // Gemma 3
+    cos_local_ = w.take(local);
+    sin_local_ = w.take(local);
   };
   carve(cv);
   work_ = Buffer(cv.used(), MemCategory::temporary);
   Carver real(work_.data());
   carve(real);
   if (shape.rope) rope_fill(m_.rope(), cos_, sin_, max_len);
+  for (int l = 0; l < c.n_layer && c.rope_local_theta > 0.f; ++l)
+    if (&m_.rope_for_layer(l) != &m_.rope()) {  // the sliding layers' table, once
+      rope_fill(m_.rope_for_layer(l), cos_local_, sin_local_, max_len);
+      break;
+    }
   qk_rstd_.resize(size_t(c.n_head + c.n_kv_head));
 }
 
@@ -55,7 +64,8 @@ TensorView KvDecoder::step(int32_t token) {
   const int64_t kvw = int64_t(c.n_kv_head) * c.head_size, qw = int64_t(c.n_head) * c.head_size;
   const float* wpe = m_.position_embedding().as<const float>();
   const float* wte = m_.token_embedding().as<const float>();
-  for (int i = 0; i < C; ++i) x_[i] = wte[int64_t(token) * C + i] + (wpe ? wpe[int64_t(pos_) * C + i] : 0.f);
+  const float scale = m_.embed_multiplier();  // Gemma: sqrt(hidden_size)
+  for (int i = 0; i < C; ++i) x_[i] = wte[int64_t(token) * C + i] * scale + (wpe ? wpe[int64_t(pos_) * C + i] : 0.f);
   // One row: every activation below is a (1, width) view.
   auto row = [](float* p, int64_t w) { return TensorView::of(p, {1, w}); };
   const TensorView x = row(x_, C), h = row(h_, C), one_mean = row(&mean_, 1), one_rstd = row(&rstd_, 1);
@@ -71,25 +81,29 @@ TensorView KvDecoder::step(int32_t token) {
       const TensorView k = TensorView::of(qkv_ + qw, {kr, b.k_norm.C});
       b.k_norm.forward(k, {}, TensorView::of(qk_rstd_.data() + c.n_head, {kr}), k);
     }
+    const bool local = &m_.rope_for_layer(int(l)) != &m_.rope();  // Gemma 3's sliding layers
+    const float *cs = local ? cos_local_ : cos_, *sn = local ? sin_local_ : sin_;
     if (b.shape.rope)  // position pos_: the table row at pos_ is "t = 0" of a 1-row call
-      kernels::rope_forward(qkv_, cos_ + int64_t(pos_) * half, sin_ + int64_t(pos_) * half, 1, 1, c.n_head, c.n_kv_head,
+      kernels::rope_forward(qkv_, cs + int64_t(pos_) * half, sn + int64_t(pos_) * half, 1, 1, c.n_head, c.n_kv_head,
                             c.head_size, c.qkv_dim());
     std::memcpy(k_[l] + pos_ * kvw, qkv_ + qw, kvw * sizeof(float));
     std::memcpy(v_[l] + pos_ * kvw, qkv_ + qw + kvw, kvw * sizeof(float));
     // A sliding window (Mistral) sees the last W cached positions, this one included.
     const int first = b.shape.window > 0 ? std::max(0, pos_ + 1 - b.shape.window) : 0;
     kernels::attention_decode(att_, qkv_, k_[l] + first * kvw, v_[l] + first * kvw, pos_ + 1 - first, c.n_head,
-                              c.n_kv_head, c.head_size);
+                              c.n_kv_head, c.head_size, b.shape.attn_scale, b.shape.attn_softcap);
     // Residual adds as the training pass does them (block.cpp): GEMM, then x += out.
     b.proj.forward(h, row(att_, qw));
-    if (b.shape.post_norm) b.post1.forward(h, {}, one_rstd, h);  // OLMo-2: the output normalized
+    if (b.shape.post_norm) b.post1.forward(h, {}, one_rstd, h);  // OLMo-2, Gemma: the output normalized
     kernels::add(x_, x_, h_, C);
     b.ln2.forward(h, one_mean, one_rstd, x);
     b.fc_in.forward(row(fc_, b.shape.fc_dim()), h);
     if (b.shape.mlp == nn::MlpKind::gelu)
       kernels::gelu_forward(act_, fc_, c.ffn);
-    else
+    else if (b.shape.mlp == nn::MlpKind::swiglu)
       kernels::swiglu_forward(act_, fc_, 1, c.ffn);
+    else
+      kernels::geglu_forward(act_, fc_, 1, c.ffn);
     b.fc_out.forward(h, row(act_, c.ffn));
     if (b.shape.post_norm) b.post2.forward(h, {}, one_rstd, h);
     kernels::add(x_, x_, h_, C);
@@ -97,6 +111,8 @@ TensorView KvDecoder::step(int32_t token) {
   m_.final_norm().forward(h, one_mean, one_rstd, x);
   kernels::gemm(false, true, 1, c.vocab_size, C, 1.0f, h_, C, m_.lm_head().as<const float>(), C, 0.0f, logits_,
                 c.vocab_size);
+  if (c.final_softcap > 0.f)  // Gemma 2: the logits soft-capped, as training's head does
+    for (int v = 0; v < c.vocab_size; ++v) logits_[v] = c.final_softcap * std::tanh(logits_[v] / c.final_softcap);
   ++pos_;
   return TensorView::of(logits_, {c.vocab_size});
 }

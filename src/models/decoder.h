@@ -28,6 +28,7 @@ class KvDecoder {
   Buffer kv_, work_;
   std::vector<float*> k_, v_;  // per layer: (max_len, KVH*HS)
   float *x_, *h_, *qkv_, *att_, *fc_, *act_, *logits_, *cos_, *sin_;
+  float *cos_local_ = nullptr, *sin_local_ = nullptr;  // Gemma 3: the sliding layers' RoPE table
   float mean_ = 0, rstd_ = 0;
   std::vector<float> qk_rstd_;  // (NH + KVH) rstds of the q/k head norms (Qwen3)
 };

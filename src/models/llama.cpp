@@ -3,7 +3,9 @@
 // RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, optional tied head, and the families'
 // options: q/k/v biases (Qwen2, Llama attention_bias), o_proj bias (attention_bias), MLP
 // biases (mlp_bias), per-head q/k RMSNorm (Qwen3), OLMo-2's norms (none before attention and
-// the MLP, RMSNorm on their outputs, q/k RMSNorm over the whole projections).
+// the MLP, RMSNorm on their outputs, q/k RMSNorm over the whole projections), Gemma 3's (both:
+// input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm,
+// zero-centred weights; GeGLU; its score scale; windows on some layers, which the model applies).
 // q/k/v and gate/up (weights, and biases) are added back to back so each trio/pair is one
 // contiguous [out, in] matrix (and one bias vector) that a single GEMM (bias add) handles.
 #include <string>
@@ -26,13 +28,18 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   // KV heads replicated (TP > KVH): rank r holds head r / R, the one its query heads use.
   const int R = tp.kv_replicas(c.n_kv_head);
   ModelSlots s;
-  s.shape = {c.n_embd, int(NH), int(KVH), c.head_size, int(Fl), nn::NormKind::rmsnorm, nn::MlpKind::swiglu, true};
+  const nn::MlpKind mlp = c.geglu ? nn::MlpKind::geglu : nn::MlpKind::swiglu;
+  s.shape = {c.n_embd, int(NH), int(KVH), c.head_size, int(Fl), nn::NormKind::rmsnorm, mlp, true};
   s.shape.qk_norm = c.qk_norm;
   s.shape.qk_norm_full = c.qk_norm_full;
   s.shape.kv_replicas = R;
   s.shape.pre_norm = c.pre_norm;
   s.shape.post_norm = c.post_norm;
-  s.shape.window = c.sliding_window;
+  s.shape.window = c.sliding_layers.empty() ? c.sliding_window : 0;  // per-layer windows: the model's packing
+  s.shape.attn_scale = c.attn_scale;
+  s.shape.attn_softcap = c.attn_softcap;
+  // Gemma's (1 + w) norms start at w = 0, the others' at w = 1: both scale by 1.
+  const ParamInit norm_init = c.norm_unit_offset ? ParamInit::zeros : ParamInit::ones;
   s.shape.sp = tp.sp ? tp.size : 1;
   // [out, in] weights: column-parallel ones cut dim 0 (outputs), row-parallel ones dim 1.
   auto col = [&](const std::string& name, int64_t out_l, int64_t out, int64_t in, ParamInit init) {
@@ -54,7 +61,7 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
                       tp.vocab_begin(c.vocab_size), ParamInit::normal);
   auto norm = [&](const std::string& name) {
     NormSlot n;
-    n.w = t.add(name, {C}, ParamInit::ones);
+    n.w = t.add(name, {C}, norm_init);
     return n;
   };
   auto linear = [&](int64_t w, int64_t in, int64_t out, int64_t b = -1) {
@@ -83,7 +90,7 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   auto head_norm = [&](const std::string& name, bool is_k) {
     NormSlot n;
     if (!c.qk_norm_full)
-      n.w = t.add(name, {HS}, ParamInit::ones);
+      n.w = t.add(name, {HS}, norm_init);
     else if (is_k)
       n.w = kv(name, {0}, ParamInit::ones);
     else
@@ -110,9 +117,11 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
     const int64_t o = t.add_split(a + "o_proj.weight", {C, NH * HS}, {C, c.n_head * HS}, Split::row, 1, r * NH * HS,
                                   ParamInit::residual_normal);
     b.proj = linear(o, NH * HS, C, biases(c.o_bias, {{a + "o_proj.bias", C, C}}));
-    // OLMo-2's post_attention_layernorm normalizes attention's output; Llama's the MLP's input.
+    // OLMo-2's and Gemma's post_attention_layernorm normalizes attention's output; Llama's the MLP's
+    // input, which Gemma calls pre_feedforward_layernorm.
     if (c.post_norm) b.post1 = norm(p + ".post_attention_layernorm.weight");
-    if (c.pre_norm) b.ln2 = norm(p + ".post_attention_layernorm.weight");
+    if (c.pre_norm)
+      b.ln2 = norm(p + (c.post_norm ? ".pre_feedforward_layernorm.weight" : ".post_attention_layernorm.weight"));
     int64_t g = col(m + "gate_proj.weight", Fl, F, C, ParamInit::normal);
     col(m + "up_proj.weight", Fl, F, C, ParamInit::normal);
     b.fc_in = linear(g, C, 2 * Fl, biases(c.mlp_bias, {{m + "gate_proj.bias", Fl, F}, {m + "up_proj.bias", Fl, F}}));

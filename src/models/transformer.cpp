@@ -59,6 +59,7 @@ struct UnitBinder {
     n.kind = norm_kind;
     n.C = C ? C : cfg.n_embd;
     n.eps = cfg.norm_eps;
+    n.unit_offset = cfg.norm_unit_offset;
     n.w = p(s.w, {n.C});
     n.b = p(s.b, {n.C});
     n.dw = g(s.w, {n.C});
@@ -71,6 +72,12 @@ struct UnitBinder {
 
 Transformer::Transformer(const ModelConfig& cfg, const TpPlan& tp, bool hold_params)
     : cfg_(cfg), layout_(model_layout(cfg, tp)), rope_(rope_freqs(cfg)) {
+  if (cfg.rope_local_theta > 0.f) {  // Gemma 3's sliding layers: their own base, no scaling (as HF)
+    ModelConfig local = cfg;
+    local.rope = RopeScaling{};
+    local.rope_theta = cfg.rope_local_theta;
+    rope_local_ = rope_freqs(local);
+  }
   flat_.set_units(&layout_.units);
   if (hold_params)
     params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
@@ -89,6 +96,7 @@ void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorV
   b.tp = tp_;
   b.cp = cp_;
   b.shape = s.shape;
+  if (!cfg_.sliding_layers.empty()) b.shape.window = cfg_.layer_slides(l) ? cfg_.sliding_window : 0;  // Gemma 3
   b.precision = compute ? act_plan_.precision : nn::Precision::fp32;
   b.ln1 = u.norm(bs.ln1);
   b.ln2 = u.norm(bs.ln2);
@@ -267,6 +275,7 @@ void Transformer::set_device(DeviceKind dev) {
   acts_.reset();
   scratch_.reset();
   rope_ext_.reset();
+  rope_local_ext_.reset();
   rope_ext_rows_ = 0;
   targets_.reset();
   inputs_.clear();
@@ -275,11 +284,11 @@ void Transformer::set_device(DeviceKind dev) {
   bind_layers();
 }
 
-void Transformer::fill_rope(float* cos, float* sin, int rows) {
-  if (dev_ == DeviceKind::cpu) return rope_fill(rope_, cos, sin, rows, T_);
+void Transformer::fill_rope(const RopeFreqs& f, float* cos, float* sin, int rows) {
+  if (dev_ == DeviceKind::cpu) return rope_fill(f, cos, sin, rows, T_);
   const size_t half = size_t(cfg_.head_size / 2), n = size_t(rows) * half;
   std::vector<float> host(2 * n);
-  rope_fill(rope_, host.data(), host.data() + n, rows, T_);
+  rope_fill(f, host.data(), host.data() + n, rows, T_);
   kernels::copy_in(dev_, cos, host.data(), n * sizeof(float));
   kernels::copy_in(dev_, sin, host.data() + n, n * sizeof(float));
 }
@@ -378,6 +387,9 @@ void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn
   const int64_t rope = shape.rope ? int64_t(T) * cfg.head_size / 2 : 0;
   s->rope_cos = sc.take(DType::f32, {rope});
   s->rope_sin = sc.take(DType::f32, {rope});
+  const int64_t local = cfg.rope_local_theta > 0.f ? rope : 0;
+  s->rope_local_cos = sc.take(DType::f32, {local});
+  s->rope_local_sin = sc.take(DType::f32, {local});
 }
 
 void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary, int slots,
@@ -408,6 +420,7 @@ void Transformer::plan(int B, int T, bool training, int slots) {
   acts_.reset();
   scratch_.reset();
   rope_ext_.reset();  // longrope's factors follow T
+  rope_local_ext_.reset();
   rope_ext_rows_ = 0;
   Carver a, s;
   if (layout_.tp.sp)
@@ -426,7 +439,9 @@ void Transformer::plan(int B, int T, bool training, int slots) {
     for (SlotInput& in : inputs_) in.ids = Buffer(size_t(3 * B * T) * sizeof(int32_t), MemCategory::data, dev_);
     targets_ = Buffer(size_t(B * T) * sizeof(int32_t), MemCategory::data, dev_);
   }
-  if (layout_.slots.shape.rope) fill_rope(sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
+  if (layout_.slots.shape.rope) fill_rope(rope_, sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
+  if (sc_.rope_local_cos.numel() > 0)
+    fill_rope(rope_local_, sc_.rope_local_cos.as<float>(), sc_.rope_local_sin.as<float>(), T);
 }
 
 void Transformer::set_held_layers(std::vector<char> held) {

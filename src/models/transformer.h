@@ -131,9 +131,13 @@ class Transformer {
   const std::vector<nn::Block>& blocks() const { return blocks_; }
   const nn::Norm& final_norm() const { return lnf_; }
   const RopeFreqs& rope() const { return rope_; }  // RoPE frequencies (models/rope.h)
-  TensorView token_embedding() const;              // (V, C); this rank's (vocab_local, C) under TP
-  TensorView position_embedding() const;           // (max_position, C); empty for RoPE models
-  TensorView lm_head() const;                      // (V, C)
+  // Gemma 3's sliding layers' frequencies (rope_local_base_freq); rope() for every other model.
+  const RopeFreqs& rope_for_layer(int l) const { return local_rope(l) ? rope_local_ : rope_; }
+  // Gemma: the factor the token embeddings are multiplied by (sqrt(hidden_size)); 1 otherwise.
+  float embed_multiplier() const;
+  TensorView token_embedding() const;     // (V, C); this rank's (vocab_local, C) under TP
+  TensorView position_embedding() const;  // (max_position, C); empty for RoPE models
+  TensorView lm_head() const;             // (V, C)
 
   // Where the pass takes parameters and gradients from; null = the model's flat buffers.
   // The provider must outlive its use.
@@ -167,6 +171,7 @@ class Transformer {
     nn::BlockScratch block{};
     nn::BlockActs shared{};  // what recomputed blocks refill (empty without recomputation)
     TensorView dres, dlnf, logits, dlogits_c, rope_cos, rope_sin;
+    TensorView rope_local_cos, rope_local_sin;  // Gemma 3's sliding layers' table (empty otherwise)
     int64_t lm_chunk = 0;
   };
   // What a slot's micro-batch brought: its tokens and packing (kept for its backward).
@@ -175,6 +180,10 @@ class Transformer {
     nn::Packing pack;
     nn::RopeTable rope;
     std::vector<int32_t> doc_start;
+    // Gemma 3's sliding layers: their window's bound on top of the packing, and their RoPE table.
+    nn::Packing pack_local;
+    nn::RopeTable rope_local;
+    std::vector<int32_t> doc_start_local;
     Buffer ids;  // on a GPU: the micro-batch's tokens, positions and doc_start there, (3, N)
   };
   static void carve(Carver& acts, Carver& scratch, const ModelConfig& cfg, const nn::BlockShape& shape, int V, int B,
@@ -190,6 +199,16 @@ class Transformer {
   nn::Packing prepare_packing(const int32_t* positions, SlotInput* in);
   // A RoPE table covering positions up to max_pos in `in` (packed rows, context parallel ranks).
   void extend_rope(int32_t max_pos, SlotInput* in);
+  // Gemma 3: pack_local from pack and the window, for the layers that slide.
+  void prepare_local(SlotInput* in);
+  // Whether layer l is one of Gemma 3's sliding layers (its own window and RoPE table).
+  bool local_layer(int l) const { return !cfg_.sliding_layers.empty() && cfg_.layer_slides(l); }
+  bool local_rope(int l) const { return cfg_.rope_local_theta > 0.f && local_layer(l); }
+  // The packing and RoPE table block l of a slot runs with.
+  const nn::Packing& pack_of(const SlotInput& in, int l) const { return local_layer(l) ? in.pack_local : in.pack; }
+  const nn::RopeTable& rope_of(const SlotInput& in, int l) const { return local_rope(l) ? in.rope_local : in.rope; }
+  // Scales the embedding's output (Gemma), or its gradient, by embed_multiplier().
+  void scale_embedding(TensorView x) const;
   // Binds block l's layers (or the final norm) to a unit's views; grads may be empty.
   void bind_block(int l, TensorView params, TensorView grads, TensorView compute = {});
   void bind_head(TensorView params, TensorView grads);
@@ -198,7 +217,7 @@ class Transformer {
 
   ModelConfig cfg_;
   ModelLayout layout_;
-  RopeFreqs rope_;
+  RopeFreqs rope_, rope_local_;
   std::vector<nn::Block> blocks_;
   nn::Norm lnf_;
   Buffer params_, grads_, acts_, scratch_;
@@ -222,14 +241,14 @@ class Transformer {
   Scratch sc_;
   // Packed batches: a RoPE table for positions >= T (rows that start mid-document), grown
   // on demand up to the context.
-  Buffer rope_ext_;
+  Buffer rope_ext_, rope_local_ext_;
   int rope_ext_rows_ = 0;
   DeviceKind dev_ = DeviceKind::cpu;
   Buffer targets_;  // on a GPU: the head's targets there (N)
   // The RoPE tables (rows of HS/2 cos, then as many sin) computed on the host, into cos/sin
   // on the model's device.
   // longrope chooses its factors by the planned row length T, whatever the rows filled.
-  void fill_rope(float* cos, float* sin, int rows);
+  void fill_rope(const RopeFreqs& f, float* cos, float* sin, int rows);
   // Copies the micro-batch's host arrays to the device (GPU only): tokens, positions, doc_start.
   void upload_slot(SlotInput* in, const int32_t* inputs);
 };

@@ -1,6 +1,7 @@
 // transformer_pass.cpp: the forward and backward pass in stage-able pieces, and their
 // composition (see transformer.h).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -81,11 +82,45 @@ void Transformer::extend_rope(int32_t max_pos, SlotInput* in) {
     // It covers the whole context at once: slots in flight keep pointers into it.
     const int rows = cfg_.max_position;
     rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary, dev_);
-    fill_rope(rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows);
+    fill_rope(rope_, rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows);
+    if (cfg_.rope_local_theta > 0.f) {
+      rope_local_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary, dev_);
+      fill_rope(rope_local_, rope_local_ext_.as<float>(), rope_local_ext_.as<float>() + rows * half, rows);
+    }
     rope_ext_rows_ = rows;
   }
   in->rope.cos = rope_ext_.as<float>();
   in->rope.sin = rope_ext_.as<float>() + rope_ext_rows_ * half;
+  if (cfg_.rope_local_theta > 0.f)
+    in->rope_local = {rope_local_ext_.as<float>(), rope_local_ext_.as<float>() + rope_ext_rows_ * half};
+}
+
+void Transformer::prepare_local(SlotInput* in) {
+  in->pack_local = in->pack;
+  const int W = cfg_.sliding_window, B = B_, T = T_;
+  if (cfg_.sliding_layers.empty() || W <= 0 || T <= W) return;
+  ZT_ASSERT(dev_ == DeviceKind::cpu && !cp_, "per-layer sliding windows run on one CPU rank's whole rows");
+  if (in->pack.doc_start)
+    in->doc_start_local.assign(in->pack.doc_start, in->pack.doc_start + int64_t(B) * T);
+  else
+    in->doc_start_local.assign(size_t(B) * T, 0);
+  kernels::attention_window_start(in->doc_start_local.data(), B, T, W);
+  in->pack_local.doc_start = in->doc_start_local.data();
+}
+
+float Transformer::embed_multiplier() const {
+  // HF: hidden_size ** 0.5 (a Python float) as a float32 tensor.
+  return cfg_.embed_scale ? float(std::sqrt(double(cfg_.n_embd))) : 1.0f;
+}
+
+void Transformer::scale_embedding(TensorView x) const {
+  if (!cfg_.embed_scale) return;
+  ZT_ASSERT(dev_ == DeviceKind::cpu, "scaled embeddings run on the CPU only");
+  float* p = x.as<float>();
+  const float m = embed_multiplier();
+  const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] *= m;
 }
 
 void Transformer::begin_pass(bool backward) {
@@ -100,7 +135,9 @@ void Transformer::begin_slot(int slot, const int32_t* inputs, const int32_t* pos
   SlotInput& in = inputs_[slot];
   in.inputs = inputs;
   in.rope = {sc_.rope_cos.as<const float>(), sc_.rope_sin.as<const float>()};
+  in.rope_local = {sc_.rope_local_cos.as<const float>(), sc_.rope_local_sin.as<const float>()};
   in.pack = prepare_packing(positions, &in);
+  prepare_local(&in);
   if (dev_ == DeviceKind::cuda) upload_slot(&in, inputs);
 }
 
@@ -145,6 +182,7 @@ void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* 
                                      tp.vocab_valid(cfg_.vocab_size));
     tp_->row_parallel_output(out, full);
   }
+  scale_embedding(slots_[slot].res[0]);
   provider().release(u);
 }
 
@@ -155,7 +193,7 @@ void Transformer::blocks_forward(int slot, int first, int last) {
     const int u = layout_.block_units[l];
     const TensorView P = provider().acquire(u, false);
     bind_block(l, P, {}, compute_view(u, P));
-    blocks_[l].forward(a.res[l + 1], a.res[l], a.blocks[l], sc_.block, B_, T_, in.rope, in.pack);
+    blocks_[l].forward(a.res[l + 1], a.res[l], a.blocks[l], sc_.block, B_, T_, rope_of(in, l), pack_of(in, l));
     provider().release(u);
   }
 }
@@ -185,7 +223,7 @@ double Transformer::head_forward_backward(int slot, const int32_t* targets, floa
   lnf_.forward(land, a.lnf_mean, a.lnf_rstd, a.res[L]);
   nn::lower(prec, mine(a.lnf_out), land, dev_);
   if (tp_) tp_->column_parallel_input(a.lnf_out);
-  kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_local, sc_.lm_chunk};
+  kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_local, sc_.lm_chunk, cfg_.final_softcap};
   kernels::LmHeadCompute lc;
   if (prec != nn::Precision::fp32) {
     lc.t = nn::compute_dtype(prec);
@@ -241,7 +279,8 @@ void Transformer::blocks_backward(int slot, int first, int last) {
     const int u = layout_.block_units[l];
     const TensorView P = provider().acquire(u, true);
     bind_block(l, P, provider().grads(u), compute_view(u, P));
-    blocks_[l].backward(sc_.dres, a.res[l], a.blocks[l], sc_.block, B_, T_, in.rope, in.pack, act_plan_.of(l));
+    blocks_[l].backward(sc_.dres, a.res[l], a.blocks[l], sc_.block, B_, T_, rope_of(in, l), pack_of(in, l),
+                        act_plan_.of(l));
     provider().release(u);
     provider().grads_done(u);
   }
@@ -271,6 +310,7 @@ void Transformer::embed_backward(int slot) {
   const ModelSlots& s = layout_.slots;
   {
     ZT_PROFILE("embedding_bwd");
+    scale_embedding(sc_.dres);  // d(m e)/de = m: the stream's gradient, no longer needed, scaled in place
     float* dwpe = s.wpe >= 0 ? G.as<float>() + (s.wpe - base) : nullptr;
     if (!tp_) {
       kernels::embedding_backward(dev_, G.as<float>() + (s.wte - base), dwpe, sc_.dres.as<const float>(), in.inputs, N,

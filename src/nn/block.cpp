@@ -72,7 +72,7 @@ BlockScratch Block::carve_scratch(Carver& c, const BlockShape& s, int B, int T, 
   const int64_t N = int64_t(B) * T;
   BlockScratch r{};
   r.act = c.take(DType::f32, {N, s.F});  // the activation's fp32 landing, then its gradient
-  r.dfc = c.take(DType::f32, {s.mlp == MlpKind::swiglu ? N : 0, s.fc_dim()});
+  r.dfc = c.take(DType::f32, {s.gated() ? N : 0, s.fc_dim()});
   r.dln = c.take(DType::f32, {N, s.C});
   r.datt = c.take(DType::f32, {N, int64_t(s.NH) * s.HS});
   r.dqkv = c.take(DType::f32, {N, s.qkv_dim()});
@@ -139,8 +139,10 @@ void Block::activation_forward(const BlockActs& a, TensorView fc32, const BlockS
     const int64_t N = rows(fc32);
     if (shape.mlp == MlpKind::gelu)
       kernels::gelu_forward(dev, l.as<float>(), fc32.as<const float>(), N * shape.F);
-    else
+    else if (shape.mlp == MlpKind::swiglu)
       kernels::swiglu_forward(dev, l.as<float>(), fc32.as<const float>(), N, shape.F);
+    else
+      kernels::geglu_forward(dev, l.as<float>(), fc32.as<const float>(), N, shape.F);
   }
   lower(a.act, l);
 }
@@ -148,7 +150,7 @@ void Block::activation_forward(const BlockActs& a, TensorView fc32, const BlockS
 void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockScratch& sc, int B, int T,
                     const RopeTable& rope, const Packing& pack) const {
   const BlockShape& s = shape;
-  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start};
+  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start, s.attn_scale, s.attn_softcap};
   norm_forward(ln1, mine(a.ln1), a.ln1_mean, a.ln1_rstd, x, mine(sc.dln));
   if (tp) tp->column_parallel_input(a.ln1);
   // q, k, v: computed in fp32; under bf16 kept in bf16, and attention reads the kept values.
@@ -305,7 +307,7 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
                      const RopeTable& rope, const Packing& pack, Recompute r) const {
   const int64_t N = int64_t(B) * T;
   const BlockShape& s = shape;
-  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start};
+  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start, s.attn_scale, s.attn_softcap};
   // Refill what the forward did not keep. Every kernel is deterministic at a given thread
   // count, so the refilled tensors equal the ones a forward without recomputation kept
   // (bit for bit; the tests check the gradients).
@@ -337,8 +339,11 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
     ZT_PROFILE("act_bwd");
     if (s.mlp == MlpKind::gelu) {
       kernels::gelu_backward(dev, dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N * s.F);
-    } else {
+    } else if (s.mlp == MlpKind::swiglu) {
       kernels::swiglu_backward(dev, sc.dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N, s.F);
+      dfc = sc.dfc;
+    } else {
+      kernels::geglu_backward(dev, sc.dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N, s.F);
       dfc = sc.dfc;
     }
   }

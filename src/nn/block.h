@@ -20,7 +20,8 @@
 
 namespace zt::nn {
 
-enum class MlpKind { gelu, swiglu };
+// gelu: GPT-2's fc -> tanh-GELU; swiglu / geglu (Gemma): [gate | up] -> silu / tanh-GELU(gate) * up.
+enum class MlpKind { gelu, swiglu, geglu };
 
 struct BlockShape {
   int C, NH, KVH, HS, F;
@@ -33,15 +34,19 @@ struct BlockShape {
   // kv_replicas ranks hold each KV head (TpPlan::kv_replicas), counted once.
   bool qk_norm_full = false;
   int kv_replicas = 1;
-  bool pre_norm = true;    // false (OLMo-2): ln1 / ln2 are the identity (NormKind::none)
-  bool post_norm = false;  // OLMo-2: RMSNorm on attention's and the MLP's outputs before the residual add
-  int window = 0;          // sliding-window attention (Mistral): keys t-window+1..t; 0 = none. The model
-                           // turns it into Packing::doc_start (the kernel's per-query first key).
-  int sp = 1;              // sequence parallel: the residual stream (x, mid, y, norm statistics) holds
-                           // N / sp of the N = B T rows; GEMM inputs and attention hold all N.
+  bool pre_norm = true;      // false (OLMo-2): ln1 / ln2 are the identity (NormKind::none)
+  bool post_norm = false;    // OLMo-2: RMSNorm on attention's and the MLP's outputs before the residual add
+  int window = 0;            // sliding-window attention (Mistral): keys t-window+1..t; 0 = none. The model
+                             // turns it into Packing::doc_start (the kernel's per-query first key).
+                             // Gemma 3's per-layer windows come in through Packing the same way.
+  float attn_scale = 0.f;    // attention's score scale (kernels::AttnDims::scale); 0: HS^-1/2
+  float attn_softcap = 0.f;  // Gemma 2: scores soft-capped (kernels::AttnDims::softcap); 0: none
+  int sp = 1;                // sequence parallel: the residual stream (x, mid, y, norm statistics) holds
+                             // N / sp of the N = B T rows; GEMM inputs and attention hold all N.
   int64_t rows_local(int64_t N) const { return N / sp; }
   int qkv_dim() const { return (NH + 2 * KVH) * HS; }
-  int fc_dim() const { return mlp == MlpKind::swiglu ? 2 * F : F; }
+  bool gated() const { return mlp != MlpKind::gelu; }
+  int fc_dim() const { return gated() ? 2 * F : F; }
 };
 
 // Views carved from the activation arena; shapes in the glossary's terms.
@@ -66,7 +71,7 @@ struct BlockActs {
 
 struct BlockScratch {
   TensorView act;         // (N, F) fp32: the activation (landing) and its gradient
-  TensorView dfc;         // (N, 2F) SwiGLU only
+  TensorView dfc;         // (N, 2F) SwiGLU / GeGLU only
   TensorView dln;         // (N, C)
   TensorView datt;        // (N, NH HS)
   TensorView dqkv;        // (N, (NH + 2 KVH) HS)

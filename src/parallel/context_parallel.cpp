@@ -124,7 +124,8 @@ void ContextParallel::ensure(size_t kv_elems, size_t out_elems, size_t lse_elems
 }
 
 void ContextParallel::attention_forward(float* out, float* lse, const float* qkv, const kernels::AttnDims& d) {
-  ZT_ASSERT(!d.doc_start && d.T == local_T(), "context parallel attention: unexpected packing or length");
+  ZT_ASSERT(!d.doc_start && d.T == local_T() && d.scale == 0.f && d.softcap == 0.f,
+            "context parallel attention: unexpected packing, length or scale");
   const int P = size(), r = rank();
   if (P == 1) return kernels::attention_forward(out, lse, qkv, d);
   const int Tl = d.T, HS = d.HS;

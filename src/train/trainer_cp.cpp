@@ -20,6 +20,9 @@ void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg)
   // A rank's table covers its T / cp rows; longrope picks its factors by the whole sequence.
   ZT_CHECK(cfg.rope.type != "longrope", "--context-parallel-size ", cp,
            " does not compose with rope_scaling longrope yet (its factors follow the whole sequence's length)");
+  // Context parallel attention runs causal over whole rows at the default scale.
+  ZT_CHECK(cfg.sliding_layers.empty() && cfg.attn_scale == 0.f, "--context-parallel-size ", cp,
+           " does not compose with ", cfg.model_type, " yet (sliding-window layers, its attention scale)");
   ZT_CHECK(a.zero_hpz_partition_size <= 1 && a.local_sgd_steps == 0, "--context-parallel-size ", cp,
            " does not compose with --zero_hpz_partition_size or --local_sgd_steps yet");
   ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--context-parallel-size ", cp,

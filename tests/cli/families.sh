@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # families.sh: the published config.json of Llama-3.2-1B, Qwen2.5-0.5B, Mistral-7B-v0.1,
-# Qwen3-0.6B, OLMo-2-0425-1B and Phi-3-mini-128k (tests/fixtures/configs; Phi-3's longrope factors
+# Qwen3-0.6B, OLMo-2-0425-1B, Phi-3-mini-128k, Gemma-3-1B and Gemma-2-2B (tests/fixtures/configs; Phi-3's longrope factors
 # are placeholders of the published length) pass estimate-memory as downloaded, and train when shrunk
 # (every family key kept; Mistral's window shorter than the rows); the output folder keeps the
 # config's keys and carries the tokenizer and generation config, so `generate` runs on it (and on
@@ -15,14 +15,15 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 PY=/usr/bin/python3
 fail=0
-FAMS="llama-3.2-1b qwen2.5-0.5b mistral-7b-v0.1 qwen3-0.6b olmo2-1b phi3-mini-128k"
+FAMS="llama-3.2-1b qwen2.5-0.5b mistral-7b-v0.1 qwen3-0.6b olmo2-1b phi3-mini-128k gemma3-1b gemma2-2b"
 for f in $FAMS; do
   "$Z" estimate-memory --model_config_path "$CFG/$f.json" --per_device_train_batch_size 1 --model_max_length 2048 \
     >"$W/est" 2>&1 || { echo "FAIL: estimate-memory $f"; cat "$W/est"; fail=1; }
 done
 grep -q "1235.81M total params" <(for f in llama-3.2-1b; do "$Z" estimate-memory --model_config_path "$CFG/$f.json"; done) ||
   { echo "FAIL: Llama-3.2-1B is not 1235.81M parameters"; fail=1; }
-for want in "olmo2-1b 1484.92M" "phi3-mini-128k 3821.08M"; do  # the published counts
+# the published counts (Gemma-3-1B: 999,885,952 with its tied embedding; Gemma-2-2B 2,614,341,888)
+for want in "olmo2-1b 1484.92M" "phi3-mini-128k 3821.08M" "gemma3-1b 999.89M" "gemma2-2b 2614.34M"; do
   set -- $want
   "$Z" estimate-memory --model_config_path "$CFG/$1.json" | grep -q "$2 total params" ||
     { echo "FAIL: $1 is not $2 parameters"; fail=1; }
@@ -38,12 +39,14 @@ for b in range(256):
     else: m[b] = chr(256 + n); n += 1
 enc = {m[b]: b for b in range(256)}
 enc["<|endoftext|>"] = 256
-for f in ["llama-3.2-1b", "qwen2.5-0.5b", "mistral-7b-v0.1", "qwen3-0.6b", "olmo2-1b", "phi3-mini-128k"]:
+for f in ["llama-3.2-1b", "qwen2.5-0.5b", "mistral-7b-v0.1", "qwen3-0.6b", "olmo2-1b", "phi3-mini-128k", "gemma3-1b",
+          "gemma2-2b"]:
     c = json.load(open(f"{cfg}/{f}.json"))
     c.update({"vocab_size": 257, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 64, "eos_token_id": 256})
     if "head_dim" in c: c["head_dim"] = 16
-    if c.get("sliding_window") is not None and c["model_type"] in ("mistral", "phi3"): c["sliding_window"] = 8
+    if c.get("sliding_window") is not None and c["model_type"] in ("mistral", "phi3", "gemma3_text", "gemma2"):
+        c["sliding_window"] = 8
     if (c.get("rope_scaling") or {}).get("type") == "longrope":  # 8 frequencies at head_dim 16; rows pass 8
         c["rope_scaling"].update(short_factor=[1.0 + 0.1 * i for i in range(8)], long_factor=[1.0 + i for i in range(8)])
         c["original_max_position_embeddings"] = 8
@@ -110,8 +113,13 @@ P
   [ $rc -ne 0 ] && [ "$(wc -l <"$W/err")" -eq 1 ] && grep -q "^ztrain: error: .*$3" "$W/err" ||
     { echo "FAIL: $1: rc $rc, stderr:"; cat "$W/err"; fail=1; }
 }
-bad gemma2 'c["model_type"] = "gemma2"' 'model_type "gemma2" is not supported'
-bad gemma3 'c["model_type"] = "gemma3_text"' 'model_type "gemma3_text" is not supported'
+bad gemma 'c["model_type"] = "gemma"' 'model_type "gemma" is not supported'
+bad gemma3_multimodal 'c["model_type"] = "gemma3"' 'model_type "gemma3" is not supported'
+bad final_softcap 'c["model_type"] = "gemma3_text"; c["final_logit_softcapping"] = 30.0' \
+  'final_logit_softcapping = 30.0 is not supported for gemma3_text'
+bad attn_softcap 'c["model_type"] = "gemma3_text"; c["attn_logit_softcapping"] = 50.0' 'attn_logit_softcapping = 50.0'
+bad layer_types 'c["model_type"] = "gemma3_text"; c["layer_types"] = ["full_attention"]' \
+  'layer_types must list one entry per layer (2)'
 bad short_factor 'c["rope_scaling"]["short_factor"] = [1.0] * 7' 'short_factor has 7 entries; .*head_dim / 2 = 8'
 bad long_factor 'c["rope_scaling"]["long_factor"] = [1.0] * 9' 'long_factor has 9 entries'
 bad partial_rotary 'c["partial_rotary_factor"] = 0.75' 'partial_rotary_factor 0.75 is not supported'

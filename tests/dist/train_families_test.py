@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""train_families_test.py: the families with blocks or stored names of their own (OLMo-2, Phi-3) under
+"""train_families_test.py: the families with blocks or stored names of their own (OLMo-2, Phi-3, Gemma 3) under
 tensor and pipeline parallelism equal one process.
 
 Each family's published config.json (tests/fixtures/configs) shrunk to 4 layers of width 64 (4 query
@@ -9,7 +9,9 @@ heads, 2 KV heads, vocabulary 509: the last TP rank's slice padded), random init
     replicated on 2 ranks: OLMo-2's k_norm spans the KV heads) and PP 2 (1F1B);
   - the HF folder TP 2 exports (within 1e-3: Adam's steps on near-zero gradients; gathered from the slices, transformers' names: Phi-3's fused
     qkv_proj / gate_up_proj) equals one process's.
-Phi-3 runs with a window of 8 and longrope past an original context of 16.
+Phi-3 runs with a window of 8 and longrope past an original context of 16; Gemma 3 with sliding layers
+(window 8, every other layer) and a score scale of 24^-1/2; Gemma 2 the same with soft-capped scores
+(1) and logits (0.3): the vocabulary-parallel loss caps each rank's logits.
 usage: train_families_test.py ZTRAIN MPIRUN FIXTURES_DIR
 """
 import json
@@ -23,7 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from disttest import check, failures, read_safetensors, rel, step_history, train  # noqa: E402
 
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
-FAMILIES = {"olmo2": "olmo2-1b.json", "phi3": "phi3-mini-128k.json"}
+FAMILIES = {"olmo2": "olmo2-1b.json", "phi3": "phi3-mini-128k.json", "gemma3": "gemma3-1b.json",
+            "gemma2": "gemma2-2b.json"}
 B, T, ACC, STEPS, V = 2, 32, 4, 6, 509
 
 
@@ -39,6 +42,10 @@ def shrunk(name, work):
         c["original_max_position_embeddings"] = 16
     if c.get("sliding_window") is not None:
         c["sliding_window"] = 8
+    if c["model_type"] == "gemma3_text":
+        c.update(sliding_window_pattern=2, query_pre_attn_scalar=24)
+    if c["model_type"] == "gemma2":  # caps that bend the scores and logits at this size
+        c.update(query_pre_attn_scalar=24, attn_logit_softcapping=1.0, final_logit_softcapping=0.3)
     path = os.path.join(work, f"{name}.json")
     json.dump(c, open(path, "w"), indent=2)
     return path

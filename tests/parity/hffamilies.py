@@ -1,6 +1,7 @@
 """The families whose blocks differ from Llama's beyond its options, as transformers computes
-them: OLMo-2 (Olmo2DecoderLayer) and Phi-3 (Phi3DecoderLayer: fused qkv_proj / gate_up_proj,
-longrope). Kept apart from hfmodels.py (which builds them through
+them: OLMo-2 (Olmo2DecoderLayer), Phi-3 (Phi3DecoderLayer: fused qkv_proj / gate_up_proj,
+longrope), Gemma 2 and Gemma 3's text model (Gemma2ForCausalLM, Gemma3ForCausalLM: one model class
+below). Kept apart from hfmodels.py (which builds them through
 build_model) to keep each file readable; the shared pieces (rope, attention, MLP) come from it.
 """
 
@@ -149,6 +150,169 @@ class Phi3Layer(nn.Module):
     def forward(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class GemmaRMSNorm(nn.Module):
+    """Gemma3RMSNorm: zero-centred weight, output * (1 + w), all in float32, cast back at the end."""
+
+    def __init__(self, C, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(C))
+
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (1.0 + self.weight.float())).type_as(x)
+
+
+class Gemma3Attention(nn.Module):
+    """Gemma3Attention: per-head q_norm / k_norm before RoPE, scores scaled by
+    query_pre_attn_scalar ** -0.5, a sliding window on the sliding layers. Gemma2Attention: no
+    q/k norms; the scores soft-capped (c tanh(s / c)) before the mask."""
+
+    def __init__(self, c, sliding):
+        super().__init__()
+        C, hs = c["hidden_size"], c["head_dim"]
+        self.n_head, self.n_kv_head, self.hs = c["num_attention_heads"], c["num_key_value_heads"], hs
+        self.scaling = c["query_pre_attn_scalar"] ** -0.5
+        self.window = c["sliding_window"] if sliding else 0
+        bias = bool(c.get("attention_bias"))
+        self.q_proj = nn.Linear(C, self.n_head * hs, bias=bias)
+        self.k_proj = nn.Linear(C, self.n_kv_head * hs, bias=bias)
+        self.v_proj = nn.Linear(C, self.n_kv_head * hs, bias=bias)
+        self.o_proj = nn.Linear(self.n_head * hs, C, bias=bias)
+        self.softcap = c.get("attn_logit_softcapping") if c["model_type"] == "gemma2" else None
+        if c["model_type"] == "gemma3_text":
+            self.q_norm = GemmaRMSNorm(hs, c["rms_norm_eps"])
+            self.k_norm = GemmaRMSNorm(hs, c["rms_norm_eps"])
+        else:
+            self.q_norm = self.k_norm = nn.Identity()
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.n_head, self.hs)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv_head, self.hs)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_head, self.hs).transpose(1, 2)
+        q = q * cos + hfmodels.rotate_half(q) * sin
+        k = k * cos + hfmodels.rotate_half(k) * sin
+        rep = self.n_head // self.n_kv_head
+        if rep > 1:
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        window = self.window if 0 < self.window < T else 0
+        q3, k3, v3 = (t.reshape(B * self.n_head, T, self.hs) for t in (q, k, v))
+        mask = hfmodels.causal_mask(T, q.dtype, q.device, window).expand(B * self.n_head, T, T)
+        if self.softcap:  # Gemma 2: capped, then masked
+            att = torch.bmm(q3, k3.transpose(1, 2)) * self.scaling
+            att = torch.softmax(torch.tanh(att / self.softcap) * self.softcap + mask, dim=-1)
+        else:
+            att = torch.softmax(torch.baddbmm(mask, q3, k3.transpose(1, 2), alpha=self.scaling), dim=-1)
+        y = torch.bmm(att, v3).view(B, self.n_head, T, self.hs).transpose(1, 2).reshape(B, T, self.n_head * self.hs)
+        return self.o_proj(y)
+
+
+class Gemma3MLP(nn.Module):
+    """Gemma3MLP: down(gelu_pytorch_tanh(gate(x)) * up(x))."""
+
+    def __init__(self, C, F_):
+        super().__init__()
+        self.gate_proj = nn.Linear(C, F_, bias=False)
+        self.up_proj = nn.Linear(C, F_, bias=False)
+        self.down_proj = nn.Linear(F_, C, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+class Gemma3Layer(nn.Module):
+    """Gemma3DecoderLayer: norms before and after attention and the MLP (the outputs normalized
+    before the residual add); sliding layers use the local RoPE table."""
+
+    def __init__(self, c, sliding):
+        super().__init__()
+        C, eps = c["hidden_size"], c["rms_norm_eps"]
+        self.sliding = sliding
+        self.self_attn = Gemma3Attention(c, sliding)
+        self.mlp = Gemma3MLP(C, c["intermediate_size"])
+        self.input_layernorm = GemmaRMSNorm(C, eps)
+        self.post_attention_layernorm = GemmaRMSNorm(C, eps)
+        self.pre_feedforward_layernorm = GemmaRMSNorm(C, eps)
+        self.post_feedforward_layernorm = GemmaRMSNorm(C, eps)
+
+    def forward(self, x, rope_global, rope_local):
+        cos, sin = rope_local if self.sliding else rope_global
+        x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin))
+        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+
+
+def gemma3_config(config):
+    """Gemma3TextConfig's / Gemma2Config's defaults and the layer types (layer_types, else every
+    sliding_window_pattern-th layer global; Gemma 2 every other); keys starting with "_" are this
+    module's."""
+    c = dict(config)
+    g3 = c["model_type"] == "gemma3_text"
+    for k, v in (("num_key_value_heads", 4), ("head_dim", 256), ("rms_norm_eps", 1e-6),
+                 ("rope_theta", 1e6 if g3 else 1e4), ("rope_local_base_freq", 1e4), ("query_pre_attn_scalar", 256),
+                 ("sliding_window", 4096), ("tie_word_embeddings", True),
+                 ("max_position_embeddings", 131072 if g3 else 8192)):
+        if c.get(k) is None:
+            c[k] = v
+    if g3:
+        for k in ("attn_logit_softcapping", "final_logit_softcapping"):
+            if c.get(k) is not None:
+                raise ValueError(f"{k} is not supported")
+    else:
+        c.setdefault("attn_logit_softcapping", 50.0)
+        c.setdefault("final_logit_softcapping", 30.0)
+    L = c["num_hidden_layers"]
+    if c.get("layer_types"):
+        c["_sliding"] = [t == "sliding_attention" for t in c["layer_types"]]
+    else:
+        pattern = (c.get("sliding_window_pattern") or 6) if g3 else 2
+        c["_sliding"] = [bool((i + 1) % pattern) for i in range(L)]
+    return c
+
+
+class Gemma3(nn.Module):
+    """Gemma3ForCausalLM (text): embeddings times sqrt(hidden_size), tied head by default."""
+    norm_zero_centred = True  # init_weights / perturb: norm weights around 0, not 1
+
+    def __init__(self, config):
+        super().__init__()
+        c = gemma3_config(config)
+        self.config = c
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
+        self.model.layers = nn.ModuleList(Gemma3Layer(c, s) for s in c["_sliding"])
+        self.model.norm = GemmaRMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        if not c["tie_word_embeddings"]:
+            self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
+        self._rope = {}
+
+    def head_weight(self):
+        return self.model.embed_tokens.weight if self.config["tie_word_embeddings"] else self.lm_head.weight
+
+    def forward(self, idx, targets=None):
+        T = idx.size(1)
+        x = self.model.embed_tokens(idx)
+        x = x * torch.tensor(self.config["hidden_size"] ** 0.5, dtype=x.dtype)
+        key = (T, x.dtype, str(x.device))
+        if key not in self._rope:
+            g3 = self.config["model_type"] == "gemma3_text"  # Gemma 2: one table for every layer
+            local = dict(self.config, rope_theta=self.config["rope_local_base_freq"], rope_scaling=None) if g3 \
+                else self.config
+            self._rope[key] = (hfmodels.rope_cos_sin(T, self.config, x.dtype, x.device),
+                               hfmodels.rope_cos_sin(T, local, x.dtype, x.device))
+        rope_global, rope_local = self._rope[key]
+        for layer in self.model.layers:
+            x = layer(x, rope_global, rope_local)
+        x = self.model.norm(x)
+        logits = F.linear(x, self.head_weight())
+        cap = self.config.get("final_logit_softcapping")
+        if cap:  # Gemma 2
+            logits = torch.tanh(logits / cap) * cap
+        return logits, (hfmodels.lm_loss(logits, targets) if targets is not None else None)
 
 
 # model_type -> (layer class, final norm class) for hfmodels.Llama.

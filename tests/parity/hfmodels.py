@@ -525,6 +525,9 @@ def build_model(config):
         return GPT2(config)
     if mt in ("llama", "mistral", "qwen2", "qwen3", "olmo2", "phi3"):
         return Llama(config)
+    if mt in ("gemma3_text", "gemma2"):
+        import hffamilies
+        return hffamilies.Gemma3(config)
     raise ValueError(f"unsupported model_type {mt!r}")
 
 
@@ -579,8 +582,8 @@ def init_weights(model, n_layer, generator=None, std=0.02):
     for name, p in model.named_parameters():
         if name.endswith("bias"):
             p.zero_()
-        elif p.dim() == 1:
-            p.fill_(1.0)
+        elif p.dim() == 1:  # norm weights: 1, or 0 where the norm scales by 1 + w (Gemma)
+            p.fill_(0.0 if getattr(model, "norm_zero_centred", False) else 1.0)
         else:
             s = std / math.sqrt(2 * n_layer) if name.endswith(_RESIDUAL_PROJ) else std
             p.normal_(0.0, s, generator=generator)

@@ -125,7 +125,10 @@ def perturb(model, gen):
             c = model.config
             p[:(c["num_attention_heads"] + c["num_key_value_heads"]) * c["head_dim"]].mul_(8.0)
         if p.dim() == 1:
-            base = 0.0 if name.endswith("bias") else 1.0
+            zero_centred = getattr(model, "norm_zero_centred", False)  # Gemma: the norm scales by 1 + w
+            base = 0.0 if name.endswith("bias") or zero_centred else 1.0
+            if zero_centred and name.endswith(("q_norm.weight", "k_norm.weight")):
+                base = 2.0  # q and k normalized, then x3: sharp enough that windows, bases and scale act
             p.copy_(base + 0.1 * torch.randn(p.shape, generator=gen))
 
 

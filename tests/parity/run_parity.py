@@ -5,7 +5,9 @@ For GPT-2 and for Llama with grouped-query attention (fp32 weights), a tied Llam
 stored in BF16, and each Llama-shaped family from its published config.json (Llama 3.2
 with llama3 RoPE, Mistral with a sliding window shorter than the sequence, Qwen2.5's
 q/k/v biases, Qwen3's q/k norms, OLMo-2's output norms and whole-projection q/k norms,
-Phi-3's fused projections and longrope, Llama biases with linear / yarn / dynamic RoPE):
+Phi-3's fused projections and longrope, Gemma 3's sliding and global layers, Gemma 2's soft-capping,
+Llama biases with
+linear / yarn / dynamic RoPE):
 build one random HF folder and one token file, train 5 AdamW steps
 (lr 1e-3, weight decay 0.1, clip 1.0, betas 0.9/0.95, eps 1e-8, constant lr, file
 order, gradient accumulation 2) in both, and require every per-step loss and pre-clip
@@ -65,6 +67,17 @@ CASES += [
                             "--rope_scaling", PHI3_ROPE, "--set", '{"original_max_position_embeddings": 16}'] + FAMILY),
     ("phi3_longrope_short", ["--config", os.path.join(CONFIGS, "phi3-mini-128k.json"), "--rope_scaling", PHI3_ROPE,
                              "--set", '{"original_max_position_embeddings": 64}'] + FAMILY),
+    # Gemma 3: a sliding layer (window 8, local RoPE base) then a global one (rope_theta with linear
+    # scaling), the score scale 24^-1/2 (not head_dim's), attention biases, (1 + w) norms, GeGLU.
+    ("gemma3_local_global", ["--config", os.path.join(CONFIGS, "gemma3-1b.json"), "--head_dim", "16",
+                             "--sliding_window", "8", "--rope_scaling", '{"rope_type": "linear", "factor": 2.0}',
+                             "--set", '{"query_pre_attn_scalar": 24, "sliding_window_pattern": 2, '
+                             '"attention_bias": true}'] + FAMILY),
+    # Gemma 2: layer 0 slides (window 8), layer 1 is global; scores capped at 1 and logits at 0.3 (far
+    # below the published 50 / 30, so that the caps bend them at test size), no q/k norms.
+    ("gemma2_softcap", ["--config", os.path.join(CONFIGS, "gemma2-2b.json"), "--head_dim", "16", "--sliding_window",
+                        "8", "--set", '{"query_pre_attn_scalar": 24, "attention_bias": true, '
+                        '"attn_logit_softcapping": 1.0, "final_logit_softcapping": 0.3}'] + FAMILY),
     ("llama_rope_dynamic", ["--config", os.path.join(CONFIGS, "llama-3.2-1b.json"), "--rope_scaling",
                             '{"rope_type": "dynamic", "factor": 2.0}'] + FAMILY),
 ]
@@ -73,7 +86,8 @@ CASES += [
 # GEMM outputs that backward reads), so the bound is the issue's 1e-2 relative per-step loss;
 # grad norms and trained parameters are looser for the same reason.
 MIXED = {"gpt2": "gpt2_autocast_bf16", "llama_gqa": "llama_gqa_autocast_bf16",
-         "olmo2_post_norms": "olmo2_autocast_bf16", "phi3_longrope_long": "phi3_autocast_bf16"}
+         "olmo2_post_norms": "olmo2_autocast_bf16", "phi3_longrope_long": "phi3_autocast_bf16",
+         "gemma3_local_global": "gemma3_autocast_bf16", "gemma2_softcap": "gemma2_autocast_bf16"}
 CASES += [(MIXED[n], args) for n, args in CASES if n in MIXED]
 # Head size 64: the bf16 attention kernel (AVX512-BF16 tile products) runs; below it falls back to fp32.
 CASES += [("gpt2_hs64_autocast_bf16", ["--arch", "gpt2", "--vocab_size", "300", "--n_embd", "128", "--n_layer", "2",
