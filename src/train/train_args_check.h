@@ -6,12 +6,16 @@
 #include <utility>
 #include <vector>
 
+#include "models/config.h"
 #include "train/train_args.h"
 
 namespace zt::train_internal {
 
 // Throws a one-line zt::Error naming the flag on the first problem.
 void check_args(const TrainArgs& a);
+// --context-parallel-size against the world, the sequence length T and what does not compose
+// with it yet (one error line each).
+void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg);
 // Every file or folder the command reads, with the flag that names it.
 std::vector<std::pair<std::string, std::string>> input_paths(const TrainArgs& a);
 

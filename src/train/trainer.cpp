@@ -30,8 +30,8 @@ namespace {
 ModelConfig load_config(const TrainArgs& a) {
   ZT_CHECK(a.model_name_or_path.empty() != a.model_config_path.empty(),
            "give exactly one of --model_name_or_path (an HF folder) or --model_config_path (a config.json)");
-  const ModelConfig cfg = config_from_file(!a.model_config_path.empty() ? a.model_config_path
-                                                                        : a.model_name_or_path + "/config.json");
+  const ModelConfig cfg =
+      config_from_file(!a.model_config_path.empty() ? a.model_config_path : a.model_name_or_path + "/config.json");
   return train_internal::with_rope_scaling(cfg, a.rope_scaling, a.model_max_length);  // a long-context stage's RoPE
 }
 
@@ -236,9 +236,9 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
   }
   if (flash_) start_flash();
   if (world.size() > 1) {
-    std::vector<const dist::Communicator*> comms = {&world_, tied_comm_.get()};
+    std::vector<const dist::Communicator*> comms = {&world_, parallel_->tied_comm()};
     for (size_t g = 0; g < dist::kNumGroups; ++g) comms.push_back(&grid_->group(dist::Group(g)));
-    for (const dist::Communicator* c : engine_->comms()) comms.push_back(c);
+    for (const dist::Communicator* c : parallel_->engine().comms()) comms.push_back(c);
     straggler_ = std::make_unique<StragglerMonitor>(comms, world.size(), a_.straggler_threshold);
   }
   start_loader_and_log();
@@ -300,8 +300,8 @@ void Trainer::load_data() {
   if (sft_) {
     load_sft_data();
   } else if (channels_.named) {
-    blend_ = std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, T_, !a_.no_shuffle,
-                                             uint64_t(data_seed_of(a_)));
+    blend_ =
+        std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, T_, !a_.no_shuffle, uint64_t(data_seed_of(a_)));
     train_sequences_ = blend_->num_sequences();
     if (world_.rank() == 0) std::printf("Data channels: %s\n", blend_->describe().c_str());
   } else {
@@ -465,25 +465,27 @@ void Trainer::build_model_and_engine() {
     if (chief_) gpu_peak_ = gpu_gemm_peak(a_.peak_gflops, nn::compute_dtype(plan_.precision));
     model_->set_device(DeviceKind::cuda);
   }
-  if (tp.size > 1) {
-    tp_region_ = std::make_unique<parallel::TensorParallel>(grid_->tp(), tp.sp, tp.kv_replicas(cfg_.n_kv_head));
-    tp_replicated_ = parallel::tp_replicated_params(model_->params());
-    model_->set_tp_region(tp_region_.get());
-    tp_partial_ = parallel::tp_partial_grad_params(model_->layout());
-    tp_norm_w_ = parallel::tp_norm_weights(model_->params(), tp.size);
-  }
-  if (grid_->cp().size() > 1) {  // the pass on this rank's T / cp rows, attention around the ring
-    cp_region_ = std::make_unique<parallel::ContextParallel>(grid_->cp(), T_);
-    model_->set_cp_region(cp_region_.get());
-    cp_eval_ = cp_eval_shard(*cp_region_, grid_->cp(), B_);
-  }
   weights_s_ = seconds_since(t0);
-  // The engine takes the parameters over (stages 1-3 keep only this rank's shard) before
-  // the activations are planned: the flat buffers it frees never coexist with them.
-  parallel::DataParallelOptions eo = engine_options(a_);
+  // parallelize() applies TP, CP, the pipeline cut and the DP / ZeRO engine. The engine takes the
+  // parameters over (stages 1-3 keep only this rank's shard) before the activations are planned:
+  // the flat buffers it frees never coexist with them.
+  parallel::ParallelPlan pp;
+  pp.rows = B_;
+  pp.seq_len = T_;
+  pp.micro_batches = G_;
+  pp.sequence_parallel = a_.sequence_parallel;
+  pp.schedule = schedule_kind_;
+  pp.layers_per_virtual_stage = a_.layers_per_virtual_stage;
+  pp.stage_layers = a_.pipeline_layers;
+  pp.balance_by_time = a_.pipeline_balance == "time";
+  pp.act_plan = plan_;
+  pp.data_parallel = engine_options(a_);
+  if (a_.local_sgd_steps > 0)
+    pp.local_sgd = parallel::LocalSgdOptions{a_.local_sgd_steps, a_.local_sgd_outer_lr, a_.local_sgd_outer_momentum};
+  pp.print = chief_;
   if (sharded_init) {
     const uint64_t seed = uint64_t(a_.seed);
-    eo.initial_params = [this, seed, fresh, &hf](int64_t begin, int64_t n, float* dst) {
+    pp.data_parallel.initial_params = [this, seed, fresh, &hf](int64_t begin, int64_t n, float* dst) {
       if (!fresh)
         std::fill_n(dst, n, 0.f);  // the checkpoint overwrites every element this rank keeps
       else if (hf)
@@ -492,26 +494,7 @@ void Trainer::build_model_and_engine() {
         model_->init_values(seed, begin, n, dst);
     };
   }
-  if (a_.pipeline_parallel_size > 1) {
-    model_->set_act_plan(plan_);  // the cut weighs the activations of this plan
-    const parallel::StageCut cut = parallel::plan_stages(
-        *model_, B_, T_ / grid_->cp().size(), a_.pipeline_parallel_size, a_.layers_per_virtual_stage,
-        a_.pipeline_layers, optim::optimizer_state_bytes_per_param(a_.optim), a_.pipeline_balance == "time");
-    eo.pipeline = parallel::stage_units(*model_, cut, grid_->pp(), &tied_comm_);
-    // Activations only for this stage's blocks.
-    for (int l = 0; l < cfg_.n_layer; ++l) stage_layers_.push_back(cut.stage_of_layer(l) == grid_->pp().rank());
-    model_->set_held_layers(stage_layers_);
-    pipe_ = std::make_unique<parallel::PipelineExecutor>(*model_, grid_->pp(), cut, schedule_kind_, G_);
-    eo.pipeline.acquire_order = pipe_->acquire_order();  // ZeRO-3 gathers in the schedule's order
-    if (chief_)
-      std::printf("Pipeline: %d stages, %s schedule, %d micro-batches, blocks per virtual stage %s\n",
-                  a_.pipeline_parallel_size, parallel::schedule_name(schedule_kind_), G_, cut.to_string().c_str());
-  }
-  engine_ = parallel::DataParallel::create(*model_, *grid_, eo);
-  if (a_.local_sgd_steps > 0)
-    local_sgd_ = std::make_unique<parallel::LocalSgd>(
-        model_->flat_params().as<float>(), model_->params(), grid_->dp_replicate(),
-        parallel::LocalSgdOptions{a_.local_sgd_steps, a_.local_sgd_outer_lr, a_.local_sgd_outer_momentum});
+  parallel_ = parallel::parallelize(*model_, *grid_, pp);
   if (a_.fp16) {
     scaler_ = std::make_unique<optim::LossScaler>(a_.ds_precision.loss_scaler);
   } else if (a_.bf16 && a_.ds_precision.bf16_check_grad_overflow) {
@@ -591,20 +574,17 @@ void Trainer::resume() {
     resumed_ = std::move(reader);
   }
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_, &stages_);
-  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
-  if (scaler_) parts.push_back(scaler_.get());
-  if (local_sgd_) parts.push_back(local_sgd_.get());
-  parts.push_back(spike_.get());
-  for (Stateful* c : parts) c->load_state(*resumed_);
-  engine_->sync_after_load();
+  for (Stateful* c : components(rs)) c->load_state(*resumed_);  // the log loads when it exists
+  parallel_->sync_after_load();
   start_step_ = rs.cursor.step();
   if (rs.cursor.switched()) begin_data_stage(context_change);
   // The step is recorded by several components; they must agree (else the folder mixes saves
   // or was edited), since the data, the LR and the optimizer's bias correction all follow it.
-  ZT_CHECK(rs.schedule.step() == start_step_ && engine_->optimizer().steps() == start_step_ - skipped_steps(),
-           resumed_->source(), ": its data cursor, LR scheduler and optimizer are at different steps (", start_step_,
-           ", ", rs.schedule.step(), ", ", engine_->optimizer().steps(), " + ", skipped_steps(),
-           " skipped); the checkpoint is damaged");
+  ZT_CHECK(
+      rs.schedule.step() == start_step_ && parallel_->engine().optimizer().steps() == start_step_ - skipped_steps(),
+      resumed_->source(), ": its data cursor, LR scheduler and optimizer are at different steps (", start_step_, ", ",
+      rs.schedule.step(), ", ", parallel_->engine().optimizer().steps(), " + ", skipped_steps(),
+      " skipped); the checkpoint is damaged");
   if (!chief_) return;
   if (!flash_ || flash_->resumed_step() < 0)
     std::printf("Resuming from %s at step %lld\n", dir.c_str(), (long long)start_step_);
@@ -624,7 +604,7 @@ void Trainer::start_flash() {
   const std::string run_id = dist::broadcast_string(world_, chief_ ? run_tag_.run_id : "", 0);
   RunState rs(a_, seqs_per_step_, T_, *sched_, start_step_, train_id_, run_tag_, &stages_);
   StateCollector c;
-  for (Stateful* p : rs.with(*engine_)) p->save_state(c);
+  for (const Stateful* p : components(rs)) p->save_state(c);
   uint64_t bytes = 0;
   for (const StatePiece& p : c.pieces) bytes += (uint64_t(p.slice.count) * 4 + 63) / 64 * 64;
   flash_->start(run_id, bytes);
@@ -645,7 +625,7 @@ void Trainer::start_run(const CheckpointRef* resumed, const std::string& resumed
 
 void Trainer::start_loader_and_log() {
   model_->set_act_plan(plan_);
-  model_->plan(B_, T_ / grid_->cp().size(), /*training=*/true, pipe_ ? pipe_->slots() : 1);
+  model_->plan(B_, parallel_->local_seq_len(), /*training=*/true, parallel_->activation_slots());
   lc_.B = B_;
   lc_.T = T_;
   lc_.accumulation = G_;
@@ -681,7 +661,7 @@ void Trainer::start_loader_and_log() {
                                                : gemm_peak_for_run(a_.peak_gflops, nn::compute_dtype(plan_.precision),
                                                                    omp_get_max_threads(), a_.peak_cache_dir));
     log_->print_header(train_sequences_, seqs_per_step_);
-    if (dp_comm_->size() > 1) std::printf("  Data parallel: %s\n", engine_->describe().dump().c_str());
+    if (dp_comm_->size() > 1) std::printf("  Data parallel: %s\n", parallel_->engine().describe().dump().c_str());
   }
   resumed_.reset();  // every component has its state: the checkpoint's files close
 }

@@ -28,13 +28,10 @@
 #include "data/token_data.h"
 #include "text/tokenizer.h"
 #include "dist/parallel_dims.h"
-#include "parallel/local_sgd.h"
-#include "parallel/tensor_parallel.h"
-#include "parallel/context_parallel.h"
+#include "parallel/parallelize.h"
 #include "plan/planner.h"
 #include "train/auto_parallel.h"
 #include "plan/memory_fit.h"
-#include "parallel/pipeline.h"
 #include "parallel/buckets.h"
 #include "models/transformer.h"
 #include "optim/loss_scaler.h"
@@ -52,7 +49,8 @@
 #include "train/train_log.h"
 #include "train/auto_fit.h"
 #include "train/precision.h"
-#include "train/trainer_parts.h"
+#include "parallel/dp_report.h"
+#include "train/train_args_check.h"
 
 namespace zt::train_internal {
 using Clock = std::chrono::steady_clock;
@@ -77,8 +75,8 @@ struct RunTag final : Stateful {
   void load_state(StateReader&) override {}
 };
 
-// The components a checkpoint holds besides the trainer's log, at optimizer step `step`: where
-// the data, the RNG and the schedule stand, which data and run, the parameters and the optimizer.
+// The run's own components of a checkpoint at optimizer step `step`: where the data, the RNG and
+// the schedule stand, which data and run (Trainer::components adds the others).
 struct RunState {
   RunState(const TrainArgs& a, int64_t seqs_per_step, int T, const optim::Schedule& s, int64_t step,
            const FileIdentity& train, const RunTag& tag, std::vector<DataStage>* stages)
@@ -87,9 +85,7 @@ struct RunState {
         schedule(s, step),
         data(train, allowed_changes(a.resume_allow_changes).data),
         tag(tag) {}
-  std::vector<Stateful*> with(parallel::DataParallel& dp) {
-    return {&cursor, &rng, &schedule, &data, &tag, &dp.param_state(), &dp.optimizer()};
-  }
+  std::vector<Stateful*> parts() { return {&cursor, &rng, &schedule, &data, &tag}; }
   DataCursor cursor;
   RngState rng;
   optim::ScheduleState schedule;
@@ -120,8 +116,10 @@ class Trainer {
   void start_run(const CheckpointRef* resumed, const std::string& resumed_dir = "");
   void start_loader_and_log();
   StepResult train_step(int64_t step);
-  void pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale);
-  parallel::PipelineMicroBatch local_batch(const MicroBatch& mb, int slot);
+  // Every component of a checkpoint, in one list for every use (save, resume, rollback, the
+  // flash snapshot's size): the run's (rs), the parallel model's (parameters, optimizer, in the
+  // global layout), the loss scaler, local SGD, the spike guard and, once it exists, the log.
+  std::vector<Stateful*> components(RunState& rs);
   void after_step(int64_t step, const StepResult& r, double step_s);
   void save(int64_t step);
   int step_vote(int64_t step, double step_s);
@@ -129,16 +127,11 @@ class Trainer {
   bool handle_spike(int64_t step, const StepResult& r, int64_t* resume_at);
   int64_t rollback(int64_t step);
   void finish(double train_s);
-  nlohmann::json pipeline_report(int64_t steps_run);
   int64_t skipped_steps() const { return (scaler_ ? scaler_->skipped_steps() : 0) + spike_->skipped(); }
   // The LR schedule advances with optimizer steps taken, as HF's and DeepSpeed's schedulers
   // do: a step skipped for overflow does not move it.
   double lr_for(int64_t step) const { return sched_->lr_at(step - skipped_steps()); }
   void load_best_model();
-  // Under tensor parallelism, components whose tensors are stored per TP slice (TpStateAdapter).
-  std::vector<Stateful*> tp_wrap(const std::vector<Stateful*>& parts);
-  std::vector<std::unique_ptr<parallel::TpStateAdapter>> tp_adapters_;
-  StateShard checkpoint_shard() const;
 
   Clock::time_point t_start_ = Clock::now();
   TrainArgs a_;
@@ -181,28 +174,15 @@ class Trainer {
   std::string best_checkpoint_;
   double weights_s_ = 0, startup_s_ = 0;
   std::unique_ptr<optim::Schedule> sched_;
-  std::unique_ptr<parallel::DataParallel> engine_;  // the strategy: how a step is computed across ranks
-  // Tensor parallelism (null / empty without): the pass's TP operators, the replicated
-  // tensors whose gradients are summed over the group, each tensor's weight in the norm.
-  std::unique_ptr<parallel::TensorParallel> tp_region_;
-  std::vector<int> tp_partial_, tp_replicated_;
-  std::vector<double> tp_norm_w_;
-  std::unique_ptr<parallel::ContextParallel> cp_region_;  // --context-parallel-size > 1
-  EvalShard cp_eval_;                                     // evaluation's rows cut the same way
-  // Pipeline parallelism (--pipeline-model-parallel-size > 1): this rank's stage.
-  parallel::PipeSchedule schedule_kind_ = parallel::PipeSchedule::one_f_one_b;
-  std::unique_ptr<dist::Communicator> tied_comm_;  // first + last stage, for a tied LM head
-  std::unique_ptr<parallel::PipelineExecutor> pipe_;
-  std::vector<MicroBatch> pipe_batches_;     // the step's micro-batches, held for the schedule
-  std::vector<char> stage_layers_;           // per layer: run by this stage
-  double bubble_sum_ = 0, last_bubble_ = 0;  // the measured bubble (mean over stages): sum over steps, last
-  std::vector<double> stage_bubble_sum_;     // per stage, summed over the steps after the first
-  int64_t bubble_steps_ = 0;
+  // The model with the run's parallelism applied (parallel/parallelize.h): how a step is
+  // computed across ranks.
+  std::unique_ptr<parallel::ParallelModel> parallel_;
+  parallel::PipeSchedule schedule_kind_ = parallel::PipeSchedule::one_f_one_b;  // --pipeline-model-parallel-size > 1
+  std::vector<MicroBatch> held_batches_;  // a pipeline step's micro-batches, held for its schedule
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
   std::unique_ptr<optim::LossScaler> scaler_;
-  std::unique_ptr<parallel::LocalSgd> local_sgd_;  // --local_sgd_steps
-  std::unique_ptr<StateReader> resumed_;           // a checkpoint folder, or a flash snapshot
+  std::unique_ptr<StateReader> resumed_;  // a checkpoint folder, or a flash snapshot
   LoaderConfig lc_;
   // The run's data stages (data/loader.h): one, or more after long-context resumes
   // (train/context_stage.h); the last is current. stage_entry_: its log_history record, to add.

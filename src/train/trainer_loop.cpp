@@ -9,7 +9,41 @@
 namespace zt::train_internal {
 namespace fs = std::filesystem;
 
-// One optimizer step through the strategy object: micro-batches, reductions, clip, update.
+namespace {
+// The step's micro-batches from the loader, as the parallel model asks for them. The first was
+// read by train_step (an SFT step's counted targets set the gradient scale); under a pipeline each
+// is copied, since the loader's ring reuses its buffers before the schedule is done.
+class StepBatches final : public parallel::MicroBatchSource {
+ public:
+  StepBatches(DataLoader& loader, const MicroBatch& first, int64_t step, std::vector<MicroBatch>* held,
+              ChannelLosses* channels)
+      : loader_(loader), first_(first), step_(step), held_(held), channels_(channels) {}
+  parallel::PipelineMicroBatch next(int micro) override {
+    const MicroBatch* mb = micro == 0 ? &first_ : &loader_.next();
+    ZT_ASSERT(mb->step == step_ && mb->micro == micro);
+    if (held_) {
+      if (held_->size() <= size_t(micro)) held_->resize(size_t(micro) + 1);
+      (*held_)[size_t(micro)] = *mb;
+      mb = &(*held_)[size_t(micro)];
+    }
+    current_ = mb;
+    return {mb->inputs.data(), mb->targets.data(), mb->pos()};
+  }
+  void backward_done(int, const parallel::PipelineMicroBatch& local) override {
+    if (channels_) channels_->add(current_->channels, local.targets);
+  }
+
+ private:
+  DataLoader& loader_;
+  const MicroBatch& first_;
+  int64_t step_;
+  std::vector<MicroBatch>* held_;
+  ChannelLosses* channels_;
+  const MicroBatch* current_ = nullptr;
+};
+}  // namespace
+
+// One optimizer step through the parallel model: micro-batches, reductions, clip, update.
 StepResult Trainer::train_step(int64_t step) {
   // The loss scale multiplies the gradients (fp16); the loss itself is reported unscaled. The
   // mean is over the step's counted targets: all of them for token files; for SFT, those not
@@ -18,50 +52,26 @@ StepResult Trainer::train_step(int64_t step) {
   float grad_scale = float(loss_scale / (double(seqs_per_step_) * T_));
   // Local SGD: a group's all-reduce sums its own ranks only, so its gradient is its share of the
   // global batch scaled up to a mean over that share.
-  if (local_sgd_) grad_scale *= float(grid_->dp_replicate().size());
-  engine_->begin_step();
+  if (parallel_->local_sgd()) grad_scale *= float(grid_->dp_replicate().size());
+  parallel_->begin_step();
   if (a_.test_fail_step == step && world_.rank() == a_.test_fail_rank)  // test hook, set by apps/
     throw Error(
         str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ", step));
-  double sums[2] = {0, 0};  // loss sum, counted tokens (summed over the dp ranks below)
   // Test hook: the data of one step corrupted (its loss and gradients scaled; not under a pipeline).
   const int64_t spike_key = step + 1 + (a_.test_spike_by_state ? 0 : spike_->data_offset_steps());
   const float corrupt = a_.test_spike_step == spike_key ? float(a_.test_spike_factor) : 1.0f;
-  if (pipe_) {
-    pipeline_micro_batches(step, &sums[0], loss_scale, &grad_scale);
-  } else {
-    for (int micro = 0; micro < G_; ++micro) {
-      const MicroBatch& mb = loader_->next();
-      ZT_ASSERT(mb.step == step && mb.micro == micro);
-      if (sft_ && micro == 0) grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
-      int64_t c = 0;
-      engine_->set_last_micro(micro == G_ - 1);
-      const parallel::PipelineMicroBatch lb = local_batch(mb, 0);
-      sums[0] += corrupt * model_->forward_backward(lb.inputs, lb.targets, corrupt * grad_scale, &c, lb.positions);
-      sums[1] += double(c);
-      if (chan_) chan_->add(mb.channels, lb.targets);
-    }
-  }
-  engine_->end_backward();
-  if (tp_region_) {
-    const auto pieces = [&](const auto& f) { engine_->for_each_grad_piece(f); };
-    parallel::tp_sum_partial_grads(grid_->tp(), tp_partial_, pieces);
-    if (tp_region_->kv_group()) parallel::tp_sum_partial_grads(*tp_region_->kv_group(), tp_replicated_, pieces);
-  }
-  if (grid_->dp_cp().size() > 1) grid_->dp_cp().all_reduce(sums, 2);  // cp ranks hold other tokens
+  const MicroBatch& first = loader_->next();
+  if (sft_) grad_scale = first.step_targets > 0 ? float(loss_scale / double(first.step_targets)) : 0.0f;
+  StepBatches batches(*loader_, first, step, parallel_->pipelined() ? &held_batches_ : nullptr,
+                      parallel_->pipelined() ? nullptr : chan_.get());
+  parallel::StepLoss loss = parallel_->forward_backward(batches, grad_scale, corrupt);
+  parallel_->finish_grads(loss);  // the loss summed over the ranks too
   StepResult r;
-  r.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // a step of prompt-only rows trains nothing
+  r.loss = loss.count > 0 ? loss.sum / loss.count : 0.0;  // a step of prompt-only rows trains nothing
   // Under mixed precision a non-finite loss is an overflow like inf/NaN gradients (the global
   // norm, the same on every rank): the scaler skips the step. Otherwise the spike guard judges.
   ZT_PROFILE("optimizer");
-  if (tp_region_) {
-    // Split tensors' squares summed over the TP ranks, replicated ones counted once.
-    double sq = engine_->grad_sq_weighted(tp_norm_w_);
-    grid_->tp().all_reduce(&sq, 1);
-    r.grad_norm = std::sqrt(sq) / loss_scale;
-  } else {
-    r.grad_norm = engine_->grad_norm() / loss_scale;
-  }
+  r.grad_norm = parallel_->grad_norm() / loss_scale;
   if (scaler_) {
     const bool overflow = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
     r.skipped = scaler_->update(overflow);  // throws when the scale cannot go lower
@@ -72,60 +82,9 @@ StepResult Trainer::train_step(int64_t step) {
   if (r.spike.bad) return r;
   spike_->accept(r.loss, r.grad_norm);
   if (flash_) flash_->wait_copied();  // the update changes what a flash snapshot is copying
-  engine_->clip(r.grad_norm, a_.max_grad_norm, 1.0 / loss_scale);
-  engine_->step(lr_for(step));
+  parallel_->clip(r.grad_norm, a_.max_grad_norm, 1.0 / loss_scale);
+  parallel_->step(lr_for(step));
   return r;
-}
-
-// A pipeline step: every stage of a data-parallel rank reads the same micro-batches (the
-// loader's rank is the dp rank), the executor runs the schedule over them, and the loss (the
-// last stage's) is summed over the stages; the measured bubble is averaged over them for the log.
-void Trainer::pipeline_micro_batches(int64_t step, double* sums, double loss_scale, float* grad_scale) {
-  pipe_batches_.resize(size_t(G_));
-  std::vector<parallel::PipelineMicroBatch> mbs;
-  for (int micro = 0; micro < G_; ++micro) {
-    pipe_batches_[micro] = loader_->next();
-    const MicroBatch& mb = pipe_batches_[micro];
-    ZT_ASSERT(mb.step == step && mb.micro == micro);
-    if (sft_ && micro == 0) *grad_scale = mb.step_targets > 0 ? float(loss_scale / double(mb.step_targets)) : 0.0f;
-  }
-  for (int micro = 0; micro < G_; ++micro) mbs.push_back(local_batch(pipe_batches_[micro], micro));
-  const parallel::PipelineStepStats st =
-      pipe_->step(mbs, *grad_scale, [&](bool last) { engine_->set_last_micro(last); });
-  const int P = grid_->pp().size();
-  std::vector<double> v(2 * size_t(P) + 2, 0.0);
-  v[0] = st.loss_sum;
-  v[1] = double(st.count);
-  v[2 + grid_->pp().rank()] = st.compute_s;
-  v[2 + P + grid_->pp().rank()] = st.step_s;
-  grid_->pp().all_reduce(v.data(), v.size());
-  sums[0] = v[0];
-  sums[1] = v[1];
-  // A stage's bubble is its idle share of the pipeline's whole run (the slowest stage's
-  // schedule, as (P - 1) / (m + P - 1) counts it), not of its own: the last stage finishes its
-  // last backward while the first still works, and that wait is idle too.
-  double makespan = 0, mean = 0;
-  for (int s = 0; s < P; ++s) makespan = std::max(makespan, v[2 + P + s]);
-  std::vector<double> bubble(size_t(P), 0.0);
-  for (int s = 0; s < P; ++s) {
-    bubble[size_t(s)] = makespan > 0 ? 1.0 - v[2 + s] / makespan : 0.0;
-    mean += bubble[size_t(s)] / P;
-  }
-  last_bubble_ = mean;
-  if (step > start_step_) {  // the first step warms up
-    bubble_sum_ += mean, ++bubble_steps_;
-    stage_bubble_sum_.resize(size_t(P), 0.0);
-    for (int s = 0; s < P; ++s) stage_bubble_sum_[s] += bubble[size_t(s)];
-  }
-}
-
-// This rank's view of a micro-batch: the loader's rows, or under context parallelism its chunks of
-// each row at their global positions (held in the region's slot `slot` until that slot's next use).
-parallel::PipelineMicroBatch Trainer::local_batch(const MicroBatch& mb, int slot) {
-  if (!cp_region_) return {mb.inputs.data(), mb.targets.data(), mb.pos()};
-  ZT_CHECK(!mb.pos(), "--context-parallel-size does not support packed rows (position ids) yet");
-  const parallel::ContextParallel::Shard s = cp_region_->shard(mb.inputs.data(), mb.targets.data(), B_, slot);
-  return {s.inputs, s.targets, s.positions};
 }
 
 void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
@@ -147,9 +106,9 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     if (scaler_ && a_.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
     if (scaler_) extra.push_back({"skipped_steps", double(scaler_->skipped_steps())});
     // Local SGD: bytes this rank sent across groups (hosts) per step so far in this run.
-    if (local_sgd_)
-      extra.push_back({"bytes_across_hosts_per_step", local_sgd_->bytes_across() / double(step + 1 - start_step_)});
-    if (pipe_) extra.push_back({"pipeline_bubble", last_bubble_});
+    if (const parallel::LocalSgd* l = parallel_->local_sgd())
+      extra.push_back({"bytes_across_hosts_per_step", l->bytes_across() / double(step + 1 - start_step_)});
+    if (parallel_->pipelined()) extra.push_back({"pipeline_bubble", parallel_->last_bubble()});
     if (straggler_) {
       extra.push_back({"slowest_rank", double(straggler_->slowest_rank())});
       extra.push_back({"slowest_rank_ratio", straggler_->slowest_ratio()});
@@ -167,42 +126,22 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
     if (step == start_step_) log_->first_step(startup_s_, weights_s_);
   }
   const bool eval_now = (eval_every_ > 0 && (step + 1) % eval_every_ == 0) || (final_eval_ && step + 1 == total_steps_);
-  // When the engine's forward is a collective (ZeRO-3 gathers), every rank evaluates.
+  // Every rank whose forward is a collective evaluates (ParallelModel::begin_eval); the chief logs.
   bool best_now = false;
-  // Pipeline: every stage's units are gathered (a collective over the stages), then the chief
-  // evaluates the whole model from its flat buffers, as one process would.
-  // Under TP x PP the first stage's ranks (whole TP groups) evaluate, each over its slices.
-  const bool pipe_eval = pipe_ && (val_ || sft_val_rows_) && eval_now;
-  const bool evaluator = chief_ || (tp_region_ && (!pipe_ || grid_->pp().rank() == 0));
-  if (pipe_eval) {
-    engine_->export_params();
-    model_->set_provider(nullptr);
-    if (evaluator) {  // the whole model's activations for the evaluation, the stage's again after it
-      model_->set_held_layers({});
-      model_->plan(B_, T_, /*training=*/true);
+  if ((val_ || sft_val_rows_) && eval_now) {
+    if (parallel_->begin_eval(chief_)) {
+      const EvalShard* cs = parallel_->eval_shard();
+      EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples, cs)
+                                   : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
+                                              a_.per_device_eval_batch_size, cs);
+      if (log_) log_->eval_done(step + 1, e);
+      const std::string& m = a_.metric_for_best_model;
+      const double v = m == "loss" || m == "eval_loss" ? e.loss : e.perplexity;
+      const bool greater = a_.explicit_flags.count("greater_is_better") ? a_.greater_is_better : false;
+      best_now = best_step_ < 0 || (greater ? v > best_metric_ : v < best_metric_);
+      if (best_now) best_metric_ = v, best_step_ = step + 1;
     }
-  }
-  // So is a tensor- or context-parallel forward (every rank evaluates; the chief logs). A
-  // pipeline's evaluator runs on the gathered flat parameters, without the engine.
-  if ((val_ || sft_val_rows_) && eval_now &&
-      (evaluator || cp_region_ || (!pipe_eval && engine_->forward_is_collective()))) {
-    const EvalShard* cs = cp_region_ ? &cp_eval_ : nullptr;
-    EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples, cs)
-                                 : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
-                                            a_.per_device_eval_batch_size, cs);
-    if (log_) log_->eval_done(step + 1, e);
-    const std::string& m = a_.metric_for_best_model;
-    const double v = m == "loss" || m == "eval_loss" ? e.loss : e.perplexity;
-    const bool greater = a_.explicit_flags.count("greater_is_better") ? a_.greater_is_better : false;
-    best_now = best_step_ < 0 || (greater ? v > best_metric_ : v < best_metric_);
-    if (best_now) best_metric_ = v, best_step_ = step + 1;
-  }
-  if (pipe_eval) {
-    model_->set_provider(dynamic_cast<ParamProvider*>(engine_.get()));
-    if (evaluator) {
-      model_->set_held_layers(stage_layers_);
-      model_->plan(B_, T_, /*training=*/true, pipe_->slots());
-    }
+    parallel_->end_eval();
   }
   const bool will_save = save_every_ > 0 && save_every_ <= total_steps_;
   if (will_save && (step + 1) % save_every_ == 0) {
@@ -215,22 +154,19 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
 // under ZeRO), the chief the JSON state and the checksums.
 void Trainer::save(int64_t step) {
   RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_, &stages_);
-  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));
-  if (scaler_) parts.push_back(scaler_.get());
-  if (local_sgd_) parts.push_back(local_sgd_.get());
-  parts.push_back(spike_.get());
-  if (log_) parts.push_back(log_.get());
+  const std::vector<Stateful*> parts = components(rs);
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
   last_saved_step_ = step;
   if (flash_) {
     StateCollector c;
     for (const Stateful* p : parts) p->save_state(c);
-    flash_->snapshot(step, c, checkpoint_shard(), save_id);  // reports its stall (chief)
+    flash_->snapshot(step, c, parallel_->checkpoint_shard(), save_id);  // reports its stall (chief)
     return;
   }
-  checkpoint_save({a_.output_dir, step, checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_},
-                  cfg_, {parts.begin(), parts.end()});
+  checkpoint_save(
+      {a_.output_dir, step, parallel_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_},
+      cfg_, {parts.begin(), parts.end()});
   if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit, a_.load_best_model_at_end ? best_checkpoint_ : "");
 }
 
@@ -322,11 +258,11 @@ void Trainer::begin_data_stage(const std::string& context_change) {
   const DataStage& to = stages_.back();
   stage_entry_ = stage_history_entry(from, to, cfg_, context_change);
   if (!chief_) return;
-  std::printf("Data stage %zu from step %lld: %d-token sequences (was %d), %lld per step (was %lld), %s%s\n",
-              stages_.size(), (long long)to.step, to.T, from.T, (long long)to.per_step, (long long)from.per_step,
-              sw.shuffle ? "a fresh shuffled order"
-                         : str_cat("the token stream continuing at token ", to.first_token).c_str(),
-              context_change.empty() ? "" : str_cat("; ", context_change).c_str());
+  std::printf(
+      "Data stage %zu from step %lld: %d-token sequences (was %d), %lld per step (was %lld), %s%s\n", stages_.size(),
+      (long long)to.step, to.T, from.T, (long long)to.per_step, (long long)from.per_step,
+      sw.shuffle ? "a fresh shuffled order" : str_cat("the token stream continuing at token ", to.first_token).c_str(),
+      context_change.empty() ? "" : str_cat("; ", context_change).c_str());
 }
 
 // --spike_policy rollback: every component returns to the newest save (the flash snapshot in
@@ -350,12 +286,8 @@ int64_t Trainer::rollback(int64_t step) {
   const SpikeGuard::Counters kept = spike_->counters();
   std::vector<DataStage> stages = stages_;
   RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_, &stages);
-  std::vector<Stateful*> parts = tp_wrap(rs.with(*engine_));  // saved in the global layout
-  if (scaler_) parts.push_back(scaler_.get());
-  parts.push_back(spike_.get());
-  if (log_) parts.push_back(log_.get());
-  for (Stateful* c : parts) c->load_state(*reader);
-  engine_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
+  for (Stateful* c : components(rs)) c->load_state(*reader);  // saved in the global layout
+  parallel_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
   const int64_t to = rs.cursor.step();
   ZT_CHECK(!rs.cursor.switched() && stages == stages_, reader->source(),
            " belongs to an earlier data stage (another --model_max_length or batch); a rollback stays within "
@@ -387,7 +319,7 @@ void Trainer::run() {
     }
     // Local SGD's outer sync follows every H-th step whether or not the inner update was
     // skipped (an overflow seen by one group only), so every group meets at the same steps.
-    if (local_sgd_) local_sgd_->after_step(step);
+    parallel_->after_step(step);
     // The vote comes before the step's log, which then names its slowest rank. A stop request
     // after the last step changes nothing: the run finishes as usual.
     const double step_s = seconds_since(t_step);
@@ -408,110 +340,55 @@ void Trainer::load_best_model() {
     std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(), a_.metric_for_best_model.c_str(),
                 best_metric_, (long long)best_step_);
   CheckpointReader reader(dir, cfg_);
-  reader.load(tp_wrap({&engine_->param_state()}));
-  engine_->sync_after_load();
+  reader.load(parallel_->param_components());
+  parallel_->sync_after_load();
 }
 
-std::vector<Stateful*> Trainer::tp_wrap(const std::vector<Stateful*>& parts) {
-  if (!tp_region_) return parts;
-  tp_adapters_.clear();
-  std::vector<Stateful*> out;
-  for (Stateful* p : parts) {
-    tp_adapters_.push_back(std::make_unique<parallel::TpStateAdapter>(*p, model_->params(), grid_->tp().rank(),
-                                                                      grid_->tp().size(), out.empty()));
-    out.push_back(tp_adapters_.back().get());
-  }
-  return out;
-}
-
-// Which state file this rank writes: the engine's choice within its TP slice's files (every TP
-// rank writes its own slices; replicated tensors come from TP rank 0's file).
-StateShard Trainer::checkpoint_shard() const {
-  const StateShard s = engine_->checkpoint_shard();
-  if (!tp_region_) return s;
-  const int P = grid_->tp().size();
-  return {s.index < 0 ? -1 : s.index * P + grid_->tp().rank(), s.count * P};
-}
-
-// The pipeline's measurements (a collective over the stages): the bubble, and the
-// point-to-point bytes per step of every stage (the pp group's counters) with the formula: one
-// activation or gradient of B T C fp32 (B T C / tp under sequence parallelism) per micro-batch
-// for each boundary the stage sends across (a chunk that is not the last virtual stage sends
-// its output, one that is not the first its input's gradient); as many are received.
-nlohmann::json Trainer::pipeline_report(int64_t steps_run) {
-  const double measured = bubble_steps_ ? bubble_sum_ / double(bubble_steps_) : last_bubble_;
-  std::vector<double> per_stage;
-  for (double b : stage_bubble_sum_) per_stage.push_back(b / double(std::max<int64_t>(1, bubble_steps_)));
-  const int P = a_.pipeline_parallel_size;
-  const int v = a_.layers_per_virtual_stage > 0 ? cfg_.n_layer / (P * a_.layers_per_virtual_stage) : 1;
-  const dist::CommStats cs = grid_->pp().stats();
-  // Sequence parallel: each TP rank sends its 1/tp of the tokens (its residual stream's rows).
-  const double sp = a_.sequence_parallel ? grid_->tp().size() : 1;
-  std::vector<double> sent(size_t(P), 0.0), recv(size_t(P), 0.0), formula;
-  sent[grid_->pp().rank()] = cs[dist::Collective::send].bytes / double(steps_run);
-  recv[grid_->pp().rank()] = cs[dist::Collective::recv].bytes / double(steps_run);
-  grid_->pp().all_reduce(sent.data(), sent.size());
-  grid_->pp().all_reduce(recv.data(), recv.size());
-  for (int st = 0; st < P; ++st) {
-    int crossings = 0;
-    for (int c = 0; c < v; ++c) {
-      const int vs = parallel::virtual_stage(st, c, P);
-      crossings += (vs < P * v - 1) + (vs > 0);
-    }
-    formula.push_back(double(crossings) * G_ * double(B_) * T_ * cfg_.n_embd * 4.0 / sp);
-  }
-  return {{"stages", P},
-          {"schedule", parallel::schedule_name(schedule_kind_)},
-          {"micro_batches", G_},
-          {"virtual_stages", v},
-          {"bubble", measured},
-          {"bubble_per_stage", per_stage},
-          {"ideal_bubble", parallel::ideal_bubble({schedule_kind_, P, G_, v})},
-          {"send_bytes_per_step", sent},
-          {"recv_bytes_per_step", recv},
-          {"formula_bytes_per_step", formula}};
+std::vector<Stateful*> Trainer::components(RunState& rs) {
+  std::vector<Stateful*> parts = parallel_->state_components(rs.parts());
+  if (scaler_) parts.push_back(scaler_.get());
+  if (parallel::LocalSgd* l = parallel_->local_sgd()) parts.push_back(l);
+  parts.push_back(spike_.get());
+  if (log_) parts.push_back(log_.get());
+  return parts;
 }
 
 void Trainer::finish(double train_s) {
   if (flash_) flash_->finish();  // the last flash checkpoint persisted; the shared memory freed
   const int64_t steps_run = std::max<int64_t>(1, total_steps_ - start_step_);
-  nlohmann::json report = engine_->describe();
-  report["communication"] = comm_report(*engine_, steps_run, G_);
+  const parallel::DataParallel& engine = parallel_->engine();
+  nlohmann::json report = engine.describe();
+  report["communication"] = parallel::comm_report(engine, steps_run, G_);
   report["model_state_bytes"] = model_states_;
   const int group = a_.zero_hpz_partition_size > 1 ? a_.zero_hpz_partition_size : grid_->dp_cp().size();
-  report["zero_paper_model_state_bytes"] = zero_paper_bytes(engine_->held_params(), a_.zero_stage, group,
-                                                            double(engine_->optimizer().state_bytes_per_param()));
+  report["zero_paper_model_state_bytes"] = parallel::zero_paper_bytes(
+      engine.held_params(), a_.zero_stage, group, double(parallel_->engine().optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
   if (device_ == DeviceKind::cuda) {
     // Every GPU allocation of ztrain goes through core/device.h's device_alloc, whose peak this is;
     // the estimate is `ztrain estimate-memory --device cuda`'s for this run (plan/memory_estimate.h).
     const double peak = double(device_allocated_peak());
-    const double est = double(parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, B_, T_, plan_), B_,
-                                                            T_, plan_, a_.optim)
-                                  .total());
+    const double est = double(
+        parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, B_, T_, plan_), B_, T_, plan_, a_.optim)
+            .total());
     report["gpu_peak_bytes"] = peak;
     report["gpu_estimate_bytes"] = est;
     if (chief_)
       std::printf("  GPU memory: peak %s, estimate-memory --device cuda %s (peak / estimate %.3f)\n",
                   format_bytes(peak).c_str(), format_bytes(est).c_str(), peak / est);
   }
-  if (tp_region_)
-    report["tensor_parallel"] =
-        parallel::tp_comm_report(grid_->tp(), pipe_ ? &grid_->pp() : nullptr, a_.sequence_parallel, steps_run);
-  if (cp_region_)
-    report["context_parallel"] =
-        cp_report(grid_->cp(), steps_run, B_, T_, G_, cfg_, plan_, stage_layers_, grid_->tp().size());
+  report.update(parallel_->report(steps_run, cfg_));
   load_best_model();
-  const nlohmann::json pipe_report = pipe_ ? pipeline_report(steps_run) : nlohmann::json();
+  const nlohmann::json pipe_report = parallel_->pipeline_report(steps_run, cfg_);
   // One HF folder, streamed to the chief tensor by tensor from the ranks that write checkpoint
   // pieces (any layout): no rank gathers the whole model (hf_export.h).
-  hf_export_streamed(world_, tp_wrap({&engine_->param_state()}), checkpoint_shard().index >= 0, cfg_, a_.output_dir,
-                     a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
+  hf_export_streamed(world_, parallel_->param_components(), parallel_->checkpoint_shard().index >= 0, cfg_,
+                     a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
                      hf_parse_size(a_.max_shard_size, "--max_shard_size"));
   if (!chief_) return;
   hf_write_side_files(a_.output_dir, side_files_);
-  if (dp_comm_->size() > 1 || a_.zero_stage > 0) print_dp_report(report, model_states_);
-  if (pipe_) {
+  if (dp_comm_->size() > 1 || a_.zero_stage > 0) parallel::print_dp_report(report, model_states_);
+  if (parallel_->pipelined()) {
     std::printf(
         "  Pipeline bubble (idle / step time, mean over stages, steps after the first): %.4f (per stage %s); "
         "ideal %.4f\n",

@@ -1,12 +1,12 @@
-// trainer_report.cpp: what a data-parallel run reports at its end (train_results.json's
+// dp_report.cpp: what a data-parallel run reports at its end (train_results.json's
 // "data_parallel" and the printed summary): bytes moved per step by collective against the
 // engine's plan and the ZeRO paper, and model-state bytes held against the paper.
 #include <cstdio>
 
 #include "core/memory.h"
-#include "train/trainer_parts.h"
+#include "parallel/dp_report.h"
 
-namespace zt {
+namespace zt::parallel {
 
 nlohmann::json zero_paper_bytes(int64_t psi, int stage, int group, double optim_bytes_per_param) {
   // fp32 masters and gradients; the optimizer's state bytes per parameter (AdamW: 8).
@@ -18,7 +18,7 @@ nlohmann::json zero_paper_bytes(int64_t psi, int stage, int group, double optim_
           {"optimizer_state", stage >= 1 ? o / g : o}};
 }
 
-nlohmann::json comm_report(const parallel::DataParallel& dp, int64_t steps, int accumulation) {
+nlohmann::json comm_report(const DataParallel& dp, int64_t steps, int accumulation) {
   dist::CommStats total;
   for (const dist::Communicator* c : dp.comms()) {
     dist::CommStats s = c->stats();
@@ -65,4 +65,4 @@ void print_dp_report(const nlohmann::json& report, const nlohmann::json& model_s
                 format_bytes(zp[k].get<double>()).c_str());
 }
 
-}  // namespace zt
+}  // namespace zt::parallel
