@@ -11,7 +11,7 @@
 #include "data/sft_data.h"
 #include "flags.h"
 #include "kernels/isa.h"
-#include "train/gemm_peak.h"
+#include "plan/gemm_peak.h"
 
 namespace zt::app {
 

@@ -1,5 +1,6 @@
 // main.cpp: the ztrain command line. Subcommands parse their flags, call the library
 // and turn its errors into one line on stderr and a non-zero exit code.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,11 +14,13 @@
 #include "kernels/isa.h"
 #include "data/sft_data.h"
 #include "commands.h"
+#include "deepspeed_config.h"
 #include "dist/communicator.h"
 #include "flags.h"
 #include "hf_compat.h"
 #include "hf_training_args.h"
 #include "signals.h"
+#include "train/auto_parallel.h"
 #include "train/train_args.h"
 
 namespace zt::app {
@@ -234,7 +237,7 @@ int cmd_train(const Args& args) {
         range::closed(0, 1e9));
   f.add("peak_gflops", &a.peak_gflops,
         "GEMM peak MFU is reported against (measured on this machine at the first run, cached in "
-        "~/.cache/ztrain/gemm_peak.json)",
+        "~/.cache/zplan/gemm_peak.json)",
         range::above(0));
   // DeepSpeed / ZeRO (docs/deepspeed.md). A --deepspeed JSON's values replace defaults but must
   // agree with flags given here; "auto" values take the flags.
@@ -284,6 +287,14 @@ int cmd_train(const Args& args) {
     // Inside the try: a mismatch on one rank must end the job (abort_job) before the world's
     // destructor reaches MPI_Finalize and waits for the ranks that passed.
     check_local_rank(hf);
+    if (a.auto_parallel) {  // the planner's layout first: everything below sees it as if given
+      const std::string line = zt::apply_auto_parallel(a, *world);
+      if (world->rank() == 0) std::printf("%s\n", line.c_str());
+    }
+    // DeepSpeed's world is the data-parallel one (tensor and context parallelism divide it).
+    const int tp = std::max(1, a.tensor_model_parallel_size) * std::max(1, a.context_parallel_size);
+    zt::apply_deepspeed_config(a, world->size() % tp == 0 ? world->size() / tp : world->size(),
+                               /*print_warnings=*/world->rank() == 0);
     zt::train_run(a, *world);
   } catch (const zt::JobError& e) {
     // Every rank raised this same error: rank 0 reports it and ends the job; the others wait

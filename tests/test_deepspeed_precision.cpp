@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "optim/loss_scaler.h"
-#include "train/deepspeed_config.h"
+#include "deepspeed_config.h"
 
 namespace zt {
 namespace {

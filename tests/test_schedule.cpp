@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "optim/schedule.h"
-#include "train/deepspeed_config.h"
+#include "deepspeed_config.h"
 #include "train/train_args.h"
 
 namespace zt {

@@ -1,4 +1,4 @@
-// test_spike_guard.cpp: the loss-spike judge (train/spike_guard.h) against a hand computation:
+// test_spike_guard.cpp: the loss-spike judge (optim/spike_guard.h) against a hand computation:
 // nothing is flagged before the window holds its minimum, a value past the z-score is, downward
 // jumps and flat windows are not, NaN / Inf always are, and the state round-trips through JSON
 // exactly (a resumed run decides the same).
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "train/spike_guard.h"
+#include "optim/spike_guard.h"
 
 namespace zt {
 namespace {

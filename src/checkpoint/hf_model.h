@@ -43,6 +43,17 @@ class HfWeights {
   std::unique_ptr<Impl> impl_;
 };
 
+// An HF folder's weights as a parameter source (models/param_provider.h) in `table`'s layout.
+class HfParamSource final : public ParamSource {
+ public:
+  HfParamSource(const HfWeights& weights, const ParamTable& table) : weights_(weights), table_(table) {}
+  void read(int64_t begin, int64_t n, float* dst) const override { weights_.read(table_, begin, n, dst); }
+
+ private:
+  const HfWeights& weights_;
+  const ParamTable& table_;
+};
+
 // Opens the weights as hf_load_weights would (every shard present, the index consistent)
 // without reading them: a run checks its model folder before it touches --output_dir.
 void hf_check_weights(const std::string& path);

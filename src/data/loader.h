@@ -42,7 +42,7 @@ struct LoaderConfig {
   bool packing = false;
   int64_t eos_id = -1;  // document separator for packing
   int depth = 3;        // micro-batches prepared ahead
-  // Steps of data skipped (a loss-spike rollback, train/spike_guard.h): optimizer step k reads
+  // Steps of data skipped (a loss-spike rollback, optim/spike_guard.h): optimizer step k reads
   // the sequences of step k + step_offset.
   int64_t step_offset = 0;
   // The current data stage (DataStage below): its window 0 is global sequence stage_first_sequence

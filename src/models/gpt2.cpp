@@ -10,10 +10,10 @@
 
 namespace zt {
 
-ModelSlots gpt2_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
+ModelOffsets gpt2_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   const int64_t C = c.n_embd, F = c.ffn, P = tp.size, r = tp.rank;
   const int64_t Fl = F / P, Vl = tp.vocab_local(c.vocab_size);
-  ModelSlots s;
+  ModelOffsets s;
   s.shape = {c.n_embd, int(c.n_head / P),       int(c.n_kv_head / P), c.head_size,
              int(Fl),  nn::NormKind::layernorm, nn::MlpKind::gelu,    false};
   s.shape.sp = tp.sp ? tp.size : 1;
@@ -24,7 +24,7 @@ ModelSlots gpt2_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   auto conv = [&](const std::string& p, int64_t in, int64_t out, nn::LinearKind kind, int parts, ParamInit init) {
     const bool col = kind == nn::LinearKind::column;
     const int64_t li = col ? in : in / P, lo = col ? out / P : out;
-    LinearSlot l;
+    LinearOffsets l;
     l.in = int(li);
     l.out = int(lo);
     l.w_in_out = true;
@@ -36,7 +36,7 @@ ModelSlots gpt2_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
     return l;
   };
   auto norm = [&](const std::string& p) {
-    NormSlot n;
+    NormOffsets n;
     n.w = t.add(p + ".weight", {C}, ParamInit::ones);
     n.b = t.add(p + ".bias", {C}, ParamInit::zeros);
     return n;
@@ -44,7 +44,7 @@ ModelSlots gpt2_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   using K = nn::LinearKind;
   for (int l = 0; l < c.n_layer; ++l) {
     std::string p = "transformer.h." + std::to_string(l);
-    BlockSlots b;
+    BlockOffsets b;
     b.ln1 = norm(p + ".ln_1");
     b.qkv = conv(p + ".attn.c_attn", C, 3 * C, K::column, 3, ParamInit::normal);
     b.proj = conv(p + ".attn.c_proj", C, C, K::row, 1, ParamInit::residual_normal);

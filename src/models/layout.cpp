@@ -34,11 +34,11 @@ ModelLayout model_layout(const ModelConfig& c, const TpPlan& tp) {
   ModelLayout m;
   m.tp = tp;
   m.vocab_local = tp.vocab_local(c.vocab_size);
-  m.slots = c.arch == Arch::gpt2 ? gpt2_layout(c, m.table, tp) : llama_layout(c, m.table, tp);
-  ModelSlots& s = m.slots;
+  m.offsets = c.arch == Arch::gpt2 ? gpt2_layout(c, m.table, tp) : llama_layout(c, m.table, tp);
+  ModelOffsets& s = m.offsets;
   // The GEMMs a tensor-parallel plan would cut (Megatron's pairing): the first of each
   // sub-layer splits its outputs, the second its inputs, so one reduction ends each.
-  for (BlockSlots& b : s.blocks) {
+  for (BlockOffsets& b : s.blocks) {
     b.qkv.kind = b.fc_in.kind = nn::LinearKind::column;
     b.proj.kind = b.fc_out.kind = nn::LinearKind::row;
   }

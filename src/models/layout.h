@@ -18,27 +18,27 @@
 
 namespace zt {
 
-struct LinearSlot {
+struct LinearOffsets {
   int64_t w = -1, b = -1;
   int in = 0, out = 0;
   bool w_in_out = false;
   nn::LinearKind kind = nn::LinearKind::plain;
 };
-struct NormSlot {
+struct NormOffsets {
   int64_t w = -1, b = -1;
 };
-struct BlockSlots {
-  NormSlot ln1, ln2;
-  LinearSlot qkv, proj, fc_in, fc_out;
-  NormSlot q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, (HS); OLMo-2: (NH HS), (KVH HS)
-  NormSlot post1, post2;    // OLMo-2: RMSNorm on attention's / the MLP's output, (C); absent otherwise
-  int64_t begin = -1;       // the block's first element (its first norm's, or OLMo-2's q_proj)
+struct BlockOffsets {
+  NormOffsets ln1, ln2;
+  LinearOffsets qkv, proj, fc_in, fc_out;
+  NormOffsets q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, (HS); OLMo-2: (NH HS), (KVH HS)
+  NormOffsets post1, post2;    // OLMo-2: RMSNorm on attention's / the MLP's output, (C); absent otherwise
+  int64_t begin = -1;          // the block's first element (its first norm's, or OLMo-2's q_proj)
 };
-struct ModelSlots {
+struct ModelOffsets {
   int64_t wte = -1, wpe = -1;
   int64_t lm_head = -1;  // -1: tied to wte
-  NormSlot lnf;
-  std::vector<BlockSlots> blocks;
+  NormOffsets lnf;
+  std::vector<BlockOffsets> blocks;
   nn::BlockShape shape{};
 };
 
@@ -63,8 +63,8 @@ struct TpPlan {
 // Checks that a plan can cut the model; throws zt::Error naming the numbers.
 void check_tp_plan(const ModelConfig& c, const TpPlan& tp);
 
-ModelSlots gpt2_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp = {});
-ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp = {});
+ModelOffsets gpt2_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp = {});
+ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp = {});
 
 enum class UnitKind { embedding, block, head };
 const char* unit_kind_name(UnitKind k);
@@ -81,7 +81,7 @@ struct Unit {
 // slots the layers bind to, and the units in forward order (embedding, blocks, head).
 struct ModelLayout {
   ParamTable table;
-  ModelSlots slots;
+  ModelOffsets offsets;
   std::vector<Unit> units;
   int embedding_unit = -1, head_unit = -1;
   std::vector<int> block_units;  // unit index of block l

@@ -21,13 +21,13 @@ struct Shape2 {
 };
 }  // namespace
 
-ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
+ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   const int64_t C = c.n_embd, F = c.ffn, HS = c.head_size, P = tp.size, r = tp.rank;
   // This rank's heads and hidden units (all of them at tp 1).
   const int64_t NH = c.n_head / P, KVH = tp.kv_heads_local(c.n_kv_head), Fl = F / P, Vl = tp.vocab_local(c.vocab_size);
   // KV heads replicated (TP > KVH): rank r holds head r / R, the one its query heads use.
   const int R = tp.kv_replicas(c.n_kv_head);
-  ModelSlots s;
+  ModelOffsets s;
   const nn::MlpKind mlp = c.geglu ? nn::MlpKind::geglu : nn::MlpKind::swiglu;
   s.shape = {c.n_embd, int(NH), int(KVH), c.head_size, int(Fl), nn::NormKind::rmsnorm, mlp, true};
   s.shape.qk_norm = c.qk_norm;
@@ -60,12 +60,12 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   s.wte = t.add_split("model.embed_tokens.weight", {Vl, C}, {c.vocab_size, C}, Split::vocab, 0,
                       tp.vocab_begin(c.vocab_size), ParamInit::normal);
   auto norm = [&](const std::string& name) {
-    NormSlot n;
+    NormOffsets n;
     n.w = t.add(name, {C}, norm_init);
     return n;
   };
   auto linear = [&](int64_t w, int64_t in, int64_t out, int64_t b = -1) {
-    LinearSlot l;
+    LinearOffsets l;
     l.w = w;
     l.b = b;
     l.in = int(in);
@@ -88,7 +88,7 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   };
   // q / k norms: per head (HS), or (OLMo-2) over the projection, cut like it.
   auto head_norm = [&](const std::string& name, bool is_k) {
-    NormSlot n;
+    NormOffsets n;
     if (!c.qk_norm_full)
       n.w = t.add(name, {HS}, norm_init);
     else if (is_k)
@@ -99,7 +99,7 @@ ModelSlots llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
   };
   for (int l = 0; l < c.n_layer; ++l) {
     std::string p = "model.layers." + std::to_string(l);
-    BlockSlots b;
+    BlockOffsets b;
     b.begin = t.total();
     if (c.pre_norm) b.ln1 = norm(p + ".input_layernorm.weight");
     const std::string a = p + ".self_attn.", m = p + ".mlp.";

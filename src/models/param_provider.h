@@ -41,6 +41,24 @@ class ParamProvider {
   virtual void grads_done(int u) {}
 };
 
+// Where a rank's initial parameter values come from, by range [begin, begin + n) of the model's
+// flat parameter vector (this rank's layout): the model's random initialisation (RandomParams in
+// models/transformer.h), an HF folder (checkpoint/hf_model.h) or nothing (ZeroParams: a resume,
+// whose checkpoint sets every element). An engine that keeps part of the parameters (ZeRO)
+// reads only that part, so no rank holds the whole model at start.
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  virtual void read(int64_t begin, int64_t n, float* dst) const = 0;
+};
+
+class ZeroParams final : public ParamSource {
+ public:
+  void read(int64_t, int64_t n, float* dst) const override {
+    for (int64_t i = 0; i < n; ++i) dst[i] = 0.f;
+  }
+};
+
 // A sequence of acquires, as (unit, backward) in call order (Transformer::forward_acquires /
 // backward_acquires): what a provider may prefetch by.
 using AcquireOrder = std::vector<std::pair<int, bool>>;
@@ -49,10 +67,10 @@ using AcquireOrder = std::vector<std::pair<int, bool>>;
 class FlatParamProvider : public ParamProvider {
  public:
   FlatParamProvider() = default;
-  void set_buffers(TensorView params, TensorView grads) { P_ = params, G_ = grads; }
+  void set_buffers(TensorView params, TensorView grads) { flat_params_ = params, flat_grads_ = grads; }
   void set_units(const std::vector<Unit>* units) { units_ = units; }
-  TensorView acquire(int u, bool) override { return slice(P_, u); }
-  TensorView grads(int u) override { return slice(G_, u); }
+  TensorView acquire(int u, bool) override { return slice(flat_params_, u); }
+  TensorView grads(int u) override { return slice(flat_grads_, u); }
   const std::vector<Unit>& units() const { return *units_; }
 
  protected:
@@ -61,7 +79,7 @@ class FlatParamProvider : public ParamProvider {
     const Unit& k = (*units_)[u];
     return flat.sub(k.begin, {k.size()});
   }
-  TensorView P_, G_;
+  TensorView flat_params_, flat_grads_;
   const std::vector<Unit>* units_ = nullptr;
 };
 

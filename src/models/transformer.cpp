@@ -38,7 +38,7 @@ struct UnitBinder {
   DeviceKind dev = DeviceKind::cpu;
   TensorView p(int64_t off, Shape s) const { return off < 0 || !P ? TensorView() : P.sub(off - base, s); }
   TensorView g(int64_t off, Shape s) const { return off < 0 || !G ? TensorView() : G.sub(off - base, s); }
-  nn::Linear lin(const LinearSlot& s) const {
+  nn::Linear lin(const LinearOffsets& s) const {
     nn::Linear l;
     l.kind = s.kind;
     l.in = s.in;
@@ -54,7 +54,7 @@ struct UnitBinder {
     return l;
   }
   // A norm over the model width, or (C = head size) over each q / k head (Qwen3).
-  nn::Norm norm(const NormSlot& s, int C = 0) const {
+  nn::Norm norm(const NormOffsets& s, int C = 0) const {
     nn::Norm n;
     n.kind = norm_kind;
     n.C = C ? C : cfg.n_embd;
@@ -87,10 +87,10 @@ Transformer::Transformer(const ModelConfig& cfg, const TpPlan& tp, bool hold_par
 }
 
 void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorView compute) {
-  const ModelSlots& s = layout_.slots;
+  const ModelOffsets& s = layout_.offsets;
   const int64_t base = layout_.units[layout_.block_units[l]].begin;
   UnitBinder u{params, grads, base, cfg_, s.shape.norm, layout_.tp.rank, dev_};
-  const BlockSlots& bs = s.blocks[l];
+  const BlockOffsets& bs = s.blocks[l];
   nn::Block& b = blocks_[l];
   b.dev = dev_;
   b.tp = tp_;
@@ -165,14 +165,14 @@ TensorView Transformer::compute_view(int u, TensorView P) {
 }
 
 void Transformer::bind_head(TensorView params, TensorView grads) {
-  UnitBinder u{params,          grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.slots.shape.norm,
+  UnitBinder u{params,          grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.offsets.shape.norm,
                layout_.tp.rank, dev_};
-  lnf_ = u.norm(layout_.slots.lnf);
+  lnf_ = u.norm(layout_.offsets.lnf);
 }
 
 void Transformer::bind_layers() {
   flat_.set_buffers(flat_params(), flat_grads());
-  blocks_.resize(layout_.slots.blocks.size());
+  blocks_.resize(layout_.offsets.blocks.size());
   for (size_t l = 0; l < blocks_.size(); ++l)
     bind_block(int(l), flat_.acquire(layout_.block_units[l], false), flat_.grads(layout_.block_units[l]));
   bind_head(flat_.acquire(layout_.head_unit, false), flat_.grads(layout_.head_unit));
@@ -203,23 +203,23 @@ void Transformer::ensure_grads() {
 }
 
 TensorView Transformer::token_embedding() const {
-  return flat_params().sub(layout_.slots.wte, {layout_.vocab_local, cfg_.n_embd});
+  return flat_params().sub(layout_.offsets.wte, {layout_.vocab_local, cfg_.n_embd});
 }
 
 TensorView Transformer::position_embedding() const {
-  if (layout_.slots.wpe < 0) return {};
-  return flat_params().sub(layout_.slots.wpe, {cfg_.max_position, cfg_.n_embd});
+  if (layout_.offsets.wpe < 0) return {};
+  return flat_params().sub(layout_.offsets.wpe, {cfg_.max_position, cfg_.n_embd});
 }
 
 TensorView Transformer::lm_head() const {
-  const ModelSlots& s = layout_.slots;
+  const ModelOffsets& s = layout_.offsets;
   return flat_params().sub(s.lm_head >= 0 ? s.lm_head : s.wte, {layout_.vocab_local, cfg_.n_embd});
 }
 
 // The LM-head weight (V, C) inside a view of the unit that holds it.
 TensorView Transformer::lm_head_slice(TensorView unit_view, int unit) const {
   if (!unit_view) return {};
-  const ModelSlots& s = layout_.slots;
+  const ModelOffsets& s = layout_.offsets;
   const int64_t off = (s.lm_head >= 0 ? s.lm_head : s.wte) - layout_.units[unit].begin;
   return unit_view.sub(off, {layout_.vocab_local, cfg_.n_embd});
 }
@@ -396,7 +396,7 @@ void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* ac
                                 const nn::ActPlan& plan, size_t* compute_copy, const TpPlan& tp,
                                 const std::vector<char>* held) {
   ParamTable t;
-  ModelSlots s = cfg.arch == Arch::gpt2 ? gpt2_layout(cfg, t, tp) : llama_layout(cfg, t, tp);
+  ModelOffsets s = cfg.arch == Arch::gpt2 ? gpt2_layout(cfg, t, tp) : llama_layout(cfg, t, tp);
   Carver a, sc;
   std::vector<SlotActs> sa;
   Scratch scratch;
@@ -428,18 +428,18 @@ void Transformer::plan(int B, int T, bool training, int slots) {
              " tokens of a micro-batch (B ", B, " x T ", T, ") across ", layout_.tp.size,
              " ranks; they must divide evenly");
   const std::vector<char>* held = held_layers_.empty() ? nullptr : &held_layers_;
-  carve(a, s, cfg_, layout_.slots.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_, held);
+  carve(a, s, cfg_, layout_.offsets.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_, held);
   acts_ = Buffer(a.used(), MemCategory::activations, dev_);
   scratch_ = Buffer(s.used(), MemCategory::temporary, dev_);
   Carver a2(acts_.data()), s2(scratch_.data());
-  carve(a2, s2, cfg_, layout_.slots.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_, held);
+  carve(a2, s2, cfg_, layout_.offsets.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_, held);
   inputs_.clear();
   inputs_.resize(size_t(slots));
   if (dev_ == DeviceKind::cuda) {
     for (SlotInput& in : inputs_) in.ids = Buffer(size_t(3 * B * T) * sizeof(int32_t), MemCategory::data, dev_);
     targets_ = Buffer(size_t(B * T) * sizeof(int32_t), MemCategory::data, dev_);
   }
-  if (layout_.slots.shape.rope) fill_rope(rope_, sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
+  if (layout_.offsets.shape.rope) fill_rope(rope_, sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
   if (sc_.rope_local_cos.numel() > 0)
     fill_rope(rope_local_, sc_.rope_local_cos.as<float>(), sc_.rope_local_sin.as<float>(), T);
 }
@@ -457,9 +457,9 @@ void Transformer::zero_grad() {
 int64_t Transformer::matmul_params() const {
   // The whole model's (a tensor-parallel rank's layout holds its slices): FLOPs per token and
   // MFU count the model, whatever the layout.
-  const ModelSlots whole = layout_.tp.size > 1 ? model_layout(cfg_).slots : ModelSlots{};
+  const ModelOffsets whole = layout_.tp.size > 1 ? model_layout(cfg_).offsets : ModelOffsets{};
   int64_t n = 0;
-  for (auto& b : (layout_.tp.size > 1 ? whole : layout_.slots).blocks)
+  for (auto& b : (layout_.tp.size > 1 ? whole : layout_.offsets).blocks)
     for (auto* l : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) n += int64_t(l->in) * l->out;
   return n + int64_t(cfg_.vocab_size) * cfg_.n_embd;
 }

@@ -253,4 +253,15 @@ class Transformer {
   void upload_slot(SlotInput* in, const int32_t* inputs);
 };
 
+// The model's random initialisation as a parameter source (models/param_provider.h).
+class RandomParams final : public ParamSource {
+ public:
+  RandomParams(const Transformer& model, uint64_t seed) : model_(model), seed_(seed) {}
+  void read(int64_t begin, int64_t n, float* dst) const override { model_.init_values(seed_, begin, n, dst); }
+
+ private:
+  const Transformer& model_;
+  uint64_t seed_;
+};
+
 }  // namespace zt

@@ -21,7 +21,7 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
   const int B = B_, T = T_;
   // A sliding window shorter than the row bounds every query's first key (t - W + 1), alone
   // or with the packing bound; rows no longer than the window take the paths below unchanged.
-  const int W = layout_.slots.shape.window;
+  const int W = layout_.offsets.shape.window;
   const bool window = W > 0 && T > W;
   auto window_bound = [&](nn::Packing pack) {
     if (!window) return pack;
@@ -75,7 +75,7 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
 }
 
 void Transformer::extend_rope(int32_t max_pos, SlotInput* in) {
-  if (!layout_.slots.shape.rope || max_pos < T_) return;
+  if (!layout_.offsets.shape.rope || max_pos < T_) return;
   const int64_t half = cfg_.head_size / 2;
   if (max_pos >= rope_ext_rows_) {
     // Row t of a table depends only on t, so the longer table agrees with the planned one.
@@ -166,7 +166,7 @@ void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* 
   // made here at the unit's first acquire of the pass.
   if (layout_.tied_head) compute_view(u, E);
   const int64_t base = layout_.units[u].begin, N = int64_t(B_) * T_;
-  const ModelSlots& s = layout_.slots;
+  const ModelOffsets& s = layout_.offsets;
   const float* wpe = s.wpe >= 0 ? E.as<const float>() + (s.wpe - base) : nullptr;
   const float* wte = E.as<const float>() + (s.wte - base);
   if (!tp_) {
@@ -307,7 +307,7 @@ void Transformer::embed_backward(int slot) {
   const int u = layout_.embedding_unit;
   const TensorView G = provider().grads(u);
   const int64_t base = layout_.units[u].begin, N = int64_t(B_) * T_;
-  const ModelSlots& s = layout_.slots;
+  const ModelOffsets& s = layout_.offsets;
   {
     ZT_PROFILE("embedding_bwd");
     scale_embedding(sc_.dres);  // d(m e)/de = m: the stream's gradient, no longer needed, scaled in place

@@ -83,7 +83,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
       : model_(model),
         overlap_(o.overlap_comm),
         comm_dtype_(o.comm_dtype),
-        su_(o.pipeline),
+        stage_units_(o.pipeline),
         keep_(held_param_mask(model, o.pipeline, false)),
         own_(held_param_mask(model, o.pipeline, true)) {
     set_units(&model.units());
@@ -97,19 +97,19 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
       state += r.numel;
     }
     held_numel_ = state;
-    if (su_.active()) {
+    if (stage_units_.active()) {
       // A pipeline stage: gradients for its own units only, in this engine's packed buffer.
       model.drop_flat_grads();
       own_grads_ = Buffer(size_t(state) * kF32, MemCategory::gradients);
       std::memset(own_grads_.data(), 0, own_grads_.bytes());
-      g_ = own_grads_.as<float>();
+      grads_ = own_grads_.as<float>();
     } else {
       model.ensure_grads();
-      g_ = model.flat_grads().as<float>();
+      grads_ = model.flat_grads().as<float>();
     }
     set_buffers(model.flat_params(), TensorView());
     for (const optim::ParamRange& r : flat_ranges(model.params(), keep))
-      pieces_.push_back({P_.as<float>() + r.offset, g_ + at(r.offset), at(r.offset), r.numel, r.decay});
+      pieces_.push_back({flat_params_.as<float>() + r.offset, grads_ + at(r.offset), at(r.offset), r.numel, r.decay});
     opt_ = optim::make_optimizer(o.optim, o.optim_config, state);
     for (const optim::ParamRange& r : flat_ranges(model.params(), own_.empty() ? nullptr : &own_))
       norm_ranges_.push_back({at(r.offset), r.numel});
@@ -137,10 +137,10 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   // Unit u's gradients: in the flat layout, or (pipeline) at their packed offset.
   TensorView grads(int u) override {
     const Unit& k = model_.units()[u];
-    return TensorView::of(g_ + at(k.begin), Shape{k.size()});
+    return TensorView::of(grads_ + at(k.begin), Shape{k.size()});
   }
   void grads_done(int u) override {
-    if (!last_ || dp_->size() == 1 || !overlap_ || (su_.active() && !su_.held[u])) return;
+    if (!last_ || dp_->size() == 1 || !overlap_ || (stage_units_.active() && !stage_units_.held[u])) return;
     for (int p : unit_params_[u])
       if (int b = tracker_->mark(p); b >= 0) start(b);
   }
@@ -161,18 +161,18 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     tracker_->reset();
     tied_sum();
     // 16-bit reductions land in comm16_ (every bucket was started): widen them back.
-    if (comm16_.data()) kernels::from_lowp(comm_dtype_, g_, comm16_.as<const uint16_t>(), held_numel_);
+    if (comm16_.data()) kernels::from_lowp(comm_dtype_, grads_, comm16_.as<const uint16_t>(), held_numel_);
   }
   // Every rank of the data-parallel group holds the same reduced gradient, so the norm needs
   // no communication there; pipeline stages add their squares (the tied copy counted once).
   double grad_norm() override {
-    if (!su_.active()) return optim::grad_norm(g_, model_.num_params());
+    if (!stage_units_.active()) return optim::grad_norm(grads_, model_.num_params());
     double s = 0;
     for (auto [off, n] : norm_ranges_) {
-      const double x = optim::grad_norm(g_ + off, n);
+      const double x = optim::grad_norm(grads_ + off, n);
       s += x * x;
     }
-    su_.stages->all_reduce(&s, 1);
+    stage_units_.stages->all_reduce(&s, 1);
     return std::sqrt(s);
   }
   // Tensor parallelism: weighted squares per parameter (a pipeline stage: its own units', the
@@ -183,16 +183,16 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     const auto& list = model_.params().list();
     for (size_t i = 0; i < list.size(); ++i) {
       if (!own_.empty() && !own_[i]) continue;
-      const double n = optim::grad_norm(g_ + at(list[i].offset), list[i].numel);
+      const double n = optim::grad_norm(grads_ + at(list[i].offset), list[i].numel);
       s += w[i] * n * n;
     }
-    if (su_.active()) su_.stages->all_reduce(&s, 1);
+    if (stage_units_.active()) stage_units_.stages->all_reduce(&s, 1);
     return s;  // every dp rank holds the same reduced gradient
   }
   void for_each_grad_piece(const std::function<void(int, float*, int64_t)>& f) override {
     const auto& list = model_.params().list();
     for (size_t i = 0; i < list.size(); ++i)
-      if (keep_.empty() || keep_[i]) f(int(i), g_ + at(list[i].offset), list[i].numel);
+      if (keep_.empty() || keep_[i]) f(int(i), grads_ + at(list[i].offset), list[i].numel);
   }
   void clip(double norm, double max_norm, double unscale) override {
     for (const optim::StepPiece& p : pieces_)
@@ -201,25 +201,27 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   void step(double lr) override { opt_->step(pieces_, lr); }
   // Pipeline: every unit from the stage that owns it (a collective over the stages).
   void export_params() override {
-    if (!su_.active()) return;
+    if (!stage_units_.active()) return;
     for (size_t u = 0; u < model_.units().size(); ++u) {
       const Unit& k = model_.units()[u];
-      su_.stages->broadcast(P_.as<float>() + k.begin, size_t(k.size()) * kF32, su_.owner[u]);
+      stage_units_.stages->broadcast(flat_params_.as<float>() + k.begin, size_t(k.size()) * kF32,
+                                     stage_units_.owner[u]);
     }
   }
   void sync_after_load() override {
-    if (!su_.tied) return;
+    if (!stage_units_.tied) return;
     // The tied embedding: the first stage's parameters and optimizer state to the last's copy.
-    const Unit& k = model_.units()[su_.tied_unit];
-    su_.tied->broadcast(P_.as<float>() + k.begin, size_t(k.size()) * kF32, 0);
+    const Unit& k = model_.units()[stage_units_.tied_unit];
+    stage_units_.tied->broadcast(flat_params_.as<float>() + k.begin, size_t(k.size()) * kF32, 0);
     for (size_t i = 0; i < opt_->slot_names().size(); ++i)
-      su_.tied->broadcast(opt_->slot(i) + at(k.begin), size_t(k.size()) * kF32, 0);
+      stage_units_.tied->broadcast(opt_->slot(i) + at(k.begin), size_t(k.size()) * kF32, 0);
   }
   optim::Optimizer& optimizer() override { return *opt_; }
   Stateful& param_state() override { return params_state_; }
   // Every rank holds the same state: rank 0 writes it (per pipeline stage: its units).
   StateShard checkpoint_shard() const override {
-    const int pp = su_.active() ? su_.stages->rank() : 0, stages = su_.active() ? su_.stages->size() : 1;
+    const int pp = stage_units_.active() ? stage_units_.stages->rank() : 0,
+              stages = stage_units_.active() ? stage_units_.stages->size() : 1;
     return {dp_->rank() == 0 ? pp : -1, stages};
   }
   std::vector<const dist::Communicator*> comms() const override { return {dp_}; }
@@ -253,19 +255,19 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
       const int64_t n = std::min(cap_, r.size() - c);
       if (comm16_.data()) {
         uint16_t* h = comm16_.as<uint16_t>() + base + c;
-        kernels::to_lowp(comm_dtype_, h, g_ + base + c, n);
+        kernels::to_lowp(comm_dtype_, h, grads_ + base + c, n);
         inflight_.push_back(dp_->iall_reduce(h, size_t(n), comm_dtype_));
       } else {
-        inflight_.push_back(dp_->iall_reduce(g_ + base + c, size_t(n)));
+        inflight_.push_back(dp_->iall_reduce(grads_ + base + c, size_t(n)));
       }
     }
   }
 
   // The tied embedding's gradient: the first stage's (embedding) plus the last stage's (LM head).
   void tied_sum() {
-    if (!su_.tied) return;
-    const Unit& k = model_.units()[su_.tied_unit];
-    su_.tied->all_reduce(g_ + at(k.begin), size_t(k.size()));
+    if (!stage_units_.tied) return;
+    const Unit& k = model_.units()[stage_units_.tied_unit];
+    stage_units_.tied->all_reduce(grads_ + at(k.begin), size_t(k.size()));
   }
   // Checkpoints: every tensor whole, parameters and optimizer state at its offset (a pipeline
   // stage: its own units'; the tied copy is the first stage's to write).
@@ -275,7 +277,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     for (size_t i = 0; i < list.size(); ++i) {
       const ParamInfo& p = list[i];
       if (!own_.empty() && !own_[i]) continue;
-      params_state_.pieces.push_back({p.name, p.shape, "params", {0, p.numel}, P_.as<float>() + p.offset});
+      params_state_.pieces.push_back({p.name, p.shape, "params", {0, p.numel}, flat_params_.as<float>() + p.offset});
       spans.push_back({p.name, p.shape, 0, p.numel, at(p.offset)});
     }
     opt_->set_state_spans(std::move(spans));
@@ -284,12 +286,12 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   Transformer& model_;
   bool overlap_;
   DType comm_dtype_;
-  StageUnits su_;
+  StageUnits stage_units_;
   std::vector<char> keep_, own_;                       // per parameter: held / held and not the tied copy
   std::vector<std::pair<int64_t, int64_t>> state_of_;  // (flat offset, packed offset) of each held run
   int64_t held_numel_ = 0;                             // elements held (all without a pipeline)
   Buffer own_grads_;                                   // pipeline: the stage's gradients, packed
-  float* g_ = nullptr;                                 // the gradients: the model's flat buffer, or own_grads_
+  float* grads_ = nullptr;                             // the gradients: the model's flat buffer, or own_grads_
   // The packed offset of a held flat offset (the identity without a pipeline).
   int64_t at(int64_t flat) const {
     auto it = std::upper_bound(state_of_.begin(), state_of_.end(), std::pair{flat, INT64_MAX});

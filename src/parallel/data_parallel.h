@@ -67,10 +67,10 @@ struct DataParallelOptions {
   std::string optim = "adamw_torch";  // HF's --optim name
   optim::OptimizerConfig optim_config;
   StageUnits pipeline;  // pipeline parallel: this stage's units (DDP and ZeRO-1/2/3)
-  // ZeRO stages: where this rank's initial parameter values come from, by flat range (begin, n,
-  // dst); empty: the model's flat buffer. With it the model need not hold the whole buffer at all
-  // (Transformer(..., hold_params = false)): a rank initialises only what it keeps.
-  std::function<void(int64_t begin, int64_t n, float* dst)> initial_params;
+  // ZeRO stages: where this rank's initial parameter values come from (models/param_provider.h);
+  // null: the model's flat buffer. With it the model need not hold the whole buffer at all
+  // (Transformer(..., hold_params = false)): a rank reads only what it keeps.
+  const ParamSource* initial_params = nullptr;
 };
 
 class DataParallel {

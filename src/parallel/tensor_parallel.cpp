@@ -77,12 +77,12 @@ void for_each_run(const ParamInfo& p, int64_t offset, F f) {
 
 std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
   std::vector<int64_t> offsets;
-  const ModelSlots& s = layout.slots;
-  auto norm = [&](const NormSlot& n) {
+  const ModelOffsets& s = layout.offsets;
+  auto norm = [&](const NormOffsets& n) {
     for (int64_t o : {n.w, n.b})
       if (o >= 0) offsets.push_back(o);
   };
-  for (const BlockSlots& b : s.blocks) {
+  for (const BlockOffsets& b : s.blocks) {
     // Per-head q / k norms are whole on every rank, each rank's heads adding to their gradient;
     // OLMo-2's are cut with the projections (a slice's gradient is whole on its rank).
     if (!s.shape.qk_norm_full) norm(b.q_norm), norm(b.k_norm);

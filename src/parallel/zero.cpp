@@ -76,15 +76,16 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   ZeroEngine(Transformer& model, const dist::ProcessGrid& grid, const DataParallelOptions& o)
       : model_(model),
         dp_(grid.dp_cp()),
-        o_(o),
+        options_(o),
         stage_(o.stage),
-        N_(grid.dp_cp().size()),
-        G_(grid.dp_shard_cp().size()),
+        dp_ranks_(grid.dp_cp().size()),
+        shard_group_size_(grid.dp_shard_cp().size()),
         group_(&grid.dp_shard_cp()),
         replica_(grid.dp_replicate().size() > 1 ? &grid.dp_replicate() : nullptr),
-        su_(o.pipeline) {
-    ZT_ASSERT(G_ == (o.hpz_partition_size > 1 ? o.hpz_partition_size : N_), "grid and ZeRO options disagree");
-    gr_ = group_->rank();
+        stage_units_(o.pipeline) {
+    ZT_ASSERT(shard_group_size_ == (o.hpz_partition_size > 1 ? o.hpz_partition_size : dp_ranks_),
+              "grid and ZeRO options disagree");
+    shard_rank_ = group_->rank();
     units_ = model.units();
     tied_ = model.layout().tied_head;
     plan_buckets_();
@@ -98,7 +99,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     ZT_ASSERT(P || o.initial_params, "ZeRO: no initial parameters (the model holds none and no source was given)");
     auto take = [&](int64_t begin, int64_t n, float* dst) {
       if (o.initial_params)
-        o.initial_params(begin, n, dst);
+        o.initial_params->read(begin, n, dst);
       else
         std::memcpy(dst, P + begin, size_t(n) * kF32Bytes);
     };
@@ -108,18 +109,18 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
         take(b.begin, b.end - b.begin, full_p_.back().as<float>());
       }
     } else {
-      pshard_ = Buffer(size_t(S_) * kF32Bytes, MemCategory::parameters);
+      pshard_ = Buffer(size_t(shard_elems_) * kF32Bytes, MemCategory::parameters);
       for (auto& b : buckets_) {
-        Range r = b.layout.range(gr_);
+        Range r = b.layout.range(shard_rank_);
         if (!r.empty()) take(b.begin + r.begin, r.size(), pshard_.as<float>() + b.shard_off);
       }
     }
-    o_.initial_params = nullptr;  // used up: what it captures (the caller's weight files) need not outlive this
+    options_.initial_params = nullptr;  // used up: the source (the caller's weight files) need not outlive this
     if (stage_ == 1)
       for (auto& b : buckets_) full_g_.emplace_back(size_t(b.layout.padded) * kF32Bytes, MemCategory::gradients);
     else
-      gshard_ = Buffer(size_t(S_) * kF32Bytes, MemCategory::gradients);
-    opt_ = optim::make_optimizer(o.optim, o.optim_config, S_);
+      gshard_ = Buffer(size_t(shard_elems_) * kF32Bytes, MemCategory::gradients);
+    opt_ = optim::make_optimizer(o.optim, o.optim_config, shard_elems_);
     set_state_pieces();
     // The update's pieces: this rank's slice of each tensor in its bucket (the buffers never
     // move, so the list is made once, not every step).
@@ -139,7 +140,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].units;
     if (stage_ != 3) return;
     // A pipeline step: the schedule's order over all its micro-batches; else the model's pass.
-    schedule_ = su_.active() ? &su_.acquire_order : &pass_order_[backward ? 1 : 0];
+    schedule_ = stage_units_.active() ? &stage_units_.acquire_order : &pass_order_[backward ? 1 : 0];
     pos_ = 0;
   }
   TensorView acquire(int u, bool backward) override {
@@ -192,7 +193,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     // count starts again for the next one.
     pending_[b] = buckets_[b].units;
     reduce_bucket(b);
-    if (!o_.overlap_comm) drain(0);
+    if (!options_.overlap_comm) drain(0);
   }
 
   // ---- DataParallel ----
@@ -213,37 +214,38 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       std::vector<dist::Request> rs;
       for (size_t b = 0; b < buckets_.size(); ++b)
         if (stage_ == 1) rs.push_back(replica_->iall_reduce(shard_grad(b), size_t(buckets_[b].layout.shard)));
-      if (stage_ != 1) rs.push_back(replica_->iall_reduce(gshard_.as<float>(), size_t(S_)));
+      if (stage_ != 1) rs.push_back(replica_->iall_reduce(gshard_.as<float>(), size_t(shard_elems_)));
       for (auto& r : rs) r.wait();
     }
     // Pipeline with a tied LM head: the embedding's gradient shard is the first stage's plus
     // the last stage's (the bucket holds the embedding alone on both, so the shards line up).
-    if (su_.tied) su_.tied->all_reduce(shard_grad(tied_bucket_), size_t(buckets_[tied_bucket_].layout.shard));
+    if (stage_units_.tied)
+      stage_units_.tied->all_reduce(shard_grad(tied_bucket_), size_t(buckets_[tied_bucket_].layout.shard));
   }
   double grad_norm() override {
     double s = 0;
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      if (su_.tied_copy && int(b) == tied_bucket_) continue;  // the first stage counts it
+      if (stage_units_.tied_copy && int(b) == tied_bucket_) continue;  // the first stage counts it
       const double n = optim::grad_norm(shard_grad(b), buckets_[b].layout.shard);
       s += n * n;
     }
     dp_.all_reduce(&s, 1);
-    s /= double(N_ / G_);                             // every group holds the whole gradient once
-    if (su_.active()) su_.stages->all_reduce(&s, 1);  // pipeline stages: their units' squares
+    s /= double(dp_ranks_ / shard_group_size_);                         // every group holds the whole gradient once
+    if (stage_units_.active()) stage_units_.stages->all_reduce(&s, 1);  // pipeline stages: their units' squares
     return std::sqrt(s);
   }
   double grad_sq_weighted(const std::vector<double>& w) override {
     double s = 0;
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      if (su_.tied_copy && int(b) == tied_bucket_) continue;  // the first stage counts it
+      if (stage_units_.tied_copy && int(b) == tied_bucket_) continue;  // the first stage counts it
       for (const PieceTemplate& t : buckets_[b].pieces) {
         const double x = optim::grad_norm(shard_grad(b) + t.rel, t.numel);
         s += w[size_t(t.param)] * x * x;
       }
     }
     dp_.all_reduce(&s, 1);
-    s /= double(N_ / G_);                             // every group holds the whole gradient once
-    if (su_.active()) su_.stages->all_reduce(&s, 1);  // pipeline stages: their units' squares
+    s /= double(dp_ranks_ / shard_group_size_);                         // every group holds the whole gradient once
+    if (stage_units_.active()) stage_units_.stages->all_reduce(&s, 1);  // pipeline stages: their units' squares
     return s;
   }
   void for_each_grad_piece(const std::function<void(int, float*, int64_t)>& f) override {
@@ -274,18 +276,19 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       put(std::move(buf));
     }
     // Pipeline: every unit from the stage that owns it.
-    if (su_.active())
+    if (stage_units_.active())
       for (size_t u = 0; u < units_.size(); ++u)
-        su_.stages->broadcast(P + units_[u].begin, size_t(units_[u].size()) * kF32Bytes, su_.owner[u]);
+        stage_units_.stages->broadcast(P + units_[u].begin, size_t(units_[u].size()) * kF32Bytes,
+                                       stage_units_.owner[u]);
   }
   void sync_after_load() override {
-    if (!su_.tied) return;
+    if (!stage_units_.tied) return;
     // The tied embedding's shard (parameters and every optimizer slot): first stage -> last.
     const int b = tied_bucket_;
     const size_t n = size_t(buckets_[b].layout.shard);
-    su_.tied->broadcast(shard_param(b), n * kF32Bytes, 0);
+    stage_units_.tied->broadcast(shard_param(b), n * kF32Bytes, 0);
     for (size_t i = 0; i < opt_->slot_names().size(); ++i)
-      su_.tied->broadcast(opt_->slot(i) + buckets_[b].shard_off, n * kF32Bytes, 0);
+      stage_units_.tied->broadcast(opt_->slot(i) + buckets_[b].shard_off, n * kF32Bytes, 0);
     gather_params();
   }
   optim::Optimizer& optimizer() override { return *opt_; }
@@ -293,8 +296,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   // Hybrid: the groups hold the same shards; only the first group writes them.
   // Pipeline: one file per (stage, shard).
   StateShard checkpoint_shard() const override {
-    const int pp = su_.active() ? su_.stages->rank() : 0, stages = su_.active() ? su_.stages->size() : 1;
-    return {replica_ && replica_->rank() != 0 ? -1 : pp * G_ + gr_, G_ * stages};
+    const int pp = stage_units_.active() ? stage_units_.stages->rank() : 0,
+              stages = stage_units_.active() ? stage_units_.stages->size() : 1;
+    return {replica_ && replica_->rank() != 0 ? -1 : pp * shard_group_size_ + shard_rank_, shard_group_size_ * stages};
   }
   std::vector<const dist::Communicator*> comms() const override {
     std::vector<const dist::Communicator*> c{group_};
@@ -306,16 +310,19 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     double reduce = 0, gather = 0, cross = 0;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const ShardLayout& l = buckets_[b].layout;
-      reduce += o_.quantized_gradients
-                    ? dist::bus_bytes(Collective::all_to_all, double(G_) * quant_packed_bytes(l.shard), G_)
-                    : dist::bus_bytes(Collective::reduce_scatter, double(l.padded) * dtype_size(o_.comm_dtype), G_);
-      const double g = stage_ == 3 && o_.quantized_weights
-                           ? dist::bus_bytes(Collective::all_gather, double(G_) * quant_packed_bytes(l.shard), G_)
-                           : dist::bus_bytes(Collective::all_gather, double(l.padded) * kF32Bytes, G_);
+      reduce += options_.quantized_gradients
+                    ? dist::bus_bytes(Collective::all_to_all, double(shard_group_size_) * quant_packed_bytes(l.shard),
+                                      shard_group_size_)
+                    : dist::bus_bytes(Collective::reduce_scatter, double(l.padded) * dtype_size(options_.comm_dtype),
+                                      shard_group_size_);
+      const double g = stage_ == 3 && options_.quantized_weights
+                           ? dist::bus_bytes(Collective::all_gather,
+                                             double(shard_group_size_) * quant_packed_bytes(l.shard), shard_group_size_)
+                           : dist::bus_bytes(Collective::all_gather, double(l.padded) * kF32Bytes, shard_group_size_);
       // Stage 3: per micro-batch by the model's pass, or (pipeline) per step by the schedule.
-      gather += g * (stage_ != 3    ? 1
-                     : su_.active() ? gathers_per_step(int(b)) / double(acc)
-                                    : gathers_per_pass(int(b)));
+      gather += g * (stage_ != 3             ? 1
+                     : stage_units_.active() ? gathers_per_step(int(b)) / double(acc)
+                                             : gathers_per_pass(int(b)));
       if (replica_) cross += dist::bus_bytes(Collective::all_reduce, double(l.shard) * kF32Bytes, replica_->size());
     }
     if (stage_ == 1) return reduce + gather + cross;
@@ -323,7 +330,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     return acc * (reduce + gather) + cross;
   }
   double paper_bus_bytes(int acc) const override {
-    const double psi = double(kF32Bytes) * double(held_params()), f = double(N_ - 1) / N_;
+    const double psi = double(kF32Bytes) * double(held_params()), f = double(dp_ranks_ - 1) / dp_ranks_;
     if (stage_ == 1) return 2 * f * psi;
     if (stage_ == 2) return (acc + 1) * f * psi;
     return 3 * acc * f * psi;
@@ -335,12 +342,12 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   }
   nlohmann::json describe() const override {
     return {{"stage", stage_},
-            {"ranks", N_},
-            {"shard_group", G_},
+            {"ranks", dp_ranks_},
+            {"shard_group", shard_group_size_},
             {"buckets", buckets_.size()},
-            {"shard_elements", S_},
-            {"qwZ", o_.quantized_weights},
-            {"qgZ", o_.quantized_gradients}};
+            {"shard_elements", shard_elems_},
+            {"qwZ", options_.quantized_weights},
+            {"qgZ", options_.quantized_gradients}};
   }
 
  private:
@@ -361,7 +368,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     std::vector<optim::StateSpan> spans;
     for (size_t b = 0; b < buckets_.size(); ++b)
       for (const PieceTemplate& t : buckets_[b].pieces) {
-        if (su_.tied_copy && int(b) == tied_bucket_) break;  // the first stage writes it
+        if (stage_units_.tied_copy && int(b) == tied_bucket_) break;  // the first stage writes it
         const ParamInfo& p = list[t.param];
         params_state_.pieces.push_back({p.name, p.shape, "params", {t.param_begin, t.numel}, shard_param(b) + t.rel});
         spans.push_back({p.name, p.shape, t.param_begin, t.numel, buckets_[b].shard_off + t.rel});
@@ -374,13 +381,15 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     const int U = int(units_.size());
     bucket_of_.assign(U, -1);
     for (int u = U - 1; u >= 0; --u) {
-      if (su_.active() && !su_.held[u]) continue;  // another pipeline stage's unit
+      if (stage_units_.active() && !stage_units_.held[u]) continue;  // another pipeline stage's unit
       // The tied embedding of a pipeline takes a bucket of its own on both stages holding it;
       // so does the head: its backward runs with its forward, the blocks' later.
-      auto solo = [&](int x) { return su_.active() && (x == su_.tied_unit || x == model_.layout().head_unit); };
+      auto solo = [&](int x) {
+        return stage_units_.active() && (x == stage_units_.tied_unit || x == model_.layout().head_unit);
+      };
       const bool alone = solo(u) || (!buckets_.empty() && solo(buckets_.back().first_unit));
       const bool merge = stage_ != 3 && !buckets_.empty() && !alone &&
-                         buckets_.back().end - units_[u].begin <= o_.reduce_bucket_size &&
+                         buckets_.back().end - units_[u].begin <= options_.reduce_bucket_size &&
                          buckets_.back().begin == units_[u].end;
       if (merge) {
         buckets_.back().begin = units_[u].begin;
@@ -394,13 +403,13 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
         buckets_.push_back(b);
       }
       bucket_of_[u] = int(buckets_.size()) - 1;
-      if (u == su_.tied_unit) tied_bucket_ = bucket_of_[u];
+      if (u == stage_units_.tied_unit) tied_bucket_ = bucket_of_[u];
     }
-    S_ = 0;
+    shard_elems_ = 0;
     for (auto& b : buckets_) {
-      b.layout = shard_layout(b.end - b.begin, G_, kAlign);
-      b.shard_off = S_;
-      S_ += b.layout.shard;
+      b.layout = shard_layout(b.end - b.begin, shard_group_size_, kAlign);
+      b.shard_off = shard_elems_;
+      shard_elems_ += b.layout.shard;
       // The bucket's tensors as their own table (offsets from the bucket start), cut by
       // this rank's slice: AdamW's per-tensor decay rule needs the pieces.
       ParamTable sub;
@@ -413,8 +422,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
           decay.push_back(list[i].decay());
           global.push_back(int(i));
         }
-      for (const ShardPiece& sp : shard_pieces(sub, b.layout, gr_))
-        b.pieces.push_back({sp.flat_begin - int64_t(gr_) * b.layout.shard, sp.count, bool(decay[sp.param]),
+      for (const ShardPiece& sp : shard_pieces(sub, b.layout, shard_rank_))
+        b.pieces.push_back({sp.flat_begin - int64_t(shard_rank_) * b.layout.shard, sp.count, bool(decay[sp.param]),
                             global[sp.param], sp.param_begin});
     }
   }
@@ -430,15 +439,15 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   // Stage 3 under a pipeline: how often the schedule acquires the bucket's unit in one step.
   int gathers_per_step(int b) const {
     int n = 0;
-    for (const auto& [u, backward] : su_.acquire_order) n += bucket_of_[u] == b;
+    for (const auto& [u, backward] : stage_units_.acquire_order) n += bucket_of_[u] == b;
     return n;
   }
   float* shard_param(size_t b) {
     if (stage_ == 3) return pshard_.as<float>() + buckets_[b].shard_off;
-    return full_p_[b].as<float>() + int64_t(gr_) * buckets_[b].layout.shard;
+    return full_p_[b].as<float>() + int64_t(shard_rank_) * buckets_[b].layout.shard;
   }
   float* shard_grad(size_t b) {
-    if (stage_ == 1) return full_g_[b].as<float>() + int64_t(gr_) * buckets_[b].layout.shard;
+    if (stage_ == 1) return full_g_[b].as<float>() + int64_t(shard_rank_) * buckets_[b].layout.shard;
     return gshard_.as<float>() + buckets_[b].shard_off;
   }
 
@@ -454,22 +463,23 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     float* in = stage_ == 1 ? full_g_[b].as<float>() : gbuf_[b].as<float>();
     Pending p;
     p.bucket = b;
-    if (o_.quantized_gradients) {
+    if (options_.quantized_gradients) {
       const size_t qb = quant_packed_bytes(l.shard);
-      p.qin = get(qb * G_);
-      p.qout = get(qb * G_);
-      for (int j = 0; j < G_; ++j) quantize_int8_packed(p.qin.as<char>() + j * qb, in + int64_t(j) * l.shard, l.shard);
+      p.qin = get(qb * shard_group_size_);
+      p.qout = get(qb * shard_group_size_);
+      for (int j = 0; j < shard_group_size_; ++j)
+        quantize_int8_packed(p.qin.as<char>() + j * qb, in + int64_t(j) * l.shard, l.shard);
       p.req = group_->iall_to_all(p.qin.data(), p.qout.data(), qb);
-    } else if (o_.comm_dtype != DType::f32) {
+    } else if (options_.comm_dtype != DType::f32) {
       // communication_data_type bf16 / fp16: the bucket goes out in 16 bits; this rank's
       // reduced shard lands in qout and is widened in drain().
-      const int64_t n = int64_t(G_) * l.shard;
+      const int64_t n = int64_t(shard_group_size_) * l.shard;
       p.qin = get(size_t(n) * 2);
       p.qout = get(size_t(l.shard) * 2);
-      kernels::to_lowp(o_.comm_dtype, p.qin.as<uint16_t>(), in, n);
-      p.req = group_->ireduce_scatter(p.qin.data(), p.qout.data(), size_t(l.shard), o_.comm_dtype);
+      kernels::to_lowp(options_.comm_dtype, p.qin.as<uint16_t>(), in, n);
+      p.req = group_->ireduce_scatter(p.qin.data(), p.qout.data(), size_t(l.shard), options_.comm_dtype);
     } else {
-      p.req = group_->ireduce_scatter(in, in + int64_t(gr_) * l.shard, size_t(l.shard));
+      p.req = group_->ireduce_scatter(in, in + int64_t(shard_rank_) * l.shard, size_t(l.shard));
     }
     // The buffer leaves gbuf_ so the next micro-batch's backward starts a fresh one while
     // this reduction may still run.
@@ -485,25 +495,26 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       const int b = p.bucket;
       const ShardLayout& l = buckets_[b].layout;
       float* dst = shard_grad(b);
-      if (o_.quantized_gradients) {
+      if (options_.quantized_gradients) {
         const size_t qb = quant_packed_bytes(l.shard);
         if (stage_ == 1) std::memset(dst, 0, size_t(l.shard) * kF32Bytes);  // in place: replace, not add
-        for (int j = 0; j < G_; ++j) dequantize_int8_add_packed(dst, p.qout.as<char>() + j * qb, l.shard);
+        for (int j = 0; j < shard_group_size_; ++j)
+          dequantize_int8_add_packed(dst, p.qout.as<char>() + j * qb, l.shard);
         put(std::move(p.qin));
         put(std::move(p.qout));
-      } else if (o_.comm_dtype != DType::f32) {
+      } else if (options_.comm_dtype != DType::f32) {
         const uint16_t* h = p.qout.as<const uint16_t>();
         if (stage_ == 1) {
-          kernels::from_lowp(o_.comm_dtype, dst, h, l.shard);  // in place: replace
+          kernels::from_lowp(options_.comm_dtype, dst, h, l.shard);  // in place: replace
         } else {
-          const DType t = o_.comm_dtype;
+          const DType t = options_.comm_dtype;
 #pragma omp parallel for simd schedule(static)
           for (int64_t i = 0; i < l.shard; ++i) dst[i] += t == DType::bf16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
         }
         put(std::move(p.qin));
         put(std::move(p.qout));
       } else if (stage_ != 1) {
-        const float* src = p.in.as<float>() + int64_t(gr_) * l.shard;
+        const float* src = p.in.as<float>() + int64_t(shard_rank_) * l.shard;
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < l.shard; ++i) dst[i] += src[i];
       }
@@ -525,10 +536,10 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     Gather g;
     g.buf = get(size_t(k.layout.padded) * kF32Bytes);
     const float* mine = pshard_.as<float>() + k.shard_off;
-    if (o_.quantized_weights) {
+    if (options_.quantized_weights) {
       const size_t qb = quant_packed_bytes(k.layout.shard);
       g.qin = get(qb);
-      g.qout = get(qb * G_);
+      g.qout = get(qb * shard_group_size_);
       quantize_int8_packed(g.qin.data(), mine, k.layout.shard);
       g.req = group_->iall_gather(g.qin.data(), g.qout.data(), qb);
     } else {
@@ -540,12 +551,12 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     auto it = gathers_.find(u);
     Gather& g = it->second;
     g.req.wait();
-    if (o_.quantized_weights) {
+    if (options_.quantized_weights) {
       // Every slot, this rank's included, is dequantized, so all ranks compute with
       // identical parameters.
       const ShardLayout& l = buckets_[bucket_of_[u]].layout;
       const size_t qb = quant_packed_bytes(l.shard);
-      for (int j = 0; j < G_; ++j)
+      for (int j = 0; j < shard_group_size_; ++j)
         dequantize_int8_packed(g.buf.as<float>() + int64_t(j) * l.shard, g.qout.as<char>() + j * qb, l.shard);
       put(std::move(g.qin));
       put(std::move(g.qout));
@@ -574,17 +585,17 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
 
   Transformer& model_;
   dist::Communicator& dp_;  // the whole data-parallel group: the gradient norm's scalar
-  DataParallelOptions o_;
-  int stage_, N_, G_, gr_ = 0;
+  DataParallelOptions options_;
+  int stage_, dp_ranks_, shard_group_size_, shard_rank_ = 0;
   bool tied_ = true, last_ = true;
   dist::Communicator *group_, *replica_;  // the grid's dp_shard and (hybrid) dp_replicate
-  StageUnits su_;
+  StageUnits stage_units_;
   int tied_bucket_ = -1;
   std::vector<Unit> units_;
   std::vector<BucketInfo> buckets_;
   std::vector<optim::StepPiece> step_pieces_;
   std::vector<int> bucket_of_;
-  int64_t S_ = 0;
+  int64_t shard_elems_ = 0;
   std::vector<Buffer> full_p_, full_g_, gbuf_, pool_;
   Buffer pshard_, gshard_;
   std::unique_ptr<optim::Optimizer> opt_;

@@ -138,7 +138,7 @@ struct UnitFlops {
 };
 UnitFlops unit_flops(const ModelConfig& c, int T) {
   const ModelLayout whole = model_layout(c);
-  const auto& b = whole.slots.blocks.at(0);
+  const auto& b = whole.offsets.blocks.at(0);
   double gemm = 0;
   for (auto* lin : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) gemm += double(lin->in) * lin->out;
   return {6.0 * gemm + 12.0 * c.n_head * c.head_size * double(T), 6.0 * double(c.vocab_size) * c.n_embd};
@@ -155,7 +155,7 @@ int64_t cp_ring_bytes(const ModelConfig& c, int B, int T, int cp, int tp, int sl
   int64_t bytes = 4 * (4 * kv + out + 2 * lse) + int64_t(slots) * 3 * 4 * B * Tl;
   // RoPE: the rows' global positions run past the T / cp the arena's table was planned for, so
   // the model fills a cos / sin table of the whole context (Transformer::extend_rope).
-  if (model_layout(c).slots.shape.rope) bytes += 4 * int64_t(c.max_position) * c.head_size;
+  if (model_layout(c).offsets.shape.rope) bytes += 4 * int64_t(c.max_position) * c.head_size;
   return bytes;
 }
 

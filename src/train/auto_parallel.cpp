@@ -21,9 +21,8 @@ struct Choice {
       threads = 1;
 };
 
-}  // namespace
-
-std::string apply_auto_parallel(TrainArgs& a, dist::Communicator& world) {
+// What --auto_parallel refuses beside it: the flags that choose what it plans.
+void check_auto_parallel_flags(const TrainArgs& a) {
   auto given = [&](const char* f) { return a.explicit_flags.count(f) > 0; };
   ZT_CHECK(a.deepspeed.empty(),
            "--auto_parallel chooses the ZeRO stage and batch itself; drop --deepspeed (or "
@@ -40,19 +39,26 @@ std::string apply_auto_parallel(TrainArgs& a, dist::Communicator& world) {
   ZT_CHECK(!given("recompute-granularity") || a.recompute_granularity == "full",
            "--auto_parallel plans full recomputation or none; --recompute-granularity ", a.recompute_granularity,
            " is not among them");
+}
+
+// The planner's inputs (the model, the batch, the precision) and the constraints the given flags
+// set (a flag given fixes its dimension), and the machine as the planner models it.
+void plan_inputs(const TrainArgs& a, int N, parallel::PlanInputs* in_out, parallel::PlanConstraints* c_out,
+                 parallel::PlanMachine* m_out) {
+  auto given = [&](const char* f) { return a.explicit_flags.count(f) > 0; };
+  parallel::PlanInputs& in = *in_out;
+  parallel::PlanConstraints& c = *c_out;
+  parallel::PlanMachine& m = *m_out;
   const ModelConfig cfg =
       config_from_file(a.model_config_path.empty() ? a.model_name_or_path + "/config.json" : a.model_config_path);
-  parallel::PlanInputs in;
   in.cfg = cfg;
   in.seq_len = a.model_max_length > 0 ? a.model_max_length : std::min(1024, cfg.max_position);
-  const int N = world.size();
   in.global_batch = a.train_batch_size > 0 ? a.train_batch_size
                                            : int64_t(a.per_device_train_batch_size) * a.gradient_accumulation_steps * N;
   in.precision = act_plan_from_args(a, cfg).precision;
   in.optim = a.optim;
   in.packing = a.packing;
   in.validation = !a.validation_file.empty();
-  parallel::PlanConstraints c;
   if (given("tensor-model-parallel-size")) c.tp = a.tensor_model_parallel_size;
   if (given("pipeline-model-parallel-size")) c.pp = a.pipeline_parallel_size;
   if (given("context-parallel-size")) c.cp = a.context_parallel_size;
@@ -60,7 +66,6 @@ std::string apply_auto_parallel(TrainArgs& a, dist::Communicator& world) {
   if (given("sequence-parallel")) c.sp = a.sequence_parallel ? 1 : 0;
   if (given("gradient_checkpointing") || given("recompute-granularity"))
     c.recompute = a.gradient_checkpointing || a.recompute_granularity == "full" ? 1 : 0;
-  parallel::PlanMachine m;
   m.nproc = N;
   const int local = parallel::ranks_on_this_host();
   m.nodes = N % local == 0 ? N / local : 1;
@@ -72,7 +77,34 @@ std::string apply_auto_parallel(TrainArgs& a, dist::Communicator& world) {
   m.mem_gbps = parallel::kDefaultMemGbps;
   m.oversubscribed_efficiency = parallel::kDefaultOversubscribedEfficiency;
   m.runtime_bytes = parallel::kDefaultRuntimeBytes;
+}
 
+// The chosen layout into the arguments, as if given.
+void apply_choice(const Choice& ch, TrainArgs& a) {
+  auto given = [&](const char* f) { return a.explicit_flags.count(f) > 0; };
+  a.tensor_model_parallel_size = ch.tp;
+  a.sequence_parallel = ch.sp != 0;
+  a.pipeline_parallel_size = ch.pp;
+  a.context_parallel_size = ch.cp;
+  a.zero_stage = ch.zero;
+  a.per_device_train_batch_size = ch.micro;
+  a.gradient_accumulation_steps = ch.accumulation;
+  if (ch.recompute && a.recompute_granularity.empty()) a.gradient_checkpointing = true;
+  if (!given("threads")) a.threads = ch.threads;
+  // The planner has checked --max_memory for the layout, tensor, pipeline and context parallelism
+  // included; the trainer's own check models data parallelism only (it refuses TP and CP with it).
+  if ((ch.tp > 1 || ch.pp > 1 || ch.cp > 1) && !a.max_memory.empty()) a.max_memory.clear();
+}
+
+}  // namespace
+
+std::string apply_auto_parallel(TrainArgs& a, dist::Communicator& world) {
+  check_auto_parallel_flags(a);
+  const int N = world.size();
+  parallel::PlanInputs in;
+  parallel::PlanConstraints c;
+  parallel::PlanMachine m;
+  plan_inputs(a, N, &in, &c, &m);
   Choice ch;
   std::string error, line;
   if (world.rank() == 0) {
@@ -104,18 +136,7 @@ std::string apply_auto_parallel(TrainArgs& a, dist::Communicator& world) {
     if (world.rank() == 0) throw Error(error);
     throw Error("--auto_parallel: rank 0 found no layout (its error names why)");
   }
-  a.tensor_model_parallel_size = ch.tp;
-  a.sequence_parallel = ch.sp != 0;
-  a.pipeline_parallel_size = ch.pp;
-  a.context_parallel_size = ch.cp;
-  a.zero_stage = ch.zero;
-  a.per_device_train_batch_size = ch.micro;
-  a.gradient_accumulation_steps = ch.accumulation;
-  if (ch.recompute && a.recompute_granularity.empty()) a.gradient_checkpointing = true;
-  if (!given("threads")) a.threads = ch.threads;
-  // The planner has checked --max_memory for the layout, tensor, pipeline and context parallelism
-  // included; the trainer's own check models data parallelism only (it refuses TP and CP with it).
-  if ((ch.tp > 1 || ch.pp > 1 || ch.cp > 1) && !a.max_memory.empty()) a.max_memory.clear();
+  apply_choice(ch, a);
   return line;
 }
 

@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/hash.h"
-#include "train/deepspeed_config.h"
 #include "checkpoint/hf_model.h"
 
 namespace zt {

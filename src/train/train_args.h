@@ -2,11 +2,14 @@
 // TrainingArguments where HF has the setting (same defaults), plus ztrain's own.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "dist/communicator.h"
 #include "optim/loss_scaler.h"
+#include "optim/schedule.h"
 
 namespace zt {
 
@@ -103,7 +106,7 @@ struct TrainArgs {
   // that returns after every rollback comes from the schedule or the state, not from the data.
   int64_t spike_max_rollbacks = 5;
   // A rank whose compute in a step exceeds this many times the median rank's is flagged as a
-  // straggler in the log (train/straggler.h); 0 turns the check off.
+  // straggler in the log (dist/straggler.h); 0 turns the check off.
   double straggler_threshold = 1.5;
 
   // Mixed precision (docs/training.md#mixed-precision): HF's --bf16 / --fp16, or a DeepSpeed
@@ -212,7 +215,7 @@ struct TrainArgs {
 
   int threads = 0;  // 0: all cores
   bool no_shuffle = false;
-  // The GEMM peak MFU is reported against; 0 = measure this machine's (train/gemm_peak.h),
+  // The GEMM peak MFU is reported against; 0 = measure this machine's (plan/gemm_peak.h),
   // cached in peak_cache_dir ("" = measure every run, keep nothing).
   double peak_gflops = 0;
   std::string peak_cache_dir;
@@ -240,5 +243,21 @@ inline int64_t data_seed_of(const TrainArgs& a) { return a.data_seed >= 0 ? a.da
 // under mpirun); returns normally or throws zt::Error. It never ends the process: the
 // caller (apps/) decides how a failure ends the job.
 void train_run(const TrainArgs& args, dist::Communicator& world);
+
+// The warmup steps HF derives from --warmup_steps / --warmup_ratio for a run of total steps;
+// empty when that needs the total and it is unknown (total <= 0).
+std::optional<int64_t> hf_warmup_steps(const TrainArgs& a, int64_t total);
+
+// ds_precision as JSON (the resolved config: run identity, logs): its enabled switches as
+// "absent" / false / true / "auto", the loss scaler's keys, communication_data_type ("" =
+// absent) and the activation_checkpointing keys (null when the section is absent).
+nlohmann::json deepspeed_precision_json(const DeepSpeedPrecision& d);
+
+// The LR schedule of a run of total_steps optimizer steps: --lr_scheduler_type, HF's warmup
+// rules (warmup_steps >= 1 is a count, < 1 a ratio, else warmup_ratio) and, for DeepSpeed's
+// kinds, the scheduler parameters above (warmup_max_lr, total_num_steps, ...); HF's kinds take
+// --lr_scheduler_kwargs. total_steps <= 0: the run's length is not known yet, and only the
+// arguments are checked (optim::schedule_apply_kwargs).
+optim::Schedule schedule_from_args(const TrainArgs& a, int64_t total_steps);
 
 }  // namespace zt

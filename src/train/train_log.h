@@ -16,7 +16,7 @@
 #include "models/config.h"
 #include "models/transformer.h"
 #include "train/evaluate.h"
-#include "train/gemm_peak.h"
+#include "plan/gemm_peak.h"
 #include "train/train_args.h"
 
 namespace zt {

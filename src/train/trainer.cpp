@@ -17,7 +17,7 @@
 #include <omp.h>
 
 #include "train/context_stage.h"
-#include "train/gemm_peak.h"
+#include "plan/gemm_peak.h"
 #include "train/run_device.h"
 #include "train/train_args_check.h"
 
@@ -183,42 +183,34 @@ AllowedChanges allowed_changes(const std::string& list) {
 }
 static int seq_len(const TrainArgs& a, const ModelConfig& cfg);
 
-Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), world_(world) {
-  if (a_.auto_parallel) {  // the planner's layout first: everything below sees it as if given
-    const std::string line = apply_auto_parallel(a_, world);
-    if (world.rank() == 0) std::printf("%s\n", line.c_str());
-  }
-  // DeepSpeed's world is the data-parallel one (tensor parallelism divides it).
-  const int tp = std::max(1, a_.tensor_model_parallel_size) * std::max(1, a_.context_parallel_size);
-  apply_deepspeed_config(a_, world.size() % tp == 0 ? world.size() / tp : world.size(),
-                         /*print_warnings=*/world.rank() == 0);
-  if (a_.threads > 0) omp_set_num_threads(a_.threads);
-  check_args(a_);
-  check_tp_args(a_, world.size());
-  cfg_ = load_config(a_);
-  check_tp_plan(cfg_, {a_.tensor_model_parallel_size, 0, a_.sequence_parallel});
-  check_cp_args(a_, world.size(), seq_len(a_, cfg_), cfg_);
-  spike_ = std::make_unique<SpikeGuard>(spike_policy_from(a_.spike_policy), a_.spike_window, a_.spike_zscore);
-  plan_ = act_plan_from_args(a_, cfg_);  // a bad combination fails here, before any work
+Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : args_(args), world_(world) {
+  if (args_.threads > 0) omp_set_num_threads(args_.threads);
+  check_args(args_);
+  check_tp_args(args_, world.size());
+  cfg_ = load_config(args_);
+  check_tp_plan(cfg_, {args_.tensor_model_parallel_size, 0, args_.sequence_parallel});
+  check_cp_args(args_, world.size(), seq_len(args_, cfg_), cfg_);
+  spike_ = std::make_unique<SpikeGuard>(spike_policy_from(args_.spike_policy), args_.spike_window, args_.spike_zscore);
+  plan_ = act_plan_from_args(args_, cfg_);  // a bad combination fails here, before any work
   // Every weight shard present before --output_dir is touched (a missing one is one error).
-  if (!a_.model_name_or_path.empty()) hf_check_weights(a_.model_name_or_path);
-  side_files_ = side_files(a_);
-  channels_ = parse_channels(a_.train_file, a_.train_file_weights);
+  if (!args_.model_name_or_path.empty()) hf_check_weights(args_.model_name_or_path);
+  side_files_ = side_files(args_);
+  channels_ = parse_channels(args_.train_file, args_.train_file_weights);
   train_id_ = channels_identity(channels_);  // a plain file's own identity
   // The job's first collective, before anything sized by the arguments or the config is
   // allocated or exchanged: ranks that disagree stop here, with the difference named.
-  check_ranks_agree(world, job_identity(a_, cfg_, train_id_));
+  check_ranks_agree(world, job_identity(args_, cfg_, train_id_));
   fit_memory();
-  schedule_kind_ = check_pipeline_args(a_, world.size(), cfg_);
-  parallel::check_data_parallel_options(engine_options(a_),
-                                        world.size() / (a_.tensor_model_parallel_size * a_.pipeline_parallel_size));
-  ZT_CHECK(a_.local_sgd_steps == 0 || (a_.tensor_model_parallel_size == 1 && a_.pipeline_parallel_size == 1),
+  schedule_kind_ = check_pipeline_args(args_, world.size(), cfg_);
+  parallel::check_data_parallel_options(
+      engine_options(args_), world.size() / (args_.tensor_model_parallel_size * args_.pipeline_parallel_size));
+  ZT_CHECK(args_.local_sgd_steps == 0 || (args_.tensor_model_parallel_size == 1 && args_.pipeline_parallel_size == 1),
            "--local_sgd_steps does not compose with tensor or pipeline parallelism yet; use one of them");
-  ZT_CHECK(a_.local_sgd_steps == 0 || a_.spike_policy == "none", "--spike_policy ", a_.spike_policy,
+  ZT_CHECK(args_.local_sgd_steps == 0 || args_.spike_policy == "none", "--spike_policy ", args_.spike_policy,
            " judges the gradient norm, which local SGD's groups do not share; "
            "use --spike_policy none with --local_sgd_steps");
-  if (a_.local_sgd_steps > 0) a_.local_sgd_group_size = local_sgd_group(world, a_.local_sgd_group_size);
-  grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(a_, world.size()));
+  if (args_.local_sgd_steps > 0) args_.local_sgd_group_size = local_sgd_group(world, args_.local_sgd_group_size);
+  grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(args_, world.size()));
   dp_comm_ = &grid_->dp();
   chief_ = world.rank() == 0;
   {
@@ -239,7 +231,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : a_(args), w
     std::vector<const dist::Communicator*> comms = {&world_, parallel_->tied_comm()};
     for (size_t g = 0; g < dist::kNumGroups; ++g) comms.push_back(&grid_->group(dist::Group(g)));
     for (const dist::Communicator* c : parallel_->engine().comms()) comms.push_back(c);
-    straggler_ = std::make_unique<StragglerMonitor>(comms, world.size(), a_.straggler_threshold);
+    straggler_ = std::make_unique<StragglerMonitor>(comms, world.size(), args_.straggler_threshold);
   }
   start_loader_and_log();
   startup_s_ = seconds_since(t_start_);
@@ -253,117 +245,127 @@ static int seq_len(const TrainArgs& a, const ModelConfig& cfg) {
 // --max_memory / --auto_find_batch_size. Every rank must choose the same layout, so the
 // limit is the smallest any rank sees (a collective, after the ranks agreed on the arguments).
 void Trainer::fit_memory() {
-  if (a_.max_memory.empty() && !a_.auto_find_batch_size) return;
+  if (args_.max_memory.empty() && !args_.auto_find_batch_size) return;
   std::string source;
-  int64_t limit = memory_limit_per_rank(a_, &source);
+  int64_t limit = memory_limit_per_rank(args_, &source);
   int64_t lim = limit < 0 ? INT64_MAX : limit;
   if (world_.size() > 1) world_.all_reduce(&lim, 1, dist::ReduceOp::min);
   memory_limit_bytes_ = lim == INT64_MAX ? -1 : lim * parallel::ranks_on_this_host();
-  if (!a_.auto_find_batch_size) return;
+  if (!args_.auto_find_batch_size) return;
   const std::string line =
-      auto_find_batch_size(a_, cfg_, seq_len(a_, cfg_), world_.size(), lim == INT64_MAX ? -1 : lim, source);
-  plan_ = act_plan_from_args(a_, cfg_);  // it may have chosen a recomputation mode
+      auto_find_batch_size(args_, cfg_, seq_len(args_, cfg_), world_.size(), lim == INT64_MAX ? -1 : lim, source);
+  plan_ = act_plan_from_args(args_, cfg_);  // it may have chosen a recomputation mode
   if (world_.rank() == 0) std::printf("%s\n", line.c_str());
 }
 
 void Trainer::load_data() {
-  B_ = a_.per_device_train_batch_size;
-  G_ = a_.gradient_accumulation_steps;
-  T_ = seq_len(a_, cfg_);
-  ZT_CHECK(T_ <= cfg_.max_position, "--model_max_length ", T_, " exceeds the model's context of ", cfg_.max_position,
-           " positions (n_positions / max_position_embeddings); lower it");
+  rows_ = args_.per_device_train_batch_size;
+  accumulation_ = args_.gradient_accumulation_steps;
+  seq_len_ = seq_len(args_, cfg_);
+  ZT_CHECK(seq_len_ <= cfg_.max_position, "--model_max_length ", seq_len_, " exceeds the model's context of ",
+           cfg_.max_position, " positions (n_positions / max_position_embeddings); lower it");
   // The planner's model of TP / PP / CP (a cp rank holds T / cp rows and shards over dp x cp).
-  if (a_.tensor_model_parallel_size > 1 || a_.pipeline_parallel_size > 1 || a_.context_parallel_size > 1)
+  if (args_.tensor_model_parallel_size > 1 || args_.pipeline_parallel_size > 1 || args_.context_parallel_size > 1)
     parallel::check_model_parallel_memory(
-        cfg_, T_,
-        {dp_comm_->size(), a_.tensor_model_parallel_size, a_.pipeline_parallel_size, a_.sequence_parallel,
-         a_.zero_stage, B_, G_, plan_.recompute == nn::Recompute::full, a_.context_parallel_size},
-        plan_.precision, a_.optim, a_.max_memory.empty() ? -1 : memory_limit_bytes_);
+        cfg_, seq_len_,
+        {dp_comm_->size(), args_.tensor_model_parallel_size, args_.pipeline_parallel_size, args_.sequence_parallel,
+         args_.zero_stage, rows_, accumulation_, plan_.recompute == nn::Recompute::full, args_.context_parallel_size},
+        plan_.precision, args_.optim, args_.max_memory.empty() ? -1 : memory_limit_bytes_);
   else
     parallel::check_training_memory(
         cfg_,
-        {B_, T_, a_.zero_stage, dp_comm_->size(), a_.zero_hpz_partition_size,
-         parallel::reduce_bucket_elements(a_.reduce_bucket_size, a_.zero_stage), plan_,
-         int(dtype_size(comm_dtype_from_args(a_)))},
-        a_.max_memory.empty() ? -1 : memory_limit_bytes_);  // before anything large is allocated
-  sft_ = channels_.named ? channels_.sft : is_jsonl(a_.train_file);
-  ZT_CHECK(sft_ || !is_jsonl(a_.validation_file), "--validation_file ", a_.validation_file,
+        {rows_, seq_len_, args_.zero_stage, dp_comm_->size(), args_.zero_hpz_partition_size,
+         parallel::reduce_bucket_elements(args_.reduce_bucket_size, args_.zero_stage), plan_,
+         int(dtype_size(comm_dtype_from_args(args_)))},
+        args_.max_memory.empty() ? -1 : memory_limit_bytes_);  // before anything large is allocated
+  sft_ = channels_.named ? channels_.sft : is_jsonl(args_.train_file);
+  ZT_CHECK(sft_ || !is_jsonl(args_.validation_file), "--validation_file ", args_.validation_file,
            " holds SFT records (.jsonl) but --train_file is a token file; give both in the same form");
   // A flag of one kind of data given with the other would be parsed and ignored: refused instead.
   // (--tokenizer_name is not among them: it also names the tokenizer a token-file run carries.)
   for (const char* f :
        {"chat_template_path", "completion_only_loss", "assistant_only_loss", "cache_dir", "chat_template_max_steps"})
-    ZT_CHECK(sft_ || !a_.explicit_flags.count(f), "--", f, " applies to SFT records (a .jsonl --train_file), not to ",
-             "the token file ", a_.train_file);
-  ZT_CHECK(!sft_ || !a_.explicit_flags.count("eos_token_id"),
+    ZT_CHECK(sft_ || !args_.explicit_flags.count(f), "--", f,
+             " applies to SFT records (a .jsonl --train_file), not to ", "the token file ", args_.train_file);
+  ZT_CHECK(!sft_ || !args_.explicit_flags.count("eos_token_id"),
            "--eos_token_id separates documents in token files; SFT records (.jsonl) are separate examples already");
   if (sft_) {
     load_sft_data();
   } else if (channels_.named) {
-    blend_ =
-        std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, T_, !a_.no_shuffle, uint64_t(data_seed_of(a_)));
+    blend_ = std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, seq_len_, !args_.no_shuffle,
+                                             uint64_t(data_seed_of(args_)));
     train_sequences_ = blend_->num_sequences();
     if (world_.rank() == 0) std::printf("Data channels: %s\n", blend_->describe().c_str());
   } else {
-    data_ = std::make_unique<TokenFile>(a_.train_file, cfg_.vocab_size);
-    sampler_ = std::make_unique<WindowSampler>(*data_, T_, !a_.no_shuffle, uint64_t(data_seed_of(a_)));
+    data_ = std::make_unique<TokenFile>(args_.train_file, cfg_.vocab_size);
+    sampler_ = std::make_unique<WindowSampler>(*data_, seq_len_, !args_.no_shuffle, uint64_t(data_seed_of(args_)));
     train_sequences_ = sampler_->num_windows();
   }
   const int n = dp_comm_->size();
-  seqs_per_step_ = int64_t(B_) * G_ * n;
-  ZT_CHECK(a_.train_batch_size <= 0 || a_.train_batch_size == seqs_per_step_, "train_batch_size ", a_.train_batch_size,
-           " does not equal micro batch ", B_, " x accumulation ", G_, " x ranks ", n, " = ", seqs_per_step_);
-  ZT_CHECK(train_sequences_ >= seqs_per_step_, a_.train_file, " has only ", train_sequences_, " sequences of ", T_,
-           sft_ ? " tokens (rows of examples)" : "+1 tokens", ", fewer than one optimizer step needs (", seqs_per_step_,
-           " = batch ", B_, " x accumulation ", G_, " x ranks ", n, "); use more data or a smaller batch");
-  if (!a_.validation_file.empty() && !sft_) {
-    val_ = std::make_unique<TokenFile>(a_.validation_file, cfg_.vocab_size);
+  seqs_per_step_ = int64_t(rows_) * accumulation_ * n;
+  ZT_CHECK(args_.train_batch_size <= 0 || args_.train_batch_size == seqs_per_step_, "train_batch_size ",
+           args_.train_batch_size, " does not equal micro batch ", rows_, " x accumulation ", accumulation_,
+           " x ranks ", n, " = ", seqs_per_step_);
+  ZT_CHECK(train_sequences_ >= seqs_per_step_, args_.train_file, " has only ", train_sequences_, " sequences of ",
+           seq_len_, sft_ ? " tokens (rows of examples)" : "+1 tokens", ", fewer than one optimizer step needs (",
+           seqs_per_step_, " = batch ", rows_, " x accumulation ", accumulation_, " x ranks ", n,
+           "); use more data or a smaller batch");
+  if (!args_.validation_file.empty() && !sft_) {
+    val_ = std::make_unique<TokenFile>(args_.validation_file, cfg_.vocab_size);
     // Checked now, not at the first evaluation after all the training.
-    ZT_CHECK(val_->size() > int64_t(T_), "--validation_file ", a_.validation_file, " has ", val_->size(),
-             " tokens, fewer than one sequence of ", T_,
+    ZT_CHECK(val_->size() > int64_t(seq_len_), "--validation_file ", args_.validation_file, " has ", val_->size(),
+             " tokens, fewer than one sequence of ", seq_len_,
              "+1; use a longer validation file or a smaller --model_max_length");
   }
+  plan_steps();
+}
+
+// The run's length and HF's strategies as step intervals (an epoch is steps_per_epoch_
+// optimizer steps): the schedule, logging, evaluation and saves.
+void Trainer::plan_steps() {
   steps_per_epoch_ = std::max<int64_t>(1, train_sequences_ / seqs_per_step_);
-  total_steps_ = a_.max_steps > 0 ? a_.max_steps : int64_t(std::ceil(a_.num_train_epochs * double(steps_per_epoch_)));
+  total_steps_ =
+      args_.max_steps > 0 ? args_.max_steps : int64_t(std::ceil(args_.num_train_epochs * double(steps_per_epoch_)));
   ZT_CHECK(total_steps_ > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
-  sched_ = std::make_unique<optim::Schedule>(schedule_from_args(a_, total_steps_));
-  log_every_ = a_.logging_steps >= 1
-                   ? int64_t(a_.logging_steps)
-                   : std::max<int64_t>(1, int64_t(std::ceil(a_.logging_steps * double(total_steps_))));
-  // HF's strategies as step intervals (an epoch is steps_per_epoch_ optimizer steps).
-  const std::string& es = a_.eval_strategy;
-  eval_every_ = es.empty()      ? a_.eval_steps
-                : es == "steps" ? (a_.eval_steps > 0 ? a_.eval_steps : log_every_)
+  sched_ = std::make_unique<optim::Schedule>(schedule_from_args(args_, total_steps_));
+  log_every_ = args_.logging_steps >= 1
+                   ? int64_t(args_.logging_steps)
+                   : std::max<int64_t>(1, int64_t(std::ceil(args_.logging_steps * double(total_steps_))));
+  const std::string& es = args_.eval_strategy;
+  eval_every_ = es.empty()      ? args_.eval_steps
+                : es == "steps" ? (args_.eval_steps > 0 ? args_.eval_steps : log_every_)
                 : es == "epoch" ? steps_per_epoch_
                                 : 0;
-  const bool do_eval_given = a_.explicit_flags.count("do_eval") > 0;
-  final_eval_ = do_eval_given ? a_.do_eval : es != "no";
-  if (do_eval_given && !a_.do_eval) eval_every_ = 0;
-  save_every_ = a_.save_strategy == "steps" ? a_.save_steps : a_.save_strategy == "epoch" ? steps_per_epoch_ : 0;
+  const bool do_eval_given = args_.explicit_flags.count("do_eval") > 0;
+  final_eval_ = do_eval_given ? args_.do_eval : es != "no";
+  if (do_eval_given && !args_.do_eval) eval_every_ = 0;
+  save_every_ = args_.save_strategy == "steps"   ? args_.save_steps
+                : args_.save_strategy == "epoch" ? steps_per_epoch_
+                                                 : 0;
   // Local SGD: groups agree on the parameters only right after an outer sync, and a checkpoint
   // holds one copy of them (group 0's, with its inner optimizer state), so saves come at syncs.
-  ZT_CHECK(a_.local_sgd_steps == 0 || save_every_ == 0 || save_every_ % a_.local_sgd_steps == 0, "--save_steps ",
-           save_every_, " must be a multiple of --local_sgd_steps ", a_.local_sgd_steps,
+  ZT_CHECK(args_.local_sgd_steps == 0 || save_every_ == 0 || save_every_ % args_.local_sgd_steps == 0, "--save_steps ",
+           save_every_, " must be a multiple of --local_sgd_steps ", args_.local_sgd_steps,
            " (checkpoints are taken when the groups have just synchronised)");
-  if (a_.logging_strategy == "epoch") log_every_ = steps_per_epoch_;
+  if (args_.logging_strategy == "epoch") log_every_ = steps_per_epoch_;
 }
 
 // SFT records: the chief tokenizes (or finds the cache) first, so ranks on one host do not all
 // tokenize; then every rank reads the cache. Rows follow --packing and --model_max_length.
 void Trainer::load_sft_data() {
-  const std::string tok_path = !a_.tokenizer_name.empty() ? a_.tokenizer_name : a_.model_name_or_path;
-  ZT_CHECK(!tok_path.empty(), "--train_file ", a_.train_file,
+  const std::string tok_path = !args_.tokenizer_name.empty() ? args_.tokenizer_name : args_.model_name_or_path;
+  ZT_CHECK(!tok_path.empty(), "--train_file ", args_.train_file,
            " holds SFT records, which need a tokenizer: pass --tokenizer_name (a folder with tokenizer.json or "
            "tokenizer.model, or "
            "--model_name_or_path with one)");
   const std::unique_ptr<Tokenizer> tok = Tokenizer::load(tok_path);
-  const ChatTemplateConfig tpl = chat_template_load(tok_path, a_.chat_template_path);
+  const ChatTemplateConfig tpl = chat_template_load(tok_path, args_.chat_template_path);
   SftOptions opt;
-  opt.completion_only_loss = a_.completion_only_loss;
-  opt.assistant_only_loss = a_.assistant_only_loss;
-  opt.template_limits.max_steps = a_.chat_template_max_steps;
+  opt.completion_only_loss = args_.completion_only_loss;
+  opt.assistant_only_loss = args_.assistant_only_loss;
+  opt.template_limits.max_steps = args_.chat_template_max_steps;
   const ChatFormatter fmt(tpl, opt, tok->eos_id() >= 0 ? tok->decode({tok->eos_id()}) : std::string());
-  const std::string cache = a_.cache_dir.empty() ? sft_default_cache_dir() : a_.cache_dir;
+  const std::string cache = args_.cache_dir.empty() ? sft_default_cache_dir() : args_.cache_dir;
   auto build = [&](const std::string& file, const std::string& flag) {
     return std::make_unique<SftTokens>(sft_tokenize({file, flag, tok_path, cache}, *tok, fmt, tpl, opt));
   };
@@ -372,7 +374,7 @@ void Trainer::load_sft_data() {
     if ((pass == 0) == (world_.rank() == 0)) {
       for (const DataChannel& ch : chans)
         sft_train_.push_back(build(ch.path, ch.name.empty() ? "--train_file" : "--train_file channel " + ch.name));
-      if (!a_.validation_file.empty()) sft_val_ = build(a_.validation_file, "--validation_file");
+      if (!args_.validation_file.empty()) sft_val_ = build(args_.validation_file, "--validation_file");
     }
     if (pass == 0) world_.barrier();
   }
@@ -386,17 +388,17 @@ void Trainer::load_sft_data() {
   }
   std::vector<SequenceSource*> rows;
   for (size_t c = 0; c < chans.size(); ++c) {  // each channel its own order (seed + channel)
-    sft_rows_.push_back(
-        std::make_unique<SftRows>(*sft_train_[c], T_, a_.packing, !a_.no_shuffle, uint64_t(data_seed_of(a_)) + c));
+    sft_rows_.push_back(std::make_unique<SftRows>(*sft_train_[c], seq_len_, args_.packing, !args_.no_shuffle,
+                                                  uint64_t(data_seed_of(args_)) + c));
     rows.push_back(sft_rows_.back().get());
   }
   if (sft_val_) {
-    sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, T_, a_.packing, false, 0);
+    sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, seq_len_, args_.packing, false, 0);
     ZT_CHECK(sft_val_rows_->num_sequences() > 0 && sft_val_rows_->total_targets() > 0, "--validation_file ",
-             a_.validation_file, " gives no row with a trained target at --model_max_length ", T_,
+             args_.validation_file, " gives no row with a trained target at --model_max_length ", seq_len_,
              "; check the file (and --completion_only_loss / --assistant_only_loss) or raise --model_max_length");
   }
-  if (channels_.named) blend_ = std::make_unique<BlendedSource>(channels_, rows, T_);
+  if (channels_.named) blend_ = std::make_unique<BlendedSource>(channels_, rows, seq_len_);
   train_sequences_ = blend_ ? blend_->num_sequences() : sft_rows_[0]->num_sequences();
   for (size_t c = 0; c < chans.size() && chief_; ++c) {
     const SftTokens& d = *sft_train_[c];
@@ -405,9 +407,10 @@ void Trainer::load_sft_data() {
         "SFT data%s: %lld examples, %lld tokens, %lld trained targets in %lld rows of %d (%s, %s); %s %s in "
         "%.2f s; %lld truncated to %d+1 tokens\n",
         chans[c].name.empty() ? "" : (" (channel " + chans[c].name + ")").c_str(), (long long)d.examples(),
-        (long long)d.tokens.size(), (long long)r.total_targets(), (long long)r.num_sequences(), T_,
-        a_.packing ? "packed" : "one example per row", tpl.source.empty() ? "no chat template" : tpl.origin.c_str(),
-        d.from_cache ? "read cache" : "tokenized into", d.cache_path.c_str(), d.seconds, (long long)r.truncated(), T_);
+        (long long)d.tokens.size(), (long long)r.total_targets(), (long long)r.num_sequences(), seq_len_,
+        args_.packing ? "packed" : "one example per row", tpl.source.empty() ? "no chat template" : tpl.origin.c_str(),
+        d.from_cache ? "read cache" : "tokenized into", d.cache_path.c_str(), d.seconds, (long long)r.truncated(),
+        seq_len_);
   }
   if (chief_ && blend_) std::printf("Data channels: %s\n", blend_->describe().c_str());
 }
@@ -416,35 +419,35 @@ void Trainer::load_sft_data() {
 // checks it is empty or may be reused. Only the chief locks: the other ranks write only
 // inside a save, between the chief's barriers (docs/checkpoints.md#one-run-per-folder).
 void Trainer::prepare_output_dir() {
-  ZT_CHECK(!a_.output_dir.empty(), "--output_dir is required");
+  ZT_CHECK(!args_.output_dir.empty(), "--output_dir is required");
   // A failed job's ranks may still be exiting (freeing gigabytes) after mpirun has returned, and
   // their lock goes with them: a run started right after waits a few seconds for it, a restart by
   // `ztrain launch`'s agent longer.
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  lock_ = std::make_unique<OutputDirLock>(a_.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 5.0);
+  lock_ = std::make_unique<OutputDirLock>(args_.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 5.0);
   bool empty = true;
-  for (auto& e : fs::directory_iterator(a_.output_dir)) empty &= e.path().filename() == OutputDirLock::kFileName;
-  if (!empty && !a_.overwrite_output_dir && a_.resume_from_checkpoint.empty())
-    throw Error(str_cat("Output directory (", a_.output_dir,
+  for (auto& e : fs::directory_iterator(args_.output_dir)) empty &= e.path().filename() == OutputDirLock::kFileName;
+  if (!empty && !args_.overwrite_output_dir && args_.resume_from_checkpoint.empty())
+    throw Error(str_cat("Output directory (", args_.output_dir,
                         ") already exists and is not empty. Use --overwrite_output_dir to overcome."));
   // A fresh start over an old run: its checkpoints go, so that neither `latest` nor pruning
   // can pick them up later (HF's Trainer deletes nothing; docs/checkpoints.md says why we do).
-  if (a_.overwrite_output_dir && a_.resume_from_checkpoint.empty())
-    checkpoint_remove_all(a_.output_dir, input_paths(a_));
+  if (args_.overwrite_output_dir && args_.resume_from_checkpoint.empty())
+    checkpoint_remove_all(args_.output_dir, input_paths(args_));
 }
 
 void Trainer::build_model_and_engine() {
-  const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), a_.sequence_parallel};
+  const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), args_.sequence_parallel};
   // Under ZeRO the model holds no flat buffer: the engine fills what this rank keeps (its shard, or
   // its stage's units) from the random streams (init_values), from the HF files (only those
   // elements), or from nothing on a resume (the checkpoint sets every parameter a rank keeps). So
   // no rank holds the whole model at start.
-  const bool sharded_init = a_.zero_stage >= 1;
+  const bool sharded_init = args_.zero_stage >= 1;
   model_ = std::make_unique<Transformer>(cfg_, tp, /*hold_params=*/!sharded_init);
   const auto t0 = Clock::now();
-  const bool fresh = a_.resume_from_checkpoint.empty();
+  const bool fresh = args_.resume_from_checkpoint.empty();
   std::unique_ptr<HfWeights> hf;
-  if (!a_.model_name_or_path.empty()) hf = std::make_unique<HfWeights>(a_.model_name_or_path, cfg_);
+  if (!args_.model_name_or_path.empty()) hf = std::make_unique<HfWeights>(args_.model_name_or_path, cfg_);
   if (!sharded_init) {
     // Random weights: a tensor-parallel rank makes its slices of the values one process would
     // make, so the run is the same model whatever the layout; HF weights: a TP rank reads its
@@ -453,16 +456,16 @@ void Trainer::build_model_and_engine() {
     if (hf)
       hf->read(model_->params(), 0, model_->num_params(), model_->flat_params().as<float>());
     else if (fresh)
-      model_->init_random(uint64_t(a_.seed));
+      model_->init_random(uint64_t(args_.seed));
   }
   std::string note;
-  device_ = run_device(a_, world_.size(), cfg_, &note);
+  device_ = run_device(args_, world_.size(), cfg_, &note);
   if (chief_ && !note.empty()) std::printf("ztrain: note: %s\n", note.c_str());
   // The weights are read or drawn on the host, then the model moves to the GPU whole. The GEMM
   // peak (MFU's reference) is measured first, so its scratch is gone before the model arrives and
   // the GPU memory peak is training's own.
   if (device_ == DeviceKind::cuda) {
-    if (chief_) gpu_peak_ = gpu_gemm_peak(a_.peak_gflops, nn::compute_dtype(plan_.precision));
+    if (chief_) gpu_peak_ = gpu_gemm_peak(args_.peak_gflops, nn::compute_dtype(plan_.precision));
     model_->set_device(DeviceKind::cuda);
   }
   weights_s_ = seconds_since(t0);
@@ -470,68 +473,58 @@ void Trainer::build_model_and_engine() {
   // parameters over (stages 1-3 keep only this rank's shard) before the activations are planned:
   // the flat buffers it frees never coexist with them.
   parallel::ParallelPlan pp;
-  pp.rows = B_;
-  pp.seq_len = T_;
-  pp.micro_batches = G_;
-  pp.sequence_parallel = a_.sequence_parallel;
+  pp.rows = rows_;
+  pp.seq_len = seq_len_;
+  pp.micro_batches = accumulation_;
+  pp.sequence_parallel = args_.sequence_parallel;
   pp.schedule = schedule_kind_;
-  pp.layers_per_virtual_stage = a_.layers_per_virtual_stage;
-  pp.stage_layers = a_.pipeline_layers;
-  pp.balance_by_time = a_.pipeline_balance == "time";
+  pp.layers_per_virtual_stage = args_.layers_per_virtual_stage;
+  pp.stage_layers = args_.pipeline_layers;
+  pp.balance_by_time = args_.pipeline_balance == "time";
   pp.act_plan = plan_;
-  pp.data_parallel = engine_options(a_);
-  if (a_.local_sgd_steps > 0)
-    pp.local_sgd = parallel::LocalSgdOptions{a_.local_sgd_steps, a_.local_sgd_outer_lr, a_.local_sgd_outer_momentum};
+  pp.data_parallel = engine_options(args_);
+  if (args_.local_sgd_steps > 0)
+    pp.local_sgd =
+        parallel::LocalSgdOptions{args_.local_sgd_steps, args_.local_sgd_outer_lr, args_.local_sgd_outer_momentum};
   pp.print = chief_;
+  std::unique_ptr<ParamSource> source;  // ZeRO: what each rank reads for the part it keeps
   if (sharded_init) {
-    const uint64_t seed = uint64_t(a_.seed);
-    pp.data_parallel.initial_params = [this, seed, fresh, &hf](int64_t begin, int64_t n, float* dst) {
-      if (!fresh)
-        std::fill_n(dst, n, 0.f);  // the checkpoint overwrites every element this rank keeps
-      else if (hf)
-        hf->read(model_->params(), begin, n, dst);
-      else
-        model_->init_values(seed, begin, n, dst);
-    };
+    if (!fresh)
+      source = std::make_unique<ZeroParams>();  // the checkpoint overwrites every element this rank keeps
+    else if (hf)
+      source = std::make_unique<HfParamSource>(*hf, model_->params());
+    else
+      source = std::make_unique<RandomParams>(*model_, uint64_t(args_.seed));
+    pp.data_parallel.initial_params = source.get();
   }
   parallel_ = parallel::parallelize(*model_, *grid_, pp);
-  if (a_.fp16) {
-    scaler_ = std::make_unique<optim::LossScaler>(a_.ds_precision.loss_scaler);
-  } else if (a_.bf16 && a_.ds_precision.bf16_check_grad_overflow) {
+  if (args_.fp16) {
+    scaler_ = std::make_unique<optim::LossScaler>(args_.ds_precision.loss_scaler);
+  } else if (args_.bf16 && args_.ds_precision.bf16_check_grad_overflow) {
     optim::LossScalerConfig fixed;
     fixed.loss_scale = 1;  // bf16 needs no scaling; the scaler only skips and counts
     scaler_ = std::make_unique<optim::LossScaler>(fixed);
   }
 }
 
-// Every component loads its state from a verified checkpoint, each rank the pieces it
-// holds, assembled from whatever layout (N, stage) wrote them. The data order is a pure
-// function of (seed, step), so the cursor is one number.
-void Trainer::resume() {
-  if (a_.flash_checkpoint)
-    flash_ = std::make_unique<FlashCheckpointer>(
-        world_, FlashOptions{a_.output_dir, cfg_, side_files_, a_.save_total_limit, a_.test_flash_pause});
-  if (a_.resume_from_checkpoint.empty()) {
-    // A fresh start replaces the folder's previous run: its snapshots are garbage.
-    if (flash_)
-      flash_->forget_run(dist::broadcast_string(world_, chief_ ? run_record_read(a_.output_dir).run_id : "", 0));
-    if (chief_) start_run(nullptr);
-    return;
-  }
+// Where a resume reads from: the run's flash snapshot (returned; *dir_out cleared) or the
+// checkpoint folder *dir_out (for latest: the newest intact one) with its save id.
+std::unique_ptr<StateReader> Trainer::resume_source(std::string* dir_out, std::string* save_id_out) {
   // --flash_checkpoint with latest: the run's shared-memory snapshot wins when every rank holds
   // it and it is newer than the newest checkpoint, or is that checkpoint's own save; then no
   // checkpoint is read or verified (a restart skips hashing gigabytes on disk).
   std::unique_ptr<StateReader> snapshot;
-  std::string dir = a_.resume_from_checkpoint, save_id;
+  std::string& dir = *dir_out;
+  std::string& save_id = *save_id_out;
   int64_t snap_step = -1;
-  if (flash_ && a_.resume_from_checkpoint == "latest") {
-    const RunRecord rec = chief_ ? run_record_read(a_.output_dir) : RunRecord{};
+  if (flash_ && args_.resume_from_checkpoint == "latest") {
+    const RunRecord rec = chief_ ? run_record_read(args_.output_dir) : RunRecord{};
     const std::string run_id = dist::broadcast_string(world_, rec.run_id, 0);
     std::string snap_id;
     snap_step = flash_->probe(run_id, rec, &snap_id);
     int64_t decision[2] = {0, -1};  // use the snapshot (2: it is the newest checkpoint's save), newest step
     if (chief_ && snap_step >= 0) {
-      const CheckpointRef newest = checkpoint_newest_unverified(a_.output_dir, &save_id);
+      const CheckpointRef newest = checkpoint_newest_unverified(args_.output_dir, &save_id);
       decision[1] = newest.step;
       if (snap_step > newest.step)
         decision[0] = 1;
@@ -546,7 +539,7 @@ void Trainer::resume() {
   // and verifies its checksums once, for every rank (a full read of the folder); every rank
   // loads that one. A damaged one named directly fails on the chief, which ends the job.
   if (!snapshot) {
-    if (chief_) dir = dir == "latest" ? checkpoint_find_latest(a_.output_dir, &save_id) : dir;
+    if (chief_) dir = dir == "latest" ? checkpoint_find_latest(args_.output_dir, &save_id) : dir;
     if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
     dir = dist::broadcast_string(world_, dir, 0);
     save_id = dist::broadcast_string(world_, save_id, 0);
@@ -562,18 +555,37 @@ void Trainer::resume() {
                   (long long)disk_step);
   }
   if (dir.empty() && !snapshot)
-    throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", a_.output_dir));
-  const AllowedChanges allow = allowed_changes(a_.resume_allow_changes);
+    throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", args_.output_dir));
+  return snapshot;
+}
+
+// Every component loads its state from a verified checkpoint, each rank the pieces it
+// holds, assembled from whatever layout (N, stage) wrote them. The data order is a pure
+// function of (seed, step), so the cursor is one number.
+void Trainer::resume() {
+  if (args_.flash_checkpoint)
+    flash_ = std::make_unique<FlashCheckpointer>(
+        world_, FlashOptions{args_.output_dir, cfg_, side_files_, args_.save_total_limit, args_.test_flash_pause});
+  if (args_.resume_from_checkpoint.empty()) {
+    // A fresh start replaces the folder's previous run: its snapshots are garbage.
+    if (flash_)
+      flash_->forget_run(dist::broadcast_string(world_, chief_ ? run_record_read(args_.output_dir).run_id : "", 0));
+    if (chief_) start_run(nullptr);
+    return;
+  }
+  std::string dir = args_.resume_from_checkpoint, save_id;
+  std::unique_ptr<StateReader> snapshot = resume_source(&dir, &save_id);
+  const AllowedChanges allow = allowed_changes(args_.resume_allow_changes);
   std::string model_change, context_change;
   if (snapshot) {
     resumed_ = std::move(snapshot);
   } else {
-    auto reader = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id, !a_.rope_scaling.empty());
+    auto reader = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id, !args_.rope_scaling.empty());
     model_change = reader->model_change();
     context_change = reader->context_change();
     resumed_ = std::move(reader);
   }
-  RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_, &stages_);
+  RunState rs(args_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages_);
   for (Stateful* c : components(rs)) c->load_state(*resumed_);  // the log loads when it exists
   parallel_->sync_after_load();
   start_step_ = rs.cursor.step();
@@ -602,7 +614,7 @@ void Trainer::resume() {
 // shared memory for its state and, after a resume from a snapshot, persists it.
 void Trainer::start_flash() {
   const std::string run_id = dist::broadcast_string(world_, chief_ ? run_tag_.run_id : "", 0);
-  RunState rs(a_, seqs_per_step_, T_, *sched_, start_step_, train_id_, run_tag_, &stages_);
+  RunState rs(args_, seqs_per_step_, seq_len_, *sched_, start_step_, train_id_, run_tag_, &stages_);
   StateCollector c;
   for (const Stateful* p : components(rs)) p->save_state(c);
   uint64_t bytes = 0;
@@ -614,52 +626,53 @@ void Trainer::start_flash() {
 // The chief records this start in run.json (a new attempt of a new or the resumed run)
 // before the first save, so `latest` and pruning rank this attempt's checkpoints first.
 void Trainer::start_run(const CheckpointRef* resumed, const std::string& resumed_dir) {
-  const RunRecord rec = run_record_start(a_.output_dir, resumed, resumed_dir);
+  const RunRecord rec = run_record_start(args_.output_dir, resumed, resumed_dir);
   if (rec.forked_from)
     std::printf("A fork of run %s (%s): this run is %s\n", rec.forked_from->run_id.c_str(),
                 rec.forked_from->checkpoint.c_str(), rec.run_id.c_str());
-  run_record_write(a_.output_dir, rec);
+  run_record_write(args_.output_dir, rec);
   run_tag_.run_id = rec.run_id;
   run_tag_.attempt = rec.attempt;
 }
 
 void Trainer::start_loader_and_log() {
   model_->set_act_plan(plan_);
-  model_->plan(B_, parallel_->local_seq_len(), /*training=*/true, parallel_->activation_slots());
-  lc_.B = B_;
-  lc_.T = T_;
-  lc_.accumulation = G_;
-  lc_.rank = dp_comm_->rank();
-  lc_.world = dp_comm_->size();
-  lc_.shuffle = !a_.no_shuffle;
-  lc_.seed = uint64_t(data_seed_of(a_));  // the data order's seed (--data_seed, else --seed)
-  lc_.packing = a_.packing;
-  lc_.eos_id = a_.eos_token_id;
-  if (lc_.eos_id < 0 && cfg_.raw.contains("eos_token_id") && cfg_.raw["eos_token_id"].is_number_integer())
-    lc_.eos_id = cfg_.raw["eos_token_id"].get<int64_t>();
-  ZT_CHECK(sft_ || !a_.packing || lc_.eos_id >= 0,
+  model_->plan(rows_, parallel_->local_seq_len(), /*training=*/true, parallel_->activation_slots());
+  loader_config_.B = rows_;
+  loader_config_.T = seq_len_;
+  loader_config_.accumulation = accumulation_;
+  loader_config_.rank = dp_comm_->rank();
+  loader_config_.world = dp_comm_->size();
+  loader_config_.shuffle = !args_.no_shuffle;
+  loader_config_.seed = uint64_t(data_seed_of(args_));  // the data order's seed (--data_seed, else --seed)
+  loader_config_.packing = args_.packing;
+  loader_config_.eos_id = args_.eos_token_id;
+  if (loader_config_.eos_id < 0 && cfg_.raw.contains("eos_token_id") && cfg_.raw["eos_token_id"].is_number_integer())
+    loader_config_.eos_id = cfg_.raw["eos_token_id"].get<int64_t>();
+  ZT_CHECK(sft_ || !args_.packing || loader_config_.eos_id >= 0,
            "--packing needs the EOS token id: config.json has no integer eos_token_id; pass --eos_token_id");
-  lc_.depth = std::max(2, a_.dataloader_prefetch + 1);
-  lc_.step_offset = spike_->data_offset_steps();  // data skipped by loss-spike rollbacks
-  if (stages_.empty()) stages_.push_back({0, T_, seqs_per_step_, 0, 0});
-  lc_.stage_first_sequence = stages_.back().first_sequence;
-  lc_.stage_first_token = stages_.back().first_token;
+  loader_config_.depth = std::max(2, args_.dataloader_prefetch + 1);
+  loader_config_.step_offset = spike_->data_offset_steps();  // data skipped by loss-spike rollbacks
+  if (stages_.empty()) stages_.push_back({0, seq_len_, seqs_per_step_, 0, 0});
+  loader_config_.stage_first_sequence = stages_.back().first_sequence;
+  loader_config_.stage_first_token = stages_.back().first_token;
   if (blend_) {
-    if (!sft_) blend_->set_packing(a_.packing, lc_.eos_id);  // SFT rows bring their own positions
-    chan_ = std::make_unique<ChannelLosses>(blend_->names(), B_, T_ / grid_->cp().size());
+    if (!sft_) blend_->set_packing(args_.packing, loader_config_.eos_id);  // SFT rows bring their own positions
+    chan_ = std::make_unique<ChannelLosses>(blend_->names(), rows_, seq_len_ / grid_->cp().size());
     model_->set_token_losses(chan_->token_losses());
   }
-  loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, lc_, start_step_)
-            : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], lc_, start_step_)
-                   : std::make_unique<DataLoader>(*data_, lc_, start_step_);
+  loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, loader_config_, start_step_)
+            : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], loader_config_, start_step_)
+                   : std::make_unique<DataLoader>(*data_, loader_config_, start_step_);
   if (chief_) {
-    log_ = std::make_unique<TrainLog>(a_, cfg_, *model_, total_steps_, steps_per_epoch_, T_, start_step_,
+    log_ = std::make_unique<TrainLog>(args_, cfg_, *model_, total_steps_, steps_per_epoch_, seq_len_, start_step_,
                                       dp_comm_->size());
     if (resumed_) log_->load_state(*resumed_);
     if (!stage_entry_.is_null()) log_->add_history(stage_entry_);
-    log_->set_peak(device_ == DeviceKind::cuda ? gpu_peak_
-                                               : gemm_peak_for_run(a_.peak_gflops, nn::compute_dtype(plan_.precision),
-                                                                   omp_get_max_threads(), a_.peak_cache_dir));
+    log_->set_peak(device_ == DeviceKind::cuda
+                       ? gpu_peak_
+                       : gemm_peak_for_run(args_.peak_gflops, nn::compute_dtype(plan_.precision), omp_get_max_threads(),
+                                           args_.peak_cache_dir));
     log_->print_header(train_sequences_, seqs_per_step_);
     if (dp_comm_->size() > 1) std::printf("  Data parallel: %s\n", parallel_->engine().describe().dump().c_str());
   }

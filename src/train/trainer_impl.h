@@ -37,12 +37,11 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
-#include "train/deepspeed_config.h"
 #include "train/evaluate.h"
-#include "train/gemm_peak.h"
+#include "plan/gemm_peak.h"
 #include "checkpoint/flash_checkpoint.h"
-#include "train/spike_guard.h"
-#include "train/straggler.h"
+#include "optim/spike_guard.h"
+#include "dist/straggler.h"
 #include "train/run_identity.h"
 #include "train/train_args.h"
 #include "train/channel_losses.h"
@@ -107,10 +106,12 @@ class Trainer {
  private:
   void fit_memory();
   void load_data();
+  void plan_steps();
   void load_sft_data();
   void prepare_output_dir();
   void build_model_and_engine();
   void resume();
+  std::unique_ptr<StateReader> resume_source(std::string* dir_out, std::string* save_id_out);
   void begin_data_stage(const std::string& context_change);
   void start_flash();
   void start_run(const CheckpointRef* resumed, const std::string& resumed_dir = "");
@@ -134,7 +135,7 @@ class Trainer {
   void load_best_model();
 
   Clock::time_point t_start_ = Clock::now();
-  TrainArgs a_;
+  TrainArgs args_;
   dist::Communicator& world_;
   std::unique_ptr<dist::ProcessGrid> grid_;
   dist::Communicator* dp_comm_ = nullptr;
@@ -143,7 +144,7 @@ class Trainer {
   FileIdentity train_id_;
   std::unique_ptr<OutputDirLock> lock_;  // the chief's, for the run's lifetime
   RunTag run_tag_;                       // the chief's; empty on the other ranks (they write no JSON)
-  int B_ = 0, G_ = 0, T_ = 0;
+  int rows_ = 0, accumulation_ = 0, seq_len_ = 0;
   nn::ActPlan plan_;                 // precision and recomputation, from the arguments (after auto_find_batch_size)
   int64_t memory_limit_bytes_ = -1;  // --max_memory for this host (the smallest over the ranks' hosts)
   int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
@@ -183,7 +184,7 @@ class Trainer {
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<StateReader> resumed_;  // a checkpoint folder, or a flash snapshot
-  LoaderConfig lc_;
+  LoaderConfig loader_config_;
   // The run's data stages (data/loader.h): one, or more after long-context resumes
   // (train/context_stage.h); the last is current. stage_entry_: its log_history record, to add.
   std::vector<DataStage> stages_;

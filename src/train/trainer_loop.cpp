@@ -49,17 +49,17 @@ StepResult Trainer::train_step(int64_t step) {
   // mean is over the step's counted targets: all of them for token files; for SFT, those not
   // ignored (prompt tokens, padding), counted over the whole global step by the loader.
   const double loss_scale = scaler_ ? scaler_->scale_exact() : 1.0;
-  float grad_scale = float(loss_scale / (double(seqs_per_step_) * T_));
+  float grad_scale = float(loss_scale / (double(seqs_per_step_) * seq_len_));
   // Local SGD: a group's all-reduce sums its own ranks only, so its gradient is its share of the
   // global batch scaled up to a mean over that share.
   if (parallel_->local_sgd()) grad_scale *= float(grid_->dp_replicate().size());
   parallel_->begin_step();
-  if (a_.test_fail_step == step && world_.rank() == a_.test_fail_rank)  // test hook, set by apps/
-    throw Error(
-        str_cat("ZT_TEST_FAIL_AT=", a_.test_fail_rank, ":", a_.test_fail_step, ": deliberate failure at step ", step));
+  if (args_.test_fail_step == step && world_.rank() == args_.test_fail_rank)  // test hook, set by apps/
+    throw Error(str_cat("ZT_TEST_FAIL_AT=", args_.test_fail_rank, ":", args_.test_fail_step,
+                        ": deliberate failure at step ", step));
   // Test hook: the data of one step corrupted (its loss and gradients scaled; not under a pipeline).
-  const int64_t spike_key = step + 1 + (a_.test_spike_by_state ? 0 : spike_->data_offset_steps());
-  const float corrupt = a_.test_spike_step == spike_key ? float(a_.test_spike_factor) : 1.0f;
+  const int64_t spike_key = step + 1 + (args_.test_spike_by_state ? 0 : spike_->data_offset_steps());
+  const float corrupt = args_.test_spike_step == spike_key ? float(args_.test_spike_factor) : 1.0f;
   const MicroBatch& first = loader_->next();
   if (sft_) grad_scale = first.step_targets > 0 ? float(loss_scale / double(first.step_targets)) : 0.0f;
   StepBatches batches(*loader_, first, step, parallel_->pipelined() ? &held_batches_ : nullptr,
@@ -82,7 +82,7 @@ StepResult Trainer::train_step(int64_t step) {
   if (r.spike.bad) return r;
   spike_->accept(r.loss, r.grad_norm);
   if (flash_) flash_->wait_copied();  // the update changes what a flash snapshot is copying
-  parallel_->clip(r.grad_norm, a_.max_grad_norm, 1.0 / loss_scale);
+  parallel_->clip(r.grad_norm, args_.max_grad_norm, 1.0 / loss_scale);
   parallel_->step(lr_for(step));
   return r;
 }
@@ -96,14 +96,14 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
       model_states_[mem_category_name(c)] = ms.current[size_t(c)];
   }
   // HF's --logging_first_step logs step 1 too, whatever --logging_strategy says.
-  const bool log_now = (a_.logging_first_step && step == 0) ||
-                       (a_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0));
+  const bool log_now = (args_.logging_first_step && step == 0) ||
+                       (args_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0));
   // The loss per channel: a collective over the data-parallel ranks at logging steps.
   const auto* channel_losses = chan_ && log_now ? &chan_->reduce(grid_->dp_cp()) : nullptr;
   // HF logs the learning rate the scheduler holds after its step, i.e. the next one.
   if (log_) {
     std::vector<std::pair<const char*, double>> extra;
-    if (scaler_ && a_.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
+    if (scaler_ && args_.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
     if (scaler_) extra.push_back({"skipped_steps", double(scaler_->skipped_steps())});
     // Local SGD: bytes this rank sent across groups (hosts) per step so far in this run.
     if (const parallel::LocalSgd* l = parallel_->local_sgd())
@@ -131,13 +131,14 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   if ((val_ || sft_val_rows_) && eval_now) {
     if (parallel_->begin_eval(chief_)) {
       const EvalShard* cs = parallel_->eval_shard();
-      EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, B_, T_, a_.max_eval_samples, cs)
-                                   : evaluate(*model_, *val_, B_, T_, a_.max_eval_samples, a_.packing ? lc_.eos_id : -1,
-                                              a_.per_device_eval_batch_size, cs);
+      EvalResult e = sft_val_rows_
+                         ? evaluate(*model_, *sft_val_rows_, rows_, seq_len_, args_.max_eval_samples, cs)
+                         : evaluate(*model_, *val_, rows_, seq_len_, args_.max_eval_samples,
+                                    args_.packing ? loader_config_.eos_id : -1, args_.per_device_eval_batch_size, cs);
       if (log_) log_->eval_done(step + 1, e);
-      const std::string& m = a_.metric_for_best_model;
+      const std::string& m = args_.metric_for_best_model;
       const double v = m == "loss" || m == "eval_loss" ? e.loss : e.perplexity;
-      const bool greater = a_.explicit_flags.count("greater_is_better") ? a_.greater_is_better : false;
+      const bool greater = args_.explicit_flags.count("greater_is_better") ? args_.greater_is_better : false;
       best_now = best_step_ < 0 || (greater ? v > best_metric_ : v < best_metric_);
       if (best_now) best_metric_ = v, best_step_ = step + 1;
     }
@@ -146,14 +147,14 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   const bool will_save = save_every_ > 0 && save_every_ <= total_steps_;
   if (will_save && (step + 1) % save_every_ == 0) {
     save(step + 1);
-    if (best_now) best_checkpoint_ = (fs::path(a_.output_dir) / ("checkpoint-" + std::to_string(step + 1))).string();
+    if (best_now) best_checkpoint_ = (fs::path(args_.output_dir) / ("checkpoint-" + std::to_string(step + 1))).string();
   }
 }
 
 // One way for every layout: shard owners write their pieces (no rank holds the full state
 // under ZeRO), the chief the JSON state and the checksums.
 void Trainer::save(int64_t step) {
-  RunState rs(a_, seqs_per_step_, T_, *sched_, step, train_id_, run_tag_, &stages_);
+  RunState rs(args_, seqs_per_step_, seq_len_, *sched_, step, train_id_, run_tag_, &stages_);
   const std::vector<Stateful*> parts = components(rs);
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
@@ -165,9 +166,10 @@ void Trainer::save(int64_t step) {
     return;
   }
   checkpoint_save(
-      {a_.output_dir, step, parallel_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_},
+      {args_.output_dir, step, parallel_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_},
       cfg_, {parts.begin(), parts.end()});
-  if (chief_) checkpoint_prune(a_.output_dir, a_.save_total_limit, a_.load_best_model_at_end ? best_checkpoint_ : "");
+  if (chief_)
+    checkpoint_prune(args_.output_dir, args_.save_total_limit, args_.load_best_model_at_end ? best_checkpoint_ : "");
 }
 
 // At every step boundary the ranks agree, by a MAX all-reduce of two integers over the world
@@ -198,7 +200,7 @@ void Trainer::stop_saved(int64_t step, int signo) {
   std::printf(
       "ztrain: stopped by %s after step %lld of %lld; saved %s (continue with --resume_from_checkpoint latest)\n",
       stop_signal_name(signo), (long long)step, (long long)total_steps_,
-      (fs::path(a_.output_dir) / ("checkpoint-" + std::to_string(step))).string().c_str());
+      (fs::path(args_.output_dir) / ("checkpoint-" + std::to_string(step))).string().c_str());
   std::fflush(stdout);
 }
 
@@ -218,9 +220,9 @@ bool Trainer::handle_spike(int64_t step, const StepResult& r, int64_t* resume_at
     if (*resume_at >= 0) {
       rollbacks_in_a_row_ = *resume_at == rollback_target_ ? rollbacks_in_a_row_ + 1 : 1;
       rollback_target_ = *resume_at;
-      if (rollbacks_in_a_row_ > a_.spike_max_rollbacks)
+      if (rollbacks_in_a_row_ > args_.spike_max_rollbacks)
         throw JobError(str_cat(at, "; that makes ", rollbacks_in_a_row_, " rollbacks in a row to step ", *resume_at,
-                               " (--spike_max_rollbacks ", a_.spike_max_rollbacks,
+                               " (--spike_max_rollbacks ", args_.spike_max_rollbacks,
                                "): a spike that returns after rolling back comes from the LR schedule or the state "
                                "rather than the data, so the run stops. The newest checkpoint is intact: resume from "
                                "it with --resume_from_checkpoint latest after lowering --learning_rate"));
@@ -247,10 +249,10 @@ void Trainer::begin_data_stage(const std::string& context_change) {
   StageSwitch sw;
   sw.step = start_step_;
   sw.offset_steps = spike_->data_offset_steps();
-  sw.T = T_;
+  sw.T = seq_len_;
   sw.per_step = seqs_per_step_;
-  sw.shuffle = !a_.no_shuffle;
-  sw.allow_data_change = allowed_changes(a_.resume_allow_changes).data;
+  sw.shuffle = !args_.no_shuffle;
+  sw.allow_data_change = allowed_changes(args_.resume_allow_changes).data;
   sw.single_token_file = data_ != nullptr;
   sw.file_tokens = data_ ? data_->size() : 0;
   const DataStage from = stages_.back();
@@ -274,7 +276,7 @@ int64_t Trainer::rollback(int64_t step) {
   if (flash_) reader = flash_->last_snapshot();
   if (!reader) {
     std::string dir, save_id;
-    if (chief_) dir = checkpoint_find_latest(a_.output_dir, &save_id);
+    if (chief_) dir = checkpoint_find_latest(args_.output_dir, &save_id);
     dir = dist::broadcast_string(world_, dir, 0);
     save_id = dist::broadcast_string(world_, save_id, 0);
     if (dir.empty()) return -1;
@@ -285,7 +287,7 @@ int64_t Trainer::rollback(int64_t step) {
   }
   const SpikeGuard::Counters kept = spike_->counters();
   std::vector<DataStage> stages = stages_;
-  RunState rs(a_, seqs_per_step_, T_, *sched_, 0, train_id_, run_tag_, &stages);
+  RunState rs(args_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages);
   for (Stateful* c : components(rs)) c->load_state(*reader);  // saved in the global layout
   parallel_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
   const int64_t to = rs.cursor.step();
@@ -295,11 +297,11 @@ int64_t Trainer::rollback(int64_t step) {
   spike_->set_counters(kept);
   spike_->count_rollback(to, step + 1);
   loader_.reset();  // restarts at the restored step, past the skipped data
-  lc_.step_offset = spike_->data_offset_steps();
+  loader_config_.step_offset = spike_->data_offset_steps();
   if (chan_) chan_->reset();  // the window's steps were undone
-  loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, lc_, to)
-            : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], lc_, to)
-                   : std::make_unique<DataLoader>(*data_, lc_, to);
+  loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, loader_config_, to)
+            : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], loader_config_, to)
+                   : std::make_unique<DataLoader>(*data_, loader_config_, to);
   return to;
 }
 
@@ -309,8 +311,8 @@ void Trainer::run() {
     const auto t_step = Clock::now();
     train_step_set(step + 1);  // named by the collective watchdog (--ddp_timeout)
     if (straggler_) straggler_->step_begins();
-    if (a_.test_slow_rank == world_.rank())
-      std::this_thread::sleep_for(std::chrono::duration<double>(a_.test_slow_seconds));
+    if (args_.test_slow_rank == world_.rank())
+      std::this_thread::sleep_for(std::chrono::duration<double>(args_.test_slow_seconds));
     const StepResult r = train_step(step);
     int64_t resume_at = -1;
     if (r.spike.bad && handle_spike(step, r, &resume_at)) {
@@ -333,12 +335,12 @@ void Trainer::run() {
 // --load_best_model_at_end: the parameters of the best evaluated checkpoint replace the final
 // ones before --output_dir is written (every rank loads its part; the chief decides which).
 void Trainer::load_best_model() {
-  if (!a_.load_best_model_at_end) return;
+  if (!args_.load_best_model_at_end) return;
   const std::string dir = dist::broadcast_string(world_, chief_ ? best_checkpoint_ : "", 0);
   if (dir.empty() || best_step_ == total_steps_) return;  // the final weights are the best (or none saved)
   if (chief_)
-    std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(), a_.metric_for_best_model.c_str(),
-                best_metric_, (long long)best_step_);
+    std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(),
+                args_.metric_for_best_model.c_str(), best_metric_, (long long)best_step_);
   CheckpointReader reader(dir, cfg_);
   reader.load(parallel_->param_components());
   parallel_->sync_after_load();
@@ -358,19 +360,19 @@ void Trainer::finish(double train_s) {
   const int64_t steps_run = std::max<int64_t>(1, total_steps_ - start_step_);
   const parallel::DataParallel& engine = parallel_->engine();
   nlohmann::json report = engine.describe();
-  report["communication"] = parallel::comm_report(engine, steps_run, G_);
+  report["communication"] = parallel::comm_report(engine, steps_run, accumulation_);
   report["model_state_bytes"] = model_states_;
-  const int group = a_.zero_hpz_partition_size > 1 ? a_.zero_hpz_partition_size : grid_->dp_cp().size();
+  const int group = args_.zero_hpz_partition_size > 1 ? args_.zero_hpz_partition_size : grid_->dp_cp().size();
   report["zero_paper_model_state_bytes"] = parallel::zero_paper_bytes(
-      engine.held_params(), a_.zero_stage, group, double(parallel_->engine().optimizer().state_bytes_per_param()));
+      engine.held_params(), args_.zero_stage, group, double(parallel_->engine().optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
   if (device_ == DeviceKind::cuda) {
     // Every GPU allocation of ztrain goes through core/device.h's device_alloc, whose peak this is;
     // the estimate is `ztrain estimate-memory --device cuda`'s for this run (plan/memory_estimate.h).
     const double peak = double(device_allocated_peak());
-    const double est = double(
-        parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, B_, T_, plan_), B_, T_, plan_, a_.optim)
-            .total());
+    const double est = double(parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, rows_, seq_len_, plan_),
+                                                            rows_, seq_len_, plan_, args_.optim)
+                                  .total());
     report["gpu_peak_bytes"] = peak;
     report["gpu_estimate_bytes"] = est;
     if (chief_)
@@ -383,11 +385,11 @@ void Trainer::finish(double train_s) {
   // One HF folder, streamed to the chief tensor by tensor from the ranks that write checkpoint
   // pieces (any layout): no rank gathers the whole model (hf_export.h).
   hf_export_streamed(world_, parallel_->param_components(), parallel_->checkpoint_shard().index >= 0, cfg_,
-                     a_.output_dir, a_.save_dtype == "float32" ? DType::f32 : DType::bf16,
-                     hf_parse_size(a_.max_shard_size, "--max_shard_size"));
+                     args_.output_dir, args_.save_dtype == "float32" ? DType::f32 : DType::bf16,
+                     hf_parse_size(args_.max_shard_size, "--max_shard_size"));
   if (!chief_) return;
-  hf_write_side_files(a_.output_dir, side_files_);
-  if (dp_comm_->size() > 1 || a_.zero_stage > 0) parallel::print_dp_report(report, model_states_);
+  hf_write_side_files(args_.output_dir, side_files_);
+  if (dp_comm_->size() > 1 || args_.zero_stage > 0) parallel::print_dp_report(report, model_states_);
   if (parallel_->pipelined()) {
     std::printf(
         "  Pipeline bubble (idle / step time, mean over stages, steps after the first): %.4f (per stage %s); "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Straggler detection (train/straggler.h): 2 ranks, rank 1 made slow by the test hook
+# Straggler detection (dist/straggler.h): 2 ranks, rank 1 made slow by the test hook
 # ZT_TEST_SLOW_RANK=1:0.3 (it sleeps 0.3 s at the start of every step). The chief's log must name
 # rank 1 in a "straggler:" line, metrics.jsonl's slowest_rank must be 1, and train_results.json's
 # per-rank work must show it; an even run flags no rank throughout; --straggler_threshold 0 turns it off.

@@ -1,5 +1,5 @@
 // straggler.cpp: see straggler.h.
-#include "train/straggler.h"
+#include "dist/straggler.h"
 
 #include <algorithm>
 #include <cstdio>

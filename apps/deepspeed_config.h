@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "optim/schedule.h"
 #include "train/train_args.h"
 
 namespace zt {
@@ -26,17 +25,5 @@ void apply_deepspeed_config(TrainArgs& a, int world_size, bool print_warnings = 
 
 // The same for an already-parsed config; returns the warnings (without "warning: ").
 std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, const nlohmann::json& cfg);
-
-// ds_precision as JSON (the resolved config: run identity, logs): its enabled switches as
-// "absent" / false / true / "auto", the loss scaler's keys, communication_data_type ("" =
-// absent) and the activation_checkpointing keys (null when the section is absent).
-nlohmann::json deepspeed_precision_json(const DeepSpeedPrecision& d);
-
-// The LR schedule of a run of total_steps optimizer steps: --lr_scheduler_type, HF's warmup
-// rules (warmup_steps >= 1 is a count, < 1 a ratio, else warmup_ratio) and, for DeepSpeed's
-// kinds, the scheduler parameters above (warmup_max_lr, total_num_steps, ...); HF's kinds take
-// --lr_scheduler_kwargs. total_steps <= 0: the run's length is not known yet, and only the
-// arguments are checked (optim::schedule_apply_kwargs).
-optim::Schedule schedule_from_args(const TrainArgs& a, int64_t total_steps);
 
 }  // namespace zt

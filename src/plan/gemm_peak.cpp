@@ -1,5 +1,5 @@
 // gemm_peak.cpp: see gemm_peak.h.
-#include "train/gemm_peak.h"
+#include "plan/gemm_peak.h"
 
 #include <omp.h>
 

@@ -1,5 +1,5 @@
 // spike_guard.cpp: see spike_guard.h.
-#include "train/spike_guard.h"
+#include "optim/spike_guard.h"
 
 #include <cmath>
 #include <cstdio>

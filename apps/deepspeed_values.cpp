@@ -1,5 +1,5 @@
 // deepspeed_values.cpp: see deepspeed_values.h.
-#include "train/deepspeed_values.h"
+#include "deepspeed_values.h"
 
 #include <algorithm>
 #include <charconv>
