@@ -18,7 +18,7 @@ declare -A allowed=(
   [text]="core text"
   [data]="core text data checkpoint"
   [checkpoint]="core kernels nn models optim dist checkpoint"
-  [observe]="core observe"
+  [observe]="core kernels nn models optim dist parallel plan text data checkpoint observe"
   [train]="core kernels nn models optim dist parallel plan text data checkpoint observe train"
 )
 fail=0

@@ -54,6 +54,25 @@ HfSideFiles side_files(const TrainArgs& a) {
   return files;
 }
 
+TrainLogOptions log_options(const TrainArgs& a) {
+  TrainLogOptions o;
+  o.output_dir = a.output_dir;
+  o.logging_dir = a.logging_dir;
+  o.run_name = a.run_name;
+  o.report_to = a.report_to;
+  o.disable_tqdm = a.disable_tqdm;
+  o.plot = a.plot;
+  o.micro_batch = a.per_device_train_batch_size;
+  o.accumulation = a.gradient_accumulation_steps;
+  o.threads = a.threads;
+  o.logging_steps = a.logging_steps;
+  o.save_steps = a.save_steps;
+  o.shuffle = !a.no_shuffle;
+  o.seed = a.seed;
+  o.data_seed = data_seed_of(a);
+  return o;
+}
+
 parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   parallel::DataParallelOptions o;
   o.stage = a.zero_stage;
@@ -665,8 +684,8 @@ void Trainer::start_loader_and_log() {
             : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], loader_config_, start_step_)
                    : std::make_unique<DataLoader>(*data_, loader_config_, start_step_);
   if (chief_) {
-    log_ = std::make_unique<TrainLog>(args_, cfg_, *model_, total_steps_, steps_per_epoch_, seq_len_, start_step_,
-                                      dp_comm_->size());
+    log_ = std::make_unique<TrainLog>(log_options(args_), *model_, total_steps_, steps_per_epoch_, seq_len_,
+                                      start_step_, dp_comm_->size());
     if (resumed_) log_->load_state(*resumed_);
     if (!stage_entry_.is_null()) log_->add_history(stage_entry_);
     log_->set_peak(device_ == DeviceKind::cuda

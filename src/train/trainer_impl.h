@@ -45,7 +45,7 @@
 #include "train/run_identity.h"
 #include "train/train_args.h"
 #include "train/channel_losses.h"
-#include "train/train_log.h"
+#include "observe/train_log.h"
 #include "train/auto_fit.h"
 #include "train/precision.h"
 #include "parallel/dp_report.h"

@@ -1,5 +1,5 @@
 // train_log.cpp: see train_log.h.
-#include "train/train_log.h"
+#include "observe/train_log.h"
 #include "kernels/isa.h"
 
 #include <omp.h>
@@ -36,10 +36,15 @@ std::string hms(double s) {
 
 }  // namespace
 
-TrainLog::TrainLog(const TrainArgs& a, const ModelConfig&, const Transformer& model, int64_t total_steps,
-                   int64_t steps_per_epoch, int T, int64_t resume_step, int world_size)
-    : a_(a), model_(model), total_steps_(total_steps), steps_per_epoch_(steps_per_epoch), T_(T), world_(world_size) {
-  tokens_per_step_ = double(a.per_device_train_batch_size) * a.gradient_accumulation_steps * world_size * T;
+TrainLog::TrainLog(const TrainLogOptions& a, const Transformer& model, int64_t total_steps, int64_t steps_per_epoch,
+                   int T, int64_t resume_step, int world_size)
+    : options_(a),
+      model_(model),
+      total_steps_(total_steps),
+      steps_per_epoch_(steps_per_epoch),
+      T_(T),
+      world_(world_size) {
+  tokens_per_step_ = double(a.micro_batch) * a.accumulation * world_size * T;
   flops_per_token_ = model.flops_per_token(T);
   // On resume keep the lines up to the checkpoint's step, so each step appears once.
   jsonl_ = std::make_unique<JsonlLog>(a.output_dir + "/metrics.jsonl", resume_step);
@@ -141,13 +146,13 @@ void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
   std::printf("***** Running training *****\n");
   std::printf("  Num examples = %lld\n", (long long)num_examples);
   std::printf("  Num Epochs = %g\n", double(total_steps_) / double(steps_per_epoch_));
-  std::printf("  Instantaneous batch size per device = %d\n", a_.per_device_train_batch_size);
+  std::printf("  Instantaneous batch size per device = %d\n", options_.micro_batch);
   std::printf("  Total train batch size (w. parallel, distributed & accumulation) = %lld\n", (long long)seqs_per_step);
-  std::printf("  Gradient Accumulation steps = %d\n", a_.gradient_accumulation_steps);
+  std::printf("  Gradient Accumulation steps = %d\n", options_.accumulation);
   std::printf("  Total optimization steps = %lld\n", (long long)total_steps_);
   std::printf("  Number of trainable parameters = %lld\n", (long long)model_.num_params());
   std::printf("  Sequence length = %d, model = %s, threads = %d\n", T_, model_.config().arch_name(),
-              a_.threads > 0 ? a_.threads : 0);
+              options_.threads > 0 ? options_.threads : 0);
   std::printf("  Machine = %s\n", machine_summary().c_str());
   if (peak_.what.rfind("GPU", 0) == 0)  // a GPU's peak does not depend on the host's threads
     std::printf("  MFU peak = %.1f GFLOP/s (%s; %s)\n", peak_.gflops, peak_.what.c_str(), peak_.source.c_str());
@@ -277,12 +282,12 @@ void TrainLog::save_state(StateWriter& w) const {
   w.put_json("is_local_process_zero", true);
   w.put_json("is_world_process_zero", true);
   w.put_json("log_history", history_);
-  w.put_json("logging_steps", a_.logging_steps);
+  w.put_json("logging_steps", options_.logging_steps);
   w.put_json("max_steps", total_steps_);
   w.put_json("num_train_epochs", std::ceil(double(total_steps_) / double(steps_per_epoch_)));
-  w.put_json("save_steps", a_.save_steps);
+  w.put_json("save_steps", options_.save_steps);
   w.put_json("total_flos", flops_per_token_ * tokens_per_step_ * double(step_));
-  w.put_json("train_batch_size", a_.per_device_train_batch_size);
+  w.put_json("train_batch_size", options_.micro_batch);
   w.put_json("trial_name", nullptr);
   w.put_json("trial_params", nullptr);
   w.put_json("ztrain.loss_sum", loss_total_);
@@ -292,9 +297,9 @@ nlohmann::json TrainLog::trainer_state() const {
   nlohmann::json s;
   JsonStateWriter w(&s);
   save_state(w);
-  const int64_t seqs = int64_t(a_.per_device_train_batch_size) * a_.gradient_accumulation_steps * world_;
-  DataCursor(seqs, T_, !a_.no_shuffle, step_).save_state(w);
-  RngState(a_.seed, data_seed_of(a_)).save_state(w);
+  const int64_t seqs = int64_t(options_.micro_batch) * options_.accumulation * world_;
+  DataCursor(seqs, T_, options_.shuffle, step_).save_state(w);
+  RngState(options_.seed, options_.data_seed).save_state(w);
   return s;
 }
 
@@ -322,13 +327,13 @@ void TrainLog::write_plot() const {
   std::vector<PlotSeries> series{train};
   if (!eval.points.empty()) series.push_back(eval);
   series.insert(series.end(), channels.begin(), channels.end());
-  write_loss_plot(a_.output_dir + "/loss.png", series,
+  write_loss_plot(options_.output_dir + "/loss.png", series,
                   std::string("ztrain: ") + model_.config().arch_name() + " loss (nats/token) by step");
 }
 
 void TrainLog::finish(double train_s, double data_wait_s) {
   clear_progress();
-  const double samples = double(step_) * a_.per_device_train_batch_size * a_.gradient_accumulation_steps * world_;
+  const double samples = double(step_) * options_.micro_batch * options_.accumulation * world_;
   const double tok_s = tokens_per_step_ * double(step_) / train_s;
   nlohmann::json r;
   r["epoch"] = epoch_at(step_);
@@ -353,11 +358,11 @@ void TrainLog::finish(double train_s, double data_wait_s) {
   final_entry.erase("data_wait_fraction");
   r["memory_bytes"] = mem;
   r.update(extra_results_);
-  if (!a_.run_name.empty()) r["run_name"] = a_.run_name;  // train_results.json and all_results.json
+  if (!options_.run_name.empty()) r["run_name"] = options_.run_name;  // train_results.json and all_results.json
   final_entry["step"] = step_;
   history_.push_back(final_entry);
-  write_trainer_state(a_.output_dir);
-  write_file_atomic(a_.output_dir + "/train_results.json", r.dump(2) + "\n");
+  write_trainer_state(options_.output_dir);
+  write_file_atomic(options_.output_dir + "/train_results.json", r.dump(2) + "\n");
   nlohmann::json all = r;
   if (!last_eval_.is_null()) {
     nlohmann::json ev = {{"epoch", last_eval_["epoch"]},
@@ -365,10 +370,10 @@ void TrainLog::finish(double train_s, double data_wait_s) {
                          {"perplexity", last_eval_["eval_perplexity"]},
                          {"eval_runtime", last_eval_["eval_runtime"]},
                          {"eval_samples_per_second", last_eval_["eval_samples_per_second"]}};
-    write_file_atomic(a_.output_dir + "/eval_results.json", ev.dump(2) + "\n");
+    write_file_atomic(options_.output_dir + "/eval_results.json", ev.dump(2) + "\n");
     all.update(ev);
   }
-  write_file_atomic(a_.output_dir + "/all_results.json", all.dump(2) + "\n");
+  write_file_atomic(options_.output_dir + "/all_results.json", all.dump(2) + "\n");
 
   std::printf("***** train metrics *****\n");
   std::printf("  %-26s = %.4g\n", "epoch", epoch_at(step_));
@@ -392,12 +397,12 @@ void TrainLog::finish(double train_s, double data_wait_s) {
     std::printf("  %-26s = %.4f\n", "eval_loss", last_eval_["eval_loss"].get<double>());
     std::printf("  %-26s = %.4f\n", "perplexity", last_eval_["eval_perplexity"].get<double>());
   }
-  if (a_.plot) {
+  if (options_.plot) {
     write_plot();
-    std::printf("Loss plot: %s/loss.png\n", a_.output_dir.c_str());
+    std::printf("Loss plot: %s/loss.png\n", options_.output_dir.c_str());
   }
   if (tb_) std::printf("TensorBoard: tensorboard --logdir %s\n", tb_dir_.c_str());
-  std::printf("Saved model to %s\n", a_.output_dir.c_str());
+  std::printf("Saved model to %s\n", options_.output_dir.c_str());
   std::fflush(stdout);
 }
 

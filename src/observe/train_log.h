@@ -15,16 +15,32 @@
 #include "core/state.h"
 #include "models/config.h"
 #include "models/transformer.h"
-#include "train/evaluate.h"
+#include "observe/eval_result.h"
 #include "plan/gemm_peak.h"
-#include "train/train_args.h"
 
 namespace zt {
 
+// What the log takes from the run's arguments (the trainer fills it): where it writes, how it
+// reports, and what trainer_state.json records of the batch, the intervals and the seeds.
+struct TrainLogOptions {
+  std::string output_dir;
+  std::string logging_dir;  // "" = output_dir/runs/<run_name> or HF's <date>_<host>
+  std::string run_name;
+  std::string report_to = "tensorboard";  // tensorboard | none
+  std::string disable_tqdm = "auto";      // auto | true | false: the live progress line
+  bool plot = false;                      // output_dir/loss.png at the end
+  int micro_batch = 1, accumulation = 1;  // per rank
+  int threads = 0;                        // as given (0: all cores)
+  double logging_steps = 500;
+  int64_t save_steps = 500;
+  bool shuffle = true;
+  int64_t seed = 42, data_seed = 42;  // data_seed resolved (HF's None = seed)
+};
+
 class TrainLog final : public Stateful {
  public:
-  TrainLog(const TrainArgs& a, const ModelConfig& cfg, const Transformer& model, int64_t total_steps,
-           int64_t steps_per_epoch, int T, int64_t resume_step, int world_size = 1);
+  TrainLog(const TrainLogOptions& o, const Transformer& model, int64_t total_steps, int64_t steps_per_epoch, int T,
+           int64_t resume_step, int world_size = 1);
   void print_header(int64_t num_examples, int64_t seqs_per_step) const;
   // Records an optimizer step; emits a log entry when `log` is set.
   // extra: more named values for the step (mixed precision: loss_scale, skipped_steps), in
@@ -57,7 +73,7 @@ class TrainLog final : public Stateful {
   void clear_progress();
   void write_plot() const;
 
-  const TrainArgs& a_;
+  TrainLogOptions options_;
   GemmPeak peak_;
   const Transformer& model_;
   int64_t total_steps_, steps_per_epoch_;
