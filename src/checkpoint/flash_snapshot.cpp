@@ -129,44 +129,56 @@ void FlashSnapshot::reserve(uint64_t data_bytes) {
   (void)sink;
 }
 
-void FlashSnapshot::write(const SnapshotInfo& info, const StateCollector& c, const nlohmann::json& config, int threads,
-                          const std::vector<ShardFile>& files, const std::function<void()>& midway) {
-  std::atomic_ref<uint64_t>(header()->complete).store(0, std::memory_order_release);
-  // The layout: each file's image (its header, then its pieces back to back) from a 4096-byte
-  // boundary, as it will be on disk; then the pieces in no file (a rank that owns no checkpoint
-  // shard), 64-byte aligned. Segments in order of their place; regions are what is checksummed.
-  struct Segment {
-    const uint8_t* src;
-    uint64_t dst, bytes;
-  };
-  std::vector<Segment> segs;
+namespace {
+
+// A run of bytes the copy puts at `dst` (an offset from the data's start).
+struct CopySegment {
+  const uint8_t* src;
+  uint64_t dst, bytes;
+};
+
+// Where write() puts everything: each file's image (its header, then its pieces back to back)
+// from a 4096-byte boundary, as it will be on disk; then the pieces in no file (a rank that owns
+// no checkpoint shard), 64-byte aligned. Segments in order of their place; regions are what is
+// checksummed.
+struct SnapshotLayout {
+  std::vector<CopySegment> segs;
   std::vector<std::pair<uint64_t, uint64_t>> regions;  // offset, bytes
-  std::vector<uint64_t> at(c.pieces.size(), ~uint64_t(0));
+  std::vector<uint64_t> at;                            // each piece's offset
   nlohmann::json file_table = nlohmann::json::array();
+  std::vector<std::string> headers;  // the segments point into them until the copy ends
+  uint64_t data_bytes = 0;
+};
+
+void lay_out_snapshot(const StateCollector& c, const std::vector<ShardFile>& files, SnapshotLayout& lay) {
+  lay.at.assign(c.pieces.size(), ~uint64_t(0));
   uint64_t off = 0;
   auto put = [&](const void* src, uint64_t bytes) {
-    if (bytes > 0) segs.push_back({static_cast<const uint8_t*>(src), off, bytes});
+    if (bytes > 0) lay.segs.push_back({static_cast<const uint8_t*>(src), off, bytes});
     off += bytes;
   };
-  std::vector<std::string> headers;  // the segments point into them until the copy ends
-  headers.reserve(files.size());
+  lay.headers.reserve(files.size());
   for (const ShardFile& f : files) {
     off = align_up(off, kPage);
     const uint64_t start = off;
-    headers.push_back(safetensors_header(f.tensors, DType::f32, f.metadata));
-    put(headers.back().data(), headers.back().size());
-    for (size_t i : f.pieces) at[i] = off, put(c.pieces[i].data, uint64_t(c.pieces[i].slice.count) * 4);
+    lay.headers.push_back(safetensors_header(f.tensors, DType::f32, f.metadata));
+    put(lay.headers.back().data(), lay.headers.back().size());
+    for (size_t i : f.pieces) lay.at[i] = off, put(c.pieces[i].data, uint64_t(c.pieces[i].slice.count) * 4);
     // The checksum's place holds 16 hex digits now, so the JSON's size is known before the copy.
-    file_table.push_back({{"name", f.name}, {"offset", start}, {"bytes", off - start}, {"checksum", hex64(0)}});
-    regions.push_back({start, off - start});
+    lay.file_table.push_back({{"name", f.name}, {"offset", start}, {"bytes", off - start}, {"checksum", hex64(0)}});
+    lay.regions.push_back({start, off - start});
   }
   off = align_up(off, kPage);
   const uint64_t loose = off;
   for (size_t i = 0; i < c.pieces.size(); ++i)
-    if (at[i] == ~uint64_t(0))
-      off = align_up(off, kAlign), at[i] = off, put(c.pieces[i].data, uint64_t(c.pieces[i].slice.count) * 4);
-  if (off > loose) regions.push_back({loose, off - loose});
-  const uint64_t data_bytes = align_up(off, kPage);  // an image's last block is readable whole (O_DIRECT)
+    if (lay.at[i] == ~uint64_t(0))
+      off = align_up(off, kAlign), lay.at[i] = off, put(c.pieces[i].data, uint64_t(c.pieces[i].slice.count) * 4);
+  if (off > loose) lay.regions.push_back({loose, off - loose});
+  lay.data_bytes = align_up(off, kPage);  // an image's last block is readable whole (O_DIRECT)
+}
+
+// The snapshot's JSON: the pieces (where each lies), the files, the regions, the state and config.
+nlohmann::json snapshot_meta(const StateCollector& c, SnapshotLayout& lay, const nlohmann::json& config) {
   nlohmann::json table = nlohmann::json::array();
   for (size_t i = 0; i < c.pieces.size(); ++i) {
     const StatePiece& p = c.pieces[i];
@@ -175,50 +187,72 @@ void FlashSnapshot::write(const SnapshotInfo& info, const StateCollector& c, con
                      {"shape", p.shape},
                      {"begin", p.slice.begin},
                      {"count", p.slice.count},
-                     {"offset", at[i]}});
+                     {"offset", lay.at[i]}});
   }
   nlohmann::json region_table = nlohmann::json::array();
-  for (const auto& [o, n] : regions) region_table.push_back({o, n});
-  meta_ = {{"pieces", std::move(table)},
-           {"files", std::move(file_table)},
-           {"regions", std::move(region_table)},
-           {"state", c.json},
-           {"config", config}};
-  const size_t meta_size = meta_.dump().size();
-  map_size(kDataOffset + data_bytes + meta_size);
-  // Each region in blocks of kChecksumBlock, each copied and hashed by one of `threads` OpenMP
-  // threads while it is in that core's cache.
-  struct Block {
-    uint64_t b0, b1;
-  };
-  std::vector<Block> blocks;
-  std::vector<size_t> first_block;  // of each region
+  for (const auto& [o, n] : lay.regions) region_table.push_back({o, n});
+  return {{"pieces", std::move(table)},
+          {"files", std::move(lay.file_table)},
+          {"regions", std::move(region_table)},
+          {"state", c.json},
+          {"config", config}};
+}
+
+// A block of kChecksumBlock bytes (less at a region's end): copied and hashed by one thread.
+struct CopyBlock {
+  uint64_t b0, b1;
+};
+
+// Each region in blocks; first_block gets each region's first block (and the total at the end).
+std::vector<CopyBlock> checksum_blocks(const std::vector<std::pair<uint64_t, uint64_t>>& regions,
+                                       std::vector<size_t>& first_block) {
+  std::vector<CopyBlock> blocks;
   for (const auto& [o, n] : regions) {
     first_block.push_back(blocks.size());
     for (uint64_t b = 0; b < n; b += kChecksumBlock)
       blocks.push_back({o + b, o + std::min<uint64_t>(n, b + kChecksumBlock)});
   }
   first_block.push_back(blocks.size());
+  return blocks;
+}
+
+// Copies blocks [lo, hi) into data from the segments and hashes each while it is in that core's
+// cache, on `threads` OpenMP threads.
+void copy_and_hash(const std::vector<CopyBlock>& blocks, const std::vector<CopySegment>& segs, uint8_t* data,
+                   std::vector<uint64_t>& hashes, int threads, int64_t lo, int64_t hi) {
+#pragma omp parallel for schedule(dynamic, 4) num_threads(std::max(1, threads))
+  for (int64_t k = lo; k < hi; ++k) {
+    const uint64_t b0 = blocks[size_t(k)].b0, b1 = blocks[size_t(k)].b1;
+    auto it = std::upper_bound(segs.begin(), segs.end(), b0,
+                               [](uint64_t v, const CopySegment& g) { return v < g.dst + g.bytes; });
+    for (; it != segs.end() && it->dst < b1; ++it) {
+      const uint64_t s0 = std::max(b0, it->dst), s1 = std::min(b1, it->dst + it->bytes);
+      std::memcpy(data + s0, it->src + (s0 - it->dst), s1 - s0);
+    }
+    hashes[size_t(k)] = content_hash(data + b0, b1 - b0);
+  }
+}
+
+}  // namespace
+
+void FlashSnapshot::write(const SnapshotInfo& info, const StateCollector& c, const nlohmann::json& config, int threads,
+                          const std::vector<ShardFile>& files, const std::function<void()>& midway) {
+  std::atomic_ref<uint64_t>(header()->complete).store(0, std::memory_order_release);
+  SnapshotLayout lay;
+  lay_out_snapshot(c, files, lay);
+  const uint64_t data_bytes = lay.data_bytes;
+  meta_ = snapshot_meta(c, lay, config);
+  const size_t meta_size = meta_.dump().size();
+  map_size(kDataOffset + data_bytes + meta_size);
+  std::vector<size_t> first_block;  // of each region
+  const std::vector<CopyBlock> blocks = checksum_blocks(lay.regions, first_block);
   uint8_t* data = map_ + kDataOffset;
   block_hashes_.assign(blocks.size(), 0);
   wrote_ = true;
-  auto copy = [&](int64_t lo, int64_t hi) {
-#pragma omp parallel for schedule(dynamic, 4) num_threads(std::max(1, threads))
-    for (int64_t k = lo; k < hi; ++k) {
-      const uint64_t b0 = blocks[size_t(k)].b0, b1 = blocks[size_t(k)].b1;
-      auto it = std::upper_bound(segs.begin(), segs.end(), b0,
-                                 [](uint64_t v, const Segment& g) { return v < g.dst + g.bytes; });
-      for (; it != segs.end() && it->dst < b1; ++it) {
-        const uint64_t s0 = std::max(b0, it->dst), s1 = std::min(b1, it->dst + it->bytes);
-        std::memcpy(data + s0, it->src + (s0 - it->dst), s1 - s0);
-      }
-      block_hashes_[size_t(k)] = content_hash(data + b0, b1 - b0);
-    }
-  };
   const int64_t nb = int64_t(blocks.size());
-  copy(0, nb / 2);
+  copy_and_hash(blocks, lay.segs, data, block_hashes_, threads, 0, nb / 2);
   if (midway) midway();
-  copy(nb / 2, nb);
+  copy_and_hash(blocks, lay.segs, data, block_hashes_, threads, nb / 2, nb);
   for (size_t f = 0; f < files.size(); ++f)
     meta_["files"][f]["checksum"] = hex64(tree_checksum_of_blocks(
         std::vector<uint64_t>(block_hashes_.begin() + first_block[f], block_hashes_.begin() + first_block[f + 1])));

@@ -59,10 +59,28 @@ void count_pieces(std::string_view text, PieceCounts& counts) {
   add(last, text.size());
 }
 
-LearnedBpe learn_bpe(const PieceCounts& counts, int max_tokens) {
-  LearnedBpe out;
-  // The 256 bytes in GPT-2's order (by their printable code point), so that ids 0..255 read
-  // like GPT-2's: "!" is 0, the space's "Ġ" is 220.
+namespace {
+
+// Max-heap on count; equal counts: the smaller pair key first (deterministic tie-break).
+struct PairEntry {
+  int64_t count;
+  uint64_t pair;
+  bool operator<(const PairEntry& o) const { return count != o.count ? count < o.count : pair > o.pair; }
+};
+
+// The merge phase's state: the words as symbol ids with their counts, each pair's count, the
+// words each pair occurs in, and the heap that gives the most frequent pair.
+struct BpeWords {
+  std::vector<std::vector<int32_t>> words;
+  std::vector<int64_t> freq;
+  std::unordered_map<uint64_t, int64_t> pair_count;
+  std::unordered_map<uint64_t, std::vector<int32_t>> where;
+  std::priority_queue<PairEntry> heap;
+};
+
+// The 256 bytes in GPT-2's order (by their printable code point) as the first tokens, so that ids
+// 0..255 read like GPT-2's: "!" is 0, the space's "Ġ" is 220. Returns each byte's id.
+std::array<int32_t, 256> add_byte_tokens(LearnedBpe& out, std::unordered_map<std::string, int32_t>& token_id) {
   std::vector<int> order(256);
   for (int b = 0; b < 256; ++b) order[size_t(b)] = b;
   std::sort(order.begin(), order.end(),
@@ -72,107 +90,132 @@ LearnedBpe learn_bpe(const PieceCounts& counts, int max_tokens) {
     byte_id[size_t(order[size_t(i)])] = i;
     out.tokens.push_back(std::string(1, char(order[size_t(i)])));
   }
-  std::unordered_map<std::string, int32_t> token_id;
   for (int i = 0; i < 256; ++i) token_id[out.tokens[size_t(i)]] = i;
+  return byte_id;
+}
 
+// Every piece as a word of byte ids, with its pair counts and the heap over them.
+void count_pairs(const PieceCounts& counts, const std::array<int32_t, 256>& byte_id, BpeWords& st) {
   // Words in a fixed order (sorted text), so the result does not depend on hash-map order.
   std::vector<const std::pair<const std::string, int64_t>*> sorted;
   sorted.reserve(counts.size());
   for (auto& kv : counts) sorted.push_back(&kv);
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->first < b->first; });
-  std::vector<std::vector<int32_t>> words(sorted.size());
-  std::vector<int64_t> freq(sorted.size());
-  std::unordered_map<uint64_t, int64_t> pair_count;
-  std::unordered_map<uint64_t, std::vector<int32_t>> where;
+  st.words.resize(sorted.size());
+  st.freq.resize(sorted.size());
   for (size_t w = 0; w < sorted.size(); ++w) {
-    freq[w] = sorted[w]->second;
-    for (char c : sorted[w]->first) words[w].push_back(byte_id[static_cast<unsigned char>(c)]);
-    for (size_t i = 0; i + 1 < words[w].size(); ++i) {
-      uint64_t k = pair_key(words[w][i], words[w][i + 1]);
-      pair_count[k] += freq[w];
-      auto& list = where[k];
+    st.freq[w] = sorted[w]->second;
+    for (char c : sorted[w]->first) st.words[w].push_back(byte_id[static_cast<unsigned char>(c)]);
+    for (size_t i = 0; i + 1 < st.words[w].size(); ++i) {
+      uint64_t k = pair_key(st.words[w][i], st.words[w][i + 1]);
+      st.pair_count[k] += st.freq[w];
+      auto& list = st.where[k];
       if (list.empty() || list.back() != int32_t(w)) list.push_back(int32_t(w));
     }
   }
-  // Max-heap on count; equal counts: the smaller pair key first (deterministic tie-break).
-  struct Entry {
-    int64_t count;
-    uint64_t pair;
-    bool operator<(const Entry& o) const { return count != o.count ? count < o.count : pair > o.pair; }
-  };
-  std::priority_queue<Entry> heap;
-  for (auto& [k, c] : pair_count) heap.push({c, k});
+  for (auto& [k, c] : st.pair_count) st.heap.push({c, k});
+}
 
-  std::vector<std::pair<uint64_t, int64_t>> delta;
-  std::vector<uint64_t> touched;
-  while (int(out.tokens.size()) < max_tokens && !heap.empty()) {
-    Entry top = heap.top();
-    heap.pop();
-    auto it = pair_count.find(top.pair);
-    int64_t now = it == pair_count.end() ? 0 : it->second;
+// Pops the most frequent pair whose heap entry is current (a stale one is pushed again with the
+// pair's current count); false when no pair occurs any more.
+bool pop_best_pair(BpeWords& st, uint64_t* pair) {
+  while (!st.heap.empty()) {
+    PairEntry top = st.heap.top();
+    st.heap.pop();
+    auto it = st.pair_count.find(top.pair);
+    int64_t now = it == st.pair_count.end() ? 0 : it->second;
     if (now != top.count) {  // stale entry
-      if (now > 0) heap.push({now, top.pair});
+      if (now > 0) st.heap.push({now, top.pair});
       continue;
     }
-    if (now <= 0) break;
-    const int32_t a = int32_t(top.pair >> 32), b = int32_t(uint32_t(top.pair));
+    if (now <= 0) return false;
+    *pair = top.pair;
+    return true;
+  }
+  return false;
+}
+
+// Merges (a, b) into c in one word (frequency f), noting the pair counts' changes in `delta`.
+// Left to right, non-overlapping; the pair before an occurrence is formed with the already merged
+// symbol, so "a b a b" -> "c c" counts (c,c) once and (c,a) not at all.
+void merge_in_word(std::vector<int32_t>& s, int32_t a, int32_t b, int32_t c, int64_t f,
+                   std::vector<std::pair<uint64_t, int64_t>>& delta) {
+  const uint64_t pair = pair_key(a, b);
+  for (size_t i = 0; i + 1 < s.size(); ++i) {
+    if (s[i] != a || s[i + 1] != b) continue;
+    if (i > 0) {
+      delta.push_back({pair_key(s[i - 1], a), -f});
+      delta.push_back({pair_key(s[i - 1], c), f});
+    }
+    delta.push_back({pair, -f});
+    if (i + 2 < s.size()) {
+      delta.push_back({pair_key(b, s[i + 2]), -f});
+      delta.push_back({pair_key(c, s[i + 2]), f});
+    }
+    s[i] = c;
+    s.erase(s.begin() + std::ptrdiff_t(i) + 1);
+  }
+}
+
+// Merges `pair` into token c in every word that holds it, then updates the counts: a pair whose
+// count fell to 0 is forgotten, a changed one is pushed on the heap again (its old entry goes stale).
+void merge_pair(BpeWords& st, uint64_t pair, int32_t c, std::vector<std::pair<uint64_t, int64_t>>& delta,
+                std::vector<uint64_t>& touched) {
+  const int32_t a = int32_t(pair >> 32), b = int32_t(uint32_t(pair));
+  std::vector<int32_t> ws = std::move(st.where[pair]);
+  st.where.erase(pair);
+  std::sort(ws.begin(), ws.end());
+  ws.erase(std::unique(ws.begin(), ws.end()), ws.end());
+  touched.clear();
+  for (int32_t w : ws) {
+    delta.clear();
+    merge_in_word(st.words[size_t(w)], a, b, c, st.freq[size_t(w)], delta);
+    for (auto [k, d] : delta) {
+      int64_t& pc = st.pair_count[k];
+      pc += d;
+      if (d > 0) {
+        auto& list = st.where[k];
+        if (list.empty() || list.back() != w) list.push_back(w);
+      }
+      touched.push_back(k);
+    }
+  }
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  for (uint64_t k : touched) {
+    auto pc = st.pair_count.find(k);
+    if (pc == st.pair_count.end()) continue;
+    if (pc->second <= 0) {
+      st.pair_count.erase(pc);
+      st.where.erase(k);
+    } else {
+      st.heap.push({pc->second, k});  // the old entry, if any, becomes stale
+    }
+  }
+  st.pair_count.erase(pair);
+}
+
+}  // namespace
+
+LearnedBpe learn_bpe(const PieceCounts& counts, int max_tokens) {
+  LearnedBpe out;
+  std::unordered_map<std::string, int32_t> token_id;
+  const std::array<int32_t, 256> byte_id = add_byte_tokens(out, token_id);
+  BpeWords st;
+  count_pairs(counts, byte_id, st);
+  std::vector<std::pair<uint64_t, int64_t>> delta;
+  std::vector<uint64_t> touched;
+  uint64_t pair = 0;
+  while (int(out.tokens.size()) < max_tokens && pop_best_pair(st, &pair)) {
+    const int32_t a = int32_t(pair >> 32), b = int32_t(uint32_t(pair));
     std::string text = out.tokens[size_t(a)] + out.tokens[size_t(b)];
     // Two merges can give the same text ("a"+"bc", "ab"+"c"): the second reuses the token, so
     // the vocabulary grows by one token per merge only when the text is new (as Hugging Face's
     // trainer does).
     auto [tid, fresh] = token_id.try_emplace(text, int32_t(out.tokens.size()));
     if (fresh) out.tokens.push_back(text);
-    const int32_t c = tid->second;
     out.merges.push_back({a, b});
-
-    std::vector<int32_t> ws = std::move(where[top.pair]);
-    where.erase(top.pair);
-    std::sort(ws.begin(), ws.end());
-    ws.erase(std::unique(ws.begin(), ws.end()), ws.end());
-    touched.clear();
-    for (int32_t w : ws) {
-      auto& s = words[size_t(w)];
-      const int64_t f = freq[size_t(w)];
-      delta.clear();
-      // Left to right, non-overlapping; the pair before an occurrence is formed with the
-      // already merged symbol, so "a b a b" -> "c c" counts (c,c) once and (c,a) not at all.
-      for (size_t i = 0; i + 1 < s.size(); ++i) {
-        if (s[i] != a || s[i + 1] != b) continue;
-        if (i > 0) {
-          delta.push_back({pair_key(s[i - 1], a), -f});
-          delta.push_back({pair_key(s[i - 1], c), f});
-        }
-        delta.push_back({top.pair, -f});
-        if (i + 2 < s.size()) {
-          delta.push_back({pair_key(b, s[i + 2]), -f});
-          delta.push_back({pair_key(c, s[i + 2]), f});
-        }
-        s[i] = c;
-        s.erase(s.begin() + std::ptrdiff_t(i) + 1);
-      }
-      for (auto [k, d] : delta) {
-        int64_t& pc = pair_count[k];
-        pc += d;
-        if (d > 0) {
-          auto& list = where[k];
-          if (list.empty() || list.back() != w) list.push_back(w);
-        }
-        touched.push_back(k);
-      }
-    }
-    std::sort(touched.begin(), touched.end());
-    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-    for (uint64_t k : touched) {
-      auto pc = pair_count.find(k);
-      if (pc == pair_count.end()) continue;
-      if (pc->second <= 0) {
-        pair_count.erase(pc);
-        where.erase(k);
-      } else {
-        heap.push({pc->second, k});  // the old entry, if any, becomes stale
-      }
-    }
-    pair_count.erase(top.pair);
+    merge_pair(st, pair, tid->second, delta, touched);
   }
   return out;
 }

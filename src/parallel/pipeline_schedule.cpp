@@ -153,92 +153,154 @@ double ideal_bubble(const ScheduleSpec& s) {
   return b / (double(s.microbatches) + b);
 }
 
-SimResult simulate(const ScheduleSpec& spec, double tf, double tb) {
-  const int P = spec.stages, v = spec.virtual_stages, V = P * v;
-  SimResult r;
-  std::vector<std::vector<Action>> lists;
-  for (int s = 0; s < P; ++s) lists.push_back(make_schedule(spec, s));
+namespace {
+
+// The simulator's state: per stage its clock and what it has computed and received, and the
+// messages sent. Times and counts go into the result as the actions run.
+struct SimState {
+  SimState(int stages, int virtual_stages, double forward_time, double backward_time, SimResult& result)
+      : P(stages),
+        v(virtual_stages),
+        V(stages * virtual_stages),
+        tf(forward_time),
+        tb(backward_time),
+        r(result),
+        clock(size_t(stages), 0.0),
+        in_flight(size_t(stages), 0),
+        state(size_t(stages)),
+        arrived(size_t(stages)) {
+    r.busy.assign(size_t(P), 0.0);
+    r.peak_in_flight.assign(size_t(P), 0);
+  }
+  const int P, v, V;
+  const double tf, tb;
+  SimResult& r;
   // Messages by (virtual stage they go to, kind 0 = activation / 1 = gradient, mb): the
   // time they were sent. Each must be sent once and received once.
   std::map<std::tuple<int, int, int>, double> sent;
   std::map<std::tuple<int, int, int>, int> received;
-  std::vector<size_t> pc(size_t(P), 0);
-  std::vector<double> clock(size_t(P), 0.0);
-  r.busy.assign(size_t(P), 0.0);
-  r.peak_in_flight.assign(size_t(P), 0);
-  std::vector<int> in_flight(size_t(P), 0);
+  std::vector<double> clock;
+  std::vector<int> in_flight;
   // Per stage: which (mb, chunk) have been forwarded / backwarded, and which inputs arrived.
-  std::vector<std::map<std::pair<int, int>, int>> state(static_cast<size_t>(P));    // 1 forwarded, 2 backwarded
-  std::vector<std::map<std::pair<int, int>, int>> arrived(static_cast<size_t>(P));  // bit 1 act, bit 2 grad
+  std::vector<std::map<std::pair<int, int>, int>> state;    // 1 forwarded, 2 backwarded
+  std::vector<std::map<std::pair<int, int>, int>> arrived;  // bit 1 act, bit 2 grad
+};
+
+enum class SimStep { ran, blocked, failed };
+
+// A mistake in the action lists: its description goes to *error.
+SimStep failed(std::string* error, std::string what) {
+  *error = std::move(what);
+  return SimStep::failed;
+}
+
+// A receive (blocked until the peer has sent) or a send (only of what was computed, once).
+SimStep run_message(SimState& m, int s, const Action& a, std::string* error) {
+  const int vs = virtual_stage(s, a.chunk, m.P);
+  const auto key = std::pair{a.mb, a.chunk};
+  if (a.kind == ActionKind::recv_act || a.kind == ActionKind::recv_grad) {
+    const int kind = a.kind == ActionKind::recv_act ? 0 : 1;
+    const auto it = m.sent.find({vs, kind, a.mb});
+    if (it == m.sent.end()) return SimStep::blocked;  // blocked until the peer sends
+    if (++m.received[{vs, kind, a.mb}] > 1)
+      return failed(error, str_cat("stage ", s, " receives ", action_name(a.kind), " mb ", a.mb, " twice"));
+    m.clock[s] = std::max(m.clock[s], it->second);
+    m.arrived[s][key] |= kind == 0 ? 1 : 2;
+    return SimStep::ran;
+  }
+  const bool act = a.kind == ActionKind::send_act;
+  const int st = m.state[s][key];
+  if ((act && st < 1) || (!act && st < 2))
+    return failed(error, str_cat("stage ", s, " sends ", action_name(a.kind), " mb ", a.mb, " before computing it"));
+  const int to = act ? vs + 1 : vs - 1;
+  if (to < 0 || to >= m.V) return failed(error, str_cat("stage ", s, " sends past the pipeline's ends"));
+  if (!m.sent.emplace(std::tuple{to, act ? 0 : 1, a.mb}, m.clock[s]).second)
+    return failed(error, str_cat("stage ", s, " sends ", action_name(a.kind), " mb ", a.mb, " twice"));
+  return SimStep::ran;
+}
+
+// A forward (after its input arrived, once) or a backward (after its forward and its gradient).
+SimStep run_compute(SimState& m, int s, const Action& a, std::string* error) {
+  const int vs = virtual_stage(s, a.chunk, m.P);
+  const auto key = std::pair{a.mb, a.chunk};
+  if (a.kind == ActionKind::forward) {
+    if (vs > 0 && !(m.arrived[s][key] & 1))
+      return failed(error,
+                    str_cat("stage ", s, " forwards mb ", a.mb, " chunk ", a.chunk, " before its input arrived"));
+    if (m.state[s][key] != 0) return failed(error, str_cat("stage ", s, " forwards mb ", a.mb, " twice"));
+    m.state[s][key] = 1;
+    m.clock[s] += m.tf / m.v;
+    m.r.busy[s] += m.tf / m.v;
+    m.r.peak_in_flight[s] = std::max(m.r.peak_in_flight[s], ++m.in_flight[s]);
+    return SimStep::ran;
+  }
+  if (m.state[s][key] != 1)
+    return failed(error,
+                  str_cat("stage ", s, " runs backward of mb ", a.mb, " chunk ", a.chunk, " before its forward"));
+  if (vs < m.V - 1 && !(m.arrived[s][key] & 2))
+    return failed(error, str_cat("stage ", s, " runs backward of mb ", a.mb, " before its gradient arrived"));
+  m.state[s][key] = 2;
+  m.clock[s] += m.tb / m.v;
+  m.r.busy[s] += m.tb / m.v;
+  --m.in_flight[s];
+  return SimStep::ran;
+}
+
+// The stages still waiting and on what: " stage s waits in <action> mb k;" each.
+std::string waiting_stages(const std::vector<std::vector<Action>>& lists, const std::vector<size_t>& pc) {
+  std::string where;
+  for (size_t s = 0; s < lists.size(); ++s)
+    if (pc[s] < lists[s].size())
+      where += str_cat(" stage ", s, " waits in ", action_name(lists[s][pc[s]].kind), " mb ", lists[s][pc[s]].mb, ";");
+  return where;
+}
+
+// After every list ran: the first micro-batch chunk a stage never finished, or the first message
+// never received; "" when the schedule is complete.
+std::string unfinished_work(SimState& m, int microbatches) {
+  for (int s = 0; s < m.P; ++s)
+    for (int c = 0; c < m.v; ++c)
+      for (int k = 0; k < microbatches; ++k)
+        if (m.state[s][{k, c}] != 2) return str_cat("stage ", s, " never finishes mb ", k, " chunk ", c);
+  for (auto& [key, t] : m.sent)
+    if (m.received[key] != 1) return str_cat("a message to virtual stage ", std::get<0>(key), " is never received");
+  return "";
+}
+
+}  // namespace
+
+SimResult simulate(const ScheduleSpec& spec, double tf, double tb) {
+  const int P = spec.stages;
+  SimResult r;
+  std::vector<std::vector<Action>> lists;
+  for (int s = 0; s < P; ++s) lists.push_back(make_schedule(spec, s));
+  SimState m(P, spec.virtual_stages, tf, tb, r);
+  std::vector<size_t> pc(size_t(P), 0);
   auto fail = [&](std::string msg) {
     r.ok = false;
     r.error = std::move(msg);
     return r;
   };
+  std::string error;
   for (;;) {
     bool progress = false, done = true;
     for (int s = 0; s < P; ++s) {
       while (pc[s] < lists[s].size()) {
         const Action& a = lists[s][pc[s]];
-        const int vs = virtual_stage(s, a.chunk, P);
-        const auto key = std::pair{a.mb, a.chunk};
-        if (a.kind == ActionKind::recv_act || a.kind == ActionKind::recv_grad) {
-          const int kind = a.kind == ActionKind::recv_act ? 0 : 1;
-          const auto it = sent.find({vs, kind, a.mb});
-          if (it == sent.end()) break;  // blocked until the peer sends
-          if (++received[{vs, kind, a.mb}] > 1)
-            return fail(str_cat("stage ", s, " receives ", action_name(a.kind), " mb ", a.mb, " twice"));
-          clock[s] = std::max(clock[s], it->second);
-          arrived[s][key] |= kind == 0 ? 1 : 2;
-        } else if (a.kind == ActionKind::send_act || a.kind == ActionKind::send_grad) {
-          const bool act = a.kind == ActionKind::send_act;
-          const int st = state[s][key];
-          if ((act && st < 1) || (!act && st < 2))
-            return fail(str_cat("stage ", s, " sends ", action_name(a.kind), " mb ", a.mb, " before computing it"));
-          const int to = act ? vs + 1 : vs - 1;
-          if (to < 0 || to >= V) return fail(str_cat("stage ", s, " sends past the pipeline's ends"));
-          if (!sent.emplace(std::tuple{to, act ? 0 : 1, a.mb}, clock[s]).second)
-            return fail(str_cat("stage ", s, " sends ", action_name(a.kind), " mb ", a.mb, " twice"));
-        } else if (a.kind == ActionKind::forward) {
-          if (vs > 0 && !(arrived[s][key] & 1))
-            return fail(str_cat("stage ", s, " forwards mb ", a.mb, " chunk ", a.chunk, " before its input arrived"));
-          if (state[s][key] != 0) return fail(str_cat("stage ", s, " forwards mb ", a.mb, " twice"));
-          state[s][key] = 1;
-          clock[s] += tf / v;
-          r.busy[s] += tf / v;
-          r.peak_in_flight[s] = std::max(r.peak_in_flight[s], ++in_flight[s]);
-        } else {
-          if (state[s][key] != 1)
-            return fail(str_cat("stage ", s, " runs backward of mb ", a.mb, " chunk ", a.chunk, " before its forward"));
-          if (vs < V - 1 && !(arrived[s][key] & 2))
-            return fail(str_cat("stage ", s, " runs backward of mb ", a.mb, " before its gradient arrived"));
-          state[s][key] = 2;
-          clock[s] += tb / v;
-          r.busy[s] += tb / v;
-          --in_flight[s];
-        }
+        const bool message = a.kind != ActionKind::forward && a.kind != ActionKind::backward;
+        const SimStep step = message ? run_message(m, s, a, &error) : run_compute(m, s, a, &error);
+        if (step == SimStep::blocked) break;
+        if (step == SimStep::failed) return fail(std::move(error));
         ++pc[s];
         progress = true;
       }
       done &= pc[s] == lists[s].size();
     }
     if (done) break;
-    if (!progress) {
-      std::string where;
-      for (int s = 0; s < P; ++s)
-        if (pc[s] < lists[s].size())
-          where +=
-              str_cat(" stage ", s, " waits in ", action_name(lists[s][pc[s]].kind), " mb ", lists[s][pc[s]].mb, ";");
-      return fail("deadlock:" + where);
-    }
+    if (!progress) return fail("deadlock:" + waiting_stages(lists, pc));
   }
-  for (int s = 0; s < P; ++s)
-    for (int c = 0; c < v; ++c)
-      for (int k = 0; k < spec.microbatches; ++k)
-        if (state[s][{k, c}] != 2) return fail(str_cat("stage ", s, " never finishes mb ", k, " chunk ", c));
-  for (auto& [key, t] : sent)
-    if (received[key] != 1) return fail(str_cat("a message to virtual stage ", std::get<0>(key), " is never received"));
-  r.makespan = *std::max_element(clock.begin(), clock.end());
+  if (std::string unfinished = unfinished_work(m, spec.microbatches); !unfinished.empty()) return fail(unfinished);
+  r.makespan = *std::max_element(m.clock.begin(), m.clock.end());
   r.ok = true;
   return r;
 }

@@ -201,16 +201,86 @@ std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc)
   return "";
 }
 
+namespace {
+
+// Stage s's parameters, gradients, optimizer state and communication buffers (r.activations,
+// r.temporary and the compute copy `copy` already known; S: the optimizer's state bytes per
+// parameter). A cp rank runs the model on its T / cp rows; parameters, gradients and optimizer
+// state are data parallel's over dp x cp ranks (ZeRO shards over both).
+void stage_state_memory(const PlanInputs& in, const PlanLayout& l, const StageView& v, int s, int64_t copy, int64_t S,
+                        LayoutMemory& r) {
+  const ModelLayout& ml = v.ml;
+  const int T = in.seq_len / l.cp, R = l.dp * l.cp;
+  const int64_t W = 4;
+  const int64_t local = ml.table.total();
+  if (l.pp == 1 || l.zero >= 2) {
+    // The estimator's row for the stage's units (all of them without a pipeline), on this TP
+    // rank's slices: ZeRO-2/3 under a pipeline hold what they hold without one, for the
+    // stage's units only.
+    ModelMemoryInputs mi;
+    mi.num_params = l.pp == 1 ? local : units_params(ml, v.held_units[s]);
+    for (size_t u = 0; u < ml.units.size(); ++u)
+      if (l.pp == 1 || v.held_units[s][u]) mi.unit_params.push_back(ml.units[u].size());
+    std::sort(mi.unit_params.rbegin(), mi.unit_params.rend());
+    mi.largest_unit_params = mi.unit_params.empty() ? 0 : mi.unit_params[0];
+    mi.activation_bytes = r.activations;
+    mi.temporary_bytes = r.temporary;
+    mi.compute_copy_bytes = copy;
+    MemoryEstimateOptions opt;
+    opt.num_ranks = R;
+    opt.hpz_partition_size = 1;
+    opt.optim = in.optim;
+    const MemoryRow row = estimate_memory(mi, opt).at(size_t(l.zero));
+    r.params = row.params;
+    r.grads = row.grads;
+    r.optim = row.optim;
+    r.comm = row.comm;
+  } else {
+    // A stage's own units (docs/parallelism.md "What a stage holds"): gradients and optimizer
+    // state per stage; DDP keeps the flat parameter buffer whole, ZeRO-1 the stage's.
+    const int64_t Ps = units_params(ml, v.held_units[s]);
+    r.params = W * (l.zero == 0 ? local : Ps) + copy;
+    r.grads = W * Ps;
+    r.optim = S * (l.zero == 0 ? Ps : shard_layout(Ps, R).shard);
+    if (R > 1)
+      r.comm = l.zero == 0 ? std::min(W * Ps, 4 * reduce_bucket_elements(0, 0))
+                           : std::min(W * Ps, 2 * int64_t(dist::kRingChunkBytes));
+  }
+  if (l.pp > 1) {  // the received gradient per slot (the activation lands in the arena's residual)
+    const int64_t n = l.sp ? int64_t(l.micro_batch) * T / l.tp : int64_t(l.micro_batch) * T;
+    r.comm += int64_t(r.slots) * n * in.cfg.n_embd * W;
+  }
+}
+
+// The final export (checkpoint/hf_export.h) streams the model to the chief one tensor at a time:
+// the chief (stage 0) holds the tensor being written and one other rank's pieces of it, a
+// writer its own pieces of one tensor, packed for the send: the largest tensor split over TP
+// and, under ZeRO, over the data-parallel shards (fp32 weights, --save_dtype's default).
+// DDP without TP: the chief writes its stage's tensors from its own buffers and receives only
+// the other stages' (whole, from their writers).
+int64_t export_extra_bytes(const PlanLayout& l, const StageView& v, int s, int64_t largest_whole) {
+  const ModelLayout& ml = v.ml;
+  const int R = l.dp * l.cp;
+  const int64_t W = 4;
+  const int64_t piece = W * largest_whole / (int64_t(l.tp) * (l.zero >= 1 ? R : 1));
+  if (l.zero == 0 && l.tp == 1) {
+    int64_t other = 0;  // the largest tensor stage 0 does not hold
+    for (size_t u = 0; u < ml.units.size(); ++u)
+      if (l.pp > 1 && !v.held_units[0][u])
+        for (int p : ml.units[u].params) other = std::max(other, ml.table.list()[size_t(p)].numel);
+    return s == 0 ? 2 * W * other : piece;
+  }
+  return s == 0 ? W * largest_whole + piece : piece;
+}
+
+}  // namespace
+
 LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t runtime_bytes) {
   const StageView v = stage_view(in, l);
-  const ModelLayout& ml = v.ml;
   const nn::ActPlan plan = act_plan(in, l);
   const TpPlan tpp{l.tp, 0, l.sp};
-  // A cp rank runs the model on its T / cp rows (the trainer plans the arena so); parameters,
-  // gradients and optimizer state are data parallel's over dp x cp ranks (ZeRO shards over both).
-  const int T = in.seq_len / l.cp, R = l.dp * l.cp;
-  const int64_t W = 4, S = optim::optimizer_state_bytes_per_param(in.optim);
-  const int64_t local = ml.table.total();
+  const int T = in.seq_len / l.cp;  // a cp rank's rows (the trainer plans the arena so)
+  const int64_t S = optim::optimizer_state_bytes_per_param(in.optim);
   const ModelLayout whole = model_layout(in.cfg);
   int64_t largest_whole = 0;
   for (const ParamInfo& p : whole.table.list()) largest_whole = std::max(largest_whole, p.numel);
@@ -227,59 +297,8 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
     r.temporary = int64_t(tmp);
     r.runtime = runtime_bytes;
     r.cp_ring = cp_ring_bytes(in.cfg, l.micro_batch, in.seq_len, l.cp, l.tp, r.slots);
-    if (l.pp == 1 || l.zero >= 2) {
-      // The estimator's row for the stage's units (all of them without a pipeline), on this TP
-      // rank's slices: ZeRO-2/3 under a pipeline hold what they hold without one, for the
-      // stage's units only.
-      ModelMemoryInputs mi;
-      mi.num_params = l.pp == 1 ? local : units_params(ml, v.held_units[s]);
-      for (size_t u = 0; u < ml.units.size(); ++u)
-        if (l.pp == 1 || v.held_units[s][u]) mi.unit_params.push_back(ml.units[u].size());
-      std::sort(mi.unit_params.rbegin(), mi.unit_params.rend());
-      mi.largest_unit_params = mi.unit_params.empty() ? 0 : mi.unit_params[0];
-      mi.activation_bytes = r.activations;
-      mi.temporary_bytes = r.temporary;
-      mi.compute_copy_bytes = int64_t(copy);
-      MemoryEstimateOptions opt;
-      opt.num_ranks = R;
-      opt.hpz_partition_size = 1;
-      opt.optim = in.optim;
-      const MemoryRow row = estimate_memory(mi, opt).at(size_t(l.zero));
-      r.params = row.params;
-      r.grads = row.grads;
-      r.optim = row.optim;
-      r.comm = row.comm;
-    } else {
-      // A stage's own units (docs/parallelism.md "What a stage holds"): gradients and optimizer
-      // state per stage; DDP keeps the flat parameter buffer whole, ZeRO-1 the stage's.
-      const int64_t Ps = units_params(ml, v.held_units[s]);
-      r.params = W * (l.zero == 0 ? local : Ps) + int64_t(copy);
-      r.grads = W * Ps;
-      r.optim = S * (l.zero == 0 ? Ps : shard_layout(Ps, R).shard);
-      if (R > 1)
-        r.comm = l.zero == 0 ? std::min(W * Ps, 4 * reduce_bucket_elements(0, 0))
-                             : std::min(W * Ps, 2 * int64_t(dist::kRingChunkBytes));
-    }
-    if (l.pp > 1) {  // the received gradient per slot (the activation lands in the arena's residual)
-      const int64_t n = l.sp ? int64_t(l.micro_batch) * T / l.tp : int64_t(l.micro_batch) * T;
-      r.comm += int64_t(r.slots) * n * in.cfg.n_embd * W;
-    }
-    // The final export (checkpoint/hf_export.h) streams the model to the chief one tensor at a time:
-    // the chief (stage 0) holds the tensor being written and one other rank's pieces of it, a
-    // writer its own pieces of one tensor, packed for the send: the largest tensor split over TP
-    // and, under ZeRO, over the data-parallel shards (fp32 weights, --save_dtype's default).
-    // DDP without TP: the chief writes its stage's tensors from its own buffers and receives only
-    // the other stages' (whole, from their writers).
-    const int64_t piece = W * largest_whole / (int64_t(l.tp) * (l.zero >= 1 ? R : 1));
-    if (l.zero == 0 && l.tp == 1) {
-      int64_t other = 0;  // the largest tensor stage 0 does not hold
-      for (size_t u = 0; u < ml.units.size(); ++u)
-        if (l.pp > 1 && !v.held_units[0][u])
-          for (int p : ml.units[u].params) other = std::max(other, ml.table.list()[size_t(p)].numel);
-      r.export_extra = s == 0 ? 2 * W * other : piece;
-    } else {
-      r.export_extra = s == 0 ? W * largest_whole + piece : piece;
-    }
+    stage_state_memory(in, l, v, s, int64_t(copy), S, r);
+    r.export_extra = export_extra_bytes(l, v, s, largest_whole);
     if (first || r.total() > best.total()) best = r;
     first = false;
   }

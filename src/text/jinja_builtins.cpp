@@ -13,6 +13,7 @@
 #include <charconv>
 #include <cmath>
 #include <ctime>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -175,32 +176,49 @@ Array iterate(const Value& v) {
   }
 }
 
-Value binary_op(const std::string& op, const Value& a, const Value& b) {
-  if (op == "==") return Value::boolean(equal(a, b));
-  if (op == "!=") return Value::boolean(!equal(a, b));
-  if (op == "<") return Value::boolean(compare(a, b, "<") < 0);
-  if (op == ">") return Value::boolean(compare(a, b, ">") > 0);
-  if (op == "<=") return Value::boolean(compare(a, b, "<=") <= 0);
-  if (op == ">=") return Value::boolean(compare(a, b, ">=") >= 0);
-  if (op == "~") {
-    std::string l = to_str(a), r = to_str(b);
-    Budget::string(l.size() + r.size());
-    return Value::string(l + r);
+namespace {
+
+// "in" / "not in": a substring of a string, a key of a mapping, or an item of anything iterable.
+Value membership_op(const std::string& op, const Value& a, const Value& b) {
+  bool found = false;
+  if (b.kind == K::string) {
+    if (a.kind != K::string) render_fail(str_cat("'in <string>' requires string as left operand, not ", type_name(a)));
+    found = find_linear(b.s, a.s) != std::string::npos;
+  } else if (b.kind == K::object) {
+    found = a.kind == K::string && b.o->find(a.s);
+  } else {
+    for (const Value& x : iterate(b)) found |= equal(a, x);
   }
-  if (op == "in" || op == "not in") {
-    bool found = false;
-    if (b.kind == K::string) {
-      if (a.kind != K::string)
-        render_fail(str_cat("'in <string>' requires string as left operand, not ", type_name(a)));
-      found = find_linear(b.s, a.s) != std::string::npos;
-    } else if (b.kind == K::object) {
-      found = a.kind == K::string && b.o->find(a.s);
-    } else {
-      for (const Value& x : iterate(b)) found |= equal(a, x);
-    }
-    return Value::boolean(op == "in" ? found : !found);
+  return Value::boolean(op == "in" ? found : !found);
+}
+
+// seq * n (either order) for a string or a list: the size is checked before anything is built;
+// the product saturates rather than wraps.
+Value repeat_sequence(const Value& seq, const Value& n) {
+  const size_t unit = seq.kind == K::string ? seq.s.size() : seq.a->size();
+  const uint64_t times = unit == 0 ? 0 : uint64_t(std::max<int64_t>(0, as_int(n)));  // "" * 10**18 is quick
+  auto total = [&](size_t unit) {
+    uint64_t t;
+    return __builtin_mul_overflow(uint64_t(unit), times, &t) ? UINT64_MAX : t;
+  };
+  if (seq.kind == K::string) {
+    Budget::string(size_t(total(seq.s.size())));
+    std::string r;
+    for (uint64_t k = 0; k < times; ++k) r += seq.s;
+    return Value::string(r);
   }
-  const bool ints = (a.kind == K::integer || a.kind == K::boolean) && (b.kind == K::integer || b.kind == K::boolean);
+  Budget::list(size_t(total(seq.a->size())));
+  size_t bytes = 0;
+  for (const Value& x : *seq.a) bytes += x.s.size();
+  Budget::steps(int64_t(std::min<uint64_t>(total(bytes) / 16, INT64_MAX / 2)));
+  Array r;
+  for (uint64_t k = 0; k < times; ++k) r.insert(r.end(), seq.a->begin(), seq.a->end());
+  return Value::array(std::move(r));
+}
+
+// + and * on strings and lists (concatenation, repetition); nothing when the operands are not
+// sequences of that kind (then the operator is arithmetic's).
+std::optional<Value> sequence_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
     if (a.kind == K::string && b.kind == K::string) {
       Budget::string(a.s.size() + b.s.size());
@@ -218,29 +236,15 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "*") {
     const Value *seq = &a, *n = &b;
     if (b.kind == K::string || b.kind == K::array) std::swap(seq, n);
-    if ((seq->kind == K::string || seq->kind == K::array) && (n->kind == K::integer || n->kind == K::boolean)) {
-      // The size is checked before anything is built; the product saturates rather than wraps.
-      const size_t unit = seq->kind == K::string ? seq->s.size() : seq->a->size();
-      const uint64_t times = unit == 0 ? 0 : uint64_t(std::max<int64_t>(0, as_int(*n)));  // "" * 10**18 is quick
-      auto total = [&](size_t unit) {
-        uint64_t t;
-        return __builtin_mul_overflow(uint64_t(unit), times, &t) ? UINT64_MAX : t;
-      };
-      if (seq->kind == K::string) {
-        Budget::string(size_t(total(seq->s.size())));
-        std::string r;
-        for (uint64_t k = 0; k < times; ++k) r += seq->s;
-        return Value::string(r);
-      }
-      Budget::list(size_t(total(seq->a->size())));
-      size_t bytes = 0;
-      for (const Value& x : *seq->a) bytes += x.s.size();
-      Budget::steps(int64_t(std::min<uint64_t>(total(bytes) / 16, INT64_MAX / 2)));
-      Array r;
-      for (uint64_t k = 0; k < times; ++k) r.insert(r.end(), seq->a->begin(), seq->a->end());
-      return Value::array(std::move(r));
-    }
+    if ((seq->kind == K::string || seq->kind == K::array) && (n->kind == K::integer || n->kind == K::boolean))
+      return repeat_sequence(*seq, *n);
   }
+  return std::nullopt;
+}
+
+// The arithmetic operators on numbers (booleans count as integers).
+Value arithmetic_op(const std::string& op, const Value& a, const Value& b) {
+  const bool ints = (a.kind == K::integer || a.kind == K::boolean) && (b.kind == K::integer || b.kind == K::boolean);
   if (!numeric(a) || !numeric(b))
     render_fail(str_cat("unsupported operand type(s) for ", op, ": '", type_name(a), "' and '", type_name(b), "'"));
   const double x = as_double(a), y = as_double(b);
@@ -267,6 +271,25 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     return Value::number(m);
   }
   render_fail(str_cat("unknown operator ", op));
+}
+
+}  // namespace
+
+Value binary_op(const std::string& op, const Value& a, const Value& b) {
+  if (op == "==") return Value::boolean(equal(a, b));
+  if (op == "!=") return Value::boolean(!equal(a, b));
+  if (op == "<") return Value::boolean(compare(a, b, "<") < 0);
+  if (op == ">") return Value::boolean(compare(a, b, ">") > 0);
+  if (op == "<=") return Value::boolean(compare(a, b, "<=") <= 0);
+  if (op == ">=") return Value::boolean(compare(a, b, ">=") >= 0);
+  if (op == "~") {
+    std::string l = to_str(a), r = to_str(b);
+    Budget::string(l.size() + r.size());
+    return Value::string(l + r);
+  }
+  if (op == "in" || op == "not in") return membership_op(op, a, b);
+  if (std::optional<Value> r = sequence_op(op, a, b)) return std::move(*r);
+  return arithmetic_op(op, a, b);
 }
 
 // ---- Strings ----

@@ -6,7 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <ctime>
-#include <set>
+#include <map>
 
 #include "core/error.h"
 #include "text/jinja_ast.h"
@@ -147,174 +147,221 @@ Value indent_filter(const Value& v, CallArgs& a) {
   return Value::string(out);
 }
 
-const std::set<std::string> kFilters = {
-    "abs",  "capitalize", "count",      "d",       "default", "dictsort", "first",  "float",  "indent",
-    "int",  "items",      "join",       "last",    "length",  "list",     "lower",  "map",    "max",
-    "min",  "reject",     "rejectattr", "replace", "reverse", "round",    "safe",   "select", "selectattr",
-    "sort", "string",     "sum",        "title",   "tojson",  "trim",     "unique", "upper",  "wordcount"};
+// ---- The filters, one function each (a family that shares its code takes the filter's name).
+// Every one has the signature of FilterFn so that kFilterTable can dispatch on the name.
+
+using FilterFn = Value (*)(const std::string& f, const Value& v, CallArgs& a);
+
+Value filter_safe(const std::string&, const Value& v, CallArgs&) { return v; }
+Value filter_trim(const std::string&, const Value& v, CallArgs& a) {
+  return get_attr(Value::string(to_str(v)), "strip").f->operator()(a);
+}
+Value filter_tojson(const std::string&, const Value& v, CallArgs& a) { return tojson(v, a); }
+Value filter_string(const std::string&, const Value& v, CallArgs&) { return Value::string(to_str(v)); }
+Value filter_list(const std::string&, const Value& v, CallArgs&) { return Value::array(iterate(v)); }
+Value filter_sort(const std::string&, const Value& v, CallArgs& a) { return sorted(v, a); }
+Value filter_min_max(const std::string& f, const Value& v, CallArgs&) { return minmax(v, f == "max"); }
+Value filter_indent(const std::string&, const Value& v, CallArgs& a) { return indent_filter(v, a); }
+Value filter_select(const std::string& f, const Value& v, CallArgs& a) {  // select / reject
+  return Value::array(select_items(v, a, false, f == "select"));
+}
+Value filter_selectattr(const std::string& f, const Value& v, CallArgs& a) {  // selectattr / rejectattr
+  return Value::array(select_items(v, a, true, f == "selectattr"));
+}
+
+// length / count: counted in place, not by copying.
+Value filter_length(const std::string&, const Value& v, CallArgs&) {
+  if (v.kind == K::string) return Value::integer(int64_t(utf8_length(v.s)));
+  if (v.kind == K::object) return Value::integer(int64_t(v.o->items.size()));
+  if (v.kind == K::array) return Value::integer(int64_t(v.a->size()));
+  return Value::integer(int64_t(iterate(v).size()));
+}
+
+Value filter_first_last(const std::string& f, const Value& v, CallArgs&) {
+  if (v.kind == K::array) return v.a->empty() ? Value() : f == "first" ? v.a->front() : v.a->back();
+  Array items = iterate(v);
+  if (items.empty()) return Value();
+  return f == "first" ? items.front() : items.back();
+}
+
+Value filter_join(const std::string&, const Value& v, CallArgs& a) {
+  const Value* sep = a.at(0, "d");
+  const Value* at = a.at(1, "attribute");
+  std::string out;
+  bool first = true;
+  for (const Value& x : iterate(v)) {
+    out += (first ? "" : sep ? to_str(*sep) : "") + to_str(at && at->kind == K::string ? attr_path(x, at->s) : x);
+    Budget::fits(out.size());
+    first = false;
+  }
+  return Value::string(out);
+}
+
+// upper / lower / title / capitalize: the string methods of the same names.
+Value filter_case(const std::string& f, const Value& v, CallArgs&) {
+  CallArgs none;
+  return get_attr(Value::string(to_str(v)), f).f->operator()(none);
+}
+
+Value filter_items(const std::string&, const Value& v, CallArgs&) {
+  if (!v.defined()) return Value::array();
+  if (v.kind != K::object) render_fail(str_cat("filter items needs a mapping, got ", type_name(v)));
+  CallArgs none;
+  return get_attr(v, "items").f->operator()(none);
+}
+
+Value filter_dictsort(const std::string&, const Value& v, CallArgs&) {
+  if (v.kind != K::object) render_fail(str_cat("filter dictsort needs a mapping, got ", type_name(v)));
+  CallArgs none;
+  Value items = get_attr(v, "items").f->operator()(none);
+  std::stable_sort(items.a->begin(), items.a->end(),
+                   [](const Value& x, const Value& y) { return (*x.a)[0].s < (*y.a)[0].s; });
+  return items;
+}
+
+Value filter_default(const std::string&, const Value& v, CallArgs& a) {  // default / d
+  const Value* d = a.at(0, "default_value");
+  const bool boolean = bool_arg(a, 1, "boolean", false);
+  if (!v.defined() || (boolean && !truthy(v))) return d ? *d : Value::string("");
+  return v;
+}
+
+// map(attribute=...) or map("filter", args...): the latter applies the named filter per item.
+Value filter_map(const std::string&, const Value& v, CallArgs& a) {
+  Array out;
+  const Value* at = a.kwarg("attribute");
+  const Value* dflt = a.kwarg("default");
+  if (at) {
+    if (at->kind != K::string) render_fail("map(attribute=...) needs a string");
+    for (const Value& x : iterate(v)) {
+      Value y = attr_path(x, at->s);
+      out.push_back(!y.defined() && dflt ? *dflt : y);
+    }
+    return Value::array(std::move(out));
+  }
+  if (a.pos.empty() || a.pos[0].kind != K::string) render_fail("map needs a filter name or attribute=");
+  const std::string name = a.pos[0].s;
+  if (!known_filter(name)) render_fail(str_cat("unsupported Jinja filter \"", name, "\""));
+  CallArgs rest;
+  rest.pos.assign(a.pos.begin() + 1, a.pos.end());
+  rest.kw = a.kw;
+  for (const Value& x : iterate(v)) out.push_back(apply_filter(name, x, rest));
+  return Value::array(std::move(out));
+}
+
+Value filter_unique(const std::string&, const Value& v, CallArgs&) {
+  Array out;
+  for (const Value& x : iterate(v)) {
+    bool seen = false;
+    for (const Value& y : out) seen |= equal(x, y);
+    if (!seen) out.push_back(x);
+  }
+  return Value::array(std::move(out));
+}
+
+Value filter_reverse(const std::string&, const Value& v, CallArgs&) {
+  if (v.kind == K::string) {
+    Array chars = iterate(v);
+    std::string s;
+    for (auto it = chars.rbegin(); it != chars.rend(); ++it) s += it->s;
+    return Value::string(s);
+  }
+  Array items = iterate(v);
+  std::reverse(items.begin(), items.end());
+  return Value::array(std::move(items));
+}
+
+Value filter_sum(const std::string&, const Value& v, CallArgs& a) {
+  const Value* at = a.at(0, "attribute");
+  const Value* start = a.at(1, "start");
+  Value total = start ? *start : Value::integer(0);
+  for (const Value& x : iterate(v))
+    total = binary_op("+", total, at && at->kind == K::string ? attr_path(x, at->s) : x);
+  return total;
+}
+
+// int / float of a string (already stripped): Jinja2's int(s), else int(float(s)), else the default.
+Value parse_number(const std::string& f, const std::string& s, const Value& dflt) {
+  char* end = nullptr;
+  if (f == "int") {
+    errno = 0;
+    const long long n = std::strtoll(s.c_str(), &end, 10);
+    if (!s.empty() && *end == 0 && errno == ERANGE)
+      render_fail(str_cat("integer overflow: ", quote(s.substr(0, 40)), " does not fit in 64 bits"));
+    if (!s.empty() && *end == 0) return Value::integer(n);
+    const double x = std::strtod(s.c_str(), &end);
+    return !s.empty() && *end == 0 && !std::isnan(x) ? Value::integer(float_to_int(x)) : dflt;
+  }
+  const double x = std::strtod(s.c_str(), &end);
+  return !s.empty() && *end == 0 ? Value::number(x) : dflt;
+}
+
+Value filter_int_float(const std::string& f, const Value& v, CallArgs& a) {
+  const Value* d = a.at(0, "default");
+  Value dflt = d ? *d : f == "int" ? Value::integer(0) : Value::number(0);
+  if (v.kind == K::integer || v.kind == K::boolean) {
+    const int64_t n = v.kind == K::boolean ? v.b : v.i;
+    return f == "int" ? Value::integer(n) : Value::number(double(n));
+  }
+  if (v.kind == K::number) return f == "int" ? Value::integer(float_to_int(v.d)) : v;
+  if (v.kind == K::string) {
+    CallArgs none;
+    return parse_number(f, get_attr(v, "strip").f->operator()(none).s, dflt);
+  }
+  return dflt;
+}
+
+Value filter_abs(const std::string&, const Value& v, CallArgs&) {
+  if (v.kind == K::integer) return Value::integer(v.i < 0 ? int_neg(v.i) : v.i);
+  if (v.kind == K::number) return Value::number(std::fabs(v.d));
+  render_fail(str_cat("bad operand type for abs(): '", type_name(v), "'"));
+}
+
+Value filter_round(const std::string&, const Value& v, CallArgs& a) {
+  const Value* p = a.at(0, "precision");
+  const Value* m = a.at(1, "method");
+  const int64_t prec = p && p->kind == K::integer ? p->i : 0;
+  const std::string method = m && m->kind == K::string ? m->s : "common";
+  const double scale = std::pow(10.0, double(prec)), x = (v.kind == K::integer ? double(v.i) : v.d) * scale;
+  const double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
+  return Value::number(r / scale);
+}
+
+Value filter_replace(const std::string&, const Value& v, CallArgs& a) {
+  CallArgs b = a;
+  return get_attr(Value::string(to_str(v)), "replace").f->operator()(b);
+}
+
+Value filter_wordcount(const std::string&, const Value& v, CallArgs&) {
+  CallArgs none;
+  return Value::integer(int64_t(get_attr(Value::string(to_str(v)), "split").f->operator()(none).a->size()));
+}
+
+// Every supported filter by name: what known_filter answers and apply_filter dispatches on.
+const std::map<std::string, FilterFn> kFilterTable = {
+    {"abs", filter_abs},          {"capitalize", filter_case}, {"count", filter_length},
+    {"d", filter_default},        {"default", filter_default}, {"dictsort", filter_dictsort},
+    {"first", filter_first_last}, {"float", filter_int_float}, {"indent", filter_indent},
+    {"int", filter_int_float},    {"items", filter_items},     {"join", filter_join},
+    {"last", filter_first_last},  {"length", filter_length},   {"list", filter_list},
+    {"lower", filter_case},       {"map", filter_map},         {"max", filter_min_max},
+    {"min", filter_min_max},      {"reject", filter_select},   {"rejectattr", filter_selectattr},
+    {"replace", filter_replace},  {"reverse", filter_reverse}, {"round", filter_round},
+    {"safe", filter_safe},        {"select", filter_select},   {"selectattr", filter_selectattr},
+    {"sort", filter_sort},        {"string", filter_string},   {"sum", filter_sum},
+    {"title", filter_case},       {"tojson", filter_tojson},   {"trim", filter_trim},
+    {"unique", filter_unique},    {"upper", filter_case},      {"wordcount", filter_wordcount},
+};
 
 }  // namespace
 
-bool known_filter(const std::string& name) { return kFilters.count(name) > 0; }
+bool known_filter(const std::string& name) { return kFilterTable.count(name) > 0; }
 
 Value apply_filter(const std::string& f, const Value& v, CallArgs& a) {
   Budget::steps(1);  // (map applies one per item)
-  if (f == "safe") return v;
-  if (f == "trim") return get_attr(Value::string(to_str(v)), "strip").f->operator()(a);
-  if (f == "length" || f == "count") {  // counted in place, not by copying
-    if (v.kind == K::string) return Value::integer(int64_t(utf8_length(v.s)));
-    if (v.kind == K::object) return Value::integer(int64_t(v.o->items.size()));
-    if (v.kind == K::array) return Value::integer(int64_t(v.a->size()));
-    return Value::integer(int64_t(iterate(v).size()));
-  }
-  if (f == "tojson") return tojson(v, a);
-  if (f == "string") return Value::string(to_str(v));
-  if (f == "list") return Value::array(iterate(v));
-  if (f == "first" || f == "last") {
-    if (v.kind == K::array) return v.a->empty() ? Value() : f == "first" ? v.a->front() : v.a->back();
-    Array items = iterate(v);
-    if (items.empty()) return Value();
-    return f == "first" ? items.front() : items.back();
-  }
-  if (f == "join") {
-    const Value* sep = a.at(0, "d");
-    const Value* at = a.at(1, "attribute");
-    std::string out;
-    bool first = true;
-    for (const Value& x : iterate(v)) {
-      out += (first ? "" : sep ? to_str(*sep) : "") + to_str(at && at->kind == K::string ? attr_path(x, at->s) : x);
-      Budget::fits(out.size());
-      first = false;
-    }
-    return Value::string(out);
-  }
-  if (f == "upper" || f == "lower" || f == "title" || f == "capitalize") {
-    CallArgs none;
-    return get_attr(Value::string(to_str(v)), f).f->operator()(none);
-  }
-  if (f == "items") {
-    if (!v.defined()) return Value::array();
-    if (v.kind != K::object) render_fail(str_cat("filter items needs a mapping, got ", type_name(v)));
-    CallArgs none;
-    return get_attr(v, "items").f->operator()(none);
-  }
-  if (f == "dictsort") {
-    if (v.kind != K::object) render_fail(str_cat("filter dictsort needs a mapping, got ", type_name(v)));
-    CallArgs none;
-    Value items = get_attr(v, "items").f->operator()(none);
-    std::stable_sort(items.a->begin(), items.a->end(),
-                     [](const Value& x, const Value& y) { return (*x.a)[0].s < (*y.a)[0].s; });
-    return items;
-  }
-  if (f == "default" || f == "d") {
-    const Value* d = a.at(0, "default_value");
-    const bool boolean = bool_arg(a, 1, "boolean", false);
-    if (!v.defined() || (boolean && !truthy(v))) return d ? *d : Value::string("");
-    return v;
-  }
-  if (f == "selectattr" || f == "rejectattr") return Value::array(select_items(v, a, true, f == "selectattr"));
-  if (f == "select" || f == "reject") return Value::array(select_items(v, a, false, f == "select"));
-  if (f == "map") {
-    Array out;
-    const Value* at = a.kwarg("attribute");
-    const Value* dflt = a.kwarg("default");
-    if (at) {
-      if (at->kind != K::string) render_fail("map(attribute=...) needs a string");
-      for (const Value& x : iterate(v)) {
-        Value y = attr_path(x, at->s);
-        out.push_back(!y.defined() && dflt ? *dflt : y);
-      }
-      return Value::array(std::move(out));
-    }
-    if (a.pos.empty() || a.pos[0].kind != K::string) render_fail("map needs a filter name or attribute=");
-    const std::string name = a.pos[0].s;
-    if (!known_filter(name)) render_fail(str_cat("unsupported Jinja filter \"", name, "\""));
-    CallArgs rest;
-    rest.pos.assign(a.pos.begin() + 1, a.pos.end());
-    rest.kw = a.kw;
-    for (const Value& x : iterate(v)) out.push_back(apply_filter(name, x, rest));
-    return Value::array(std::move(out));
-  }
-  if (f == "unique") {
-    Array out;
-    for (const Value& x : iterate(v)) {
-      bool seen = false;
-      for (const Value& y : out) seen |= equal(x, y);
-      if (!seen) out.push_back(x);
-    }
-    return Value::array(std::move(out));
-  }
-  if (f == "reverse") {
-    if (v.kind == K::string) {
-      Array chars = iterate(v);
-      std::string s;
-      for (auto it = chars.rbegin(); it != chars.rend(); ++it) s += it->s;
-      return Value::string(s);
-    }
-    Array items = iterate(v);
-    std::reverse(items.begin(), items.end());
-    return Value::array(std::move(items));
-  }
-  if (f == "sort") return sorted(v, a);
-  if (f == "min" || f == "max") return minmax(v, f == "max");
-  if (f == "sum") {
-    const Value* at = a.at(0, "attribute");
-    const Value* start = a.at(1, "start");
-    Value total = start ? *start : Value::integer(0);
-    for (const Value& x : iterate(v))
-      total = binary_op("+", total, at && at->kind == K::string ? attr_path(x, at->s) : x);
-    return total;
-  }
-  if (f == "int" || f == "float") {
-    const Value* d = a.at(0, "default");
-    Value dflt = d ? *d : f == "int" ? Value::integer(0) : Value::number(0);
-    if (v.kind == K::integer || v.kind == K::boolean) {
-      const int64_t n = v.kind == K::boolean ? v.b : v.i;
-      return f == "int" ? Value::integer(n) : Value::number(double(n));
-    }
-    if (v.kind == K::number) return f == "int" ? Value::integer(float_to_int(v.d)) : v;
-    if (v.kind == K::string) {
-      char* end = nullptr;
-      CallArgs none;
-      const std::string s = get_attr(v, "strip").f->operator()(none).s;
-      if (f == "int") {  // Jinja2: int(s), else int(float(s)), else the default
-        errno = 0;
-        const long long n = std::strtoll(s.c_str(), &end, 10);
-        if (!s.empty() && *end == 0 && errno == ERANGE)
-          render_fail(str_cat("integer overflow: ", quote(s.substr(0, 40)), " does not fit in 64 bits"));
-        if (!s.empty() && *end == 0) return Value::integer(n);
-        const double x = std::strtod(s.c_str(), &end);
-        return !s.empty() && *end == 0 && !std::isnan(x) ? Value::integer(float_to_int(x)) : dflt;
-      }
-      const double x = std::strtod(s.c_str(), &end);
-      return !s.empty() && *end == 0 ? Value::number(x) : dflt;
-    }
-    return dflt;
-  }
-  if (f == "abs") {
-    if (v.kind == K::integer) return Value::integer(v.i < 0 ? int_neg(v.i) : v.i);
-    if (v.kind == K::number) return Value::number(std::fabs(v.d));
-    render_fail(str_cat("bad operand type for abs(): '", type_name(v), "'"));
-  }
-  if (f == "round") {
-    const Value* p = a.at(0, "precision");
-    const Value* m = a.at(1, "method");
-    const int64_t prec = p && p->kind == K::integer ? p->i : 0;
-    const std::string method = m && m->kind == K::string ? m->s : "common";
-    const double scale = std::pow(10.0, double(prec)), x = (v.kind == K::integer ? double(v.i) : v.d) * scale;
-    const double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
-    return Value::number(r / scale);
-  }
-  if (f == "replace") {
-    CallArgs b = a;
-    return get_attr(Value::string(to_str(v)), "replace").f->operator()(b);
-  }
-  if (f == "indent") return indent_filter(v, a);
-  if (f == "wordcount") {
-    CallArgs none;
-    return Value::integer(int64_t(get_attr(Value::string(to_str(v)), "split").f->operator()(none).a->size()));
-  }
-  render_fail(str_cat("unsupported Jinja filter \"", f, "\""));
+  const auto it = kFilterTable.find(f);
+  if (it == kFilterTable.end()) render_fail(str_cat("unsupported Jinja filter \"", f, "\""));
+  return it->second(f, v, a);
 }
 
 namespace {

@@ -408,83 +408,97 @@ class Parser {
       fail(str_cat("unsupported Jinja construct {% ", kw,
                    " %}; ztrain's chat templates support set, if, for, macro, break, continue and generation"));
     ++k_;
-    std::string end;
     if (kw == "if") return parse_if();
-    if (kw == "for") {
-      NodePtr n = node(NodeKind::for_);
-      n->names = parse_targets(false);
-      if (!at_name("in")) fail("expected \"in\" in a for statement");
-      ++k_;
-      n->a = parse_tuple(false);
-      if (at_name("if")) {
-        ++k_;
-        n->c = parse_expression(true);
-      }
-      if (at_name("recursive")) fail("unsupported Jinja construct: recursive for loops");
-      expect_block_end();
-      n->kids.push_back(parse_body({"endfor", "else"}, &end));
-      if (end == "else") {
-        expect_block_end();
-        n->b = parse_body({"endfor"}, &end);
-      }
-      expect_block_end();
-      return n;
-    }
-    if (kw == "set") {
-      std::vector<std::string> targets = parse_targets(true);
-      if (at_op("=")) {
-        ++k_;
-        NodePtr n = node(NodeKind::set);
-        n->names = targets;
-        n->a = parse_tuple(true);
-        expect_block_end();
-        return n;
-      }
-      if (targets.size() != 1) fail("a block {% set %} takes one name");
-      NodePtr n = node(NodeKind::set_block);
-      n->names = targets;
-      if (at_op("|")) fail("unsupported Jinja construct: a filter on a block {% set %}");
-      expect_block_end();
-      n->kids.push_back(parse_body({"endset"}, &end));
-      expect_block_end();
-      return n;
-    }
-    if (kw == "macro") {
-      NodePtr n = node(NodeKind::macro);
-      n->str = expect_name();
-      expect_op("(");
-      while (!at_op(")")) {
-        n->names.push_back(expect_name());
-        if (at_op("=")) {
-          ++k_;
-          n->args.push_back(parse_expression(true));
-        } else {
-          n->args.push_back(nullptr);
-        }
-        if (!at_op(")")) expect_op(",");
-      }
-      ++k_;
-      expect_block_end();
-      n->kids.push_back(parse_body({"endmacro"}, &end));
-      if (cur().type == Tok::name) ++k_;  // {% endmacro name %}
-      expect_block_end();
-      return n;
-    }
+    if (kw == "for") return parse_for();
+    if (kw == "set") return parse_set();
+    if (kw == "macro") return parse_macro();
     if (kw == "break" || kw == "continue") {
       NodePtr n = node(kw == "break" ? NodeKind::break_ : NodeKind::continue_);
       expect_block_end();
       return n;
     }
-    if (kw == "generation") {
-      has_generation = true;
-      NodePtr n = node(NodeKind::generation);
+    if (kw == "generation") return parse_generation();
+    fail(str_cat("unsupported Jinja construct {% ", kw,
+                 " %}; ztrain's chat templates support set, if, for, macro, break, continue and generation"));
+  }
+
+  // The statements after their keyword (parse_statement consumed it), each up to and including
+  // its closing tag.
+  NodePtr parse_for() {
+    std::string end;
+    NodePtr n = node(NodeKind::for_);
+    n->names = parse_targets(false);
+    if (!at_name("in")) fail("expected \"in\" in a for statement");
+    ++k_;
+    n->a = parse_tuple(false);
+    if (at_name("if")) {
+      ++k_;
+      n->c = parse_expression(true);
+    }
+    if (at_name("recursive")) fail("unsupported Jinja construct: recursive for loops");
+    expect_block_end();
+    n->kids.push_back(parse_body({"endfor", "else"}, &end));
+    if (end == "else") {
       expect_block_end();
-      n->kids.push_back(parse_body({"endgeneration"}, &end));
+      n->b = parse_body({"endfor"}, &end);
+    }
+    expect_block_end();
+    return n;
+  }
+
+  // {% set x = expr %}, or the block form {% set x %}...{% endset %}.
+  NodePtr parse_set() {
+    std::string end;
+    std::vector<std::string> targets = parse_targets(true);
+    if (at_op("=")) {
+      ++k_;
+      NodePtr n = node(NodeKind::set);
+      n->names = targets;
+      n->a = parse_tuple(true);
       expect_block_end();
       return n;
     }
-    fail(str_cat("unsupported Jinja construct {% ", kw,
-                 " %}; ztrain's chat templates support set, if, for, macro, break, continue and generation"));
+    if (targets.size() != 1) fail("a block {% set %} takes one name");
+    NodePtr n = node(NodeKind::set_block);
+    n->names = targets;
+    if (at_op("|")) fail("unsupported Jinja construct: a filter on a block {% set %}");
+    expect_block_end();
+    n->kids.push_back(parse_body({"endset"}, &end));
+    expect_block_end();
+    return n;
+  }
+
+  NodePtr parse_macro() {
+    std::string end;
+    NodePtr n = node(NodeKind::macro);
+    n->str = expect_name();
+    expect_op("(");
+    while (!at_op(")")) {
+      n->names.push_back(expect_name());
+      if (at_op("=")) {
+        ++k_;
+        n->args.push_back(parse_expression(true));
+      } else {
+        n->args.push_back(nullptr);
+      }
+      if (!at_op(")")) expect_op(",");
+    }
+    ++k_;
+    expect_block_end();
+    n->kids.push_back(parse_body({"endmacro"}, &end));
+    if (cur().type == Tok::name) ++k_;  // {% endmacro name %}
+    expect_block_end();
+    return n;
+  }
+
+  NodePtr parse_generation() {
+    std::string end;
+    has_generation = true;
+    NodePtr n = node(NodeKind::generation);
+    expect_block_end();
+    n->kids.push_back(parse_body({"endgeneration"}, &end));
+    expect_block_end();
+    return n;
   }
 
   NodePtr parse_if() {

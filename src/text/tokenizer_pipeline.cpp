@@ -228,6 +228,77 @@ bool byte_fallback_token(const std::string& t, char* byte) {
   return true;
 }
 
+// ByteFallback: runs of <0xNN> tokens become one token of those bytes.
+void decode_byte_fallback(std::vector<std::string>& tokens) {
+  std::vector<std::string> out;
+  char b;
+  bool in_bytes = false;
+  for (std::string& t : tokens) {
+    if (byte_fallback_token(t, &b)) {
+      if (!in_bytes) out.emplace_back();
+      out.back() += b;
+      in_bytes = true;
+    } else {
+      out.push_back(std::move(t));
+      in_bytes = false;
+    }
+  }
+  tokens.swap(out);
+}
+
+// Strip: up to d.start copies of d.from off each token's front, up to d.stop off its back.
+void decode_strip(const DecodeStep& d, std::vector<std::string>& tokens) {
+  for (std::string& t : tokens) {
+    size_t b = 0, e = t.size();
+    for (size_t k = 0; k < d.start && t.compare(b, d.from.size(), d.from) == 0 && b < e; ++k) b += d.from.size();
+    for (size_t k = 0; k < d.stop && e >= b + d.from.size() && t.compare(e - d.from.size(), d.from.size(), d.from) == 0;
+         ++k)
+      e -= d.from.size();
+    t = t.substr(b, e - b);
+  }
+}
+
+// Replace: false (nothing more replaced) when a token's growth would pass `limit` bytes in all.
+bool decode_replace(const DecodeStep& d, std::vector<std::string>& tokens, size_t limit) {
+  size_t bytes = total_bytes(tokens);
+  for (std::string& t : tokens) {
+    // One token grows at most |t| / |from| * |to|: checked before it is built.
+    const size_t grown = d.from.empty() ? 0 : t.size() / d.from.size() * d.to.size();
+    if (bytes + grown > limit) return false;
+    bytes -= t.size();
+    replace_all(t, d.from, d.to);
+    bytes += t.size();
+  }
+  return true;
+}
+
+// WordPiece: a continuation prefix joins a token to the previous one, other tokens get a space;
+// `cleanup` undoes the spaces BERT's tokenization put before punctuation and contractions.
+void decode_wordpiece(const DecodeStep& d, std::vector<std::string>& tokens) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::string& t = tokens[i];
+    if (i != 0) {
+      if (t.starts_with(d.from))
+        t.erase(0, d.from.size());
+      else
+        t.insert(0, " ");
+    }
+    if (d.cleanup)
+      for (auto [f, r] : {std::pair{" .", "."},
+                          {" ?", "?"},
+                          {" !", "!"},
+                          {" ,", ","},
+                          {" ' ", "'"},
+                          {" n't", "n't"},
+                          {" 'm", "'m"},
+                          {" do not", " don't"},
+                          {" 's", "'s"},
+                          {" 've", "'ve"},
+                          {" 're", "'re"}})
+        replace_all(t, f, r);
+  }
+}
+
 // Returns false when a Replace grew the tokens past `limit` (bytes in all).
 bool apply_decoder(const DecodeStep& d, std::vector<std::string>& tokens, size_t limit) {
   using K = DecodeStep::Kind;
@@ -240,23 +311,9 @@ bool apply_decoder(const DecodeStep& d, std::vector<std::string>& tokens, size_t
       tokens.assign(1, std::move(all));
       break;
     }
-    case K::byte_fallback: {
-      std::vector<std::string> out;
-      char b;
-      bool in_bytes = false;
-      for (std::string& t : tokens) {
-        if (byte_fallback_token(t, &b)) {
-          if (!in_bytes) out.emplace_back();
-          out.back() += b;
-          in_bytes = true;
-        } else {
-          out.push_back(std::move(t));
-          in_bytes = false;
-        }
-      }
-      tokens.swap(out);
+    case K::byte_fallback:
+      decode_byte_fallback(tokens);
       break;
-    }
     case K::fuse: {
       std::string all;
       for (const std::string& t : tokens) all += t;
@@ -264,53 +321,16 @@ bool apply_decoder(const DecodeStep& d, std::vector<std::string>& tokens, size_t
       break;
     }
     case K::strip:
-      for (std::string& t : tokens) {
-        size_t b = 0, e = t.size();
-        for (size_t k = 0; k < d.start && t.compare(b, d.from.size(), d.from) == 0 && b < e; ++k) b += d.from.size();
-        for (size_t k = 0;
-             k < d.stop && e >= b + d.from.size() && t.compare(e - d.from.size(), d.from.size(), d.from) == 0; ++k)
-          e -= d.from.size();
-        t = t.substr(b, e - b);
-      }
+      decode_strip(d, tokens);
       break;
-    case K::replace: {
-      size_t bytes = total_bytes(tokens);
-      for (std::string& t : tokens) {
-        // One token grows at most |t| / |from| * |to|: checked before it is built.
-        const size_t grown = d.from.empty() ? 0 : t.size() / d.from.size() * d.to.size();
-        if (bytes + grown > limit) return false;
-        bytes -= t.size();
-        replace_all(t, d.from, d.to);
-        bytes += t.size();
-      }
+    case K::replace:
+      if (!decode_replace(d, tokens, limit)) return false;
       break;
-    }
     case K::metaspace:
       for (size_t i = 0; i < tokens.size(); ++i) replace_all(tokens[i], d.from, i == 0 && d.prepend ? "" : " ");
       break;
     case K::wordpiece:
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        std::string& t = tokens[i];
-        if (i != 0) {
-          if (t.starts_with(d.from))
-            t.erase(0, d.from.size());
-          else
-            t.insert(0, " ");
-        }
-        if (d.cleanup)
-          for (auto [f, r] : {std::pair{" .", "."},
-                              {" ?", "?"},
-                              {" !", "!"},
-                              {" ,", ","},
-                              {" ' ", "'"},
-                              {" n't", "n't"},
-                              {" 'm", "'m"},
-                              {" do not", " don't"},
-                              {" 's", "'s"},
-                              {" 've", "'ve"},
-                              {" 're", "'re"}})
-            replace_all(t, f, r);
-      }
+      decode_wordpiece(d, tokens);
       break;
   }
   return total_bytes(tokens) <= limit;
