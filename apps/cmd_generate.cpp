@@ -21,7 +21,7 @@
 #include "models/transformer.h"
 #include "plan/memory_fit.h"
 #include "text/tokenizer.h"
-#include "train/evaluate.h"
+#include "observe/evaluate.h"
 
 namespace zt::app {
 namespace {

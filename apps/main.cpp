@@ -20,7 +20,7 @@
 #include "hf_compat.h"
 #include "hf_training_args.h"
 #include "signals.h"
-#include "train/auto_parallel.h"
+#include "auto_parallel.h"
 #include "train/train_args.h"
 
 namespace zt::app {

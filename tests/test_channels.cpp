@@ -1,5 +1,5 @@
 // test_channels.cpp: named data channels (data/blend.h) and their losses
-// (train/channel_losses.h): the blend keeps every channel within one sequence of its share at
+// (observe/channel_losses.h): the blend keeps every channel within one sequence of its share at
 // every prefix, is deterministic and randomly addressable (resume), the loader over it splits a
 // step over ranks like one process and restarts at a step exactly, every row carries its
 // channel; the flags' bad input is one error each; the LM head's per-token losses sum to its
@@ -21,7 +21,7 @@
 #include "dist/communicator.h"
 #include "kernels/cross_entropy.h"
 #include "test_util.h"
-#include "train/channel_losses.h"
+#include "observe/channel_losses.h"
 
 namespace zt {
 namespace {

@@ -89,7 +89,7 @@ class Transformer {
   double forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count,
                       const int32_t* positions = nullptr);
   // When set, every later head_forward_backward writes each token's loss into out (B*T; 0
-  // where the target is ignored): the per-channel losses (train/channel_losses.h). null: off.
+  // where the target is ignored): the per-channel losses (observe/channel_losses.h). null: off.
   void set_token_losses(double* out) { token_losses_ = out; }
   void zero_grad();
 

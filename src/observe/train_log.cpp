@@ -305,7 +305,7 @@ nlohmann::json TrainLog::trainer_state() const {
 
 void TrainLog::write_plot() const {
   PlotSeries train{"train loss", {}, 0x1f77b4}, eval{"eval loss", {}, 0xd62728};
-  // Named data channels (loss/<name>, train/channel_losses.h): one curve each, in name order
+  // Named data channels (loss/<name>, observe/channel_losses.h): one curve each, in name order
   // (the log history's keys are sorted), in colours distinct from the train and eval curves.
   static constexpr uint32_t kChannelRgb[] = {0x2ca02c, 0xff7f0e, 0x9467bd, 0x8c564b,
                                              0xe377c2, 0x17becf, 0xbcbd22, 0x7f7f7f};

@@ -15,7 +15,7 @@
 #include "core/state.h"
 #include "models/config.h"
 #include "models/transformer.h"
-#include "observe/eval_result.h"
+#include "observe/evaluate.h"
 #include "plan/gemm_peak.h"
 
 namespace zt {

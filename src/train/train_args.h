@@ -123,7 +123,7 @@ struct TrainArgs {
   // machine has available); --auto_find_batch_size (HF's name) picks the micro-batch and, where
   // needed, a recomputation mode that fit it (train/auto_fit.h).
   std::string max_memory;
-  bool auto_parallel = false;  // --auto_parallel: the planner's layout (train/auto_parallel.h)
+  bool auto_parallel = false;  // --auto_parallel: the planner's layout (apps/auto_parallel.h)
   bool auto_find_batch_size = false;
   std::string max_shard_size = "5GB";  // save_pretrained's: larger weights go to shards + an index
   std::string tokenizer_name;          // folder whose tokenizer files are carried into saves ("": the model's)

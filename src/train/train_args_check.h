@@ -6,7 +6,9 @@
 #include <utility>
 #include <vector>
 
+#include "dist/parallel_dims.h"
 #include "models/config.h"
+#include "parallel/pipeline_schedule.h"
 #include "train/train_args.h"
 
 namespace zt::train_internal {
@@ -16,6 +18,13 @@ void check_args(const TrainArgs& a);
 // --context-parallel-size against the world, the sequence length T and what does not compose
 // with it yet (one error line each).
 void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg);
+// The layout's flags against the world (one error line each): tensor / sequence parallelism,
+// the pipeline (returns its schedule); local SGD's groups (by host unless given; a collective);
+// the process grid they make.
+void check_tp_args(const TrainArgs& a, int world);
+parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const ModelConfig& cfg);
+int local_sgd_group(dist::Communicator& world, int given);
+dist::ParallelDims grid_dims(const TrainArgs& a, int world);
 // Every file or folder the command reads, with the flag that names it.
 std::vector<std::pair<std::string, std::string>> input_paths(const TrainArgs& a);
 

@@ -91,100 +91,6 @@ parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   return o;
 }
 
-// Local SGD's group size: given, or the ranks of a host (hosts named by gethostname, each the
-// same number of consecutive ranks, as mpirun's --map-by ppr:N:node places them).
-int local_sgd_group(dist::Communicator& world, int given) {
-  const int n = world.size();
-  if (given > 0) {
-    ZT_CHECK(n % given == 0, "--local_sgd_group_size ", given, " must divide the number of ranks (", n, ")");
-    return given;
-  }
-  char mine[64] = {};
-  gethostname(mine, sizeof mine - 1);
-  std::vector<char> all(size_t(n) * sizeof mine);
-  world.all_gather(mine, all.data(), sizeof mine);
-  auto host = [&](int r) { return std::string(all.data() + size_t(r) * sizeof mine); };
-  int g = 1;
-  while (g < n && host(g) == host(0)) ++g;
-  bool ok = n % g == 0;
-  for (int r = 0; ok && r < n; ++r) ok = host(r) == host(r - r % g) && (r % g != 0 || r == 0 || host(r) != host(r - 1));
-  ZT_CHECK(ok, "--local_sgd_steps groups ranks by host, but the hosts do not each hold ", g,
-           " consecutive ranks; place them so (mpirun --map-by ppr:N:node) or set --local_sgd_group_size");
-  return g;
-}
-
-// The run's process grid: pipeline stages outermost (--pipeline-model-parallel-size), tensor
-// parallel runs of neighbouring ranks innermost (--tensor-model-parallel-size; a TP group lies
-// inside one stage), the rest data parallel (sharded, or hybrid when ZeRO's hpz_partition_size or
-// local SGD's groups group the ranks); no context parallelism yet. (check_pipeline_args,
-// check_tp_args and check_data_parallel_options have already checked the divisions.)
-dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
-  dist::ParallelDims d;
-  d.tp = a.tensor_model_parallel_size;
-  d.pp = a.pipeline_parallel_size;
-  d.cp = a.context_parallel_size;
-  const int dp = world / (d.tp * d.pp * d.cp);
-  d.dp_shard = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : dp;
-  if (a.local_sgd_steps > 0) d.dp_shard = a.local_sgd_group_size;  // resolved, divides the world
-  d.dp_replicate = dp / d.dp_shard;
-  return d;
-}
-
-// Tensor / sequence parallelism's flags against the world and the features that do not
-// compose with it yet: one line each, naming the numbers (the model's heads are checked
-// by check_tp_plan when the model is built).
-void check_tp_args(const TrainArgs& a, int world) {
-  const int tp = a.tensor_model_parallel_size;
-  ZT_CHECK(!a.sequence_parallel || tp > 1,
-           "--sequence-parallel needs tensor parallelism (--tensor-model-parallel-size > 1); it splits the TP "
-           "group's tokens");
-  if (tp == 1) return;
-  ZT_CHECK(world % tp == 0, "--tensor-model-parallel-size ", tp, " does not divide the ", world,
-           " ranks; the ranks must be a multiple of it");
-  const int pp = a.pipeline_parallel_size, dp = world / (tp * pp);
-  ZT_CHECK(world % (tp * pp) == 0, "--tensor-model-parallel-size ", tp, " x --pipeline-model-parallel-size ", pp, " = ",
-           tp * pp, " does not divide the ", world, " ranks; give mpirun -np a multiple of ", tp * pp);
-  ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--tensor-model-parallel-size ", tp,
-           ": --max_memory / --auto_find_batch_size do not model tensor parallelism yet; set the batch yourself");
-  ZT_CHECK(a.zero_hpz_partition_size <= 1 || dp % a.zero_hpz_partition_size == 0, "--zero_hpz_partition_size ",
-           a.zero_hpz_partition_size, " must divide the ", dp, " data-parallel ranks (", world,
-           " ranks / tensor parallel ", tp, " / pipeline stages ", pp, ")");
-}
-
-// The pipeline flags against each other and the world (one error line each); the schedule.
-parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const ModelConfig& cfg) {
-  const int P = a.pipeline_parallel_size, K = a.layers_per_virtual_stage, L = cfg.n_layer;
-  ZT_CHECK(world % P == 0, "--pipeline-model-parallel-size ", P, " does not divide the ", world,
-           " ranks; give mpirun -np a multiple of it");
-  ZT_CHECK(P <= L, "--pipeline-model-parallel-size ", P, " exceeds the model's ", L,
-           " layers; every stage needs at least one layer");
-  if (P == 1) {
-    for (const char* f :
-         {"num-layers-per-virtual-pipeline-stage", "pipeline_schedule", "pipeline_layers", "pipeline_balance"})
-      ZT_CHECK(!a.explicit_flags.count(f), "--", f,
-               " needs pipeline stages: add --pipeline-model-parallel-size 2 or more");
-    return parallel::PipeSchedule::one_f_one_b;
-  }
-  const parallel::PipeSchedule kind =
-      a.pipeline_schedule.empty() ? (K > 0 ? parallel::PipeSchedule::interleaved : parallel::PipeSchedule::one_f_one_b)
-                                  : parallel::parse_schedule(a.pipeline_schedule);
-  ZT_CHECK(
-      kind != parallel::PipeSchedule::interleaved || K > 0,
-      "--pipeline_schedule interleaved needs --num-layers-per-virtual-pipeline-stage (the layers per model chunk)");
-  ZT_CHECK(K == 0 || kind == parallel::PipeSchedule::interleaved, "--num-layers-per-virtual-pipeline-stage ", K,
-           " makes virtual stages, which only --pipeline_schedule interleaved runs (not ", a.pipeline_schedule, ")");
-  ZT_CHECK(K == 0 || L % (P * K) == 0, "--num-layers-per-virtual-pipeline-stage ", K,
-           " x --pipeline-model-parallel-size ", P, " = ", P * K, " does not divide the model's ", L, " layers");
-  const int v = K > 0 ? L / (P * K) : 1;
-  parallel::check_schedule({kind, P, a.gradient_accumulation_steps, v});
-  ZT_CHECK(a.pipeline_balance == "time" || a.pipeline_balance == "memory", "--pipeline_balance ",
-           quote(a.pipeline_balance), " is not time or memory");
-  ZT_CHECK(!a.auto_find_batch_size,
-           "--auto_find_batch_size does not plan pipeline stages yet; give the batch with "
-           "--per_device_train_batch_size");
-  return kind;
-}
-
 bool is_jsonl(const std::string& path) { return path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0; }
 }  // namespace
 
@@ -680,9 +586,7 @@ void Trainer::start_loader_and_log() {
     chan_ = std::make_unique<ChannelLosses>(blend_->names(), rows_, seq_len_ / grid_->cp().size());
     model_->set_token_losses(chan_->token_losses());
   }
-  loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, loader_config_, start_step_)
-            : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], loader_config_, start_step_)
-                   : std::make_unique<DataLoader>(*data_, loader_config_, start_step_);
+  start_loader(start_step_);
   if (chief_) {
     log_ = std::make_unique<TrainLog>(log_options(args_), *model_, total_steps_, steps_per_epoch_, seq_len_,
                                       start_step_, dp_comm_->size());

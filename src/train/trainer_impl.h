@@ -26,25 +26,23 @@
 #include "data/blend.h"
 #include "data/sft_data.h"
 #include "data/token_data.h"
-#include "text/tokenizer.h"
 #include "dist/parallel_dims.h"
 #include "parallel/parallelize.h"
-#include "plan/planner.h"
-#include "train/auto_parallel.h"
 #include "plan/memory_fit.h"
+#include "plan/planner.h"
 #include "parallel/buckets.h"
 #include "models/transformer.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
-#include "train/evaluate.h"
+#include "observe/evaluate.h"
 #include "plan/gemm_peak.h"
 #include "checkpoint/flash_checkpoint.h"
 #include "optim/spike_guard.h"
 #include "dist/straggler.h"
 #include "train/run_identity.h"
 #include "train/train_args.h"
-#include "train/channel_losses.h"
+#include "observe/channel_losses.h"
 #include "observe/train_log.h"
 #include "train/auto_fit.h"
 #include "train/precision.h"
@@ -116,6 +114,7 @@ class Trainer {
   void start_flash();
   void start_run(const CheckpointRef* resumed, const std::string& resumed_dir = "");
   void start_loader_and_log();
+  void start_loader(int64_t step);
   StepResult train_step(int64_t step);
   // Every component of a checkpoint, in one list for every use (save, resume, rollback, the
   // flash snapshot's size): the run's (rs), the parallel model's (parameters, optimizer, in the
@@ -150,7 +149,7 @@ class Trainer {
   int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
   std::unique_ptr<TokenFile> data_, val_;
   // Named data channels (data/blend.h; one unnamed channel for a plain file): their files, the
-  // blend, the loss per channel (train/channel_losses.h).
+  // blend, the loss per channel (observe/channel_losses.h).
   ChannelSpec channels_;
   std::unique_ptr<BlendedSource> blend_;
   std::unique_ptr<ChannelLosses> chan_;

@@ -299,10 +299,16 @@ int64_t Trainer::rollback(int64_t step) {
   loader_.reset();  // restarts at the restored step, past the skipped data
   loader_config_.step_offset = spike_->data_offset_steps();
   if (chan_) chan_->reset();  // the window's steps were undone
-  loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, loader_config_, to)
-            : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], loader_config_, to)
-                   : std::make_unique<DataLoader>(*data_, loader_config_, to);
+  start_loader(to);
   return to;
+}
+
+// The loader from optimizer step `step` over the run's source: the channel blend, the SFT rows or
+// the token file.
+void Trainer::start_loader(int64_t step) {
+  loader_ = blend_ ? std::make_unique<DataLoader>(*blend_, loader_config_, step)
+            : sft_ ? std::make_unique<DataLoader>(*sft_rows_[0], loader_config_, step)
+                   : std::make_unique<DataLoader>(*data_, loader_config_, step);
 }
 
 void Trainer::run() {

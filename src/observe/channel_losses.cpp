@@ -1,5 +1,5 @@
 // channel_losses.cpp: see channel_losses.h.
-#include "train/channel_losses.h"
+#include "observe/channel_losses.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // evaluate.cpp: see evaluate.h.
-#include "train/evaluate.h"
+#include "observe/evaluate.h"
 
 #include <chrono>
 #include <cmath>

@@ -1,5 +1,5 @@
 // auto_parallel.cpp: see auto_parallel.h.
-#include "train/auto_parallel.h"
+#include "auto_parallel.h"
 
 #include <cstdio>
 

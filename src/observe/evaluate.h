@@ -8,10 +8,17 @@
 #include "data/loader.h"
 #include "data/token_data.h"
 #include "models/transformer.h"
-#include "observe/eval_result.h"
 #include "parallel/context_parallel.h"
 
 namespace zt {
+
+struct EvalResult {
+  double loss = 0;        // mean over target tokens (nats)
+  double perplexity = 0;  // exp(loss)
+  int64_t tokens = 0;
+  int64_t windows = 0;
+  double seconds = 0;
+};
 
 // Context parallelism: how each batch is cut and the sums reduced (parallel/context_parallel.h).
 using EvalShard = parallel::EvalShard;

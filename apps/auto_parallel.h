@@ -1,5 +1,5 @@
 // auto_parallel.h: `ztrain train --auto_parallel` (docs/planner.md). Before anything else the
-// trainer asks the planner (plan/planner.h) for the fastest layout of its world size that
+// command asks the planner (plan/planner.h) for the fastest layout of its world size that
 // fits the memory, keeping the global batch (--train_batch_size, else micro-batch x
 // accumulation x ranks as given), and sets tensor / pipeline parallelism, the ZeRO stage, the
 // micro-batch and accumulation, recomputation and --threads from it. Flags given explicitly
