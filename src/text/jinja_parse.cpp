@@ -8,27 +8,23 @@
 // the depth of the tree it builds (chains of operators, filters, attributes, calls, which the
 // parser builds in loops) are both held to kMaxNesting, so neither parsing nor evaluating nor
 // freeing the tree can exhaust the stack; an elif chain is a flat list, not a nesting.
-#include <cerrno>
+// The expressions are in jinja_parse_expr.cpp; the Parser class they share in jinja_parser.h.
+// Not here: evaluation (jinja_eval.cpp) or printing (jinja_print.cpp).
 #include <cstdlib>
 #include <set>
 
 #include "core/error.h"
 #include "text/jinja_ast.h"
+#include "text/jinja_parser.h"
 
 namespace zt::jinja {
 namespace {
 
-enum class Tok { text, var_begin, var_end, block_begin, block_end, name, string, integer, number, op, eof };
-
-struct Token {
-  Tok type;
-  std::string value;
-  int line;
-};
-
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+}  // namespace
 
 class Lexer {
  public:
@@ -283,604 +279,189 @@ class Lexer {
   std::vector<Token> toks_;
 };
 
-constexpr int kMaxNesting = 256;
+namespace {
 
 const std::set<std::string> kUnsupportedStatements = {"call",  "filter", "include", "import",     "from", "extends",
                                                       "block", "raw",    "with",    "autoescape", "do",   "trans"};
 
-class Parser {
- public:
-  Parser(std::vector<Token> toks, Lexer& lx) : t_(std::move(toks)), lx_(lx) {}
-  bool has_generation = false;
+}  // namespace
 
-  NodePtr parse_all() {
-    std::string end;
-    NodePtr body = parse_body({}, &end);
-    return body;
-  }
+void Parser::fail(const std::string& what) { lx_.fail(cur().line, what); }
 
- private:
-  const Token& cur() const { return t_[k_]; }
-  const Token& peek(size_t n = 1) const { return t_[std::min(k_ + n, t_.size() - 1)]; }
-  bool at_op(const char* op) const { return cur().type == Tok::op && cur().value == op; }
-  bool at_name(const char* n) const { return cur().type == Tok::name && cur().value == n; }
-  [[noreturn]] void fail(const std::string& what) { lx_.fail(cur().line, what); }
-  void expect_op(const char* op) {
-    if (!at_op(op)) fail(str_cat("expected \"", op, "\", found ", describe(cur())));
-    ++k_;
-  }
-  std::string expect_name() {
-    if (cur().type != Tok::name) fail(str_cat("expected a name, found ", describe(cur())));
-    return t_[k_++].value;
-  }
-  void expect_block_end() {
-    if (cur().type != Tok::block_end) fail(str_cat("expected the end of the tag (%}), found ", describe(cur())));
-    ++k_;
-  }
-  static std::string describe(const Token& t) {
-    switch (t.type) {
-      case Tok::block_end:
-        return "\"%}\"";
-      case Tok::var_end:
-        return "\"}}\"";
-      case Tok::eof:
-        return "the end of the template";
-      case Tok::string:
-        return "a string";
-      default:
-        return quote(t.value);
+// Statements until a block tag named in `ends` (its name goes to *end, the tag's "{% name"
+// consumed) or the end of the template (only when ends is empty).
+NodePtr Parser::parse_body(const std::set<std::string>& ends, std::string* end) {
+  Recursion guard(*this);
+  NodePtr body = node(NodeKind::body);
+  for (;;) {
+    const Token& t = cur();
+    if (t.type == Tok::eof) {
+      for (const std::string& e : ends)
+        if (e.rfind("end", 0) == 0) fail(str_cat("missing {% ", e, " %} before the end of the template"));
+      return body;
     }
-  }
-  NodePtr node(NodeKind k) { return std::make_unique<Node>(k, cur().line); }
-
-  // Parser recursion (one per nested block, expression, `not` or unary operator).
-  struct Recursion {
-    Parser& p;
-    explicit Recursion(Parser& parser) : p(parser) {
-      if (++p.depth_ > kMaxNesting)
-        p.fail(str_cat("the template nests blocks or expressions deeper than ", kMaxNesting, " levels (the limit)"));
-    }
-    ~Recursion() { --p.depth_; }
-    Recursion(const Recursion&) = delete;
-    Recursion& operator=(const Recursion&) = delete;
-  };
-
-  // An expression node whose operands are set: its depth is one more than its deepest operand's.
-  // A chain the parser builds in a loop (a.b.c..., x|f|g..., 1+1+1..., x if c if d ...) is held to
-  // the limit here, since no recursion of the parser counts it.
-  NodePtr done(NodePtr n) {
-    int d = 0;
-    for (const Node* c : {n->a.get(), n->b.get(), n->c.get()})
-      if (c) d = std::max(d, c->depth);
-    for (const auto* list : {&n->args, &n->kw_values})
-      for (const NodePtr& c : *list)
-        if (c) d = std::max(d, c->depth);
-    n->depth = d + 1;
-    if (n->depth > kMaxNesting)
-      fail(str_cat("an expression nested deeper than ", kMaxNesting,
-                   " levels (the limit; a chain of that many operators, filters, attributes or calls?)"));
-    return n;
-  }
-
-  // Statements until a block tag named in `ends` (its name goes to *end, the tag's "{% name"
-  // consumed) or the end of the template (only when ends is empty).
-  NodePtr parse_body(const std::set<std::string>& ends, std::string* end) {
-    Recursion guard(*this);
-    NodePtr body = node(NodeKind::body);
-    for (;;) {
-      const Token& t = cur();
-      if (t.type == Tok::eof) {
-        for (const std::string& e : ends)
-          if (e.rfind("end", 0) == 0) fail(str_cat("missing {% ", e, " %} before the end of the template"));
+    if (t.type == Tok::text) {
+      NodePtr n = node(NodeKind::text);
+      n->str = t.value;
+      ++k_;
+      body->kids.push_back(std::move(n));
+    } else if (t.type == Tok::var_begin) {
+      ++k_;
+      NodePtr n = node(NodeKind::output);
+      n->a = parse_tuple(true);  // (a statement: its depth is the parser recursion's)
+      if (cur().type != Tok::var_end) fail(str_cat("expected \"}}\", found ", describe(cur())));
+      ++k_;
+      body->kids.push_back(std::move(n));
+    } else {  // block_begin
+      const Token& nt = peek();
+      if (nt.type == Tok::name && ends.count(nt.value)) {
+        *end = nt.value;
+        k_ += 2;
         return body;
       }
-      if (t.type == Tok::text) {
-        NodePtr n = node(NodeKind::text);
-        n->str = t.value;
-        ++k_;
-        body->kids.push_back(std::move(n));
-      } else if (t.type == Tok::var_begin) {
-        ++k_;
-        NodePtr n = node(NodeKind::output);
-        n->a = parse_tuple(true);  // (a statement: its depth is the parser recursion's)
-        if (cur().type != Tok::var_end) fail(str_cat("expected \"}}\", found ", describe(cur())));
-        ++k_;
-        body->kids.push_back(std::move(n));
-      } else {  // block_begin
-        const Token& nt = peek();
-        if (nt.type == Tok::name && ends.count(nt.value)) {
-          *end = nt.value;
-          k_ += 2;
-          return body;
-        }
-        ++k_;
-        body->kids.push_back(parse_statement());
-      }
+      ++k_;
+      body->kids.push_back(parse_statement());
     }
   }
+}
 
-  NodePtr parse_statement() {
-    if (cur().type != Tok::name) fail(str_cat("expected a statement name after {%, found ", describe(cur())));
-    const std::string kw = cur().value;
-    if (kw.rfind("end", 0) == 0 || kw == "elif" || kw == "else")
-      fail(str_cat("unexpected {% ", kw, " %} (no open block it could close)"));
-    if (kUnsupportedStatements.count(kw))
-      fail(str_cat("unsupported Jinja construct {% ", kw,
-                   " %}; ztrain's chat templates support set, if, for, macro, break, continue and generation"));
-    ++k_;
-    if (kw == "if") return parse_if();
-    if (kw == "for") return parse_for();
-    if (kw == "set") return parse_set();
-    if (kw == "macro") return parse_macro();
-    if (kw == "break" || kw == "continue") {
-      NodePtr n = node(kw == "break" ? NodeKind::break_ : NodeKind::continue_);
-      expect_block_end();
-      return n;
-    }
-    if (kw == "generation") return parse_generation();
+NodePtr Parser::parse_statement() {
+  if (cur().type != Tok::name) fail(str_cat("expected a statement name after {%, found ", describe(cur())));
+  const std::string kw = cur().value;
+  if (kw.rfind("end", 0) == 0 || kw == "elif" || kw == "else")
+    fail(str_cat("unexpected {% ", kw, " %} (no open block it could close)"));
+  if (kUnsupportedStatements.count(kw))
     fail(str_cat("unsupported Jinja construct {% ", kw,
                  " %}; ztrain's chat templates support set, if, for, macro, break, continue and generation"));
-  }
-
-  // The statements after their keyword (parse_statement consumed it), each up to and including
-  // its closing tag.
-  NodePtr parse_for() {
-    std::string end;
-    NodePtr n = node(NodeKind::for_);
-    n->names = parse_targets(false);
-    if (!at_name("in")) fail("expected \"in\" in a for statement");
-    ++k_;
-    n->a = parse_tuple(false);
-    if (at_name("if")) {
-      ++k_;
-      n->c = parse_expression(true);
-    }
-    if (at_name("recursive")) fail("unsupported Jinja construct: recursive for loops");
-    expect_block_end();
-    n->kids.push_back(parse_body({"endfor", "else"}, &end));
-    if (end == "else") {
-      expect_block_end();
-      n->b = parse_body({"endfor"}, &end);
-    }
+  ++k_;
+  if (kw == "if") return parse_if();
+  if (kw == "for") return parse_for();
+  if (kw == "set") return parse_set();
+  if (kw == "macro") return parse_macro();
+  if (kw == "break" || kw == "continue") {
+    NodePtr n = node(kw == "break" ? NodeKind::break_ : NodeKind::continue_);
     expect_block_end();
     return n;
   }
+  if (kw == "generation") return parse_generation();
+  fail(str_cat("unsupported Jinja construct {% ", kw,
+               " %}; ztrain's chat templates support set, if, for, macro, break, continue and generation"));
+}
 
-  // {% set x = expr %}, or the block form {% set x %}...{% endset %}.
-  NodePtr parse_set() {
-    std::string end;
-    std::vector<std::string> targets = parse_targets(true);
+// The statements after their keyword (parse_statement consumed it), each up to and including
+// its closing tag.
+NodePtr Parser::parse_for() {
+  std::string end;
+  NodePtr n = node(NodeKind::for_);
+  n->names = parse_targets(false);
+  if (!at_name("in")) fail("expected \"in\" in a for statement");
+  ++k_;
+  n->a = parse_tuple(false);
+  if (at_name("if")) {
+    ++k_;
+    n->c = parse_expression(true);
+  }
+  if (at_name("recursive")) fail("unsupported Jinja construct: recursive for loops");
+  expect_block_end();
+  n->kids.push_back(parse_body({"endfor", "else"}, &end));
+  if (end == "else") {
+    expect_block_end();
+    n->b = parse_body({"endfor"}, &end);
+  }
+  expect_block_end();
+  return n;
+}
+
+// {% set x = expr %}, or the block form {% set x %}...{% endset %}.
+NodePtr Parser::parse_set() {
+  std::string end;
+  std::vector<std::string> targets = parse_targets(true);
+  if (at_op("=")) {
+    ++k_;
+    NodePtr n = node(NodeKind::set);
+    n->names = targets;
+    n->a = parse_tuple(true);
+    expect_block_end();
+    return n;
+  }
+  if (targets.size() != 1) fail("a block {% set %} takes one name");
+  NodePtr n = node(NodeKind::set_block);
+  n->names = targets;
+  if (at_op("|")) fail("unsupported Jinja construct: a filter on a block {% set %}");
+  expect_block_end();
+  n->kids.push_back(parse_body({"endset"}, &end));
+  expect_block_end();
+  return n;
+}
+
+NodePtr Parser::parse_macro() {
+  std::string end;
+  NodePtr n = node(NodeKind::macro);
+  n->str = expect_name();
+  expect_op("(");
+  while (!at_op(")")) {
+    n->names.push_back(expect_name());
     if (at_op("=")) {
       ++k_;
-      NodePtr n = node(NodeKind::set);
-      n->names = targets;
-      n->a = parse_tuple(true);
-      expect_block_end();
-      return n;
-    }
-    if (targets.size() != 1) fail("a block {% set %} takes one name");
-    NodePtr n = node(NodeKind::set_block);
-    n->names = targets;
-    if (at_op("|")) fail("unsupported Jinja construct: a filter on a block {% set %}");
-    expect_block_end();
-    n->kids.push_back(parse_body({"endset"}, &end));
-    expect_block_end();
-    return n;
-  }
-
-  NodePtr parse_macro() {
-    std::string end;
-    NodePtr n = node(NodeKind::macro);
-    n->str = expect_name();
-    expect_op("(");
-    while (!at_op(")")) {
-      n->names.push_back(expect_name());
-      if (at_op("=")) {
-        ++k_;
-        n->args.push_back(parse_expression(true));
-      } else {
-        n->args.push_back(nullptr);
-      }
-      if (!at_op(")")) expect_op(",");
-    }
-    ++k_;
-    expect_block_end();
-    n->kids.push_back(parse_body({"endmacro"}, &end));
-    if (cur().type == Tok::name) ++k_;  // {% endmacro name %}
-    expect_block_end();
-    return n;
-  }
-
-  NodePtr parse_generation() {
-    std::string end;
-    has_generation = true;
-    NodePtr n = node(NodeKind::generation);
-    expect_block_end();
-    n->kids.push_back(parse_body({"endgeneration"}, &end));
-    expect_block_end();
-    return n;
-  }
-
-  NodePtr parse_if() {
-    NodePtr n = node(NodeKind::if_);
-    std::string end = "elif";
-    while (end == "elif") {  // "{% elif" was consumed: its condition follows
-      n->args.push_back(parse_tuple(true));
-      expect_block_end();
-      n->kids.push_back(parse_body({"elif", "else", "endif"}, &end));
-    }
-    if (end == "else") {
-      expect_block_end();
-      n->b = parse_body({"endif"}, &end);
-    }
-    expect_block_end();
-    return n;
-  }
-
-  // Assignment / loop targets: names, "ns.attr" (set only), comma-separated tuples.
-  std::vector<std::string> parse_targets(bool allow_attr) {
-    std::vector<std::string> out;
-    const bool paren = at_op("(");
-    if (paren) ++k_;
-    for (;;) {
-      std::string n = expect_name();
-      if (allow_attr && at_op(".")) {
-        ++k_;
-        n += '.';
-        n += expect_name();
-      }
-      out.push_back(n);
-      if (!at_op(",")) break;
-      ++k_;
-    }
-    if (paren) expect_op(")");
-    return out;
-  }
-
-  // An expression, or a tuple when commas follow (as Jinja2's parse_tuple).
-  NodePtr parse_tuple(bool with_cond) {
-    NodePtr first = parse_expression(with_cond);
-    if (!at_op(",")) return first;
-    NodePtr t = node(NodeKind::tuple);
-    t->args.push_back(std::move(first));
-    while (at_op(",")) {
-      ++k_;
-      if (cur().type == Tok::block_end || cur().type == Tok::var_end || at_op(")")) break;
-      t->args.push_back(parse_expression(with_cond));
-    }
-    return done(std::move(t));
-  }
-
-  NodePtr parse_expression(bool with_cond) {
-    Recursion guard(*this);  // expressions nest through here
-    NodePtr e = parse_or();
-    if (!with_cond) return e;
-    while (at_name("if")) {
-      NodePtr c = node(NodeKind::cond);
-      ++k_;
-      c->c = parse_or();
-      if (at_name("else")) {
-        ++k_;
-        c->b = parse_expression(true);
-      }
-      c->a = std::move(e);
-      e = done(std::move(c));
-    }
-    return e;
-  }
-  NodePtr binary(const std::string& op, NodePtr l, NodePtr r) {
-    NodePtr n = node(NodeKind::binary);
-    n->str = op;
-    n->a = std::move(l);
-    n->b = std::move(r);
-    return done(std::move(n));
-  }
-  NodePtr parse_or() {
-    NodePtr l = parse_and();
-    while (at_name("or")) {
-      ++k_;
-      l = binary("or", std::move(l), parse_and());
-    }
-    return l;
-  }
-  NodePtr parse_and() {
-    NodePtr l = parse_not();
-    while (at_name("and")) {
-      ++k_;
-      l = binary("and", std::move(l), parse_not());
-    }
-    return l;
-  }
-  NodePtr parse_not() {
-    if (at_name("not")) {
-      Recursion guard(*this);
-      NodePtr n = node(NodeKind::unary);
-      ++k_;
-      n->str = "not";
-      n->a = parse_not();
-      return done(std::move(n));
-    }
-    return parse_compare();
-  }
-  NodePtr parse_compare() {
-    NodePtr l = parse_math1();
-    for (;;) {
-      std::string op;
-      if (cur().type == Tok::op && (cur().value == "==" || cur().value == "!=" || cur().value == "<" ||
-                                    cur().value == ">" || cur().value == "<=" || cur().value == ">=")) {
-        op = cur().value;
-        ++k_;
-      } else if (at_name("in")) {
-        op = "in";
-        ++k_;
-      } else if (at_name("not") && peek().type == Tok::name && peek().value == "in") {
-        op = "not in";
-        k_ += 2;
-      } else {
-        return l;
-      }
-      l = binary(op, std::move(l), parse_math1());
-    }
-  }
-  NodePtr parse_math1() {
-    NodePtr l = parse_concat();
-    while (at_op("+") || at_op("-")) {
-      const std::string op = cur().value;
-      ++k_;
-      l = binary(op, std::move(l), parse_concat());
-    }
-    return l;
-  }
-  NodePtr parse_concat() {
-    NodePtr l = parse_math2();
-    while (at_op("~")) {
-      ++k_;
-      l = binary("~", std::move(l), parse_math2());
-    }
-    return l;
-  }
-  NodePtr parse_math2() {
-    NodePtr l = parse_pow();
-    while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
-      const std::string op = cur().value;
-      ++k_;
-      l = binary(op, std::move(l), parse_pow());
-    }
-    return l;
-  }
-  NodePtr parse_pow() {
-    NodePtr l = parse_unary(true);
-    while (at_op("**")) {
-      ++k_;
-      l = binary("**", std::move(l), parse_unary(true));
-    }
-    return l;
-  }
-  NodePtr parse_unary(bool with_filter) {
-    NodePtr n;
-    if (at_op("-") || at_op("+")) {
-      Recursion guard(*this);
-      n = node(NodeKind::unary);
-      n->str = cur().value;
-      ++k_;
-      n->a = parse_unary(false);
-      n = done(std::move(n));
+      n->args.push_back(parse_expression(true));
     } else {
-      n = parse_primary();
+      n->args.push_back(nullptr);
     }
-    n = parse_postfix(std::move(n));
-    if (with_filter) n = parse_filter_expr(std::move(n));
-    return n;
+    if (!at_op(")")) expect_op(",");
   }
+  ++k_;
+  expect_block_end();
+  n->kids.push_back(parse_body({"endmacro"}, &end));
+  if (cur().type == Tok::name) ++k_;  // {% endmacro name %}
+  expect_block_end();
+  return n;
+}
 
-  // A decimal integer literal; Python's would be exact at any size, so one past 64 bits is refused.
-  int64_t integer_literal(const std::string& digits) {
-    errno = 0;
-    const long long v = std::strtoll(digits.c_str(), nullptr, 10);
-    if (errno == ERANGE) fail(str_cat("the integer literal ", digits, " does not fit in 64 bits"));
-    return v;
+NodePtr Parser::parse_generation() {
+  std::string end;
+  has_generation = true;
+  NodePtr n = node(NodeKind::generation);
+  expect_block_end();
+  n->kids.push_back(parse_body({"endgeneration"}, &end));
+  expect_block_end();
+  return n;
+}
+
+NodePtr Parser::parse_if() {
+  NodePtr n = node(NodeKind::if_);
+  std::string end = "elif";
+  while (end == "elif") {  // "{% elif" was consumed: its condition follows
+    n->args.push_back(parse_tuple(true));
+    expect_block_end();
+    n->kids.push_back(parse_body({"elif", "else", "endif"}, &end));
   }
-
-  NodePtr parse_primary() {
-    const Token t = cur();
-    NodePtr n = node(NodeKind::literal);
-    switch (t.type) {
-      case Tok::name:
-        ++k_;
-        if (t.value == "true" || t.value == "True") {
-          n->value = Value::boolean(true);
-        } else if (t.value == "false" || t.value == "False") {
-          n->value = Value::boolean(false);
-        } else if (t.value == "none" || t.value == "None") {
-          n->value = Value::none();
-        } else {
-          n->kind = NodeKind::name;
-          n->str = t.value;
-        }
-        return n;
-      case Tok::string: {
-        std::string s;
-        while (cur().type == Tok::string) s += t_[k_++].value;  // adjacent literals join
-        n->value = Value::string(s);
-        return n;
-      }
-      case Tok::integer:
-        ++k_;
-        n->value = Value::integer(integer_literal(t.value));
-        return n;
-      case Tok::number:
-        ++k_;
-        n->value = Value::number(std::strtod(t.value.c_str(), nullptr));
-        return n;
-      default:
-        break;
-    }
-    if (at_op("(")) {
-      ++k_;
-      if (at_op(")")) {
-        ++k_;
-        n->kind = NodeKind::tuple;
-        return n;
-      }
-      NodePtr e = parse_tuple(true);
-      expect_op(")");
-      return e;
-    }
-    if (at_op("[")) {
-      ++k_;
-      n->kind = NodeKind::list;
-      while (!at_op("]")) {
-        n->args.push_back(parse_expression(true));
-        if (!at_op("]")) expect_op(",");
-      }
-      ++k_;
-      return done(std::move(n));
-    }
-    if (at_op("{")) {
-      ++k_;
-      n->kind = NodeKind::dict;
-      while (!at_op("}")) {
-        n->args.push_back(parse_expression(true));
-        expect_op(":");
-        n->kw_values.push_back(parse_expression(true));
-        if (!at_op("}")) expect_op(",");
-      }
-      ++k_;
-      return done(std::move(n));
-    }
-    fail(str_cat("unexpected ", describe(t), " in an expression"));
+  if (end == "else") {
+    expect_block_end();
+    n->b = parse_body({"endif"}, &end);
   }
+  expect_block_end();
+  return n;
+}
 
-  void parse_call_args(Node& n) {
-    expect_op("(");
-    while (!at_op(")")) {
-      if (at_op("*") || at_op("**")) fail("unsupported Jinja construct: *args / **kwargs in a call");
-      if (cur().type == Tok::name && peek().type == Tok::op && peek().value == "=") {
-        n.names.push_back(cur().value);
-        k_ += 2;
-        n.kw_values.push_back(parse_expression(true));
-      } else {
-        if (!n.names.empty()) fail("a positional argument follows a keyword argument");
-        n.args.push_back(parse_expression(true));
-      }
-      if (!at_op(")")) expect_op(",");
+// Assignment / loop targets: names, "ns.attr" (set only), comma-separated tuples.
+std::vector<std::string> Parser::parse_targets(bool allow_attr) {
+  std::vector<std::string> out;
+  const bool paren = at_op("(");
+  if (paren) ++k_;
+  for (;;) {
+    std::string n = expect_name();
+    if (allow_attr && at_op(".")) {
+      ++k_;
+      n += '.';
+      n += expect_name();
     }
+    out.push_back(n);
+    if (!at_op(",")) break;
     ++k_;
   }
-
-  NodePtr parse_postfix(NodePtr n) {
-    for (;;) {
-      if (at_op(".")) {
-        ++k_;
-        if (cur().type == Tok::integer) {
-          NodePtr it = node(NodeKind::item);
-          NodePtr idx = node(NodeKind::literal);
-          idx->value = Value::integer(integer_literal(cur().value));
-          ++k_;
-          it->a = std::move(n);
-          it->b = std::move(idx);
-          n = done(std::move(it));
-          continue;
-        }
-        NodePtr at = node(NodeKind::attr);
-        at->str = expect_name();
-        at->a = std::move(n);
-        n = done(std::move(at));
-      } else if (at_op("[")) {
-        ++k_;
-        n = done(parse_subscript(std::move(n)));
-      } else if (at_op("(")) {
-        NodePtr c = node(NodeKind::call);
-        parse_call_args(*c);
-        c->a = std::move(n);
-        n = done(std::move(c));
-      } else {
-        return n;
-      }
-    }
-  }
-
-  NodePtr parse_subscript(NodePtr obj) {
-    std::vector<NodePtr> parts(1);
-    bool is_slice = false;
-    while (!at_op("]")) {
-      if (at_op(":")) {
-        ++k_;
-        is_slice = true;
-        if (parts.size() >= 3) fail("a slice takes at most start:stop:step");
-        parts.emplace_back();
-        continue;
-      }
-      if (parts.back()) fail(str_cat("unexpected ", describe(cur()), " in a subscript"));
-      parts.back() = parse_expression(true);
-    }
-    ++k_;
-    if (!is_slice) {
-      if (!parts[0]) fail("an empty subscript []");
-      NodePtr it = node(NodeKind::item);
-      it->a = std::move(obj);
-      it->b = std::move(parts[0]);
-      return it;
-    }
-    NodePtr sl = node(NodeKind::slice);
-    sl->a = std::move(obj);
-    parts.resize(3);
-    for (auto& p : parts) sl->args.push_back(std::move(p));
-    return sl;
-  }
-
-  NodePtr parse_filter_expr(NodePtr n) {
-    for (;;) {
-      if (at_op("|")) {
-        ++k_;
-        NodePtr f = node(NodeKind::filter);
-        f->str = expect_name();
-        while (at_op(".")) {
-          ++k_;
-          f->str += '.';  // (not "." + name: GCC 12 warns falsely on that once inlined, PR 105651)
-          f->str += expect_name();
-        }
-        if (!known_filter(f->str)) fail(str_cat("unsupported Jinja filter \"", f->str, "\""));
-        if (at_op("(")) parse_call_args(*f);
-        f->a = std::move(n);
-        n = done(std::move(f));
-      } else if (at_name("is")) {
-        ++k_;
-        NodePtr t = node(NodeKind::test);
-        if (at_name("not")) {
-          t->negate = true;
-          ++k_;
-        }
-        t->str = expect_name();
-        if (!known_test(t->str)) fail(str_cat("unsupported Jinja test \"", t->str, "\""));
-        if (at_op("(")) {
-          parse_call_args(*t);
-        } else if ((cur().type == Tok::name && cur().value != "else" && cur().value != "or" && cur().value != "and" &&
-                    cur().value != "if" && cur().value != "is" && cur().value != "in" && cur().value != "not") ||
-                   cur().type == Tok::string || cur().type == Tok::integer || cur().type == Tok::number || at_op("[") ||
-                   at_op("{")) {
-          t->args.push_back(parse_postfix(parse_primary()));
-        }
-        t->a = std::move(n);
-        n = done(std::move(t));
-      } else if (at_op("(")) {
-        NodePtr c = node(NodeKind::call);
-        parse_call_args(*c);
-        c->a = std::move(n);
-        n = done(std::move(c));
-      } else {
-        return n;
-      }
-    }
-  }
-
-  std::vector<Token> t_;
-  Lexer& lx_;
-  size_t k_ = 0;
-  int depth_ = 0;  // parser recursion (Recursion)
-};
-
-}  // namespace
+  if (paren) expect_op(")");
+  return out;
+}
 
 NodePtr parse_template(const std::string& source, const std::string& name, bool* has_generation) {
   Lexer lx(source, name);
