@@ -31,6 +31,9 @@ SCRIPT_FLAGS = {
     "steps": "bench/bench_pipeline.sh",
     "tag": "scripts/tb_check.py",
     "jobs": "tests/parity/run_parity.py",
+    "only": "tests/before_after/compare.py",
+    "tol": "tests/before_after/compare.py",
+    "repeats": "bench/before_after_speed.py",
 }
 # Flags of tools outside the repository, and notation that is not a flag.
 OUTSIDE = {
