@@ -165,26 +165,22 @@ std::vector<Stateful*> ParallelModel::state_components(const std::vector<Statefu
   std::vector<Stateful*> parts = run_parts;
   parts.push_back(&engine_->param_state());
   parts.push_back(&engine_->optimizer());
-  if (tp_) {
-    // Under tensor parallelism, components whose tensors are stored per TP slice; the first
-    // writes the TP size into the checkpoint's metadata.
-    tp_adapters_.clear();
-    for (Stateful*& p : parts) {
-      tp_adapters_.push_back(std::make_unique<TpStateAdapter>(*p, model_.params(), grid_.tp().rank(), grid_.tp().size(),
-                                                              tp_adapters_.empty()));
-      p = tp_adapters_.back().get();
-    }
-  }
-  return parts;
+  return in_global_layout(std::move(parts));
 }
 
-std::vector<Stateful*> ParallelModel::param_components() {
-  std::vector<Stateful*> parts = {&engine_->param_state()};
+std::vector<Stateful*> ParallelModel::param_components() { return in_global_layout({&engine_->param_state()}); }
+
+// Under tensor parallelism, components whose tensors are stored per TP slice, wrapped so their
+// pieces are the global tensors' (the first writes the TP size into the checkpoint's metadata).
+std::vector<Stateful*> ParallelModel::in_global_layout(std::vector<Stateful*> parts) {
   if (!tp_) return parts;
   tp_adapters_.clear();
-  tp_adapters_.push_back(std::make_unique<TpStateAdapter>(engine_->param_state(), model_.params(), grid_.tp().rank(),
-                                                          grid_.tp().size(), true));
-  return {tp_adapters_.back().get()};
+  for (Stateful*& p : parts) {
+    tp_adapters_.push_back(std::make_unique<TpStateAdapter>(*p, model_.params(), grid_.tp().rank(), grid_.tp().size(),
+                                                            tp_adapters_.empty()));
+    p = tp_adapters_.back().get();
+  }
+  return parts;
 }
 
 // Which state file this rank writes: the engine's choice within its TP slice's files (every TP

@@ -114,6 +114,7 @@ class ParallelModel {
   void apply_pipeline();
   PipelineMicroBatch local_rows(const PipelineMicroBatch& rows, int slot);
   StepLoss pipeline_forward_backward(MicroBatchSource& src, float grad_scale);
+  std::vector<Stateful*> in_global_layout(std::vector<Stateful*> parts);
 
   Transformer& model_;
   const dist::ProcessGrid& grid_;
