@@ -5,12 +5,14 @@
 #   parity   the same run (seed, data) on --device cpu and --device cuda, 10 steps, fp32 and bf16,
 #            a small Llama (the quickstart's) and a small GPT-2: the largest per-step loss difference
 #   resume   a run saved on the GPU at step 5 and resumed on the CPU: steps 6-10 against the GPU's own
+#   families the same parity for small OLMo-2, Phi-3 (longrope past its original context), Gemma 3 and
+#            Gemma 2 (soft-capped scores and logits) configs
 #   speed    GPT-2 124M (random weights), bf16, T=1024: tokens/s, MFU against the measured GEMM peak,
 #            and the GPU memory peak
-# ZT_GPU_TRAIN_PARTS (default parity,resume,speed) picks the sections.
+# ZT_GPU_TRAIN_PARTS (default parity,resume,families,speed) picks the sections.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-parts=",${ZT_GPU_TRAIN_PARTS:-parity,resume,speed},"
+parts=",${ZT_GPU_TRAIN_PARTS:-parity,resume,families,speed},"
 out="${OUT:-/tmp/gpu_train}"
 mkdir -p "$out"
 run=/tmp/zt_run/run
@@ -28,6 +30,17 @@ J
 cat >"$out/gpt2-124m.json" <<'J'
 {"model_type": "gpt2", "vocab_size": 50304, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12}
 J
+# The four families of issue 22 at quickstart size: head_dim 32, windows shorter than the rows.
+fam='"vocab_size": 16384, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+  "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 256'
+echo "{\"model_type\": \"olmo2\", $fam, \"attention_bias\": true}" >"$out/olmo2.json"
+echo "{\"model_type\": \"phi3\", $fam, \"sliding_window\": 64, \"original_max_position_embeddings\": 64,
+  \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": $(python3 -c 'print([1 + i / 40 for i in range(16)])'),
+  \"long_factor\": $(python3 -c 'print([1 + i for i in range(16)])')}}" >"$out/phi3.json"
+echo "{\"model_type\": \"gemma3_text\", $fam, \"head_dim\": 32, \"sliding_window\": 32,
+  \"sliding_window_pattern\": 2, \"query_pre_attn_scalar\": 64}" >"$out/gemma3.json"
+echo "{\"model_type\": \"gemma2\", $fam, \"head_dim\": 32, \"sliding_window\": 32, \"query_pre_attn_scalar\": 64,
+  \"attn_logit_softcapping\": 5.0, \"final_logit_softcapping\": 10.0}" >"$out/gemma2.json"
 train() {  # name, device, config, extra flags...
   local name=$1 dev=$2 cfg=$3
   shift 3
@@ -63,6 +76,17 @@ P
     [ $prec = bf16 ] && flags=(--bf16)
     rc_c=$(train "$model-$prec-cpu" cpu "$cfg" "${flags[@]}")
     rc_g=$(train "$model-$prec-gpu" cuda "$cfg" "${flags[@]}")
+    note "$model $prec: rc cpu $rc_c gpu $rc_g; worst per-step loss difference $(compare "$model-$prec-gpu" "$model-$prec-cpu")"
+  done
+done
+
+[[ $parts == *,families,* ]] && note "== families: --device cpu against --device cuda, 10 steps"
+[[ $parts == *,families,* ]] && for model in olmo2 phi3 gemma3 gemma2; do
+  for prec in fp32 bf16; do
+    flags=()
+    [ $prec = bf16 ] && flags=(--bf16)
+    rc_c=$(train "$model-$prec-cpu" cpu "$out/$model.json" "${flags[@]}")
+    rc_g=$(train "$model-$prec-gpu" cuda "$out/$model.json" "${flags[@]}")
     note "$model $prec: rc cpu $rc_c gpu $rc_g; worst per-step loss difference $(compare "$model-$prec-gpu" "$model-$prec-cpu")"
   done
 done

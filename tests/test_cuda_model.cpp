@@ -41,9 +41,40 @@ ModelConfig gpu_family(int which) {
   } else if (which == 3) {
     j["model_type"] = "qwen2";
     j["tie_word_embeddings"] = true;
-  } else {
+  } else if (which == 4) {
     j["model_type"] = "qwen3";  // QK-norm over each head, head_dim not hidden / heads
     j["head_dim"] = 24;
+  } else if (which == 5) {
+    j["model_type"] = "olmo2";  // no pre-norms, output norms, q/k norms over whole projections
+    j["attention_bias"] = true;
+  } else if (which == 7) {
+    // Gemma 3: layer 0 slides (window 8 < the rows, local RoPE base), layer 1 is global; the score
+    // scale 10^-1/2, (1 + w) norms, four norms per layer, per-head q/k norms, GeGLU, scaled and tied
+    // embeddings.
+    j["model_type"] = "gemma3_text";
+    j["head_dim"] = 16;
+    j["sliding_window"] = 8;
+    j["sliding_window_pattern"] = 2;
+    j["query_pre_attn_scalar"] = 10;
+    j["rope_local_base_freq"] = 100.0;
+    j["tie_word_embeddings"] = true;
+  } else if (which == 8) {
+    // Gemma 2: even layers slide (window 8), scores capped at 3 and logits at 6 (both bend here).
+    j["model_type"] = "gemma2";
+    j["head_dim"] = 16;
+    j["sliding_window"] = 8;
+    j["query_pre_attn_scalar"] = 10;
+    j["attn_logit_softcapping"] = 3.0;
+    j["final_logit_softcapping"] = 6.0;
+  } else {
+    // Phi-3: fused projections, a window shorter than the rows, longrope past an original
+    // context of 16 (rows of 24: the long factors act).
+    j["model_type"] = "phi3";
+    j["sliding_window"] = 8;
+    j["original_max_position_embeddings"] = 16;
+    j["rope_scaling"] = {{"type", "longrope"},
+                         {"short_factor", {1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.4, 1.7}},
+                         {"long_factor", {1.0, 1.2, 1.5, 2.0, 3.0, 5.0, 9.0, 20.0}}};
   }
   return config_from_json(j, "gpu test");
 }
@@ -129,7 +160,7 @@ class CudaModel : public ::testing::TestWithParam<Case> {};
 
 // gpt2_bf16_none, llama_fp32_full_packed, ...: what a failing case trains, in its name.
 std::string case_name(const ::testing::TestParamInfo<Case>& i) {
-  static const char* families[] = {"gpt2", "llama", "mistral", "qwen2", "qwen3"};
+  static const char* families[] = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "phi3", "gemma3", "gemma2"};
   const Case& c = i.param;
   return std::string(families[c.family]) + "_" + nn::precision_name(c.precision) + "_" +
          nn::recompute_name(c.recompute) + (c.packed ? "_packed" : "");
@@ -142,17 +173,18 @@ TEST_P(CudaModel, TenStepsMatchTheCpu) {
 
 using nn::Precision;
 using nn::Recompute;
-INSTANTIATE_TEST_SUITE_P(Families, CudaModel,
-                         ::testing::Values(Case{0, Precision::fp32, Recompute::none, false},
-                                           Case{0, Precision::bf16, Recompute::none, false},
-                                           Case{1, Precision::fp32, Recompute::none, false},
-                                           Case{1, Precision::bf16, Recompute::none, false},
-                                           Case{0, Precision::fp32, Recompute::full, true},
-                                           Case{1, Precision::bf16, Recompute::selective, true},
-                                           Case{2, Precision::fp32, Recompute::none, false},
-                                           Case{3, Precision::bf16, Recompute::none, true},
-                                           Case{4, Precision::fp32, Recompute::none, false},
-                                           Case{4, Precision::bf16, Recompute::full, false}),
+INSTANTIATE_TEST_SUITE_P(
+    Families, CudaModel,
+    ::testing::Values(
+        Case{0, Precision::fp32, Recompute::none, false}, Case{0, Precision::bf16, Recompute::none, false},
+        Case{1, Precision::fp32, Recompute::none, false}, Case{1, Precision::bf16, Recompute::none, false},
+        Case{0, Precision::fp32, Recompute::full, true}, Case{1, Precision::bf16, Recompute::selective, true},
+        Case{2, Precision::fp32, Recompute::none, false}, Case{3, Precision::bf16, Recompute::none, true},
+        Case{4, Precision::fp32, Recompute::none, false}, Case{4, Precision::bf16, Recompute::full, false},
+        Case{5, Precision::fp32, Recompute::none, false}, Case{5, Precision::bf16, Recompute::selective, true},
+        Case{6, Precision::fp32, Recompute::none, false}, Case{6, Precision::bf16, Recompute::full, true},
+        Case{7, Precision::fp32, Recompute::none, false}, Case{7, Precision::bf16, Recompute::selective, true},
+        Case{8, Precision::fp32, Recompute::none, true}, Case{8, Precision::bf16, Recompute::full, false}),
     case_name);
 
 // Moving a model to the GPU and back keeps its parameters bit for bit.

@@ -63,6 +63,8 @@ void device_free(void* p, size_t bytes);
 // Bytes allocated through device_alloc now, and the most at any time (0 without the backend).
 size_t device_allocated_bytes();
 size_t device_allocated_peak();
+// Restarts the peak from what is allocated now (after a measurement's scratch is freed).
+void reset_device_allocated_peak();
 
 // A scratch buffer kept across calls, grown when a call needs more: cudaFree waits for the whole
 // device, so per-call allocations in a step's kernels would serialise the step.

@@ -55,6 +55,7 @@ std::atomic<size_t> g_allocated{0}, g_peak{0};
 
 size_t device_allocated_bytes() { return g_allocated.load(); }
 size_t device_allocated_peak() { return g_peak.load(); }
+void reset_device_allocated_peak() { g_peak = g_allocated.load(); }
 
 void* device_alloc(size_t bytes, std::string_view what) {
   void* p = nullptr;

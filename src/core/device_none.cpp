@@ -28,6 +28,7 @@ void* device_alloc(size_t, std::string_view) { no_backend(); }
 void device_free(void*, size_t) {}
 size_t device_allocated_bytes() { return 0; }
 size_t device_allocated_peak() { return 0; }
+void reset_device_allocated_peak() {}
 DeviceBuffer::DeviceBuffer(size_t, std::string_view) { no_backend(); }
 DeviceBuffer::~DeviceBuffer() = default;
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {

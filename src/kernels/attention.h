@@ -17,11 +17,12 @@ struct AttnDims {
   // (B, T) first key each query may see (packed documents), non-decreasing along a row
   // with doc_start[t] <= t; null = plain causal (every query sees keys 0..t).
   const int32_t* doc_start = nullptr;
-  // The scores' scale; 0: 1 / sqrt(HS). Gemma sets query_pre_attn_scalar^-1/2. The CPU kernels
-  // honour it; the GPU's and context parallelism's do not (those refuse such models).
+  // The scores' scale; 0: 1 / sqrt(HS). Gemma sets query_pre_attn_scalar^-1/2. The CPU and GPU
+  // kernels honour it; context parallelism's does not (it refuses such models).
   float scale = 0.f;
   // Gemma 2's attn_logit_softcapping c: scores become c tanh(s / c) before the softmax; 0: none.
   // The fp32 CPU kernels (forward, backward, decode) apply it; the bf16 entry points run them then.
+  // The GPU's CUDA-core kernels apply it (dispatch.h sends capped attention there in fp32, too).
   float softcap = 0.f;
   float softmax_scale() const { return scale > 0.f ? scale : 1.0f / std::sqrt(static_cast<float>(HS)); }
   int64_t row_stride() const { return int64_t(NH + 2 * KVH) * HS; }

@@ -35,7 +35,7 @@ struct LmHeadDims {
   int C, V;
   int64_t chunk;  // tokens per chunk; scratch holds chunk * V floats
   // Gemma 2's final_logit_softcapping c: the logits become c tanh(z / c) before the softmax
-  // (forward and backward; the CPU kernels only); 0: none.
+  // (forward and backward; the CPU and GPU kernels); 0: none.
   float softcap = 0.f;
 };
 

@@ -3,6 +3,7 @@
 #include "kernels/dispatch.h"
 
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/convert.h"
@@ -46,15 +47,27 @@ void layernorm_backward(DeviceKind d, float* dx, float* dw, float* db, const flo
   ZT_ON_GPU(layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C));
   layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
 }
-void rmsnorm_forward(DeviceKind d, float* out, float* rstd, const float* x, const float* w, int64_t N, int C,
-                     float eps) {
-  ZT_ON_GPU(rmsnorm_forward(out, rstd, x, w, N, C, eps));
-  rmsnorm_forward(out, rstd, x, w, N, C, eps);
+namespace {
+// The CPU kernels scale by w itself: w + w_offset in a per-thread buffer that lives until the
+// next call on this thread (the kernel reads it and returns). 1 + w in fp32, as the GPU adds it.
+const float* offset_weight(const float* w, int C, float w_offset) {
+  if (w_offset == 0.f) return w;
+  thread_local std::vector<float> w1;
+  w1.resize(size_t(C));
+  for (int j = 0; j < C; ++j) w1[size_t(j)] = w_offset + w[j];
+  return w1.data();
+}
+}  // namespace
+
+void rmsnorm_forward(DeviceKind d, float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps,
+                     float w_offset) {
+  ZT_ON_GPU(rmsnorm_forward(out, rstd, x, w, N, C, eps, w_offset));
+  rmsnorm_forward(out, rstd, x, offset_weight(w, C, w_offset), N, C, eps);
 }
 void rmsnorm_backward(DeviceKind d, float* dx, float* dw, const float* dout, const float* x, const float* w,
-                      const float* rstd, int64_t N, int C) {
-  ZT_ON_GPU(rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C));
-  rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+                      const float* rstd, int64_t N, int C, float w_offset) {
+  ZT_ON_GPU(rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, w_offset));
+  rmsnorm_backward(dx, dw, dout, x, offset_weight(w, C, w_offset), rstd, N, C);
 }
 void gelu_forward(DeviceKind d, float* out, const float* x, int64_t n) {
   ZT_ON_GPU(gelu_forward(out, x, n));
@@ -73,11 +86,11 @@ void swiglu_backward(DeviceKind d, float* dx, const float* dout, const float* x,
   swiglu_backward(dx, dout, x, N, F);
 }
 void geglu_forward(DeviceKind d, float* out, const float* x, int64_t N, int F) {
-  ZT_ASSERT(d == DeviceKind::cpu, "GeGLU has no GPU kernel");
+  ZT_ON_GPU(geglu_forward(out, x, N, F));
   geglu_forward(out, x, N, F);
 }
 void geglu_backward(DeviceKind d, float* dx, const float* dout, const float* x, int64_t N, int F) {
-  ZT_ASSERT(d == DeviceKind::cpu, "GeGLU has no GPU kernel");
+  ZT_ON_GPU(geglu_backward(dx, dout, x, N, F));
   geglu_backward(dx, dout, x, N, F);
 }
 void rope_forward(DeviceKind d, float* qkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS,
@@ -104,8 +117,13 @@ void add(DeviceKind d, float* y, const float* a, const float* b, int64_t n) {
   ZT_ON_GPU(add(y, a, b, n));
   add(y, a, b, n);
 }
+void scale(DeviceKind d, float* x, int64_t n, float m) {
+  ZT_ON_GPU(scale(x, n, m));
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= m;
+}
 void attention_forward(DeviceKind d, bool bf16, float* out, float* lse, const float* qkv, const AttnDims& ad) {
-  ZT_ON_GPU(attention_forward(out, lse, qkv, ad, bf16));
+  ZT_ON_GPU(attention_forward(out, lse, qkv, ad, bf16 && ad.softcap == 0.f));  // as the CPU: capped runs fp32
   if (bf16 && ad.softcap == 0.f)  // soft-capped scores: the fp32 kernel (the bf16 one has no cap)
     attention_forward_bf16(out, lse, qkv, ad);
   else
@@ -113,7 +131,7 @@ void attention_forward(DeviceKind d, bool bf16, float* out, float* lse, const fl
 }
 void attention_backward(DeviceKind d, bool bf16, float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, const AttnDims& ad) {
-  ZT_ON_GPU(attention_backward(dqkv, dout, qkv, out, lse, ad, bf16));
+  ZT_ON_GPU(attention_backward(dqkv, dout, qkv, out, lse, ad, bf16 && ad.softcap == 0.f));
   if (bf16 && ad.softcap == 0.f)
     attention_backward_bf16(dqkv, dout, qkv, out, lse, ad);
   else

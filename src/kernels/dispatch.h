@@ -22,15 +22,15 @@ void layernorm_forward(DeviceKind d, float* out, float* mean, float* rstd, const
                        const float* b, int64_t N, int C, float eps);
 void layernorm_backward(DeviceKind d, float* dx, float* dw, float* db, const float* dout, const float* x,
                         const float* w, const float* mean, const float* rstd, int64_t N, int C);
-void rmsnorm_forward(DeviceKind d, float* out, float* rstd, const float* x, const float* w, int64_t N, int C,
-                     float eps);
+// w_offset: scale by (w + w_offset): Gemma's (1 + w) RMSNorm passes 1; dw is the same either way.
+void rmsnorm_forward(DeviceKind d, float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps,
+                     float w_offset = 0.f);
 void rmsnorm_backward(DeviceKind d, float* dx, float* dw, const float* dout, const float* x, const float* w,
-                      const float* rstd, int64_t N, int C);
+                      const float* rstd, int64_t N, int C, float w_offset = 0.f);
 void gelu_forward(DeviceKind d, float* out, const float* x, int64_t n);
 void gelu_backward(DeviceKind d, float* dx, const float* dout, const float* x, int64_t n);
 void swiglu_forward(DeviceKind d, float* out, const float* x, int64_t N, int F);
 void swiglu_backward(DeviceKind d, float* dx, const float* dout, const float* x, int64_t N, int F);
-// CPU only: the families that use it (Gemma) are refused on the GPU (train/run_device.cpp).
 void geglu_forward(DeviceKind d, float* out, const float* x, int64_t N, int F);
 void geglu_backward(DeviceKind d, float* dx, const float* dout, const float* x, int64_t N, int F);
 void rope_forward(DeviceKind d, float* qkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS,
@@ -42,6 +42,8 @@ void embedding_forward(DeviceKind d, float* out, const int32_t* tokens, const fl
 void embedding_backward(DeviceKind d, float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N,
                         int T, int C, const int32_t* positions);
 void add(DeviceKind d, float* y, const float* a, const float* b, int64_t n);
+// x *= m (Gemma's embedding scale and its gradient).
+void scale(DeviceKind d, float* x, int64_t n, float m);
 // bf16: the tile products in bf16 (attention_forward_bf16 on the CPU).
 void attention_forward(DeviceKind d, bool bf16, float* out, float* lse, const float* qkv, const AttnDims& ad);
 void attention_backward(DeviceKind d, bool bf16, float* dqkv, const float* dout, const float* qkv, const float* out,

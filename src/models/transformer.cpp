@@ -436,7 +436,9 @@ void Transformer::plan(int B, int T, bool training, int slots) {
   inputs_.clear();
   inputs_.resize(size_t(slots));
   if (dev_ == DeviceKind::cuda) {
-    for (SlotInput& in : inputs_) in.ids = Buffer(size_t(3 * B * T) * sizeof(int32_t), MemCategory::data, dev_);
+    // Tokens, positions, doc_start, and the sliding layers' doc_start with per-layer windows.
+    const int rows = cfg_.sliding_layers.empty() ? 3 : 4;
+    for (SlotInput& in : inputs_) in.ids = Buffer(size_t(rows * B * T) * sizeof(int32_t), MemCategory::data, dev_);
     targets_ = Buffer(size_t(B * T) * sizeof(int32_t), MemCategory::data, dev_);
   }
   if (layout_.offsets.shape.rope) fill_rope(rope_, sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);

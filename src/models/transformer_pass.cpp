@@ -99,7 +99,7 @@ void Transformer::prepare_local(SlotInput* in) {
   in->pack_local = in->pack;
   const int W = cfg_.sliding_window, B = B_, T = T_;
   if (cfg_.sliding_layers.empty() || W <= 0 || T <= W) return;
-  ZT_ASSERT(dev_ == DeviceKind::cpu && !cp_, "per-layer sliding windows run on one CPU rank's whole rows");
+  ZT_ASSERT(!cp_, "per-layer sliding windows run on one rank's whole rows");
   if (in->pack.doc_start)
     in->doc_start_local.assign(in->pack.doc_start, in->pack.doc_start + int64_t(B) * T);
   else
@@ -115,12 +115,7 @@ float Transformer::embed_multiplier() const {
 
 void Transformer::scale_embedding(TensorView x) const {
   if (!cfg_.embed_scale) return;
-  ZT_ASSERT(dev_ == DeviceKind::cpu, "scaled embeddings run on the CPU only");
-  float* p = x.as<float>();
-  const float m = embed_multiplier();
-  const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) p[i] *= m;
+  kernels::scale(dev_, x.as<float>(), x.numel(), embed_multiplier());
 }
 
 void Transformer::begin_pass(bool backward) {
@@ -154,6 +149,14 @@ void Transformer::upload_slot(SlotInput* in, const int32_t* inputs) {
   if (in->pack.doc_start) {
     kernels::copy_in(dev_, ids + 2 * N, in->pack.doc_start, bytes);
     in->pack.doc_start = ids + 2 * N;
+  }
+  // The sliding layers' view (Gemma): the device's pack, with its own doc_start row (ids' fourth,
+  // planned with per-layer windows) when prepare_local cut one.
+  const bool own_local = !in->doc_start_local.empty() && in->pack_local.doc_start == in->doc_start_local.data();
+  in->pack_local = in->pack;
+  if (own_local) {
+    kernels::copy_in(dev_, ids + 3 * N, in->doc_start_local.data(), bytes);
+    in->pack_local.doc_start = ids + 3 * N;
   }
 }
 

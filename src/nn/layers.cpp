@@ -83,20 +83,6 @@ void Linear::backward(TensorView dx, TensorView dy, TensorView x) const {
   backward_weight(dy, dy, x);
 }
 
-namespace {
-// The weight a norm multiplies by: w, or (unit_offset) 1 + w in a per-thread buffer that lives
-// until the next call on this thread (the kernels below read it and return).
-const float* norm_weight(const Norm& n) {
-  if (!n.unit_offset) return n.w.as<const float>();
-  ZT_ASSERT(n.dev == DeviceKind::cpu, "(1 + w) norms run on the CPU only");
-  thread_local std::vector<float> w1;
-  w1.resize(size_t(n.C));
-  const float* w = n.w.as<const float>();
-  for (int j = 0; j < n.C; ++j) w1[size_t(j)] = 1.0f + w[j];
-  return w1.data();
-}
-}  // namespace
-
 void Norm::forward(TensorView out, TensorView mean, TensorView rstd, TensorView x) const {
   ZT_PROFILE("norm");
   const int64_t N = rows(x);
@@ -108,7 +94,7 @@ void Norm::forward(TensorView out, TensorView mean, TensorView rstd, TensorView 
     kernels::layernorm_forward(dev, op, mean.as<float>(), rstd.as<float>(), xp, w.as<const float>(),
                                b.as<const float>(), N, C, eps);
   else
-    kernels::rmsnorm_forward(dev, op, rstd.as<float>(), xp, norm_weight(*this), N, C, eps);
+    kernels::rmsnorm_forward(dev, op, rstd.as<float>(), xp, w.as<const float>(), N, C, eps, unit_offset ? 1.f : 0.f);
 }
 
 void Norm::backward(TensorView dx, TensorView dout, TensorView x, TensorView mean, TensorView rstd) const {
@@ -121,8 +107,8 @@ void Norm::backward(TensorView dx, TensorView dout, TensorView x, TensorView mea
     kernels::layernorm_backward(dev, dxp, dw.as<float>(), db.as<float>(), dout.as<const float>(), x.as<const float>(),
                                 w.as<const float>(), mean.as<const float>(), rstd.as<const float>(), N, C);
   else
-    kernels::rmsnorm_backward(dev, dxp, dw.as<float>(), dout.as<const float>(), x.as<const float>(), norm_weight(*this),
-                              rstd.as<const float>(), N, C);
+    kernels::rmsnorm_backward(dev, dxp, dw.as<float>(), dout.as<const float>(), x.as<const float>(),
+                              w.as<const float>(), rstd.as<const float>(), N, C, unit_offset ? 1.f : 0.f);
 }
 
 }  // namespace zt::nn

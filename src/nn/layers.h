@@ -74,7 +74,7 @@ struct Norm {
   int C = 0;
   float eps = 1e-5f;
   // Gemma's RMSNorm scales by (1 + w): its weights are stored zero-centred (HF's layout), so the
-  // norm multiplies by 1 + w, whose gradient is w's. CPU only (Gemma is refused on the GPU).
+  // norm multiplies by 1 + w, whose gradient is w's (kernels::rmsnorm_* with w_offset 1).
   bool unit_offset = false;
   TensorView w, b, dw, db;
   DeviceKind dev = DeviceKind::cpu;

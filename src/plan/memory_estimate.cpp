@@ -127,12 +127,13 @@ MemoryRow estimate_gpu_memory(const ModelConfig& cfg, const ModelMemoryInputs& i
   const int64_t P = in.num_params, N = int64_t(B) * T;
   const int64_t NH = cfg.n_head, KVH = cfg.n_kv_head, HS = cfg.head_size;
   // kernels/cuda/attention_cuda.h: the tensor-core kernels (bf16, HS 64 or 128) keep bf16 copies
-  // of the qkv rows and of dO and D per query row; the CUDA-core kernels keep D.
-  const bool tensor_cores = plan.precision == nn::Precision::bf16 && (HS == 64 || HS == 128);
-  const int64_t attention =
-      tensor_cores ? N * (NH + 2 * KVH) * HS * 2 + N * NH * HS * 2 + N * NH * 4 : N * NH * 4;
-  const int64_t workspace = int64_t(32) << 20;   // kernels/cuda/gemm_lt.cpp
-  const int64_t lm_stats = N * 2 * 4, ids = N * 4 * 4;  // row statistics; tokens, positions, doc_start, targets
+  // of the qkv rows and of dO and D per query row; the CUDA-core kernels (also soft-capped
+  // attention) keep D.
+  const bool tensor_cores = plan.precision == nn::Precision::bf16 && (HS == 64 || HS == 128) && cfg.attn_softcap == 0.f;
+  const int64_t attention = tensor_cores ? N * (NH + 2 * KVH) * HS * 2 + N * NH * HS * 2 + N * NH * 4 : N * NH * 4;
+  const int64_t workspace = int64_t(32) << 20;  // kernels/cuda/gemm_lt.cpp
+  // Row statistics; tokens, positions, doc_start, targets, and the sliding layers' doc_start.
+  const int64_t lm_stats = N * 2 * 4, ids = N * 4 * (cfg.sliding_layers.empty() ? 4 : 5);
   MemoryRow r;
   r.strategy = Strategy::ddp;
   r.params = P * 4 + in.compute_copy_bytes;

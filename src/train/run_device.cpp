@@ -6,12 +6,6 @@
 namespace zt {
 
 std::string gpu_unsupported_reason(const TrainArgs& a, int world_size, const ModelConfig& cfg) {
-  // OLMo-2's norms (none before the sub-layers, output and whole-projection q/k norms) and Phi-3's
-  // longrope tables have not been checked on a GPU yet; Gemma's (1 + w) norms, GeGLU, score scale,
-  // scaled embeddings, per-layer windows and soft-capping have no GPU kernels.
-  if (cfg.model_type == "olmo2" || cfg.model_type == "phi3" || cfg.model_type == "gemma3_text" ||
-      cfg.model_type == "gemma2")
-    return str_cat("the ", cfg.model_type, " family runs on the CPU only for now");
   if (world_size > 1) return "runs of several processes (NCCL) do not run on the GPU yet";
   if (a.zero_stage > 0) return "ZeRO does not run on the GPU yet (with one GPU nothing is sharded: drop it)";
   if (a.tensor_model_parallel_size > 1 || a.context_parallel_size > 1 || a.pipeline_parallel_size > 1)

@@ -387,10 +387,11 @@ void Trainer::build_model_and_engine() {
   device_ = run_device(args_, world_.size(), cfg_, &note);
   if (chief_ && !note.empty()) std::printf("ztrain: note: %s\n", note.c_str());
   // The weights are read or drawn on the host, then the model moves to the GPU whole. The GEMM
-  // peak (MFU's reference) is measured first, so its scratch is gone before the model arrives and
-  // the GPU memory peak is training's own.
+  // peak (MFU's reference) is measured first and its scratch (1 GiB for bf16) is gone, and left out
+  // of the GPU memory peak, before the model arrives: the peak reported is training's own.
   if (device_ == DeviceKind::cuda) {
     if (chief_) gpu_peak_ = gpu_gemm_peak(args_.peak_gflops, nn::compute_dtype(plan_.precision));
+    reset_device_allocated_peak();
     model_->set_device(DeviceKind::cuda);
   }
   weights_s_ = seconds_since(t0);

@@ -22,7 +22,8 @@ using kernels::AttnDims;
 struct Case {
   int B, T, NH, KVH, HS;
   bool doc, bf16;
-  int doc_len = 0;  // > 0: documents of doc_len tokens (the last one shorter) instead of two
+  int doc_len = 0;                   // > 0: documents of doc_len tokens (the last one shorter) instead of two
+  float scale = 0.f, softcap = 0.f;  // Gemma's score scale and Gemma 2's soft-cap (0: none)
 };
 
 // Two documents per row: positions restart at T/3 + b (so rows differ); a cut at 0 or past the
@@ -48,8 +49,9 @@ std::vector<double> to_double(const std::vector<float>& v) { return std::vector<
 
 void run_case(const Case& c, uint64_t seed) {
   SCOPED_TRACE(testing::Message() << "B=" << c.B << " T=" << c.T << " NH=" << c.NH << " KVH=" << c.KVH << " HS=" << c.HS
-                                  << " doc=" << c.doc << " bf16=" << c.bf16 << " doc_len=" << c.doc_len);
-  AttnDims d{c.B, c.T, c.NH, c.KVH, c.HS};
+                                  << " doc=" << c.doc << " bf16=" << c.bf16 << " doc_len=" << c.doc_len
+                                  << " scale=" << c.scale << " softcap=" << c.softcap);
+  AttnDims d{c.B, c.T, c.NH, c.KVH, c.HS, nullptr, c.scale, c.softcap};
   const size_t n_qkv = size_t(c.B) * c.T * d.row_stride(), n_out = size_t(c.B) * c.T * c.NH * c.HS;
   const size_t n_lse = size_t(c.B) * c.NH * c.T;
   const std::vector<float> qkv = randn(n_qkv, seed), dout = randn(n_out, seed + 1);
@@ -124,6 +126,21 @@ TEST(CudaAttention, LongerRowsBothPaths) {
     run_case({2, 300, 2, 1, 64, true, bf16}, 8);
     run_case({1, 257, 2, 2, 64, false, bf16}, 9);
   }
+}
+
+// Gemma: a score scale other than 1 / sqrt(HS) on both paths; Gemma 2's soft-capped scores (the
+// CUDA-core kernels, also under bf16: soft-capped attention never takes the tensor cores), with
+// caps that bend the scores (randn q.k at HS 64 reaches ~ +-20 before scaling).
+TEST(CudaAttention, GemmaScaleAndSoftcap) {
+  ZT_REQUIRE_GPU();
+  EXPECT_FALSE(kernels::cuda::attention_uses_tensor_cores(64, true, 50.f));
+  uint64_t seed = 70;
+  for (bool bf16 : {false, true})
+    for (int HS : {64, 128, 32}) {
+      run_case({2, 150, 4, 2, HS, true, bf16, 0, 0.3f}, ++seed);
+      run_case({2, 150, 4, 2, HS, true, bf16, 0, 0.f, 1.0f}, ++seed);
+      run_case({1, 200, 4, 1, HS, false, bf16, 0, 0.25f, 0.5f}, ++seed);
+    }
 }
 
 // The tensor-core kernels' tile edges: T one past / short of the forward's 128-query and the

@@ -73,6 +73,51 @@ TEST(CudaOps, RmsNormForwardBackward) {
   }
 }
 
+// Gemma's (1 + w) RMSNorm: the kernels' w_offset against the reference on 1 + w (dw is the
+// gradient of the multiplier, the same as w's).
+TEST(CudaOps, RmsNormUnitOffset) {
+  ZT_REQUIRE_GPU();
+  const int64_t N = 70;
+  const int C = 300;
+  auto x = randn(N * C, 41), w = randn(C, 42, 0.1), dout = randn(N * C, 43), dx0 = randn(N * C, 44), dw0 = randn(C, 45);
+  std::vector<double> out(N * C), rstd(N), w1(C);
+  for (int c = 0; c < C; ++c) w1[c] = double(1.0f + w[c]);
+  auto xd = as_double(x);
+  ref::rmsnorm_forward(out.data(), rstd.data(), xd.data(), w1.data(), N, C, 1e-6);
+  auto dxd = as_double(dx0), dwd = as_double(dw0);
+  ref::rmsnorm_backward(dxd.data(), dwd.data(), as_double(dout).data(), xd.data(), w1.data(), rstd.data(), N, C);
+  auto gx = to_gpu(x), gw = to_gpu(w), gdout = to_gpu(dout);
+  auto gout = test::gpu_poisoned(N * C), grstd = test::gpu_poisoned(N);
+  kc::rmsnorm_forward(gout.as<float>(), grstd.as<float>(), gx.as<float>(), gw.as<float>(), N, C, 1e-6f, 1.0f);
+  EXPECT_LT(rel_error(from_gpu(gout, N * C), out), 1e-5);
+  auto gdx = to_gpu(dx0), gdw = to_gpu(dw0);
+  kc::rmsnorm_backward(gdx.as<float>(), gdw.as<float>(), gdout.as<float>(), gx.as<float>(), gw.as<float>(),
+                       grstd.as<float>(), N, C, 1.0f);
+  EXPECT_LT(rel_error(from_gpu(gdx, N * C), dxd), 1e-5);
+  EXPECT_LT(rel_error(from_gpu(gdw, C), dwd), 1e-5);
+}
+
+// GeGLU (Gemma's MLP) and the in-place scale (its embedding multiplier) against the references.
+TEST(CudaOps, GegluAndScale) {
+  ZT_REQUIRE_GPU();
+  const int64_t N = 65, F = 301;
+  auto x2 = randn(N * 2 * F, 51, 3.0), dout = randn(N * F, 52);
+  std::vector<double> out(N * F), dx(N * 2 * F);
+  auto x2d = as_double(x2);
+  ref::geglu_forward(out.data(), x2d.data(), N, F);
+  ref::geglu_backward(dx.data(), as_double(dout).data(), x2d.data(), N, F);
+  auto gx2 = to_gpu(x2), gd = to_gpu(dout), gout = test::gpu_poisoned(N * F), gdx = test::gpu_poisoned(N * 2 * F);
+  kc::geglu_forward(gout.as<float>(), gx2.as<float>(), N, F);
+  kc::geglu_backward(gdx.as<float>(), gd.as<float>(), gx2.as<float>(), N, F);
+  EXPECT_LT(rel_error(from_gpu(gout, N * F), out), 1e-5);
+  EXPECT_LT(rel_error(from_gpu(gdx, N * 2 * F), dx), 1e-5);
+  const float m = 27.712812921102035f;  // sqrt(768) as a float, Gemma's multiplier
+  std::vector<float> want(dout.size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = dout[i] * m;
+  kc::scale(gd.as<float>(), int64_t(dout.size()), m);
+  EXPECT_EQ(from_gpu(gd, dout.size()), want);
+}
+
 TEST(CudaOps, ElementwiseActivations) {
   ZT_REQUIRE_GPU();
   const int64_t N = 129, F = 333, n = N * F;
@@ -290,6 +335,29 @@ TEST(CudaLmHead, MatchesTheReference) {
     EXPECT_NEAR(got, want, std::abs(want) * 1e-5);
     EXPECT_EQ(token_loss[4], 0.0);
     // bf16: the logits' gradient is rounded to bf16 before the two backward GEMMs (as on the CPU).
+    const double tol = t == DType::f32 ? 1e-5 : 1e-2;
+    EXPECT_LT(rel_error(from_gpu(gdx, N * C), dx), tol);
+    EXPECT_LT(rel_error(from_gpu(gdw, V * C), dw), tol);
+  }
+  // Gemma 2's final soft-capping (cap 2: the logits, ~N(0, 1.7), are bent), fp32 and bf16.
+  for (DType t : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(t == DType::bf16 ? "softcap bf16" : "softcap f32");
+    auto xr = t == DType::bf16 ? test::bf16_round(x) : x, wr = t == DType::bf16 ? test::bf16_round(w) : w;
+    std::vector<double> dx(N * C), dw = as_double(dw0);
+    const double want = ref::lmhead_ce(dx.data(), dw.data(), as_double(xr).data(), as_double(wr).data(), tgt.data(), N,
+                                       C, V, 0.01, 2.0);
+    auto gx = to_gpu(x), gw = to_gpu(w), gt = to_gpu(tgt), gdx = test::gpu_poisoned(N * C), gdw = to_gpu(dw0);
+    kernels::LmHeadDims d{N, C, V, 16};
+    d.softcap = 2.0f;
+    DeviceBuffer scratch(size_t(16) * V * 4, "scratch"), x16(x.size() * 2, "x16"), w16(w.size() * 2, "w16"),
+        dl16(size_t(16) * V * 2, "dlogits");
+    kc::to_bf16(x16.as<uint16_t>(), gx.as<float>(), int64_t(x.size()));
+    kc::to_bf16(w16.as<uint16_t>(), gw.as<float>(), int64_t(w.size()));
+    kernels::LmHeadCompute k{DType::bf16, x16.data(), w16.data(), dl16.data(), false};
+    int64_t count = 0;
+    const double got = kc::lmhead_ce(gdx.as<float>(), gdw.as<float>(), gx.as<float>(), gw.as<float>(), gt.as<int32_t>(),
+                                     d, 0.01f, scratch.as<float>(), &count, t == DType::bf16 ? &k : nullptr);
+    EXPECT_NEAR(got, want, std::abs(want) * 1e-5);
     const double tol = t == DType::f32 ? 1e-5 : 1e-2;
     EXPECT_LT(rel_error(from_gpu(gdx, N * C), dx), tol);
     EXPECT_LT(rel_error(from_gpu(gdw, V * C), dw), tol);

@@ -39,14 +39,34 @@ struct Geom {
   int B, T, NH, KVH, HS;
   int64_t rs;          // qkv row stride (floats)
   const int32_t* doc;  // (B, T) first visible key, or null
-  float scale;         // 1 / sqrt(HS)
+  float scale;         // AttnDims::softmax_scale(): 1 / sqrt(HS), or Gemma's
+  float cap;           // Gemma 2's soft-cap of the scores; 0: none
 };
 
 Geom make_geom(const AttnDims& d) {
-  return Geom{d.B, d.T, d.NH, d.KVH, d.HS, d.row_stride(), d.doc_start, 1.f / std::sqrt(float(d.HS))};
+  return Geom{d.B, d.T, d.NH, d.KVH, d.HS, d.row_stride(), d.doc_start, d.softmax_scale(), d.softcap};
 }
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// A visible score s = q.k scaled, soft-capped (cap tanh(s / cap)) when the model caps it.
+__device__ __forceinline__ float score(const Geom& g, float qk) {
+  const float z = qk * g.scale;
+  return g.cap > 0.f ? g.cap * tanhf(z / g.cap) : z;
+}
+// P = exp(score - lse) and dS = P (dP - D) d score / d(q.k): scale times (capped) 1 - tanh^2.
+__device__ __forceinline__ void prob_and_dscore(const Geom& g, float qk, float lse, float dp, float D, float* p,
+                                                float* ds) {
+  const float z = qk * g.scale;
+  float sc = z, dcap = 1.f;
+  if (g.cap > 0.f) {
+    const float th = tanhf(z / g.cap);
+    sc = g.cap * th;
+    dcap = 1.f - th * th;
+  }
+  *p = expf(sc - lse);
+  *ds = *p * (dp - D) * dcap * g.scale;
+}
 
 // First key query t of row b may see; INT_MAX for a padding row past T, which sees none.
 __device__ __forceinline__ int first_key(const Geom& g, int b, int t) {
@@ -114,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(float* out, float* lse, c
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const bool visible = j >= first[r] && j <= q0 + row0 + r;
-      const float x = visible ? s[r] * g.scale : -INFINITY;
+      const float x = visible ? score(g, s[r]) : -INFINITY;
       const float mnew = fmaxf(m[r], warp_max(x));
       const float mref = mnew == -INFINITY ? 0.f : mnew;  // a row with nothing visible yet: no NaN
       const float p = expf(x - mref), alpha = expf(m[r] - mref);
@@ -195,8 +215,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_kernel(float* dqkv, const f
       for (int r = 0; r < kRows; ++r) {
         const int j = k0 + row0 + r;
         const bool visible = j >= fi && j <= i;  // fi = INT_MAX past T
-        const float p = visible ? expf(s[r] * g.scale - lse_i) : 0.f;
-        const float ds = p * (dp[r] - D_i) * g.scale;
+        float p = 0.f, ds = 0.f;
+        if (visible) prob_and_dscore(g, s[r], lse_i, dp[r], D_i, &p, &ds);
         s[r] = bf16 ? round_bf16(p) : p;
         dp[r] = bf16 ? round_bf16(ds) : ds;
       }
@@ -281,8 +301,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_kernel(float* dqkv, const flo
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const bool visible = j >= first[r] && j <= q0 + row0 + r;
-      const float p = visible ? expf(s[r] * g.scale - lse_r[r]) : 0.f;
-      const float ds = p * (dp[r] - D_r[r]) * g.scale;
+      float p = 0.f, ds = 0.f;
+      if (visible) prob_and_dscore(g, s[r], lse_r[r], dp[r], D_r[r], &p, &ds);
       s[r] = bf16 ? round_bf16(ds) : ds;  // now the dS operand
     }
     for (int jj = 0; jj < kTile; ++jj) {
@@ -355,11 +375,13 @@ float* scratch_floats(size_t n) {
 
 }  // namespace
 
-bool attention_uses_tensor_cores(int HS, bool bf16) { return bf16 && (HS == 64 || HS == 128); }
+bool attention_uses_tensor_cores(int HS, bool bf16, float softcap) {
+  return bf16 && softcap == 0.f && (HS == 64 || HS == 128);
+}
 
 void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d, bool bf16) {
   check_dims(d);
-  if (attention_uses_tensor_cores(d.HS, bf16)) return detail::attention_forward_tc(out, lse, qkv, d);
+  if (attention_uses_tensor_cores(d.HS, bf16, d.softcap)) return detail::attention_forward_tc(out, lse, qkv, d);
   const Geom g = make_geom(d);
   const size_t smem = size_t(kBlockRows * d.HS + kTile * (d.HS + 1) + kTile * d.HS) * sizeof(float);
   allow_smem(fwd_kernel, smem);
@@ -371,7 +393,8 @@ void attention_forward(float* out, float* lse, const float* qkv, const AttnDims&
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const AttnDims& d, bool bf16) {
   check_dims(d);
-  if (attention_uses_tensor_cores(d.HS, bf16)) return detail::attention_backward_tc(dqkv, dout, qkv, out, lse, d);
+  if (attention_uses_tensor_cores(d.HS, bf16, d.softcap))
+    return detail::attention_backward_tc(dqkv, dout, qkv, out, lse, d);
   float* D = scratch_floats(size_t(d.B) * d.NH * d.T);
   const int64_t warps = int64_t(d.B) * d.T * d.NH;
   rowdot_kernel<<<unsigned((warps * 32 + 255) / 256), 256>>>(D, dout, out, d.B, d.T, d.NH, d.HS);

@@ -6,7 +6,7 @@
 // bf16=true: Q, K, V, dO and the probability tiles P, dS are rounded to bf16 for the products,
 // with fp32 accumulation, softmax, lse and outputs (attention_bf16.cpp's semantics). HS 64 and
 // 128 run on tensor cores (mma.sync bf16 m16n8k16); other head sizes run the CUDA-core kernels
-// with the same rounding.
+// with the same rounding. d.scale (0: 1 / sqrt(HS)) and d.softcap (Gemma 2) are honoured.
 #pragma once
 #include "kernels/attention.h"
 
@@ -20,8 +20,9 @@ void attention_forward(float* out, float* lse, const float* qkv, const AttnDims&
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const AttnDims& d, bool bf16);
 
-// True when (HS, bf16) runs the tensor-core kernels.
-bool attention_uses_tensor_cores(int HS, bool bf16);
+// True when (HS, bf16, softcap) runs the tensor-core kernels (soft-capped scores run the
+// CUDA-core kernels, which have the cap).
+bool attention_uses_tensor_cores(int HS, bool bf16, float softcap = 0.f);
 
 namespace detail {
 // attention_tc.cu: the tensor-core kernels (bf16, HS 64 or 128), the same contracts as above

@@ -32,7 +32,7 @@ struct TcGeom {
   int B, T, NH, KVH;
   int64_t rs;          // qkv row stride (elements)
   const int32_t* doc;  // (B, T) first visible key, or null
-  float scale;         // 1 / sqrt(HS)
+  float scale;         // AttnDims::softmax_scale()
 };
 
 // ---- PTX wrappers -------------------------------------------------------------------------
@@ -522,7 +522,7 @@ void* scratch(int slot, size_t bytes) {
 }
 
 TcGeom make_tc_geom(const AttnDims& d) {
-  return TcGeom{d.B, d.T, d.NH, d.KVH, d.row_stride(), d.doc_start, 1.f / std::sqrt(float(d.HS))};
+  return TcGeom{d.B, d.T, d.NH, d.KVH, d.row_stride(), d.doc_start, d.softmax_scale()};
 }
 
 const bf16* qkv_to_bf16(const float* qkv, const AttnDims& d) {

@@ -44,8 +44,11 @@ __device__ float block_reduce(float v, int op, float* shared) {
 }
 
 // z (rows, V) logits -> gradient (when grad), row_stats[2*i] = sum of exp, [2*i+1] = z_t - max.
+// cap > 0 (Gemma 2's final_logit_softcapping): the logits become cap tanh(z / cap) first, and
+// the gradient goes through 1 - tanh^2; the capped logits stay in z until the gradient pass,
+// which takes the exponentials again (the CPU keeps 1 - tanh^2 in a buffer instead).
 __global__ void softmax_ce_k(float* z, __nv_bfloat16* low, float* row_stats, const int32_t* targets, int V,
-                             float grad_scale, bool grad) {
+                             float grad_scale, bool grad, float cap) {
   __shared__ float shared[33];
   const int64_t i = blockIdx.x;
   float* zr = z + i * V;
@@ -61,13 +64,16 @@ __global__ void softmax_ce_k(float* z, __nv_bfloat16* low, float* row_stats, con
     return;
   }
   float mx = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, zr[v]);
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    if (cap > 0.f) zr[v] = cap * tanhf(zr[v] / cap);
+    mx = fmaxf(mx, zr[v]);
+  }
   mx = block_reduce(mx, 0, shared);
   const float shifted = zr[tgt] - mx;
   float sum = 0.0f;
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
     const float e = expf(zr[v] - mx);
-    zr[v] = e;
+    if (cap == 0.f) zr[v] = e;
     sum += e;
   }
   sum = block_reduce(sum, 1, shared);
@@ -78,8 +84,12 @@ __global__ void softmax_ce_k(float* z, __nv_bfloat16* low, float* row_stats, con
   if (!grad) return;
   const float ks = grad_scale / sum;
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    float g = zr[v] * ks;
+    float g = (cap > 0.f ? expf(zr[v] - mx) : zr[v]) * ks;
     if (v == tgt) g -= grad_scale;
+    if (cap > 0.f) {
+      const float t = zr[v] / cap;
+      g *= 1.0f - t * t;
+    }
     zr[v] = g;
     if (low) low[i * V + v] = __float2bfloat16_rn(g);
   }
@@ -107,8 +117,8 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
     const void* xc = static_cast<const char*>(k.x) + size_t(r0) * C * es;
     gemm(k.t, false, true, rows, V, C, 1.0f, xc, C, k.w, C, 0.0f, scratch, V);
     auto* low = k.t == DType::bf16 && dx ? static_cast<__nv_bfloat16*>(k.dlogits) : nullptr;
-    softmax_ce_k<<<unsigned(rows), kThreads>>>(scratch, low, stats.as<float>() + 2 * r0, targets + r0, V,
-                                               grad_scale, dx != nullptr);
+    softmax_ce_k<<<unsigned(rows), kThreads>>>(scratch, low, stats.as<float>() + 2 * r0, targets + r0, V, grad_scale,
+                                               dx != nullptr, d.softcap);
     ZT_CUDA_LAUNCH_CHECK();
     if (dx) {
       const void* g = low ? static_cast<const void*>(low) : scratch;

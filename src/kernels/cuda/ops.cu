@@ -59,8 +59,9 @@ __global__ void layernorm_fwd_k(float* out, float* mean, float* rstd, const floa
 }
 
 // dx += per row; mean == nullptr means RMSNorm (no centring, no db).
+// woff: the weight's offset (Gemma's (1 + w) RMSNorm: 1), added in fp32 as the CPU's 1 + w.
 __global__ void norm_bwd_dx_k(float* dx, const float* dout, const float* x, const float* w, const float* mean,
-                              const float* rstd, int64_t N, int C) {
+                              const float* rstd, int64_t N, int C, float woff) {
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -69,7 +70,7 @@ __global__ void norm_bwd_dx_k(float* dx, const float* dout, const float* x, cons
   const float m = mean ? mean[row] : 0.0f, r = rstd[row];
   float sd = 0, sdx = 0;
   for (int c = lane; c < C; c += 32) {
-    const float g = dr[c] * w[c];
+    const float g = dr[c] * (w[c] + woff);
     sd += g;
     sdx += g * (xr[c] - m) * r;
   }
@@ -78,7 +79,7 @@ __global__ void norm_bwd_dx_k(float* dx, const float* dout, const float* x, cons
   float* o = dx + row * C;
   for (int c = lane; c < C; c += 32) {
     const float xh = (xr[c] - m) * r;
-    o[c] += r * (dr[c] * w[c] - (mean ? sd : 0.0f) - xh * sdx);
+    o[c] += r * (dr[c] * (w[c] + woff) - (mean ? sd : 0.0f) - xh * sdx);
   }
 }
 
@@ -99,7 +100,8 @@ __global__ void norm_bwd_dw_k(float* dw, float* db, const float* dout, const flo
   if (db) atomicAdd(db + c, ab);
 }
 
-__global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps) {
+__global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps,
+                              float woff) {
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -108,7 +110,7 @@ __global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* x, const flo
   for (int c = lane; c < C; c += 32) v += xr[c] * xr[c];
   const float r = 1.0f / sqrtf(warp_sum(v) / C + eps);
   float* o = out + row * C;
-  for (int c = lane; c < C; c += 32) o[c] = xr[c] * r * w[c];
+  for (int c = lane; c < C; c += 32) o[c] = xr[c] * r * (w[c] + woff);
   if (lane == 0) rstd[row] = r;
 }
 
@@ -146,6 +148,26 @@ __global__ void swiglu_bwd_k(float* dx, const float* dout, const float* x, int64
     const float g = x[r * 2 * F + f], u = x[r * 2 * F + F + f], s = 1.0f / (1.0f + expf(-g));
     dx[r * 2 * F + F + f] = dout[i] * g * s;
     dx[r * 2 * F + f] = dout[i] * u * (s + g * s * (1.0f - s));
+  }
+}
+
+// GeGLU (Gemma): gelu_tanh(gate) * up over rows [gate (F) | up (F)], as SwiGLU's layout.
+__global__ void geglu_fwd_k(float* out, const float* x, int64_t N, int F) {
+  const int64_t n = N * F;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / F, f = i % F;
+    out[i] = gelu_tanh(x[r * 2 * F + f]) * x[r * 2 * F + F + f];
+  }
+}
+
+__global__ void geglu_bwd_k(float* dx, const float* dout, const float* x, int64_t N, int F) {
+  const float s = 0.7978845608028654f, k = 0.044715f;
+  const int64_t n = N * F;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / F, f = i % F;
+    const float g = x[r * 2 * F + f], u = x[r * 2 * F + F + f], t = tanhf(s * (g + k * g * g * g));
+    dx[r * 2 * F + F + f] = dout[i] * 0.5f * g * (1.0f + t);
+    dx[r * 2 * F + f] = dout[i] * u * (0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * s * (1.0f + 3.0f * k * g * g));
   }
 }
 
@@ -280,7 +302,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
 void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
                         const float* mean, const float* rstd, int64_t N, int C) {
   if (N == 0) return;
-  norm_bwd_dx_k<<<row_blocks(N), kThreads>>>(dx, dout, x, w, mean, rstd, N, C);
+  norm_bwd_dx_k<<<row_blocks(N), kThreads>>>(dx, dout, x, w, mean, rstd, N, C, 0.f);
   ZT_CUDA_LAUNCH_CHECK();
   int64_t rows = 0;
   dim3 grid = column_grid(N, C, &rows);
@@ -288,16 +310,17 @@ void layernorm_backward(float* dx, float* dw, float* db, const float* dout, cons
   ZT_CUDA_LAUNCH_CHECK();
 }
 
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps) {
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps,
+                     float w_offset) {
   if (N == 0) return;
-  rmsnorm_fwd_k<<<row_blocks(N), kThreads>>>(out, rstd, x, w, N, C, eps);
+  rmsnorm_fwd_k<<<row_blocks(N), kThreads>>>(out, rstd, x, w, N, C, eps, w_offset);
   ZT_CUDA_LAUNCH_CHECK();
 }
 
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                      int64_t N, int C) {
+                      int64_t N, int C, float w_offset) {
   if (N == 0) return;
-  norm_bwd_dx_k<<<row_blocks(N), kThreads>>>(dx, dout, x, w, nullptr, rstd, N, C);
+  norm_bwd_dx_k<<<row_blocks(N), kThreads>>>(dx, dout, x, w, nullptr, rstd, N, C, w_offset);
   ZT_CUDA_LAUNCH_CHECK();
   int64_t rows = 0;
   dim3 grid = column_grid(N, C, &rows);
@@ -326,6 +349,18 @@ void swiglu_forward(float* out, const float* x, int64_t N, int F) {
 void swiglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F) {
   if (N * F == 0) return;
   swiglu_bwd_k<<<blocks_for(N * F), kThreads>>>(dx, dout, x, N, F);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+void geglu_forward(float* out, const float* x, int64_t N, int F) {
+  if (N * F == 0) return;
+  geglu_fwd_k<<<blocks_for(N * F), kThreads>>>(out, x, N, F);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+void geglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F) {
+  if (N * F == 0) return;
+  geglu_bwd_k<<<blocks_for(N * F), kThreads>>>(dx, dout, x, N, F);
   ZT_CUDA_LAUNCH_CHECK();
 }
 

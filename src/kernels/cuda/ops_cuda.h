@@ -17,13 +17,17 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
                        int C, float eps);
 void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
                         const float* mean, const float* rstd, int64_t N, int C);
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps);
+// w_offset: the norm scales by (w + w_offset); Gemma's (1 + w) RMSNorm passes 1 (dw is the same).
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N, int C, float eps,
+                     float w_offset = 0.f);
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                      int64_t N, int C);
+                      int64_t N, int C, float w_offset = 0.f);
 void gelu_forward(float* out, const float* x, int64_t n);
 void gelu_backward(float* dx, const float* dout, const float* x, int64_t n);
 void swiglu_forward(float* out, const float* x, int64_t N, int F);
 void swiglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F);
+void geglu_forward(float* out, const float* x, int64_t N, int F);
+void geglu_backward(float* dx, const float* dout, const float* x, int64_t N, int F);
 // cos/sin (positions, HS/2) tables on the device (kernels::rope_table computes them on the host).
 void rope_forward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int KVH, int HS,
                   int64_t row_stride, const int32_t* positions = nullptr);
