@@ -12,7 +12,10 @@ heads, 2 KV heads, vocabulary 509: the last TP rank's slice padded), random init
     Gemmas' CP runs, and a one-process reference, start from the trained reference with sharpened
     attention (sharpened()), where those features move the loss by 3e-4 to 1e-2 (docs/parallelism-cp.md);
   - the HF folder TP 2 exports (within 1e-3: Adam's steps on near-zero gradients; gathered from the slices, transformers' names: Phi-3's fused
-    qkv_proj / gate_up_proj) equals one process's.
+    qkv_proj / gate_up_proj) equals one process's;
+  - Phi-3: checkpoint-3's model.safetensors holds the exported folder's names and shapes (fused
+    qkv_proj / gate_up_proj, what transformers loads), and resuming from it gives the one-process
+    losses of steps 4-6 exactly.
 Phi-3 runs with a window of 8 and longrope past an original context of 16; Gemma 3 with sliding layers
 (window 8, every other layer) and a score scale of 24^-1/2; Gemma 2 the same with soft-capped scores
 (1) and logits (0.3): the vocabulary-parallel loss caps each rank's logits.
@@ -113,6 +116,26 @@ def sharpened(work, fam, ref):
     return dst
 
 
+def check_phi3_checkpoint(work, config, ref):
+    """checkpoint-3 stores the exported folder's tensors (fused names) and resumes exactly."""
+    out = os.path.join(work, "phi3_save")
+    r = run(work, "phi3_save", config, 1, ["--save_strategy", "steps", "--save_steps", "3"], out=out)
+    if r is None:
+        return
+    ck = os.path.join(out, "checkpoint-3")
+    names, final = header(os.path.join(ck, "model.safetensors")), header(os.path.join(out, "model.safetensors"))
+    fused = [k for k in names if k.endswith(("qkv_proj.weight", "gate_up_proj.weight"))]
+    parts = [k for k in names if k.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight",
+                                             "up_proj.weight")) and "qkv" not in k and "gate_up" not in k]
+    check(names == final and len(fused) == 8 and not parts,
+          f"phi3 checkpoint-3/model.safetensors: the exported folder's names and shapes ({len(fused)} fused, "
+          f"{len(parts)} parts, equal to the final folder's: {names == final})")
+    res = run(work, "phi3 resume from checkpoint-3", config, 1, ["--resume_from_checkpoint", ck], out=out)
+    if res is not None:
+        check(res["losses"][-3:] == ref["losses"][-3:] and len(res["losses"]) == STEPS,
+              f"phi3 resume from checkpoint-3: steps 4-6 equal one process's ({res['losses'][-3:]})")
+
+
 def main():
     with tempfile.TemporaryDirectory() as work:
         rng = random.Random(1)
@@ -129,6 +152,8 @@ def main():
                        ("pp2", 2, ["--pipeline-model-parallel-size", "2"]),
                        ("cp2", 2, ["--context-parallel-size", "2"]),
                        ("cp2_tp2", 4, ["--context-parallel-size", "2", "--tensor-model-parallel-size", "2"])]
+            if fam == "phi3":
+                check_phi3_checkpoint(work, config, ref)
             start, base = config, ref
             if fam != "olmo2":  # CP from a start where the family's attention matters (sharpened)
                 sharp = sharpened(work, fam, ref)
