@@ -5,6 +5,7 @@
 // damaged, incomplete or foreign checkpoints are one-line Errors naming the problem.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <barrier>
 #include <filesystem>
 #include <fstream>
@@ -217,6 +218,93 @@ TEST_F(CheckpointTest, OneShardIsAnHfModelFolder) {
   EXPECT_NE(error_of([&] { CheckpointReader r(dir(), tiny_config()); }).find("older ztrain"), std::string::npos);
 }
 
+// Phi-3's parameters as a model holds them: q, k, v (and gate, up) back to back in one buffer.
+// A one-shard checkpoint's model.safetensors stores them fused under transformers' names
+// (qkv_proj, gate_up_proj), as the exported folder does; the reader splits them again, and a
+// checkpoint of the older layout (the parts under their own names) still loads.
+struct Phi3Params final : Stateful {
+  std::vector<StatePiece> pieces;
+  std::vector<float> flat;
+  Phi3Params(int64_t begin, int64_t count) {  // elements [begin, begin + count) of each tensor
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> table = {
+        {"model.layers.0.self_attn.q_proj.weight", {8, 8}}, {"model.layers.0.self_attn.k_proj.weight", {4, 8}},
+        {"model.layers.0.self_attn.v_proj.weight", {4, 8}}, {"model.layers.0.self_attn.o_proj.weight", {8, 8}},
+        {"model.layers.0.mlp.gate_proj.weight", {6, 8}},    {"model.layers.0.mlp.up_proj.weight", {6, 8}}};
+    int64_t n = 0;
+    for (const auto& [name, shape] : table) n += std::min(count, shape[0] * shape[1] - begin);
+    flat.assign(size_t(n), -1.f);
+    int64_t at = 0;
+    for (const auto& [name, shape] : table) {
+      const int64_t c = std::min(count, shape[0] * shape[1] - begin);
+      pieces.push_back({name, shape, "params", {begin, c}, flat.data() + at});
+      at += c;
+    }
+  }
+  void fill() { std::iota(flat.begin(), flat.end(), 0.25f); }
+  void save_state(StateWriter& w) const override {
+    for (const StatePiece& p : pieces) w.put_tensor(p);
+  }
+  void load_state(StateReader& r) override {
+    for (const StatePiece& p : pieces) r.get_tensor(p);
+  }
+};
+
+ModelConfig phi3_config() {
+  return config_from_json({{"model_type", "phi3"},
+                           {"vocab_size", 16},
+                           {"hidden_size", 8},
+                           {"num_hidden_layers", 1},
+                           {"num_attention_heads", 2},
+                           {"num_key_value_heads", 1},
+                           {"intermediate_size", 6},
+                           {"max_position_embeddings", 8}},
+                          "test");
+}
+
+TEST_F(CheckpointTest, Phi3StoresFusedTensorsAndReadsBothLayouts) {
+  const ModelConfig cfg = phi3_config();
+  Phi3Params saved(0, 1 << 20);
+  saved.fill();
+  auto save_with = [&](const ModelConfig& c) {
+    DataCursor cursor(8, 16, true, 3);
+    RngState rng(42);
+    Counters counters;
+    checkpoint_save({out_.string(), 3, {0, 1}, true, {}, "save-1", {}}, c, {&saved, &cursor, &rng, &counters});
+  };
+  save_with(cfg);
+  const std::string file = (fs::path(dir()) / "model.safetensors").string();
+  {
+    SafetensorsFile model(file);
+    std::vector<std::string> names;
+    for (const StEntry& e : model.entries()) names.push_back(e.name);
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"model.layers.0.mlp.gate_up_proj.weight",
+                                               "model.layers.0.self_attn.o_proj.weight",
+                                               "model.layers.0.self_attn.qkv_proj.weight"}));
+    ASSERT_TRUE(model.find("model.layers.0.self_attn.qkv_proj.weight"));
+    EXPECT_EQ(model.find("model.layers.0.self_attn.qkv_proj.weight")->shape, (std::vector<int64_t>{16, 8}));
+    std::vector<float> qkv(128);
+    model.read_f32(*model.find("model.layers.0.self_attn.qkv_proj.weight"), qkv.data());
+    EXPECT_TRUE(std::equal(qkv.begin(), qkv.end(), saved.flat.begin()));  // q, then k, then v
+  }
+  // Slices of every part read back from the fused tensors; then the same from the older layout,
+  // written as before (a config without fused tensors) and read with Phi-3's.
+  for (const char* layout : {"fused", "parts"}) {
+    if (std::string(layout) == "parts") {
+      fs::remove_all(dir());
+      save_with(tiny_config());
+      fs::remove(fs::path(dir()) / "config.json");
+      fs::copy_file(fs::path(dir()) / ".." / "cfg.json", fs::path(dir()) / "config.json");
+    }
+    Phi3Params back(5, 20);
+    CheckpointReader(dir(), cfg, false, "save-1").load({&back});
+    for (size_t i = 0; i < back.pieces.size(); ++i)
+      for (int64_t k = 0; k < back.pieces[i].slice.count; ++k)
+        ASSERT_EQ(back.pieces[i].data[k], saved.pieces[i].data[5 + k]) << layout << " " << back.pieces[i].tensor;
+    if (std::string(layout) == "fused") fs::copy_file(fs::path(dir()) / "config.json", out_ / "cfg.json");
+  }
+}
+
 // Two runs writing one folder at once once produced a checkpoint of one run's model and the
 // other's optimizer that passed its checksums (the chief hashed whatever files were there).
 // Every file records its save's id; a folder mixing two saves is rejected, naming the file,
@@ -301,7 +389,8 @@ TEST_F(CheckpointTest, OptimizerStateReshards) {
   DataCursor cursor(8, 16, true, 3);
   RngState rng(42);
   Counters counters;
-  checkpoint_save({out_.string(), 3, {0, 1}, true, {}, "save-1", {}}, tiny_config(), {opt.get(), &cursor, &rng, &counters});
+  checkpoint_save({out_.string(), 3, {0, 1}, true, {}, "save-1", {}}, tiny_config(),
+                  {opt.get(), &cursor, &rng, &counters});
 
   // "Rank 1 of 2": b first in its state, then the second half of a.
   auto mine = optim::make_optimizer("adamw", {}, 17);

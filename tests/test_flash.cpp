@@ -159,7 +159,7 @@ TEST_F(FlashTest, HoldsTheCheckpointFilesImages) {
   c.put_tensor({"wte", {3000}, "params", {0, 3000}, w.data()});   // whole: model.safetensors
   c.put_tensor({"wte", {3000}, "exp_avg", {0, 3000}, m.data()});  // the state file
   c.put_tensor({"wpe", {6000}, "params", {100, 50}, w.data()});   // a slice: the state file
-  const std::vector<ShardFile> plan = checkpoint_shard_files({0, 1}, c.pieces, "abc");
+  const std::vector<ShardFile> plan = checkpoint_shard_files({0, 1}, c.pieces, "abc", ModelConfig{});
   ASSERT_EQ(plan.size(), 2u);
   FlashSnapshot s(path_);
   s.reserve(1 << 16);

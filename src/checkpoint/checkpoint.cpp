@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint/hf_model.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -85,8 +86,8 @@ std::pair<uint64_t, uint64_t> file_digest(const fs::path& file) {
 }
 
 void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector<StatePiece>& pieces,
-                 const std::string& save_id) {
-  for (const ShardFile& f : checkpoint_shard_files(shard, pieces, save_id)) {
+                 const std::string& save_id, const ModelConfig& cfg) {
+  for (const ShardFile& f : checkpoint_shard_files(shard, pieces, save_id, cfg)) {
     const fs::path path = tmp / f.name;
     write_digest(path, safetensors_write(path.string(), f.tensors, DType::f32, f.metadata));  // fsynced
   }
@@ -144,11 +145,13 @@ void checkpoint_begin(const std::string& output_dir, int64_t step) {
 }
 
 // A shard owner's files. With one shard, parameters held whole go to model.safetensors under
-// their HF names and shapes (the folder is then an HF model folder too); every other piece
-// goes to the state file as a 1-D tensor "<slot>.<tensor>.<begin>", described in the
-// metadata ("pieces": name -> {tensor, slot, shape, begin}) so no reader parses names.
+// their HF names and shapes, the parts of a fused tensor (Phi-3's qkv_proj, gate_up_proj) as it,
+// as the exported folder stores them (the checkpoint is then an HF model folder transformers
+// loads); every other piece goes to the state file as a 1-D tensor "<slot>.<tensor>.<begin>",
+// described in the metadata ("pieces": name -> {tensor, slot, shape, begin}) so no reader parses
+// names.
 std::vector<ShardFile> checkpoint_shard_files(const StateShard& shard, const std::vector<StatePiece>& pieces,
-                                              const std::string& save_id) {
+                                              const std::string& save_id, const ModelConfig& cfg) {
   if (shard.index < 0) return {};
   ShardFile model_file{"model.safetensors", {}, {}, {}},
       state_file{state_file_name(shard.index, shard.count), {}, {}, {}};
@@ -168,6 +171,9 @@ std::vector<ShardFile> checkpoint_shard_files(const StateShard& shard, const std
   }
   std::vector<ShardFile> out;
   if (!model_file.tensors.empty()) {
+    // A fused tensor's parts lie back to back in the file (and in a flash snapshot's image): its
+    // pieces stay listed one by one, in order.
+    model_file.tensors = hf_fuse_tensors(cfg, model_file.tensors, false);
     model_file.metadata = {{"format", "pt"}, {"save_id", save_id}};
     out.push_back(std::move(model_file));
   }
@@ -189,13 +195,13 @@ void checkpoint_write_file_image(const std::string& output_dir, int64_t step, co
 }
 
 void checkpoint_write_shard(const std::string& output_dir, int64_t step, const StateShard& shard,
-                            const std::vector<StatePiece>& pieces, const std::string& save_id) {
+                            const std::vector<StatePiece>& pieces, const std::string& save_id, const ModelConfig& cfg) {
   for (const StatePiece& p : pieces) {
     ZT_ASSERT(p.slice.dim < 0, "checkpoints do not store slices along a dimension yet (", p.tensor, ")");
     ZT_ASSERT(p.dtype == DType::f32 && p.slice.begin >= 0 && p.slice.begin + p.slice.count <= numel_of(p.shape),
               p.tensor);
   }
-  if (shard.index >= 0) write_shard(checkpoint_dir(output_dir, step, true), shard, pieces, save_id);
+  if (shard.index >= 0) write_shard(checkpoint_dir(output_dir, step, true), shard, pieces, save_id, cfg);
 }
 
 void checkpoint_seal(const std::string& output_dir, int64_t step, const ModelConfig& cfg, nlohmann::json state,
@@ -215,7 +221,7 @@ void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
   nlohmann::json state;
   ShardWriter w(&state);
   for (const Stateful* c : components) c->save_state(w);
-  checkpoint_write_shard(o.output_dir, o.step, o.shard, w.pieces(), o.save_id);
+  checkpoint_write_shard(o.output_dir, o.step, o.shard, w.pieces(), o.save_id, cfg);
   barrier();  // every shard is written before the chief seals the folder
   if (o.chief) checkpoint_seal(o.output_dir, o.step, cfg, std::move(state), o.save_id, o.extra_files);
 }
@@ -225,7 +231,8 @@ CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cf
     : dir_(dir), save_id_(std::move(verified_save_id)) {
   if (save_id_.empty()) save_id_ = checkpoint_verify(dir);
   const fs::path d(dir);
-  compare_config(config_from_file((d / "config.json").string()), cfg, allow_model_changes, allow_context_change);
+  const ModelConfig saved = config_from_file((d / "config.json").string());
+  compare_config(saved, cfg, allow_model_changes, allow_context_change);
   // Before the state files, optimizer state lived in optimizer.safetensors or zero_shard-* files.
   bool old_format = fs::exists(d / "optimizer.safetensors");
   for (auto& e : fs::directory_iterator(d)) old_format |= e.path().filename().string().rfind("zero_shard-", 0) == 0;
@@ -236,7 +243,14 @@ CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cf
   if (fs::exists(d / "model.safetensors")) {
     files_.push_back(std::make_unique<SafetensorsFile>((d / "model.safetensors").string()));
     const SafetensorsFile* f = files_.back().get();
-    for (const StEntry& e : f->entries()) add("params", e.name, e.shape, {f, &e, 0, e.numel()});
+    // A fused tensor (Phi-3's qkv_proj, gate_up_proj) holds the parameters' parts as row ranges;
+    // checkpoints before it kept the parts under their own names.
+    for (const StEntry& e : f->entries()) {
+      const std::vector<HfStored> parts = hf_parts(saved, e.name, e.shape);
+      if (parts.empty()) add("params", e.name, e.shape, {f, &e, 0, e.numel()});
+      for (const HfStored& p : parts)
+        add("params", p.name, p.shape, {f, &e, 0, p.shape[0] * p.shape[1], p.row * p.shape[1]});
+    }
   }
   index_state_files();
   ZT_CHECK(!index_.empty(), dir, ": no model.safetensors and no ", kStatePrefix,
@@ -351,7 +365,7 @@ void CheckpointReader::get_tensor(const StatePiece& piece) {
   for (const Stored& s : it->second.pieces) {
     const int64_t lo = std::max(b, s.begin), hi = std::min(e, s.begin + s.count);
     if (lo >= hi) continue;
-    read_range(*s.file, *s.entry, lo - s.begin, hi - lo, piece.data + (lo - b));
+    read_range(*s.file, *s.entry, s.at + lo - s.begin, hi - lo, piece.data + (lo - b));
     covered += hi - lo;
   }
   ZT_CHECK(covered == piece.slice.count, dir_, ": the checkpoint holds ", covered, " of the ", piece.slice.count,

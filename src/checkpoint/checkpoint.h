@@ -62,20 +62,23 @@ void checkpoint_save(const CheckpointSaveOptions& o, const ModelConfig& cfg,
 std::string checkpoint_tmp_dir(const std::string& output_dir, int64_t step);
 void checkpoint_begin(const std::string& output_dir, int64_t step);
 void checkpoint_write_shard(const std::string& output_dir, int64_t step, const StateShard& shard,
-                            const std::vector<StatePiece>& pieces, const std::string& save_id);
+                            const std::vector<StatePiece>& pieces, const std::string& save_id, const ModelConfig& cfg);
 // The files a shard owner writes for its pieces, planned: each file's name, the bytes before its
 // tensor data (safetensors_header of its tensors and metadata) and the pieces that follow, in order,
 // back to back. A flash
 // snapshot lays these files out in shared memory as they will be on disk, and its persist writes
 // them from there (checkpoint_write_file_image) with no copy. Empty for a rank that owns no shard.
+// cfg: model.safetensors stores fused tensors as the HF folder does (hf_fuse_tensors).
 struct ShardFile {
   std::string name;
   std::vector<StTensorOut> tensors;  // in file order, data pointing at the pieces
   std::map<std::string, std::string> metadata;
-  std::vector<size_t> pieces;  // indices into the pieces given, one per tensor
+  // Indices into the pieces given, in file order, back to back: one per tensor, or a fused
+  // tensor's parts (Phi-3's qkv_proj: q, k, v) one after the other.
+  std::vector<size_t> pieces;
 };
 std::vector<ShardFile> checkpoint_shard_files(const StateShard& shard, const std::vector<StatePiece>& pieces,
-                                              const std::string& save_id);
+                                              const std::string& save_id, const ModelConfig& cfg);
 // Writes one planned file into checkpoint-N.tmp/ from its image in memory (core/file_io.h's
 // write_image_file: 4096-byte aligned, readable to the next multiple of 4096), with its checksum.
 void checkpoint_write_file_image(const std::string& output_dir, int64_t step, const std::string& name,
@@ -113,6 +116,7 @@ class CheckpointReader final : public StateReader {
     const SafetensorsFile* file;
     const StEntry* entry;
     int64_t begin, count;
+    int64_t at = 0;  // the piece's first element in the entry (a part of a fused tensor: its rows)
   };
   struct Tensor {
     std::vector<int64_t> shape;

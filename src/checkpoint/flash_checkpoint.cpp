@@ -116,7 +116,8 @@ void FlashCheckpointer::pause_if(const char* where, int64_t step) const {
 int64_t FlashCheckpointer::probe(const std::string& run_id, const RunRecord& rec, std::string* save_id) {
   std::string why;
   bool ok = false;
-  const std::string path = run_id.empty() ? std::string() : FlashSnapshot::path_for(o_.output_dir, run_id, world_.rank());
+  const std::string path =
+      run_id.empty() ? std::string() : FlashSnapshot::path_for(o_.output_dir, run_id, world_.rank());
   if (!path.empty() && ::access(path.c_str(), F_OK) == 0) {
     snap_ = std::make_unique<FlashSnapshot>(path);
     ok = snap_->verify(&why);
@@ -255,7 +256,7 @@ void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const St
   copy_bytes_ = 0;
   for (const StatePiece& p : c.pieces) copy_bytes_ += uint64_t(p.slice.count) * 4;
   const SnapshotInfo info{step, save_id, world_.rank(), world_.size(), shard};
-  const std::vector<ShardFile> files = checkpoint_shard_files(shard, c.pieces, save_id);
+  const std::vector<ShardFile> files = checkpoint_shard_files(shard, c.pieces, save_id, o_.cfg);
   auto persist = [this, step, bytes = copy_bytes_, pace = pace_s_] {
     snap_->seal();
     pause_if("persist", step);

@@ -106,27 +106,50 @@ HfWeights::HfWeights(const std::string& path, const ModelConfig& cfg)
     : impl_(std::make_unique<Impl>(Impl{open_weights(path), cfg})) {}
 HfWeights::~HfWeights() = default;
 
+namespace {
+// Phi3Attention's qkv_proj: q, k, v stacked; Phi3MLP's gate_up_proj: gate, then up.
+struct FusedPart {
+  const char *part, *whole;
+  int64_t row, rows, whole_rows;
+};
+std::vector<FusedPart> fused_parts(const ModelConfig& cfg) {
+  if (cfg.model_type != "phi3") return {};
+  const int64_t q = int64_t(cfg.n_head) * cfg.head_size, kv = int64_t(cfg.n_kv_head) * cfg.head_size, f = cfg.ffn;
+  return {{".self_attn.q_proj.weight", ".self_attn.qkv_proj.weight", 0, q, q + 2 * kv},
+          {".self_attn.k_proj.weight", ".self_attn.qkv_proj.weight", q, kv, q + 2 * kv},
+          {".self_attn.v_proj.weight", ".self_attn.qkv_proj.weight", q + kv, kv, q + 2 * kv},
+          {".mlp.gate_proj.weight", ".mlp.gate_up_proj.weight", 0, f, 2 * f},
+          {".mlp.up_proj.weight", ".mlp.gate_up_proj.weight", f, f, 2 * f}};
+}
+
+bool ends_with(const std::string& s, const char* tail, size_t* head) {
+  const size_t n = std::strlen(tail);
+  if (s.size() < n || s.compare(s.size() - n, n, tail) != 0) return false;
+  *head = s.size() - n;
+  return true;
+}
+}  // namespace
+
 HfStored hf_stored(const ModelConfig& cfg, const std::string& name, const std::vector<int64_t>& shape) {
   HfStored st{name, 0, shape};
-  if (cfg.model_type != "phi3" || shape.size() != 2) return st;
-  // Phi3Attention's qkv_proj: q, k, v stacked; Phi3MLP's gate_up_proj: gate, then up.
-  const int64_t q = int64_t(cfg.n_head) * cfg.head_size, kv = int64_t(cfg.n_kv_head) * cfg.head_size;
-  const struct {
-    const char *part, *whole;
-    int64_t row, rows;
-  } fused[] = {{".self_attn.q_proj.weight", ".self_attn.qkv_proj.weight", 0, q + 2 * kv},
-               {".self_attn.k_proj.weight", ".self_attn.qkv_proj.weight", q, q + 2 * kv},
-               {".self_attn.v_proj.weight", ".self_attn.qkv_proj.weight", q + kv, q + 2 * kv},
-               {".mlp.gate_proj.weight", ".mlp.gate_up_proj.weight", 0, 2 * int64_t(cfg.ffn)},
-               {".mlp.up_proj.weight", ".mlp.gate_up_proj.weight", cfg.ffn, 2 * int64_t(cfg.ffn)}};
-  for (const auto& f : fused) {
-    const size_t n = std::strlen(f.part);
-    if (name.size() < n || name.compare(name.size() - n, n, f.part) != 0) continue;
-    st.name = name.substr(0, name.size() - n) + f.whole;
+  if (shape.size() != 2) return st;
+  size_t head = 0;
+  for (const FusedPart& f : fused_parts(cfg)) {
+    if (!ends_with(name, f.part, &head)) continue;
+    st.name = name.substr(0, head) + f.whole;
     st.row = f.row;
-    st.shape = {f.rows, shape[1]};
+    st.shape = {f.whole_rows, shape[1]};
   }
   return st;
+}
+
+std::vector<HfStored> hf_parts(const ModelConfig& cfg, const std::string& name, const std::vector<int64_t>& shape) {
+  std::vector<HfStored> out;
+  size_t head = 0;
+  for (const FusedPart& f : fused_parts(cfg))
+    if (shape.size() == 2 && shape[0] == f.whole_rows && ends_with(name, f.whole, &head))
+      out.push_back({name.substr(0, head) + f.part, f.row, {f.rows, shape[1]}});
+  return out;
 }
 
 void HfWeights::read(const ParamTable& table, int64_t begin, int64_t n, float* dst) const {
@@ -138,7 +161,7 @@ void HfWeights::read(const ParamTable& table, int64_t begin, int64_t n, float* d
     if (lo >= hi) continue;
     HfStored st = hf_stored(cfg, p.name, p.global_shape);
     const StEntry* e = w.find(st.name);
-    // ztrain's checkpoints keep a fused tensor's parts under their own names.
+    // ztrain's checkpoints before they stored fused tensors kept the parts under their own names.
     if (!e && st.name != p.name && (e = w.find(p.name))) st = {p.name, 0, p.global_shape};
     // GPT2Model checkpoints (e.g. the original "gpt2" upload) omit the "transformer." prefix.
     if (!e && p.name.rfind("transformer.", 0) == 0) e = w.find(p.name.substr(12));
@@ -234,29 +257,39 @@ std::vector<std::vector<size_t>> hf_shard_plan(const std::vector<int64_t>& bytes
   return shards;
 }
 
-namespace {
-// The tensors as the folder stores them: runs of parts of one fused tensor (hf_stored) become it,
-// from their data when they lie back to back, else filled part after part.
-std::vector<StTensorOut> hf_fused(const ModelConfig& cfg, const std::vector<StTensorOut>& tensors) {
+std::vector<StTensorOut> hf_fuse_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& tensors, bool strict,
+                                         std::vector<size_t>* counts) {
   std::vector<StTensorOut> out;
+  if (counts) counts->clear();
+  auto keep = [&](size_t i) {
+    out.push_back(tensors[i]);
+    if (counts) counts->push_back(1);
+  };
   for (size_t i = 0; i < tensors.size();) {
     const HfStored st = hf_stored(cfg, tensors[i].name, tensors[i].shape);
     if (st.name == tensors[i].name) {
-      out.push_back(tensors[i++]);
+      keep(i++);
       continue;
     }
     size_t e = i;
     int64_t rows = 0;
-    bool contiguous = true;
+    bool contiguous = true, in_order = true;
     std::vector<int64_t> numel;
-    for (; e < tensors.size() && hf_stored(cfg, tensors[e].name, tensors[e].shape).name == st.name; ++e) {
+    for (; e < tensors.size(); ++e) {
+      const HfStored se = hf_stored(cfg, tensors[e].name, tensors[e].shape);
+      if (se.name != st.name) break;
+      in_order = in_order && se.row == rows;
       numel.push_back(tensors[e].shape[0] * tensors[e].shape[1]);
       rows += tensors[e].shape[0];
       contiguous =
           contiguous && tensors[e].data && (e == i || tensors[e].data == tensors[e - 1].data + numel[numel.size() - 2]);
     }
-    ZT_CHECK(rows == st.shape[0], "saving ", st.name, ": its parts hold ", rows, " of ", st.shape[0],
-             " rows (a bug in the layout)");
+    if (rows != st.shape[0] || !in_order) {
+      ZT_CHECK(!strict, "saving ", st.name, ": its parts hold ", rows, " of ", st.shape[0],
+               " rows (a bug in the layout)");
+      while (i < e) keep(i++);
+      continue;
+    }
     std::vector<StTensorOut> parts(tensors.begin() + int64_t(i), tensors.begin() + int64_t(e));
     StTensorOut f{st.name, st.shape, contiguous ? tensors[i].data : nullptr};
     if (!contiguous)
@@ -268,15 +301,15 @@ std::vector<StTensorOut> hf_fused(const ModelConfig& cfg, const std::vector<StTe
             parts[k].fill(dst);
       };
     out.push_back(std::move(f));
+    if (counts) counts->push_back(e - i);
     i = e;
   }
   return out;
 }
-}  // namespace
 
 void hf_save_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& parts, const std::string& folder,
                      DType dtype, int64_t max_shard_bytes) {
-  const std::vector<StTensorOut> tensors = hf_fused(cfg, parts);
+  const std::vector<StTensorOut> tensors = hf_fuse_tensors(cfg, parts, true);
   ::mkdir(folder.c_str(), 0755);
   const fs::path dir(folder);
   const int64_t es = int64_t(dtype_size(dtype));
@@ -325,11 +358,19 @@ void hf_save_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& par
 
 HfSideFiles hf_side_files(const std::string& folder) {
   // (spiece.model, sentencepiece.bpe.model: T5's and XLM-R's names for a SentencePiece model.)
-  static const char* names[] = {"tokenizer.json",      "tokenizer_config.json", "special_tokens_map.json",
-                                "added_tokens.json",   "tokenizer.model",       "spiece.model",
-                                "sentencepiece.bpe.model",                      "vocab.json",
-                                "merges.txt",          "encoder.json",          "vocab.bpe",
-                                "chat_template.jinja", "generation_config.json"};
+  static const char* names[] = {"tokenizer.json",
+                                "tokenizer_config.json",
+                                "special_tokens_map.json",
+                                "added_tokens.json",
+                                "tokenizer.model",
+                                "spiece.model",
+                                "sentencepiece.bpe.model",
+                                "vocab.json",
+                                "merges.txt",
+                                "encoder.json",
+                                "vocab.bpe",
+                                "chat_template.jinja",
+                                "generation_config.json"};
   HfSideFiles out;
   if (folder.empty()) return out;
   for (const char* n : names) {

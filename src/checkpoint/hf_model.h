@@ -97,6 +97,17 @@ struct HfStored {
   std::vector<int64_t> shape;
 };
 HfStored hf_stored(const ModelConfig& cfg, const std::string& name, const std::vector<int64_t>& shape);
+// The reverse: the parts ztrain holds of a fused tensor `name` of shape `shape` (Phi-3's qkv_proj:
+// q, k, v; gate_up_proj: gate, up), in row order, each {part name, first row, part shape};
+// empty when `name` is not a fused tensor of this config (or its shape is not the fused one).
+std::vector<HfStored> hf_parts(const ModelConfig& cfg, const std::string& name, const std::vector<int64_t>& shape);
+// The tensors as a folder stores them: each run of consecutive tensors that are the parts of
+// one fused tensor, in order and complete, becomes it (its data when the parts lie back to back,
+// else a fill() that copies them part after part); every other tensor stays as it is. counts
+// (optional) gets, per output tensor, how many inputs it covers. An incomplete run is an error
+// (strict: a model's whole table) or kept as its parts.
+std::vector<StTensorOut> hf_fuse_tensors(const ModelConfig& cfg, const std::vector<StTensorOut>& tensors, bool strict,
+                                         std::vector<size_t>* counts = nullptr);
 
 // The non-weight files of an HF model folder that travel with its weights: the tokenizer
 // (tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json,

@@ -39,18 +39,6 @@ inline void pv_rows4(float* acc, const float* p, const float* v, int64_t rs, int
   for (int c = 0; c < HSC; c += 64) fma4x64(acc + c, HSC, true, p + j0, TILE, 1, v + j0 * rs + c, rs, j1 - j0);
 }
 
-// Gemma 2's soft-capping of a score tile in place: s = c tanh(s / c) over its nq x nk scores,
-// and (dcap non-null) the derivative 1 - tanh^2 for backward. Plain std::tanh: the cap saturates
-// scores far out, where an approximate tanh would lose the gradient's last digits.
-inline void softcap_tile(float* s, float* dcap, int nq, int nk, float c) {
-  for (int i = 0; i < nq; ++i)
-    for (int j = 0; j < nk; ++j) {
-      const float t = std::tanh(s[size_t(i) * TILE + j] / c);
-      s[size_t(i) * TILE + j] = c * t;
-      if (dcap) dcap[size_t(i) * TILE + j] = 1.0f - t * t;
-    }
-}
-
 // One task per (batch, query head): the head's keys are transposed once, then its query
 // tiles run an online softmax over their key tiles.
 template <int HSC>
@@ -191,7 +179,7 @@ void backward_impl(float* dqkv, const float* dout, const float* qkv, const float
           for (int kti = tile_first_key(doc, q0, nq) / TILE; kti <= qt; ++kti) {
             const int k0 = kti * TILE, nk = std::min(TILE, T - k0);
             const float* k = base + int64_t(k0) * rs + koff;
-            tile_scores(p.data(), q, rs, nq, kt.data() + k0, ld, scale, HS, HSC > 0);   // S
+            tile_scores(p.data(), q, rs, nq, kt.data() + k0, ld, scale, HS, HSC > 0);  // S
             if (cap) softcap_tile(p.data(), dcap.data(), nq, nk, dm.softcap);
             tile_scores(ds.data(), dO, os, nq, vt.data() + k0, ld, 1.0f, HS, HSC > 0);  // dP = dO V^T
             backward_tile(p.data(), ds.data(), nq, q0, k0, nk, doc, lrow, D.data(), 1.0f, scale);

@@ -18,12 +18,16 @@ struct AttnDims {
   // with doc_start[t] <= t; null = plain causal (every query sees keys 0..t).
   const int32_t* doc_start = nullptr;
   // The scores' scale; 0: 1 / sqrt(HS). Gemma sets query_pre_attn_scalar^-1/2. The CPU and GPU
-  // kernels honour it; context parallelism's does not (it refuses such models).
+  // kernels and context parallelism's ring honour it.
   float scale = 0.f;
   // Gemma 2's attn_logit_softcapping c: scores become c tanh(s / c) before the softmax; 0: none.
   // The fp32 CPU kernels (forward, backward, decode) apply it; the bf16 entry points run them then.
   // The GPU's CUDA-core kernels apply it (dispatch.h sends capped attention there in fp32, too).
   float softcap = 0.f;
+  // The layer's sliding window W (query at position p sees keys p-W+1..p; 0: none). The kernels
+  // here do not read it: the model folds a window into doc_start (attention_window_start). Context
+  // parallelism's ring does (parallel/context_parallel.h), which masks by global positions.
+  int window = 0;
   float softmax_scale() const { return scale > 0.f ? scale : 1.0f / std::sqrt(static_cast<float>(HS)); }
   int64_t row_stride() const { return int64_t(NH + 2 * KVH) * HS; }
 };

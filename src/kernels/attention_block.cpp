@@ -1,7 +1,9 @@
 // attention_block.cpp: unmasked attention of a query block against a key / value block
 // (attention_block.h), in 64 x 64 tiles with an online softmax like attention.cpp, whose
-// tile steps (tile_scores, softmax_tile, backward_tile) it shares. Every key is visible to every query,
-// so the causal bound of those steps is lifted by placing the queries after the last key.
+// tile steps (tile_scores, softcap_tile, softmax_tile, backward_tile) it shares. Every key is visible
+// to every query, so the causal bound of those steps is lifted by placing the queries after the
+// last key; a sliding window's first visible key per query (BlockDims::first) takes the place of
+// their document start, and key tiles before a query tile's earliest such key are skipped.
 // Forward: one task per (batch, query head). Backward: one task per (batch, key / value
 // head), which owns its dK, dV and its heads' dQ: no two threads write one gradient, and the
 // summation order is fixed (run-to-run identical results).
@@ -45,17 +47,26 @@ void weighted(float* acc, int n, const float* w, int64_t wi, int64_t wk, const f
   }
 }
 
+// A query tile's window bounds where the tile steps read a row's first key: the steps place the
+// queries at position nk, so row i's bound goes to doc[nk + i]. Null without a window.
+const int32_t* window_rows(std::vector<int32_t>& doc, const int32_t* first, int q0, int nq, int nk) {
+  if (!first) return nullptr;
+  std::copy_n(first + q0, nq, doc.data() + nk);
+  return doc.data();
+}
+
 }  // namespace
 
 void attention_block_forward_impl(Strided<float> out, float* lse, Strided<const float> q, Strided<const float> k,
-                             Strided<const float> v, const BlockDims& dm) {
+                                  Strided<const float> v, const BlockDims& dm) {
   const int NH = dm.NH, HS = dm.HS, group = NH / dm.KVH, nk = dm.nk, nq_all = dm.nq;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = dm.softmax_scale();
   const int64_t ld = int64_t((nk + TILE - 1) / TILE) * TILE;
   const int64_t tasks = int64_t(dm.B) * NH;
 #pragma omp parallel
   {
     std::vector<float> kt(size_t(HS) * ld), s(TILE * TILE), acc(size_t(TILE) * HS), m(TILE), l(TILE), corr(TILE);
+    std::vector<int32_t> doc(dm.first ? size_t(nk) + TILE : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int h = int(task % NH), b = int(task / NH), g = h / group;
@@ -63,15 +74,18 @@ void attention_block_forward_impl(Strided<float> out, float* lse, Strided<const 
       const float* vb = v.at(b, 0) + int64_t(g) * HS;
       for (int q0 = 0; q0 < nq_all; q0 += TILE) {
         const int nq = std::min(TILE, nq_all - q0);
+        // The tile steps place the queries at position nk (past every key); a window's first keys
+        // go where they look for a row's document start.
+        const int32_t* first = window_rows(doc, dm.first, q0, nq, nk);
         std::fill(acc.begin(), acc.end(), 0.f);
         std::fill(m.begin(), m.end(), kNegInf);
         std::fill(l.begin(), l.end(), 0.f);
-        for (int k0 = 0; k0 < nk; k0 += TILE) {
+        for (int k0 = tile_first_key(first, nk, nq) / TILE * TILE; k0 < nk; k0 += TILE) {
           const int nkt = std::min(TILE, nk - k0);
           tile_scores(s.data(), q.at(b, q0) + int64_t(h) * HS, q.rs, nq, kt.data() + k0, ld, scale, HS, HS % 64 == 0);
+          if (dm.softcap > 0.f) softcap_tile(s.data(), nullptr, nq, nkt, dm.softcap);
           int jmin, jmax;
-          // Query position nk: past every key, so all of the tile's keys are visible.
-          softmax_tile(s.data(), nq, nk, k0, nkt, nullptr, 1.0f, m.data(), l.data(), corr.data(), &jmin, &jmax);
+          softmax_tile(s.data(), nq, nk, k0, nkt, first, 1.0f, m.data(), l.data(), corr.data(), &jmin, &jmax);
           for (int i = 0; i < nq; ++i) {
             float* ai = acc.data() + size_t(i) * HS;
             const float c = corr[i];
@@ -82,10 +96,11 @@ void attention_block_forward_impl(Strided<float> out, float* lse, Strided<const 
             weighted(acc.data(), nq, s.data() + jmin, TILE, 1, vb + (k0 + jmin) * v.rs, v.rs, jmax - jmin, HS);
         }
         for (int i = 0; i < nq; ++i) {
-          const float inv = 1.0f / l[i];
+          const bool none = l[i] == 0.f;  // a row whose window ends before these keys
+          const float inv = none ? 0.f : 1.0f / l[i];
           float* o = out.at(b, q0 + i) + int64_t(h) * HS;
           for (int d = 0; d < HS; ++d) o[d] = acc[size_t(i) * HS + d] * inv;
-          lse[b * dm.lse_b + h * dm.lse_h + q0 + i] = m[i] + std::log(l[i]);
+          lse[b * dm.lse_b + h * dm.lse_h + q0 + i] = none ? kNegInf : m[i] + std::log(l[i]);
         }
       }
     }
@@ -93,16 +108,18 @@ void attention_block_forward_impl(Strided<float> out, float* lse, Strided<const 
 }
 
 void attention_block_backward_impl(Strided<float> dq, Strided<float> dk, Strided<float> dv, Strided<const float> dout,
-                              const float* lse, const float* D, Strided<const float> q, Strided<const float> k,
-                              Strided<const float> v, const BlockDims& dm) {
+                                   const float* lse, const float* D, Strided<const float> q, Strided<const float> k,
+                                   Strided<const float> v, const BlockDims& dm) {
   const int NH = dm.NH, KVH = dm.KVH, HS = dm.HS, group = NH / KVH, nk = dm.nk, nq_all = dm.nq;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float scale = dm.softmax_scale();
   const int64_t ld = int64_t((nk + TILE - 1) / TILE) * TILE;
   const int64_t tasks = int64_t(dm.B) * KVH;
+  const bool cap = dm.softcap > 0.f;
 #pragma omp parallel
   {
     std::vector<float> kt(size_t(HS) * ld), vt(size_t(HS) * ld), p(TILE * TILE), ds(TILE * TILE),
-        dqa(size_t(TILE) * HS), dka(size_t(nk) * HS), dva(size_t(nk) * HS);
+        dqa(size_t(TILE) * HS), dka(size_t(nk) * HS), dva(size_t(nk) * HS), dcap(cap ? TILE * TILE : 0);
+    std::vector<int32_t> doc(dm.first ? size_t(nk) + TILE : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int g = int(task % KVH), b = int(task / KVH);
@@ -120,12 +137,18 @@ void attention_block_backward_impl(Strided<float> dq, Strided<float> dk, Strided
           const float* Drow = D + b * dm.lse_b + h * dm.lse_h + q0;
           const float* qr = q.at(b, q0) + hc;
           const float* dor = dout.at(b, q0) + hc;
+          const int32_t* first = window_rows(doc, dm.first, q0, nq, nk);
           std::fill(dqa.begin(), dqa.end(), 0.f);
-          for (int k0 = 0; k0 < nk; k0 += TILE) {
+          for (int k0 = tile_first_key(first, nk, nq) / TILE * TILE; k0 < nk; k0 += TILE) {
             const int nkt = std::min(TILE, nk - k0);
-            tile_scores(p.data(), qr, q.rs, nq, kt.data() + k0, ld, scale, HS, HS % 64 == 0);      // S
+            tile_scores(p.data(), qr, q.rs, nq, kt.data() + k0, ld, scale, HS, HS % 64 == 0);  // S
+            if (cap) softcap_tile(p.data(), dcap.data(), nq, nkt, dm.softcap);
             tile_scores(ds.data(), dor, dout.rs, nq, vt.data() + k0, ld, 1.0f, HS, HS % 64 == 0);  // dP = dO V^T
-            backward_tile(p.data(), ds.data(), nq, nk, k0, nkt, nullptr, lrow, Drow, 1.0f, scale);
+            backward_tile(p.data(), ds.data(), nq, nk, k0, nkt, first, lrow, Drow, 1.0f, scale);
+            if (cap)  // through the cap: dS_raw = dS (1 - tanh^2)
+              for (int i = 0; i < nq; ++i)
+#pragma omp simd
+                for (int j = 0; j < nkt; ++j) ds[size_t(i) * TILE + j] *= dcap[size_t(i) * TILE + j];
             float* dvk = dva.data() + size_t(k0) * HS;
             float* dkk = dka.data() + size_t(k0) * HS;
             weighted(dvk, nkt, p.data(), 1, TILE, dor, dout.rs, nq, HS);                           // dV += P^T dO

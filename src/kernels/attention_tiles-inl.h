@@ -1,8 +1,8 @@
 // attention_tiles-inl.h: what the fp32 and bf16 flash-attention kernels share (attention.cpp,
 // attention_bf16.cpp; the fp32 ones also with ring attention's unmasked blocks,
 // attention_block.cpp): the tile size, the first key a query tile may see, a masked row
-// maximum, the keys' transpose, the 4 x 64 multiply-add micro-kernel and the softmax /
-// backward tile steps. Internal to src/kernels. A Highway "-inl" header: included by files
+// maximum, the keys' transpose, the 4 x 64 multiply-add micro-kernel, the soft-cap and the
+// softmax / backward tile steps. Internal to src/kernels. A Highway "-inl" header: included by files
 // that foreach_target compiles once per target, it is compiled into each target's namespace
 // (the guard toggles per target), so every target gets its own vector width.
 #if defined(ZT_KERNELS_ATTENTION_TILES_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -14,6 +14,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -86,8 +87,7 @@ inline void fma4x64(float* acc, int64_t astride, bool accumulate, const float* w
   for (int c0 = 0; c0 < TILE; c0 += kCols) {
     V r[4][kUse];
     for (int k = 0; k < 4; ++k)
-      for (int c = 0; c < kUse; ++c)
-        r[k][c] = accumulate ? hn::LoadU(d, acc + k * astride + c0 + c * N) : hn::Zero(d);
+      for (int c = 0; c < kUse; ++c) r[k][c] = accumulate ? hn::LoadU(d, acc + k * astride + c0 + c * N) : hn::Zero(d);
     for (int j = 0; j < n; ++j) {
       const float* xj = x + j * xs + c0;
       V xv[kUse];
@@ -142,6 +142,18 @@ inline void tile_scores(float* s, const float* a, int64_t stride, int rows, cons
 #pragma omp simd
     for (int j = 0; j < TILE; ++j) s[i * TILE + j] = acc[j] * scale;
   }
+}
+
+// Gemma 2's soft-capping of a score tile in place: s = c tanh(s / c) over its nq x nk scores,
+// and (dcap non-null) the derivative 1 - tanh^2 for backward. Plain std::tanh: the cap saturates
+// scores far out, where an approximate tanh would lose the gradient's last digits.
+inline void softcap_tile(float* s, float* dcap, int nq, int nk, float c) {
+  for (int i = 0; i < nq; ++i)
+    for (int j = 0; j < nk; ++j) {
+      const float t = std::tanh(s[size_t(i) * TILE + j] / c);
+      s[size_t(i) * TILE + j] = c * t;
+      if (dcap) dcap[size_t(i) * TILE + j] = 1.0f - t * t;
+    }
 }
 
 // One key tile of the forward's online softmax for query rows [0, nq) of a tile at q0 against

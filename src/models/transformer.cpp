@@ -130,6 +130,7 @@ void Transformer::set_tp_region(nn::TpRegion* r) {
 
 void Transformer::set_cp_region(nn::CpRegion* r) {
   cp_ = r;
+  rope_ext_rows_ = 0;  // longrope's choice follows the whole sequence now (fill_rope)
   for (nn::Block& b : blocks_) b.cp = r;
 }
 
@@ -285,10 +286,13 @@ void Transformer::set_device(DeviceKind dev) {
 }
 
 void Transformer::fill_rope(const RopeFreqs& f, float* cos, float* sin, int rows) {
-  if (dev_ == DeviceKind::cpu) return rope_fill(f, cos, sin, rows, T_);
+  // longrope chooses its factors by the sequence's length: the whole row's under context
+  // parallelism (a rank plans T / P of its rows).
+  const int seq_len = cp_ ? cp_->sequence_length() : T_;
+  if (dev_ == DeviceKind::cpu) return rope_fill(f, cos, sin, rows, seq_len);
   const size_t half = size_t(cfg_.head_size / 2), n = size_t(rows) * half;
   std::vector<float> host(2 * n);
-  rope_fill(f, host.data(), host.data() + n, rows, T_);
+  rope_fill(f, host.data(), host.data() + n, rows, seq_len);
   kernels::copy_in(dev_, cos, host.data(), n * sizeof(float));
   kernels::copy_in(dev_, sin, host.data() + n, n * sizeof(float));
 }

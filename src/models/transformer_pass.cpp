@@ -34,8 +34,9 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
   };
   if (cp_) {
     // Context parallel: this rank's chunks of each row at their global positions (ascending,
-    // with a jump between chunks); the region's attention masks causally over the whole row.
-    ZT_ASSERT(positions && !window, "context parallelism takes global positions and no sliding window");
+    // with a jump between chunks); the region's attention masks causally over the whole row,
+    // and by each layer's window (AttnDims::window) over the global positions.
+    ZT_ASSERT(positions, "context parallelism takes global positions");
     int32_t max_pos = 0;
     for (int64_t r = 0; r < int64_t(B) * T; ++r) max_pos = std::max(max_pos, positions[r]);
     ZT_CHECK(max_pos < cfg_.max_position, "position ids: ", max_pos, " lies outside the model's context of ",
@@ -98,8 +99,8 @@ void Transformer::extend_rope(int32_t max_pos, SlotInput* in) {
 void Transformer::prepare_local(SlotInput* in) {
   in->pack_local = in->pack;
   const int W = cfg_.sliding_window, B = B_, T = T_;
-  if (cfg_.sliding_layers.empty() || W <= 0 || T <= W) return;
-  ZT_ASSERT(!cp_, "per-layer sliding windows run on one rank's whole rows");
+  // Under context parallelism the region masks each layer's window itself (AttnDims::window).
+  if (cfg_.sliding_layers.empty() || W <= 0 || T <= W || cp_) return;
   if (in->pack.doc_start)
     in->doc_start_local.assign(in->pack.doc_start, in->pack.doc_start + int64_t(B) * T);
   else

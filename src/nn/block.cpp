@@ -150,7 +150,7 @@ void Block::activation_forward(const BlockActs& a, TensorView fc32, const BlockS
 void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockScratch& sc, int B, int T,
                     const RopeTable& rope, const Packing& pack) const {
   const BlockShape& s = shape;
-  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start, s.attn_scale, s.attn_softcap};
+  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start, s.attn_scale, s.attn_softcap, s.window};
   norm_forward(ln1, mine(a.ln1), a.ln1_mean, a.ln1_rstd, x, mine(sc.dln));
   if (tp) tp->column_parallel_input(a.ln1);
   // q, k, v: computed in fp32; under bf16 kept in bf16, and attention reads the kept values.
@@ -307,7 +307,7 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
                      const RopeTable& rope, const Packing& pack, Recompute r) const {
   const int64_t N = int64_t(B) * T;
   const BlockShape& s = shape;
-  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start, s.attn_scale, s.attn_softcap};
+  kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start, s.attn_scale, s.attn_softcap, s.window};
   // Refill what the forward did not keep. Every kernel is deterministic at a given thread
   // count, so the refilled tensors equal the ones a forward without recomputation kept
   // (bit for bit; the tests check the gradients).

@@ -39,6 +39,7 @@ struct BlockShape {
   int window = 0;            // sliding-window attention (Mistral): keys t-window+1..t; 0 = none. The model
                              // turns it into Packing::doc_start (the kernel's per-query first key).
                              // Gemma 3's per-layer windows come in through Packing the same way.
+                             // Context parallelism's ring reads it (AttnDims::window) instead.
   float attn_scale = 0.f;    // attention's score scale (kernels::AttnDims::scale); 0: HS^-1/2
   float attn_softcap = 0.f;  // Gemma 2: scores soft-capped (kernels::AttnDims::softcap); 0: none
   int sp = 1;                // sequence parallel: the residual stream (x, mid, y, norm statistics) holds
@@ -144,13 +145,17 @@ class TpRegion {
 // Where context parallelism meets a block (parallel/context_parallel.h implements it; nn
 // never includes dist): causal attention of this rank's rows of the sequence against the
 // whole sequence, whose other rows other ranks hold. d.T is this rank's rows per batch row;
-// the arguments are attention.h's. Forward and backward are collectives over the cp group.
+// the arguments are attention.h's (the layer's window, scale and soft-cap included). Forward and backward are
+// collectives over the cp group.
 class CpRegion {
  public:
   virtual ~CpRegion() = default;
   virtual void attention_forward(float* out, float* lse, const float* qkv, const kernels::AttnDims& d) = 0;
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                                   const kernels::AttnDims& d) = 0;
+  // The whole sequence's tokens per row (P d.T): what RoPE tables that depend on the sequence's
+  // length (longrope's factors) are chosen by.
+  virtual int sequence_length() const = 0;
 };
 
 class Block {

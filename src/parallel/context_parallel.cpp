@@ -61,6 +61,42 @@ BlockRange block_range(int owner, int rank, int Tl) {
   return owner < rank ? BlockRange{0, Tl, c} : BlockRange{c, c, Tl};
 }
 
+// The global position of local row t of cp rank r of P (chunks of c tokens): chunk r, then
+// chunk 2P - 1 - r.
+int zigzag_position(int P, int c, int r, int t) { return t < c ? r * c + t : (2 * P - 1 - r) * c + (t - c); }
+
+// The first of n rows (global positions pos(k), ascending in k) at or after position lo; n if none.
+template <class Pos>
+int first_at_or_after(int n, int lo, Pos pos) {
+  int a = 0, b = n;
+  while (a < b) {
+    const int m = (a + b) / 2;
+    if (pos(m) < lo)
+      a = m + 1;
+    else
+      b = m;
+  }
+  return a;
+}
+
+// D = rowsum(dO * O) of the merged output, per (b, h, row) (B, NH, T), as the kernels compute it.
+void row_dots(float* D, const float* out, const float* dout, const kernels::AttnDims& d) {
+  const int Tl = d.T, NH = d.NH, HS = d.HS;
+  const int64_t os = int64_t(NH) * HS, tasks = int64_t(d.B) * NH;
+#pragma omp parallel for schedule(static)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t b = task / NH, h = task % NH;
+    for (int t = 0; t < Tl; ++t) {
+      const float* o = out + (b * Tl + t) * os + h * HS;
+      const float* g = dout + (b * Tl + t) * os + h * HS;
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int e = 0; e < HS; ++e) s += o[e] * g[e];
+      D[(b * NH + h) * Tl + t] = s;
+    }
+  }
+}
+
 }  // namespace
 
 void check_cp_seq_len(int T, int cp) {
@@ -69,13 +105,10 @@ void check_cp_seq_len(int T, int cp) {
            ": set --model_max_length to a multiple of ", 2 * cp);
 }
 
-void check_cp_composes(int T, int cp, bool packing, int sliding_window, bool validation, int pp) {
+void check_cp_composes(int T, int cp, bool packing, bool validation, int pp) {
   check_cp_seq_len(T, cp);
   ZT_CHECK(!packing, "--context-parallel-size ", cp,
            " does not support --packing yet (document masks across the ring); train without it");
-  ZT_CHECK(sliding_window <= 0 || T <= sliding_window, "--context-parallel-size ", cp,
-           ": the model's sliding window of ", sliding_window, " tokens is shorter than the sequence of ", T,
-           "; context parallelism does not mask windows yet");
   ZT_CHECK(!validation || pp == 1, "--context-parallel-size ", cp,
            " with pipeline stages: evaluation (--validation_file) does not run there yet; evaluate the saved model "
            "with one process");
@@ -83,9 +116,34 @@ void check_cp_composes(int T, int cp, bool packing, int sliding_window, bool val
 
 ContextParallel::ContextParallel(dist::Communicator& cp, int T) : comm_(cp), T_(T) { check_cp_seq_len(T, cp.size()); }
 
-int ContextParallel::global_position(int t) const {
-  const int c = T_ / (2 * size()), r = rank();
-  return t < c ? r * c + t : (2 * size() - 1 - r) * c + (t - c);
+int ContextParallel::global_position(int t) const { return zigzag_position(size(), T_ / (2 * size()), rank(), t); }
+
+const int32_t* ContextParallel::diag_bounds(int W, int B) {
+  const int Tl = local_T(), c = Tl / 2, P = size(), r = rank();
+  if (diag_W_ == W && diag_B_ == B) return diag_.data();
+  diag_.resize(size_t(B) * Tl);
+  for (int t = 0; t < Tl; ++t)
+    diag_[t] = first_at_or_after(t, global_position(t) - W + 1, [&](int k) { return zigzag_position(P, c, r, k); });
+  for (int b = 1; b < B; ++b) std::copy_n(diag_.data(), Tl, diag_.data() + size_t(b) * Tl);
+  diag_W_ = W;
+  diag_B_ = B;
+  return diag_.data();
+}
+
+const int32_t* ContextParallel::block_bounds(int W, int owner, int q0, int nq, int nk, bool* hidden) {
+  const int c = local_T() / 2, P = size();
+  first_.resize(size_t(nq));
+  bool any = false, all = true;
+  for (int i = 0; i < nq; ++i) {
+    // The owner's block is its local rows [0, nk): ascending global positions.
+    const int f =
+        first_at_or_after(nk, global_position(q0 + i) - W + 1, [&](int k) { return zigzag_position(P, c, owner, k); });
+    first_[i] = f;
+    any |= f > 0;
+    all &= f >= nk;
+  }
+  *hidden = all;
+  return any ? first_.data() : nullptr;
 }
 
 ContextParallel::Shard ContextParallel::shard(const int32_t* inputs, const int32_t* targets, int B, int slot) {
@@ -124,10 +182,13 @@ void ContextParallel::ensure(size_t kv_elems, size_t out_elems, size_t lse_elems
 }
 
 void ContextParallel::attention_forward(float* out, float* lse, const float* qkv, const kernels::AttnDims& d) {
-  ZT_ASSERT(!d.doc_start && d.T == local_T() && d.scale == 0.f && d.softcap == 0.f,
-            "context parallel attention: unexpected packing, length or scale");
+  ZT_ASSERT(!d.doc_start && d.T == local_T(), "context parallel attention: unexpected packing or length");
   const int P = size(), r = rank();
-  if (P == 1) return kernels::attention_forward(out, lse, qkv, d);
+  if (P == 1 && d.window == 0) return kernels::attention_forward(out, lse, qkv, d);
+  // The diagonal block: causal over the local rows, a window bounding each row's first key.
+  kernels::AttnDims dd = d;
+  if (d.window > 0) dd.doc_start = diag_bounds(d.window, d.B);
+  if (P == 1) return kernels::attention_forward(out, lse, qkv, dd);
   const int Tl = d.T, HS = d.HS;
   const int64_t rs = d.row_stride(), os = int64_t(d.NH) * HS, kvs = int64_t(2) * d.KVH * HS;
   const size_t kv_elems = size_t(d.B) * Tl * kvs, kv_bytes = kv_elems * sizeof(float);
@@ -139,7 +200,7 @@ void ContextParallel::attention_forward(float* out, float* lse, const float* qkv
   dist::Request got = comm_.irecv(kv_[1 - cur].data(), kv_bytes, prev, kTagFwdKv);
   // The diagonal block while the first K / V block travels: this rank's own K / V, causal over
   // its rows.
-  kernels::attention_forward(out, lse, qkv, d);
+  kernels::attention_forward(out, lse, qkv, dd);
   ZT_PROFILE("cp_ring_fwd");
   for (int s = 1; s < P; ++s) {
     sent.wait();
@@ -149,9 +210,13 @@ void ContextParallel::attention_forward(float* out, float* lse, const float* qkv
       sent = comm_.isend(kv_[cur].data(), kv_bytes, next, kTagFwdKv);
       got = comm_.irecv(kv_[1 - cur].data(), kv_bytes, prev, kTagFwdKv);
     }
-    const BlockRange br = block_range((r - s + P) % P, r, Tl);
+    const int owner = (r - s + P) % P;
+    const BlockRange br = block_range(owner, r, Tl);
     const float* kv = kv_[cur].data();
-    kernels::BlockDims bd{d.B, d.NH, d.KVH, HS, br.nq, br.nk, int64_t(d.NH) * Tl, Tl};
+    bool hidden = false;
+    const int32_t* first = d.window > 0 ? block_bounds(d.window, owner, br.q0, br.nq, br.nk, &hidden) : nullptr;
+    if (hidden) continue;  // the window sees none of these keys: nothing to merge
+    kernels::BlockDims bd{d.B, d.NH, d.KVH, HS, br.nq, br.nk, int64_t(d.NH) * Tl, Tl, d.scale, d.softcap, first};
     kernels::attention_block_forward({out_blk_.data() + br.q0 * os, Tl * os, os}, lse_blk_.data() + br.q0,
                                      {qkv + br.q0 * rs, Tl * rs, rs}, {kv, Tl * kvs, kvs},
                                      {kv + int64_t(d.KVH) * HS, Tl * kvs, kvs}, bd);
@@ -163,7 +228,9 @@ void ContextParallel::attention_backward(float* dqkv, const float* dout, const f
                                          const float* lse, const kernels::AttnDims& d) {
   ZT_ASSERT(!d.doc_start && d.T == local_T(), "context parallel attention: unexpected packing or length");
   const int P = size(), r = rank();
-  if (P == 1) return kernels::attention_backward(dqkv, dout, qkv, out, lse, d);
+  kernels::AttnDims dd = d;
+  if (d.window > 0) dd.doc_start = diag_bounds(d.window, d.B);
+  if (P == 1) return kernels::attention_backward(dqkv, dout, qkv, out, lse, dd);
   const int Tl = d.T, NH = d.NH, HS = d.HS;
   const int64_t rs = d.row_stride(), os = int64_t(NH) * HS, kvs = int64_t(2) * d.KVH * HS;
   const size_t kv_elems = size_t(d.B) * Tl * kvs, kv_bytes = kv_elems * sizeof(float);
@@ -176,22 +243,9 @@ void ContextParallel::attention_backward(float* dqkv, const float* dout, const f
   // The diagonal block while the first K / V block travels: dQ of every local row (=), and this
   // rank's dK / dV from its own rows; with the merged out and lse its P is the block's part of
   // each row's softmax.
-  kernels::attention_backward(dqkv, dout, qkv, out, lse, d);
+  kernels::attention_backward(dqkv, dout, qkv, out, lse, dd);
   ZT_PROFILE("cp_ring_bwd");
-  // D = rowsum(dO * O) of the merged output, per (b, h, row), as the kernels compute it.
-  const int64_t tasks = int64_t(d.B) * NH;
-#pragma omp parallel for schedule(static)
-  for (int64_t task = 0; task < tasks; ++task) {
-    const int64_t b = task / NH, h = task % NH;
-    for (int t = 0; t < Tl; ++t) {
-      const float* o = out + (b * Tl + t) * os + h * HS;
-      const float* g = dout + (b * Tl + t) * os + h * HS;
-      float s = 0.f;
-#pragma omp simd reduction(+ : s)
-      for (int e = 0; e < HS; ++e) s += o[e] * g[e];
-      D_[(b * NH + h) * Tl + t] = s;
-    }
-  }
+  row_dots(D_.data(), out, dout, d);
   dist::Request acc_sent, acc_got;
   for (int s = 1; s < P; ++s) {
     kv_sent.wait();
@@ -207,14 +261,18 @@ void ContextParallel::attention_backward(float* dqkv, const float* dout, const f
     } else {
       acc_got.wait();
     }
-    const BlockRange br = block_range((r - s + P) % P, r, Tl);
+    const int owner = (r - s + P) % P;
+    const BlockRange br = block_range(owner, r, Tl);
     const float* kv = kv_[cur].data();
     float* acc = acc_[ac].data();
-    kernels::BlockDims bd{d.B, NH, d.KVH, HS, br.nq, br.nk, int64_t(NH) * Tl, Tl};
-    kernels::attention_block_backward({dqkv + br.q0 * rs, Tl * rs, rs}, {acc, Tl * kvs, kvs},
-                                      {acc + int64_t(d.KVH) * HS, Tl * kvs, kvs}, {dout + br.q0 * os, Tl * os, os},
-                                      lse + br.q0, D_.data() + br.q0, {qkv + br.q0 * rs, Tl * rs, rs},
-                                      {kv, Tl * kvs, kvs}, {kv + int64_t(d.KVH) * HS, Tl * kvs, kvs}, bd);
+    bool hidden = false;
+    const int32_t* first = d.window > 0 ? block_bounds(d.window, owner, br.q0, br.nq, br.nk, &hidden) : nullptr;
+    kernels::BlockDims bd{d.B, NH, d.KVH, HS, br.nq, br.nk, int64_t(NH) * Tl, Tl, d.scale, d.softcap, first};
+    if (!hidden)  // a block the window hides adds nothing; its accumulator passes on unchanged
+      kernels::attention_block_backward({dqkv + br.q0 * rs, Tl * rs, rs}, {acc, Tl * kvs, kvs},
+                                        {acc + int64_t(d.KVH) * HS, Tl * kvs, kvs}, {dout + br.q0 * os, Tl * os, os},
+                                        lse + br.q0, D_.data() + br.q0, {qkv + br.q0 * rs, Tl * rs, rs},
+                                        {kv, Tl * kvs, kvs}, {kv + int64_t(d.KVH) * HS, Tl * kvs, kvs}, bd);
     // On to the next rank (at the last step that is the owner, r + 1); the next accumulator
     // (at the last step: this rank's own, from its other ranks) arrives in the other buffer.
     acc_sent.wait();

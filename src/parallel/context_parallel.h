@@ -10,7 +10,10 @@
 // It deliberately is not: a data-parallel engine (the cp ranks act as extra data-parallel
 // ranks for the parameter gradients: the DP / ZeRO engines reduce and shard over the grid's
 // dp x cp groups), a data loader (every rank of a cp group reads the same rows; shard() keeps
-// this rank's chunks), or a packing / sliding-window mask (refused with cp > 1).
+// this rank's chunks), or a packing mask (refused with cp > 1). A layer's sliding window
+// (AttnDims::window) is masked by global positions: the diagonal block through attention.h's
+// doc_start, each remote block through attention_block.h's first visible key per query; a block
+// the window hides wholly is skipped (its K / V still pass on).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -57,8 +60,15 @@ class ContextParallel final : public nn::CpRegion {
   // of T tokens: 3 (P - 1) K / V blocks of B (T / P) 2 KVH HS fp32 values (forward: P - 1
   // K / V blocks; backward: P - 1 K / V blocks and P - 1 dK / dV blocks).
   static double ring_bytes_per_layer(int B, int T, int P, int KVH, int HS);
+  int sequence_length() const override { return T_; }
 
  private:
+  // A sliding window W's bounds (window_ > 0): diag_ (B, local T) the first local key each local
+  // row sees among this rank's own rows (attention.h's doc_start), built per (W, B); first_ the
+  // first key of `owner`'s block each of the block's query rows sees. Returns null when the
+  // window hides none of that block's keys; *hidden: it hides all of them.
+  const int32_t* diag_bounds(int W, int B);
+  const int32_t* block_bounds(int W, int owner, int q0, int nq, int nk, bool* hidden);
   // The ring's buffers, grown on first use and kept (the pass's largest layer sizes them):
   // two K / V blocks; forward: a block's output and lse; backward: two dK / dV accumulators, D.
   void ensure(size_t kv_elems, size_t out_elems, size_t lse_elems, bool backward);
@@ -69,13 +79,15 @@ class ContextParallel final : public nn::CpRegion {
   };
   std::vector<Rows> rows_;  // per slot
   std::vector<float> kv_[2], acc_[2], out_blk_, lse_blk_, D_;
+  std::vector<int32_t> diag_, first_;
+  int diag_W_ = 0, diag_B_ = 0;
 };
 
 // One clear error when T does not split into 2 cp equal chunks.
 void check_cp_seq_len(int T, int cp);
 // What context parallelism does not run with yet, one error line each: T not in 2 cp equal chunks,
-// --packing, a sliding window shorter than T, evaluation with pipeline stages. The trainer's
-// check_cp_args and the planner's layout_refusal both ask it.
-void check_cp_composes(int T, int cp, bool packing, int sliding_window, bool validation, int pp);
+// --packing, evaluation with pipeline stages. The trainer's check_cp_args and the planner's
+// layout_refusal both ask it.
+void check_cp_composes(int T, int cp, bool packing, bool validation, int pp);
 
 }  // namespace zt::parallel

@@ -174,7 +174,7 @@ std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc)
     return str_cat("dp x cp x tp x pp = ", l.dp * l.cp * l.tp * l.pp, " is not ", nproc, " ranks");
   if (l.cp > 1) {  // the trainer's refusals (check_cp_args)
     try {
-      check_cp_composes(in.seq_len, l.cp, in.packing, c.sliding_window, in.validation, l.pp);
+      check_cp_composes(in.seq_len, l.cp, in.packing, in.validation, l.pp);
     } catch (const Error& e) {
       return e.what();
     }

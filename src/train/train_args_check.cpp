@@ -129,20 +129,13 @@ void check_args(const TrainArgs& a) {
 
 // --context-parallel-size against the world, the sequence and the features it does not compose
 // with yet (docs/parallelism-cp.md).
-void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg) {
+void check_cp_args(const TrainArgs& a, int world, int T) {
   const int cp = a.context_parallel_size;
   if (cp == 1) return;
   const int model_ranks = cp * a.tensor_model_parallel_size * a.pipeline_parallel_size;
   ZT_CHECK(world % model_ranks == 0, "--context-parallel-size ", cp, " does not divide the ", world, " ranks",
            model_ranks == cp ? "" : " (with tensor / pipeline parallelism)", "; the ranks must be a multiple of it");
-  parallel::check_cp_composes(T, cp, a.packing, cfg.sliding_window, !a.validation_file.empty(),
-                              a.pipeline_parallel_size);
-  // A rank's table covers its T / cp rows; longrope picks its factors by the whole sequence.
-  ZT_CHECK(cfg.rope.type != "longrope", "--context-parallel-size ", cp,
-           " does not compose with rope_scaling longrope yet (its factors follow the whole sequence's length)");
-  // Context parallel attention runs causal over whole rows at the default scale.
-  ZT_CHECK(cfg.sliding_layers.empty() && cfg.attn_scale == 0.f, "--context-parallel-size ", cp,
-           " does not compose with ", cfg.model_type, " yet (sliding-window layers, its attention scale)");
+  parallel::check_cp_composes(T, cp, a.packing, !a.validation_file.empty(), a.pipeline_parallel_size);
   ZT_CHECK(a.zero_hpz_partition_size <= 1 && a.local_sgd_steps == 0, "--context-parallel-size ", cp,
            " does not compose with --zero_hpz_partition_size or --local_sgd_steps yet");
   ZT_CHECK(a.max_memory.empty() && !a.auto_find_batch_size, "--context-parallel-size ", cp,

@@ -17,7 +17,7 @@ namespace zt::train_internal {
 void check_args(const TrainArgs& a);
 // --context-parallel-size against the world, the sequence length T and what does not compose
 // with it yet (one error line each).
-void check_cp_args(const TrainArgs& a, int world, int T, const ModelConfig& cfg);
+void check_cp_args(const TrainArgs& a, int world, int T);
 // The layout's flags against the world (one error line each): tensor / sequence parallelism,
 // the pipeline (returns its schedule); local SGD's groups (by host unless given; a collective);
 // the process grid they make.

@@ -114,7 +114,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : args_(args)
   check_tp_args(args_, world.size());
   cfg_ = load_config(args_);
   check_tp_plan(cfg_, {args_.tensor_model_parallel_size, 0, args_.sequence_parallel});
-  check_cp_args(args_, world.size(), seq_len(args_, cfg_), cfg_);
+  check_cp_args(args_, world.size(), seq_len(args_, cfg_));
   spike_ = std::make_unique<SpikeGuard>(spike_policy_from(args_.spike_policy), args_.spike_window, args_.spike_zscore);
   plan_ = act_plan_from_args(args_, cfg_);  // a bad combination fails here, before any work
   // Every weight shard present before --output_dir is touched (a missing one is one error).
