@@ -225,7 +225,7 @@ std::string mib(int64_t b) {
 }  // namespace
 
 int cmd_estimate_memory(const Args& args) {
-  std::string config_path, model_path, ranks = "1", optim = "adamw_torch", device = "cpu";
+  std::string config_path, model_path, ranks = "1", optim = "adamw_torch", device = "cpu", offload = "none";
   int B = 8, T = 0, G = 0;
   double bucket_mb = 0;
   FlagSet f("estimate-memory");
@@ -242,6 +242,7 @@ int cmd_estimate_memory(const Args& args) {
         range::closed(0, 1 << 20));
   f.add("optim", &optim, "optimizer whose state is counted, HF's names: adamw_torch | adamw (adamw_torch)");
   f.add("device", &device, "cpu: per-rank rows by strategy; cuda: what one GPU holds (docs/gpu.md) (cpu)");
+  f.add("offload_optimizer", &offload, "none | cpu: with --device cuda, the optimizer state in host memory (none)");
   TrainArgs prec;  // the precision and recomputation flags of `ztrain train`, same meaning
   f.add("bf16", &prec.bf16, "bf16 mixed precision (bf16 compute copies and activations)");
   f.add("fp16", &prec.fp16, "fp16 mixed precision (fp32 storage of fp16-rounded values on this CPU)");
@@ -275,10 +276,14 @@ int cmd_estimate_memory(const Args& args) {
   std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,
               mib(in.activation_bytes).c_str(), mib(in.temporary_bytes).c_str());
   if (device == "cuda") {
-    ZT_CHECK(ranks == "1", "estimate-memory --device cuda: one GPU, one process (several GPUs are not implemented "
-                          "yet); drop --num_ranks");
-    const parallel::MemoryRow r = parallel::estimate_gpu_memory(cfg, in, B, T, plan, optim);
-    std::printf("HW: 1 GPU (--device cuda; host mirrors of the checkpointed state are host memory).\n");
+    ZT_CHECK(ranks == "1",
+             "estimate-memory --device cuda: one GPU, one process (several GPUs are not implemented "
+             "yet); drop --num_ranks");
+    ZT_CHECK(offload == "none" || offload == "cpu", "estimate-memory: --offload_optimizer ", quote(offload),
+             " is not one of none, cpu");
+    const parallel::MemoryRow r = parallel::estimate_gpu_memory(cfg, in, B, T, plan, optim, offload == "cpu");
+    std::printf("HW: 1 GPU (--device cuda; host mirrors of the checkpointed state are host memory%s).\n",
+                offload == "cpu" ? "; offload_optimizer cpu: fp32 masters and optimizer state in host memory" : "");
     std::printf("  %-18s %10s %10s %10s %10s %10s %10s | %11s\n", "", "params", "grads", "optim", "acts", "temp",
                 "gpu extra", "total");
     std::printf("  %-18s %10s %10s %10s %10s %10s %10s | %11s\n", "1 GPU", mib(r.params).c_str(), mib(r.grads).c_str(),

@@ -319,17 +319,17 @@ void apply_scheduler(Ctx& c, const json& s) {
   }
 }
 
-// offload_optimizer / offload_param: ztrain computes on the CPU, so everything already lives in
-// host memory; "none" is quiet, cpu and nvme are ignored with a warning.
-void apply_offload(Ctx& c, const std::string& key, const json& v) {
+// offload_optimizer / offload_param .device into --offload_optimizer / offload_param; the trainer
+// decides what they mean on the device the run takes (train/run_device.h: ZeRO-Offload on the GPU,
+// a note on the CPU, where everything lives in host memory already; nvme is refused on the GPU).
+void apply_offload(Ctx& c, const std::string& key, const json& v, std::string& field, const char* flag) {
   require_object(key, v);
   std::string device = "none";
   if (const json* d = find(v, "device")) device = read_string(key + ".device", *d);
   ZT_CHECK(device == "none" || device == "cpu" || device == "nvme", "DeepSpeed config key ", key,
            ".device must be \"none\", \"cpu\" or \"nvme\", got ", quote(device));
-  if (device != "none")
-    c.warnings.push_back(str_cat("DeepSpeed config key ", key, ".device=", device, " is not used by ztrain: it ",
-                                 "trains on the CPU, so parameters and optimizer state are in host memory already"));
+  if (c.given(flag) && device != field) return c.mismatch(key + ".device", json(device), flag, field);
+  field = device;
 }
 
 void apply_zero(Ctx& c, const json& z) {
@@ -359,7 +359,10 @@ void apply_zero(Ctx& c, const json& z) {
     } else if (k == "zero_quantized_gradients") {
       fill_match(c, key, v, "zero_quantized_gradients", a.zero_quantized_gradients, false);
     } else if (k == "offload_optimizer" || k == "offload_param") {
-      apply_offload(c, key, v);
+      if (k == "offload_optimizer")
+        apply_offload(c, key, v, a.offload_optimizer, "offload_optimizer");
+      else
+        apply_offload(c, key, v, a.offload_param, nullptr);
     } else {
       c.other(key, v,
               {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "contiguous_gradients",

@@ -109,6 +109,12 @@ int cmd_train(const Args& args) {
   f.add("optim", &a.optim, "optimizer, HF's names: adamw_torch | adamw (adamw_torch)");
   f.add("device", &a.device,
         "cpu | cuda | auto: the GPU when one is present and the run is one the GPU path runs (auto; docs/gpu.md)");
+  f.add("offload_optimizer", &a.offload_optimizer,
+        "none | cpu: on the GPU, fp32 masters and the optimizer state in host memory, updated there by the CPU "
+        "optimizer (DeepSpeed's zero_optimization.offload_optimizer; docs/gpu.md) (none)");
+  f.add("max_device_memory", &a.max_device_memory,
+        "cap on the GPU memory ztrain allocates, e.g. 20GiB; checked against estimate-memory before training (the "
+        "GPU's memory)");
   f.add("weight_decay", &a.weight_decay, "AdamW decoupled weight decay on rank>=2 tensors (0)", range::at_least(0));
   f.add("adam_beta1", &a.adam_beta1, "(0.9)", range::below(0, 1));
   f.add("adam_beta2", &a.adam_beta2, "(0.999)", range::below(0, 1));

@@ -7,12 +7,17 @@
 #   resume   a run saved on the GPU at step 5 and resumed on the CPU: steps 6-10 against the GPU's own
 #   families the same parity for small OLMo-2, Phi-3 (longrope past its original context), Gemma 3 and
 #            Gemma 2 (soft-capped scores and logits) configs
+#   offload  ZeRO-Offload (--offload_optimizer cpu): per-step losses against the GPU optimizer's run
+#            (fp32, bf16), DeepSpeed's stage 2 + offload_optimizer JSON saved at 5 and resumed on the
+#            CPU; a 1.1B Llama (TinyLlama's shape) under a --max_device_memory cap that only the
+#            offloaded run fits: the refusal, the losses, and the step against max(GPU compute,
+#            copies at the measured bandwidth, CPU optimizer)
 #   speed    GPT-2 124M (random weights), bf16, T=1024: tokens/s, MFU against the measured GEMM peak,
 #            and the GPU memory peak
-# ZT_GPU_TRAIN_PARTS (default parity,resume,families,speed) picks the sections.
+# ZT_GPU_TRAIN_PARTS (default parity,resume,families,offload,speed) picks the sections.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-parts=",${ZT_GPU_TRAIN_PARTS:-parity,resume,families,speed},"
+parts=",${ZT_GPU_TRAIN_PARTS:-parity,resume,families,offload,speed},"
 out="${OUT:-/tmp/gpu_train}"
 mkdir -p "$out"
 run=/tmp/zt_run/run
@@ -44,7 +49,7 @@ echo "{\"model_type\": \"gemma2\", $fam, \"head_dim\": 32, \"sliding_window\": 3
 train() {  # name, device, config, extra flags...
   local name=$1 dev=$2 cfg=$3
   shift 3
-  timeout 300 "$Z" train --model_config_path "$cfg" --train_file "$D/train.bin" --validation_file "$D/validation.bin" \
+  timeout 120 "$Z" train --model_config_path "$cfg" --train_file "$D/train.bin" --validation_file "$D/validation.bin" \
     --per_device_train_batch_size 8 --model_max_length 128 --learning_rate 2e-3 --weight_decay 0.1 \
     --warmup_steps 2 --max_steps 10 --logging_steps 1 --save_strategy no --seed 3 \
     --output_dir "$out/$name" --overwrite_output_dir --device "$dev" "$@" >"$out/$name.log" 2>&1
@@ -99,9 +104,11 @@ rc2=$(train resume-cpu cpu configs/quickstart-llama.json --resume_from_checkpoin
 note "rc $rc1 $rc2; steps 6-10 on the CPU against the GPU run: $(compare resume-cpu resume-gpu 6)"
 fi
 
+[[ $parts == *,offload,* ]] && source bench/gpu_offload.sh
+
 [[ $parts == *,speed,* ]] && note "== speed: GPT-2 124M, bf16, T=1024, random weights"
 [[ $parts == *,speed,* ]] && for B in 16 32; do
-  timeout 400 "$Z" train --model_config_path "$out/gpt2-124m.json" --train_file "$D/train.bin" \
+  timeout 120 "$Z" train --model_config_path "$out/gpt2-124m.json" --train_file "$D/train.bin" \
     --per_device_train_batch_size $B --model_max_length 1024 --bf16 --learning_rate 6e-4 --max_steps 30 \
     --logging_steps 10 --save_strategy no --output_dir "$out/speed$B" --overwrite_output_dir --device cuda \
     >"$out/speed$B.log" 2>&1

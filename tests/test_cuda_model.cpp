@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "models/config.h"
@@ -186,6 +188,37 @@ INSTANTIATE_TEST_SUITE_P(
         Case{7, Precision::fp32, Recompute::none, false}, Case{7, Precision::bf16, Recompute::selective, true},
         Case{8, Precision::fp32, Recompute::none, true}, Case{8, Precision::bf16, Recompute::full, false}),
     case_name);
+
+// ZeRO-Offload's transfers: pinned buffers, chunked copies both ways on two streams, marks
+// waited in order, and the memory cap's refusal naming the buffer.
+TEST(CudaModelDevice, CopyStreamsAndTheMemoryCap) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU present";
+  const size_t n = size_t(3) << 20, chunk = n / 3;
+  PinnedBuffer src(n * 4, "test source"), back(n * 4, "test result");
+  for (size_t i = 0; i < n; ++i) src.as<float>()[i] = float(i % 1000) * 0.5f;
+  DeviceBuffer dev(n * 4, "test device copy");
+  CopyStream up, down;
+  for (size_t c = 0; c < 3; ++c) {
+    up.to_device(dev.as<float>() + c * chunk, src.as<float>() + c * chunk, chunk * 4);
+    up.mark(c);
+  }
+  up.synchronize();
+  for (size_t c = 0; c < 3; ++c) {
+    down.to_host(back.as<float>() + c * chunk, dev.as<float>() + c * chunk, chunk * 4);
+    down.mark(c);
+  }
+  for (size_t c = 0; c < 3; ++c) down.wait(c);
+  EXPECT_EQ(std::memcmp(src.data(), back.data(), n * 4), 0);
+  set_device_memory_cap(device_allocated_bytes() + (size_t(1) << 20));
+  try {
+    DeviceBuffer too_big(size_t(2) << 20, "the test's 2 MiB");
+    ADD_FAILURE() << "the cap did not refuse";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the test's 2 MiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--max_device_memory"), std::string::npos) << e.what();
+  }
+  set_device_memory_cap(0);
+}
 
 // Moving a model to the GPU and back keeps its parameters bit for bit.
 TEST(CudaModelDevice, SetDeviceRoundTripKeepsParameters) {

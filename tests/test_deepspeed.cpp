@@ -12,6 +12,7 @@
 #include "flags.h"
 #include "optim/schedule.h"
 #include "deepspeed_config.h"
+#include "train/run_device.h"
 
 namespace zt {
 namespace {
@@ -360,13 +361,42 @@ TEST(DeepSpeedConfig, UnusedKeysAreWarnedByName) {
       "DeepSpeed config key flux_capacitor is not used by ztrain",
       "DeepSpeed config key optimizer.params.fused is not used by ztrain",
       "DeepSpeed config key scheduler.params.cos_min_ratio is not used by WarmupLR",
-      "DeepSpeed config key zero_optimization.offload_param.device=cpu is not used by ztrain: it trains on the CPU, "
-      "so parameters and optimizer state are in host memory already",
       "DeepSpeed config key zero_optimization.stage3_max_live_parameters is not used by ztrain (value 1000000000.0)",
       "DeepSpeed config key zero_optimization.stgae is not used by ztrain (did you mean zero_optimization.stage?)",
   };
   EXPECT_EQ(w, want);
   EXPECT_EQ(a.zero_stage, 2);  // the misspelt "stgae" changed nothing
+  // The offload keys land in the arguments; the trainer decides on the device (train/run_device.h).
+  EXPECT_EQ(a.offload_param, "cpu");
+  EXPECT_EQ(a.offload_optimizer, "none");
+}
+
+// ZeRO-Offload's keys: the device's note or refusal, and a ZeRO stage 1-2 running as 0 on one GPU.
+TEST(DeepSpeedConfig, OffloadKeysByDevice) {
+  TrainArgs a;
+  apply(a, 1, R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}}})");
+  EXPECT_EQ(a.offload_optimizer, "cpu");
+  TrainArgs cpu = a;
+  EXPECT_NE(apply_offload(cpu, DeviceKind::cpu).find("changes nothing on the CPU"), std::string::npos);
+  EXPECT_EQ(cpu.zero_stage, 2);
+  TrainArgs gpu = a;
+  EXPECT_NE(apply_offload(gpu, DeviceKind::cuda).find("ZeRO stage 2 on one GPU shards nothing"), std::string::npos);
+  EXPECT_EQ(gpu.zero_stage, 0);
+  EXPECT_EQ(gpu_unsupported_reason(a, 1, ModelConfig{}), "");  // stage 2 + offload: the GPU path
+  TrainArgs nvme;
+  nvme.offload_optimizer = "nvme";
+  EXPECT_THROW(apply_offload(nvme, DeviceKind::cuda), Error);
+  TrainArgs param;
+  param.offload_param = "cpu";
+  EXPECT_THROW(apply_offload(param, DeviceKind::cuda), Error);
+  TrainArgs bad;
+  bad.offload_optimizer = "disk";
+  EXPECT_THROW(apply_offload(bad, DeviceKind::cpu), Error);
+  // A flag and the config that disagree: one mismatch line, as for every other key.
+  TrainArgs both;
+  both.offload_optimizer = "none";
+  both.explicit_flags.insert("offload_optimizer");
+  EXPECT_THROW(apply(both, 1, R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})"), Error);
 }
 
 TEST(DeepSpeedConfig, WarningsGoToStderrOneLineEach) {

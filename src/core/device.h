@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace zt {
 
@@ -65,6 +66,54 @@ size_t device_allocated_bytes();
 size_t device_allocated_peak();
 // Restarts the peak from what is allocated now (after a measurement's scratch is freed).
 void reset_device_allocated_peak();
+// --max_device_memory: device_alloc refuses an allocation that would take the bytes held past
+// `bytes` (0: no cap, the GPU's own memory is the limit), naming the buffer, like a real OOM.
+void set_device_memory_cap(size_t bytes);
+
+// Page-locked host memory (what asynchronous copies need), freed on every path. `what` names
+// it in the error when the host cannot lock that much.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(size_t bytes, std::string_view what);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& o) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* data() const { return ptr_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A stream of copies that overlap host work (ZeRO-Offload, parallel/gpu_offload.cpp). It orders
+// against the kernels, which run on the legacy default stream, as a blocking stream does: a copy
+// queued here starts after every kernel queued before it, and later kernels wait for it. Host
+// pointers must be pinned. mark(i) records point i after what is queued so far; wait(i) blocks
+// the host until the copies before it are done.
+class CopyStream {
+ public:
+  CopyStream();
+  ~CopyStream();
+  CopyStream(const CopyStream&) = delete;
+  CopyStream& operator=(const CopyStream&) = delete;
+  void to_host(void* dst, const void* src, size_t bytes);
+  void to_device(void* dst, const void* src, size_t bytes);
+  void mark(size_t i);
+  void wait(size_t i);
+  void synchronize();
+
+ private:
+  void* stream_ = nullptr;
+  std::vector<void*> events_;
+};
 
 // A scratch buffer kept across calls, grown when a call needs more: cudaFree waits for the whole
 // device, so per-call allocations in a step's kernels would serialise the step.

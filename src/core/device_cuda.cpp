@@ -50,14 +50,24 @@ DeviceKind resolve_device(std::string_view flag) {
 }
 
 namespace {
-std::atomic<size_t> g_allocated{0}, g_peak{0};
+std::atomic<size_t> g_allocated{0}, g_peak{0}, g_cap{0};
+constexpr double kMiB = 1024.0 * 1024.0;
 }  // namespace
+
+void set_device_memory_cap(size_t bytes) { g_cap = bytes; }
 
 size_t device_allocated_bytes() { return g_allocated.load(); }
 size_t device_allocated_peak() { return g_peak.load(); }
 void reset_device_allocated_peak() { g_peak = g_allocated.load(); }
 
 void* device_alloc(size_t bytes, std::string_view what) {
+  const size_t cap = g_cap.load(), held = g_allocated.load();
+  if (cap > 0 && held + bytes > cap)
+    throw Error(str_cat("GPU memory cap reached allocating ", what, ": ", int64_t(bytes / kMiB), " MiB asked, ",
+                        int64_t(held / kMiB), " MiB held of the ", int64_t(cap / kMiB),
+                        " MiB --max_device_memory allows: raise it, offload the optimizer (--offload_optimizer "
+                        "cpu), lower the batch or turn on --gradient_checkpointing (ztrain estimate-memory "
+                        "--device cuda shows the budget)"));
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, bytes);
   if (e == cudaSuccess) {
@@ -116,5 +126,51 @@ void copy_device_rows(void* dst, size_t dst_pitch, const void* src, size_t src_p
   ZT_CUDA_CHECK(cudaMemcpy2D(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice));
 }
 void device_synchronize() { ZT_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+PinnedBuffer::PinnedBuffer(size_t bytes, std::string_view what) : bytes_(bytes) {
+  if (bytes == 0) return;
+  if (cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    ptr_ = nullptr;
+    throw Error(str_cat("cannot lock ", int64_t(bytes / kMiB), " MiB of host memory for ", what,
+                        " (cudaHostAlloc): free host memory or raise the locked-memory limit (ulimit -l)"));
+  }
+}
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_) cudaFreeHost(ptr_);
+}
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  std::swap(ptr_, o.ptr_);
+  std::swap(bytes_, o.bytes_);
+  return *this;
+}
+
+CopyStream::CopyStream() {
+  cudaStream_t s = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreate(&s));  // blocking: ordered against the legacy default stream
+  stream_ = s;
+}
+CopyStream::~CopyStream() {
+  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+void CopyStream::to_host(void* dst, const void* src, size_t bytes) {
+  ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_)));
+}
+void CopyStream::to_device(void* dst, const void* src, size_t bytes) {
+  ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)));
+}
+void CopyStream::mark(size_t i) {
+  while (events_.size() <= i) {
+    cudaEvent_t e = nullptr;
+    ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_.push_back(e);
+  }
+  ZT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events_[i]), static_cast<cudaStream_t>(stream_)));
+}
+void CopyStream::wait(size_t i) { ZT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(events_.at(i)))); }
+void CopyStream::synchronize() { ZT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_))); }
 
 }  // namespace zt

@@ -29,6 +29,18 @@ void device_free(void*, size_t) {}
 size_t device_allocated_bytes() { return 0; }
 size_t device_allocated_peak() { return 0; }
 void reset_device_allocated_peak() {}
+void set_device_memory_cap(size_t) {}
+PinnedBuffer::PinnedBuffer(size_t, std::string_view) { no_backend(); }
+PinnedBuffer::~PinnedBuffer() = default;
+PinnedBuffer::PinnedBuffer(PinnedBuffer&&) noexcept {}
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&&) noexcept { return *this; }
+CopyStream::CopyStream() { no_backend(); }
+CopyStream::~CopyStream() = default;
+void CopyStream::to_host(void*, const void*, size_t) { no_backend(); }
+void CopyStream::to_device(void*, const void*, size_t) { no_backend(); }
+void CopyStream::mark(size_t) { no_backend(); }
+void CopyStream::wait(size_t) { no_backend(); }
+void CopyStream::synchronize() { no_backend(); }
 DeviceBuffer::DeviceBuffer(size_t, std::string_view) { no_backend(); }
 DeviceBuffer::~DeviceBuffer() = default;
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {

@@ -56,6 +56,12 @@ class Optimizer : public Stateful {
 
   // One step with learning rate lr over the pieces; the step count advances once.
   virtual void step(std::span<const StepPiece> pieces, double lr) = 0;
+  // More pieces of the step just taken, at the same step count: a step split over several
+  // calls as its gradients arrive (ZeRO-Offload). Each piece must be in exactly one call.
+  void step_continued(std::span<const StepPiece> pieces, double lr) {
+    --t_;  // step() advances the count once, as its contract says
+    step(pieces, lr);
+  }
 
   const std::string& name() const { return name_; }  // the --optim name it was made with
   const OptimizerConfig& config() const { return cfg_; }

@@ -65,6 +65,9 @@ struct DataParallelOptions {
   bool local_sgd = false;
   // The optimizer each engine makes (optim::make_optimizer) over what its rank owns.
   std::string optim = "adamw_torch";  // HF's --optim name
+  // On the GPU: "cpu" keeps the fp32 masters and the optimizer state in host memory, updated by
+  // the CPU optimizer (ZeRO-Offload, parallel/gpu_engine.cpp); "none" keeps them on the GPU.
+  std::string offload_optimizer = "none";
   optim::OptimizerConfig optim_config;
   StageUnits pipeline;  // pipeline parallel: this stage's units (DDP and ZeRO-1/2/3)
   // ZeRO stages: where this rank's initial parameter values come from (models/param_provider.h);

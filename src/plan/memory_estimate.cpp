@@ -123,7 +123,7 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
 }
 
 MemoryRow estimate_gpu_memory(const ModelConfig& cfg, const ModelMemoryInputs& in, int B, int T,
-                              const nn::ActPlan& plan, const std::string& optim) {
+                              const nn::ActPlan& plan, const std::string& optim, bool offload_optimizer) {
   const int64_t P = in.num_params, N = int64_t(B) * T;
   const int64_t NH = cfg.n_head, KVH = cfg.n_kv_head, HS = cfg.head_size;
   // kernels/cuda/attention_cuda.h: the tensor-core kernels (bf16, HS 64 or 128) keep bf16 copies
@@ -138,7 +138,7 @@ MemoryRow estimate_gpu_memory(const ModelConfig& cfg, const ModelMemoryInputs& i
   r.strategy = Strategy::ddp;
   r.params = P * 4 + in.compute_copy_bytes;
   r.grads = P * 4;
-  r.optim = P * optim::optimizer_state_bytes_per_param(optim);
+  r.optim = offload_optimizer ? 0 : P * optim::optimizer_state_bytes_per_param(optim);
   r.activations = in.activation_bytes;
   r.temporary = in.temporary_bytes;
   r.comm = workspace + attention + lm_stats + ids;

@@ -84,9 +84,10 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
 // planner), and in `comm`, what only the GPU path allocates: cuBLASLt's 32 MiB workspace,
 // attention's scratch (the bf16 copies of q, k, v and of dO with D for the tensor-core kernels;
 // D alone for the others), the LM head's row statistics and the micro-batch's ids and targets.
-// Host mirrors of the checkpointed state are host memory, not counted.
+// Host mirrors of the checkpointed state are host memory, not counted; so is the optimizer state
+// with offload_optimizer (ZeRO-Offload keeps it, and the fp32 masters, in host memory).
 MemoryRow estimate_gpu_memory(const ModelConfig& cfg, const ModelMemoryInputs& in, int B, int T,
-                              const nn::ActPlan& plan, const std::string& optim);
+                              const nn::ActPlan& plan, const std::string& optim, bool offload_optimizer = false);
 // The G the estimate uses for opt (resolving the 0 default).
 int resolved_group(const MemoryEstimateOptions& opt);
 

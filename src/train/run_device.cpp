@@ -7,7 +7,11 @@ namespace zt {
 
 std::string gpu_unsupported_reason(const TrainArgs& a, int world_size, const ModelConfig& cfg) {
   if (world_size > 1) return "runs of several processes (NCCL) do not run on the GPU yet";
-  if (a.zero_stage > 0) return "ZeRO does not run on the GPU yet (with one GPU nothing is sharded: drop it)";
+  // ZeRO-Offload's DeepSpeed configs set stage 2 (or 1): with one GPU it shards nothing and runs
+  // as stage 0 with the offload engine (apply_offload below).
+  const bool offload_stage = a.offload_optimizer == "cpu" && a.zero_stage <= 2;
+  if (a.zero_stage > 0 && !offload_stage)
+    return "ZeRO does not run on the GPU yet (with one GPU nothing is sharded: drop it)";
   if (a.tensor_model_parallel_size > 1 || a.context_parallel_size > 1 || a.pipeline_parallel_size > 1)
     return "tensor, context and pipeline parallelism do not run on the GPU yet";
   if (a.local_sgd_steps > 0) return "local SGD does not run on the GPU yet";
@@ -29,6 +33,27 @@ DeviceKind run_device(const TrainArgs& a, int world_size, const ModelConfig& cfg
   if (why.empty()) return DeviceKind::cuda;
   if (note) *note = str_cat("--device auto: training on the CPU although a GPU is present: ", why);
   return DeviceKind::cpu;
+}
+
+std::string apply_offload(TrainArgs& a, DeviceKind d) {
+  for (const auto& [key, v] :
+       {std::pair{"--offload_optimizer", &a.offload_optimizer}, std::pair{"offload_param.device", &a.offload_param}})
+    ZT_CHECK(*v == "none" || *v == "cpu" || *v == "nvme", key, " must be none, cpu or nvme, got ", quote(*v));
+  if (d == DeviceKind::cpu) {
+    if (a.offload_optimizer == "none" && a.offload_param == "none") return "";
+    return "offloading (offload_optimizer / offload_param) changes nothing on the CPU: parameters and optimizer "
+           "state are in host memory already";
+  }
+  ZT_CHECK(a.offload_param == "none",
+           "offload_param (ZeRO-3 parameter offload) is not implemented on the GPU; "
+           "offload the optimizer (offload_optimizer.device cpu) or drop it");
+  ZT_CHECK(a.offload_optimizer != "nvme",
+           "offload_optimizer to nvme is not implemented; use \"cpu\" (host memory) or \"none\"");
+  if (a.offload_optimizer != "cpu" || a.zero_stage == 0) return "";
+  const int stage = a.zero_stage;
+  a.zero_stage = 0;
+  return str_cat("ZeRO stage ", stage, " on one GPU shards nothing: ZeRO-Offload runs as stage 0 with the optimizer ",
+                 "in host memory");
 }
 
 }  // namespace zt

@@ -17,4 +17,10 @@ std::string gpu_unsupported_reason(const TrainArgs& a, int world_size, const Mod
 // it; otherwise the CPU, with *note set to why a present GPU goes unused.
 DeviceKind run_device(const TrainArgs& a, int world_size, const ModelConfig& cfg, std::string* note);
 
+// The offload keys against the device the run takes (values none | cpu | nvme, else an Error).
+// GPU: offload_optimizer cpu selects ZeRO-Offload, and a ZeRO stage 1-2 (DeepSpeed's offload
+// configs) becomes 0 (one GPU shards nothing); nvme and offload_param are refused. CPU: they
+// change nothing. Returns a note for the user, or "".
+std::string apply_offload(TrainArgs& a, DeviceKind d);
+
 }  // namespace zt

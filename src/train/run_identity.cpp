@@ -67,6 +67,7 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(eval_steps), ZT_ARG(max_eval_samples), ZT_ARG(output_dir), ZT_ARG(overwrite_output_dir);
   ZT_ARG(per_device_train_batch_size), ZT_ARG(gradient_accumulation_steps), ZT_ARG(model_max_length);
   ZT_ARG(rope_scaling);
+  ZT_ARG(offload_optimizer), ZT_ARG(offload_param), ZT_ARG(max_device_memory);
   ZT_ARG(optim), ZT_ARG(learning_rate), ZT_ARG(weight_decay), ZT_ARG(adam_beta1), ZT_ARG(adam_beta2);
   ZT_ARG(adam_epsilon), ZT_ARG(max_grad_norm), ZT_ARG(lr_scheduler_type), ZT_ARG(warmup_ratio), ZT_ARG(warmup_steps);
   ZT_ARG(lr_scheduler_kwargs);

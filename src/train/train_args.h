@@ -72,6 +72,11 @@ struct TrainArgs {
 
   std::string optim = "adamw_torch";  // HF's --optim: adamw_torch (alias adamw); optim/optimizer.h
   std::string device = "auto";        // cpu | cuda | auto (a GPU when present and the run can use it)
+  // ZeRO-Offload (DeepSpeed's zero_optimization.offload_optimizer / offload_param .device): none |
+  // cpu | nvme. On the GPU, offload_optimizer cpu keeps fp32 masters and the optimizer state in
+  // host memory (parallel/gpu_engine.cpp); on the CPU everything is in host memory already.
+  std::string offload_optimizer = "none", offload_param = "none";
+  std::string max_device_memory;  // cap on ztrain's GPU allocations ("20GiB"; "" = the GPU's memory)
   double learning_rate = 5e-5;
   double weight_decay = 0.0;
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;

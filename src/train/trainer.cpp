@@ -18,6 +18,7 @@
 
 #include "train/context_stage.h"
 #include "plan/gemm_peak.h"
+#include "plan/memory_estimate.h"
 #include "train/run_device.h"
 #include "train/train_args_check.h"
 
@@ -82,6 +83,7 @@ parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   o.quantized_weights = a.zero_quantized_weights;
   o.quantized_gradients = a.zero_quantized_gradients;
   o.optim = a.optim;
+  o.offload_optimizer = a.offload_optimizer;
   o.comm_dtype = comm_dtype_from_args(a);
   o.local_sgd = a.local_sgd_steps > 0;
   o.optim_config.beta1 = a.adam_beta1;
@@ -125,6 +127,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : args_(args)
   // The job's first collective, before anything sized by the arguments or the config is
   // allocated or exchanged: ranks that disagree stop here, with the difference named.
   check_ranks_agree(world, job_identity(args_, cfg_, train_id_));
+  choose_device();
   fit_memory();
   schedule_kind_ = check_pipeline_args(args_, world.size(), cfg_);
   parallel::check_data_parallel_options(
@@ -361,6 +364,35 @@ void Trainer::prepare_output_dir() {
     checkpoint_remove_all(args_.output_dir, input_paths(args_));
 }
 
+// --device and the offload keys (train/run_device.h), before memory is planned: ZeRO-Offload's
+// stage 1-2 configs run as stage 0 on one GPU.
+void Trainer::choose_device() {
+  std::string note;
+  device_ = run_device(args_, world_.size(), cfg_, &note);
+  const std::string offload = apply_offload(args_, device_);
+  if (world_.rank() == 0)
+    for (const std::string* n : std::initializer_list<const std::string*>{&note, &offload})
+      if (!n->empty()) std::printf("ztrain: note: %s\n", n->c_str());
+}
+
+// --max_device_memory: this run's estimate must fit under it (the error names the estimate and
+// what would shrink it), then device_alloc holds every GPU allocation to it.
+void Trainer::cap_device_memory() {
+  if (args_.max_device_memory.empty()) return;
+  const int64_t cap = parse_memory_size(args_.max_device_memory, "--max_device_memory");
+  const bool offload = args_.offload_optimizer == "cpu";
+  const parallel::MemoryRow r = parallel::estimate_gpu_memory(
+      cfg_, parallel::memory_inputs(cfg_, rows_, seq_len_, plan_), rows_, seq_len_, plan_, args_.optim, offload);
+  ZT_CHECK(r.total() <= cap, "--max_device_memory ", args_.max_device_memory, " is below this run's GPU estimate of ",
+           format_bytes(double(r.total())), " (parameters and compute copy ", format_bytes(double(r.params)),
+           ", gradients ", format_bytes(double(r.grads)), ", optimizer state ", format_bytes(double(r.optim)),
+           ", activations and temporaries ", format_bytes(double(r.activations + r.temporary)),
+           "): ", offload ? "" : "--offload_optimizer cpu moves the optimizer state to host memory; ",
+           "lower --per_device_train_batch_size or turn on --gradient_checkpointing (ztrain estimate-memory "
+           "--device cuda)");
+  set_device_memory_cap(size_t(cap));
+}
+
 void Trainer::build_model_and_engine() {
   const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), args_.sequence_parallel};
   // Under ZeRO the model holds no flat buffer: the engine fills what this rank keeps (its shard, or
@@ -383,15 +415,13 @@ void Trainer::build_model_and_engine() {
     else if (fresh)
       model_->init_random(uint64_t(args_.seed));
   }
-  std::string note;
-  device_ = run_device(args_, world_.size(), cfg_, &note);
-  if (chief_ && !note.empty()) std::printf("ztrain: note: %s\n", note.c_str());
   // The weights are read or drawn on the host, then the model moves to the GPU whole. The GEMM
   // peak (MFU's reference) is measured first and its scratch (1 GiB for bf16) is gone, and left out
   // of the GPU memory peak, before the model arrives: the peak reported is training's own.
   if (device_ == DeviceKind::cuda) {
     if (chief_) gpu_peak_ = gpu_gemm_peak(args_.peak_gflops, nn::compute_dtype(plan_.precision));
     reset_device_allocated_peak();
+    cap_device_memory();
     model_->set_device(DeviceKind::cuda);
   }
   weights_s_ = seconds_since(t0);

@@ -102,6 +102,8 @@ class Trainer {
   void run();
 
  private:
+  void choose_device();
+  void cap_device_memory();
   void fit_memory();
   void load_data();
   void plan_steps();

@@ -376,14 +376,24 @@ void Trainer::finish(double train_s) {
     // Every GPU allocation of ztrain goes through core/device.h's device_alloc, whose peak this is;
     // the estimate is `ztrain estimate-memory --device cuda`'s for this run (plan/memory_estimate.h).
     const double peak = double(device_allocated_peak());
-    const double est = double(parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, rows_, seq_len_, plan_),
-                                                            rows_, seq_len_, plan_, args_.optim)
-                                  .total());
+    const double est =
+        double(parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, rows_, seq_len_, plan_), rows_,
+                                             seq_len_, plan_, args_.optim, args_.offload_optimizer == "cpu")
+                   .total());
     report["gpu_peak_bytes"] = peak;
     report["gpu_estimate_bytes"] = est;
     if (chief_)
       std::printf("  GPU memory: peak %s, estimate-memory --device cuda %s (peak / estimate %.3f)\n",
                   format_bytes(peak).c_str(), format_bytes(est).c_str(), peak / est);
+    if (chief_ && report.contains("offload")) {  // ZeRO-Offload's step and its parts (docs/gpu.md)
+      const nlohmann::json& o = report["offload"];
+      std::printf(
+          "  Offload: step's optimizer phase %.3f s (CPU optimizer %.3f s, waiting for copies %.3f s); "
+          "%s host<->device per step, %.3f s at the measured %.1f / %.1f GB/s (down / up)\n",
+          o["step_s"].get<double>(), o["cpu_optimizer_s"].get<double>(), o["copy_wait_s"].get<double>(),
+          format_bytes(o["bytes_per_step"].get<double>()).c_str(), o["copy_s"].get<double>(),
+          o["d2h_GBps"].get<double>(), o["h2d_GBps"].get<double>());
+    }
   }
   report.update(parallel_->report(steps_run, cfg_));
   load_best_model();
