@@ -175,10 +175,10 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     stage_units_.stages->all_reduce(&s, 1);
     return std::sqrt(s);
   }
-  // Tensor parallelism: weighted squares per parameter (a pipeline stage: its own units', the
-  // tied copy counted by the first stage only, summed over the stages), and each gradient piece
-  // held (a pipeline stage: its units', packed).
-  double grad_sq_weighted(const std::vector<double>& w) override {
+  // Weighted squares per parameter (a pipeline stage: its own units', the tied copy counted by
+  // the first stage only, summed over the stages), and each gradient piece held (a pipeline
+  // stage: its units', packed).
+  double grad_sq(const std::vector<double>& w) override {
     double s = 0;
     const auto& list = model_.params().list();
     for (size_t i = 0; i < list.size(); ++i) {

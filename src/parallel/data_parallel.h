@@ -97,12 +97,13 @@ class DataParallel {
   virtual void end_backward() = 0;
   // L2 norm of the whole reduced gradient (a collective).
   virtual double grad_norm() = 0;
-  // Tensor parallelism: the sum over this rank's parameters p of w[p] * |grad p|^2, reduced
-  // over the data-parallel ranks and, under a pipeline, summed over the stages (the tied copy
-  // counted once) (a collective; the caller sums it over the tp group), and each gradient
-  // piece the engine holds after end_backward() as (param, grads, count): a pipeline stage's
-  // are its units' (the tied copy included).
-  virtual double grad_sq_weighted(const std::vector<double>& w) = 0;
+  // The squared norm of the reduced gradient with parameter p's squares weighted by weights[p]
+  // (a collective over the data-parallel ranks and, under a pipeline, the stages, the tied copy
+  // counted once). A caller whose ranks hold other parts of some tensors (tensor parallelism,
+  // parallel/parallelize.cpp) weighs replicated ones so that a sum over its group counts them once.
+  virtual double grad_sq(const std::vector<double>& weights) = 0;
+  // Each gradient piece the engine holds after end_backward() as (param, grads, count), for a
+  // caller that reduces them further (a pipeline stage's are its units', the tied copy included).
   virtual void for_each_grad_piece(const std::function<void(int param, float* g, int64_t n)>& f) = 0;
   // Scales the gradients for clipping (norm: the unscaled global norm) and by `unscale`
   // (fp16: 1 / loss scale) in one pass.

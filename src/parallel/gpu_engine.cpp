@@ -85,7 +85,7 @@ class OneGpuEngine : public DataParallel {
   double grad_norm() override {
     return std::sqrt(kernels::cuda::sum_squares(model_.flat_grads().as<const float>(), model_.num_params()));
   }
-  double grad_sq_weighted(const std::vector<double>&) override {
+  double grad_sq(const std::vector<double>&) override {
     throw Error("tensor parallelism does not run on the GPU yet (docs/gpu.md)");
   }
   void for_each_grad_piece(const std::function<void(int, float*, int64_t)>&) override {

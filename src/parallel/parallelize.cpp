@@ -152,7 +152,7 @@ void ParallelModel::finish_grads(StepLoss& loss) {
 double ParallelModel::grad_norm() {
   if (!tp_) return engine_->grad_norm();
   // Split tensors' squares summed over the TP ranks, replicated ones counted once.
-  double sq = engine_->grad_sq_weighted(tp_norm_weights_);
+  double sq = engine_->grad_sq(tp_norm_weights_);
   grid_.tp().all_reduce(&sq, 1);
   return std::sqrt(sq);
 }

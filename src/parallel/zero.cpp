@@ -234,7 +234,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     if (stage_units_.active()) stage_units_.stages->all_reduce(&s, 1);  // pipeline stages: their units' squares
     return std::sqrt(s);
   }
-  double grad_sq_weighted(const std::vector<double>& w) override {
+  double grad_sq(const std::vector<double>& w) override {
     double s = 0;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       if (stage_units_.tied_copy && int(b) == tied_bucket_) continue;  // the first stage counts it
