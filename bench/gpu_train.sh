@@ -72,29 +72,26 @@ print(f"{worst:.2e} over steps {steps[0] if steps else '-'}..{steps[-1] if steps
 P
 }
 
+parity() {  # model name, config: the same run on both devices in fp32 and bf16
+  local flags prec rc_c rc_g
+  for prec in fp32 bf16; do
+    flags=()
+    [ $prec = bf16 ] && flags=(--bf16)
+    rc_c=$(train "$1-$prec-cpu" cpu "$2" "${flags[@]}")
+    rc_g=$(train "$1-$prec-gpu" cuda "$2" "${flags[@]}")
+    note "$1 $prec: rc cpu $rc_c gpu $rc_g; worst per-step loss difference $(compare "$1-$prec-gpu" "$1-$prec-cpu")"
+  done
+}
+
 [[ $parts == *,parity,* ]] && note "== parity: --device cpu against --device cuda, 10 steps"
 [[ $parts == *,parity,* ]] && for model in llama gpt2; do
   cfg=configs/quickstart-llama.json
   [ $model = gpt2 ] && cfg="$out/gpt2-small.json"
-  for prec in fp32 bf16; do
-    flags=()
-    [ $prec = bf16 ] && flags=(--bf16)
-    rc_c=$(train "$model-$prec-cpu" cpu "$cfg" "${flags[@]}")
-    rc_g=$(train "$model-$prec-gpu" cuda "$cfg" "${flags[@]}")
-    note "$model $prec: rc cpu $rc_c gpu $rc_g; worst per-step loss difference $(compare "$model-$prec-gpu" "$model-$prec-cpu")"
-  done
+  parity "$model" "$cfg"
 done
 
 [[ $parts == *,families,* ]] && note "== families: --device cpu against --device cuda, 10 steps"
-[[ $parts == *,families,* ]] && for model in olmo2 phi3 gemma3 gemma2; do
-  for prec in fp32 bf16; do
-    flags=()
-    [ $prec = bf16 ] && flags=(--bf16)
-    rc_c=$(train "$model-$prec-cpu" cpu "$out/$model.json" "${flags[@]}")
-    rc_g=$(train "$model-$prec-gpu" cuda "$out/$model.json" "${flags[@]}")
-    note "$model $prec: rc cpu $rc_c gpu $rc_g; worst per-step loss difference $(compare "$model-$prec-gpu" "$model-$prec-cpu")"
-  done
-done
+[[ $parts == *,families,* ]] && for model in olmo2 phi3 gemma3 gemma2; do parity "$model" "$out/$model.json"; done
 
 if [[ $parts == *,resume,* ]]; then
 note "== resume: saved on the GPU at step 5, resumed on the CPU"

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace zt {
@@ -32,30 +33,6 @@ CudaDeviceInfo cuda_device_info();
 // (a GPU when one is present, else the CPU); anything else throws naming the valid values.
 DeviceKind resolve_device(std::string_view flag);
 
-// An allocation in GPU memory. `what` names the buffer in the out-of-memory message
-// (with its size and the free memory), so the user learns which buffer did not fit.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(size_t bytes, std::string_view what);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* data() const { return ptr_; }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 // Raw zero-filled GPU memory for core/memory.h's Buffer and the kernels' scratch (`what` names it
 // in the out-of-memory error, like DeviceBuffer's), and its release (bytes: what was allocated).
 // Every GPU allocation of ztrain goes through these two, so their counters are its GPU memory.
@@ -70,17 +47,31 @@ void reset_device_allocated_peak();
 // `bytes` (0: no cap, the GPU's own memory is the limit), naming the buffer, like a real OOM.
 void set_device_memory_cap(size_t bytes);
 
-// Page-locked host memory (what asynchronous copies need), freed on every path. `what` names
-// it in the error when the host cannot lock that much.
-class PinnedBuffer {
+// Page-locked host memory, what asynchronous copies need (`what` names it in the error when the
+// host cannot lock that much), and its release.
+void* pinned_alloc(size_t bytes, std::string_view what);
+void pinned_free(void* p, size_t bytes);
+
+// Memory from Alloc, released by Release on every path (RAII, move-only). `what` names the
+// buffer in the out-of-memory message (with its size and the free memory), so the user learns
+// which buffer did not fit.
+template <void* (*Alloc)(size_t, std::string_view), void (*Release)(void*, size_t)>
+class OwnedMemory {
  public:
-  PinnedBuffer() = default;
-  PinnedBuffer(size_t bytes, std::string_view what);
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& o) noexcept;
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  OwnedMemory() = default;
+  OwnedMemory(size_t bytes, std::string_view what) : ptr_(bytes ? Alloc(bytes, what) : nullptr), bytes_(bytes) {}
+  ~OwnedMemory() { Release(ptr_, bytes_); }
+  OwnedMemory(OwnedMemory&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  OwnedMemory& operator=(OwnedMemory&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  OwnedMemory(const OwnedMemory&) = delete;
+  OwnedMemory& operator=(const OwnedMemory&) = delete;
   void* data() const { return ptr_; }
   template <class T>
   T* as() const {
@@ -92,8 +83,11 @@ class PinnedBuffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+// An allocation in GPU memory (device_alloc), and page-locked host memory (pinned_alloc).
+using DeviceBuffer = OwnedMemory<device_alloc, device_free>;
+using PinnedBuffer = OwnedMemory<pinned_alloc, pinned_free>;
 
-// A stream of copies that overlap host work (ZeRO-Offload, parallel/gpu_offload.cpp). It orders
+// A stream of copies that overlap host work (ZeRO-Offload: parallel/gpu_engine.cpp). It orders
 // against the kernels, which run on the legacy default stream, as a blocking stream does: a copy
 // queued here starts after every kernel queued before it, and later kernels wait for it. Host
 // pointers must be pinned. mark(i) records point i after what is queued so far; wait(i) blocks

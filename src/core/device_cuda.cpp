@@ -95,22 +95,6 @@ void device_free(void* p, size_t bytes) {
   g_allocated -= bytes;
 }
 
-DeviceBuffer::DeviceBuffer(size_t bytes, std::string_view what) : bytes_(bytes) {
-  if (bytes == 0) return;
-  ptr_ = device_alloc(bytes, what);
-}
-
-DeviceBuffer::~DeviceBuffer() { device_free(ptr_, bytes_); }
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
-    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  std::swap(ptr_, o.ptr_);
-  std::swap(bytes_, o.bytes_);
-  return *this;
-}
-
 void grow_device_buffer(DeviceBuffer* b, size_t bytes, std::string_view what) {
   if (b->bytes() < bytes) *b = DeviceBuffer(bytes, what);
 }
@@ -127,24 +111,15 @@ void copy_device_rows(void* dst, size_t dst_pitch, const void* src, size_t src_p
 }
 void device_synchronize() { ZT_CUDA_CHECK(cudaDeviceSynchronize()); }
 
-PinnedBuffer::PinnedBuffer(size_t bytes, std::string_view what) : bytes_(bytes) {
-  if (bytes == 0) return;
-  if (cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault) != cudaSuccess) {
-    cudaGetLastError();
-    ptr_ = nullptr;
-    throw Error(str_cat("cannot lock ", int64_t(bytes / kMiB), " MiB of host memory for ", what,
-                        " (cudaHostAlloc): free host memory or raise the locked-memory limit (ulimit -l)"));
-  }
+void* pinned_alloc(size_t bytes, std::string_view what) {
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess) return p;
+  cudaGetLastError();
+  throw Error(str_cat("cannot lock ", int64_t(bytes / kMiB), " MiB of host memory for ", what,
+                      " (cudaHostAlloc): free host memory or raise the locked-memory limit (ulimit -l)"));
 }
-PinnedBuffer::~PinnedBuffer() {
-  if (ptr_) cudaFreeHost(ptr_);
-}
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
-    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
-  std::swap(ptr_, o.ptr_);
-  std::swap(bytes_, o.bytes_);
-  return *this;
+void pinned_free(void* p, size_t) {
+  if (p) cudaFreeHost(p);
 }
 
 CopyStream::CopyStream() {

@@ -30,10 +30,8 @@ size_t device_allocated_bytes() { return 0; }
 size_t device_allocated_peak() { return 0; }
 void reset_device_allocated_peak() {}
 void set_device_memory_cap(size_t) {}
-PinnedBuffer::PinnedBuffer(size_t, std::string_view) { no_backend(); }
-PinnedBuffer::~PinnedBuffer() = default;
-PinnedBuffer::PinnedBuffer(PinnedBuffer&&) noexcept {}
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&&) noexcept { return *this; }
+void* pinned_alloc(size_t, std::string_view) { no_backend(); }
+void pinned_free(void*, size_t) {}
 CopyStream::CopyStream() { no_backend(); }
 CopyStream::~CopyStream() = default;
 void CopyStream::to_host(void*, const void*, size_t) { no_backend(); }
@@ -41,17 +39,6 @@ void CopyStream::to_device(void*, const void*, size_t) { no_backend(); }
 void CopyStream::mark(size_t) { no_backend(); }
 void CopyStream::wait(size_t) { no_backend(); }
 void CopyStream::synchronize() { no_backend(); }
-DeviceBuffer::DeviceBuffer(size_t, std::string_view) { no_backend(); }
-DeviceBuffer::~DeviceBuffer() = default;
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
-  o.ptr_ = nullptr;
-  o.bytes_ = 0;
-}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  std::swap(ptr_, o.ptr_);
-  std::swap(bytes_, o.bytes_);
-  return *this;
-}
 void grow_device_buffer(DeviceBuffer*, size_t, std::string_view) { no_backend(); }
 void copy_to_device(void*, const void*, size_t) { no_backend(); }
 void copy_to_host(void*, const void*, size_t) { no_backend(); }

@@ -304,7 +304,7 @@ TEST(CudaGemm, MatchesTheReferenceInEveryLayout) {
 }
 
 // The fused LM head against ref::lmhead_ce in double: loss, dx, dw, ignored targets, chunks that
-// do not divide N, fp32 and bf16 compute.
+// do not divide N, fp32 and bf16 compute, with and without Gemma 2's final soft-cap.
 TEST(CudaLmHead, MatchesTheReference) {
   ZT_REQUIRE_GPU();
   const int64_t N = 45;
@@ -313,55 +313,35 @@ TEST(CudaLmHead, MatchesTheReference) {
   std::vector<int32_t> tgt(N);
   Rng r(84);
   for (int64_t i = 0; i < N; ++i) tgt[i] = i % 9 == 4 ? kernels::kIgnoreIndex : int32_t(r.next_u64() % V);
-  for (DType t : {DType::f32, DType::bf16}) {
-    SCOPED_TRACE(t == DType::bf16 ? "bf16" : "f32");
-    auto xr = t == DType::bf16 ? test::bf16_round(x) : x, wr = t == DType::bf16 ? test::bf16_round(w) : w;
-    std::vector<double> dx(N * C), dw = as_double(dw0);
-    const double want =
-        ref::lmhead_ce(dx.data(), dw.data(), as_double(xr).data(), as_double(wr).data(), tgt.data(), N, C, V, 0.01);
-    auto gx = to_gpu(x), gw = to_gpu(w), gt = to_gpu(tgt), gdx = test::gpu_poisoned(N * C), gdw = to_gpu(dw0);
-    const kernels::LmHeadDims d{N, C, V, 16};
-    DeviceBuffer scratch(size_t(16) * V * 4, "scratch"), x16(x.size() * 2, "x16"), w16(w.size() * 2, "w16"),
-        dl16(size_t(16) * V * 2, "dlogits");
-    kc::to_bf16(x16.as<uint16_t>(), gx.as<float>(), int64_t(x.size()));
-    kc::to_bf16(w16.as<uint16_t>(), gw.as<float>(), int64_t(w.size()));
-    kernels::LmHeadCompute k{DType::bf16, x16.data(), w16.data(), dl16.data(), false};
-    int64_t count = 0;
-    std::vector<double> token_loss(N, -1.0);
-    const double got =
-        kc::lmhead_ce(gdx.as<float>(), gdw.as<float>(), gx.as<float>(), gw.as<float>(), gt.as<int32_t>(), d, 0.01f,
-                      scratch.as<float>(), &count, t == DType::bf16 ? &k : nullptr, token_loss.data());
-    EXPECT_EQ(count, int64_t(std::count_if(tgt.begin(), tgt.end(), [](int32_t v) { return v >= 0; })));
-    EXPECT_NEAR(got, want, std::abs(want) * 1e-5);
-    EXPECT_EQ(token_loss[4], 0.0);
-    // bf16: the logits' gradient is rounded to bf16 before the two backward GEMMs (as on the CPU).
-    const double tol = t == DType::f32 ? 1e-5 : 1e-2;
-    EXPECT_LT(rel_error(from_gpu(gdx, N * C), dx), tol);
-    EXPECT_LT(rel_error(from_gpu(gdw, V * C), dw), tol);
-  }
-  // Gemma 2's final soft-capping (cap 2: the logits, ~N(0, 1.7), are bent), fp32 and bf16.
-  for (DType t : {DType::f32, DType::bf16}) {
-    SCOPED_TRACE(t == DType::bf16 ? "softcap bf16" : "softcap f32");
-    auto xr = t == DType::bf16 ? test::bf16_round(x) : x, wr = t == DType::bf16 ? test::bf16_round(w) : w;
-    std::vector<double> dx(N * C), dw = as_double(dw0);
-    const double want = ref::lmhead_ce(dx.data(), dw.data(), as_double(xr).data(), as_double(wr).data(), tgt.data(), N,
-                                       C, V, 0.01, 2.0);
-    auto gx = to_gpu(x), gw = to_gpu(w), gt = to_gpu(tgt), gdx = test::gpu_poisoned(N * C), gdw = to_gpu(dw0);
-    kernels::LmHeadDims d{N, C, V, 16};
-    d.softcap = 2.0f;
-    DeviceBuffer scratch(size_t(16) * V * 4, "scratch"), x16(x.size() * 2, "x16"), w16(w.size() * 2, "w16"),
-        dl16(size_t(16) * V * 2, "dlogits");
-    kc::to_bf16(x16.as<uint16_t>(), gx.as<float>(), int64_t(x.size()));
-    kc::to_bf16(w16.as<uint16_t>(), gw.as<float>(), int64_t(w.size()));
-    kernels::LmHeadCompute k{DType::bf16, x16.data(), w16.data(), dl16.data(), false};
-    int64_t count = 0;
-    const double got = kc::lmhead_ce(gdx.as<float>(), gdw.as<float>(), gx.as<float>(), gw.as<float>(), gt.as<int32_t>(),
-                                     d, 0.01f, scratch.as<float>(), &count, t == DType::bf16 ? &k : nullptr);
-    EXPECT_NEAR(got, want, std::abs(want) * 1e-5);
-    const double tol = t == DType::f32 ? 1e-5 : 1e-2;
-    EXPECT_LT(rel_error(from_gpu(gdx, N * C), dx), tol);
-    EXPECT_LT(rel_error(from_gpu(gdw, V * C), dw), tol);
-  }
+  // Gemma 2's final soft-capping too (cap 2: the logits, ~N(0, 1.7), are bent).
+  for (const double cap : {0.0, 2.0})
+    for (DType t : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(testing::Message() << (t == DType::bf16 ? "bf16" : "f32") << " softcap " << cap);
+      auto xr = t == DType::bf16 ? test::bf16_round(x) : x, wr = t == DType::bf16 ? test::bf16_round(w) : w;
+      std::vector<double> dx(N * C), dw = as_double(dw0);
+      const double want = ref::lmhead_ce(dx.data(), dw.data(), as_double(xr).data(), as_double(wr).data(), tgt.data(),
+                                         N, C, V, 0.01, cap);
+      auto gx = to_gpu(x), gw = to_gpu(w), gt = to_gpu(tgt), gdx = test::gpu_poisoned(N * C), gdw = to_gpu(dw0);
+      kernels::LmHeadDims d{N, C, V, 16};
+      d.softcap = float(cap);
+      DeviceBuffer scratch(size_t(16) * V * 4, "scratch"), x16(x.size() * 2, "x16"), w16(w.size() * 2, "w16"),
+          dl16(size_t(16) * V * 2, "dlogits");
+      kc::to_bf16(x16.as<uint16_t>(), gx.as<float>(), int64_t(x.size()));
+      kc::to_bf16(w16.as<uint16_t>(), gw.as<float>(), int64_t(w.size()));
+      kernels::LmHeadCompute k{DType::bf16, x16.data(), w16.data(), dl16.data(), false};
+      int64_t count = 0;
+      std::vector<double> token_loss(N, -1.0);
+      const double got =
+          kc::lmhead_ce(gdx.as<float>(), gdw.as<float>(), gx.as<float>(), gw.as<float>(), gt.as<int32_t>(), d, 0.01f,
+                        scratch.as<float>(), &count, t == DType::bf16 ? &k : nullptr, token_loss.data());
+      EXPECT_EQ(count, int64_t(std::count_if(tgt.begin(), tgt.end(), [](int32_t v) { return v >= 0; })));
+      EXPECT_NEAR(got, want, std::abs(want) * 1e-5);
+      EXPECT_EQ(token_loss[4], 0.0);
+      // bf16: the logits' gradient is rounded to bf16 before the two backward GEMMs (as on the CPU).
+      const double tol = t == DType::f32 ? 1e-5 : 1e-2;
+      EXPECT_LT(rel_error(from_gpu(gdx, N * C), dx), tol);
+      EXPECT_LT(rel_error(from_gpu(gdw, V * C), dw), tol);
+    }
   // A target outside the vocabulary is refused with the CPU kernel's message, before any work.
   tgt[3] = V;
   auto gt = to_gpu(tgt), gx = to_gpu(x), gw = to_gpu(w);
