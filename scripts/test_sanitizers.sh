@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_sanitizers.sh: the whole ctest suite again, built with AddressSanitizer (+ LeakSanitizer)
-# and UndefinedBehaviorSanitizer (-DZT_SANITIZE=ON, UBSan fatal) in build-asan: every unit test,
-# the PyTorch parity run and the CLI scripts, which then drive the sanitized ztrain binary.
+# and UndefinedBehaviorSanitizer (-DZT_SANITIZE=ON, UBSan fatal) in build-asan: every unit test
+# and the CLI scripts, which then drive the sanitized ztrain binary (the longest in their
+# ZT_TEST_SUBSET=sanitizers subset, below).
 # Any report aborts the process, so the test that triggered it fails. scripts/test.sh runs this
 # after the normal ctest run; alone it assumes the Debian packages are installed (scripts/setup.sh).
 # usage: scripts/test_sanitizers.sh [extra ctest args]     (ZT_ASAN_BUILD_DIR picks the folder)
@@ -29,6 +30,14 @@ export OMP_NUM_THREADS=2
 export OMP_WAIT_POLICY=passive  # two tests at a time (-j2): waiting threads sleep (scripts/test.sh)
 # The tokenizer parity tests encode every 8th Brown document here (all of them in the plain pass).
 export ZT_TEST_SAMPLE_EVERY=8
+# The longest scripts run their sanitizer subset (docs/testing.md#sanitizer-run): every layout,
+# schedule, ZeRO stage, resume path and feature still runs instrumented at least once, but with fewer
+# training steps (tests/dist/train_*_test.py via disttest.py, resume_kill.sh, preempt.sh,
+# multihost.sh), a layout case for one model where the plain pass runs it for two (train_*_test.py),
+# and without repeats that vary only timing or numbers (resume_kill.sh: one kill point;
+# long_context.sh: one RoPE scaling; preempt.sh: SIGINT / SIGUSR1, the same handler as SIGTERM).
+# The full-length numeric equivalence ran in the plain pass, which never sets this.
+export ZT_TEST_SUBSET=sanitizers
 cd "$build"
 rc=0
 # parity_torch*: PyTorch's side is most of the test and is not instrumented, and the ztrain code it

@@ -9,6 +9,25 @@ import subprocess
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", ZT_COMM_TIMEOUT_S="60")
 failures = []
+# ZT_TEST_SUBSET=sanitizers: set by scripts/test_sanitizers.sh only (docs/testing.md#sanitizer-run).
+# Instrumented ranks train about 10x slower, and the sanitizers look for memory errors and UB in each
+# code path, which a short run reaches as well as a long one, while the numeric equivalence at full
+# length has run in the plain pass. There the train_*_test.py scripts train 6 steps, not 20
+# (steps_and_save), and a layout case that runs for both models in the plain pass runs for one of
+# them (sanitizer_cases), chosen so that each layout, schedule, ZeRO stage and checkpoint layout
+# still runs at least once and each model keeps a share of them. The plain pass runs everything.
+SANITIZER_SUBSET = os.environ.get("ZT_TEST_SUBSET") == "sanitizers"
+
+
+def steps_and_save(full=(20, 10), short=(6, 3)):
+    """(steps of a run, the step its checkpoint is saved and resumed at): full, or short under
+    ZT_TEST_SUBSET=sanitizers."""
+    return short if SANITIZER_SUBSET else full
+
+
+def sanitizer_cases(cases, names, key=lambda case: case[0]):
+    """cases, or under ZT_TEST_SUBSET=sanitizers only those whose name (key) is in names."""
+    return [c for c in cases if not SANITIZER_SUBSET or key(c) in names]
 
 
 def check(cond, msg):

@@ -2,7 +2,8 @@
 """train_cp_test.py: context-parallel `ztrain train` (ring attention) under mpirun equals one process.
 
 Tiny GPT-2 (learned position embeddings, tied head) and tiny Llama (RoPE, GQA 4/2 heads, untied
-head) from tests/fixtures/configs, random init, random tokens, --no_shuffle, fp32, 20 steps, T = 32.
+head) from tests/fixtures/configs, random init, random tokens, --no_shuffle, fp32, 20 steps (6 in the
+sanitizer pass, disttest.py), T = 32.
 The reference is one process at batch 2 x accumulation 4; every run reaches the same tokens per
 step. Checks:
   - per-step losses within 1e-5 relative of the reference for CP 2 (2 ranks), CP 2 x DP 2 with
@@ -26,13 +27,14 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from disttest import bad_input_args, check, check_errors, failures, mpi as mpi_prefix, read_safetensors, rel, step_history, train  # noqa: E402
+from disttest import bad_input_args, check, check_errors, failures, mpi as mpi_prefix, read_safetensors, rel, sanitizer_cases, steps_and_save, step_history, train  # noqa: E402
 
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 MODELS = {"gpt2": "tiny-gpt2-tp.json", "llama": "tiny-llama-gqa-tp.json"}
 # 4-layer variants: interleaved pipelines need 2 chunks of a layer on each of 2 stages.
 CONFIGS = {**MODELS, "gpt2_4l": "tiny-gpt2-tppp.json", "llama_4l": "tiny-llama-gqa-tppp.json"}
-B, T, ACC, STEPS, V = 2, 32, 4, 20, 509
+B, T, ACC, V = 2, 32, 4, 509
+STEPS, SAVE = steps_and_save()  # 20 steps, checkpoint at 10 (6 and 3 in the sanitizer pass: disttest.py)
 
 
 def run(work, name, model, np, acc, extra, out=None):
@@ -63,33 +65,36 @@ def ring_bytes(model, P, acc, tp=1):
 
 
 def resume(work, m, ref):
-    """CP changes no tensor layout: a CP 2 x DP 2 (ZeRO-1) checkpoint at step 10 resumes under one
-    process, and one process's under CP 2 x DP 2 (ZeRO-3); steps 11-20 give the reference's losses."""
+    """CP changes no tensor layout: a CP 2 x DP 2 (ZeRO-1) checkpoint at step SAVE (10) resumes under one
+    process, and one process's under CP 2 x DP 2 (ZeRO-3); the steps after it give the reference's losses."""
     cp = ["--context-parallel-size", "2"]
     plans = [("cp2_dp2", 4, ACC // 2, cp + ["--zero_stage", "1"], "one process", 1, ACC, []),
              ("one", 1, ACC, [], "CP 2 x DP 2 ZeRO-3", 4, ACC // 2, cp + ["--zero_stage", "3"])]
     if m == "llama":  # tensor-parallel slices stored in the global layout, as without CP
         plans.append(("cp2_tp2_sp", 4, ACC, cp + ["--tensor-model-parallel-size", "2", "--sequence-parallel"],
                       "one process", 1, ACC, []))
+    # Sanitizer pass: GPT-2 saves at CP 2 x DP 2, Llama on one process and at CP 2 x TP 2 + SP (disttest.py).
+    plans = sanitizer_cases(plans, {"gpt2": {"cp2_dp2"}, "llama": {"one", "cp2_tp2_sp"}}[m])
     for saved, np, acc, extra, name, np2, acc2, extra2 in plans:
         out = os.path.join(work, f"{m}_save_{saved}")
-        if run(work, f"{m}_save_{saved}", m, np, acc, extra + ["--save_strategy", "steps", "--save_steps", "10"],
+        if run(work, f"{m}_save_{saved}", m, np, acc, extra + ["--save_strategy", "steps", "--save_steps", str(SAVE)],
                out=out) is None:
             continue
-        ck = os.path.join(out, "checkpoint-10")
+        ck = os.path.join(out, f"checkpoint-{SAVE}")
         r = run(work, f"{m} resume {saved} -> {name}", m, np2, acc2, extra2 + ["--resume_from_checkpoint", ck], out=out)
         if r is None:
             continue
-        worst = max(rel(a, b) for a, b in zip(r["losses"][10:], ref["losses"][10:]))
-        check(len(r["losses"]) == STEPS and worst < 1e-5,
-              f"{m} checkpoint of {saved} at step 10 resumed at {name}: worst relative difference {worst:.2e} (< 1e-5)")
+        worst = max(rel(a, b) for a, b in zip(r["losses"][SAVE:], ref["losses"][SAVE:]))
+        check(len(r["losses"]) == STEPS and worst < 1e-5, f"{m} checkpoint of {saved} at step {SAVE} resumed at {name}: "
+                                                          f"worst relative difference {worst:.2e} (< 1e-5)")
 
 
 def evaluation(work):
     """--validation_file under CP 2 x DP 2 (ZeRO-1): every rank evaluates its chunks of each window and
-    the loss sums are added over the cp group, so the eval losses (steps 5 and 10) are one process's."""
-    ev = ["--validation_file", os.path.join(work, "val.bin"), "--eval_strategy", "steps", "--eval_steps", "5",
-          "--max_steps", "10"]
+    the loss sums are added over the cp group, so the eval losses (steps 5 and 10; 2 and 4 in the sanitizer
+    pass) are one process's."""
+    ev = ["--validation_file", os.path.join(work, "val.bin"), "--eval_strategy", "steps", "--eval_steps",
+          str(SAVE // 2), "--max_steps", str(SAVE)]
     ref = run(work, "llama_eval_ref", "llama", 1, ACC, ev)
     r = run(work, "llama_eval_cp2_dp2", "llama", 4, ACC // 2, ev + ["--context-parallel-size", "2", "--zero_stage", "1"])
     if ref and r:
@@ -160,6 +165,9 @@ def main():
                       cp2 + ["--pipeline-model-parallel-size", "2", "--zero_stage", "3" if m == "gpt2" else "1"], 2)]
             if m == "llama":  # a ring of 3 steps: K / V blocks and dK / dV pass through a middle rank
                 cases.append(("cp4", 4, ACC, ["--context-parallel-size", "4"], 4))
+            # Sanitizer pass: each case for one model (each model keeps its CP x TP and CP x PP; disttest.py).
+            cases = sanitizer_cases(cases, {"gpt2": {"cp2", "cp2_dp2_zero3", "cp2_tp2", "cp2_pp2_zero3"},
+                                            "llama": {"cp2_dp2_zero1", "cp2_tp2_sp", "cp2_pp2_zero1", "cp4"}}[m])
             for name, np, acc, extra, P in cases:
                 r = run(work, f"{m}_{name}", m, np, acc, extra)
                 if r is None:

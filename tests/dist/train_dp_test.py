@@ -2,8 +2,9 @@
 """train_dp_test.py: `ztrain train` under mpirun equals the single process (tier 3).
 
 Tiny GPT-2 and tiny Llama (GQA, untied head), random init, random tokens, --no_shuffle, fp32,
-20 steps. Every data-parallel configuration reaches the same global batch as the reference
-(one process, batch 2 x accumulation 4): N=2 ranks with accumulation 2, N=4 with 1. Checks:
+20 steps (6 in the sanitizer pass, disttest.py). Every data-parallel configuration reaches the
+same global batch as the reference (one process, batch 2 x accumulation 4): N=2 ranks with
+accumulation 2, N=4 with 1. Checks:
   - per-step losses (trainer_state.json log_history) within 1e-5 relative of the reference
     for DDP and ZeRO-1/2/3 at N=2 and N=4, and hybrid sharding (G=2 of N=4);
   - measured bus bytes per step (train_results.json, from the communicator counters) equal
@@ -22,7 +23,11 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from disttest import sanitizer_cases, steps_and_save  # noqa: E402
+
 ZT, MPIRUN = sys.argv[1], sys.argv[2]
+STEPS, SAVE = steps_and_save()  # 20 steps, checkpoint at 10 (6 and 3 in the sanitizer pass: disttest.py)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", ZT_COMM_TIMEOUT_S="60")
 MODELS = {
@@ -38,7 +43,7 @@ failures = []
 def run(work, name, model, np, extra):
     out = os.path.join(work, name)
     args = [ZT, "train", "--model_config_path", os.path.join(work, model + ".json"), "--train_file",
-            os.path.join(work, "train.bin"), "--max_steps", "20", "--save_strategy", "no", "--no_shuffle", "--model_max_length", "32",
+            os.path.join(work, "train.bin"), "--max_steps", str(STEPS), "--save_strategy", "no", "--no_shuffle", "--model_max_length", "32",
             "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", str(GLOBAL_ACC // np),
             "--learning_rate", "1e-3", "--weight_decay", "0.1", "--report_to", "none",
             "--logging_steps", "1", "--threads", "1", "--output_dir", out, "--overwrite_output_dir"] + extra
@@ -89,6 +94,12 @@ def main():
                 configs.append((f"{m}_np2_z2_qgZ", 2, 2, ["--zero_stage", "2", "--zero_quantized_gradients"], False))
                 configs.append((f"{m}_np2_z3_qwZ_qgZ", 2, 3, ["--zero_stage", "3", "--zero_quantized_weights",
                                                                "--zero_quantized_gradients"], False))
+            # Sanitizer pass: each ZeRO stage at each world size for one model, hybrid and int8 split
+            # between them (disttest.py).
+            configs = sanitizer_cases(configs, {
+                "gpt2": {"np2_z0", "np2_z2", "np4_z1", "np4_z3", "np4_z3_hybrid2", "np2_z3_qwZ"},
+                "llama": {"np2_z1", "np2_z3", "np4_z0", "np4_z2", "np4_z2_hybrid2", "np2_z2_qgZ", "np2_z3_qwZ_qgZ"}}[m],
+                key=lambda c: c[0][len(m) + 1:])
             for name, np, st, extra, exact in configs:
                 # Small buckets so DDP / ZeRO-1/2 have several (overlap with backward is exercised).
                 r = run(work, name, m, np, extra + ["--reduce_bucket_size", "40000"])
@@ -97,7 +108,7 @@ def main():
                 worst = max(rel(a, b) for a, b in zip(r["losses"], ref["losses"]))
                 final = rel(r["losses"][-1], ref["losses"][-1])
                 if exact:
-                    check(len(r["losses"]) == 20 and worst <= 1e-5,
+                    check(len(r["losses"]) == STEPS and worst <= 1e-5,
                           f"{name}: worst per-step loss rel diff {worst:.2e} (<= 1e-5), {r['seconds']:.1f} s")
                 else:
                     check(final <= 2e-2, f"{name}: int8 numerics: final loss {r['losses'][-1]:.6f} vs exact "
@@ -132,7 +143,7 @@ def main():
             if r is None or ref16 is None:
                 continue
             worst = max(rel(a, b) for a, b in zip(r["losses"], ref16["losses"]))
-            check(len(r["losses"]) == 20 and worst <= tol,
+            check(len(r["losses"]) == STEPS and worst <= tol,
                   f"{name}: worst per-step loss rel diff {worst:.2e} vs one bf16 process (<= {tol:g})")
             c = r["results"]["data_parallel"]["communication"]
             meas, plan, paper = c["bus_bytes_per_step"], c["planned_bus_bytes_per_step"], c["paper_bus_bytes_per_step"]
@@ -144,25 +155,25 @@ def main():
                 want = paper if "comm_fp32" in name else paper * (0.5 if "z0" in name else (acc * 0.5 + 1) / (acc + 1))
                 check(rel(meas, want) <= 0.02, f"{name}: bus bytes/step {meas:.0f} vs the fp32 paper figure "
                                                f"{paper:.0f} x {want / paper:g}")
-        # Sharded checkpoints reshard: saved at step 10 by ZeRO-3 hybrid (G=2 of 4 ranks: two
-        # shard files), resumed by ZeRO-2 on 2 ranks and by one process; steps 11-20 must equal
+        # Sharded checkpoints reshard: saved at step SAVE (10) by ZeRO-3 hybrid (G=2 of 4 ranks: two
+        # shard files), resumed by ZeRO-2 on 2 ranks and by one process; the steps after it must equal
         # the uninterrupted reference. Resuming at the last step exports one HF folder.
         ref = refs.get("llama")
         ck = run(work, "ck_save", "llama", 4, ["--zero_stage", "3", "--zero_hpz_partition_size", "2",
-                                               "--save_strategy", "steps", "--save_steps", "10"])
+                                               "--save_strategy", "steps", "--save_steps", str(SAVE)])
         if ref and ck:
             for name, np, extra in (("ck_resume_z2", 2, ["--zero_stage", "2"]), ("ck_resume_1", 1, [])):
                 os.makedirs(os.path.join(work, name))
-                subprocess.run(["cp", "-r", os.path.join(work, "ck_save", "checkpoint-10"), os.path.join(work, name)])
+                subprocess.run(["cp", "-r", os.path.join(work, "ck_save", f"checkpoint-{SAVE}"), os.path.join(work, name)])
                 r = run(work, name, "llama", np, extra + ["--resume_from_checkpoint", "latest"])
                 if r:
-                    worst = max(rel(a, b) for a, b in zip(r["losses"][10:], ref["losses"][10:]))
-                    check(len(r["losses"]) == 20 and worst <= 1e-5,
-                          f"sharded checkpoint of ZeRO-3 hybrid x 4 ranks resumed by {name}: steps 11-20 worst rel "
-                          f"diff {worst:.2e}")
+                    worst = max(rel(a, b) for a, b in zip(r["losses"][SAVE:], ref["losses"][SAVE:]))
+                    check(len(r["losses"]) == STEPS and worst <= 1e-5,
+                          f"sharded checkpoint of ZeRO-3 hybrid x 4 ranks resumed by {name}: steps "
+                          f"{SAVE + 1}-{STEPS} worst rel diff {worst:.2e}")
             os.makedirs(os.path.join(work, "ck_export"))
-            subprocess.run(["cp", "-r", os.path.join(work, "ck_save", "checkpoint-10"), os.path.join(work, "ck_export")])
-            r = run(work, "ck_export", "llama", 1, ["--resume_from_checkpoint", "latest", "--max_steps", "10"])
+            subprocess.run(["cp", "-r", os.path.join(work, "ck_save", f"checkpoint-{SAVE}"), os.path.join(work, "ck_export")])
+            r = run(work, "ck_export", "llama", 1, ["--resume_from_checkpoint", "latest", "--max_steps", str(SAVE)])
             check(r is not None and os.path.exists(os.path.join(work, "ck_export", "model.safetensors")),
                   "a sharded checkpoint exports to one HF folder (resume at its step, 0 steps to run)")
         # A rank failing mid-training ends the whole job at once, naming the rank.

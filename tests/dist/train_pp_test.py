@@ -2,7 +2,8 @@
 """train_pp_test.py: pipeline-parallel `ztrain train` under mpirun equals one process.
 
 Tiny GPT-2 (tied head) and tiny Llama (GQA, untied), 4 layers each
-(tests/fixtures/configs/tiny-*-4l.json), random init and tokens, --no_shuffle, fp32, 20 steps.
+(tests/fixtures/configs/tiny-*-4l.json), random init and tokens, --no_shuffle, fp32, 20 steps (6 in the
+sanitizer pass, disttest.py).
 The reference is one process at batch 2 x accumulation 4; every pipeline run reaches the same
 tokens per step (the micro-batches of a pipeline step are the accumulation steps). Checks:
   - per-step losses within 1e-5 relative of the reference: PP 2 (1F1B) alone, and PP 2 x DP 2
@@ -27,16 +28,17 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from disttest import check, failures, read_safetensors, rel, step_history, train  # noqa: E402
+from disttest import check, failures, read_safetensors, rel, steps_and_save, step_history, train  # noqa: E402
 
 ZT, MPIRUN = sys.argv[1], sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(HERE, "..", "fixtures", "configs")
 MODELS = {"gpt2": "tiny-gpt2-4l.json", "llama": "tiny-llama-gqa-4l.json"}
 B, T, GLOBAL_ACC, C = 2, 32, 4, 64
+STEPS, SAVE = steps_and_save()  # 20 steps, checkpoint and evaluations every 10 (6 and 3 in the sanitizer pass)
 
 
-def run(work, name, model, np, acc, extra, expect_fail=False, steps=20):
+def run(work, name, model, np, acc, extra, expect_fail=False, steps=STEPS):
     out = os.path.join(work, name)
     p = train(ZT, MPIRUN, np, ["--model_config_path", os.path.join(CONFIGS, MODELS[model])],
               os.path.join(work, "train.bin"), out, steps, B, T, acc, extra)
@@ -65,7 +67,7 @@ def main():
         rng = random.Random(1)
         with open(os.path.join(work, "train.bin"), "wb") as f:
             f.write(struct.pack("<%dH" % 60000, *[rng.randrange(512) for _ in range(60000)]))
-        val = ["--validation_file", os.path.join(work, "train.bin"), "--eval_strategy", "steps", "--eval_steps", "10",
+        val = ["--validation_file", os.path.join(work, "train.bin"), "--eval_strategy", "steps", "--eval_steps", str(SAVE),
                "--max_eval_samples", "8"]
         refs = {m: run(work, f"{m}_ref", m, 1, GLOBAL_ACC, ["--save_dtype", "float32"] + val) for m in MODELS}
         runs = [
@@ -138,7 +140,7 @@ def main():
                     [prec, "--pipeline-model-parallel-size", "2", "--zero_stage", "3"])
             if ref and r:
                 worst = max((rel(a, b) for a, b in zip(r["losses"], ref["losses"])), default=1.0)
-                check(len(r["losses"]) == 20 and worst <= 2e-4,
+                check(len(r["losses"]) == STEPS and worst <= 2e-4,
                       f"llama PP 2 x DP 2 ZeRO-3 {prec}: per-step losses within 2e-4 of one {prec[2:]} process "
                       f"(worst {worst:.1e})")
 
@@ -149,15 +151,15 @@ def main():
                  ("PP 2 x DP 2 ZeRO-3", 4, GLOBAL_ACC // 2, pp2 + ["--zero_stage", "3"],
                   [("one process", 1, GLOBAL_ACC, []), ("PP 2 x DP 2 ZeRO-2", 4, GLOBAL_ACC // 2, pp2 + ["--zero_stage", "2"])])]
         for k, (saved, np0, acc0, extra0, resumes) in enumerate(saves):
-            ck = run(work, f"ck{k}", "gpt2", np0, acc0, extra0 + ["--save_strategy", "steps", "--save_steps", "10"])
+            ck = run(work, f"ck{k}", "gpt2", np0, acc0, extra0 + ["--save_strategy", "steps", "--save_steps", str(SAVE)])
             if ck is None:
                 continue
             for name, np, acc, extra in resumes:
                 d = os.path.join(work, f"ck{k}_" + name.replace(" ", "_"))
                 subprocess.run(["cp", "-r", ck["out"], d], check=True)
                 r = run(work, os.path.basename(d), "gpt2", np, acc,
-                        extra + ["--resume_from_checkpoint", os.path.join(d, "checkpoint-10")])
-                same_losses(f"{saved} checkpoint-10 resumed ({name})", r, refs["gpt2"])
+                        extra + ["--resume_from_checkpoint", os.path.join(d, f"checkpoint-{SAVE}")])
+                same_losses(f"{saved} checkpoint-{SAVE} resumed ({name})", r, refs["gpt2"])
 
         # Bad combinations: one clear line each.
         for np, acc, extra, want in (

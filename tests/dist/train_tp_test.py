@@ -3,8 +3,8 @@
 
 Tiny GPT-2 (tied head, vocabulary 509: not divisible by TP 2, so the last rank's slice is padded)
 and tiny Llama (GQA 4/2 heads, untied head) from tests/fixtures/configs, random init, random
-tokens, --no_shuffle, fp32, 20 steps. The reference is one process at batch 2 x accumulation 4;
-every run reaches the same tokens per step. Checks:
+tokens, --no_shuffle, fp32, 20 steps (6 in the sanitizer pass, disttest.py). The reference is one
+process at batch 2 x accumulation 4; every run reaches the same tokens per step. Checks:
   - per-step losses within 1e-5 relative of the reference for TP 2 (2 ranks) with SP off / on,
     TP 2 x DP 2 with ZeRO-1 and TP 2 + SP x DP 2 with ZeRO-3 (4 ranks);
   - --model_name_or_path under TP 2 + SP x DP 2 continues like one process from the same weights;
@@ -27,11 +27,12 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from disttest import ENV, bad_input_args, check, check_errors, failures, mpi as mpi_prefix, read_safetensors, rel, step_history, train  # noqa: E402
+from disttest import ENV, bad_input_args, check, check_errors, failures, mpi as mpi_prefix, read_safetensors, rel, sanitizer_cases, steps_and_save, step_history, train  # noqa: E402
 
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 MODELS = {"gpt2": "tiny-gpt2-tp.json", "llama": "tiny-llama-gqa-tp.json"}
-B, T, ACC, STEPS, V = 2, 32, 4, 20, 509
+B, T, ACC, V = 2, 32, 4, 509
+STEPS, SAVE = steps_and_save()  # 20 steps, checkpoint at 10 (6 and 3 in the sanitizer pass: disttest.py)
 
 
 def run(work, name, model, np, acc, extra, out=None):
@@ -99,20 +100,22 @@ def bf16(work, m):
 
 
 def resume(work, m, ref):
-    """Checkpoints are stored in the global layout: a TP 2 x DP 2 (ZeRO-1) checkpoint at step 10
+    """Checkpoints are stored in the global layout: a TP 2 x DP 2 (ZeRO-1) checkpoint at step SAVE (10)
     resumes at TP 2 + SP, at one process and at TP 4 + SP (KV heads replicated), and one process's
-    checkpoint resumes at TP 2 x DP 2 (ZeRO-3); steps 11-20 give the reference's losses."""
+    checkpoint resumes at TP 2 x DP 2 (ZeRO-3); the steps after it give the reference's losses."""
     tp = ["--tensor-model-parallel-size", "2"]
     saves = {"tp2_dp2": (4, ACC // 2, tp + ["--zero_stage", "1"]), "one": (1, ACC, [])}
     resumes = {"tp2_dp2": [("TP 2 + SP", 2, ACC, tp + ["--sequence-parallel"]), ("one process", 1, ACC, []),
                            ("TP 4 + SP", 4, ACC, ["--tensor-model-parallel-size", "4", "--sequence-parallel"])],
                "one": [("TP 2 x DP 2 ZeRO-3", 4, ACC // 2, tp + ["--zero_stage", "3"])]}
+    # Sanitizer pass: GPT-2 saves on one process, Llama at TP 2 x DP 2 (disttest.py).
+    saves = dict(sanitizer_cases(saves.items(), {"gpt2": {"one"}, "llama": {"tp2_dp2"}}[m]))
     for saved, (np, acc, extra) in saves.items():
         out = os.path.join(work, f"{m}_save_{saved}")
-        if run(work, f"{m}_save_{saved}", m, np, acc, extra + ["--save_strategy", "steps", "--save_steps", "10"],
+        if run(work, f"{m}_save_{saved}", m, np, acc, extra + ["--save_strategy", "steps", "--save_steps", str(SAVE)],
                out=out) is None:
             continue
-        ck = os.path.join(out, "checkpoint-10")
+        ck = os.path.join(out, f"checkpoint-{SAVE}")
         for name, np2, acc2, extra2 in resumes[saved]:
             if m == "gpt2" and name.startswith("TP 2 + SP") or m == "gpt2" and name.startswith("TP 4"):
                 continue  # GPT-2 (tied, padded vocabulary): TP 2 -> one process and back
@@ -120,22 +123,24 @@ def resume(work, m, ref):
                     out=out)
             if r is None:
                 continue
-            # The resumed run's log carries the first run's 10 steps (restored with the checkpoint).
-            worst = max(rel(a, b) for a, b in zip(r["losses"][10:], ref["losses"][10:]))
+            # The resumed run's log carries the first run's SAVE steps (restored with the checkpoint).
+            worst = max(rel(a, b) for a, b in zip(r["losses"][SAVE:], ref["losses"][SAVE:]))
             check(len(r["losses"]) == STEPS and worst < 1e-5,
-                  f"{m} checkpoint of {saved} at step 10 resumed at {name}: worst relative difference {worst:.2e} "
+                  f"{m} checkpoint of {saved} at step {SAVE} resumed at {name}: worst relative difference {worst:.2e} "
                   f"(< 1e-5)")
 
 
 def rollback(work):
     """--spike_policy rollback under TP 2 reloads the newest checkpoint through the global layout: a
-    corrupted step 15 (the ZT_TEST_SPIKE_AT hook) rolls back to step 10 like one process does."""
+    corrupted step 15 (the ZT_TEST_SPIKE_AT hook) rolls back to step 10 like one process does. 20 steps in
+    both passes: spike detection starts only after min(--spike_window, 20) = 8 applied steps."""
+    steps = 20
     runs = {}
     for name, np, extra in (("one", 1, []), ("tp2", 2, ["--tensor-model-parallel-size", "2"])):
         out = os.path.join(work, f"rollback_{name}")
         env = dict(ENV, ZT_TEST_SPIKE_AT="15:1000")
         args = [ZT, "train", "--model_config_path", os.path.join(FIX, MODELS["llama"]), "--train_file",
-                os.path.join(work, "train.bin"), "--max_steps", str(STEPS), "--save_strategy", "steps", "--save_steps",
+                os.path.join(work, "train.bin"), "--max_steps", str(steps), "--save_strategy", "steps", "--save_steps",
                 "10", "--no_shuffle", "--model_max_length", str(T), "--per_device_train_batch_size", str(B),
                 "--gradient_accumulation_steps", str(ACC), "--learning_rate", "1e-3", "--report_to", "none",
                 "--logging_steps", "1", "--threads", "1", "--spike_policy", "rollback", "--spike_window", "8",
@@ -149,7 +154,7 @@ def rollback(work):
         state = json.load(open(os.path.join(out, "trainer_state.json")))
         runs[name] = [h["loss"] for h in state["log_history"] if "loss" in h and "train_loss" not in h]
     worst = max(rel(a, b) for a, b in zip(runs["tp2"], runs["one"]))
-    check(len(runs["tp2"]) == STEPS and worst < 1e-5,
+    check(len(runs["tp2"]) == steps and worst < 1e-5,
           f"llama rollback under TP 2 (step 15 corrupted, back to checkpoint-10): worst relative difference "
           f"{worst:.2e} from one process's rollback (< 1e-5)")
 
@@ -191,6 +196,9 @@ def main():
             if m == "llama":  # TP 4 > 2 KV heads: each KV head replicated on 2 ranks
                 cases.append(("tp4_sp_kv_replicated", 4, ACC, ["--tensor-model-parallel-size", "4",
                                                                "--sequence-parallel"], True))
+            # Sanitizer pass: each case for one model (both keep TP 2 with SP and TP x DP; disttest.py).
+            cases = sanitizer_cases(cases, {"gpt2": {"tp2_sp", "tp2_dp2_zero1"},
+                                            "llama": {"tp2", "tp2_sp_dp2_zero3", "tp4_sp_kv_replicated"}}[m])
             for name, np, acc, extra, sp in cases:
                 r = run(work, f"{m}_{name}", m, np, acc, extra)
                 if r is None:

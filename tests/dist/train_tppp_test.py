@@ -3,8 +3,9 @@
 
 Tiny GPT-2 (tied head, vocabulary 509: padded under TP 2) and tiny Llama (GQA 4/2 heads, untied),
 4 layers each (tests/fixtures/configs/tiny-*-tppp.json), random init and tokens, --no_shuffle,
-fp32, 20 steps. The reference is one process at batch 2 x accumulation 4; every run reaches the
-same tokens per step (a pipeline step's micro-batches are the accumulation steps). Checks:
+fp32, 20 steps (6 in the sanitizer pass, disttest.py). The reference is one process at batch 2 x
+accumulation 4; every run reaches the same tokens per step (a pipeline step's micro-batches are the
+accumulation steps). Checks:
   - per-step losses within 1e-5 relative (gradient norms 1e-4) of the reference on 4 ranks,
     TP 2 x PP 2: 1F1B and interleaved (2 virtual stages), SP off and on, DDP, ZeRO-1 and ZeRO-2
     (one data-parallel rank); and on 8 ranks TP 2 + SP x PP 2 x DP 2 with ZeRO-3 (Llama);
@@ -31,11 +32,12 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from disttest import bad_input_args, check, check_errors, failures, mpi as mpi_prefix, read_safetensors, rel, step_history, train  # noqa: E402
+from disttest import bad_input_args, check, check_errors, failures, mpi as mpi_prefix, read_safetensors, rel, sanitizer_cases, steps_and_save, step_history, train  # noqa: E402
 
 ZT, MPIRUN, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 MODELS = {"gpt2": "tiny-gpt2-tppp.json", "llama": "tiny-llama-gqa-tppp.json"}
-B, T, ACC, STEPS, V = 2, 32, 4, 20, 509
+B, T, ACC, V = 2, 32, 4, 509
+STEPS, SAVE = steps_and_save()  # 20 steps, checkpoint at 10 (6 and 3 in the sanitizer pass: disttest.py)
 TP2 = ["--tensor-model-parallel-size", "2"]
 PP2 = ["--pipeline-model-parallel-size", "2"]
 INTERLEAVED = PP2 + ["--num-layers-per-virtual-pipeline-stage", "1"]
@@ -135,9 +137,12 @@ def resume(work, m, ref):
                "tp2_pp2_dp2_zero1": [("TP 2 x PP 2 interleaved", 4, ACC, TP2 + INTERLEAVED)]}
     if m == "llama":  # 8 writers: (stage x shards + shard) x TP + tp rank
         saves["tp2_pp2_dp2_zero1"] = (8, ACC // 2, TP2 + PP2 + ["--zero_stage", "1"])
+    # Sanitizer pass: each saving layout for one model (every resume layout still runs; disttest.py).
+    saves = dict(sanitizer_cases(saves.items(), {"gpt2": {"tp2_pp2", "one"},
+                                                 "llama": {"dp4_zero3", "tp2_pp2_dp2_zero1"}}[m]))
     for saved, (np, acc, extra) in saves.items():
         out = os.path.join(work, f"{m}_save_{saved}")
-        full = run(work, f"{m}_save_{saved}", m, np, acc, extra + ["--save_strategy", "steps", "--save_steps", "10"],
+        full = run(work, f"{m}_save_{saved}", m, np, acc, extra + ["--save_strategy", "steps", "--save_steps", str(SAVE)],
                    out=out)
         if full is None:
             continue
@@ -145,15 +150,15 @@ def resume(work, m, ref):
             d = out + "_" + re.sub(r"\W+", "_", name)
             subprocess.run(["cp", "-r", out, d], check=True)
             r = run(work, f"{m} resume {saved} -> {name}", m, np2, acc2,
-                    extra2 + ["--resume_from_checkpoint", os.path.join(d, "checkpoint-10")], out=d)
+                    extra2 + ["--resume_from_checkpoint", os.path.join(d, f"checkpoint-{SAVE}")], out=d)
             if r is None:
                 continue
-            # The resumed log carries the first run's 10 steps (restored with the checkpoint).
-            first = rel(r["losses"][10], full["losses"][10])
-            worst = max(rel(a, b) for a, b in zip(r["losses"][10:], ref["losses"][10:]))
+            # The resumed log carries the first run's SAVE steps (restored with the checkpoint).
+            first = rel(r["losses"][SAVE], full["losses"][SAVE])
+            worst = max(rel(a, b) for a, b in zip(r["losses"][SAVE:], ref["losses"][SAVE:]))
             check(len(r["losses"]) == STEPS and first < 1e-6 and worst < 1e-5,
-                  f"{m} checkpoint of {saved} at step 10 resumed at {name}: step 11 {first:.1e} from the saving "
-                  f"run's (< 1e-6), steps 11-20 worst {worst:.1e} from the reference (< 1e-5)")
+                  f"{m} checkpoint of {saved} at step {SAVE} resumed at {name}: step {SAVE + 1} {first:.1e} from the "
+                  f"saving run's (< 1e-6), steps {SAVE + 1}-{STEPS} worst {worst:.1e} from the reference (< 1e-5)")
 
 
 def bf16(work, m):
@@ -187,7 +192,7 @@ def main():
         rng = random.Random(1)
         with open(os.path.join(work, "train.bin"), "wb") as f:
             f.write(struct.pack("<%dH" % 60000, *[rng.randrange(V) for _ in range(60000)]))
-        val = ["--validation_file", os.path.join(work, "train.bin"), "--eval_strategy", "steps", "--eval_steps", "10",
+        val = ["--validation_file", os.path.join(work, "train.bin"), "--eval_strategy", "steps", "--eval_steps", str(SAVE),
                "--max_eval_samples", "8"]
         for m in MODELS:
             ref = run(work, f"{m}_ref", m, 1, ACC, val)
@@ -202,6 +207,10 @@ def main():
             if m == "llama":
                 cases.append(("tp2_sp_pp2_dp2_zero3", 8, ACC // 2,
                               TP2 + PP2 + ["--sequence-parallel", "--zero_stage", "3"]))
+            # Sanitizer pass: each case for one model (both keep 1F1B, interleaved and SP; disttest.py).
+            cases = sanitizer_cases(cases, {"gpt2": {"tp2_pp2_1f1b", "tp2_pp2_interleaved_zero1", "tp2_sp_pp2_1f1b_eval"},
+                                            "llama": {"tp2_sp_pp2_1f1b_zero1", "tp2_pp2_1f1b_zero2", "tp2_sp_pp2_interleaved",
+                                                      "tp2_sp_pp2_dp2_zero3"}}[m])
             for name, np, acc, extra in cases:
                 equivalence(work, m, ref, name, np, acc, extra)
             resume(work, m, ref)
