@@ -27,6 +27,9 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 WORKLOADS = [
     ("gpt2-124m fp32 B4 T128", 1, 4, 128, []),
     ("gpt2-124m bf16 B4 T128", 1, 4, 128, ["--bf16"]),
+    # The portability issue's shape (bench/bench_train.py's main workload).
+    ("gpt2-124m fp32 B8 T256", 1, 8, 256, []),
+    ("gpt2-124m bf16 B8 T256", 1, 8, 256, ["--bf16"]),
     ("gpt2-124m tp2 fp32 B4 T128", 2, 4, 128, ["--tensor-model-parallel-size", "2"]),
     ("gpt2-124m pp2 fp32 B2x4 T128", 2, 2, 128, ["--pipeline-model-parallel-size", "2",
                                                  "--gradient_accumulation_steps", "4"]),
@@ -54,16 +57,16 @@ def main():
     ap.add_argument("new")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="comma-separated parts of workload names")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="zt-speed-")
     json.dump(GPT2_124M, open(os.path.join(work, "cfg.json"), "w"))
     rnd = random.Random(0)
-    n = 8 * 128 * (args.steps + 2) * 4 + 1
+    n = 8 * 256 * (args.steps + 2) * 2 + 1
     with open(os.path.join(work, "tokens.bin"), "wb") as f:
         f.write(struct.pack(f"<{n}H", *[rnd.randrange(50257) for _ in range(n)]))
     for name, ranks, B, T, extra in WORKLOADS:
-        if args.only not in name:
+        if not any(part in name for part in args.only.split(",")):
             continue
         times = {"old": [], "new": []}
         for _ in range(args.repeats):

@@ -9,7 +9,8 @@ GEMM peak measured at the start of the run, peak resident memory, and the ratio.
 FLOPs per token follow ztrain's convention (6 x matmul parameters incl. the LM head
 + 12 x L x NH x HS x T; causal masking not discounted), used for both sides.
 PyTorch runs with OpenBLAS at the CPU's best core type (SkylakeX with AVX-512, Haswell
-without; an environment's OPENBLAS_CORETYPE can halve it): the peer gets its best. The
+without; an environment's OPENBLAS_CORETYPE can halve it): the peer gets its best. Under
+ZT_ISA=avx2 (with ONEDNN_MAX_CPU_ISA=AVX2) both sides are held to AVX2: Haswell for the peer. The
 script installs libopenblas0-pthread when Debian's torch would otherwise call the reference
 BLAS (as root; else it stops and says so) and prints which BLAS and core type the peer used.
 ztrain's own MFU (metrics.jsonl, against the peak it measured or cached) is printed beside
@@ -58,6 +59,10 @@ def gemm_peak(build, threads):
 
 
 def best_coretype():
+    # ZT_ISA=avx2 holds ztrain to AVX2 (issue 28's AVX2 figure on an AVX-512 machine): the peer gets
+    # OpenBLAS's AVX2 kernels then, so both sides run the same instruction set.
+    if os.environ.get("ZT_ISA") == "avx2":
+        return "Haswell"
     flags = open("/proc/cpuinfo").read()
     return "SkylakeX" if " avx512f" in flags else "Haswell"
 
