@@ -3,6 +3,8 @@
 # level this build runs on (x86: ZT_ISA=avx2 + ONEDNN_MAX_CPU_ISA=AVX2), so a machine with
 # AVX-512 also proves the AVX2 path end to end (docs/testing.md). On a machine whose best level
 # is the lowest, parity_torch has already run exactly this path, and so this says so and passes.
+# The cap is ztrain's only: run_parity.py runs the PyTorch oracle at its best (its bf16 autocast
+# has no oneDNN matmul under an AVX2 cap).
 # usage: run_lowest.sh path/to/ztrain
 set -euo pipefail
 Z=$1
