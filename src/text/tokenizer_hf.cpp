@@ -240,7 +240,8 @@ std::unique_ptr<Tokenizer> load_json(const Reader& rd, const json& root) {
   } else {
     rd.fail("model.type", type.empty()
                               ? "is missing"
-                              : str_cat("\"", type, "\" is not supported (ztrain reads BPE, Unigram and WordPiece)"));
+                              : str_cat(Reader::brief(nlohmann::json(type)),
+                                        " is not supported (ztrain reads BPE, Unigram and WordPiece)"));
   }
   read_added_tokens(rd, root, p);
   parse_decoder(rd, part("decoder"), "decoder", p);

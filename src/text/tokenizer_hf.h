@@ -47,8 +47,10 @@ struct Reader {
     std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     return s.size() > 80 ? s.substr(0, 80) + "..." : s;
   }
+  // The type is quoted as JSON: a file's type string may hold newlines or control bytes, and the
+  // error must stay one line.
   [[noreturn]] void unsupported(const std::string& where, const std::string& type, const char* supported) const {
-    fail(where, str_cat("type \"", type, "\" is not supported (ztrain reads ", supported, ")"));
+    fail(where, str_cat("type ", brief(nlohmann::json(type)), " is not supported (ztrain reads ", supported, ")"));
   }
 };
 

@@ -45,7 +45,11 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DZT_WITH_MPI=OFF -DZT_WITH_CU
 cmake --build "$build" -j"$(nproc)" --target zt_tests ztrain 2>&1 | grep -E "error|warning: " || true
 test -x "$build/ztrain" || { echo "aarch64.sh: cross build failed"; exit 1; }
 file "$build/ztrain" | grep -q aarch64 || { echo "aarch64.sh: $build/ztrain is not an aarch64 binary"; exit 1; }
-run() { QEMU_LD_PREFIX=/usr/aarch64-linux-gnu qemu-aarch64-static "$@"; }
+# The arm64 loader and libraries from the multiarch root (libc6:arm64), not the cross toolchain's
+# /usr/aarch64-linux-gnu: the two glibc builds differ (2.36-8cross1 vs 2.36-9+deb12u14), and the
+# cross ld.so with the multiarch libc.so.6 hangs in the first pthread_create (ztrain's signal-watcher
+# thread), which is why no training run had finished under qemu before.
+run() { QEMU_LD_PREFIX=/ qemu-aarch64-static "$@"; }
 echo "kernel levels under qemu: $(run "$build/ztrain" info --json)"
 # Three parts, shortest first, each timed (ZT_AARCH64_PARTS picks some: losses,kernels,models):
 # emulated, the whole unit-test list ran for over 50 minutes without a sign of progress.
