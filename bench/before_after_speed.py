@@ -62,7 +62,8 @@ def main():
     work = tempfile.mkdtemp(prefix="zt-speed-")
     json.dump(GPT2_124M, open(os.path.join(work, "cfg.json"), "w"))
     rnd = random.Random(0)
-    n = 8 * 256 * (args.steps + 2) * 2 + 1
+    # Twice the largest step's tokens per step, so no run wraps around the file.
+    n = 2 * max(B * T for _, _, B, T, _ in WORKLOADS) * (args.steps + 2) + 1
     with open(os.path.join(work, "tokens.bin"), "wb") as f:
         f.write(struct.pack(f"<{n}H", *[rnd.randrange(50257) for _ in range(n)]))
     for name, ranks, B, T, extra in WORKLOADS:

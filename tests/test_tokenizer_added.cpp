@@ -53,16 +53,6 @@ fs::path scratch(const std::string& name) {
   return p;
 }
 
-// Used by the SentencePiece tests only, which builds without libsentencepiece (aarch64) leave out.
-[[maybe_unused]] std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // Byte-fallback BPE with no merges: every byte b is id 1 + b, so ids spell the text.
 json bytes_json() {
   json vocab = {{"<unk>", 0}};
@@ -209,6 +199,15 @@ TEST(TokenizerPrecompiled, RandomCharsmapsAreBounded) {
 
 // ---- SentencePiece tokenizer.model (when built with libsentencepiece) ----
 #ifdef ZT_HAS_SENTENCEPIECE
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 fs::path tiny_spm_model() {
   static const fs::path dir = [] {

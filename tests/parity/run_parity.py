@@ -111,20 +111,17 @@ def rel(a, b):
 def run_case(name, make_args, work, ztrain, env):
     """One case: (failures, the lines it prints)."""
     lines, failures = [], 0
-    # The oracle runs at its best: capping PyTorch's own oneDNN (run_lowest.sh caps ztrain's) leaves
-    # it no bf16 matmul under autocast on an AVX-512 machine ("could not create a primitive").
-    oracle_env = {k: v for k, v in env.items() if k not in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")}
     d = os.path.join(work, name)
     model, tokens = os.path.join(d, "model"), os.path.join(d, "train.bin")
     run([PY, os.path.join(HERE, "make_model.py"), "--out", model, "--seed", "3", "--tokens", tokens,
-         "--num_tokens", "6000"] + make_args, env=oracle_env)
+         "--num_tokens", "6000"] + make_args)
     common = ["--per_device_train_batch_size", str(B), "--gradient_accumulation_steps", str(G),
               "--model_max_length", str(T), "--max_steps", str(STEPS)] + HP
     torch_dir = os.path.join(d, "torch_out")
     bf16 = "autocast_bf16" in name
     ref = json.loads(run([PY, os.path.join(HERE, "torch_train.py"), "--model", model, "--train_file", tokens,
                           "--save_dir", torch_dir] + common + (["--autocast", "bf16"] if bf16 else []),
-                         env=oracle_env).strip().splitlines()[-1])
+                         env=env).strip().splitlines()[-1])
     out = os.path.join(d, "ztrain_out")
     run([ztrain, "train", "--model_name_or_path", model, "--train_file", tokens, "--output_dir", out,
          "--overwrite_output_dir", "--no_shuffle", "--lr_scheduler_type", "constant", "--logging_steps", "1",
@@ -148,7 +145,7 @@ zm, _ = hfmodels.load_model({out!r}); tm, _ = hfmodels.load_model({torch_dir!r})
 zs, ts = zm.state_dict(), tm.state_dict()
 assert zs.keys() == ts.keys(), (sorted(zs.keys() ^ ts.keys()))
 print(max(float((zs[k] - ts[k]).abs().max()) for k in zs))
-"""], env=oracle_env)
+"""], env=env)
     diff = float(cmp.strip().splitlines()[-1])
     # Adam turns tiny gradient differences on near-zero gradients into up to ~lr-sized
     # moves, so allow 10% of the 5 steps' largest possible travel (5 x lr = 5e-3); a
