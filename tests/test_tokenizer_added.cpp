@@ -218,9 +218,11 @@ fs::path tiny_spm_model() {
                 " times\n"
                 "a quick brown fox jumps over the lazy dog caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87\n";
     write_all(d / "corpus.txt", corpus);
-    fs::create_directories(d / "m");    const auto status = sentencepiece::SentencePieceTrainer::Train(
+    fs::create_directories(d / "m");
+    const auto status = sentencepiece::SentencePieceTrainer::Train(
         "--input=" + (d / "corpus.txt").string() + " --model_prefix=" + (d / "m" / "tokenizer").string() +
-        " --vocab_size=60 --hard_vocab_limit=false --model_type=unigram --user_defined_symbols=<u> --minloglevel=2 --num_threads=1");
+        " --vocab_size=60 --hard_vocab_limit=false --model_type=unigram --user_defined_symbols=<u> --minloglevel=2 "
+        "--num_threads=1");
     if (!status.ok()) throw std::runtime_error("spm training failed: " + status.ToString());
     fs::remove(d / "m" / "tokenizer.vocab");
     return d / "m";
