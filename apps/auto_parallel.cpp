@@ -8,8 +8,8 @@
 #include "models/config.h"
 #include "plan/memory_fit.h"
 #include "plan/planner.h"
-#include "train/auto_fit.h"
-#include "train/precision.h"
+#include "auto_fit.h"
+#include "precision.h"
 
 namespace zt {
 

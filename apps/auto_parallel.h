@@ -11,7 +11,7 @@
 #include <string>
 
 #include "dist/communicator.h"
-#include "train/train_args.h"
+#include "train_args.h"
 
 namespace zt {
 

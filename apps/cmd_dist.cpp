@@ -24,7 +24,7 @@
 #include "optim/optimizer.h"
 #include "plan/memory_estimate.h"
 #include "plan/memory_fit.h"
-#include "train/precision.h"
+#include "precision.h"
 
 namespace zt::app {
 namespace {

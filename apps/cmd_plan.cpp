@@ -14,7 +14,7 @@
 #include "flags.h"
 #include "models/config.h"
 #include "plan/planner.h"
-#include "train/auto_fit.h"
+#include "auto_fit.h"
 
 namespace zt::app {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "train/train_args.h"
+#include "train_args.h"
 
 namespace zt {
 

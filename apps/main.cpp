@@ -21,7 +21,8 @@
 #include "hf_training_args.h"
 #include "signals.h"
 #include "auto_parallel.h"
-#include "train/train_args.h"
+#include "train_config_build.h"
+#include "train_args.h"
 
 namespace zt::app {
 
@@ -301,7 +302,7 @@ int cmd_train(const Args& args) {
     const int tp = std::max(1, a.tensor_model_parallel_size) * std::max(1, a.context_parallel_size);
     zt::apply_deepspeed_config(a, world->size() % tp == 0 ? world->size() / tp : world->size(),
                                /*print_warnings=*/world->rank() == 0);
-    zt::train_run(a, *world);
+    zt::train_run(zt::build_train_config(a, *world), *world);
   } catch (const zt::JobError& e) {
     // Every rank raised this same error: rank 0 reports it and ends the job; the others wait
     // to be ended by that (a grace period in case rank 0 cannot), so it is printed once.

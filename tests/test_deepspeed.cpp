@@ -12,7 +12,7 @@
 #include "flags.h"
 #include "optim/schedule.h"
 #include "deepspeed_config.h"
-#include "train/run_device.h"
+#include "run_device.h"
 
 namespace zt {
 namespace {

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "optim/schedule.h"
 #include "deepspeed_config.h"
-#include "train/train_args.h"
+#include "train_args.h"
 
 namespace zt {
 namespace {

@@ -10,7 +10,7 @@
 // only rank 0 writes logs, checkpoints and the model. The ranks form a process grid
 // (dist/parallel_dims.h: pp x dp x cp x tp); everything data-parallel (engine, loss
 // reduction, loader) takes the grid's dp communicator, never the world.
-// This file: the argument checks and the set-up (data, model and engine, resume); the step
+// This file: the set-up from the resolved TrainConfig (data, model and engine, resume); the step
 // loop is trainer_loop.cpp, the class trainer_impl.h.
 #include "train/trainer_impl.h"
 
@@ -19,126 +19,19 @@
 #include "train/context_stage.h"
 #include "plan/gemm_peak.h"
 #include "plan/memory_estimate.h"
-#include "train/run_device.h"
-#include "train/train_args_check.h"
 
 namespace zt {
 namespace train_internal {
 namespace fs = std::filesystem;
 
-namespace {
-
-ModelConfig load_config(const TrainArgs& a) {
-  ZT_CHECK(a.model_name_or_path.empty() != a.model_config_path.empty(),
-           "give exactly one of --model_name_or_path (an HF folder) or --model_config_path (a config.json)");
-  const ModelConfig cfg =
-      config_from_file(!a.model_config_path.empty() ? a.model_config_path : a.model_name_or_path + "/config.json");
-  return train_internal::with_rope_scaling(cfg, a.rope_scaling, a.model_max_length);  // a long-context stage's RoPE
-}
-
-// The files that make the saved folders usable as they are (generate needs a tokenizer):
-// the model folder's (or the config's folder's), the tokenizer's from --tokenizer_name.
-HfSideFiles side_files(const TrainArgs& a) {
-  const std::string model_dir =
-      !a.model_name_or_path.empty() ? a.model_name_or_path : fs::path(a.model_config_path).parent_path().string();
-  HfSideFiles files = hf_side_files(model_dir.empty() ? "." : model_dir);
-  if (a.tokenizer_name.empty()) return files;
-  std::error_code ec;
-  ZT_CHECK(fs::is_directory(a.tokenizer_name, ec), "--tokenizer_name ", a.tokenizer_name,
-           " is not a folder; pass the folder holding tokenizer.json (or tokenizer.model, or encoder.json + "
-           "vocab.bpe)");
-  HfSideFiles tok = hf_side_files(a.tokenizer_name);
-  ZT_CHECK(!tok.empty(), "--tokenizer_name ", a.tokenizer_name, " holds no tokenizer files (tokenizer.json, ...)");
-  std::erase_if(files, [](const auto& f) { return f.first != "generation_config.json"; });
-  std::erase_if(tok, [](const auto& f) { return f.first == "generation_config.json"; });
-  files.insert(files.end(), tok.begin(), tok.end());
-  return files;
-}
-
-TrainLogOptions log_options(const TrainArgs& a) {
-  TrainLogOptions o;
-  o.output_dir = a.output_dir;
-  o.logging_dir = a.logging_dir;
-  o.run_name = a.run_name;
-  o.report_to = a.report_to;
-  o.disable_tqdm = a.disable_tqdm;
-  o.plot = a.plot;
-  o.micro_batch = a.per_device_train_batch_size;
-  o.accumulation = a.gradient_accumulation_steps;
-  o.threads = a.threads;
-  o.logging_steps = a.logging_steps;
-  o.save_steps = a.save_steps;
-  o.shuffle = !a.no_shuffle;
-  o.seed = a.seed;
-  o.data_seed = data_seed_of(a);
-  return o;
-}
-
-parallel::DataParallelOptions engine_options(const TrainArgs& a) {
-  parallel::DataParallelOptions o;
-  o.stage = a.zero_stage;
-  o.reduce_bucket_size = a.reduce_bucket_size;  // 0: the engine resolves the stage's default
-  o.overlap_comm = a.overlap_comm;
-  o.hpz_partition_size = a.zero_hpz_partition_size;
-  o.quantized_weights = a.zero_quantized_weights;
-  o.quantized_gradients = a.zero_quantized_gradients;
-  o.optim = a.optim;
-  o.offload_optimizer = a.offload_optimizer;
-  o.comm_dtype = comm_dtype_from_args(a);
-  o.local_sgd = a.local_sgd_steps > 0;
-  o.optim_config.beta1 = a.adam_beta1;
-  o.optim_config.beta2 = a.adam_beta2;
-  o.optim_config.eps = a.adam_epsilon;
-  o.optim_config.weight_decay = a.weight_decay;
-  return o;
-}
-
-bool is_jsonl(const std::string& path) { return path.size() > 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0; }
-}  // namespace
-
-AllowedChanges allowed_changes(const std::string& list) {
-  AllowedChanges c;
-  for (size_t b = 0; b <= list.size() && !list.empty();) {
-    const size_t e = std::min(list.find(',', b), list.size());
-    const std::string item = list.substr(b, e - b);
-    ZT_CHECK(item == "model" || item == "data", "--resume_allow_changes ", quote(item),
-             " is not one of model, data; give a comma-separated list such as model,data");
-    (item == "model" ? c.model : c.data) = true;
-    b = e + 1;
-  }
-  return c;
-}
-static int seq_len(const TrainArgs& a, const ModelConfig& cfg);
-
-Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : args_(args), world_(world) {
-  if (args_.threads > 0) omp_set_num_threads(args_.threads);
-  check_args(args_);
-  check_tp_args(args_, world.size());
-  cfg_ = load_config(args_);
-  check_tp_plan(cfg_, {args_.tensor_model_parallel_size, 0, args_.sequence_parallel});
-  check_cp_args(args_, world.size(), seq_len(args_, cfg_));
-  spike_ = std::make_unique<SpikeGuard>(spike_policy_from(args_.spike_policy), args_.spike_window, args_.spike_zscore);
-  plan_ = act_plan_from_args(args_, cfg_);  // a bad combination fails here, before any work
-  // Every weight shard present before --output_dir is touched (a missing one is one error).
-  if (!args_.model_name_or_path.empty()) hf_check_weights(args_.model_name_or_path);
-  side_files_ = side_files(args_);
-  channels_ = parse_channels(args_.train_file, args_.train_file_weights);
-  train_id_ = channels_identity(channels_);  // a plain file's own identity
-  // The job's first collective, before anything sized by the arguments or the config is
-  // allocated or exchanged: ranks that disagree stop here, with the difference named.
-  check_ranks_agree(world, job_identity(args_, cfg_, train_id_));
-  choose_device();
-  fit_memory();
-  schedule_kind_ = check_pipeline_args(args_, world.size(), cfg_);
-  parallel::check_data_parallel_options(
-      engine_options(args_), world.size() / (args_.tensor_model_parallel_size * args_.pipeline_parallel_size));
-  ZT_CHECK(args_.local_sgd_steps == 0 || (args_.tensor_model_parallel_size == 1 && args_.pipeline_parallel_size == 1),
-           "--local_sgd_steps does not compose with tensor or pipeline parallelism yet; use one of them");
-  ZT_CHECK(args_.local_sgd_steps == 0 || args_.spike_policy == "none", "--spike_policy ", args_.spike_policy,
-           " judges the gradient norm, which local SGD's groups do not share; "
-           "use --spike_policy none with --local_sgd_steps");
-  if (args_.local_sgd_steps > 0) args_.local_sgd_group_size = local_sgd_group(world, args_.local_sgd_group_size);
-  grid_ = std::make_unique<dist::ProcessGrid>(world, grid_dims(args_, world.size()));
+Trainer::Trainer(const TrainConfig& config, dist::Communicator& world)
+    : c_(config), world_(world), cfg_(config.model.config), train_id_(config.data.identity) {
+  spike_ = std::make_unique<SpikeGuard>(c_.optim.spike_policy, c_.optim.spike_window, c_.optim.spike_zscore);
+  plan_ = c_.precision.plan;
+  side_files_ = c_.model.side_files;
+  channels_ = c_.data.channels;
+  device_ = c_.parallel.device;
+  grid_ = std::make_unique<dist::ProcessGrid>(world, c_.parallel.dims);
   dp_comm_ = &grid_->dp();
   chief_ = world.rank() == 0;
   {
@@ -159,89 +52,42 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : args_(args)
     std::vector<const dist::Communicator*> comms = {&world_, parallel_->tied_comm()};
     for (size_t g = 0; g < dist::kNumGroups; ++g) comms.push_back(&grid_->group(dist::Group(g)));
     for (const dist::Communicator* c : parallel_->engine().comms()) comms.push_back(c);
-    straggler_ = std::make_unique<StragglerMonitor>(comms, world.size(), args_.straggler_threshold);
+    straggler_ = std::make_unique<StragglerMonitor>(comms, world.size(), c_.parallel.straggler_threshold);
   }
   start_loader_and_log();
   startup_s_ = seconds_since(t_start_);
 }
 
-// The sequence length T: --model_max_length, else min(1024, the model's context).
-static int seq_len(const TrainArgs& a, const ModelConfig& cfg) {
-  return a.model_max_length > 0 ? a.model_max_length : std::min(1024, cfg.max_position);
-}
-
-// --max_memory / --auto_find_batch_size. Every rank must choose the same layout, so the
-// limit is the smallest any rank sees (a collective, after the ranks agreed on the arguments).
-void Trainer::fit_memory() {
-  if (args_.max_memory.empty() && !args_.auto_find_batch_size) return;
-  std::string source;
-  int64_t limit = memory_limit_per_rank(args_, &source);
-  int64_t lim = limit < 0 ? INT64_MAX : limit;
-  if (world_.size() > 1) world_.all_reduce(&lim, 1, dist::ReduceOp::min);
-  memory_limit_bytes_ = lim == INT64_MAX ? -1 : lim * parallel::ranks_on_this_host();
-  if (!args_.auto_find_batch_size) return;
-  const std::string line =
-      auto_find_batch_size(args_, cfg_, seq_len(args_, cfg_), world_.size(), lim == INT64_MAX ? -1 : lim, source);
-  plan_ = act_plan_from_args(args_, cfg_);  // it may have chosen a recomputation mode
-  if (world_.rank() == 0) std::printf("%s\n", line.c_str());
-}
-
 void Trainer::load_data() {
-  rows_ = args_.per_device_train_batch_size;
-  accumulation_ = args_.gradient_accumulation_steps;
-  seq_len_ = seq_len(args_, cfg_);
-  ZT_CHECK(seq_len_ <= cfg_.max_position, "--model_max_length ", seq_len_, " exceeds the model's context of ",
-           cfg_.max_position, " positions (n_positions / max_position_embeddings); lower it");
-  // The planner's model of TP / PP / CP (a cp rank holds T / cp rows and shards over dp x cp).
-  if (args_.tensor_model_parallel_size > 1 || args_.pipeline_parallel_size > 1 || args_.context_parallel_size > 1)
-    parallel::check_model_parallel_memory(
-        cfg_, seq_len_,
-        {dp_comm_->size(), args_.tensor_model_parallel_size, args_.pipeline_parallel_size, args_.sequence_parallel,
-         args_.zero_stage, rows_, accumulation_, plan_.recompute == nn::Recompute::full, args_.context_parallel_size},
-        plan_.precision, args_.optim, args_.max_memory.empty() ? -1 : memory_limit_bytes_);
-  else
-    parallel::check_training_memory(
-        cfg_,
-        {rows_, seq_len_, args_.zero_stage, dp_comm_->size(), args_.zero_hpz_partition_size,
-         parallel::reduce_bucket_elements(args_.reduce_bucket_size, args_.zero_stage), plan_,
-         int(dtype_size(comm_dtype_from_args(args_)))},
-        args_.max_memory.empty() ? -1 : memory_limit_bytes_);  // before anything large is allocated
-  sft_ = channels_.named ? channels_.sft : is_jsonl(args_.train_file);
-  ZT_CHECK(sft_ || !is_jsonl(args_.validation_file), "--validation_file ", args_.validation_file,
-           " holds SFT records (.jsonl) but --train_file is a token file; give both in the same form");
-  // A flag of one kind of data given with the other would be parsed and ignored: refused instead.
-  // (--tokenizer_name is not among them: it also names the tokenizer a token-file run carries.)
-  for (const char* f :
-       {"chat_template_path", "completion_only_loss", "assistant_only_loss", "cache_dir", "chat_template_max_steps"})
-    ZT_CHECK(sft_ || !args_.explicit_flags.count(f), "--", f,
-             " applies to SFT records (a .jsonl --train_file), not to ", "the token file ", args_.train_file);
-  ZT_CHECK(!sft_ || !args_.explicit_flags.count("eos_token_id"),
-           "--eos_token_id separates documents in token files; SFT records (.jsonl) are separate examples already");
+  rows_ = c_.data.micro_batch;
+  accumulation_ = c_.data.accumulation;
+  seq_len_ = c_.data.seq_len;
+  sft_ = c_.data.sft;
   if (sft_) {
     load_sft_data();
   } else if (channels_.named) {
-    blend_ = std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, seq_len_, !args_.no_shuffle,
-                                             uint64_t(data_seed_of(args_)));
+    blend_ =
+        std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, seq_len_, c_.data.shuffle, uint64_t(c_.data.seed));
     train_sequences_ = blend_->num_sequences();
     if (world_.rank() == 0) std::printf("Data channels: %s\n", blend_->describe().c_str());
   } else {
-    data_ = std::make_unique<TokenFile>(args_.train_file, cfg_.vocab_size);
-    sampler_ = std::make_unique<WindowSampler>(*data_, seq_len_, !args_.no_shuffle, uint64_t(data_seed_of(args_)));
+    data_ = std::make_unique<TokenFile>(c_.data.train_file, cfg_.vocab_size);
+    sampler_ = std::make_unique<WindowSampler>(*data_, seq_len_, c_.data.shuffle, uint64_t(c_.data.seed));
     train_sequences_ = sampler_->num_windows();
   }
   const int n = dp_comm_->size();
   seqs_per_step_ = int64_t(rows_) * accumulation_ * n;
-  ZT_CHECK(args_.train_batch_size <= 0 || args_.train_batch_size == seqs_per_step_, "train_batch_size ",
-           args_.train_batch_size, " does not equal micro batch ", rows_, " x accumulation ", accumulation_,
-           " x ranks ", n, " = ", seqs_per_step_);
-  ZT_CHECK(train_sequences_ >= seqs_per_step_, args_.train_file, " has only ", train_sequences_, " sequences of ",
+  ZT_CHECK(c_.data.global_batch <= 0 || c_.data.global_batch == seqs_per_step_, "train_batch_size ",
+           c_.data.global_batch, " does not equal micro batch ", rows_, " x accumulation ", accumulation_, " x ranks ",
+           n, " = ", seqs_per_step_);
+  ZT_CHECK(train_sequences_ >= seqs_per_step_, c_.data.train_file, " has only ", train_sequences_, " sequences of ",
            seq_len_, sft_ ? " tokens (rows of examples)" : "+1 tokens", ", fewer than one optimizer step needs (",
            seqs_per_step_, " = batch ", rows_, " x accumulation ", accumulation_, " x ranks ", n,
            "); use more data or a smaller batch");
-  if (!args_.validation_file.empty() && !sft_) {
-    val_ = std::make_unique<TokenFile>(args_.validation_file, cfg_.vocab_size);
+  if (!c_.data.validation_file.empty() && !sft_) {
+    val_ = std::make_unique<TokenFile>(c_.data.validation_file, cfg_.vocab_size);
     // Checked now, not at the first evaluation after all the training.
-    ZT_CHECK(val_->size() > int64_t(seq_len_), "--validation_file ", args_.validation_file, " has ", val_->size(),
+    ZT_CHECK(val_->size() > int64_t(seq_len_), "--validation_file ", c_.data.validation_file, " has ", val_->size(),
              " tokens, fewer than one sequence of ", seq_len_,
              "+1; use a longer validation file or a smaller --model_max_length");
   }
@@ -252,48 +98,45 @@ void Trainer::load_data() {
 // optimizer steps): the schedule, logging, evaluation and saves.
 void Trainer::plan_steps() {
   steps_per_epoch_ = std::max<int64_t>(1, train_sequences_ / seqs_per_step_);
-  total_steps_ =
-      args_.max_steps > 0 ? args_.max_steps : int64_t(std::ceil(args_.num_train_epochs * double(steps_per_epoch_)));
+  const int64_t max_steps = c_.optim.max_steps;
+  total_steps_ = max_steps > 0 ? max_steps : int64_t(std::ceil(c_.optim.epochs * double(steps_per_epoch_)));
   ZT_CHECK(total_steps_ > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
-  sched_ = std::make_unique<optim::Schedule>(schedule_from_args(args_, total_steps_));
-  log_every_ = args_.logging_steps >= 1
-                   ? int64_t(args_.logging_steps)
-                   : std::max<int64_t>(1, int64_t(std::ceil(args_.logging_steps * double(total_steps_))));
-  const std::string& es = args_.eval_strategy;
-  eval_every_ = es.empty()      ? args_.eval_steps
-                : es == "steps" ? (args_.eval_steps > 0 ? args_.eval_steps : log_every_)
-                : es == "epoch" ? steps_per_epoch_
-                                : 0;
-  const bool do_eval_given = args_.explicit_flags.count("do_eval") > 0;
-  final_eval_ = do_eval_given ? args_.do_eval : es != "no";
-  if (do_eval_given && !args_.do_eval) eval_every_ = 0;
-  save_every_ = args_.save_strategy == "steps"   ? args_.save_steps
-                : args_.save_strategy == "epoch" ? steps_per_epoch_
-                                                 : 0;
+  sched_ = std::make_unique<optim::Schedule>(make_schedule(c_.optim.schedule, total_steps_));
+  const TrainConfig::Logging& l = c_.logging;
+  log_every_ =
+      l.steps >= 1 ? int64_t(l.steps) : std::max<int64_t>(1, int64_t(std::ceil(l.steps * double(total_steps_))));
+  eval_every_ = !l.eval                      ? l.eval_steps
+                : *l.eval == Interval::steps ? (l.eval_steps > 0 ? l.eval_steps : log_every_)
+                : *l.eval == Interval::epoch ? steps_per_epoch_
+                                             : 0;
+  final_eval_ = l.do_eval ? *l.do_eval : l.eval != Interval::no;
+  if (l.do_eval && !*l.do_eval) eval_every_ = 0;
+  const Interval save = c_.checkpoint.save;
+  save_every_ = save == Interval::steps ? c_.checkpoint.save_steps : save == Interval::epoch ? steps_per_epoch_ : 0;
   // Local SGD: groups agree on the parameters only right after an outer sync, and a checkpoint
   // holds one copy of them (group 0's, with its inner optimizer state), so saves come at syncs.
-  ZT_CHECK(args_.local_sgd_steps == 0 || save_every_ == 0 || save_every_ % args_.local_sgd_steps == 0, "--save_steps ",
-           save_every_, " must be a multiple of --local_sgd_steps ", args_.local_sgd_steps,
+  ZT_CHECK(c_.parallel.local_sgd.steps == 0 || save_every_ == 0 || save_every_ % c_.parallel.local_sgd.steps == 0,
+           "--save_steps ", save_every_, " must be a multiple of --local_sgd_steps ", c_.parallel.local_sgd.steps,
            " (checkpoints are taken when the groups have just synchronised)");
-  if (args_.logging_strategy == "epoch") log_every_ = steps_per_epoch_;
+  if (l.strategy == Interval::epoch) log_every_ = steps_per_epoch_;
 }
 
 // SFT records: the chief tokenizes (or finds the cache) first, so ranks on one host do not all
 // tokenize; then every rank reads the cache. Rows follow --packing and --model_max_length.
 void Trainer::load_sft_data() {
-  const std::string tok_path = !args_.tokenizer_name.empty() ? args_.tokenizer_name : args_.model_name_or_path;
-  ZT_CHECK(!tok_path.empty(), "--train_file ", args_.train_file,
+  const std::string& tok_path = c_.data.tokenizer_path;
+  ZT_CHECK(!tok_path.empty(), "--train_file ", c_.data.train_file,
            " holds SFT records, which need a tokenizer: pass --tokenizer_name (a folder with tokenizer.json or "
            "tokenizer.model, or "
            "--model_name_or_path with one)");
   const std::unique_ptr<Tokenizer> tok = Tokenizer::load(tok_path);
-  const ChatTemplateConfig tpl = chat_template_load(tok_path, args_.chat_template_path);
+  const ChatTemplateConfig tpl = chat_template_load(tok_path, c_.data.chat_template_path);
   SftOptions opt;
-  opt.completion_only_loss = args_.completion_only_loss;
-  opt.assistant_only_loss = args_.assistant_only_loss;
-  opt.template_limits.max_steps = args_.chat_template_max_steps;
+  opt.completion_only_loss = c_.data.completion_only_loss;
+  opt.assistant_only_loss = c_.data.assistant_only_loss;
+  opt.template_limits.max_steps = c_.data.chat_template_max_steps;
   const ChatFormatter fmt(tpl, opt, tok->eos_id() >= 0 ? tok->decode({tok->eos_id()}) : std::string());
-  const std::string cache = args_.cache_dir.empty() ? sft_default_cache_dir() : args_.cache_dir;
+  const std::string& cache = c_.data.cache_dir;
   auto build = [&](const std::string& file, const std::string& flag) {
     return std::make_unique<SftTokens>(sft_tokenize({file, flag, tok_path, cache}, *tok, fmt, tpl, opt));
   };
@@ -302,7 +145,7 @@ void Trainer::load_sft_data() {
     if ((pass == 0) == (world_.rank() == 0)) {
       for (const DataChannel& ch : chans)
         sft_train_.push_back(build(ch.path, ch.name.empty() ? "--train_file" : "--train_file channel " + ch.name));
-      if (!args_.validation_file.empty()) sft_val_ = build(args_.validation_file, "--validation_file");
+      if (!c_.data.validation_file.empty()) sft_val_ = build(c_.data.validation_file, "--validation_file");
     }
     if (pass == 0) world_.barrier();
   }
@@ -316,14 +159,14 @@ void Trainer::load_sft_data() {
   }
   std::vector<SequenceSource*> rows;
   for (size_t c = 0; c < chans.size(); ++c) {  // each channel its own order (seed + channel)
-    sft_rows_.push_back(std::make_unique<SftRows>(*sft_train_[c], seq_len_, args_.packing, !args_.no_shuffle,
-                                                  uint64_t(data_seed_of(args_)) + c));
+    sft_rows_.push_back(std::make_unique<SftRows>(*sft_train_[c], seq_len_, c_.data.packing, c_.data.shuffle,
+                                                  uint64_t(c_.data.seed) + c));
     rows.push_back(sft_rows_.back().get());
   }
   if (sft_val_) {
-    sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, seq_len_, args_.packing, false, 0);
+    sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, seq_len_, c_.data.packing, false, 0);
     ZT_CHECK(sft_val_rows_->num_sequences() > 0 && sft_val_rows_->total_targets() > 0, "--validation_file ",
-             args_.validation_file, " gives no row with a trained target at --model_max_length ", seq_len_,
+             c_.data.validation_file, " gives no row with a trained target at --model_max_length ", seq_len_,
              "; check the file (and --completion_only_loss / --assistant_only_loss) or raise --model_max_length");
   }
   if (channels_.named) blend_ = std::make_unique<BlendedSource>(channels_, rows, seq_len_);
@@ -336,9 +179,9 @@ void Trainer::load_sft_data() {
         "%.2f s; %lld truncated to %d+1 tokens\n",
         chans[c].name.empty() ? "" : (" (channel " + chans[c].name + ")").c_str(), (long long)d.examples(),
         (long long)d.tokens.size(), (long long)r.total_targets(), (long long)r.num_sequences(), seq_len_,
-        args_.packing ? "packed" : "one example per row", tpl.source.empty() ? "no chat template" : tpl.origin.c_str(),
-        d.from_cache ? "read cache" : "tokenized into", d.cache_path.c_str(), d.seconds, (long long)r.truncated(),
-        seq_len_);
+        c_.data.packing ? "packed" : "one example per row",
+        tpl.source.empty() ? "no chat template" : tpl.origin.c_str(), d.from_cache ? "read cache" : "tokenized into",
+        d.cache_path.c_str(), d.seconds, (long long)r.truncated(), seq_len_);
   }
   if (chief_ && blend_) std::printf("Data channels: %s\n", blend_->describe().c_str());
 }
@@ -347,46 +190,38 @@ void Trainer::load_sft_data() {
 // checks it is empty or may be reused. Only the chief locks: the other ranks write only
 // inside a save, between the chief's barriers (docs/checkpoints.md#one-run-per-folder).
 void Trainer::prepare_output_dir() {
-  ZT_CHECK(!args_.output_dir.empty(), "--output_dir is required");
+  ZT_CHECK(!c_.checkpoint.output_dir.empty(), "--output_dir is required");
   // A failed job's ranks may still be exiting (freeing gigabytes) after mpirun has returned, and
   // their lock goes with them: a run started right after waits a few seconds for it, a restart by
   // `ztrain launch`'s agent longer.
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  lock_ = std::make_unique<OutputDirLock>(args_.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 5.0);
+  lock_ = std::make_unique<OutputDirLock>(c_.checkpoint.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 5.0);
   bool empty = true;
-  for (auto& e : fs::directory_iterator(args_.output_dir)) empty &= e.path().filename() == OutputDirLock::kFileName;
-  if (!empty && !args_.overwrite_output_dir && args_.resume_from_checkpoint.empty())
-    throw Error(str_cat("Output directory (", args_.output_dir,
+  for (auto& e : fs::directory_iterator(c_.checkpoint.output_dir))
+    empty &= e.path().filename() == OutputDirLock::kFileName;
+  if (!empty && !c_.checkpoint.overwrite && c_.checkpoint.resume_from.empty())
+    throw Error(str_cat("Output directory (", c_.checkpoint.output_dir,
                         ") already exists and is not empty. Use --overwrite_output_dir to overcome."));
   // A fresh start over an old run: its checkpoints go, so that neither `latest` nor pruning
   // can pick them up later (HF's Trainer deletes nothing; docs/checkpoints.md says why we do).
-  if (args_.overwrite_output_dir && args_.resume_from_checkpoint.empty())
-    checkpoint_remove_all(args_.output_dir, input_paths(args_));
-}
-
-// --device and the offload keys (train/run_device.h), before memory is planned: ZeRO-Offload's
-// stage 1-2 configs run as stage 0 on one GPU.
-void Trainer::choose_device() {
-  std::string note;
-  device_ = run_device(args_, world_.size(), cfg_, &note);
-  const std::string offload = apply_offload(args_, device_);
-  if (world_.rank() == 0)
-    for (const std::string* n : std::initializer_list<const std::string*>{&note, &offload})
-      if (!n->empty()) std::printf("ztrain: note: %s\n", n->c_str());
+  if (c_.checkpoint.overwrite && c_.checkpoint.resume_from.empty())
+    checkpoint_remove_all(c_.checkpoint.output_dir, c_.checkpoint.input_paths);
 }
 
 // --max_device_memory: this run's estimate must fit under it (the error names the estimate and
 // what would shrink it), then device_alloc holds every GPU allocation to it.
 void Trainer::cap_device_memory() {
-  if (args_.max_device_memory.empty()) return;
-  const int64_t cap = parse_memory_size(args_.max_device_memory, "--max_device_memory");
-  const bool offload = args_.offload_optimizer == "cpu";
-  const parallel::MemoryRow r = parallel::estimate_gpu_memory(
-      cfg_, parallel::memory_inputs(cfg_, rows_, seq_len_, plan_), rows_, seq_len_, plan_, args_.optim, offload);
-  ZT_CHECK(r.total() <= cap, "--max_device_memory ", args_.max_device_memory, " is below this run's GPU estimate of ",
-           format_bytes(double(r.total())), " (parameters and compute copy ", format_bytes(double(r.params)),
-           ", gradients ", format_bytes(double(r.grads)), ", optimizer state ", format_bytes(double(r.optim)),
-           ", activations and temporaries ", format_bytes(double(r.activations + r.temporary)),
+  const int64_t cap = c_.parallel.device_memory_cap;
+  if (cap < 0) return;
+  const bool offload = c_.parallel.engine.offload_optimizer == "cpu";
+  const parallel::MemoryRow r =
+      parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, rows_, seq_len_, plan_), rows_, seq_len_, plan_,
+                                    c_.parallel.engine.optim, offload);
+  ZT_CHECK(r.total() <= cap, "--max_device_memory ", c_.parallel.device_memory_text,
+           " is below this run's GPU estimate of ", format_bytes(double(r.total())), " (parameters and compute copy ",
+           format_bytes(double(r.params)), ", gradients ", format_bytes(double(r.grads)), ", optimizer state ",
+           format_bytes(double(r.optim)), ", activations and temporaries ",
+           format_bytes(double(r.activations + r.temporary)),
            "): ", offload ? "" : "--offload_optimizer cpu moves the optimizer state to host memory; ",
            "lower --per_device_train_batch_size or turn on --gradient_checkpointing (ztrain estimate-memory "
            "--device cuda)");
@@ -394,17 +229,17 @@ void Trainer::cap_device_memory() {
 }
 
 void Trainer::build_model_and_engine() {
-  const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), args_.sequence_parallel};
+  const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), c_.parallel.sequence_parallel};
   // Under ZeRO the model holds no flat buffer: the engine fills what this rank keeps (its shard, or
   // its stage's units) from the random streams (init_values), from the HF files (only those
   // elements), or from nothing on a resume (the checkpoint sets every parameter a rank keeps). So
   // no rank holds the whole model at start.
-  const bool sharded_init = args_.zero_stage >= 1;
+  const bool sharded_init = c_.parallel.engine.stage >= 1;
   model_ = std::make_unique<Transformer>(cfg_, tp, /*hold_params=*/!sharded_init);
   const auto t0 = Clock::now();
-  const bool fresh = args_.resume_from_checkpoint.empty();
+  const bool fresh = c_.checkpoint.resume_from.empty();
   std::unique_ptr<HfWeights> hf;
-  if (!args_.model_name_or_path.empty()) hf = std::make_unique<HfWeights>(args_.model_name_or_path, cfg_);
+  if (!c_.model.hf_dir.empty()) hf = std::make_unique<HfWeights>(c_.model.hf_dir, cfg_);
   if (!sharded_init) {
     // Random weights: a tensor-parallel rank makes its slices of the values one process would
     // make, so the run is the same model whatever the layout; HF weights: a TP rank reads its
@@ -413,13 +248,13 @@ void Trainer::build_model_and_engine() {
     if (hf)
       hf->read(model_->params(), 0, model_->num_params(), model_->flat_params().as<float>());
     else if (fresh)
-      model_->init_random(uint64_t(args_.seed));
+      model_->init_random(uint64_t(c_.model.seed));
   }
   // The weights are read or drawn on the host, then the model moves to the GPU whole. The GEMM
   // peak (MFU's reference) is measured first and its scratch (1 GiB for bf16) is gone, and left out
   // of the GPU memory peak, before the model arrives: the peak reported is training's own.
   if (device_ == DeviceKind::cuda) {
-    if (chief_) gpu_peak_ = gpu_gemm_peak(args_.peak_gflops, nn::compute_dtype(plan_.precision));
+    if (chief_) gpu_peak_ = gpu_gemm_peak(c_.precision.peak_gflops, nn::compute_dtype(plan_.precision));
     reset_device_allocated_peak();
     cap_device_memory();
     model_->set_device(DeviceKind::cuda);
@@ -432,16 +267,14 @@ void Trainer::build_model_and_engine() {
   pp.rows = rows_;
   pp.seq_len = seq_len_;
   pp.micro_batches = accumulation_;
-  pp.sequence_parallel = args_.sequence_parallel;
-  pp.schedule = schedule_kind_;
-  pp.layers_per_virtual_stage = args_.layers_per_virtual_stage;
-  pp.stage_layers = args_.pipeline_layers;
-  pp.balance_by_time = args_.pipeline_balance == "time";
+  pp.sequence_parallel = c_.parallel.sequence_parallel;
+  pp.schedule = c_.parallel.schedule;
+  pp.layers_per_virtual_stage = c_.parallel.layers_per_virtual_stage;
+  pp.stage_layers = c_.parallel.stage_layers;
+  pp.balance_by_time = c_.parallel.balance_by_time;
   pp.act_plan = plan_;
-  pp.data_parallel = engine_options(args_);
-  if (args_.local_sgd_steps > 0)
-    pp.local_sgd =
-        parallel::LocalSgdOptions{args_.local_sgd_steps, args_.local_sgd_outer_lr, args_.local_sgd_outer_momentum};
+  pp.data_parallel = c_.parallel.engine;
+  pp.local_sgd = c_.parallel.local_sgd;
   pp.print = chief_;
   std::unique_ptr<ParamSource> source;  // ZeRO: what each rank reads for the part it keeps
   if (sharded_init) {
@@ -450,17 +283,11 @@ void Trainer::build_model_and_engine() {
     else if (hf)
       source = std::make_unique<HfParamSource>(*hf, model_->params());
     else
-      source = std::make_unique<RandomParams>(*model_, uint64_t(args_.seed));
+      source = std::make_unique<RandomParams>(*model_, uint64_t(c_.model.seed));
     pp.data_parallel.initial_params = source.get();
   }
   parallel_ = parallel::parallelize(*model_, *grid_, pp);
-  if (args_.fp16) {
-    scaler_ = std::make_unique<optim::LossScaler>(args_.ds_precision.loss_scaler);
-  } else if (args_.bf16 && args_.ds_precision.bf16_check_grad_overflow) {
-    optim::LossScalerConfig fixed;
-    fixed.loss_scale = 1;  // bf16 needs no scaling; the scaler only skips and counts
-    scaler_ = std::make_unique<optim::LossScaler>(fixed);
-  }
+  if (c_.precision.scaler) scaler_ = std::make_unique<optim::LossScaler>(*c_.precision.scaler);
 }
 
 // Where a resume reads from: the run's flash snapshot (returned; *dir_out cleared) or the
@@ -473,14 +300,14 @@ std::unique_ptr<StateReader> Trainer::resume_source(std::string* dir_out, std::s
   std::string& dir = *dir_out;
   std::string& save_id = *save_id_out;
   int64_t snap_step = -1;
-  if (flash_ && args_.resume_from_checkpoint == "latest") {
-    const RunRecord rec = chief_ ? run_record_read(args_.output_dir) : RunRecord{};
+  if (flash_ && c_.checkpoint.resume_from == "latest") {
+    const RunRecord rec = chief_ ? run_record_read(c_.checkpoint.output_dir) : RunRecord{};
     const std::string run_id = dist::broadcast_string(world_, rec.run_id, 0);
     std::string snap_id;
     snap_step = flash_->probe(run_id, rec, &snap_id);
     int64_t decision[2] = {0, -1};  // use the snapshot (2: it is the newest checkpoint's save), newest step
     if (chief_ && snap_step >= 0) {
-      const CheckpointRef newest = checkpoint_newest_unverified(args_.output_dir, &save_id);
+      const CheckpointRef newest = checkpoint_newest_unverified(c_.checkpoint.output_dir, &save_id);
       decision[1] = newest.step;
       if (snap_step > newest.step)
         decision[0] = 1;
@@ -495,7 +322,7 @@ std::unique_ptr<StateReader> Trainer::resume_source(std::string* dir_out, std::s
   // and verifies its checksums once, for every rank (a full read of the folder); every rank
   // loads that one. A damaged one named directly fails on the chief, which ends the job.
   if (!snapshot) {
-    if (chief_) dir = dir == "latest" ? checkpoint_find_latest(args_.output_dir, &save_id) : dir;
+    if (chief_) dir = dir == "latest" ? checkpoint_find_latest(c_.checkpoint.output_dir, &save_id) : dir;
     if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
     dir = dist::broadcast_string(world_, dir, 0);
     save_id = dist::broadcast_string(world_, save_id, 0);
@@ -511,7 +338,8 @@ std::unique_ptr<StateReader> Trainer::resume_source(std::string* dir_out, std::s
                   (long long)disk_step);
   }
   if (dir.empty() && !snapshot)
-    throw JobError(str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", args_.output_dir));
+    throw JobError(
+        str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", c_.checkpoint.output_dir));
   return snapshot;
 }
 
@@ -519,29 +347,31 @@ std::unique_ptr<StateReader> Trainer::resume_source(std::string* dir_out, std::s
 // holds, assembled from whatever layout (N, stage) wrote them. The data order is a pure
 // function of (seed, step), so the cursor is one number.
 void Trainer::resume() {
-  if (args_.flash_checkpoint)
+  if (c_.checkpoint.flash)
     flash_ = std::make_unique<FlashCheckpointer>(
-        world_, FlashOptions{args_.output_dir, cfg_, side_files_, args_.save_total_limit, args_.test_flash_pause});
-  if (args_.resume_from_checkpoint.empty()) {
+        world_,
+        FlashOptions{c_.checkpoint.output_dir, cfg_, side_files_, c_.checkpoint.save_total_limit, c_.test.flash_pause});
+  if (c_.checkpoint.resume_from.empty()) {
     // A fresh start replaces the folder's previous run: its snapshots are garbage.
     if (flash_)
-      flash_->forget_run(dist::broadcast_string(world_, chief_ ? run_record_read(args_.output_dir).run_id : "", 0));
+      flash_->forget_run(
+          dist::broadcast_string(world_, chief_ ? run_record_read(c_.checkpoint.output_dir).run_id : "", 0));
     if (chief_) start_run(nullptr);
     return;
   }
-  std::string dir = args_.resume_from_checkpoint, save_id;
+  std::string dir = c_.checkpoint.resume_from, save_id;
   std::unique_ptr<StateReader> snapshot = resume_source(&dir, &save_id);
-  const AllowedChanges allow = allowed_changes(args_.resume_allow_changes);
   std::string model_change, context_change;
   if (snapshot) {
     resumed_ = std::move(snapshot);
   } else {
-    auto reader = std::make_unique<CheckpointReader>(dir, cfg_, allow.model, save_id, !args_.rope_scaling.empty());
+    auto reader =
+        std::make_unique<CheckpointReader>(dir, cfg_, c_.model.allow_change, save_id, c_.model.rope_scaling_given);
     model_change = reader->model_change();
     context_change = reader->context_change();
     resumed_ = std::move(reader);
   }
-  RunState rs(args_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages_);
+  RunState rs(c_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages_);
   for (Stateful* c : components(rs)) c->load_state(*resumed_);  // the log loads when it exists
   parallel_->sync_after_load();
   start_step_ = rs.cursor.step();
@@ -570,7 +400,7 @@ void Trainer::resume() {
 // shared memory for its state and, after a resume from a snapshot, persists it.
 void Trainer::start_flash() {
   const std::string run_id = dist::broadcast_string(world_, chief_ ? run_tag_.run_id : "", 0);
-  RunState rs(args_, seqs_per_step_, seq_len_, *sched_, start_step_, train_id_, run_tag_, &stages_);
+  RunState rs(c_, seqs_per_step_, seq_len_, *sched_, start_step_, train_id_, run_tag_, &stages_);
   StateCollector c;
   for (const Stateful* p : components(rs)) p->save_state(c);
   uint64_t bytes = 0;
@@ -582,11 +412,11 @@ void Trainer::start_flash() {
 // The chief records this start in run.json (a new attempt of a new or the resumed run)
 // before the first save, so `latest` and pruning rank this attempt's checkpoints first.
 void Trainer::start_run(const CheckpointRef* resumed, const std::string& resumed_dir) {
-  const RunRecord rec = run_record_start(args_.output_dir, resumed, resumed_dir);
+  const RunRecord rec = run_record_start(c_.checkpoint.output_dir, resumed, resumed_dir);
   if (rec.forked_from)
     std::printf("A fork of run %s (%s): this run is %s\n", rec.forked_from->run_id.c_str(),
                 rec.forked_from->checkpoint.c_str(), rec.run_id.c_str());
-  run_record_write(args_.output_dir, rec);
+  run_record_write(c_.checkpoint.output_dir, rec);
   run_tag_.run_id = rec.run_id;
   run_tag_.attempt = rec.attempt;
 }
@@ -599,34 +429,34 @@ void Trainer::start_loader_and_log() {
   loader_config_.accumulation = accumulation_;
   loader_config_.rank = dp_comm_->rank();
   loader_config_.world = dp_comm_->size();
-  loader_config_.shuffle = !args_.no_shuffle;
-  loader_config_.seed = uint64_t(data_seed_of(args_));  // the data order's seed (--data_seed, else --seed)
-  loader_config_.packing = args_.packing;
-  loader_config_.eos_id = args_.eos_token_id;
+  loader_config_.shuffle = c_.data.shuffle;
+  loader_config_.seed = uint64_t(c_.data.seed);  // the data order's seed (--data_seed, else --seed)
+  loader_config_.packing = c_.data.packing;
+  loader_config_.eos_id = c_.data.eos_token_id;
   if (loader_config_.eos_id < 0 && cfg_.raw.contains("eos_token_id") && cfg_.raw["eos_token_id"].is_number_integer())
     loader_config_.eos_id = cfg_.raw["eos_token_id"].get<int64_t>();
-  ZT_CHECK(sft_ || !args_.packing || loader_config_.eos_id >= 0,
+  ZT_CHECK(sft_ || !c_.data.packing || loader_config_.eos_id >= 0,
            "--packing needs the EOS token id: config.json has no integer eos_token_id; pass --eos_token_id");
-  loader_config_.depth = std::max(2, args_.dataloader_prefetch + 1);
+  loader_config_.depth = std::max(2, c_.data.prefetch + 1);
   loader_config_.step_offset = spike_->data_offset_steps();  // data skipped by loss-spike rollbacks
   if (stages_.empty()) stages_.push_back({0, seq_len_, seqs_per_step_, 0, 0});
   loader_config_.stage_first_sequence = stages_.back().first_sequence;
   loader_config_.stage_first_token = stages_.back().first_token;
   if (blend_) {
-    if (!sft_) blend_->set_packing(args_.packing, loader_config_.eos_id);  // SFT rows bring their own positions
+    if (!sft_) blend_->set_packing(c_.data.packing, loader_config_.eos_id);  // SFT rows bring their own positions
     chan_ = std::make_unique<ChannelLosses>(blend_->names(), rows_, seq_len_ / grid_->cp().size());
     model_->set_token_losses(chan_->token_losses());
   }
   start_loader(start_step_);
   if (chief_) {
-    log_ = std::make_unique<TrainLog>(log_options(args_), *model_, total_steps_, steps_per_epoch_, seq_len_,
-                                      start_step_, dp_comm_->size());
+    log_ = std::make_unique<TrainLog>(c_.logging.log, *model_, total_steps_, steps_per_epoch_, seq_len_, start_step_,
+                                      dp_comm_->size());
     if (resumed_) log_->load_state(*resumed_);
     if (!stage_entry_.is_null()) log_->add_history(stage_entry_);
     log_->set_peak(device_ == DeviceKind::cuda
                        ? gpu_peak_
-                       : gemm_peak_for_run(args_.peak_gflops, nn::compute_dtype(plan_.precision), omp_get_max_threads(),
-                                           args_.peak_cache_dir));
+                       : gemm_peak_for_run(c_.precision.peak_gflops, nn::compute_dtype(plan_.precision),
+                                           omp_get_max_threads(), c_.precision.peak_cache_dir));
     log_->print_header(train_sequences_, seqs_per_step_);
     if (dp_comm_->size() > 1) std::printf("  Data parallel: %s\n", parallel_->engine().describe().dump().c_str());
   }
@@ -634,7 +464,7 @@ void Trainer::start_loader_and_log() {
 }
 }  // namespace train_internal
 
-void train_run(const TrainArgs& a, dist::Communicator& world) {
+void train_run(const TrainConfig& a, dist::Communicator& world) {
   train_internal::Trainer t(a, world);
   t.run();
 }

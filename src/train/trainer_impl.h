@@ -1,6 +1,6 @@
-// trainer_impl.h: the Trainer behind `ztrain train` (train_run in train/train_args.h), shared by its
-// files: trainer.cpp (the checks and the set-up: data, model and engine, resume), trainer_loop.cpp
-// (the step loop: micro-batches, evaluation, saves, stops, spikes, the final reports). Not an API.
+// trainer_impl.h: the Trainer behind `ztrain train` (train_run in train/train_config.h), shared by
+// its files: trainer.cpp (the set-up: data, model and engine, resume), trainer_loop.cpp (the step
+// loop: micro-batches, evaluation, saves, stops, spikes, the final reports). Not an API.
 #pragma once
 #include <omp.h>
 #include <unistd.h>
@@ -40,25 +40,15 @@
 #include "checkpoint/flash_checkpoint.h"
 #include "optim/spike_guard.h"
 #include "dist/straggler.h"
-#include "train/run_identity.h"
-#include "train/train_args.h"
 #include "observe/channel_losses.h"
 #include "observe/train_log.h"
-#include "train/auto_fit.h"
-#include "train/precision.h"
 #include "parallel/dp_report.h"
-#include "train/train_args_check.h"
+#include "train/train_config.h"
 
 namespace zt::train_internal {
 using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// --resume_allow_changes: which differences from the checkpoint a resume accepts.
-struct AllowedChanges {
-  bool model = false, data = false;
-};
-AllowedChanges allowed_changes(const std::string& list);
 
 // The run a checkpoint belongs to (checkpoint/run_folder.h): recorded for `latest` and pruning;
 // loading restores nothing (the chief reads it from the checkpoint to carry the run id on).
@@ -75,12 +65,12 @@ struct RunTag final : Stateful {
 // The run's own components of a checkpoint at optimizer step `step`: where the data, the RNG and
 // the schedule stand, which data and run (Trainer::components adds the others).
 struct RunState {
-  RunState(const TrainArgs& a, int64_t seqs_per_step, int T, const optim::Schedule& s, int64_t step,
+  RunState(const TrainConfig& c, int64_t seqs_per_step, int T, const optim::Schedule& s, int64_t step,
            const FileIdentity& train, const RunTag& tag, std::vector<DataStage>* stages)
-      : cursor(seqs_per_step, T, !a.no_shuffle, step, stages),
-        rng(a.seed, data_seed_of(a)),
+      : cursor(seqs_per_step, T, c.data.shuffle, step, stages),
+        rng(c.model.seed, c.data.seed),
         schedule(s, step),
-        data(train, allowed_changes(a.resume_allow_changes).data),
+        data(train, c.data.allow_change),
         tag(tag) {}
   std::vector<Stateful*> parts() { return {&cursor, &rng, &schedule, &data, &tag}; }
   DataCursor cursor;
@@ -98,13 +88,11 @@ struct StepResult {
 
 class Trainer {
  public:
-  Trainer(const TrainArgs& args, dist::Communicator& world);
+  Trainer(const TrainConfig& config, dist::Communicator& world);
   void run();
 
  private:
-  void choose_device();
   void cap_device_memory();
-  void fit_memory();
   void load_data();
   void plan_steps();
   void load_sft_data();
@@ -136,7 +124,7 @@ class Trainer {
   void load_best_model();
 
   Clock::time_point t_start_ = Clock::now();
-  TrainArgs args_;
+  const TrainConfig c_;
   dist::Communicator& world_;
   std::unique_ptr<dist::ProcessGrid> grid_;
   dist::Communicator* dp_comm_ = nullptr;
@@ -146,8 +134,7 @@ class Trainer {
   std::unique_ptr<OutputDirLock> lock_;  // the chief's, for the run's lifetime
   RunTag run_tag_;                       // the chief's; empty on the other ranks (they write no JSON)
   int rows_ = 0, accumulation_ = 0, seq_len_ = 0;
-  nn::ActPlan plan_;                 // precision and recomputation, from the arguments (after auto_find_batch_size)
-  int64_t memory_limit_bytes_ = -1;  // --max_memory for this host (the smallest over the ranks' hosts)
+  nn::ActPlan plan_;  // precision and recomputation (after auto_find_batch_size)
   int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
   std::unique_ptr<TokenFile> data_, val_;
   // Named data channels (data/blend.h; one unnamed channel for a plain file): their files, the
@@ -179,7 +166,6 @@ class Trainer {
   // The model with the run's parallelism applied (parallel/parallelize.h): how a step is
   // computed across ranks.
   std::unique_ptr<parallel::ParallelModel> parallel_;
-  parallel::PipeSchedule schedule_kind_ = parallel::PipeSchedule::one_f_one_b;  // --pipeline-model-parallel-size > 1
   std::vector<MicroBatch> held_batches_;  // a pipeline step's micro-batches, held for its schedule
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.

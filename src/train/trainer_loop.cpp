@@ -54,12 +54,12 @@ StepResult Trainer::train_step(int64_t step) {
   // global batch scaled up to a mean over that share.
   if (parallel_->local_sgd()) grad_scale *= float(grid_->dp_replicate().size());
   parallel_->begin_step();
-  if (args_.test_fail_step == step && world_.rank() == args_.test_fail_rank)  // test hook, set by apps/
-    throw Error(str_cat("ZT_TEST_FAIL_AT=", args_.test_fail_rank, ":", args_.test_fail_step,
-                        ": deliberate failure at step ", step));
+  if (c_.test.fail_step == step && world_.rank() == c_.test.fail_rank)  // test hook, set by apps/
+    throw Error(
+        str_cat("ZT_TEST_FAIL_AT=", c_.test.fail_rank, ":", c_.test.fail_step, ": deliberate failure at step ", step));
   // Test hook: the data of one step corrupted (its loss and gradients scaled; not under a pipeline).
-  const int64_t spike_key = step + 1 + (args_.test_spike_by_state ? 0 : spike_->data_offset_steps());
-  const float corrupt = args_.test_spike_step == spike_key ? float(args_.test_spike_factor) : 1.0f;
+  const int64_t spike_key = step + 1 + (c_.test.spike_by_state ? 0 : spike_->data_offset_steps());
+  const float corrupt = c_.test.spike_step == spike_key ? float(c_.test.spike_factor) : 1.0f;
   const MicroBatch& first = loader_->next();
   if (sft_) grad_scale = first.step_targets > 0 ? float(loss_scale / double(first.step_targets)) : 0.0f;
   StepBatches batches(*loader_, first, step, parallel_->pipelined() ? &held_batches_ : nullptr,
@@ -82,7 +82,7 @@ StepResult Trainer::train_step(int64_t step) {
   if (r.spike.bad) return r;
   spike_->accept(r.loss, r.grad_norm);
   if (flash_) flash_->wait_copied();  // the update changes what a flash snapshot is copying
-  parallel_->clip(r.grad_norm, args_.max_grad_norm, 1.0 / loss_scale);
+  parallel_->clip(r.grad_norm, c_.optim.max_grad_norm, 1.0 / loss_scale);
   parallel_->step(lr_for(step));
   return r;
 }
@@ -96,14 +96,15 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
       model_states_[mem_category_name(c)] = ms.current[size_t(c)];
   }
   // HF's --logging_first_step logs step 1 too, whatever --logging_strategy says.
-  const bool log_now = (args_.logging_first_step && step == 0) ||
-                       (args_.logging_strategy != "no" && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0));
+  const bool log_now =
+      (c_.logging.first_step && step == 0) ||
+      (c_.logging.strategy != Interval::no && (step + 1 == total_steps_ || (step + 1) % log_every_ == 0));
   // The loss per channel: a collective over the data-parallel ranks at logging steps.
   const auto* channel_losses = chan_ && log_now ? &chan_->reduce(grid_->dp_cp()) : nullptr;
   // HF logs the learning rate the scheduler holds after its step, i.e. the next one.
   if (log_) {
     std::vector<std::pair<const char*, double>> extra;
-    if (scaler_ && args_.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
+    if (scaler_ && c_.precision.fp16) extra.push_back({"loss_scale", scaler_->scale_exact()});
     if (scaler_) extra.push_back({"skipped_steps", double(scaler_->skipped_steps())});
     // Local SGD: bytes this rank sent across groups (hosts) per step so far in this run.
     if (const parallel::LocalSgd* l = parallel_->local_sgd())
@@ -131,14 +132,12 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   if ((val_ || sft_val_rows_) && eval_now) {
     if (parallel_->begin_eval(chief_)) {
       const EvalShard* cs = parallel_->eval_shard();
-      EvalResult e = sft_val_rows_
-                         ? evaluate(*model_, *sft_val_rows_, rows_, seq_len_, args_.max_eval_samples, cs)
-                         : evaluate(*model_, *val_, rows_, seq_len_, args_.max_eval_samples,
-                                    args_.packing ? loader_config_.eos_id : -1, args_.per_device_eval_batch_size, cs);
+      EvalResult e = sft_val_rows_ ? evaluate(*model_, *sft_val_rows_, rows_, seq_len_, c_.logging.max_eval_samples, cs)
+                                   : evaluate(*model_, *val_, rows_, seq_len_, c_.logging.max_eval_samples,
+                                              c_.data.packing ? loader_config_.eos_id : -1, c_.logging.eval_batch, cs);
       if (log_) log_->eval_done(step + 1, e);
-      const std::string& m = args_.metric_for_best_model;
-      const double v = m == "loss" || m == "eval_loss" ? e.loss : e.perplexity;
-      const bool greater = args_.explicit_flags.count("greater_is_better") ? args_.greater_is_better : false;
+      const double v = c_.checkpoint.metric == BestMetric::loss ? e.loss : e.perplexity;
+      const bool greater = c_.checkpoint.greater_is_better;
       best_now = best_step_ < 0 || (greater ? v > best_metric_ : v < best_metric_);
       if (best_now) best_metric_ = v, best_step_ = step + 1;
     }
@@ -147,14 +146,15 @@ void Trainer::after_step(int64_t step, const StepResult& r, double step_s) {
   const bool will_save = save_every_ > 0 && save_every_ <= total_steps_;
   if (will_save && (step + 1) % save_every_ == 0) {
     save(step + 1);
-    if (best_now) best_checkpoint_ = (fs::path(args_.output_dir) / ("checkpoint-" + std::to_string(step + 1))).string();
+    if (best_now)
+      best_checkpoint_ = (fs::path(c_.checkpoint.output_dir) / ("checkpoint-" + std::to_string(step + 1))).string();
   }
 }
 
 // One way for every layout: shard owners write their pieces (no rank holds the full state
 // under ZeRO), the chief the JSON state and the checksums.
 void Trainer::save(int64_t step) {
-  RunState rs(args_, seqs_per_step_, seq_len_, *sched_, step, train_id_, run_tag_, &stages_);
+  RunState rs(c_, seqs_per_step_, seq_len_, *sched_, step, train_id_, run_tag_, &stages_);
   const std::vector<Stateful*> parts = components(rs);
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
@@ -165,11 +165,12 @@ void Trainer::save(int64_t step) {
     flash_->snapshot(step, c, parallel_->checkpoint_shard(), save_id);  // reports its stall (chief)
     return;
   }
-  checkpoint_save(
-      {args_.output_dir, step, parallel_->checkpoint_shard(), chief_, [&] { world_.barrier(); }, save_id, side_files_},
-      cfg_, {parts.begin(), parts.end()});
+  checkpoint_save({c_.checkpoint.output_dir, step, parallel_->checkpoint_shard(), chief_, [&] { world_.barrier(); },
+                   save_id, side_files_},
+                  cfg_, {parts.begin(), parts.end()});
   if (chief_)
-    checkpoint_prune(args_.output_dir, args_.save_total_limit, args_.load_best_model_at_end ? best_checkpoint_ : "");
+    checkpoint_prune(c_.checkpoint.output_dir, c_.checkpoint.save_total_limit,
+                     c_.checkpoint.load_best_model_at_end ? best_checkpoint_ : "");
 }
 
 // At every step boundary the ranks agree, by a MAX all-reduce of two integers over the world
@@ -200,7 +201,7 @@ void Trainer::stop_saved(int64_t step, int signo) {
   std::printf(
       "ztrain: stopped by %s after step %lld of %lld; saved %s (continue with --resume_from_checkpoint latest)\n",
       stop_signal_name(signo), (long long)step, (long long)total_steps_,
-      (fs::path(args_.output_dir) / ("checkpoint-" + std::to_string(step))).string().c_str());
+      (fs::path(c_.checkpoint.output_dir) / ("checkpoint-" + std::to_string(step))).string().c_str());
   std::fflush(stdout);
 }
 
@@ -220,9 +221,9 @@ bool Trainer::handle_spike(int64_t step, const StepResult& r, int64_t* resume_at
     if (*resume_at >= 0) {
       rollbacks_in_a_row_ = *resume_at == rollback_target_ ? rollbacks_in_a_row_ + 1 : 1;
       rollback_target_ = *resume_at;
-      if (rollbacks_in_a_row_ > args_.spike_max_rollbacks)
+      if (rollbacks_in_a_row_ > c_.optim.spike_max_rollbacks)
         throw JobError(str_cat(at, "; that makes ", rollbacks_in_a_row_, " rollbacks in a row to step ", *resume_at,
-                               " (--spike_max_rollbacks ", args_.spike_max_rollbacks,
+                               " (--spike_max_rollbacks ", c_.optim.spike_max_rollbacks,
                                "): a spike that returns after rolling back comes from the LR schedule or the state "
                                "rather than the data, so the run stops. The newest checkpoint is intact: resume from "
                                "it with --resume_from_checkpoint latest after lowering --learning_rate"));
@@ -251,8 +252,8 @@ void Trainer::begin_data_stage(const std::string& context_change) {
   sw.offset_steps = spike_->data_offset_steps();
   sw.T = seq_len_;
   sw.per_step = seqs_per_step_;
-  sw.shuffle = !args_.no_shuffle;
-  sw.allow_data_change = allowed_changes(args_.resume_allow_changes).data;
+  sw.shuffle = c_.data.shuffle;
+  sw.allow_data_change = c_.data.allow_change;
   sw.single_token_file = data_ != nullptr;
   sw.file_tokens = data_ ? data_->size() : 0;
   const DataStage from = stages_.back();
@@ -276,7 +277,7 @@ int64_t Trainer::rollback(int64_t step) {
   if (flash_) reader = flash_->last_snapshot();
   if (!reader) {
     std::string dir, save_id;
-    if (chief_) dir = checkpoint_find_latest(args_.output_dir, &save_id);
+    if (chief_) dir = checkpoint_find_latest(c_.checkpoint.output_dir, &save_id);
     dir = dist::broadcast_string(world_, dir, 0);
     save_id = dist::broadcast_string(world_, save_id, 0);
     if (dir.empty()) return -1;
@@ -287,7 +288,7 @@ int64_t Trainer::rollback(int64_t step) {
   }
   const SpikeGuard::Counters kept = spike_->counters();
   std::vector<DataStage> stages = stages_;
-  RunState rs(args_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages);
+  RunState rs(c_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages);
   for (Stateful* c : components(rs)) c->load_state(*reader);  // saved in the global layout
   parallel_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
   const int64_t to = rs.cursor.step();
@@ -317,8 +318,8 @@ void Trainer::run() {
     const auto t_step = Clock::now();
     train_step_set(step + 1);  // named by the collective watchdog (--ddp_timeout)
     if (straggler_) straggler_->step_begins();
-    if (args_.test_slow_rank == world_.rank())
-      std::this_thread::sleep_for(std::chrono::duration<double>(args_.test_slow_seconds));
+    if (c_.test.slow_rank == world_.rank())
+      std::this_thread::sleep_for(std::chrono::duration<double>(c_.test.slow_seconds));
     const StepResult r = train_step(step);
     int64_t resume_at = -1;
     if (r.spike.bad && handle_spike(step, r, &resume_at)) {
@@ -341,12 +342,12 @@ void Trainer::run() {
 // --load_best_model_at_end: the parameters of the best evaluated checkpoint replace the final
 // ones before --output_dir is written (every rank loads its part; the chief decides which).
 void Trainer::load_best_model() {
-  if (!args_.load_best_model_at_end) return;
+  if (!c_.checkpoint.load_best_model_at_end) return;
   const std::string dir = dist::broadcast_string(world_, chief_ ? best_checkpoint_ : "", 0);
   if (dir.empty() || best_step_ == total_steps_) return;  // the final weights are the best (or none saved)
   if (chief_)
-    std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(),
-                args_.metric_for_best_model.c_str(), best_metric_, (long long)best_step_);
+    std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(), c_.checkpoint.metric_name.c_str(),
+                best_metric_, (long long)best_step_);
   CheckpointReader reader(dir, cfg_);
   reader.load(parallel_->param_components());
   parallel_->sync_after_load();
@@ -368,18 +369,19 @@ void Trainer::finish(double train_s) {
   nlohmann::json report = engine.describe();
   report["communication"] = parallel::comm_report(engine, steps_run, accumulation_);
   report["model_state_bytes"] = model_states_;
-  const int group = args_.zero_hpz_partition_size > 1 ? args_.zero_hpz_partition_size : grid_->dp_cp().size();
-  report["zero_paper_model_state_bytes"] = parallel::zero_paper_bytes(
-      engine.held_params(), args_.zero_stage, group, double(parallel_->engine().optimizer().state_bytes_per_param()));
+  const int hpz = c_.parallel.engine.hpz_partition_size, group = hpz > 1 ? hpz : grid_->dp_cp().size();
+  report["zero_paper_model_state_bytes"] =
+      parallel::zero_paper_bytes(engine.held_params(), c_.parallel.engine.stage, group,
+                                 double(parallel_->engine().optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
   if (device_ == DeviceKind::cuda) {
     // Every GPU allocation of ztrain goes through core/device.h's device_alloc, whose peak this is;
     // the estimate is `ztrain estimate-memory --device cuda`'s for this run (plan/memory_estimate.h).
     const double peak = double(device_allocated_peak());
-    const double est =
-        double(parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, rows_, seq_len_, plan_), rows_,
-                                             seq_len_, plan_, args_.optim, args_.offload_optimizer == "cpu")
-                   .total());
+    const double est = double(parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, rows_, seq_len_, plan_),
+                                                            rows_, seq_len_, plan_, c_.parallel.engine.optim,
+                                                            c_.parallel.engine.offload_optimizer == "cpu")
+                                  .total());
     report["gpu_peak_bytes"] = peak;
     report["gpu_estimate_bytes"] = est;
     if (chief_)
@@ -401,11 +403,10 @@ void Trainer::finish(double train_s) {
   // One HF folder, streamed to the chief tensor by tensor from the ranks that write checkpoint
   // pieces (any layout): no rank gathers the whole model (hf_export.h).
   hf_export_streamed(world_, parallel_->param_components(), parallel_->checkpoint_shard().index >= 0, cfg_,
-                     args_.output_dir, args_.save_dtype == "float32" ? DType::f32 : DType::bf16,
-                     hf_parse_size(args_.max_shard_size, "--max_shard_size"));
+                     c_.checkpoint.output_dir, c_.checkpoint.save_dtype, c_.checkpoint.max_shard_bytes);
   if (!chief_) return;
-  hf_write_side_files(args_.output_dir, side_files_);
-  if (dp_comm_->size() > 1 || args_.zero_stage > 0) parallel::print_dp_report(report, model_states_);
+  hf_write_side_files(c_.checkpoint.output_dir, side_files_);
+  if (dp_comm_->size() > 1 || c_.parallel.engine.stage > 0) parallel::print_dp_report(report, model_states_);
   if (parallel_->pipelined()) {
     std::printf(
         "  Pipeline bubble (idle / step time, mean over stages, steps after the first): %.4f (per stage %s); "

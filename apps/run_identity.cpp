@@ -1,5 +1,5 @@
 // run_identity.cpp: see run_identity.h.
-#include "train/run_identity.h"
+#include "run_identity.h"
 
 #include <set>
 #include <vector>

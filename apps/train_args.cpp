@@ -1,24 +1,32 @@
-// train_args.cpp: what the library derives from the resolved arguments (train_args.h): HF's warmup
-// steps and LR schedule, the DeepSpeed precision sections as JSON.
-#include <cmath>
+// train_args.cpp: the command line's arguments as the library's schedule, HF's warmup steps, the
+// DeepSpeed precision sections as JSON (train_args.h).
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "train/train_args.h"
+#include "train_args.h"
 
 namespace zt {
 using json = nlohmann::json;
 using Enabled = DeepSpeedPrecision::Enabled;
 
-// The warmup steps HF derives from --warmup_steps / --warmup_ratio for a run of total steps;
-// empty when that needs the total and it is unknown (total <= 0).
+LrSchedule schedule_spec(const TrainArgs& a) {
+  LrSchedule s;
+  s.type = a.lr_scheduler_type;
+  s.learning_rate = a.learning_rate;
+  s.warmup_ratio = a.warmup_ratio;
+  s.warmup_steps = a.warmup_steps;
+  s.kwargs = a.lr_scheduler_kwargs;
+  s.warmup_min_lr = a.warmup_min_lr;
+  s.warmup_max_lr = a.warmup_max_lr;
+  s.warmup_type = a.warmup_type;
+  s.warmup_min_ratio = a.warmup_min_ratio;
+  s.cos_min_ratio = a.cos_min_ratio;
+  s.total_num_steps = a.total_num_steps;
+  return s;
+}
+
 std::optional<int64_t> hf_warmup_steps(const TrainArgs& a, int64_t total) {
-  const double ws = a.warmup_steps > 0 ? a.warmup_steps : 0;
-  if (ws >= 1) return int64_t(ws);
-  const double ratio = ws > 0 ? ws : a.warmup_ratio;
-  if (ratio <= 0) return 0;
-  if (total <= 0) return std::nullopt;
-  return int64_t(std::ceil(ratio * double(total)));
+  return warmup_steps_of(schedule_spec(a), total);
 }
 
 nlohmann::json deepspeed_precision_json(const DeepSpeedPrecision& d) {
@@ -52,25 +60,7 @@ nlohmann::json deepspeed_precision_json(const DeepSpeedPrecision& d) {
 }
 
 optim::Schedule schedule_from_args(const TrainArgs& a, int64_t total_steps) {
-  optim::Schedule s;
-  s.kind = optim::schedule_kind_from_string(a.lr_scheduler_type);
-  s.base_lr = a.learning_rate;
-  s.total_steps = total_steps;
-  s.warmup_steps = hf_warmup_steps(a, total_steps).value_or(0);
-  using K = optim::ScheduleKind;
-  if (s.kind == K::warmup_lr || s.kind == K::warmup_decay_lr || s.kind == K::warmup_cosine_lr) {
-    // WarmupCosineLR scales the optimizer's lr; the other two interpolate to warmup_max_lr.
-    if (s.kind != K::warmup_cosine_lr && a.warmup_max_lr >= 0) s.base_lr = a.warmup_max_lr;
-    if (a.total_num_steps > 0) s.total_steps = a.total_num_steps;
-    ZT_CHECK(a.warmup_type == "log" || a.warmup_type == "linear", "warmup_type must be log or linear, got ",
-             quote(a.warmup_type));
-    s.warmup_log = a.warmup_type == "log";
-    s.warmup_min_lr = a.warmup_min_lr;
-    s.warmup_min_ratio = a.warmup_min_ratio;
-    s.cos_min_ratio = a.cos_min_ratio;
-  }
-  optim::schedule_apply_kwargs(s, a.lr_scheduler_kwargs);
-  return s;
+  return make_schedule(schedule_spec(a), total_steps);
 }
 
 }  // namespace zt

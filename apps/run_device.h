@@ -4,7 +4,7 @@
 
 #include "core/device.h"
 #include "models/config.h"
-#include "train/train_args.h"
+#include "train_args.h"
 
 namespace zt {
 

@@ -13,7 +13,7 @@
 #include "data/file_identity.h"
 #include "dist/communicator.h"
 #include "models/config.h"
-#include "train/train_args.h"
+#include "train_args.h"
 
 namespace zt {
 

@@ -1,5 +1,7 @@
-// train_args.h: the resolved settings of `ztrain train`, named after Hugging Face
-// TrainingArguments where HF has the setting (same defaults), plus ztrain's own.
+// train_args.h: the arguments of `ztrain train` as the command line and the DeepSpeed config give
+// them, named after Hugging Face TrainingArguments where HF has the setting (same defaults), plus
+// Megatron's and ztrain's own. apps/ resolves them into the library's TrainConfig
+// (train_config_build.h); the library never sees them.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
@@ -10,6 +12,7 @@
 #include "dist/communicator.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
+#include "train/train_config.h"
 
 namespace zt {
 
@@ -41,7 +44,7 @@ struct DeepSpeedPrecision {
   bool synchronize_checkpoint_boundary = false, profile = false;
 };
 
-// A new field is also named in train_args_json (train/run_identity.cpp): the ranks of a job
+// A new field is also named in train_args_json (apps/run_identity.cpp): the ranks of a job
 // must agree on it, or it is listed there as legitimately per rank.
 struct TrainArgs {
   // Model: an HF folder (config.json + model.safetensors) or a config.json for random init.
@@ -244,10 +247,8 @@ struct TrainArgs {
 // The seed of the data order: --data_seed, or --seed when it is not given (HF's rule).
 inline int64_t data_seed_of(const TrainArgs& a) { return a.data_seed >= 0 ? a.data_seed : a.seed; }
 
-// Runs training on the ranks of `world` (the size-1 local communicator, or MPI's world
-// under mpirun); returns normally or throws zt::Error. It never ends the process: the
-// caller (apps/) decides how a failure ends the job.
-void train_run(const TrainArgs& args, dist::Communicator& world);
+// The LR schedule's arguments as the library takes them.
+LrSchedule schedule_spec(const TrainArgs& a);
 
 // The warmup steps HF derives from --warmup_steps / --warmup_ratio for a run of total steps;
 // empty when that needs the total and it is unknown (total <= 0).

@@ -1,5 +1,5 @@
 // precision.cpp: see precision.h.
-#include "train/precision.h"
+#include "precision.h"
 
 #include "core/error.h"
 

@@ -3,7 +3,7 @@
 #pragma once
 #include "models/config.h"
 #include "nn/block.h"
-#include "train/train_args.h"
+#include "train_args.h"
 
 namespace zt {
 

@@ -1,9 +1,15 @@
 // train_args_check.cpp: see train_args_check.h.
-#include "train/train_args_check.h"
+#include "train_args_check.h"
 
-#include "train/trainer_impl.h"
+#include <unistd.h>
 
-namespace zt::train_internal {
+#include "checkpoint/hf_model.h"
+#include "core/error.h"
+#include "data/blend.h"
+#include "optim/spike_guard.h"
+#include "parallel/context_parallel.h"
+
+namespace zt {
 
 namespace {
 
@@ -87,6 +93,19 @@ void check_run_name(const std::string& n) {
 }
 
 }  // namespace
+
+AllowedChanges allowed_changes(const std::string& list) {
+  AllowedChanges c;
+  for (size_t b = 0; b <= list.size() && !list.empty();) {
+    const size_t e = std::min(list.find(',', b), list.size());
+    const std::string item = list.substr(b, e - b);
+    ZT_CHECK(item == "model" || item == "data", "--resume_allow_changes ", quote(item),
+             " is not one of model, data; give a comma-separated list such as model,data");
+    (item == "model" ? c.model : c.data) = true;
+    b = e + 1;
+  }
+  return c;
+}
 
 // Every file or folder the command reads, with the flag that names it: --overwrite_output_dir
 // must not delete one of them.
@@ -236,4 +255,4 @@ parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const 
   return kind;
 }
 
-}  // namespace zt::train_internal
+}  // namespace zt

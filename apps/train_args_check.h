@@ -1,6 +1,7 @@
 // train_args_check.h: the checks `ztrain train`'s arguments pass before any work (HF's strategy
 // rules, flags that need another, value ranges the flag parser cannot see), and the inputs the
-// command reads (which --overwrite_output_dir must never delete). Internal to the trainer.
+// command reads (which --overwrite_output_dir must never delete). apps/train_config_build.cpp runs
+// them while it resolves the arguments into the library's TrainConfig.
 #pragma once
 #include <string>
 #include <utility>
@@ -9,9 +10,15 @@
 #include "dist/parallel_dims.h"
 #include "models/config.h"
 #include "parallel/pipeline_schedule.h"
-#include "train/train_args.h"
+#include "train_args.h"
 
-namespace zt::train_internal {
+namespace zt {
+
+// --resume_allow_changes: which differences from the checkpoint a resume accepts.
+struct AllowedChanges {
+  bool model = false, data = false;
+};
+AllowedChanges allowed_changes(const std::string& list);
 
 // Throws a one-line zt::Error naming the flag on the first problem.
 void check_args(const TrainArgs& a);
@@ -28,4 +35,4 @@ dist::ParallelDims grid_dims(const TrainArgs& a, int world);
 // Every file or folder the command reads, with the flag that names it.
 std::vector<std::pair<std::string, std::string>> input_paths(const TrainArgs& a);
 
-}  // namespace zt::train_internal
+}  // namespace zt

@@ -1,5 +1,5 @@
 // auto_fit.cpp: see auto_fit.h.
-#include "train/auto_fit.h"
+#include "auto_fit.h"
 
 #include <cctype>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "core/memory.h"
 #include "parallel/buckets.h"
 #include "plan/memory_fit.h"
-#include "train/precision.h"
+#include "precision.h"
 
 namespace zt {
 

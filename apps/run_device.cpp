@@ -1,5 +1,5 @@
 // run_device.cpp: see run_device.h.
-#include "train/run_device.h"
+#include "run_device.h"
 
 #include "core/error.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "models/config.h"
-#include "train/train_args.h"
+#include "train_args.h"
 
 namespace zt {
 
