@@ -11,7 +11,7 @@
 // (dist/parallel_dims.h: pp x dp x cp x tp); everything data-parallel (engine, loss
 // reduction, loader) takes the grid's dp communicator, never the world.
 // This file: the set-up from the resolved TrainConfig (data, model and engine, resume); the step
-// loop is trainer_loop.cpp, the class trainer_impl.h.
+// loop is trainer_loop.cpp, its hooks trainer_hooks.cpp, the class trainer_impl.h.
 #include "train/trainer_impl.h"
 
 #include <omp.h>
@@ -55,6 +55,7 @@ Trainer::Trainer(const TrainConfig& config, dist::Communicator& world)
     straggler_ = std::make_unique<StragglerMonitor>(comms, world.size(), c_.parallel.straggler_threshold);
   }
   start_loader_and_log();
+  add_hooks();
   startup_s_ = seconds_since(t_start_);
 }
 

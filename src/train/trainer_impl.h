@@ -1,6 +1,7 @@
 // trainer_impl.h: the Trainer behind `ztrain train` (train_run in train/train_config.h), shared by
 // its files: trainer.cpp (the set-up: data, model and engine, resume), trainer_loop.cpp (the step
-// loop: micro-batches, evaluation, saves, stops, spikes, the final reports). Not an API.
+// loop and the final reports) and trainer_hooks.cpp (what follows a step: logging, evaluation,
+// saves, spikes, the straggler check, flash checkpoints, as step hooks). Not an API.
 #pragma once
 #include <omp.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@
 #include "observe/channel_losses.h"
 #include "observe/train_log.h"
 #include "parallel/dp_report.h"
+#include "train/step_hooks.h"
 #include "train/train_config.h"
 
 namespace zt::train_internal {
@@ -80,12 +82,6 @@ struct RunState {
   RunTag tag;
 };
 
-struct StepResult {
-  double loss = 0, grad_norm = 0;
-  bool skipped = false;  // mixed precision: inf/NaN gradients, no optimizer step
-  SpikeVerdict spike;    // non-finite or a spike: no update was applied (the caller's policy decides)
-};
-
 class Trainer {
  public:
   Trainer(const TrainConfig& config, dist::Communicator& world);
@@ -106,13 +102,27 @@ class Trainer {
   void start_loader_and_log();
   void start_loader(int64_t step);
   StepResult train_step(int64_t step);
+  void fail_for_test(int64_t step) const;
+  float test_corruption(int64_t step) const;
+  float grad_scale(const MicroBatch& first, double loss_scale) const;
+  bool update_allowed(StepResult& r);
   // Every component of a checkpoint, in one list for every use (save, resume, rollback, the
   // flash snapshot's size): the run's (rs), the parallel model's (parameters, optimizer, in the
   // global layout), the loss scaler, local SGD, the spike guard and, once it exists, the log.
   std::vector<Stateful*> components(RunState& rs);
-  void after_step(int64_t step, const StepResult& r, double step_s);
+  // The step hooks (step_hooks.h), in their order: flash checkpoints and the straggler check (both
+  // vote at the step boundary), the slow-rank test hook, spike handling, logging, evaluation, saves.
+  struct FlashHook;
+  struct StragglerHook;
+  struct SlowRankHook;
+  struct SpikeHook;
+  struct LogHook;
+  struct EvalHook;
+  struct SaveHook;
+  void add_hooks();
+  bool rejected(StepContext& c);
   void save(int64_t step);
-  int step_vote(int64_t step, double step_s);
+  int step_vote(const StepContext& c);
   void stop_saved(int64_t step, int signo);
   bool handle_spike(int64_t step, const StepResult& r, int64_t* resume_at);
   int64_t rollback(int64_t step);
@@ -184,6 +194,7 @@ class Trainer {
   std::unique_ptr<SpikeGuard> spike_;                      // --spike_policy; NaN / Inf never reach the weights
   int64_t rollback_target_ = -1, rollbacks_in_a_row_ = 0;  // --spike_max_rollbacks
   std::unique_ptr<StragglerMonitor> straggler_;            // with more than one rank: per-rank step work
+  std::vector<std::unique_ptr<StepHook>> hooks_;
 };
 
 }  // namespace zt::train_internal

@@ -1,0 +1,232 @@
+// trainer_hooks.cpp: the Trainer's step hooks (step_hooks.h), registered once by add_hooks: what
+// follows a step of the loop (trainer_loop.cpp) in a fixed order. Flash checkpoints and the
+// straggler check vote at the step boundary; a rejected update (non-finite, a spike) is handled
+// by the spike policy, possibly rolling back; then the step is logged, evaluated and saved.
+#include "train/trainer_impl.h"
+
+namespace zt::train_internal {
+namespace fs = std::filesystem;
+
+// --flash_checkpoint: whether some rank's shard is still being written; when none is, the chief
+// seals the checkpoint.
+struct Trainer::FlashHook final : StepHook {
+  explicit FlashHook(FlashCheckpointer& f) : flash(f) {}
+  size_t vote_slots() const override { return 1; }
+  void vote_put(const StepContext&, double* v) override { v[0] = flash.shard_pending() ? 1 : 0; }
+  void vote_get(const StepContext&, const double* v) override { flash.after_vote(v[0] != 0); }
+  FlashCheckpointer& flash;
+};
+
+// More than one rank: every rank's work time in the step (its own slot of the vote), judged
+// against the median rank's (dist/straggler.h).
+struct Trainer::StragglerHook final : StepHook {
+  StragglerHook(StragglerMonitor& m, const dist::Communicator& w) : monitor(m), world(w) {}
+  void before_step(int64_t) override { monitor.step_begins(); }
+  size_t vote_slots() const override { return size_t(world.size()); }
+  void vote_put(const StepContext& c, double* v) override { v[world.rank()] = monitor.work_seconds(c.step_s); }
+  void vote_get(const StepContext& c, const double* v) override {
+    monitor.judge(c.step, std::vector<double>(v, v + world.size()));
+  }
+  StragglerMonitor& monitor;
+  const dist::Communicator& world;
+};
+
+// Test hook (ZT_TEST_SLOW_RANK, set by apps/): this rank sleeps at the start of every step, a
+// straggler for tests/dist/straggler.sh.
+struct Trainer::SlowRankHook final : StepHook {
+  explicit SlowRankHook(double s) : seconds(s) {}
+  void before_step(int64_t) override { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }
+  double seconds;
+};
+
+// --spike_policy: a step whose update was not applied.
+struct Trainer::SpikeHook final : StepHook {
+  explicit SpikeHook(Trainer& t) : t(t) {}
+  bool after_rejected(StepContext& c) override { return t.handle_spike(c.step, c.result, &c.resume_at); }
+  Trainer& t;
+};
+
+// The step's log entry (every step: the progress line, trainer_state.json at logging steps), and
+// after the first step what this rank holds for training, by category (ZeRO's model states).
+struct Trainer::LogHook final : StepHook {
+  explicit LogHook(Trainer& t) : t(t) {}
+  void after_step(StepContext& c) override;
+  Trainer& t;
+};
+
+// Evaluation every eval_every_ steps and at the end; the best metric so far.
+struct Trainer::EvalHook final : StepHook {
+  explicit EvalHook(Trainer& t) : t(t) {}
+  void after_step(StepContext& c) override;
+  Trainer& t;
+};
+
+// A checkpoint every save_every_ steps.
+struct Trainer::SaveHook final : StepHook {
+  explicit SaveHook(Trainer& t) : t(t) {}
+  void after_step(StepContext& c) override;
+  Trainer& t;
+};
+
+void Trainer::add_hooks() {
+  if (flash_) hooks_.push_back(std::make_unique<FlashHook>(*flash_));
+  if (straggler_) hooks_.push_back(std::make_unique<StragglerHook>(*straggler_, world_));
+  if (c_.test.slow_rank == world_.rank()) hooks_.push_back(std::make_unique<SlowRankHook>(c_.test.slow_seconds));
+  hooks_.push_back(std::make_unique<SpikeHook>(*this));
+  hooks_.push_back(std::make_unique<LogHook>(*this));
+  hooks_.push_back(std::make_unique<EvalHook>(*this));
+  hooks_.push_back(std::make_unique<SaveHook>(*this));
+}
+
+bool Trainer::rejected(StepContext& c) {
+  for (const auto& h : hooks_)
+    if (h->after_rejected(c)) return true;
+  return false;
+}
+
+void Trainer::LogHook::after_step(StepContext& c) {
+  const int64_t step = c.step;
+  if (step == t.start_step_) {
+    const MemStats ms = mem_stats();
+    for (MemCategory m : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state,
+                          MemCategory::temporary, MemCategory::activations})
+      t.model_states_[mem_category_name(m)] = ms.current[size_t(m)];
+  }
+  // HF's --logging_first_step logs step 1 too, whatever --logging_strategy says.
+  const bool log_now =
+      (t.c_.logging.first_step && step == 0) ||
+      (t.c_.logging.strategy != Interval::no && (step + 1 == t.total_steps_ || (step + 1) % t.log_every_ == 0));
+  // The loss per channel: a collective over the data-parallel ranks at logging steps.
+  const auto* channel_losses = t.chan_ && log_now ? &t.chan_->reduce(t.grid_->dp_cp()) : nullptr;
+  if (!t.log_) return;
+  std::vector<std::pair<const char*, double>> extra;
+  if (t.scaler_ && t.c_.precision.fp16) extra.push_back({"loss_scale", t.scaler_->scale_exact()});
+  if (t.scaler_) extra.push_back({"skipped_steps", double(t.scaler_->skipped_steps())});
+  // Local SGD: bytes this rank sent across groups (hosts) per step so far in this run.
+  if (const parallel::LocalSgd* l = t.parallel_->local_sgd())
+    extra.push_back({"bytes_across_hosts_per_step", l->bytes_across() / double(step + 1 - t.start_step_)});
+  if (t.parallel_->pipelined()) extra.push_back({"pipeline_bubble", t.parallel_->last_bubble()});
+  if (t.straggler_) {
+    extra.push_back({"slowest_rank", double(t.straggler_->slowest_rank())});
+    extra.push_back({"slowest_rank_ratio", t.straggler_->slowest_ratio()});
+  }
+  if (t.spike_->policy() != SpikePolicy::none) {
+    extra.push_back({"spike_skipped", double(t.spike_->skipped())});
+    extra.push_back({"spike_rollbacks", double(t.spike_->rollbacks())});
+  }
+  if (channel_losses) extra.insert(extra.end(), channel_losses->begin(), channel_losses->end());
+  // HF logs the learning rate the scheduler holds after its step, i.e. the next one.
+  t.log_->step_done(step + 1, c.result.loss, c.result.grad_norm, t.lr_for(step + 1), c.step_s, log_now, extra);
+  if (t.straggler_ && log_now) {
+    const std::string line = t.straggler_->window_line(step);
+    if (!line.empty()) std::printf("%s\n", line.c_str());
+  }
+  if (step == t.start_step_) t.log_->first_step(t.startup_s_, t.weights_s_);
+}
+
+// Every rank whose forward is a collective evaluates (ParallelModel::begin_eval); the chief logs.
+void Trainer::EvalHook::after_step(StepContext& c) {
+  const int64_t step = c.step;
+  const bool eval_now =
+      (t.eval_every_ > 0 && (step + 1) % t.eval_every_ == 0) || (t.final_eval_ && step + 1 == t.total_steps_);
+  if (!(t.val_ || t.sft_val_rows_) || !eval_now) return;
+  if (t.parallel_->begin_eval(t.chief_)) {
+    const EvalShard* cs = t.parallel_->eval_shard();
+    const int64_t max_samples = t.c_.logging.max_eval_samples;
+    EvalResult e = t.sft_val_rows_
+                       ? evaluate(*t.model_, *t.sft_val_rows_, t.rows_, t.seq_len_, max_samples, cs)
+                       : evaluate(*t.model_, *t.val_, t.rows_, t.seq_len_, max_samples,
+                                  t.c_.data.packing ? t.loader_config_.eos_id : -1, t.c_.logging.eval_batch, cs);
+    if (t.log_) t.log_->eval_done(step + 1, e);
+    const double v = t.c_.checkpoint.metric == BestMetric::loss ? e.loss : e.perplexity;
+    const bool greater = t.c_.checkpoint.greater_is_better;
+    c.best_now = t.best_step_ < 0 || (greater ? v > t.best_metric_ : v < t.best_metric_);
+    if (c.best_now) t.best_metric_ = v, t.best_step_ = step + 1;
+  }
+  t.parallel_->end_eval();
+}
+
+void Trainer::SaveHook::after_step(StepContext& c) {
+  const int64_t every = t.save_every_, step = c.step;
+  if (every <= 0 || every > t.total_steps_ || (step + 1) % every != 0) return;
+  t.save(step + 1);
+  if (c.best_now)
+    t.best_checkpoint_ = (fs::path(t.c_.checkpoint.output_dir) / ("checkpoint-" + std::to_string(step + 1))).string();
+}
+
+// A step whose loss or gradient norm is non-finite, or a spike (spike_guard.h): no update was
+// applied. Every rank decides the same (the values are reduced). Returns true after a rollback,
+// with the step to go on from.
+bool Trainer::handle_spike(int64_t step, const StepResult& r, int64_t* resume_at) {
+  const std::string at = str_cat("step ", step + 1, ": ", r.spike.what);
+  const SpikePolicy p = spike_->policy();
+  if (p == SpikePolicy::none || p == SpikePolicy::stop)
+    throw JobError(str_cat(at, "; the update was not applied (the weights are unchanged) and the run stops",
+                           p == SpikePolicy::stop ? " (--spike_policy stop)" : "",
+                           "; continue from the newest checkpoint with --resume_from_checkpoint latest, after "
+                           "lowering --learning_rate or checking the data, or pass --spike_policy skip or rollback"));
+  if (p == SpikePolicy::rollback) {
+    *resume_at = rollback(step);
+    if (*resume_at >= 0) {
+      rollbacks_in_a_row_ = *resume_at == rollback_target_ ? rollbacks_in_a_row_ + 1 : 1;
+      rollback_target_ = *resume_at;
+      if (rollbacks_in_a_row_ > c_.optim.spike_max_rollbacks)
+        throw JobError(str_cat(at, "; that makes ", rollbacks_in_a_row_, " rollbacks in a row to step ", *resume_at,
+                               " (--spike_max_rollbacks ", c_.optim.spike_max_rollbacks,
+                               "): a spike that returns after rolling back comes from the LR schedule or the state "
+                               "rather than the data, so the run stops. The newest checkpoint is intact: resume from "
+                               "it with --resume_from_checkpoint latest after lowering --learning_rate"));
+      if (chief_)
+        std::printf(
+            "ztrain: %s; rolled back to step %lld and skipping the data of steps %lld-%lld "
+            "(--spike_policy rollback; %lld rollbacks so far)\n",
+            at.c_str(), (long long)*resume_at, (long long)*resume_at + 1, (long long)step + 1,
+            (long long)spike_->rollbacks());
+      return true;
+    }
+    if (chief_) std::printf("ztrain: %s; no checkpoint to roll back to yet: the update is skipped\n", at.c_str());
+  }
+  spike_->count_skip();
+  if (chief_ && p == SpikePolicy::skip)
+    std::printf("ztrain: %s; the update is skipped (--spike_policy skip; %lld skipped so far)\n", at.c_str(),
+                (long long)spike_->skipped());
+  return false;
+}
+
+// --spike_policy rollback: every component returns to the newest save (the flash snapshot in
+// shared memory when there is one, else the newest checkpoint) and the data of the steps from
+// there to the spike is skipped. The spike counters and the data offset are not rolled back.
+// Returns the restored step, or -1 when nothing was saved yet.
+int64_t Trainer::rollback(int64_t step) {
+  std::unique_ptr<StateReader> reader;
+  if (flash_) reader = flash_->last_snapshot();
+  if (!reader) {
+    std::string dir, save_id;
+    if (chief_) dir = checkpoint_find_latest(c_.checkpoint.output_dir, &save_id);
+    dir = dist::broadcast_string(world_, dir, 0);
+    save_id = dist::broadcast_string(world_, save_id, 0);
+    if (dir.empty()) return -1;
+    // A checkpoint of an earlier data stage (a long-context resume) is not this stage's save.
+    const int64_t saved_step = checkpoint_step_of(dir);
+    if (stages_.size() > 1 && saved_step >= 0 && saved_step <= stages_.back().step) return -1;
+    reader = std::make_unique<CheckpointReader>(dir, cfg_, false, save_id);
+  }
+  const SpikeGuard::Counters kept = spike_->counters();
+  std::vector<DataStage> stages = stages_;
+  RunState rs(c_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages);
+  for (Stateful* c : components(rs)) c->load_state(*reader);  // saved in the global layout
+  parallel_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
+  const int64_t to = rs.cursor.step();
+  ZT_CHECK(!rs.cursor.switched() && stages == stages_, reader->source(),
+           " belongs to an earlier data stage (another --model_max_length or batch); a rollback stays within "
+           "this stage: save a checkpoint in it first (--save_steps) or use --spike_policy skip");
+  spike_->set_counters(kept);
+  spike_->count_rollback(to, step + 1);
+  loader_.reset();  // restarts at the restored step, past the skipped data
+  loader_config_.step_offset = spike_->data_offset_steps();
+  if (chan_) chan_->reset();  // the window's steps were undone
+  start_loader(to);
+  return to;
+}
+
+}  // namespace zt::train_internal
