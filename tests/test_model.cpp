@@ -324,16 +324,16 @@ TEST_P(ModelTest, StagedPiecesWithTwoSlotsEqualSequentialPasses) {
   const double la1 = a.forward_backward(in1.data(), tg1.data(), 0.05f, &c);
   double lb[2];
   for (int s = 0; s < 2; ++s) {
-    b.begin_pass(true);
-    b.embed_forward(s, s ? in1.data() : in0.data());
-    b.blocks_forward(s, 0, cut);
-    b.blocks_forward(s, cut, L);
+    b.runtime().begin_pass(true);
+    b.runtime().embed_forward(s, s ? in1.data() : in0.data());
+    b.runtime().blocks_forward(s, 0, cut);
+    b.runtime().blocks_forward(s, cut, L);
   }
   for (int s = 1; s >= 0; --s) {
-    lb[s] = b.head_forward_backward(s, s ? tg1.data() : tg0.data(), 0.05f, &c, true);
-    b.blocks_backward(s, cut, L);
-    b.blocks_backward(s, 0, cut);
-    b.embed_backward(s);
+    lb[s] = b.runtime().head_forward_backward(s, s ? tg1.data() : tg0.data(), 0.05f, &c, true);
+    b.runtime().blocks_backward(s, cut, L);
+    b.runtime().blocks_backward(s, 0, cut);
+    b.runtime().embed_backward(s);
   }
   EXPECT_EQ(la0, lb[0]);
   EXPECT_EQ(la1, lb[1]);

@@ -27,7 +27,7 @@ KvDecoder::KvDecoder(const Transformer& model, int max_len) : m_(model), max_len
     k_.push_back(kv_.as<float>() + (2 * int64_t(l)) * max_len * kvw);
     v_.push_back(kv_.as<float>() + (2 * int64_t(l) + 1) * max_len * kvw);
   }
-  const auto& shape = m_.blocks().front().shape;
+  const auto& shape = m_.blocks_.front().shape;
   Carver cv;
   auto carve = [&](Carver& w) {
     x_ = w.take(c.n_embd);
@@ -47,9 +47,9 @@ KvDecoder::KvDecoder(const Transformer& model, int max_len) : m_(model), max_len
   work_ = Buffer(cv.used(), MemCategory::temporary);
   Carver real(work_.data());
   carve(real);
-  if (shape.rope) rope_fill(m_.rope(), cos_, sin_, max_len);
+  if (shape.rope) rope_fill(m_.rope_, cos_, sin_, max_len);
   for (int l = 0; l < c.n_layer && c.rope_local_theta > 0.f; ++l)
-    if (&m_.rope_for_layer(l) != &m_.rope()) {  // the sliding layers' table, once
+    if (&m_.rope_for_layer(l) != &m_.rope_) {  // the sliding layers' table, once
       rope_fill(m_.rope_for_layer(l), cos_local_, sin_local_, max_len);
       break;
     }
@@ -69,8 +69,8 @@ TensorView KvDecoder::step(int32_t token) {
   // One row: every activation below is a (1, width) view.
   auto row = [](float* p, int64_t w) { return TensorView::of(p, {1, w}); };
   const TensorView x = row(x_, C), h = row(h_, C), one_mean = row(&mean_, 1), one_rstd = row(&rstd_, 1);
-  for (size_t l = 0; l < m_.blocks().size(); ++l) {
-    const nn::Block& b = m_.blocks()[l];
+  for (size_t l = 0; l < m_.blocks_.size(); ++l) {
+    const nn::Block& b = m_.blocks_[l];
     b.ln1.forward(h, one_mean, one_rstd, x);
     b.qkv.forward(row(qkv_, c.qkv_dim()), h);
     if (b.shape.qk_norm) {  // in place: RMSNorm reads a row before writing it
@@ -81,7 +81,7 @@ TensorView KvDecoder::step(int32_t token) {
       const TensorView k = TensorView::of(qkv_ + qw, {kr, b.k_norm.C});
       b.k_norm.forward(k, {}, TensorView::of(qk_rstd_.data() + c.n_head, {kr}), k);
     }
-    const bool local = &m_.rope_for_layer(int(l)) != &m_.rope();  // Gemma 3's sliding layers
+    const bool local = &m_.rope_for_layer(int(l)) != &m_.rope_;  // Gemma 3's sliding layers
     const float *cs = local ? cos_local_ : cos_, *sn = local ? sin_local_ : sin_;
     if (b.shape.rope)  // position pos_: the table row at pos_ is "t = 0" of a 1-row call
       kernels::rope_forward(qkv_, cs + int64_t(pos_) * half, sn + int64_t(pos_) * half, 1, 1, c.n_head, c.n_kv_head,
@@ -108,7 +108,7 @@ TensorView KvDecoder::step(int32_t token) {
     if (b.shape.post_norm) b.post2.forward(h, {}, one_rstd, h);
     kernels::add(x_, x_, h_, C);
   }
-  m_.final_norm().forward(h, one_mean, one_rstd, x);
+  m_.lnf_.forward(h, one_mean, one_rstd, x);
   kernels::gemm(false, true, 1, c.vocab_size, C, 1.0f, h_, C, m_.lm_head().as<const float>(), C, 0.0f, logits_,
                 c.vocab_size);
   if (c.final_softcap > 0.f)  // Gemma 2: the logits soft-capped, as training's head does

@@ -6,8 +6,41 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/ops.h"
 
 namespace zt::parallel {
+
+void VocabParallelEmbedding::forward(TensorView out, const float* wte, const float* wpe,
+                                     const nn::EmbeddingPass& p) const {
+  // Under sequence parallelism each rank embeds all N rows, and g reduce-scatters them.
+  const TensorView full = tp_.sequence_parallel() ? p.all_rows : out;
+  kernels::embedding_forward_vocab(full.as<float>(), p.ids, wte, tp_.rank() == 0 ? wpe : nullptr, p.N, p.T, p.C,
+                                   p.positions, v0_, nv_);
+  tp_.row_parallel_output(out, full);
+}
+
+void VocabParallelEmbedding::backward(float* dwte, float* dwpe, TensorView dy, const nn::EmbeddingPass& p) const {
+  // g backward: every rank needs all N rows' gradient (SP gathers them). Every rank adds the
+  // positions' gradient, which is then the same on all (a replicated tensor).
+  TensorView all = dy;
+  if (tp_.sequence_parallel()) {
+    all = p.all_rows;
+    tp_.row_parallel_output_grad(all, dy);
+  }
+  kernels::embedding_backward_vocab(dwte, dwpe, all.as<const float>(), p.ids, p.N, p.T, p.C, p.positions, v0_, nv_);
+}
+
+double VocabParallelLmHead::forward(float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
+                                    const nn::LmHeadPass& p, int64_t* count) const {
+  kernels::VocabShard vs;
+  vs.v0 = v0_;
+  vs.nv = nv_;
+  vs.max = [this](float* v, int64_t n) { tp_.all_reduce_max(v, n); };
+  vs.sum = [this](float* v, int64_t n) { tp_.all_reduce_sum(v, n); };
+  return kernels::lmhead_ce_vocab(dx, dw, x, w, targets, p.dims, p.grad_scale, p.logits, count, vs, p.lowp,
+                                  p.token_losses);
+}
 
 TensorParallel::TensorParallel(dist::Communicator& tp, bool sequence_parallel, int kv_replicas)
     : comm_(tp), sp_(sequence_parallel) {

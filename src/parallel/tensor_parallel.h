@@ -20,6 +20,7 @@
 #include "dist/communicator.h"
 #include "models/transformer.h"
 #include "nn/block.h"
+#include "nn/embedding_head.h"
 
 namespace zt::parallel {
 
@@ -44,6 +45,36 @@ class TensorParallel final : public nn::TpRegion {
   dist::Communicator& comm_;
   bool sp_;
   std::unique_ptr<dist::Communicator> kv_;
+};
+
+// The vocabulary-parallel ends of the model, swapped in for nn::Embedding / nn::LmHeadLoss:
+// each rank holds rows [v0, v0 + nv) of the vocabulary (models/layout.h's cut; padded rows
+// masked). The embedding looks up the tokens it holds rows for (zeros elsewhere), rank 0 adds
+// the positions, and the group's sum (g) is the embedding. The LM head keeps the logits split
+// and reduces their max and sum of exp over the group; its input passes through f.
+class VocabParallelEmbedding final : public nn::Embedding {
+ public:
+  VocabParallelEmbedding(TensorParallel& region, int v0, int nv) : tp_(region), v0_(v0), nv_(nv) {}
+  void forward(TensorView out, const float* wte, const float* wpe, const nn::EmbeddingPass& p) const override;
+  void backward(float* dwte, float* dwpe, TensorView dy, const nn::EmbeddingPass& p) const override;
+
+ private:
+  TensorParallel& tp_;
+  int v0_, nv_;
+};
+
+class VocabParallelLmHead final : public nn::LmHeadLoss {
+ public:
+  VocabParallelLmHead(TensorParallel& region, int v0, int nv) : tp_(region), v0_(v0), nv_(nv) {}
+  TensorView local_rows(TensorView full) const override { return tp_.local_rows(full); }
+  void input_ready(TensorView x) const override { tp_.column_parallel_input(x); }
+  double forward(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const nn::LmHeadPass& p,
+                 int64_t* count) const override;
+  void input_grad(TensorView out, TensorView grad) const override { tp_.column_parallel_input_grad(out, grad); }
+
+ private:
+  TensorParallel& tp_;
+  int v0_, nv_;
 };
 
 // Parameters (indices into the local ParamTable) whose gradient each TP rank holds only a

@@ -291,8 +291,8 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
     r.stage = s;
     r.slots = stage_slots(l.pp, l.accumulation, s);
     size_t acts = 0, tmp = 0, copy = 0;
-    Transformer::planned_bytes(in.cfg, l.micro_batch, T, &acts, &tmp, r.slots, plan, &copy, tpp,
-                               l.pp > 1 ? &v.held_blocks[s] : nullptr);
+    ModelRuntime::planned_bytes(in.cfg, l.micro_batch, T, &acts, &tmp, r.slots, plan, &copy, tpp,
+                                l.pp > 1 ? &v.held_blocks[s] : nullptr);
     r.activations = int64_t(acts);
     r.temporary = int64_t(tmp);
     r.runtime = runtime_bytes;

@@ -592,7 +592,7 @@ void Trainer::start_run(const CheckpointRef* resumed, const std::string& resumed
 }
 
 void Trainer::start_loader_and_log() {
-  model_->set_act_plan(plan_);
+  model_->runtime().set_act_plan(plan_);
   model_->plan(rows_, parallel_->local_seq_len(), /*training=*/true, parallel_->activation_slots());
   loader_config_.B = rows_;
   loader_config_.T = seq_len_;
@@ -615,7 +615,7 @@ void Trainer::start_loader_and_log() {
   if (blend_) {
     if (!sft_) blend_->set_packing(args_.packing, loader_config_.eos_id);  // SFT rows bring their own positions
     chan_ = std::make_unique<ChannelLosses>(blend_->names(), rows_, seq_len_ / grid_->cp().size());
-    model_->set_token_losses(chan_->token_losses());
+    model_->runtime().set_token_losses(chan_->token_losses());
   }
   start_loader(start_step_);
   if (chief_) {
