@@ -20,6 +20,7 @@
 #include "models/decoder.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
+#include "parallel/tensor_parallel.h"
 #include "test_util.h"
 
 namespace zt {
@@ -428,12 +429,15 @@ TEST_P(ModelTest, HfFolderRoundTrip) {
 
 // The tensor-parallel plans of 1 and 2 ranks this architecture takes (every rank of each), and
 // flat ranges of N elements to read: the whole, the ends, chunk boundaries, random ones.
-std::vector<TpPlan> tp_plans_1_2(const ModelConfig& c) {
-  std::vector<TpPlan> plans;
+struct TpRankCut {
+  int size, rank;
+  LayerCut cut;
+};
+std::vector<TpRankCut> tp_plans_1_2(const ModelConfig& c) {
+  std::vector<TpRankCut> plans;
   for (int size : {1, 2})
     for (int rank = 0; rank < size; ++rank) try {
-        check_tp_plan(c, {size, rank, false});
-        plans.push_back({size, rank, false});
+        plans.push_back({size, rank, parallel::tensor_parallel_cut(c, size, rank, false)});
       } catch (const Error&) {  // this architecture's heads do not split in two
       }
   return plans;
@@ -455,8 +459,8 @@ std::vector<std::pair<int64_t, int64_t>> some_ranges(int64_t N, uint64_t seed) {
 TEST_P(ModelTest, InitValuesAreInitRandomsPieces) {
   Transformer one(cfg());  // one process's values: a TP rank's slices must hold them
   one.init_random(11);
-  for (const TpPlan& tp : tp_plans_1_2(cfg())) {
-    Transformer m(cfg(), tp);
+  for (const TpRankCut& tp : tp_plans_1_2(cfg())) {
+    Transformer m(cfg(), tp.cut);
     m.init_random(11);
     const float* P = m.flat_params().as<const float>();
     for (size_t i = 0; i < m.params().list().size(); ++i) {
@@ -467,7 +471,7 @@ TEST_P(ModelTest, InitValuesAreInitRandomsPieces) {
             << p.name << " tp " << tp.size << " rank " << tp.rank;
       });
     }
-    Transformer bare(cfg(), tp, /*hold_params=*/false);
+    Transformer bare(cfg(), tp.cut, /*hold_params=*/false);
     EXPECT_FALSE(bare.flat_params());
     for (const auto& [b, n] : some_ranges(m.num_params(), 3)) {
       std::vector<float> got(size_t(n), -7.f);
@@ -489,8 +493,8 @@ TEST_P(ModelTest, HfWeightsReadRangesOfAnyLayout) {
   fs::remove_all(dir);
   hf_save_model(m, dir.string(), DType::f32, 8000);  // sharded: tensors in several files
   const HfWeights hf(dir.string(), cfg());
-  for (const TpPlan& tp : tp_plans_1_2(cfg())) {
-    const Transformer local(cfg(), tp, /*hold_params=*/false);
+  for (const TpRankCut& tp : tp_plans_1_2(cfg())) {
+    const Transformer local(cfg(), tp.cut, /*hold_params=*/false);
     for (const auto& [b, n] : some_ranges(local.num_params(), 5)) {
       std::vector<float> got(size_t(n), -7.f), want(static_cast<size_t>(n));
       hf.read(local.params(), b, n, got.data());

@@ -34,7 +34,7 @@ struct UnitBinder {
   int64_t base;
   const ModelConfig& cfg;
   nn::NormKind norm_kind;
-  int tp_rank = 0;  // a row-parallel bias is added by tensor-parallel rank 0 only (once in the sum)
+  bool adds_row_biases = true;  // a cut's row layers' biases are whole: one part adds them (LayerCut)
   DeviceKind dev = DeviceKind::cpu;
   TensorView p(int64_t off, Shape s) const { return off < 0 || !P ? TensorView() : P.sub(off - base, s); }
   TensorView g(int64_t off, Shape s) const { return off < 0 || !G ? TensorView() : G.sub(off - base, s); }
@@ -46,7 +46,7 @@ struct UnitBinder {
     l.w_in_out = s.w_in_out;
     const Shape ws = s.w_in_out ? Shape{s.in, s.out} : Shape{s.out, s.in};
     l.w = p(s.w, ws);
-    if (s.kind != nn::LinearKind::row || tp_rank == 0) l.b = p(s.b, {s.out});
+    if (s.kind != nn::LinearKind::row || adds_row_biases) l.b = p(s.b, {s.out});
     l.dw = g(s.w, ws);
     l.db = g(s.b, {s.out});
     l.wc = l.w;
@@ -101,7 +101,7 @@ void ModelRuntime::reset_for_device() {
 void ModelRuntime::bind_block(int l, TensorView params, TensorView grads, TensorView compute) {
   const ModelOffsets& s = layout_.offsets;
   const int64_t base = layout_.units[layout_.block_units[l]].begin;
-  UnitBinder u{params, grads, base, cfg_, s.shape.norm, layout_.tp.rank, dev()};
+  UnitBinder u{params, grads, base, cfg_, s.shape.norm, layout_.cut.adds_row_biases, dev()};
   const BlockOffsets& bs = s.blocks[l];
   nn::Block& b = blocks_[l];
   b.dev = dev();
@@ -140,7 +140,7 @@ void ModelRuntime::set_sequence_length(int tokens) {
 
 bool ModelRuntime::layers_swapped() const {
   for (const nn::Block& b : blocks_)
-    if (b.tp || b.cp) return true;
+    if (b.has_hooks()) return true;
   return embedding_ || lm_head_ || sequence_length_ > 0;
 }
 
@@ -176,8 +176,13 @@ TensorView ModelRuntime::compute_view(int u, TensorView P) {
 }
 
 void ModelRuntime::bind_head(TensorView params, TensorView grads) {
-  UnitBinder u{params,          grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.offsets.shape.norm,
-               layout_.tp.rank, dev()};
+  UnitBinder u{params,
+               grads,
+               layout_.units[layout_.head_unit].begin,
+               cfg_,
+               layout_.offsets.shape.norm,
+               layout_.cut.adds_row_biases,
+               dev()};
   lnf_ = u.norm(layout_.offsets.lnf);
 }
 
@@ -219,7 +224,7 @@ TensorView ModelRuntime::lm_head_slice(TensorView unit_view, int unit) const {
   if (!unit_view) return {};
   const ModelOffsets& s = layout_.offsets;
   const int64_t off = (s.lm_head >= 0 ? s.lm_head : s.wte) - layout_.units[unit].begin;
-  return unit_view.sub(off, {layout_.vocab_local, cfg_.n_embd});
+  return unit_view.sub(off, {layout_.vocab_rows, cfg_.n_embd});
 }
 
 void ModelRuntime::fill_rope(const RopeFreqs& f, float* cos, float* sin, int rows) {
@@ -276,19 +281,19 @@ void ModelRuntime::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const n
 }
 
 void ModelRuntime::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary,
-                                 int slots, const nn::ActPlan& plan, size_t* compute_copy, const TpPlan& tp,
+                                 int slots, const nn::ActPlan& plan, size_t* compute_copy, const LayerCut& cut,
                                  const std::vector<char>* held) {
-  ParamTable t;
-  ModelOffsets s = cfg.arch == Arch::gpt2 ? gpt2_layout(cfg, t, tp) : llama_layout(cfg, t, tp);
+  const ModelLayout layout = model_layout(cfg, cut);
   Carver a, sc;
   std::vector<SlotActs> sa;
   Scratch scratch;
-  carve(a, sc, cfg, s.shape, tp.vocab_local(cfg.vocab_size), B, T, slots, plan, &sa, &scratch, held);
+  carve(a, sc, cfg, layout.offsets.shape, layout.vocab_rows, B, T, slots, plan, &sa, &scratch, held);
   *activations = a.used();
   *temporary = sc.used();
   if (compute_copy)
-    *compute_copy =
-        plan.precision == nn::Precision::fp32 ? 0 : size_t(t.total()) * dtype_size(nn::compute_dtype(plan.precision));
+    *compute_copy = plan.precision == nn::Precision::fp32
+                        ? 0
+                        : size_t(layout.table.total()) * dtype_size(nn::compute_dtype(plan.precision));
 }
 
 void ModelRuntime::plan(int B, int T, bool training, int slots) {
@@ -306,16 +311,16 @@ void ModelRuntime::plan(int B, int T, bool training, int slots) {
   rope_local_ext_.reset();
   rope_ext_rows_ = 0;
   Carver a, s;
-  if (layout_.tp.sp)
-    ZT_CHECK(int64_t(B) * T % layout_.tp.size == 0, "--sequence-parallel splits the ", int64_t(B) * T,
-             " tokens of a micro-batch (B ", B, " x T ", T, ") across ", layout_.tp.size,
-             " ranks; they must divide evenly");
+  const int rows_split = layout_.cut.rows_split;
+  if (rows_split > 1)
+    ZT_CHECK(int64_t(B) * T % rows_split == 0, "--sequence-parallel splits the ", int64_t(B) * T,
+             " tokens of a micro-batch (B ", B, " x T ", T, ") across ", rows_split, " ranks; they must divide evenly");
   const std::vector<char>* held = held_layers_.empty() ? nullptr : &held_layers_;
-  carve(a, s, cfg_, layout_.offsets.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &scratch_views_, held);
+  carve(a, s, cfg_, layout_.offsets.shape, layout_.vocab_rows, B, T, slots, act_plan_, &slots_, &scratch_views_, held);
   acts_ = Buffer(a.used(), MemCategory::activations, dev());
   scratch_ = Buffer(s.used(), MemCategory::temporary, dev());
   Carver a2(acts_.data()), s2(scratch_.data());
-  carve(a2, s2, cfg_, layout_.offsets.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &scratch_views_,
+  carve(a2, s2, cfg_, layout_.offsets.shape, layout_.vocab_rows, B, T, slots, act_plan_, &slots_, &scratch_views_,
         held);
   inputs_.clear();
   inputs_.resize(size_t(slots));

@@ -109,10 +109,10 @@ class ModelRuntime {
 
   // Bytes of the activation arena and temporaries planned for (B, T), `slots` and an
   // ActPlan; *compute_copy gets the bytes of the weights' compute copy (mixed precision).
-  // tp: a tensor-parallel rank's slices (its local shapes and vocabulary rows); held: a pipeline
-  // stage's blocks (set_held_layers), null = all.
+  // cut: the part of each layer the model holds (its local shapes and vocabulary rows); held: a
+  // pipeline stage's blocks (set_held_layers), null = all.
   static void planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary, int slots = 1,
-                            const nn::ActPlan& plan = {}, size_t* compute_copy = nullptr, const TpPlan& tp = {},
+                            const nn::ActPlan& plan = {}, size_t* compute_copy = nullptr, const LayerCut& cut = {},
                             const std::vector<char>* held = nullptr);
 
  private:

@@ -228,7 +228,7 @@ double ModelRuntime::head_forward_backward(int slot, const int32_t* targets, flo
   lnf_.forward(land, a.lnf_mean, a.lnf_rstd, a.res[L]);
   nn::lower(prec, mine(a.lnf_out), land, dev());
   head_layer.input_ready(a.lnf_out);
-  kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_local, scratch_views_.lm_chunk, cfg_.final_softcap};
+  kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_rows, scratch_views_.lm_chunk, cfg_.final_softcap};
   kernels::LmHeadCompute lc;
   if (prec != nn::Precision::fp32) {
     lc.t = nn::compute_dtype(prec);

@@ -15,8 +15,8 @@
 
 namespace zt {
 
-Transformer::Transformer(const ModelConfig& cfg, const TpPlan& tp, bool hold_params)
-    : cfg_(cfg), layout_(model_layout(cfg, tp)), rope_(rope_freqs(cfg)) {
+Transformer::Transformer(const ModelConfig& cfg, const LayerCut& cut, bool hold_params)
+    : cfg_(cfg), layout_(model_layout(cfg, cut)), rope_(rope_freqs(cfg)) {
   if (cfg.rope_local_theta > 0.f) {  // Gemma 3's sliding layers: their own base, no scaling (as HF)
     ModelConfig local = cfg;
     local.rope = RopeScaling{};
@@ -51,7 +51,7 @@ float Transformer::embed_multiplier() const {
 }
 
 TensorView Transformer::token_embedding() const {
-  return flat_params().sub(layout_.offsets.wte, {layout_.vocab_local, cfg_.n_embd});
+  return flat_params().sub(layout_.offsets.wte, {layout_.vocab_rows, cfg_.n_embd});
 }
 
 TensorView Transformer::position_embedding() const {
@@ -61,7 +61,7 @@ TensorView Transformer::position_embedding() const {
 
 TensorView Transformer::lm_head() const {
   const ModelOffsets& s = layout_.offsets;
-  return flat_params().sub(s.lm_head >= 0 ? s.lm_head : s.wte, {layout_.vocab_local, cfg_.n_embd});
+  return flat_params().sub(s.lm_head >= 0 ? s.lm_head : s.wte, {layout_.vocab_rows, cfg_.n_embd});
 }
 
 namespace {
@@ -100,7 +100,7 @@ void Transformer::set_device(DeviceKind dev) {
   if (dev == dev_) return;
   const ModelRuntime& rt = *runtime_;
   ZT_CHECK(
-      dev == DeviceKind::cpu || (!rt.layers_swapped() && layout_.tp.size == 1 && !rt.provider_ && !rt.external_state_),
+      dev == DeviceKind::cpu || (!rt.layers_swapped() && layout_.cut.whole && !rt.provider_ && !rt.external_state_),
       "the GPU runs one model on one device for now: no tensor or context parallelism, pipeline or ZeRO "
       "engine (docs/gpu.md)");
   Buffer moved;
@@ -180,11 +180,11 @@ void Transformer::zero_grad() {
 }
 
 int64_t Transformer::matmul_params() const {
-  // The whole model's (a tensor-parallel rank's layout holds its slices): FLOPs per token and
-  // MFU count the model, whatever the layout.
-  const ModelOffsets whole = layout_.tp.size > 1 ? model_layout(cfg_).offsets : ModelOffsets{};
+  // The whole model's (a cut's layout holds its slices): FLOPs per token and MFU count the
+  // model, whatever the layout.
+  const ModelOffsets whole = layout_.cut.whole ? ModelOffsets{} : model_layout(cfg_).offsets;
   int64_t n = 0;
-  for (auto& b : (layout_.tp.size > 1 ? whole : layout_.offsets).blocks)
+  for (auto& b : (layout_.cut.whole ? layout_.offsets : whole).blocks)
     for (auto* l : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) n += int64_t(l->in) * l->out;
   return n + int64_t(cfg_.vocab_size) * cfg_.n_embd;
 }

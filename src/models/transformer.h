@@ -25,10 +25,10 @@ class ModelRuntime;
 
 class Transformer {
  public:
-  // tp: this rank's tensor-parallel cut (models/layout.h); the identity plan is one device.
+  // cut: the part of each layer this model holds (models/layout.h); whole by default.
   // hold_params false: no flat parameter buffer (a ZeRO engine takes its shard's initial values
   // from init_values or a checkpoint; runtime().restore_flat_params() makes one when needed).
-  explicit Transformer(const ModelConfig& cfg, const TpPlan& tp = {}, bool hold_params = true);
+  explicit Transformer(const ModelConfig& cfg, const LayerCut& cut = {}, bool hold_params = true);
   ~Transformer();
   // The runtime keeps references into the model: it stays where it was made.
   Transformer(const Transformer&) = delete;
@@ -37,7 +37,7 @@ class Transformer {
   // The device the model's buffers live on and its kernels run on (core/device.h, kernels/
   // dispatch.h). Call before plan(): it moves the parameters (values kept) and drops the
   // gradients, compute copies and arena, which plan() makes again there. The GPU runs one
-  // device for now: no tensor / context parallelism and no external ParamProvider. Inputs,
+  // device for now: no cut or swapped layers and no external ParamProvider. Inputs,
   // targets and positions stay host arrays: the pass copies each micro-batch's over.
   // flat_params() / flat_grads() are then device pointers.
   void set_device(DeviceKind dev);
@@ -53,7 +53,7 @@ class Transformer {
 
   // GPT-2 style: N(0, 0.02), residual projections scaled by 1/sqrt(2L), norms 1, biases 0.
   void init_random(uint64_t seed);
-  // The values init_random(seed) puts at flat elements [begin, begin + n) (this rank's layout, TP
+  // The values init_random(seed) puts at flat elements [begin, begin + n) (this layout, a cut's
   // slices included), computed without the rest: a ZeRO rank initialises only its shard.
   void init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const;
 
@@ -99,7 +99,7 @@ class Transformer {
   // multiplier (Gemma: sqrt(hidden_size); 1 otherwise) and the embedding / LM head weights.
   const RopeFreqs& rope_for_layer(int l) const { return local_rope(l) ? rope_local_ : rope_; }
   float embed_multiplier() const;
-  TensorView token_embedding() const;     // (V, C); this rank's (vocab_local, C) under TP
+  TensorView token_embedding() const;     // (V, C); a cut's (vocab_rows, C)
   TensorView position_embedding() const;  // (max_position, C); empty for RoPE models
   TensorView lm_head() const;             // (V, C)
   // Whether layer l is one of Gemma 3's sliding layers (its own window and RoPE table).

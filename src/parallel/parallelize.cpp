@@ -29,19 +29,19 @@ ParallelModel::ParallelModel(Transformer& model, const dist::ProcessGrid& grid, 
 }
 
 void ParallelModel::apply_tensor_parallel() {
-  const TpPlan& tp = model_.layout().tp;
-  tp_ = std::make_unique<TensorParallel>(grid_.tp(), tp.sp, tp.kv_replicas(model_.config().n_kv_head));
+  const LayerCut& cut = model_.layout().cut;
+  tp_ = std::make_unique<TensorParallel>(grid_.tp(), cut.rows_split > 1, cut.kv_holders);
   tp_replicated_ = tp_replicated_params(model_.params());
   // The blocks meet the group at their f / g points; the ends of the model become their
   // vocabulary-parallel variants over this rank's rows of the vocabulary.
   for (nn::Block& b : model_.runtime().blocks()) b.tp = tp_.get();
   const int V = model_.config().vocab_size;
-  vocab_embedding_ = std::make_unique<VocabParallelEmbedding>(*tp_, tp.vocab_begin(V), tp.vocab_valid(V));
-  vocab_lm_head_ = std::make_unique<VocabParallelLmHead>(*tp_, tp.vocab_begin(V), tp.vocab_valid(V));
+  vocab_embedding_ = std::make_unique<VocabParallelEmbedding>(*tp_, cut.vocab_begin, cut.vocab_valid(V));
+  vocab_lm_head_ = std::make_unique<VocabParallelLmHead>(*tp_, cut.vocab_begin, cut.vocab_valid(V));
   model_.runtime().set_embedding(vocab_embedding_.get());
   model_.runtime().set_lm_head(vocab_lm_head_.get());
   tp_partial_ = tp_partial_grad_params(model_.layout());
-  tp_norm_weights_ = tp_norm_weights(model_.params(), tp.size);
+  tp_norm_weights_ = tp_norm_weights(model_.params(), grid_.tp().size());
 }
 
 // The pass on this rank's T / cp rows, attention around the ring.

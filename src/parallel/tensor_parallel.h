@@ -1,7 +1,7 @@
 // tensor_parallel.h: Megatron-style tensor parallelism (and sequence parallelism on top of
-// it) applied to the single-device Transformer from outside: the model is built with a
-// TpPlan (models/layout.h: each rank holds its slices, local shapes), and TensorParallel is
-// the TpRegion (nn/block.h) through which its pass meets the grid's tp group. Helpers move
+// it) applied to the single-device Transformer from outside: the model is built with a rank's
+// LayerCut (tensor_parallel_cut below; models/layout.h lays out the slices it gives), and
+// TensorParallel is the TpRegion (nn/block.h) through which its pass meets the grid's tp group. Helpers move
 // parameters between a whole (global) model and a rank's slices, and sum the gradients of
 // replicated tensors whose gradient each rank only holds part of. docs/parallelism-tp.md
 // has the scheme, the bytes per layer and the measurements.
@@ -76,6 +76,15 @@ class VocabParallelLmHead final : public nn::LmHeadLoss {
   TensorParallel& tp_;
   int v0_, nv_;
 };
+
+// A tensor-parallel rank's cut of the model (Megatron's scheme, docs/parallelism-tp.md):
+// attention heads and the MLP's hidden units split across `size` ranks, the vocabulary in rows
+// of ceil(V / size) (the last rank's padded with zero rows, masked), norms and row layers'
+// biases whole (rank 0 adds those biases). More ranks than key/value heads: each rank holds the
+// one KV head its query heads use, shared by runs of size / KV heads ranks. sequence_parallel:
+// the residual stream's rows are split too. size 1: the whole model. Throws zt::Error naming
+// the numbers when the model does not cut so.
+LayerCut tensor_parallel_cut(const ModelConfig& c, int size, int rank, bool sequence_parallel);
 
 // Parameters (indices into the local ParamTable) whose gradient each TP rank holds only a
 // part of although the tensor is replicated: the per-head q/k norms (each rank's heads),

@@ -115,7 +115,7 @@ Trainer::Trainer(const TrainArgs& args, dist::Communicator& world) : args_(args)
   check_args(args_);
   check_tp_args(args_, world.size());
   cfg_ = load_config(args_);
-  check_tp_plan(cfg_, {args_.tensor_model_parallel_size, 0, args_.sequence_parallel});
+  parallel::tensor_parallel_cut(cfg_, args_.tensor_model_parallel_size, 0, args_.sequence_parallel);  // checks
   check_cp_args(args_, world.size(), seq_len(args_, cfg_));
   spike_ = std::make_unique<SpikeGuard>(spike_policy_from(args_.spike_policy), args_.spike_window, args_.spike_zscore);
   plan_ = act_plan_from_args(args_, cfg_);  // a bad combination fails here, before any work
@@ -394,13 +394,14 @@ void Trainer::cap_device_memory() {
 }
 
 void Trainer::build_model_and_engine() {
-  const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), args_.sequence_parallel};
+  const LayerCut cut =
+      parallel::tensor_parallel_cut(cfg_, grid_->tp().size(), grid_->tp().rank(), args_.sequence_parallel);
   // Under ZeRO the model holds no flat buffer: the engine fills what this rank keeps (its shard, or
   // its stage's units) from the random streams (init_values), from the HF files (only those
   // elements), or from nothing on a resume (the checkpoint sets every parameter a rank keeps). So
   // no rank holds the whole model at start.
   const bool sharded_init = args_.zero_stage >= 1;
-  model_ = std::make_unique<Transformer>(cfg_, tp, /*hold_params=*/!sharded_init);
+  model_ = std::make_unique<Transformer>(cfg_, cut, /*hold_params=*/!sharded_init);
   const auto t0 = Clock::now();
   const bool fresh = args_.resume_from_checkpoint.empty();
   std::unique_ptr<HfWeights> hf;
