@@ -202,7 +202,7 @@ dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
 
 // Tensor / sequence parallelism's flags against the world and the features that do not
 // compose with it yet: one line each, naming the numbers (the model's heads are checked
-// by check_tp_plan when the model is built).
+// by parallel::tensor_parallel_cut when the arguments are resolved).
 void check_tp_args(const TrainArgs& a, int world) {
   const int tp = a.tensor_model_parallel_size;
   ZT_CHECK(!a.sequence_parallel || tp > 1,

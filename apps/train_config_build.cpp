@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "data/file_identity.h"
 #include "data/sft_data.h"
-#include "models/layout.h"
 #include "parallel/buckets.h"
+#include "parallel/tensor_parallel.h"
 #include "plan/memory_fit.h"
 #include "plan/planner.h"
 #include "precision.h"
@@ -261,7 +261,7 @@ TrainConfig build_train_config(TrainArgs a, dist::Communicator& world) {
   check_tp_args(a, world.size());
   ModelConfig& cfg = c.model.config;
   cfg = load_config(a);
-  check_tp_plan(cfg, {a.tensor_model_parallel_size, 0, a.sequence_parallel});
+  parallel::tensor_parallel_cut(cfg, a.tensor_model_parallel_size, 0, a.sequence_parallel);  // checks
   check_cp_args(a, world.size(), seq_len(a, cfg));
   c.precision.plan = act_plan_from_args(a, cfg);  // a bad combination fails here, before any work
   // Every weight shard present before --output_dir is touched (a missing one is one error).

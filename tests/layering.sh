@@ -40,5 +40,13 @@ for f in "$SRC"/data/* "$SRC"/checkpoint/safetensors.* "$SRC"/checkpoint/checkpo
     grep -hoE '^#include "[a-z_]+/' "$f" | grep -vE '"(core|checkpoint)/' | sed "s|^|FAIL: $f includes |" | grep . && fail=1 ;;
   esac
 done
+# models/ is single-device: no identifier names a parallelism (tensor / context / pipeline), outside
+# comments and string literals (an HF config key such as "pretraining_tp" is data). Strategies
+# reach the model through its runtime (models/model_runtime.h) from src/parallel.
+for f in "$SRC"/models/*; do
+  sed -e 's://.*$::' -e 's/"\([^"\\]\|\\.\)*"/""/g' "$f" | grep -noE '[A-Za-z_][A-Za-z_0-9]*' |
+    grep -E ':((.*_)?(tp|cp|pp)(_.*)?|.*(Tp|Cp|Pp)[A-Z].*|.*[Pp]ipeline.*|.*[Tt]ensor_?[Pp]arallel.*|.*[Cc]ontext_?[Pp]arallel.*)$' |
+    sed "s|^|FAIL: $f names a parallelism (line:identifier) |" | grep . && fail=1
+done
 [ $fail = 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed"
 exit $fail

@@ -112,7 +112,7 @@ void train_both(const Case& c) {
   plan.recompute = c.recompute;
   plan.recompute_layers = c.recompute == nn::Recompute::none ? 0 : cfg.n_layer;
   for (Transformer* m : {&cpu, &gpu}) {
-    m->set_act_plan(plan);
+    m->runtime().set_act_plan(plan);
     m->plan(B, T, true);
   }
   const int64_t P = cpu.num_params();

@@ -255,7 +255,7 @@ TEST(DistMemoryEstimate, Gpt2ModelStates) {
   EXPECT_EQ(in.largest_unit, "embedding");
   EXPECT_EQ(in.largest_unit_params, 50257 * 768 + 1024 * 768);
   size_t acts = 0, temp = 0;
-  Transformer::planned_bytes(cfg, 8, 256, &acts, &temp);
+  ModelRuntime::planned_bytes(cfg, 8, 256, &acts, &temp);
   EXPECT_EQ(in.activation_bytes, int64_t(acts));
   EXPECT_EQ(in.temporary_bytes, int64_t(temp));
 
@@ -305,7 +305,7 @@ TEST(DistMemoryEstimate, Gpt2ModelStates) {
   opt.num_ranks = 6;
   opt.hpz_partition_size = 4;
   EXPECT_THROW(estimate_memory(in, opt), Error);
-  EXPECT_EQ(in.unit_params.size(), 14u);  // embedding, 12 blocks, head
+  EXPECT_EQ(in.unit_params.size(), 14u);      // embedding, 12 blocks, head
   EXPECT_EQ(in.unit_params.back(), 2 * 768);  // the head: ln_f only (tied LM head)
 }
 

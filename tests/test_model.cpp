@@ -20,6 +20,7 @@
 #include "models/decoder.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
+#include "parallel/tensor_parallel.h"
 #include "test_util.h"
 
 namespace zt {
@@ -324,16 +325,16 @@ TEST_P(ModelTest, StagedPiecesWithTwoSlotsEqualSequentialPasses) {
   const double la1 = a.forward_backward(in1.data(), tg1.data(), 0.05f, &c);
   double lb[2];
   for (int s = 0; s < 2; ++s) {
-    b.begin_pass(true);
-    b.embed_forward(s, s ? in1.data() : in0.data());
-    b.blocks_forward(s, 0, cut);
-    b.blocks_forward(s, cut, L);
+    b.runtime().begin_pass(true);
+    b.runtime().embed_forward(s, s ? in1.data() : in0.data());
+    b.runtime().blocks_forward(s, 0, cut);
+    b.runtime().blocks_forward(s, cut, L);
   }
   for (int s = 1; s >= 0; --s) {
-    lb[s] = b.head_forward_backward(s, s ? tg1.data() : tg0.data(), 0.05f, &c, true);
-    b.blocks_backward(s, cut, L);
-    b.blocks_backward(s, 0, cut);
-    b.embed_backward(s);
+    lb[s] = b.runtime().head_forward_backward(s, s ? tg1.data() : tg0.data(), 0.05f, &c, true);
+    b.runtime().blocks_backward(s, cut, L);
+    b.runtime().blocks_backward(s, 0, cut);
+    b.runtime().embed_backward(s);
   }
   EXPECT_EQ(la0, lb[0]);
   EXPECT_EQ(la1, lb[1]);
@@ -428,12 +429,15 @@ TEST_P(ModelTest, HfFolderRoundTrip) {
 
 // The tensor-parallel plans of 1 and 2 ranks this architecture takes (every rank of each), and
 // flat ranges of N elements to read: the whole, the ends, chunk boundaries, random ones.
-std::vector<TpPlan> tp_plans_1_2(const ModelConfig& c) {
-  std::vector<TpPlan> plans;
+struct TpRankCut {
+  int size, rank;
+  LayerCut cut;
+};
+std::vector<TpRankCut> tp_plans_1_2(const ModelConfig& c) {
+  std::vector<TpRankCut> plans;
   for (int size : {1, 2})
     for (int rank = 0; rank < size; ++rank) try {
-        check_tp_plan(c, {size, rank, false});
-        plans.push_back({size, rank, false});
+        plans.push_back({size, rank, parallel::tensor_parallel_cut(c, size, rank, false)});
       } catch (const Error&) {  // this architecture's heads do not split in two
       }
   return plans;
@@ -455,8 +459,8 @@ std::vector<std::pair<int64_t, int64_t>> some_ranges(int64_t N, uint64_t seed) {
 TEST_P(ModelTest, InitValuesAreInitRandomsPieces) {
   Transformer one(cfg());  // one process's values: a TP rank's slices must hold them
   one.init_random(11);
-  for (const TpPlan& tp : tp_plans_1_2(cfg())) {
-    Transformer m(cfg(), tp);
+  for (const TpRankCut& tp : tp_plans_1_2(cfg())) {
+    Transformer m(cfg(), tp.cut);
     m.init_random(11);
     const float* P = m.flat_params().as<const float>();
     for (size_t i = 0; i < m.params().list().size(); ++i) {
@@ -467,7 +471,7 @@ TEST_P(ModelTest, InitValuesAreInitRandomsPieces) {
             << p.name << " tp " << tp.size << " rank " << tp.rank;
       });
     }
-    Transformer bare(cfg(), tp, /*hold_params=*/false);
+    Transformer bare(cfg(), tp.cut, /*hold_params=*/false);
     EXPECT_FALSE(bare.flat_params());
     for (const auto& [b, n] : some_ranges(m.num_params(), 3)) {
       std::vector<float> got(size_t(n), -7.f);
@@ -489,8 +493,8 @@ TEST_P(ModelTest, HfWeightsReadRangesOfAnyLayout) {
   fs::remove_all(dir);
   hf_save_model(m, dir.string(), DType::f32, 8000);  // sharded: tensors in several files
   const HfWeights hf(dir.string(), cfg());
-  for (const TpPlan& tp : tp_plans_1_2(cfg())) {
-    const Transformer local(cfg(), tp, /*hold_params=*/false);
+  for (const TpRankCut& tp : tp_plans_1_2(cfg())) {
+    const Transformer local(cfg(), tp.cut, /*hold_params=*/false);
     for (const auto& [b, n] : some_ranges(local.num_params(), 5)) {
       std::vector<float> got(size_t(n), -7.f), want(static_cast<size_t>(n));
       hf.read(local.params(), b, n, got.data());

@@ -20,56 +20,56 @@ namespace {
 
 TEST(Convert, MatchesScalarReferencesIncludingEdges) {
   test::for_each_isa([&] {
-  std::vector<float> x = test::randn(1000, 5, 3.0);
-  const float edges[] = {0.f,
-                         -0.f,
-                         1e-8f,
-                         -3e-6f,
-                         6e-5f,
-                         65504.f,
-                         65519.f,
-                         65520.f,
-                         -1e6f,
-                         1e-40f,
-                         std::numeric_limits<float>::infinity(),
-                         -std::numeric_limits<float>::infinity(),
-                         std::numeric_limits<float>::quiet_NaN(),
-                         1.00390625f,
-                         1.01171875f};
-  x.insert(x.end(), std::begin(edges), std::end(edges));
-  const int64_t n = int64_t(x.size());  // not a multiple of 16: the masked tail runs too
-  std::vector<uint16_t> b(n), h(n);
-  kernels::to_lowp(DType::bf16, b.data(), x.data(), n);
-  kernels::to_lowp(DType::f16, h.data(), x.data(), n);
-  std::vector<float> back(n), rounded(n);
-  kernels::round_to_f16(rounded.data(), x.data(), n);
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::isnan(x[i])) {
-      EXPECT_TRUE(std::isnan(bf16_to_f32(b[i])) && std::isnan(f16_to_f32(h[i])) && std::isnan(rounded[i]));
-      continue;
+    std::vector<float> x = test::randn(1000, 5, 3.0);
+    const float edges[] = {0.f,
+                           -0.f,
+                           1e-8f,
+                           -3e-6f,
+                           6e-5f,
+                           65504.f,
+                           65519.f,
+                           65520.f,
+                           -1e6f,
+                           1e-40f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(),
+                           1.00390625f,
+                           1.01171875f};
+    x.insert(x.end(), std::begin(edges), std::end(edges));
+    const int64_t n = int64_t(x.size());  // not a multiple of 16: the masked tail runs too
+    std::vector<uint16_t> b(n), h(n);
+    kernels::to_lowp(DType::bf16, b.data(), x.data(), n);
+    kernels::to_lowp(DType::f16, h.data(), x.data(), n);
+    std::vector<float> back(n), rounded(n);
+    kernels::round_to_f16(rounded.data(), x.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan(bf16_to_f32(b[i])) && std::isnan(f16_to_f32(h[i])) && std::isnan(rounded[i]));
+        continue;
+      }
+      // AVX512-BF16's converter treats fp32 subnormals (below 1.2e-38) as zero; nothing a
+      // model computes lives there, so that is accepted rather than slowed down.
+      if (std::fpclassify(x[i]) == FP_SUBNORMAL)
+        EXPECT_TRUE((b[i] & 0x7fff) == 0 || b[i] == f32_to_bf16(x[i])) << "bf16 of " << x[i];
+      else
+        EXPECT_EQ(b[i], f32_to_bf16(x[i])) << "bf16 of " << x[i];
+      EXPECT_EQ(h[i], f32_to_f16(x[i])) << "fp16 of " << x[i];
+      EXPECT_EQ(rounded[i], f16_to_f32(f32_to_f16(x[i]))) << "fp16 rounding of " << x[i];
     }
-    // AVX512-BF16's converter treats fp32 subnormals (below 1.2e-38) as zero; nothing a
-    // model computes lives there, so that is accepted rather than slowed down.
-    if (std::fpclassify(x[i]) == FP_SUBNORMAL)
-      EXPECT_TRUE((b[i] & 0x7fff) == 0 || b[i] == f32_to_bf16(x[i])) << "bf16 of " << x[i];
-    else
-      EXPECT_EQ(b[i], f32_to_bf16(x[i])) << "bf16 of " << x[i];
-    EXPECT_EQ(h[i], f32_to_f16(x[i])) << "fp16 of " << x[i];
-    EXPECT_EQ(rounded[i], f16_to_f32(f32_to_f16(x[i]))) << "fp16 rounding of " << x[i];
-  }
-  EXPECT_TRUE(std::isinf(f16_to_f32(f32_to_f16(65520.f))));  // fp16 overflows to inf
-  kernels::from_lowp(DType::bf16, back.data(), b.data(), n);
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isnan(x[i])) {
-      EXPECT_EQ(back[i], bf16_to_f32(b[i]));
+    EXPECT_TRUE(std::isinf(f16_to_f32(f32_to_f16(65520.f))));  // fp16 overflows to inf
+    kernels::from_lowp(DType::bf16, back.data(), b.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isnan(x[i])) {
+        EXPECT_EQ(back[i], bf16_to_f32(b[i]));
+      }
     }
-  }
-  kernels::from_lowp(DType::f16, back.data(), h.data(), n);
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isnan(x[i])) {
-      EXPECT_EQ(back[i], f16_to_f32(h[i]));
+    kernels::from_lowp(DType::f16, back.data(), h.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isnan(x[i])) {
+        EXPECT_EQ(back[i], f16_to_f32(h[i]));
+      }
     }
-  }
   });
 }
 
@@ -80,24 +80,24 @@ TEST(Convert, MatchesScalarReferencesIncludingEdges) {
 TEST(Gemm, Bf16MatchesReferenceOnRoundedInputs) {
   const int64_t m = 37, n = 53, k = 70;
   for (int64_t widened_panel : {int64_t(-1), int64_t(0), int64_t(7 * (37 + 53))})
-  for (int ta = 0; ta < 2; ++ta)
-    for (int tb = 0; tb < 2; ++tb)
-      for (float beta : {0.f, 1.f}) {
-        std::vector<float> a = test::randn(m * k, 11), b = test::randn(k * n, 12), c0 = test::randn(m * n, 13);
-        std::vector<uint16_t> a16(a.size()), b16(b.size());
-        kernels::to_lowp(DType::bf16, a16.data(), a.data(), int64_t(a.size()));
-        kernels::to_lowp(DType::bf16, b16.data(), b.data(), int64_t(b.size()));
-        std::vector<double> ad(a.size()), bd(b.size()), cd(c0.begin(), c0.end());
-        for (size_t i = 0; i < a.size(); ++i) ad[i] = bf16_to_f32(a16[i]);
-        for (size_t i = 0; i < b.size(); ++i) bd[i] = bf16_to_f32(b16[i]);
-        std::vector<float> c = c0;
-        const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-        kernels::gemm_bf16_force_widened(widened_panel >= 0, widened_panel);
-        kernels::gemm_typed(DType::bf16, ta, tb, m, n, k, 0.5f, a16.data(), lda, b16.data(), ldb, beta, c.data(), n);
-        kernels::gemm_bf16_force_widened(false);
-        kernels::gemm_ref<double>(ta, tb, m, n, k, 0.5, ad.data(), lda, bd.data(), ldb, beta, cd.data(), n);
-        test::expect_close(c, cd, 1e-5, 1e-5, "bf16 GEMM");
-      }
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (float beta : {0.f, 1.f}) {
+          std::vector<float> a = test::randn(m * k, 11), b = test::randn(k * n, 12), c0 = test::randn(m * n, 13);
+          std::vector<uint16_t> a16(a.size()), b16(b.size());
+          kernels::to_lowp(DType::bf16, a16.data(), a.data(), int64_t(a.size()));
+          kernels::to_lowp(DType::bf16, b16.data(), b.data(), int64_t(b.size()));
+          std::vector<double> ad(a.size()), bd(b.size()), cd(c0.begin(), c0.end());
+          for (size_t i = 0; i < a.size(); ++i) ad[i] = bf16_to_f32(a16[i]);
+          for (size_t i = 0; i < b.size(); ++i) bd[i] = bf16_to_f32(b16[i]);
+          std::vector<float> c = c0;
+          const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+          kernels::gemm_bf16_force_widened(widened_panel >= 0, widened_panel);
+          kernels::gemm_typed(DType::bf16, ta, tb, m, n, k, 0.5f, a16.data(), lda, b16.data(), ldb, beta, c.data(), n);
+          kernels::gemm_bf16_force_widened(false);
+          kernels::gemm_ref<double>(ta, tb, m, n, k, 0.5, ad.data(), lda, bd.data(), ldb, beta, cd.data(), n);
+          test::expect_close(c, cd, 1e-5, 1e-5, "bf16 GEMM");
+        }
 }
 
 // hs64: head size 64 (two heads of width 128), where bf16 attention runs its AVX512-BF16 kernel.
@@ -108,10 +108,14 @@ ModelConfig tiny(Arch a, int layers = 3, bool hs64 = false, const char* family =
     j = {{"model_type", "gpt2"}, {"vocab_size", 67}, {"n_embd", C},
          {"n_layer", layers},    {"n_head", NH},     {"n_positions", 32}};
   else
-    j = {{"model_type", family},        {"vocab_size", 67},
-         {"hidden_size", C},            {"intermediate_size", 40},
-         {"num_hidden_layers", layers}, {"num_attention_heads", NH},
-         {"num_key_value_heads", NH / 2}, {"max_position_embeddings", 32}};
+    j = {{"model_type", family},
+         {"vocab_size", 67},
+         {"hidden_size", C},
+         {"intermediate_size", 40},
+         {"num_hidden_layers", layers},
+         {"num_attention_heads", NH},
+         {"num_key_value_heads", NH / 2},
+         {"max_position_embeddings", 32}};
   return config_from_json(j, "test");
 }
 
@@ -124,7 +128,7 @@ struct PassResult {
 PassResult run(const ModelConfig& cfg, const nn::ActPlan& plan) {
   Transformer m(cfg);
   m.init_random(7);
-  m.set_act_plan(plan);
+  m.runtime().set_act_plan(plan);
   const int B = 2, T = 16;
   m.plan(B, T, true);
   m.zero_grad();
@@ -212,8 +216,8 @@ TEST(Recompute, PlannedActivationBytesShrink) {
   // flight, the LM head's logits) is the same in every mode.
   auto bytes = [&](nn::ActPlan p) {
     size_t acts = 0, tmp = 0, acts0 = 0, tmp0 = 0;
-    Transformer::planned_bytes(cfg, 8, 256, &acts, &tmp, 1, p);
-    Transformer::planned_bytes(cfg, 8, 256, &acts0, &tmp0, 1, {p.precision, nn::Recompute::none, 0});
+    ModelRuntime::planned_bytes(cfg, 8, 256, &acts, &tmp, 1, p);
+    ModelRuntime::planned_bytes(cfg, 8, 256, &acts0, &tmp0, 1, {p.precision, nn::Recompute::none, 0});
     return double(acts) + double(tmp) - double(tmp0);
   };
   for (nn::Precision p : {nn::Precision::fp32, nn::Precision::bf16}) {

@@ -35,7 +35,7 @@ double thread_cpu_seconds() {
 }  // namespace
 
 FlashCheckpointer::FlashCheckpointer(dist::Communicator& world, FlashOptions o)
-    : world_(world), o_(std::move(o)), chief_(world.rank() == 0) {
+    : world_(world), options_(std::move(o)), chief_(world.rank() == 0) {
   worker_ = std::thread([this] { run_worker(); });
 }
 
@@ -107,7 +107,7 @@ void FlashCheckpointer::rethrow() {
 }
 
 void FlashCheckpointer::pause_if(const char* where, int64_t step) const {
-  if (o_.test_pause != str_cat(where, ":", step)) return;
+  if (options_.test_pause != str_cat(where, ":", step)) return;
   std::fprintf(stderr, "ztrain: test hook: paused in the flash %s of step %lld\n", where, (long long)step);
   std::fflush(stderr);
   ::sleep(600);
@@ -117,14 +117,14 @@ int64_t FlashCheckpointer::probe(const std::string& run_id, const RunRecord& rec
   std::string why;
   bool ok = false;
   const std::string path =
-      run_id.empty() ? std::string() : FlashSnapshot::path_for(o_.output_dir, run_id, world_.rank());
+      run_id.empty() ? std::string() : FlashSnapshot::path_for(options_.output_dir, run_id, world_.rank());
   if (!path.empty() && ::access(path.c_str(), F_OK) == 0) {
     snap_ = std::make_unique<FlashSnapshot>(path);
     ok = snap_->verify(&why);
     if (ok && (snap_->info().world != world_.size() || snap_->info().rank != world_.rank()))
       ok = false, why = str_cat("it was written by rank ", snap_->info().rank, " of ", snap_->info().world);
     if (ok) {
-      const std::string k = config_first_difference(snap_->config(), config_resolved_json(o_.cfg));
+      const std::string k = config_first_difference(snap_->config(), config_resolved_json(options_.cfg));
       if (!k.empty()) ok = false, why = str_cat("it holds another model (config ", quote(k), " differs)");
     }
     // The chief's snapshot records the run and attempt that wrote it (the other ranks' do not):
@@ -139,8 +139,8 @@ int64_t FlashCheckpointer::probe(const std::string& run_id, const RunRecord& rec
                                snap_->info().step};
       if (!run_record_in_lineage(rec, save))
         ok = false, why = str_cat("its save (run ", save.run_id, ", attempt ", save.attempt, ", step ", save.step,
-                                  ") is not in the lineage of ", o_.output_dir, "'s run (run.json: run ", rec.run_id,
-                                  ", attempt ", rec.attempt, ")");
+                                  ") is not in the lineage of ", options_.output_dir, "'s run (run.json: run ",
+                                  rec.run_id, ", attempt ", rec.attempt, ")");
     }
     if (!ok)
       std::fprintf(stderr, "%sflash snapshot %s ignored: %s\n",
@@ -169,11 +169,11 @@ std::unique_ptr<StateReader> FlashCheckpointer::adopt(int64_t disk_step, bool pe
 }
 
 void FlashCheckpointer::forget_run(const std::string& run_id) {
-  if (!run_id.empty()) ::unlink(FlashSnapshot::path_for(o_.output_dir, run_id, world_.rank()).c_str());
+  if (!run_id.empty()) ::unlink(FlashSnapshot::path_for(options_.output_dir, run_id, world_.rank()).c_str());
 }
 
 void FlashCheckpointer::start(const std::string& run_id, uint64_t data_bytes) {
-  const std::string path = FlashSnapshot::path_for(o_.output_dir, run_id, world_.rank());
+  const std::string path = FlashSnapshot::path_for(options_.output_dir, run_id, world_.rank());
   if (snap_ && snap_->path() != path) {
     snap_->unlink();  // another run's, not used
     snap_.reset();
@@ -191,7 +191,7 @@ void FlashCheckpointer::start(const std::string& run_id, uint64_t data_bytes) {
              " MiB are free; enlarge it (docker run --shm-size) or run without --flash_checkpoint");
   }
   if (resumed_step_ >= 0 && !resumed_persisted_) {
-    if (chief_) checkpoint_begin(o_.output_dir, resumed_step_);
+    if (chief_) checkpoint_begin(options_.output_dir, resumed_step_);
     world_.barrier();
     begin_persist(resumed_step_, snap_->info().save_id);
   } else if (resumed_step_ >= 0) {
@@ -222,7 +222,7 @@ void FlashCheckpointer::begin_persist(int64_t step, const std::string& save_id) 
 // caller's WritePacing, if any).
 void FlashCheckpointer::persist_files(int64_t step) {
   for (const SnapshotFile& f : snap_->files())
-    checkpoint_write_file_image(o_.output_dir, step, f.name, f.image, f.bytes, f.checksum);
+    checkpoint_write_file_image(options_.output_dir, step, f.name, f.image, f.bytes, f.checksum);
 }
 
 void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const StateShard& shard,
@@ -246,7 +246,7 @@ void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const St
   queue_s_ = std::chrono::duration<double>(saved_at_ - t0).count();
   reset_job_cpu();
   rethrow();
-  if (chief_) checkpoint_begin(o_.output_dir, step);
+  if (chief_) checkpoint_begin(options_.output_dir, step);
   world_.barrier();  // the folder exists before any rank's thread writes into it
   pending_step_ = step;
   pending_save_id_ = save_id;
@@ -256,7 +256,7 @@ void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const St
   copy_bytes_ = 0;
   for (const StatePiece& p : c.pieces) copy_bytes_ += uint64_t(p.slice.count) * 4;
   const SnapshotInfo info{step, save_id, world_.rank(), world_.size(), shard};
-  const std::vector<ShardFile> files = checkpoint_shard_files(shard, c.pieces, save_id, o_.cfg);
+  const std::vector<ShardFile> files = checkpoint_shard_files(shard, c.pieces, save_id, options_.cfg);
   auto persist = [this, step, bytes = copy_bytes_, pace = pace_s_] {
     snap_->seal();
     pause_if("persist", step);
@@ -266,7 +266,7 @@ void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const St
   };
   if (copy_inline_) {
     const auto t = std::chrono::steady_clock::now();
-    snap_->write(info, c, config_resolved_json(o_.cfg), threads, files, [&] { pause_if("copy", step); });
+    snap_->write(info, c, config_resolved_json(options_.cfg), threads, files, [&] { pause_if("copy", step); });
     copy_s_ = seconds_since(t);
     post(persist);
   } else {
@@ -275,7 +275,7 @@ void FlashCheckpointer::snapshot(int64_t step, const StateCollector& c, const St
       copied_ = false;
     }
     // The pieces' data stays unchanged until wait_copied returns, before the next update.
-    post([this, info, c, cfg = config_resolved_json(o_.cfg), files, persist] {
+    post([this, info, c, cfg = config_resolved_json(options_.cfg), files, persist] {
       const auto t = std::chrono::steady_clock::now();
       snap_->write(info, c, cfg, 1, files, [&] { pause_if("copy", info.step); });
       copy_s_ = seconds_since(t);
@@ -332,8 +332,8 @@ void FlashCheckpointer::after_vote(bool any_pending) {
   phase_ = Phase::sealing;
   post([this, step = pending_step_, state = pending_state_, save_id = pending_save_id_, t0 = saved_at_] {
     const double seal_cpu0 = thread_cpu_seconds();
-    checkpoint_seal(o_.output_dir, step, o_.cfg, state, save_id, o_.extra_files);
-    checkpoint_prune(o_.output_dir, o_.save_total_limit);
+    checkpoint_seal(options_.output_dir, step, options_.cfg, state, save_id, options_.extra_files);
+    checkpoint_prune(options_.output_dir, options_.save_total_limit);
     double cpu = 0;
     {
       std::lock_guard<std::mutex> l(mu_);

@@ -96,7 +96,7 @@ class FlashCheckpointer {
   void report();
 
   dist::Communicator& world_;
-  FlashOptions o_;
+  FlashOptions options_;
   bool chief_;
   std::unique_ptr<FlashSnapshot> snap_;
   Phase phase_ = Phase::idle;

@@ -33,18 +33,18 @@ std::vector<uint64_t> block_hashes(const void* data, size_t n) {
 
 uint64_t tree_checksum(const void* data, size_t n) { return tree_checksum_of_blocks(block_hashes(data, n)); }
 
-ContentHashStream::ContentHashStream(uint64_t seed) : s_(std::make_unique<State>()) {
-  XXH3_INITSTATE(&s_->st);
+ContentHashStream::ContentHashStream(uint64_t seed) : state_(std::make_unique<State>()) {
+  XXH3_INITSTATE(&state_->st);
   reset(seed);
 }
 
 ContentHashStream::~ContentHashStream() = default;
 
-void ContentHashStream::reset(uint64_t seed) { XXH3_64bits_reset_withSeed(&s_->st, seed); }
+void ContentHashStream::reset(uint64_t seed) { XXH3_64bits_reset_withSeed(&state_->st, seed); }
 
-void ContentHashStream::update(const void* data, size_t n) { XXH3_64bits_update(&s_->st, data, n); }
+void ContentHashStream::update(const void* data, size_t n) { XXH3_64bits_update(&state_->st, data, n); }
 
-uint64_t ContentHashStream::value() const { return XXH3_64bits_digest(&s_->st); }
+uint64_t ContentHashStream::value() const { return XXH3_64bits_digest(&state_->st); }
 
 void TreeChecksumStream::update(const void* data, size_t n) {
   const unsigned char* p = static_cast<const unsigned char*>(data);

@@ -38,7 +38,7 @@ class ContentHashStream {
 
  private:
   struct State;
-  std::unique_ptr<State> s_;
+  std::unique_ptr<State> state_;
 };
 
 // tree_checksum over bytes that arrive in pieces.

@@ -13,19 +13,19 @@ namespace {
 class TokenWindows final : public SequenceSource {
  public:
   TokenWindows(const TokenFile& f, const LoaderConfig& c)
-      : s_(f, c.T, c.shuffle, c.seed, c.stage_first_token), c_(c) {}
+      : s_(f, c.T, c.shuffle, c.seed, c.stage_first_token), config_(c) {}
   int64_t num_sequences() const override { return s_.num_windows(); }
-  int length() const override { return c_.T; }
-  bool has_positions() const override { return c_.packing; }
+  int length() const override { return config_.T; }
+  bool has_positions() const override { return config_.packing; }
   void fill(int32_t* in, int32_t* tg, int32_t* pos, int64_t g, int count) override {
-    s_.fill(in, tg, g - c_.stage_first_sequence, count);
-    if (pos) packing_positions(pos, in, count, c_.T, c_.eos_id);
+    s_.fill(in, tg, g - config_.stage_first_sequence, count);
+    if (pos) packing_positions(pos, in, count, config_.T, config_.eos_id);
   }
-  int64_t count_targets(int64_t, int64_t count) const override { return count * c_.T; }
+  int64_t count_targets(int64_t, int64_t count) const override { return count * config_.T; }
 
  private:
   WindowSampler s_;
-  LoaderConfig c_;
+  LoaderConfig config_;
 };
 
 }  // namespace
@@ -114,19 +114,19 @@ int64_t DataLoader::first_sequence(const LoaderConfig& c, int64_t step, int micr
 }
 
 DataLoader::DataLoader(const TokenFile& f, const LoaderConfig& c, int64_t first_step)
-    : owned_(std::make_unique<TokenWindows>(f, c)), source_(owned_.get()), c_(c), first_step_(first_step) {
+    : owned_(std::make_unique<TokenWindows>(f, c)), source_(owned_.get()), config_(c), first_step_(first_step) {
   ZT_CHECK(!c.packing || c.eos_id >= 0, "--packing needs the tokenizer's EOS id to find document boundaries");
   start();
 }
 
 DataLoader::DataLoader(SequenceSource& source, const LoaderConfig& c, int64_t first_step)
-    : source_(&source), c_(c), first_step_(first_step) {
+    : source_(&source), config_(c), first_step_(first_step) {
   ZT_CHECK(source.length() == c.T, "data loader: the source's sequence length differs from T");
   start();
 }
 
 void DataLoader::start() {
-  const LoaderConfig& c = c_;
+  const LoaderConfig& c = config_;
   ZT_CHECK(c.B > 0 && c.T > 0 && c.accumulation > 0 && c.world > 0 && c.rank >= 0 && c.rank < c.world,
            "data loader: invalid batch geometry");
   num_windows_ = source_->num_sequences();
@@ -153,9 +153,9 @@ void DataLoader::fill(MicroBatch& mb, int64_t step, int micro) {
   mb.step = step;
   mb.micro = micro;
   source_->fill(mb.inputs.data(), mb.targets.data(), mb.positions.empty() ? nullptr : mb.positions.data(),
-                first_sequence(c_, step, micro), c_.B);
-  if (!mb.channels.empty()) source_->fill_channels(mb.channels.data(), first_sequence(c_, step, micro), c_.B);
-  mb.step_targets = source_->count_targets((step + c_.step_offset) * sequences_per_step(), sequences_per_step());
+                first_sequence(config_, step, micro), config_.B);
+  if (!mb.channels.empty()) source_->fill_channels(mb.channels.data(), first_sequence(config_, step, micro), config_.B);
+  mb.step_targets = source_->count_targets((step + config_.step_offset) * sequences_per_step(), sequences_per_step());
 }
 
 // The producer runs one slot ahead of the consumer at most ring size - 1 times: the slot the
@@ -171,7 +171,7 @@ void DataLoader::produce() {
       k = produced_;
     }
     try {
-      fill(ring_[size_t(k % n)], first_step_ + k / c_.accumulation, int(k % c_.accumulation));
+      fill(ring_[size_t(k % n)], first_step_ + k / config_.accumulation, int(k % config_.accumulation));
     } catch (...) {
       // Handed to the consumer: next() rethrows it in the training thread, where it is reported.
       std::lock_guard<std::mutex> l(mu_);

@@ -89,7 +89,7 @@ class DataLoader {
   DataLoader& operator=(const DataLoader&) = delete;
 
   int64_t num_windows() const { return num_windows_; }
-  int64_t sequences_per_step() const { return int64_t(c_.B) * c_.accumulation * c_.world; }
+  int64_t sequences_per_step() const { return int64_t(config_.B) * config_.accumulation * config_.world; }
   // The next micro-batch in order (blocks until it is ready). Valid until the next call.
   // Throws what the producer thread hit (e.g. the token file changed, TokenFile::check_unchanged).
   const MicroBatch& next();
@@ -105,7 +105,7 @@ class DataLoader {
 
   std::unique_ptr<SequenceSource> owned_;  // the token file's windows, when built from a TokenFile
   SequenceSource* source_;
-  LoaderConfig c_;
+  LoaderConfig config_;
   int64_t num_windows_;
   std::vector<MicroBatch> ring_;
   int64_t produced_ = 0, consumed_ = 0;  // micro-batches, counted from first_step

@@ -44,7 +44,8 @@ ShardLayout shard_layout(const unsigned char* base, size_t bytes, const std::str
     l.data_bytes = bytes;
     return l;
   }
-  ZT_CHECK(same == 8, path, ": a ztrain token shard with a damaged header (its magic is not \"ZTTOKENS\"); re-run "
+  ZT_CHECK(same == 8, path,
+           ": a ztrain token shard with a damaged header (its magic is not \"ZTTOKENS\"); re-run "
            "ztrain tokenize or restore the file");
   ShardHeader& h = l.header;
   std::memcpy(&h.version, base + 8, 4);
@@ -83,7 +84,8 @@ ShardLayout shard_layout(const unsigned char* base, size_t bytes, const std::str
   l.chunk_bytes = size_t(1) << log2;  // what the writer used (this one writes kShardChunkLog2)
   const uint64_t chunks = (l.data_bytes + l.chunk_bytes - 1) / l.chunk_bytes;
   ZT_CHECK(bytes == kShardHeaderBytes + l.data_bytes + chunks * 8, path, ": token shard of ", bytes,
-           " bytes, expected ", kShardHeaderBytes + l.data_bytes + chunks * 8, " (truncated or extended); re-run "
+           " bytes, expected ", kShardHeaderBytes + l.data_bytes + chunks * 8,
+           " (truncated or extended); re-run "
            "ztrain tokenize or restore the file");
   l.sums.resize(chunks);
   if (chunks > 0) std::memcpy(l.sums.data(), base + kShardHeaderBytes + l.data_bytes, chunks * 8);
@@ -99,23 +101,23 @@ ShardWriter::ShardWriter(const std::string& path, uint32_t vocab_size, int32_t e
   header_.eos_id = eos_id;
   header_.token_bytes = vocab_size <= 65536 ? 2 : 4;
   const int fd = open_new_file(tmp_);  // never through a planted link
-  f_ = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
-  ZT_CHECK(f_, "cannot create ", tmp_, ": ", std::strerror(errno));
+  file_ = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
+  ZT_CHECK(file_, "cannot create ", tmp_, ": ", std::strerror(errno));
   unsigned char b[kShardHeaderBytes] = {};  // the real header comes at close()
-  ZT_CHECK(std::fwrite(b, 1, sizeof b, f_) == sizeof b, "writing ", tmp_, " failed; check free disk space");
+  ZT_CHECK(std::fwrite(b, 1, sizeof b, file_) == sizeof b, "writing ", tmp_, " failed; check free disk space");
   chunk_.reserve(kChunk);
 }
 
 ShardWriter::~ShardWriter() {
-  if (f_) {  // not closed: abandoned (an error is unwinding); leave no partial shard
-    std::fclose(f_);
+  if (file_) {  // not closed: abandoned (an error is unwinding); leave no partial shard
+    std::fclose(file_);
     std::remove(tmp_.c_str());
   }
 }
 
 void ShardWriter::put(const void* bytes, size_t n) {
   if (n == 0) return;
-  ZT_CHECK(std::fwrite(bytes, 1, n, f_) == n, "writing ", tmp_, " failed; check free disk space");
+  ZT_CHECK(std::fwrite(bytes, 1, n, file_) == n, "writing ", tmp_, " failed; check free disk space");
   const auto* p = static_cast<const unsigned char*>(bytes);
   while (n > 0) {
     const size_t take = std::min(n, kChunk - chunk_.size());
@@ -146,14 +148,15 @@ void ShardWriter::close() {
   // fwrite and the hash must not be given).
   static const uint64_t kNone = 0;
   const void* sums = sums_.empty() ? &kNone : sums_.data();
-  ZT_CHECK(table == 0 || std::fwrite(sums, 1, table, f_) == table, "writing ", tmp_, " failed; check free disk space");
+  ZT_CHECK(table == 0 || std::fwrite(sums, 1, table, file_) == table, "writing ", tmp_,
+           " failed; check free disk space");
   unsigned char b[kShardHeaderBytes];
   encode_header(header_, kShardFlagChecksums, kShardChunkLog2, content_hash(sums, table), b);
-  ZT_CHECK(std::fseek(f_, 0, SEEK_SET) == 0 && std::fwrite(b, 1, sizeof b, f_) == sizeof b, "writing ", tmp_,
+  ZT_CHECK(std::fseek(file_, 0, SEEK_SET) == 0 && std::fwrite(b, 1, sizeof b, file_) == sizeof b, "writing ", tmp_,
            " failed; check free disk space");
-  ZT_CHECK(std::fflush(f_) == 0 && ::fsync(fileno(f_)) == 0, "writing ", tmp_, " failed; check free disk space");
-  std::fclose(f_);
-  f_ = nullptr;
+  ZT_CHECK(std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0, "writing ", tmp_, " failed; check free disk space");
+  std::fclose(file_);
+  file_ = nullptr;
   ZT_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, "cannot rename ", tmp_, " to ", path_);
 }
 

@@ -41,12 +41,12 @@ struct ShardHeader {
 
 // A token file's layout as its header gives it, checked.
 struct ShardLayout {
-  bool shard = false;           // false: a headerless uint16 file
-  ShardHeader header;           // (shard) the header's fields
-  size_t data_offset = 0;       // where the tokens start
-  uint64_t data_bytes = 0;      // token bytes
-  size_t chunk_bytes = 0;       // 0: no checksums (a raw file or an older shard)
-  std::vector<uint64_t> sums;   // per chunk, copied out of the file once their own checksum matched
+  bool shard = false;          // false: a headerless uint16 file
+  ShardHeader header;          // (shard) the header's fields
+  size_t data_offset = 0;      // where the tokens start
+  uint64_t data_bytes = 0;     // token bytes
+  size_t chunk_bytes = 0;      // 0: no checksums (a raw file or an older shard)
+  std::vector<uint64_t> sums;  // per chunk, copied out of the file once their own checksum matched
 };
 
 // Reads and checks the header (and the checksum table) of a token file of `bytes` bytes mapped at
@@ -72,7 +72,7 @@ class ShardWriter {
  private:
   void put(const void* bytes, size_t n);  // writes token bytes, hashing each completed chunk
   std::string path_, tmp_;
-  std::FILE* f_ = nullptr;
+  std::FILE* file_ = nullptr;
   ShardHeader header_;
   std::vector<unsigned char> chunk_;  // the token bytes of the chunk being filled
   std::vector<uint64_t> sums_;

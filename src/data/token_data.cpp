@@ -111,8 +111,7 @@ void TokenFile::check_chunk(const unsigned char* copy, uint64_t chunk, bool at_o
   if (shard_chunk_hash(copy, n, chunk) == sums_[size_t(chunk)]) return;
   const uint64_t first = (data_ - static_cast<const unsigned char*>(map_)) + chunk * chunk_bytes_;
   throw Error(str_cat("token file ", path_, at_open ? " is damaged" : " changed while it was being read", ": bytes ",
-                      first, " to ", first + n - 1, " (chunk ", chunk, " of ", sums_.size(),
-                      ") fail their checksum; ",
+                      first, " to ", first + n - 1, " (chunk ", chunk, " of ", sums_.size(), ") fail their checksum; ",
                       at_open ? "re-run ztrain tokenize or restore the file"
                               : "restore it (write new data under a new name) and resume with "
                                 "--resume_from_checkpoint latest"));
@@ -121,11 +120,13 @@ void TokenFile::check_chunk(const unsigned char* copy, uint64_t chunk, bool at_o
 void TokenFile::bad_id(int64_t pos, uint32_t id, bool at_open) const {
   const uint64_t byte = (data_ - static_cast<const unsigned char*>(map_)) + uint64_t(pos) * uint64_t(token_bytes_);
   if (at_open)
-    throw Error(str_cat(path_, ": token id ", id, " at position ", pos, " (byte ", byte, ") is >= the model's vocab_size ",
-                        vocab_size_, "; the file was tokenized for a different model"));
-  throw Error(str_cat("token file ", path_, " changed while it was being read: token id ", id, " at position ", pos,
-                      " (byte ", byte, ") is >= the model's vocab_size ", vocab_size_,
-                      "; restore it (write new data under a new name) and resume with --resume_from_checkpoint latest"));
+    throw Error(str_cat(path_, ": token id ", id, " at position ", pos, " (byte ", byte,
+                        ") is >= the model's vocab_size ", vocab_size_,
+                        "; the file was tokenized for a different model"));
+  throw Error(
+      str_cat("token file ", path_, " changed while it was being read: token id ", id, " at position ", pos, " (byte ",
+              byte, ") is >= the model's vocab_size ", vocab_size_,
+              "; restore it (write new data under a new name) and resume with --resume_from_checkpoint latest"));
 }
 
 void TokenFile::read(int64_t first, int64_t n, int32_t* out, std::vector<unsigned char>* scratch) const {
@@ -139,7 +140,8 @@ void TokenFile::read(int64_t first, int64_t n, int32_t* out, std::vector<unsigne
     scratch->resize(size_t(c1 - c0 + 1) * chunk_bytes_);
     for (uint64_t c = c0; c <= c1; ++c) {
       unsigned char* dst = scratch->data() + size_t(c - c0) * chunk_bytes_;
-      std::memcpy(dst, data_ + c * chunk_bytes_, size_t(std::min<uint64_t>(chunk_bytes_, data_bytes_ - c * chunk_bytes_)));
+      std::memcpy(dst, data_ + c * chunk_bytes_,
+                  size_t(std::min<uint64_t>(chunk_bytes_, data_bytes_ - c * chunk_bytes_)));
       check_chunk(dst, c, false);
     }
     src = scratch->data() + size_t(b0 - c0 * chunk_bytes_);
@@ -173,7 +175,7 @@ void TokenFile::read(int64_t first, int64_t n, int32_t* out, std::vector<unsigne
 TokenFile::~TokenFile() { release(); }
 
 WindowSampler::WindowSampler(const TokenFile& f, int T, bool shuffle, uint64_t seed, int64_t first_token)
-    : f_(f),
+    : file_(f),
       T_(T),
       windows_(T > 0 ? (f.size() - 1) / T : 0),
       shuffle_(shuffle),
@@ -192,7 +194,7 @@ int64_t stream_window_start(int64_t tokens, int T, int64_t first_token, int64_t 
 }
 
 int64_t WindowSampler::window_start(int64_t g) {
-  return shuffle_ ? order_.at(g) * T_ : stream_window_start(f_.size(), T_, first_token_, g);
+  return shuffle_ ? order_.at(g) * T_ : stream_window_start(file_.size(), T_, first_token_, g);
 }
 
 int64_t EpochOrder::at(int64_t g) {
@@ -211,10 +213,10 @@ int64_t EpochOrder::at(int64_t g) {
 int64_t WindowSampler::window_of(int64_t g) { return order_.at(g); }
 
 void WindowSampler::fill(int32_t* inputs, int32_t* targets, int64_t g, int count) {
-  f_.check_unchanged();  // before touching pages a truncation may have removed
+  file_.check_unchanged();  // before touching pages a truncation may have removed
   window_.resize(size_t(T_) + 1);
   for (int s = 0; s < count; ++s) {
-    f_.read(window_start(g + s), T_ + 1, window_.data(), &scratch_);
+    file_.read(window_start(g + s), T_ + 1, window_.data(), &scratch_);
     std::memcpy(inputs + int64_t(s) * T_, window_.data(), size_t(T_) * 4);
     std::memcpy(targets + int64_t(s) * T_, window_.data() + 1, size_t(T_) * 4);
   }

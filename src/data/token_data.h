@@ -69,8 +69,8 @@ class TokenFile {
   int vocab_size_ = 0;
   const unsigned char* data_ = nullptr;  // the token bytes in the mapping
   uint64_t data_bytes_ = 0;
-  size_t chunk_bytes_ = 0;               // 0: no checksums
-  std::vector<uint64_t> sums_;           // per chunk, verified at open and copied out of the file
+  size_t chunk_bytes_ = 0;      // 0: no checksums
+  std::vector<uint64_t> sums_;  // per chunk, verified at open and copied out of the file
 };
 
 // File order from token `first_token` on (a long-context stage continues the token stream where
@@ -92,7 +92,7 @@ class WindowSampler {
   void fill(int32_t* inputs, int32_t* targets, int64_t g, int count);
 
  private:
-  const TokenFile& f_;
+  const TokenFile& file_;
   int T_;
   int64_t windows_;
   bool shuffle_;

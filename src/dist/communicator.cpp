@@ -102,8 +102,8 @@ double bus_bytes(Collective c, double s, int n) {
 }
 
 void Request::wait() {
-  if (!s_) return;
-  auto& r = *s_;
+  if (!state_) return;
+  auto& r = *state_;
   std::unique_lock<std::mutex> lk(r.m);
   if (!r.done) {
     ZT_CHECK(!r.cannot_block, collective_name(r.kind),
@@ -121,10 +121,10 @@ void Request::wait() {
 }
 
 bool Request::test() {
-  if (!s_) return true;
-  std::lock_guard<std::mutex> lk(s_->m);
-  if (s_->done && !s_->error.empty()) throw Error(s_->error);
-  return s_->done;
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lk(state_->m);
+  if (state_->done && !state_->error.empty()) throw Error(state_->error);
+  return state_->done;
 }
 
 void complete_request(detail::RequestState& r, const std::string& err) {

@@ -79,12 +79,12 @@ struct StatsBox;
 class Request {
  public:
   Request() = default;
-  explicit Request(std::shared_ptr<detail::RequestState> s) : s_(std::move(s)) {}
+  explicit Request(std::shared_ptr<detail::RequestState> s) : state_(std::move(s)) {}
   void wait();
   bool test();
 
  private:
-  std::shared_ptr<detail::RequestState> s_;
+  std::shared_ptr<detail::RequestState> state_;
 };
 
 // One operation as the implementations see it (built by the Communicator methods below).

@@ -157,14 +157,14 @@ Engine::~Engine() {
 }
 
 void Engine::set_timeout(double s) {
-  std::lock_guard<std::mutex> g(wm_);
+  std::lock_guard<std::mutex> g(watchdog_mutex_);
   timeout_s_ = s;
   wcv_.notify_all();
 }
 
 void Engine::enqueue(Item it) {
   {
-    std::lock_guard<std::mutex> g(m_);
+    std::lock_guard<std::mutex> g(queue_mutex_);
     queue_.push_back(std::move(it));
   }
   cv_.notify_all();
@@ -173,7 +173,7 @@ void Engine::enqueue(Item it) {
 void Engine::run_blocking(Item it) {
   bool inline_ok;
   {
-    std::lock_guard<std::mutex> g(m_);
+    std::lock_guard<std::mutex> g(queue_mutex_);
     inline_ok = queue_.empty() && !busy_;
     if (inline_ok) busy_ = true;
   }
@@ -181,7 +181,7 @@ void Engine::run_blocking(Item it) {
   if (inline_ok) {
     execute(it, true);
     {
-      std::lock_guard<std::mutex> g(m_);
+      std::lock_guard<std::mutex> g(queue_mutex_);
       busy_ = false;
     }
     cv_.notify_all();
@@ -194,7 +194,7 @@ void Engine::run_blocking(Item it) {
 bool Engine::shutdown(bool unwinding) {
   bool stuck;
   {
-    std::lock_guard<std::mutex> g(m_);
+    std::lock_guard<std::mutex> g(queue_mutex_);
     stop_ = true;
     if (unwinding) {
       for (auto& it : queue_) complete_request(*it.req, "cancelled: the communicator was destroyed by an error");
@@ -210,7 +210,7 @@ bool Engine::shutdown(bool unwinding) {
   }
   comm_thread_.join();
   {
-    std::lock_guard<std::mutex> g(wm_);
+    std::lock_guard<std::mutex> g(watchdog_mutex_);
     wstop_ = true;
   }
   wcv_.notify_all();
@@ -219,11 +219,11 @@ bool Engine::shutdown(bool unwinding) {
 }
 
 void Engine::begin_flight(const Item& it) {
-  std::lock_guard<std::mutex> g(wm_);
+  std::lock_guard<std::mutex> g(watchdog_mutex_);
   inflight_[it.op.seq] = {it.what, size_t(it.op.payload), Clock::now(), is_p2p(it.op.kind) ? it.op.peer : -1};
 }
 void Engine::end_flight(uint64_t seq) {
-  std::lock_guard<std::mutex> g(wm_);
+  std::lock_guard<std::mutex> g(watchdog_mutex_);
   inflight_.erase(seq);
 }
 
@@ -299,7 +299,7 @@ void Engine::comm_main() {
     Item it;
     bool have = false;
     {
-      std::unique_lock<std::mutex> lk(m_);
+      std::unique_lock<std::mutex> lk(queue_mutex_);
       auto ready = [&] { return (!queue_.empty() && !busy_) || stop_; };
       if (active_items_.empty())
         cv_.wait(lk, ready);
@@ -319,7 +319,7 @@ void Engine::comm_main() {
         post(it);
       } else {
         execute(it, false);
-        std::lock_guard<std::mutex> g(m_);
+        std::lock_guard<std::mutex> g(queue_mutex_);
         busy_ = false;
       }
       backoff.reset();
@@ -333,7 +333,7 @@ void Engine::comm_main() {
 // (collectives time out in wait_polled instead): no exception can reach their caller, so
 // the hang handler is called (once per operation); for send / recv the message names the peer.
 void Engine::watchdog_main() {
-  std::unique_lock<std::mutex> lk(wm_);
+  std::unique_lock<std::mutex> lk(watchdog_mutex_);
   uint64_t reported = ~uint64_t(0);
   while (!wstop_) {
     double to = timeout_s_;

@@ -87,7 +87,7 @@ class Engine {
   void execute(Item& it, bool caller_blocked);
   void wait_polled(MPI_Request* reqs, int n, const char* what, const CommOp& op);
   double timeout() {
-    std::lock_guard<std::mutex> g(wm_);
+    std::lock_guard<std::mutex> g(watchdog_mutex_);
     return timeout_s_;
   }
   void run_collective(const CommOp& op);
@@ -114,7 +114,7 @@ class Engine {
   Communicator::Recorder rec_;
   int rank_ = 0, size_ = 1;
 
-  std::mutex m_;  // guards queue_, busy_, stop_
+  std::mutex queue_mutex_;  // guards queue_, busy_, stop_
   std::condition_variable cv_;
   std::deque<Item> queue_;
   bool busy_ = false;  // a collective is executing (on the comm thread or inline)
@@ -125,7 +125,7 @@ class Engine {
   std::vector<Clock::time_point> active_start_;
   std::atomic<int> active_count_{0};
 
-  std::mutex wm_;  // guards the watchdog's view
+  std::mutex watchdog_mutex_;  // guards the watchdog's view
   std::condition_variable wcv_;
   std::map<uint64_t, InFlight> inflight_;
   double timeout_s_;

@@ -17,17 +17,17 @@ int64_t KvDecoder::cache_bytes(const ModelConfig& c, int max_len) {
   return int64_t(2) * c.n_layer * max_len * c.n_kv_head * c.head_size * int64_t(sizeof(float));
 }
 
-KvDecoder::KvDecoder(const Transformer& model, int max_len) : m_(model), max_len_(max_len) {
-  const ModelConfig& c = m_.config();
+KvDecoder::KvDecoder(const Transformer& model, int max_len) : model_(model), max_len_(max_len) {
+  const ModelConfig& c = model_.config();
   ZT_CHECK(max_len <= c.max_position, "generation length ", max_len, " exceeds the model's context of ", c.max_position,
            " positions; lower --max_new_tokens or shorten the prompt");
   const int64_t kvw = int64_t(c.n_kv_head) * c.head_size;
   kv_ = Buffer(size_t(cache_bytes(c, max_len)), MemCategory::activations);
   for (int l = 0; l < c.n_layer; ++l) {
-    k_.push_back(kv_.as<float>() + (2 * int64_t(l)) * max_len * kvw);
-    v_.push_back(kv_.as<float>() + (2 * int64_t(l) + 1) * max_len * kvw);
+    k_cache_.push_back(kv_.as<float>() + (2 * int64_t(l)) * max_len * kvw);
+    v_cache_.push_back(kv_.as<float>() + (2 * int64_t(l) + 1) * max_len * kvw);
   }
-  const auto& shape = m_.blocks().front().shape;
+  const auto& shape = model_.blocks_.front().shape;
   Carver cv;
   auto carve = [&](Carver& w) {
     x_ = w.take(c.n_embd);
@@ -47,30 +47,30 @@ KvDecoder::KvDecoder(const Transformer& model, int max_len) : m_(model), max_len
   work_ = Buffer(cv.used(), MemCategory::temporary);
   Carver real(work_.data());
   carve(real);
-  if (shape.rope) rope_fill(m_.rope(), cos_, sin_, max_len);
+  if (shape.rope) rope_fill(model_.rope_, cos_, sin_, max_len);
   for (int l = 0; l < c.n_layer && c.rope_local_theta > 0.f; ++l)
-    if (&m_.rope_for_layer(l) != &m_.rope()) {  // the sliding layers' table, once
-      rope_fill(m_.rope_for_layer(l), cos_local_, sin_local_, max_len);
+    if (&model_.rope_for_layer(l) != &model_.rope_) {  // the sliding layers' table, once
+      rope_fill(model_.rope_for_layer(l), cos_local_, sin_local_, max_len);
       break;
     }
   qk_rstd_.resize(size_t(c.n_head + c.n_kv_head));
 }
 
 TensorView KvDecoder::step(int32_t token) {
-  const ModelConfig& c = m_.config();
+  const ModelConfig& c = model_.config();
   ZT_CHECK(pos_ < max_len_, "KV cache is full (", max_len_, " positions)");
   ZT_CHECK(token >= 0 && token < c.vocab_size, "token id ", token, " is outside the vocabulary of ", c.vocab_size);
   const int C = c.n_embd, half = c.head_size / 2;
   const int64_t kvw = int64_t(c.n_kv_head) * c.head_size, qw = int64_t(c.n_head) * c.head_size;
-  const float* wpe = m_.position_embedding().as<const float>();
-  const float* wte = m_.token_embedding().as<const float>();
-  const float scale = m_.embed_multiplier();  // Gemma: sqrt(hidden_size)
+  const float* wpe = model_.position_embedding().as<const float>();
+  const float* wte = model_.token_embedding().as<const float>();
+  const float scale = model_.embed_multiplier();  // Gemma: sqrt(hidden_size)
   for (int i = 0; i < C; ++i) x_[i] = wte[int64_t(token) * C + i] * scale + (wpe ? wpe[int64_t(pos_) * C + i] : 0.f);
   // One row: every activation below is a (1, width) view.
   auto row = [](float* p, int64_t w) { return TensorView::of(p, {1, w}); };
   const TensorView x = row(x_, C), h = row(h_, C), one_mean = row(&mean_, 1), one_rstd = row(&rstd_, 1);
-  for (size_t l = 0; l < m_.blocks().size(); ++l) {
-    const nn::Block& b = m_.blocks()[l];
+  for (size_t l = 0; l < model_.blocks_.size(); ++l) {
+    const nn::Block& b = model_.blocks_[l];
     b.ln1.forward(h, one_mean, one_rstd, x);
     b.qkv.forward(row(qkv_, c.qkv_dim()), h);
     if (b.shape.qk_norm) {  // in place: RMSNorm reads a row before writing it
@@ -81,17 +81,17 @@ TensorView KvDecoder::step(int32_t token) {
       const TensorView k = TensorView::of(qkv_ + qw, {kr, b.k_norm.C});
       b.k_norm.forward(k, {}, TensorView::of(qk_rstd_.data() + c.n_head, {kr}), k);
     }
-    const bool local = &m_.rope_for_layer(int(l)) != &m_.rope();  // Gemma 3's sliding layers
+    const bool local = &model_.rope_for_layer(int(l)) != &model_.rope_;  // Gemma 3's sliding layers
     const float *cs = local ? cos_local_ : cos_, *sn = local ? sin_local_ : sin_;
     if (b.shape.rope)  // position pos_: the table row at pos_ is "t = 0" of a 1-row call
       kernels::rope_forward(qkv_, cs + int64_t(pos_) * half, sn + int64_t(pos_) * half, 1, 1, c.n_head, c.n_kv_head,
                             c.head_size, c.qkv_dim());
-    std::memcpy(k_[l] + pos_ * kvw, qkv_ + qw, kvw * sizeof(float));
-    std::memcpy(v_[l] + pos_ * kvw, qkv_ + qw + kvw, kvw * sizeof(float));
+    std::memcpy(k_cache_[l] + pos_ * kvw, qkv_ + qw, kvw * sizeof(float));
+    std::memcpy(v_cache_[l] + pos_ * kvw, qkv_ + qw + kvw, kvw * sizeof(float));
     // A sliding window (Mistral) sees the last W cached positions, this one included.
     const int first = b.shape.window > 0 ? std::max(0, pos_ + 1 - b.shape.window) : 0;
-    kernels::attention_decode(att_, qkv_, k_[l] + first * kvw, v_[l] + first * kvw, pos_ + 1 - first, c.n_head,
-                              c.n_kv_head, c.head_size, b.shape.attn_scale, b.shape.attn_softcap);
+    kernels::attention_decode(att_, qkv_, k_cache_[l] + first * kvw, v_cache_[l] + first * kvw, pos_ + 1 - first,
+                              c.n_head, c.n_kv_head, c.head_size, b.shape.attn_scale, b.shape.attn_softcap);
     // Residual adds as the training pass does them (block.cpp): GEMM, then x += out.
     b.proj.forward(h, row(att_, qw));
     if (b.shape.post_norm) b.post1.forward(h, {}, one_rstd, h);  // OLMo-2, Gemma: the output normalized
@@ -108,8 +108,8 @@ TensorView KvDecoder::step(int32_t token) {
     if (b.shape.post_norm) b.post2.forward(h, {}, one_rstd, h);
     kernels::add(x_, x_, h_, C);
   }
-  m_.final_norm().forward(h, one_mean, one_rstd, x);
-  kernels::gemm(false, true, 1, c.vocab_size, C, 1.0f, h_, C, m_.lm_head().as<const float>(), C, 0.0f, logits_,
+  model_.lnf_.forward(h, one_mean, one_rstd, x);
+  kernels::gemm(false, true, 1, c.vocab_size, C, 1.0f, h_, C, model_.lm_head().as<const float>(), C, 0.0f, logits_,
                 c.vocab_size);
   if (c.final_softcap > 0.f)  // Gemma 2: the logits soft-capped, as training's head does
     for (int v = 0; v < c.vocab_size; ++v) logits_[v] = c.final_softcap * std::tanh(logits_[v] / c.final_softcap);

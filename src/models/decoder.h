@@ -23,10 +23,10 @@ class KvDecoder {
   void reset() { pos_ = 0; }
 
  private:
-  const Transformer& m_;
+  const Transformer& model_;
   int max_len_, pos_ = 0;
   Buffer kv_, work_;
-  std::vector<float*> k_, v_;  // per layer: (max_len, KVH*HS)
+  std::vector<float*> k_cache_, v_cache_;  // per layer: (max_len, KVH*HS)
   float *x_, *h_, *qkv_, *att_, *fc_, *act_, *logits_, *cos_, *sin_;
   float *cos_local_ = nullptr, *sin_local_ = nullptr;  // Gemma 3: the sliding layers' RoPE table
   float mean_ = 0, rstd_ = 0;

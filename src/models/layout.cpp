@@ -17,27 +17,24 @@ const char* unit_kind_name(UnitKind k) {
   return "?";
 }
 
-void check_tp_plan(const ModelConfig& c, const TpPlan& tp) {
-  const int P = tp.size;
-  ZT_CHECK(P >= 1 && tp.rank >= 0 && tp.rank < P, "tensor parallel rank ", tp.rank, " of ", P);
-  if (P == 1) return;
-  ZT_CHECK(c.n_head % P == 0, "--tensor-model-parallel-size ", P, " does not divide the model's ", c.n_head,
-           " attention heads; pick a divisor of ", c.n_head);
-  ZT_CHECK(c.n_kv_head % P == 0 || P % c.n_kv_head == 0, "--tensor-model-parallel-size ", P, " and the model's ",
-           c.n_kv_head,
-           " key/value heads: one must divide the other (KV heads are split, or replicated when TP exceeds them)");
-  ZT_CHECK(c.ffn % P == 0, "--tensor-model-parallel-size ", P, " does not divide the model's MLP width ", c.ffn);
+LayerCut whole_layers(const ModelConfig& c) {
+  LayerCut w;
+  w.heads = c.n_head;
+  w.kv_heads = c.n_kv_head;
+  w.ffn = c.ffn;
+  w.vocab_rows = c.vocab_size;
+  return w;
 }
 
-ModelLayout model_layout(const ModelConfig& c, const TpPlan& tp) {
-  check_tp_plan(c, tp);
+ModelLayout model_layout(const ModelConfig& c, const LayerCut& cut) {
   ModelLayout m;
-  m.tp = tp;
-  m.vocab_local = tp.vocab_local(c.vocab_size);
-  m.offsets = c.arch == Arch::gpt2 ? gpt2_layout(c, m.table, tp) : llama_layout(c, m.table, tp);
+  m.cut = cut.whole ? whole_layers(c) : cut;
+  m.vocab_rows = m.cut.vocab_rows;
+  m.offsets = c.arch == Arch::gpt2 ? gpt2_layout(c, m.table, m.cut) : llama_layout(c, m.table, m.cut);
   ModelOffsets& s = m.offsets;
-  // The GEMMs a tensor-parallel plan would cut (Megatron's pairing): the first of each
-  // sub-layer splits its outputs, the second its inputs, so one reduction ends each.
+  // What each GEMM is (Megatron's pairing, which a cut follows): the first of each sub-layer
+  // a column layer (its outputs can be cut), the second a row layer (its inputs), so one
+  // reduction ends each.
   for (BlockOffsets& b : s.blocks) {
     b.qkv.kind = b.fc_in.kind = nn::LinearKind::column;
     b.proj.kind = b.fc_out.kind = nn::LinearKind::row;

@@ -3,10 +3,9 @@
 // the slots; model_layout() adds the unit list. Offsets are in elements; -1 = "absent".
 //
 // Units are the granularity everything outside the model cuts along: DP buckets, ZeRO
-// shards and gathers, checkpoints, the memory estimator, and (later) pipeline stages and
-// offload windows. A unit is a contiguous range of the flat layout holding whole
-// parameters: the embeddings, one block each, and the head (final norm + untied LM head).
-// Code finds a unit by its kind and layer, never by index arithmetic.
+// shards and gathers, checkpoints, the memory estimator, pipeline stages and offload windows. A unit is a contiguous
+// range of the flat layout holding whole parameters: the embeddings, one block each, and the head (final norm + untied
+// LM head). Code finds a unit by its kind and layer, never by index arithmetic.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -42,29 +41,32 @@ struct ModelOffsets {
   nn::BlockShape shape{};
 };
 
-// How a tensor-parallel rank cuts the model (Megatron's scheme, docs/parallelism-tp.md):
-// attention heads and the MLP's hidden units split across `size` ranks, the vocabulary split
-// in rows of vocab_local() (the last rank's slice padded), norms and row-parallel biases
-// replicated. With size 1 (the identity plan) the layouts are the single-device ones.
-// sp: sequence parallel (the residual stream's rows are split across the ranks too).
-struct TpPlan {
-  int size = 1, rank = 0;
-  bool sp = false;
-  // Rows of the vocabulary each rank holds: ceil(V / size) (padded rows are zeros and masked).
-  int vocab_local(int V) const { return (V + size - 1) / size; }
-  int vocab_begin(int V) const { return rank * vocab_local(V); }
-  // Of those, the real ones (the last rank may hold fewer, or none).
-  int vocab_valid(int V) const { return std::max(0, std::min(V - vocab_begin(V), vocab_local(V))); }
-  // Grouped-query attention: KV heads per rank, and how many consecutive ranks share each
-  // (more ranks than KV heads: each rank holds the one head its query heads use, replicated).
-  int kv_heads_local(int KVH) const { return KVH >= size ? KVH / size : 1; }
-  int kv_replicas(int KVH) const { return KVH >= size ? 1 : size / KVH; }
+// The part of each layer a layout holds, by what the layer is: column layers (LinearKind::column)
+// hold some of their outputs, row layers the matching inputs, the embedding and LM head some
+// rows of the vocabulary. The default is every layer whole (one device). A strategy that cuts
+// layers across devices computes a device's part (parallel/tensor_parallel.h); the layouts lay
+// out exactly the sizes given here, and never compute a cut themselves.
+struct LayerCut {
+  bool whole = true;  // every layer whole; the fields below are then filled from the config
+  // Held: query heads [heads_begin, + heads), key/value heads [kv_heads_begin, + kv_heads), MLP
+  // hidden units [ffn_begin, + ffn). kv_holders: consecutive parts holding the same key/value
+  // heads (more parts than key/value heads).
+  int heads = 0, heads_begin = 0, kv_heads = 0, kv_heads_begin = 0, kv_holders = 1, ffn = 0, ffn_begin = 0;
+  // Embedding / LM head rows [vocab_begin, + vocab_rows); rows past the vocabulary are zero padding.
+  int vocab_rows = 0, vocab_begin = 0;
+  // Whether this part adds the row layers' biases (they are whole: one part adds them, once in
+  // the sum of the parts' outputs).
+  bool adds_row_biases = true;
+  int rows_split = 1;  // the residual stream's rows are split this many ways (nn::BlockShape::sp)
+  // Of the held vocabulary rows, the real ones (none past the vocabulary).
+  int vocab_valid(int V) const { return std::max(0, std::min(V - vocab_begin, vocab_rows)); }
 };
-// Checks that a plan can cut the model; throws zt::Error naming the numbers.
-void check_tp_plan(const ModelConfig& c, const TpPlan& tp);
+// The whole model's cut: every layer whole (the sizes of `c`), rows unsplit.
+LayerCut whole_layers(const ModelConfig& c);
 
-ModelOffsets gpt2_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp = {});
-ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp = {});
+// The architectures' tables (model_layout adds the units); `cut` whole: the one-device layout.
+ModelOffsets gpt2_layout(const ModelConfig& c, ParamTable& t, const LayerCut& cut = {});
+ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const LayerCut& cut = {});
 
 enum class UnitKind { embedding, block, head };
 const char* unit_kind_name(UnitKind k);
@@ -90,9 +92,10 @@ struct ModelLayout {
   bool tied_head = true;
   // The unit whose parameters hold the LM-head weight.
   int lm_head_unit() const { return tied_head ? embedding_unit : head_unit; }
-  TpPlan tp;            // the tensor-parallel cut this layout is (identity: one rank)
-  int vocab_local = 0;  // rows of the embedding / LM head held (V at tp 1)
+  LayerCut cut;        // the part of each layer this layout holds (whole: all of it)
+  int vocab_rows = 0;  // rows of the embedding / LM head held (V when whole)
 };
-ModelLayout model_layout(const ModelConfig& c, const TpPlan& tp = {});
+// `cut` whole (the default): the one-device layout.
+ModelLayout model_layout(const ModelConfig& c, const LayerCut& cut = {});
 
 }  // namespace zt

@@ -21,34 +21,36 @@ struct Shape2 {
 };
 
 // Adds one model's tensors to the table in the order the flat layout keeps them (the HF names'
-// order within each block), this rank's part of each under tensor parallelism.
+// order within each block), the part of each that the cut holds (models/layout.h).
 class LlamaLayout {
  public:
-  LlamaLayout(const ModelConfig& c, ParamTable& t, const TpPlan& tp)
+  LlamaLayout(const ModelConfig& c, ParamTable& t, const LayerCut& cut)
       : c_(c),
         t_(t),
-        tp_(tp),
+        cut_(cut),
         C(c.n_embd),
         HS(c.head_size),
-        r(tp.rank),
-        NH(c.n_head / tp.size),
-        KVH(tp.kv_heads_local(c.n_kv_head)),
-        Fl(c.ffn / tp.size),
-        R(tp.kv_replicas(c.n_kv_head)),
+        NH(cut.heads),
+        KVH(cut.kv_heads),
+        Fl(cut.ffn),
+        R(cut.kv_holders),
+        q_begin(int64_t(cut.heads_begin) * HS),
+        kv_begin(int64_t(cut.kv_heads_begin) * HS),
+        ffn_begin(cut.ffn_begin),
         // Gemma's (1 + w) norms start at w = 0, the others' at w = 1: both scale by 1.
         norm_init_(c.norm_unit_offset ? ParamInit::zeros : ParamInit::ones) {}
 
   ModelOffsets build() {
     ModelOffsets s;
     s.shape = block_shape();
-    const int64_t Vl = tp_.vocab_local(c_.vocab_size);
-    s.wte = t_.add_split("model.embed_tokens.weight", {Vl, C}, {c_.vocab_size, C}, Split::vocab, 0,
-                         tp_.vocab_begin(c_.vocab_size), ParamInit::normal);
+    const int64_t Vl = cut_.vocab_rows;
+    s.wte = t_.add_split("model.embed_tokens.weight", {Vl, C}, {c_.vocab_size, C}, Split::vocab, 0, cut_.vocab_begin,
+                         ParamInit::normal);
     for (int l = 0; l < c_.n_layer; ++l) s.blocks.push_back(block(l));
     s.lnf = norm("model.norm.weight");
     if (!c_.tie_word_embeddings)
-      s.lm_head = t_.add_split("lm_head.weight", {Vl, C}, {c_.vocab_size, C}, Split::vocab, 0,
-                               tp_.vocab_begin(c_.vocab_size), ParamInit::normal);
+      s.lm_head = t_.add_split("lm_head.weight", {Vl, C}, {c_.vocab_size, C}, Split::vocab, 0, cut_.vocab_begin,
+                               ParamInit::normal);
     return s;
   }
 
@@ -64,22 +66,22 @@ class LlamaLayout {
     b.window = c_.sliding_layers.empty() ? c_.sliding_window : 0;  // per-layer windows: the model's packing
     b.attn_scale = c_.attn_scale;
     b.attn_softcap = c_.attn_softcap;
-    b.sp = tp_.sp ? tp_.size : 1;
+    b.sp = cut_.rows_split;
     return b;
   }
-  // [out, in] weights: column-parallel ones cut dim 0 (outputs), row-parallel ones dim 1.
-  int64_t col(const std::string& name, int64_t out_l, int64_t out, int64_t in, ParamInit init) {
-    return t_.add_split(name, {out_l, in}, {out, in}, Split::column, 0, r * out_l, init);
+  // [out, in] weights: column layers hold outputs [begin, + out_l) (dim 0), row layers inputs (dim 1).
+  int64_t col(const std::string& name, int64_t out_l, int64_t out, int64_t in, int64_t begin, ParamInit init) {
+    return t_.add_split(name, {out_l, in}, {out, in}, Split::column, 0, begin, init);
   }
-  int64_t col_bias(const std::string& name, int64_t out_l, int64_t out) {
-    return t_.add_split(name, {out_l}, {out}, Split::column, 0, r * out_l, ParamInit::zeros);
+  int64_t col_bias(const std::string& name, int64_t out_l, int64_t out, int64_t begin) {
+    return t_.add_split(name, {out_l}, {out}, Split::column, 0, begin, ParamInit::zeros);
   }
-  // k and v: split like the others, or (R > 1) replicated over runs of R ranks.
+  // k and v: held like the others, or (R > 1) the same heads held by runs of R parts.
   int64_t kv(const std::string& name, Shape2 shape, ParamInit init) {
     const int64_t out_l = KVH * HS, out = c_.n_kv_head * HS;
     std::vector<int64_t> l{out_l}, g{out};
     if (shape.in) l.push_back(shape.in), g.push_back(shape.in);
-    const int64_t off = t_.add_split(name, l, g, Split::column, 0, (r / R) * out_l, init);
+    const int64_t off = t_.add_split(name, l, g, Split::column, 0, kv_begin, init);
     t_.mutable_list().back().split_replicas = R;
     return off;
   }
@@ -97,15 +99,15 @@ class LlamaLayout {
     return l;
   }
   // Biases of a fused group, back to back like its weights; -1 when the family has none.
-  // (n_local, n): this rank's part of a column-parallel bias; n_local == n: a whole one.
-  int64_t biases(bool on, std::initializer_list<std::tuple<std::string, int64_t, int64_t>> parts) {
+  // (n_local, n, begin): the held part of a column layer's bias; n_local == n: a whole one.
+  int64_t biases(bool on, std::initializer_list<std::tuple<std::string, int64_t, int64_t, int64_t>> parts) {
     int64_t first = -1;
-    for (const auto& [name, nl, n] : parts) {
+    for (const auto& [name, nl, n, begin] : parts) {
       const bool is_kv = name.find("k_proj.bias") != std::string::npos || name.find("v_proj.bias") != std::string::npos;
-      const int64_t off = !on                     ? -1
-                          : is_kv && tp_.size > 1 ? kv(name, {0}, ParamInit::zeros)
-                          : nl == n               ? t_.add(name, {n}, ParamInit::zeros)
-                                                  : col_bias(name, nl, n);
+      const int64_t off = !on                    ? -1
+                          : is_kv && !cut_.whole ? kv(name, {0}, ParamInit::zeros)
+                          : nl == n              ? t_.add(name, {n}, ParamInit::zeros)
+                                                 : col_bias(name, nl, n, begin);
       if (first < 0) first = off;
     }
     return first;
@@ -118,7 +120,7 @@ class LlamaLayout {
     else if (is_k)
       n.w = kv(name, {0}, ParamInit::ones);
     else
-      n.w = t_.add_split(name, {NH * HS}, {c_.n_head * HS}, Split::column, 0, r * NH * HS, ParamInit::ones);
+      n.w = t_.add_split(name, {NH * HS}, {c_.n_head * HS}, Split::column, 0, q_begin, ParamInit::ones);
     return n;
   }
   BlockOffsets block(int l) {
@@ -137,44 +139,48 @@ class LlamaLayout {
     return b;
   }
   void attention(const std::string& a, BlockOffsets& b) {
-    const int64_t q = col(a + "q_proj.weight", NH * HS, c_.n_head * HS, C, ParamInit::normal);
+    const int64_t q = col(a + "q_proj.weight", NH * HS, c_.n_head * HS, C, q_begin, ParamInit::normal);
     kv(a + "k_proj.weight", {C}, ParamInit::normal);
     kv(a + "v_proj.weight", {C}, ParamInit::normal);
-    const int64_t qb = biases(c_.qkv_bias, {{a + "q_proj.bias", NH * HS, c_.n_head * HS},
-                                            {a + "k_proj.bias", KVH * HS, c_.n_kv_head * HS},
-                                            {a + "v_proj.bias", KVH * HS, c_.n_kv_head * HS}});
+    const int64_t qb = biases(c_.qkv_bias, {{a + "q_proj.bias", NH * HS, c_.n_head * HS, q_begin},
+                                            {a + "k_proj.bias", KVH * HS, c_.n_kv_head * HS, kv_begin},
+                                            {a + "v_proj.bias", KVH * HS, c_.n_kv_head * HS, kv_begin}});
     b.qkv = linear(q, C, (NH + 2 * KVH) * HS, qb);
     if (c_.qk_norm) {
       b.q_norm = head_norm(a + "q_norm.weight", false);
       b.k_norm = head_norm(a + "k_norm.weight", true);
     }
-    const int64_t o = t_.add_split(a + "o_proj.weight", {C, NH * HS}, {C, c_.n_head * HS}, Split::row, 1, r * NH * HS,
+    const int64_t o = t_.add_split(a + "o_proj.weight", {C, NH * HS}, {C, c_.n_head * HS}, Split::row, 1, q_begin,
                                    ParamInit::residual_normal);
-    b.proj = linear(o, NH * HS, C, biases(c_.o_bias, {{a + "o_proj.bias", C, C}}));
+    b.proj = linear(o, NH * HS, C, biases(c_.o_bias, {{a + "o_proj.bias", C, C, 0}}));
   }
   void mlp(const std::string& m, BlockOffsets& b) {
     const int64_t F = c_.ffn;
-    const int64_t g = col(m + "gate_proj.weight", Fl, F, C, ParamInit::normal);
-    col(m + "up_proj.weight", Fl, F, C, ParamInit::normal);
-    b.fc_in = linear(g, C, 2 * Fl, biases(c_.mlp_bias, {{m + "gate_proj.bias", Fl, F}, {m + "up_proj.bias", Fl, F}}));
+    const int64_t g = col(m + "gate_proj.weight", Fl, F, C, ffn_begin, ParamInit::normal);
+    col(m + "up_proj.weight", Fl, F, C, ffn_begin, ParamInit::normal);
+    b.fc_in =
+        linear(g, C, 2 * Fl,
+               biases(c_.mlp_bias, {{m + "gate_proj.bias", Fl, F, ffn_begin}, {m + "up_proj.bias", Fl, F, ffn_begin}}));
     const int64_t d =
-        t_.add_split(m + "down_proj.weight", {C, Fl}, {C, F}, Split::row, 1, r * Fl, ParamInit::residual_normal);
-    b.fc_out = linear(d, Fl, C, biases(c_.mlp_bias, {{m + "down_proj.bias", C, C}}));
+        t_.add_split(m + "down_proj.weight", {C, Fl}, {C, F}, Split::row, 1, ffn_begin, ParamInit::residual_normal);
+    b.fc_out = linear(d, Fl, C, biases(c_.mlp_bias, {{m + "down_proj.bias", C, C, 0}}));
   }
 
   const ModelConfig& c_;
   ParamTable& t_;
-  const TpPlan& tp_;
-  // The model's width and head size; this rank's TP rank, heads, KV heads and hidden units (all
-  // of them at TP 1); R: ranks sharing each KV head (TP > KV heads: rank r holds head r / R).
-  const int64_t C, HS, r, NH, KVH, Fl;
+  const LayerCut& cut_;
+  // The model's width and head size; the heads, KV heads and hidden units held (all of them when
+  // whole); R: parts holding the same KV heads; where the held q, k / v and hidden units begin.
+  const int64_t C, HS, NH, KVH, Fl;
   const int R;
+  const int64_t q_begin, kv_begin, ffn_begin;
   const ParamInit norm_init_;
 };
 }  // namespace
 
-ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const TpPlan& tp) {
-  return LlamaLayout(c, t, tp).build();
+ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const LayerCut& given) {
+  const LayerCut cut = given.whole ? whole_layers(c) : given;
+  return LlamaLayout(c, t, cut).build();
 }
 
 }  // namespace zt

@@ -26,7 +26,7 @@ class ParamProvider {
  public:
   virtual ~ParamProvider() = default;
   // A pass starts: forward only (evaluation) or forward + backward (training). The call
-  // sequence that follows is fixed by the model (see Transformer::forward_backward), so an
+  // sequence that follows is fixed by the model (see ModelRuntime::forward_backward), so an
   // implementation may prefetch the next unit.
   virtual void begin_pass(bool backward) {}
   // Unit u's parameters, valid until release(u). `backward`: the backward pass needs them
@@ -59,7 +59,7 @@ class ZeroParams final : public ParamSource {
   }
 };
 
-// A sequence of acquires, as (unit, backward) in call order (Transformer::forward_acquires /
+// A sequence of acquires, as (unit, backward) in call order (ModelRuntime::forward_acquires /
 // backward_acquires): what a provider may prefetch by.
 using AcquireOrder = std::vector<std::pair<int, bool>>;
 

@@ -1,5 +1,6 @@
-// transformer.cpp: construction, parameter binding and activation planning (the pass
-// itself is in transformer_pass.cpp). See transformer.h.
+// transformer.cpp: construction, initialisation, the device move and the FLOP count (the
+// runtime binds the layers, plans the arena and runs the pass: model_runtime*.cpp). See
+// transformer.h.
 #include "models/transformer.h"
 
 #include <algorithm>
@@ -14,197 +15,43 @@
 
 namespace zt {
 
-namespace {
-int64_t lm_chunk_rows(int V, int64_t N, nn::Precision p) {
-  // About 16M logits (64 MiB) per chunk: big enough for efficient GEMMs, far below N*V. bf16
-  // GEMMs need more rows to reach their speed (the head's weight gradient sums over the chunk's
-  // rows), so bf16 allows 64M logits. The rows are then split evenly over the chunks: GPT-2 at
-  // N = 2048 runs two chunks of 1024 rows, and its head (three GEMMs + softmax, bf16, 2 threads)
-  // took 0.74 s against 0.80 s for three chunks of 683 (a ragged last chunk costs the same).
-  const int64_t logits = p == nn::Precision::bf16 ? int64_t(1) << 26 : int64_t(1) << 24;
-  const int64_t rows = std::max<int64_t>(N, 1), most = std::max<int64_t>(logits / V, 32);
-  const int64_t chunks = (rows + most - 1) / most;
-  return (rows + chunks - 1) / chunks;
-}
-
-// Layers bound to one unit's views: P / G are 1-D views of the unit, which starts at flat
-// offset `base`; a slot's offset and shape become a typed sub-view.
-struct UnitBinder {
-  TensorView P, G;
-  int64_t base;
-  const ModelConfig& cfg;
-  nn::NormKind norm_kind;
-  int tp_rank = 0;  // a row-parallel bias is added by tensor-parallel rank 0 only (once in the sum)
-  DeviceKind dev = DeviceKind::cpu;
-  TensorView p(int64_t off, Shape s) const { return off < 0 || !P ? TensorView() : P.sub(off - base, s); }
-  TensorView g(int64_t off, Shape s) const { return off < 0 || !G ? TensorView() : G.sub(off - base, s); }
-  nn::Linear lin(const LinearOffsets& s) const {
-    nn::Linear l;
-    l.kind = s.kind;
-    l.in = s.in;
-    l.out = s.out;
-    l.w_in_out = s.w_in_out;
-    const Shape ws = s.w_in_out ? Shape{s.in, s.out} : Shape{s.out, s.in};
-    l.w = p(s.w, ws);
-    if (s.kind != nn::LinearKind::row || tp_rank == 0) l.b = p(s.b, {s.out});
-    l.dw = g(s.w, ws);
-    l.db = g(s.b, {s.out});
-    l.wc = l.w;
-    l.dev = dev;
-    return l;
-  }
-  // A norm over the model width, or (C = head size) over each q / k head (Qwen3).
-  nn::Norm norm(const NormOffsets& s, int C = 0) const {
-    nn::Norm n;
-    n.kind = norm_kind;
-    n.C = C ? C : cfg.n_embd;
-    n.eps = cfg.norm_eps;
-    n.unit_offset = cfg.norm_unit_offset;
-    n.w = p(s.w, {n.C});
-    n.b = p(s.b, {n.C});
-    n.dw = g(s.w, {n.C});
-    n.db = g(s.b, {n.C});
-    n.dev = dev;
-    return n;
-  }
-};
-}  // namespace
-
-Transformer::Transformer(const ModelConfig& cfg, const TpPlan& tp, bool hold_params)
-    : cfg_(cfg), layout_(model_layout(cfg, tp)), rope_(rope_freqs(cfg)) {
+Transformer::Transformer(const ModelConfig& cfg, const LayerCut& cut, bool hold_params)
+    : cfg_(cfg), layout_(model_layout(cfg, cut)), rope_(rope_freqs(cfg)) {
   if (cfg.rope_local_theta > 0.f) {  // Gemma 3's sliding layers: their own base, no scaling (as HF)
     ModelConfig local = cfg;
     local.rope = RopeScaling{};
     local.rope_theta = cfg.rope_local_theta;
     rope_local_ = rope_freqs(local);
   }
-  flat_.set_units(&layout_.units);
+  runtime_ = std::make_unique<ModelRuntime>(*this);
   if (hold_params)
     params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
   else
-    external_state_ = true;  // a ZeRO engine will hold them (drop_flat_state's state from the start)
-  bind_layers();
+    runtime_->external_state_ = true;  // a ZeRO engine will hold them (drop_flat_state's state from the start)
+  runtime_->bind_layers();
 }
 
-void Transformer::bind_block(int l, TensorView params, TensorView grads, TensorView compute) {
-  const ModelOffsets& s = layout_.offsets;
-  const int64_t base = layout_.units[layout_.block_units[l]].begin;
-  UnitBinder u{params, grads, base, cfg_, s.shape.norm, layout_.tp.rank, dev_};
-  const BlockOffsets& bs = s.blocks[l];
-  nn::Block& b = blocks_[l];
-  b.dev = dev_;
-  b.tp = tp_;
-  b.cp = cp_;
-  b.shape = s.shape;
-  if (!cfg_.sliding_layers.empty()) b.shape.window = cfg_.layer_slides(l) ? cfg_.sliding_window : 0;  // Gemma 3
-  b.precision = compute ? act_plan_.precision : nn::Precision::fp32;
-  b.ln1 = u.norm(bs.ln1);
-  b.ln2 = u.norm(bs.ln2);
-  if (!s.shape.pre_norm) b.ln1.kind = b.ln2.kind = nn::NormKind::none;  // OLMo-2: no norm before the sub-layers
-  if (s.shape.post_norm) {
-    b.post1 = u.norm(bs.post1);
-    b.post2 = u.norm(bs.post2);
-    b.post1.kind = b.post2.kind = nn::NormKind::rmsnorm;
-  }
-  b.qkv = u.lin(bs.qkv);
-  b.proj = u.lin(bs.proj);
-  b.fc_in = u.lin(bs.fc_in);
-  b.fc_out = u.lin(bs.fc_out);
-  if (s.shape.qk_norm) {
-    const nn::BlockShape& sh = s.shape;  // per head, or this rank's whole q / k width (OLMo-2)
-    b.q_norm = u.norm(bs.q_norm, sh.qk_norm_full ? sh.NH * sh.HS : sh.HS);
-    b.k_norm = u.norm(bs.k_norm, sh.qk_norm_full ? sh.KVH * sh.HS : sh.HS);
-  }
-  if (compute && compute.data != params.data) {
-    // The GEMMs read the compute copy; the same offsets in the compute dtype.
-    for (auto [lin, slot] :
-         {std::pair{&b.qkv, &bs.qkv}, {&b.proj, &bs.proj}, {&b.fc_in, &bs.fc_in}, {&b.fc_out, &bs.fc_out}})
-      lin->wc = compute.sub(slot->w - base, lin->w.shape);
-  }
+Transformer::~Transformer() = default;
+
+void Transformer::plan(int B, int T, bool training, int slots) { runtime_->plan(B, T, training, slots); }
+
+double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
+                                     const int32_t* positions) {
+  return runtime_->forward_backward(inputs, targets, grad_scale, count, positions);
 }
 
-void Transformer::set_tp_region(nn::TpRegion* r) {
-  tp_ = r;
-  for (nn::Block& b : blocks_) b.tp = r;
+double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count,
+                                 const int32_t* positions) {
+  return runtime_->forward_loss(inputs, targets, count, positions);
 }
 
-void Transformer::set_cp_region(nn::CpRegion* r) {
-  cp_ = r;
-  rope_ext_rows_ = 0;  // longrope's choice follows the whole sequence now (fill_rope)
-  for (nn::Block& b : blocks_) b.cp = r;
-}
-
-void Transformer::set_act_plan(const nn::ActPlan& p) {
-  ZT_ASSERT(p.recompute_layers >= 0 && p.recompute_layers <= cfg_.n_layer);
-  if (p.precision != act_plan_.precision) compute_params_.reset();
-  act_plan_ = p;
-  B_ = T_ = 0;  // the arena's layout changes: plan() carves it again
-  acts_.reset();
-  scratch_.reset();
-}
-
-TensorView Transformer::compute_view(int u, TensorView P) {
-  if (act_plan_.precision == nn::Precision::fp32 || !P) return P;
-  const Unit& k = layout_.units[u];
-  const DType ct = nn::compute_dtype(act_plan_.precision);
-  if (!compute_params_.data()) {
-    compute_params_ = Buffer(size_t(num_params()) * dtype_size(ct), MemCategory::parameters, dev_);
-    converted_in_pass_.assign(layout_.units.size(), 0);
-  }
-  const TensorView C = TensorView(compute_params_.data(), ct, {num_params()}).sub(k.begin, {k.size()});
-  // Once per unit and pass: parameters change only between passes (the optimizer step),
-  // and a unit acquired again in the same pass (backward, the tied LM head) is unchanged.
-  if (converted_in_pass_[u] != pass_) {
-    ZT_PROFILE("convert");
-    if (ct == DType::bf16)
-      kernels::to_lowp(dev_, ct, C.as<uint16_t>(), P.as<const float>(), k.size());
-    else
-      kernels::round_to_f16(dev_, C.as<float>(), P.as<const float>(), k.size());
-    converted_in_pass_[u] = pass_;
-  }
-  return C;
-}
-
-void Transformer::bind_head(TensorView params, TensorView grads) {
-  UnitBinder u{params,          grads, layout_.units[layout_.head_unit].begin, cfg_, layout_.offsets.shape.norm,
-               layout_.tp.rank, dev_};
-  lnf_ = u.norm(layout_.offsets.lnf);
-}
-
-void Transformer::bind_layers() {
-  flat_.set_buffers(flat_params(), flat_grads());
-  blocks_.resize(layout_.offsets.blocks.size());
-  for (size_t l = 0; l < blocks_.size(); ++l)
-    bind_block(int(l), flat_.acquire(layout_.block_units[l], false), flat_.grads(layout_.block_units[l]));
-  bind_head(flat_.acquire(layout_.head_unit, false), flat_.grads(layout_.head_unit));
-}
-
-void Transformer::drop_flat_state() {
-  params_.reset();
-  grads_.reset();
-  external_state_ = true;
-  bind_layers();
-}
-
-void Transformer::restore_flat_params() {
-  if (!params_.data()) params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters, dev_);
-  bind_layers();
-}
-
-void Transformer::drop_flat_grads() {
-  grads_.reset();
-  external_grads_ = true;
-  bind_layers();
-}
-
-void Transformer::ensure_grads() {
-  if (grads_.data()) return;
-  grads_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::gradients, dev_);
-  bind_layers();
+float Transformer::embed_multiplier() const {
+  // HF: hidden_size ** 0.5 (a Python float) as a float32 tensor.
+  return cfg_.embed_scale ? float(std::sqrt(double(cfg_.n_embd))) : 1.0f;
 }
 
 TensorView Transformer::token_embedding() const {
-  return flat_params().sub(layout_.offsets.wte, {layout_.vocab_local, cfg_.n_embd});
+  return flat_params().sub(layout_.offsets.wte, {layout_.vocab_rows, cfg_.n_embd});
 }
 
 TensorView Transformer::position_embedding() const {
@@ -214,15 +61,7 @@ TensorView Transformer::position_embedding() const {
 
 TensorView Transformer::lm_head() const {
   const ModelOffsets& s = layout_.offsets;
-  return flat_params().sub(s.lm_head >= 0 ? s.lm_head : s.wte, {layout_.vocab_local, cfg_.n_embd});
-}
-
-// The LM-head weight (V, C) inside a view of the unit that holds it.
-TensorView Transformer::lm_head_slice(TensorView unit_view, int unit) const {
-  if (!unit_view) return {};
-  const ModelOffsets& s = layout_.offsets;
-  const int64_t off = (s.lm_head >= 0 ? s.lm_head : s.wte) - layout_.units[unit].begin;
-  return unit_view.sub(off, {layout_.vocab_local, cfg_.n_embd});
+  return flat_params().sub(s.lm_head >= 0 ? s.lm_head : s.wte, {layout_.vocab_rows, cfg_.n_embd});
 }
 
 namespace {
@@ -259,9 +98,11 @@ void Transformer::init_random(uint64_t seed) {
 
 void Transformer::set_device(DeviceKind dev) {
   if (dev == dev_) return;
-  ZT_CHECK(dev == DeviceKind::cpu || (!tp_ && !cp_ && layout_.tp.size == 1 && !provider_ && !external_state_),
-           "the GPU runs one model on one device for now: no tensor or context parallelism, pipeline or ZeRO "
-           "engine (docs/gpu.md)");
+  const ModelRuntime& rt = *runtime_;
+  ZT_CHECK(
+      dev == DeviceKind::cpu || (!rt.layers_swapped() && layout_.cut.whole && !rt.provider_ && !rt.external_state_),
+      "the GPU runs one model on one device for now: no tensor or context parallelism, pipeline or ZeRO "
+      "engine (docs/gpu.md)");
   Buffer moved;
   if (params_.data()) {
     moved = Buffer(params_.bytes(), MemCategory::parameters, dev);
@@ -272,29 +113,8 @@ void Transformer::set_device(DeviceKind dev) {
   }
   params_ = std::move(moved);
   grads_.reset();
-  compute_params_.reset();
-  acts_.reset();
-  scratch_.reset();
-  rope_ext_.reset();
-  rope_local_ext_.reset();
-  rope_ext_rows_ = 0;
-  targets_.reset();
-  inputs_.clear();
-  B_ = T_ = 0;
   dev_ = dev;
-  bind_layers();
-}
-
-void Transformer::fill_rope(const RopeFreqs& f, float* cos, float* sin, int rows) {
-  // longrope chooses its factors by the sequence's length: the whole row's under context
-  // parallelism (a rank plans T / P of its rows).
-  const int seq_len = cp_ ? cp_->sequence_length() : T_;
-  if (dev_ == DeviceKind::cpu) return rope_fill(f, cos, sin, rows, seq_len);
-  const size_t half = size_t(cfg_.head_size / 2), n = size_t(rows) * half;
-  std::vector<float> host(2 * n);
-  rope_fill(f, host.data(), host.data() + n, rows, seq_len);
-  kernels::copy_in(dev_, cos, host.data(), n * sizeof(float));
-  kernels::copy_in(dev_, sin, host.data() + n, n * sizeof(float));
+  runtime_->reset_for_device();
 }
 
 void Transformer::init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const {
@@ -355,117 +175,16 @@ void Transformer::init_values(uint64_t seed, int64_t begin, int64_t n, float* ds
   }
 }
 
-void Transformer::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const nn::BlockShape& shape, int V, int B,
-                        int T, int slots, const nn::ActPlan& plan, std::vector<SlotActs>* sa, Scratch* s,
-                        const std::vector<char>* held) {
-  // n: the residual stream's rows on this rank (N / sp under sequence parallelism).
-  const int64_t N = int64_t(B) * T, C = cfg.n_embd, n = shape.rows_local(N);
-  const nn::Precision p = plan.precision;
-  const DType ct = nn::compute_dtype(p);
-  const bool recompute = plan.recompute != nn::Recompute::none && plan.recompute_layers > 0;
-  s->block = nn::Block::carve_scratch(sc, shape, B, T, p, recompute && plan.recompute == nn::Recompute::full);
-  s->shared = {};
-  if (recompute) {
-    // One set for all recomputed blocks (backward refills it block by block). In fp32 the
-    // activation's landing buffer is the activation itself, so it needs no second copy.
-    s->shared = nn::Block::carve_shared(sc, shape, B, T, p, plan.recompute);
-    if (ct == DType::f32) s->shared.act = s->block.act;
-  }
-  sa->assign(size_t(slots), {});
-  // A pipeline stage (held): only its blocks' activations and the residual streams around them.
-  auto has = [&](int l) { return !held || (l >= 0 && l < cfg.n_layer && (*held)[l]); };
-  for (SlotActs& a : *sa) {
-    for (int l = 0; l <= cfg.n_layer; ++l)
-      a.res.push_back(has(l) || has(l - 1) ? ac.take(DType::f32, {n, C}) : TensorView());
-    for (int l = 0; l < cfg.n_layer; ++l)
-      a.blocks.push_back(has(l) ? nn::Block::carve_acts(ac, shape, B, T, p, plan.of(l), &s->shared) : nn::BlockActs{});
-    a.lnf_out = ac.take(ct, {N, C});
-    a.lnf_mean = ac.take(DType::f32, {n});
-    a.lnf_rstd = ac.take(DType::f32, {n});
-  }
-  s->dres = sc.take(DType::f32, {n, C});
-  s->dlnf = sc.take(DType::f32, {N, C});
-  s->lm_chunk = lm_chunk_rows(V, N, plan.precision);
-  s->logits = sc.take(DType::f32, {s->lm_chunk, V});
-  s->dlogits_c = sc.take(ct, {ct == DType::f32 ? 0 : s->lm_chunk, V});
-  const int64_t rope = shape.rope ? int64_t(T) * cfg.head_size / 2 : 0;
-  s->rope_cos = sc.take(DType::f32, {rope});
-  s->rope_sin = sc.take(DType::f32, {rope});
-  const int64_t local = cfg.rope_local_theta > 0.f ? rope : 0;
-  s->rope_local_cos = sc.take(DType::f32, {local});
-  s->rope_local_sin = sc.take(DType::f32, {local});
-}
-
-void Transformer::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary, int slots,
-                                const nn::ActPlan& plan, size_t* compute_copy, const TpPlan& tp,
-                                const std::vector<char>* held) {
-  ParamTable t;
-  ModelOffsets s = cfg.arch == Arch::gpt2 ? gpt2_layout(cfg, t, tp) : llama_layout(cfg, t, tp);
-  Carver a, sc;
-  std::vector<SlotActs> sa;
-  Scratch scratch;
-  carve(a, sc, cfg, s.shape, tp.vocab_local(cfg.vocab_size), B, T, slots, plan, &sa, &scratch, held);
-  *activations = a.used();
-  *temporary = sc.used();
-  if (compute_copy)
-    *compute_copy =
-        plan.precision == nn::Precision::fp32 ? 0 : size_t(t.total()) * dtype_size(nn::compute_dtype(plan.precision));
-}
-
-void Transformer::plan(int B, int T, bool training, int slots) {
-  ZT_CHECK(T <= cfg_.max_position, "sequence length ", T, " exceeds the model's context of ", cfg_.max_position,
-           " positions; lower --model_max_length");
-  ZT_ASSERT(slots >= 1);
-  if (training && !external_state_ && !external_grads_) ensure_grads();
-  training_ = training;
-  if (B == B_ && T == T_ && acts_.data() && int(slots_.size()) == slots) return;
-  B_ = B;
-  T_ = T;
-  acts_.reset();
-  scratch_.reset();
-  rope_ext_.reset();  // longrope's factors follow T
-  rope_local_ext_.reset();
-  rope_ext_rows_ = 0;
-  Carver a, s;
-  if (layout_.tp.sp)
-    ZT_CHECK(int64_t(B) * T % layout_.tp.size == 0, "--sequence-parallel splits the ", int64_t(B) * T,
-             " tokens of a micro-batch (B ", B, " x T ", T, ") across ", layout_.tp.size,
-             " ranks; they must divide evenly");
-  const std::vector<char>* held = held_layers_.empty() ? nullptr : &held_layers_;
-  carve(a, s, cfg_, layout_.offsets.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_, held);
-  acts_ = Buffer(a.used(), MemCategory::activations, dev_);
-  scratch_ = Buffer(s.used(), MemCategory::temporary, dev_);
-  Carver a2(acts_.data()), s2(scratch_.data());
-  carve(a2, s2, cfg_, layout_.offsets.shape, layout_.vocab_local, B, T, slots, act_plan_, &slots_, &sc_, held);
-  inputs_.clear();
-  inputs_.resize(size_t(slots));
-  if (dev_ == DeviceKind::cuda) {
-    // Tokens, positions, doc_start, and the sliding layers' doc_start with per-layer windows.
-    const int rows = cfg_.sliding_layers.empty() ? 3 : 4;
-    for (SlotInput& in : inputs_) in.ids = Buffer(size_t(rows * B * T) * sizeof(int32_t), MemCategory::data, dev_);
-    targets_ = Buffer(size_t(B * T) * sizeof(int32_t), MemCategory::data, dev_);
-  }
-  if (layout_.offsets.shape.rope) fill_rope(rope_, sc_.rope_cos.as<float>(), sc_.rope_sin.as<float>(), T);
-  if (sc_.rope_local_cos.numel() > 0)
-    fill_rope(rope_local_, sc_.rope_local_cos.as<float>(), sc_.rope_local_sin.as<float>(), T);
-}
-
-void Transformer::set_held_layers(std::vector<char> held) {
-  ZT_ASSERT(held.empty() || int(held.size()) == cfg_.n_layer);
-  held_layers_ = std::move(held);
-  B_ = T_ = 0;  // plan() carves the arena again
-}
-
 void Transformer::zero_grad() {
   if (grads_.data()) kernels::fill_zero(dev_, grads_.data(), grads_.bytes());
 }
 
 int64_t Transformer::matmul_params() const {
-  // The whole model's (a tensor-parallel rank's layout holds its slices): FLOPs per token and
-  // MFU count the model, whatever the layout.
-  const ModelOffsets whole = layout_.tp.size > 1 ? model_layout(cfg_).offsets : ModelOffsets{};
+  // The whole model's (a cut's layout holds its slices): FLOPs per token and MFU count the
+  // model, whatever the layout.
+  const ModelOffsets whole = layout_.cut.whole ? ModelOffsets{} : model_layout(cfg_).offsets;
   int64_t n = 0;
-  for (auto& b : (layout_.tp.size > 1 ? whole : layout_.offsets).blocks)
+  for (auto& b : (layout_.cut.whole ? layout_.offsets : whole).blocks)
     for (auto* l : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) n += int64_t(l->in) * l->out;
   return n + int64_t(cfg_.vocab_size) * cfg_.n_embd;
 }

@@ -31,7 +31,7 @@ struct BlockShape {
   bool qk_norm = false;  // Qwen3: RMSNorm over each q and k head (weights q_norm/k_norm, (HS)) before RoPE
   // OLMo-2: qk_norm over the whole q (NH HS) and k (KVH HS) projections instead. Under tensor
   // parallelism a rank holds some heads, so the sums of squares are reduced over the group;
-  // kv_replicas ranks hold each KV head (TpPlan::kv_replicas), counted once.
+  // kv_replicas ranks hold each KV head (LayerCut::kv_holders), counted once.
   bool qk_norm_full = false;
   int kv_replicas = 1;
   bool pre_norm = true;      // false (OLMo-2): ln1 / ln2 are the identity (NormKind::none)
@@ -167,6 +167,8 @@ class Block {
   Norm post1, post2;    // shape.post_norm only: RMSNorm over C
   TpRegion* tp = nullptr;
   CpRegion* cp = nullptr;  // context parallel: attention runs through it (fp32 under every precision)
+  // Whether a strategy attached hooks (the above) to this block.
+  bool has_hooks() const { return tp || cp; }
   Precision precision = Precision::fp32;
   DeviceKind dev = DeviceKind::cpu;  // where its views live and its kernels run
 

@@ -1,6 +1,6 @@
 // channel_losses.h: the training loss per data channel (docs/observability.md#channel-losses).
 // With named channels (--train_file web=a.bin,code=b.bin, data/blend.h) the model writes every
-// token's loss of a micro-batch into token_losses() (Transformer::set_token_losses: the fused
+// token's loss of a micro-batch into token_losses() (ModelRuntime::set_token_losses: the fused
 // LM head + cross-entropy stores the value it sums anyway, nothing is recomputed); add() sums
 // them per row into the row's channel, with the row's counted targets. At a logging step every
 // data-parallel rank calls reduce(): one all-reduce of 2K numbers (K channels) per logging step,

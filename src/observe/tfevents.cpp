@@ -97,12 +97,12 @@ TfEventsWriter::TfEventsWriter(const std::string& logdir) {
   const std::string stem = logdir + "/events.out.tfevents." + std::to_string(secs) + "." + host_name() + "." +
                            std::to_string(::getpid()) + ".";
   // "x": never truncate an existing log (say, a restart in the same second that reused the pid).
-  for (int tries = 0; tries < 1000 && !f_; ++tries) {
+  for (int tries = 0; tries < 1000 && !file_; ++tries) {
     path_ = stem + std::to_string(g_writer_count.fetch_add(1));
-    f_ = std::fopen(path_.c_str(), "wbx");
-    if (!f_ && errno != EEXIST) break;
+    file_ = std::fopen(path_.c_str(), "wbx");
+    if (!file_ && errno != EEXIST) break;
   }
-  ZT_CHECK(f_, "cannot create the TensorBoard event file ", path_, ": ", std::strerror(errno),
+  ZT_CHECK(file_, "cannot create the TensorBoard event file ", path_, ": ", std::strerror(errno),
            " (check that the folder is writable)");
   std::string ev;
   put_double_field(ev, 1, now_seconds());
@@ -112,7 +112,7 @@ TfEventsWriter::TfEventsWriter(const std::string& logdir) {
 }
 
 TfEventsWriter::~TfEventsWriter() {
-  if (f_) std::fclose(f_);  // fclose flushes
+  if (file_) std::fclose(file_);  // fclose flushes
 }
 
 void TfEventsWriter::add_scalar(const std::string& tag, int64_t step, double value) {
@@ -140,12 +140,12 @@ void TfEventsWriter::write_record(const std::string& data) {
   put_le(rec, crc32c_masked(rec.data(), 8), 4);
   rec += data;
   put_le(rec, crc32c_masked(data.data(), data.size()), 4);
-  ZT_CHECK(std::fwrite(rec.data(), 1, rec.size(), f_) == rec.size(), "cannot write the TensorBoard event file ", path_,
-           ": ", std::strerror(errno), " (is the disk full?)");
+  ZT_CHECK(std::fwrite(rec.data(), 1, rec.size(), file_) == rec.size(), "cannot write the TensorBoard event file ",
+           path_, ": ", std::strerror(errno), " (is the disk full?)");
 }
 
 void TfEventsWriter::flush() {
-  ZT_CHECK(std::fflush(f_) == 0, "cannot write the TensorBoard event file ", path_, ": ", std::strerror(errno),
+  ZT_CHECK(std::fflush(file_) == 0, "cannot write the TensorBoard event file ", path_, ": ", std::strerror(errno),
            " (is the disk full?)");
 }
 

@@ -40,7 +40,7 @@ class TfEventsWriter {
   void write_record(const std::string& data);
 
   std::string path_;
-  std::FILE* f_ = nullptr;
+  std::FILE* file_ = nullptr;
 };
 
 }  // namespace zt

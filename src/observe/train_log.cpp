@@ -63,7 +63,7 @@ TrainLog::TrainLog(const TrainLogOptions& a, const Transformer& model, int64_t t
       ::gethostname(host, sizeof host - 1);
       tb_dir_ = a.output_dir + "/runs/" + when + "_" + host;
     }
-    tb_ = std::make_unique<TfEventsWriter>(tb_dir_);
+    tensorboard_ = std::make_unique<TfEventsWriter>(tb_dir_);
   }
   ZT_CHECK(a.disable_tqdm == "auto" || a.disable_tqdm == "true" || a.disable_tqdm == "false",
            "--disable_tqdm must be auto, true or false");
@@ -224,15 +224,15 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
       mean_loss, grad_norm, lr, epoch_at(step), more.c_str(), (long long)step, (long long)total_steps_, tok_s,
       100 * mfu, hms(time_since_log_ / double(n) * double(total_steps_ - step)).c_str());
   std::fflush(stdout);
-  if (tb_) {
-    tb_->add_scalar("train/loss", step, mean_loss);
-    tb_->add_scalar("train/learning_rate", step, lr);
-    tb_->add_scalar("train/grad_norm", step, grad_norm);
-    tb_->add_scalar("train/epoch", step, epoch_at(step));
-    tb_->add_scalar("train/tokens_per_second", step, tok_s);
-    tb_->add_scalar("train/mfu", step, mfu);
-    for (auto& [k, v] : extra) tb_->add_scalar(std::string("train/") + k, step, v);
-    tb_->flush();
+  if (tensorboard_) {
+    tensorboard_->add_scalar("train/loss", step, mean_loss);
+    tensorboard_->add_scalar("train/learning_rate", step, lr);
+    tensorboard_->add_scalar("train/grad_norm", step, grad_norm);
+    tensorboard_->add_scalar("train/epoch", step, epoch_at(step));
+    tensorboard_->add_scalar("train/tokens_per_second", step, tok_s);
+    tensorboard_->add_scalar("train/mfu", step, mfu);
+    for (auto& [k, v] : extra) tensorboard_->add_scalar(std::string("train/") + k, step, v);
+    tensorboard_->flush();
   }
   progress(step, loss, grad_norm, lr, step_s);
   last_logged_ = step;
@@ -258,11 +258,11 @@ void TrainLog::eval_done(int64_t step, const EvalResult& r) {
   last_eval_ = e;
   jsonl_->append(e.dump());
   clear_progress();
-  if (tb_) {
-    tb_->add_scalar("eval/loss", step, r.loss);
-    tb_->add_scalar("eval/perplexity", step, r.perplexity);
-    tb_->add_scalar("eval/runtime", step, r.seconds);
-    tb_->flush();
+  if (tensorboard_) {
+    tensorboard_->add_scalar("eval/loss", step, r.loss);
+    tensorboard_->add_scalar("eval/perplexity", step, r.perplexity);
+    tensorboard_->add_scalar("eval/runtime", step, r.seconds);
+    tensorboard_->flush();
   }
   std::printf("{'eval_loss': %.6g, 'eval_perplexity': %.6g, 'eval_runtime': %.3f, 'epoch': %.4g}  step %lld\n", r.loss,
               r.perplexity, r.seconds, epoch_at(step), (long long)step);
@@ -401,7 +401,7 @@ void TrainLog::finish(double train_s, double data_wait_s) {
     write_plot();
     std::printf("Loss plot: %s/loss.png\n", options_.output_dir.c_str());
   }
-  if (tb_) std::printf("TensorBoard: tensorboard --logdir %s\n", tb_dir_.c_str());
+  if (tensorboard_) std::printf("TensorBoard: tensorboard --logdir %s\n", tb_dir_.c_str());
   std::printf("Saved model to %s\n", options_.output_dir.c_str());
   std::fflush(stdout);
 }

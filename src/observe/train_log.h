@@ -86,7 +86,7 @@ class TrainLog final : public Stateful {
   nlohmann::json history_ = nlohmann::json::array();
   nlohmann::json last_eval_;
   std::unique_ptr<class JsonlLog> jsonl_;  // metrics.jsonl: one line per optimizer step and per eval
-  std::unique_ptr<class TfEventsWriter> tb_;
+  std::unique_ptr<class TfEventsWriter> tensorboard_;
   std::string tb_dir_;
   bool progress_ = false;  // live line on stderr
   bool progress_shown_ = false;

@@ -366,7 +366,8 @@ void schedule_apply_kwargs(Schedule& s, const std::string& kwargs_json) {
 }
 
 void ScheduleState::save_state(StateWriter& w) const {
-  w.put_json("ztrain.lr_scheduler", {{"type", schedule_kind_name(s_.kind)}, {"step", step_}, {"lr", s_.lr_at(step_)}});
+  w.put_json("ztrain.lr_scheduler",
+             {{"type", schedule_kind_name(schedule_.kind)}, {"step", step_}, {"lr", schedule_.lr_at(step_)}});
 }
 
 void ScheduleState::load_state(StateReader& r) {

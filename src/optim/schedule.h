@@ -27,14 +27,14 @@ enum class ScheduleKind {
   constant_with_warmup,
   linear,
   cosine,
-  warmup_lr,            // DeepSpeed WarmupLR: warmup then constant at base_lr
-  warmup_decay_lr,      // DeepSpeed WarmupDecayLR: warmup then linear decay to 0 at total_steps
-  warmup_cosine_lr,     // DeepSpeed WarmupCosineLR: warmup then cosine decay to cos_min_ratio
-  cosine_with_min_lr,   // HF: cosine from base_lr down to min_lr_rate * base_lr
-  warmup_stable_decay,  // HF: warmup, constant, then decay to min_lr_rate * base_lr
-  cosine_with_restarts, // HF: num_cycles hard restarts of a half-cosine down to 0
-  polynomial,           // HF: (1 - progress)^power from base_lr down to lr_end, then lr_end
-  inverse_sqrt,         // HF: 1 / sqrt((s + timescale - warmup) / timescale) after the warmup
+  warmup_lr,             // DeepSpeed WarmupLR: warmup then constant at base_lr
+  warmup_decay_lr,       // DeepSpeed WarmupDecayLR: warmup then linear decay to 0 at total_steps
+  warmup_cosine_lr,      // DeepSpeed WarmupCosineLR: warmup then cosine decay to cos_min_ratio
+  cosine_with_min_lr,    // HF: cosine from base_lr down to min_lr_rate * base_lr
+  warmup_stable_decay,   // HF: warmup, constant, then decay to min_lr_rate * base_lr
+  cosine_with_restarts,  // HF: num_cycles hard restarts of a half-cosine down to 0
+  polynomial,            // HF: (1 - progress)^power from base_lr down to lr_end, then lr_end
+  inverse_sqrt,          // HF: 1 / sqrt((s + timescale - warmup) / timescale) after the warmup
 };
 
 // warmup_stable_decay's warmup_type / decay_type: HF's "linear", "cosine", "1-sqrt".
@@ -89,13 +89,13 @@ double deepspeed_lr_at_iteration(const Schedule& s, int64_t it);
 // The schedule's parameters come from the resumed run's flags, as before.
 class ScheduleState final : public Stateful {
  public:
-  ScheduleState(const Schedule& s, int64_t step) : s_(s), step_(step) {}
+  ScheduleState(const Schedule& s, int64_t step) : schedule_(s), step_(step) {}
   int64_t step() const { return step_; }
   void save_state(StateWriter& w) const override;
   void load_state(StateReader& r) override;
 
  private:
-  const Schedule& s_;
+  const Schedule& schedule_;
   int64_t step_;
 };
 

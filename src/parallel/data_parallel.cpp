@@ -67,9 +67,9 @@ std::vector<optim::ParamRange> flat_ranges(const ParamTable& t, const std::vecto
 std::vector<char> held_param_mask(const Transformer& model, const StageUnits& su, bool without_copy) {
   if (!su.active()) return {};
   std::vector<char> keep(model.params().list().size(), 0);
-  for (size_t u = 0; u < model.units().size(); ++u)
+  for (size_t u = 0; u < model.layout().units.size(); ++u)
     if (su.held[u] && !(without_copy && su.tied_copy && int(u) == su.tied_unit))
-      for (int p : model.units()[u].params) keep[p] = 1;
+      for (int p : model.layout().units[u].params) keep[p] = 1;
   return keep;
 }
 
@@ -86,7 +86,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
         stage_units_(o.pipeline),
         keep_(held_param_mask(model, o.pipeline, false)),
         own_(held_param_mask(model, o.pipeline, true)) {
-    set_units(&model.units());
+    set_units(&model.layout().units);
     // The parameters this rank holds (a pipeline stage: its units') as decay runs; their
     // gradients and optimizer state are packed one run after the other (without a pipeline
     // that is the flat layout itself).
@@ -99,12 +99,12 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     held_numel_ = state;
     if (stage_units_.active()) {
       // A pipeline stage: gradients for its own units only, in this engine's packed buffer.
-      model.drop_flat_grads();
+      model.runtime().drop_flat_grads();
       own_grads_ = Buffer(size_t(state) * kF32, MemCategory::gradients);
       std::memset(own_grads_.data(), 0, own_grads_.bytes());
       grads_ = own_grads_.as<float>();
     } else {
-      model.ensure_grads();
+      model.runtime().ensure_grads();
       grads_ = model.flat_grads().as<float>();
     }
     set_buffers(model.flat_params(), TensorView());
@@ -128,15 +128,15 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     plan_ = plan_buckets(model.params(), bo);
     tracker_ = std::make_unique<BucketTracker>(plan_);
     // Parameters of each unit, last first (the order backward finishes them).
-    for (const Unit& u : model.units()) unit_params_.emplace_back(u.params.rbegin(), u.params.rend());
+    for (const Unit& u : model.layout().units) unit_params_.emplace_back(u.params.rbegin(), u.params.rend());
     set_state_pieces();
-    model.set_provider(this);
+    model.runtime().set_provider(this);
   }
-  ~DdpEngine() override { model_.set_provider(nullptr); }
+  ~DdpEngine() override { model_.runtime().set_provider(nullptr); }
 
   // Unit u's gradients: in the flat layout, or (pipeline) at their packed offset.
   TensorView grads(int u) override {
-    const Unit& k = model_.units()[u];
+    const Unit& k = model_.layout().units[u];
     return TensorView::of(grads_ + at(k.begin), Shape{k.size()});
   }
   void grads_done(int u) override {
@@ -202,8 +202,8 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   // Pipeline: every unit from the stage that owns it (a collective over the stages).
   void export_params() override {
     if (!stage_units_.active()) return;
-    for (size_t u = 0; u < model_.units().size(); ++u) {
-      const Unit& k = model_.units()[u];
+    for (size_t u = 0; u < model_.layout().units.size(); ++u) {
+      const Unit& k = model_.layout().units[u];
       stage_units_.stages->broadcast(flat_params_.as<float>() + k.begin, size_t(k.size()) * kF32,
                                      stage_units_.owner[u]);
     }
@@ -211,7 +211,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   void sync_after_load() override {
     if (!stage_units_.tied) return;
     // The tied embedding: the first stage's parameters and optimizer state to the last's copy.
-    const Unit& k = model_.units()[stage_units_.tied_unit];
+    const Unit& k = model_.layout().units[stage_units_.tied_unit];
     stage_units_.tied->broadcast(flat_params_.as<float>() + k.begin, size_t(k.size()) * kF32, 0);
     for (size_t i = 0; i < opt_->slot_names().size(); ++i)
       stage_units_.tied->broadcast(opt_->slot(i) + at(k.begin), size_t(k.size()) * kF32, 0);
@@ -266,7 +266,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   // The tied embedding's gradient: the first stage's (embedding) plus the last stage's (LM head).
   void tied_sum() {
     if (!stage_units_.tied) return;
-    const Unit& k = model_.units()[stage_units_.tied_unit];
+    const Unit& k = model_.layout().units[stage_units_.tied_unit];
     stage_units_.tied->all_reduce(grads_ + at(k.begin), size_t(k.size()));
   }
   // Checkpoints: every tensor whole, parameters and optimizer state at its offset (a pipeline

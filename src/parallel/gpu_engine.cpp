@@ -77,7 +77,7 @@ class GpuParamState final : public Stateful {
 // communication.
 class OneGpuEngine : public DataParallel {
  public:
-  explicit OneGpuEngine(Transformer& model) : model_(model) { model.ensure_grads(); }
+  explicit OneGpuEngine(Transformer& model) : model_(model) { model.runtime().ensure_grads(); }
 
   void begin_step() override { model_.zero_grad(); }
   void set_last_micro(bool) override {}

@@ -6,8 +6,8 @@
 namespace zt::parallel {
 
 LocalSgd::LocalSgd(float* params, const ParamTable& table, dist::Communicator& across, const LocalSgdOptions& o)
-    : params_(params), table_(table), across_(across), o_(o), n_(table.total()) {
-  ZT_ASSERT(o_.steps >= 1, "LocalSgd needs steps >= 1");
+    : params_(params), table_(table), across_(across), options_(o), n_(table.total()) {
+  ZT_ASSERT(options_.steps >= 1, "LocalSgd needs steps >= 1");
   // The anchor (what all groups last agreed on) and the outer momentum are optimizer state:
   // 8 bytes per parameter; delta is the outer gradient's buffer.
   anchor_ = Buffer(size_t(n_) * 4, MemCategory::optimizer_state);
@@ -18,7 +18,7 @@ LocalSgd::LocalSgd(float* params, const ParamTable& table, dist::Communicator& a
 }
 
 bool LocalSgd::after_step(int64_t step) {
-  if ((step + 1) % o_.steps != 0) return false;
+  if ((step + 1) % options_.steps != 0) return false;
   float* a = anchor_.as<float>();
   float* v = momentum_.as<float>();
   float* d = delta_.as<float>();
@@ -30,7 +30,7 @@ bool LocalSgd::after_step(int64_t step) {
     across_.all_reduce(d, size_t(n));
     bytes_across_ += dist::bus_bytes(dist::Collective::all_reduce, double(n) * 4, groups);
   }
-  const float inv = 1.0f / float(groups), mu = float(o_.momentum), lr = float(o_.outer_lr);
+  const float inv = 1.0f / float(groups), mu = float(options_.momentum), lr = float(options_.outer_lr);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float g = d[i] * inv;

@@ -42,7 +42,7 @@ class LocalSgd final : public Stateful {
   bool after_step(int64_t step);
   // Bytes this rank has sent across groups so far (the all-reduce's bus bytes).
   double bytes_across() const { return bytes_across_; }
-  int steps() const { return o_.steps; }
+  int steps() const { return options_.steps; }
 
   void save_state(StateWriter& w) const override;
   void load_state(StateReader& r) override;
@@ -52,7 +52,7 @@ class LocalSgd final : public Stateful {
   float* params_;
   const ParamTable& table_;
   dist::Communicator& across_;
-  LocalSgdOptions o_;
+  LocalSgdOptions options_;
   int64_t n_;
   Buffer anchor_, momentum_, delta_;
   double bytes_across_ = 0;

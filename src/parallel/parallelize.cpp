@@ -29,18 +29,26 @@ ParallelModel::ParallelModel(Transformer& model, const dist::ProcessGrid& grid, 
 }
 
 void ParallelModel::apply_tensor_parallel() {
-  const TpPlan& tp = model_.tp_plan();
-  tp_ = std::make_unique<TensorParallel>(grid_.tp(), tp.sp, tp.kv_replicas(model_.config().n_kv_head));
+  const LayerCut& cut = model_.layout().cut;
+  tp_ = std::make_unique<TensorParallel>(grid_.tp(), cut.rows_split > 1, cut.kv_holders);
   tp_replicated_ = tp_replicated_params(model_.params());
-  model_.set_tp_region(tp_.get());
+  // The blocks meet the group at their f / g points; the ends of the model become their
+  // vocabulary-parallel variants over this rank's rows of the vocabulary.
+  for (nn::Block& b : model_.runtime().blocks()) b.tp = tp_.get();
+  const int V = model_.config().vocab_size;
+  vocab_embedding_ = std::make_unique<VocabParallelEmbedding>(*tp_, cut.vocab_begin, cut.vocab_valid(V));
+  vocab_lm_head_ = std::make_unique<VocabParallelLmHead>(*tp_, cut.vocab_begin, cut.vocab_valid(V));
+  model_.runtime().set_embedding(vocab_embedding_.get());
+  model_.runtime().set_lm_head(vocab_lm_head_.get());
   tp_partial_ = tp_partial_grad_params(model_.layout());
-  tp_norm_weights_ = tp_norm_weights(model_.params(), tp.size);
+  tp_norm_weights_ = tp_norm_weights(model_.params(), grid_.tp().size());
 }
 
 // The pass on this rank's T / cp rows, attention around the ring.
 void ParallelModel::apply_context_parallel() {
   cp_ = std::make_unique<ContextParallel>(grid_.cp(), plan_.seq_len);
-  model_.set_cp_region(cp_.get());
+  for (nn::Block& b : model_.runtime().blocks()) b.cp = cp_.get();  // attention around the ring
+  model_.runtime().set_sequence_length(cp_->sequence_length());
   ContextParallel* cp = cp_.get();
   dist::Communicator* comm = &grid_.cp();
   const int B = plan_.rows;
@@ -53,7 +61,7 @@ void ParallelModel::apply_context_parallel() {
 }
 
 void ParallelModel::apply_pipeline() {
-  model_.set_act_plan(plan_.act_plan);  // the cut weighs the activations of this plan
+  model_.runtime().set_act_plan(plan_.act_plan);  // the cut weighs the activations of this plan
   const int P = grid_.pp().size();
   const StageCut cut =
       plan_stages(model_, plan_.rows, local_seq_len(), P, plan_.layers_per_virtual_stage, plan_.stage_layers,
@@ -61,7 +69,7 @@ void ParallelModel::apply_pipeline() {
   plan_.data_parallel.pipeline = stage_units(model_, cut, grid_.pp(), &tied_comm_);
   // Activations only for this stage's blocks.
   for (int l = 0; l < model_.config().n_layer; ++l) stage_layers_.push_back(cut.stage_of_layer(l) == grid_.pp().rank());
-  model_.set_held_layers(stage_layers_);
+  model_.runtime().set_held_layers(stage_layers_);
   pipe_ = std::make_unique<PipelineExecutor>(model_, grid_.pp(), cut, plan_.schedule, plan_.micro_batches);
   plan_.data_parallel.pipeline.acquire_order = pipe_->acquire_order();  // ZeRO-3 gathers in the schedule's order
   if (plan_.print)
@@ -201,9 +209,9 @@ bool ParallelModel::begin_eval(bool chief) {
   const bool evaluator = chief || (tp_ && (!pipe_ || grid_.pp().rank() == 0));
   if (!pipe_) return evaluator || cp_ || engine_->forward_is_collective();
   engine_->export_params();
-  model_.set_provider(nullptr);
+  model_.runtime().set_provider(nullptr);
   if (evaluator) {  // the whole model's activations for the evaluation, the stage's again after it
-    model_.set_held_layers({});
+    model_.runtime().set_held_layers({});
     model_.plan(plan_.rows, plan_.seq_len, /*training=*/true);
   }
   eval_evaluator_ = evaluator;
@@ -212,9 +220,9 @@ bool ParallelModel::begin_eval(bool chief) {
 
 void ParallelModel::end_eval() {
   if (!pipe_) return;
-  model_.set_provider(dynamic_cast<ParamProvider*>(engine_.get()));
+  model_.runtime().set_provider(dynamic_cast<ParamProvider*>(engine_.get()));
   if (eval_evaluator_) {
-    model_.set_held_layers(stage_layers_);
+    model_.runtime().set_held_layers(stage_layers_);
     model_.plan(plan_.rows, plan_.seq_len, /*training=*/true, pipe_->slots());
   }
 }

@@ -123,6 +123,8 @@ class ParallelModel {
   // Tensor parallelism: the pass's operators, the replicated tensors whose gradients are summed
   // over the group, the tensors whose gradients are partial sums, each tensor's weight in the norm.
   std::unique_ptr<TensorParallel> tp_;
+  std::unique_ptr<VocabParallelEmbedding> vocab_embedding_;  // swapped in for the model's ends
+  std::unique_ptr<VocabParallelLmHead> vocab_lm_head_;
   std::vector<int> tp_partial_, tp_replicated_;
   std::vector<double> tp_norm_weights_;
   std::vector<std::unique_ptr<TpStateAdapter>> tp_adapters_;

@@ -57,8 +57,8 @@ AcquireOrder PipelineExecutor::acquire_order() const {
   AcquireOrder order;
   for (const Action& a : list_) {
     const int v = vs(a), first = cut_.layer_begin(v), end = cut_.layer_end(v);
-    if (a.kind == ActionKind::forward) model_.forward_acquires(first, end, v == 0, v == V_ - 1, &order);
-    if (a.kind == ActionKind::backward) model_.backward_acquires(first, end, &order);
+    if (a.kind == ActionKind::forward) model_.runtime().forward_acquires(first, end, v == 0, v == V_ - 1, &order);
+    if (a.kind == ActionKind::backward) model_.runtime().backward_acquires(first, end, &order);
   }
   return order;
 }
@@ -73,7 +73,7 @@ void PipelineExecutor::touch(int mb, const std::vector<PipelineMicroBatch>& mbs)
   occupant_[s] = mb;
   // Stages after the first learn the micro-batch's packing and RoPE table here (the first
   // stage's embed_forward does it again, with the same result).
-  model_.begin_slot(s, mbs[mb].inputs, mbs[mb].positions);
+  model_.runtime().begin_slot(s, mbs[mb].inputs, mbs[mb].positions);
 }
 
 void PipelineExecutor::post_recv(const Action& a, const std::vector<PipelineMicroBatch>& mbs) {
@@ -83,7 +83,7 @@ void PipelineExecutor::post_recv(const Action& a, const std::vector<PipelineMicr
   touch(a.mb, mbs);
   const int s = slot_of_mb_[a.mb], v = vs(a);
   if (a.kind == ActionKind::recv_act) {
-    const TensorView dst = model_.residual(s, cut_.layer_begin(v));
+    const TensorView dst = model_.runtime().residual(s, cut_.layer_begin(v));
     recvs_.push_back({key, pp_.irecv(dst.data, bytes_, (v - 1) % P_, tag_of(v - 1, false))});
   } else {
     recvs_.push_back({key, pp_.irecv(grad_in_[s].data(), bytes_, (v + 1) % P_, tag_of(v + 1, true))});
@@ -97,36 +97,36 @@ void PipelineExecutor::compute(const Action& a, const std::vector<PipelineMicroB
   const PipelineMicroBatch& in = mbs[a.mb];
   const auto t0 = Clock::now();
   if (a.kind == ActionKind::forward) {
-    if (v == 0) model_.embed_forward(s, in.inputs, in.positions);
-    model_.blocks_forward(s, first, end);
+    if (v == 0) model_.runtime().embed_forward(s, in.inputs, in.positions);
+    model_.runtime().blocks_forward(s, first, end);
     if (v == V_ - 1) {
       // The head's forward and backward at once (one fused kernel); its gradient waits in the
       // slot's last residual (read by nothing after the final norm's backward) for the
       // schedule's backward of this micro-batch.
       set_last(a.mb == m_ - 1);
       int64_t c = 0;
-      st->loss_sum += model_.head_forward_backward(s, in.targets, grad_scale, &c, true);
+      st->loss_sum += model_.runtime().head_forward_backward(s, in.targets, grad_scale, &c, true);
       st->count += c;
-      if (model_.layout().tied_head && P_ > 1) model_.lm_head_grads_done();
-      const TensorView g = model_.residual_grad(), keep = model_.residual(s, L);
+      if (model_.layout().tied_head && P_ > 1) model_.runtime().lm_head_grads_done();
+      const TensorView g = model_.runtime().residual_grad(), keep = model_.runtime().residual(s, L);
       std::memcpy(keep.data, g.data, g.bytes());
       dres_holder_ = a.mb;
     }
   } else {
-    const TensorView g = model_.residual_grad();
+    const TensorView g = model_.runtime().residual_grad();
     if (v == V_ - 1) {
-      if (dres_holder_ != a.mb) std::memcpy(g.data, model_.residual(s, L).data, g.bytes());
+      if (dres_holder_ != a.mb) std::memcpy(g.data, model_.runtime().residual(s, L).data, g.bytes());
     } else {
       std::memcpy(g.data, grad_in_[s].data(), g.bytes());
     }
     dres_holder_ = -1;
     set_last(a.mb == m_ - 1);
-    model_.blocks_backward(s, first, end);
+    model_.runtime().blocks_backward(s, first, end);
     if (v == 0) {
-      model_.embed_backward(s);
+      model_.runtime().embed_backward(s);
     } else {
       // Sent from the chunk's input residual, free now that the chunk's backward ran.
-      std::memcpy(model_.residual(s, first).data, g.data, g.bytes());
+      std::memcpy(model_.runtime().residual(s, first).data, g.data, g.bytes());
     }
   }
   st->compute_s += prof::seconds_since(t0);
@@ -137,12 +137,12 @@ PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& 
   ZT_ASSERT(int(mbs.size()) == m_, "pipeline step with ", mbs.size(), " micro-batches, planned for ", m_);
   const auto t0 = Clock::now();
   PipelineStepStats st;
-  bytes_ = model_.residual_grad().bytes();  // (B T, C) fp32, like every residual stream
+  bytes_ = model_.runtime().residual_grad().bytes();  // (B T, C) fp32, like every residual stream
   for (Buffer& b : grad_in_)
     if (b.bytes() != bytes_) b = Buffer(bytes_, MemCategory::activations);
   std::fill(occupant_.begin(), occupant_.end(), -1);
   dres_holder_ = -1;
-  model_.begin_pass(true);
+  model_.runtime().begin_pass(true);
   for (size_t i = 0; i < list_.size(); ++i) {
     const Action& a = list_[i];
     switch (a.kind) {
@@ -160,7 +160,7 @@ PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& 
       case ActionKind::send_grad: {
         const int s = slot_of_mb_[a.mb], v = vs(a);
         const bool grad = a.kind == ActionKind::send_grad;
-        const TensorView src = model_.residual(s, grad ? cut_.layer_begin(v) : cut_.layer_end(v));
+        const TensorView src = model_.runtime().residual(s, grad ? cut_.layer_begin(v) : cut_.layer_end(v));
         sends_[s].push_back(pp_.isend(src.data, bytes_, ((grad ? v - 1 : v + 1) % P_ + P_) % P_, tag_of(v, grad)));
         break;
       }
@@ -210,7 +210,7 @@ StageCut plan_stages(const Transformer& model, int B, int T, int P, int K, const
     return cut_balanced(0.0, blocks, head, P, 1);
   }
   size_t acts = 0, tmp = 0;
-  Transformer::planned_bytes(model.config(), B, T, &acts, &tmp, 1, model.act_plan());
+  ModelRuntime::planned_bytes(model.config(), B, T, &acts, &tmp, 1, model.runtime().act_plan());
   const ModelLayout& ml = model.layout();
   const double per_param = double(8 + optim_bytes);
   auto states = [&](int u) { return double(ml.units[u].size()) * per_param; };

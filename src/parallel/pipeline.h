@@ -59,7 +59,7 @@ class PipelineExecutor {
   int slots() const { return slots_; }
   const std::vector<Action>& actions() const { return list_; }
   // The acquires of one step's computes, in order (each forward's and backward's pieces, by
-  // Transformer::forward_acquires / backward_acquires). ZeRO-3 gathers by it.
+  // ModelRuntime::forward_acquires / backward_acquires). ZeRO-3 gathers by it.
   AcquireOrder acquire_order() const;
   // One step's forward and backward over the m micro-batches. set_last(true) comes before the
   // compute that completes the step's gradients of a unit (the data-parallel engine reduces

@@ -6,8 +6,66 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/ops.h"
 
 namespace zt::parallel {
+
+LayerCut tensor_parallel_cut(const ModelConfig& c, int P, int rank, bool sequence_parallel) {
+  ZT_CHECK(P >= 1 && rank >= 0 && rank < P, "tensor parallel rank ", rank, " of ", P);
+  if (P == 1) return {};
+  ZT_CHECK(c.n_head % P == 0, "--tensor-model-parallel-size ", P, " does not divide the model's ", c.n_head,
+           " attention heads; pick a divisor of ", c.n_head);
+  ZT_CHECK(c.n_kv_head % P == 0 || P % c.n_kv_head == 0, "--tensor-model-parallel-size ", P, " and the model's ",
+           c.n_kv_head,
+           " key/value heads: one must divide the other (KV heads are split, or replicated when TP exceeds them)");
+  ZT_CHECK(c.ffn % P == 0, "--tensor-model-parallel-size ", P, " does not divide the model's MLP width ", c.ffn);
+  LayerCut k;
+  k.whole = false;
+  k.heads = c.n_head / P;
+  k.heads_begin = rank * k.heads;
+  k.kv_holders = c.n_kv_head >= P ? 1 : P / c.n_kv_head;
+  k.kv_heads = c.n_kv_head >= P ? c.n_kv_head / P : 1;
+  k.kv_heads_begin = rank / k.kv_holders * k.kv_heads;
+  k.ffn = c.ffn / P;
+  k.ffn_begin = rank * k.ffn;
+  k.vocab_rows = (c.vocab_size + P - 1) / P;
+  k.vocab_begin = rank * k.vocab_rows;
+  k.adds_row_biases = rank == 0;
+  k.rows_split = sequence_parallel ? P : 1;
+  return k;
+}
+
+void VocabParallelEmbedding::forward(TensorView out, const float* wte, const float* wpe,
+                                     const nn::EmbeddingPass& p) const {
+  // Under sequence parallelism each rank embeds all N rows, and g reduce-scatters them.
+  const TensorView full = tp_.sequence_parallel() ? p.all_rows : out;
+  kernels::embedding_forward_vocab(full.as<float>(), p.ids, wte, tp_.rank() == 0 ? wpe : nullptr, p.N, p.T, p.C,
+                                   p.positions, v0_, nv_);
+  tp_.row_parallel_output(out, full);
+}
+
+void VocabParallelEmbedding::backward(float* dwte, float* dwpe, TensorView dy, const nn::EmbeddingPass& p) const {
+  // g backward: every rank needs all N rows' gradient (SP gathers them). Every rank adds the
+  // positions' gradient, which is then the same on all (a replicated tensor).
+  TensorView all = dy;
+  if (tp_.sequence_parallel()) {
+    all = p.all_rows;
+    tp_.row_parallel_output_grad(all, dy);
+  }
+  kernels::embedding_backward_vocab(dwte, dwpe, all.as<const float>(), p.ids, p.N, p.T, p.C, p.positions, v0_, nv_);
+}
+
+double VocabParallelLmHead::forward(float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
+                                    const nn::LmHeadPass& p, int64_t* count) const {
+  kernels::VocabShard vs;
+  vs.v0 = v0_;
+  vs.nv = nv_;
+  vs.max = [this](float* v, int64_t n) { tp_.all_reduce_max(v, n); };
+  vs.sum = [this](float* v, int64_t n) { tp_.all_reduce_sum(v, n); };
+  return kernels::lmhead_ce_vocab(dx, dw, x, w, targets, p.dims, p.grad_scale, p.logits, count, vs, p.lowp,
+                                  p.token_losses);
+}
 
 TensorParallel::TensorParallel(dist::Communicator& tp, bool sequence_parallel, int kv_replicas)
     : comm_(tp), sp_(sequence_parallel) {
@@ -86,9 +144,9 @@ std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
     // Per-head q / k norms are whole on every rank, each rank's heads adding to their gradient;
     // OLMo-2's are cut with the projections (a slice's gradient is whole on its rank).
     if (!s.shape.qk_norm_full) norm(b.q_norm), norm(b.k_norm);
-    if (layout.tp.sp) norm(b.ln1), norm(b.ln2), norm(b.post1), norm(b.post2);
+    if (layout.cut.rows_split > 1) norm(b.ln1), norm(b.ln2), norm(b.post1), norm(b.post2);
   }
-  if (layout.tp.sp) norm(s.lnf);
+  if (layout.cut.rows_split > 1) norm(s.lnf);
   std::vector<int> out;
   const auto& list = layout.table.list();
   for (size_t i = 0; i < list.size(); ++i)

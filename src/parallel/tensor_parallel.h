@@ -1,7 +1,7 @@
 // tensor_parallel.h: Megatron-style tensor parallelism (and sequence parallelism on top of
-// it) applied to the single-device Transformer from outside: the model is built with a
-// TpPlan (models/layout.h: each rank holds its slices, local shapes), and TensorParallel is
-// the TpRegion (nn/block.h) through which its pass meets the grid's tp group. Helpers move
+// it) applied to the single-device Transformer from outside: the model is built with a rank's
+// LayerCut (tensor_parallel_cut below; models/layout.h lays out the slices it gives), and
+// TensorParallel is the TpRegion (nn/block.h) through which its pass meets the grid's tp group. Helpers move
 // parameters between a whole (global) model and a rank's slices, and sum the gradients of
 // replicated tensors whose gradient each rank only holds part of. docs/parallelism-tp.md
 // has the scheme, the bytes per layer and the measurements.
@@ -20,6 +20,7 @@
 #include "dist/communicator.h"
 #include "models/transformer.h"
 #include "nn/block.h"
+#include "nn/embedding_head.h"
 
 namespace zt::parallel {
 
@@ -45,6 +46,45 @@ class TensorParallel final : public nn::TpRegion {
   bool sp_;
   std::unique_ptr<dist::Communicator> kv_;
 };
+
+// The vocabulary-parallel ends of the model, swapped in for nn::Embedding / nn::LmHeadLoss:
+// each rank holds rows [v0, v0 + nv) of the vocabulary (models/layout.h's cut; padded rows
+// masked). The embedding looks up the tokens it holds rows for (zeros elsewhere), rank 0 adds
+// the positions, and the group's sum (g) is the embedding. The LM head keeps the logits split
+// and reduces their max and sum of exp over the group; its input passes through f.
+class VocabParallelEmbedding final : public nn::Embedding {
+ public:
+  VocabParallelEmbedding(TensorParallel& region, int v0, int nv) : tp_(region), v0_(v0), nv_(nv) {}
+  void forward(TensorView out, const float* wte, const float* wpe, const nn::EmbeddingPass& p) const override;
+  void backward(float* dwte, float* dwpe, TensorView dy, const nn::EmbeddingPass& p) const override;
+
+ private:
+  TensorParallel& tp_;
+  int v0_, nv_;
+};
+
+class VocabParallelLmHead final : public nn::LmHeadLoss {
+ public:
+  VocabParallelLmHead(TensorParallel& region, int v0, int nv) : tp_(region), v0_(v0), nv_(nv) {}
+  TensorView local_rows(TensorView full) const override { return tp_.local_rows(full); }
+  void input_ready(TensorView x) const override { tp_.column_parallel_input(x); }
+  double forward(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const nn::LmHeadPass& p,
+                 int64_t* count) const override;
+  void input_grad(TensorView out, TensorView grad) const override { tp_.column_parallel_input_grad(out, grad); }
+
+ private:
+  TensorParallel& tp_;
+  int v0_, nv_;
+};
+
+// A tensor-parallel rank's cut of the model (Megatron's scheme, docs/parallelism-tp.md):
+// attention heads and the MLP's hidden units split across `size` ranks, the vocabulary in rows
+// of ceil(V / size) (the last rank's padded with zero rows, masked), norms and row layers'
+// biases whole (rank 0 adds those biases). More ranks than key/value heads: each rank holds the
+// one KV head its query heads use, shared by runs of size / KV heads ranks. sequence_parallel:
+// the residual stream's rows are split too. size 1: the whole model. Throws zt::Error naming
+// the numbers when the model does not cut so.
+LayerCut tensor_parallel_cut(const ModelConfig& c, int size, int rank, bool sequence_parallel);
 
 // Parameters (indices into the local ParamTable) whose gradient each TP rank holds only a
 // part of although the tensor is replicated: the per-head q/k norms (each rank's heads),

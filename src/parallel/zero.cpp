@@ -86,13 +86,13 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     ZT_ASSERT(shard_group_size_ == (o.hpz_partition_size > 1 ? o.hpz_partition_size : dp_ranks_),
               "grid and ZeRO options disagree");
     shard_rank_ = group_->rank();
-    units_ = model.units();
+    units_ = model.layout().units;
     tied_ = model.layout().tied_head;
     plan_buckets_();
     const int L = model.config().n_layer;
-    model.forward_acquires(0, L, true, true, &pass_order_[0]);
+    model.runtime().forward_acquires(0, L, true, true, &pass_order_[0]);
     pass_order_[1] = pass_order_[0];
-    model.backward_acquires(0, L, &pass_order_[1]);
+    model.runtime().backward_acquires(0, L, &pass_order_[1]);
     // The initial values of flat elements [begin, begin + n): from the options' source, or the
     // model's buffer.
     const float* P = model.flat_params().as<const float>();
@@ -130,10 +130,10 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
             {shard_param(b) + t.rel, shard_grad(b) + t.rel, buckets_[b].shard_off + t.rel, t.numel, t.decay});
     gbuf_.resize(buckets_.size());
     pending_.assign(buckets_.size(), 0);
-    model.drop_flat_state();
-    model.set_provider(this);
+    model.runtime().drop_flat_state();
+    model.runtime().set_provider(this);
   }
-  ~ZeroEngine() override { model_.set_provider(nullptr); }
+  ~ZeroEngine() override { model_.runtime().set_provider(nullptr); }
 
   // ---- ParamProvider ----
   void begin_pass(bool backward) override {
@@ -262,7 +262,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   }
   bool forward_is_collective() const override { return stage_ == 3; }
   void export_params() override {
-    model_.restore_flat_params();
+    model_.runtime().restore_flat_params();
     float* P = model_.flat_params().as<float>();
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const BucketInfo& k = buckets_[b];

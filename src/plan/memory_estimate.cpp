@@ -35,7 +35,7 @@ ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::
   }
   std::sort(in.unit_params.rbegin(), in.unit_params.rend());
   size_t acts = 0, temp = 0, copy = 0;
-  Transformer::planned_bytes(cfg, B, T, &acts, &temp, 1, plan, &copy);
+  ModelRuntime::planned_bytes(cfg, B, T, &acts, &temp, 1, plan, &copy);
   in.activation_bytes = int64_t(acts);
   in.temporary_bytes = int64_t(temp);
   in.compute_copy_bytes = int64_t(copy);

@@ -48,7 +48,7 @@ struct ModelMemoryInputs {
   int64_t compute_copy_bytes = 0;
 };
 // From a model config without allocating the model (the parameter table is built alone,
-// activations come from Transformer::planned_bytes).
+// activations come from ModelRuntime::planned_bytes).
 // plan: precision and recomputation (activations, temporaries and the compute copy follow it).
 ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::ActPlan& plan = {});
 // A unit's name in reports: its kind, and the layer for a block ("block 3").

@@ -15,6 +15,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/shard.h"
+#include "parallel/tensor_parallel.h"
 #include "plan/memory_estimate.h"
 #include "plan/memory_fit.h"
 
@@ -59,7 +60,7 @@ struct StageView {
 
 StageView stage_view(const PlanInputs& in, const PlanLayout& l) {
   StageView v;
-  v.ml = model_layout(in.cfg, TpPlan{l.tp, 0, l.sp});
+  v.ml = model_layout(in.cfg, parallel::tensor_parallel_cut(in.cfg, l.tp, 0, l.sp));
   const ModelLayout& ml = v.ml;
   const int L = in.cfg.n_layer, P = l.pp;
   if (P > 1) {
@@ -180,7 +181,7 @@ std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc)
     }
   }
   try {
-    check_tp_plan(c, TpPlan{l.tp, 0, l.sp});
+    parallel::tensor_parallel_cut(c, l.tp, 0, l.sp);  // throws when the model does not cut so
   } catch (const Error& e) {
     return e.what();
   }
@@ -278,7 +279,7 @@ int64_t export_extra_bytes(const PlanLayout& l, const StageView& v, int s, int64
 LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t runtime_bytes) {
   const StageView v = stage_view(in, l);
   const nn::ActPlan plan = act_plan(in, l);
-  const TpPlan tpp{l.tp, 0, l.sp};
+  const LayerCut cut = parallel::tensor_parallel_cut(in.cfg, l.tp, 0, l.sp);
   const int T = in.seq_len / l.cp;  // a cp rank's rows (the trainer plans the arena so)
   const int64_t S = optim::optimizer_state_bytes_per_param(in.optim);
   const ModelLayout whole = model_layout(in.cfg);
@@ -291,8 +292,8 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
     r.stage = s;
     r.slots = stage_slots(l.pp, l.accumulation, s);
     size_t acts = 0, tmp = 0, copy = 0;
-    Transformer::planned_bytes(in.cfg, l.micro_batch, T, &acts, &tmp, r.slots, plan, &copy, tpp,
-                               l.pp > 1 ? &v.held_blocks[s] : nullptr);
+    ModelRuntime::planned_bytes(in.cfg, l.micro_batch, T, &acts, &tmp, r.slots, plan, &copy, cut,
+                                l.pp > 1 ? &v.held_blocks[s] : nullptr);
     r.activations = int64_t(acts);
     r.temporary = int64_t(tmp);
     r.runtime = runtime_bytes;

@@ -28,25 +28,25 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 class Lexer {
  public:
-  Lexer(const std::string& src, const std::string& name) : s_(src), name_(name) {
-    if (!s_.empty() && s_.back() == '\n') s_.pop_back();  // keep_trailing_newline=False
-    if (!s_.empty() && s_.back() == '\r') s_.pop_back();
+  Lexer(const std::string& src, const std::string& name) : source_(src), name_(name) {
+    if (!source_.empty() && source_.back() == '\n') source_.pop_back();  // keep_trailing_newline=False
+    if (!source_.empty() && source_.back() == '\r') source_.pop_back();
   }
 
   std::vector<Token> run() {
     bool line_starting = true;
-    while (p_ < s_.size()) {
-      size_t open = find_open(p_);
-      std::string text = s_.substr(p_, open - p_);
+    while (pos_ < source_.size()) {
+      size_t open = find_open(pos_);
+      std::string text = source_.substr(pos_, open - pos_);
       const int text_line = line_;
       advance_to(open);
-      if (open >= s_.size()) {
+      if (open >= source_.size()) {
         push_text(text, text_line);
         break;
       }
-      const char kind = s_[open + 1];  // '{', '%' or '#'
+      const char kind = source_[open + 1];  // '{', '%' or '#'
       size_t q = open + 2;
-      const char sign = q < s_.size() && (s_[q] == '-' || s_[q] == '+') ? s_[q] : 0;
+      const char sign = q < source_.size() && (source_[q] == '-' || source_[q] == '+') ? source_[q] : 0;
       if (sign) ++q;
       if (sign == '-') {
         text = rstrip_ws(text);
@@ -62,9 +62,9 @@ class Lexer {
       push_text(text, text_line);
       advance_to(q);
       if (kind == '#') {
-        const size_t e = s_.find("#}", p_);
+        const size_t e = source_.find("#}", pos_);
         if (e == std::string::npos) fail(line_, "a comment {# is never closed with #}");
-        const bool strip = e > p_ && s_[e - 1] == '-';
+        const bool strip = e > pos_ && source_[e - 1] == '-';
         advance_to(e + 2);
         line_starting = after_tag(strip, /*trim=*/true);
         continue;
@@ -83,14 +83,14 @@ class Lexer {
 
  private:
   size_t find_open(size_t from) const {
-    for (size_t k = from; k + 1 < s_.size(); ++k)
-      if (s_[k] == '{' && (s_[k + 1] == '{' || s_[k + 1] == '%' || s_[k + 1] == '#')) return k;
-    return s_.size();
+    for (size_t k = from; k + 1 < source_.size(); ++k)
+      if (source_[k] == '{' && (source_[k + 1] == '{' || source_[k + 1] == '%' || source_[k + 1] == '#')) return k;
+    return source_.size();
   }
   void advance_to(size_t q) {
-    for (; p_ < q && p_ < s_.size(); ++p_)
-      if (s_[p_] == '\n') ++line_;
-    p_ = q;
+    for (; pos_ < q && pos_ < source_.size(); ++pos_)
+      if (source_[pos_] == '\n') ++line_;
+    pos_ = q;
   }
   static std::string rstrip_ws(const std::string& t) {
     size_t e = t.size();
@@ -103,15 +103,15 @@ class Lexer {
   // After a tag's end: "-" strips all following whitespace, trim_blocks one newline (blocks and
   // comments). Returns whether the next text starts a line (for lstrip_blocks).
   bool after_tag(bool strip, bool trim) {
-    size_t q = p_;
+    size_t q = pos_;
     if (strip) {
-      while (q < s_.size() && is_space(s_[q])) ++q;
-    } else if (trim && q < s_.size() && s_[q] == '\n') {
+      while (q < source_.size() && is_space(source_[q])) ++q;
+    } else if (trim && q < source_.size() && source_[q] == '\n') {
       ++q;
-    } else if (trim && q + 1 < s_.size() && s_[q] == '\r' && s_[q + 1] == '\n') {
+    } else if (trim && q + 1 < source_.size() && source_[q] == '\r' && source_[q + 1] == '\n') {
       q += 2;
     }
-    const bool ends_line = q > p_ && s_[q - 1] == '\n';
+    const bool ends_line = q > pos_ && source_[q - 1] == '\n';
     advance_to(q);
     return ends_line;
   }
@@ -120,20 +120,21 @@ class Lexer {
   bool lex_tag(bool block) {
     int depth = 0;  // { } nesting, so a dict literal's "}}" does not end a {{ }}
     for (;;) {
-      while (p_ < s_.size() && is_space(s_[p_])) advance_to(p_ + 1);
-      if (p_ >= s_.size()) fail(line_, block ? "a {% tag is never closed with %}" : "a {{ tag is never closed with }}");
+      while (pos_ < source_.size() && is_space(source_[pos_])) advance_to(pos_ + 1);
+      if (pos_ >= source_.size())
+        fail(line_, block ? "a {% tag is never closed with %}" : "a {{ tag is never closed with }}");
       const char* end = block ? "%}" : "}}";
-      const bool dash = s_[p_] == '-' && s_.compare(p_ + 1, 2, end) == 0;
-      if ((dash || s_.compare(p_, 2, end) == 0) && (block || depth == 0)) {
+      const bool dash = source_[pos_] == '-' && source_.compare(pos_ + 1, 2, end) == 0;
+      if ((dash || source_.compare(pos_, 2, end) == 0) && (block || depth == 0)) {
         toks_.push_back({block ? Tok::block_end : Tok::var_end, "", line_});
-        advance_to(p_ + (dash ? 3 : 2));
+        advance_to(pos_ + (dash ? 3 : 2));
         return after_tag(dash, block);
       }
-      const char c = s_[p_];
+      const char c = source_[pos_];
       if (is_name_start(c)) {
-        size_t q = p_;
-        while (q < s_.size() && (is_name_start(s_[q]) || is_digit(s_[q]))) ++q;
-        toks_.push_back({Tok::name, s_.substr(p_, q - p_), line_});
+        size_t q = pos_;
+        while (q < source_.size() && (is_name_start(source_[q]) || is_digit(source_[q]))) ++q;
+        toks_.push_back({Tok::name, source_.substr(pos_, q - pos_), line_});
         advance_to(q);
       } else if (is_digit(c)) {
         lex_number();
@@ -145,11 +146,11 @@ class Lexer {
         bool found = false;
         for (const char* op : ops) {
           const size_t n = std::char_traits<char>::length(op);
-          if (s_.compare(p_, n, op) == 0) {
+          if (source_.compare(pos_, n, op) == 0) {
             if (op[0] == '{' && n == 1) ++depth;
             if (op[0] == '}' && n == 1) --depth;
             toks_.push_back({Tok::op, op, line_});
-            advance_to(p_ + n);
+            advance_to(pos_ + n);
             found = true;
             break;
           }
@@ -160,26 +161,26 @@ class Lexer {
   }
 
   void lex_number() {
-    size_t q = p_;
-    while (q < s_.size() && (is_digit(s_[q]) || s_[q] == '_')) ++q;
+    size_t q = pos_;
+    while (q < source_.size() && (is_digit(source_[q]) || source_[q] == '_')) ++q;
     bool is_float = false;
-    if (q + 1 < s_.size() && s_[q] == '.' && is_digit(s_[q + 1])) {
+    if (q + 1 < source_.size() && source_[q] == '.' && is_digit(source_[q + 1])) {
       is_float = true;
       ++q;
-      while (q < s_.size() && is_digit(s_[q])) ++q;
+      while (q < source_.size() && is_digit(source_[q])) ++q;
     }
-    if (q < s_.size() && (s_[q] == 'e' || s_[q] == 'E')) {
+    if (q < source_.size() && (source_[q] == 'e' || source_[q] == 'E')) {
       size_t r = q + 1;
-      if (r < s_.size() && (s_[r] == '+' || s_[r] == '-')) ++r;
-      if (r < s_.size() && is_digit(s_[r])) {
+      if (r < source_.size() && (source_[r] == '+' || source_[r] == '-')) ++r;
+      if (r < source_.size() && is_digit(source_[r])) {
         is_float = true;
         q = r;
-        while (q < s_.size() && is_digit(s_[q])) ++q;
+        while (q < source_.size() && is_digit(source_[q])) ++q;
       }
     }
     std::string v;
-    for (size_t k = p_; k < q; ++k)
-      if (s_[k] != '_') v += s_[k];
+    for (size_t k = pos_; k < q; ++k)
+      if (source_[k] != '_') v += source_[k];
     toks_.push_back({is_float ? Tok::number : Tok::integer, v, line_});
     advance_to(q);
   }
@@ -205,18 +206,18 @@ class Lexer {
   // A Python string literal: the escapes Python knows; an unknown one stays as written.
   void lex_string(char quote_char) {
     const int line = line_;
-    size_t q = p_ + 1;
+    size_t q = pos_ + 1;
     std::string v;
     for (;;) {
-      if (q >= s_.size()) fail(line, "a string literal is never closed");
-      const char c = s_[q];
+      if (q >= source_.size()) fail(line, "a string literal is never closed");
+      const char c = source_[q];
       if (c == quote_char) break;
-      if (c != '\\' || q + 1 >= s_.size()) {
+      if (c != '\\' || q + 1 >= source_.size()) {
         v += c;
         ++q;
         continue;
       }
-      const char e = s_[q + 1];
+      const char e = source_[q + 1];
       q += 2;
       switch (e) {
         case 'n':
@@ -258,8 +259,8 @@ class Lexer {
         case 'u':
         case 'U': {
           const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-          if (q + n > s_.size()) fail(line, "a truncated \\x / \\u escape in a string literal");
-          append_utf8(v, uint32_t(std::strtoul(s_.substr(q, n).c_str(), nullptr, 16)));
+          if (q + n > source_.size()) fail(line, "a truncated \\x / \\u escape in a string literal");
+          append_utf8(v, uint32_t(std::strtoul(source_.substr(q, n).c_str(), nullptr, 16)));
           q += n;
           break;
         }
@@ -272,9 +273,9 @@ class Lexer {
     advance_to(q + 1);
   }
 
-  std::string s_;
+  std::string source_;
   const std::string& name_;
-  size_t p_ = 0;
+  size_t pos_ = 0;
   int line_ = 1;
   std::vector<Token> toks_;
 };
@@ -286,7 +287,7 @@ const std::set<std::string> kUnsupportedStatements = {"call",  "filter", "includ
 
 }  // namespace
 
-void Parser::fail(const std::string& what) { lx_.fail(cur().line, what); }
+void Parser::fail(const std::string& what) { lexer_.fail(cur().line, what); }
 
 // Statements until a block tag named in `ends` (its name goes to *end, the tag's "{% name"
 // consumed) or the end of the template (only when ends is empty).
@@ -303,23 +304,23 @@ NodePtr Parser::parse_body(const std::set<std::string>& ends, std::string* end) 
     if (t.type == Tok::text) {
       NodePtr n = node(NodeKind::text);
       n->str = t.value;
-      ++k_;
+      ++cursor_;
       body->kids.push_back(std::move(n));
     } else if (t.type == Tok::var_begin) {
-      ++k_;
+      ++cursor_;
       NodePtr n = node(NodeKind::output);
       n->a = parse_tuple(true);  // (a statement: its depth is the parser recursion's)
       if (cur().type != Tok::var_end) fail(str_cat("expected \"}}\", found ", describe(cur())));
-      ++k_;
+      ++cursor_;
       body->kids.push_back(std::move(n));
     } else {  // block_begin
       const Token& nt = peek();
       if (nt.type == Tok::name && ends.count(nt.value)) {
         *end = nt.value;
-        k_ += 2;
+        cursor_ += 2;
         return body;
       }
-      ++k_;
+      ++cursor_;
       body->kids.push_back(parse_statement());
     }
   }
@@ -333,7 +334,7 @@ NodePtr Parser::parse_statement() {
   if (kUnsupportedStatements.count(kw))
     fail(str_cat("unsupported Jinja construct {% ", kw,
                  " %}; ztrain's chat templates support set, if, for, macro, break, continue and generation"));
-  ++k_;
+  ++cursor_;
   if (kw == "if") return parse_if();
   if (kw == "for") return parse_for();
   if (kw == "set") return parse_set();
@@ -355,10 +356,10 @@ NodePtr Parser::parse_for() {
   NodePtr n = node(NodeKind::for_);
   n->names = parse_targets(false);
   if (!at_name("in")) fail("expected \"in\" in a for statement");
-  ++k_;
+  ++cursor_;
   n->a = parse_tuple(false);
   if (at_name("if")) {
-    ++k_;
+    ++cursor_;
     n->c = parse_expression(true);
   }
   if (at_name("recursive")) fail("unsupported Jinja construct: recursive for loops");
@@ -377,7 +378,7 @@ NodePtr Parser::parse_set() {
   std::string end;
   std::vector<std::string> targets = parse_targets(true);
   if (at_op("=")) {
-    ++k_;
+    ++cursor_;
     NodePtr n = node(NodeKind::set);
     n->names = targets;
     n->a = parse_tuple(true);
@@ -402,17 +403,17 @@ NodePtr Parser::parse_macro() {
   while (!at_op(")")) {
     n->names.push_back(expect_name());
     if (at_op("=")) {
-      ++k_;
+      ++cursor_;
       n->args.push_back(parse_expression(true));
     } else {
       n->args.push_back(nullptr);
     }
     if (!at_op(")")) expect_op(",");
   }
-  ++k_;
+  ++cursor_;
   expect_block_end();
   n->kids.push_back(parse_body({"endmacro"}, &end));
-  if (cur().type == Tok::name) ++k_;  // {% endmacro name %}
+  if (cur().type == Tok::name) ++cursor_;  // {% endmacro name %}
   expect_block_end();
   return n;
 }
@@ -447,17 +448,17 @@ NodePtr Parser::parse_if() {
 std::vector<std::string> Parser::parse_targets(bool allow_attr) {
   std::vector<std::string> out;
   const bool paren = at_op("(");
-  if (paren) ++k_;
+  if (paren) ++cursor_;
   for (;;) {
     std::string n = expect_name();
     if (allow_attr && at_op(".")) {
-      ++k_;
+      ++cursor_;
       n += '.';
       n += expect_name();
     }
     out.push_back(n);
     if (!at_op(",")) break;
-    ++k_;
+    ++cursor_;
   }
   if (paren) expect_op(")");
   return out;

@@ -37,7 +37,7 @@ NodePtr Parser::parse_tuple(bool with_cond) {
   NodePtr t = node(NodeKind::tuple);
   t->args.push_back(std::move(first));
   while (at_op(",")) {
-    ++k_;
+    ++cursor_;
     if (cur().type == Tok::block_end || cur().type == Tok::var_end || at_op(")")) break;
     t->args.push_back(parse_expression(with_cond));
   }
@@ -50,10 +50,10 @@ NodePtr Parser::parse_expression(bool with_cond) {
   if (!with_cond) return e;
   while (at_name("if")) {
     NodePtr c = node(NodeKind::cond);
-    ++k_;
+    ++cursor_;
     c->c = parse_or();
     if (at_name("else")) {
-      ++k_;
+      ++cursor_;
       c->b = parse_expression(true);
     }
     c->a = std::move(e);
@@ -71,7 +71,7 @@ NodePtr Parser::binary(const std::string& op, NodePtr l, NodePtr r) {
 NodePtr Parser::parse_or() {
   NodePtr l = parse_and();
   while (at_name("or")) {
-    ++k_;
+    ++cursor_;
     l = binary("or", std::move(l), parse_and());
   }
   return l;
@@ -79,7 +79,7 @@ NodePtr Parser::parse_or() {
 NodePtr Parser::parse_and() {
   NodePtr l = parse_not();
   while (at_name("and")) {
-    ++k_;
+    ++cursor_;
     l = binary("and", std::move(l), parse_not());
   }
   return l;
@@ -88,7 +88,7 @@ NodePtr Parser::parse_not() {
   if (at_name("not")) {
     Recursion guard(*this);
     NodePtr n = node(NodeKind::unary);
-    ++k_;
+    ++cursor_;
     n->str = "not";
     n->a = parse_not();
     return done(std::move(n));
@@ -102,13 +102,13 @@ NodePtr Parser::parse_compare() {
     if (cur().type == Tok::op && (cur().value == "==" || cur().value == "!=" || cur().value == "<" ||
                                   cur().value == ">" || cur().value == "<=" || cur().value == ">=")) {
       op = cur().value;
-      ++k_;
+      ++cursor_;
     } else if (at_name("in")) {
       op = "in";
-      ++k_;
+      ++cursor_;
     } else if (at_name("not") && peek().type == Tok::name && peek().value == "in") {
       op = "not in";
-      k_ += 2;
+      cursor_ += 2;
     } else {
       return l;
     }
@@ -119,7 +119,7 @@ NodePtr Parser::parse_math1() {
   NodePtr l = parse_concat();
   while (at_op("+") || at_op("-")) {
     const std::string op = cur().value;
-    ++k_;
+    ++cursor_;
     l = binary(op, std::move(l), parse_concat());
   }
   return l;
@@ -127,7 +127,7 @@ NodePtr Parser::parse_math1() {
 NodePtr Parser::parse_concat() {
   NodePtr l = parse_math2();
   while (at_op("~")) {
-    ++k_;
+    ++cursor_;
     l = binary("~", std::move(l), parse_math2());
   }
   return l;
@@ -136,7 +136,7 @@ NodePtr Parser::parse_math2() {
   NodePtr l = parse_pow();
   while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
     const std::string op = cur().value;
-    ++k_;
+    ++cursor_;
     l = binary(op, std::move(l), parse_pow());
   }
   return l;
@@ -144,7 +144,7 @@ NodePtr Parser::parse_math2() {
 NodePtr Parser::parse_pow() {
   NodePtr l = parse_unary(true);
   while (at_op("**")) {
-    ++k_;
+    ++cursor_;
     l = binary("**", std::move(l), parse_unary(true));
   }
   return l;
@@ -155,7 +155,7 @@ NodePtr Parser::parse_unary(bool with_filter) {
     Recursion guard(*this);
     n = node(NodeKind::unary);
     n->str = cur().value;
-    ++k_;
+    ++cursor_;
     n->a = parse_unary(false);
     n = done(std::move(n));
   } else {
@@ -179,7 +179,7 @@ NodePtr Parser::parse_primary() {
   NodePtr n = node(NodeKind::literal);
   switch (t.type) {
     case Tok::name:
-      ++k_;
+      ++cursor_;
       if (t.value == "true" || t.value == "True") {
         n->value = Value::boolean(true);
       } else if (t.value == "false" || t.value == "False") {
@@ -193,25 +193,25 @@ NodePtr Parser::parse_primary() {
       return n;
     case Tok::string: {
       std::string s;
-      while (cur().type == Tok::string) s += t_[k_++].value;  // adjacent literals join
+      while (cur().type == Tok::string) s += tokens_[cursor_++].value;  // adjacent literals join
       n->value = Value::string(s);
       return n;
     }
     case Tok::integer:
-      ++k_;
+      ++cursor_;
       n->value = Value::integer(integer_literal(t.value));
       return n;
     case Tok::number:
-      ++k_;
+      ++cursor_;
       n->value = Value::number(std::strtod(t.value.c_str(), nullptr));
       return n;
     default:
       break;
   }
   if (at_op("(")) {
-    ++k_;
+    ++cursor_;
     if (at_op(")")) {
-      ++k_;
+      ++cursor_;
       n->kind = NodeKind::tuple;
       return n;
     }
@@ -220,17 +220,17 @@ NodePtr Parser::parse_primary() {
     return e;
   }
   if (at_op("[")) {
-    ++k_;
+    ++cursor_;
     n->kind = NodeKind::list;
     while (!at_op("]")) {
       n->args.push_back(parse_expression(true));
       if (!at_op("]")) expect_op(",");
     }
-    ++k_;
+    ++cursor_;
     return done(std::move(n));
   }
   if (at_op("{")) {
-    ++k_;
+    ++cursor_;
     n->kind = NodeKind::dict;
     while (!at_op("}")) {
       n->args.push_back(parse_expression(true));
@@ -238,7 +238,7 @@ NodePtr Parser::parse_primary() {
       n->kw_values.push_back(parse_expression(true));
       if (!at_op("}")) expect_op(",");
     }
-    ++k_;
+    ++cursor_;
     return done(std::move(n));
   }
   fail(str_cat("unexpected ", describe(t), " in an expression"));
@@ -250,7 +250,7 @@ void Parser::parse_call_args(Node& n) {
     if (at_op("*") || at_op("**")) fail("unsupported Jinja construct: *args / **kwargs in a call");
     if (cur().type == Tok::name && peek().type == Tok::op && peek().value == "=") {
       n.names.push_back(cur().value);
-      k_ += 2;
+      cursor_ += 2;
       n.kw_values.push_back(parse_expression(true));
     } else {
       if (!n.names.empty()) fail("a positional argument follows a keyword argument");
@@ -258,18 +258,18 @@ void Parser::parse_call_args(Node& n) {
     }
     if (!at_op(")")) expect_op(",");
   }
-  ++k_;
+  ++cursor_;
 }
 
 NodePtr Parser::parse_postfix(NodePtr n) {
   for (;;) {
     if (at_op(".")) {
-      ++k_;
+      ++cursor_;
       if (cur().type == Tok::integer) {
         NodePtr it = node(NodeKind::item);
         NodePtr idx = node(NodeKind::literal);
         idx->value = Value::integer(integer_literal(cur().value));
-        ++k_;
+        ++cursor_;
         it->a = std::move(n);
         it->b = std::move(idx);
         n = done(std::move(it));
@@ -280,7 +280,7 @@ NodePtr Parser::parse_postfix(NodePtr n) {
       at->a = std::move(n);
       n = done(std::move(at));
     } else if (at_op("[")) {
-      ++k_;
+      ++cursor_;
       n = done(parse_subscript(std::move(n)));
     } else if (at_op("(")) {
       NodePtr c = node(NodeKind::call);
@@ -298,7 +298,7 @@ NodePtr Parser::parse_subscript(NodePtr obj) {
   bool is_slice = false;
   while (!at_op("]")) {
     if (at_op(":")) {
-      ++k_;
+      ++cursor_;
       is_slice = true;
       if (parts.size() >= 3) fail("a slice takes at most start:stop:step");
       parts.emplace_back();
@@ -307,7 +307,7 @@ NodePtr Parser::parse_subscript(NodePtr obj) {
     if (parts.back()) fail(str_cat("unexpected ", describe(cur()), " in a subscript"));
     parts.back() = parse_expression(true);
   }
-  ++k_;
+  ++cursor_;
   if (!is_slice) {
     if (!parts[0]) fail("an empty subscript []");
     NodePtr it = node(NodeKind::item);
@@ -325,11 +325,11 @@ NodePtr Parser::parse_subscript(NodePtr obj) {
 NodePtr Parser::parse_filter_expr(NodePtr n) {
   for (;;) {
     if (at_op("|")) {
-      ++k_;
+      ++cursor_;
       NodePtr f = node(NodeKind::filter);
       f->str = expect_name();
       while (at_op(".")) {
-        ++k_;
+        ++cursor_;
         f->str += '.';  // (not "." + name: GCC 12 warns falsely on that once inlined, PR 105651)
         f->str += expect_name();
       }
@@ -338,11 +338,11 @@ NodePtr Parser::parse_filter_expr(NodePtr n) {
       f->a = std::move(n);
       n = done(std::move(f));
     } else if (at_name("is")) {
-      ++k_;
+      ++cursor_;
       NodePtr t = node(NodeKind::test);
       if (at_name("not")) {
         t->negate = true;
-        ++k_;
+        ++cursor_;
       }
       t->str = expect_name();
       if (!known_test(t->str)) fail(str_cat("unsupported Jinja test \"", t->str, "\""));

@@ -27,7 +27,7 @@ class Lexer;  // jinja_parse.cpp
 
 class Parser {
  public:
-  Parser(std::vector<Token> toks, Lexer& lx) : t_(std::move(toks)), lx_(lx) {}
+  Parser(std::vector<Token> toks, Lexer& lx) : tokens_(std::move(toks)), lexer_(lx) {}
   bool has_generation = false;
 
   NodePtr parse_all() {
@@ -37,22 +37,22 @@ class Parser {
   }
 
  private:
-  const Token& cur() const { return t_[k_]; }
-  const Token& peek(size_t n = 1) const { return t_[std::min(k_ + n, t_.size() - 1)]; }
+  const Token& cur() const { return tokens_[cursor_]; }
+  const Token& peek(size_t n = 1) const { return tokens_[std::min(cursor_ + n, tokens_.size() - 1)]; }
   bool at_op(const char* op) const { return cur().type == Tok::op && cur().value == op; }
   bool at_name(const char* n) const { return cur().type == Tok::name && cur().value == n; }
   [[noreturn]] void fail(const std::string& what);
   void expect_op(const char* op) {
     if (!at_op(op)) fail(str_cat("expected \"", op, "\", found ", describe(cur())));
-    ++k_;
+    ++cursor_;
   }
   std::string expect_name() {
     if (cur().type != Tok::name) fail(str_cat("expected a name, found ", describe(cur())));
-    return t_[k_++].value;
+    return tokens_[cursor_++].value;
   }
   void expect_block_end() {
     if (cur().type != Tok::block_end) fail(str_cat("expected the end of the tag (%}), found ", describe(cur())));
-    ++k_;
+    ++cursor_;
   }
   static std::string describe(const Token& t) {
     switch (t.type) {
@@ -116,9 +116,9 @@ class Parser {
   NodePtr parse_subscript(NodePtr obj);
   NodePtr parse_filter_expr(NodePtr n);
 
-  std::vector<Token> t_;
-  Lexer& lx_;
-  size_t k_ = 0;
+  std::vector<Token> tokens_;
+  Lexer& lexer_;
+  size_t cursor_ = 0;
   int depth_ = 0;  // parser recursion (Recursion)
 };
 

@@ -90,15 +90,15 @@ bool is_word_at_end(std::string_view s) {
 
 }  // namespace
 
-PipelineTokenizer::PipelineTokenizer(PipelineParts parts) : p_(std::move(parts)) {
-  vocab_size_ = p_.model->vocab_size();
-  for (const AddedToken& a : p_.added) vocab_size_ = std::max(vocab_size_, a.id + 1);
-  splits_at_newlines_ = newline_cuts_are_safe(p_);
-  for (uint32_t i = 0; i < p_.added.size(); ++i) {
-    const AddedToken& a = p_.added[i];
+PipelineTokenizer::PipelineTokenizer(PipelineParts parts) : parts_(std::move(parts)) {
+  vocab_size_ = parts_.model->vocab_size();
+  for (const AddedToken& a : parts_.added) vocab_size_ = std::max(vocab_size_, a.id + 1);
+  splits_at_newlines_ = newline_cuts_are_safe(parts_);
+  for (uint32_t i = 0; i < parts_.added.size(); ++i) {
+    const AddedToken& a = parts_.added[i];
     added_by_id_.emplace(a.id, i);
     std::string text = a.content;
-    if (a.normalized) normalize_text(p_.normalizer, text, p_.source);
+    if (a.normalized) normalize_text(parts_.normalizer, text, parts_.source);
     (a.normalized ? normalized_trie_ : raw_trie_).insert(text, i);
     (a.normalized ? normalized_any_ : raw_any_) = true;
     if (!a.special) (a.normalized ? normalized_plain_ : raw_plain_) = true;
@@ -117,7 +117,7 @@ void PipelineTokenizer::split_added(std::string_view text, bool normalized, bool
       ++i;
       continue;
     }
-    const AddedToken* best = &p_.added[k];
+    const AddedToken* best = &parts_.added[k];
     size_t start = i, stop = i + len;
     i = stop;
     // A skipped match still consumes its text, as in tokenizers' find_matches: a shorter token
@@ -156,16 +156,16 @@ void PipelineTokenizer::encode_normalized(std::string_view text, bool at_start, 
   thread_local Splits a, tmp;
   a.clear();
   a.add(text, at_start);
-  pre_tokenize(p_.pre_tokenizer, a, tmp, p_.source);
-  for (size_t i = 0; i < a.spans.size(); ++i) p_.model->encode(a.piece(i), out);
+  pre_tokenize(parts_.pre_tokenizer, a, tmp, parts_.source);
+  for (size_t i = 0; i < a.spans.size(); ++i) parts_.model->encode(a.piece(i), out);
 }
 
 void PipelineTokenizer::encode_part(std::string_view text, bool at_start, bool split_special,
                                     std::vector<int32_t>& out) const {
   std::string normalized;
-  if (!p_.normalizer.empty()) {
+  if (!parts_.normalizer.empty()) {
     normalized.assign(text);
-    normalize_text(p_.normalizer, normalized, p_.source);
+    normalize_text(parts_.normalizer, normalized, parts_.source);
     text = normalized;
   }
   if (!any_added(true, split_special)) return encode_normalized(text, at_start, out);
@@ -182,7 +182,7 @@ void PipelineTokenizer::encode_part(std::string_view text, bool at_start, bool s
 std::vector<int32_t> PipelineTokenizer::encode(std::string_view text, EncodeOptions opt) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3);
-  if (opt.add_special_tokens) out = p_.post.before;
+  if (opt.add_special_tokens) out = parts_.post.before;
   const bool split = opt.split_special_tokens;
   if (!any_added(false, split)) {
     encode_part(text, true, split, out);
@@ -196,7 +196,7 @@ std::vector<int32_t> PipelineTokenizer::encode(std::string_view text, EncodeOpti
         encode_part(text.substr(p.start, p.end - p.start), p.start == 0, split, out);
     }
   }
-  if (opt.add_special_tokens) out.insert(out.end(), p_.post.after.begin(), p_.post.after.end());
+  if (opt.add_special_tokens) out.insert(out.end(), parts_.post.after.begin(), parts_.post.after.end());
   return out;
 }
 
@@ -343,19 +343,19 @@ std::string PipelineTokenizer::decode(const std::vector<int32_t>& ids) const {
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
     auto it = added_by_id_.find(id);
-    const std::string* t = it != added_by_id_.end() ? &p_.added[it->second].content : p_.model->id_to_token(id);
-    ZT_CHECK(t, "decode: token id ", id, " is not in the ", p_.name, " vocabulary (", vocab_size_,
+    const std::string* t = it != added_by_id_.end() ? &parts_.added[it->second].content : parts_.model->id_to_token(id);
+    ZT_CHECK(t, "decode: token id ", id, " is not in the ", parts_.name, " vocabulary (", vocab_size_,
              " ids); the ids were made by a different tokenizer");
     tokens.push_back(*t);
   }
-  if (!p_.has_decoder) {
+  if (!parts_.has_decoder) {
     std::string out;
     for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
     return out;
   }
   const size_t input = total_bytes(tokens), limit = expansion_limit(input);
-  for (const DecodeStep& d : p_.decoder)
-    if (!apply_decoder(d, tokens, limit)) expansion_fail("decoder", p_.source, input);
+  for (const DecodeStep& d : parts_.decoder)
+    if (!apply_decoder(d, tokens, limit)) expansion_fail("decoder", parts_.source, input);
   std::string out;
   for (const std::string& t : tokens) out += t;
   return out;

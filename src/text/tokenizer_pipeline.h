@@ -114,9 +114,9 @@ class PipelineTokenizer final : public Tokenizer {
   std::vector<int32_t> encode(std::string_view text, EncodeOptions opt) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   int vocab_size() const override { return vocab_size_; }
-  int32_t eos_id() const override { return p_.eos_id; }
-  int32_t bos_id() const override { return p_.bos_id; }
-  std::string name() const override { return p_.name; }
+  int32_t eos_id() const override { return parts_.eos_id; }
+  int32_t bos_id() const override { return parts_.bos_id; }
+  std::string name() const override { return parts_.name; }
   bool splits_at_newlines() const override { return splits_at_newlines_; }
 
  private:
@@ -136,7 +136,7 @@ class PipelineTokenizer final : public Tokenizer {
     return normalized ? (split_special ? normalized_plain_ : normalized_any_) : (split_special ? raw_plain_ : raw_any_);
   }
 
-  PipelineParts p_;
+  PipelineParts parts_;
   int vocab_size_ = 0;
   bool splits_at_newlines_ = false;
   // Which added tokens exist: normalized / raw, any / non-special ("plain").

@@ -230,13 +230,14 @@ void Trainer::cap_device_memory() {
 }
 
 void Trainer::build_model_and_engine() {
-  const TpPlan tp{grid_->tp().size(), grid_->tp().rank(), c_.parallel.sequence_parallel};
+  const LayerCut cut =
+      parallel::tensor_parallel_cut(cfg_, grid_->tp().size(), grid_->tp().rank(), c_.parallel.sequence_parallel);
   // Under ZeRO the model holds no flat buffer: the engine fills what this rank keeps (its shard, or
   // its stage's units) from the random streams (init_values), from the HF files (only those
   // elements), or from nothing on a resume (the checkpoint sets every parameter a rank keeps). So
   // no rank holds the whole model at start.
   const bool sharded_init = c_.parallel.engine.stage >= 1;
-  model_ = std::make_unique<Transformer>(cfg_, tp, /*hold_params=*/!sharded_init);
+  model_ = std::make_unique<Transformer>(cfg_, cut, /*hold_params=*/!sharded_init);
   const auto t0 = Clock::now();
   const bool fresh = c_.checkpoint.resume_from.empty();
   std::unique_ptr<HfWeights> hf;
@@ -423,7 +424,7 @@ void Trainer::start_run(const CheckpointRef* resumed, const std::string& resumed
 }
 
 void Trainer::start_loader_and_log() {
-  model_->set_act_plan(plan_);
+  model_->runtime().set_act_plan(plan_);
   model_->plan(rows_, parallel_->local_seq_len(), /*training=*/true, parallel_->activation_slots());
   loader_config_.B = rows_;
   loader_config_.T = seq_len_;
@@ -446,7 +447,7 @@ void Trainer::start_loader_and_log() {
   if (blend_) {
     if (!sft_) blend_->set_packing(c_.data.packing, loader_config_.eos_id);  // SFT rows bring their own positions
     chan_ = std::make_unique<ChannelLosses>(blend_->names(), rows_, seq_len_ / grid_->cp().size());
-    model_->set_token_losses(chan_->token_losses());
+    model_->runtime().set_token_losses(chan_->token_losses());
   }
   start_loader(start_step_);
   if (chief_) {

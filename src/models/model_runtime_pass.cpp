@@ -1,5 +1,5 @@
-// transformer_pass.cpp: the forward and backward pass in stage-able pieces, and their
-// composition (see transformer.h).
+// model_runtime_pass.cpp: the forward and backward pass in stage-able pieces, and their
+// composition (see model_runtime.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
+#include "models/model_runtime.h"
 #include "models/transformer.h"
 
 namespace zt {
@@ -17,7 +18,7 @@ namespace zt {
 // Checks position ids (O(B*T), next to nothing beside a step) and turns them into what
 // the layers use. Ids equal to 0..T-1 in every row take the unpacked path, so they give
 // results bit-identical to positions = null; a row without a restart needs no mask.
-nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in) {
+nn::Packing ModelRuntime::prepare_packing(const int32_t* positions, SlotInput* in) {
   const int B = B_, T = T_;
   // A sliding window shorter than the row bounds every query's first key (t - W + 1), alone
   // or with the packing bound; rows no longer than the window take the paths below unchanged.
@@ -32,10 +33,10 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
     kernels::attention_window_start(in->doc_start.data(), B, T, W);
     return pack;
   };
-  if (cp_) {
-    // Context parallel: this rank's chunks of each row at their global positions (ascending,
-    // with a jump between chunks); the region's attention masks causally over the whole row,
-    // and by each layer's window (AttnDims::window) over the global positions.
+  if (sequence_length_ > 0) {
+    // Rows that are parts of longer sequences (context parallel): this rank's chunks of each row at their global
+    // positions (ascending, with a jump between chunks); the region's attention masks causally over the whole row, and
+    // by each layer's window (AttnDims::window) over the global positions.
     ZT_ASSERT(positions, "context parallelism takes global positions");
     int32_t max_pos = 0;
     for (int64_t r = 0; r < int64_t(B) * T; ++r) max_pos = std::max(max_pos, positions[r]);
@@ -75,18 +76,18 @@ nn::Packing Transformer::prepare_packing(const int32_t* positions, SlotInput* in
   return window_bound(pack);
 }
 
-void Transformer::extend_rope(int32_t max_pos, SlotInput* in) {
+void ModelRuntime::extend_rope(int32_t max_pos, SlotInput* in) {
   if (!layout_.offsets.shape.rope || max_pos < T_) return;
   const int64_t half = cfg_.head_size / 2;
   if (max_pos >= rope_ext_rows_) {
     // Row t of a table depends only on t, so the longer table agrees with the planned one.
     // It covers the whole context at once: slots in flight keep pointers into it.
     const int rows = cfg_.max_position;
-    rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary, dev_);
-    fill_rope(rope_, rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows);
+    rope_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary, dev());
+    fill_rope(model_.rope_, rope_ext_.as<float>(), rope_ext_.as<float>() + rows * half, rows);
     if (cfg_.rope_local_theta > 0.f) {
-      rope_local_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary, dev_);
-      fill_rope(rope_local_, rope_local_ext_.as<float>(), rope_local_ext_.as<float>() + rows * half, rows);
+      rope_local_ext_ = Buffer(size_t(2 * rows * half) * sizeof(float), MemCategory::temporary, dev());
+      fill_rope(model_.rope_local_, rope_local_ext_.as<float>(), rope_local_ext_.as<float>() + rows * half, rows);
     }
     rope_ext_rows_ = rows;
   }
@@ -96,11 +97,12 @@ void Transformer::extend_rope(int32_t max_pos, SlotInput* in) {
     in->rope_local = {rope_local_ext_.as<float>(), rope_local_ext_.as<float>() + rope_ext_rows_ * half};
 }
 
-void Transformer::prepare_local(SlotInput* in) {
+void ModelRuntime::prepare_local(SlotInput* in) {
   in->pack_local = in->pack;
   const int W = cfg_.sliding_window, B = B_, T = T_;
-  // Under context parallelism the region masks each layer's window itself (AttnDims::window).
-  if (cfg_.sliding_layers.empty() || W <= 0 || T <= W || cp_) return;
+  // Rows that are parts of longer sequences: the blocks' attention hook masks each layer's
+  // window itself (AttnDims::window).
+  if (cfg_.sliding_layers.empty() || W <= 0 || T <= W || sequence_length_ > 0) return;
   if (in->pack.doc_start)
     in->doc_start_local.assign(in->pack.doc_start, in->pack.doc_start + int64_t(B) * T);
   else
@@ -109,46 +111,42 @@ void Transformer::prepare_local(SlotInput* in) {
   in->pack_local.doc_start = in->doc_start_local.data();
 }
 
-float Transformer::embed_multiplier() const {
-  // HF: hidden_size ** 0.5 (a Python float) as a float32 tensor.
-  return cfg_.embed_scale ? float(std::sqrt(double(cfg_.n_embd))) : 1.0f;
-}
-
-void Transformer::scale_embedding(TensorView x) const {
+void ModelRuntime::scale_embedding(TensorView x) const {
   if (!cfg_.embed_scale) return;
-  kernels::scale(dev_, x.as<float>(), x.numel(), embed_multiplier());
+  kernels::scale(dev(), x.as<float>(), x.numel(), model_.embed_multiplier());
 }
 
-void Transformer::begin_pass(bool backward) {
+void ModelRuntime::begin_pass(bool backward) {
   ZT_ASSERT(acts_.data(), "plan(B, T) must come first");
-  ZT_ASSERT(!backward || (training_ && (grads_.data() || provider_)), "plan(B, T, training=true) must come first");
+  ZT_ASSERT(!backward || (training_ && (model_.grads_.data() || provider_)),
+            "plan(B, T, training=true) must come first");
   backward_ = backward;
   ++pass_;
   provider().begin_pass(backward);
 }
 
-void Transformer::begin_slot(int slot, const int32_t* inputs, const int32_t* positions) {
+void ModelRuntime::begin_slot(int slot, const int32_t* inputs, const int32_t* positions) {
   SlotInput& in = inputs_[slot];
   in.inputs = inputs;
-  in.rope = {sc_.rope_cos.as<const float>(), sc_.rope_sin.as<const float>()};
-  in.rope_local = {sc_.rope_local_cos.as<const float>(), sc_.rope_local_sin.as<const float>()};
+  in.rope = {scratch_views_.rope_cos.as<const float>(), scratch_views_.rope_sin.as<const float>()};
+  in.rope_local = {scratch_views_.rope_local_cos.as<const float>(), scratch_views_.rope_local_sin.as<const float>()};
   in.pack = prepare_packing(positions, &in);
   prepare_local(&in);
-  if (dev_ == DeviceKind::cuda) upload_slot(&in, inputs);
+  if (dev() == DeviceKind::cuda) upload_slot(&in, inputs);
 }
 
-void Transformer::upload_slot(SlotInput* in, const int32_t* inputs) {
+void ModelRuntime::upload_slot(SlotInput* in, const int32_t* inputs) {
   const int64_t N = int64_t(B_) * T_;
   const size_t bytes = size_t(N) * sizeof(int32_t);
   int32_t* ids = in->ids.as<int32_t>();
-  kernels::copy_in(dev_, ids, inputs, bytes);
+  kernels::copy_in(dev(), ids, inputs, bytes);
   in->inputs = ids;
   if (in->pack.positions) {
-    kernels::copy_in(dev_, ids + N, in->pack.positions, bytes);
+    kernels::copy_in(dev(), ids + N, in->pack.positions, bytes);
     in->pack.positions = ids + N;
   }
   if (in->pack.doc_start) {
-    kernels::copy_in(dev_, ids + 2 * N, in->pack.doc_start, bytes);
+    kernels::copy_in(dev(), ids + 2 * N, in->pack.doc_start, bytes);
     in->pack.doc_start = ids + 2 * N;
   }
   // The sliding layers' view (Gemma): the device's pack, with its own doc_start row (ids' fourth,
@@ -156,12 +154,24 @@ void Transformer::upload_slot(SlotInput* in, const int32_t* inputs) {
   const bool own_local = !in->doc_start_local.empty() && in->pack_local.doc_start == in->doc_start_local.data();
   in->pack_local = in->pack;
   if (own_local) {
-    kernels::copy_in(dev_, ids + 3 * N, in->doc_start_local.data(), bytes);
+    kernels::copy_in(dev(), ids + 3 * N, in->doc_start_local.data(), bytes);
     in->pack_local.doc_start = ids + 3 * N;
   }
 }
 
-void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* positions) {
+nn::EmbeddingPass ModelRuntime::embedding_pass(const SlotInput& in) const {
+  nn::EmbeddingPass p;
+  p.ids = in.inputs;
+  p.positions = in.pack.positions;
+  p.N = int64_t(B_) * T_;
+  p.T = T_;
+  p.C = cfg_.n_embd;
+  p.dev = dev();
+  p.all_rows = scratch_views_.block.full;
+  return p;
+}
+
+void ModelRuntime::embed_forward(int slot, const int32_t* inputs, const int32_t* positions) {
   begin_slot(slot, inputs, positions);
   const SlotInput& in = inputs_[slot];
   const int u = layout_.embedding_unit;
@@ -169,128 +179,114 @@ void Transformer::embed_forward(int slot, const int32_t* inputs, const int32_t* 
   // Mixed precision with a tied LM head: the head's GEMMs read this unit's compute copy,
   // made here at the unit's first acquire of the pass.
   if (layout_.tied_head) compute_view(u, E);
-  const int64_t base = layout_.units[u].begin, N = int64_t(B_) * T_;
+  const int64_t base = layout_.units[u].begin;
   const ModelOffsets& s = layout_.offsets;
   const float* wpe = s.wpe >= 0 ? E.as<const float>() + (s.wpe - base) : nullptr;
   const float* wte = E.as<const float>() + (s.wte - base);
-  if (!tp_) {
-    kernels::embedding_forward(dev_, slots_[slot].res[0].as<float>(), in.inputs, wte, wpe, N, T_, cfg_.n_embd,
-                               in.pack.positions);
-  } else {
-    // Vocabulary parallel: each rank embeds the tokens it holds rows for (zeros elsewhere),
-    // rank 0 adds the positions, and the sum over the group (g) is the embedding.
-    const TpPlan& tp = layout_.tp;
-    const TensorView out = slots_[slot].res[0], full = tp.sp ? sc_.block.full : out;
-    kernels::embedding_forward_vocab(full.as<float>(), inputs, wte, tp.rank == 0 ? wpe : nullptr, N, T_, cfg_.n_embd,
-                                     in.pack.positions, tp.vocab_begin(cfg_.vocab_size),
-                                     tp.vocab_valid(cfg_.vocab_size));
-    tp_->row_parallel_output(out, full);
-  }
+  embedding().forward(slots_[slot].res[0], wte, wpe, embedding_pass(in));
   scale_embedding(slots_[slot].res[0]);
   provider().release(u);
 }
 
-void Transformer::blocks_forward(int slot, int first, int last) {
+void ModelRuntime::blocks_forward(int slot, int first, int last) {
   SlotActs& a = slots_[slot];
   const SlotInput& in = inputs_[slot];
   for (int l = first; l < last; ++l) {
     const int u = layout_.block_units[l];
     const TensorView P = provider().acquire(u, false);
     bind_block(l, P, {}, compute_view(u, P));
-    blocks_[l].forward(a.res[l + 1], a.res[l], a.blocks[l], sc_.block, B_, T_, rope_of(in, l), pack_of(in, l));
+    blocks_[l].forward(a.res[l + 1], a.res[l], a.blocks[l], scratch_views_.block, B_, T_, rope_of(in, l),
+                       pack_of(in, l));
     provider().release(u);
   }
 }
 
-double Transformer::head_forward_backward(int slot, const int32_t* targets, float grad_scale, int64_t* count,
-                                          bool backward) {
+double ModelRuntime::head_forward_backward(int slot, const int32_t* targets, float grad_scale, int64_t* count,
+                                           bool backward) {
   SlotActs& a = slots_[slot];
   const int head = layout_.head_unit, L = cfg_.n_layer;
   const int64_t N = int64_t(B_) * T_;
-  ParamProvider& pp = provider();
-  const TensorView H = pp.acquire(head, false);
-  const TensorView HG = backward ? pp.grads(head) : TensorView();
+  ParamProvider& source = provider();
+  const TensorView H = source.acquire(head, false);
+  const TensorView HG = backward ? source.grads(head) : TensorView();
   bind_head(H, HG);
   // The LM-head weight lives in the head unit, or (tied) in the embedding unit, which is
   // then acquired a second time: part of the provider's call order.
   const int lm_unit = layout_.lm_head_unit();
   const bool tied = layout_.tied_head;
-  const TensorView lm_unit_view = tied ? pp.acquire(lm_unit, false) : H;
+  const TensorView lm_unit_view = tied ? source.acquire(lm_unit, false) : H;
   const TensorView lm_w = lm_head_slice(lm_unit_view, lm_unit);
-  const TensorView lm_g = backward ? lm_head_slice(tied ? pp.grads(lm_unit) : HG, lm_unit) : TensorView();
+  const TensorView lm_g = backward ? lm_head_slice(tied ? source.grads(lm_unit) : HG, lm_unit) : TensorView();
   const nn::Precision prec = act_plan_.precision;
   // The final norm's output is the LM head's GEMM input: computed in fp32 (into dlnf, free
   // until the head's backward), then lowered to the compute dtype.
-  // Under sequence parallelism this rank normalizes its rows, which f then gathers.
-  auto mine = [&](TensorView full) { return tp_ ? tp_->local_rows(full) : full; };
-  const TensorView land = a.lnf_out.dtype == DType::f32 ? mine(a.lnf_out) : mine(sc_.dlnf);
+  // The head may compute a share of the rows (sequence parallel): this rank normalizes those,
+  // and the head's input_ready gathers the rest.
+  const nn::LmHeadLoss& head_layer = lm_head();
+  auto mine = [&](TensorView full) { return head_layer.local_rows(full); };
+  const TensorView land = a.lnf_out.dtype == DType::f32 ? mine(a.lnf_out) : mine(scratch_views_.dlnf);
   lnf_.forward(land, a.lnf_mean, a.lnf_rstd, a.res[L]);
-  nn::lower(prec, mine(a.lnf_out), land, dev_);
-  if (tp_) tp_->column_parallel_input(a.lnf_out);
-  kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_local, sc_.lm_chunk, cfg_.final_softcap};
+  nn::lower(prec, mine(a.lnf_out), land, dev());
+  head_layer.input_ready(a.lnf_out);
+  kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_rows, scratch_views_.lm_chunk, cfg_.final_softcap};
   kernels::LmHeadCompute lc;
   if (prec != nn::Precision::fp32) {
     lc.t = nn::compute_dtype(prec);
     lc.x = a.lnf_out.data;
     lc.w = lm_head_slice(compute_view(lm_unit, lm_unit_view), lm_unit).data;
-    lc.dlogits = sc_.dlogits_c.data;
+    lc.dlogits = scratch_views_.dlogits_c.data;
     lc.round_f16 = prec == nn::Precision::fp16;
   }
   double loss;
-  if (!tp_) {
+  {
     ZT_PROFILE("lmhead_ce");
-    if (dev_ == DeviceKind::cuda) {
-      kernels::copy_in(dev_, targets_.data(), targets, size_t(N) * sizeof(int32_t));
+    if (dev() == DeviceKind::cuda) {
+      kernels::copy_in(dev(), targets_.data(), targets, size_t(N) * sizeof(int32_t));
       targets = targets_.as<const int32_t>();
     }
-    loss = kernels::lmhead_ce(dev_, backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
+    nn::LmHeadPass hp;
+    hp.dims = hd;
+    hp.grad_scale = grad_scale;
+    hp.logits = scratch_views_.logits.as<float>();
+    hp.lowp = prec == nn::Precision::fp32 ? nullptr : &lc;
+    hp.token_losses = token_losses_;
+    hp.dev = dev();
+    loss = head_layer.forward(backward ? scratch_views_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
                               prec == nn::Precision::fp32 ? a.lnf_out.as<const float>() : nullptr,
-                              lm_w.as<const float>(), targets, hd, grad_scale, sc_.logits.as<float>(), count,
-                              prec == nn::Precision::fp32 ? nullptr : &lc, token_losses_);
-  } else {
-    // Vocabulary parallel: the logits stay split; their max and sum of exp are reduced.
-    ZT_PROFILE("lmhead_ce");
-    const TpPlan& tp = layout_.tp;
-    kernels::VocabShard vs;
-    vs.v0 = tp.vocab_begin(cfg_.vocab_size);
-    vs.nv = tp.vocab_valid(cfg_.vocab_size);
-    vs.max = [&](float* x, int64_t n) { tp_->all_reduce_max(x, n); };
-    vs.sum = [&](float* x, int64_t n) { tp_->all_reduce_sum(x, n); };
-    loss = kernels::lmhead_ce_vocab(backward ? sc_.dlnf.as<float>() : nullptr, lm_g.as<float>(),
-                                    prec == nn::Precision::fp32 ? a.lnf_out.as<const float>() : nullptr,
-                                    lm_w.as<const float>(), targets, hd, grad_scale, sc_.logits.as<float>(), count, vs,
-                                    prec == nn::Precision::fp32 ? nullptr : &lc, token_losses_);
+                              lm_w.as<const float>(), targets, hp, count);
   }
-  if (tied) pp.release(lm_unit);
+  if (tied) source.release(lm_unit);
   if (!backward) {
-    pp.release(head);
+    source.release(head);
     return loss;
   }
-  kernels::fill_zero(dev_, sc_.dres.data, sc_.dres.bytes());  // the final norm's backward adds into it
-  // f backward: the LM head's input gradient is a partial sum over the vocabulary's ranks.
-  const TensorView dlnf = mine(sc_.dlnf);
-  if (tp_) tp_->column_parallel_input_grad(dlnf, sc_.dlnf);
-  lnf_.backward(sc_.dres, dlnf, a.res[L], a.lnf_mean, a.lnf_rstd);
-  pp.release(head);
-  pp.grads_done(head);
+  kernels::fill_zero(dev(), scratch_views_.dres.data,
+                     scratch_views_.dres.bytes());  // the final norm's backward adds into it
+  // The LM head's input gradient in this rank's rows (a vocabulary-parallel head sums the
+  // partial gradients over its group).
+  const TensorView dlnf = mine(scratch_views_.dlnf);
+  head_layer.input_grad(dlnf, scratch_views_.dlnf);
+  lnf_.backward(scratch_views_.dres, dlnf, a.res[L], a.lnf_mean, a.lnf_rstd);
+  source.release(head);
+  source.grads_done(head);
   return loss;
 }
 
-void Transformer::blocks_backward(int slot, int first, int last) {
+void ModelRuntime::blocks_backward(int slot, int first, int last) {
   SlotActs& a = slots_[slot];
   const SlotInput& in = inputs_[slot];
   for (int l = last - 1; l >= first; --l) {
     const int u = layout_.block_units[l];
     const TensorView P = provider().acquire(u, true);
     bind_block(l, P, provider().grads(u), compute_view(u, P));
-    blocks_[l].backward(sc_.dres, a.res[l], a.blocks[l], sc_.block, B_, T_, rope_of(in, l), pack_of(in, l),
-                        act_plan_.of(l));
+    blocks_[l].backward(scratch_views_.dres, a.res[l], a.blocks[l], scratch_views_.block, B_, T_, rope_of(in, l),
+                        pack_of(in, l), act_plan_.of(l));
     provider().release(u);
     provider().grads_done(u);
   }
 }
 
-void Transformer::forward_acquires(int first, int last, bool embed, bool head, AcquireOrder* out) const {
+void ModelRuntime::forward_acquires(int first, int last, bool embed, bool head, AcquireOrder* out) const {
   if (embed) out->push_back({layout_.embedding_unit, false});
   for (int l = first; l < last; ++l) out->push_back({layout_.block_units[l], false});
   if (!head) return;
@@ -298,40 +294,25 @@ void Transformer::forward_acquires(int first, int last, bool embed, bool head, A
   if (layout_.tied_head) out->push_back({layout_.lm_head_unit(), false});
 }
 
-void Transformer::backward_acquires(int first, int last, AcquireOrder* out) const {
+void ModelRuntime::backward_acquires(int first, int last, AcquireOrder* out) const {
   for (int l = last - 1; l >= first; --l) out->push_back({layout_.block_units[l], true});
 }
 
-void Transformer::lm_head_grads_done() {
+void ModelRuntime::lm_head_grads_done() {
   if (layout_.tied_head) provider().grads_done(layout_.lm_head_unit());
 }
 
-void Transformer::embed_backward(int slot) {
+void ModelRuntime::embed_backward(int slot) {
   const SlotInput& in = inputs_[slot];
   const int u = layout_.embedding_unit;
   const TensorView G = provider().grads(u);
-  const int64_t base = layout_.units[u].begin, N = int64_t(B_) * T_;
+  const int64_t base = layout_.units[u].begin;
   const ModelOffsets& s = layout_.offsets;
   {
     ZT_PROFILE("embedding_bwd");
-    scale_embedding(sc_.dres);  // d(m e)/de = m: the stream's gradient, no longer needed, scaled in place
+    scale_embedding(scratch_views_.dres);  // d(m e)/de = m: the stream's gradient, no longer needed, scaled in place
     float* dwpe = s.wpe >= 0 ? G.as<float>() + (s.wpe - base) : nullptr;
-    if (!tp_) {
-      kernels::embedding_backward(dev_, G.as<float>() + (s.wte - base), dwpe, sc_.dres.as<const float>(), in.inputs, N,
-                                  T_, cfg_.n_embd, in.pack.positions);
-    } else {
-      // g backward: every rank needs all N rows' gradient (SP gathers them). Every rank
-      // adds the positions' gradient, which is then the same on all (a replicated tensor).
-      const TpPlan& tp = layout_.tp;
-      TensorView dy = sc_.dres;
-      if (tp.sp) {
-        dy = sc_.block.full;
-        tp_->row_parallel_output_grad(dy, sc_.dres);
-      }
-      kernels::embedding_backward_vocab(G.as<float>() + (s.wte - base), dwpe, dy.as<const float>(), in.inputs, N, T_,
-                                        cfg_.n_embd, in.pack.positions, tp.vocab_begin(cfg_.vocab_size),
-                                        tp.vocab_valid(cfg_.vocab_size));
-    }
+    embedding().backward(G.as<float>() + (s.wte - base), dwpe, scratch_views_.dres, embedding_pass(in));
   }
   provider().grads_done(u);
 }
@@ -339,8 +320,8 @@ void Transformer::embed_backward(int slot) {
 // The composition on slot 0. Its call sequence is the ParamProvider contract (providers
 // prefetch by it): forward units embedding, blocks, head (+ the embedding again when the
 // LM head is tied), then backward blocks L-1..0 and the embedding's gradients.
-double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
-                                     const int32_t* positions) {
+double ModelRuntime::forward_backward(const int32_t* inputs, const int32_t* targets, float grad_scale, int64_t* count,
+                                      const int32_t* positions) {
   begin_pass(true);
   embed_forward(0, inputs, positions);
   blocks_forward(0, 0, cfg_.n_layer);
@@ -350,8 +331,8 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   return loss;
 }
 
-double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count,
-                                 const int32_t* positions) {
+double ModelRuntime::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t* count,
+                                  const int32_t* positions) {
   begin_pass(false);
   embed_forward(0, inputs, positions);
   blocks_forward(0, 0, cfg_.n_layer);
