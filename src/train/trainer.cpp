@@ -25,13 +25,14 @@ namespace train_internal {
 namespace fs = std::filesystem;
 
 Trainer::Trainer(const TrainConfig& config, dist::Communicator& world)
-    : c_(config), world_(world), cfg_(config.model.config), train_id_(config.data.identity) {
-  spike_ = std::make_unique<SpikeGuard>(c_.optim.spike_policy, c_.optim.spike_window, c_.optim.spike_zscore);
-  plan_ = c_.precision.plan;
-  side_files_ = c_.model.side_files;
-  channels_ = c_.data.channels;
-  device_ = c_.parallel.device;
-  grid_ = std::make_unique<dist::ProcessGrid>(world, c_.parallel.dims);
+    : config_(config), world_(world), cfg_(config.model.config), train_id_(config.data.identity) {
+  spike_ =
+      std::make_unique<SpikeGuard>(config_.optim.spike_policy, config_.optim.spike_window, config_.optim.spike_zscore);
+  plan_ = config_.precision.plan;
+  side_files_ = config_.model.side_files;
+  channels_ = config_.data.channels;
+  device_ = config_.parallel.device;
+  grid_ = std::make_unique<dist::ProcessGrid>(world, config_.parallel.dims);
   dp_comm_ = &grid_->dp();
   chief_ = world.rank() == 0;
   {
@@ -52,7 +53,7 @@ Trainer::Trainer(const TrainConfig& config, dist::Communicator& world)
     std::vector<const dist::Communicator*> comms = {&world_, parallel_->tied_comm()};
     for (size_t g = 0; g < dist::kNumGroups; ++g) comms.push_back(&grid_->group(dist::Group(g)));
     for (const dist::Communicator* c : parallel_->engine().comms()) comms.push_back(c);
-    straggler_ = std::make_unique<StragglerMonitor>(comms, world.size(), c_.parallel.straggler_threshold);
+    straggler_ = std::make_unique<StragglerMonitor>(comms, world.size(), config_.parallel.straggler_threshold);
   }
   start_loader_and_log();
   add_hooks();
@@ -60,36 +61,36 @@ Trainer::Trainer(const TrainConfig& config, dist::Communicator& world)
 }
 
 void Trainer::load_data() {
-  rows_ = c_.data.micro_batch;
-  accumulation_ = c_.data.accumulation;
-  seq_len_ = c_.data.seq_len;
-  sft_ = c_.data.sft;
+  rows_ = config_.data.micro_batch;
+  accumulation_ = config_.data.accumulation;
+  seq_len_ = config_.data.seq_len;
+  sft_ = config_.data.sft;
   if (sft_) {
     load_sft_data();
   } else if (channels_.named) {
-    blend_ =
-        std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, seq_len_, c_.data.shuffle, uint64_t(c_.data.seed));
+    blend_ = std::make_unique<BlendedSource>(channels_, cfg_.vocab_size, seq_len_, config_.data.shuffle,
+                                             uint64_t(config_.data.seed));
     train_sequences_ = blend_->num_sequences();
     if (world_.rank() == 0) std::printf("Data channels: %s\n", blend_->describe().c_str());
   } else {
-    data_ = std::make_unique<TokenFile>(c_.data.train_file, cfg_.vocab_size);
-    sampler_ = std::make_unique<WindowSampler>(*data_, seq_len_, c_.data.shuffle, uint64_t(c_.data.seed));
+    data_ = std::make_unique<TokenFile>(config_.data.train_file, cfg_.vocab_size);
+    sampler_ = std::make_unique<WindowSampler>(*data_, seq_len_, config_.data.shuffle, uint64_t(config_.data.seed));
     train_sequences_ = sampler_->num_windows();
   }
   const int n = dp_comm_->size();
   seqs_per_step_ = int64_t(rows_) * accumulation_ * n;
-  ZT_CHECK(c_.data.global_batch <= 0 || c_.data.global_batch == seqs_per_step_, "train_batch_size ",
-           c_.data.global_batch, " does not equal micro batch ", rows_, " x accumulation ", accumulation_, " x ranks ",
-           n, " = ", seqs_per_step_);
-  ZT_CHECK(train_sequences_ >= seqs_per_step_, c_.data.train_file, " has only ", train_sequences_, " sequences of ",
-           seq_len_, sft_ ? " tokens (rows of examples)" : "+1 tokens", ", fewer than one optimizer step needs (",
-           seqs_per_step_, " = batch ", rows_, " x accumulation ", accumulation_, " x ranks ", n,
-           "); use more data or a smaller batch");
-  if (!c_.data.validation_file.empty() && !sft_) {
-    val_ = std::make_unique<TokenFile>(c_.data.validation_file, cfg_.vocab_size);
+  ZT_CHECK(config_.data.global_batch <= 0 || config_.data.global_batch == seqs_per_step_, "train_batch_size ",
+           config_.data.global_batch, " does not equal micro batch ", rows_, " x accumulation ", accumulation_,
+           " x ranks ", n, " = ", seqs_per_step_);
+  ZT_CHECK(train_sequences_ >= seqs_per_step_, config_.data.train_file, " has only ", train_sequences_,
+           " sequences of ", seq_len_, sft_ ? " tokens (rows of examples)" : "+1 tokens",
+           ", fewer than one optimizer step needs (", seqs_per_step_, " = batch ", rows_, " x accumulation ",
+           accumulation_, " x ranks ", n, "); use more data or a smaller batch");
+  if (!config_.data.validation_file.empty() && !sft_) {
+    val_ = std::make_unique<TokenFile>(config_.data.validation_file, cfg_.vocab_size);
     // Checked now, not at the first evaluation after all the training.
-    ZT_CHECK(val_->size() > int64_t(seq_len_), "--validation_file ", c_.data.validation_file, " has ", val_->size(),
-             " tokens, fewer than one sequence of ", seq_len_,
+    ZT_CHECK(val_->size() > int64_t(seq_len_), "--validation_file ", config_.data.validation_file, " has ",
+             val_->size(), " tokens, fewer than one sequence of ", seq_len_,
              "+1; use a longer validation file or a smaller --model_max_length");
   }
   plan_steps();
@@ -99,11 +100,11 @@ void Trainer::load_data() {
 // optimizer steps): the schedule, logging, evaluation and saves.
 void Trainer::plan_steps() {
   steps_per_epoch_ = std::max<int64_t>(1, train_sequences_ / seqs_per_step_);
-  const int64_t max_steps = c_.optim.max_steps;
-  total_steps_ = max_steps > 0 ? max_steps : int64_t(std::ceil(c_.optim.epochs * double(steps_per_epoch_)));
+  const int64_t max_steps = config_.optim.max_steps;
+  total_steps_ = max_steps > 0 ? max_steps : int64_t(std::ceil(config_.optim.epochs * double(steps_per_epoch_)));
   ZT_CHECK(total_steps_ > 0, "nothing to train: set --max_steps or --num_train_epochs > 0");
-  sched_ = std::make_unique<optim::Schedule>(make_schedule(c_.optim.schedule, total_steps_));
-  const TrainConfig::Logging& l = c_.logging;
+  sched_ = std::make_unique<optim::Schedule>(make_schedule(config_.optim.schedule, total_steps_));
+  const TrainConfig::Logging& l = config_.logging;
   log_every_ =
       l.steps >= 1 ? int64_t(l.steps) : std::max<int64_t>(1, int64_t(std::ceil(l.steps * double(total_steps_))));
   eval_every_ = !l.eval                      ? l.eval_steps
@@ -112,32 +113,35 @@ void Trainer::plan_steps() {
                                              : 0;
   final_eval_ = l.do_eval ? *l.do_eval : l.eval != Interval::no;
   if (l.do_eval && !*l.do_eval) eval_every_ = 0;
-  const Interval save = c_.checkpoint.save;
-  save_every_ = save == Interval::steps ? c_.checkpoint.save_steps : save == Interval::epoch ? steps_per_epoch_ : 0;
+  const Interval save = config_.checkpoint.save;
+  save_every_ = save == Interval::steps   ? config_.checkpoint.save_steps
+                : save == Interval::epoch ? steps_per_epoch_
+                                          : 0;
   // Local SGD: groups agree on the parameters only right after an outer sync, and a checkpoint
   // holds one copy of them (group 0's, with its inner optimizer state), so saves come at syncs.
-  ZT_CHECK(c_.parallel.local_sgd.steps == 0 || save_every_ == 0 || save_every_ % c_.parallel.local_sgd.steps == 0,
-           "--save_steps ", save_every_, " must be a multiple of --local_sgd_steps ", c_.parallel.local_sgd.steps,
-           " (checkpoints are taken when the groups have just synchronised)");
+  ZT_CHECK(
+      config_.parallel.local_sgd.steps == 0 || save_every_ == 0 || save_every_ % config_.parallel.local_sgd.steps == 0,
+      "--save_steps ", save_every_, " must be a multiple of --local_sgd_steps ", config_.parallel.local_sgd.steps,
+      " (checkpoints are taken when the groups have just synchronised)");
   if (l.strategy == Interval::epoch) log_every_ = steps_per_epoch_;
 }
 
 // SFT records: the chief tokenizes (or finds the cache) first, so ranks on one host do not all
 // tokenize; then every rank reads the cache. Rows follow --packing and --model_max_length.
 void Trainer::load_sft_data() {
-  const std::string& tok_path = c_.data.tokenizer_path;
-  ZT_CHECK(!tok_path.empty(), "--train_file ", c_.data.train_file,
+  const std::string& tok_path = config_.data.tokenizer_path;
+  ZT_CHECK(!tok_path.empty(), "--train_file ", config_.data.train_file,
            " holds SFT records, which need a tokenizer: pass --tokenizer_name (a folder with tokenizer.json or "
            "tokenizer.model, or "
            "--model_name_or_path with one)");
   const std::unique_ptr<Tokenizer> tok = Tokenizer::load(tok_path);
-  const ChatTemplateConfig tpl = chat_template_load(tok_path, c_.data.chat_template_path);
+  const ChatTemplateConfig tpl = chat_template_load(tok_path, config_.data.chat_template_path);
   SftOptions opt;
-  opt.completion_only_loss = c_.data.completion_only_loss;
-  opt.assistant_only_loss = c_.data.assistant_only_loss;
-  opt.template_limits.max_steps = c_.data.chat_template_max_steps;
+  opt.completion_only_loss = config_.data.completion_only_loss;
+  opt.assistant_only_loss = config_.data.assistant_only_loss;
+  opt.template_limits.max_steps = config_.data.chat_template_max_steps;
   const ChatFormatter fmt(tpl, opt, tok->eos_id() >= 0 ? tok->decode({tok->eos_id()}) : std::string());
-  const std::string& cache = c_.data.cache_dir;
+  const std::string& cache = config_.data.cache_dir;
   auto build = [&](const std::string& file, const std::string& flag) {
     return std::make_unique<SftTokens>(sft_tokenize({file, flag, tok_path, cache}, *tok, fmt, tpl, opt));
   };
@@ -146,7 +150,7 @@ void Trainer::load_sft_data() {
     if ((pass == 0) == (world_.rank() == 0)) {
       for (const DataChannel& ch : chans)
         sft_train_.push_back(build(ch.path, ch.name.empty() ? "--train_file" : "--train_file channel " + ch.name));
-      if (!c_.data.validation_file.empty()) sft_val_ = build(c_.data.validation_file, "--validation_file");
+      if (!config_.data.validation_file.empty()) sft_val_ = build(config_.data.validation_file, "--validation_file");
     }
     if (pass == 0) world_.barrier();
   }
@@ -160,14 +164,14 @@ void Trainer::load_sft_data() {
   }
   std::vector<SequenceSource*> rows;
   for (size_t c = 0; c < chans.size(); ++c) {  // each channel its own order (seed + channel)
-    sft_rows_.push_back(std::make_unique<SftRows>(*sft_train_[c], seq_len_, c_.data.packing, c_.data.shuffle,
-                                                  uint64_t(c_.data.seed) + c));
+    sft_rows_.push_back(std::make_unique<SftRows>(*sft_train_[c], seq_len_, config_.data.packing, config_.data.shuffle,
+                                                  uint64_t(config_.data.seed) + c));
     rows.push_back(sft_rows_.back().get());
   }
   if (sft_val_) {
-    sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, seq_len_, c_.data.packing, false, 0);
+    sft_val_rows_ = std::make_unique<SftRows>(*sft_val_, seq_len_, config_.data.packing, false, 0);
     ZT_CHECK(sft_val_rows_->num_sequences() > 0 && sft_val_rows_->total_targets() > 0, "--validation_file ",
-             c_.data.validation_file, " gives no row with a trained target at --model_max_length ", seq_len_,
+             config_.data.validation_file, " gives no row with a trained target at --model_max_length ", seq_len_,
              "; check the file (and --completion_only_loss / --assistant_only_loss) or raise --model_max_length");
   }
   if (channels_.named) blend_ = std::make_unique<BlendedSource>(channels_, rows, seq_len_);
@@ -180,7 +184,7 @@ void Trainer::load_sft_data() {
         "%.2f s; %lld truncated to %d+1 tokens\n",
         chans[c].name.empty() ? "" : (" (channel " + chans[c].name + ")").c_str(), (long long)d.examples(),
         (long long)d.tokens.size(), (long long)r.total_targets(), (long long)r.num_sequences(), seq_len_,
-        c_.data.packing ? "packed" : "one example per row",
+        config_.data.packing ? "packed" : "one example per row",
         tpl.source.empty() ? "no chat template" : tpl.origin.c_str(), d.from_cache ? "read cache" : "tokenized into",
         d.cache_path.c_str(), d.seconds, (long long)r.truncated(), seq_len_);
   }
@@ -191,34 +195,35 @@ void Trainer::load_sft_data() {
 // checks it is empty or may be reused. Only the chief locks: the other ranks write only
 // inside a save, between the chief's barriers (docs/checkpoints.md#one-run-per-folder).
 void Trainer::prepare_output_dir() {
-  ZT_CHECK(!c_.checkpoint.output_dir.empty(), "--output_dir is required");
+  ZT_CHECK(!config_.checkpoint.output_dir.empty(), "--output_dir is required");
   // A failed job's ranks may still be exiting (freeing gigabytes) after mpirun has returned, and
   // their lock goes with them: a run started right after waits a few seconds for it, a restart by
   // `ztrain launch`'s agent longer.
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  lock_ = std::make_unique<OutputDirLock>(c_.checkpoint.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 5.0);
+  lock_ =
+      std::make_unique<OutputDirLock>(config_.checkpoint.output_dir, restart && std::atoi(restart) > 0 ? 30.0 : 5.0);
   bool empty = true;
-  for (auto& e : fs::directory_iterator(c_.checkpoint.output_dir))
+  for (auto& e : fs::directory_iterator(config_.checkpoint.output_dir))
     empty &= e.path().filename() == OutputDirLock::kFileName;
-  if (!empty && !c_.checkpoint.overwrite && c_.checkpoint.resume_from.empty())
-    throw Error(str_cat("Output directory (", c_.checkpoint.output_dir,
+  if (!empty && !config_.checkpoint.overwrite && config_.checkpoint.resume_from.empty())
+    throw Error(str_cat("Output directory (", config_.checkpoint.output_dir,
                         ") already exists and is not empty. Use --overwrite_output_dir to overcome."));
   // A fresh start over an old run: its checkpoints go, so that neither `latest` nor pruning
   // can pick them up later (HF's Trainer deletes nothing; docs/checkpoints.md says why we do).
-  if (c_.checkpoint.overwrite && c_.checkpoint.resume_from.empty())
-    checkpoint_remove_all(c_.checkpoint.output_dir, c_.checkpoint.input_paths);
+  if (config_.checkpoint.overwrite && config_.checkpoint.resume_from.empty())
+    checkpoint_remove_all(config_.checkpoint.output_dir, config_.checkpoint.input_paths);
 }
 
 // --max_device_memory: this run's estimate must fit under it (the error names the estimate and
 // what would shrink it), then device_alloc holds every GPU allocation to it.
 void Trainer::cap_device_memory() {
-  const int64_t cap = c_.parallel.device_memory_cap;
+  const int64_t cap = config_.parallel.device_memory_cap;
   if (cap < 0) return;
-  const bool offload = c_.parallel.engine.offload_optimizer == "cpu";
+  const bool offload = config_.parallel.engine.offload_optimizer == "cpu";
   const parallel::MemoryRow r =
       parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, rows_, seq_len_, plan_), rows_, seq_len_, plan_,
-                                    c_.parallel.engine.optim, offload);
-  ZT_CHECK(r.total() <= cap, "--max_device_memory ", c_.parallel.device_memory_text,
+                                    config_.parallel.engine.optim, offload);
+  ZT_CHECK(r.total() <= cap, "--max_device_memory ", config_.parallel.device_memory_text,
            " is below this run's GPU estimate of ", format_bytes(double(r.total())), " (parameters and compute copy ",
            format_bytes(double(r.params)), ", gradients ", format_bytes(double(r.grads)), ", optimizer state ",
            format_bytes(double(r.optim)), ", activations and temporaries ",
@@ -231,17 +236,17 @@ void Trainer::cap_device_memory() {
 
 void Trainer::build_model_and_engine() {
   const LayerCut cut =
-      parallel::tensor_parallel_cut(cfg_, grid_->tp().size(), grid_->tp().rank(), c_.parallel.sequence_parallel);
+      parallel::tensor_parallel_cut(cfg_, grid_->tp().size(), grid_->tp().rank(), config_.parallel.sequence_parallel);
   // Under ZeRO the model holds no flat buffer: the engine fills what this rank keeps (its shard, or
   // its stage's units) from the random streams (init_values), from the HF files (only those
   // elements), or from nothing on a resume (the checkpoint sets every parameter a rank keeps). So
   // no rank holds the whole model at start.
-  const bool sharded_init = c_.parallel.engine.stage >= 1;
+  const bool sharded_init = config_.parallel.engine.stage >= 1;
   model_ = std::make_unique<Transformer>(cfg_, cut, /*hold_params=*/!sharded_init);
   const auto t0 = Clock::now();
-  const bool fresh = c_.checkpoint.resume_from.empty();
+  const bool fresh = config_.checkpoint.resume_from.empty();
   std::unique_ptr<HfWeights> hf;
-  if (!c_.model.hf_dir.empty()) hf = std::make_unique<HfWeights>(c_.model.hf_dir, cfg_);
+  if (!config_.model.hf_dir.empty()) hf = std::make_unique<HfWeights>(config_.model.hf_dir, cfg_);
   if (!sharded_init) {
     // Random weights: a tensor-parallel rank makes its slices of the values one process would
     // make, so the run is the same model whatever the layout; HF weights: a TP rank reads its
@@ -250,13 +255,13 @@ void Trainer::build_model_and_engine() {
     if (hf)
       hf->read(model_->params(), 0, model_->num_params(), model_->flat_params().as<float>());
     else if (fresh)
-      model_->init_random(uint64_t(c_.model.seed));
+      model_->init_random(uint64_t(config_.model.seed));
   }
   // The weights are read or drawn on the host, then the model moves to the GPU whole. The GEMM
   // peak (MFU's reference) is measured first and its scratch (1 GiB for bf16) is gone, and left out
   // of the GPU memory peak, before the model arrives: the peak reported is training's own.
   if (device_ == DeviceKind::cuda) {
-    if (chief_) gpu_peak_ = gpu_gemm_peak(c_.precision.peak_gflops, nn::compute_dtype(plan_.precision));
+    if (chief_) gpu_peak_ = gpu_gemm_peak(config_.precision.peak_gflops, nn::compute_dtype(plan_.precision));
     reset_device_allocated_peak();
     cap_device_memory();
     model_->set_device(DeviceKind::cuda);
@@ -269,14 +274,14 @@ void Trainer::build_model_and_engine() {
   pp.rows = rows_;
   pp.seq_len = seq_len_;
   pp.micro_batches = accumulation_;
-  pp.sequence_parallel = c_.parallel.sequence_parallel;
-  pp.schedule = c_.parallel.schedule;
-  pp.layers_per_virtual_stage = c_.parallel.layers_per_virtual_stage;
-  pp.stage_layers = c_.parallel.stage_layers;
-  pp.balance_by_time = c_.parallel.balance_by_time;
+  pp.sequence_parallel = config_.parallel.sequence_parallel;
+  pp.schedule = config_.parallel.schedule;
+  pp.layers_per_virtual_stage = config_.parallel.layers_per_virtual_stage;
+  pp.stage_layers = config_.parallel.stage_layers;
+  pp.balance_by_time = config_.parallel.balance_by_time;
   pp.act_plan = plan_;
-  pp.data_parallel = c_.parallel.engine;
-  pp.local_sgd = c_.parallel.local_sgd;
+  pp.data_parallel = config_.parallel.engine;
+  pp.local_sgd = config_.parallel.local_sgd;
   pp.print = chief_;
   std::unique_ptr<ParamSource> source;  // ZeRO: what each rank reads for the part it keeps
   if (sharded_init) {
@@ -285,11 +290,11 @@ void Trainer::build_model_and_engine() {
     else if (hf)
       source = std::make_unique<HfParamSource>(*hf, model_->params());
     else
-      source = std::make_unique<RandomParams>(*model_, uint64_t(c_.model.seed));
+      source = std::make_unique<RandomParams>(*model_, uint64_t(config_.model.seed));
     pp.data_parallel.initial_params = source.get();
   }
   parallel_ = parallel::parallelize(*model_, *grid_, pp);
-  if (c_.precision.scaler) scaler_ = std::make_unique<optim::LossScaler>(*c_.precision.scaler);
+  if (config_.precision.scaler) scaler_ = std::make_unique<optim::LossScaler>(*config_.precision.scaler);
 }
 
 // Where a resume reads from: the run's flash snapshot (returned; *dir_out cleared) or the
@@ -302,14 +307,14 @@ std::unique_ptr<StateReader> Trainer::resume_source(std::string* dir_out, std::s
   std::string& dir = *dir_out;
   std::string& save_id = *save_id_out;
   int64_t snap_step = -1;
-  if (flash_ && c_.checkpoint.resume_from == "latest") {
-    const RunRecord rec = chief_ ? run_record_read(c_.checkpoint.output_dir) : RunRecord{};
+  if (flash_ && config_.checkpoint.resume_from == "latest") {
+    const RunRecord rec = chief_ ? run_record_read(config_.checkpoint.output_dir) : RunRecord{};
     const std::string run_id = dist::broadcast_string(world_, rec.run_id, 0);
     std::string snap_id;
     snap_step = flash_->probe(run_id, rec, &snap_id);
     int64_t decision[2] = {0, -1};  // use the snapshot (2: it is the newest checkpoint's save), newest step
     if (chief_ && snap_step >= 0) {
-      const CheckpointRef newest = checkpoint_newest_unverified(c_.checkpoint.output_dir, &save_id);
+      const CheckpointRef newest = checkpoint_newest_unverified(config_.checkpoint.output_dir, &save_id);
       decision[1] = newest.step;
       if (snap_step > newest.step)
         decision[0] = 1;
@@ -324,7 +329,7 @@ std::unique_ptr<StateReader> Trainer::resume_source(std::string* dir_out, std::s
   // and verifies its checksums once, for every rank (a full read of the folder); every rank
   // loads that one. A damaged one named directly fails on the chief, which ends the job.
   if (!snapshot) {
-    if (chief_) dir = dir == "latest" ? checkpoint_find_latest(c_.checkpoint.output_dir, &save_id) : dir;
+    if (chief_) dir = dir == "latest" ? checkpoint_find_latest(config_.checkpoint.output_dir, &save_id) : dir;
     if (chief_ && !dir.empty() && save_id.empty()) save_id = checkpoint_verify(dir);
     dir = dist::broadcast_string(world_, dir, 0);
     save_id = dist::broadcast_string(world_, save_id, 0);
@@ -341,7 +346,7 @@ std::unique_ptr<StateReader> Trainer::resume_source(std::string* dir_out, std::s
   }
   if (dir.empty() && !snapshot)
     throw JobError(
-        str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", c_.checkpoint.output_dir));
+        str_cat("--resume_from_checkpoint latest: no intact checkpoint-N folder in ", config_.checkpoint.output_dir));
   return snapshot;
 }
 
@@ -349,31 +354,31 @@ std::unique_ptr<StateReader> Trainer::resume_source(std::string* dir_out, std::s
 // holds, assembled from whatever layout (N, stage) wrote them. The data order is a pure
 // function of (seed, step), so the cursor is one number.
 void Trainer::resume() {
-  if (c_.checkpoint.flash)
+  if (config_.checkpoint.flash)
     flash_ = std::make_unique<FlashCheckpointer>(
-        world_,
-        FlashOptions{c_.checkpoint.output_dir, cfg_, side_files_, c_.checkpoint.save_total_limit, c_.test.flash_pause});
-  if (c_.checkpoint.resume_from.empty()) {
+        world_, FlashOptions{config_.checkpoint.output_dir, cfg_, side_files_, config_.checkpoint.save_total_limit,
+                             config_.test.flash_pause});
+  if (config_.checkpoint.resume_from.empty()) {
     // A fresh start replaces the folder's previous run: its snapshots are garbage.
     if (flash_)
       flash_->forget_run(
-          dist::broadcast_string(world_, chief_ ? run_record_read(c_.checkpoint.output_dir).run_id : "", 0));
+          dist::broadcast_string(world_, chief_ ? run_record_read(config_.checkpoint.output_dir).run_id : "", 0));
     if (chief_) start_run(nullptr);
     return;
   }
-  std::string dir = c_.checkpoint.resume_from, save_id;
+  std::string dir = config_.checkpoint.resume_from, save_id;
   std::unique_ptr<StateReader> snapshot = resume_source(&dir, &save_id);
   std::string model_change, context_change;
   if (snapshot) {
     resumed_ = std::move(snapshot);
   } else {
-    auto reader =
-        std::make_unique<CheckpointReader>(dir, cfg_, c_.model.allow_change, save_id, c_.model.rope_scaling_given);
+    auto reader = std::make_unique<CheckpointReader>(dir, cfg_, config_.model.allow_change, save_id,
+                                                     config_.model.rope_scaling_given);
     model_change = reader->model_change();
     context_change = reader->context_change();
     resumed_ = std::move(reader);
   }
-  RunState rs(c_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages_);
+  RunState rs(config_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages_);
   for (Stateful* c : components(rs)) c->load_state(*resumed_);  // the log loads when it exists
   parallel_->sync_after_load();
   start_step_ = rs.cursor.step();
@@ -402,7 +407,7 @@ void Trainer::resume() {
 // shared memory for its state and, after a resume from a snapshot, persists it.
 void Trainer::start_flash() {
   const std::string run_id = dist::broadcast_string(world_, chief_ ? run_tag_.run_id : "", 0);
-  RunState rs(c_, seqs_per_step_, seq_len_, *sched_, start_step_, train_id_, run_tag_, &stages_);
+  RunState rs(config_, seqs_per_step_, seq_len_, *sched_, start_step_, train_id_, run_tag_, &stages_);
   StateCollector c;
   for (const Stateful* p : components(rs)) p->save_state(c);
   uint64_t bytes = 0;
@@ -414,11 +419,11 @@ void Trainer::start_flash() {
 // The chief records this start in run.json (a new attempt of a new or the resumed run)
 // before the first save, so `latest` and pruning rank this attempt's checkpoints first.
 void Trainer::start_run(const CheckpointRef* resumed, const std::string& resumed_dir) {
-  const RunRecord rec = run_record_start(c_.checkpoint.output_dir, resumed, resumed_dir);
+  const RunRecord rec = run_record_start(config_.checkpoint.output_dir, resumed, resumed_dir);
   if (rec.forked_from)
     std::printf("A fork of run %s (%s): this run is %s\n", rec.forked_from->run_id.c_str(),
                 rec.forked_from->checkpoint.c_str(), rec.run_id.c_str());
-  run_record_write(c_.checkpoint.output_dir, rec);
+  run_record_write(config_.checkpoint.output_dir, rec);
   run_tag_.run_id = rec.run_id;
   run_tag_.attempt = rec.attempt;
 }
@@ -431,34 +436,34 @@ void Trainer::start_loader_and_log() {
   loader_config_.accumulation = accumulation_;
   loader_config_.rank = dp_comm_->rank();
   loader_config_.world = dp_comm_->size();
-  loader_config_.shuffle = c_.data.shuffle;
-  loader_config_.seed = uint64_t(c_.data.seed);  // the data order's seed (--data_seed, else --seed)
-  loader_config_.packing = c_.data.packing;
-  loader_config_.eos_id = c_.data.eos_token_id;
+  loader_config_.shuffle = config_.data.shuffle;
+  loader_config_.seed = uint64_t(config_.data.seed);  // the data order's seed (--data_seed, else --seed)
+  loader_config_.packing = config_.data.packing;
+  loader_config_.eos_id = config_.data.eos_token_id;
   if (loader_config_.eos_id < 0 && cfg_.raw.contains("eos_token_id") && cfg_.raw["eos_token_id"].is_number_integer())
     loader_config_.eos_id = cfg_.raw["eos_token_id"].get<int64_t>();
-  ZT_CHECK(sft_ || !c_.data.packing || loader_config_.eos_id >= 0,
+  ZT_CHECK(sft_ || !config_.data.packing || loader_config_.eos_id >= 0,
            "--packing needs the EOS token id: config.json has no integer eos_token_id; pass --eos_token_id");
-  loader_config_.depth = std::max(2, c_.data.prefetch + 1);
+  loader_config_.depth = std::max(2, config_.data.prefetch + 1);
   loader_config_.step_offset = spike_->data_offset_steps();  // data skipped by loss-spike rollbacks
   if (stages_.empty()) stages_.push_back({0, seq_len_, seqs_per_step_, 0, 0});
   loader_config_.stage_first_sequence = stages_.back().first_sequence;
   loader_config_.stage_first_token = stages_.back().first_token;
   if (blend_) {
-    if (!sft_) blend_->set_packing(c_.data.packing, loader_config_.eos_id);  // SFT rows bring their own positions
+    if (!sft_) blend_->set_packing(config_.data.packing, loader_config_.eos_id);  // SFT rows bring their own positions
     chan_ = std::make_unique<ChannelLosses>(blend_->names(), rows_, seq_len_ / grid_->cp().size());
     model_->runtime().set_token_losses(chan_->token_losses());
   }
   start_loader(start_step_);
   if (chief_) {
-    log_ = std::make_unique<TrainLog>(c_.logging.log, *model_, total_steps_, steps_per_epoch_, seq_len_, start_step_,
-                                      dp_comm_->size());
+    log_ = std::make_unique<TrainLog>(config_.logging.log, *model_, total_steps_, steps_per_epoch_, seq_len_,
+                                      start_step_, dp_comm_->size());
     if (resumed_) log_->load_state(*resumed_);
     if (!stage_entry_.is_null()) log_->add_history(stage_entry_);
     log_->set_peak(device_ == DeviceKind::cuda
                        ? gpu_peak_
-                       : gemm_peak_for_run(c_.precision.peak_gflops, nn::compute_dtype(plan_.precision),
-                                           omp_get_max_threads(), c_.precision.peak_cache_dir));
+                       : gemm_peak_for_run(config_.precision.peak_gflops, nn::compute_dtype(plan_.precision),
+                                           omp_get_max_threads(), config_.precision.peak_cache_dir));
     log_->print_header(train_sequences_, seqs_per_step_);
     if (dp_comm_->size() > 1) std::printf("  Data parallel: %s\n", parallel_->engine().describe().dump().c_str());
   }

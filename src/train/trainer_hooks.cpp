@@ -71,7 +71,8 @@ struct Trainer::SaveHook final : StepHook {
 void Trainer::add_hooks() {
   if (flash_) hooks_.push_back(std::make_unique<FlashHook>(*flash_));
   if (straggler_) hooks_.push_back(std::make_unique<StragglerHook>(*straggler_, world_));
-  if (c_.test.slow_rank == world_.rank()) hooks_.push_back(std::make_unique<SlowRankHook>(c_.test.slow_seconds));
+  if (config_.test.slow_rank == world_.rank())
+    hooks_.push_back(std::make_unique<SlowRankHook>(config_.test.slow_seconds));
   hooks_.push_back(std::make_unique<SpikeHook>(*this));
   hooks_.push_back(std::make_unique<LogHook>(*this));
   hooks_.push_back(std::make_unique<EvalHook>(*this));
@@ -94,13 +95,13 @@ void Trainer::LogHook::after_step(StepContext& c) {
   }
   // HF's --logging_first_step logs step 1 too, whatever --logging_strategy says.
   const bool log_now =
-      (t.c_.logging.first_step && step == 0) ||
-      (t.c_.logging.strategy != Interval::no && (step + 1 == t.total_steps_ || (step + 1) % t.log_every_ == 0));
+      (t.config_.logging.first_step && step == 0) ||
+      (t.config_.logging.strategy != Interval::no && (step + 1 == t.total_steps_ || (step + 1) % t.log_every_ == 0));
   // The loss per channel: a collective over the data-parallel ranks at logging steps.
   const auto* channel_losses = t.chan_ && log_now ? &t.chan_->reduce(t.grid_->dp_cp()) : nullptr;
   if (!t.log_) return;
   std::vector<std::pair<const char*, double>> extra;
-  if (t.scaler_ && t.c_.precision.fp16) extra.push_back({"loss_scale", t.scaler_->scale_exact()});
+  if (t.scaler_ && t.config_.precision.fp16) extra.push_back({"loss_scale", t.scaler_->scale_exact()});
   if (t.scaler_) extra.push_back({"skipped_steps", double(t.scaler_->skipped_steps())});
   // Local SGD: bytes this rank sent across groups (hosts) per step so far in this run.
   if (const parallel::LocalSgd* l = t.parallel_->local_sgd())
@@ -132,14 +133,14 @@ void Trainer::EvalHook::after_step(StepContext& c) {
   if (!(t.val_ || t.sft_val_rows_) || !eval_now) return;
   if (t.parallel_->begin_eval(t.chief_)) {
     const EvalShard* cs = t.parallel_->eval_shard();
-    const int64_t max_samples = t.c_.logging.max_eval_samples;
-    EvalResult e = t.sft_val_rows_
-                       ? evaluate(*t.model_, *t.sft_val_rows_, t.rows_, t.seq_len_, max_samples, cs)
-                       : evaluate(*t.model_, *t.val_, t.rows_, t.seq_len_, max_samples,
-                                  t.c_.data.packing ? t.loader_config_.eos_id : -1, t.c_.logging.eval_batch, cs);
+    const int64_t max_samples = t.config_.logging.max_eval_samples;
+    EvalResult e = t.sft_val_rows_ ? evaluate(*t.model_, *t.sft_val_rows_, t.rows_, t.seq_len_, max_samples, cs)
+                                   : evaluate(*t.model_, *t.val_, t.rows_, t.seq_len_, max_samples,
+                                              t.config_.data.packing ? t.loader_config_.eos_id : -1,
+                                              t.config_.logging.eval_batch, cs);
     if (t.log_) t.log_->eval_done(step + 1, e);
-    const double v = t.c_.checkpoint.metric == BestMetric::loss ? e.loss : e.perplexity;
-    const bool greater = t.c_.checkpoint.greater_is_better;
+    const double v = t.config_.checkpoint.metric == BestMetric::loss ? e.loss : e.perplexity;
+    const bool greater = t.config_.checkpoint.greater_is_better;
     c.best_now = t.best_step_ < 0 || (greater ? v > t.best_metric_ : v < t.best_metric_);
     if (c.best_now) t.best_metric_ = v, t.best_step_ = step + 1;
   }
@@ -151,7 +152,8 @@ void Trainer::SaveHook::after_step(StepContext& c) {
   if (every <= 0 || every > t.total_steps_ || (step + 1) % every != 0) return;
   t.save(step + 1);
   if (c.best_now)
-    t.best_checkpoint_ = (fs::path(t.c_.checkpoint.output_dir) / ("checkpoint-" + std::to_string(step + 1))).string();
+    t.best_checkpoint_ =
+        (fs::path(t.config_.checkpoint.output_dir) / ("checkpoint-" + std::to_string(step + 1))).string();
 }
 
 // A step whose loss or gradient norm is non-finite, or a spike (spike_guard.h): no update was
@@ -170,9 +172,9 @@ bool Trainer::handle_spike(int64_t step, const StepResult& r, int64_t* resume_at
     if (*resume_at >= 0) {
       rollbacks_in_a_row_ = *resume_at == rollback_target_ ? rollbacks_in_a_row_ + 1 : 1;
       rollback_target_ = *resume_at;
-      if (rollbacks_in_a_row_ > c_.optim.spike_max_rollbacks)
+      if (rollbacks_in_a_row_ > config_.optim.spike_max_rollbacks)
         throw JobError(str_cat(at, "; that makes ", rollbacks_in_a_row_, " rollbacks in a row to step ", *resume_at,
-                               " (--spike_max_rollbacks ", c_.optim.spike_max_rollbacks,
+                               " (--spike_max_rollbacks ", config_.optim.spike_max_rollbacks,
                                "): a spike that returns after rolling back comes from the LR schedule or the state "
                                "rather than the data, so the run stops. The newest checkpoint is intact: resume from "
                                "it with --resume_from_checkpoint latest after lowering --learning_rate"));
@@ -202,7 +204,7 @@ int64_t Trainer::rollback(int64_t step) {
   if (flash_) reader = flash_->last_snapshot();
   if (!reader) {
     std::string dir, save_id;
-    if (chief_) dir = checkpoint_find_latest(c_.checkpoint.output_dir, &save_id);
+    if (chief_) dir = checkpoint_find_latest(config_.checkpoint.output_dir, &save_id);
     dir = dist::broadcast_string(world_, dir, 0);
     save_id = dist::broadcast_string(world_, save_id, 0);
     if (dir.empty()) return -1;
@@ -213,7 +215,7 @@ int64_t Trainer::rollback(int64_t step) {
   }
   const SpikeGuard::Counters kept = spike_->counters();
   std::vector<DataStage> stages = stages_;
-  RunState rs(c_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages);
+  RunState rs(config_, seqs_per_step_, seq_len_, *sched_, 0, train_id_, run_tag_, &stages);
   for (Stateful* c : components(rs)) c->load_state(*reader);  // saved in the global layout
   parallel_->sync_after_load();  // a pipeline's tied copy of the embedding, as after a resume
   const int64_t to = rs.cursor.step();

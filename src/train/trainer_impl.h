@@ -134,7 +134,7 @@ class Trainer {
   void load_best_model();
 
   Clock::time_point t_start_ = Clock::now();
-  const TrainConfig c_;
+  const TrainConfig config_;
   dist::Communicator& world_;
   std::unique_ptr<dist::ProcessGrid> grid_;
   dist::Communicator* dp_comm_ = nullptr;

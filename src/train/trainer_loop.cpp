@@ -61,7 +61,7 @@ StepResult Trainer::train_step(int64_t step) {
   r.grad_norm = parallel_->grad_norm() / loss_scale;
   if (!update_allowed(r)) return r;
   if (flash_) flash_->wait_copied();  // the update changes what a flash snapshot is copying
-  parallel_->clip(r.grad_norm, c_.optim.max_grad_norm, 1.0 / loss_scale);
+  parallel_->clip(r.grad_norm, config_.optim.max_grad_norm, 1.0 / loss_scale);
   parallel_->step(lr_for(step));
   return r;
 }
@@ -96,22 +96,22 @@ bool Trainer::update_allowed(StepResult& r) {
 
 // Test hook (ZT_TEST_FAIL_AT, set by apps/): that rank throws at the start of that step.
 void Trainer::fail_for_test(int64_t step) const {
-  if (c_.test.fail_step == step && world_.rank() == c_.test.fail_rank)
-    throw Error(
-        str_cat("ZT_TEST_FAIL_AT=", c_.test.fail_rank, ":", c_.test.fail_step, ": deliberate failure at step ", step));
+  if (config_.test.fail_step == step && world_.rank() == config_.test.fail_rank)
+    throw Error(str_cat("ZT_TEST_FAIL_AT=", config_.test.fail_rank, ":", config_.test.fail_step,
+                        ": deliberate failure at step ", step));
 }
 
 // Test hook (ZT_TEST_SPIKE_AT): the factor the step's loss and gradients are multiplied by, a
 // corrupted data window (1: none; not under a pipeline).
 float Trainer::test_corruption(int64_t step) const {
-  const int64_t key = step + 1 + (c_.test.spike_by_state ? 0 : spike_->data_offset_steps());
-  return c_.test.spike_step == key ? float(c_.test.spike_factor) : 1.0f;
+  const int64_t key = step + 1 + (config_.test.spike_by_state ? 0 : spike_->data_offset_steps());
+  return config_.test.spike_step == key ? float(config_.test.spike_factor) : 1.0f;
 }
 
 // One way for every layout: shard owners write their pieces (no rank holds the full state
 // under ZeRO), the chief the JSON state and the checksums.
 void Trainer::save(int64_t step) {
-  RunState rs(c_, seqs_per_step_, seq_len_, *sched_, step, train_id_, run_tag_, &stages_);
+  RunState rs(config_, seqs_per_step_, seq_len_, *sched_, step, train_id_, run_tag_, &stages_);
   const std::vector<Stateful*> parts = components(rs);
   // One id for every file of this save, the chief's: loading rejects a folder mixing saves.
   const std::string save_id = dist::broadcast_string(world_, chief_ ? random_id() : "", 0);
@@ -122,12 +122,12 @@ void Trainer::save(int64_t step) {
     flash_->snapshot(step, c, parallel_->checkpoint_shard(), save_id);  // reports its stall (chief)
     return;
   }
-  checkpoint_save({c_.checkpoint.output_dir, step, parallel_->checkpoint_shard(), chief_, [&] { world_.barrier(); },
-                   save_id, side_files_},
+  checkpoint_save({config_.checkpoint.output_dir, step, parallel_->checkpoint_shard(), chief_,
+                   [&] { world_.barrier(); }, save_id, side_files_},
                   cfg_, {parts.begin(), parts.end()});
   if (chief_)
-    checkpoint_prune(c_.checkpoint.output_dir, c_.checkpoint.save_total_limit,
-                     c_.checkpoint.load_best_model_at_end ? best_checkpoint_ : "");
+    checkpoint_prune(config_.checkpoint.output_dir, config_.checkpoint.save_total_limit,
+                     config_.checkpoint.load_best_model_at_end ? best_checkpoint_ : "");
 }
 
 // At every step boundary the ranks agree, by one MAX all-reduce over the world (microseconds;
@@ -156,7 +156,7 @@ void Trainer::stop_saved(int64_t step, int signo) {
   std::printf(
       "ztrain: stopped by %s after step %lld of %lld; saved %s (continue with --resume_from_checkpoint latest)\n",
       stop_signal_name(signo), (long long)step, (long long)total_steps_,
-      (fs::path(c_.checkpoint.output_dir) / ("checkpoint-" + std::to_string(step))).string().c_str());
+      (fs::path(config_.checkpoint.output_dir) / ("checkpoint-" + std::to_string(step))).string().c_str());
   std::fflush(stdout);
 }
 
@@ -168,8 +168,8 @@ void Trainer::begin_data_stage(const std::string& context_change) {
   sw.offset_steps = spike_->data_offset_steps();
   sw.T = seq_len_;
   sw.per_step = seqs_per_step_;
-  sw.shuffle = c_.data.shuffle;
-  sw.allow_data_change = c_.data.allow_change;
+  sw.shuffle = config_.data.shuffle;
+  sw.allow_data_change = config_.data.allow_change;
   sw.single_token_file = data_ != nullptr;
   sw.file_tokens = data_ ? data_->size() : 0;
   const DataStage from = stages_.back();
@@ -220,12 +220,12 @@ void Trainer::run() {
 // --load_best_model_at_end: the parameters of the best evaluated checkpoint replace the final
 // ones before --output_dir is written (every rank loads its part; the chief decides which).
 void Trainer::load_best_model() {
-  if (!c_.checkpoint.load_best_model_at_end) return;
+  if (!config_.checkpoint.load_best_model_at_end) return;
   const std::string dir = dist::broadcast_string(world_, chief_ ? best_checkpoint_ : "", 0);
   if (dir.empty() || best_step_ == total_steps_) return;  // the final weights are the best (or none saved)
   if (chief_)
-    std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(), c_.checkpoint.metric_name.c_str(),
-                best_metric_, (long long)best_step_);
+    std::printf("Loading best model from %s (%s %.6g at step %lld).\n", dir.c_str(),
+                config_.checkpoint.metric_name.c_str(), best_metric_, (long long)best_step_);
   CheckpointReader reader(dir, cfg_);
   reader.load(parallel_->param_components());
   parallel_->sync_after_load();
@@ -247,9 +247,9 @@ void Trainer::finish(double train_s) {
   nlohmann::json report = engine.describe();
   report["communication"] = parallel::comm_report(engine, steps_run, accumulation_);
   report["model_state_bytes"] = model_states_;
-  const int hpz = c_.parallel.engine.hpz_partition_size, group = hpz > 1 ? hpz : grid_->dp_cp().size();
+  const int hpz = config_.parallel.engine.hpz_partition_size, group = hpz > 1 ? hpz : grid_->dp_cp().size();
   report["zero_paper_model_state_bytes"] =
-      parallel::zero_paper_bytes(engine.held_params(), c_.parallel.engine.stage, group,
+      parallel::zero_paper_bytes(engine.held_params(), config_.parallel.engine.stage, group,
                                  double(parallel_->engine().optimizer().state_bytes_per_param()));
   report["peak_rss_bytes"] = peak_rss_bytes();
   if (device_ == DeviceKind::cuda) {
@@ -257,8 +257,8 @@ void Trainer::finish(double train_s) {
     // the estimate is `ztrain estimate-memory --device cuda`'s for this run (plan/memory_estimate.h).
     const double peak = double(device_allocated_peak());
     const double est = double(parallel::estimate_gpu_memory(cfg_, parallel::memory_inputs(cfg_, rows_, seq_len_, plan_),
-                                                            rows_, seq_len_, plan_, c_.parallel.engine.optim,
-                                                            c_.parallel.engine.offload_optimizer == "cpu")
+                                                            rows_, seq_len_, plan_, config_.parallel.engine.optim,
+                                                            config_.parallel.engine.offload_optimizer == "cpu")
                                   .total());
     report["gpu_peak_bytes"] = peak;
     report["gpu_estimate_bytes"] = est;
@@ -281,10 +281,10 @@ void Trainer::finish(double train_s) {
   // One HF folder, streamed to the chief tensor by tensor from the ranks that write checkpoint
   // pieces (any layout): no rank gathers the whole model (hf_export.h).
   hf_export_streamed(world_, parallel_->param_components(), parallel_->checkpoint_shard().index >= 0, cfg_,
-                     c_.checkpoint.output_dir, c_.checkpoint.save_dtype, c_.checkpoint.max_shard_bytes);
+                     config_.checkpoint.output_dir, config_.checkpoint.save_dtype, config_.checkpoint.max_shard_bytes);
   if (!chief_) return;
-  hf_write_side_files(c_.checkpoint.output_dir, side_files_);
-  if (dp_comm_->size() > 1 || c_.parallel.engine.stage > 0) parallel::print_dp_report(report, model_states_);
+  hf_write_side_files(config_.checkpoint.output_dir, side_files_);
+  if (dp_comm_->size() > 1 || config_.parallel.engine.stage > 0) parallel::print_dp_report(report, model_states_);
   if (parallel_->pipelined()) {
     std::printf(
         "  Pipeline bubble (idle / step time, mean over stages, steps after the first): %.4f (per stage %s); "
