@@ -140,7 +140,7 @@ void ModelRuntime::set_sequence_length(int tokens) {
 
 bool ModelRuntime::layers_swapped() const {
   for (const nn::Block& b : blocks_)
-    if (b.has_hooks()) return true;
+    if (b.has_regions()) return true;
   return embedding_ || lm_head_ || sequence_length_ > 0;
 }
 

@@ -36,12 +36,12 @@ class ModelRuntime {
   // null: the single-device ones. They must outlive their use.
   void set_embedding(const nn::Embedding* e) { embedding_ = e; }
   void set_lm_head(const nn::LmHeadLoss* h) { lm_head_ = h; }
-  // The model's blocks, for a strategy that attaches its hooks to them (nn/block.h); binding
-  // them to each pass's weights leaves the hooks as they are.
+  // The model's blocks, for a strategy that attaches its regions to them (nn/block.h); binding
+  // them to each pass's weights leaves the regions as they are.
   std::vector<nn::Block>& blocks() { return blocks_; }
   // Each row the pass runs is part of a sequence of `tokens` tokens (0: rows are whole
   // sequences): the caller gives every row's global positions (B, T) as `positions` (position
-  // embedding / RoPE; not a packing), the blocks' attention hooks cover the whole sequence, and
+  // embedding / RoPE; not a packing), the blocks' attention regions cover the whole sequence, and
   // RoPE tables that depend on the sequence's length (longrope) follow it.
   void set_sequence_length(int tokens);
   // Whether a strategy changed any of the above (the GPU runs one plain model for now).

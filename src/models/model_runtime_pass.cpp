@@ -100,7 +100,7 @@ void ModelRuntime::extend_rope(int32_t max_pos, SlotInput* in) {
 void ModelRuntime::prepare_local(SlotInput* in) {
   in->pack_local = in->pack;
   const int W = cfg_.sliding_window, B = B_, T = T_;
-  // Rows that are parts of longer sequences: the blocks' attention hook masks each layer's
+  // Rows that are parts of longer sequences: the blocks' attention region masks each layer's
   // window itself (AttnDims::window).
   if (cfg_.sliding_layers.empty() || W <= 0 || T <= W || sequence_length_ > 0) return;
   if (in->pack.doc_start)

@@ -202,7 +202,7 @@ TensorView Block::reduce_input_grad(TensorView grad) const {
 
 // mid = x + proj(att) (post_norm: x + post1(proj(att))). The residual add is its own step after
 // the projection (not folded into the GEMM as C += A B): a row-parallel projection's partial
-// sums are reduced first (tp hook), and x is added once, not on every tensor-parallel rank.
+// sums are reduced first (the TP region), and x is added once, not on every tensor-parallel rank.
 void Block::attention_output(const BlockActs& a, TensorView x, const BlockScratch& s) const {
   const TensorView out = shape.post_norm ? a.attn_out : a.mid;
   const TensorView partial = row_out(out, s);

@@ -167,8 +167,8 @@ class Block {
   Norm post1, post2;    // shape.post_norm only: RMSNorm over C
   TpRegion* tp = nullptr;
   CpRegion* cp = nullptr;  // context parallel: attention runs through it (fp32 under every precision)
-  // Whether a strategy attached hooks (the above) to this block.
-  bool has_hooks() const { return tp || cp; }
+  // Whether a strategy attached a region (the above) to this block.
+  bool has_regions() const { return tp || cp; }
   Precision precision = Precision::fp32;
   DeviceKind dev = DeviceKind::cpu;  // where its views live and its kernels run
 

@@ -15,7 +15,7 @@ namespace zt::nn {
 
 // Which tensor-parallel role a Linear plays (Megatron): column-parallel splits the outputs
 // (no communication in forward), row-parallel splits the inputs (its partial outputs are
-// reduced before the residual add: the TpRegion hook in block.h). plain: neither.
+// reduced before the residual add: the TpRegion in block.h). plain: neither.
 enum class LinearKind { plain, column, row };
 
 // Mixed precision (--bf16 / --fp16). fp32 masters, gradients and optimizer state always;

@@ -162,7 +162,7 @@ class Trainer {
   std::unique_ptr<SftTokens> sft_val_;
   std::unique_ptr<SftRows> sft_val_rows_;
   std::unique_ptr<Transformer> model_;
-  DeviceKind device_ = DeviceKind::cpu;      // --device, resolved (train/run_device.h)
+  DeviceKind device_ = DeviceKind::cpu;      // --device, resolved (apps/run_device.h)
   GemmPeak gpu_peak_;                        // the GPU's GEMM peak, measured before the model moves there
   HfSideFiles side_files_;                   // tokenizer + generation config, carried into saves
   int64_t eval_every_ = 0, save_every_ = 0;  // steps between evaluations / saves (0: none)
