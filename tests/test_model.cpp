@@ -101,14 +101,7 @@ ModelConfig tiny_family(int which) {
   return config_from_json(j, "test");
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 class ModelTest : public ::testing::TestWithParam<int> {
  protected:

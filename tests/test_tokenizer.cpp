@@ -27,20 +27,14 @@
 #include "text/tokenizer.h"
 #include "text/tokenizer_pretok.h"
 #include "text/tokenizer_unicode.h"
+#include "test_util.h"
 
 namespace zt {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 std::string read_file(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);

@@ -25,6 +25,7 @@
 #include "data/tokenize.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_charsmap.h"
+#include "test_util.h"
 
 // Its own namespace: the unity build puts this file beside test_tokenizer.cpp, whose helpers share
 // these names.
@@ -200,14 +201,7 @@ TEST(TokenizerPrecompiled, RandomCharsmapsAreBounded) {
 // ---- SentencePiece tokenizer.model (when built with libsentencepiece) ----
 #ifdef ZT_HAS_SENTENCEPIECE
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 fs::path tiny_spm_model() {
   static const fs::path dir = [] {

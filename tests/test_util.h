@@ -4,12 +4,25 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/rng.h"
 #include "kernels/isa.h"
 
 namespace zt::test {
+
+// The message of the zt::Error f throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 // Runs f at every kernel level this CPU has (kernels/isa.h), each failure tagged with the level:
 // an AVX-512 machine also proves the AVX2 path.

@@ -173,8 +173,8 @@ class ModelRuntime {
   // Copies the micro-batch's host arrays to the device (GPU only): tokens, positions, doc_start.
   void upload_slot(SlotInput* in, const int32_t* inputs);
   DeviceKind dev() const;
-  const nn::Embedding& embedding() const { return embedding_ ? *embedding_ : single_device_embedding_; }
-  const nn::LmHeadLoss& lm_head() const { return lm_head_ ? *lm_head_ : single_device_lm_head_; }
+  const nn::Embedding& embedding_layer() const { return embedding_ ? *embedding_ : single_device_embedding_; }
+  const nn::LmHeadLoss& lm_head_layer() const { return lm_head_ ? *lm_head_ : single_device_lm_head_; }
   nn::EmbeddingPass embedding_pass(const SlotInput& in) const;
 
   Transformer& model_;

@@ -183,7 +183,7 @@ void ModelRuntime::embed_forward(int slot, const int32_t* inputs, const int32_t*
   const ModelOffsets& s = layout_.offsets;
   const float* wpe = s.wpe >= 0 ? E.as<const float>() + (s.wpe - base) : nullptr;
   const float* wte = E.as<const float>() + (s.wte - base);
-  embedding().forward(slots_[slot].res[0], wte, wpe, embedding_pass(in));
+  embedding_layer().forward(slots_[slot].res[0], wte, wpe, embedding_pass(in));
   scale_embedding(slots_[slot].res[0]);
   provider().release(u);
 }
@@ -222,7 +222,7 @@ double ModelRuntime::head_forward_backward(int slot, const int32_t* targets, flo
   // until the head's backward), then lowered to the compute dtype.
   // The head may compute a share of the rows (sequence parallel): this rank normalizes those,
   // and the head's input_ready gathers the rest.
-  const nn::LmHeadLoss& head_layer = lm_head();
+  const nn::LmHeadLoss& head_layer = lm_head_layer();
   auto mine = [&](TensorView full) { return head_layer.local_rows(full); };
   const TensorView land = a.lnf_out.dtype == DType::f32 ? mine(a.lnf_out) : mine(scratch_views_.dlnf);
   lnf_.forward(land, a.lnf_mean, a.lnf_rstd, a.res[L]);
@@ -312,7 +312,7 @@ void ModelRuntime::embed_backward(int slot) {
     ZT_PROFILE("embedding_bwd");
     scale_embedding(scratch_views_.dres);  // d(m e)/de = m: the stream's gradient, no longer needed, scaled in place
     float* dwpe = s.wpe >= 0 ? G.as<float>() + (s.wpe - base) : nullptr;
-    embedding().backward(G.as<float>() + (s.wte - base), dwpe, scratch_views_.dres, embedding_pass(in));
+    embedding_layer().backward(G.as<float>() + (s.wte - base), dwpe, scratch_views_.dres, embedding_pass(in));
   }
   provider().grads_done(u);
 }

@@ -24,14 +24,9 @@ namespace zt {
 namespace train_internal {
 namespace fs = std::filesystem;
 
-Trainer::Trainer(const TrainConfig& config, dist::Communicator& world)
-    : config_(config), world_(world), cfg_(config.model.config), train_id_(config.data.identity) {
+Trainer::Trainer(const TrainConfig& config, dist::Communicator& world) : config_(config), world_(world) {
   spike_ =
       std::make_unique<SpikeGuard>(config_.optim.spike_policy, config_.optim.spike_window, config_.optim.spike_zscore);
-  plan_ = config_.precision.plan;
-  side_files_ = config_.model.side_files;
-  channels_ = config_.data.channels;
-  device_ = config_.parallel.device;
   grid_ = std::make_unique<dist::ProcessGrid>(world, config_.parallel.dims);
   dp_comm_ = &grid_->dp();
   chief_ = world.rank() == 0;
@@ -61,10 +56,6 @@ Trainer::Trainer(const TrainConfig& config, dist::Communicator& world)
 }
 
 void Trainer::load_data() {
-  rows_ = config_.data.micro_batch;
-  accumulation_ = config_.data.accumulation;
-  seq_len_ = config_.data.seq_len;
-  sft_ = config_.data.sft;
   if (sft_) {
     load_sft_data();
   } else if (channels_.named) {

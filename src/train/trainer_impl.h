@@ -139,33 +139,35 @@ class Trainer {
   std::unique_ptr<dist::ProcessGrid> grid_;
   dist::Communicator* dp_comm_ = nullptr;
   bool chief_ = false;  // the only rank that prints and writes files
-  ModelConfig cfg_;
-  FileIdentity train_id_;
+  // Short names for the settings read throughout (views of config_, not copies).
+  const ModelConfig& cfg_ = config_.model.config;
+  const FileIdentity& train_id_ = config_.data.identity;
   std::unique_ptr<OutputDirLock> lock_;  // the chief's, for the run's lifetime
   RunTag run_tag_;                       // the chief's; empty on the other ranks (they write no JSON)
-  int rows_ = 0, accumulation_ = 0, seq_len_ = 0;
-  nn::ActPlan plan_;  // precision and recomputation (after auto_find_batch_size)
+  const int &rows_ = config_.data.micro_batch, &accumulation_ = config_.data.accumulation,
+            &seq_len_ = config_.data.seq_len;
+  const nn::ActPlan& plan_ = config_.precision.plan;  // precision and recomputation (after auto_find_batch_size)
   int64_t seqs_per_step_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, log_every_ = 1, start_step_ = 0;
   std::unique_ptr<TokenFile> data_, val_;
   // Named data channels (data/blend.h; one unnamed channel for a plain file): their files, the
   // blend, the loss per channel (observe/channel_losses.h).
-  ChannelSpec channels_;
+  const ChannelSpec& channels_ = config_.data.channels;
   std::unique_ptr<BlendedSource> blend_;
   std::unique_ptr<ChannelLosses> chan_;
   std::unique_ptr<WindowSampler> sampler_;
   int64_t train_sequences_ = 0;
   // SFT (a .jsonl --train_file): tokenized examples and the rows the loader reads.
-  bool sft_ = false;
+  const bool& sft_ = config_.data.sft;
   // One per channel (data/blend.h; one for a plain .jsonl file).
   std::vector<std::unique_ptr<SftTokens>> sft_train_;
   std::vector<std::unique_ptr<SftRows>> sft_rows_;
   std::unique_ptr<SftTokens> sft_val_;
   std::unique_ptr<SftRows> sft_val_rows_;
   std::unique_ptr<Transformer> model_;
-  DeviceKind device_ = DeviceKind::cpu;      // --device, resolved (apps/run_device.h)
-  GemmPeak gpu_peak_;                        // the GPU's GEMM peak, measured before the model moves there
-  HfSideFiles side_files_;                   // tokenizer + generation config, carried into saves
-  int64_t eval_every_ = 0, save_every_ = 0;  // steps between evaluations / saves (0: none)
+  const DeviceKind& device_ = config_.parallel.device;  // --device, resolved (apps/run_device.h)
+  GemmPeak gpu_peak_;                                   // the GPU's GEMM peak, measured before the model moves there
+  const HfSideFiles& side_files_ = config_.model.side_files;  // tokenizer + generation config, carried into saves
+  int64_t eval_every_ = 0, save_every_ = 0;                   // steps between evaluations / saves (0: none)
   bool final_eval_ = true;
   // --load_best_model_at_end (the chief's): the best metric so far, its step and checkpoint.
   double best_metric_ = 0;
