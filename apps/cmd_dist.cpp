@@ -264,8 +264,8 @@ int cmd_estimate_memory(const Args& args) {
            "--model_max_length");
   const nn::ActPlan plan = act_plan_from_args(prec, cfg);
   auto in = parallel::memory_inputs(cfg, B, T, plan);
-  std::printf("Estimated per-rank memory for training with fp32 %s (4 + 4 + %lld bytes per parameter unsharded):\n",
-              optim.c_str(), (long long)optim::optimizer_state_bytes_per_param(optim));
+  std::printf("Estimated per-rank memory for training with fp32 %s (4 + 4 + %g bytes per parameter unsharded):\n",
+              optim.c_str(), optim::optimizer_state_bytes_per_param(optim));
   std::printf("    precision %s (compute copy %s), recomputation %s", nn::precision_name(plan.precision),
               mib(in.compute_copy_bytes).c_str(), nn::recompute_name(plan.recompute));
   if (plan.recompute != nn::Recompute::none)

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "core/edit_distance.h"
 #include "core/error.h"
 #include "deepspeed_values.h"
+#include "optim/optimizer.h"
 
 namespace zt {
 namespace {
@@ -160,6 +162,20 @@ void apply_batch(Ctx& c, const json& cfg) {
                           "set train_batch_size to \"auto\" to derive it)");
 }
 
+// optimizer.params.<name> for SGD / Muon: into --optim_args, agreeing with a value given there.
+void apply_optim_arg(Ctx& c, const std::string& key, const std::string& name, const json& v) {
+  if (is_auto(v)) return;
+  ZT_CHECK(v.is_number() || v.is_boolean(), "DeepSpeed config key ", key, " must be a number or a bool");
+  const std::string text = v.is_boolean() ? (v.get<bool>() ? "true" : "false") : show(v.get<double>());
+  std::map<std::string, std::string> args = optim::parse_optim_args(c.a.optim_args);
+  auto it = args.find(name);
+  if (it != args.end() && it->second != text) {
+    c.mismatch(key, v, "optim_args " + name, it->second);
+    return;
+  }
+  if (it == args.end()) c.a.optim_args += (c.a.optim_args.empty() ? "" : ",") + name + "=" + text;
+}
+
 void apply_optimizer(Ctx& c, const json& o) {
   TrainArgs& a = c.a;
   require_object("optimizer", o);
@@ -168,9 +184,20 @@ void apply_optimizer(Ctx& c, const json& o) {
   const std::string type = read_string("optimizer.type", *t);
   std::string lower = type;
   for (auto& ch : lower) ch = char(std::tolower((unsigned char)ch));  // DeepSpeed compares lower-cased
-  ZT_CHECK(lower == "adamw" || lower == "adam", "DeepSpeed config optimizer.type ", quote(type),
-           " is not supported by ztrain; use \"AdamW\" or \"Adam\", or drop the optimizer section and use "
-           "--learning_rate, --weight_decay, --adam_beta1/2, --adam_epsilon");
+  // DeepSpeed's own types, and torch.optim's SGD (DeepSpeed falls back to torch.optim by name).
+  const std::string optim = lower == "adamw" || lower == "adam" ? "adamw_torch"
+                            : lower == "lion"                   ? "lion_32bit"
+                            : lower == "muon"                   ? "muon"
+                            : lower == "sgd"                    ? "sgd"
+                                                                : "";
+  ZT_CHECK(!optim.empty(), "DeepSpeed config optimizer.type ", quote(type),
+           " is not supported by ztrain; use \"AdamW\", \"Adam\", \"Lion\", \"Muon\" or \"SGD\", or drop the "
+           "optimizer section and use --optim (docs/optimizers.md)");
+  if (c.given("optim") && optim::make_optimizer(a.optim, {}, 0)->name() != optim)
+    c.mismatch("optimizer.type", *t, "optim", a.optim);
+  else
+    a.optim = optim;
+  const bool adam = optim == "adamw_torch";
   bool adam_w_mode = true;  // DeepSpeed's default: "Adam" with weight decay is AdamW
   for (auto& [k, v] : o.items()) {
     if (k == "type") continue;
@@ -183,7 +210,7 @@ void apply_optimizer(Ctx& c, const json& o) {
       const std::string key = "optimizer.params." + pk;
       if (pk == "lr") {
         fill_match(c, key, pv, "learning_rate", a.learning_rate, true, 0);
-      } else if (pk == "eps") {
+      } else if (adam && pk == "eps") {
         fill_match(c, key, pv, "adam_epsilon", a.adam_epsilon, true, 0);
       } else if (pk == "weight_decay") {
         fill_match(c, key, pv, "weight_decay", a.weight_decay, true, 0);
@@ -198,15 +225,22 @@ void apply_optimizer(Ctx& c, const json& o) {
           a.adam_beta1 = b1;
           a.adam_beta2 = b2;
         }
-      } else if (pk == "adam_w_mode") {
+      } else if (!adam && (pk == "momentum" || pk == "dampening" || pk == "nesterov") &&
+                 (optim == "sgd" || pk == "momentum" || pk == "nesterov")) {
+        apply_optim_arg(c, key, pk, pv);  // SGD's and Muon's own settings: --optim_args
+      } else if (adam && pk == "adam_w_mode") {
         read(key, pv, false, adam_w_mode, 0, 0);
-      } else if (pk == "bias_correction" || pk == "amsgrad") {
+      } else if (adam && (pk == "bias_correction" || pk == "amsgrad")) {
         bool b = false;
         read(key, pv, false, b, 0, 0);
         ZT_CHECK(b == (pk == "bias_correction"), "DeepSpeed config key ", key, "=", show(b),
                  " is not supported: ztrain's AdamW is PyTorch's with bias correction and without amsgrad");
       } else {
-        c.other(key, pv, {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "amsgrad"});
+        c.other(key, pv,
+                adam ? std::initializer_list<const char*>{"lr", "betas", "eps", "weight_decay", "adam_w_mode",
+                                                          "bias_correction", "amsgrad"}
+                     : std::initializer_list<const char*>{"lr", "betas", "weight_decay", "momentum", "dampening",
+                                                          "nesterov"});
       }
     }
   }
@@ -419,6 +453,17 @@ void apply_fp16(Ctx& c, const json& p) {
 }
 
 // bf16 (or its legacy name bfloat16): DeepSpeedBF16Config.
+// bf16.bf16_optimizer_states: the optimizer's moments in bf16 (--optim_state_dtype bf16).
+void apply_bf16_states(Ctx& c, const std::string& key, const json& v) {
+  bool on = false;
+  read(key, v, false, on, 0, 0);
+  const std::string want = on ? "bf16" : "fp32";
+  if (c.given("optim_state_dtype") && c.a.optim_state_dtype != want)
+    c.mismatch(key, v, "optim_state_dtype", c.a.optim_state_dtype);
+  else
+    c.a.optim_state_dtype = want;
+}
+
 void apply_bf16(Ctx& c, const std::string& section, const json& p) {
   require_object(section, p);
   DeepSpeedPrecision& d = c.a.ds_precision;
@@ -430,8 +475,10 @@ void apply_bf16(Ctx& c, const std::string& section, const json& p) {
       continue;  // DeepSpeed drops "auto" values: the default stays
     else if (k == "check_grad_overflow")
       read(key, v, false, d.bf16_check_grad_overflow, 0, 0);
+    else if (k == "bf16_optimizer_states")
+      apply_bf16_states(c, key, v);
     else
-      c.other("bf16." + k, v, {"enabled", "check_grad_overflow"});
+      c.other("bf16." + k, v, {"enabled", "check_grad_overflow", "bf16_optimizer_states"});
   }
 }
 

@@ -107,7 +107,16 @@ int cmd_train(const Args& args) {
         "'{\"rope_type\": \"linear\", \"factor\": 2}'); with --resume_from_checkpoint and a longer "
         "--model_max_length: a long-context stage (docs/training.md#long-context-stages)");
   f.add("learning_rate", &a.learning_rate, "peak learning rate (5e-5)", range::above(0));
-  f.add("optim", &a.optim, "optimizer, HF's names: adamw_torch | adamw (adamw_torch)");
+  f.add("optim", &a.optim,
+        "optimizer, HF's names: adamw_torch | adamw | adamw_torch_fused | adafactor | adamw_8bit | adamw_bnb_8bit | "
+        "lion_32bit | lion | sgd | sophia | sophiag | muon (adamw_torch; docs/optimizers.md)");
+  f.add("optim_args", &a.optim_args,
+        "the optimizer's own settings as HF's \"key=value,key2=value2\" (e.g. sgd momentum=0.9; adafactor "
+        "scale_parameter, relative_step, beta1; muon ns_steps; sophia rho; docs/optimizers.md) (none)");
+  f.add("optim_state_dtype", &a.optim_state_dtype,
+        "fp32 | bf16: the optimizer's moments in bf16, stochastically rounded (torchtitan's / Megatron's "
+        "--exp-avg-dtype; adamw_torch, lion_32bit, sgd, sophia) (fp32)");
+  f.add("adafactor", &a.adafactor, "HF's deprecated spelling of --optim adafactor");
   f.add("device", &a.device,
         "cpu | cuda | auto: the GPU when one is present and the run is one the GPU path runs (auto; docs/gpu.md)");
   f.add("offload_optimizer", &a.offload_optimizer,
@@ -258,6 +267,11 @@ int cmd_train(const Args& args) {
   f.parse(args);
   a.explicit_flags = f.given();
   apply_hf_compat_flags(hf, f.given(), a);
+  if (a.adafactor) {  // HF's deprecated flag; with another --optim it would be a contradiction
+    ZT_CHECK(!f.given().count("optim") || a.optim == "adafactor", "--adafactor contradicts --optim ", a.optim,
+             "; give one of them");
+    a.optim = "adafactor";
+  }
   a.peak_cache_dir = a.cache_dir.empty() ? zt::sft_default_cache_dir() : a.cache_dir;
   if (const char* hook = std::getenv("ZT_TEST_FAIL_AT")) {  // tests/dist: a rank failing mid-run
     // rank:step, or rank:step:attempt to fail only in that attempt of `ztrain launch`'s agent.

@@ -73,8 +73,11 @@ struct TrainArgs {
   int model_max_length = 0;             // T; 0 = min(1024, model context)
   std::string rope_scaling;             // JSON (transformers' keys) replacing config.json's rope_scaling
 
-  std::string optim = "adamw_torch";  // HF's --optim: adamw_torch (alias adamw); optim/optimizer.h
-  std::string device = "auto";        // cpu | cuda | auto (a GPU when present and the run can use it)
+  std::string optim = "adamw_torch";  // HF's --optim (optim::optimizer_names()); optim/optimizer.h
+  std::string optim_args;             // HF's --optim_args "k=v,..."
+  std::string optim_state_dtype = "fp32";
+  bool adafactor = false;       // HF's deprecated --adafactor: --optim adafactor
+  std::string device = "auto";  // cpu | cuda | auto (a GPU when present and the run can use it)
   // ZeRO-Offload (DeepSpeed's zero_optimization.offload_optimizer / offload_param .device): none |
   // cpu | nvme. On the GPU, offload_optimizer cpu keeps fp32 masters and the optimizer state in
   // host memory (parallel/gpu_engine.cpp); on the CPU everything is in host memory already.

@@ -74,6 +74,10 @@ parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   o.optim_config.beta2 = a.adam_beta2;
   o.optim_config.eps = a.adam_epsilon;
   o.optim_config.weight_decay = a.weight_decay;
+  o.optim_config.args = optim::parse_optim_args(a.optim_args);
+  ZT_CHECK(a.optim_state_dtype == "fp32" || a.optim_state_dtype == "bf16", "--optim_state_dtype ",
+           quote(a.optim_state_dtype), " is not known; use fp32 or bf16");
+  o.optim_config.state_dtype = a.optim_state_dtype == "bf16" ? DType::bf16 : DType::f32;
   return o;
 }
 

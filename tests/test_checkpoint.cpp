@@ -401,7 +401,7 @@ TEST_F(CheckpointTest, OptimizerStateReshards) {
     for (int k = 0; k < 7; ++k) ASSERT_EQ(mine->slot(slot)[k], opt->slot(slot)[20 + k]) << slot;
     for (int k = 0; k < 10; ++k) ASSERT_EQ(mine->slot(slot)[7 + k], opt->slot(slot)[10 + k]) << slot;
   }
-  EXPECT_NE(error_of([] { optim::make_optimizer("sgd", {}, 1); }).find("--optim \"sgd\" is not supported"),
+  EXPECT_NE(error_of([] { optim::make_optimizer("sgdd", {}, 1); }).find("--optim \"sgdd\" is not supported; did you mean sgd?"),
             std::string::npos);
 }
 

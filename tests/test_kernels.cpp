@@ -629,7 +629,7 @@ TEST(AdamW, MatchesScalarFormulaAndDecaysOnlyMarkedRanges) {
   expect_close(p, pd, 1e-5, 1e-6, "adamw");
   EXPECT_EQ(opt->steps(), 3);
   for (int i = 0; i < n; ++i) EXPECT_NEAR(opt->slot("exp_avg")[i], m[i], 1e-6);
-  EXPECT_THROW(optim::make_optimizer("adafactor", cfg, n), Error);
+  EXPECT_THROW(optim::make_optimizer("adafactr", cfg, n), Error);
 }
 
 TEST(Clipping, ScalesToMaxNormLikePyTorch) {

@@ -55,6 +55,29 @@ inline void chunk_backward(const LmHeadCompute& k, const uint16_t* low, const fl
 
 }  // namespace
 
+int32_t sample_label(const float* z, int V, float sum, double u) {
+  // Inverse CDF in double: the first label whose running sum passes u * sum; a label of zero
+  // probability is never drawn (the last positive one takes any rounding left over).
+  const double target = u * double(sum);
+  double run = 0.0;
+  int32_t last = 0;
+  for (int v = 0; v < V; ++v) {
+    if (z[v] <= 0.f) continue;
+    last = v;
+    run += double(z[v]);
+    if (run > target) return v;
+  }
+  return last;
+}
+
+double sample_uniform(uint64_t seed, int64_t row) {
+  uint64_t x = seed + uint64_t(row) * 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return double(x >> 11) * 0x1.0p-53;
+}
+
 double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int32_t* targets, const LmHeadDims& d,
                  float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute, double* token_loss) {
   const int C = d.C, V = d.V;
@@ -95,6 +118,10 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
         z[v] = fast_exp(z[v] - mx);
         sum += z[v];
       }
+      if (d.sample_seed) {  // Sophia: the model's own sample is the target
+        tgt = sample_label(z, V, sum, sample_uniform(d.sample_seed, r0 + i));
+        shifted = std::log(z[tgt]);
+      }
       const double li = std::log(static_cast<double>(sum)) - static_cast<double>(shifted);
       chunk_loss += li;
       if (token_loss) token_loss[r0 + i] = li;
@@ -118,6 +145,7 @@ namespace zt::kernels {
 double lmhead_ce_vocab(float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
                        const LmHeadDims& d, float grad_scale, float* scratch, int64_t* count, const VocabShard& vs,
                        const LmHeadCompute* compute, double* token_loss) {
+  ZT_ASSERT(d.sample_seed == 0, "sampled labels need the whole vocabulary's softmax");
   const int C = d.C, V = d.V, nv = vs.nv;
   LmHeadCompute fp32{DType::f32, x, w, nullptr, false};
   const LmHeadCompute& k = compute ? *compute : fp32;

@@ -37,7 +37,16 @@ struct LmHeadDims {
   // Gemma 2's final_logit_softcapping c: the logits become c tanh(z / c) before the softmax
   // (forward and backward; the CPU and GPU kernels); 0: none.
   float softcap = 0.f;
+  // Sophia's Gauss-Newton-Bartlett pass: when nonzero, each counted row's target is replaced by a
+  // label drawn from the row's own softmax, with a uniform from (sample_seed, row) (CPU, whole-
+  // vocabulary head only).
+  uint64_t sample_seed = 0;
 };
+
+// The label a row of softmax numerators z (V of them, summing to sum) draws for uniform u in [0, 1).
+int32_t sample_label(const float* z, int V, float sum, double u);
+// A uniform in [0, 1) from (seed, row): splitmix64's finaliser, 53 bits.
+double sample_uniform(uint64_t seed, int64_t row);
 
 // Mixed precision: the GEMMs read x and w in dtype t (bf16, or fp32 holding fp16-rounded
 // values when round_f16), and the logits' gradient is lowered the same way into dlogits

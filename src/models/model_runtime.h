@@ -59,6 +59,12 @@ class ModelRuntime {
   // When set, every later head_forward_backward writes each token's loss into out (B*T; 0
   // where the target is ignored): the per-channel losses (observe/channel_losses.h). null: off.
   void set_token_losses(double* out) { token_losses_ = out; }
+  // Sophia's curvature pass: nonzero makes every LM head pass draw its targets from the model's
+  // own softmax (kernels::LmHeadDims::sample_seed), each pass with its own stream; 0 turns it off.
+  void set_sampled_targets(uint64_t seed) {
+    sample_seed_ = seed;
+    sample_passes_ = 0;
+  }
 
   // Where the pass takes parameters and gradients from; null = the model's flat buffers.
   // The provider must outlive its use.
@@ -200,7 +206,8 @@ class ModelRuntime {
   bool external_state_ = false, external_grads_ = false;
   int B_ = 0, T_ = 0;
   bool training_ = false, backward_ = false;
-  double* token_losses_ = nullptr;  // set_token_losses
+  double* token_losses_ = nullptr;                // set_token_losses
+  uint64_t sample_seed_ = 0, sample_passes_ = 0;  // set_sampled_targets
   std::vector<SlotActs> slots_;
   std::vector<char> held_layers_;
   std::vector<SlotInput> inputs_;

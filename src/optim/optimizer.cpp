@@ -1,11 +1,29 @@
-// optimizer.cpp: see optimizer.h. The slot storage, checkpoint pieces and the factory;
-// the arithmetic lives in each optimizer's own file (adamw.cpp).
+// optimizer.cpp: see optimizer.h. The slot storage, checkpoint pieces, optim_args and the
+// factory; the arithmetic lives in each optimizer's own file (adamw.cpp, lion_sgd.cpp, ...).
 #include "optim/optimizer.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "core/edit_distance.h"
 #include "core/error.h"
+#include "core/tensor.h"
+#include "optim/adafactor.h"
 #include "optim/adamw.h"
+#include "optim/adamw_8bit.h"
+#include "optim/lion_sgd.h"
+#include "optim/muon.h"
+#include "optim/sophia.h"
 
 namespace zt::optim {
+
+namespace {
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+}  // namespace
 
 std::vector<StepPiece> flat_pieces(float* params, const float* grads, const std::vector<ParamRange>& ranges) {
   std::vector<StepPiece> pieces;
@@ -17,8 +35,22 @@ std::vector<StepPiece> flat_pieces(float* params, const float* grads, const std:
 
 Optimizer::Optimizer(std::string name, const OptimizerConfig& cfg, int64_t numel, std::vector<std::string> slot_names)
     : name_(std::move(name)), cfg_(cfg), numel_(numel), slot_names_(std::move(slot_names)) {
-  for (size_t i = 0; i < slot_names_.size(); ++i)
-    slots_.emplace_back(size_t(numel) * sizeof(float), MemCategory::optimizer_state);
+  ZT_CHECK(cfg_.state_dtype == DType::f32 || cfg_.state_dtype == DType::bf16,
+           "--optim_state_dtype must be fp32 or bf16, not ", dtype_name(cfg_.state_dtype));
+  for (size_t i = 0; i < slot_names_.size(); ++i) {
+    slots_.emplace_back(size_t(numel) * dtype_size(cfg_.state_dtype), MemCategory::optimizer_state);
+    std::memset(slots_.back().data(), 0, slots_.back().bytes());
+  }
+}
+
+void Optimizer::set_layout(OptimizerLayout layout) {
+  layout_ = std::move(layout);
+  on_layout();
+}
+
+float* Optimizer::slot(size_t i) const {
+  ZT_ASSERT(cfg_.state_dtype == DType::f32, "optimizer ", name_, ": slot ", i, " is not fp32");
+  return slots_[i].as<float>();
 }
 
 float* Optimizer::slot(const std::string& name) const {
@@ -28,18 +60,47 @@ float* Optimizer::slot(const std::string& name) const {
   return nullptr;
 }
 
+double Optimizer::state_bytes_per_param() const {
+  if (numel_ == 0) return 0.0;
+  size_t bytes = 0;
+  for (const Buffer& b : slots_) bytes += b.bytes();
+  return double(bytes + size_t(own_state_bytes())) / double(numel_);
+}
+
+void Optimizer::for_each_state(int64_t offset, int64_t n, int, const std::function<void(void*, size_t)>& f) {
+  const size_t es = dtype_size(cfg_.state_dtype);
+  for (Buffer& b : slots_) f(static_cast<char*>(b.data()) + size_t(offset) * es, size_t(n) * es);
+}
+
+float* Optimizer::save_scratch(int64_t n) const {
+  scratch_.emplace_back(size_t(n));
+  return scratch_.back().data();
+}
+
 void Optimizer::save_state(StateWriter& w) const {
+  scratch_.clear();  // the previous checkpoint is written by now
+  const bool bf16 = cfg_.state_dtype == DType::bf16;
   for (size_t s = 0; s < slots_.size(); ++s)
-    for (const StateSpan& sp : spans_)
-      w.put_tensor({sp.tensor, sp.shape, slot_names_[s], {sp.begin, sp.count}, slot(s) + sp.state_offset});
+    for (const StateSpan& sp : spans_) {
+      // bf16 state is saved widened to fp32 (exact both ways), so any run can read it.
+      float* data = slots_[s].as<float>() + (bf16 ? 0 : sp.state_offset);
+      if (bf16) {
+        data = save_scratch(sp.count);
+        const uint16_t* h = slots_[s].as<uint16_t>() + sp.state_offset;
+        for (int64_t i = 0; i < sp.count; ++i) data[i] = bf16_to_f32(h[i]);
+      }
+      w.put_tensor({sp.tensor, sp.shape, slot_names_[s], {sp.begin, sp.count}, data});
+    }
+  save_own(w);
   // The hyper-parameters are recorded, not restored: a resumed run uses its own flags.
-  w.put_json(
-      "ztrain.optimizer",
-      {{"name", name_},
-       {"step", t_},
-       {"slots", slot_names_},
-       {"config",
-        {{"beta1", cfg_.beta1}, {"beta2", cfg_.beta2}, {"eps", cfg_.eps}, {"weight_decay", cfg_.weight_decay}}}});
+  w.put_json("ztrain.optimizer",
+             {{"name", name_},
+              {"step", t_},
+              {"slots", slot_names_},
+              {"state_dtype", dtype_name(cfg_.state_dtype)},
+              {"config",
+               {{"beta1", cfg_.beta1}, {"beta2", cfg_.beta2}, {"eps", cfg_.eps}, {"weight_decay", cfg_.weight_decay}}},
+              {"args", cfg_.args}});
 }
 
 void Optimizer::load_state(StateReader& r) {
@@ -48,21 +109,131 @@ void Optimizer::load_state(StateReader& r) {
            quote(name_), "; resume with --optim ", saved);
   const int64_t t = r.get_int("ztrain.optimizer.step");
   ZT_CHECK(t >= 0, r.source(), ": \"ztrain.optimizer.step\" is negative; the checkpoint is damaged");
+  const bool bf16 = cfg_.state_dtype == DType::bf16;
+  std::vector<float> wide;
   for (size_t s = 0; s < slots_.size(); ++s)
-    for (const StateSpan& sp : spans_)
-      r.get_tensor({sp.tensor, sp.shape, slot_names_[s], {sp.begin, sp.count}, slot(s) + sp.state_offset});
+    for (const StateSpan& sp : spans_) {
+      if (!bf16) {
+        r.get_tensor({sp.tensor, sp.shape, slot_names_[s], {sp.begin, sp.count}, slot(s) + sp.state_offset});
+        continue;
+      }
+      wide.resize(size_t(sp.count));
+      r.get_tensor({sp.tensor, sp.shape, slot_names_[s], {sp.begin, sp.count}, wide.data()});
+      uint16_t* h = slots_[s].as<uint16_t>() + sp.state_offset;
+      for (int64_t i = 0; i < sp.count; ++i) h[i] = f32_to_bf16(wide[size_t(i)]);
+    }
+  load_own(r);
   t_ = t;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const OptimizerConfig& cfg, int64_t numel) {
-  // HF's --optim names; an alias makes the canonical name, which checkpoints record.
-  if (name == "adamw_torch" || name == "adamw") return std::make_unique<AdamW>(cfg, numel, "adamw_torch");
-  throw Error(
-      str_cat("--optim ", quote(name), " is not supported; use adamw_torch (HF's default) or adamw (the same)"));
+double Optimizer::arg(const std::string& key, double fallback) const {
+  auto it = cfg_.args.find(key);
+  if (it == cfg_.args.end()) return fallback;
+  try {
+    size_t used = 0;
+    const double v = std::stod(it->second, &used);
+    if (used == it->second.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error(str_cat("--optim_args ", key, "=", quote(it->second), " is not a number (", name_, ")"));
 }
 
-int64_t optimizer_state_bytes_per_param(const std::string& name) {
-  return make_optimizer(name, OptimizerConfig{}, 0)->state_bytes_per_param();
+bool Optimizer::arg_flag(const std::string& key, bool fallback) const {
+  auto it = cfg_.args.find(key);
+  if (it == cfg_.args.end()) return fallback;
+  std::string v = it->second;
+  for (auto& c : v) c = char(std::tolower((unsigned char)c));
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  throw Error(str_cat("--optim_args ", key, "=", quote(it->second), " must be true or false (", name_, ")"));
+}
+
+std::string Optimizer::arg_text(const std::string& key, const std::string& fallback) const {
+  auto it = cfg_.args.find(key);
+  return it == cfg_.args.end() ? fallback : it->second;
+}
+
+void Optimizer::refuse_unknown_args(const std::vector<std::string>& known) const {
+  for (const auto& [k, v] : cfg_.args)
+    if (std::find(known.begin(), known.end(), k) == known.end())
+      throw Error(str_cat("--optim_args key ", quote(k), " is not used by --optim ", name_,
+                          "; its keys: ", known.empty() ? std::string("none") : joined(known)));
+}
+
+namespace {
+
+struct Entry {
+  const char* name;
+  const char* canonical;
+};
+// HF's --optim names (and DeepSpeed's optimizer.type lower-cased); an alias makes the canonical
+// name, which checkpoints record.
+constexpr Entry kNames[] = {
+    {"adamw_torch", "adamw_torch"}, {"adamw", "adamw_torch"},     {"adamw_torch_fused", "adamw_torch"},
+    {"adafactor", "adafactor"},     {"adamw_8bit", "adamw_8bit"}, {"adamw_bnb_8bit", "adamw_8bit"},
+    {"lion", "lion_32bit"},         {"lion_32bit", "lion_32bit"}, {"sgd", "sgd"},
+    {"sophia", "sophia"},           {"sophiag", "sophia"},        {"muon", "muon"}};
+
+}  // namespace
+
+std::vector<std::string> optimizer_names() {
+  std::vector<std::string> v;
+  for (const Entry& e : kNames) v.push_back(e.name);
+  return v;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const OptimizerConfig& cfg, int64_t numel) {
+  const Entry* e = nullptr;
+  for (const Entry& k : kNames)
+    if (name == k.name) e = &k;
+  if (!e) {
+    std::string best = kNames[0].name;
+    for (const Entry& k : kNames)
+      if (edit_distance(name, k.name) < edit_distance(name, best)) best = k.name;
+    throw Error(str_cat("--optim ", quote(name), " is not supported; did you mean ", best,
+                        "? Known: ", joined(optimizer_names())));
+  }
+  const std::string c = e->canonical;
+  if (c == "adamw_torch") return std::make_unique<AdamW>(cfg, numel);
+  if (c == "adafactor") return std::make_unique<Adafactor>(cfg, numel);
+  if (c == "adamw_8bit") return std::make_unique<AdamW8bit>(cfg, numel);
+  if (c == "lion_32bit") return std::make_unique<Lion>(cfg, numel);
+  if (c == "sgd") return std::make_unique<Sgd>(cfg, numel);
+  if (c == "sophia") return std::make_unique<Sophia>(cfg, numel);
+  return std::make_unique<Muon>(cfg, numel);
+}
+
+double optimizer_state_bytes_per_param(const std::string& name, const OptimizerConfig& cfg) {
+  std::unique_ptr<Optimizer> o = make_optimizer(name, cfg, 0);
+  const double s = double(dtype_size(cfg.state_dtype));
+  const std::string& c = o->name();
+  if (c == "adamw_8bit") return 2.0 + 2.0 * 4.0 / double(AdamW8bit::kBlock);
+  if (c == "adafactor") return Adafactor::first_moment(cfg) ? 4.0 : 0.0;
+  if (c == "muon") return 2.0 * s;  // AdamW's, for the tensors that are not hidden matrices
+  return double(o->slot_names().size()) * s;
+}
+
+std::map<std::string, std::string> parse_optim_args(const std::string& text) {
+  std::map<std::string, std::string> out;
+  size_t at = 0;
+  auto trim = [](std::string s) {
+    while (!s.empty() && std::isspace((unsigned char)s.back())) s.pop_back();
+    size_t i = 0;
+    while (i < s.size() && std::isspace((unsigned char)s[i])) ++i;
+    return s.substr(i);
+  };
+  while (at <= text.size()) {
+    size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = trim(text.substr(at, comma - at));
+    at = comma + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    ZT_CHECK(eq != std::string::npos && eq > 0, "--optim_args item ", quote(item),
+             " is not key=value (HF's form: \"key1=value1,key2=value2\")");
+    out[trim(item.substr(0, eq))] = trim(item.substr(eq + 1));
+  }
+  return out;
 }
 
 }  // namespace zt::optim

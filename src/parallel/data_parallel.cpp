@@ -9,6 +9,7 @@
 #include "kernels/convert.h"
 #include "optim/clip.h"
 #include "parallel/buckets.h"
+#include "parallel/optimizer_layout.h"
 #include "parallel/zero_engine.h"
 #ifdef ZT_HAVE_CUDA
 #include "parallel/gpu_engine.h"
@@ -108,9 +109,20 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
       grads_ = model.flat_grads().as<float>();
     }
     set_buffers(model.flat_params(), TensorView());
-    for (const optim::ParamRange& r : flat_ranges(model.params(), keep))
-      pieces_.push_back({flat_params_.as<float>() + r.offset, grads_ + at(r.offset), at(r.offset), r.numel, r.decay});
     opt_ = optim::make_optimizer(o.optim, o.optim_config, state);
+    check_optimizer_fits(*opt_, model);
+    if (opt_->needs_layout()) {  // one piece per tensor, which the optimizer's statistics follow
+      const auto& list = model.params().list();
+      for (size_t i = 0; i < list.size(); ++i)
+        if (!keep || (*keep)[i])
+          pieces_.push_back({flat_params_.as<float>() + list[i].offset, grads_ + at(list[i].offset), at(list[i].offset),
+                             list[i].numel, list[i].decay(), int(i), 0});
+    } else {
+      for (const optim::ParamRange& r : flat_ranges(model.params(), keep))
+        pieces_.push_back({flat_params_.as<float>() + r.offset, grads_ + at(r.offset), at(r.offset), r.numel, r.decay});
+    }
+    // Every rank holds whole tensors: nothing to sum across ranks.
+    opt_->set_layout({optimizer_tensors(model), pieces_, nullptr});
     for (const optim::ParamRange& r : flat_ranges(model.params(), own_.empty() ? nullptr : &own_))
       norm_ranges_.push_back({at(r.offset), r.numel});
     // DDP replicates everything: its reduction group is the grid's dp_shard (x cp: context-
@@ -199,6 +211,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
       optim::clip_grads(const_cast<float*>(p.grads), p.numel, norm, max_norm, unscale);
   }
   void step(double lr) override { opt_->step(pieces_, lr); }
+  void update_curvature() override { opt_->update_curvature(pieces_); }
   // Pipeline: every unit from the stage that owns it (a collective over the stages).
   void export_params() override {
     if (!stage_units_.active()) return;
@@ -213,8 +226,10 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     // The tied embedding: the first stage's parameters and optimizer state to the last's copy.
     const Unit& k = model_.layout().units[stage_units_.tied_unit];
     stage_units_.tied->broadcast(flat_params_.as<float>() + k.begin, size_t(k.size()) * kF32, 0);
-    for (size_t i = 0; i < opt_->slot_names().size(); ++i)
-      stage_units_.tied->broadcast(opt_->slot(i) + at(k.begin), size_t(k.size()) * kF32, 0);
+    const auto& list = model_.params().list();
+    for (int p : k.params)
+      opt_->for_each_state(at(list[size_t(p)].offset), list[size_t(p)].numel, p,
+                           [&](void* d, size_t bytes) { stage_units_.tied->broadcast(d, bytes, 0); });
   }
   optim::Optimizer& optimizer() override { return *opt_; }
   Stateful& param_state() override { return params_state_; }

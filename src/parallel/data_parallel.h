@@ -110,6 +110,9 @@ class DataParallel {
   virtual void clip(double norm, double max_norm, double unscale = 1.0) = 0;
   // The optimizer on what this rank owns, then parameter synchronisation (ZeRO-1/2 all-gather).
   virtual void step(double lr) = 0;
+  // Instead of a step: the reduced gradient (of a pass on labels sampled from the model) into
+  // the optimizer's curvature estimate (Sophia; optim::Optimizer::update_curvature).
+  virtual void update_curvature() { ZT_ASSERT(false, "this engine has no curvature update"); }
   // Whether the model's forward pass is a collective under this engine (ZeRO-3 gathers
   // parameters): then every rank must run evaluation, not only rank 0.
   virtual bool forward_is_collective() const { return false; }

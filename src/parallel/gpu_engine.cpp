@@ -279,6 +279,16 @@ std::unique_ptr<DataParallel> make_gpu_engine(Transformer& model, const dist::Pr
   ZT_CHECK(o.stage == 0, "ZeRO stage ", o.stage,
            " on the GPU is not implemented yet: on one GPU drop --zero_stage / the DeepSpeed zero_optimization "
            "section (nothing is sharded with one rank), or use --device cpu");
+  {
+    // The GPU updates with its own AdamW; ZeRO-Offload's CPU update takes the elementwise ones.
+    const std::unique_ptr<optim::Optimizer> probe = optim::make_optimizer(o.optim, o.optim_config, 0);
+    const bool offload = o.offload_optimizer == "cpu";
+    ZT_CHECK(offload ? !probe->needs_layout() && probe->curvature_interval() == 0
+                     : probe->name() == "adamw_torch" && o.optim_config.state_dtype == DType::f32,
+             "--optim ", o.optim, o.optim_config.state_dtype == DType::bf16 ? " with bf16 state" : "",
+             " does not run on the GPU yet; use adamw_torch there (with offload_optimizer cpu also lion_32bit, sgd "
+             "and bf16 state), or --device cpu");
+  }
   if (o.offload_optimizer == "cpu") return std::make_unique<OffloadEngine>(model, o);
   ZT_CHECK(!o.pipeline.active(), "pipeline parallelism does not run on the GPU yet (docs/gpu.md)");
   optim::optimizer_state_bytes_per_param(o.optim);  // an unknown --optim fails as on the CPU

@@ -76,6 +76,8 @@ class ParallelModel {
   double grad_norm();
   void clip(double norm, double max_norm, double unscale) { engine_->clip(norm, max_norm, unscale); }
   void step(double lr) { engine_->step(lr); }
+  // Sophia: the reduced (and clipped) gradient of a pass on sampled labels into its curvature.
+  void update_curvature() { engine_->update_curvature(); }
   // After optimizer step `step` (0-based) whether or not it was skipped: local SGD's outer sync.
   void after_step(int64_t step);
 

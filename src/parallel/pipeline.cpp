@@ -190,7 +190,7 @@ PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& 
 
 namespace zt::parallel {
 
-StageCut plan_stages(const Transformer& model, int B, int T, int P, int K, const std::string& list, int64_t optim_bytes,
+StageCut plan_stages(const Transformer& model, int B, int T, int P, int K, const std::string& list, double optim_bytes,
                      bool by_time) {
   const int L = model.config().n_layer;
   ZT_CHECK(P <= L, "--pipeline-model-parallel-size ", P, " exceeds the model's ", L,
@@ -212,7 +212,7 @@ StageCut plan_stages(const Transformer& model, int B, int T, int P, int K, const
   size_t acts = 0, tmp = 0;
   ModelRuntime::planned_bytes(model.config(), B, T, &acts, &tmp, 1, model.runtime().act_plan());
   const ModelLayout& ml = model.layout();
-  const double per_param = double(8 + optim_bytes);
+  const double per_param = 8.0 + optim_bytes;
   auto states = [&](int u) { return double(ml.units[u].size()) * per_param; };
   std::vector<double> blocks;
   for (int l = 0; l < L; ++l) blocks.push_back(states(ml.block_units[l]) + double(acts) / L);

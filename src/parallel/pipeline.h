@@ -105,5 +105,5 @@ namespace zt::parallel {
 // parameter, gradient and `optim_bytes` of optimizer state per parameter) plus, for blocks, the
 // activations of one micro-batch of (B, T); the head carries the tied embedding's copy.
 StageCut plan_stages(const Transformer& model, int B, int T, int stages, int layers_per_virtual_stage,
-                     const std::string& list, int64_t optim_bytes, bool by_time);
+                     const std::string& list, double optim_bytes, bool by_time);
 }  // namespace zt::parallel

@@ -38,6 +38,7 @@
 #include "core/error.h"
 #include "kernels/convert.h"
 #include "optim/clip.h"
+#include "parallel/optimizer_layout.h"
 #include "parallel/quantize.h"
 #include "parallel/shard.h"
 #include "parallel/zero_engine.h"
@@ -126,8 +127,13 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     // move, so the list is made once, not every step).
     for (size_t b = 0; b < buckets_.size(); ++b)
       for (const PieceTemplate& t : buckets_[b].pieces)
-        step_pieces_.push_back(
-            {shard_param(b) + t.rel, shard_grad(b) + t.rel, buckets_[b].shard_off + t.rel, t.numel, t.decay});
+        step_pieces_.push_back({shard_param(b) + t.rel, shard_grad(b) + t.rel, buckets_[b].shard_off + t.rel, t.numel,
+                                t.decay, t.param, t.param_begin});
+    // A tensor cut between shards has its per-matrix statistics summed over the shard group
+    // (hybrid sharding's replicas compute the same sums).
+    check_optimizer_fits(*opt_, model);
+    opt_->set_layout(
+        {optimizer_tensors(model), step_pieces_, [this](float* v, int64_t n) { group_->all_reduce(v, size_t(n)); }});
     gbuf_.resize(buckets_.size());
     pending_.assign(buckets_.size(), 0);
     model.runtime().drop_flat_state();
@@ -260,6 +266,7 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     opt_->step(step_pieces_, lr);
     gather_params();
   }
+  void update_curvature() override { opt_->update_curvature(step_pieces_); }
   bool forward_is_collective() const override { return stage_ == 3; }
   void export_params() override {
     model_.runtime().restore_flat_params();
@@ -287,8 +294,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     const int b = tied_bucket_;
     const size_t n = size_t(buckets_[b].layout.shard);
     stage_units_.tied->broadcast(shard_param(b), n * kF32Bytes, 0);
-    for (size_t i = 0; i < opt_->slot_names().size(); ++i)
-      stage_units_.tied->broadcast(opt_->slot(i) + buckets_[b].shard_off, n * kF32Bytes, 0);
+    for (const PieceTemplate& t : buckets_[size_t(b)].pieces)
+      opt_->for_each_state(buckets_[size_t(b)].shard_off + t.rel, t.numel, t.param,
+                           [&](void* d, size_t bytes) { stage_units_.tied->broadcast(d, bytes, 0); });
     gather_params();
   }
   optim::Optimizer& optimizer() override { return *opt_; }

@@ -2,6 +2,7 @@
 #include "plan/memory_estimate.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -85,7 +86,8 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
   // copy, in.compute_copy_bytes).
   const int64_t W = int64_t(dtype_size(DType::f32));
   const int64_t zero3_comm = 2 * W * live;  // gathered fp32 parameters + unsharded fp32 gradients
-  const int64_t S = optim::optimizer_state_bytes_per_param(opt.optim);  // AdamW: 8
+  const double S_per = optim::optimizer_state_bytes_per_param(opt.optim);  // AdamW: 8, 8-bit AdamW: 2.03
+  auto state = [&](int64_t n) { return int64_t(std::ceil(S_per * double(n))); };
 
   auto row = [&](Strategy s, int group, int64_t params, int64_t grads, int64_t optim, int64_t comm) {
     MemoryRow r;
@@ -101,23 +103,23 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
     return r;
   };
   std::vector<MemoryRow> rows;
-  rows.push_back(row(Strategy::ddp, N, W * P, W * P, S * P,
+  rows.push_back(row(Strategy::ddp, N, W * P, W * P, state(P),
                      bucket(0) + (opt.comm_elem_bytes < W ? int64_t(opt.comm_elem_bytes) * P : 0)));
   // ZeRO-1 reduce-scatters its buckets in place through the communicator's ring, whose scratch
   // is two chunks whatever the bucket (measured, GPT-2 124M, 2 ranks: one 475 MiB bucket
   // peaked 34 MiB below 25 MiB buckets).
   const int64_t ring_scratch = 2 * int64_t(dist::kRingChunkBytes);
-  rows.push_back(row(Strategy::zero1, N, W * P, W * P, S * shard(N), std::min(bucket(1), ring_scratch)));
+  rows.push_back(row(Strategy::zero1, N, W * P, W * P, state(shard(N)), std::min(bucket(1), ring_scratch)));
   // ZeRO-2 (parallel/zero.cpp): a bucket's gradient buffer lives from backward's first write
   // to the end of its reduce-scatter: the bucket filling plus two in flight, and the largest
   // unit's (a tied embedding's buffer lives through the whole backward: the LM head writes
   // it first, the embedding last). Measured on GPT-2 124M, 2 ranks: 231 MiB (docs/distributed.md).
-  rows.push_back(row(Strategy::zero2, N, W * P, W * shard(N), S * shard(N),
+  rows.push_back(row(Strategy::zero2, N, W * P, W * shard(N), state(shard(N)),
                      std::min(W * P, W * in.largest_unit_params + 3 * bucket(2))));
-  rows.push_back(row(Strategy::zero3, N, W * shard(N), W * shard(N), S * shard(N), zero3_comm));
+  rows.push_back(row(Strategy::zero3, N, W * shard(N), W * shard(N), state(shard(N)), zero3_comm));
   if (G > 1 && G < N) {
-    rows.push_back(row(Strategy::zero3_hpz, G, W * shard(N) + W * shard(G), W * shard(N), S * shard(N), zero3_comm));
-    rows.push_back(row(Strategy::hybrid, G, W * shard(G), W * shard(G), S * shard(G), zero3_comm));
+    rows.push_back(row(Strategy::zero3_hpz, G, W * shard(N) + W * shard(G), W * shard(N), state(shard(N)), zero3_comm));
+    rows.push_back(row(Strategy::hybrid, G, W * shard(G), W * shard(G), state(shard(G)), zero3_comm));
   }
   return rows;
 }
@@ -138,7 +140,7 @@ MemoryRow estimate_gpu_memory(const ModelConfig& cfg, const ModelMemoryInputs& i
   r.strategy = Strategy::ddp;
   r.params = P * 4 + in.compute_copy_bytes;
   r.grads = P * 4;
-  r.optim = offload_optimizer ? 0 : P * optim::optimizer_state_bytes_per_param(optim);
+  r.optim = offload_optimizer ? 0 : int64_t(std::ceil(double(P) * optim::optimizer_state_bytes_per_param(optim)));
   r.activations = in.activation_bytes;
   r.temporary = in.temporary_bytes;
   r.comm = workspace + attention + lm_stats + ids;

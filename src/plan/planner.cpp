@@ -208,7 +208,7 @@ namespace {
 // r.temporary and the compute copy `copy` already known; S: the optimizer's state bytes per
 // parameter). A cp rank runs the model on its T / cp rows; parameters, gradients and optimizer
 // state are data parallel's over dp x cp ranks (ZeRO shards over both).
-void stage_state_memory(const PlanInputs& in, const PlanLayout& l, const StageView& v, int s, int64_t copy, int64_t S,
+void stage_state_memory(const PlanInputs& in, const PlanLayout& l, const StageView& v, int s, int64_t copy, double S,
                         LayoutMemory& r) {
   const ModelLayout& ml = v.ml;
   const int T = in.seq_len / l.cp, R = l.dp * l.cp;
@@ -242,7 +242,7 @@ void stage_state_memory(const PlanInputs& in, const PlanLayout& l, const StageVi
     const int64_t Ps = units_params(ml, v.held_units[s]);
     r.params = W * (l.zero == 0 ? local : Ps) + copy;
     r.grads = W * Ps;
-    r.optim = S * (l.zero == 0 ? Ps : shard_layout(Ps, R).shard);
+    r.optim = int64_t(std::ceil(S * double(l.zero == 0 ? Ps : shard_layout(Ps, R).shard)));
     if (R > 1)
       r.comm = l.zero == 0 ? std::min(W * Ps, 4 * reduce_bucket_elements(0, 0))
                            : std::min(W * Ps, 2 * int64_t(dist::kRingChunkBytes));
@@ -281,7 +281,7 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
   const nn::ActPlan plan = act_plan(in, l);
   const LayerCut cut = parallel::tensor_parallel_cut(in.cfg, l.tp, 0, l.sp);
   const int T = in.seq_len / l.cp;  // a cp rank's rows (the trainer plans the arena so)
-  const int64_t S = optim::optimizer_state_bytes_per_param(in.optim);
+  const double S = optim::optimizer_state_bytes_per_param(in.optim);
   const ModelLayout whole = model_layout(in.cfg);
   int64_t largest_whole = 0;
   for (const ParamInfo& p : whole.table.list()) largest_whole = std::max(largest_whole, p.numel);

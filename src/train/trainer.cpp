@@ -272,6 +272,8 @@ void Trainer::build_model_and_engine() {
   pp.balance_by_time = config_.parallel.balance_by_time;
   pp.act_plan = plan_;
   pp.data_parallel = config_.parallel.engine;
+  // Sophia's bs: the tokens of one optimizer step over all data-parallel ranks.
+  pp.data_parallel.optim_config.tokens_per_step = seqs_per_step_ * seq_len_;
   pp.local_sgd = config_.parallel.local_sgd;
   pp.print = chief_;
   std::unique_ptr<ParamSource> source;  // ZeRO: what each rank reads for the part it keeps

@@ -106,6 +106,9 @@ class Trainer {
   float test_corruption(int64_t step) const;
   float grad_scale(const MicroBatch& first, double loss_scale) const;
   bool update_allowed(StepResult& r);
+  // Sophia: the step's micro-batches again, on labels sampled from the model, into the
+  // optimizer's curvature estimate (optim::Optimizer::update_curvature).
+  void curvature_pass(int64_t step, double loss_scale, float scale);
   // Every component of a checkpoint, in one list for every use (save, resume, rollback, the
   // flash snapshot's size): the run's (rs), the parallel model's (parameters, optimizer, in the
   // global layout), the loss scaler, local SGD, the spike guard and, once it exists, the log.
@@ -178,7 +181,8 @@ class Trainer {
   // The model with the run's parallelism applied (parallel/parallelize.h): how a step is
   // computed across ranks.
   std::unique_ptr<parallel::ParallelModel> parallel_;
-  std::vector<MicroBatch> held_batches_;  // a pipeline step's micro-batches, held for its schedule
+  // A pipeline step's micro-batches, held for its schedule; and a Sophia curvature step's.
+  std::vector<MicroBatch> held_batches_;
   // fp16: the loss scaler (DeepSpeed's rules); bf16: a fixed scale of 1 that only counts the
   // steps skipped for inf/NaN gradients (bf16.check_grad_overflow). None in fp32.
   std::unique_ptr<optim::LossScaler> scaler_;

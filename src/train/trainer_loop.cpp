@@ -51,9 +51,12 @@ StepResult Trainer::train_step(int64_t step) {
   fail_for_test(step);
   const float corrupt = test_corruption(step);
   const MicroBatch& first = loader_->next();
-  StepBatches batches(*loader_, first, step, parallel_->pipelined() ? &held_batches_ : nullptr,
+  const float scale = grad_scale(first, loss_scale);
+  const int64_t k = parallel_->engine().optimizer().curvature_interval();
+  const bool curvature = k > 0 && step % k == k - 1;  // Sophia's reference: iterations k-1, 2k-1, ...
+  StepBatches batches(*loader_, first, step, parallel_->pipelined() || curvature ? &held_batches_ : nullptr,
                       parallel_->pipelined() ? nullptr : chan_.get());
-  parallel::StepLoss loss = parallel_->forward_backward(batches, grad_scale(first, loss_scale), corrupt);
+  parallel::StepLoss loss = parallel_->forward_backward(batches, scale, corrupt);
   parallel_->finish_grads(loss);  // the loss summed over the ranks too
   StepResult r;
   r.loss = loss.count > 0 ? loss.sum / loss.count : 0.0;  // a step of prompt-only rows trains nothing
@@ -63,7 +66,42 @@ StepResult Trainer::train_step(int64_t step) {
   if (flash_) flash_->wait_copied();  // the update changes what a flash snapshot is copying
   parallel_->clip(r.grad_norm, config_.optim.max_grad_norm, 1.0 / loss_scale);
   parallel_->step(lr_for(step));
+  if (curvature) curvature_pass(step, loss_scale, scale);
   return r;
+}
+
+namespace {
+// The micro-batches of the step just taken, from their held copies.
+class HeldBatches final : public parallel::MicroBatchSource {
+ public:
+  explicit HeldBatches(const std::vector<MicroBatch>& held) : held_(held) {}
+  parallel::PipelineMicroBatch next(int micro) override {
+    const MicroBatch& mb = held_[size_t(micro)];
+    return {mb.inputs.data(), mb.targets.data(), mb.pos()};
+  }
+  void backward_done(int, const parallel::PipelineMicroBatch&) override {}
+
+ private:
+  const std::vector<MicroBatch>& held_;
+};
+}  // namespace
+
+void Trainer::curvature_pass(int64_t step, double loss_scale, float scale) {
+  ZT_PROFILE("curvature");
+  HeldBatches batches(held_batches_);
+  parallel_->begin_step();
+  // A stream of its own per step and rank: the draws are the same on a resumed run.
+  const uint64_t seed =
+      ((uint64_t(config_.data.seed) * 1000003ull + uint64_t(step)) << 20) + uint64_t(world_.rank()) + 1;
+  model_->runtime().set_sampled_targets(seed);
+  parallel::StepLoss loss = parallel_->forward_backward(batches, scale, 1.0f);
+  model_->runtime().set_sampled_targets(0);
+  parallel_->finish_grads(loss);
+  const double norm = parallel_->grad_norm() / loss_scale;
+  if (!std::isfinite(norm)) return;  // an fp16 overflow: the estimate keeps its last value
+  // The reference clips this gradient like a training step's before the estimate.
+  parallel_->clip(norm, config_.optim.max_grad_norm, 1.0 / loss_scale);
+  parallel_->update_curvature();
 }
 
 // The scale of each micro-batch's gradient: the loss scale over the step's counted targets (all
