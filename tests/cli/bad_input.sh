@@ -58,6 +58,10 @@ expect "hybrid group not dividing" "must divide the number of ranks" -- "$Z" tra
 expect "eval batch size 0" "--per_device_eval_batch_size expects an integer in \[1, 1048576\], got \"0\"" -- "$Z" eval --model_name_or_path "$W/model" --validation_file "$W/ok.bin" --per_device_eval_batch_size 0
 expect "adam_beta1 above 1" "--adam_beta1 expects a number in \[0, 1), got \"1.5\"" -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o16" "${base[@]}" --adam_beta1 1.5
 expect "min_new_tokens above max_new_tokens" "--min_new_tokens 9 exceeds --max_new_tokens 5" -- "$Z" generate --model_name_or_path "$W/model" --max_new_tokens 5 --min_new_tokens 9
+expect "unknown optimizer" 'did you mean adamw_8bit?' -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o17" "${base[@]}" --optim adamw8bit
+expect "optimizer argument it does not take" 'key "rho" is not used by --optim lion_32bit' -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o18" "${base[@]}" --optim lion --optim_args rho=0.1
+expect "malformed optim_args" 'is not key=value' -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o19" "${base[@]}" --optim sgd --optim_args momentum
+expect "unknown optimizer state dtype" '--optim_state_dtype "fp8" is not known' -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o20" "${base[@]}" --optim_state_dtype fp8
 
 # Absurd sizes fail before allocating anything large: a 16M-layer config is rejected by the config
 # checks (ulimit -v keeps a regression from holding gigabytes here: it would end in bad_alloc), and

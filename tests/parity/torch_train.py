@@ -44,6 +44,9 @@ def parse_args():
     p.add_argument("--adam_epsilon", type=float, default=1e-8)
     p.add_argument("--max_grad_norm", type=float, default=1.0, help="<= 0 disables clipping")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--optim", default="adamw_torch", help="ztrain's --optim name (ref_optimizers.py)")
+    p.add_argument("--optim_args", default="", help="ztrain's --optim_args")
+    p.add_argument("--data_seed", type=int, default=42, help="ztrain's data seed (Sophia's sampled labels)")
     p.add_argument("--dump_grads", help="write step 0's accumulated, pre-clip gradients (safetensors F32)")
     p.add_argument("--save_dir", help="save the trained model as an HF folder (F32)")
     p.add_argument("--autocast", choices=["", "bf16"], default="",
@@ -64,6 +67,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hfmodels  # noqa: E402
+import ref_optimizers  # noqa: E402
 
 
 def batch_for(tokens, first_window, B, T, n_windows):
@@ -75,6 +79,18 @@ def batch_for(tokens, first_window, B, T, n_windows):
         xs.append(chunk[:-1])
         ys.append(chunk[1:])
     return torch.from_numpy(np.stack(xs)), torch.from_numpy(np.stack(ys))
+
+
+def curvature_pass(model, opt, params, clip, tokens, step, B, G, T, n_windows, data_seed):
+    """Sophia's Gauss-Newton-Bartlett pass on the step's micro-batches, as ztrain draws its labels."""
+    opt.zero_grad()
+    for micro in range(G):
+        x, _ = batch_for(tokens, step * B * G + micro * B, B, T, n_windows)
+        logits, _ = model(x)
+        y = ref_optimizers.sampled_labels(logits.detach(), data_seed, step, 0, micro + 1)
+        (hfmodels.lm_loss(logits, y) / G).backward()
+    torch.nn.utils.clip_grad_norm_(params, clip)
+    opt.update_hessian()
 
 
 def main(a):
@@ -91,8 +107,12 @@ def main(a):
     if tokens.max() >= vocab:
         sys.exit(f"{a.train_file}: token id {tokens.max()} >= vocab_size {vocab}")
 
-    opt = torch.optim.AdamW(hfmodels.param_groups(model, a.weight_decay), lr=a.learning_rate,
-                            betas=(a.adam_beta1, a.adam_beta2), eps=a.adam_epsilon)
+    if a.optim == "adamw_torch":
+        opt = torch.optim.AdamW(hfmodels.param_groups(model, a.weight_decay), lr=a.learning_rate,
+                                betas=(a.adam_beta1, a.adam_beta2), eps=a.adam_epsilon)
+    else:
+        opt = ref_optimizers.make(a.optim, model, a)
+    sophia = isinstance(opt, ref_optimizers.Sophia)
     params = [p_ for p_ in model.parameters()]
     # max_norm=inf still returns the norm and multiplies by a clamped coefficient of 1.
     clip = a.max_grad_norm if a.max_grad_norm > 0 else float("inf")
@@ -116,7 +136,14 @@ def main(a):
                      for n, p_ in model.named_parameters()}
             hfmodels.write_safetensors(a.dump_grads, grads)
         norm = torch.nn.utils.clip_grad_norm_(params, clip)
-        opt.step()
+        if sophia:
+            opt.step(a.learning_rate, bs=B * G * T)
+            if step % opt.interval == opt.interval - 1:
+                curvature_pass(model, opt, params, clip, tokens, step, B, G, T, n_windows, a.data_seed)
+        elif isinstance(opt, ref_optimizers.Base):
+            opt.step(a.learning_rate)
+        else:
+            opt.step()
         losses.append(float(step_loss))
         grad_norms.append(float(norm))
 
