@@ -23,6 +23,8 @@ int cmd_plan(const Args& args);
 int cmd_health_check(const Args& args);
 // apps/cmd_info.cpp: the machine as ztrain sees it (CPU, kernel levels, GEMM ISA, peaks).
 int cmd_info(const Args& args);
+// apps/cmd_plot.cpp: several runs' loss curves in one PNG.
+int cmd_plot(const Args& args);
 // apps/cmd_version.cpp: `ztrain version` / `ztrain --version`.
 int cmd_version(const Args& args);
 

@@ -61,6 +61,8 @@ expect "min_new_tokens above max_new_tokens" "--min_new_tokens 9 exceeds --max_n
 expect "unknown optimizer" 'did you mean adamw_8bit?' -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o17" "${base[@]}" --optim adamw8bit
 expect "optimizer argument it does not take" 'key "rho" is not used by --optim lion_32bit' -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o18" "${base[@]}" --optim lion --optim_args rho=0.1
 expect "malformed optim_args" 'is not key=value' -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o19" "${base[@]}" --optim sgd --optim_args momentum
+expect "plot of a folder without a training log" 'trainer_state.json: No such file' -- "$Z" plot --runs "$W/nothere" --output "$W/p.png"
+expect "plot with labels for other runs" '--labels has 1 names for 2 runs' -- "$Z" plot --runs "$W/a,$W/b" --labels x --output "$W/p.png"
 expect "unknown optimizer state dtype" '--optim_state_dtype "fp8" is not known' -- "$Z" train --model_name_or_path "$W/model" --output_dir "$W/o20" "${base[@]}" --optim_state_dtype fp8
 
 # Absurd sizes fail before allocating anything large: a 16M-layer config is rejected by the config

@@ -90,7 +90,14 @@ def main():
             ok, lines = f.result()
             failures += not ok
             print("\n".join(lines), flush=True)
-    print(f"{len(cases) - failures} passed, {failures} failed")
+    # `ztrain plot` overlays the runs' curves in one PNG (bench/bench_optimizers.py draws the quickstart's).
+    png = os.path.join(work, "optimizers.png")
+    run([a.ztrain, "plot", "--runs", ",".join(os.path.join(work, c[0]) for c in cases), "--metric", "loss",
+         "--output", png])
+    ok = open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    print(f"ztrain plot of {len(cases)} runs -> {'a PNG' if ok else 'FAIL: not a PNG'}")
+    failures += not ok
+    print(f"{len(cases) + 1 - failures} passed, {failures} failed")
     return 1 if failures else 0
 
 
