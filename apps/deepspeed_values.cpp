@@ -129,7 +129,6 @@ const Inert kInert[] = {
     {"fp16.fp16_master_weights_and_grads", Kind::boolean, "false"},
     {"bf16.immediate_grad_update", Kind::boolean, ""},
     {"bf16.bf16_master_weights_and_grads", Kind::boolean, "false"},
-    {"bf16.bf16_optimizer_states", Kind::boolean, "false"},
     {"amp.opt_level", Kind::string, ""},
     {"optimizer.params.torch_adam", Kind::boolean, ""},
     {"scheduler.params.last_batch_iteration", Kind::integer, "-1"},

@@ -458,6 +458,9 @@ void Trainer::start_loader_and_log() {
                        : gemm_peak_for_run(config_.precision.peak_gflops, nn::compute_dtype(plan_.precision),
                                            omp_get_max_threads(), config_.precision.peak_cache_dir));
     log_->print_header(train_sequences_, seqs_per_step_);
+    const optim::Optimizer& opt = parallel_->engine().optimizer();
+    std::printf("  Optimizer = %s%s, %.3g bytes of state per parameter held (docs/optimizers.md)\n", opt.name().c_str(),
+                opt.slot_dtype() == DType::bf16 ? " (bf16 state)" : "", opt.state_bytes_per_param());
     if (dp_comm_->size() > 1) std::printf("  Data parallel: %s\n", parallel_->engine().describe().dump().c_str());
   }
   resumed_.reset();  // every component has its state: the checkpoint's files close
