@@ -550,3 +550,32 @@ TEST(DeepSpeedConfig, PipelineBlock) {
 
 }  // namespace
 }  // namespace zt
+
+namespace zt {
+namespace {
+// optimizer.type beyond Adam: Lion, Muon and (DeepSpeed's torch.optim fallback) SGD, their params
+// into --optim_args; bf16.bf16_optimizer_states into --optim_state_dtype.
+TEST(DeepSpeedConfig, OptimizerTypesAndBf16States) {
+  TrainArgs a;
+  apply(a, 1, R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true}}})");
+  EXPECT_EQ(a.optim, "sgd");
+  EXPECT_EQ(a.optim_args, "momentum=0.9,nesterov=true");
+  EXPECT_DOUBLE_EQ(a.learning_rate, 0.1);
+  TrainArgs l;
+  apply(l, 1, R"({"optimizer": {"type": "lion", "params": {"betas": [0.9, 0.99]}}, "bf16": {"enabled": true,
+                  "bf16_optimizer_states": true}})");
+  EXPECT_EQ(l.optim, "lion_32bit");
+  EXPECT_DOUBLE_EQ(l.adam_beta2, 0.99);
+  EXPECT_EQ(l.optim_state_dtype, "bf16");
+  TrainArgs m;
+  m.optim = "adafactor";
+  m.explicit_flags = {"optim"};
+  EXPECT_NE(error_of([&] { apply(m, 1, R"({"optimizer": {"type": "Muon"}})"); }).find("vs hf optim=adafactor"),
+            std::string::npos);
+  TrainArgs e;  // Adam's eps means nothing to Lion: a warning, as for any key ztrain does not use
+  const std::vector<std::string> w = apply(e, 1, R"({"optimizer": {"type": "Lion", "params": {"eps": 1e-8}}})");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("optimizer.params.eps"), std::string::npos) << w[0];
+}
+}  // namespace
+}  // namespace zt
