@@ -5,6 +5,8 @@
 #include <cmath>
 #include <unordered_map>
 
+#include <omp.h>
+
 #include "core/error.h"
 
 namespace zt::optim {
@@ -53,6 +55,8 @@ void Adafactor::on_layout() {
   rms_.assign(ts.size(), 0.0);
   rows_.assign(size_t(rows), 0.f);
   cols_.assign(size_t(cols), 0.f);
+  rfac_.assign(size_t(rows), 0.f);
+  cfac_.assign(size_t(cols), 0.f);
   v_ = PackedState(
       layout().pieces, [&](const StepPiece& p) { return !ts[size_t(p.tensor)].matrix; }, 1, DType::f32);
   if (beta1_ >= 0.0)
@@ -63,6 +67,23 @@ void Adafactor::on_layout() {
 int64_t Adafactor::own_state_bytes() const {
   return int64_t((rows_.size() + cols_.size()) * sizeof(float)) + v_.bytes() + m_.bytes();
 }
+
+namespace {
+
+// The piece's elements row by row: f(row, c0, c1, at) for columns [c0, c1) of `row`, which are the
+// piece's elements [at, at + c1 - c0). Rows run in parallel (each row belongs to one call).
+template <class F>
+void for_each_row(const StepPiece& r, int64_t cols, F&& f) {
+  const int64_t first = r.tensor_begin / cols, last = (r.tensor_begin + r.numel - 1) / cols;
+#pragma omp parallel for schedule(static)
+  for (int64_t row = first; row <= last; ++row) {
+    const int64_t c0 = row == first ? r.tensor_begin % cols : 0;
+    const int64_t c1 = row == last ? (r.tensor_begin + r.numel - 1) % cols + 1 : cols;
+    f(row, c0, c1, row * cols + c0 - r.tensor_begin);
+  }
+}
+
+}  // namespace
 
 // Row and column sums of g^2 + eps1 (matrices) and the sum of p^2 of the piece's tensor.
 void Adafactor::accumulate(const StepPiece& r) {
@@ -76,21 +97,22 @@ void Adafactor::accumulate(const StepPiece& r) {
   float* row = sums_.data() + k.sums;
   float* col = row + ti.rows;
   const float e1 = float(eps1_);
-  // Whole rows in parallel (each row's sum is one thread's); columns summed per row in order.
-  const int64_t first = r.tensor_begin / ti.cols, last = (r.tensor_begin + r.numel - 1) / ti.cols;
-  for (int64_t row_i = first; row_i <= last; ++row_i) {
-    const int64_t c0 = row_i == first ? r.tensor_begin % ti.cols : 0;
-    const int64_t c1 = row_i == last ? (r.tensor_begin + r.numel - 1) % ti.cols + 1 : ti.cols;
-    const float* g = r.grads + (row_i * ti.cols + c0 - r.tensor_begin);
+  // Column sums per thread, then added: each thread's rows touch every column.
+  const int threads = omp_get_max_threads();
+  col_scratch_.assign(size_t(threads) * size_t(ti.cols), 0.0);
+  for_each_row(r, ti.cols, [&](int64_t i, int64_t c0, int64_t c1, int64_t at) {
+    double* mine = col_scratch_.data() + size_t(omp_get_thread_num()) * size_t(ti.cols);
+    const float* g = r.grads + at - c0;
     double s = 0.0;
-#pragma omp simd reduction(+ : s)
     for (int64_t c = c0; c < c1; ++c) {
-      const float u = g[c - c0] * g[c - c0] + e1;
+      const double u = double(g[c] * g[c] + e1);
       s += u;
-      col[c] += u;
+      mine[c] += u;
     }
-    row[row_i] += float(s);
-  }
+    row[i] += float(s);
+  });
+  for (int t = 0; t < threads; ++t)
+    for (int64_t c = 0; c < ti.cols; ++c) col[c] += float(col_scratch_[size_t(t) * size_t(ti.cols) + size_t(c)]);
 }
 
 void Adafactor::update_factors(double beta2t) {
@@ -106,28 +128,64 @@ void Adafactor::update_factors(double beta2t) {
     float* col = cols_.data() + k.col_state;
     for (int64_t i = 0; i < ts[t].rows; ++i) row[i] = row[i] * b + rs[i] / float(ts[t].cols) * a;
     for (int64_t j = 0; j < ts[t].cols; ++j) col[j] = col[j] * b + cs[j] / float(ts[t].rows) * a;
+    // The factors of v_hat^-1/2 = (row / mean(row))^-1/2 (col)^-1/2, kept for the step's passes.
+    double mean = 0.0;
+    for (int64_t i = 0; i < ts[t].rows; ++i) mean += row[i];
+    const float row_mean = float(mean / double(ts[t].rows));
+    float* rf = rfac_.data() + k.row_state;
+    float* cf = cfac_.data() + k.col_state;
+    for (int64_t i = 0; i < ts[t].rows; ++i) rf[i] = 1.0f / std::sqrt(row[i] / row_mean);
+    for (int64_t j = 0; j < ts[t].cols; ++j) cf[j] = 1.0f / std::sqrt(col[j]);
   }
 }
 
-// f(i, u) for each element of the piece with its unscaled update u = g / sqrt(v_hat).
+// f(i, u) for each element of the piece with its unscaled update u = g / sqrt(v_hat), in parallel
+// (f must only touch element i, or reduce through thread-safe means).
 template <class F>
 void Adafactor::for_each_update(const StepPiece& r, F&& f) const {
   const TensorInfo& ti = layout().tensors[size_t(r.tensor)];
   const Tensor& k = tensors_[size_t(r.tensor)];
   if (!ti.matrix) {
     const float* v = v_.f32(0) + v_.at(r.state_offset);
+#pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < r.numel; ++i) f(i, r.grads[i] / std::sqrt(v[i]));
     return;
   }
-  const float* row = rows_.data() + k.row_state;
-  const float* col = cols_.data() + k.col_state;
-  double mean = 0.0;
-  for (int64_t i = 0; i < ti.rows; ++i) mean += row[i];
-  const float row_mean = float(mean / double(ti.rows));
-  for (int64_t i = 0; i < r.numel; ++i) {
-    const int64_t e = r.tensor_begin + i;
-    f(i, r.grads[i] * (1.0f / std::sqrt(row[e / ti.cols] / row_mean)) * (1.0f / std::sqrt(col[e % ti.cols])));
+  const float* rf = rfac_.data() + k.row_state;
+  const float* cf = cfac_.data() + k.col_state;
+  for_each_row(r, ti.cols, [&](int64_t row, int64_t c0, int64_t c1, int64_t at) {
+    for (int64_t c = c0; c < c1; ++c) f(at + c - c0, r.grads[at + c - c0] * rf[row] * cf[c]);
+  });
+}
+
+// The sum of squares of the piece's unscaled update.
+double Adafactor::update_sq(const StepPiece& r) const {
+  const TensorInfo& ti = layout().tensors[size_t(r.tensor)];
+  const Tensor& k = tensors_[size_t(r.tensor)];
+  double s = 0.0;
+  if (!ti.matrix) {
+    const float* v = v_.f32(0) + v_.at(r.state_offset);
+#pragma omp parallel for simd reduction(+ : s)
+    for (int64_t i = 0; i < r.numel; ++i) {
+      const float u = r.grads[i] / std::sqrt(v[i]);
+      s += double(u) * u;
+    }
+    return s;
   }
+  const float* rf = rfac_.data() + k.row_state;
+  const float* cf = cfac_.data() + k.col_state;
+  const int64_t first = r.tensor_begin / ti.cols, last = (r.tensor_begin + r.numel - 1) / ti.cols;
+#pragma omp parallel for schedule(static) reduction(+ : s)
+  for (int64_t row = first; row <= last; ++row) {
+    const int64_t c0 = row == first ? r.tensor_begin % ti.cols : 0;
+    const int64_t c1 = row == last ? (r.tensor_begin + r.numel - 1) % ti.cols + 1 : ti.cols;
+    const float* g = r.grads + row * ti.cols - r.tensor_begin;
+    for (int64_t c = c0; c < c1; ++c) {
+      const float u = g[c] * rf[row] * cf[c];
+      s += double(u) * u;
+    }
+  }
+  return s;
 }
 
 double Adafactor::step_size(double lr, const Tensor& k) const {
@@ -151,11 +209,10 @@ void Adafactor::step(std::span<const StepPiece> pieces, double lr) {
   for (const StepPiece& r : pieces) {
     if (!layout().tensors[size_t(r.tensor)].matrix) {
       float* v = v_.f32(0) + v_.at(r.state_offset);
+#pragma omp parallel for simd schedule(static)
       for (int64_t i = 0; i < r.numel; ++i) v[i] = v[i] * b + (r.grads[i] * r.grads[i] + e1) * a;
     }
-    double s = 0.0;
-    for_each_update(r, [&](int64_t, float u) { s += double(u) * u; });
-    sq_[size_t(r.tensor)] += float(s);
+    sq_[size_t(r.tensor)] += float(update_sq(r));
   }
   if (layout().group_sum) layout().group_sum(sq_.data(), int64_t(sq_.size()));
   const float b1 = float(beta1_), c1 = float(1.0 - beta1_);

@@ -45,11 +45,14 @@ class Adafactor final : public Optimizer {
   void update_factors(double beta2t);
   template <class F>
   void for_each_update(const StepPiece& r, F&& f) const;
+  double update_sq(const StepPiece& r) const;
 
   bool scale_parameter_, relative_step_, warmup_init_;
   double clip_threshold_, decay_rate_, beta1_, eps1_, eps2_;
   std::vector<Tensor> tensors_;
   std::vector<float> sums_, sq_, rows_, cols_;  // the group-summed statistics; rows_ / cols_ the state
+  std::vector<float> rfac_, cfac_;              // this step's (row / mean)^-1/2 and col^-1/2, per matrix
+  std::vector<double> col_scratch_;             // per-thread column sums
   std::vector<double> rms_;                     // per tensor: RMS(p) before the step
   PackedState v_, m_;                           // elementwise exp_avg_sq (non-matrices), exp_avg (beta1)
 };
