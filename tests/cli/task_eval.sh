@@ -4,9 +4,12 @@
 # probe metrics to metrics.jsonl, trainer_state.json and TensorBoard; bad task and probe files,
 # and the flags without what they need, are one clear error line each and a non-zero exit.
 # (The numbers themselves are checked against PyTorch by tests/parity/task_parity.py.)
-# usage: task_eval.sh path/to/ztrain
+# With mpirun: 2 ranks under ZeRO-3 (every rank scores: the forward is a collective) log what one
+# process with 2 micro-batches logs.
+# usage: task_eval.sh path/to/ztrain [path/to/mpirun]
 set -u
 Z=$1
+MPI=${2:-}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 PY=/usr/bin/python3
@@ -61,6 +64,26 @@ tags=$($PY "$TB" "$W/run" 2>/dev/null | awk '{print $1}' | sort -u | tr '\n' ' '
 case "$tags" in *"probe/0/prob "*"probe/0/rank "*"probe/mean_prob "*"tasks/acc "*"tasks/acc_norm "*) ok "TensorBoard tags: $tags" ;;
   *) bad "TensorBoard tags missing: $tags" ;; esac
 grep -q "^{'tasks/acc': " "$W/train.out" && ok "console line" || { bad "no console line"; cat "$W/train.out"; }
+
+if [ -n "$MPI" ]; then
+  "$Z" train --model_config_path "$W/cfg.json" --tokenizer_name "$W/tok" --train_file "$W/tok.bin" \
+    --validation_file "$W/tok.bin" --max_eval_samples 4 --eval_steps 2 --max_steps 4 --per_device_train_batch_size 2 \
+    --gradient_accumulation_steps 2 --model_max_length 32 --learning_rate 1e-2 --save_strategy no --report_to none \
+    --output_dir "$W/one" --eval_tasks "$FIX/mc_tasks.jsonl" --eval_probes "$FIX/probes.jsonl" >"$W/one.out" 2>&1 &&
+    "$MPI" -np 2 "$Z" train --model_config_path "$W/cfg.json" --tokenizer_name "$W/tok" --train_file "$W/tok.bin" \
+      --validation_file "$W/tok.bin" --max_eval_samples 4 --eval_steps 2 --max_steps 4 --per_device_train_batch_size 2 \
+      --zero_stage 3 --model_max_length 32 --learning_rate 1e-2 --save_strategy no --report_to none \
+      --output_dir "$W/z3" --eval_tasks "$FIX/mc_tasks.jsonl" --eval_probes "$FIX/probes.jsonl" >"$W/z3.out" 2>&1 &&
+    $PY - "$W/one" "$W/z3" <<'P' && ok "2 ranks under ZeRO-3 log what one process logs" || { bad "ZeRO-3"; tail -5 "$W/z3.out"; }
+import json, sys
+a, b = ([json.loads(l) for l in open(d + "/metrics.jsonl") if "eval_loss" in l] for d in sys.argv[1:])
+assert len(a) == len(b) == 2
+for x, y in zip(a, b):
+    for k in x:
+        if k.startswith(("tasks/", "probe/")):
+            assert abs(x[k] - y[k]) <= 1e-6 * max(1, abs(x[k])), (k, x[k], y[k])
+P
+fi
 
 # ztrain eval on the trained folder, results as JSON.
 cp "$W/tok/"* "$W/run/" 2>/dev/null
