@@ -93,7 +93,7 @@ void eval_loss(Transformer& model, const Tokenizer* tok, std::string file, const
   if (!text_file.empty()) T = int(std::min<int64_t>(T, data.size() - 1));  // a short text is one window
   model.plan(B, T, false);
   EvalResult r = evaluate(model, data, B, T, max_samples);
-  std::printf("  %-24s = %.6f\n  %-24s = %.4f\n  %-24s = %lld\n  %-24s = %.3f\n", "eval_loss", r.loss, "perplexity",
+  std::printf("***** eval metrics *****\n  %-24s = %.6f\n  %-24s = %.4f\n  %-24s = %lld\n  %-24s = %.3f\n", "eval_loss", r.loss, "perplexity",
               r.perplexity, "eval_tokens", (long long)r.tokens, "eval_runtime", r.seconds);
   *out = {{"eval_loss", r.loss}, {"perplexity", r.perplexity}, {"eval_tokens", r.tokens}, {"eval_runtime", r.seconds}};
 }
@@ -219,13 +219,12 @@ int cmd_generate(const Args& args) {
 namespace {
 
 // --tasks / --probes: scored at a T that truncates none of them (at most --model_max_length);
-// their metrics join the printed block and `out`.
-void eval_tasks(Transformer& model, const Tokenizer& tok, const std::string& tasks, const std::string& probes, int B,
-                int T, nlohmann::json* out) {
-  TaskEval te(tok, tasks, probes, model.config().vocab_size);
+// their metrics join the printed block and `out` (empty: no loss was printed before them).
+void eval_tasks(Transformer& model, const TaskEval& te, int B, int T, nlohmann::json* out) {
   T = std::max(1, std::min(T, te.longest_row()));
   model.plan(B, T, false);
   const TaskEvalResult r = te.run(model, B, T);
+  if (out->empty()) std::printf("***** eval metrics *****\n");  // not printed by the loss above
   for (const auto& [k, v] : r.summary()) {
     std::printf("  %-24s = %.6g\n", k.c_str(), v);
     (*out)[k] = v;
@@ -283,11 +282,13 @@ int cmd_eval(const Args& args) {
     ZT_CHECK(tok->vocab_size() <= model->config().vocab_size, "the tokenizer has ", tok->vocab_size(),
              " tokens but the model only ", model->config().vocab_size, "; pass the model's tokenizer");
   }
+  // Read and checked before any evaluation runs: a bad line stops it at once.
+  std::unique_ptr<TaskEval> te;
+  if (scored) te = std::make_unique<TaskEval>(*tok, tasks, probes, model->config().vocab_size);
   nlohmann::json out = nlohmann::json::object();
-  std::printf("***** eval metrics *****\n");
   if (!file.empty() || !text_file.empty())
     eval_loss(*model, tok.get(), file, text_file, text_field, split_special, B, T, max_samples, &out);
-  if (scored) eval_tasks(*model, *tok, tasks, probes, B, T, &out);
+  if (te) eval_tasks(*model, *te, B, T, &out);
   std::fflush(stdout);
   if (!output_path.empty()) write_file_atomic(output_path, out.dump(2) + "\n");
   return 0;
