@@ -93,8 +93,8 @@ void eval_loss(Transformer& model, const Tokenizer* tok, std::string file, const
   if (!text_file.empty()) T = int(std::min<int64_t>(T, data.size() - 1));  // a short text is one window
   model.plan(B, T, false);
   EvalResult r = evaluate(model, data, B, T, max_samples);
-  std::printf("***** eval metrics *****\n  %-24s = %.6f\n  %-24s = %.4f\n  %-24s = %lld\n  %-24s = %.3f\n", "eval_loss", r.loss, "perplexity",
-              r.perplexity, "eval_tokens", (long long)r.tokens, "eval_runtime", r.seconds);
+  std::printf("***** eval metrics *****\n  %-24s = %.6f\n  %-24s = %.4f\n  %-24s = %lld\n  %-24s = %.3f\n", "eval_loss",
+              r.loss, "perplexity", r.perplexity, "eval_tokens", (long long)r.tokens, "eval_runtime", r.seconds);
   *out = {{"eval_loss", r.loss}, {"perplexity", r.perplexity}, {"eval_tokens", r.tokens}, {"eval_runtime", r.seconds}};
 }
 
