@@ -284,7 +284,10 @@ int cmd_eval(const Args& args) {
   }
   // Read and checked before any evaluation runs: a bad line stops it at once.
   std::unique_ptr<TaskEval> te;
-  if (scored) te = std::make_unique<TaskEval>(*tok, tasks, probes, model->config().vocab_size);
+  if (scored) {
+    te = std::make_unique<TaskEval>(*tok, tasks, probes, model->config().vocab_size);
+    te->check_fits(T);
+  }
   nlohmann::json out = nlohmann::json::object();
   if (!file.empty() || !text_file.empty())
     eval_loss(*model, tok.get(), file, text_file, text_field, split_special, B, T, max_samples, &out);

@@ -72,6 +72,11 @@ double mean_stderr(double p, int64_t n) {
   return std::sqrt(p * (1 - p) / double(n - 1));
 }
 
+void check_continuation(const LoglikRequest& q, int T) {
+  ZT_CHECK(int64_t(q.continuation.size()) <= T, q.where, ": the continuation is ", q.continuation.size(),
+           " tokens, more than the ", T, " positions evaluated; shorten it or raise --model_max_length");
+}
+
 // The first index of the largest value (numpy's argmax).
 int argmax(const std::vector<double>& v) {
   int best = 0;
@@ -129,9 +134,8 @@ std::vector<LoglikScore> score_requests(Transformer& model, const std::vector<Lo
       std::fill(tg.begin(), tg.end(), kernels::kIgnoreIndex);
       for (int b = 0; b < rows; ++b) {
         const LoglikRequest& q = reqs[r0 + size_t(b)];
+        check_continuation(q, T);
         const int cont = int(q.continuation.size());
-        ZT_CHECK(cont <= T, q.where, ": the continuation is ", cont, " tokens, more than the ", T,
-                 " positions evaluated; shorten it or raise --model_max_length");
         std::vector<int32_t> whole = q.context;
         whole.insert(whole.end(), q.continuation.begin(), q.continuation.end());
         const size_t drop = whole.size() > size_t(T) + 1 ? whole.size() - size_t(T) - 1 : 0;  // from the left
@@ -175,6 +179,16 @@ void TaskEval::add_request(const LoglikRequest& r, int vocab) {
       ZT_CHECK(id >= 0 && id < vocab, r.where, ": the tokenizer produced id ", id,
                ", outside the model's vocabulary of ", vocab, "; use the model's own tokenizer");
   longest_ = std::max(longest_, int(r.context.size() + r.continuation.size()) - 1);
+}
+
+void TaskEval::check_fits(int T) const {
+  const LoglikRequest* longest = nullptr;
+  for (const Question& q : questions_)
+    for (const LoglikRequest& r : q.choices)
+      if (!longest || r.continuation.size() > longest->continuation.size()) longest = &r;
+  for (const LoglikRequest& r : probes_)
+    if (!longest || r.continuation.size() > longest->continuation.size()) longest = &r;
+  if (longest) check_continuation(*longest, T);
 }
 
 void TaskEval::read_tasks(const Tokenizer& tok, const std::string& path, int vocab, const EvalFileLimits& lim) {

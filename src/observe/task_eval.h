@@ -82,6 +82,9 @@ class TaskEval {
   // The longest row a request needs (context + continuation - 1 tokens): a T at least this long
   // truncates nothing.
   int longest_row() const { return longest_; }
+  // Throws score_requests' error now (naming the request) when a continuation is longer than T:
+  // a run checks at its start, not at its first evaluation.
+  void check_fits(int T) const;
   // Every rank whose forward is a collective calls it alike (the work is deterministic).
   TaskEvalResult run(Transformer& model, int B, int T) const;
 

@@ -168,6 +168,7 @@ void Trainer::load_eval_tasks() {
            "encoder.json + vocab.bpe), or --model_name_or_path a folder with one");
   const std::unique_ptr<Tokenizer> tok = Tokenizer::load(tok_path);
   tasks_ = std::make_unique<TaskEval>(*tok, l.eval_tasks, l.eval_probes, cfg_.vocab_size);
+  tasks_->check_fits(seq_len_);
   if (chief_ && tasks_->longest_row() > seq_len_)
     std::printf(
         "Note: some --eval_tasks / --eval_probes rows are %d tokens, longer than --model_max_length %d: "

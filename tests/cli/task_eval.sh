@@ -147,6 +147,8 @@ expect "--eval_probes with --eval_strategy no" "--eval_probes has no effect with
   "$Z" "${tr[@]}" --tokenizer_name "$W/tok" --validation_file "$W/tok.bin" --eval_strategy no --eval_probes "$FIX/probes.jsonl"
 expect "--eval_tasks without a tokenizer" "--eval_tasks needs a tokenizer" -- \
   "$Z" "${tr[@]}" --validation_file "$W/tok.bin" --eval_tasks "$FIX/mc_tasks.jsonl"
+expect "a probe answer longer than --model_max_length at training start" "p3.jsonl:1: the continuation is 200 tokens, more than the 32" -- \
+  "$Z" "${tr[@]}" --tokenizer_name "$W/tok" --validation_file "$W/tok.bin" --eval_probes "$W/p3.jsonl"
 expect "a bad task file at training start" "t.jsonl:2: no \"gold\" field" -- \
   "$Z" "${tr[@]}" --tokenizer_name "$W/tok" --validation_file "$W/tok.bin" --eval_tasks "$T"
 
