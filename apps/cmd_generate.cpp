@@ -1,5 +1,5 @@
 // cmd_generate.cpp: `ztrain generate` (KV-cache sampling from a model folder) and
-// `ztrain eval` (loss and perplexity of a model on a token file).
+// `ztrain eval` (loss and perplexity of a model on a token file; multiple-choice tasks and probes).
 #include <omp.h>
 
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/hf_model.h"
 #include "commands.h"
@@ -21,7 +22,9 @@
 #include "models/transformer.h"
 #include "plan/memory_fit.h"
 #include "text/tokenizer.h"
+#include "core/file_io.h"
 #include "observe/evaluate.h"
+#include "observe/task_eval.h"
 
 namespace zt::app {
 namespace {
@@ -57,6 +60,42 @@ bool decodable(const Tokenizer& tok, int32_t id) {
   } catch (const Error&) {
     return false;
   }
+}
+
+// The loss and perplexity over a token file, or over text tokenized first (into a private
+// temporary folder, documents ending in EOS); printed and added to `out`.
+void eval_loss(Transformer& model, const Tokenizer* tok, std::string file, const std::string& text_file,
+               const std::string& text_field, bool split_special, int B, int T, int64_t max_samples,
+               nlohmann::json* out) {
+  std::string tmp_dir;
+  if (!text_file.empty()) {
+    char templ[] = "/tmp/ztrain-eval-XXXXXX";
+    ZT_CHECK(::mkdtemp(templ) != nullptr, "cannot create a temporary folder in /tmp");
+    tmp_dir = templ;
+  }
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      if (!dir.empty()) std::filesystem::remove_all(dir);
+    }
+  } cleanup{tmp_dir};
+  if (!text_file.empty()) {
+    TokenizeConfig tc;
+    tc.inputs = {text_file};
+    tc.text_field = text_field;
+    tc.split_special_tokens = split_special;
+    tc.output_dir = tmp_dir;
+    tc.validation_split_percentage = 0;
+    tokenize_corpus(*tok, tc);
+    file = tmp_dir + "/train.bin";
+  }
+  TokenFile data(file, model.config().vocab_size);
+  if (!text_file.empty()) T = int(std::min<int64_t>(T, data.size() - 1));  // a short text is one window
+  model.plan(B, T, false);
+  EvalResult r = evaluate(model, data, B, T, max_samples);
+  std::printf("***** eval metrics *****\n  %-24s = %.6f\n  %-24s = %.4f\n  %-24s = %lld\n  %-24s = %.3f\n", "eval_loss",
+              r.loss, "perplexity", r.perplexity, "eval_tokens", (long long)r.tokens, "eval_runtime", r.seconds);
+  *out = {{"eval_loss", r.loss}, {"perplexity", r.perplexity}, {"eval_tokens", r.tokens}, {"eval_runtime", r.seconds}};
 }
 
 }  // namespace
@@ -137,7 +176,8 @@ int cmd_generate(const Args& args) {
       int32_t next = sample_token(TensorView::of(l, {V}), sc, rng);
       // Ids below the tokenizer's vocab_size can still be holes (no token): masked as met.
       for (int tries = 0; !decodable(*tok, next); ++tries) {
-        ZT_CHECK(tries < 1000, "generate: the tokenizer decodes none of the model's likeliest ids; pass the model's "
+        ZT_CHECK(tries < 1000,
+                 "generate: the tokenizer decodes none of the model's likeliest ids; pass the model's "
                  "own tokenizer (--tokenizer_name_or_path)");
         if (l != masked.data()) masked.assign(l, l + V), l = masked.data();
         masked[size_t(next)] = -std::numeric_limits<float>::infinity();
@@ -176,8 +216,34 @@ int cmd_generate(const Args& args) {
   return 0;
 }
 
+namespace {
+
+// --tasks / --probes: scored at a T that truncates none of them (at most --model_max_length);
+// their metrics join the printed block and `out` (empty: no loss was printed before them).
+void eval_tasks(Transformer& model, const TaskEval& te, int B, int T, nlohmann::json* out) {
+  T = std::max(1, std::min(T, te.longest_row()));
+  model.plan(B, T, false);
+  const TaskEvalResult r = te.run(model, B, T);
+  if (out->empty()) std::printf("***** eval metrics *****\n");  // not printed by the loss above
+  for (const auto& [k, v] : r.summary()) {
+    std::printf("  %-24s = %.6g\n", k.c_str(), v);
+    (*out)[k] = v;
+  }
+  for (size_t i = 0; i < r.logliks.size(); ++i)
+    (*out)["questions"].push_back({{"logliks", r.logliks[i]}, {"pred", r.pred[i]}, {"pred_norm", r.pred_norm[i]}});
+  for (size_t i = 0; i < r.probe_prob.size(); ++i) {
+    std::printf("  %-24s = prob %.6g, logprob %.6f, rank %lld\n", str_cat("probe/", i).c_str(), r.probe_prob[i],
+                r.probe_logprob[i], (long long)r.probe_rank[i]);
+    (*out)["probes"].push_back({{"prob", r.probe_prob[i]}, {"logprob", r.probe_logprob[i]}, {"rank", r.probe_rank[i]}});
+  }
+  std::printf("  %-24s = %.3f\n", "tasks_runtime", r.seconds);
+  (*out)["tasks_runtime"] = r.seconds;
+}
+
+}  // namespace
+
 int cmd_eval(const Args& args) {
-  std::string model_dir, file, text_file, tokenizer, text_field = "text";
+  std::string model_dir, file, text_file, tokenizer, text_field = "text", tasks, probes, output_path;
   bool split_special = true;
   int B = 8, T = 0, threads = 0;
   int64_t max_samples = 0;
@@ -185,7 +251,14 @@ int cmd_eval(const Args& args) {
   f.add("model_name_or_path", &model_dir, "HF model folder");
   f.add("validation_file", &file, "token file (ztrain shard or uint16 train.bin)");
   f.add("text_file", &text_file, "or text: a .txt / .jsonl file or a folder of them, tokenized first");
-  f.add("tokenizer_name_or_path", &tokenizer, "tokenizer for --text_file (default: the model folder)");
+  f.add("tasks", &tasks,
+        "multiple-choice JSONL ({\"context\", \"choices\", \"gold\"} per line): acc and acc_norm as "
+        "lm-evaluation-harness scores them");
+  f.add("probes", &probes, "probe JSONL ({\"prompt\", \"answer\"} per line): each answer's probability and rank");
+  f.add("output_path", &output_path,
+        "also write the metrics (and each question's and probe's scores) to this JSON file");
+  f.add("tokenizer_name_or_path", &tokenizer,
+        "tokenizer for --text_file, --tasks and --probes (default: the model folder)");
   f.add("text_field", &text_field, "JSONL field holding the text (text)");
   f.add("split_special_tokens", &split_special,
         "--text_file: special added tokens stay text, as in `ztrain tokenize` (true); false = matched as Hugging "
@@ -196,39 +269,31 @@ int cmd_eval(const Args& args) {
   f.add("threads", &threads, "0 = all cores (0)", range::closed(0, limits::kMaxThreads));
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
-  ZT_CHECK(file.empty() != text_file.empty(), "give one of --validation_file (tokens) or --text_file (text)");
+  const bool scored = !tasks.empty() || !probes.empty();
+  ZT_CHECK(!(!file.empty() && !text_file.empty()), "give one of --validation_file (tokens) or --text_file (text)");
+  ZT_CHECK(!file.empty() || !text_file.empty() || scored,
+           "nothing to evaluate: give --validation_file (tokens), --text_file (text), --tasks or --probes");
   if (threads > 0) omp_set_num_threads(threads);
   auto model = load_model(model_dir, B, &T, "evaluating this model",
                           "use a smaller --per_device_eval_batch_size or --model_max_length, or a smaller model");
-  std::string tmp_dir;
-  if (!text_file.empty()) {  // tokenize into a private temporary folder, documents ending in EOS
-    char templ[] = "/tmp/ztrain-eval-XXXXXX";
-    ZT_CHECK(::mkdtemp(templ) != nullptr, "cannot create a temporary folder in /tmp");
-    tmp_dir = templ;
-    auto tok = Tokenizer::load(tokenizer.empty() ? model_dir : tokenizer);
+  std::unique_ptr<Tokenizer> tok;
+  if (!text_file.empty() || scored) {
+    tok = Tokenizer::load(tokenizer.empty() ? model_dir : tokenizer);
     ZT_CHECK(tok->vocab_size() <= model->config().vocab_size, "the tokenizer has ", tok->vocab_size(),
              " tokens but the model only ", model->config().vocab_size, "; pass the model's tokenizer");
-    TokenizeConfig tc;
-    tc.inputs = {text_file};
-    tc.text_field = text_field;
-    tc.split_special_tokens = split_special;
-    tc.output_dir = tmp_dir;
-    tc.validation_split_percentage = 0;
-    tokenize_corpus(*tok, tc);
-    file = tmp_dir + "/train.bin";
   }
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      if (!dir.empty()) std::filesystem::remove_all(dir);
-    }
-  } cleanup{tmp_dir};
-  TokenFile data(file, model->config().vocab_size);
-  if (!text_file.empty()) T = int(std::min<int64_t>(T, data.size() - 1));  // a short text is one window
-  model->plan(B, T, false);
-  EvalResult r = evaluate(*model, data, B, T, max_samples);
-  std::printf("***** eval metrics *****\n  %-24s = %.6f\n  %-24s = %.4f\n  %-24s = %lld\n  %-24s = %.3f\n", "eval_loss",
-              r.loss, "perplexity", r.perplexity, "eval_tokens", (long long)r.tokens, "eval_runtime", r.seconds);
+  // Read and checked before any evaluation runs: a bad line stops it at once.
+  std::unique_ptr<TaskEval> te;
+  if (scored) {
+    te = std::make_unique<TaskEval>(*tok, tasks, probes, model->config().vocab_size);
+    te->check_fits(T);
+  }
+  nlohmann::json out = nlohmann::json::object();
+  if (!file.empty() || !text_file.empty())
+    eval_loss(*model, tok.get(), file, text_file, text_field, split_special, B, T, max_samples, &out);
+  if (te) eval_tasks(*model, *te, B, T, &out);
+  std::fflush(stdout);
+  if (!output_path.empty()) write_file_atomic(output_path, out.dump(2) + "\n");
   return 0;
 }
 

@@ -95,6 +95,11 @@ int cmd_train(const Args& args) {
   f.add("greater_is_better", &a.greater_is_better, "a larger metric is better (false for loss and perplexity)");
   f.add("save_safetensors", &a.save_safetensors, "accepted (HF); ztrain writes safetensors only, false is refused");
   f.add("max_eval_samples", &a.max_eval_samples, "sequences evaluated, 0 = all (0)", range::closed(0, kMaxSteps));
+  f.add("eval_tasks", &a.eval_tasks,
+        "multiple-choice JSONL scored at every evaluation (acc, acc_norm as lm-evaluation-harness); needs "
+        "--validation_file and the tokenizer (--tokenizer_name or the model folder)");
+  f.add("eval_probes", &a.eval_probes,
+        "probe JSONL ({\"prompt\", \"answer\"}): each answer's probability and rank at every evaluation");
   f.add("output_dir", &a.output_dir, "where the model, trainer_state.json and metrics go");
   f.add("overwrite_output_dir", &a.overwrite_output_dir, "allow a non-empty --output_dir");
   f.add("per_device_train_batch_size", &a.per_device_train_batch_size, "sequences per micro-batch (8)",

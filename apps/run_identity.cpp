@@ -60,7 +60,7 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   nlohmann::json j;
 #define ZT_ARG(name) j[#name] = a.name
   // Not here, legitimately per rank: model_name_or_path, model_config_path, train_file,
-  // validation_file, deepspeed (paths: contents are compared, or applied to the values below),
+  // validation_file, eval_tasks, eval_probes, deepspeed (paths: contents are compared, or applied to the values below),
   // threads, dataloader_prefetch (speed only), explicit_flags (how a value was given, not the
   // value), the test hooks test_fail_rank / test_fail_step / test_flash_pause / test_spike_*, and the SFT paths
   // tokenizer_name, chat_template_path, cache_dir (each rank reads its own copy; the data's identity is compared).

@@ -65,6 +65,7 @@ struct TrainArgs {
   bool greater_is_better = false;              // not given: HF's default (false for loss and perplexity)
   bool save_safetensors = true;                // ztrain writes only safetensors: false is refused
   int64_t max_eval_samples = 0;                // windows evaluated, 0 = all
+  std::string eval_tasks, eval_probes;         // JSONL scored at each evaluation (observe/task_eval.h), "" = none
   std::string output_dir;
   bool overwrite_output_dir = false;
 

@@ -50,7 +50,12 @@ void check_hf_strategies(const TrainArgs& a) {
 // parsed and ignored (docs/flags.md#flags-that-need-another).
 void check_flag_dependencies(const TrainArgs& a) {
   const bool eval = !a.validation_file.empty();
+  // Whether any evaluation happens (the Trainer's rule: --do_eval as given, else not --eval_strategy no).
+  const bool evaluations = eval && (a.explicit_flags.count("do_eval") ? a.do_eval : a.eval_strategy != "no");
   const bool spikes = a.spike_policy != "none";
+  const char* scored_at =
+      "an evaluation to be scored at (--validation_file, with evaluation not switched off by --eval_strategy no or "
+      "--do_eval false)";
   const ChannelSpec channels = parse_channels(a.train_file, a.train_file_weights);
   const std::string& f = a.train_file;
   const bool sft = channels.named ? channels.sft : f.size() > 6 && f.compare(f.size() - 6, 6, ".jsonl") == 0;
@@ -65,6 +70,8 @@ void check_flag_dependencies(const TrainArgs& a) {
       {"per_device_eval_batch_size", eval, "--validation_file (the data to evaluate)"},
       {"metric_for_best_model", eval, "--validation_file (the data to evaluate)"},
       {"greater_is_better", eval, "--validation_file (the data to evaluate)"},
+      {"eval_tasks", evaluations, scored_at},
+      {"eval_probes", evaluations, scored_at},
       {"eos_token_id", a.packing || sft, "--packing (it separates the packed documents)"},  // SFT: refused later
       {"spike_window", spikes, "--spike_policy skip, rollback or stop"},
       {"spike_zscore", spikes, "--spike_policy skip, rollback or stop"},

@@ -250,6 +250,8 @@ void fill_outputs(const TrainArgs& a, TrainConfig& c) {
   l.eval_steps = a.eval_steps;
   if (a.explicit_flags.count("do_eval")) l.do_eval = a.do_eval;
   l.max_eval_samples = a.max_eval_samples;
+  l.eval_tasks = a.eval_tasks;
+  l.eval_probes = a.eval_probes;
   l.eval_batch = a.per_device_eval_batch_size;
   l.threads = a.threads;
   c.test = {a.test_fail_rank,   a.test_fail_step,  a.test_slow_rank,    a.test_slow_seconds,

@@ -104,7 +104,14 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
         std::fill_n(z, V, 0.f);
         if (dx && low) std::fill_n(low + i * V, V, uint16_t(0));
         if (token_loss) token_loss[r0 + i] = 0.0;
+        if (d.token_rank) d.token_rank[r0 + i] = 0;
         continue;
+      }
+      if (d.token_rank) {  // before the row becomes probabilities: ties in exp() would merge logits
+        const float zt = z[tgt];
+        int64_t above = 0;
+        for (int v = 0; v < V; ++v) above += z[v] > zt;
+        d.token_rank[r0 + i] = above + 1;
       }
       float mx = z[0];
 #pragma omp simd reduction(max : mx)
@@ -146,6 +153,9 @@ double lmhead_ce_vocab(float* dx, float* dw, const float* x, const float* w, con
                        const LmHeadDims& d, float grad_scale, float* scratch, int64_t* count, const VocabShard& vs,
                        const LmHeadCompute* compute, double* token_loss) {
   ZT_ASSERT(d.sample_seed == 0, "sampled labels need the whole vocabulary's softmax");
+  ZT_CHECK(!d.token_rank,
+           "the rank of a target among the vocabulary (--eval_probes) needs the whole-vocabulary LM "
+           "head; it is not available under tensor parallelism");
   const int C = d.C, V = d.V, nv = vs.nv;
   LmHeadCompute fp32{DType::f32, x, w, nullptr, false};
   const LmHeadCompute& k = compute ? *compute : fp32;

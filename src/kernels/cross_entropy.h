@@ -41,6 +41,10 @@ struct LmHeadDims {
   // label drawn from the row's own softmax, with a uniform from (sample_seed, row) (CPU, whole-
   // vocabulary head only).
   uint64_t sample_seed = 0;
+  // When given (N): each counted row's rank of its target, 1 + the number of logits strictly above
+  // the target's (0 for ignored rows): the probability probes' rank (observe/task_eval.h). CPU,
+  // whole-vocabulary head only: the GPU and vocabulary-parallel heads refuse it.
+  int64_t* token_rank = nullptr;
 };
 
 // The label a row of softmax numerators z (V of them, summing to sum) draws for uniform u in [0, 1).

@@ -59,6 +59,10 @@ class ModelRuntime {
   // When set, every later head_forward_backward writes each token's loss into out (B*T; 0
   // where the target is ignored): the per-channel losses (observe/channel_losses.h). null: off.
   void set_token_losses(double* out) { token_losses_ = out; }
+  double* token_losses() const { return token_losses_; }
+  // The same for each token's rank among the vocabulary (kernels::LmHeadDims::token_rank: CPU,
+  // whole-vocabulary head): the probability probes (observe/task_eval.h). null: off.
+  void set_token_ranks(int64_t* out) { token_ranks_ = out; }
   // Sophia's curvature pass: nonzero makes every LM head pass draw its targets from the model's
   // own softmax (kernels::LmHeadDims::sample_seed), each pass with its own stream; 0 turns it off.
   void set_sampled_targets(uint64_t seed) {
@@ -207,6 +211,7 @@ class ModelRuntime {
   int B_ = 0, T_ = 0;
   bool training_ = false, backward_ = false;
   double* token_losses_ = nullptr;                // set_token_losses
+  int64_t* token_ranks_ = nullptr;                // set_token_ranks
   uint64_t sample_seed_ = 0, sample_passes_ = 0;  // set_sampled_targets
   std::vector<SlotActs> slots_;
   std::vector<char> held_layers_;

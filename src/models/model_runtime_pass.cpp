@@ -229,6 +229,7 @@ double ModelRuntime::head_forward_backward(int slot, const int32_t* targets, flo
   nn::lower(prec, mine(a.lnf_out), land, dev());
   head_layer.input_ready(a.lnf_out);
   kernels::LmHeadDims hd{N, cfg_.n_embd, layout_.vocab_rows, scratch_views_.lm_chunk, cfg_.final_softcap};
+  hd.token_rank = token_ranks_;
   if (sample_seed_) hd.sample_seed = sample_seed_ ^ (++sample_passes_ * 0xD1B54A32D192ED03ull);
   kernels::LmHeadCompute lc;
   if (prec != nn::Precision::fp32) {

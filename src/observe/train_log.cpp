@@ -245,7 +245,7 @@ void TrainLog::first_step(double startup_s, double weights_s) const {
               startup_s, weights_s);
 }
 
-void TrainLog::eval_done(int64_t step, const EvalResult& r) {
+void TrainLog::eval_done(int64_t step, const EvalResult& r, const TaskEvalResult* tasks) {
   nlohmann::json e;
   e["epoch"] = epoch_at(step);
   e["eval_loss"] = r.loss;
@@ -254,6 +254,10 @@ void TrainLog::eval_done(int64_t step, const EvalResult& r) {
   e["eval_samples_per_second"] = double(r.windows) / r.seconds;
   e["eval_tokens"] = r.tokens;
   e["step"] = step;
+  if (tasks) {
+    for (const auto& [k, v] : tasks->metrics()) e[k] = v;
+    e["tasks_runtime"] = tasks->seconds;
+  }
   history_.push_back(e);
   last_eval_ = e;
   jsonl_->append(e.dump());
@@ -262,10 +266,17 @@ void TrainLog::eval_done(int64_t step, const EvalResult& r) {
     tensorboard_->add_scalar("eval/loss", step, r.loss);
     tensorboard_->add_scalar("eval/perplexity", step, r.perplexity);
     tensorboard_->add_scalar("eval/runtime", step, r.seconds);
+    if (tasks)
+      for (const auto& [k, v] : tasks->metrics()) tensorboard_->add_scalar(k, step, v);
     tensorboard_->flush();
   }
   std::printf("{'eval_loss': %.6g, 'eval_perplexity': %.6g, 'eval_runtime': %.3f, 'epoch': %.4g}  step %lld\n", r.loss,
               r.perplexity, r.seconds, epoch_at(step), (long long)step);
+  if (tasks) {  // the summaries; each probe's values are in metrics.jsonl and TensorBoard
+    std::string line;
+    for (const auto& [k, v] : tasks->summary()) line += str_cat(line.empty() ? "{" : ", ", "'", k, "': ", v);
+    if (!line.empty()) std::printf("%s}  step %lld\n", line.c_str(), (long long)step);
+  }
   std::fflush(stdout);
 }
 

@@ -16,6 +16,7 @@
 #include "models/config.h"
 #include "models/transformer.h"
 #include "observe/evaluate.h"
+#include "observe/task_eval.h"
 #include "plan/gemm_peak.h"
 
 namespace zt {
@@ -48,7 +49,9 @@ class TrainLog final : public Stateful {
   void step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log,
                  const std::vector<std::pair<const char*, double>>& extra = {});
   void first_step(double startup_s, double weights_s) const;
-  void eval_done(int64_t step, const EvalResult& r);
+  // tasks: the --eval_tasks / --eval_probes metrics of the same evaluation (null: none), in the
+  // same entry and under their own TensorBoard tags (observe/task_eval.h), their summaries printed.
+  void eval_done(int64_t step, const EvalResult& r, const TaskEvalResult* tasks = nullptr);
   // trainer_state.json as HF writes it, plus ztrain's resume state under "ztrain" (the
   // counters below, the data cursor and the seed), as the final file of a run.
   nlohmann::json trainer_state() const;

@@ -150,8 +150,11 @@ struct TrainConfig {
     int64_t eval_steps = 0;
     std::optional<bool> do_eval;
     int64_t max_eval_samples = 0;  // 0 = all
-    int eval_batch = 0;            // rows per evaluation forward, 0 = the train batch
-    int threads = 0;               // 0: all cores
+    // JSONL files scored at every evaluation (observe/task_eval.h): multiple-choice questions and
+    // probability probes; "" = none. They need the tokenizer (data.tokenizer_path).
+    std::string eval_tasks, eval_probes;
+    int eval_batch = 0;  // rows per evaluation forward, 0 = the train batch
+    int threads = 0;     // 0: all cores
   } logging;
 
   // Test hooks, set by apps/ from the environment (ZT_TEST_*), kept apart from the settings: what

@@ -84,6 +84,7 @@ void Trainer::load_data() {
              val_->size(), " tokens, fewer than one sequence of ", seq_len_,
              "+1; use a longer validation file or a smaller --model_max_length");
   }
+  load_eval_tasks();
   plan_steps();
 }
 

@@ -138,13 +138,42 @@ void Trainer::EvalHook::after_step(StepContext& c) {
                                    : evaluate(*t.model_, *t.val_, t.rows_, t.seq_len_, max_samples,
                                               t.config_.data.packing ? t.loader_config_.eos_id : -1,
                                               t.config_.logging.eval_batch, cs);
-    if (t.log_) t.log_->eval_done(step + 1, e);
+    // The tasks and probes on the same weights, in the rows planned for training.
+    const TaskEvalResult te = t.tasks_ ? t.tasks_->run(*t.model_, t.rows_, t.seq_len_) : TaskEvalResult{};
+    if (t.log_) t.log_->eval_done(step + 1, e, t.tasks_ ? &te : nullptr);
     const double v = t.config_.checkpoint.metric == BestMetric::loss ? e.loss : e.perplexity;
     const bool greater = t.config_.checkpoint.greater_is_better;
     c.best_now = t.best_step_ < 0 || (greater ? v > t.best_metric_ : v < t.best_metric_);
     if (c.best_now) t.best_metric_ = v, t.best_step_ = step + 1;
   }
   t.parallel_->end_eval();
+}
+
+// Every rank reads the files (those whose forward is a collective score them too). The rows are the
+// training rows: a context longer than --model_max_length loses its start, as in the harness.
+void Trainer::load_eval_tasks() {
+  const TrainConfig::Logging& l = config_.logging;
+  if (l.eval_tasks.empty() && l.eval_probes.empty()) return;
+  const char* flag = l.eval_tasks.empty() ? "--eval_probes" : "--eval_tasks";
+  ZT_CHECK(grid_->cp().size() == 1, flag,
+           " is not supported with context parallelism (each rank holds part of a row); evaluate the saved model "
+           "with `ztrain eval --tasks/--probes`");
+  ZT_CHECK(l.eval_probes.empty() || (grid_->tp().size() == 1 && device_ == DeviceKind::cpu),
+           "--eval_probes ranks each answer among the whole vocabulary, which only the CPU's whole-vocabulary LM "
+           "head computes (not under tensor parallelism or on a GPU); evaluate the saved model with `ztrain eval "
+           "--probes`");
+  const std::string& tok_path = config_.data.tokenizer_path;
+  ZT_CHECK(!tok_path.empty(), flag,
+           " needs a tokenizer: pass --tokenizer_name (a folder with tokenizer.json, tokenizer.model or "
+           "encoder.json + vocab.bpe), or --model_name_or_path a folder with one");
+  const std::unique_ptr<Tokenizer> tok = Tokenizer::load(tok_path);
+  tasks_ = std::make_unique<TaskEval>(*tok, l.eval_tasks, l.eval_probes, cfg_.vocab_size);
+  tasks_->check_fits(seq_len_);
+  if (chief_ && tasks_->longest_row() > seq_len_)
+    std::printf(
+        "Note: some --eval_tasks / --eval_probes rows are %d tokens, longer than --model_max_length %d: "
+        "their contexts lose their start (as lm-evaluation-harness truncates)\n",
+        tasks_->longest_row(), seq_len_);
 }
 
 void Trainer::SaveHook::after_step(StepContext& c) {

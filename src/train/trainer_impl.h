@@ -37,6 +37,7 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "observe/evaluate.h"
+#include "observe/task_eval.h"
 #include "plan/gemm_peak.h"
 #include "checkpoint/flash_checkpoint.h"
 #include "optim/spike_guard.h"
@@ -92,6 +93,8 @@ class Trainer {
   void load_data();
   void plan_steps();
   void load_sft_data();
+  // --eval_tasks / --eval_probes: read and tokenized once (trainer_hooks.cpp).
+  void load_eval_tasks();
   void prepare_output_dir();
   void build_model_and_engine();
   void resume();
@@ -166,6 +169,7 @@ class Trainer {
   std::vector<std::unique_ptr<SftRows>> sft_rows_;
   std::unique_ptr<SftTokens> sft_val_;
   std::unique_ptr<SftRows> sft_val_rows_;
+  std::unique_ptr<TaskEval> tasks_;  // --eval_tasks / --eval_probes, scored at each evaluation
   std::unique_ptr<Transformer> model_;
   const DeviceKind& device_ = config_.parallel.device;  // --device, resolved (apps/run_device.h)
   GemmPeak gpu_peak_;                                   // the GPU's GEMM peak, measured before the model moves there

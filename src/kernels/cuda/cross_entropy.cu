@@ -102,6 +102,8 @@ double lmhead_ce(float* dx, float* dw, const float* x, const float* w, const int
   const int C = d.C, V = d.V;
   LmHeadCompute fp32{DType::f32, x, w, nullptr, false};
   const LmHeadCompute& k = compute ? *compute : fp32;
+  if (d.token_rank)
+    throw Error("GPU lm head: the rank of a target among the vocabulary (--eval_probes) is computed on the CPU only");
   if (k.t != DType::f32 && k.t != DType::bf16)
     throw Error("GPU lm head: fp16 compute is not supported on the GPU yet; use --bf16 or fp32");
   const size_t es = dtype_size(k.t);
