@@ -10,8 +10,12 @@ the same run, optimizer-state bytes per parameter (train_results.json), and draw
 in one PNG (`ztrain plot`). Each optimizer gets the settings its authors recommend relative to
 AdamW's, printed with it.
 
+With --timing it instead measures each optimizer's step time against AdamW's alone: 60 steps
+without evaluation per optimizer, the runs alternated over --repeats rounds, the median step time of
+steps 11-60 (metrics.jsonl) per run and the median over rounds (keep the machine otherwise idle).
+
 usage: bench_optimizers.py [--ztrain build/ztrain] [--out DIR] [--steps 576] [--only NAME,...]
-       [--png docs/optimizers_quickstart.png]
+       [--png docs/optimizers_quickstart.png] [--timing [--repeats 3]]
 """
 import argparse
 import json
@@ -68,6 +72,27 @@ def reach(curve, target):
     return None
 
 
+def timing(a, names):
+    """Median step time per optimizer over alternated rounds, and its ratio to AdamW's."""
+    times = {n: [] for n in names}
+    for rnd in range(a.repeats):
+        for n in names:
+            out = os.path.join(a.out, "timing", n)
+            extra = [x for x in RUNS[n]]
+            cmd = [a.ztrain, "train", *BASE, "--max_steps", "60", "--eval_strategy", "no", "--logging_steps", "1",
+                   "--output_dir", out, *extra]
+            subprocess.run(cmd, capture_output=True, text=True, check=True)
+            steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"step_time_s"' in line]
+            st = sorted(s["step_time_s"] for s in steps if s["step"] > 10)
+            times[n].append(st[len(st) // 2])
+    base = sorted(times["adamw_torch"])[a.repeats // 2] if "adamw_torch" in times else None
+    print(f"{'optimizer':<18}{'median step s':>14}{'vs AdamW':>10}   (per round: ...)")
+    for n in names:
+        med = sorted(times[n])[a.repeats // 2]
+        print(f"{n:<18}{med:>14.4f}{(med / base if base else float('nan')):>10.3f}   "
+              + " ".join(f"{t:.4f}" for t in times[n]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ztrain", default=os.path.join(ROOT, "build/ztrain"))
@@ -75,10 +100,14 @@ def main():
     ap.add_argument("--steps", type=int, default=576)
     ap.add_argument("--only", default="")
     ap.add_argument("--png", default=os.path.join(ROOT, "docs/optimizers_quickstart.png"))
+    ap.add_argument("--timing", action="store_true")
+    ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train.bin")):
         sys.exit(f"{DATA}/train.bin is missing: run scripts/quickstart.sh once (it prepares the corpus)")
     names = [n for n in RUNS if not a.only or n in a.only.split(",")]
+    if a.timing:
+        return timing(a, names)
     for n in names:
         out = os.path.join(a.out, n)
         if os.path.exists(os.path.join(out, "train_results.json")):

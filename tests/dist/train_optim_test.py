@@ -8,7 +8,8 @@ column sums and Muon's matrices are assembled over the shard group), ZeRO-2 on 4
 reference's global batch; per-step losses within 1e-5 relative of the one-process run. 8-bit
 AdamW's blocks start at each shard's first element (bitsandbytes' at the tensor's), so under ZeRO
 its quantization differs slightly: within 1e-3 there. Then checkpoints: Adafactor and 8-bit AdamW
-saved at step 10 by ZeRO-3 on 2 ranks resume in one process with steps 11-20 equal to the reference.
+saved at step 10 by ZeRO-3 on 2 ranks resume in one process with steps 11-20 equal to the reference;
+Sophia (curvature every 3 steps) resumed at step 10 continues bit for bit.
 usage: train_optim_test.py ZTRAIN MPIRUN
 """
 import json
@@ -85,6 +86,17 @@ def main():
             check(len(got) == STEPS and worst <= tol,
                   f"{opt}: ZeRO-3 x 2 checkpoint resumed by one process, steps {SAVE + 1}-{STEPS} worst rel "
                   f"diff {worst:.2e} (<= {tol:g})")
+        # Sophia's curvature passes draw their labels from (seed, step, rank): a resumed run draws the
+        # same, so it continues bit for bit (hessian_interval 3: passes before and after the save).
+        sophia = ["--optim", "sophia", "--optim_args", "hessian_interval=3"]
+        ref = losses(work, "sophia_ref", 1, sophia)
+        if ref and losses(work, "sophia_save", 1, sophia + ["--save_strategy", "steps", "--save_steps", str(SAVE)]):
+            os.makedirs(os.path.join(work, "sophia_resume"))
+            shutil.copytree(os.path.join(work, "sophia_save", f"checkpoint-{SAVE}"),
+                            os.path.join(work, "sophia_resume", f"checkpoint-{SAVE}"))
+            got = losses(work, "sophia_resume", 1, sophia + ["--resume_from_checkpoint", "latest"])
+            check(got is not None and got[SAVE:] == ref[SAVE:],
+                  f"sophia resumed at step {SAVE}: steps {SAVE + 1}-{STEPS} bit-identical to the uninterrupted run")
     if failures:
         print(f"{len(failures)} failure(s)")
         for f in failures:
