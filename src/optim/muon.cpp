@@ -18,6 +18,8 @@ constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
 
 void newton_schulz(const float* g, int64_t rows, int64_t cols, int ns_steps, DType dtype, float* out) {
   // Iterate on the wide orientation X (r x c, r <= c): the Gram matrix X X^T is the small one.
+  // (One oneDNN batched matmul over same-shaped matrices measured slower than these small GEMMs
+  // one by one on the quickstart's shapes, so there is no batched form.)
   const bool tall = rows > cols;
   const int64_t r = tall ? cols : rows, c = tall ? rows : cols;
   std::vector<float> x(size_t(r * c)), gram(size_t(r * r)), poly(size_t(r * r)), next(size_t(r * c));
@@ -38,12 +40,10 @@ void newton_schulz(const float* g, int64_t rows, int64_t cols, int ns_steps, DTy
     const void* xa = low(x, xl);
     kernels::gemm_typed(dtype, false, true, r, r, c, 1.0f, xa, c, xa, c, 0.0f, gram.data(), r);  // A = X X^T
     const void* ga = low(gram, gl);
-    // B = b A + c A A
-    std::memcpy(poly.data(), gram.data(), poly.size() * sizeof(float));
+    std::memcpy(poly.data(), gram.data(), poly.size() * sizeof(float));  // B = b A + c A A
     kernels::gemm_typed(dtype, false, false, r, r, r, kC, ga, r, ga, r, kB, poly.data(), r);
     const void* pa = low(poly, pl);
-    // X = a X + B X
-    std::memcpy(next.data(), x.data(), x.size() * sizeof(float));
+    std::memcpy(next.data(), x.data(), x.size() * sizeof(float));  // X = a X + B X
     kernels::gemm_typed(dtype, false, false, r, c, r, 1.0f, pa, r, xa, c, kA, next.data(), c);
     std::swap(x, next);
   }
@@ -117,16 +117,26 @@ void Muon::step(std::span<const StepPiece> pieces, double lr) {
       adamw_update(config(), t_, lr, r, adam_.f32(0) + adam_.at(r.state_offset),
                    adam_.f32(1) + adam_.at(r.state_offset));
   const std::vector<TensorInfo>& ts = layout().tensors;
-  if (!layout().group_sum) {  // whole tensors: orthogonalise each in place of its direction
-    for (const StepPiece& r : pieces) {
-      if (!hidden(r)) continue;
-      const TensorInfo& ti = ts[size_t(r.tensor)];
-      ZT_ASSERT(r.tensor_begin == 0 && r.numel == ti.numel(), "muon: a hidden matrix cut without a group sum");
-      work_.resize(size_t(r.numel));
-      direction(r, work_.data());
-      newton_schulz(work_.data(), ti.rows, ti.cols, ns_steps_, ns_dtype_, work_.data());
-      apply(r, work_.data(), lr);
+  if (!layout().group_sum) {  // whole tensors: each one's direction, orthogonalised in place
+    std::vector<const StepPiece*> hidden_pieces;
+    int64_t total = 0;
+    for (const StepPiece& r : pieces)
+      if (hidden(r)) {
+        const TensorInfo& ti = ts[size_t(r.tensor)];
+        ZT_ASSERT(r.tensor_begin == 0 && r.numel == ti.numel(), "muon: a hidden matrix cut without a group sum");
+        hidden_pieces.push_back(&r);
+        total += r.numel;
+      }
+    work_.resize(size_t(total));
+    std::vector<float*> at;
+    int64_t offset = 0;
+    for (const StepPiece* r : hidden_pieces) {
+      at.push_back(work_.data() + offset);
+      offset += r->numel;
+      direction(*r, at.back());
     }
+    orthogonalise(hidden_pieces, at, at);
+    for (size_t i = 0; i < hidden_pieces.size(); ++i) apply(*hidden_pieces[i], at[i], lr);
     return;
   }
   // ZeRO: assemble every hidden matrix's direction over the group, orthogonalise the ones whose
@@ -137,15 +147,28 @@ void Muon::step(std::span<const StepPiece> pieces, double lr) {
   for (const StepPiece& r : pieces)
     if (hidden(r)) direction(r, work_.data() + hidden_at_[size_t(r.tensor)] + r.tensor_begin);
   layout().group_sum(work_.data(), hidden_total_);
+  std::vector<const StepPiece*> owned;
+  std::vector<float*> from, to;
   for (const StepPiece& r : pieces)
     if (hidden(r) && r.tensor_begin == 0) {
-      const TensorInfo& ti = ts[size_t(r.tensor)];
-      const int64_t at = hidden_at_[size_t(r.tensor)];
-      newton_schulz(work_.data() + at, ti.rows, ti.cols, ns_steps_, ns_dtype_, ortho_.data() + at);
+      owned.push_back(&r);
+      from.push_back(work_.data() + hidden_at_[size_t(r.tensor)]);
+      to.push_back(ortho_.data() + hidden_at_[size_t(r.tensor)]);
     }
+  orthogonalise(owned, from, to);
   layout().group_sum(ortho_.data(), hidden_total_);
   for (const StepPiece& r : pieces)
     if (hidden(r)) apply(r, ortho_.data() + hidden_at_[size_t(r.tensor)] + r.tensor_begin, lr);
+}
+
+// Newton-Schulz for each of the pieces' whole matrices (from[i] -> to[i], which may be the same).
+void Muon::orthogonalise(const std::vector<const StepPiece*>& ps, const std::vector<float*>& from,
+                         const std::vector<float*>& to) {
+  const std::vector<TensorInfo>& ts = layout().tensors;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const TensorInfo& ti = ts[size_t(ps[i]->tensor)];
+    newton_schulz(from[i], ti.rows, ti.cols, ns_steps_, ns_dtype_, to[i]);
+  }
 }
 
 void Muon::for_each_state(int64_t offset, int64_t n, int, const std::function<void(void*, size_t)>& f) {

@@ -36,6 +36,8 @@ class Muon final : public Optimizer {
   bool hidden(const StepPiece& p) const { return layout().tensors[size_t(p.tensor)].hidden; }
   void direction(const StepPiece& r, float* out);
   void apply(const StepPiece& r, const float* ortho, double lr);
+  void orthogonalise(const std::vector<const StepPiece*>& ps, const std::vector<float*>& from,
+                     const std::vector<float*>& to);
 
   double mu_;
   bool nesterov_;
