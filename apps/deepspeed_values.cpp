@@ -100,7 +100,6 @@ const Inert kInert[] = {
     {"csv_monitor", Kind::object, "!"},
     {"comms_logger", Kind::object, "!"},
     {"checkpoint", Kind::object, "!"},
-    {"aio", Kind::object, "!"},
     {"data_types", Kind::object, "!"},
     {"elasticity", Kind::object, "!"},
     {"torch_autocast", Kind::object, "!"},
