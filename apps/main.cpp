@@ -57,6 +57,7 @@ const char* kUsage =
     "  launch    run a command on N ranks with mpirun: ztrain launch --nproc_per_node N -- train ...\n"
     "  health-check     pre-flight check of every rank's GEMM and links (DLRover's node check)\n"
     "  bench-comm       time the collectives over message sizes (algbw / busbw, like nccl-tests)\n"
+    "  bench-disk       the disk's read / write bandwidth through offload's io_uring path\n"
     "  estimate-memory  per-rank memory of a model under DDP / ZeRO-1/2/3 / hybrid sharding\n"
     "  plan             rank the dp x tp x pp / ZeRO / micro-batch / recomputation layouts of N ranks\n"
     "  info             the CPU, kernel levels (ZT_ISA), GEMM ISA and GEMM peaks ztrain uses here\n"
@@ -382,6 +383,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return zt::app::cmd_generate(args);
     if (cmd == "launch") return zt::app::cmd_launch(args);
     if (cmd == "bench-comm") return zt::app::cmd_bench_comm(args);
+    if (cmd == "bench-disk") return zt::app::cmd_bench_disk(args);
     if (cmd == "health-check") return zt::app::cmd_health_check(args);
     if (cmd == "estimate-memory") return zt::app::cmd_estimate_memory(args);
     if (cmd == "plan") return zt::app::cmd_plan(args);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
@@ -60,9 +61,10 @@ struct DiskOffload {
   int param_buffer_count = 5;             // offload_param.buffer_count: unit buffers (>= 3)
   int64_t param_buffer_size = 100000000;  // offload_param.buffer_size: elements; a larger unit is an error
   int64_t max_in_cpu = 1000000000;        // offload_param.max_in_cpu: parameter elements in host memory at once
-  // Bytes the engine may hold (gradients, resident parameters, unit buffers, windows); -1: no
-  // cap. budget_source says where it came from, for the error when it is too small.
-  int64_t host_budget = -1;
+  // Bytes the engine may hold (gradients, resident parameters, unit buffers, windows; negative
+  // when the rest of training takes the whole cap); no cap when unset. budget_source says where
+  // it came from, for the error when it is too small.
+  std::optional<int64_t> host_budget;
   std::string budget_source;
   bool on() const { return optimizer || params; }
 };

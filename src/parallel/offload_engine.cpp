@@ -250,21 +250,23 @@ void OffloadEngine::size_windows() {
   const int64_t per_elem = (disk_.params ? 4 : 0) + slots_ * slot_bytes_;
   const int64_t unit_cap = round_up(max_unit_, kChunkQuantum);
   chunk_elems_ = std::min(kDefaultChunk, unit_cap);
-  if (disk_.host_budget < 0 || per_elem == 0) return;
+  if (!disk_.host_budget || per_elem == 0) return;
+  const int64_t budget = *disk_.host_budget;
   const int64_t grads = numel_ * 4, resident = disk_.params ? 0 : numel_ * 4;
   const int64_t units = disk_.params ? disk_.param_buffer_count * unit_buffer_bytes() : 0;
-  const int64_t left = disk_.host_budget - grads - resident - units;
+  const int64_t left = budget - grads - resident - units;
   const int64_t fit = left / (disk_.buffer_count * per_elem) / kChunkQuantum * kChunkQuantum;
-  ZT_CHECK(
-      fit >= std::min(kMinChunk, unit_cap), disk_.budget_source, " leaves ", format_bytes(double(disk_.host_budget)),
-      " for the offload engine, which needs ", format_bytes(double(grads)), " for the fp32 gradients",
-      resident ? str_cat(" + ", format_bytes(double(resident)), " for the fp32 parameters in memory") : "",
-      units ? str_cat(" + ", format_bytes(double(units)), " for ", disk_.param_buffer_count,
-                      " unit buffers (the largest unit: ", max_unit_, " parameters)")
-            : "",
-      " + at least ", format_bytes(double(disk_.buffer_count * per_elem * std::min(kMinChunk, unit_cap))), " for ",
-      disk_.buffer_count, " step windows",
-      disk_.params ? "" : "; offload the parameters too (offload_param nvme, --zero_stage 3)", ", or raise the cap");
+  ZT_CHECK(fit >= std::min(kMinChunk, unit_cap), disk_.budget_source, " leaves ",
+           budget > 0 ? format_bytes(double(budget)) : std::string("nothing"), " for the offload engine, which needs ",
+           format_bytes(double(grads)), " for the fp32 gradients",
+           resident ? str_cat(" + ", format_bytes(double(resident)), " for the fp32 parameters in memory") : "",
+           units ? str_cat(" + ", format_bytes(double(units)), " for ", disk_.param_buffer_count,
+                           " unit buffers (the largest unit: ", max_unit_, " parameters)")
+                 : "",
+           " + at least ", format_bytes(double(disk_.buffer_count * per_elem * std::min(kMinChunk, unit_cap))), " for ",
+           disk_.buffer_count, " step windows",
+           disk_.params ? "" : "; offload the parameters too (offload_param nvme, --zero_stage 3)",
+           ", or raise the cap");
   chunk_elems_ = std::min(fit, unit_cap);
 }
 
