@@ -394,6 +394,9 @@ void apply_zero(Ctx& c, const json& z) {
       fill_match(c, key, v, "zero_quantized_weights", a.zero_quantized_weights, false);
     } else if (k == "zero_quantized_gradients") {
       fill_match(c, key, v, "zero_quantized_gradients", a.zero_quantized_gradients, false);
+    } else if (k == "sub_group_size") {
+      // ZeRO-Infinity's unit of the optimizer step: offload to disk's chunk (docs/offload.md).
+      fill_match(c, key, v, nullptr, a.offload_sub_group_size, false, 1);
     } else if (k == "offload_optimizer" || k == "offload_param") {
       if (k == "offload_optimizer")
         apply_offload(c, key, v, a.offload_optimizer, "offload_optimizer");
@@ -403,7 +406,7 @@ void apply_zero(Ctx& c, const json& z) {
       c.other(key, v,
               {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "contiguous_gradients",
                "reduce_scatter", "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
-               "offload_optimizer", "offload_param"});
+               "offload_optimizer", "offload_param", "sub_group_size"});
     }
   }
 }

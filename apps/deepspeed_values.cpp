@@ -110,7 +110,6 @@ const Inert kInert[] = {
     {"zero_optimization.ignore_unused_parameters", Kind::boolean, ""},
     {"zero_optimization.elastic_checkpoint", Kind::boolean, "false"},
     {"zero_optimization.cpu_offload", Kind::boolean, "false"},
-    {"zero_optimization.sub_group_size", Kind::integer, ""},
     {"zero_optimization.memory_efficient_linear", Kind::boolean, ""},
     {"zero_optimization.use_multi_rank_bucket_allreduce", Kind::boolean, ""},
     {"zero_optimization.stage3_gather_16bit_weights_on_model_save", Kind::boolean, ""},

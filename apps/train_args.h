@@ -90,6 +90,7 @@ struct TrainArgs {
   std::string nvme_path;
   int offload_buffer_count = 4, offload_param_buffer_count = 5;
   int64_t offload_param_buffer_size = 100000000, offload_param_max_in_cpu = 1000000000;
+  int64_t offload_sub_group_size = 1000000000;  // zero_optimization.sub_group_size: the largest chunk
   AioOptions aio;
   std::string max_host_memory;
   std::string max_device_memory;  // cap on ztrain's GPU allocations ("20GiB"; "" = the GPU's memory)

@@ -77,6 +77,7 @@ parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   d.param_buffer_count = a.offload_param_buffer_count;
   d.param_buffer_size = a.offload_param_buffer_size;
   d.max_in_cpu = a.offload_param_max_in_cpu;
+  d.sub_group_size = a.offload_sub_group_size;
   o.comm_dtype = comm_dtype_from_args(a);
   o.local_sgd = a.local_sgd_steps > 0;
   o.optim_config.beta1 = a.adam_beta1;
@@ -302,6 +303,9 @@ TrainConfig build_train_config(TrainArgs a, dist::Communicator& world) {
   c.parallel.schedule = check_pipeline_args(a, world.size(), cfg);
   parallel::check_data_parallel_options(engine_options(a),
                                         world.size() / (a.tensor_model_parallel_size * a.pipeline_parallel_size));
+  ZT_CHECK((a.offload_optimizer != "nvme" && a.offload_param != "nvme") || !a.flash_checkpoint,
+           "--flash_checkpoint copies the state while training goes on, and offload to disk lends that state's "
+           "memory back to the next step; use ordinary checkpoints (--save_steps) with offload");
   ZT_CHECK((a.offload_optimizer != "nvme" && a.offload_param != "nvme") || world.size() == 1,
            "offload to disk (nvme) runs in one process for now (", world.size(),
            " ranks here): each rank would stream its own file, which is not implemented");

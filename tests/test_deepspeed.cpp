@@ -404,7 +404,7 @@ TEST(DeepSpeedConfig, OffloadKeysByDevice) {
 // arguments or is refused with one line naming it (apps/deepspeed_offload.cpp).
 TEST(DeepSpeedConfig, OffloadToDiskKeys) {
   TrainArgs a;
-  auto w = apply(a, 1, R"({"zero_optimization": {"stage": 3,
+  auto w = apply(a, 1, R"({"zero_optimization": {"stage": 3, "sub_group_size": 5e6,
       "offload_optimizer": {"device": "nvme", "nvme_path": "/scratch", "buffer_count": 6, "pin_memory": true,
                             "pipeline_read": false, "fast_init": false, "ratio": 1},
       "offload_param": {"device": "nvme", "nvme_path": "/scratch", "buffer_count": 4, "buffer_size": 2e8,
@@ -419,6 +419,7 @@ TEST(DeepSpeedConfig, OffloadToDiskKeys) {
   EXPECT_EQ(a.offload_param_buffer_count, 4);
   EXPECT_EQ(a.offload_param_buffer_size, 200000000);
   EXPECT_EQ(a.offload_param_max_in_cpu, 3000000000);
+  EXPECT_EQ(a.offload_sub_group_size, 5000000);
   EXPECT_EQ(a.aio.block_size, 262144);
   EXPECT_EQ(a.aio.queue_depth, 16);
   EXPECT_TRUE(a.aio.single_submit);
@@ -442,9 +443,11 @@ TEST(DeepSpeedConfig, OffloadToDiskKeys) {
   TrainArgs flag;
   flag.nvme_path = "/mine";
   flag.explicit_flags.insert("nvme_path");
-  const std::string e = zt::test::error_of(
-      [&] { apply(flag, 1, R"({"zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}})"); });
-  EXPECT_NE(e.find("- ds zero_optimization.offload_optimizer.nvme_path=\"/x\" vs hf nvme_path=/mine"), std::string::npos)
+  const std::string e = zt::test::error_of([&] {
+    apply(flag, 1, R"({"zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}})");
+  });
+  EXPECT_NE(e.find("- ds zero_optimization.offload_optimizer.nvme_path=\"/x\" vs hf nvme_path=/mine"),
+            std::string::npos)
       << e;
   // On the CPU nvme is offload to disk (no note); on the GPU it is refused.
   TrainArgs cpu = a;

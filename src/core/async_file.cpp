@@ -132,6 +132,11 @@ void AsyncFile::wait_all() {
   throw Error(msg);
 }
 
+bool AsyncFile::done(Ticket t) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return !pending_.count(t);
+}
+
 AioStats AsyncFile::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   return stats_;

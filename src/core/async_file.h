@@ -57,6 +57,8 @@ class AsyncFile {
   // Blocks until the request is done; an I/O error (a full disk, a file-size limit) is an Error.
   void wait(Ticket t);
   void wait_all();
+  // Whether the request has completed (without waiting; an error is reported by wait).
+  bool done(Ticket t) const;
 
   const std::string& path() const { return path_; }
   bool direct() const { return direct_; }  // O_DIRECT (false: the file system refused it)

@@ -61,6 +61,7 @@ struct DiskOffload {
   int param_buffer_count = 5;             // offload_param.buffer_count: unit buffers (>= 3)
   int64_t param_buffer_size = 100000000;  // offload_param.buffer_size: elements; a larger unit is an error
   int64_t max_in_cpu = 1000000000;        // offload_param.max_in_cpu: parameter elements in host memory at once
+  int64_t sub_group_size = 1000000000;    // zero_optimization.sub_group_size: elements per chunk at most
   // Bytes the engine may hold (gradients, resident parameters, unit buffers, windows; negative
   // when the rest of training takes the whole cap); no cap when unset. budget_source says where
   // it came from, for the error when it is too small.

@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <condition_variable>
+#include <exception>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "optim/clip.h"
@@ -82,7 +86,10 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
     model.runtime().drop_flat_state();
     model.runtime().set_provider(this);
   }
-  ~OffloadEngine() override { model_.runtime().set_provider(nullptr); }
+  ~OffloadEngine() override {
+    model_.runtime().set_provider(nullptr);
+    if (stream_thread_.joinable()) stream_thread_.join();  // an error there no longer matters
+  }
 
   // ---- ParamProvider ----
   void begin_pass(bool backward) override {
@@ -91,18 +98,24 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
   }
   TensorView acquire(int u, bool backward) override {
     const Shape shape{units_[u].size()};
-    if (!disk_.params) return TensorView::of(params_.as<float>() + units_[u].begin, shape);
+    if (!disk_.params) {
+      wait_unit(u, false);  // the step in flight updates the resident parameters in place
+      return TensorView::of(params_.as<float>() + units_[u].begin, shape);
+    }
     const AcquireOrder& order = *schedule_;
     while (pos_ < order.size() && !(order[pos_].first == u && order[pos_].second == backward)) ++pos_;
     ZT_ASSERT(pos_ < order.size(), "offload: unit acquired out of the model's pass order");
     ++pos_;
-    if (!reads_.count(u) && !held_.count(u)) start_unit_read(u);
+    if (!reads_.count(u) && !held_.count(u)) {
+      wait_unit(u, true);
+      start_unit_read(u);
+    }
     finish_unit_read(u);
     // The next unit of the pass is read while this one computes.
     if (pos_ < order.size()) {
       const int next = order[pos_].first;
       const bool spare = !free_units_.empty() || int(reads_.size() + held_.size()) < disk_.param_buffer_count;
-      if (!reads_.count(next) && !held_.count(next) && spare) start_unit_read(next);
+      if (!reads_.count(next) && !held_.count(next) && spare && unit_ready(next)) start_unit_read(next);
     }
     return TensorView::of(held_[u].buf.as<float>(), shape);
   }
@@ -119,7 +132,12 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
   // ---- DataParallel ----
   void begin_step() override {
     opt_->release_external();  // whole slots a checkpoint read in
-    std::memset(grads_.data(), 0, grads_.bytes());
+    // A step in flight zeroes each chunk's gradients once it has used them (before the pass that
+    // follows can reach that unit's backward); otherwise (a skipped step, a save that borrowed
+    // the buffer) they are zeroed here.
+    std::lock_guard<std::mutex> l(mu_);
+    if (!stream_zeroes_grads_) std::memset(grads_.data(), 0, grads_.bytes());
+    stream_zeroes_grads_ = false;
   }
   void set_last_micro(bool) override {}
   void end_backward() override {}
@@ -141,15 +159,18 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
     for (const optim::ParamRange& r : runs_)
       optim::clip_grads(grads_.as<float>() + r.offset, r.numel, norm, max_norm, unscale);
   }
+  // The step runs in the background: the next pass waits for each unit's chunks only (wait_unit),
+  // so the step's reads and writes overlap the next forward's compute.
   void step(double lr) override {
-    stream([&](std::span<const optim::StepPiece> pieces, bool first) {
+    start_stream([this, lr](std::span<const optim::StepPiece> pieces, bool first) {
       first ? opt_->step(pieces, lr) : opt_->step_continued(pieces, lr);
     });
   }
   void update_curvature() override {
-    stream([&](std::span<const optim::StepPiece> pieces, bool) { opt_->update_curvature(pieces); });
+    start_stream([this](std::span<const optim::StepPiece> pieces, bool) { opt_->update_curvature(pieces); });
   }
   void export_params() override {
+    finish_stream();
     model_.runtime().restore_flat_params();
     read_params(model_.flat_params().as<float>());
   }
@@ -164,6 +185,7 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
 
   // ---- optim::StateStore: checkpoints see the slots whole ----
   void read_all(const std::vector<void*>& slots) override {
+    finish_stream();
     for_each_record(false, [&](const Chunk& c, char* rec) {
       for (int s = 0; s < slots_; ++s)
         std::memcpy(static_cast<char*>(slots[size_t(s)]) + c.begin * slot_bytes_, slot_in(rec, c, s),
@@ -171,6 +193,7 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
     });
   }
   void write_all(const std::vector<const void*>& slots) override {
+    finish_stream();
     for_each_record(true, [&](const Chunk& c, char* rec) {
       for (int s = 0; s < slots_; ++s)
         std::memcpy(slot_in(rec, c, s), static_cast<const char*>(slots[size_t(s)]) + c.begin * slot_bytes_,
@@ -193,7 +216,12 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
   void read_params(float* dst);
   void start_unit_read(int u);
   void finish_unit_read(int u);
-  void stream(const std::function<void(std::span<const optim::StepPiece>, bool first)>& update);
+  using Update = std::function<void(std::span<const optim::StepPiece>, bool first)>;
+  void stream(const Update& update);
+  void start_stream(Update update);
+  void finish_stream();
+  void wait_unit(int u, bool written);
+  bool unit_ready(int u);
   void for_each_record(bool write_back, const std::function<void(const Chunk&, char*)>& f);
   std::vector<optim::StepPiece> chunk_pieces(const Chunk& c, char* rec) const;
 
@@ -228,6 +256,16 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
   const AcquireOrder* schedule_ = nullptr;
   size_t pos_ = 0;
   PieceState params_state_;
+  // The step in flight (stream_thread_): chunks [0, issued_) are updated, their gradients zeroed
+  // and their writes started (write_ticket_); an error it met is rethrown by finish_stream.
+  std::thread stream_thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t issued_ = SIZE_MAX;
+  std::vector<AsyncFile::Ticket> write_ticket_;
+  std::exception_ptr stream_error_;
+  bool stream_zeroes_grads_ = false;
+  std::vector<size_t> unit_last_chunk_;
   // The step's figures, for the report: seconds in steps, waiting on reads, updating; steps.
   double step_s_ = 0, wait_s_ = 0, update_s_ = 0, param_wait_s_ = 0;
   int64_t steps_ = 0;
@@ -249,7 +287,9 @@ void OffloadEngine::size_windows() {
   }
   const int64_t per_elem = (disk_.params ? 4 : 0) + slots_ * slot_bytes_;
   const int64_t unit_cap = round_up(max_unit_, kChunkQuantum);
-  chunk_elems_ = std::min(kDefaultChunk, unit_cap);
+  // zero_optimization.sub_group_size bounds a chunk, as it bounds DeepSpeed's swapped sub-groups.
+  const int64_t group = std::max(kChunkQuantum, disk_.sub_group_size / kChunkQuantum * kChunkQuantum);
+  chunk_elems_ = std::min({kDefaultChunk, unit_cap, group});
   if (!disk_.host_budget || per_elem == 0) return;
   const int64_t budget = *disk_.host_budget;
   const int64_t grads = numel_ * 4, resident = disk_.params ? 0 : numel_ * 4;
@@ -267,7 +307,7 @@ void OffloadEngine::size_windows() {
            disk_.buffer_count, " step windows",
            disk_.params ? "" : "; offload the parameters too (offload_param nvme, --zero_stage 3)",
            ", or raise the cap");
-  chunk_elems_ = std::min(fit, unit_cap);
+  chunk_elems_ = std::min({fit, unit_cap, group});
 }
 
 // Chunks: each unit cut into chunk_elems_ pieces (starts 4 KiB aligned in fp32), records laid
@@ -277,6 +317,8 @@ void OffloadEngine::plan_chunks() {
     for (int64_t at = units_[u].begin; at < units_[u].end; at += chunk_elems_) {
       const int64_t n = std::min(chunk_elems_, units_[u].end - at);
       chunks_.push_back({at, n, int(u), file_bytes_});
+      unit_last_chunk_.resize(units_.size(), 0);
+      unit_last_chunk_[u] = chunks_.size() - 1;
       file_bytes_ += record_bytes(n);
     }
 }
@@ -338,12 +380,75 @@ void OffloadEngine::stream(const std::function<void(std::span<const optim::StepP
     opt_->bind_window(c.begin, c.n, slots);
     update(chunk_pieces(c, rec), k == 0);
     opt_->unbind_window();
+    std::memset(grads_.as<float>() + c.begin, 0, size_t(c.n) * 4);  // used: the next step's, zeroed
     update_s_ += seconds_since(tu);
     writing[w] = file_->write(rec, record_bytes(c.n), c.file_offset);
+    std::lock_guard<std::mutex> l(mu_);
+    write_ticket_[k] = writing[w];
+    issued_ = k + 1;
+    cv_.notify_all();
   }
   file_->wait_all();
   step_s_ += seconds_since(t0);
   ++steps_;
+}
+
+void OffloadEngine::start_stream(Update update) {
+  finish_stream();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    issued_ = 0;
+    write_ticket_.assign(chunks_.size(), 0);
+    stream_zeroes_grads_ = true;
+  }
+  stream_thread_ = std::thread([this, update = std::move(update)] {
+    std::exception_ptr error;
+    try {
+      stream(update);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    stream_error_ = error;
+    issued_ = SIZE_MAX;  // nothing more to wait for (an error: acquire rethrows it)
+    cv_.notify_all();
+  });
+}
+
+void OffloadEngine::finish_stream() {
+  if (stream_thread_.joinable()) stream_thread_.join();
+  if (!stream_error_) return;
+  std::exception_ptr e = stream_error_;
+  stream_error_ = nullptr;
+  std::rethrow_exception(e);
+}
+
+// Blocks until the step in flight has updated unit u (written: and its writes have completed).
+void OffloadEngine::wait_unit(int u, bool written) {
+  const size_t last = unit_last_chunk_[size_t(u)];
+  std::vector<AsyncFile::Ticket> tickets;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return issued_ == SIZE_MAX || issued_ > last; });
+    if (stream_error_) {
+      l.unlock();
+      finish_stream();
+    }
+    if (!written || issued_ == SIZE_MAX) return;
+    for (size_t k = 0; k <= last; ++k)
+      if (chunks_[k].unit == u) tickets.push_back(write_ticket_[k]);
+  }
+  for (AsyncFile::Ticket t : tickets) file_->wait(t);
+}
+
+// Whether unit u's parameters may be read now without waiting (for the read-ahead).
+bool OffloadEngine::unit_ready(int u) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (issued_ == SIZE_MAX) return true;
+  if (issued_ <= unit_last_chunk_[size_t(u)]) return false;
+  for (size_t k = 0; k <= unit_last_chunk_[size_t(u)]; ++k)
+    if (chunks_[k].unit == u && !file_->done(write_ticket_[k])) return false;
+  return true;
 }
 
 // Every record in order through one window, synchronously (checkpoints, not the hot path).
@@ -392,9 +497,10 @@ void OffloadEngine::finish_unit_read(int u) {
   reads_.erase(it);
 }
 
-// Checkpoints: every tensor whole. Parameters on disk are read into the gradient buffer (the
-// same size, and dead between steps: begin_step zeroes it), so a save or the final export holds
-// no more memory than training; loading writes them back record by record.
+// Checkpoints: every tensor whole, once the step in flight has finished. Parameters on disk are
+// read into the gradient buffer (the same size, and dead between steps: begin_step zeroes it
+// again), so a save or the final export holds no more memory than training; loading writes them
+// back record by record.
 void OffloadEngine::set_state_pieces() {
   std::vector<optim::StateSpan> spans;
   float* base = disk_.params ? grads_.as<float>() : params_.as<float>();
@@ -403,15 +509,25 @@ void OffloadEngine::set_state_pieces() {
     spans.push_back({p.name, p.shape, 0, p.numel, p.offset});
   }
   opt_->set_state_spans(std::move(spans));
-  if (!disk_.params) return;
-  params_state_.before_save = [this] { read_params(grads_.as<float>()); };
+  params_state_.before_save = [this] {
+    finish_stream();  // the step in flight writes what the pieces show
+    if (!disk_.params) return;
+    read_params(grads_.as<float>());
+    stream_zeroes_grads_ = false;  // the buffer holds parameters now: begin_step zeroes it
+  };
+  params_state_.before_load = [this] {
+    finish_stream();
+    stream_zeroes_grads_ = false;  // disk_.params: the buffer takes the loaded parameters
+  };
   params_state_.after_load = [this] {
+    if (!disk_.params) return;
     const float* src = grads_.as<float>();
     for_each_record(true, [&](const Chunk& c, char* rec) { std::memcpy(rec, src + c.begin, size_t(c.n) * 4); });
   };
 }
 
 nlohmann::json OffloadEngine::describe() const {
+  const_cast<OffloadEngine*>(this)->finish_stream();  // the figures of the last step too
   AioStats st = file_->stats();
   st.bytes_read -= initial_.bytes_read;
   st.bytes_written -= initial_.bytes_written;

@@ -52,13 +52,14 @@ run mem_bf16 --optim_state_dtype bf16
 run param_bf16 --optim_state_dtype bf16 "${param[@]}"
 check "bf16 optimizer state (stochastic rounding keyed by state coordinate) on disk, bit for bit" "same mem_bf16 param_bf16"
 cat > "$W/ds.json" <<J
-{"zero_optimization": {"stage": 3,
+{"zero_optimization": {"stage": 3, "sub_group_size": 4096,
   "offload_optimizer": {"device": "nvme", "nvme_path": "$W/nv", "buffer_count": 3, "pin_memory": true},
   "offload_param": {"device": "nvme", "nvme_path": "$W/nv", "buffer_count": 3, "buffer_size": 1e8, "max_in_cpu": 1e9}},
  "aio": {"block_size": 65536, "queue_depth": 4, "thread_count": 1, "single_submit": true, "overlap_events": false}}
 J
 run ds --deepspeed "$W/ds.json"
-check "DeepSpeed offload_optimizer / offload_param / aio keys: bit for bit" "same mem_adamw_torch ds"
+check "DeepSpeed offload_optimizer / offload_param / aio keys (4096-element chunks): bit for bit" "same mem_adamw_torch ds"
+check "sub_group_size cuts the units into chunks" "grep -q 'chunks of 4096 elements' '$W/ds.log'"
 check "the offload line is printed" "grep -q 'Offload to disk:' '$W/ds.log'"
 check "the scratch file is gone after the run" "[ -z \"\$(ls -A '$W/nv')\" ]"
 
