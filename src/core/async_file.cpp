@@ -229,6 +229,14 @@ DiskBench bench_disk(const std::string& dir, int64_t bytes, int64_t request, con
   };
   r.write_gbps = time(true);
   r.read_gbps = time(false);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t half = bytes / 2 / request * request;
+  for (int64_t at = 0; at + request <= half; at += request) {
+    f.read(buf.as<char>() + at % span, request, at);
+    f.write(buf.as<char>() + at % span, request, half + at);
+  }
+  f.wait_all();
+  r.mixed_gbps = double(2 * half) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9;
   return r;
 }
 

@@ -96,7 +96,9 @@ class AsyncFile {
 // The disk's raw bandwidth through the same path (`ztrain bench-disk`): writes then reads
 // `bytes` in `request` sized requests kept in flight through one AsyncFile.
 struct DiskBench {
-  double write_gbps = 0, read_gbps = 0;
+  // mixed: reads of one half interleaved with writes of the other, as offload's step moves them
+  // (bytes read + written over the time).
+  double write_gbps = 0, read_gbps = 0, mixed_gbps = 0;
   bool direct = true;
 };
 DiskBench bench_disk(const std::string& dir, int64_t bytes, int64_t request, const AioOptions& o);
