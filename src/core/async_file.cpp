@@ -182,9 +182,18 @@ void AsyncFile::run() {
     }
     if (!opt_.single_submit) io_uring_submit(ring);
     io_uring_cqe* cqe = nullptr;
-    int rc = io_uring_wait_cqe(ring, &cqe);
-    if (rc == -EINTR) continue;
-    ZT_ASSERT(rc == 0, "io_uring_wait_cqe: ", std::strerror(-rc));
+    const int rc = io_uring_wait_cqe(ring, &cqe);
+    if (rc == -EINTR || rc == -EAGAIN) continue;
+    if (rc < 0) {  // the ring itself failed: every request still waiting reports it (no throw here)
+      std::lock_guard<std::mutex> l(mu_);
+      for (const Piece& p : queue_) fail(p, -rc);
+      for (auto& [t, n] : pending_)
+        errors_.emplace(t, str_cat("offload file ", quote(path_), ": io_uring failed: ", std::strerror(-rc)));
+      queue_.clear();
+      pending_.clear();
+      cv_.notify_all();
+      return;
+    }
     auto* p = static_cast<Piece*>(io_uring_cqe_get_data(cqe));
     const int res = cqe->res;
     io_uring_cqe_seen(ring, cqe);
