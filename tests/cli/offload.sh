@@ -2,7 +2,7 @@
 # offload.sh: offload to disk (docs/offload.md) in real runs of a tiny GPT-2.
 #  1. Exactness: per-step losses (trainer_state.json, full precision) and the saved model of runs with
 #     the optimizer state on disk, and with ZeRO-3's parameters on disk too, equal the in-memory run's
-#     bit for bit: AdamW, Sophia (its curvature pass streams too), bf16 optimizer state; a DeepSpeed
+#     bit for bit: AdamW, Sophia (its curvature pass streams too), bf16 optimizer state, bf16 compute; a DeepSpeed
 #     JSON with the offload and aio keys (small blocks, shallow queue) gives the same.
 #  2. A run resumed from an offloaded checkpoint ends with the uninterrupted in-memory run's model.
 #  3. Bad input, one `ztrain: error:` line each: a missing nvme_path, one that is a file, one that is
@@ -51,6 +51,9 @@ done
 run mem_bf16 --optim_state_dtype bf16
 run param_bf16 --optim_state_dtype bf16 "${param[@]}"
 check "bf16 optimizer state (stochastic rounding keyed by state coordinate) on disk, bit for bit" "same mem_bf16 param_bf16"
+run mem_bf16c --bf16
+run param_bf16c --bf16 "${param[@]}"
+check "bf16 compute (the compute copy made from the parameters read from disk), bit for bit" "same mem_bf16c param_bf16c"
 cat > "$W/ds.json" <<J
 {"zero_optimization": {"stage": 3, "sub_group_size": 4096,
   "offload_optimizer": {"device": "nvme", "nvme_path": "$W/nv", "buffer_count": 3, "pin_memory": true},
