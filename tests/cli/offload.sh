@@ -59,7 +59,7 @@ acc=(--gradient_accumulation_steps 2 --per_device_train_batch_size 2 --validatio
 run mem_acc "${acc[@]}"
 run param_acc "${acc[@]}" "${param[@]}"
 check "gradient accumulation and evaluation during the step in flight, bit for bit" "same mem_acc param_acc"
-check "... and the evaluation losses too" "grep -q eval_loss '$W/mem_acc/trainer_state.json' && \"\$(grep -o 'eval_loss[^,]*' '$W/mem_acc/trainer_state.json')\" = \"\$(grep -o 'eval_loss[^,]*' '$W/param_acc/trainer_state.json')\" ]"
+check "... and the evaluation losses too" "grep -q eval_loss '$W/mem_acc/trainer_state.json' && [ \"\$(grep -o 'eval_loss[^,]*' '$W/mem_acc/trainer_state.json')\" = \"\$(grep -o 'eval_loss[^,]*' '$W/param_acc/trainer_state.json')\" ]"
 run mem_bf16c --bf16
 run param_bf16c --bf16 "${param[@]}"
 check "bf16 compute (the compute copy made from the parameters read from disk), bit for bit" "same mem_bf16c param_bf16c"
