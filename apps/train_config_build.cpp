@@ -303,6 +303,9 @@ TrainConfig build_train_config(TrainArgs a, dist::Communicator& world) {
   c.parallel.schedule = check_pipeline_args(a, world.size(), cfg);
   parallel::check_data_parallel_options(engine_options(a),
                                         world.size() / (a.tensor_model_parallel_size * a.pipeline_parallel_size));
+  ZT_CHECK(a.offload_optimizer == "nvme" || a.offload_param == "nvme" || !a.explicit_flags.count("nvme_path"),
+           "--nvme_path is given but nothing is offloaded to disk: add --offload_optimizer nvme (and, with "
+           "--zero_stage 3, --offload_param nvme) or drop it");
   ZT_CHECK((a.offload_optimizer != "nvme" && a.offload_param != "nvme") || !a.flash_checkpoint,
            "--flash_checkpoint copies the state while training goes on, and offload to disk lends that state's "
            "memory back to the next step; use ordinary checkpoints (--save_steps) with offload");

@@ -33,6 +33,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A record of n elements: [parameters (offload_param) | slot 0 | slot 1 ...], each 4 KiB aligned.
+int64_t record_bytes_of(int64_t n, bool params, int slots, int64_t slot_bytes) {
+  return (params ? round_up(n * 4, kAlign) : 0) + slots * round_up(n * slot_bytes, kAlign);
+}
+int64_t unit_buffer_bytes_of(int64_t largest_unit) { return round_up(largest_unit, kChunkQuantum) * 4; }
+
 // A range of state coordinates (= flat parameter offsets: one process holds the whole model)
 // inside one unit, and where its record sits in the file.
 struct Chunk {
@@ -64,8 +70,13 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
     opt_ = optim::make_optimizer(o.optim, oc, numel_);
     slot_bytes_ = int64_t(dtype_size(oc.state_dtype));
     slots_ = int(opt_->slot_names().size());
-    size_windows();
+    std::vector<int64_t> sizes;
+    for (const Unit& u : units_) sizes.push_back(u.size());
+    const OffloadPlan plan = plan_offload(sizes, slots_, slot_bytes_, disk_);
+    max_unit_ = plan.largest_unit;
+    chunk_elems_ = plan.chunk_elements;
     plan_chunks();
+    ZT_ASSERT(file_bytes_ == plan.file_bytes, "offload: the file's plan and its chunks disagree");
     const int L = model.config().n_layer;
     model.runtime().forward_acquires(0, L, true, true, &pass_order_[0]);
     pass_order_[1] = pass_order_[0];
@@ -205,11 +216,10 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
   // Bytes of a record of n elements, and where its arrays start.
   int64_t param_part(int64_t n) const { return disk_.params ? round_up(n * 4, kAlign) : 0; }
   int64_t slot_part(int64_t n) const { return round_up(n * slot_bytes_, kAlign); }
-  int64_t record_bytes(int64_t n) const { return param_part(n) + slots_ * slot_part(n); }
+  int64_t record_bytes(int64_t n) const { return record_bytes_of(n, disk_.params, slots_, slot_bytes_); }
   char* slot_in(char* rec, const Chunk& c, int s) const { return rec + param_part(c.n) + s * slot_part(c.n); }
-  int64_t unit_buffer_bytes() const { return round_up(max_unit_, kChunkQuantum) * 4; }
+  int64_t unit_buffer_bytes() const { return unit_buffer_bytes_of(max_unit_); }
 
-  void size_windows();
   void plan_chunks();
   void write_initial(const ParamSource* src);
   void set_state_pieces();
@@ -271,44 +281,6 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
   int64_t steps_ = 0;
   AioStats initial_;  // the initial write, left out of the per-step figures
 };
-
-// Window sizes. Without a cap: chunks of at most kDefaultChunk elements. With --max_host_memory:
-// what stays resident (the gradients; the parameters unless offload_param) and the unit buffers
-// come first, and the step's buffer_count windows get the rest; too little for the smallest
-// useful window is one error naming each need.
-void OffloadEngine::size_windows() {
-  for (const Unit& u : units_) max_unit_ = std::max(max_unit_, u.size());
-  if (disk_.params) {
-    ZT_CHECK(max_unit_ <= disk_.param_buffer_size, "offload_param.buffer_size ", disk_.param_buffer_size,
-             " elements is smaller than the largest unit (", max_unit_, " parameters); raise it");
-    ZT_CHECK(int64_t(disk_.param_buffer_count) * max_unit_ <= disk_.max_in_cpu, "offload_param.max_in_cpu ",
-             disk_.max_in_cpu, " elements is below buffer_count (", disk_.param_buffer_count, ") x the largest unit (",
-             max_unit_, "); raise it or lower buffer_count");
-  }
-  const int64_t per_elem = (disk_.params ? 4 : 0) + slots_ * slot_bytes_;
-  const int64_t unit_cap = round_up(max_unit_, kChunkQuantum);
-  // zero_optimization.sub_group_size bounds a chunk, as it bounds DeepSpeed's swapped sub-groups.
-  const int64_t group = std::max(kChunkQuantum, disk_.sub_group_size / kChunkQuantum * kChunkQuantum);
-  chunk_elems_ = std::min({kDefaultChunk, unit_cap, group});
-  if (!disk_.host_budget || per_elem == 0) return;
-  const int64_t budget = *disk_.host_budget;
-  const int64_t grads = numel_ * 4, resident = disk_.params ? 0 : numel_ * 4;
-  const int64_t units = disk_.params ? disk_.param_buffer_count * unit_buffer_bytes() : 0;
-  const int64_t left = budget - grads - resident - units;
-  const int64_t fit = left / (disk_.buffer_count * per_elem) / kChunkQuantum * kChunkQuantum;
-  ZT_CHECK(fit >= std::min(kMinChunk, unit_cap), disk_.budget_source, " leaves ",
-           budget > 0 ? format_bytes(double(budget)) : std::string("nothing"), " for the offload engine, which needs ",
-           format_bytes(double(grads)), " for the fp32 gradients",
-           resident ? str_cat(" + ", format_bytes(double(resident)), " for the fp32 parameters in memory") : "",
-           units ? str_cat(" + ", format_bytes(double(units)), " for ", disk_.param_buffer_count,
-                           " unit buffers (the largest unit: ", max_unit_, " parameters)")
-                 : "",
-           " + at least ", format_bytes(double(disk_.buffer_count * per_elem * std::min(kMinChunk, unit_cap))), " for ",
-           disk_.buffer_count, " step windows",
-           disk_.params ? "" : "; offload the parameters too (offload_param nvme, --zero_stage 3)",
-           ", or raise the cap");
-  chunk_elems_ = std::min({fit, unit_cap, group});
-}
 
 // Chunks: each unit cut into chunk_elems_ pieces (starts 4 KiB aligned in fp32), records laid
 // one after the other.
@@ -561,6 +533,57 @@ nlohmann::json OffloadEngine::describe() const {
 }
 
 }  // namespace nvme
+
+// Window sizes. Without a cap: chunks of at most kDefaultChunk elements (and sub_group_size). With
+// --max_host_memory: what stays resident (the gradients; the parameters unless offload_param) and
+// the unit buffers come first, and the step's buffer_count windows get the rest; too little for the
+// smallest useful window is one error naming each need.
+OffloadPlan plan_offload(const std::vector<int64_t>& units, int slots, int64_t slot_bytes, const DiskOffload& d) {
+  OffloadPlan p;
+  int64_t numel = 0;
+  for (int64_t n : units) p.largest_unit = std::max(p.largest_unit, n), numel += n;
+  if (d.params) {
+    ZT_CHECK(p.largest_unit <= d.param_buffer_size, "offload_param.buffer_size ", d.param_buffer_size,
+             " elements is smaller than the largest unit (", p.largest_unit, " parameters); raise it");
+    ZT_CHECK(int64_t(d.param_buffer_count) * p.largest_unit <= d.max_in_cpu, "offload_param.max_in_cpu ", d.max_in_cpu,
+             " elements is below buffer_count (", d.param_buffer_count, ") x the largest unit (", p.largest_unit,
+             "); raise it or lower buffer_count");
+  }
+  p.grads = numel * 4;
+  p.resident_params = d.params ? 0 : numel * 4;
+  p.unit_buffers = d.params ? d.param_buffer_count * nvme::unit_buffer_bytes_of(p.largest_unit) : 0;
+  const int64_t per_elem = (d.params ? 4 : 0) + slots * slot_bytes;
+  const int64_t unit_cap = nvme::round_up(p.largest_unit, nvme::kChunkQuantum);
+  // zero_optimization.sub_group_size bounds a chunk, as it bounds DeepSpeed's swapped sub-groups.
+  const int64_t group = std::max(nvme::kChunkQuantum, d.sub_group_size / nvme::kChunkQuantum * nvme::kChunkQuantum);
+  p.chunk_elements = std::min({nvme::kDefaultChunk, unit_cap, group});
+  if (d.host_budget && per_elem > 0) {
+    const int64_t budget = *d.host_budget;
+    const int64_t fit = (budget - p.grads - p.resident_params - p.unit_buffers) / (d.buffer_count * per_elem) /
+                        nvme::kChunkQuantum * nvme::kChunkQuantum;
+    ZT_CHECK(fit >= std::min(nvme::kMinChunk, unit_cap), d.budget_source, " leaves ",
+             budget > 0 ? format_bytes(double(budget)) : std::string("nothing"),
+             " for the offload engine, which needs ", format_bytes(double(p.grads)), " for the fp32 gradients",
+             p.resident_params
+                 ? str_cat(" + ", format_bytes(double(p.resident_params)), " for the fp32 parameters in memory")
+                 : "",
+             p.unit_buffers ? str_cat(" + ", format_bytes(double(p.unit_buffers)), " for ", d.param_buffer_count,
+                                      " unit buffers (the largest unit: ", p.largest_unit, " parameters)")
+                            : "",
+             " + at least ", format_bytes(double(d.buffer_count * per_elem * std::min(nvme::kMinChunk, unit_cap))),
+             " for ", d.buffer_count, " step windows",
+             d.params ? "" : "; offload the parameters too (offload_param nvme, --zero_stage 3)", ", or raise the cap");
+    p.chunk_elements = std::min({fit, unit_cap, group});
+  }
+  p.windows = d.buffer_count *
+              std::max<int64_t>(
+                  nvme::round_up(nvme::record_bytes_of(p.chunk_elements, d.params, slots, slot_bytes), nvme::kAlign),
+                  int64_t(1) << 20);
+  for (int64_t n : units)
+    for (int64_t at = 0; at < n; at += p.chunk_elements)
+      p.file_bytes += nvme::record_bytes_of(std::min(p.chunk_elements, n - at), d.params, slots, slot_bytes);
+  return p;
+}
 
 std::unique_ptr<DataParallel> make_offload_engine(Transformer& model, const dist::ProcessGrid& grid,
                                                   const DataParallelOptions& opt) {

@@ -13,7 +13,9 @@
 // It deliberately is not multi-rank (one process: DDP and ZeRO across ranks refuse it) and
 // does not offload the non-elementwise optimizers (their state is not streamable in windows).
 #pragma once
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "parallel/data_parallel.h"
 
@@ -21,5 +23,20 @@ namespace zt::parallel {
 
 std::unique_ptr<DataParallel> make_offload_engine(Transformer& model, const dist::ProcessGrid& grid,
                                                   const DataParallelOptions& opt);
+
+// What the engine holds, from the units' sizes (the model's unit list), the optimizer's slots and
+// the options alone: the engine sizes itself with it and `ztrain estimate-memory --offload_optimizer
+// nvme` prints it. Bytes, but chunk_elements and largest_unit (elements). An Error when
+// d.host_budget is set and too small (one line naming each need).
+struct OffloadPlan {
+  int64_t largest_unit = 0, chunk_elements = 0;
+  int64_t grads = 0, resident_params = 0, unit_buffers = 0, windows = 0;  // host memory
+  int64_t file_bytes = 0;                                                 // on disk
+  int64_t host() const { return grads + resident_params + unit_buffers + windows; }
+};
+// What `--max_host_memory` leaves aside for the process itself (binary, oneDNN and OpenMP runtimes,
+// data loader, the memory-mapped token file) beyond the estimator's numbers.
+constexpr int64_t kOffloadProcessMargin = int64_t(512) << 20;
+OffloadPlan plan_offload(const std::vector<int64_t>& units, int slots, int64_t slot_bytes, const DiskOffload& d);
 
 }  // namespace zt::parallel

@@ -18,6 +18,7 @@
 
 #include "train/context_stage.h"
 #include "plan/gemm_peak.h"
+#include "parallel/offload_engine.h"
 #include "plan/memory_estimate.h"
 
 namespace zt {
@@ -233,10 +234,10 @@ void Trainer::set_offload_budget(parallel::DiskOffload& d) const {
   if (cap < 0) return;
   const parallel::ModelMemoryInputs in = parallel::memory_inputs(cfg_, rows_, seq_len_, plan_);
   const int64_t rest = in.activation_bytes + in.temporary_bytes + in.compute_copy_bytes;
-  d.host_budget = cap - rest - kOffloadMargin;
+  d.host_budget = cap - rest - parallel::kOffloadProcessMargin;
   d.budget_source = str_cat("--max_host_memory ", config_.parallel.host_memory_text, " less ",
                             format_bytes(double(rest)), " of activations, temporaries and compute copy and ",
-                            format_bytes(double(kOffloadMargin)), " for the process itself");
+                            format_bytes(double(parallel::kOffloadProcessMargin)), " for the process itself");
 }
 
 void Trainer::build_model_and_engine() {

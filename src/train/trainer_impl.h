@@ -91,7 +91,6 @@ class Trainer {
   void cap_device_memory();
   // Offload to disk under --max_host_memory: the engine's share of the cap.
   void set_offload_budget(parallel::DiskOffload& d) const;
-  static constexpr int64_t kOffloadMargin = int64_t(512) << 20;
   void load_data();
   void plan_steps();
   void load_sft_data();

@@ -99,6 +99,8 @@ mkdir -p "$W/ro" && chmod 555 "$W/ro"
 if [ "$(id -u)" = 0 ]; then ro=/proc; else ro=$W/ro; fi  # root writes through a mode of 555
 one_error "nvme_path not writable" "offload file\|not writable" "${disk[@]:0:2}" --nvme_path "$ro"
 one_error "--max_host_memory below one unit" "needs .* for the fp32 gradients" "${param[@]}" --max_host_memory 100MiB
+one_error "--offload_optimizer nvme without a folder" "needs a folder" --offload_optimizer nvme
+one_error "--nvme_path without offload" "nothing is offloaded" --nvme_path "$W/nv"
 one_error "an optimizer whose state cannot stream" "cannot be offloaded" "${disk[@]}" --optim adafactor
 one_error "offload_param without ZeRO-3" "ZeRO-3" --offload_optimizer nvme --offload_param nvme --nvme_path "$W/nv"
 out=$( (ulimit -f 100; "$Z" train "${base[@]}" --output_dir "$W/bad" --overwrite_output_dir "${param[@]}" 2>&1 >/dev/null) )
