@@ -15,6 +15,7 @@
 #include <functional>
 #include <vector>
 
+#include "auto_fit.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -22,6 +23,7 @@
 #include "flags.h"
 #include "models/config.h"
 #include "optim/optimizer.h"
+#include "parallel/offload_engine.h"
 #include "plan/memory_estimate.h"
 #include "plan/memory_fit.h"
 #include "precision.h"
@@ -222,10 +224,45 @@ std::string mib(int64_t b) {
   return s;
 }
 
+// Offload to disk (--offload_optimizer nvme [--offload_param nvme], one CPU process): what the
+// offload engine holds in host memory and on disk, sized as the engine sizes itself
+// (parallel::plan_offload), under --max_host_memory as `ztrain train` would give it.
+int print_offload_estimate(const parallel::ModelMemoryInputs& in, const std::string& optim, bool params,
+                           const std::string& cap_text) {
+  optim::OptimizerConfig oc;
+  oc.external_state = true;  // refuses the optimizers whose state cannot stream
+  const int slots = int(optim::make_optimizer(optim, oc, 0)->slot_names().size());
+  parallel::DiskOffload d;
+  d.optimizer = true;
+  d.params = params;
+  const int64_t rest = in.activation_bytes + in.temporary_bytes + in.compute_copy_bytes;
+  if (!cap_text.empty()) {
+    d.host_budget = parse_memory_size(cap_text, "--max_host_memory") - rest - parallel::kOffloadProcessMargin;
+    d.budget_source = "--max_host_memory " + cap_text;
+  }
+  const parallel::OffloadPlan p = parallel::plan_offload(in.unit_params, slots, 4, d);
+  std::printf("HW: 1 process, offload to disk (%s%s): chunks of %lld elements.\n", "offload_optimizer nvme",
+              params ? ", offload_param nvme, ZeRO-3" : "", (long long)p.chunk_elements);
+  std::printf("  %-18s %10s %10s %10s %10s %10s %10s | %11s | %11s\n", "", "params", "grads", "windows", "acts", "temp",
+              "margin", "host total", "on disk");
+  const int64_t params_host = params ? p.unit_buffers : p.resident_params + in.compute_copy_bytes;
+  const int64_t total = p.host() + rest + parallel::kOffloadProcessMargin;
+  std::printf("  %-18s %10s %10s %10s %10s %10s %10s | %11s | %11s\n", "offload (nvme)", mib(params_host).c_str(),
+              mib(p.grads).c_str(), mib(p.windows).c_str(), mib(in.activation_bytes).c_str(),
+              mib(in.temporary_bytes).c_str(), mib(parallel::kOffloadProcessMargin).c_str(), mib(total).c_str(),
+              mib(p.file_bytes).c_str());
+  std::printf(
+      "    params: %s; windows: 4 step windows of one chunk's record; margin: the process itself "
+      "(docs/offload.md).\n",
+      params ? "offload_param.buffer_count (5) unit buffers of the largest unit" : "the fp32 parameters");
+  return 0;
+}
+
 }  // namespace
 
 int cmd_estimate_memory(const Args& args) {
   std::string config_path, model_path, ranks = "1", optim = "adamw_torch", device = "cpu", offload = "none";
+  std::string offload_param = "none", max_host_memory;
   int B = 8, T = 0, G = 0;
   double bucket_mb = 0;
   FlagSet f("estimate-memory");
@@ -242,7 +279,12 @@ int cmd_estimate_memory(const Args& args) {
         range::closed(0, 1 << 20));
   f.add("optim", &optim, "optimizer whose state is counted, HF's names: adamw_torch | adamw (adamw_torch)");
   f.add("device", &device, "cpu: per-rank rows by strategy; cuda: what one GPU holds (docs/gpu.md) (cpu)");
-  f.add("offload_optimizer", &offload, "none | cpu: with --device cuda, the optimizer state in host memory (none)");
+  f.add("offload_optimizer", &offload,
+        "none | cpu | nvme: cpu with --device cuda, the optimizer state in host memory; nvme (CPU), the "
+        "optimizer state on disk (docs/offload.md) (none)");
+  f.add("offload_param", &offload_param,
+        "none | nvme: with --offload_optimizer nvme, the parameters on disk too (none)");
+  f.add("max_host_memory", &max_host_memory, "with offload to nvme: the cap the windows are sized under (none)");
   TrainArgs prec;  // the precision and recomputation flags of `ztrain train`, same meaning
   f.add("bf16", &prec.bf16, "bf16 mixed precision (bf16 compute copies and activations)");
   f.add("fp16", &prec.fp16, "fp16 mixed precision (fp32 storage of fp16-rounded values on this CPU)");
@@ -275,6 +317,12 @@ int cmd_estimate_memory(const Args& args) {
               cfg_file.c_str(), in.num_params / 1e6, in.largest_unit_params / 1e6, in.largest_unit.c_str());
   std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,
               mib(in.activation_bytes).c_str(), mib(in.temporary_bytes).c_str());
+  ZT_CHECK(offload_param == "none" || (offload_param == "nvme" && offload == "nvme"),
+           "estimate-memory: --offload_param ", quote(offload_param), " needs --offload_optimizer nvme (none | nvme)");
+  if (offload == "nvme") {
+    ZT_CHECK(device == "cpu" && ranks == "1", "estimate-memory: offload to nvme runs in one process on the CPU");
+    return print_offload_estimate(in, optim, offload_param == "nvme", max_host_memory);
+  }
   if (device == "cuda") {
     ZT_CHECK(ranks == "1",
              "estimate-memory --device cuda: one GPU, one process (several GPUs are not implemented "

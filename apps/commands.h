@@ -17,6 +17,8 @@ int cmd_generate(const Args& args);
 int cmd_bench_comm(const Args& args);
 int cmd_launch(const Args& args);
 int cmd_estimate_memory(const Args& args);
+// apps/cmd_disk.cpp: the disk's bandwidth through offload's io_uring path (docs/offload.md).
+int cmd_bench_disk(const Args& args);
 // apps/cmd_plan.cpp: the parallel layout planner (docs/planner.md).
 int cmd_plan(const Args& args);
 // apps/cmd_health.cpp: the pre-flight check (GEMM per rank, all-gather in pairs).

@@ -18,6 +18,7 @@
 
 #include "core/edit_distance.h"
 #include "core/error.h"
+#include "deepspeed_offload.h"
 #include "deepspeed_values.h"
 #include "optim/optimizer.h"
 
@@ -364,6 +365,7 @@ void apply_offload(Ctx& c, const std::string& key, const json& v, std::string& f
            ".device must be \"none\", \"cpu\" or \"nvme\", got ", quote(device));
   if (c.given(flag) && device != field) return c.mismatch(key + ".device", json(device), flag, field);
   field = device;
+  ds_offload::read_offload_keys(c.a, key, v, flag == nullptr, &c.mismatches);
 }
 
 void apply_zero(Ctx& c, const json& z) {
@@ -392,16 +394,19 @@ void apply_zero(Ctx& c, const json& z) {
       fill_match(c, key, v, "zero_quantized_weights", a.zero_quantized_weights, false);
     } else if (k == "zero_quantized_gradients") {
       fill_match(c, key, v, "zero_quantized_gradients", a.zero_quantized_gradients, false);
+    } else if (k == "sub_group_size") {
+      // ZeRO-Infinity's unit of the optimizer step: offload to disk's chunk (docs/offload.md).
+      fill_match(c, key, v, nullptr, a.offload_sub_group_size, false, 1);
     } else if (k == "offload_optimizer" || k == "offload_param") {
       if (k == "offload_optimizer")
         apply_offload(c, key, v, a.offload_optimizer, "offload_optimizer");
       else
-        apply_offload(c, key, v, a.offload_param, nullptr);
+        apply_offload(c, key, v, a.offload_param, nullptr);  // flag null: offload_param's keys
     } else {
       c.other(key, v,
               {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "contiguous_gradients",
                "reduce_scatter", "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients",
-               "offload_optimizer", "offload_param"});
+               "offload_optimizer", "offload_param", "sub_group_size"});
     }
   }
 }
@@ -665,11 +670,13 @@ std::vector<std::string> apply_deepspeed_json(TrainArgs& a, int world_size, cons
       if (!v.is_null()) fill_match(c, k, v, nullptr, a.steps_per_print, false, 1);  // null: DeepSpeed's "never"
     } else if (k == "wall_clock_breakdown") {
       fill_match(c, k, v, nullptr, a.wall_clock_breakdown, false);
+    } else if (k == "aio") {
+      ds_offload::read_aio(a, v);
     } else {
       c.other(k, v,
               {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
                "optimizer", "scheduler", "zero_optimization", "fp16", "bf16", "steps_per_print", "wall_clock_breakdown",
-               "communication_data_type", "activation_checkpointing", "pipeline"});
+               "communication_data_type", "activation_checkpointing", "pipeline", "aio"});
     }
   }
   check_precision(a.ds_precision);

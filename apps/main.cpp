@@ -57,6 +57,7 @@ const char* kUsage =
     "  launch    run a command on N ranks with mpirun: ztrain launch --nproc_per_node N -- train ...\n"
     "  health-check     pre-flight check of every rank's GEMM and links (DLRover's node check)\n"
     "  bench-comm       time the collectives over message sizes (algbw / busbw, like nccl-tests)\n"
+    "  bench-disk       the disk's read / write bandwidth through offload's io_uring path\n"
     "  estimate-memory  per-rank memory of a model under DDP / ZeRO-1/2/3 / hybrid sharding\n"
     "  plan             rank the dp x tp x pp / ZeRO / micro-batch / recomputation layouts of N ranks\n"
     "  info             the CPU, kernel levels (ZT_ISA), GEMM ISA and GEMM peaks ztrain uses here\n"
@@ -126,8 +127,20 @@ int cmd_train(const Args& args) {
   f.add("device", &a.device,
         "cpu | cuda | auto: the GPU when one is present and the run is one the GPU path runs (auto; docs/gpu.md)");
   f.add("offload_optimizer", &a.offload_optimizer,
-        "none | cpu: on the GPU, fp32 masters and the optimizer state in host memory, updated there by the CPU "
-        "optimizer (DeepSpeed's zero_optimization.offload_optimizer; docs/gpu.md) (none)");
+        "none | cpu | nvme: cpu on the GPU keeps fp32 masters and the optimizer state in host memory (docs/gpu.md); "
+        "nvme keeps the optimizer state in a file under --nvme_path, streamed through host memory "
+        "(DeepSpeed's zero_optimization.offload_optimizer; docs/offload.md) (none)");
+  f.add("offload_param", &a.offload_param,
+        "none | nvme: with --zero_stage 3 and --offload_optimizer nvme, the fp32 parameters (masters) in that file "
+        "too, each unit read ahead of its use (DeepSpeed's offload_param; docs/offload.md) (none)");
+  f.add("nvme_path", &a.nvme_path, "the folder of the offload file (DeepSpeed's nvme_path; docs/offload.md)");
+  f.add("max_host_memory", &a.max_host_memory,
+        "cap on what training holds in host memory, e.g. 8GiB: with offload to nvme the windows are sized under it, "
+        "else the run's estimate must fit (docs/offload.md) (none)");
+  f.add("aio_block_size", &a.aio.block_size, "bytes per disk request of offload (DeepSpeed's aio.block_size) (1048576)",
+        range::at_least(4096));
+  f.add("aio_queue_depth", &a.aio.queue_depth, "disk requests of offload in flight (DeepSpeed's aio.queue_depth) (8)",
+        range::at_least(1));
   f.add("max_device_memory", &a.max_device_memory,
         "cap on the GPU memory ztrain allocates, e.g. 20GiB; checked against estimate-memory before training (the "
         "GPU's memory)");
@@ -376,6 +389,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return zt::app::cmd_generate(args);
     if (cmd == "launch") return zt::app::cmd_launch(args);
     if (cmd == "bench-comm") return zt::app::cmd_bench_comm(args);
+    if (cmd == "bench-disk") return zt::app::cmd_bench_disk(args);
     if (cmd == "health-check") return zt::app::cmd_health_check(args);
     if (cmd == "estimate-memory") return zt::app::cmd_estimate_memory(args);
     if (cmd == "plan") return zt::app::cmd_plan(args);

@@ -7,6 +7,8 @@ namespace zt {
 
 std::string gpu_unsupported_reason(const TrainArgs& a, int world_size, const ModelConfig& cfg) {
   if (world_size > 1) return "runs of several processes (NCCL) do not run on the GPU yet";
+  if (a.offload_optimizer == "nvme" || a.offload_param == "nvme")
+    return "offload to disk (device nvme) runs on the CPU only (docs/offload.md)";
   // ZeRO-Offload's DeepSpeed configs set stage 2 (or 1): with one GPU it shards nothing and runs
   // as stage 0 with the offload engine (apply_offload below).
   const bool offload_stage = a.offload_optimizer == "cpu" && a.zero_stage <= 2;
@@ -40,15 +42,17 @@ std::string apply_offload(TrainArgs& a, DeviceKind d) {
        {std::pair{"--offload_optimizer", &a.offload_optimizer}, std::pair{"offload_param.device", &a.offload_param}})
     ZT_CHECK(*v == "none" || *v == "cpu" || *v == "nvme", key, " must be none, cpu or nvme, got ", quote(*v));
   if (d == DeviceKind::cpu) {
-    if (a.offload_optimizer == "none" && a.offload_param == "none") return "";
-    return "offloading (offload_optimizer / offload_param) changes nothing on the CPU: parameters and optimizer "
-           "state are in host memory already";
+    // nvme is offload to disk (parallel/offload_engine.h); cpu means where everything is already.
+    if (a.offload_optimizer != "cpu" && a.offload_param != "cpu") return "";
+    return "offload device cpu changes nothing on the CPU: parameters and optimizer state are in host memory "
+           "already (device nvme offloads them to disk)";
   }
   ZT_CHECK(a.offload_param == "none",
            "offload_param (ZeRO-3 parameter offload) is not implemented on the GPU; "
            "offload the optimizer (offload_optimizer.device cpu) or drop it");
   ZT_CHECK(a.offload_optimizer != "nvme",
-           "offload_optimizer to nvme is not implemented; use \"cpu\" (host memory) or \"none\"");
+           "offload_optimizer to nvme is not implemented on the GPU (it runs on the CPU: --device cpu); use \"cpu\" "
+           "(host memory) or \"none\"");
   if (a.offload_optimizer != "cpu" || a.zero_stage == 0) return "";
   const int stage = a.zero_stage;
   a.zero_stage = 0;

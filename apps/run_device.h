@@ -19,8 +19,9 @@ DeviceKind run_device(const TrainArgs& a, int world_size, const ModelConfig& cfg
 
 // The offload keys against the device the run takes (values none | cpu | nvme, else an Error).
 // GPU: offload_optimizer cpu selects ZeRO-Offload, and a ZeRO stage 1-2 (DeepSpeed's offload
-// configs) becomes 0 (one GPU shards nothing); nvme and offload_param are refused. CPU: they
-// change nothing. Returns a note for the user, or "".
+// configs) becomes 0 (one GPU shards nothing); nvme and offload_param are refused. CPU: cpu
+// changes nothing (a note says so); nvme is offload to disk (parallel/offload_engine.h).
+// Returns a note for the user, or "".
 std::string apply_offload(TrainArgs& a, DeviceKind d);
 
 }  // namespace zt

@@ -102,6 +102,9 @@ void install_signal_handlers() {
   sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGBUS, &sa, nullptr);
+  // A write past a file-size limit (ulimit -f) then fails with EFBIG, which the writer reports as
+  // one line naming the file (offload's scratch file, a checkpoint), instead of killing the process.
+  ::signal(SIGXFSZ, SIG_IGN);
 }
 
 }  // namespace zt::app

@@ -9,6 +9,8 @@
 #include <set>
 #include <string>
 
+#include "core/async_file.h"
+
 #include "dist/communicator.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
@@ -83,6 +85,15 @@ struct TrainArgs {
   // cpu | nvme. On the GPU, offload_optimizer cpu keeps fp32 masters and the optimizer state in
   // host memory (parallel/gpu_engine.cpp); on the CPU everything is in host memory already.
   std::string offload_optimizer = "none", offload_param = "none";
+  // Offload to disk (device nvme; docs/offload.md): the scratch folder, DeepSpeed's buffer keys
+  // (offload_optimizer.buffer_count, offload_param.buffer_count / buffer_size / max_in_cpu) and
+  // its aio block. --max_host_memory caps what training holds in host memory ("8GiB"; "" = none).
+  std::string nvme_path;
+  int offload_buffer_count = 4, offload_param_buffer_count = 5;
+  int64_t offload_param_buffer_size = 100000000, offload_param_max_in_cpu = 1000000000;
+  int64_t offload_sub_group_size = 1000000000;  // zero_optimization.sub_group_size: the largest chunk
+  AioOptions aio;
+  std::string max_host_memory;
   std::string max_device_memory;  // cap on ztrain's GPU allocations ("20GiB"; "" = the GPU's memory)
   double learning_rate = 5e-5;
   double weight_decay = 0.0;

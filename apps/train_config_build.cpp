@@ -68,6 +68,16 @@ parallel::DataParallelOptions engine_options(const TrainArgs& a) {
   o.quantized_gradients = a.zero_quantized_gradients;
   o.optim = a.optim;
   o.offload_optimizer = a.offload_optimizer;
+  parallel::DiskOffload& d = o.disk_offload;
+  d.optimizer = a.offload_optimizer == "nvme";
+  d.params = a.offload_param == "nvme";
+  d.nvme_path = a.nvme_path;
+  d.aio = a.aio;
+  d.buffer_count = a.offload_buffer_count;
+  d.param_buffer_count = a.offload_param_buffer_count;
+  d.param_buffer_size = a.offload_param_buffer_size;
+  d.max_in_cpu = a.offload_param_max_in_cpu;
+  d.sub_group_size = a.offload_sub_group_size;
   o.comm_dtype = comm_dtype_from_args(a);
   o.local_sgd = a.local_sgd_steps > 0;
   o.optim_config.beta1 = a.adam_beta1;
@@ -133,12 +143,22 @@ void check_memory_and_data(const TrainArgs& a, const TrainConfig& c, int64_t hos
         {dp, a.tensor_model_parallel_size, a.pipeline_parallel_size, a.sequence_parallel, a.zero_stage, rows,
          a.gradient_accumulation_steps, plan.recompute == nn::Recompute::full, a.context_parallel_size},
         plan.precision, a.optim, limit);
-  else
-    parallel::check_training_memory(cfg,
-                                    {rows, T, a.zero_stage, dp, a.zero_hpz_partition_size,
-                                     parallel::reduce_bucket_elements(a.reduce_bucket_size, a.zero_stage), plan,
-                                     int(dtype_size(comm_dtype_from_args(a)))},
-                                    limit);
+  else if (a.offload_optimizer != "nvme" && a.offload_param != "nvme") {  // offload sizes its windows itself
+    const parallel::TrainingLayout l{rows,
+                                     T,
+                                     a.zero_stage,
+                                     dp,
+                                     a.zero_hpz_partition_size,
+                                     parallel::reduce_bucket_elements(a.reduce_bucket_size, a.zero_stage),
+                                     plan,
+                                     int(dtype_size(comm_dtype_from_args(a)))};
+    parallel::check_training_memory(cfg, l, limit);
+    if (!a.max_host_memory.empty())
+      parallel::check_training_memory(
+          cfg, l, parse_memory_size(a.max_host_memory, "--max_host_memory"), "--max_host_memory " + a.max_host_memory,
+          "offload to disk (--offload_optimizer nvme --nvme_path DIR, with --zero_stage 3 --offload_param nvme "
+          "the parameters too; docs/offload.md), or ");
+  }
   const bool sft = c.data.sft;
   ZT_CHECK(sft || !is_jsonl(a.validation_file), "--validation_file ", a.validation_file,
            " holds SFT records (.jsonl) but --train_file is a token file; give both in the same form");
@@ -185,6 +205,8 @@ void fill_sections(const TrainArgs& a, TrainConfig& c) {
   if (a.local_sgd_steps > 0) p.local_sgd = {a.local_sgd_steps, a.local_sgd_outer_lr, a.local_sgd_outer_momentum};
   p.straggler_threshold = a.straggler_threshold;
   p.device_memory_text = a.max_device_memory;
+  p.host_memory_text = a.max_host_memory;
+  if (!a.max_host_memory.empty()) p.host_memory_cap = parse_memory_size(a.max_host_memory, "--max_host_memory");
   if (!a.max_device_memory.empty() && p.device == DeviceKind::cuda)  // a CPU run ignores it
     p.device_memory_cap = parse_memory_size(a.max_device_memory, "--max_device_memory");
   TrainConfig::Optim& o = c.optim;
@@ -283,6 +305,15 @@ TrainConfig build_train_config(TrainArgs a, dist::Communicator& world) {
   c.parallel.schedule = check_pipeline_args(a, world.size(), cfg);
   parallel::check_data_parallel_options(engine_options(a),
                                         world.size() / (a.tensor_model_parallel_size * a.pipeline_parallel_size));
+  ZT_CHECK(a.offload_optimizer == "nvme" || a.offload_param == "nvme" || !a.explicit_flags.count("nvme_path"),
+           "--nvme_path is given but nothing is offloaded to disk: add --offload_optimizer nvme (and, with "
+           "--zero_stage 3, --offload_param nvme) or drop it");
+  ZT_CHECK((a.offload_optimizer != "nvme" && a.offload_param != "nvme") || !a.flash_checkpoint,
+           "--flash_checkpoint copies the state while training goes on, and offload to disk lends that state's "
+           "memory back to the next step; use ordinary checkpoints (--save_steps) with offload");
+  ZT_CHECK((a.offload_optimizer != "nvme" && a.offload_param != "nvme") || world.size() == 1,
+           "offload to disk (nvme) runs in one process for now (", world.size(),
+           " ranks here): each rank would stream its own file, which is not implemented");
   ZT_CHECK(a.local_sgd_steps == 0 || (a.tensor_model_parallel_size == 1 && a.pipeline_parallel_size == 1),
            "--local_sgd_steps does not compose with tensor or pipeline parallelism yet; use one of them");
   ZT_CHECK(a.local_sgd_steps == 0 || a.spike_policy == "none", "--spike_policy ", a.spike_policy,

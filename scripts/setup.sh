@@ -10,9 +10,11 @@ cd "$(dirname "$0")/.."
 # sentencepiece: its spm_train / spm_encode make the tokenizer.model parity fixtures (tests/tokenizer/spm_fixtures.sh);
 # libhwy-dev: run-time SIMD dispatch of the kernels (docs/kernels.md#dispatch);
 # libxxhash-dev: checkpoint and flash snapshot checksums (docs/checkpoints.md#the-folder-checkpoint-n);
-# libpng-dev: encodes the loss plot (docs/observability.md#png-loss-plot).
+# libpng-dev: encodes the loss plot (docs/observability.md#png-loss-plot);
+# liburing-dev: io_uring, the asynchronous file I/O of offload to disk (docs/offload.md).
 pkgs=(build-essential cmake libdnnl-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin pkg-config
-      libpcre2-dev libutf8proc-dev libsentencepiece-dev sentencepiece libxxhash-dev libhwy-dev libpng-dev "$@")
+      libpcre2-dev libutf8proc-dev libsentencepiece-dev sentencepiece libxxhash-dev libhwy-dev libpng-dev liburing-dev
+      "$@")
 missing=()
 # The native architecture named too: with a foreign one (arm64 for tests/cross) installed beside it,
 # a bare name is ambiguous to dpkg.

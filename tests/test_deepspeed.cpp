@@ -13,6 +13,7 @@
 #include "optim/schedule.h"
 #include "deepspeed_config.h"
 #include "run_device.h"
+#include "test_util.h"
 
 namespace zt {
 namespace {
@@ -397,6 +398,61 @@ TEST(DeepSpeedConfig, OffloadKeysByDevice) {
   both.offload_optimizer = "none";
   both.explicit_flags.insert("offload_optimizer");
   EXPECT_THROW(apply(both, 1, R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})"), Error);
+}
+
+// Offload to disk: each key of offload_optimizer / offload_param and of aio lands in the
+// arguments or is refused with one line naming it (apps/deepspeed_offload.cpp).
+TEST(DeepSpeedConfig, OffloadToDiskKeys) {
+  TrainArgs a;
+  auto w = apply(a, 1, R"({"zero_optimization": {"stage": 3, "sub_group_size": 5e6,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/scratch", "buffer_count": 6, "pin_memory": true,
+                            "pipeline_read": false, "fast_init": false, "ratio": 1},
+      "offload_param": {"device": "nvme", "nvme_path": "/scratch", "buffer_count": 4, "buffer_size": 2e8,
+                        "max_in_cpu": 3e9, "pin_memory": false}},
+      "aio": {"block_size": 262144, "queue_depth": 16, "thread_count": 1, "single_submit": true,
+              "overlap_events": false, "use_gds": false}})");
+  EXPECT_TRUE(w.empty());
+  EXPECT_EQ(a.offload_optimizer, "nvme");
+  EXPECT_EQ(a.offload_param, "nvme");
+  EXPECT_EQ(a.nvme_path, "/scratch");
+  EXPECT_EQ(a.offload_buffer_count, 6);
+  EXPECT_EQ(a.offload_param_buffer_count, 4);
+  EXPECT_EQ(a.offload_param_buffer_size, 200000000);
+  EXPECT_EQ(a.offload_param_max_in_cpu, 3000000000);
+  EXPECT_EQ(a.offload_sub_group_size, 5000000);
+  EXPECT_EQ(a.aio.block_size, 262144);
+  EXPECT_EQ(a.aio.queue_depth, 16);
+  EXPECT_TRUE(a.aio.single_submit);
+  EXPECT_FALSE(a.aio.overlap_events);
+  auto refused = [](const char* json, const char* part) {
+    TrainArgs b;
+    const std::string e = zt::test::error_of([&] { apply(b, 1, json); });
+    EXPECT_NE(e.find(part), std::string::npos) << e;
+  };
+  refused(R"({"aio": {"thread_count": 4}})", "aio.thread_count 4 is not supported");
+  refused(R"({"aio": {"use_gds": true}})", "GPUDirect Storage");
+  refused(R"({"aio": {"block_size": 1000}})", "aio.block_size");
+  refused(R"({"aio": {"queue_dept": 4}})", "did you mean aio.queue_depth");
+  refused(R"({"zero_optimization": {"offload_param": {"device": "nvme", "max_in_cpus": 1}}})",
+          "did you mean zero_optimization.offload_param.max_in_cpu");
+  refused(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 0.5}}})", "partial offload");
+  refused(R"({"zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/a"},
+                                    "offload_param": {"device": "nvme", "nvme_path": "/b"}}})",
+          "differ");
+  // --nvme_path given and a config that names another folder: HF's mismatch line.
+  TrainArgs flag;
+  flag.nvme_path = "/mine";
+  flag.explicit_flags.insert("nvme_path");
+  const std::string e = zt::test::error_of([&] {
+    apply(flag, 1, R"({"zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}})");
+  });
+  EXPECT_NE(e.find("- ds zero_optimization.offload_optimizer.nvme_path=\"/x\" vs hf nvme_path=/mine"),
+            std::string::npos)
+      << e;
+  // On the CPU nvme is offload to disk (no note); on the GPU it is refused.
+  TrainArgs cpu = a;
+  EXPECT_EQ(apply_offload(cpu, DeviceKind::cpu), "");
+  EXPECT_NE(gpu_unsupported_reason(a, 1, ModelConfig{}).find("runs on the CPU only"), std::string::npos);
 }
 
 TEST(DeepSpeedConfig, WarningsGoToStderrOneLineEach) {

@@ -38,7 +38,7 @@ struct StatePiece {
   std::vector<int64_t> shape;  // its global shape
   std::string slot;            // "params", or an optimizer slot ("exp_avg", "exp_avg_sq", ...)
   TensorSlice slice;
-  float* data = nullptr;  // slice.count values (read-only when saving)
+  float* data = nullptr;     // slice.count values (read-only when saving)
   DType dtype = DType::f32;  // fp32 today: masters and optimizer state are fp32
 };
 
@@ -96,16 +96,20 @@ class Stateful {
 };
 
 // A component whose state is a fixed list of pieces (an engine's parameters): load_state
-// fills them, then runs after_load (ZeRO-1/2: the all-gather that spreads loaded shards).
+// fills them, then runs after_load (ZeRO-1/2: the all-gather that spreads loaded shards);
+// save_state runs before_save first (offload: the parameters read from disk into the pieces) and
+// load_state before_load (offload: the update in flight finished).
 class PieceState final : public Stateful {
  public:
   std::vector<StatePiece> pieces;
-  std::function<void()> after_load;
+  std::function<void()> after_load, before_save, before_load;
 
   void save_state(StateWriter& w) const override {
+    if (before_save) before_save();
     for (const StatePiece& p : pieces) w.put_tensor(p);
   }
   void load_state(StateReader& r) override {
+    if (before_load) before_load();
     for (const StatePiece& p : pieces) r.get_tensor(p);
     if (after_load) after_load();
   }

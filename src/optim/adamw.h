@@ -13,6 +13,7 @@ class AdamW final : public Optimizer {
  public:
   AdamW(const OptimizerConfig& cfg, int64_t numel, std::string name = "adamw_torch");
   void step(std::span<const StepPiece> pieces, double lr) override;
+  bool offloadable() const override { return true; }
 };
 
 // The same update over given moment arrays (Muon's AdamW part): step t (from 1).

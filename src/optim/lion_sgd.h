@@ -15,12 +15,14 @@ class Lion final : public Optimizer {
  public:
   Lion(const OptimizerConfig& cfg, int64_t numel);
   void step(std::span<const StepPiece> pieces, double lr) override;
+  bool offloadable() const override { return true; }
 };
 
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& cfg, int64_t numel);
   void step(std::span<const StepPiece> pieces, double lr) override;
+  bool offloadable() const override { return true; }
 
  private:
   double momentum_, dampening_;

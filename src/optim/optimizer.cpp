@@ -37,10 +37,32 @@ Optimizer::Optimizer(std::string name, const OptimizerConfig& cfg, int64_t numel
     : name_(std::move(name)), cfg_(cfg), numel_(numel), slot_names_(std::move(slot_names)) {
   ZT_CHECK(cfg_.state_dtype == DType::f32 || cfg_.state_dtype == DType::bf16,
            "--optim_state_dtype must be fp32 or bf16, not ", dtype_name(cfg_.state_dtype));
+  if (cfg_.external_state) return;  // the offload engine's files hold the slots
   for (size_t i = 0; i < slot_names_.size(); ++i) {
     slots_.emplace_back(size_t(numel) * dtype_size(cfg_.state_dtype), MemCategory::optimizer_state);
     std::memset(slots_.back().data(), 0, slots_.back().bytes());
   }
+}
+
+void Optimizer::bind_window(int64_t begin, int64_t n, const std::vector<void*>& slots) {
+  ZT_ASSERT(cfg_.external_state && slots.size() == slot_names_.size(), "optimizer ", name_, ": window of ",
+            slots.size(), " slots");
+  window_ = slots;
+  window_begin_ = begin;
+  window_n_ = n;
+}
+
+void* Optimizer::slot_data(size_t i) const {
+  if (window_.empty()) {
+    ZT_ASSERT(i < slots_.size(), "optimizer ", name_, ": slot ", i, " is not in memory (external state, no window)");
+    return slots_[i].data();
+  }
+  // The updates index a slot by state coordinate (base + state_offset), so a window at
+  // window_begin_ is handed out as the address state coordinate 0 would have. Formed as an
+  // integer: the address may lie outside any allocation and is only ever offset back into the
+  // window (steps stay inside it; the engine's pieces are cut to it).
+  const uintptr_t es = dtype_size(cfg_.state_dtype);
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(window_[i]) - uintptr_t(window_begin_) * es);
 }
 
 void Optimizer::set_layout(OptimizerLayout layout) {
@@ -50,7 +72,7 @@ void Optimizer::set_layout(OptimizerLayout layout) {
 
 float* Optimizer::slot(size_t i) const {
   ZT_ASSERT(cfg_.state_dtype == DType::f32, "optimizer ", name_, ": slot ", i, " is not fp32");
-  return slots_[i].as<float>();
+  return static_cast<float*>(slot_data(i));
 }
 
 float* Optimizer::slot(const std::string& name) const {
@@ -64,6 +86,7 @@ double Optimizer::state_bytes_per_param() const {
   if (numel_ == 0) return 0.0;
   size_t bytes = 0;
   for (const Buffer& b : slots_) bytes += b.bytes();
+  if (cfg_.external_state) bytes = slot_names_.size() * size_t(numel_) * dtype_size(cfg_.state_dtype);  // on disk
   return double(bytes + size_t(own_state_bytes())) / double(numel_);
 }
 
@@ -77,8 +100,21 @@ float* Optimizer::save_scratch(int64_t n) const {
   return scratch_.back().data();
 }
 
+void Optimizer::materialize() const {
+  auto* self = const_cast<Optimizer*>(this);
+  self->slots_.clear();
+  std::vector<void*> ptrs;
+  for (size_t i = 0; i < slot_names_.size(); ++i) {
+    self->slots_.emplace_back(size_t(numel_) * dtype_size(cfg_.state_dtype), MemCategory::temporary);
+    ptrs.push_back(self->slots_.back().data());
+  }
+  ZT_ASSERT(store_, "optimizer ", name_, ": external state without a store");
+  store_->read_all(ptrs);
+}
+
 void Optimizer::save_state(StateWriter& w) const {
-  scratch_.clear();  // the previous checkpoint is written by now
+  scratch_.clear();                        // the previous checkpoint is written by now
+  if (cfg_.external_state) materialize();  // freed by release_external() at the next step
   const bool bf16 = cfg_.state_dtype == DType::bf16;
   for (size_t s = 0; s < slots_.size(); ++s)
     for (const StateSpan& sp : spans_) {
@@ -110,6 +146,7 @@ void Optimizer::load_state(StateReader& r) {
   const int64_t t = r.get_int("ztrain.optimizer.step");
   ZT_CHECK(t >= 0, r.source(), ": \"ztrain.optimizer.step\" is negative; the checkpoint is damaged");
   const bool bf16 = cfg_.state_dtype == DType::bf16;
+  if (cfg_.external_state) materialize();  // pieces not in the checkpoint keep the files' values
   std::vector<float> wide;
   for (size_t s = 0; s < slots_.size(); ++s)
     for (const StateSpan& sp : spans_) {
@@ -124,6 +161,12 @@ void Optimizer::load_state(StateReader& r) {
     }
   load_own(r);
   t_ = t;
+  if (cfg_.external_state) {
+    std::vector<const void*> ptrs;
+    for (const Buffer& b : slots_) ptrs.push_back(b.data());
+    store_->write_all(ptrs);
+    slots_.clear();
+  }
 }
 
 double Optimizer::arg(const std::string& key, double fallback) const {
@@ -182,6 +225,8 @@ std::vector<std::string> optimizer_names() {
   return v;
 }
 
+std::unique_ptr<Optimizer> make_canonical(const std::string& c, const OptimizerConfig& cfg, int64_t numel);
+
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const OptimizerConfig& cfg, int64_t numel) {
   const Entry* e = nullptr;
   for (const Entry& k : kNames)
@@ -193,7 +238,14 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const Optimiz
     throw Error(str_cat("--optim ", quote(name), " is not supported; did you mean ", best,
                         "? Known: ", joined(optimizer_names())));
   }
-  const std::string c = e->canonical;
+  std::unique_ptr<Optimizer> o = make_canonical(e->canonical, cfg, numel);
+  ZT_CHECK(!cfg.external_state || o->offloadable(), "--optim ", name,
+           " cannot be offloaded to disk: its state is not elementwise (factored, quantized or per-matrix), so it "
+           "cannot be streamed in windows; offload_optimizer nvme supports adamw_torch, lion_32bit, sgd and sophia");
+  return o;
+}
+
+std::unique_ptr<Optimizer> make_canonical(const std::string& c, const OptimizerConfig& cfg, int64_t numel) {
   if (c == "adamw_torch") return std::make_unique<AdamW>(cfg, numel);
   if (c == "adafactor") return std::make_unique<Adafactor>(cfg, numel);
   if (c == "adamw_8bit") return std::make_unique<AdamW8bit>(cfg, numel);

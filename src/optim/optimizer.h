@@ -33,6 +33,9 @@ struct OptimizerConfig {
   std::map<std::string, std::string> args;
   // Tokens in one optimizer step over all data-parallel ranks (Sophia's `bs`); set by the trainer.
   int64_t tokens_per_step = 0;
+  // Offload to disk (parallel/offload_engine.cpp): the elementwise slots are not allocated; the
+  // engine streams windows of them through host memory (bind_window) and keeps the rest in files.
+  bool external_state = false;
 };
 
 // One contiguous stretch of an update: numel values of params / grads whose state sits at
@@ -76,6 +79,15 @@ struct OptimizerLayout {
   GroupSum group_sum;
 };
 
+// Where external state lives (an offload engine's files), for checkpoints: read_all fills whole
+// slots (numel values each, of the state dtype), write_all stores them back.
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+  virtual void read_all(const std::vector<void*>& slots) = 0;
+  virtual void write_all(const std::vector<const void*>& slots) = 0;
+};
+
 // Where a stretch of the state belongs in the model, for checkpoints: count elements of the
 // global tensor `tensor` (shape `shape`) from its element `begin`, at state_offset.
 struct StateSpan {
@@ -98,6 +110,20 @@ class Optimizer : public Stateful {
     --t_;  // step() advances the count once, as its contract says
     step(pieces, lr);
   }
+  // Whether its whole state is its elementwise slots, so an engine may keep them elsewhere and
+  // step windows of them (offload to disk): AdamW, Lion, SGD, Sophia.
+  virtual bool offloadable() const { return false; }
+  // External state: the slots of state coordinates [begin, begin + n) are at slots[i] (n values
+  // each) until unbind_window; steps and curvature updates must stay inside that window.
+  void bind_window(int64_t begin, int64_t n, const std::vector<void*>& slots);
+  void unbind_window() { window_.clear(); }
+  // External state: where checkpoints read and write it (the engine that holds the files).
+  void set_state_store(StateStore* s) { store_ = s; }
+  // External state: frees the whole slots a checkpoint save read in (kept until then because a
+  // StateWriter keeps pointers until the checkpoint is written).
+  void release_external() {
+    if (cfg_.external_state) slots_.clear();
+  }
   // Whether it needs set_layout's tensors (per-tensor pieces) before stepping: the factored,
   // quantized and matrix optimizers. An engine that cannot describe them refuses it.
   virtual bool needs_layout() const { return false; }
@@ -116,7 +142,7 @@ class Optimizer : public Stateful {
   DType slot_dtype() const { return cfg_.state_dtype; }
   float* slot(size_t i) const;                 // an fp32 elementwise slot (bf16 ones: slot_data)
   float* slot(const std::string& name) const;  // an unknown name is our bug
-  void* slot_data(size_t i) const { return slots_[i].data(); }
+  void* slot_data(size_t i) const;
   // Bytes of optimizer state per optimized parameter, as allocated (AdamW: 8; 8-bit AdamW about 2).
   double state_bytes_per_param() const;
   int64_t steps() const { return t_; }
@@ -156,6 +182,11 @@ class Optimizer : public Stateful {
   std::vector<StateSpan> spans_;
   OptimizerLayout layout_;
   mutable std::vector<std::vector<float>> scratch_;
+  // External state: the bound window (state coordinates [window_begin_, + window_n_)) and store.
+  std::vector<void*> window_;
+  int64_t window_begin_ = 0, window_n_ = 0;
+  StateStore* store_ = nullptr;
+  void materialize() const;  // whole slots from the store, for a save
 };
 
 // The optimizer that HF's --optim `name` selects, with state for numel parameters. Known:

@@ -16,6 +16,7 @@ class Sophia final : public Optimizer {
  public:
   Sophia(const OptimizerConfig& cfg, int64_t numel);
   void step(std::span<const StepPiece> pieces, double lr) override;
+  bool offloadable() const override { return true; }
   int64_t curvature_interval() const override { return interval_; }
   void update_curvature(std::span<const StepPiece> pieces) override;
 

@@ -9,6 +9,7 @@
 #include "kernels/convert.h"
 #include "optim/clip.h"
 #include "parallel/buckets.h"
+#include "parallel/offload_engine.h"
 #include "parallel/optimizer_layout.h"
 #include "parallel/zero_engine.h"
 #ifdef ZT_HAVE_CUDA
@@ -41,6 +42,27 @@ void check_data_parallel_options(const DataParallelOptions& o, int n) {
   ZT_CHECK(o.comm_dtype == DType::f32 || o.comm_dtype == DType::bf16 || o.comm_dtype == DType::f16,
            "gradients are reduced in fp32, bf16 or fp16, not ", dtype_name(o.comm_dtype));
   optim::optimizer_state_bytes_per_param(o.optim);  // an unknown --optim fails here, before any work
+  const DiskOffload& d = o.disk_offload;
+  if (!d.on()) return;
+  ZT_CHECK(n == 1 && !o.pipeline.active(),
+           "offload to disk (nvme) runs in one process for now: each rank would stream its own files, which is not "
+           "implemented; run without mpirun (or offload_optimizer/offload_param device none)");
+  ZT_CHECK(d.optimizer,
+           "offload_param nvme needs offload_optimizer nvme too: a unit's parameters and its optimizer "
+           "state share the offload file's records");
+  ZT_CHECK(!d.params || o.stage == 3,
+           "offload_param (parameters on disk) is ZeRO-3's: set zero_optimization.stage "
+           "(--zero_stage) to 3, or offload only the optimizer");
+  ZT_CHECK(!d.nvme_path.empty(),
+           "offload to nvme needs a folder: --nvme_path DIR (DeepSpeed: offload_optimizer.nvme_path)");
+  ZT_CHECK(d.buffer_count >= 2, "offload_optimizer.buffer_count ", d.buffer_count,
+           " must be >= 2 (one window updated while the next is read; 3 or more also overlap the write-back)");
+  ZT_CHECK(d.param_buffer_count >= 3, "offload_param.buffer_count ", d.param_buffer_count,
+           " must be >= 3 (the unit computing, the next one read ahead, and the tied LM head's embedding)");
+  ZT_CHECK(d.param_buffer_size > 0 && d.max_in_cpu > 0, "offload_param.buffer_size and max_in_cpu must be > 0");
+  check_aio_options(d.aio);
+  ZT_CHECK(!o.local_sgd && !o.quantized_weights && !o.quantized_gradients && o.hpz_partition_size == 1,
+           "offload to disk does not combine with local SGD, qwZ, qgZ or hybrid sharding (they are multi-rank)");
 }
 
 namespace {
@@ -336,6 +358,7 @@ std::unique_ptr<DataParallel> DataParallel::create(Transformer& model, const dis
 #ifdef ZT_HAVE_CUDA
   if (model.device() == DeviceKind::cuda) return make_gpu_engine(model, grid, opt);
 #endif
+  if (opt.disk_offload.on()) return make_offload_engine(model, grid, opt);
   DataParallelOptions o = opt;
   o.reduce_bucket_size = reduce_bucket_elements(opt.reduce_bucket_size, opt.stage);  // 0: the stage's default
   if (o.stage == 0) return std::make_unique<DdpEngine>(model, grid, o);

@@ -16,10 +16,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
+#include "core/async_file.h"
 #include "core/state.h"
 #include "dist/communicator.h"
 #include "dist/parallel_dims.h"
@@ -48,6 +50,26 @@ struct StageUnits {
   bool active() const { return !held.empty(); }
 };
 
+// Offload to disk (parallel/offload_engine.h): DeepSpeed's zero_optimization.offload_optimizer /
+// offload_param with device nvme, and its aio block. Element counts are DeepSpeed's.
+struct DiskOffload {
+  bool optimizer = false;  // optimizer state in files (offload_optimizer.device nvme)
+  bool params = false;     // fp32 parameters (the masters) too (offload_param.device nvme, ZeRO-3)
+  std::string nvme_path;   // the folder of the scratch file
+  AioOptions aio;
+  int buffer_count = 4;                   // offload_optimizer.buffer_count: the step's windows (>= 2)
+  int param_buffer_count = 5;             // offload_param.buffer_count: unit buffers (>= 3)
+  int64_t param_buffer_size = 100000000;  // offload_param.buffer_size: elements; a larger unit is an error
+  int64_t max_in_cpu = 1000000000;        // offload_param.max_in_cpu: parameter elements in host memory at once
+  int64_t sub_group_size = 1000000000;    // zero_optimization.sub_group_size: elements per chunk at most
+  // Bytes the engine may hold (gradients, resident parameters, unit buffers, windows; negative
+  // when the rest of training takes the whole cap); no cap when unset. budget_source says where
+  // it came from, for the error when it is too small.
+  std::optional<int64_t> host_budget;
+  std::string budget_source;
+  bool on() const { return optimizer || params; }
+};
+
 struct DataParallelOptions {
   int stage = 0;                     // 0 = DDP, 1/2/3 = ZeRO
   int64_t reduce_bucket_size = 0;    // elements per gradient bucket; 0 = the stage's default (reduce_bucket_elements)
@@ -68,6 +90,7 @@ struct DataParallelOptions {
   // On the GPU: "cpu" keeps the fp32 masters and the optimizer state in host memory, updated by
   // the CPU optimizer (ZeRO-Offload, parallel/gpu_engine.cpp); "none" keeps them on the GPU.
   std::string offload_optimizer = "none";
+  DiskOffload disk_offload;  // offload to disk (CPU runs of one process)
   optim::OptimizerConfig optim_config;
   StageUnits pipeline;  // pipeline parallel: this stage's units (DDP and ZeRO-1/2/3)
   // ZeRO stages: where this rank's initial parameter values come from (models/param_provider.h);

@@ -1,6 +1,7 @@
 // dp_report.cpp: what a data-parallel run reports at its end (train_results.json's
 // "data_parallel" and the printed summary): bytes moved per step by collective against the
 // engine's plan and the ZeRO paper, and model-state bytes held against the paper.
+#include <algorithm>
 #include <cstdio>
 
 #include "core/memory.h"
@@ -63,6 +64,20 @@ void print_dp_report(const nlohmann::json& report, const nlohmann::json& model_s
   for (const char* k : {"parameters", "gradients", "optimizer_state"})
     std::printf("  %-15s %s held (ZeRO paper: %s)\n", k, format_bytes(model_states.value(k, 0.0)).c_str(),
                 format_bytes(zp[k].get<double>()).c_str());
+}
+
+void print_offload_report(const nlohmann::json& o) {
+  std::printf(
+      "  Offload to disk: %s per optimizer step moved (%s read, %s written over %lld steps), I/O busy %.3f s per "
+      "step at %.2f GB/s; step's stream %.3f s (waiting on reads %.3f s, updating %.3f s), forward/backward waiting "
+      "on parameter reads %.3f s; %lld chunks of %lld elements through %d windows of %s%s\n",
+      format_bytes(o["bytes_per_step"].get<double>()).c_str(), format_bytes(o["bytes_read"].get<double>()).c_str(),
+      format_bytes(o["bytes_written"].get<double>()).c_str(), (long long)o["optimizer_steps"].get<int64_t>(),
+      o["io_busy_s"].get<double>() / std::max<double>(1.0, o["optimizer_steps"].get<double>()),
+      o["io_GBps"].get<double>(), o["step_stream_s"].get<double>(), o["step_read_wait_s"].get<double>(),
+      o["step_update_s"].get<double>(), o["param_read_wait_s"].get<double>(), (long long)o["chunks"].get<int64_t>(),
+      (long long)o["chunk_elements"].get<int64_t>(), o["step_windows"].get<int>(),
+      format_bytes(o["window_bytes"].get<double>()).c_str(), o["o_direct"].get<bool>() ? "" : " (no O_DIRECT)");
 }
 
 }  // namespace zt::parallel

@@ -13,5 +13,7 @@ nlohmann::json zero_paper_bytes(int64_t psi, int stage, int group, double optim_
 // Per-step communication of the engine: measured counters by collective, and the theory.
 nlohmann::json comm_report(const DataParallel& dp, int64_t steps, int accumulation);
 void print_dp_report(const nlohmann::json& report, const nlohmann::json& model_states);
+// Offload to disk's line (the engine's describe()["offload_nvme"]): bytes per step and bandwidth.
+void print_offload_report(const nlohmann::json& offload);
 
 }  // namespace zt::parallel

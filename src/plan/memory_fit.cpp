@@ -80,15 +80,17 @@ void check_memory_fits(int64_t bytes_per_rank, int ranks_on_host, const std::str
                       " is available (", source, "); ", hint));
 }
 
-void check_training_memory(const ModelConfig& cfg, const TrainingLayout& l, int64_t limit) {
+void check_training_memory(const ModelConfig& cfg, const TrainingLayout& l, int64_t limit,
+                           const std::string& limit_source, const std::string& extra_hint) {
   std::string breakdown;
   const int64_t need = training_bytes_per_rank(cfg, l, &breakdown);
   check_memory_fits(
       need, ranks_on_this_host(), "training this model", breakdown,
-      "use a smaller model, --per_device_train_batch_size or --model_max_length, --bf16, activation "
-      "recomputation (--gradient_checkpointing), --auto_find_batch_size, or more ranks with --zero_stage 3 "
-      "(ztrain estimate-memory compares the options)",
-      limit, "--max_memory");
+      extra_hint +
+          "use a smaller model, --per_device_train_batch_size or --model_max_length, --bf16, activation "
+          "recomputation (--gradient_checkpointing), --auto_find_batch_size, or more ranks with --zero_stage 3 "
+          "(ztrain estimate-memory compares the options)",
+      limit, limit_source);
 }
 
 }  // namespace zt::parallel

@@ -42,7 +42,9 @@ int ranks_on_this_host();
 // limit >= 0 replaces the available memory (--max_memory; limit_source names it).
 void check_memory_fits(int64_t bytes_per_rank, int ranks_on_host, const std::string& what, const std::string& breakdown,
                        const std::string& hint, int64_t limit = -1, const std::string& limit_source = "");
-// Both of the above for `ztrain train`.
-void check_training_memory(const ModelConfig& cfg, const TrainingLayout& l, int64_t limit = -1);
+// Both of the above for `ztrain train`; limit_source names the cap (--max_memory or
+// --max_host_memory) and extra_hint is said first.
+void check_training_memory(const ModelConfig& cfg, const TrainingLayout& l, int64_t limit = -1,
+                           const std::string& limit_source = "--max_memory", const std::string& extra_hint = "");
 
 }  // namespace zt::parallel

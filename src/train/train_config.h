@@ -100,6 +100,10 @@ struct TrainConfig {
     double straggler_threshold = 1.5;  // 0: no straggler check
     int64_t device_memory_cap = -1;    // bytes of GPU allocations; -1 = the GPU's memory
     std::string device_memory_text;    // as given, for messages
+    // --max_host_memory: bytes training may hold in host memory (offload to disk sizes its windows
+    // under it; without offload the estimate must fit); -1 = no cap.
+    int64_t host_memory_cap = -1;
+    std::string host_memory_text;
   } parallel;
 
   struct Optim {

@@ -18,6 +18,7 @@
 
 #include "train/context_stage.h"
 #include "plan/gemm_peak.h"
+#include "parallel/offload_engine.h"
 #include "plan/memory_estimate.h"
 
 namespace zt {
@@ -226,6 +227,29 @@ void Trainer::cap_device_memory() {
   set_device_memory_cap(size_t(cap));
 }
 
+// --max_host_memory with offload to disk: what the engine may hold is the cap less what the rest of
+// training holds (the estimator's activations, temporaries and compute copy, and a margin for the
+// binary, its runtime libraries, the data loader and the memory-mapped token file).
+void Trainer::set_offload_budget(parallel::DiskOffload& d) const {
+  const int64_t cap = config_.parallel.host_memory_cap;
+  if (cap < 0) return;
+  const parallel::ModelMemoryInputs in = parallel::memory_inputs(cfg_, rows_, seq_len_, plan_);
+  const int64_t rest = in.activation_bytes + in.temporary_bytes + in.compute_copy_bytes;
+  d.host_budget = cap - rest - parallel::kOffloadProcessMargin;
+  // A checkpoint save holds the optimizer state whole while it is written (docs/offload.md).
+  const int64_t state =
+      int64_t(double(model_->num_params()) * optim::optimizer_state_bytes_per_param(
+                                                 config_.parallel.engine.optim, config_.parallel.engine.optim_config));
+  if (chief_ && config_.checkpoint.save != Interval::no && state > 0)
+    std::printf(
+        "ztrain: note: a checkpoint save holds the optimizer state whole while it is written (%s more than "
+        "training holds), which --max_host_memory %s does not bound; the final model export stays under it\n",
+        format_bytes(double(state)).c_str(), config_.parallel.host_memory_text.c_str());
+  d.budget_source = str_cat("--max_host_memory ", config_.parallel.host_memory_text, " less ",
+                            format_bytes(double(rest)), " of activations, temporaries and compute copy and ",
+                            format_bytes(double(parallel::kOffloadProcessMargin)), " for the process itself");
+}
+
 void Trainer::build_model_and_engine() {
   const LayerCut cut =
       parallel::tensor_parallel_cut(cfg_, grid_->tp().size(), grid_->tp().rank(), config_.parallel.sequence_parallel);
@@ -233,7 +257,8 @@ void Trainer::build_model_and_engine() {
   // its stage's units) from the random streams (init_values), from the HF files (only those
   // elements), or from nothing on a resume (the checkpoint sets every parameter a rank keeps). So
   // no rank holds the whole model at start.
-  const bool sharded_init = config_.parallel.engine.stage >= 1;
+  // Offload to disk likewise: the engine writes the initial values straight into its file.
+  const bool sharded_init = config_.parallel.engine.stage >= 1 || config_.parallel.engine.disk_offload.on();
   model_ = std::make_unique<Transformer>(cfg_, cut, /*hold_params=*/!sharded_init);
   const auto t0 = Clock::now();
   const bool fresh = config_.checkpoint.resume_from.empty();
@@ -273,6 +298,7 @@ void Trainer::build_model_and_engine() {
   pp.balance_by_time = config_.parallel.balance_by_time;
   pp.act_plan = plan_;
   pp.data_parallel = config_.parallel.engine;
+  if (pp.data_parallel.disk_offload.on()) set_offload_budget(pp.data_parallel.disk_offload);
   // Sophia's bs: the tokens of one optimizer step over all data-parallel ranks.
   pp.data_parallel.optim_config.tokens_per_step = seqs_per_step_ * seq_len_;
   pp.local_sgd = config_.parallel.local_sgd;

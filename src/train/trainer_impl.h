@@ -90,6 +90,8 @@ class Trainer {
 
  private:
   void cap_device_memory();
+  // Offload to disk under --max_host_memory: the engine's share of the cap.
+  void set_offload_budget(parallel::DiskOffload& d) const;
   void load_data();
   void plan_steps();
   void load_sft_data();

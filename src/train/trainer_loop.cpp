@@ -313,6 +313,7 @@ void Trainer::finish(double train_s) {
           o["d2h_GBps"].get<double>(), o["h2d_GBps"].get<double>());
     }
   }
+  if (chief_ && report.contains("offload_nvme")) parallel::print_offload_report(report["offload_nvme"]);
   report.update(parallel_->report(steps_run, cfg_));
   load_best_model();
   const nlohmann::json pipe_report = parallel_->pipeline_report(steps_run, cfg_);
