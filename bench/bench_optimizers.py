@@ -79,8 +79,13 @@ def timing(a, names):
         for n in names:
             out = os.path.join(a.out, "timing", n)
             extra = [x for x in RUNS[n]]
-            cmd = [a.ztrain, "train", *BASE, "--max_steps", "60", "--eval_strategy", "no", "--logging_steps", "1",
-                   "--output_dir", out, *extra]
+            base = []  # BASE without evaluation
+            skip = {"--validation_file", "--eval_steps", "--max_eval_samples", "--logging_steps"}
+            for i, x in enumerate(BASE):
+                if x in skip or (i > 0 and BASE[i - 1] in skip):
+                    continue
+                base.append(x)
+            cmd = [a.ztrain, "train", *base, "--max_steps", "60", "--logging_steps", "1", "--output_dir", out, *extra]
             subprocess.run(cmd, capture_output=True, text=True, check=True)
             steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"step_time_s"' in line]
             st = sorted(s["step_time_s"] for s in steps if s["step"] > 10)

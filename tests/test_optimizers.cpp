@@ -426,7 +426,7 @@ TEST(Muon, ShardedEqualsWholeAndHiddenMatricesOnly) {
 
 // Every optimizer: three steps, save, load into a fresh one, two more steps each: bit-identical.
 TEST(Optimizers, CheckpointRoundTripIsExact) {
-  for (const std::string& name : {"adamw_torch", "lion_32bit", "sgd", "adamw_8bit", "adafactor", "muon", "sophia"}) {
+  for (const std::string name : {"adamw_torch", "lion_32bit", "sgd", "adamw_8bit", "adafactor", "muon", "sophia"}) {
     for (DType state : {DType::f32, DType::bf16}) {
       const bool elementwise = name == "adamw_torch" || name == "lion_32bit" || name == "sgd" || name == "sophia";
       if (state == DType::bf16 && !elementwise) continue;
