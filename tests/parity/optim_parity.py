@@ -17,12 +17,12 @@ import argparse
 import concurrent.futures
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = "/usr/bin/python3"
+sys.path.insert(0, HERE)
+from run_parity import PY, rel, run  # noqa: E402  (the model-parity driver's command runner)
 B, G, T, STEPS = 4, 2, 32, 5
 HP = ["--learning_rate", "1e-3", "--weight_decay", "0.1", "--adam_beta1", "0.9", "--adam_beta2", "0.95",
       "--adam_epsilon", "1e-8", "--max_grad_norm", "1.0"]
@@ -35,17 +35,6 @@ CASES = [
     ("sophia", "sophia", "hessian_interval=2,rho=0.04", 1e-3),
     ("muon", "muon", "ns_dtype=fp32", 1e-4),
 ]
-
-
-def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if r.returncode != 0:
-        sys.exit(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
-    return r.stdout
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
 
 
 def run_case(case, model, tokens, work, ztrain, env):
