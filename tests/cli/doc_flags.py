@@ -27,6 +27,7 @@ SCRIPT_FLAGS = {
     "signals": "bench/preempt.py",
     "gap": "bench/startup_after_pressure.sh",
     "precisions": "bench/bench_recipes.py",
+    "timing": "bench/bench_optimizers.py",
     "recompute": "bench/bench_recipes.py",
     "steps": "bench/bench_pipeline.sh",
     "tag": "scripts/tb_check.py",
