@@ -40,7 +40,7 @@ Optimizer::Optimizer(std::string name, const OptimizerConfig& cfg, int64_t numel
   if (cfg_.external_state) return;  // the offload engine's files hold the slots
   for (size_t i = 0; i < slot_names_.size(); ++i) {
     slots_.emplace_back(size_t(numel) * dtype_size(cfg_.state_dtype), MemCategory::optimizer_state);
-    std::memset(slots_.back().data(), 0, slots_.back().bytes());
+    if (slots_.back().data()) std::memset(slots_.back().data(), 0, slots_.back().bytes());  // numel 0: none
   }
 }
 
