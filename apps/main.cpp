@@ -124,6 +124,19 @@ int cmd_train(const Args& args) {
         "fp32 | bf16: the optimizer's moments in bf16, stochastically rounded (torchtitan's / Megatron's "
         "--exp-avg-dtype; adamw_torch, lion_32bit, sgd, sophia) (fp32)");
   f.add("adafactor", &a.adafactor, "HF's deprecated spelling of --optim adafactor");
+  f.add("use_peft", &a.use_peft,
+        "train LoRA adapters on a frozen base (TRL's flag; the output folder gets adapter_config.json + "
+        "adapter_model.safetensors in PEFT's format; docs/peft.md)");
+  f.add("lora_r", &a.lora_r, "LoRA rank r (16)", range::closed(0, 65536));
+  f.add("lora_alpha", &a.lora_alpha, "LoRA alpha: the update is scaled by alpha / r (32)", range::above(0));
+  f.add("lora_dropout", &a.lora_dropout, "dropout on the adapters' input in training (0.05)", range::closed(0, 0.99));
+  f.add("lora_target_modules", &a.lora_target_modules,
+        "modules that get adapters: names (q_proj,v_proj; c_attn) or all-linear (PEFT's default per architecture)");
+  f.add("use_rslora", &a.use_rslora, "rank-stabilized LoRA: scale alpha / sqrt(r)");
+  f.add("use_dora", &a.use_dora, "DoRA (refused for now: not implemented)");
+  f.add("peft_type", &a.peft_type, "lora (ia3 is refused for now) (lora)");
+  f.add("adapter_name_or_path", &a.adapter_name_or_path,
+        "a PEFT adapter folder the adapters start from (its adapter_config.json sets r, alpha and the targets)");
   f.add("device", &a.device,
         "cpu | cuda | auto: the GPU when one is present and the run is one the GPU path runs (auto; docs/gpu.md)");
   f.add("offload_optimizer", &a.offload_optimizer,

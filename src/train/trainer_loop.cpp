@@ -320,7 +320,8 @@ void Trainer::finish(double train_s) {
   // One HF folder, streamed to the chief tensor by tensor from the ranks that write checkpoint
   // pieces (any layout): no rank gathers the whole model (hf_export.h).
   hf_export_streamed(world_, parallel_->param_components(), parallel_->checkpoint_shard().index >= 0, cfg_,
-                     config_.checkpoint.output_dir, config_.checkpoint.save_dtype, config_.checkpoint.max_shard_bytes);
+                     config_.checkpoint.output_dir, config_.checkpoint.save_dtype, config_.checkpoint.max_shard_bytes,
+                     config_.model.hf_dir);
   if (!chief_) return;
   hf_write_side_files(config_.checkpoint.output_dir, side_files_);
   if (dp_comm_->size() > 1 || config_.parallel.engine.stage > 0) parallel::print_dp_report(report, model_states_);
