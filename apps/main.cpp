@@ -62,6 +62,7 @@ const char* kUsage =
     "  plan             rank the dp x tp x pp / ZeRO / micro-batch / recomputation layouts of N ranks\n"
     "  info             the CPU, kernel levels (ZT_ISA), GEMM ISA and GEMM peaks ztrain uses here\n"
     "  plot      several runs' loss curves in one PNG: ztrain plot --runs out/a,out/b --output cmp.png\n"
+    "  merge-adapter    a PEFT LoRA adapter merged into its base model, written as an HF folder\n"
     "  version   version, git commit, build type, CPU kernel levels and backends (also --version)\n"
     "  help      this text\n";
 
@@ -408,6 +409,7 @@ int main(int argc, char** argv) {
     if (cmd == "plan") return zt::app::cmd_plan(args);
     if (cmd == "info") return zt::app::cmd_info(args);
     if (cmd == "plot") return zt::app::cmd_plot(args);
+    if (cmd == "merge-adapter") return zt::app::cmd_merge_adapter(args);
     std::fprintf(stderr, "ztrain: error: unknown command \"%s\"; run ztrain help for the list\n", cmd.c_str());
     return 2;
   } catch (const std::exception& e) {
