@@ -42,9 +42,8 @@ void check_agrees(const TrainArgs& a, const LoraSpec& s, const std::string& fold
 }
 }  // namespace
 
-void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
-  const bool adapter = !a.adapter_name_or_path.empty();
-  if (!a.use_peft && !adapter) {
+void check_peft_flags(const TrainArgs& a) {
+  if (!a.use_peft && a.adapter_name_or_path.empty()) {
     for (const char* f : kLoraFlags)
       ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to LoRA adapters; add --use_peft");
     ZT_CHECK(!a.use_dora, "--use_dora applies to LoRA adapters; add --use_peft");
@@ -56,13 +55,19 @@ void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
   ZT_CHECK(a.tensor_model_parallel_size == 1 && a.pipeline_parallel_size == 1 && a.context_parallel_size == 1,
            "--use_peft runs on one process or data parallel (DDP, ZeRO-1/2/3) for now; tensor, pipeline and context "
            "parallelism are not supported with LoRA adapters");
+  ZT_CHECK(!a.adapter_name_or_path.empty() || a.lora_r >= 1, "--lora_r ", a.lora_r,
+           ": the adapters' rank must be at least 1");
+}
+
+void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
+  const bool adapter = !a.adapter_name_or_path.empty();
+  if (!a.use_peft && !adapter) return;
   LoraSpec s;
   if (adapter) {
     s = peft_read_config(a.adapter_name_or_path);
     check_agrees(a, s, a.adapter_name_or_path);
     s.dropout = a.lora_dropout;  // training's dropout is the run's choice, as PEFT's is_trainable load
   } else {
-    ZT_CHECK(a.lora_r >= 1, "--lora_r ", a.lora_r, ": the adapters' rank must be at least 1");
     s.r = a.lora_r;
     s.alpha = a.lora_alpha;
     s.dropout = a.lora_dropout;
@@ -70,7 +75,17 @@ void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
     s.targets = split_modules(a.lora_target_modules);
   }
   cfg.lora = s;
-  lora_resolve_targets(cfg);  // an unknown target fails here, naming the valid ones
+  if (!adapter) {
+    lora_resolve_targets(cfg);  // an unknown target fails here, naming the valid ones
+    return;
+  }
+  try {
+    lora_resolve_targets(cfg);
+  } catch (const Error& e) {
+    throw Error(a.adapter_name_or_path + "/adapter_config.json: " + e.what() +
+                " (the adapter was made for another model)");
+  }
+  peft_check_adapter(cfg, a.adapter_name_or_path);
 }
 
 }  // namespace zt

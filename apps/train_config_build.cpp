@@ -288,6 +288,7 @@ TrainConfig build_train_config(TrainArgs a, dist::Communicator& world) {
   TrainConfig c;
   if (a.threads > 0) omp_set_num_threads(a.threads);
   check_args(a);
+  check_peft_flags(a);
   check_tp_args(a, world.size());
   ModelConfig& cfg = c.model.config;
   cfg = load_config(a);

@@ -136,10 +136,45 @@ LoraSpec peft_read_config(const std::string& folder) {
   return s;
 }
 
+namespace {
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
+  return t + "]";
+}
+}  // namespace
+
+void peft_check_adapter(const ModelConfig& cfg, const std::string& folder) {
+  const SafetensorsFile file(peft_weights_file(folder));
+  const ModelLayout layout = model_layout(cfg);
+  const std::string base = cfg.model_type + " base model (hidden " + std::to_string(cfg.n_embd) + ", " +
+                           std::to_string(cfg.n_layer) + " layers)";
+  for (const ParamInfo& p : layout.table.list()) {
+    const StEntry* e = file.find(p.name);
+    ZT_CHECK(e, folder, ": the adapter has no tensor ", p.name, ", which adapter_config.json's settings give this ",
+             base, "; the adapter was made for a different base model or settings");
+    ZT_CHECK(e->shape == p.global_shape, folder, ": tensor ", p.name, " has shape ", shape_text(e->shape), " but this ",
+             base, " with r ", cfg.lora.r, " needs ", shape_text(p.global_shape),
+             "; the adapter was made for a different base model");
+  }
+  for (const StEntry& e : file.entries()) {
+    bool known = false;
+    for (const ParamInfo& p : layout.table.list()) known |= p.name == e.name;
+    ZT_CHECK(known, folder, ": tensor ", e.name, " has no place in this ", base,
+             " (ztrain reads lora_A / lora_B of the modules target_modules names)");
+  }
+}
+
 void peft_merge_into(Transformer& model, const std::string& adapter_folder) {
   ModelConfig cfg = model.config();
   ZT_CHECK(!cfg.lora.enabled(), "merging adapters needs the base model without adapters");
   cfg.lora = peft_read_config(adapter_folder);
+  try {
+    lora_resolve_targets(cfg);
+  } catch (const Error& e) {
+    throw Error(adapter_folder + "/adapter_config.json: " + e.what() + " (the adapter was made for another model)");
+  }
+  peft_check_adapter(cfg, adapter_folder);
   const ModelLayout with = model_layout(cfg);
   std::vector<float> adapters(size_t(with.table.total()));
   HfWeights(peft_weights_file(adapter_folder), cfg).read(with.table, 0, with.table.total(), adapters.data());

@@ -26,6 +26,9 @@ void peft_save_adapters(const ModelConfig& cfg, const std::vector<StTensorOut>& 
 LoraSpec peft_read_config(const std::string& folder);
 // The folder's adapter weights file (an Error naming the folder when it has none).
 std::string peft_weights_file(const std::string& folder);
+// Checks an adapter folder's tensors against cfg (cfg.lora its settings): every name the settings
+// give this base present with its shape, no other; an Error naming the tensor and both shapes.
+void peft_check_adapter(const ModelConfig& cfg, const std::string& folder);
 // Adds each adapter's scale B A into the weights of `model` (a model without adapters whose
 // config matches the base): merge_and_unload. Shapes are checked against the base (an Error
 // naming the tensor and both shapes).

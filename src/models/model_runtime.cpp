@@ -213,8 +213,8 @@ void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C
   nn::Block& b = blocks_[size_t(l)];
   const LoraSpec& spec = cfg_.lora;
   int which = 0;
-  for (auto [lin, parts] : {std::pair{&b.qkv, &ba.qkv}, {&b.proj, &ba.proj}, {&b.fc_in, &ba.fc_in},
-                            {&b.fc_out, &ba.fc_out}}) {
+  for (auto [lin, parts] :
+       {std::pair{&b.qkv, &ba.qkv}, {&b.proj, &ba.proj}, {&b.fc_in, &ba.fc_in}, {&b.fc_out, &ba.fc_out}}) {
     nn::LinearLora& a = lin->lora;
     a = {};
     ++which;
@@ -224,7 +224,7 @@ void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C
     // Dropout in training passes only; its mask is fixed for a pass, a layer and a Linear (so a
     // recomputed forward and the backward see the forward's).
     a.dropout = backward_ ? float(spec.dropout) : 0.f;
-    a.seed = dropout_seed_ ^ (pass_ * 0x9E3779B97F4A7C15ull) ^ (uint64_t(l) << 40) ^ (uint64_t(which) << 56);
+    a.seed = dropout_seed_ ^ (dropout_passes_ * 0x9E3779B97F4A7C15ull) ^ (uint64_t(l) << 40) ^ (uint64_t(which) << 56);
     a.precision = b.precision;
     const int64_t R = int64_t(parts->size()) * spec.r;
     a.a = view(P, parts->front().a, {R, lin->in});
@@ -350,7 +350,8 @@ void ModelRuntime::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const n
   s->lora = {};
   if (cfg.lora.enabled()) {
     // The widest adapter: Llama's q, k and v parts (3 r) on a Linear as wide as the MLP's input.
-    const int64_t R = 3 * int64_t(cfg.lora.r), in = std::max<int64_t>({C, cfg.ffn, int64_t(cfg.n_head) * cfg.head_size});
+    const int64_t R = 3 * int64_t(cfg.lora.r),
+                  in = std::max<int64_t>({C, cfg.ffn, int64_t(cfg.n_head) * cfg.head_size});
     const int64_t dropped = cfg.lora.dropout > 0.f ? N * in : 0;
     s->lora.h = sc.take(DType::f32, {N * R});
     s->lora.g = sc.take(DType::f32, {N * R});

@@ -70,9 +70,12 @@ class ModelRuntime {
     sample_passes_ = 0;
   }
 
-  // LoRA's dropout masks derive from this (a rank's own: the trainer mixes in the rank), the
-  // pass and the layer.
-  void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
+  // LoRA's dropout masks derive from this (the trainer's: its seed, the rank and the step), the
+  // training passes since it was set, the layer and the Linear.
+  void set_dropout_seed(uint64_t seed) {
+    dropout_seed_ = seed;
+    dropout_passes_ = 0;
+  }
 
   // Where the pass takes parameters and gradients from; null = the model's flat buffers.
   // The provider must outlive its use.
@@ -213,6 +216,7 @@ class ModelRuntime {
   Buffer frozen_compute_;  // LoRA: the frozen base's compute copy
   uint64_t frozen_converted_ = ~uint64_t(0);
   uint64_t dropout_seed_ = 0x5EEDu;  // set_dropout_seed
+  uint64_t dropout_passes_ = 0;      // training passes since it
   std::vector<uint64_t> converted_in_pass_;
   uint64_t pass_ = 0;
   FlatParamProvider flat_;

@@ -122,6 +122,7 @@ void ModelRuntime::begin_pass(bool backward) {
             "plan(B, T, training=true) must come first");
   backward_ = backward;
   ++pass_;
+  if (backward) ++dropout_passes_;
   provider().begin_pass(backward);
 }
 
