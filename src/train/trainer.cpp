@@ -266,18 +266,7 @@ void Trainer::build_model_and_engine() {
   std::unique_ptr<HfWeights> hf, adapters;
   if (!config_.model.hf_dir.empty()) hf = std::make_unique<HfWeights>(config_.model.hf_dir, cfg_);
   const bool peft = model_->layout().frozen_base;
-  if (peft) {
-    // LoRA: the frozen base (from the folder, or the seed's random weights), on every rank and
-    // on a resume too (a checkpoint holds only the adapters); the adapters from
-    // --adapter_name_or_path, else PEFT's initialisation (A uniform, B zero) below.
-    if (hf)
-      hf->read(model_->base_params(), 0, model_->base_params().total(), model_->frozen_params().as<float>());
-    else
-      model_->init_base(uint64_t(config_.model.seed));
-    model_->base_changed();
-    if (!config_.model.adapter_dir.empty())
-      adapters = std::make_unique<HfWeights>(peft_weights_file(config_.model.adapter_dir), cfg_);
-  }
+  if (peft) adapters = load_frozen_base(hf.get());
   // What the trainable parameters start from: the HF folder's weights (LoRA: the adapter folder's).
   HfWeights* start = peft ? adapters.get() : hf.get();
   if (!sharded_init) {
@@ -331,6 +320,19 @@ void Trainer::build_model_and_engine() {
   }
   parallel_ = parallel::parallelize(*model_, *grid_, pp);
   if (config_.precision.scaler) scaler_ = std::make_unique<optim::LossScaler>(*config_.precision.scaler);
+}
+
+// LoRA: the frozen base (from the folder, or the seed's random weights), on every rank and on a
+// resume too (a checkpoint holds only the adapters); returns the adapter folder's weights
+// (--adapter_name_or_path), or null for PEFT's initialisation (A uniform, B zero).
+std::unique_ptr<HfWeights> Trainer::load_frozen_base(const HfWeights* hf) {
+  if (hf)
+    hf->read(model_->base_params(), 0, model_->base_params().total(), model_->frozen_params().as<float>());
+  else
+    model_->init_base(uint64_t(config_.model.seed));
+  model_->base_changed();
+  if (config_.model.adapter_dir.empty()) return nullptr;
+  return std::make_unique<HfWeights>(peft_weights_file(config_.model.adapter_dir), cfg_);
 }
 
 // Where a resume reads from: the run's flash snapshot (returned; *dir_out cleared) or the
