@@ -72,11 +72,12 @@ void double_quantize(const std::vector<float>& absmax, Nf4Tensor& t) {
 
 std::atomic<int64_t> g_tile_rows{0};
 
-// Rows per tile: about 2 MiB of dequantized weight (a multiple of 16 rows), all rows if fewer.
+// Rows per tile: about 4 MiB of dequantized weight (a multiple of 16 rows), all rows if fewer:
+// big enough that the per-tile GEMMs run near the whole product's speed, small beside any model.
 int64_t tile_rows(const Nf4View& w, DType t) {
   if (const int64_t forced = g_tile_rows.load()) return std::min(forced, w.rows);
   const int64_t per_row = std::max<int64_t>(1, w.cols * int64_t(dtype_size(t)));
-  const int64_t r = std::max<int64_t>(16, ((int64_t(2) << 20) / per_row) / 16 * 16);
+  const int64_t r = std::max<int64_t>(16, ((int64_t(4) << 20) / per_row) / 16 * 16);
   return std::min(r, w.rows);
 }
 
