@@ -209,6 +209,16 @@ TEST(Nf4, DoubleQuantVectorsEqualBitsandbytes) {
       EXPECT_TRUE(t.absmax.empty());
     }
     EXPECT_EQ(fnv(decoded_absmax(t)), v.absmax);
+    if (v.nested) {  // the naive double quantization of the single-quantized absmax
+      const Nf4Tensor s = kernels::nf4_quantize(w.data(), v.n, v.bs, false);
+      std::vector<uint8_t> q;
+      std::vector<float> scale;
+      float offset;
+      ref::nf4_double_quantize(s.absmax, q, scale, offset);
+      EXPECT_EQ(q, t.qabsmax);
+      EXPECT_EQ(scale, t.absmax_scale);
+      EXPECT_EQ(offset, t.offset);
+    }
     const std::vector<float> out = dequantize(t);
     EXPECT_EQ(fnv(out), v.dequantized);
     std::vector<float> naive(out.size());
@@ -234,6 +244,16 @@ TEST(Nf4, DynamicSearchEqualsBitsandbytes) {
   for (float x : {-1.f, 1.f, 0.f, -1.5f, 1.5f}) q.push_back(kernels::dynamic_quantize_bnb(map, x));
   EXPECT_EQ(fnv(q), 0x6717158d20e3187full);
   EXPECT_EQ(kernels::dynamic_quantize_bnb(map, std::numeric_limits<float>::quiet_NaN()), 0);
+  // The search equals its closed form (ref::dynamic_quantize_bnb: nearest by the float32
+  // midpoint, ties to the even code) on the probes, every code and random values.
+  std::vector<float> xs;
+  for (int i = 0; i < 255; ++i) {
+    const float m = (map[i] + map[i + 1]) * 0.5f;
+    xs.insert(xs.end(), {m, std::nextafter(m, INFINITY), std::nextafter(m, -INFINITY), map[i]});
+  }
+  Rng g(9);
+  for (int k = 0; k < 100000; ++k) xs.push_back(float(g.uniform() * 2.2 - 1.1));
+  for (float x : xs) ASSERT_EQ(kernels::dynamic_quantize_bnb(map, x), ref::dynamic_quantize_bnb(map, x)) << x;
   Rng r(3);
   for (int k = 0; k < 20000; ++k) {
     const float x = float(r.uniform() * 2.0 - 1.0);

@@ -367,6 +367,39 @@ inline void nf4_quantize(const float* w, int64_t n, int bs, std::vector<uint8_t>
   }
 }
 
+// bitsandbytes' dQuantize<0> in closed form: j = the number of codes below x; the answer is j - 1
+// or j, the nearer by the float32 midpoint (a + b) * 0.5f, a tie going to the even index (the
+// search's last pivot is always even, and x equal to a midpoint stays with it). NaN: code 0.
+inline uint8_t dynamic_quantize_bnb(const float* map, float x) {
+  int j = 0;
+  while (j < 256 && map[j] < x) ++j;
+  if (j == 0) return 0;
+  if (j == 256) return 255;
+  const float mid = (map[j - 1] + map[j]) * 0.5f;
+  if (x == mid) return uint8_t(j % 2 == 0 ? j : j - 1);
+  return uint8_t(x > mid ? j : j - 1);
+}
+
+// quantize_4bit's compress_statistics: offset = the mean of the absmax values (in double, rounded
+// once), then blocks of 256 of absmax - offset coded with the signed dynamic map by their
+// absmax (0 when all equal the mean: code 0, the GPU's NaN).
+inline void nf4_double_quantize(const std::vector<float>& absmax, std::vector<uint8_t>& q, std::vector<float>& scale,
+                                float& offset) {
+  double sum = 0;
+  for (float a : absmax) sum += a;
+  offset = float(sum / double(absmax.size()));
+  q.assign(absmax.size(), 0);
+  scale.clear();
+  for (size_t lo = 0; lo < absmax.size(); lo += kernels::kNf4NestedBlock) {
+    const size_t hi = std::min(absmax.size(), lo + kernels::kNf4NestedBlock);
+    float am = 0;
+    for (size_t i = lo; i < hi; ++i) am = std::max(am, std::fabs(absmax[i] - offset));
+    scale.push_back(am);
+    for (size_t i = lo; i < hi; ++i)
+      q[i] = am == 0 ? 0 : dynamic_quantize_bnb(kernels::kDynamicSigned, (absmax[i] - offset) * (1.f / am));
+  }
+}
+
 // Element i's code in the packed bytes: the high nibble holds the even element.
 inline int nf4_unpack(const uint8_t* packed, int64_t i) { return i % 2 == 0 ? packed[i / 2] >> 4 : packed[i / 2] & 15; }
 
