@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/convert.h"
 #include "kernels/gemm.h"
 #include "kernels/quant_maps.h"
 
@@ -24,9 +23,6 @@ void check_blocksize(int bs) {
 void check_compute_type(DType t) {
   ZT_CHECK(t == DType::f32 || t == DType::bf16, "NF4 GEMMs take f32 or bf16 inputs, not ", dtype_name(t));
 }
-
-// The code of element i: the high nibble for even i, the low one for odd i.
-inline int nibble(const uint8_t* codes, int64_t i) { return (codes[i >> 1] >> ((~i & 1) << 2)) & 15; }
 
 // One block of n values: the codes (one a byte, in `code`) of w * (1 / absmax); returns absmax.
 // bitsandbytes multiplies by the reciprocal, which can round differently from a division. An
@@ -163,26 +159,42 @@ void nf4_block_absmax(const Nf4View& q, int64_t b0, int64_t b1, float* out) {
   }
 }
 
-void nf4_dequantize_range(const Nf4View& q, int64_t i0, int64_t i1, float* out) {
+namespace {
+// Values [i0, i1) as T: per block, the 16 possible values (code * absmax, converted once), then a
+// byte (two values) at a time. bf16 rounds each fp32 value to nearest even, as an element-wise
+// conversion would, without a second pass over the output.
+template <class T, class Convert>
+void dequantize_range_as(const Nf4View& q, int64_t i0, int64_t i1, T* out, Convert convert) {
   const int64_t bs = q.blocksize;
+  const uint8_t* codes = q.codes;
   for (int64_t b = i0 / bs; b * bs < i1; ++b) {
-    float am, lut[16];
+    float am;
     nf4_block_absmax(q, b, b + 1, &am);
-    // The same product per element as code * absmax, computed once per code.
-    for (int c = 0; c < 16; ++c) lut[c] = kNf4Code[c] * am;
-    const int64_t lo = std::max(i0, b * bs), hi = std::min(i1, (b + 1) * bs);
-    for (int64_t i = lo; i < hi; ++i) out[i - i0] = lut[nibble(q.codes, i)];
+    T lut[16];
+    for (int c = 0; c < 16; ++c) lut[c] = convert(kNf4Code[c] * am);
+    // Element i: the high nibble of byte i / 2 when i is even, the low one when odd.
+    int64_t i = std::max(i0, b * bs);
+    const int64_t hi = std::min(i1, (b + 1) * bs);
+    if ((i & 1) && i < hi) {  // a range starting mid-byte
+      out[i - i0] = lut[codes[i >> 1] & 15];
+      ++i;
+    }
+    for (; i + 1 < hi; i += 2) {
+      const uint8_t byte = codes[i >> 1];
+      out[i - i0] = lut[byte >> 4];
+      out[i + 1 - i0] = lut[byte & 15];
+    }
+    if (i < hi) out[i - i0] = lut[codes[i >> 1] >> 4];
   }
+}
+}  // namespace
+
+void nf4_dequantize_range(const Nf4View& q, int64_t i0, int64_t i1, float* out) {
+  dequantize_range_as(q, i0, i1, out, [](float v) { return v; });
 }
 
 void nf4_dequantize_range(const Nf4View& q, int64_t i0, int64_t i1, uint16_t* out) {
-  constexpr int64_t kChunk = 1024;
-  float buf[kChunk];
-  for (int64_t a = i0; a < i1; a += kChunk) {
-    const int64_t b = std::min(i1, a + kChunk);
-    nf4_dequantize_range(q, a, b, buf);
-    to_lowp(DType::bf16, out + (a - i0), buf, b - a);
-  }
+  dequantize_range_as(q, i0, i1, out, [](float v) { return f32_to_bf16(v); });
 }
 
 void nf4_dequantize(const Nf4View& q, float* out) {
