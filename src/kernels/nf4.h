@@ -117,8 +117,8 @@ void nf4_dequantize_rows(const Nf4View& q, int64_t r0, int64_t r1, DType t, void
 
 // A frozen Linear with weight W (out, in) = q (rows = out, cols = in), on the CPU: x and dy of
 // type t (f32 or bf16), y and dx fp32. W is dequantized a tile of rows at a time into a buffer
-// of this thread (at most a few MiB), and each tile goes through gemm_typed: never the whole
-// dequantized W at once.
+// of this thread, kept for the next call, and each tile goes through gemm_typed. The buffer is
+// about 4 MiB whatever W's size (a smaller W is a single tile): never a dequantized copy of a big W.
 // y (N, out) = x (N, in) W^T + beta * y.
 void nf4_linear_forward(DType t, float* y, const void* x, const Nf4View& w, int64_t N, float beta = 0.f);
 // dx (N, in) = dy (N, out) W + beta * dx. No weight gradient: the base is frozen.
