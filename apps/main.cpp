@@ -136,6 +136,14 @@ int cmd_train(const Args& args) {
   f.add("use_rslora", &a.use_rslora, "rank-stabilized LoRA: scale alpha / sqrt(r)");
   f.add("use_dora", &a.use_dora, "DoRA (refused for now: not implemented)");
   f.add("peft_type", &a.peft_type, "lora (ia3 is refused for now) (lora)");
+  f.add("load_in_4bit", &a.load_in_4bit,
+        "QLoRA: the frozen base's linear weights in NF4, blockwise as bitsandbytes (with --use_peft; docs/peft.md)");
+  f.add("load_in_8bit", &a.load_in_8bit, "an 8-bit frozen base (refused for now: use --load_in_4bit)");
+  f.add("bnb_4bit_quant_type", &a.bnb_4bit_quant_type, "nf4 (fp4 is refused) (nf4)");
+  f.add("bnb_4bit_use_double_quant", &a.bnb_4bit_use_double_quant,
+        "quantize the NF4 block scales to 8 bits as bitsandbytes' double quantization (false)");
+  f.add("bnb_4bit_compute_dtype", &a.bnb_4bit_compute_dtype,
+        "float32 | bfloat16 | float16: the GEMMs' dtype, which must be the run's (--bf16 / --fp16) (the run's)");
   f.add("adapter_name_or_path", &a.adapter_name_or_path,
         "a PEFT adapter folder the adapters start from (its adapter_config.json sets r, alpha and the targets)");
   f.add("device", &a.device,

@@ -42,7 +42,32 @@ void check_agrees(const TrainArgs& a, const LoraSpec& s, const std::string& fold
 }
 }  // namespace
 
+namespace {
+// QLoRA's flags (transformers' BitsAndBytesConfig names).
+void check_quant_flags(const TrainArgs& a, bool peft) {
+  ZT_CHECK(!a.load_in_8bit, "--load_in_8bit: an 8-bit frozen base is not implemented; use --load_in_4bit (NF4)");
+  if (!a.load_in_4bit) {
+    for (const char* f : {"bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype"})
+      ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to a 4-bit base; add --load_in_4bit");
+    return;
+  }
+  ZT_CHECK(peft,
+           "--load_in_4bit quantizes the frozen base of LoRA training; add --use_peft (a quantized base "
+           "cannot be trained itself)");
+  ZT_CHECK(a.bnb_4bit_quant_type == "nf4", "--bnb_4bit_quant_type ", a.bnb_4bit_quant_type,
+           " is not supported; ztrain's 4-bit base is nf4");
+  const std::string& c = a.bnb_4bit_compute_dtype;
+  const std::string run = a.bf16 ? "bfloat16" : a.fp16 ? "float16" : "float32";
+  ZT_CHECK(
+      c.empty() || c == run || (c == "bf16" && a.bf16) || (c == "fp32" && run == "float32") || (c == "fp16" && a.fp16),
+      "--bnb_4bit_compute_dtype ", c, " differs from the run's GEMM dtype (", run,
+      "); the base's GEMMs run in the run's precision: pass ", c == "bfloat16" ? "--bf16" : "the matching flag",
+      " or drop --bnb_4bit_compute_dtype");
+}
+}  // namespace
+
 void check_peft_flags(const TrainArgs& a) {
+  check_quant_flags(a, a.use_peft || !a.adapter_name_or_path.empty());
   if (!a.use_peft && a.adapter_name_or_path.empty()) {
     for (const char* f : kLoraFlags)
       ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to LoRA adapters; add --use_peft");
@@ -74,6 +99,8 @@ void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
     s.rslora = a.use_rslora;
     s.targets = split_modules(a.lora_target_modules);
   }
+  s.nf4 = a.load_in_4bit;
+  s.nf4_double_quant = a.bnb_4bit_use_double_quant;
   cfg.lora = s;
   if (!adapter) {
     lora_resolve_targets(cfg);  // an unknown target fails here, naming the valid ones

@@ -90,6 +90,12 @@ struct TrainArgs {
   bool use_dora = false;
   std::string peft_type = "lora";
   std::string adapter_name_or_path;  // a PEFT adapter folder to start from (its adapter_config.json)
+  // QLoRA (transformers' BitsAndBytesConfig names): the frozen base in NF4.
+  bool load_in_4bit = false;
+  bool load_in_8bit = false;
+  std::string bnb_4bit_quant_type = "nf4";
+  bool bnb_4bit_use_double_quant = false;
+  std::string bnb_4bit_compute_dtype;  // "" = the run's precision
   std::string device = "auto";  // cpu | cuda | auto (a GPU when present and the run can use it)
   // ZeRO-Offload (DeepSpeed's zero_optimization.offload_optimizer / offload_param .device): none |
   // cpu | nvme. On the GPU, offload_optimizer cpu keeps fp32 masters and the optimizer state in

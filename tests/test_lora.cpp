@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/dropout.h"
+#include "kernels/nf4.h"
 #include "models/transformer.h"
 #include "test_util.h"
 
@@ -114,6 +115,61 @@ TEST(Lora, AdapterTableHasPeftNamesAndCounts) {
   bad.lora.targets = {"q_prj"};
   EXPECT_THROW(model_layout(bad), Error);
 }
+
+// QLoRA: the model with an NF4 base computes what the LoRA model computes with the base's linear
+// weights replaced by their dequantized values (loss and adapter gradients), for GPT-2's Conv1D
+// (quantized transposed) and Llama's fused Linears; the NF4 weights take under 0.55 bytes each.
+void expect_qlora_equals_dequantized(Arch arch, nn::Precision precision) {
+  ModelConfig c = tiny_lora(arch, {"all-linear"}, 0.0), q = c;
+  q.lora.nf4 = q.lora.nf4_double_quant = true;
+  Transformer lora(c), qlora(q);
+  lora.init_random(7);
+  qlora.init_random(7);
+  qlora.quantize_base();
+  int64_t n4 = 0;
+  EXPECT_LT(double(qlora.nf4_bytes(&n4)) / double(n4), 0.55);
+  const ModelOffsets& s = lora.layout().offsets;
+  for (size_t l = 0; l < s.blocks.size(); ++l) {
+    const LinearOffsets* lins[4] = {&s.blocks[l].qkv, &s.blocks[l].proj, &s.blocks[l].fc_in, &s.blocks[l].fc_out};
+    for (int k = 0; k < 4; ++k) {
+      const LinearOffsets& lo = *lins[k];
+      std::vector<float> w(size_t(lo.in) * size_t(lo.out));
+      kernels::nf4_dequantize(*qlora.nf4_weight(int(l), k), w.data());  // (out, in)
+      float* dst = lora.frozen_params().as<float>() + lo.w;
+      for (int64_t o = 0; o < lo.out; ++o)
+        for (int64_t i = 0; i < lo.in; ++i)
+          (lo.w_in_out ? dst[i * lo.out + o] : dst[o * lo.in + i]) = w[size_t(o * lo.in + i)];
+    }
+  }
+  lora.base_changed();
+  const auto b = test::randn<float>(size_t(lora.num_params()), 3);
+  for (Transformer* m : {&lora, &qlora}) {
+    for (int64_t i = 0; i < m->num_params(); ++i) m->flat_params().as<float>()[i] += 0.05f * b[size_t(i)];
+    m->runtime().set_act_plan({precision});
+  }
+  const int B = 2, T = 9;
+  auto in = test::random_tokens(B * T, 67, 4), tg = test::random_tokens(B * T, 67, 5);
+  double loss[2];
+  std::vector<float> grads[2];
+  int i = 0;
+  for (Transformer* m : {&lora, &qlora}) {
+    m->plan(B, T, true);
+    m->zero_grad();
+    int64_t cnt = 0;
+    loss[i] = m->forward_backward(in.data(), tg.data(), 1.0f / (B * T), &cnt);
+    grads[i++].assign(m->flat_grads().as<float>(), m->flat_grads().as<float>() + m->num_params());
+  }
+  const double tol = precision == nn::Precision::fp32 ? 1e-5 : 2e-3;
+  EXPECT_NEAR(loss[1], loss[0], tol * std::abs(loss[0]));
+  double num = 0, den = 0;
+  for (size_t k = 0; k < grads[0].size(); ++k)
+    num += double(grads[1][k] - grads[0][k]) * (grads[1][k] - grads[0][k]), den += double(grads[0][k]) * grads[0][k];
+  EXPECT_LT(std::sqrt(num / den), precision == nn::Precision::fp32 ? 1e-4 : 2e-2);
+}
+
+TEST(Lora, QloraGpt2EqualsDequantizedBase) { expect_qlora_equals_dequantized(Arch::gpt2, nn::Precision::fp32); }
+TEST(Lora, QloraLlamaEqualsDequantizedBase) { expect_qlora_equals_dequantized(Arch::llama, nn::Precision::fp32); }
+TEST(Lora, QloraLlamaBf16EqualsDequantizedBase) { expect_qlora_equals_dequantized(Arch::llama, nn::Precision::bf16); }
 
 TEST(Lora, DropoutKernelKeepsItsMaskAndScale) {
   const int64_t n = 20000;

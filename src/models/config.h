@@ -21,6 +21,10 @@ struct LoraSpec {
   // PEFT's target_modules: module names matched as a whole name or a last dotted part, or
   // "all-linear"; empty: PEFT's default for the architecture.
   std::vector<std::string> targets;
+  // QLoRA (--load_in_4bit): the frozen base's linear weights stored as NF4 (kernels/nf4.h), with
+  // bitsandbytes' double quantization of the block scales when nf4_double_quant.
+  bool nf4 = false;
+  bool nf4_double_quant = false;
   bool enabled() const { return r > 0; }
   float scale() const;
 };

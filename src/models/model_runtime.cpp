@@ -102,6 +102,14 @@ void ModelRuntime::bind_block(int l, TensorView params, TensorView grads, Tensor
   if (layout_.frozen_base) {
     // LoRA: the base's layers read the frozen weights (no gradients); the unit holds the adapters.
     bind_base_block(l, model_.frozen_params(), {}, compute ? frozen_compute() : TensorView(), 0);
+    nn::Block& b = blocks_[size_t(l)];
+    if (model_.nf4_weight(l, 0)) {  // QLoRA: the weights are NF4; the GEMMs read x in the compute dtype
+      int k = 0;
+      for (nn::Linear* lin : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) {
+        lin->nf4 = model_.nf4_weight(l, k++);
+        lin->w = lin->wc = TensorView(nullptr, nn::compute_dtype(b.precision), {0});
+      }
+    }
     bind_adapters(l, params, grads, compute);
     return;
   }
@@ -138,7 +146,7 @@ void ModelRuntime::bind_base_block(int l, TensorView params, TensorView grads, T
     // The GEMMs read the compute copy; the same offsets in the compute dtype.
     for (auto [lin, slot] :
          {std::pair{&b.qkv, &bs.qkv}, {&b.proj, &bs.proj}, {&b.fc_in, &bs.fc_in}, {&b.fc_out, &bs.fc_out}})
-      lin->wc = compute.sub(slot->w - base, lin->w.shape);
+      if (slot->w >= 0) lin->wc = compute.sub(slot->w - base, lin->w.shape);  // QLoRA's NF4 weights have none
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/memory.h"
 #include "core/tensor.h"
+#include "kernels/nf4.h"
 #include "models/config.h"
 #include "models/layout.h"
 #include "models/model_runtime.h"
@@ -54,6 +55,15 @@ class Transformer {
   TensorView frozen_params() const { return flat_view(frozen_); }
   const ParamTable& base_params() const { return layout_.frozen_base ? layout_.base_table : layout_.table; }
   void base_changed() { ++frozen_version_; }
+  // QLoRA (config().lora.nf4), after the base is loaded: its block linear weights become NF4
+  // (models/qlora.cpp) and the fp32 base keeps the rest (base_params() shrinks to it). nf4_weight:
+  // block l's Linear k (0 qkv, 1 proj, 2 fc_in, 3 fc_out), null before or without it; nf4_bytes:
+  // the NF4 storage's bytes (and *params its parameters).
+  void quantize_base();
+  const kernels::Nf4View* nf4_weight(int l, int k) const {
+    return nf4_views_.empty() ? nullptr : &nf4_views_[size_t(l) * 4 + size_t(k)];
+  }
+  size_t nf4_bytes(int64_t* params = nullptr) const;
   TensorView flat_grads() const { return flat_view(grads_); }
   int64_t num_params() const { return params().total(); }
 
@@ -126,6 +136,8 @@ class Transformer {
   nn::Norm lnf_;
   Buffer params_, grads_;
   Buffer frozen_;  // LoRA's base
+  std::vector<kernels::Nf4Tensor> nf4_;  // QLoRA: the base's block linear weights
+  std::vector<kernels::Nf4View> nf4_views_;
   uint64_t frozen_version_ = 0;
   DeviceKind dev_ = DeviceKind::cpu;
   std::unique_ptr<ModelRuntime> runtime_;

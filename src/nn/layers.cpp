@@ -45,7 +45,9 @@ void Linear::forward(TensorView y, TensorView x) const {
   const DType t = wc.dtype;
   const void* xp = rows_of(x, N, in, t, "Linear input");
   float* yp = const_cast<float*>(rows_of(y, N, out, "Linear output"));
-  if (w_in_out)
+  if (nf4)
+    kernels::nf4_linear_forward(t, yp, xp, *nf4, N);
+  else if (w_in_out)
     kernels::gemm_typed(dev, t, false, false, N, out, in, 1.0f, xp, in, wc.data, out, 0.0f, yp, out);
   else
     kernels::gemm_typed(dev, t, false, true, N, out, in, 1.0f, xp, in, wc.data, in, 0.0f, yp, out);
@@ -59,7 +61,9 @@ void Linear::backward_input(TensorView dx, TensorView dy_c) const {
   const DType t = wc.dtype;
   const void* dyp = rows_of(dy_c, N, out, t, "Linear output gradient");
   float* dxp = const_cast<float*>(rows_of(dx, N, in, "Linear input gradient"));
-  if (w_in_out)
+  if (nf4)
+    kernels::nf4_linear_backward_input(t, dxp, dyp, *nf4, N);
+  else if (w_in_out)
     kernels::gemm_typed(dev, t, false, true, N, in, out, 1.0f, dyp, out, wc.data, out, 0.0f, dxp, in);
   else
     kernels::gemm_typed(dev, t, false, false, N, in, out, 1.0f, dyp, out, wc.data, in, 0.0f, dxp, in);

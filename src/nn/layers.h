@@ -11,6 +11,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
+#include "kernels/nf4.h"
 
 namespace zt::nn {
 
@@ -78,6 +79,9 @@ struct Linear {
   DeviceKind dev = DeviceKind::cpu;  // where the views live and the kernels run
   // A frozen weight (LoRA's base: dw and db empty) takes no weight gradient.
   LinearLora lora;
+  // QLoRA: the frozen weight in NF4 ((out, in), kernels/nf4.h) instead of w / wc; the GEMMs
+  // dequantize it a tile at a time.
+  const kernels::Nf4View* nf4 = nullptr;
 
   // y (N, out) = x (N, in) W (+ b).
   void forward(TensorView y, TensorView x) const;

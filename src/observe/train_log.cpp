@@ -152,9 +152,15 @@ void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
   std::printf("  Total optimization steps = %lld\n", (long long)total_steps_);
   std::printf("  Number of trainable parameters = %lld\n", (long long)model_.num_params());
   if (model_.layout().frozen_base) {  // PEFT's print_trainable_parameters(), whose "all" counts base + adapters
-    const int64_t all = model_.num_params() + model_.base_params().total();
+    int64_t nf4_params = 0;  // QLoRA's NF4 weights, counted as parameters (PEFT counts 4-bit ones twice their numel)
+    const size_t nf4_bytes = model_.nf4_bytes(&nf4_params);
+    const int64_t all = model_.num_params() + model_.base_params().total() + nf4_params;
     std::printf("  trainable params: %lld || all params: %lld || trainable%%: %.4f\n", (long long)model_.num_params(),
                 (long long)all, 100.0 * double(model_.num_params()) / double(all));
+    if (nf4_params > 0)
+      std::printf("  QLoRA base: %lld linear weights in NF4, %.2f MiB = %.4f bytes each; %lld others fp32\n",
+                  (long long)nf4_params, double(nf4_bytes) / 1048576.0, double(nf4_bytes) / double(nf4_params),
+                  (long long)model_.base_params().total());
   }
   std::printf("  Sequence length = %d, model = %s, threads = %d\n", T_, model_.config().arch_name(),
               options_.threads > 0 ? options_.threads : 0);

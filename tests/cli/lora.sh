@@ -52,6 +52,10 @@ P
 run --max_steps 3 --save_strategy no --lora_dropout 0 --bf16 --output_dir "$W/b" &&
   same "$(losses "$W/b")" "$(losses "$W/a" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)[:3]))")" 2e-2 &&
   ok "bf16 trains (losses within 2e-2 of fp32's)" || bad "bf16"
+run --max_steps 3 --save_strategy no --lora_dropout 0 --load_in_4bit --bnb_4bit_use_double_quant --output_dir "$W/q" &&
+  same "$(losses "$W/q")" "$(losses "$W/b")" 2e-2 && grep -q "QLoRA base: .* in NF4" "$W/last.out" &&
+  ok "QLoRA (NF4 base, double quantization) trains (losses within 2e-2 of LoRA's)" || bad "QLoRA"
+
 if [ -n "$MPI" ]; then
   run --max_steps 4 --save_strategy no --lora_dropout 0 --per_device_train_batch_size 4 --output_dir "$W/one"
   one=$(losses "$W/one")
@@ -78,6 +82,12 @@ err "unknown target module lists the valid names" "valid names: q_proj, k_proj, 
   "${base[@]}" --use_peft --lora_target_modules q_proj,qkv
 err "--lora_r 0" "rank must be at least 1" "${base[@]}" --use_peft --lora_r 0
 err "a LoRA flag without --use_peft" "add --use_peft" "${base[@]}" --lora_r 8
+err "--load_in_4bit without --use_peft" "add --use_peft" "${base[@]}" --load_in_4bit
+err "--bnb_4bit_quant_type fp4 is refused" "fp4 is not supported" "${base[@]}" --use_peft --load_in_4bit \
+  --bnb_4bit_quant_type fp4
+err "--bnb_4bit_compute_dtype against the run's precision" "differs from the run's GEMM dtype" "${base[@]}" \
+  --use_peft --load_in_4bit --bnb_4bit_compute_dtype bfloat16
+err "--load_in_8bit is refused" "8-bit frozen base is not implemented" "${base[@]}" --use_peft --load_in_8bit
 err "--use_dora is refused" "DoRA is not implemented" "${base[@]}" --use_peft --use_dora
 err "tensor parallelism is refused" "tensor, pipeline and context" "${base[@]}" --use_peft \
   --tensor-model-parallel-size 2

@@ -1,0 +1,75 @@
+// qlora.cpp: QLoRA's frozen base (Transformer::quantize_base): every block's linear weights
+// quantized to NF4 as bitsandbytes' Linear4bit stores them (kernels/nf4.h), and the fp32 base
+// buffer compacted to what stays in fp32 (embeddings, norms, biases, the LM head).
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "core/error.h"
+#include "models/transformer.h"
+
+namespace zt {
+
+void Transformer::quantize_base() {
+  ZT_ASSERT(layout_.frozen_base && cfg_.lora.nf4 && nf4_.empty(), "quantize_base: a QLoRA model, once");
+  ModelOffsets& s = layout_.offsets;
+  const float* F = frozen_.as<float>();
+  std::vector<std::pair<int64_t, int64_t>> dropped;  // the quantized weights' element ranges
+  nf4_.reserve(s.blocks.size() * 4);
+  std::vector<float> transposed;
+  for (BlockOffsets& b : s.blocks)
+    for (LinearOffsets* lo : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) {
+      const int64_t n = int64_t(lo->in) * lo->out;
+      const float* w = F + lo->w;
+      if (lo->w_in_out) {  // GPT-2's Conv1D (in, out): quantized as the (out, in) matrix bitsandbytes holds
+        transposed.resize(size_t(n));
+        for (int64_t i = 0; i < lo->in; ++i)
+          for (int64_t o = 0; o < lo->out; ++o) transposed[size_t(o * lo->in + i)] = w[i * lo->out + o];
+        w = transposed.data();
+      }
+      // A fused Linear (Llama's q/k/v, gate/up) is quantized as one tensor: the same blocks of 64
+      // as per module wherever a module's size is a multiple of 64; the double quantization's
+      // groups of 256 scales and their mean span the modules.
+      nf4_.push_back(kernels::nf4_quantize_weight(w, lo->out, lo->in, 64, cfg_.lora.nf4_double_quant));
+      dropped.push_back({lo->w, lo->w + n});
+      lo->w = -1;
+    }
+  // What stays fp32, compacted, and every remaining offset moved to it.
+  ParamTable kept;
+  std::map<int64_t, int64_t> moved;
+  auto quantized = [&](const ParamInfo& p) {
+    for (auto [a, e] : dropped)
+      if (p.offset >= a && p.offset + p.numel <= e) return true;
+    return false;
+  };
+  for (const ParamInfo& p : layout_.base_table.list())
+    if (!quantized(p)) moved[p.offset] = kept.add(p.name, p.shape, p.init);
+  Buffer compact(size_t(kept.total()) * sizeof(float), MemCategory::parameters);
+  for (const ParamInfo& p : layout_.base_table.list())
+    if (!quantized(p)) std::copy_n(F + p.offset, p.numel, compact.as<float>() + moved.at(p.offset));
+  auto re = [&](int64_t& off) {
+    if (off >= 0) off = moved.at(off);
+  };
+  auto norm = [&](NormOffsets& n) { re(n.w), re(n.b); };
+  re(s.wte), re(s.wpe), re(s.lm_head), norm(s.lnf);
+  for (BlockOffsets& b : s.blocks) {
+    for (NormOffsets* n : {&b.ln1, &b.ln2, &b.q_norm, &b.k_norm, &b.post1, &b.post2}) norm(*n);
+    for (LinearOffsets* lo : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) re(lo->b);
+    b.begin = -1;  // units are the adapters'; the base has none
+  }
+  layout_.base_table = std::move(kept);
+  frozen_ = std::move(compact);
+  for (const kernels::Nf4Tensor& t : nf4_) nf4_views_.push_back(t.view());
+  base_changed();
+  runtime_->bind_layers();
+}
+
+size_t Transformer::nf4_bytes(int64_t* params) const {
+  size_t bytes = 0;
+  int64_t n = 0;
+  for (const kernels::Nf4Tensor& t : nf4_) bytes += t.bytes(), n += t.numel();
+  if (params) *params = n;
+  return bytes;
+}
+
+}  // namespace zt
