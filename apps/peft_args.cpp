@@ -77,9 +77,9 @@ void check_peft_flags(const TrainArgs& a) {
   ZT_CHECK(a.peft_type == "lora", "--peft_type ", a.peft_type,
            " is not supported yet; ztrain trains LoRA adapters (--peft_type lora)");
   ZT_CHECK(!a.use_dora, "--use_dora: DoRA is not implemented yet; train plain LoRA (drop --use_dora)");
-  ZT_CHECK(a.tensor_model_parallel_size == 1 && a.pipeline_parallel_size == 1 && a.context_parallel_size == 1,
-           "--use_peft runs on one process or data parallel (DDP, ZeRO-1/2/3) for now; tensor, pipeline and context "
-           "parallelism are not supported with LoRA adapters");
+  ZT_CHECK(a.tensor_model_parallel_size == 1 && a.context_parallel_size == 1,
+           "--use_peft runs on one process, data parallel (DDP, ZeRO-1/2/3) and pipeline parallel for now; tensor and "
+           "context parallelism are not supported with LoRA adapters");
   ZT_CHECK(!a.adapter_name_or_path.empty() || a.lora_r >= 1, "--lora_r ", a.lora_r,
            ": the adapters' rank must be at least 1");
 }

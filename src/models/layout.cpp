@@ -44,7 +44,9 @@ void adapter_units(ModelLayout& m) {
   }
   m.units.push_back({UnitKind::head, -1, {}, total, total});
   m.head_unit = int(m.units.size()) - 1;
-  m.tied_head = m.offsets.lm_head < 0;
+  // The adapter units tie nothing: the base's LM head (tied or not, by its offsets) is frozen and
+  // read from the frozen buffer, so no unit is acquired twice and no stage pair shares gradients.
+  m.tied_head = false;
   auto& list = t.mutable_list();
   size_t u = 0;
   for (size_t i = 0; i < list.size(); ++i) {

@@ -64,6 +64,11 @@ if [ -n "$MPI" ]; then
       --zero_stage $zs --output_dir "$W/z$zs" >"$W/z$zs.out" 2>&1 && same "$one" "$(losses "$W/z$zs")" 1e-6 &&
       ok "2 ranks, ZeRO stage $zs (0 = DDP): one process's losses within 1e-6" || { bad "ZeRO $zs"; tail -3 "$W/z$zs.out"; }
   done
+  run --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 --output_dir "$W/pp1"
+  "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 \
+    --gradient_accumulation_steps 4 --pipeline-model-parallel-size 2 --output_dir "$W/pp2" >"$W/pp2.out" 2>&1 &&
+    same "$(losses "$W/pp1")" "$(losses "$W/pp2")" 1e-9 && ok "2 pipeline stages (1F1B): one process's losses" ||
+    { bad "pipeline"; tail -3 "$W/pp2.out"; }
 fi
 
 err() {  # err NAME PATTERN ARGS...: one "ztrain: error:" line matching PATTERN, non-zero exit
@@ -89,7 +94,7 @@ err "--bnb_4bit_compute_dtype against the run's precision" "differs from the run
   --use_peft --load_in_4bit --bnb_4bit_compute_dtype bfloat16
 err "--load_in_8bit is refused" "8-bit frozen base is not implemented" "${base[@]}" --use_peft --load_in_8bit
 err "--use_dora is refused" "DoRA is not implemented" "${base[@]}" --use_peft --use_dora
-err "tensor parallelism is refused" "tensor, pipeline and context" "${base[@]}" --use_peft \
+err "tensor parallelism is refused" "tensor and context" "${base[@]}" --use_peft \
   --tensor-model-parallel-size 2
 # An adapter for a different base: the same modules at another rank's shapes.
 mkdir -p "$W/other"
