@@ -26,12 +26,12 @@ TEST(MoeKernels, RouterMatchesReference) {
     std::vector<int32_t> idx(size_t(d.N * d.K));
     kernels::moe_router_forward(p.data(), idx.data(), w.data(), lse.data(), logits.data(), d, renorm);
     for (int64_t t = 0; t < d.N; ++t) {
-      std::vector<double> q(size_t(d.E));
+      std::vector<double> q(static_cast<size_t>(d.E));
       double mx = -1e30, s = 0;
       for (int e = 0; e < d.E; ++e) mx = std::max(mx, double(logits[size_t(t * d.E + e)]));
       for (int e = 0; e < d.E; ++e) s += std::exp(logits[size_t(t * d.E + e)] - mx);
       for (int e = 0; e < d.E; ++e) q[size_t(e)] = std::exp(logits[size_t(t * d.E + e)] - mx) / s;
-      std::vector<int> order(size_t(d.E));
+      std::vector<int> order(static_cast<size_t>(d.E));
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return q[size_t(a)] > q[size_t(b)]; });
       const double sum = q[size_t(order[0])] + q[size_t(order[1])];
@@ -98,7 +98,7 @@ struct MoeCase {
   }
   // The scalar whose gradient the layer's backward computes: <dy, y> + sum_t <dprob, p_t> + z_grad sum_t lse_t^2.
   double objective() const {
-    std::vector<double> y(size_t(N * s.C)), p(size_t(N * s.E)), lse(size_t(N));
+    std::vector<double> y(size_t(N * s.C)), p(size_t(N * s.E)), lse(static_cast<size_t>(N));
     ref::moe_layer_forward(y.data(), x.data(), ref(), N, p.data(), lse.data());
     double f = 0;
     for (size_t i = 0; i < y.size(); ++i) f += dy[i] * y[i];
@@ -152,6 +152,7 @@ void check_moe_layer(MoeCase& c) {
   std::vector<double> y_ref(x.size());
   ref::moe_layer_forward(y_ref.data(), c.x.data(), c.ref(), c.N);
   expect_close(y, y_ref, 1e-4, 1e-5, "forward");
+  if (s.capacity_factor > 0) EXPECT_GT(*a.dropped.as<int64_t>(), 0) << "the capacity should drop some assignments";
   m.backward(TensorView::of(dx.data(), {c.N, s.C}), TensorView::of(const_cast<float*>(dy.data()), {c.N, s.C}),
              TensorView::of(x.data(), {c.N, s.C}), a, sc);
   auto fd = [&](std::vector<double>& v, const std::vector<float>& g, const char* what) {

@@ -232,8 +232,8 @@ void moe_grouped_gemm(DeviceKind d, const int32_t* offsets, int E, bool trans_b,
   ZT_MOE_CPU_ONLY();
   moe_grouped_gemm(offsets, E, trans_b, n, k, a, lda, b, b_stride, ldb, beta, c, ldc);
 }
-void moe_grouped_wgrad(DeviceKind d, const int32_t* offsets, int E, int64_t n, int64_t k, const float* dy,
-                       int64_t lddy, const float* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw) {
+void moe_grouped_wgrad(DeviceKind d, const int32_t* offsets, int E, int64_t n, int64_t k, const float* dy, int64_t lddy,
+                       const float* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw) {
   ZT_MOE_CPU_ONLY();
   moe_grouped_wgrad(offsets, E, n, k, dy, lddy, x, ldx, dw, dw_stride, lddw);
 }

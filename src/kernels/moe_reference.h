@@ -32,7 +32,7 @@ T dot(const T* a, const T* b, int n) {
 // out (C) += scale * down (silu(gate x) * up x): one SwiGLU MLP on one token.
 template <class T>
 void swiglu_mlp(T* out, const T* x, const T* gate, const T* up, const T* down, int C, int F, T scale) {
-  std::vector<T> a(size_t(F));
+  std::vector<T> a(static_cast<size_t>(F));
   for (int f = 0; f < F; ++f) {
     const T g = dot(gate + int64_t(f) * C, x, C), u = dot(up + int64_t(f) * C, x, C);
     a[size_t(f)] = g / (T(1) + std::exp(-g)) * u;
@@ -46,8 +46,8 @@ template <class T>
 void moe_layer_forward(T* y, const T* x, const MoeRefLayer<T>& m, int64_t N, T* probs = nullptr, T* lse = nullptr) {
   using namespace moe_detail;
   const int C = m.C, E = m.E;
-  std::vector<int64_t> used(size_t(E), 0);
-  std::vector<T> p(size_t(E));
+  std::vector<int64_t> used(static_cast<size_t>(E), 0);
+  std::vector<T> p(static_cast<size_t>(E));
   for (int64_t t = 0; t < N; ++t) {
     const T* xt = x + t * C;
     T* yt = y + t * C;
@@ -58,7 +58,7 @@ void moe_layer_forward(T* y, const T* x, const MoeRefLayer<T>& m, int64_t N, T* 
     if (lse) lse[t] = mx + std::log(s);
     for (int e = 0; e < E; ++e) p[size_t(e)] = std::exp(p[size_t(e)] - mx) / s;
     if (probs) std::copy(p.begin(), p.end(), probs + t * E);
-    std::vector<int> order(size_t(E));
+    std::vector<int> order(static_cast<size_t>(E));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[size_t(a)] > p[size_t(b)]; });
     T sum = 0;

@@ -145,10 +145,10 @@ void parse_llama_family(const nlohmann::json& j, const std::string& mt, const st
   c.n_head = req_int(j, "num_attention_heads", where);
   c.ffn = req_int(j, "intermediate_size", where);
   c.n_kv_head = opt_int(j, "num_key_value_heads", c.n_head, where);
-  const int default_context = mt == "llama" || mt == "olmo2"   ? 2048
+  const int default_context = mt == "llama" || mt == "olmo2"       ? 2048
                               : mt == "mistral" || mt == "mixtral" ? 4096 * 32
-                              : mt == "phi3"                 ? 4096
-                                                             : 32768;
+                              : mt == "phi3"                       ? 4096
+                                                                   : 32768;
   c.max_position = opt_int(j, "max_position_embeddings", default_context, where);
   c.norm_eps = opt_float(j, "rms_norm_eps", mt == "olmo2" || mt == "phi3" || mt == "mixtral" ? 1e-5f : 1e-6f, where);
   c.rope_theta = opt_float(j, "rope_theta", mt == "mixtral" ? 1e6f : 10000.f, where);
@@ -319,7 +319,9 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
   if (mt == "gpt2") c.model_type = "gpt2";
   // Qwen3Config's and Gemma3TextConfig's head_dim defaults are 128 and 256.
   const bool gemma = c.model_type == "gemma3_text" || c.model_type == "gemma2";
-  const int default_hs = c.model_type == "qwen3" || c.model_type == "qwen3_moe" ? 128 : gemma ? 256 : c.n_embd / c.n_head;
+  const int default_hs = c.model_type == "qwen3" || c.model_type == "qwen3_moe" ? 128
+                         : gemma                                                ? 256
+                                                                                : c.n_embd / c.n_head;
   c.head_size = c.arch == Arch::llama ? opt_int(j, "head_dim", default_hs, where) : c.n_embd / c.n_head;
   ZT_CHECK(c.arch == Arch::llama || c.n_embd % c.n_head == 0, where, ": n_embd (", c.n_embd,
            ") must be divisible by n_head (", c.n_head, ")");

@@ -35,16 +35,16 @@ struct RopeScaling {
 // num_experts SwiGLU experts of width expert_ffn, top_k of them per token. The last two fields are
 // run settings (--moe_capacity_factor, --router_z_loss_coef), not config.json keys.
 struct MoeConfig {
-  int num_experts = 0;          // num_local_experts (Mixtral) / num_experts (Qwen); 0: a dense model
-  int top_k = 0;                // num_experts_per_tok
-  int expert_ffn = 0;           // intermediate_size (Mixtral) / moe_intermediate_size (Qwen)
-  int shared_ffn = 0;           // shared_expert_intermediate_size (Qwen2-MoE); 0: none
-  bool shared_gate = false;     // Qwen2-MoE: the shared expert's output times sigmoid(shared_expert_gate(x))
-  bool norm_topk = true;        // top-k weights divided by their sum (Mixtral always; Qwen's norm_topk_prob)
-  bool aux_loss = false;        // output_router_logits: the load-balancing loss joins the loss
-  float aux_loss_coef = 0.f;    // router_aux_loss_coef
-  double capacity_factor = 0.0; // > 0: capacity-limited routing (overflowing tokens dropped); 0: dropless
-  float z_loss_coef = 0.f;      // the router z-loss's weight; 0: none
+  int num_experts = 0;           // num_local_experts (Mixtral) / num_experts (Qwen); 0: a dense model
+  int top_k = 0;                 // num_experts_per_tok
+  int expert_ffn = 0;            // intermediate_size (Mixtral) / moe_intermediate_size (Qwen)
+  int shared_ffn = 0;            // shared_expert_intermediate_size (Qwen2-MoE); 0: none
+  bool shared_gate = false;      // Qwen2-MoE: the shared expert's output times sigmoid(shared_expert_gate(x))
+  bool norm_topk = true;         // top-k weights divided by their sum (Mixtral always; Qwen's norm_topk_prob)
+  bool aux_loss = false;         // output_router_logits: the load-balancing loss joins the loss
+  float aux_loss_coef = 0.f;     // router_aux_loss_coef
+  double capacity_factor = 0.0;  // > 0: capacity-limited routing (overflowing tokens dropped); 0: dropless
+  float z_loss_coef = 0.f;       // the router z-loss's weight; 0: none
   bool on() const { return num_experts > 0; }
 };
 

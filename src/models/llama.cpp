@@ -70,7 +70,8 @@ class LlamaLayout {
     if (c_.moe.on()) {
       const MoeConfig& m = c_.moe;
       b.F = 0;  // no dense MLP
-      b.moe = {int(C), m.num_experts, m.top_k, m.expert_ffn, m.shared_ffn, m.shared_gate, m.norm_topk, m.capacity_factor};
+      b.moe = {int(C),       m.num_experts, m.top_k,     m.expert_ffn,
+               m.shared_ffn, m.shared_gate, m.norm_topk, m.capacity_factor};
     }
     return b;
   }
@@ -197,7 +198,8 @@ class LlamaLayout {
       t_.add(x + "up_proj.weight", {Fs, C}, ParamInit::normal);
       b.moe.shared_in = linear(g, C, 2 * Fs);
       b.moe.shared_out = linear(t_.add(x + "down_proj.weight", {C, Fs}, ParamInit::residual_normal), Fs, C);
-      if (m.shared_gate) b.moe.shared_gate = linear(t_.add(pre + "shared_expert_gate.weight", {1, C}, ParamInit::normal), C, 1);
+      if (m.shared_gate)
+        b.moe.shared_gate = linear(t_.add(pre + "shared_expert_gate.weight", {1, C}, ParamInit::normal), C, 1);
     }
   }
 

@@ -239,7 +239,7 @@ class ModelRuntime {
   // on demand up to the context.
   Buffer rope_ext_, rope_local_ext_;
   int rope_ext_rows_ = 0;
-  Buffer targets_;  // on a GPU: the head's targets there (N)
+  Buffer targets_;                // on a GPU: the head's targets there (N)
   std::vector<float> moe_dprob_;  // (E) d loss / d p at every router (the load-balancing loss)
   float moe_z_grad_ = 0.f;        // the z-loss's gradient scale at every router
   MoeStats moe_stats_;

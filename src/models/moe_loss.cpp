@@ -23,7 +23,10 @@ double ModelRuntime::moe_losses(int slot, float grad_scale, int64_t count, bool 
   const int64_t N = int64_t(B_) * T_;
   const double M = double(L) * double(N);
   std::vector<double> C(size_t(E), 0.0), S(size_t(E), 0.0);
-  if (moe_stats_.load.empty()) moe_stats_.load.assign(size_t(L) * E, 0);
+  // Statistics of training passes only (evaluation's would land in the next step's log).
+  MoeStats discard;
+  MoeStats& st = backward ? moe_stats_ : discard;
+  if (st.load.empty()) st.load.assign(size_t(L) * E, 0);
   double z = 0;
   for (int l = 0; l < L; ++l) {
     const nn::MoeActs& a = slots_[slot].blocks[l].moe;
@@ -32,21 +35,21 @@ double ModelRuntime::moe_losses(int slot, float grad_scale, int64_t count, bool 
     const float* lse = a.lse.as<const float>();
     for (int64_t r = 0; r < N * K; ++r) {
       C[size_t(idx[r])] += 1.0;
-      ++moe_stats_.load[size_t(l) * E + size_t(idx[r])];
+      ++st.load[size_t(l) * E + size_t(idx[r])];
     }
     for (int64_t t = 0; t < N; ++t) {
       for (int e = 0; e < E; ++e) S[size_t(e)] += p[t * E + e];
       z += double(lse[t]) * lse[t];
     }
-    moe_stats_.dropped += *a.dropped.as<const int64_t>();
+    st.dropped += *a.dropped.as<const int64_t>();
   }
   double aux = 0;
   for (int e = 0; e < E; ++e) aux += (C[size_t(e)] / M) * (S[size_t(e)] / M);
   aux *= E;
   z /= M;
-  ++moe_stats_.passes;
-  moe_stats_.aux_loss += aux;
-  moe_stats_.z_loss += z;
+  ++st.passes;
+  st.aux_loss += aux;
+  st.z_loss += z;
   const double aux_coef = m.aux_loss ? double(m.aux_loss_coef) : 0.0, n = double(count);
   if (backward) {
     // d (n coef aux) / d p_{l,t,e}, times the pass's gradient scale (the LM head's); the same at every layer.
