@@ -153,6 +153,10 @@ int cmd_train(const Args& args) {
         "MoE models: each expert takes at most ceil(factor x tokens x top-k / experts) of a micro-batch's tokens, "
         "the rest are dropped and counted (moe_dropped in metrics.jsonl); 0 = dropless (0; docs/moe.md)",
         range::closed(0, 1e6));
+  f.add("expert-model-parallel-size", &a.expert_model_parallel_size,
+        "MoE models: ranks of the data-parallel group that share each layer's experts (E / size each), tokens "
+        "dispatched and combined all-to-all; must divide the experts and the data-parallel ranks (1; docs/moe.md)",
+        range::closed(1, 1 << 16));
   f.add("router_z_loss_coef", &a.router_z_loss_coef,
         "MoE models: weight of the router z-loss, the mean of logsumexp(router logits)^2 over all layers' tokens "
         "(ST-MoE) (0; docs/moe.md)",

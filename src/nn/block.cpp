@@ -169,7 +169,7 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
   if (tp) tp->column_parallel_input(a.ln2);
   const TensorView out = s.post_norm ? a.mlp_out : y;
   if (s.moe.on()) {
-    moe.forward(out, a.ln2, a.moe);
+    moe.forward(out, a.ln2, a.moe, ep, &ep_side);
   } else {
     const TensorView fc32 = landing(a.fc, sc.fc32);
     fc_in.forward(fc32, a.ln2);
@@ -337,7 +337,7 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   // MLP: the dense one, or the mixture of experts (fp32, no tensor parallelism).
   TensorView dy = full_grad(post_norm_backward(post2, dres, a.mlp_out, a.post2_rstd, sc), sc);
   if (s.moe.on())
-    moe.backward(sc.dln, dy, a.ln2, a.moe, sc.moe);
+    moe.backward(sc.dln, dy, a.ln2, a.moe, sc.moe, ep, &ep_side);
   else
     dense_mlp_backward(dy, a, fc32, sc);
   ln2.backward(dres, reduce_input_grad(sc.dln), a.mid, a.ln2_mean, a.ln2_rstd);  // dres is now dL/dmid

@@ -171,9 +171,11 @@ class Block {
   Norm post1, post2;    // shape.post_norm only: RMSNorm over C
   Moe moe;              // shape.moe.on() only: the MLP (fc_in / fc_out are then unused)
   TpRegion* tp = nullptr;
-  CpRegion* cp = nullptr;  // context parallel: attention runs through it (fp32 under every precision)
+  CpRegion* cp = nullptr;         // context parallel: attention runs through it (fp32 under every precision)
+  EpRegion* ep = nullptr;         // expert parallel (MoE): the experts' rows travel through it (nn/moe.h)
+  mutable MoeExpertSide ep_side;  // with ep: the expert side's rows, kept from forward to backward
   // Whether a strategy attached a region (the above) to this block.
-  bool has_regions() const { return tp || cp; }
+  bool has_regions() const { return tp || cp || ep; }
   Precision precision = Precision::fp32;
   DeviceKind dev = DeviceKind::cpu;  // where its views live and its kernels run
 

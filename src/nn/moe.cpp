@@ -65,7 +65,7 @@ void add_input_grad(const Linear& l, TensorView dx, const float* dy, int64_t N) 
 }
 }  // namespace
 
-void Moe::forward(TensorView y, TensorView x, const MoeActs& a) const {
+void Moe::forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep, MoeExpertSide* side) const {
   const MoeShape& s = shape;
   const int64_t N = rows(x);
   const kernels::MoeDims d = s.dims(N);
@@ -80,17 +80,15 @@ void Moe::forward(TensorView y, TensorView x, const MoeActs& a) const {
                                      a.slot_of.as<int32_t>(), a.idx.as<const int32_t>(), d, s.capacity(N));
   }
   const int32_t* off = a.offsets.as<const int32_t>();
-  const int64_t R = off[s.E], F = s.F, C = s.C;
-  const float* W = experts.as<const float>();
+  const int64_t R = off[s.E];
   {
     ZT_PROFILE("moe_experts");
     kernels::moe_gather(dev, a.xp.as<float>(), x.as<const float>(), a.token_of.as<const int32_t>(), R, s.C);
-    // h = xp [W_gate; W_up]^T per expert; act = silu(gate) * up; yp = act W_out^T.
-    kernels::moe_grouped_gemm(dev, off, s.E, true, 2 * F, C, a.xp.as<const float>(), C, W, expert_stride(), C, 0.f,
-                              a.h.as<float>(), 2 * F);
-    kernels::swiglu_forward(dev, a.act.as<float>(), a.h.as<const float>(), R, s.F);
-    kernels::moe_grouped_gemm(dev, off, s.E, true, C, F, a.act.as<const float>(), F, W + 2 * F * C, expert_stride(), F,
-                              0.f, a.yp.as<float>(), C);
+    if (ep && ep->size() > 1)
+      ep_forward(a, *ep, *side);
+    else
+      run_experts(off, s.E, experts.as<const float>(), a.xp.as<const float>(), a.h.as<float>(), a.act.as<float>(),
+                  a.yp.as<float>(), R);
     kernels::moe_combine(dev, y.as<float>(), a.yp.as<const float>(), a.w.as<const float>(),
                          a.slot_of.as<const int32_t>(), d);
   }
@@ -112,27 +110,30 @@ void Moe::shared_forward(TensorView y, TensorView x, const MoeActs& a) const {
   }
 }
 
-// The grouped rows' backward: from dyp (the output gradients) to dyp (the input gradients).
-void Moe::experts_backward(const MoeActs& a, const MoeScratch& sc, int64_t R) const {
-  const MoeShape& s = shape;
-  const int32_t* off = a.offsets.as<const int32_t>();
-  const int64_t F = s.F, C = s.C, st = expert_stride();
-  const float* W = experts.as<const float>();
-  float* dW = dexperts.as<float>();
-  // W_out: dW_out += dyp^T act; dact = dyp W_out.
-  kernels::moe_grouped_wgrad(dev, off, s.E, C, F, sc.dyp.as<const float>(), C, a.act.as<const float>(), F,
-                             dW + 2 * F * C, st, F);
-  kernels::moe_grouped_gemm(dev, off, s.E, false, F, C, sc.dyp.as<const float>(), C, W + 2 * F * C, st, F, 0.f,
-                            sc.dact.as<float>(), F);
-  kernels::swiglu_backward(dev, sc.dh.as<float>(), sc.dact.as<const float>(), a.h.as<const float>(), R, s.F);
-  // [W_gate; W_up]: dW += dh^T xp; dxp = dh W (into dyp, read no more).
-  kernels::moe_grouped_wgrad(dev, off, s.E, 2 * F, C, sc.dh.as<const float>(), 2 * F, a.xp.as<const float>(), C, dW, st,
-                             C);
-  kernels::moe_grouped_gemm(dev, off, s.E, false, C, 2 * F, sc.dh.as<const float>(), 2 * F, W, st, C, 0.f,
-                            sc.dyp.as<float>(), C);
+// h = x [W_gate; W_up]^T per expert; act = silu(gate) * up; y = act W_out^T.
+void Moe::run_experts(const int32_t* off, int E_count, const float* W, const float* x, float* h, float* act, float* y,
+                      int64_t R) const {
+  const int64_t F = shape.F, C = shape.C, st = expert_stride();
+  kernels::moe_grouped_gemm(dev, off, E_count, true, 2 * F, C, x, C, W, st, C, 0.f, h, 2 * F);
+  kernels::swiglu_forward(dev, act, h, R, shape.F);
+  kernels::moe_grouped_gemm(dev, off, E_count, true, C, F, act, F, W + 2 * F * C, st, F, 0.f, y, C);
 }
 
-void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& sc) const {
+// From the output gradients dy to the input gradients (into dy, read no more by then).
+void Moe::run_experts_backward(const int32_t* off, int E_count, const float* W, float* dW, const float* x,
+                               const float* h, const float* act, float* dy, float* dact, float* dh, int64_t R) const {
+  const int64_t F = shape.F, C = shape.C, st = expert_stride();
+  // W_out: dW_out += dy^T act; dact = dy W_out.
+  kernels::moe_grouped_wgrad(dev, off, E_count, C, F, dy, C, act, F, dW + 2 * F * C, st, F);
+  kernels::moe_grouped_gemm(dev, off, E_count, false, F, C, dy, C, W + 2 * F * C, st, F, 0.f, dact, F);
+  kernels::swiglu_backward(dev, dh, dact, h, R, shape.F);
+  // [W_gate; W_up]: dW += dh^T x; dx = dh W.
+  kernels::moe_grouped_wgrad(dev, off, E_count, 2 * F, C, dh, 2 * F, x, C, dW, st, C);
+  kernels::moe_grouped_gemm(dev, off, E_count, false, C, 2 * F, dh, 2 * F, W, st, C, 0.f, dy, C);
+}
+
+void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& sc, EpRegion* ep,
+                   MoeExpertSide* side) const {
   const MoeShape& s = shape;
   const int64_t N = rows(x);
   const kernels::MoeDims d = s.dims(N);
@@ -141,7 +142,12 @@ void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a,
     ZT_PROFILE("moe_experts");
     kernels::moe_combine_backward(dev, sc.dyp.as<float>(), sc.dw.as<float>(), dy.as<const float>(),
                                   a.yp.as<const float>(), a.w.as<const float>(), a.slot_of.as<const int32_t>(), d);
-    experts_backward(a, sc, R);
+    if (ep && ep->size() > 1)
+      ep_backward(a, sc, *ep, *side);
+    else
+      run_experts_backward(a.offsets.as<const int32_t>(), s.E, experts.as<const float>(), dexperts.as<float>(),
+                           a.xp.as<const float>(), a.h.as<const float>(), a.act.as<const float>(), sc.dyp.as<float>(),
+                           sc.dact.as<float>(), sc.dh.as<float>(), R);
     kernels::fill_zero(dev, dx.data, size_t(dx.numel()) * sizeof(float));
     kernels::moe_gather_backward(dev, dx.as<float>(), sc.dyp.as<const float>(), a.slot_of.as<const int32_t>(), d);
   }

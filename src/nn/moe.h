@@ -7,10 +7,11 @@
 // The layer computes in fp32 on the CPU (kernels/dispatch.h refuses the GPU for now); the
 // load-balancing and z-losses' gradients come in through MoeLossGrad, set by the model, which sums
 // those losses over all layers (they couple the layers: Mixtral's formula takes its means over the
-// concatenated layers). What it is not: expert parallelism (the exchange would sit between the
-// grouping and the grouped GEMMs).
+// concatenated layers). Expert parallelism reaches the layer through EpRegion (moe_ep.cpp: the
+// exchange sits between the grouping and the grouped GEMMs); the layer never includes dist.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/memory.h"
 #include "core/tensor.h"
@@ -64,6 +65,32 @@ struct MoeLossGrad {
   float z_grad = 0.f;
 };
 
+// Where expert parallelism meets the layer (parallel/expert_parallel.h implements it; nn never
+// includes dist): the size() ranks of a group each compute experts [rank E / size, + E / size) for
+// the tokens of all of them. exchange_counts sends per_peer ints to each peer (peer order) and
+// receives as many from each; exchange_rows sends send_rows[p] rows of C floats (contiguous, in peer
+// order) to peer p and receives recv_rows[p] rows from each. Collectives over the group.
+class EpRegion {
+ public:
+  virtual ~EpRegion() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  virtual void exchange_counts(const int32_t* send, int32_t* recv, int per_peer) = 0;
+  virtual void exchange_rows(const float* send, const int64_t* send_rows, float* recv, const int64_t* recv_rows,
+                             int C) = 0;
+};
+
+// An expert-parallel layer's expert side, kept from forward to backward: the rows this rank's
+// experts received (Rr, sized by what arrived, so held here rather than in the activation arena),
+// grouped by local expert, and the orders between that grouping and the peers' blocks.
+struct MoeExpertSide {
+  std::vector<int64_t> send_rows, recv_rows;  // (P) rows to / from each peer
+  std::vector<int32_t> offsets;               // (El + 1): the local experts' row groups
+  std::vector<int32_t> to_peer, from_peer;    // (Rr): expert-grouped row <-> the peers' order
+  std::vector<float> xe, h, act;              // (Rr, C), (Rr, 2F), (Rr, F): what backward reads
+  std::vector<float> stage, ye, dact, dh;     // working rows: (Rr, C) twice, (Rr, F), (Rr, 2F)
+};
+
 struct Moe {
   MoeShape shape{};
   Linear router;                 // (E, C), no bias
@@ -76,15 +103,27 @@ struct Moe {
   int64_t expert_stride() const { return 3 * int64_t(shape.F) * shape.C; }
   static MoeActs carve_acts(Carver& c, const MoeShape& s, int64_t N);
   static MoeScratch carve_scratch(Carver& c, const MoeShape& s, int64_t N);
-  // y (N, C) = the layer of x (N, C); saves into a.
-  void forward(TensorView y, TensorView x, const MoeActs& a) const;
+  // y (N, C) = the layer of x (N, C); saves into a. ep (null or size 1: every expert here): expert
+  // parallelism, whose expert side lives in `side` until backward.
+  void forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep = nullptr,
+               MoeExpertSide* side = nullptr) const;
   // dx (N, C) = d loss / dx; parameter gradients +=.
-  void backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& s) const;
+  void backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& s,
+                EpRegion* ep = nullptr, MoeExpertSide* side = nullptr) const;
 
  private:
   void shared_forward(TensorView y, TensorView x, const MoeActs& a) const;
   void shared_backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& s) const;
-  void experts_backward(const MoeActs& a, const MoeScratch& s, int64_t R) const;
+  // One group of experts (E_count of them from W / dW) on rows grouped by offsets: the forward
+  // into h, act, y; the backward from dy (overwritten with the input gradient) through dact, dh.
+  void run_experts(const int32_t* off, int E_count, const float* W, const float* x, float* h, float* act, float* y,
+                   int64_t R) const;
+  void run_experts_backward(const int32_t* off, int E_count, const float* W, float* dW, const float* x, const float* h,
+                            const float* act, float* dy, float* dact, float* dh, int64_t R) const;
+  // Expert parallelism: this rank's rows out to the experts' ranks, the local experts on what
+  // arrived, and the outputs back into yp (forward) / the gradients back into dyp (backward).
+  void ep_forward(const MoeActs& a, EpRegion& ep, MoeExpertSide& x) const;
+  void ep_backward(const MoeActs& a, const MoeScratch& s, EpRegion& ep, MoeExpertSide& x) const;
 };
 
 }  // namespace zt::nn
