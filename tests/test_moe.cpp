@@ -152,7 +152,9 @@ void check_moe_layer(MoeCase& c) {
   std::vector<double> y_ref(x.size());
   ref::moe_layer_forward(y_ref.data(), c.x.data(), c.ref(), c.N);
   expect_close(y, y_ref, 1e-4, 1e-5, "forward");
-  if (s.capacity_factor > 0) EXPECT_GT(*a.dropped.as<int64_t>(), 0) << "the capacity should drop some assignments";
+  if (s.capacity_factor > 0) {
+    EXPECT_GT(*a.dropped.as<int64_t>(), 0) << "the capacity should drop some assignments";
+  }
   m.backward(TensorView::of(dx.data(), {c.N, s.C}), TensorView::of(const_cast<float*>(dy.data()), {c.N, s.C}),
              TensorView::of(x.data(), {c.N, s.C}), a, sc);
   auto fd = [&](std::vector<double>& v, const std::vector<float>& g, const char* what) {

@@ -239,9 +239,11 @@ class ModelRuntime {
   // on demand up to the context.
   Buffer rope_ext_, rope_local_ext_;
   int rope_ext_rows_ = 0;
-  Buffer targets_;                // on a GPU: the head's targets there (N)
-  std::vector<float> moe_dprob_;  // (E) d loss / d p at every router (the load-balancing loss)
-  float moe_z_grad_ = 0.f;        // the z-loss's gradient scale at every router
+  Buffer targets_;  // on a GPU: the head's targets there (N)
+  // Per activation slot: d loss / d p at every router (E; the load-balancing loss), and the z-loss's
+  // gradient scale, from the slot's head until its blocks' backward.
+  std::vector<std::vector<float>> moe_dprob_;
+  std::vector<float> moe_z_grad_;
   MoeStats moe_stats_;
 };
 

@@ -282,7 +282,8 @@ void ModelRuntime::blocks_backward(int slot, int first, int last) {
     const int u = layout_.block_units[l];
     const TensorView P = provider().acquire(u, true);
     bind_block(l, P, provider().grads(u), compute_view(u, P));
-    blocks_[l].moe.loss_grad = {moe_dprob_.empty() ? nullptr : moe_dprob_.data(), moe_z_grad_};
+    if (size_t(slot) < moe_dprob_.size())
+      blocks_[l].moe.loss_grad = {moe_dprob_[size_t(slot)].data(), moe_z_grad_[size_t(slot)]};
     blocks_[l].backward(scratch_views_.dres, a.res[l], a.blocks[l], scratch_views_.block, B_, T_, rope_of(in, l),
                         pack_of(in, l), act_plan_.of(l));
     provider().release(u);

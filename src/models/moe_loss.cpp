@@ -53,10 +53,12 @@ double ModelRuntime::moe_losses(int slot, float grad_scale, int64_t count, bool 
   const double aux_coef = m.aux_loss ? double(m.aux_loss_coef) : 0.0, n = double(count);
   if (backward) {
     // d (n coef aux) / d p_{l,t,e}, times the pass's gradient scale (the LM head's); the same at every layer.
-    moe_dprob_.assign(size_t(E), 0.f);
+    if (moe_dprob_.size() <= size_t(slot)) moe_dprob_.resize(size_t(slot) + 1), moe_z_grad_.resize(size_t(slot) + 1);
+    std::vector<float>& dprob = moe_dprob_[size_t(slot)];
+    dprob.assign(size_t(E), 0.f);
     if (aux_coef > 0)
-      for (int e = 0; e < E; ++e) moe_dprob_[size_t(e)] = float(grad_scale * n * aux_coef * E * C[size_t(e)] / (M * M));
-    moe_z_grad_ = float(grad_scale * n * double(m.z_loss_coef) / M);
+      for (int e = 0; e < E; ++e) dprob[size_t(e)] = float(grad_scale * n * aux_coef * E * C[size_t(e)] / (M * M));
+    moe_z_grad_[size_t(slot)] = float(grad_scale * n * double(m.z_loss_coef) / M);
   }
   return n * (aux_coef * aux + double(m.z_loss_coef) * z);
 }
