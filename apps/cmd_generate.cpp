@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/hf_model.h"
+#include "checkpoint/peft_files.h"
 #include "commands.h"
 #include "core/error.h"
 #include "data/token_data.h"
@@ -34,7 +35,9 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 // The model of an HF folder, after checking that it fits in memory at batches of B x *T (*T <=
 // 0: resolved here to min(1024, the model's context)).
-std::unique_ptr<Transformer> load_model(const std::string& dir, int B, int* T, const char* what, const char* hint) {
+// adapter: a PEFT LoRA folder merged into the weights (merge_and_unload), "" = none.
+std::unique_ptr<Transformer> load_model(const std::string& dir, int B, int* T, const char* what, const char* hint,
+                                        const std::string& adapter) {
   ZT_CHECK(!dir.empty(), "--model_name_or_path is required");
   ModelConfig cfg = config_from_file(dir + "/config.json");
   if (*T <= 0) *T = std::min(1024, cfg.max_position);
@@ -42,6 +45,7 @@ std::unique_ptr<Transformer> load_model(const std::string& dir, int B, int* T, c
   parallel::check_memory_fits(parallel::inference_bytes(cfg, B, *T), 1, what, "", hint);
   auto m = std::make_unique<Transformer>(cfg);
   hf_load_weights(*m, dir);
+  if (!adapter.empty()) peft_merge_into(*m, adapter);
   return m;
 }
 
@@ -101,7 +105,7 @@ void eval_loss(Transformer& model, const Tokenizer* tok, std::string file, const
 }  // namespace
 
 int cmd_generate(const Args& args) {
-  std::string model_dir, tokenizer, prompt = "";
+  std::string model_dir, tokenizer, prompt = "", adapter;
   int64_t max_new_tokens = 100, min_new_tokens = 0, seed = 42;
   int threads = 0;
   bool compare_full = false;
@@ -109,6 +113,7 @@ int cmd_generate(const Args& args) {
   SamplingConfig sc;
   FlagSet f("generate");
   f.add("model_name_or_path", &model_dir, "HF model folder");
+  f.add("adapter_name_or_path", &adapter, "a PEFT LoRA adapter folder applied to the model (merged in; docs/peft.md)");
   f.add("tokenizer_name_or_path", &tokenizer, "tokenizer folder or tokenizer.json (default: the model folder)");
   f.add("prompt", &prompt, "text to continue");
   f.add("split_special_tokens", &split_special,
@@ -129,7 +134,7 @@ int cmd_generate(const Args& args) {
            " exceeds --max_new_tokens ", max_new_tokens, "; lower it or raise --max_new_tokens");
   if (threads > 0) omp_set_num_threads(threads);
   int one = 1;
-  auto model = load_model(model_dir, 1, &one, "generating with this model", "use a smaller model");
+  auto model = load_model(model_dir, 1, &one, "generating with this model", "use a smaller model", adapter);
   auto tok = Tokenizer::load(tokenizer.empty() ? model_dir : tokenizer);
   std::vector<int32_t> ids = tok->encode(prompt, {split_special, false});
   if (ids.empty()) ids.push_back(tok->bos_id() >= 0 ? tok->bos_id() : tok->eos_id());
@@ -243,12 +248,13 @@ void eval_tasks(Transformer& model, const TaskEval& te, int B, int T, nlohmann::
 }  // namespace
 
 int cmd_eval(const Args& args) {
-  std::string model_dir, file, text_file, tokenizer, text_field = "text", tasks, probes, output_path;
+  std::string model_dir, file, text_file, tokenizer, text_field = "text", tasks, probes, output_path, adapter;
   bool split_special = true;
   int B = 8, T = 0, threads = 0;
   int64_t max_samples = 0;
   FlagSet f("eval");
   f.add("model_name_or_path", &model_dir, "HF model folder");
+  f.add("adapter_name_or_path", &adapter, "a PEFT LoRA adapter folder applied to the model (merged in; docs/peft.md)");
   f.add("validation_file", &file, "token file (ztrain shard or uint16 train.bin)");
   f.add("text_file", &text_file, "or text: a .txt / .jsonl file or a folder of them, tokenized first");
   f.add("tasks", &tasks,
@@ -274,8 +280,9 @@ int cmd_eval(const Args& args) {
   ZT_CHECK(!file.empty() || !text_file.empty() || scored,
            "nothing to evaluate: give --validation_file (tokens), --text_file (text), --tasks or --probes");
   if (threads > 0) omp_set_num_threads(threads);
-  auto model = load_model(model_dir, B, &T, "evaluating this model",
-                          "use a smaller --per_device_eval_batch_size or --model_max_length, or a smaller model");
+  auto model =
+      load_model(model_dir, B, &T, "evaluating this model",
+                 "use a smaller --per_device_eval_batch_size or --model_max_length, or a smaller model", adapter);
   std::unique_ptr<Tokenizer> tok;
   if (!text_file.empty() || scored) {
     tok = Tokenizer::load(tokenizer.empty() ? model_dir : tokenizer);

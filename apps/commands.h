@@ -27,6 +27,8 @@ int cmd_health_check(const Args& args);
 int cmd_info(const Args& args);
 // apps/cmd_plot.cpp: several runs' loss curves in one PNG.
 int cmd_plot(const Args& args);
+// apps/cmd_merge.cpp: a LoRA adapter merged into its base, written as an HF folder (docs/peft.md).
+int cmd_merge_adapter(const Args& args);
 // apps/cmd_version.cpp: `ztrain version` / `ztrain --version`.
 int cmd_version(const Args& args);
 

@@ -62,6 +62,7 @@ const char* kUsage =
     "  plan             rank the dp x tp x pp / ZeRO / micro-batch / recomputation layouts of N ranks\n"
     "  info             the CPU, kernel levels (ZT_ISA), GEMM ISA and GEMM peaks ztrain uses here\n"
     "  plot      several runs' loss curves in one PNG: ztrain plot --runs out/a,out/b --output cmp.png\n"
+    "  merge-adapter    a PEFT LoRA adapter merged into its base model, written as an HF folder\n"
     "  version   version, git commit, build type, CPU kernel levels and backends (also --version)\n"
     "  help      this text\n";
 
@@ -124,6 +125,19 @@ int cmd_train(const Args& args) {
         "fp32 | bf16: the optimizer's moments in bf16, stochastically rounded (torchtitan's / Megatron's "
         "--exp-avg-dtype; adamw_torch, lion_32bit, sgd, sophia) (fp32)");
   f.add("adafactor", &a.adafactor, "HF's deprecated spelling of --optim adafactor");
+  f.add("use_peft", &a.use_peft,
+        "train LoRA adapters on a frozen base (TRL's flag; the output folder gets adapter_config.json + "
+        "adapter_model.safetensors in PEFT's format; docs/peft.md)");
+  f.add("lora_r", &a.lora_r, "LoRA rank r (16)", range::closed(0, 65536));
+  f.add("lora_alpha", &a.lora_alpha, "LoRA alpha: the update is scaled by alpha / r (32)", range::above(0));
+  f.add("lora_dropout", &a.lora_dropout, "dropout on the adapters' input in training (0.05)", range::closed(0, 0.99));
+  f.add("lora_target_modules", &a.lora_target_modules,
+        "modules that get adapters: names (q_proj,v_proj; c_attn) or all-linear (PEFT's default per architecture)");
+  f.add("use_rslora", &a.use_rslora, "rank-stabilized LoRA: scale alpha / sqrt(r)");
+  f.add("use_dora", &a.use_dora, "DoRA (refused for now: not implemented)");
+  f.add("peft_type", &a.peft_type, "lora (ia3 is refused for now) (lora)");
+  f.add("adapter_name_or_path", &a.adapter_name_or_path,
+        "a PEFT adapter folder the adapters start from (its adapter_config.json sets r, alpha and the targets)");
   f.add("device", &a.device,
         "cpu | cuda | auto: the GPU when one is present and the run is one the GPU path runs (auto; docs/gpu.md)");
   f.add("offload_optimizer", &a.offload_optimizer,
@@ -407,6 +421,7 @@ int main(int argc, char** argv) {
     if (cmd == "plan") return zt::app::cmd_plan(args);
     if (cmd == "info") return zt::app::cmd_info(args);
     if (cmd == "plot") return zt::app::cmd_plot(args);
+    if (cmd == "merge-adapter") return zt::app::cmd_merge_adapter(args);
     std::fprintf(stderr, "ztrain: error: unknown command \"%s\"; run ztrain help for the list\n", cmd.c_str());
     return 2;
   } catch (const std::exception& e) {

@@ -80,6 +80,16 @@ struct TrainArgs {
   std::string optim_args;             // HF's --optim_args "k=v,..."
   std::string optim_state_dtype = "fp32";
   bool adafactor = false;       // HF's deprecated --adafactor: --optim adafactor
+  // LoRA (TRL's ModelConfig / PEFT's LoraConfig names; docs/peft.md); TRL's defaults.
+  bool use_peft = false;
+  int lora_r = 16;
+  double lora_alpha = 32;
+  double lora_dropout = 0.05;
+  std::string lora_target_modules;  // comma- or space-separated names, or all-linear; "" = PEFT's default
+  bool use_rslora = false;
+  bool use_dora = false;
+  std::string peft_type = "lora";
+  std::string adapter_name_or_path;  // a PEFT adapter folder to start from (its adapter_config.json)
   std::string device = "auto";  // cpu | cuda | auto (a GPU when present and the run can use it)
   // ZeRO-Offload (DeepSpeed's zero_optimization.offload_optimizer / offload_param .device): none |
   // cpu | nvme. On the GPU, offload_optimizer cpu keeps fp32 masters and the optimizer state in

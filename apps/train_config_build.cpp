@@ -13,6 +13,7 @@
 #include "data/file_identity.h"
 #include "data/sft_data.h"
 #include "parallel/buckets.h"
+#include "peft_args.h"
 #include "parallel/tensor_parallel.h"
 #include "plan/memory_fit.h"
 #include "plan/planner.h"
@@ -193,6 +194,7 @@ void fill_sections(const TrainArgs& a, TrainConfig& c) {
   d.assistant_only_loss = a.assistant_only_loss;
   d.chat_template_max_steps = a.chat_template_max_steps;
   c.model.hf_dir = a.model_name_or_path;
+  c.model.adapter_dir = a.adapter_name_or_path;
   c.model.seed = a.seed;
   c.model.allow_change = allowed_changes(a.resume_allow_changes).model;
   c.model.rope_scaling_given = !a.rope_scaling.empty();
@@ -286,9 +288,11 @@ TrainConfig build_train_config(TrainArgs a, dist::Communicator& world) {
   TrainConfig c;
   if (a.threads > 0) omp_set_num_threads(a.threads);
   check_args(a);
+  check_peft_flags(a);
   check_tp_args(a, world.size());
   ModelConfig& cfg = c.model.config;
   cfg = load_config(a);
+  apply_peft_args(a, cfg);  // LoRA: the adapters' settings, checked before anything is allocated
   parallel::tensor_parallel_cut(cfg, a.tensor_model_parallel_size, 0, a.sequence_parallel);  // checks
   check_cp_args(a, world.size(), seq_len(a, cfg));
   c.precision.plan = act_plan_from_args(a, cfg);  // a bad combination fails here, before any work

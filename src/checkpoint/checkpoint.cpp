@@ -1,6 +1,8 @@
 // checkpoint.cpp: see checkpoint.h.
 #include "checkpoint/checkpoint.h"
 
+#include "checkpoint/peft_files.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -98,6 +100,8 @@ void write_shard(const fs::path& tmp, const StateShard& shard, const std::vector
 void finish(const fs::path& tmp, const fs::path& final_dir, const ModelConfig& cfg, nlohmann::json state,
             const std::string& save_id, const std::vector<std::pair<std::string, std::string>>& extra_files) {
   write_file_atomic((tmp / "config.json").string(), config_to_json(cfg, "float32").dump(2) + "\n");
+  if (cfg.lora.enabled())
+    write_file_atomic((tmp / kAdapterConfig).string(), peft_adapter_config(cfg, "").dump(2) + "\n");
   for (const auto& [name, bytes] : extra_files) write_file_atomic((tmp / name).string(), bytes);
   state["ztrain"]["save_id"] = save_id;
   write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
@@ -153,7 +157,8 @@ void checkpoint_begin(const std::string& output_dir, int64_t step) {
 std::vector<ShardFile> checkpoint_shard_files(const StateShard& shard, const std::vector<StatePiece>& pieces,
                                               const std::string& save_id, const ModelConfig& cfg) {
   if (shard.index < 0) return {};
-  ShardFile model_file{"model.safetensors", {}, {}, {}},
+  // LoRA: the adapters, under PEFT's file name (the checkpoint is then an adapter folder PEFT loads).
+  ShardFile model_file{cfg.lora.enabled() ? kAdapterWeights : "model.safetensors", {}, {}, {}},
       state_file{state_file_name(shard.index, shard.count), {}, {}, {}};
   nlohmann::json desc = nlohmann::json::object();
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -240,8 +245,22 @@ CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cf
            " was written by an older ztrain (optimizer.safetensors / zero_shard files), whose "
            "checkpoints do not load; resume it with the ztrain that wrote it");
   state_ = checkpoint_read_trainer_state((d / "trainer_state.json").string());
-  if (fs::exists(d / "model.safetensors")) {
-    files_.push_back(std::make_unique<SafetensorsFile>((d / "model.safetensors").string()));
+  // LoRA: the checkpoint's adapters must be this run's (same rank, scale and modules).
+  ZT_CHECK(cfg.lora.enabled() == fs::exists(d / kAdapterConfig), dir,
+           cfg.lora.enabled() ? " holds no LoRA adapters (no adapter_config.json); resume it without --use_peft"
+                              : " holds LoRA adapters (adapter_config.json); resume it with --use_peft");
+  if (cfg.lora.enabled()) {
+    const LoraSpec had = peft_read_config(dir);
+    ModelConfig was = cfg;
+    was.lora = had;
+    ZT_CHECK(had.r == cfg.lora.r && had.alpha == cfg.lora.alpha && had.rslora == cfg.lora.rslora &&
+                 lora_resolve_targets(was) == lora_resolve_targets(cfg),
+             dir, ": its adapters (r ", had.r, ", lora_alpha ", had.alpha, ") differ from this run's (r ", cfg.lora.r,
+             ", lora_alpha ", cfg.lora.alpha, ") or adapt other modules; resume with the checkpoint's LoRA settings");
+  }
+  const char* weights = cfg.lora.enabled() ? kAdapterWeights : "model.safetensors";
+  if (fs::exists(d / weights)) {
+    files_.push_back(std::make_unique<SafetensorsFile>((d / weights).string()));
     const SafetensorsFile* f = files_.back().get();
     // A fused tensor (Phi-3's qkv_proj, gate_up_proj) holds the parameters' parts as row ranges;
     // checkpoints before it kept the parts under their own names.

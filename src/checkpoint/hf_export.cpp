@@ -1,6 +1,8 @@
 // hf_export.cpp: the final HF folder streamed to the chief (see hf_export.h).
 #include "checkpoint/hf_export.h"
 
+#include "checkpoint/peft_files.h"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -190,7 +192,8 @@ class ChiefAssembler {
 }  // namespace
 
 void hf_export_streamed(dist::Communicator& world, const std::vector<Stateful*>& params, bool writer,
-                        const ModelConfig& cfg, const std::string& folder, DType dtype, int64_t max_shard_bytes) {
+                        const ModelConfig& cfg, const std::string& folder, DType dtype, int64_t max_shard_bytes,
+                        const std::string& peft_base) {
   const ModelLayout whole = model_layout(cfg);  // HF names and global shapes, in the folder's order
   const std::vector<ParamInfo>& list = whole.table.list();
   std::map<std::string, int64_t> index;
@@ -214,7 +217,10 @@ void hf_export_streamed(dist::Communicator& world, const std::vector<Stateful*>&
   std::vector<StTensorOut> tensors;
   for (size_t i = 0; i < list.size(); ++i)
     tensors.push_back({list[i].name, list[i].shape, whole_here[i], [&chief, i](float* dst) { chief.fill(i, dst); }});
-  hf_save_tensors(cfg, tensors, folder, dtype, max_shard_bytes);
+  if (cfg.lora.enabled())  // LoRA: the adapters only, in PEFT's folder format
+    peft_save_adapters(cfg, tensors, folder, peft_base);
+  else
+    hf_save_tensors(cfg, tensors, folder, dtype, max_shard_bytes);
 }
 
 }  // namespace zt

@@ -20,7 +20,10 @@ namespace zt {
 // checkpoints see it (the engine's param_state(), wrapped by the TP adapter under tensor
 // parallelism); `writer`: whether this rank writes checkpoint pieces (its StateShard index >= 0).
 // Every element of every tensor must come from some writer: a gap is an error naming the tensor.
+// LoRA (cfg.lora): the folder gets the adapters in PEFT's format instead (checkpoint/peft_files.h),
+// naming peft_base as their base model.
 void hf_export_streamed(dist::Communicator& world, const std::vector<Stateful*>& params, bool writer,
-                        const ModelConfig& cfg, const std::string& folder, DType dtype, int64_t max_shard_bytes);
+                        const ModelConfig& cfg, const std::string& folder, DType dtype, int64_t max_shard_bytes,
+                        const std::string& peft_base = "");
 
 }  // namespace zt

@@ -44,13 +44,13 @@ void softcap_logits(float* z, float* dcap, int64_t rows, int n, int V, float c) 
     }
 }
 
-// A chunk's backward: dx (=) and dw (+=) from the logits' gradient (low in the GEMMs' dtype, or
+// A chunk's backward: dx (=) and dw (+=; none when dw is null) from the logits' gradient (low in the GEMMs' dtype, or
 // the fp32 scratch).
 inline void chunk_backward(const LmHeadCompute& k, const uint16_t* low, const float* scratch, int64_t rows, int C,
                            int V, const void* xc, float* dx, float* dw) {
   const void* g = low ? static_cast<const void*>(low) : scratch;
   gemm_typed(k.t, false, false, rows, C, V, 1.0f, g, V, k.w, C, 0.0f, dx, C);
-  gemm_typed(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);
+  if (dw) gemm_typed(k.t, true, false, V, C, rows, 1.0f, g, V, xc, C, 1.0f, dw, C);  // null: frozen (LoRA)
 }
 
 }  // namespace

@@ -171,6 +171,26 @@ double lmhead_ce(DeviceKind d, float* dx, float* dw, const float* x, const float
   return lmhead_ce(dx, dw, x, w, targets, hd, grad_scale, scratch, count, compute, token_loss);
 }
 
+namespace {
+// NF4 has no GPU twin yet: an error, never a host run on what would be device pointers.
+void nf4_cpu_only(DeviceKind d) {
+  ZT_CHECK(d == DeviceKind::cpu, "the NF4 kernels have no GPU version yet: run the 4-bit base on the CPU");
+}
+}  // namespace
+void nf4_linear_forward(DeviceKind d, DType t, float* y, const void* x, const Nf4View& w, int64_t N, float beta) {
+  nf4_cpu_only(d);
+  nf4_linear_forward(t, y, x, w, N, beta);
+}
+void nf4_linear_backward_input(DeviceKind d, DType t, float* dx, const void* dy, const Nf4View& w, int64_t N,
+                               float beta) {
+  nf4_cpu_only(d);
+  nf4_linear_backward_input(t, dx, dy, w, N, beta);
+}
+void nf4_dequantize_rows(DeviceKind d, const Nf4View& q, int64_t r0, int64_t r1, DType t, void* tile) {
+  nf4_cpu_only(d);
+  nf4_dequantize_rows(q, r0, r1, t, tile);
+}
+
 void fill_zero(DeviceKind d, void* dst, size_t bytes) {
   if (bytes == 0) return;
   if (d == DeviceKind::cuda) return fill_device_zero(dst, bytes);

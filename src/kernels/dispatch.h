@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/moe.h"
+#include "kernels/nf4.h"
 
 namespace zt::kernels {
 
@@ -57,6 +58,12 @@ void round_to_f16(DeviceKind d, float* dst, const float* src, int64_t n);
 double lmhead_ce(DeviceKind d, float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
                  const LmHeadDims& hd, float grad_scale, float* scratch, int64_t* count, const LmHeadCompute* compute,
                  double* token_loss);
+// A frozen Linear over an NF4 weight (nf4.h): no GPU version yet (issue 24: it would dequantize
+// into the cuBLASLt GEMM's input tiles), so a GPU request throws.
+void nf4_linear_forward(DeviceKind d, DType t, float* y, const void* x, const Nf4View& w, int64_t N, float beta = 0.f);
+void nf4_linear_backward_input(DeviceKind d, DType t, float* dx, const void* dy, const Nf4View& w, int64_t N,
+                               float beta = 0.f);
+void nf4_dequantize_rows(DeviceKind d, const Nf4View& q, int64_t r0, int64_t r1, DType t, void* tile);
 // Memory on the device: zeroing, and a strided copy of `rows` rows of `row_bytes` bytes.
 void fill_zero(DeviceKind d, void* dst, size_t bytes);
 void copy_rows(DeviceKind d, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,

@@ -29,6 +29,7 @@ struct ThreadPartials {
     return data.data() + (size_t(omp_get_thread_num()) * (data.size() / threads)) + size_t(part) * C;
   }
   void reduce_into(float* dst, int part, int nparts) {
+    if (!dst) return;  // a frozen weight (LoRA's base) takes no gradient
     for (int t = 0; t < threads; ++t) {
       const float* p = data.data() + size_t(t) * nparts * C + size_t(part) * C;
       for (int c = 0; c < C; ++c) dst[c] += p[c];

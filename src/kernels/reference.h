@@ -11,6 +11,8 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/gemm.h"
+#include "kernels/nf4.h"
+#include "kernels/quant_maps.h"
 
 namespace zt::ref {
 
@@ -330,6 +332,100 @@ double lmhead_ce(T* dx, T* dw, const T* x, const T* w, const int32_t* tgt, int64
     kernels::gemm_ref<T>(true, false, V, C, N, T(1), z.data(), V, x, C, T(1), dw, C);
   }
   return loss;
+}
+
+// NF4 (kernels/nf4.h). bitsandbytes' dQuantizeNF4 as its decision tree, test by test.
+inline uint8_t nf4_code_tree(float x) {
+  const float* t = kernels::kNf4Threshold;
+  if (x > t[7]) {
+    if (x > t[11]) {
+      if (x > t[13]) return x > t[14] ? 15 : 14;
+      return x > t[12] ? 13 : 12;
+    }
+    if (x > t[9]) return x > t[10] ? 11 : 10;
+    return x > t[8] ? 9 : 8;
+  }
+  if (x > t[3]) {
+    if (x > t[5]) return x > t[6] ? 7 : 6;
+    return x > t[4] ? 5 : 4;
+  }
+  if (x > t[1]) return x > t[2] ? 3 : 2;
+  return x > t[0] ? 1 : 0;
+}
+
+// quantize_4bit (nf4, no double quantization), one block after another: the codes unpacked (one
+// per element) and the blocks' absmax. An all-zero block: code 0 (the GPU's NaN).
+inline void nf4_quantize(const float* w, int64_t n, int bs, std::vector<uint8_t>& code, std::vector<float>& absmax) {
+  code.assign(size_t(n), 0);
+  absmax.clear();
+  for (int64_t lo = 0; lo < n; lo += bs) {
+    const int64_t hi = std::min<int64_t>(n, lo + bs);
+    float am = 0;
+    for (int64_t i = lo; i < hi; ++i) am = std::max(am, std::fabs(w[i]));
+    absmax.push_back(am);
+    for (int64_t i = lo; i < hi; ++i) code[size_t(i)] = am == 0 ? 0 : nf4_code_tree(w[i] * (1.f / am));
+  }
+}
+
+// bitsandbytes' dQuantize<0> in closed form: j = the number of codes below x; the answer is j - 1
+// or j, the nearer by the float32 midpoint (a + b) * 0.5f, a tie going to the even index (the
+// search's last pivot is always even, and x equal to a midpoint stays with it). NaN: code 0.
+inline uint8_t dynamic_quantize_bnb(const float* map, float x) {
+  int j = 0;
+  while (j < 256 && map[j] < x) ++j;
+  if (j == 0) return 0;
+  if (j == 256) return 255;
+  const float mid = (map[j - 1] + map[j]) * 0.5f;
+  if (x == mid) return uint8_t(j % 2 == 0 ? j : j - 1);
+  return uint8_t(x > mid ? j : j - 1);
+}
+
+// quantize_4bit's compress_statistics: offset = the mean of the absmax values (in double, rounded
+// once), then blocks of 256 of absmax - offset coded with the signed dynamic map by their
+// absmax (0 when all equal the mean: code 0, the GPU's NaN).
+inline void nf4_double_quantize(const std::vector<float>& absmax, std::vector<uint8_t>& q, std::vector<float>& scale,
+                                float& offset) {
+  double sum = 0;
+  for (float a : absmax) sum += a;
+  offset = float(sum / double(absmax.size()));
+  q.assign(absmax.size(), 0);
+  scale.clear();
+  for (size_t lo = 0; lo < absmax.size(); lo += kernels::kNf4NestedBlock) {
+    const size_t hi = std::min(absmax.size(), lo + kernels::kNf4NestedBlock);
+    float am = 0;
+    for (size_t i = lo; i < hi; ++i) am = std::max(am, std::fabs(absmax[i] - offset));
+    scale.push_back(am);
+    for (size_t i = lo; i < hi; ++i)
+      q[i] = am == 0 ? 0 : dynamic_quantize_bnb(kernels::kDynamicSigned, (absmax[i] - offset) * (1.f / am));
+  }
+}
+
+// Element i's code in the packed bytes: the high nibble holds the even element.
+inline int nf4_unpack(const uint8_t* packed, int64_t i) { return i % 2 == 0 ? packed[i / 2] >> 4 : packed[i / 2] & 15; }
+
+// Block b's absmax: stored, or dequantize_blockwise's code * scale then + offset.
+inline float nf4_absmax(const kernels::Nf4View& q, int64_t b) {
+  if (!q.nested()) return q.absmax[b];
+  // Rounded to float before the sum, as bitsandbytes' two ops: the volatile keeps the compiler
+  // (GCC contracts a * b + c by default) from fusing them into one FMA.
+  volatile float decoded = kernels::kDynamicSigned[q.qabsmax[b]] * q.absmax_scale[b / kernels::kNf4NestedBlock];
+  return decoded + q.offset;
+}
+
+// dequantize_4bit, element by element.
+inline void nf4_dequantize(const kernels::Nf4View& q, float* out) {
+  for (int64_t i = 0; i < q.numel(); ++i)
+    out[i] = kernels::kNf4Code[nf4_unpack(q.codes, i)] * nf4_absmax(q, i / q.blocksize);
+}
+
+// The frozen Linear on the whole dequantized weight w (out, in), in T: y = x w^T, dx = dy w.
+template <class T>
+void nf4_linear_forward(T* y, const T* x, const T* w, int64_t N, int64_t out, int64_t in) {
+  kernels::gemm_ref<T>(false, true, N, out, in, T(1), x, in, w, in, T(0), y, out);
+}
+template <class T>
+void nf4_linear_backward_input(T* dx, const T* dy, const T* w, int64_t N, int64_t out, int64_t in) {
+  kernels::gemm_ref<T>(false, false, N, in, out, T(1), dy, out, w, in, T(0), dx, in);
 }
 
 }  // namespace zt::ref

@@ -11,6 +11,20 @@
 
 namespace zt {
 
+// LoRA adapters (PEFT's LoraConfig; models/lora.h): a low-rank update B A, scaled, added to the
+// targeted linear layers of a frozen base. r = 0: none (the model trains all its parameters).
+struct LoraSpec {
+  int r = 0;
+  double alpha = 32;
+  double dropout = 0;  // on the adapter's input only (PEFT's lora_dropout)
+  bool rslora = false;  // scale alpha / sqrt(r) instead of alpha / r
+  // PEFT's target_modules: module names matched as a whole name or a last dotted part, or
+  // "all-linear"; empty: PEFT's default for the architecture.
+  std::vector<std::string> targets;
+  bool enabled() const { return r > 0; }
+  float scale() const;
+};
+
 // gpt2: GPT2LMHeadModel. llama: the Llama-shaped decoders (RMSNorm, RoPE, SwiGLU, GQA);
 // ModelConfig::model_type tells the families apart (llama, mistral, qwen2, qwen3, olmo2, phi3,
 // gemma2, gemma3_text), which differ only in the options below.
@@ -85,6 +99,7 @@ struct ModelConfig {
   float attn_softcap = 0.f, final_softcap = 0.f;
   MoeConfig moe;       // mixture of experts (mixtral, qwen2_moe, qwen3_moe); off for dense models
   nlohmann::json raw;  // the config.json as read, for writing back
+  LoraSpec lora;       // not from config.json: the run's adapters (set by the caller)
 
   int qkv_dim() const { return (n_head + 2 * n_kv_head) * head_size; }
   const char* arch_name() const { return model_type.c_str(); }

@@ -26,11 +26,42 @@ LayerCut whole_layers(const ModelConfig& c) {
   return w;
 }
 
+void lora_layout(const ModelConfig& c, ModelLayout& m);  // lora.cpp
+
+namespace {
+// LoRA: the adapter table's units (the base's table is frozen and has none): the embedding and
+// head units empty, each block unit its layer's adapters.
+void adapter_units(ModelLayout& m) {
+  ParamTable& t = m.table;
+  m.units.push_back({UnitKind::embedding, -1, {}, 0, 0});
+  m.embedding_unit = 0;
+  const int64_t total = t.total();
+  for (size_t l = 0; l < m.adapters.size(); ++l) {
+    const int64_t begin = m.adapters[l].begin;
+    const int64_t end = l + 1 < m.adapters.size() ? m.adapters[l + 1].begin : total;
+    m.units.push_back({UnitKind::block, int(l), {}, begin, end});
+    m.block_units.push_back(int(m.units.size()) - 1);
+  }
+  m.units.push_back({UnitKind::head, -1, {}, total, total});
+  m.head_unit = int(m.units.size()) - 1;
+  m.tied_head = m.offsets.lm_head < 0;
+  auto& list = t.mutable_list();
+  size_t u = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    while (list[i].offset >= m.units[u].end) ++u;
+    list[i].unit = int(u);
+    m.units[u].params.push_back(int(i));
+  }
+}
+}  // namespace
+
 ModelLayout model_layout(const ModelConfig& c, const LayerCut& cut) {
   ModelLayout m;
   m.cut = cut.whole ? whole_layers(c) : cut;
   m.vocab_rows = m.cut.vocab_rows;
-  m.offsets = c.arch == Arch::gpt2 ? gpt2_layout(c, m.table, m.cut) : llama_layout(c, m.table, m.cut);
+  m.frozen_base = c.lora.enabled();
+  ParamTable& base = m.frozen_base ? m.base_table : m.table;
+  m.offsets = c.arch == Arch::gpt2 ? gpt2_layout(c, base, m.cut) : llama_layout(c, base, m.cut);
   ModelOffsets& s = m.offsets;
   // What each GEMM is (Megatron's pairing, which a cut follows): the first of each sub-layer
   // a column layer (its outputs can be cut), the second a row layer (its inputs), so one
@@ -38,6 +69,13 @@ ModelLayout model_layout(const ModelConfig& c, const LayerCut& cut) {
   for (BlockOffsets& b : s.blocks) {
     b.qkv.kind = b.fc_in.kind = nn::LinearKind::column;
     b.proj.kind = b.fc_out.kind = nn::LinearKind::row;
+  }
+  if (m.frozen_base) {
+    ZT_CHECK(cut.whole, "LoRA adapters run on one device or data parallel (DDP, ZeRO-1/2) for now: tensor, "
+             "sequence and pipeline parallelism are not supported with --use_peft");
+    lora_layout(c, m);
+    adapter_units(m);
+    return m;
   }
   // Both layouts add the embeddings, then block after block (each starting at its
   // begin: its first norm), then the final norm and an untied LM head: units are contiguous ranges.

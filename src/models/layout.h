@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "models/config.h"
@@ -76,6 +77,31 @@ LayerCut whole_layers(const ModelConfig& c);
 ModelOffsets gpt2_layout(const ModelConfig& c, ParamTable& t, const LayerCut& cut = {});
 ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const LayerCut& cut = {});
 
+// LoRA (models/lora.cpp): one HF module's adapter inside a layer's Linear, which may fuse several
+// modules (Llama's q/k/v, gate/up): its outputs [out_begin, + out_size). A (r, in) and B
+// (out_size, r) are offsets into the adapter table; a Linear's parts' A's are back to back, so
+// one GEMM computes every part's x A^T.
+struct AdapterPart {
+  std::string module;  // the HF module path, e.g. "model.layers.0.self_attn.q_proj"
+  int64_t a = -1, b = -1;
+  int out_begin = 0, out_size = 0;
+};
+struct BlockAdapters {
+  std::vector<AdapterPart> qkv, proj, fc_in, fc_out;
+  int64_t begin = 0;  // the block's first adapter element
+};
+// The modules a block's Linears hold, in HF's order: (module name, which Linear: 0 qkv, 1 proj,
+// 2 fc_in, 3 fc_out, out_begin, out_size), for layer l.
+struct ModuleSlot {
+  std::string path;
+  int linear;
+  int out_begin, out_size;
+};
+std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l);
+// PEFT's target_modules resolved against layer 0's modules: the last dotted parts chosen (in
+// block order); an Error naming an unknown target and listing the valid names.
+std::vector<std::string> lora_resolve_targets(const ModelConfig& c);
+
 enum class UnitKind { embedding, block, head };
 const char* unit_kind_name(UnitKind k);
 
@@ -102,6 +128,12 @@ struct ModelLayout {
   int lm_head_unit() const { return tied_head ? embedding_unit : head_unit; }
   LayerCut cut;        // the part of each layer this layout holds (whole: all of it)
   int vocab_rows = 0;  // rows of the embedding / LM head held (V when whole)
+  // LoRA (ModelConfig::lora): the base model's parameters sit in base_table, frozen (no
+  // gradients, no optimizer state), and `offsets` index it; `table` and the units hold only
+  // the adapters (a block unit: its layer's; the embedding and head units are empty).
+  bool frozen_base = false;
+  ParamTable base_table;
+  std::vector<BlockAdapters> adapters;  // per block
 };
 // `cut` whole (the default): the one-device layout.
 ModelLayout model_layout(const ModelConfig& c, const LayerCut& cut = {});

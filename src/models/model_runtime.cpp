@@ -115,8 +115,17 @@ void ModelRuntime::reset_for_device() {
 }
 
 void ModelRuntime::bind_block(int l, TensorView params, TensorView grads, TensorView compute) {
+  if (layout_.frozen_base) {
+    // LoRA: the base's layers read the frozen weights (no gradients); the unit holds the adapters.
+    bind_base_block(l, model_.frozen_params(), {}, compute ? frozen_compute() : TensorView(), 0);
+    bind_adapters(l, params, grads, compute);
+    return;
+  }
+  bind_base_block(l, params, grads, compute, layout_.units[layout_.block_units[l]].begin);
+}
+
+void ModelRuntime::bind_base_block(int l, TensorView params, TensorView grads, TensorView compute, int64_t base) {
   const ModelOffsets& s = layout_.offsets;
-  const int64_t base = layout_.units[layout_.block_units[l]].begin;
   UnitBinder u{params, grads, base, cfg_, s.shape.norm, layout_.cut.adds_row_biases, dev()};
   const BlockOffsets& bs = s.blocks[l];
   nn::Block& b = blocks_[l];
@@ -163,7 +172,10 @@ bool ModelRuntime::layers_swapped() const {
 
 void ModelRuntime::set_act_plan(const nn::ActPlan& p) {
   ZT_ASSERT(p.recompute_layers >= 0 && p.recompute_layers <= cfg_.n_layer);
-  if (p.precision != act_plan_.precision) compute_params_.reset();
+  if (p.precision != act_plan_.precision) {
+    compute_params_.reset();
+    frozen_compute_.reset();
+  }
   act_plan_ = p;
   B_ = T_ = 0;  // the arena's layout changes: plan() carves it again
   acts_.reset();
@@ -192,10 +204,67 @@ TensorView ModelRuntime::compute_view(int u, TensorView P) {
   return C;
 }
 
+TensorView ModelRuntime::frozen_compute() {
+  const TensorView F = model_.frozen_params();
+  if (act_plan_.precision == nn::Precision::fp32) return F;
+  const DType ct = nn::compute_dtype(act_plan_.precision);
+  const TensorView C(frozen_compute_.data(), ct, {F.numel()});
+  // Once per change of the base (a load): it never changes while it trains.
+  if (frozen_compute_.data() && frozen_converted_ == model_.frozen_version_) return C;
+  if (!frozen_compute_.data())
+    frozen_compute_ = Buffer(size_t(F.numel()) * dtype_size(ct), MemCategory::parameters, dev());
+  const TensorView D(frozen_compute_.data(), ct, {F.numel()});
+  ZT_PROFILE("convert");
+  if (ct == DType::bf16)
+    kernels::to_lowp(dev(), ct, D.as<uint16_t>(), F.as<const float>(), F.numel());
+  else
+    kernels::round_to_f16(dev(), D.as<float>(), F.as<const float>(), F.numel());
+  frozen_converted_ = model_.frozen_version_;
+  return D;
+}
+
+void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C) {
+  const int64_t base = layout_.units[layout_.block_units[l]].begin;
+  auto view = [&](TensorView v, int64_t off, Shape shape) { return v ? v.sub(off - base, shape) : TensorView(); };
+  const BlockAdapters& ba = layout_.adapters[size_t(l)];
+  nn::Block& b = blocks_[size_t(l)];
+  const LoraSpec& spec = cfg_.lora;
+  int which = 0;
+  for (auto [lin, parts] :
+       {std::pair{&b.qkv, &ba.qkv}, {&b.proj, &ba.proj}, {&b.fc_in, &ba.fc_in}, {&b.fc_out, &ba.fc_out}}) {
+    nn::LinearLora& a = lin->lora;
+    a = {};
+    ++which;
+    if (parts->empty()) continue;
+    a.r = spec.r;
+    a.scale = spec.scale();
+    // Dropout in training passes only; its mask is fixed for a pass, a layer and a Linear (so a
+    // recomputed forward and the backward see the forward's).
+    a.dropout = backward_ ? float(spec.dropout) : 0.f;
+    a.seed = dropout_seed_ ^ (dropout_passes_ * 0x9E3779B97F4A7C15ull) ^ (uint64_t(l) << 40) ^ (uint64_t(which) << 56);
+    a.precision = b.precision;
+    const int64_t R = int64_t(parts->size()) * spec.r;
+    a.a = view(P, parts->front().a, {R, lin->in});
+    a.da = view(G, parts->front().a, {R, lin->in});
+    a.ac = C && C.data != P.data ? view(C, parts->front().a, {R, lin->in}) : a.a;
+    for (const AdapterPart& p : *parts) {
+      nn::LoraPart q;
+      q.out_begin = p.out_begin;
+      q.out_size = p.out_size;
+      q.b = view(P, p.b, {p.out_size, spec.r});
+      q.db = view(G, p.b, {p.out_size, spec.r});
+      q.bc = C && C.data != P.data ? view(C, p.b, {p.out_size, spec.r}) : q.b;
+      a.parts.push_back(q);
+    }
+    a.scratch = &scratch_views_.lora;
+  }
+}
+
 void ModelRuntime::bind_head(TensorView params, TensorView grads) {
-  UnitBinder u{params,
-               grads,
-               layout_.units[layout_.head_unit].begin,
+  const bool frozen = layout_.frozen_base;
+  UnitBinder u{frozen ? model_.frozen_params() : params,
+               frozen ? TensorView() : grads,
+               frozen ? 0 : layout_.units[layout_.head_unit].begin,
                cfg_,
                layout_.offsets.shape.norm,
                layout_.cut.adds_row_biases,
@@ -240,7 +309,7 @@ void ModelRuntime::ensure_grads() {
 TensorView ModelRuntime::lm_head_slice(TensorView unit_view, int unit) const {
   if (!unit_view) return {};
   const ModelOffsets& s = layout_.offsets;
-  const int64_t off = (s.lm_head >= 0 ? s.lm_head : s.wte) - layout_.units[unit].begin;
+  const int64_t off = (s.lm_head >= 0 ? s.lm_head : s.wte) - (layout_.frozen_base ? 0 : layout_.units[unit].begin);
   return unit_view.sub(off, {layout_.vocab_rows, cfg_.n_embd});
 }
 
@@ -295,6 +364,19 @@ void ModelRuntime::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const n
   const int64_t local = cfg.rope_local_theta > 0.f ? rope : 0;
   s->rope_local_cos = sc.take(DType::f32, {local});
   s->rope_local_sin = sc.take(DType::f32, {local});
+  s->lora = {};
+  if (cfg.lora.enabled()) {
+    // The widest adapter: Llama's q, k and v parts (3 r) on a Linear as wide as the MLP's input.
+    const int64_t R = 3 * int64_t(cfg.lora.r),
+                  in = std::max<int64_t>({C, cfg.ffn, int64_t(cfg.n_head) * cfg.head_size});
+    const int64_t dropped = cfg.lora.dropout > 0.f ? N * in : 0;
+    s->lora.h = sc.take(DType::f32, {N * R});
+    s->lora.g = sc.take(DType::f32, {N * R});
+    s->lora.h_c = sc.take(ct, {ct == DType::f32 ? 0 : N * R});
+    s->lora.g_c = sc.take(ct, {ct == DType::f32 ? 0 : N * R});
+    s->lora.xd = sc.take(ct, {dropped});
+    s->lora.dxd = sc.take(DType::f32, {dropped});
+  }
 }
 
 void ModelRuntime::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary,

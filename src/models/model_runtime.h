@@ -81,6 +81,13 @@ class ModelRuntime {
     sample_passes_ = 0;
   }
 
+  // LoRA's dropout masks derive from this (the trainer's: its seed, the rank and the step), the
+  // training passes since it was set, the layer and the Linear.
+  void set_dropout_seed(uint64_t seed) {
+    dropout_seed_ = seed;
+    dropout_passes_ = 0;
+  }
+
   // Where the pass takes parameters and gradients from; null = the model's flat buffers.
   // The provider must outlive its use.
   void set_provider(ParamProvider* p) { provider_ = p; }
@@ -151,6 +158,7 @@ class ModelRuntime {
     nn::BlockActs shared{};  // what recomputed blocks refill (empty without recomputation)
     TensorView dres, dlnf, logits, dlogits_c, rope_cos, rope_sin;
     TensorView rope_local_cos, rope_local_sin;  // Gemma 3's sliding layers' table (empty otherwise)
+    nn::LoraScratch lora;                       // LoRA's temporaries (empty without adapters)
     int64_t lm_chunk = 0;
   };
   // What a slot's micro-batch brought: its tokens and packing (kept for its backward).
@@ -177,6 +185,13 @@ class ModelRuntime {
   void bind_layers();
   // Binds block l's layers (or the final norm) to a unit's views; grads may be empty.
   void bind_block(int l, TensorView params, TensorView grads, TensorView compute = {});
+  // The base's layers of block l bound to views starting at flat offset `base`; LoRA's adapters
+  // bound to the unit's views (the frozen base then binds the frozen buffer).
+  void bind_base_block(int l, TensorView params, TensorView grads, TensorView compute, int64_t base);
+  void bind_adapters(int l, TensorView params, TensorView grads, TensorView compute);
+  // LoRA: the frozen base in the compute dtype, converted once per change of the base (the
+  // fp32 view itself under fp32).
+  TensorView frozen_compute();
   void bind_head(TensorView params, TensorView grads);
   ParamProvider& provider() { return provider_ ? *provider_ : flat_; }
   TensorView lm_head_slice(TensorView unit_view, int unit) const;
@@ -216,6 +231,10 @@ class ModelRuntime {
   // Mixed precision: the weights' compute copy (bf16, or fp32 rounded to fp16), per unit
   // at the unit's offsets, and the pass in which each unit was last converted.
   Buffer compute_params_;
+  Buffer frozen_compute_;  // LoRA: the frozen base's compute copy
+  uint64_t frozen_converted_ = ~uint64_t(0);
+  uint64_t dropout_seed_ = 0x5EEDu;  // set_dropout_seed
+  uint64_t dropout_passes_ = 0;      // training passes since it
   std::vector<uint64_t> converted_in_pass_;
   uint64_t pass_ = 0;
   FlatParamProvider flat_;

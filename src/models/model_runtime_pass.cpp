@@ -122,6 +122,7 @@ void ModelRuntime::begin_pass(bool backward) {
             "plan(B, T, training=true) must come first");
   backward_ = backward;
   ++pass_;
+  if (backward) ++dropout_passes_;
   provider().begin_pass(backward);
 }
 
@@ -175,11 +176,14 @@ void ModelRuntime::embed_forward(int slot, const int32_t* inputs, const int32_t*
   begin_slot(slot, inputs, positions);
   const SlotInput& in = inputs_[slot];
   const int u = layout_.embedding_unit;
-  const TensorView E = provider().acquire(u, false);
+  // LoRA: the embeddings are the frozen base's (the unit is empty, acquired for the call order).
+  const bool frozen = layout_.frozen_base;
+  const TensorView U = provider().acquire(u, false);
+  const TensorView E = frozen ? model_.frozen_params() : U;
   // Mixed precision with a tied LM head: the head's GEMMs read this unit's compute copy,
   // made here at the unit's first acquire of the pass.
-  if (layout_.tied_head) compute_view(u, E);
-  const int64_t base = layout_.units[u].begin;
+  if (layout_.tied_head && !frozen) compute_view(u, E);
+  const int64_t base = frozen ? 0 : layout_.units[u].begin;
   const ModelOffsets& s = layout_.offsets;
   const float* wpe = s.wpe >= 0 ? E.as<const float>() + (s.wpe - base) : nullptr;
   const float* wte = E.as<const float>() + (s.wte - base);
@@ -214,9 +218,13 @@ double ModelRuntime::head_forward_backward(int slot, const int32_t* targets, flo
   // then acquired a second time: part of the provider's call order.
   const int lm_unit = layout_.lm_head_unit();
   const bool tied = layout_.tied_head;
-  const TensorView lm_unit_view = tied ? source.acquire(lm_unit, false) : H;
+  const TensorView acquired = tied ? source.acquire(lm_unit, false) : H;
+  // LoRA: the LM head is the frozen base's, and takes no gradient.
+  const bool frozen = layout_.frozen_base;
+  const TensorView lm_unit_view = frozen ? model_.frozen_params() : acquired;
   const TensorView lm_w = lm_head_slice(lm_unit_view, lm_unit);
-  const TensorView lm_g = backward ? lm_head_slice(tied ? source.grads(lm_unit) : HG, lm_unit) : TensorView();
+  const TensorView lm_g =
+      backward && !frozen ? lm_head_slice(tied ? source.grads(lm_unit) : HG, lm_unit) : TensorView();
   const nn::Precision prec = act_plan_.precision;
   // The final norm's output is the LM head's GEMM input: computed in fp32 (into dlnf, free
   // until the head's backward), then lowered to the compute dtype.
@@ -235,7 +243,7 @@ double ModelRuntime::head_forward_backward(int slot, const int32_t* targets, flo
   if (prec != nn::Precision::fp32) {
     lc.t = nn::compute_dtype(prec);
     lc.x = a.lnf_out.data;
-    lc.w = lm_head_slice(compute_view(lm_unit, lm_unit_view), lm_unit).data;
+    lc.w = lm_head_slice(frozen ? frozen_compute() : compute_view(lm_unit, lm_unit_view), lm_unit).data;
     lc.dlogits = scratch_views_.dlogits_c.data;
     lc.round_f16 = prec == nn::Precision::fp16;
   }
@@ -313,7 +321,7 @@ void ModelRuntime::embed_backward(int slot) {
   const TensorView G = provider().grads(u);
   const int64_t base = layout_.units[u].begin;
   const ModelOffsets& s = layout_.offsets;
-  {
+  if (!layout_.frozen_base) {  // LoRA: the embeddings are frozen
     ZT_PROFILE("embedding_bwd");
     scale_embedding(scratch_views_.dres);  // d(m e)/de = m: the stream's gradient, no longer needed, scaled in place
     float* dwpe = s.wpe >= 0 ? G.as<float>() + (s.wpe - base) : nullptr;

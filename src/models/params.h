@@ -12,7 +12,8 @@
 
 namespace zt {
 
-enum class ParamInit { normal, residual_normal, zeros, ones };
+// lora_a: PEFT's default for lora_A, kaiming_uniform_(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)).
+enum class ParamInit { normal, residual_normal, zeros, ones, lora_a };
 
 // How a parameter is cut across the ranks of a tensor- (or expert-) parallel group.
 // none: every rank holds all of it; column: the output dimension is split (each rank

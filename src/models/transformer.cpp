@@ -24,6 +24,8 @@ Transformer::Transformer(const ModelConfig& cfg, const LayerCut& cut, bool hold_
     rope_local_ = rope_freqs(local);
   }
   runtime_ = std::make_unique<ModelRuntime>(*this);
+  if (layout_.frozen_base)  // every rank holds the whole frozen base (it has no optimizer state to shard)
+    frozen_ = Buffer(size_t(layout_.base_table.total()) * sizeof(float), MemCategory::parameters);
   if (hold_params)
     params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
   else
@@ -51,17 +53,17 @@ float Transformer::embed_multiplier() const {
 }
 
 TensorView Transformer::token_embedding() const {
-  return flat_params().sub(layout_.offsets.wte, {layout_.vocab_rows, cfg_.n_embd});
+  return base_flat().sub(layout_.offsets.wte, {layout_.vocab_rows, cfg_.n_embd});
 }
 
 TensorView Transformer::position_embedding() const {
   if (layout_.offsets.wpe < 0) return {};
-  return flat_params().sub(layout_.offsets.wpe, {cfg_.max_position, cfg_.n_embd});
+  return base_flat().sub(layout_.offsets.wpe, {cfg_.max_position, cfg_.n_embd});
 }
 
 TensorView Transformer::lm_head() const {
   const ModelOffsets& s = layout_.offsets;
-  return flat_params().sub(s.lm_head >= 0 ? s.lm_head : s.wte, {layout_.vocab_rows, cfg_.n_embd});
+  return base_flat().sub(s.lm_head >= 0 ? s.lm_head : s.wte, {layout_.vocab_rows, cfg_.n_embd});
 }
 
 namespace {
@@ -78,6 +80,14 @@ void init_chunk(uint64_t seed, size_t param, const ParamInfo& p, double std_norm
   }
   const int64_t c0 = begin / kInitChunk * kInitChunk;  // the stream starts at its chunk's start
   Rng rng(seed, (uint64_t(param) << 32) ^ uint64_t(begin / kInitChunk));
+  if (p.init == ParamInit::lora_a) {  // U(-1/sqrt(in), 1/sqrt(in)): PEFT's kaiming_uniform_(a = sqrt(5))
+    const double bound = 1.0 / std::sqrt(double(p.global_shape.back()));
+    for (int64_t k = c0; k < end; ++k) {
+      const double u = rng.uniform();
+      if (k >= begin) dst[k - begin] = float((2.0 * u - 1.0) * bound);
+    }
+    return;
+  }
   const double sd = p.init == ParamInit::residual_normal ? std_resid : std_normal;
   for (int64_t k = c0; k < end; k += 2) {
     double z[2];
@@ -88,8 +98,16 @@ void init_chunk(uint64_t seed, size_t param, const ParamInfo& p, double std_norm
 }
 }  // namespace
 
+void Transformer::init_base(uint64_t seed) {
+  if (!layout_.frozen_base) return;
+  // The base's values are those of the same model without adapters (the same table, seed, streams).
+  init_table_values(layout_.base_table, seed, 0, layout_.base_table.total(), frozen_.as<float>());
+  base_changed();
+}
+
 void Transformer::init_random(uint64_t seed) {
   ZT_ASSERT(params_.data(), "init_random on a model that does not hold its parameters");
+  init_base(seed);
   if (dev_ == DeviceKind::cpu) return init_values(seed, 0, num_params(), params_.as<float>());
   std::vector<float> host(static_cast<size_t>(num_params()));
   init_values(seed, 0, num_params(), host.data());
@@ -99,6 +117,8 @@ void Transformer::init_random(uint64_t seed) {
 void Transformer::set_device(DeviceKind dev) {
   if (dev == dev_) return;
   const ModelRuntime& rt = *runtime_;
+  ZT_CHECK(dev == DeviceKind::cpu || !layout_.frozen_base,
+           "LoRA adapters (--use_peft) run on the CPU for now: the GPU backend has no adapter kernels yet");
   ZT_CHECK(
       dev == DeviceKind::cpu || (!rt.layers_swapped() && layout_.cut.whole && !rt.provider_ && !rt.external_state_),
       "the GPU runs one model on one device for now: no tensor or context parallelism, pipeline or ZeRO "
@@ -118,7 +138,12 @@ void Transformer::set_device(DeviceKind dev) {
 }
 
 void Transformer::init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const {
-  const auto& list = params().list();
+  init_table_values(params(), seed, begin, n, dst);
+}
+
+void Transformer::init_table_values(const ParamTable& table, uint64_t seed, int64_t begin, int64_t n,
+                                    float* dst) const {
+  const auto& list = table.list();
   const double std_normal = 0.02, std_resid = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
   const int64_t end = begin + n;
   // The pieces of global random-stream chunks this range needs: per tensor overlapping
@@ -197,7 +222,11 @@ int64_t Transformer::matmul_params() const {
 }
 
 double Transformer::flops_per_token(int T) const {
-  return 6.0 * double(matmul_params()) + 12.0 * cfg_.n_layer * cfg_.n_head * cfg_.head_size * double(T);
+  const double attention = 12.0 * cfg_.n_layer * cfg_.n_head * cfg_.head_size * double(T);
+  // LoRA: the frozen base's GEMMs run forward and input-gradient only (4 per weight), the
+  // adapters all three (6 per parameter).
+  if (layout_.frozen_base) return 4.0 * double(matmul_params()) + 6.0 * double(num_params()) + attention;
+  return 6.0 * double(matmul_params()) + attention;
 }
 
 }  // namespace zt

@@ -48,11 +48,20 @@ class Transformer {
   const ParamTable& params() const { return layout_.table; }
   // The flat fp32 parameter and gradient buffers, (num_params); empty when not held.
   TensorView flat_params() const { return flat_view(params_); }
+  // LoRA (layout().frozen_base): the base model's parameters, frozen, in base_params()'s layout;
+  // empty otherwise. base_params(): the table an HF folder's weights load into (the base's under
+  // LoRA, else params()). A caller that writes the base calls base_changed() after.
+  TensorView frozen_params() const { return flat_view(frozen_); }
+  const ParamTable& base_params() const { return layout_.frozen_base ? layout_.base_table : layout_.table; }
+  void base_changed() { ++frozen_version_; }
   TensorView flat_grads() const { return flat_view(grads_); }
   int64_t num_params() const { return params().total(); }
 
   // GPT-2 style: N(0, 0.02), residual projections scaled by 1/sqrt(2L), norms 1, biases 0.
   void init_random(uint64_t seed);
+  // LoRA: the frozen base's random initialisation (init_random's values of the model without
+  // adapters); init_random does it too.
+  void init_base(uint64_t seed);
   // The values init_random(seed) puts at flat elements [begin, begin + n) (this layout, a cut's
   // slices included), computed without the rest: a ZeRO rank initialises only its shard.
   void init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const;
@@ -90,6 +99,10 @@ class Transformer {
   friend class ModelRuntime;
   friend class KvDecoder;  // inference reuses the layers one token at a time (models/decoder.h)
 
+  // init_values over any table of this model (LoRA's base table too).
+  void init_table_values(const ParamTable& table, uint64_t seed, int64_t begin, int64_t n, float* dst) const;
+  // The buffer the base's layers read: the frozen base under LoRA, else the flat parameters.
+  TensorView base_flat() const { return layout_.frozen_base ? frozen_params() : flat_params(); }
   static TensorView flat_view(const Buffer& b) {
     return TensorView(b.data(), DType::f32, {b.bytes() / 4 ? int64_t(b.bytes() / 4) : 0});
   }
@@ -112,6 +125,8 @@ class Transformer {
   std::vector<nn::Block> blocks_;
   nn::Norm lnf_;
   Buffer params_, grads_;
+  Buffer frozen_;  // LoRA's base
+  uint64_t frozen_version_ = 0;
   DeviceKind dev_ = DeviceKind::cpu;
   std::unique_ptr<ModelRuntime> runtime_;
 };

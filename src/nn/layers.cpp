@@ -50,6 +50,7 @@ void Linear::forward(TensorView y, TensorView x) const {
   else
     kernels::gemm_typed(dev, t, false, true, N, out, in, 1.0f, xp, in, wc.data, in, 0.0f, yp, out);
   if (b) kernels::bias_forward(dev, yp, b.as<const float>(), N, out);
+  if (lora.on()) lora_forward(*this, y, x);
 }
 
 void Linear::backward_input(TensorView dx, TensorView dy_c) const {
@@ -62,6 +63,7 @@ void Linear::backward_input(TensorView dx, TensorView dy_c) const {
     kernels::gemm_typed(dev, t, false, true, N, in, out, 1.0f, dyp, out, wc.data, out, 0.0f, dxp, in);
   else
     kernels::gemm_typed(dev, t, false, false, N, in, out, 1.0f, dyp, out, wc.data, in, 0.0f, dxp, in);
+  if (lora.on()) lora_backward_input(*this, dx, dy_c);
 }
 
 void Linear::backward_weight(TensorView dy, TensorView dy_c, TensorView x) const {
@@ -70,10 +72,11 @@ void Linear::backward_weight(TensorView dy, TensorView dy_c, TensorView x) const
   const DType t = wc.dtype;
   const void* dyp = rows_of(dy_c, N, out, t, "Linear output gradient");
   const void* xp = rows_of(x, N, in, t, "Linear input");
-  float* dwp = dw.as<float>();
-  if (w_in_out)
+  if (lora.on()) lora_backward_weight(*this, dy_c, x);
+  float* dwp = dw.as<float>();  // null: frozen (LoRA's base), no weight gradient
+  if (dwp && w_in_out)
     kernels::gemm_typed(dev, t, true, false, in, out, N, 1.0f, xp, in, dyp, out, 1.0f, dwp, out);
-  else
+  else if (dwp)
     kernels::gemm_typed(dev, t, true, false, out, in, N, 1.0f, dyp, out, xp, in, 1.0f, dwp, in);
   if (db) kernels::bias_backward(dev, db.as<float>(), rows_of(dy, N, out, "Linear output gradient"), N, out);
 }

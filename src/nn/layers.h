@@ -7,6 +7,7 @@
 // Dimension glossary: N rows (= B*T tokens), C width, F ffn width.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/device.h"
 #include "core/tensor.h"
@@ -41,6 +42,28 @@ const char* recompute_name(Recompute r);
 // (land is dst).
 void lower(Precision p, TensorView dst, TensorView land, DeviceKind dev = DeviceKind::cpu);
 
+// LoRA (nn/lora.cpp): y += scale * dropout(x) A^T B^T on each part's outputs. Its temporaries
+// (rows N): h = x A^T and g = scale * dy B, (N, R) in fp32 and in the GEMMs' dtype; with dropout,
+// the dropped input (N, in) in the GEMMs' dtype and its gradient (N, in) in fp32.
+struct LoraScratch {
+  TensorView h, h_c, g, g_c, xd, dxd;
+};
+struct LoraPart {
+  int out_begin = 0, out_size = 0;  // the Linear's outputs this part adapts
+  TensorView b, db, bc;             // B (out_size, r); its gradient; its compute copy
+};
+struct LinearLora {
+  int r = 0;  // 0: no adapter
+  float scale = 0.f;
+  float dropout = 0.f;  // this pass's (0 in evaluation)
+  uint64_t seed = 0;    // the dropout mask's, fixed for a pass, a layer and a Linear
+  Precision precision = Precision::fp32;
+  TensorView a, da, ac;  // every part's A (r, in), back to back: (parts r, in)
+  std::vector<LoraPart> parts;
+  const LoraScratch* scratch = nullptr;
+  bool on() const { return r > 0; }
+};
+
 struct Linear {
   LinearKind kind = LinearKind::plain;
   int in = 0, out = 0;
@@ -53,6 +76,8 @@ struct Linear {
   // compute copy) come in the same dtype; outputs and weight gradients are fp32.
   TensorView wc;
   DeviceKind dev = DeviceKind::cpu;  // where the views live and the kernels run
+  // A frozen weight (LoRA's base: dw and db empty) takes no weight gradient.
+  LinearLora lora;
 
   // y (N, out) = x (N, in) W (+ b).
   void forward(TensorView y, TensorView x) const;
@@ -64,6 +89,12 @@ struct Linear {
   // dw += x^T dy_c; db += column sums of dy (fp32, so the bias keeps its digits).
   void backward_weight(TensorView dy, TensorView dy_c, TensorView x) const;
 };
+
+// The adapter's share of Linear's passes (nn/lora.cpp): y += its output; dx += its input
+// gradient; its A and B gradients +=.
+void lora_forward(const Linear& l, TensorView y, TensorView x);
+void lora_backward_input(const Linear& l, TensorView dx, TensorView dy_c);
+void lora_backward_weight(const Linear& l, TensorView dy_c, TensorView x);
 
 // none: the identity (OLMo-2 has no norm before attention and the MLP): forward copies, backward
 // adds the gradient through, so a block without pre-norms runs the same code.

@@ -151,6 +151,11 @@ void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
   std::printf("  Gradient Accumulation steps = %d\n", options_.accumulation);
   std::printf("  Total optimization steps = %lld\n", (long long)total_steps_);
   std::printf("  Number of trainable parameters = %lld\n", (long long)model_.num_params());
+  if (model_.layout().frozen_base) {  // PEFT's print_trainable_parameters(), whose "all" counts base + adapters
+    const int64_t all = model_.num_params() + model_.base_params().total();
+    std::printf("  trainable params: %lld || all params: %lld || trainable%%: %.4f\n", (long long)model_.num_params(),
+                (long long)all, 100.0 * double(model_.num_params()) / double(all));
+  }
   std::printf("  Sequence length = %d, model = %s, threads = %d\n", T_, model_.config().arch_name(),
               options_.threads > 0 ? options_.threads : 0);
   std::printf("  Machine = %s\n", machine_summary().c_str());

@@ -80,6 +80,7 @@ struct TrainConfig {
   struct Model {
     ModelConfig config;         // resolved (a long-context stage's RoPE included)
     std::string hf_dir;         // an HF folder whose weights start the run; "" = random initialisation
+    std::string adapter_dir;    // LoRA (config.lora): a PEFT adapter folder the adapters start from; "" = PEFT's init
     int64_t seed = 42;          // the random initialisation's
     HfSideFiles side_files;     // tokenizer + generation config, carried into saves
     bool allow_change = false;  // a resume may find another model config

@@ -16,6 +16,7 @@
 
 #include <omp.h>
 
+#include "checkpoint/peft_files.h"
 #include "train/context_stage.h"
 #include "plan/gemm_peak.h"
 #include "parallel/offload_engine.h"
@@ -262,17 +263,21 @@ void Trainer::build_model_and_engine() {
   model_ = std::make_unique<Transformer>(cfg_, cut, /*hold_params=*/!sharded_init);
   const auto t0 = Clock::now();
   const bool fresh = config_.checkpoint.resume_from.empty();
-  std::unique_ptr<HfWeights> hf;
+  std::unique_ptr<HfWeights> hf, adapters;
   if (!config_.model.hf_dir.empty()) hf = std::make_unique<HfWeights>(config_.model.hf_dir, cfg_);
+  const bool peft = model_->layout().frozen_base;
+  if (peft) adapters = load_frozen_base(hf.get());
+  // What the trainable parameters start from: the HF folder's weights (LoRA: the adapter folder's).
+  HfWeights* start = peft ? adapters.get() : hf.get();
   if (!sharded_init) {
     // Random weights: a tensor-parallel rank makes its slices of the values one process would
     // make, so the run is the same model whatever the layout; HF weights: a TP rank reads its
     // slices from the files. A resume skips random weights (about 1 s for GPT-2 124M): the
     // checkpoint sets every parameter a rank uses, and a slice it does not cover is an error.
-    if (hf)
-      hf->read(model_->params(), 0, model_->num_params(), model_->flat_params().as<float>());
+    if (start)
+      start->read(model_->params(), 0, model_->num_params(), model_->flat_params().as<float>());
     else if (fresh)
-      model_->init_random(uint64_t(config_.model.seed));
+      model_->init_values(uint64_t(config_.model.seed), 0, model_->num_params(), model_->flat_params().as<float>());
   }
   // The weights are read or drawn on the host, then the model moves to the GPU whole. The GEMM
   // peak (MFU's reference) is measured first and its scratch (1 GiB for bf16) is gone, and left out
@@ -307,14 +312,27 @@ void Trainer::build_model_and_engine() {
   if (sharded_init) {
     if (!fresh)
       source = std::make_unique<ZeroParams>();  // the checkpoint overwrites every element this rank keeps
-    else if (hf)
-      source = std::make_unique<HfParamSource>(*hf, model_->params());
+    else if (start)
+      source = std::make_unique<HfParamSource>(*start, model_->params());
     else
       source = std::make_unique<RandomParams>(*model_, uint64_t(config_.model.seed));
     pp.data_parallel.initial_params = source.get();
   }
   parallel_ = parallel::parallelize(*model_, *grid_, pp);
   if (config_.precision.scaler) scaler_ = std::make_unique<optim::LossScaler>(*config_.precision.scaler);
+}
+
+// LoRA: the frozen base (from the folder, or the seed's random weights), on every rank and on a
+// resume too (a checkpoint holds only the adapters); returns the adapter folder's weights
+// (--adapter_name_or_path), or null for PEFT's initialisation (A uniform, B zero).
+std::unique_ptr<HfWeights> Trainer::load_frozen_base(const HfWeights* hf) {
+  if (hf)
+    hf->read(model_->base_params(), 0, model_->base_params().total(), model_->frozen_params().as<float>());
+  else
+    model_->init_base(uint64_t(config_.model.seed));
+  model_->base_changed();
+  if (config_.model.adapter_dir.empty()) return nullptr;
+  return std::make_unique<HfWeights>(peft_weights_file(config_.model.adapter_dir), cfg_);
 }
 
 // Where a resume reads from: the run's flash snapshot (returned; *dir_out cleared) or the

@@ -99,6 +99,7 @@ class Trainer {
   void load_eval_tasks();
   void prepare_output_dir();
   void build_model_and_engine();
+  std::unique_ptr<HfWeights> load_frozen_base(const HfWeights* hf);  // LoRA (trainer.cpp)
   void resume();
   std::unique_ptr<StateReader> resume_source(std::string* dir_out, std::string* save_id_out);
   void begin_data_stage(const std::string& context_change);

@@ -48,6 +48,10 @@ StepResult Trainer::train_step(int64_t step) {
   // The loss scale multiplies the gradients (fp16); the loss itself is reported unscaled.
   const double loss_scale = scaler_ ? scaler_->scale_exact() : 1.0;
   parallel_->begin_step();
+  // LoRA's dropout masks: a function of the seed, the rank and the step (and the pass within it),
+  // so a resumed run draws the masks the uninterrupted one would have.
+  model_->runtime().set_dropout_seed(uint64_t(config_.model.seed) * 0x9E3779B97F4A7C15ull ^
+                                     uint64_t(world_.rank()) << 48 ^ uint64_t(step) << 8);
   fail_for_test(step);
   const float corrupt = test_corruption(step);
   const MicroBatch& first = loader_->next();
@@ -320,7 +324,8 @@ void Trainer::finish(double train_s) {
   // One HF folder, streamed to the chief tensor by tensor from the ranks that write checkpoint
   // pieces (any layout): no rank gathers the whole model (hf_export.h).
   hf_export_streamed(world_, parallel_->param_components(), parallel_->checkpoint_shard().index >= 0, cfg_,
-                     config_.checkpoint.output_dir, config_.checkpoint.save_dtype, config_.checkpoint.max_shard_bytes);
+                     config_.checkpoint.output_dir, config_.checkpoint.save_dtype, config_.checkpoint.max_shard_bytes,
+                     config_.model.hf_dir);
   if (!chief_) return;
   hf_write_side_files(config_.checkpoint.output_dir, side_files_);
   if (dp_comm_->size() > 1 || config_.parallel.engine.stage > 0) parallel::print_dp_report(report, model_states_);

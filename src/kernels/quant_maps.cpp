@@ -1,11 +1,11 @@
-// quant8.cpp: see quant8.h.
-#include "optim/quant8.h"
+// quant_maps.cpp: see quant_maps.h.
+#include "kernels/quant_maps.h"
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-namespace zt::optim {
+namespace zt::kernels {
 
 namespace {
 
@@ -69,4 +69,26 @@ void dequantize_block(const float* map, const uint8_t* codes, int64_t n, float a
   for (int64_t i = 0; i < n; ++i) x[i] = map[codes[i]] * absmax;
 }
 
-}  // namespace zt::optim
+uint8_t dynamic_quantize_bnb(const float* map, float x) {
+  int pivot = 127, upper_pivot = 255, lower_pivot = 0;
+  float lower = -1.f, upper = 1.f, val = map[pivot];
+  for (int step = 64; step > 0; step >>= 1) {
+    if (x > val) {
+      lower_pivot = pivot;
+      lower = val;
+      pivot += step;
+    } else {
+      upper_pivot = pivot;
+      upper = val;
+      pivot -= step;
+    }
+    val = map[pivot];
+  }
+  // The brackets still at their initial codes hold the map's ends, not the search's +-1.
+  if (upper_pivot == 255) upper = map[255];
+  if (lower_pivot == 0) lower = map[0];
+  if (x > val) return uint8_t(x > (upper + val) * 0.5f ? upper_pivot : pivot);
+  return uint8_t(x < (lower + val) * 0.5f ? lower_pivot : pivot);
+}
+
+}  // namespace zt::kernels

@@ -1,0 +1,93 @@
+// peft_args.cpp: see peft_args.h.
+#include "peft_args.h"
+
+#include <cmath>
+
+#include "checkpoint/peft_files.h"
+#include "core/error.h"
+#include "models/layout.h"
+
+namespace zt {
+
+std::vector<std::string> split_modules(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : text + ",") {
+    if (ch == ',' || ch == ' ') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  return out;
+}
+
+namespace {
+const char* kLoraFlags[] = {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "use_rslora"};
+
+// The adapter folder's settings win; a flag given with another value is a contradiction.
+void check_agrees(const TrainArgs& a, const LoraSpec& s, const std::string& folder) {
+  auto given = [&](const char* f) { return a.explicit_flags.count(f) > 0; };
+  auto clash = [&](const char* f, const std::string& flag, const std::string& file) {
+    throw Error("--" + std::string(f) + " " + flag + " disagrees with " + folder + "/adapter_config.json (" + file +
+                "); drop the flag (the adapter's settings apply)");
+  };
+  if (given("lora_r") && a.lora_r != s.r) clash("lora_r", std::to_string(a.lora_r), std::to_string(s.r));
+  if (given("lora_alpha") && std::fabs(a.lora_alpha - s.alpha) > 1e-6)
+    clash("lora_alpha", std::to_string(a.lora_alpha), std::to_string(s.alpha));
+  if (given("use_rslora") && a.use_rslora != s.rslora) clash("use_rslora", a.use_rslora ? "true" : "false", "");
+  if (given("lora_target_modules") && split_modules(a.lora_target_modules) != s.targets)
+    clash("lora_target_modules", a.lora_target_modules, "its target_modules");
+}
+}  // namespace
+
+void check_peft_flags(const TrainArgs& a) {
+  if (!a.use_peft && a.adapter_name_or_path.empty()) {
+    for (const char* f : kLoraFlags)
+      ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to LoRA adapters; add --use_peft");
+    ZT_CHECK(!a.use_dora, "--use_dora applies to LoRA adapters; add --use_peft");
+    return;
+  }
+  ZT_CHECK(a.peft_type == "lora", "--peft_type ", a.peft_type,
+           " is not supported yet; ztrain trains LoRA adapters (--peft_type lora)");
+  ZT_CHECK(!a.use_dora, "--use_dora: DoRA is not implemented yet; train plain LoRA (drop --use_dora)");
+  ZT_CHECK(a.tensor_model_parallel_size == 1 && a.pipeline_parallel_size == 1 && a.context_parallel_size == 1,
+           "--use_peft runs on one process or data parallel (DDP, ZeRO-1/2/3) for now; tensor, pipeline and context "
+           "parallelism are not supported with LoRA adapters");
+  ZT_CHECK(!a.adapter_name_or_path.empty() || a.lora_r >= 1, "--lora_r ", a.lora_r,
+           ": the adapters' rank must be at least 1");
+}
+
+void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
+  const bool adapter = !a.adapter_name_or_path.empty();
+  if (!a.use_peft && !adapter) return;
+  ZT_CHECK(!cfg.moe.on(), "--use_peft: LoRA adapters on mixture-of-experts models (", cfg.model_type,
+           ") are not supported yet (the experts are not Linear layers); train the whole model");
+  LoraSpec s;
+  if (adapter) {
+    s = peft_read_config(a.adapter_name_or_path);
+    check_agrees(a, s, a.adapter_name_or_path);
+    s.dropout = a.lora_dropout;  // training's dropout is the run's choice, as PEFT's is_trainable load
+  } else {
+    s.r = a.lora_r;
+    s.alpha = a.lora_alpha;
+    s.dropout = a.lora_dropout;
+    s.rslora = a.use_rslora;
+    s.targets = split_modules(a.lora_target_modules);
+  }
+  cfg.lora = s;
+  if (!adapter) {
+    lora_resolve_targets(cfg);  // an unknown target fails here, naming the valid ones
+    return;
+  }
+  try {
+    lora_resolve_targets(cfg);
+  } catch (const Error& e) {
+    throw Error(a.adapter_name_or_path + "/adapter_config.json: " + e.what() +
+                " (the adapter was made for another model)");
+  }
+  peft_check_adapter(cfg, a.adapter_name_or_path);
+}
+
+}  // namespace zt

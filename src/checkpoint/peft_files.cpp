@@ -1,0 +1,202 @@
+// peft_files.cpp: see peft_files.h.
+#include "checkpoint/peft_files.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint/hf_model.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "kernels/gemm.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+namespace {
+// The target_modules PEFT would store: each chosen module's last name, unless that name also
+// covers a module left out (GPT-2's attn.c_proj and mlp.c_proj), then its path within the block.
+std::vector<std::string> stored_targets(const ModelConfig& cfg) {
+  const std::vector<std::string> chosen = lora_resolve_targets(cfg);
+  std::vector<std::string> all;
+  for (const ModuleSlot& m : block_modules(cfg, 0)) {
+    size_t at = 0;
+    for (int dots = 0; dots < 3; ++dots) at = m.path.find('.', at) + 1;
+    all.push_back(m.path.substr(at));
+  }
+  auto last = [](const std::string& p) { return p.substr(p.rfind('.') + 1); };
+  std::vector<std::string> out;
+  for (const std::string& c : chosen) {
+    bool ambiguous = false;
+    for (const std::string& a : all)
+      ambiguous |= last(a) == last(c) && std::find(chosen.begin(), chosen.end(), a) == chosen.end();
+    const std::string name = ambiguous ? c : last(c);
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+}  // namespace
+
+nlohmann::ordered_json peft_adapter_config(const ModelConfig& cfg, const std::string& base) {
+  const LoraSpec& s = cfg.lora;
+  nlohmann::ordered_json j;
+  j["alpha_pattern"] = nlohmann::json::object();
+  j["auto_mapping"] = nullptr;
+  j["base_model_name_or_path"] = base.empty() ? nlohmann::json(nullptr) : nlohmann::json(base);
+  j["bias"] = "none";
+  // GPT-2's Conv1D stores weights (in, out): PEFT marks its adapters fan_in_fan_out.
+  j["fan_in_fan_out"] = cfg.arch == Arch::gpt2;
+  j["inference_mode"] = true;
+  j["init_lora_weights"] = true;
+  j["layer_replication"] = nullptr;
+  j["layers_pattern"] = nullptr;
+  j["layers_to_transform"] = nullptr;
+  j["loftq_config"] = nlohmann::json::object();
+  // PEFT keeps the number as given: an integral alpha is written as an integer.
+  if (s.alpha == std::floor(s.alpha) && s.alpha < 1e9)
+    j["lora_alpha"] = int64_t(s.alpha);
+  else
+    j["lora_alpha"] = s.alpha;
+  j["lora_dropout"] = s.dropout;
+  j["megatron_config"] = nullptr;
+  j["megatron_core"] = "megatron.core";
+  j["modules_to_save"] = nullptr;
+  j["peft_type"] = "LORA";
+  j["r"] = s.r;
+  j["rank_pattern"] = nlohmann::json::object();
+  j["revision"] = nullptr;
+  j["target_modules"] = stored_targets(cfg);
+  j["task_type"] = "CAUSAL_LM";
+  j["use_dora"] = false;
+  j["use_rslora"] = s.rslora;
+  return j;
+}
+
+void peft_save_adapters(const ModelConfig& cfg, const std::vector<StTensorOut>& tensors, const std::string& folder,
+                        const std::string& base) {
+  fs::create_directories(folder);
+  safetensors_write((fs::path(folder) / kAdapterWeights).string(), tensors, DType::f32, {{"format", "pt"}});
+  write_file_atomic((fs::path(folder) / kAdapterConfig).string(), peft_adapter_config(cfg, base).dump(2) + "\n");
+}
+
+std::string peft_weights_file(const std::string& folder) {
+  const fs::path p = fs::path(folder) / kAdapterWeights;
+  std::error_code ec;
+  ZT_CHECK(fs::is_regular_file(p, ec), folder, ": no ", kAdapterWeights,
+           "; --adapter_name_or_path names a PEFT adapter folder (adapter_config.json + adapter_model.safetensors)");
+  return p.string();
+}
+
+LoraSpec peft_read_config(const std::string& folder) {
+  const std::string path = (fs::path(folder) / kAdapterConfig).string();
+  std::ifstream in(path);
+  ZT_CHECK(in.good(), path,
+           ": cannot be read; --adapter_name_or_path names a PEFT adapter folder "
+           "(adapter_config.json + adapter_model.safetensors)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  ZT_CHECK(j.is_object(), path, ": not a JSON object");
+  auto field = [&](const char* k) { return j.contains(k) ? j[k] : nlohmann::json(); };
+  const nlohmann::json type = field("peft_type");
+  ZT_CHECK(type.is_string() && type.get<std::string>() == "LORA", path, ": peft_type ", type.dump(),
+           " is not supported; ztrain reads LORA adapters");
+  auto off = [&](const char* k, const nlohmann::json& ok) {
+    const nlohmann::json v = field(k);
+    ZT_CHECK(v.is_null() || v == ok || (v.is_object() && v.empty()), path, ": ", k, " = ", v.dump(),
+             " is not supported (ztrain's adapters have none)");
+  };
+  off("use_dora", false);
+  off("bias", "none");
+  off("modules_to_save", nullptr);
+  off("rank_pattern", nlohmann::json::object());
+  off("alpha_pattern", nlohmann::json::object());
+  off("layers_to_transform", nullptr);
+  LoraSpec s;
+  try {
+    s.r = field("r").get<int>();
+    s.alpha = field("lora_alpha").is_null() ? 8.0 : field("lora_alpha").get<double>();
+    s.dropout = field("lora_dropout").is_null() ? 0.0 : field("lora_dropout").get<double>();
+    s.rslora = field("use_rslora").is_boolean() && field("use_rslora").get<bool>();
+    const nlohmann::json t = field("target_modules");
+    if (t.is_string())
+      s.targets = {t.get<std::string>()};
+    else if (t.is_array())
+      for (const auto& x : t) s.targets.push_back(x.get<std::string>());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": r, lora_alpha, lora_dropout or target_modules has the wrong type (" + e.what() + ")");
+  }
+  ZT_CHECK(s.r >= 1 && s.r <= 65536, path, ": r = ", s.r, " must be at least 1");
+  ZT_CHECK(s.dropout >= 0.f && s.dropout < 1.f, path, ": lora_dropout ", s.dropout, " must lie in [0, 1)");
+  return s;
+}
+
+namespace {
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
+  return t + "]";
+}
+}  // namespace
+
+void peft_check_adapter(const ModelConfig& cfg, const std::string& folder) {
+  const SafetensorsFile file(peft_weights_file(folder));
+  const ModelLayout layout = model_layout(cfg);
+  const std::string base = cfg.model_type + " base model (hidden " + std::to_string(cfg.n_embd) + ", " +
+                           std::to_string(cfg.n_layer) + " layers)";
+  for (const ParamInfo& p : layout.table.list()) {
+    const StEntry* e = file.find(p.name);
+    ZT_CHECK(e, folder, ": the adapter has no tensor ", p.name, ", which adapter_config.json's settings give this ",
+             base, "; the adapter was made for a different base model or settings");
+    ZT_CHECK(e->shape == p.global_shape, folder, ": tensor ", p.name, " has shape ", shape_text(e->shape), " but this ",
+             base, " with r ", cfg.lora.r, " needs ", shape_text(p.global_shape),
+             "; the adapter was made for a different base model");
+  }
+  for (const StEntry& e : file.entries()) {
+    bool known = false;
+    for (const ParamInfo& p : layout.table.list()) known |= p.name == e.name;
+    ZT_CHECK(known, folder, ": tensor ", e.name, " has no place in this ", base,
+             " (ztrain reads lora_A / lora_B of the modules target_modules names)");
+  }
+}
+
+void peft_merge_into(Transformer& model, const std::string& adapter_folder) {
+  ModelConfig cfg = model.config();
+  ZT_CHECK(!cfg.lora.enabled(), "merging adapters needs the base model without adapters");
+  cfg.lora = peft_read_config(adapter_folder);
+  try {
+    lora_resolve_targets(cfg);
+  } catch (const Error& e) {
+    throw Error(adapter_folder + "/adapter_config.json: " + e.what() + " (the adapter was made for another model)");
+  }
+  peft_check_adapter(cfg, adapter_folder);
+  const ModelLayout with = model_layout(cfg);
+  std::vector<float> adapters(size_t(with.table.total()));
+  HfWeights(peft_weights_file(adapter_folder), cfg).read(with.table, 0, with.table.total(), adapters.data());
+  float* w = model.flat_params().as<float>();
+  const float scale = cfg.lora.scale();
+  const int r = cfg.lora.r;
+  for (size_t l = 0; l < with.adapters.size(); ++l) {
+    const BlockAdapters& ba = with.adapters[l];
+    const BlockOffsets& bo = model.layout().offsets.blocks[l];
+    for (auto [parts, lin] :
+         {std::pair{&ba.qkv, &bo.qkv}, {&ba.proj, &bo.proj}, {&ba.fc_in, &bo.fc_in}, {&ba.fc_out, &bo.fc_out}})
+      for (const AdapterPart& p : *parts) {
+        const float* A = adapters.data() + p.a;  // (r, in)
+        const float* B = adapters.data() + p.b;  // (out_size, r)
+        if (lin->w_in_out)                       // W (in, out): columns [o, o + m) += scale A^T B^T
+          kernels::gemm_typed(DType::f32, true, true, lin->in, p.out_size, r, scale, A, lin->in, B, r, 1.0f,
+                              w + lin->w + p.out_begin, lin->out);
+        else  // W (out, in): rows [o, o + m) += scale B A
+          kernels::gemm_typed(DType::f32, false, false, p.out_size, lin->in, r, scale, B, r, A, lin->in, 1.0f,
+                              w + lin->w + int64_t(p.out_begin) * lin->in, lin->in);
+      }
+  }
+}
+
+}  // namespace zt

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# lora.sh: LoRA runs end to end on a tiny random Llama (GQA) folder (the numbers against PyTorch are
+# tests/parity/lora_parity.py's): recomputation changes nothing; an interrupted run with dropout
+# resumes to the uninterrupted run's losses; a checkpoint holds only the adapters and their optimizer
+# state (adapter_model.safetensors + adapter_config.json, no base weights); bf16 trains; with mpirun, DDP and ZeRO-1/2/3 on 2 ranks give one process's losses; bad
+# input is one clear error line each and a non-zero exit.
+# usage: lora.sh path/to/ztrain [path/to/mpirun]
+set -u
+Z=$1
+MPI=${2:-}
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+PY=/usr/bin/python3
+HERE=$(cd "$(dirname "$0")" && pwd)
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok    $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
+
+$PY "$HERE/../parity/make_model.py" --arch llama --vocab_size 300 --hidden_size 64 --n_layer 2 --n_head 4 \
+  --n_kv_head 2 --ffn 176 --out "$W/model" --seed 3 --tokens "$W/t.bin" --num_tokens 6000 >/dev/null || exit 1
+common=(--model_name_or_path "$W/model" --use_peft --lora_r 4 --lora_target_modules all-linear --train_file "$W/t.bin"
+  --overwrite_output_dir --no_shuffle --logging_steps 1 --per_device_train_batch_size 2
+  --gradient_accumulation_steps 2 --model_max_length 32 --learning_rate 1e-3)
+losses() { $PY -c "import json,sys; print(json.dumps([e['loss'] for e in json.load(open(sys.argv[1]+'/trainer_state.json'))['log_history'] if 'loss' in e]))" "$1"; }
+same() {  # same LOSSES_A LOSSES_B TOL
+  $PY -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2]); t=float(sys.argv[3]); sys.exit(0 if len(a)==len(b)>0 and all(abs(x-y)<=t*abs(y) for x,y in zip(a,b)) else 1)" "$1" "$2" "$3"
+}
+
+run() { "$Z" train "${common[@]}" "$@" >"$W/last.out" 2>&1 || { cat "$W/last.out"; return 1; }; }
+run --max_steps 6 --save_strategy no --lora_dropout 0.1 --output_dir "$W/a" && a=$(losses "$W/a") || a="[]"
+run --max_steps 6 --save_strategy no --lora_dropout 0.1 --gradient_checkpointing --output_dir "$W/ar" &&
+  same "$a" "$(losses "$W/ar")" 0 && ok "full recomputation gives the same losses (dropout on)" || bad "recomputation"
+run --max_steps 6 --save_steps 3 --lora_dropout 0.1 --output_dir "$W/s" &&
+  run --max_steps 6 --save_steps 3 --lora_dropout 0.1 --output_dir "$W/s" --resume_from_checkpoint "$W/s/checkpoint-3" &&
+  same "$a" "$(losses "$W/s")" 0 && ok "resume from step 3 repeats the uninterrupted run's losses (dropout masks too)" ||
+  bad "resume"
+HERE=$HERE $PY - "$W/s/checkpoint-3" "$W/model" <<'P' && ok "a checkpoint holds the adapters and their optimizer state only" || bad "checkpoint contents"
+import json, os, sys
+ck, base = sys.argv[1], sys.argv[2]
+files = set(os.listdir(ck))
+assert {"adapter_model.safetensors", "adapter_config.json"} <= files and "model.safetensors" not in files, files
+sys.path.insert(0, os.path.join(os.environ["HERE"], "..", "parity"))
+import hfmodels
+names = list(hfmodels.read_safetensors(os.path.join(ck, "adapter_model.safetensors")))
+assert names and all(".lora_A." in n or ".lora_B." in n for n in names), names
+for f in files:
+    if f.startswith("state-"):
+        pieces = json.loads(hfmodels.read_safetensors_metadata(os.path.join(ck, f))["pieces"])
+        assert pieces and all(".lora_" in p["tensor"] for p in pieces.values()), pieces
+assert json.load(open(os.path.join(ck, "adapter_config.json")))["r"] == 4
+P
+run --max_steps 3 --save_strategy no --lora_dropout 0 --bf16 --output_dir "$W/b" &&
+  same "$(losses "$W/b")" "$(losses "$W/a" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)[:3]))")" 2e-2 &&
+  ok "bf16 trains (losses within 2e-2 of fp32's)" || bad "bf16"
+if [ -n "$MPI" ]; then
+  run --max_steps 4 --save_strategy no --lora_dropout 0 --per_device_train_batch_size 4 --output_dir "$W/one"
+  one=$(losses "$W/one")
+  for zs in 0 1 2 3; do
+    "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 \
+      --zero_stage $zs --output_dir "$W/z$zs" >"$W/z$zs.out" 2>&1 && same "$one" "$(losses "$W/z$zs")" 1e-6 &&
+      ok "2 ranks, ZeRO stage $zs (0 = DDP): one process's losses within 1e-6" || { bad "ZeRO $zs"; tail -3 "$W/z$zs.out"; }
+  done
+fi
+
+err() {  # err NAME PATTERN ARGS...: one "ztrain: error:" line matching PATTERN, non-zero exit
+  local name=$1 pat=$2; shift 2
+  "$Z" "$@" >"$W/e.out" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ] && [ "$(grep -c 'ztrain: error:' "$W/e.out")" = 1 ] && grep -q -- "$pat" "$W/e.out"; then
+    ok "bad input: $name"
+  else
+    bad "bad input: $name (rc $rc): $(cat "$W/e.out")"
+  fi
+}
+base=(train --model_name_or_path "$W/model" --train_file "$W/t.bin" --max_steps 1 --model_max_length 32
+  --output_dir "$W/e" --overwrite_output_dir)
+err "unknown target module lists the valid names" "valid names: q_proj, k_proj, v_proj, o_proj, gate_proj" \
+  "${base[@]}" --use_peft --lora_target_modules q_proj,qkv
+err "--lora_r 0" "rank must be at least 1" "${base[@]}" --use_peft --lora_r 0
+err "a LoRA flag without --use_peft" "add --use_peft" "${base[@]}" --lora_r 8
+err "--use_dora is refused" "DoRA is not implemented" "${base[@]}" --use_peft --use_dora
+err "tensor parallelism is refused" "tensor, pipeline and context" "${base[@]}" --use_peft \
+  --tensor-model-parallel-size 2
+# An adapter for a different base: the same modules at another rank's shapes.
+mkdir -p "$W/other"
+$PY - "$W/a" "$W/other" <<'P'
+import json, sys
+c = json.load(open(sys.argv[1] + "/adapter_config.json")); c["r"] = 8
+json.dump(c, open(sys.argv[2] + "/adapter_config.json", "w"))
+P
+cp "$W/a/adapter_model.safetensors" "$W/other/"
+err "an adapter for a different base names the tensor and both shapes" "has shape \[4,64\] but .* needs \[8,64\]" \
+  "${base[@]}" --adapter_name_or_path "$W/other"
+err "merge-adapter of a mismatched adapter" "has shape" merge-adapter --model_name_or_path "$W/model" \
+  --adapter_name_or_path "$W/other" --output_dir "$W/m"
+err "resume with another rank" "differ from this run's" train "${common[@]}" --lora_r 8 --max_steps 6 \
+  --output_dir "$W/s" --resume_from_checkpoint "$W/s/checkpoint-3"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

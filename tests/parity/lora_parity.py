@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""LoRA parity: ztrain's adapters against a PyTorch transcription of PEFT's LoRA.
+
+For a tiny GPT-2 (Conv1D, c_attn + c_proj, rank-stabilized) and a tiny Llama with grouped-query
+attention (all-linear), from one random HF folder, one initial adapter folder (A uniform as PEFT
+draws it, B random so that every gradient is live) and one token file:
+  - train 5 AdamW steps (gradient accumulation 2, clipping, weight decay) in both: every per-step
+    loss and pre-clip gradient norm within 1e-4 relative;
+  - ztrain's adapter folder: exactly PEFT's key names and shapes (the expected list is written here
+    from PEFT's naming rule) and adapter_config.json's fields; its tensors equal PyTorch's trained
+    adapters closely;
+  - `ztrain merge-adapter`: the merged folder's logits equal the adapter-applied model's within
+    1e-5 relative (fp32);
+  - `ztrain eval --adapter_name_or_path` gives the adapter-applied model's loss;
+  - trainable parameters: ztrain's count equals PEFT's (sum of r (in + out) over the adapted
+    modules), here and for the Llama 124M config with r = 8 on all linear layers.
+
+usage: lora_parity.py --ztrain build/ztrain [--work DIR]
+"""
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import hfmodels  # noqa: E402
+
+PY = "/usr/bin/python3"
+B, G, T, STEPS, LR = 4, 2, 32, 5, 1e-3
+HP = ["--learning_rate", str(LR), "--weight_decay", "0.1", "--adam_beta1", "0.9", "--adam_beta2", "0.95",
+      "--adam_epsilon", "1e-8", "--max_grad_norm", "1.0"]
+# name, make_model args, PEFT target_modules, r, alpha, use_rslora, the block modules adapted
+CASES = [
+    ("gpt2_rslora", ["--arch", "gpt2", "--vocab_size", "300", "--n_embd", "64", "--n_layer", "2", "--n_head", "4"],
+     ["c_attn", "attn.c_proj"], 4, 8, True, ["attn.c_attn", "attn.c_proj"]),
+    ("llama_gqa_all_linear", ["--arch", "llama", "--vocab_size", "300", "--hidden_size", "64", "--n_layer", "2",
+                              "--n_head", "4", "--n_kv_head", "2", "--ffn", "176"],
+     "all-linear", 8, 16, False, ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                  "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]),
+]
+# PEFT's LoraConfig fields as a saved adapter_config.json carries them.
+CONFIG_FIELDS = {"alpha_pattern", "auto_mapping", "base_model_name_or_path", "bias", "fan_in_fan_out",
+                 "inference_mode", "init_lora_weights", "layer_replication", "layers_pattern", "layers_to_transform",
+                 "loftq_config", "lora_alpha", "lora_dropout", "megatron_config", "megatron_core", "modules_to_save",
+                 "peft_type", "r", "rank_pattern", "revision", "target_modules", "task_type", "use_dora",
+                 "use_rslora"}
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+class LoraWrap(torch.nn.Module):
+    """PEFT's LoRA layer: base(x) + scale * lora_B(lora_A(x)), the base frozen."""
+
+    def __init__(self, base, A, Bm, scale):
+        super().__init__()
+        self.base = base
+        for p in self.base.parameters():
+            p.requires_grad_(False)
+        self.lora_A = torch.nn.Parameter(A.clone())
+        self.lora_B = torch.nn.Parameter(Bm.clone())
+        self.scale = scale
+
+    def forward(self, x):
+        return self.base(x) + self.scale * ((x @ self.lora_A.t()) @ self.lora_B.t())
+
+
+def block_prefix(arch, layer):
+    return f"transformer.h.{layer}" if arch == "gpt2" else f"model.layers.{layer}"
+
+
+def module_shape(model, path):
+    """(in, out) of a module: Conv1D stores its weight (in, out), nn.Linear (out, in)."""
+    mod = model.get_submodule(path)
+    w = mod.weight
+    return (w.shape[0], w.shape[1]) if type(mod).__name__ == "Conv1D" else (w.shape[1], w.shape[0])
+
+
+def apply_lora(model, adapters, modules, scale):
+    """Wraps each adapted module with the adapter tensors {module path: (A, B)}."""
+    for path in modules:
+        parent, name = path.rsplit(".", 1)
+        A, Bm = adapters[path]
+        setattr(model.get_submodule(parent), name, LoraWrap(model.get_submodule(path), A, Bm, scale))
+
+
+def batches(tokens, step, micro):
+    n_windows = (len(tokens) - 1) // T
+    xs, ys = [], []
+    for j in range(B):
+        w = (step * B * G + micro * B + j) % n_windows
+        c = tokens[w * T: w * T + T + 1]
+        xs.append(c[:-1])
+        ys.append(c[1:])
+    return torch.from_numpy(np.stack(xs)), torch.from_numpy(np.stack(ys))
+
+
+def torch_train(model, tokens, params):
+    decay = [p for p in params if p.dim() >= 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}], lr=LR, betas=(0.9, 0.95), eps=1e-8)
+    losses, norms = [], []
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for micro in range(G):
+            x, y = batches(tokens, step, micro)
+            _, loss = model(x, y)
+            (loss / G).backward()
+            total += loss.item() / G
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, 1.0)))
+        opt.step()
+        losses.append(total)
+    return losses, norms
+
+
+def case(name, make_args, targets, r, alpha, rslora, modules, work, ztrain):
+    fails, d = 0, os.path.join(work, name)
+    model_dir, tokens_file, init = os.path.join(d, "model"), os.path.join(d, "train.bin"), os.path.join(d, "init")
+    run([PY, os.path.join(HERE, "make_model.py"), "--out", model_dir, "--seed", "3", "--tokens", tokens_file,
+         "--num_tokens", "6000"] + make_args)
+    base, config = hfmodels.load_model(model_dir)
+    arch = "gpt2" if config["model_type"] == "gpt2" else "llama"
+    L = config.get("n_layer", config.get("num_hidden_layers"))
+    paths = [f"{block_prefix(arch, l)}.{m}" for l in range(L) for m in modules]
+    # The initial adapters: A as PEFT draws it (U(+-1/sqrt(in))), B random (PEFT starts it at zero,
+    # which would leave A's first gradients zero and test less).
+    g = torch.Generator().manual_seed(7)
+    adapters, tensors = {}, {}
+    for p in paths:
+        n_in, n_out = module_shape(base, p)
+        A = (torch.rand(r, n_in, generator=g) * 2 - 1) / math.sqrt(n_in)
+        Bm = torch.randn(n_out, r, generator=g) * 0.05
+        adapters[p] = (A, Bm)
+        tensors[f"base_model.model.{p}.lora_A.weight"] = A
+        tensors[f"base_model.model.{p}.lora_B.weight"] = Bm
+    os.makedirs(init, exist_ok=True)
+    hfmodels.write_safetensors(os.path.join(init, "adapter_model.safetensors"), tensors)
+    cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": alpha, "lora_dropout": 0.0,
+           "target_modules": targets, "use_rslora": rslora, "bias": "none", "fan_in_fan_out": arch == "gpt2"}
+    json.dump(cfg, open(os.path.join(init, "adapter_config.json"), "w"))
+    scale = alpha / math.sqrt(r) if rslora else alpha / r
+    tokens = np.fromfile(tokens_file, dtype="<u2").astype(np.int64)
+
+    model, _ = hfmodels.load_model(model_dir)
+    apply_lora(model, adapters, paths, scale)
+    model.train()
+    params = [p for n, p in model.named_parameters() if "lora_" in n]
+    peft_count = sum(p.numel() for p in params)
+    ref_losses, ref_norms = torch_train(model, tokens, params)
+
+    out = os.path.join(d, "ztrain_out")
+    log = run([ztrain, "train", "--model_name_or_path", model_dir, "--adapter_name_or_path", init, "--lora_dropout",
+               "0", "--train_file", tokens_file, "--output_dir", out, "--overwrite_output_dir", "--no_shuffle",
+               "--lr_scheduler_type", "constant", "--logging_steps", "1", "--save_strategy", "no",
+               "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps", str(G),
+               "--model_max_length", str(T), "--max_steps", str(STEPS)] + HP)
+    hist = [e for e in json.load(open(os.path.join(out, "trainer_state.json")))["log_history"] if "loss" in e]
+    wl = max(rel(h["loss"], x) for h, x in zip(hist, ref_losses))
+    wn = max(rel(h["grad_norm"], x) for h, x in zip(hist, ref_norms))
+    ok = len(hist) == STEPS and wl <= 1e-4 and wn <= 1e-4
+    print(f"{name:<22} losses ztrain {[round(h['loss'], 6) for h in hist]}")
+    print(f"{'':<22} losses torch  {[round(x, 6) for x in ref_losses]}")
+    print(f"{'':<22} worst relative difference: loss {wl:.2e}, grad_norm {wn:.2e} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+
+    # Trainable parameters as PEFT counts them: sum of r (in + out) over the adapted modules.
+    zcount = int(re.search(r"Number of trainable parameters = (\d+)", log).group(1))
+    ok = zcount == peft_count
+    print(f"{'':<22} trainable parameters: ztrain {zcount}, PEFT {peft_count} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+
+    # The folder: PEFT's keys and shapes, its config fields, and PyTorch's trained values.
+    saved = hfmodels.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
+    want = {}
+    for p in paths:
+        n_in, n_out = module_shape(base, p)
+        want[f"base_model.model.{p}.lora_A.weight"] = (r, n_in)
+        want[f"base_model.model.{p}.lora_B.weight"] = (n_out, r)
+    got = {k: tuple(v.shape) for k, v in saved.items()}
+    zcfg = json.load(open(os.path.join(out, "adapter_config.json")))
+    ok = got == want and set(zcfg) == CONFIG_FIELDS and zcfg["r"] == r and zcfg["lora_alpha"] == alpha and \
+        zcfg["use_rslora"] == rslora and zcfg["peft_type"] == "LORA" and zcfg["fan_in_fan_out"] == (arch == "gpt2")
+    print(f"{'':<22} adapter folder: {len(got)} tensors, keys/shapes {'equal' if got == want else 'DIFFER'} to "
+          f"PEFT's, config fields {'equal' if set(zcfg) == CONFIG_FIELDS else sorted(set(zcfg) ^ CONFIG_FIELDS)}, "
+          f"target_modules {zcfg['target_modules']} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+    trained = {f"base_model.model.{p}.lora_A.weight": m.lora_A for p, m in
+               ((p, model.get_submodule(p)) for p in paths)}
+    trained.update({f"base_model.model.{p}.lora_B.weight": model.get_submodule(p).lora_B for p in paths})
+    diff = max(float((saved[k] - trained[k].detach()).abs().max()) for k in want)
+    ok = diff < 5e-4  # as run_parity.py: 10% of 5 steps' largest Adam travel
+    print(f"{'':<22} saved adapters vs PyTorch's trained: max |diff| {diff:.2e} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+
+    # merge-adapter: the merged folder's logits vs the adapter-applied model's (ztrain's adapters).
+    merged = os.path.join(d, "merged")
+    run([ztrain, "merge-adapter", "--model_name_or_path", model_dir, "--adapter_name_or_path", out, "--output_dir",
+         merged])
+    applied, _ = hfmodels.load_model(model_dir)
+    apply_lora(applied, {p: (saved[f"base_model.model.{p}.lora_A.weight"],
+                             saved[f"base_model.model.{p}.lora_B.weight"]) for p in paths}, paths, scale)
+    mm, _ = hfmodels.load_model(merged)
+    x, y = batches(tokens, 0, 0)
+    with torch.no_grad():
+        la, loss_applied = applied(x, y)
+        lm, _ = mm(x)
+    mrel = float((la - lm).abs().max() / la.abs().max())
+    ok = mrel <= 1e-5
+    print(f"{'':<22} merged vs adapter-applied logits: max relative {mrel:.2e} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+
+    # ztrain eval with the adapter: the adapter-applied model's loss on the same rows.
+    vfile = os.path.join(d, "val.bin")
+    tokens[: B * T + 1].astype("<u2").tofile(vfile)
+    ev = run([ztrain, "eval", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
+              "--validation_file", vfile, "--per_device_eval_batch_size", "1", "--model_max_length", str(T)])
+    zl = float(re.search(r"eval_loss\s+=\s+([0-9.]+)", ev).group(1))
+    tl = float(loss_applied)  # the mean over the file's B windows of T
+    ok = rel(zl, tl) <= 1e-5
+    print(f"{'':<22} eval --adapter_name_or_path loss {zl:.6f} vs PyTorch {tl:.6f} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+    return fails
+
+
+def llama124m_count(work, ztrain):
+    """r = 8 on all linear layers of the Llama 124M config: ztrain's count against PEFT's formula."""
+    cfg = json.load(open(os.path.join(HERE, "..", "..", "bench", "configs", "llama-124m.json")))
+    C, F, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    hs = cfg.get("head_dim", C // cfg["num_attention_heads"])
+    q, kv = cfg["num_attention_heads"] * hs, cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * hs
+    shapes = [(C, q), (C, kv), (C, kv), (q, C), (C, F), (C, F), (F, C)]
+    peft = L * sum(8 * (i + o) for i, o in shapes)
+    tok = os.path.join(work, "t124.bin")
+    np.random.default_rng(0).integers(0, 1000, 600).astype("<u2").tofile(tok)
+    log = run([ztrain, "train", "--model_config_path", os.path.join(HERE, "..", "..", "bench", "configs",
+                                                                     "llama-124m.json"),
+               "--use_peft", "--lora_r", "8", "--lora_target_modules", "all-linear", "--train_file", tok,
+               "--output_dir", os.path.join(work, "o124"), "--overwrite_output_dir", "--max_steps", "1",
+               "--per_device_train_batch_size", "1", "--model_max_length", "64", "--save_strategy", "no"])
+    z = int(re.search(r"Number of trainable parameters = (\d+)", log).group(1))
+    line = re.search(r"trainable params: .*", log).group(0)
+    ok = z == peft
+    print(f"llama-124m r=8 all-linear: ztrain {z} ({line}), PEFT's formula {peft}, Adam state "
+          f"{8 * z / 2**20:.2f} MiB -> {'ok' if ok else 'FAIL'}")
+    return int(not ok)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--work", default="")
+    a = ap.parse_args()
+    torch.set_num_threads(2)
+    work = a.work or tempfile.mkdtemp(prefix="zt_lora_")
+    fails = sum(case(*c, work, a.ztrain) for c in CASES)
+    fails += llama124m_count(work, a.ztrain)
+    print("ok" if not fails else f"{fails} FAILED")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
