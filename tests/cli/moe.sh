@@ -78,6 +78,8 @@ expect "bf16 with experts" "bf16 mixed precision does not support mixture-of-exp
   "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/o4" "${base[@]}" --bf16
 expect "recomputation with experts" "recomputation .* does not support mixture-of-experts" -- \
   "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/o5" "${base[@]}" --gradient_checkpointing
+expect "LoRA on experts" "use_peft: LoRA adapters on mixture-of-experts models" -- \
+  "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/o7" "${base[@]}" --use_peft
 expect "negative capacity" "moe_capacity_factor" -- \
   "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/o6" "${base[@]}" --moe_capacity_factor -1
 echo "$pass passed, $fail failed"
