@@ -171,6 +171,18 @@ int cmd_train(const Args& args) {
   f.add("adam_beta2", &a.adam_beta2, "(0.999)", range::below(0, 1));
   f.add("adam_epsilon", &a.adam_epsilon, "(1e-8)", range::above(0));
   f.add("max_grad_norm", &a.max_grad_norm, "global gradient-norm clip, 0 disables (1.0)", range::at_least(0));
+  f.add("moe_capacity_factor", &a.moe_capacity_factor,
+        "MoE models: each expert takes at most ceil(factor x tokens x top-k / experts) of a micro-batch's tokens, "
+        "the rest are dropped and counted (moe_dropped in metrics.jsonl); 0 = dropless (0; docs/moe.md)",
+        range::closed(0, 1e6));
+  f.add("expert-model-parallel-size", &a.expert_model_parallel_size,
+        "MoE models: ranks of the data-parallel group that share each layer's experts (E / size each), tokens "
+        "dispatched and combined all-to-all; must divide the experts and the data-parallel ranks (1; docs/moe.md)",
+        range::closed(1, 1 << 16));
+  f.add("router_z_loss_coef", &a.router_z_loss_coef,
+        "MoE models: weight of the router z-loss, the mean of logsumexp(router logits)^2 over all layers' tokens "
+        "(ST-MoE) (0; docs/moe.md)",
+        range::closed(0, 1e6));
   f.add("lr_scheduler_type", &a.lr_scheduler_type,
         "constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial | inverse_sqrt | "
         "cosine_with_min_lr | warmup_stable_decay | WarmupLR | WarmupDecayLR | WarmupCosineLR (linear)");

@@ -87,6 +87,8 @@ void check_peft_flags(const TrainArgs& a) {
 void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
   const bool adapter = !a.adapter_name_or_path.empty();
   if (!a.use_peft && !adapter) return;
+  ZT_CHECK(!cfg.moe.on(), "--use_peft: LoRA adapters on mixture-of-experts models (", cfg.model_type,
+           ") are not supported yet (the experts are not Linear layers); train the whole model");
   LoraSpec s;
   if (adapter) {
     s = peft_read_config(a.adapter_name_or_path);

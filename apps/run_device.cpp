@@ -18,6 +18,7 @@ std::string gpu_unsupported_reason(const TrainArgs& a, int world_size, const Mod
     return "tensor, context and pipeline parallelism do not run on the GPU yet";
   if (a.local_sgd_steps > 0) return "local SGD does not run on the GPU yet";
   if (a.fp16) return "fp16 mixed precision runs on the CPU only; on the GPU use --bf16";
+  if (cfg.moe.on()) return "mixture-of-experts models run on the CPU only for now (no GPU expert kernels yet)";
   return "";
 }
 

@@ -70,7 +70,8 @@ nlohmann::json train_args_json(const TrainArgs& a) {
   ZT_ARG(offload_optimizer), ZT_ARG(offload_param), ZT_ARG(max_device_memory);
   ZT_ARG(optim), ZT_ARG(learning_rate), ZT_ARG(weight_decay), ZT_ARG(adam_beta1), ZT_ARG(adam_beta2);
   ZT_ARG(adam_epsilon), ZT_ARG(max_grad_norm), ZT_ARG(lr_scheduler_type), ZT_ARG(warmup_ratio), ZT_ARG(warmup_steps);
-  ZT_ARG(lr_scheduler_kwargs);
+  ZT_ARG(lr_scheduler_kwargs), ZT_ARG(moe_capacity_factor), ZT_ARG(router_z_loss_coef);
+  ZT_ARG(expert_model_parallel_size);
   ZT_ARG(max_steps), ZT_ARG(num_train_epochs), ZT_ARG(logging_steps), ZT_ARG(save_strategy), ZT_ARG(save_steps);
   ZT_ARG(save_total_limit), ZT_ARG(resume_from_checkpoint), ZT_ARG(resume_allow_changes), ZT_ARG(save_dtype);
   ZT_ARG(flash_checkpoint), ZT_ARG(spike_policy), ZT_ARG(spike_window), ZT_ARG(spike_zscore);

@@ -152,6 +152,13 @@ struct TrainArgs {
   // config's bf16 / fp16 blocks. fp32 masters, gradients and optimizer state either way.
   bool bf16 = false;
   bool fp16 = false;
+  // Mixture-of-experts models (docs/moe.md): capacity-limited routing (each expert keeps at most
+  // ceil(factor N K / E) of a micro-batch's assignments; 0 = dropless) and the router z-loss's weight.
+  double moe_capacity_factor = 0.0;
+  double router_z_loss_coef = 0.0;
+  // Expert parallelism (Megatron's name): ranks of the data-parallel group sharing each MoE layer's
+  // experts, E / size each, tokens exchanged all-to-all (docs/moe.md).
+  int expert_model_parallel_size = 1;
   // Activation recomputation: HF's --gradient_checkpointing (= full), Megatron's
   // --recompute-granularity full | selective and --recompute-num-layers (the first N blocks
   // recompute; -1 = all), DeepSpeed's activation_checkpointing block.

@@ -204,6 +204,7 @@ dist::ParallelDims grid_dims(const TrainArgs& a, int world) {
   d.dp_shard = a.zero_hpz_partition_size > 1 ? a.zero_hpz_partition_size : dp;
   if (a.local_sgd_steps > 0) d.dp_shard = a.local_sgd_group_size;  // resolved, divides the world
   d.dp_replicate = dp / d.dp_shard;
+  d.ep = a.expert_model_parallel_size;
   return d;
 }
 
@@ -260,6 +261,36 @@ parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const 
            "--auto_find_batch_size does not plan pipeline stages yet; give the batch with "
            "--per_device_train_batch_size");
   return kind;
+}
+
+}  // namespace zt
+
+namespace zt {
+
+void apply_moe_args(const TrainArgs& a, const nn::ActPlan& plan, ModelConfig* cfg) {
+  MoeConfig& m = cfg->moe;
+  if (!m.on()) {
+    for (const char* flag : {"moe_capacity_factor", "router_z_loss_coef", "expert-model-parallel-size"})
+      ZT_CHECK(!a.explicit_flags.count(flag), "--", flag, " applies to mixture-of-experts models (mixtral, qwen2_moe, ",
+               "qwen3_moe); ", cfg->model_type, " has no experts");
+    return;
+  }
+  const int ep = a.expert_model_parallel_size;
+  ZT_CHECK(m.num_experts % ep == 0, "--expert-model-parallel-size ", ep, " does not divide the model's ", m.num_experts,
+           " experts; use a divisor of ", m.num_experts);
+  m.capacity_factor = a.moe_capacity_factor;
+  m.z_loss_coef = float(a.router_z_loss_coef);
+  const char* what = "mixture-of-experts models";
+  ZT_CHECK(a.tensor_model_parallel_size == 1, "--tensor-model-parallel-size does not support ", what,
+           " yet (expert parallelism is not implemented); use data parallelism or ZeRO");
+  ZT_CHECK(a.context_parallel_size == 1, "--context-parallel-size does not support ", what, " yet");
+  ZT_CHECK(a.pipeline_parallel_size == 1, "--pipeline-model-parallel-size does not support ", what,
+           " yet (the load-balancing loss sums over every layer's router)");
+  ZT_CHECK(plan.recompute == nn::Recompute::none || plan.recompute_layers == 0,
+           "activation recomputation (--gradient_checkpointing / --recompute-granularity) does not support ", what,
+           " yet; train without it");
+  ZT_CHECK(plan.precision == nn::Precision::fp32, "--", nn::precision_name(plan.precision),
+           " mixed precision does not support ", what, " yet (the expert kernels are fp32); train in fp32");
 }
 
 }  // namespace zt

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "kernels/convert.h"
 #include "kernels/gemm.h"
+#include "kernels/moe.h"
 #include "kernels/ops.h"
 #ifdef ZT_HAVE_CUDA
 #include "kernels/cuda/attention_cuda.h"
@@ -213,6 +214,58 @@ void copy_out(DeviceKind d, void* host_dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   if (d == DeviceKind::cuda) return copy_to_host(host_dst, src, bytes);
   std::memcpy(host_dst, src, bytes);
+}
+
+// The MoE kernels have no GPU twin yet: one clear error instead of a crash on device pointers.
+#define ZT_MOE_CPU_ONLY() \
+  ZT_CHECK(d == DeviceKind::cpu, "mixture-of-experts layers run on the CPU only for now (no GPU kernels yet)")
+void moe_router_forward(DeviceKind d, float* probs, int32_t* idx, float* w, float* lse, const float* logits,
+                        const MoeDims& md, bool renorm) {
+  ZT_MOE_CPU_ONLY();
+  moe_router_forward(probs, idx, w, lse, logits, md, renorm);
+}
+void moe_router_backward(DeviceKind d, float* dlogits, const float* dw, const float* probs, const int32_t* idx,
+                         const float* w, const float* lse, const float* dprob, float z_grad, const MoeDims& md,
+                         bool renorm) {
+  ZT_MOE_CPU_ONLY();
+  moe_router_backward(dlogits, dw, probs, idx, w, lse, dprob, z_grad, md, renorm);
+}
+void moe_gather(DeviceKind d, float* xp, const float* x, const int32_t* token_of, int64_t R, int C) {
+  ZT_MOE_CPU_ONLY();
+  moe_gather(xp, x, token_of, R, C);
+}
+void moe_gather_backward(DeviceKind d, float* dx, const float* dxp, const int32_t* slot_of, const MoeDims& md) {
+  ZT_MOE_CPU_ONLY();
+  moe_gather_backward(dx, dxp, slot_of, md);
+}
+void moe_combine(DeviceKind d, float* y, const float* yp, const float* w, const int32_t* slot_of, const MoeDims& md) {
+  ZT_MOE_CPU_ONLY();
+  moe_combine(y, yp, w, slot_of, md);
+}
+void moe_combine_backward(DeviceKind d, float* dyp, float* dw, const float* dy, const float* yp, const float* w,
+                          const int32_t* slot_of, const MoeDims& md) {
+  ZT_MOE_CPU_ONLY();
+  moe_combine_backward(dyp, dw, dy, yp, w, slot_of, md);
+}
+void moe_grouped_gemm(DeviceKind d, const int32_t* offsets, int E, bool trans_b, int64_t n, int64_t k, const float* a,
+                      int64_t lda, const float* b, int64_t b_stride, int64_t ldb, float beta, float* c, int64_t ldc) {
+  ZT_MOE_CPU_ONLY();
+  moe_grouped_gemm(offsets, E, trans_b, n, k, a, lda, b, b_stride, ldb, beta, c, ldc);
+}
+void moe_grouped_wgrad(DeviceKind d, const int32_t* offsets, int E, int64_t n, int64_t k, const float* dy, int64_t lddy,
+                       const float* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw) {
+  ZT_MOE_CPU_ONLY();
+  moe_grouped_wgrad(offsets, E, n, k, dy, lddy, x, ldx, dw, dw_stride, lddw);
+}
+
+void moe_shared_gate_forward(DeviceKind d, float* y, const float* o, const float* g, int64_t N, int C) {
+  ZT_MOE_CPU_ONLY();
+  moe_shared_gate_forward(y, o, g, N, C);
+}
+void moe_shared_gate_backward(DeviceKind d, float* do_, float* dg, const float* dy, const float* o, const float* g,
+                              int64_t N, int C) {
+  ZT_MOE_CPU_ONLY();
+  moe_shared_gate_backward(do_, dg, dy, o, g, N, C);
 }
 
 }  // namespace zt::kernels

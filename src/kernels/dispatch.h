@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/moe.h"
 #include "kernels/nf4.h"
 
 namespace zt::kernels {
@@ -70,5 +71,27 @@ void copy_rows(DeviceKind d, void* dst, size_t dst_pitch, const void* src, size_
 // Host <-> the device's memory (a plain memcpy on the CPU).
 void copy_in(DeviceKind d, void* dst, const void* host_src, size_t bytes);
 void copy_out(DeviceKind d, void* host_dst, const void* src, size_t bytes);
+
+// The mixture-of-experts kernels (moe.h). CPU only for now: the GPU twins (cuBLASLt's grouped
+// GEMMs) and expert parallelism's exchange go behind these same calls; a GPU request throws.
+// The grouping itself (moe_group_by_expert) is index work on the host and stays out of the seam.
+void moe_router_forward(DeviceKind d, float* probs, int32_t* idx, float* w, float* lse, const float* logits,
+                        const MoeDims& md, bool renorm);
+void moe_router_backward(DeviceKind d, float* dlogits, const float* dw, const float* probs, const int32_t* idx,
+                         const float* w, const float* lse, const float* dprob, float z_grad, const MoeDims& md,
+                         bool renorm);
+void moe_gather(DeviceKind d, float* xp, const float* x, const int32_t* token_of, int64_t R, int C);
+void moe_gather_backward(DeviceKind d, float* dx, const float* dxp, const int32_t* slot_of, const MoeDims& md);
+void moe_combine(DeviceKind d, float* y, const float* yp, const float* w, const int32_t* slot_of, const MoeDims& md);
+void moe_combine_backward(DeviceKind d, float* dyp, float* dw, const float* dy, const float* yp, const float* w,
+                          const int32_t* slot_of, const MoeDims& md);
+void moe_grouped_gemm(DeviceKind d, const int32_t* offsets, int E, bool trans_b, int64_t n, int64_t k, const float* a,
+                      int64_t lda, const float* b, int64_t b_stride, int64_t ldb, float beta, float* c, int64_t ldc);
+void moe_grouped_wgrad(DeviceKind d, const int32_t* offsets, int E, int64_t n, int64_t k, const float* dy, int64_t lddy,
+                       const float* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw);
+
+void moe_shared_gate_forward(DeviceKind d, float* y, const float* o, const float* g, int64_t N, int C);
+void moe_shared_gate_backward(DeviceKind d, float* do_, float* dg, const float* dy, const float* o, const float* g,
+                              int64_t N, int C);
 
 }  // namespace zt::kernels

@@ -145,13 +145,13 @@ void parse_llama_family(const nlohmann::json& j, const std::string& mt, const st
   c.n_head = req_int(j, "num_attention_heads", where);
   c.ffn = req_int(j, "intermediate_size", where);
   c.n_kv_head = opt_int(j, "num_key_value_heads", c.n_head, where);
-  const int default_context = mt == "llama" || mt == "olmo2" ? 2048
-                              : mt == "mistral"              ? 4096 * 32
-                              : mt == "phi3"                 ? 4096
-                                                             : 32768;
+  const int default_context = mt == "llama" || mt == "olmo2"       ? 2048
+                              : mt == "mistral" || mt == "mixtral" ? 4096 * 32
+                              : mt == "phi3"                       ? 4096
+                                                                   : 32768;
   c.max_position = opt_int(j, "max_position_embeddings", default_context, where);
-  c.norm_eps = opt_float(j, "rms_norm_eps", mt == "olmo2" || mt == "phi3" ? 1e-5f : 1e-6f, where);
-  c.rope_theta = opt_float(j, "rope_theta", 10000.f, where);
+  c.norm_eps = opt_float(j, "rms_norm_eps", mt == "olmo2" || mt == "phi3" || mt == "mixtral" ? 1e-5f : 1e-6f, where);
+  c.rope_theta = opt_float(j, "rope_theta", mt == "mixtral" ? 1e6f : 10000.f, where);
   c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", false, where);
   c.rope = parse_rope_scaling(j, where);
   std::string act = opt_str(j, "hidden_act", "silu");
@@ -178,15 +178,15 @@ void parse_llama_family(const nlohmann::json& j, const std::string& mt, const st
       ZT_CHECK(j["partial_rotary_factor"].is_number() && j["partial_rotary_factor"].get<double>() == 1.0, where,
                ": partial_rotary_factor ", short_dump(j["partial_rotary_factor"]),
                " is not supported; ztrain rotates whole heads (1.0)");
-  } else if (mt == "mistral") {
-    // MistralConfig's default window is 4096; null (Mistral v0.2+) means full attention.
+  } else if (mt == "mistral" || mt == "mixtral") {
+    // MistralConfig's default window is 4096 (MixtralConfig's none); null (Mistral v0.2+) means full attention.
     if (!j.contains("sliding_window"))
-      c.sliding_window = 4096;
+      c.sliding_window = mt == "mistral" ? 4096 : 0;
     else if (!j["sliding_window"].is_null())
       c.sliding_window = positive_int(j, "sliding_window", where);
   } else {
-    c.qkv_bias = mt == "qwen2";  // Qwen2: q/k/v always carry biases, o_proj none
-    if (mt == "qwen3") {
+    c.qkv_bias = mt == "qwen2" || mt == "qwen2_moe";  // Qwen2: q/k/v always carry biases, o_proj none
+    if (mt == "qwen3" || mt == "qwen3_moe") {
       c.qk_norm = true;
       c.qkv_bias = c.o_bias = opt_bool(j, "attention_bias", false, where);
     }
@@ -302,6 +302,9 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
              " is not supported; ztrain's GPT-2 uses the tanh GELU (\"gelu_new\")");
   } else if (mt == "llama" || mt == "mistral" || mt == "qwen2" || mt == "qwen3" || mt == "olmo2" || mt == "phi3") {
     parse_llama_family(j, mt, where, &c);
+  } else if (mt == "mixtral" || mt == "qwen2_moe" || mt == "qwen3_moe") {
+    parse_llama_family(j, mt, where, &c);
+    parse_moe_config(j, mt, where, &c);
   } else if (mt == "gemma3_text" || mt == "gemma2") {
     parse_gemma(j, mt, where, &c);
   } else if (mt == "gemma3" || mt == "gemma") {
@@ -311,12 +314,14 @@ ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) 
   } else {
     throw Error(str_cat(where, ": model_type ", quote(mt),
                         " is not supported; use \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"olmo2\", "
-                        "\"phi3\" or \"gemma3_text\""));
+                        "\"phi3\", \"gemma3_text\", \"mixtral\", \"qwen2_moe\" or \"qwen3_moe\""));
   }
   if (mt == "gpt2") c.model_type = "gpt2";
   // Qwen3Config's and Gemma3TextConfig's head_dim defaults are 128 and 256.
   const bool gemma = c.model_type == "gemma3_text" || c.model_type == "gemma2";
-  const int default_hs = c.model_type == "qwen3" ? 128 : gemma ? 256 : c.n_embd / c.n_head;
+  const int default_hs = c.model_type == "qwen3" || c.model_type == "qwen3_moe" ? 128
+                         : gemma                                                ? 256
+                                                                                : c.n_embd / c.n_head;
   c.head_size = c.arch == Arch::llama ? opt_int(j, "head_dim", default_hs, where) : c.n_embd / c.n_head;
   ZT_CHECK(c.arch == Arch::llama || c.n_embd % c.n_head == 0, where, ": n_embd (", c.n_embd,
            ") must be divisible by n_head (", c.n_head, ")");
@@ -363,6 +368,9 @@ nlohmann::json config_to_json(const ModelConfig& c, const std::string& torch_dty
                           : mt == "phi3"        ? "Phi3ForCausalLM"
                           : mt == "gemma3_text" ? "Gemma3ForCausalLM"
                           : mt == "gemma2"      ? "Gemma2ForCausalLM"
+                          : mt == "mixtral"     ? "MixtralForCausalLM"
+                          : mt == "qwen2_moe"   ? "Qwen2MoeForCausalLM"
+                          : mt == "qwen3_moe"   ? "Qwen3MoeForCausalLM"
                                                 : "LlamaForCausalLM"};
   }
   j["torch_dtype"] = torch_dtype;

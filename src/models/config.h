@@ -49,6 +49,23 @@ struct RopeScaling {
   std::vector<double> short_factor, long_factor;
 };
 
+// Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE; models/config_moe.cpp): every layer's MLP is
+// num_experts SwiGLU experts of width expert_ffn, top_k of them per token. The last two fields are
+// run settings (--moe_capacity_factor, --router_z_loss_coef), not config.json keys.
+struct MoeConfig {
+  int num_experts = 0;           // num_local_experts (Mixtral) / num_experts (Qwen); 0: a dense model
+  int top_k = 0;                 // num_experts_per_tok
+  int expert_ffn = 0;            // intermediate_size (Mixtral) / moe_intermediate_size (Qwen)
+  int shared_ffn = 0;            // shared_expert_intermediate_size (Qwen2-MoE); 0: none
+  bool shared_gate = false;      // Qwen2-MoE: the shared expert's output times sigmoid(shared_expert_gate(x))
+  bool norm_topk = true;         // top-k weights divided by their sum (Mixtral always; Qwen's norm_topk_prob)
+  bool aux_loss = false;         // output_router_logits: the load-balancing loss joins the loss
+  float aux_loss_coef = 0.f;     // router_aux_loss_coef
+  double capacity_factor = 0.0;  // > 0: capacity-limited routing (overflowing tokens dropped); 0: dropless
+  float z_loss_coef = 0.f;       // the router z-loss's weight; 0: none
+  bool on() const { return num_experts > 0; }
+};
+
 struct ModelConfig {
   Arch arch = Arch::gpt2;
   int vocab_size = 0;    // V
@@ -84,6 +101,7 @@ struct ModelConfig {
   // Gemma 2's soft-capping (attn_logit_softcapping, final_logit_softcapping): scores / logits
   // become c tanh(x / c); 0: none.
   float attn_softcap = 0.f, final_softcap = 0.f;
+  MoeConfig moe;       // mixture of experts (mixtral, qwen2_moe, qwen3_moe); off for dense models
   nlohmann::json raw;  // the config.json as read, for writing back
   LoraSpec lora;       // not from config.json: the run's adapters (set by the caller)
 
@@ -95,6 +113,8 @@ struct ModelConfig {
   }
 };
 
+// The MoE families' keys (config_moe.cpp), after the Llama-family keys they share.
+void parse_moe_config(const nlohmann::json& j, const std::string& mt, const std::string& where, ModelConfig* c);
 // Parses a config.json object; `where` names its source in error messages.
 ModelConfig config_from_json(const nlohmann::json& j, const std::string& where);
 ModelConfig config_from_file(const std::string& path);

@@ -59,6 +59,18 @@ nlohmann::json config_resolved_json(const ModelConfig& c) {
     for (uint8_t s : c.sliding_layers) types.push_back(s ? "sliding_attention" : "full_attention");
     j["layer_types"] = types;
   }
+  if (c.moe.on()) {  // the MoE families' keys, resolved (the run's capacity and z-loss are flags, not here)
+    const MoeConfig& m = c.moe;
+    j[c.model_type == "mixtral" ? "num_local_experts" : "num_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.top_k;
+    if (c.model_type != "mixtral") {
+      j["moe_intermediate_size"] = m.expert_ffn;
+      j["norm_topk_prob"] = m.norm_topk;
+    }
+    if (m.shared_ffn > 0) j["shared_expert_intermediate_size"] = m.shared_ffn;
+    j["output_router_logits"] = m.aux_loss;
+    j["router_aux_loss_coef"] = float_value(m.aux_loss_coef);
+  }
   // The one other key a run reads from config.json: the EOS id packing splits documents at.
   if (c.raw.contains("eos_token_id")) j["eos_token_id"] = c.raw["eos_token_id"];
   return j;

@@ -42,6 +42,8 @@ KvDecoder::KvDecoder(const Transformer& model, int max_len) : model_(model), max
     const int64_t local = c.rope_local_theta > 0.f ? int64_t(max_len) * c.head_size / 2 : 0;  // Gemma 3
     cos_local_ = w.take(local);
     sin_local_ = w.take(local);
+    moe_out_ = w.take(shape.moe.on() ? c.n_embd : 0);
+    moe_acts_ = nn::Moe::carve_acts(w, shape.moe, 1);
   };
   carve(cv);
   work_ = Buffer(cv.used(), MemCategory::temporary);
@@ -97,14 +99,19 @@ TensorView KvDecoder::step(int32_t token) {
     if (b.shape.post_norm) b.post1.forward(h, {}, one_rstd, h);  // OLMo-2, Gemma: the output normalized
     kernels::add(x_, x_, h_, C);
     b.ln2.forward(h, one_mean, one_rstd, x);
-    b.fc_in.forward(row(fc_, b.shape.fc_dim()), h);
-    if (b.shape.mlp == nn::MlpKind::gelu)
-      kernels::gelu_forward(act_, fc_, c.ffn);
-    else if (b.shape.mlp == nn::MlpKind::swiglu)
-      kernels::swiglu_forward(act_, fc_, 1, c.ffn);
-    else
-      kernels::geglu_forward(act_, fc_, 1, c.ffn);
-    b.fc_out.forward(h, row(act_, c.ffn));
+    if (b.shape.moe.on()) {  // the layer's own forward on the one row (its output may not alias its input)
+      b.moe.forward(row(moe_out_, C), h, moe_acts_);
+      std::memcpy(h_, moe_out_, size_t(C) * sizeof(float));
+    } else {
+      b.fc_in.forward(row(fc_, b.shape.fc_dim()), h);
+      if (b.shape.mlp == nn::MlpKind::gelu)
+        kernels::gelu_forward(act_, fc_, c.ffn);
+      else if (b.shape.mlp == nn::MlpKind::swiglu)
+        kernels::swiglu_forward(act_, fc_, 1, c.ffn);
+      else
+        kernels::geglu_forward(act_, fc_, 1, c.ffn);
+      b.fc_out.forward(h, row(act_, c.ffn));
+    }
     if (b.shape.post_norm) b.post2.forward(h, {}, one_rstd, h);
     kernels::add(x_, x_, h_, C);
   }

@@ -31,6 +31,8 @@ class KvDecoder {
   float *cos_local_ = nullptr, *sin_local_ = nullptr;  // Gemma 3: the sliding layers' RoPE table
   float mean_ = 0, rstd_ = 0;
   std::vector<float> qk_rstd_;  // (NH + KVH) rstds of the q/k head norms (Qwen3)
+  float* moe_out_ = nullptr;    // mixture of experts: the layer's output row (C), and its activations for one row
+  nn::MoeActs moe_acts_;
 };
 
 }  // namespace zt

@@ -27,11 +27,19 @@ struct LinearOffsets {
 struct NormOffsets {
   int64_t w = -1, b = -1;
 };
+// A mixture-of-experts MLP (nn/moe.h): the router, the experts back to back (expert e's [gate; up]
+// (2F, C) then down (C, F) at experts + e * 3 F C), and Qwen2-MoE's shared expert and its gate.
+struct MoeOffsets {
+  LinearOffsets router;
+  int64_t experts = -1;
+  LinearOffsets shared_in, shared_out, shared_gate;  // absent (w = -1) without a shared expert
+};
 struct BlockOffsets {
   NormOffsets ln1, ln2;
   LinearOffsets qkv, proj, fc_in, fc_out;
   NormOffsets q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, (HS); OLMo-2: (NH HS), (KVH HS)
   NormOffsets post1, post2;    // OLMo-2: RMSNorm on attention's / the MLP's output, (C); absent otherwise
+  MoeOffsets moe;              // MoE families (config.moe.on()): the MLP; fc_in / fc_out absent
   int64_t begin = -1;          // the block's first element (its first norm's, or OLMo-2's q_proj)
 };
 struct ModelOffsets {

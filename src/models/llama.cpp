@@ -67,6 +67,12 @@ class LlamaLayout {
     b.attn_scale = c_.attn_scale;
     b.attn_softcap = c_.attn_softcap;
     b.sp = cut_.rows_split;
+    if (c_.moe.on()) {
+      const MoeConfig& m = c_.moe;
+      b.F = 0;  // no dense MLP
+      b.moe = {int(C),       m.num_experts, m.top_k,     m.expert_ffn,
+               m.shared_ffn, m.shared_gate, m.norm_topk, m.capacity_factor};
+    }
     return b;
   }
   // [out, in] weights: column layers hold outputs [begin, + out_l) (dim 0), row layers inputs (dim 1).
@@ -134,7 +140,10 @@ class LlamaLayout {
     if (c_.post_norm) b.post1 = norm(p + ".post_attention_layernorm.weight");
     if (c_.pre_norm)
       b.ln2 = norm(p + (c_.post_norm ? ".pre_feedforward_layernorm.weight" : ".post_attention_layernorm.weight"));
-    mlp(p + ".mlp.", b);
+    if (c_.moe.on())
+      moe_mlp(p, b);
+    else
+      mlp(p + ".mlp.", b);
     if (c_.post_norm) b.post2 = norm(p + ".post_feedforward_layernorm.weight");
     return b;
   }
@@ -164,6 +173,34 @@ class LlamaLayout {
     const int64_t d =
         t_.add_split(m + "down_proj.weight", {C, Fl}, {C, F}, Split::row, 1, ffn_begin, ParamInit::residual_normal);
     b.fc_out = linear(d, Fl, C, biases(c_.mlp_bias, {{m + "down_proj.bias", C, C, 0}}));
+  }
+
+  // Mixtral: block_sparse_moe.{gate, experts.e.{w1, w3, w2}}; Qwen-MoE: mlp.{gate, experts.e.{gate_proj,
+  // up_proj, down_proj}} (+ Qwen2-MoE's shared_expert.* and shared_expert_gate). Each expert's gate
+  // and up weights are added back to back (one (2F, C) matrix), then its down weight.
+  void moe_mlp(const std::string& p, BlockOffsets& b) {
+    const MoeConfig& m = c_.moe;
+    const bool mixtral = c_.model_type == "mixtral";
+    const std::string pre = p + (mixtral ? ".block_sparse_moe." : ".mlp.");
+    const int64_t E = m.num_experts, F = m.expert_ffn;
+    b.moe.router = linear(t_.add(pre + "gate.weight", {E, C}, ParamInit::normal), C, E);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = pre + "experts." + std::to_string(e) + ".";
+      const int64_t g = t_.add(x + (mixtral ? "w1.weight" : "gate_proj.weight"), {F, C}, ParamInit::normal);
+      t_.add(x + (mixtral ? "w3.weight" : "up_proj.weight"), {F, C}, ParamInit::normal);
+      t_.add(x + (mixtral ? "w2.weight" : "down_proj.weight"), {C, F}, ParamInit::residual_normal);
+      if (e == 0) b.moe.experts = g;
+    }
+    if (m.shared_ffn > 0) {
+      const int64_t Fs = m.shared_ffn;
+      const std::string x = pre + "shared_expert.";
+      const int64_t g = t_.add(x + "gate_proj.weight", {Fs, C}, ParamInit::normal);
+      t_.add(x + "up_proj.weight", {Fs, C}, ParamInit::normal);
+      b.moe.shared_in = linear(g, C, 2 * Fs);
+      b.moe.shared_out = linear(t_.add(x + "down_proj.weight", {C, Fs}, ParamInit::residual_normal), Fs, C);
+      if (m.shared_gate)
+        b.moe.shared_gate = linear(t_.add(pre + "shared_expert_gate.weight", {1, C}, ParamInit::normal), C, 1);
+    }
   }
 
   const ModelConfig& c_;

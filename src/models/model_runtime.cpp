@@ -53,6 +53,22 @@ struct UnitBinder {
     l.dev = dev;
     return l;
   }
+  // A mixture-of-experts MLP: the router, every expert's weights as one view, the shared expert.
+  nn::Moe moe(const MoeOffsets& o, const nn::MoeShape& sh) const {
+    nn::Moe m;
+    m.shape = sh;
+    m.dev = dev;
+    m.router = lin(o.router);
+    const int64_t n = int64_t(sh.E) * 3 * sh.F * sh.C;
+    m.experts = p(o.experts, {n});
+    m.dexperts = g(o.experts, {n});
+    if (sh.Fs > 0) {
+      m.sh_in = lin(o.shared_in);
+      m.sh_out = lin(o.shared_out);
+      if (sh.shared_gate) m.sh_gate_lin = lin(o.shared_gate);
+    }
+    return m;
+  }
   // A norm over the model width, or (C = head size) over each q / k head (Qwen3).
   nn::Norm norm(const NormOffsets& s, int C = 0) const {
     nn::Norm n;
@@ -137,6 +153,7 @@ void ModelRuntime::bind_base_block(int l, TensorView params, TensorView grads, T
   b.proj = u.lin(bs.proj);
   b.fc_in = u.lin(bs.fc_in);
   b.fc_out = u.lin(bs.fc_out);
+  if (s.shape.moe.on()) b.moe = u.moe(bs.moe, s.shape.moe);
   if (s.shape.qk_norm) {
     const nn::BlockShape& sh = s.shape;  // per head, or this rank's whole q / k width (OLMo-2)
     b.q_norm = u.norm(bs.q_norm, sh.qk_norm_full ? sh.NH * sh.HS : sh.HS);

@@ -26,6 +26,17 @@ namespace zt {
 
 class Transformer;
 
+// What the mixture-of-experts routers did over the passes since ModelRuntime::take_moe_stats()
+// (models/moe_loss.cpp): the auxiliary losses (unweighted, summed over the passes) and each
+// layer's routed assignments per expert.
+struct MoeStats {
+  int64_t passes = 0;
+  double aux_loss = 0;        // the load-balancing loss, E sum_e f_e P_e over all layers' tokens (Mixtral's)
+  double z_loss = 0;          // mean over all layers' tokens of logsumexp(router logits)^2
+  std::vector<int64_t> load;  // (L, E): assignments each layer's router sent to each expert
+  int64_t dropped = 0;        // assignments dropped by the capacity (--moe_capacity_factor)
+};
+
 class ModelRuntime {
  public:
   explicit ModelRuntime(Transformer& model);
@@ -128,6 +139,9 @@ class ModelRuntime {
   // ActPlan; *compute_copy gets the bytes of the weights' compute copy (mixed precision).
   // cut: the part of each layer the model holds (its local shapes and vocabulary rows); held: a
   // pipeline stage's blocks (set_held_layers), null = all.
+  // The routers' statistics since the last call (empty when the model has no experts), and reset.
+  MoeStats take_moe_stats();
+
   static void planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary, int slots = 1,
                             const nn::ActPlan& plan = {}, size_t* compute_copy = nullptr, const LayerCut& cut = {},
                             const std::vector<char>* held = nullptr);
@@ -201,6 +215,10 @@ class ModelRuntime {
   const nn::Embedding& embedding_layer() const { return embedding_ ? *embedding_ : single_device_embedding_; }
   const nn::LmHeadLoss& lm_head_layer() const { return lm_head_ ? *lm_head_ : single_device_lm_head_; }
   nn::EmbeddingPass embedding_pass(const SlotInput& in) const;
+  // Mixture of experts: the auxiliary losses of a slot's pass, weighted by its counted tokens (what
+  // head_forward_backward adds to the loss sum), and their gradients at the routers for backward
+  // (moe_dprob_, moe_z_grad_) scaled like the LM head's (models/moe_loss.cpp).
+  double moe_losses(int slot, float grad_scale, int64_t count, bool backward);
 
   Transformer& model_;
   // The model's, by reference (the runtime binds its layers to each unit's views).
@@ -241,6 +259,11 @@ class ModelRuntime {
   Buffer rope_ext_, rope_local_ext_;
   int rope_ext_rows_ = 0;
   Buffer targets_;  // on a GPU: the head's targets there (N)
+  // Per activation slot: d loss / d p at every router (E; the load-balancing loss), and the z-loss's
+  // gradient scale, from the slot's head until its blocks' backward.
+  std::vector<std::vector<float>> moe_dprob_;
+  std::vector<float> moe_z_grad_;
+  MoeStats moe_stats_;
 };
 
 }  // namespace zt

@@ -266,6 +266,7 @@ double ModelRuntime::head_forward_backward(int slot, const int32_t* targets, flo
                               lm_w.as<const float>(), targets, hp, count);
   }
   if (tied) source.release(lm_unit);
+  loss += moe_losses(slot, grad_scale, count ? *count : 0, backward);
   if (!backward) {
     source.release(head);
     return loss;
@@ -289,6 +290,8 @@ void ModelRuntime::blocks_backward(int slot, int first, int last) {
     const int u = layout_.block_units[l];
     const TensorView P = provider().acquire(u, true);
     bind_block(l, P, provider().grads(u), compute_view(u, P));
+    if (size_t(slot) < moe_dprob_.size())
+      blocks_[l].moe.loss_grad = {moe_dprob_[size_t(slot)].data(), moe_z_grad_[size_t(slot)]};
     blocks_[l].backward(scratch_views_.dres, a.res[l], a.blocks[l], scratch_views_.block, B_, T_, rope_of(in, l),
                         pack_of(in, l), act_plan_.of(l));
     provider().release(u);

@@ -211,6 +211,13 @@ int64_t Transformer::matmul_params() const {
   int64_t n = 0;
   for (auto& b : (layout_.cut.whole ? layout_.offsets : whole).blocks)
     for (auto* l : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) n += int64_t(l->in) * l->out;
+  if (cfg_.moe.on()) {
+    // A token meets the router, its top_k experts and the shared expert: the active parameters.
+    const MoeConfig& m = cfg_.moe;
+    const int64_t C = cfg_.n_embd;
+    n += cfg_.n_layer * (int64_t(m.num_experts) * C + int64_t(m.top_k) * 3 * m.expert_ffn * C +
+                         3 * int64_t(m.shared_ffn) * C + (m.shared_gate ? C : 0));
+  }
   return n + int64_t(cfg_.vocab_size) * cfg_.n_embd;
 }
 

@@ -51,6 +51,7 @@ BlockActs Block::carve_acts(Carver& c, const BlockShape& s, int B, int T, Precis
   a.mlp_out = c.take(DType::f32, {np, s.C});
   a.post1_rstd = c.take(DType::f32, {np});
   a.post2_rstd = c.take(DType::f32, {np});
+  a.moe = Moe::carve_acts(c, s.moe, N);
   return a;
 }
 
@@ -92,6 +93,7 @@ BlockScratch Block::carve_scratch(Carver& c, const BlockShape& s, int B, int T, 
   r.dpost = c.take(DType::f32, {s.post_norm ? n : 0, s.C});
   r.qk_sums = c.take(DType::f32, {s.qk_norm_full ? N : 0});
   r.full = c.take(DType::f32, {s.sp > 1 ? N : 0, s.C});
+  r.moe = Moe::carve_scratch(c, s.moe, N);
   return r;
 }
 
@@ -165,14 +167,18 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
   attention_output(a, x, sc);
   norm_forward(ln2, mine(a.ln2), a.ln2_mean, a.ln2_rstd, a.mid, mine(sc.dln));
   if (tp) tp->column_parallel_input(a.ln2);
-  const TensorView fc32 = landing(a.fc, sc.fc32);
-  fc_in.forward(fc32, a.ln2);
-  keep(a.fc, fc32);
-  activation_forward(a, fc32, sc);
   const TensorView out = s.post_norm ? a.mlp_out : y;
-  const TensorView yp = row_out(out, sc);
-  fc_out.forward(yp, a.act);
-  if (tp) tp->row_parallel_output(out, yp);
+  if (s.moe.on()) {
+    moe.forward(out, a.ln2, a.moe, ep, &ep_side);
+  } else {
+    const TensorView fc32 = landing(a.fc, sc.fc32);
+    fc_in.forward(fc32, a.ln2);
+    keep(a.fc, fc32);
+    activation_forward(a, fc32, sc);
+    const TensorView yp = row_out(out, sc);
+    fc_out.forward(yp, a.act);
+    if (tp) tp->row_parallel_output(out, yp);
+  }
   if (s.post_norm) post2.forward(y, {}, a.post2_rstd, a.mlp_out);
   residual_add(y, a.mid);
 }
@@ -326,34 +332,18 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
     attention_output(a, x, sc);
     norm_forward(ln2, mine(a.ln2), a.ln2_mean, a.ln2_rstd, a.mid, mine(sc.dln));
     if (tp) tp->column_parallel_input(a.ln2);
-    activation_forward(a, fc32, sc);
+    if (!s.moe.on()) activation_forward(a, fc32, sc);
   }
-  // MLP. fc_out's weight gradient reads the activation before its gradient lands in
-  // sc.act (which is the activation itself under fp32 selective recomputation).
+  // MLP: the dense one, or the mixture of experts (fp32, no tensor parallelism).
   TensorView dy = full_grad(post_norm_backward(post2, dres, a.mlp_out, a.post2_rstd, sc), sc);
-  TensorView dy_c = compute_copy(dy, sc);
-  fc_out.backward_weight(dy, dy_c, a.act);
-  fc_out.backward_input(sc.act, dy_c);
-  TensorView dfc = sc.act;
-  {
-    ZT_PROFILE("act_bwd");
-    if (s.mlp == MlpKind::gelu) {
-      kernels::gelu_backward(dev, dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N * s.F);
-    } else if (s.mlp == MlpKind::swiglu) {
-      kernels::swiglu_backward(dev, sc.dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N, s.F);
-      dfc = sc.dfc;
-    } else {
-      kernels::geglu_backward(dev, sc.dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N, s.F);
-      dfc = sc.dfc;
-    }
-  }
-  dy_c = compute_copy(dfc, sc);
-  fc_in.backward_input(sc.dln, dy_c);
-  fc_in.backward_weight(dfc, dy_c, a.ln2);
+  if (s.moe.on())
+    moe.backward(sc.dln, dy, a.ln2, a.moe, sc.moe, ep, &ep_side);
+  else
+    dense_mlp_backward(dy, a, fc32, sc);
   ln2.backward(dres, reduce_input_grad(sc.dln), a.mid, a.ln2_mean, a.ln2_rstd);  // dres is now dL/dmid
   // Attention.
   dy = full_grad(post_norm_backward(post1, dres, a.attn_out, a.post1_rstd, sc), sc);
-  dy_c = compute_copy(dy, sc);
+  TensorView dy_c = compute_copy(dy, sc);
   proj.backward_input(sc.datt, dy_c);
   proj.backward_weight(dy, dy_c, a.att);
   const TensorView att32 = unkeep(a.att, sc.att32);
@@ -374,6 +364,32 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   qkv.backward_input(sc.dln, dy_c);
   qkv.backward_weight(sc.dqkv, dy_c, a.ln1);
   ln1.backward(dres, reduce_input_grad(sc.dln), x, a.ln1_mean, a.ln1_rstd);  // dres is now dL/dx
+}
+
+// fc_out's weight gradient reads the activation before its gradient lands in sc.act (which is the
+// activation itself under fp32 selective recomputation).
+void Block::dense_mlp_backward(TensorView dy, const BlockActs& a, TensorView fc32, const BlockScratch& sc) const {
+  const BlockShape& s = shape;
+  const int64_t N = rows(a.ln2);
+  TensorView dy_c = compute_copy(dy, sc);
+  fc_out.backward_weight(dy, dy_c, a.act);
+  fc_out.backward_input(sc.act, dy_c);
+  TensorView dfc = sc.act;
+  {
+    ZT_PROFILE("act_bwd");
+    if (s.mlp == MlpKind::gelu) {
+      kernels::gelu_backward(dev, dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N * s.F);
+    } else if (s.mlp == MlpKind::swiglu) {
+      kernels::swiglu_backward(dev, sc.dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N, s.F);
+      dfc = sc.dfc;
+    } else {
+      kernels::geglu_backward(dev, sc.dfc.as<float>(), sc.act.as<const float>(), fc32.as<const float>(), N, s.F);
+      dfc = sc.dfc;
+    }
+  }
+  dy_c = compute_copy(dfc, sc);
+  fc_in.backward_input(sc.dln, dy_c);
+  fc_in.backward_weight(dfc, dy_c, a.ln2);
 }
 
 }  // namespace zt::nn

@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "kernels/attention.h"
 #include "nn/layers.h"
+#include "nn/moe.h"
 
 namespace zt::nn {
 
@@ -42,6 +43,7 @@ struct BlockShape {
                              // Context parallelism's ring reads it (AttnDims::window) instead.
   float attn_scale = 0.f;    // attention's score scale (kernels::AttnDims::scale); 0: HS^-1/2
   float attn_softcap = 0.f;  // Gemma 2: scores soft-capped (kernels::AttnDims::softcap); 0: none
+  MoeShape moe{};            // moe.on(): the MLP is a mixture of experts (nn/moe.h; F is then 0)
   int sp = 1;                // sequence parallel: the residual stream (x, mid, y, norm statistics) holds
                              // N / sp of the N = B T rows; GEMM inputs and attention hold all N.
   int64_t rows_local(int64_t N) const { return N / sp; }
@@ -68,6 +70,7 @@ struct BlockActs {
   // post_norm only (empty otherwise): the sub-layers' outputs before their norm, and the rstds.
   TensorView attn_out, mlp_out;       // (n, C)
   TensorView post1_rstd, post2_rstd;  // (n)
+  MoeActs moe;                        // shape.moe.on() only
 };
 
 struct BlockScratch {
@@ -86,6 +89,7 @@ struct BlockScratch {
   TensorView qk_sums;     // qk_norm_full under tensor parallelism, (N): per-row sums reduced over the group
   TensorView full;        // sequence parallel only, (N, C) fp32: a row-parallel GEMM's partial sums
                           // before their reduce-scatter, an output gradient after its all-gather
+  MoeScratch moe;         // shape.moe.on() only
 };
 
 // What a pass keeps and in which dtype (set by the model for all its blocks). Under bf16,
@@ -165,10 +169,13 @@ class Block {
   Linear qkv, proj, fc_in, fc_out;
   Norm q_norm, k_norm;  // shape.qk_norm only: RMSNorm over HS (qk_norm_full: this rank's q / k width)
   Norm post1, post2;    // shape.post_norm only: RMSNorm over C
+  Moe moe;              // shape.moe.on() only: the MLP (fc_in / fc_out are then unused)
   TpRegion* tp = nullptr;
-  CpRegion* cp = nullptr;  // context parallel: attention runs through it (fp32 under every precision)
+  CpRegion* cp = nullptr;         // context parallel: attention runs through it (fp32 under every precision)
+  EpRegion* ep = nullptr;         // expert parallel (MoE): the experts' rows travel through it (nn/moe.h)
+  mutable MoeExpertSide ep_side;  // with ep: the expert side's rows, kept from forward to backward
   // Whether a strategy attached a region (the above) to this block.
-  bool has_regions() const { return tp || cp; }
+  bool has_regions() const { return tp || cp || ep; }
   Precision precision = Precision::fp32;
   DeviceKind dev = DeviceKind::cpu;  // where its views live and its kernels run
 
@@ -197,6 +204,8 @@ class Block {
                          const kernels::AttnDims& ad) const;
   void attention_output(const BlockActs& a, TensorView x, const BlockScratch& s) const;
   void activation_forward(const BlockActs& a, TensorView fc32, const BlockScratch& s) const;
+  // The dense MLP's backward from its output gradient dy: dL/d(ln2 output) into s.dln.
+  void dense_mlp_backward(TensorView dy, const BlockActs& a, TensorView fc32, const BlockScratch& s) const;
   void keep(TensorView kept, TensorView f32) const;
   TensorView unkeep(TensorView kept, TensorView scratch) const;
   // dy in the GEMMs' dtype: dy itself (fp32), else a copy in s.dy_c.

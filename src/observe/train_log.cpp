@@ -206,6 +206,8 @@ void TrainLog::step_done(int64_t step, double loss, double grad_norm, double lr,
   // A skipped step's inf/NaN norm is logged as null (JSON has no inf).
   if (!std::isfinite(grad_norm)) row["grad_norm"] = nullptr;
   for (auto& [k, v] : extra) row[k] = v;
+  if (step_detail_.is_object()) row.update(step_detail_);
+  step_detail_ = nullptr;
   jsonl_->append(row.dump());
   if (!log) {
     progress(step, loss, grad_norm, lr, step_s);

@@ -48,6 +48,9 @@ class TrainLog final : public Stateful {
   // metrics.jsonl, the logged dict, trainer_state.json's log_history and TensorBoard (train/<name>).
   void step_done(int64_t step, double loss, double grad_norm, double lr, double step_s, bool log,
                  const std::vector<std::pair<const char*, double>>& extra = {});
+  // More values for the next step's metrics.jsonl row only, where arrays fit (a mixture of
+  // experts' tokens per expert per layer); merged into the row, then dropped.
+  void set_step_detail(nlohmann::json j) { step_detail_ = std::move(j); }
   void first_step(double startup_s, double weights_s) const;
   // tasks: the --eval_tasks / --eval_probes metrics of the same evaluation (null: none), in the
   // same entry and under their own TensorBoard tags (observe/task_eval.h), their summaries printed.
@@ -83,6 +86,7 @@ class TrainLog final : public Stateful {
   int T_;
   int world_ = 1;  // data-parallel ranks: tokens and samples per step count all of them
   nlohmann::json extra_results_ = nlohmann::json::object();
+  nlohmann::json step_detail_;  // set_step_detail: null when none
   double tokens_per_step_, flops_per_token_;
   int64_t step_ = 0, last_logged_ = 0;
   double loss_total_ = 0, loss_since_log_ = 0, time_since_log_ = 0;

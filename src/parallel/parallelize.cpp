@@ -22,6 +22,7 @@ ParallelModel::ParallelModel(Transformer& model, const dist::ProcessGrid& grid, 
   if (grid_.tp().size() > 1) apply_tensor_parallel();
   if (grid_.cp().size() > 1) apply_context_parallel();
   if (grid_.pp().size() > 1) apply_pipeline();
+  if (grid_.ep().size() > 1) apply_expert_parallel();
   engine_ = DataParallel::create(model_, grid_, plan_.data_parallel);
   if (plan_.local_sgd.steps > 0)
     local_sgd_ = std::make_unique<LocalSgd>(model_.flat_params().as<float>(), model_.params(), grid_.dp_replicate(),
@@ -58,6 +59,17 @@ void ParallelModel::apply_context_parallel() {
     *in = s.inputs, *tg = s.targets, *pos = s.positions;
   };
   cp_eval_.reduce = [comm](double* v) { comm->all_reduce(v, 2); };
+}
+
+// Each rank of the expert group computes its share of every MoE layer's experts (expert_parallel.h).
+void ParallelModel::apply_expert_parallel() {
+  const int E = model_.config().moe.num_experts, P = grid_.ep().size();
+  ZT_CHECK(E > 0, "--expert-model-parallel-size ", P, " needs a mixture-of-experts model; ", model_.config().model_type,
+           " has no experts");
+  ZT_CHECK(E % P == 0, "--expert-model-parallel-size ", P, " does not divide the model's ", E,
+           " experts; use a divisor of ", E);
+  ep_ = std::make_unique<ExpertParallel>(grid_.ep());
+  for (nn::Block& b : model_.runtime().blocks()) b.ep = ep_.get();
 }
 
 void ParallelModel::apply_pipeline() {
@@ -207,7 +219,7 @@ StateShard ParallelModel::checkpoint_shard() const {
 // chief logs.
 bool ParallelModel::begin_eval(bool chief) {
   const bool evaluator = chief || (tp_ && (!pipe_ || grid_.pp().rank() == 0));
-  if (!pipe_) return evaluator || cp_ || engine_->forward_is_collective();
+  if (!pipe_) return evaluator || cp_ || ep_ || engine_->forward_is_collective();
   engine_->export_params();
   model_.runtime().set_provider(nullptr);
   if (evaluator) {  // the whole model's activations for the evaluation, the stage's again after it
@@ -298,6 +310,20 @@ nlohmann::json ParallelModel::report(int64_t steps_run, const ModelConfig& cfg) 
     r["tensor_parallel"] =
         tp_comm_report(grid_.tp(), pipe_ ? &grid_.pp() : nullptr, plan_.sequence_parallel, steps_run);
   if (cp_) r["context_parallel"] = cp_report(grid_.cp(), steps_run, plan_, cfg, stage_layers_, grid_.tp().size());
+  if (ep_ && steps_run > 0) {
+    // Dropless, each routed assignment's row (C fp32) goes out and back, forward and backward:
+    // rows x K x layers x C x 4 bytes x 2 x 2 per micro-batch (evaluation's forward adds its own).
+    // A rank sends its own rows out but the rows its experts received back, so ranks differ by the
+    // routing's imbalance: the group's mean is what the formula gives.
+    double sent = ep_->row_bytes();
+    grid_.ep().all_reduce(&sent, 1);
+    sent /= grid_.ep().size();
+    const double rows = double(plan_.rows) * plan_.seq_len * plan_.micro_batches;
+    const double formula = rows * cfg.moe.top_k * cfg.n_layer * cfg.n_embd * 4.0 * 2 * 2;
+    r["expert_parallel"] = {{"size", grid_.ep().size()},
+                            {"all_to_all_bytes_per_step", sent / double(steps_run)},
+                            {"formula_bytes_per_step", formula}};
+  }
   return r;
 }
 

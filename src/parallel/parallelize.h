@@ -20,6 +20,7 @@
 #include "nn/block.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/local_sgd.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
@@ -108,12 +109,14 @@ class ParallelModel {
   const DataParallel& engine() const { return *engine_; }
   LocalSgd* local_sgd() { return local_sgd_.get(); }
   bool pipelined() const { return pipe_ != nullptr; }
+  const ExpertParallel* expert_parallel() const { return ep_.get(); }
   const dist::Communicator* tied_comm() const { return tied_comm_.get(); }
 
  private:
   void apply_tensor_parallel();
   void apply_context_parallel();
   void apply_pipeline();
+  void apply_expert_parallel();
   PipelineMicroBatch local_rows(const PipelineMicroBatch& rows, int slot);
   StepLoss pipeline_forward_backward(MicroBatchSource& src, float grad_scale);
   std::vector<Stateful*> in_global_layout(std::vector<Stateful*> parts);
@@ -141,6 +144,7 @@ class ParallelModel {
   std::vector<double> stage_bubble_sum_;     // per stage, summed over the steps after the first
   int64_t bubble_steps_ = 0, steps_ = 0;
   std::unique_ptr<LocalSgd> local_sgd_;
+  std::unique_ptr<ExpertParallel> ep_;  // expert parallelism (MoE models; null without)
 };
 
 // Applies `plan` to `model` over `grid` (a collective over the grid's groups). The model holds

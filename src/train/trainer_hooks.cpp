@@ -85,6 +85,32 @@ bool Trainer::rejected(StepContext& c) {
   return false;
 }
 
+namespace {
+// A mixture of experts' router statistics of the step (models/model_runtime.h: this rank's passes):
+// the losses and drops as logged values; each layer's tokens per expert and its balance (the
+// busiest expert's load over the mean load: 1 is even, E all on one) in metrics.jsonl.
+void moe_step_log(const MoeStats& s, int E, std::vector<std::pair<const char*, double>>* extra, nlohmann::json* row) {
+  if (s.passes == 0 || E == 0) return;
+  extra->push_back({"aux_loss", s.aux_loss / double(s.passes)});
+  extra->push_back({"router_z_loss", s.z_loss / double(s.passes)});
+  extra->push_back({"moe_dropped", double(s.dropped)});
+  nlohmann::json load = nlohmann::json::array(), balance = nlohmann::json::array();
+  double worst = 0;
+  for (size_t l = 0; l * size_t(E) < s.load.size(); ++l) {
+    const auto first = s.load.begin() + std::ptrdiff_t(l * size_t(E));
+    const std::vector<int64_t> layer(first, first + E);
+    int64_t sum = 0, most = 0;
+    for (int64_t v : layer) sum += v, most = std::max(most, v);
+    const double b = sum > 0 ? double(most) * E / double(sum) : 0.0;
+    worst = std::max(worst, b);
+    load.push_back(layer);
+    balance.push_back(b);
+  }
+  extra->push_back({"moe_max_balance", worst});
+  *row = {{"moe_tokens_per_expert", load}, {"moe_balance", balance}};
+}
+}  // namespace
+
 void Trainer::LogHook::after_step(StepContext& c) {
   const int64_t step = c.step;
   if (step == t.start_step_) {
@@ -99,8 +125,12 @@ void Trainer::LogHook::after_step(StepContext& c) {
       (t.config_.logging.strategy != Interval::no && (step + 1 == t.total_steps_ || (step + 1) % t.log_every_ == 0));
   // The loss per channel: a collective over the data-parallel ranks at logging steps.
   const auto* channel_losses = t.chan_ && log_now ? &t.chan_->reduce(t.grid_->dp_cp()) : nullptr;
+  const MoeStats moe = t.model_->runtime().take_moe_stats();  // every rank: the statistics restart each step
   if (!t.log_) return;
   std::vector<std::pair<const char*, double>> extra;
+  nlohmann::json moe_detail;
+  moe_step_log(moe, t.model_->config().moe.num_experts, &extra, &moe_detail);
+  if (moe_detail.is_object()) t.log_->set_step_detail(std::move(moe_detail));
   if (t.scaler_ && t.config_.precision.fp16) extra.push_back({"loss_scale", t.scaler_->scale_exact()});
   if (t.scaler_) extra.push_back({"skipped_steps", double(t.scaler_->skipped_steps())});
   // Local SGD: bytes this rank sent across groups (hosts) per step so far in this run.

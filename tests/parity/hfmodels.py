@@ -528,6 +528,9 @@ def build_model(config):
     if mt in ("gemma3_text", "gemma2"):
         import hffamilies
         return hffamilies.Gemma3(config)
+    if mt in ("mixtral", "qwen2_moe", "qwen3_moe"):
+        import hfmoe
+        return hfmoe.MoeLM(config)
     raise ValueError(f"unsupported model_type {mt!r}")
 
 

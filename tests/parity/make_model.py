@@ -121,6 +121,8 @@ def perturb(model, gen):
     for name, p in model.named_parameters():
         if name.endswith(("q_proj.weight", "k_proj.weight")):
             p.mul_(8.0)
+        if name.endswith((".block_sparse_moe.gate.weight", ".mlp.gate.weight")):
+            p.mul_(10.0)  # MoE routers: logits far apart, so no near-tie flips a top-k choice between the two sides
         if name.endswith("qkv_proj.weight"):  # Phi-3: q and k are its first rows
             c = model.config
             p[:(c["num_attention_heads"] + c["num_key_value_heads"]) * c["head_dim"]].mul_(8.0)

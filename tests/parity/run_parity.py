@@ -81,6 +81,20 @@ CASES += [
     ("llama_rope_dynamic", ["--config", os.path.join(CONFIGS, "llama-3.2-1b.json"), "--rope_scaling",
                             '{"rope_type": "dynamic", "factor": 2.0}'] + FAMILY),
 ]
+# The mixture-of-experts families (tests/parity/hfmoe.py), the load-balancing loss in the loss
+# (output_router_logits, a coefficient large enough to move it): Mixtral's renormalised top-2, Qwen2-MoE's
+# shared expert with its sigmoid gate and unnormalised top-k, Qwen3-MoE's q/k norms and norm_topk_prob.
+MOE_AUX = '"output_router_logits": true, "router_aux_loss_coef": 0.05'
+CASES += [
+    ("moe_mixtral_aux", ["--config", os.path.join(CONFIGS, "mixtral-8x7b-v0.1.json"), "--set",
+                         '{"num_local_experts": 4, ' + MOE_AUX + '}'] + FAMILY[:-3] + ["--ffn", "48", "--perturb"]),
+    ("moe_qwen2_shared_expert", ["--config", os.path.join(CONFIGS, "qwen1.5-moe-a2.7b.json"), "--set",
+                                 '{"num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 32, '
+                                 '"shared_expert_intermediate_size": 48, ' + MOE_AUX + '}'] + FAMILY),
+    ("moe_qwen3_norm_topk", ["--config", os.path.join(CONFIGS, "qwen3-30b-a3b.json"), "--head_dim", "16", "--set",
+                             '{"num_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 32, '
+                             + MOE_AUX + '}'] + FAMILY),
+]
 # Mixed precision: ztrain --bf16 against PyTorch's bf16 autocast on the same folder and tokens.
 # The two round in different places (autocast keeps every linear output in bf16, ztrain its
 # GEMM outputs that backward reads), so the bound is the 1e-2 relative per-step loss;

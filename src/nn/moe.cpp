@@ -1,0 +1,185 @@
+// moe.cpp: see moe.h.
+#include "nn/moe.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/profile.h"
+#include "kernels/dispatch.h"
+
+namespace zt::nn {
+
+int64_t MoeShape::capacity(int64_t N) const {
+  if (capacity_factor <= 0.0) return 0;
+  return std::max<int64_t>(1, int64_t(std::ceil(capacity_factor * double(N) * K / E)));
+}
+
+MoeActs Moe::carve_acts(Carver& c, const MoeShape& s, int64_t N) {
+  MoeActs a{};
+  if (!s.on()) return a;
+  const int64_t R = N * s.K;
+  a.logits = c.take(DType::f32, {N, s.E});
+  a.probs = c.take(DType::f32, {N, s.E});
+  a.lse = c.take(DType::f32, {N});
+  a.idx = c.take(DType::i32, {N, s.K});
+  a.w = c.take(DType::f32, {N, s.K});
+  a.token_of = c.take(DType::i32, {R});
+  a.slot_of = c.take(DType::i32, {R});
+  a.offsets = c.take(DType::i32, {int64_t(s.E) + 1});
+  a.counts = c.take(DType::i32, {s.E});
+  a.dropped = c.take(DType::i64, {1});
+  a.xp = c.take(DType::f32, {R, s.C});
+  a.h = c.take(DType::f32, {R, 2 * int64_t(s.F)});
+  a.act = c.take(DType::f32, {R, s.F});
+  a.yp = c.take(DType::f32, {R, s.C});
+  const int64_t ns = s.Fs > 0 ? N : 0;
+  a.sh_h = c.take(DType::f32, {ns, 2 * int64_t(s.Fs)});
+  a.sh_act = c.take(DType::f32, {ns, s.Fs});
+  a.sh_out = c.take(DType::f32, {ns, s.C});
+  a.sh_gate = c.take(DType::f32, {s.shared_gate ? N : 0});
+  return a;
+}
+
+MoeScratch Moe::carve_scratch(Carver& c, const MoeShape& s, int64_t N) {
+  MoeScratch r{};
+  if (!s.on()) return r;
+  const int64_t R = N * s.K, ns = s.Fs > 0 ? N : 0;
+  r.dyp = c.take(DType::f32, {R, s.C});
+  r.dact = c.take(DType::f32, {R, s.F});
+  r.dh = c.take(DType::f32, {R, 2 * int64_t(s.F)});
+  r.dlogits = c.take(DType::f32, {N, s.E});
+  r.dw = c.take(DType::f32, {N, s.K});
+  r.sh_do = c.take(DType::f32, {ns, s.C});
+  r.sh_dact = c.take(DType::f32, {ns, s.Fs});
+  r.sh_dh = c.take(DType::f32, {ns, 2 * int64_t(s.Fs)});
+  r.sh_dg = c.take(DType::f32, {s.shared_gate ? N : 0});
+  return r;
+}
+
+namespace {
+// dx (N, in) += dy (N, out) W (nn.Linear's [out, in] weight, fp32): the input gradient of a
+// layer whose input also feeds others (the router, the shared expert and its gate read x too).
+void add_input_grad(const Linear& l, TensorView dx, const float* dy, int64_t N) {
+  kernels::gemm_typed(l.dev, DType::f32, false, false, N, l.in, l.out, 1.f, dy, l.out, l.w.data, l.in, 1.f,
+                      dx.as<float>(), l.in);
+}
+}  // namespace
+
+void Moe::forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep, MoeExpertSide* side) const {
+  const MoeShape& s = shape;
+  const int64_t N = rows(x);
+  const kernels::MoeDims d = s.dims(N);
+  ZT_ASSERT(x.dtype == DType::f32 && y.dtype == DType::f32, "the MoE layer computes in fp32");
+  {
+    ZT_PROFILE("moe_router");
+    router.forward(a.logits, x);
+    kernels::moe_router_forward(dev, a.probs.as<float>(), a.idx.as<int32_t>(), a.w.as<float>(), a.lse.as<float>(),
+                                a.logits.as<const float>(), d, s.renorm);
+    *a.dropped.as<int64_t>() =
+        kernels::moe_group_by_expert(a.counts.as<int32_t>(), a.offsets.as<int32_t>(), a.token_of.as<int32_t>(),
+                                     a.slot_of.as<int32_t>(), a.idx.as<const int32_t>(), d, s.capacity(N));
+  }
+  const int32_t* off = a.offsets.as<const int32_t>();
+  const int64_t R = off[s.E];
+  {
+    ZT_PROFILE("moe_experts");
+    kernels::moe_gather(dev, a.xp.as<float>(), x.as<const float>(), a.token_of.as<const int32_t>(), R, s.C);
+    if (ep && ep->size() > 1)
+      ep_forward(a, *ep, *side);
+    else
+      run_experts(off, s.E, experts.as<const float>(), a.xp.as<const float>(), a.h.as<float>(), a.act.as<float>(),
+                  a.yp.as<float>(), R);
+    kernels::moe_combine(dev, y.as<float>(), a.yp.as<const float>(), a.w.as<const float>(),
+                         a.slot_of.as<const int32_t>(), d);
+  }
+  if (s.Fs > 0) shared_forward(y, x, a);
+}
+
+void Moe::shared_forward(TensorView y, TensorView x, const MoeActs& a) const {
+  ZT_PROFILE("moe_shared");
+  const int64_t N = rows(x);
+  sh_in.forward(a.sh_h, x);
+  kernels::swiglu_forward(dev, a.sh_act.as<float>(), a.sh_h.as<const float>(), N, shape.Fs);
+  sh_out.forward(a.sh_out, a.sh_act);
+  if (shape.shared_gate) {
+    sh_gate_lin.forward(a.sh_gate.sub(0, {N, 1}), x);
+    kernels::moe_shared_gate_forward(dev, y.as<float>(), a.sh_out.as<const float>(), a.sh_gate.as<const float>(), N,
+                                     shape.C);
+  } else {
+    kernels::add(dev, y.as<float>(), y.as<const float>(), a.sh_out.as<const float>(), y.numel());
+  }
+}
+
+// h = x [W_gate; W_up]^T per expert; act = silu(gate) * up; y = act W_out^T.
+void Moe::run_experts(const int32_t* off, int E_count, const float* W, const float* x, float* h, float* act, float* y,
+                      int64_t R) const {
+  const int64_t F = shape.F, C = shape.C, st = expert_stride();
+  kernels::moe_grouped_gemm(dev, off, E_count, true, 2 * F, C, x, C, W, st, C, 0.f, h, 2 * F);
+  kernels::swiglu_forward(dev, act, h, R, shape.F);
+  kernels::moe_grouped_gemm(dev, off, E_count, true, C, F, act, F, W + 2 * F * C, st, F, 0.f, y, C);
+}
+
+// From the output gradients dy to the input gradients (into dy, read no more by then).
+void Moe::run_experts_backward(const int32_t* off, int E_count, const float* W, float* dW, const float* x,
+                               const float* h, const float* act, float* dy, float* dact, float* dh, int64_t R) const {
+  const int64_t F = shape.F, C = shape.C, st = expert_stride();
+  // W_out: dW_out += dy^T act; dact = dy W_out.
+  kernels::moe_grouped_wgrad(dev, off, E_count, C, F, dy, C, act, F, dW + 2 * F * C, st, F);
+  kernels::moe_grouped_gemm(dev, off, E_count, false, F, C, dy, C, W + 2 * F * C, st, F, 0.f, dact, F);
+  kernels::swiglu_backward(dev, dh, dact, h, R, shape.F);
+  // [W_gate; W_up]: dW += dh^T x; dx = dh W.
+  kernels::moe_grouped_wgrad(dev, off, E_count, 2 * F, C, dh, 2 * F, x, C, dW, st, C);
+  kernels::moe_grouped_gemm(dev, off, E_count, false, C, 2 * F, dh, 2 * F, W, st, C, 0.f, dy, C);
+}
+
+void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& sc, EpRegion* ep,
+                   MoeExpertSide* side) const {
+  const MoeShape& s = shape;
+  const int64_t N = rows(x);
+  const kernels::MoeDims d = s.dims(N);
+  const int64_t R = a.offsets.as<const int32_t>()[s.E];
+  {
+    ZT_PROFILE("moe_experts");
+    kernels::moe_combine_backward(dev, sc.dyp.as<float>(), sc.dw.as<float>(), dy.as<const float>(),
+                                  a.yp.as<const float>(), a.w.as<const float>(), a.slot_of.as<const int32_t>(), d);
+    if (ep && ep->size() > 1)
+      ep_backward(a, sc, *ep, *side);
+    else
+      run_experts_backward(a.offsets.as<const int32_t>(), s.E, experts.as<const float>(), dexperts.as<float>(),
+                           a.xp.as<const float>(), a.h.as<const float>(), a.act.as<const float>(), sc.dyp.as<float>(),
+                           sc.dact.as<float>(), sc.dh.as<float>(), R);
+    kernels::fill_zero(dev, dx.data, size_t(dx.numel()) * sizeof(float));
+    kernels::moe_gather_backward(dev, dx.as<float>(), sc.dyp.as<const float>(), a.slot_of.as<const int32_t>(), d);
+  }
+  {
+    ZT_PROFILE("moe_router");
+    kernels::moe_router_backward(dev, sc.dlogits.as<float>(), sc.dw.as<const float>(), a.probs.as<const float>(),
+                                 a.idx.as<const int32_t>(), a.w.as<const float>(), a.lse.as<const float>(),
+                                 loss_grad.dprob, loss_grad.z_grad, d, s.renorm);
+    router.backward_weight(sc.dlogits, sc.dlogits, x);
+    add_input_grad(router, dx, sc.dlogits.as<const float>(), N);
+  }
+  if (s.Fs > 0) shared_backward(dx, dy, x, a, sc);
+}
+
+void Moe::shared_backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& sc) const {
+  ZT_PROFILE("moe_shared");
+  const int64_t N = rows(x);
+  TensorView d_out = dy;
+  if (shape.shared_gate) {
+    kernels::moe_shared_gate_backward(dev, sc.sh_do.as<float>(), sc.sh_dg.as<float>(), dy.as<const float>(),
+                                      a.sh_out.as<const float>(), a.sh_gate.as<const float>(), N, shape.C);
+    const TensorView dg = sc.sh_dg.sub(0, {N, 1});
+    sh_gate_lin.backward_weight(dg, dg, x);
+    add_input_grad(sh_gate_lin, dx, dg.as<const float>(), N);
+    d_out = sc.sh_do;
+  }
+  sh_out.backward_weight(d_out, d_out, a.sh_act);
+  sh_out.backward_input(sc.sh_dact, d_out);
+  kernels::swiglu_backward(dev, sc.sh_dh.as<float>(), sc.sh_dact.as<const float>(), a.sh_h.as<const float>(), N,
+                           shape.Fs);
+  sh_in.backward_weight(sc.sh_dh, sc.sh_dh, x);
+  add_input_grad(sh_in, dx, sc.sh_dh.as<const float>(), N);
+}
+
+}  // namespace zt::nn

@@ -1,0 +1,129 @@
+// moe.h: the mixture-of-experts MLP that replaces a block's dense MLP (Mixtral's
+// MixtralSparseMoeBlock, Qwen2-MoE / Qwen3-MoE's SparseMoeBlock):
+//   p = softmax(x Wr^T) (fp32); the top-k experts per token with weights p (divided by their sum
+//   when renorm); y = sum_k w_k expert_k(x) [+ sigmoid(x Wg^T) shared(x)  (Qwen2-MoE)]
+// with expert(x) = W_out (silu(W_gate x) * W_up x). Tokens are grouped by expert (a counting sort)
+// and each expert's rows go through one GEMM (kernels/moe.h), never a loop over tokens.
+// The layer computes in fp32 on the CPU (kernels/dispatch.h refuses the GPU for now); the
+// load-balancing and z-losses' gradients come in through MoeLossGrad, set by the model, which sums
+// those losses over all layers (they couple the layers: Mixtral's formula takes its means over the
+// concatenated layers). Expert parallelism reaches the layer through EpRegion (moe_ep.cpp: the
+// exchange sits between the grouping and the grouped GEMMs); the layer never includes dist.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/memory.h"
+#include "core/tensor.h"
+#include "kernels/moe.h"
+#include "nn/layers.h"
+
+namespace zt::nn {
+
+struct MoeShape {
+  int C = 0;
+  int E = 0;                     // experts (0: a dense MLP, no MoE)
+  int K = 0;                     // experts per token
+  int F = 0;                     // each expert's hidden width
+  int Fs = 0;                    // the shared expert's hidden width (Qwen2-MoE); 0: none
+  bool shared_gate = false;      // the shared expert's output times sigmoid(x Wg^T) (Qwen2-MoE)
+  bool renorm = true;            // top-k weights divided by their sum (Mixtral; norm_topk_prob)
+  double capacity_factor = 0.0;  // > 0: each expert keeps at most ceil(cf N K / E) rows; 0: dropless
+  bool on() const { return E > 0; }
+  // Rows an expert keeps out of N tokens (0: all of them).
+  int64_t capacity(int64_t N) const;
+  kernels::MoeDims dims(int64_t N) const { return {N, C, E, K}; }
+};
+
+// Saved for backward (carved from the activation arena); R = N K grouped rows at most.
+struct MoeActs {
+  TensorView logits, probs;    // (N, E) router logits and softmax
+  TensorView lse;              // (N) log-sum-exp of the logits (z-loss)
+  TensorView idx, w;           // (N, K) i32 chosen experts, f32 their weights
+  TensorView token_of;         // (R) i32
+  TensorView slot_of;          // (N K) i32, -1: dropped
+  TensorView offsets;          // (E + 1) i32
+  TensorView counts;           // (E) i32: rows each expert kept
+  TensorView dropped;          // (1) i64: assignments dropped by the capacity
+  TensorView xp, h, act, yp;   // (R, C), (R, 2F), (R, F), (R, C)
+  TensorView sh_h, sh_act;     // (N, 2 Fs), (N, Fs): the shared expert
+  TensorView sh_out, sh_gate;  // (N, C), (N): its output before the gate, the gate's logits
+};
+
+struct MoeScratch {
+  TensorView dyp;             // (R, C): the grouped rows' output gradients, then input gradients
+  TensorView dact, dh;        // (R, F), (R, 2F)
+  TensorView dlogits, dw;     // (N, E), (N, K)
+  TensorView sh_do, sh_dact;  // (N, C), (N, Fs)
+  TensorView sh_dh, sh_dg;    // (N, 2 Fs), (N)
+};
+
+// The gradients of the model's auxiliary losses at this layer's router: dprob (E) is added to
+// every token's d loss / d p (the load-balancing loss), z_grad times d lse^2 / d logits (z-loss).
+struct MoeLossGrad {
+  const float* dprob = nullptr;
+  float z_grad = 0.f;
+};
+
+// Where expert parallelism meets the layer (parallel/expert_parallel.h implements it; nn never
+// includes dist): the size() ranks of a group each compute experts [rank E / size, + E / size) for
+// the tokens of all of them. exchange_counts sends per_peer ints to each peer (peer order) and
+// receives as many from each; exchange_rows sends send_rows[p] rows of C floats (contiguous, in peer
+// order) to peer p and receives recv_rows[p] rows from each. Collectives over the group.
+class EpRegion {
+ public:
+  virtual ~EpRegion() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  virtual void exchange_counts(const int32_t* send, int32_t* recv, int per_peer) = 0;
+  virtual void exchange_rows(const float* send, const int64_t* send_rows, float* recv, const int64_t* recv_rows,
+                             int C) = 0;
+};
+
+// An expert-parallel layer's expert side, kept from forward to backward: the rows this rank's
+// experts received (Rr, sized by what arrived, so held here rather than in the activation arena),
+// grouped by local expert, and the orders between that grouping and the peers' blocks.
+struct MoeExpertSide {
+  std::vector<int64_t> send_rows, recv_rows;  // (P) rows to / from each peer
+  std::vector<int32_t> offsets;               // (El + 1): the local experts' row groups
+  std::vector<int32_t> to_peer, from_peer;    // (Rr): expert-grouped row <-> the peers' order
+  std::vector<float> xe, h, act;              // (Rr, C), (Rr, 2F), (Rr, F): what backward reads
+  std::vector<float> stage, ye, dact, dh;     // working rows: (Rr, C) twice, (Rr, F), (Rr, 2F)
+};
+
+struct Moe {
+  MoeShape shape{};
+  Linear router;                 // (E, C), no bias
+  TensorView experts, dexperts;  // all experts, each [W_gate; W_up] (2F, C) then W_out (C, F)
+  Linear sh_in, sh_out;          // the shared expert: [gate; up] (2 Fs, C), down (C, Fs)
+  Linear sh_gate_lin;            // (1, C)
+  MoeLossGrad loss_grad{};
+  DeviceKind dev = DeviceKind::cpu;
+
+  int64_t expert_stride() const { return 3 * int64_t(shape.F) * shape.C; }
+  static MoeActs carve_acts(Carver& c, const MoeShape& s, int64_t N);
+  static MoeScratch carve_scratch(Carver& c, const MoeShape& s, int64_t N);
+  // y (N, C) = the layer of x (N, C); saves into a. ep (null or size 1: every expert here): expert
+  // parallelism, whose expert side lives in `side` until backward.
+  void forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep = nullptr,
+               MoeExpertSide* side = nullptr) const;
+  // dx (N, C) = d loss / dx; parameter gradients +=.
+  void backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& s,
+                EpRegion* ep = nullptr, MoeExpertSide* side = nullptr) const;
+
+ private:
+  void shared_forward(TensorView y, TensorView x, const MoeActs& a) const;
+  void shared_backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& s) const;
+  // One group of experts (E_count of them from W / dW) on rows grouped by offsets: the forward
+  // into h, act, y; the backward from dy (overwritten with the input gradient) through dact, dh.
+  void run_experts(const int32_t* off, int E_count, const float* W, const float* x, float* h, float* act, float* y,
+                   int64_t R) const;
+  void run_experts_backward(const int32_t* off, int E_count, const float* W, float* dW, const float* x, const float* h,
+                            const float* act, float* dy, float* dact, float* dh, int64_t R) const;
+  // Expert parallelism: this rank's rows out to the experts' ranks, the local experts on what
+  // arrived, and the outputs back into yp (forward) / the gradients back into dyp (backward).
+  void ep_forward(const MoeActs& a, EpRegion& ep, MoeExpertSide& x) const;
+  void ep_backward(const MoeActs& a, const MoeScratch& s, EpRegion& ep, MoeExpertSide& x) const;
+};
+
+}  // namespace zt::nn

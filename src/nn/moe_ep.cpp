@@ -1,0 +1,80 @@
+// moe_ep.cpp: the expert-parallel path of the MoE layer (nn/moe.h). This rank's grouped rows are
+// already in expert order, so peer p's experts [p El, (p + 1) El) are one contiguous block of them:
+// the block goes to p, and p's blocks for this rank's experts arrive in peer order (each in expert
+// order). The local experts need them grouped by expert (peers inside), so the rows are permuted
+// between the two orders (to_peer / from_peer) around the grouped GEMMs. Backward retraces the same
+// route with the gradients. The weight gradients of the experts other ranks compute stay zero here.
+#include "core/profile.h"
+#include "kernels/dispatch.h"
+#include "nn/moe.h"
+
+namespace zt::nn {
+
+namespace {
+// The expert side's sizes and orders from this rank's per-expert counts and what each peer sends.
+int64_t plan_expert_side(MoeExpertSide& x, const int32_t* counts, const std::vector<int32_t>& recv_counts, int P,
+                         int El) {
+  x.send_rows.assign(size_t(P), 0);
+  x.recv_rows.assign(size_t(P), 0);
+  for (int p = 0; p < P; ++p)
+    for (int j = 0; j < El; ++j) {
+      x.send_rows[size_t(p)] += counts[p * El + j];
+      x.recv_rows[size_t(p)] += recv_counts[size_t(p * El + j)];
+    }
+  // Where peer p's rows for local expert j start in the peer order.
+  std::vector<int64_t> start(size_t(P) * El);
+  int64_t at = 0;
+  for (int p = 0; p < P; ++p)
+    for (int j = 0; j < El; ++j) start[size_t(p * El + j)] = at, at += recv_counts[size_t(p * El + j)];
+  const int64_t Rr = at;
+  x.offsets.assign(size_t(El) + 1, 0);
+  x.to_peer.resize(size_t(Rr));
+  x.from_peer.resize(size_t(Rr));
+  int64_t dst = 0;
+  for (int j = 0; j < El; ++j) {
+    for (int p = 0; p < P; ++p)
+      for (int64_t i = 0; i < recv_counts[size_t(p * El + j)]; ++i, ++dst) {
+        const int64_t src = start[size_t(p * El + j)] + i;
+        x.to_peer[size_t(dst)] = int32_t(src);
+        x.from_peer[size_t(src)] = int32_t(dst);
+      }
+    x.offsets[size_t(j) + 1] = int32_t(dst);
+  }
+  return Rr;
+}
+}  // namespace
+
+void Moe::ep_forward(const MoeActs& a, EpRegion& ep, MoeExpertSide& x) const {
+  const int P = ep.size(), El = shape.E / P, C = shape.C;
+  const int64_t F = shape.F, first = int64_t(ep.rank()) * El * expert_stride();
+  std::vector<int32_t> recv_counts(size_t(P) * El);
+  ep.exchange_counts(a.counts.as<const int32_t>(), recv_counts.data(), El);
+  const int64_t Rr = plan_expert_side(x, a.counts.as<const int32_t>(), recv_counts, P, El);
+  for (auto [buf, width] : {std::pair{&x.xe, int64_t(C)},
+                            {&x.h, 2 * F},
+                            {&x.act, F},
+                            {&x.stage, int64_t(C)},
+                            {&x.ye, int64_t(C)},
+                            {&x.dact, F},
+                            {&x.dh, 2 * F}})
+    buf->resize(size_t(Rr * width));
+  ep.exchange_rows(a.xp.as<const float>(), x.send_rows.data(), x.stage.data(), x.recv_rows.data(), C);
+  kernels::moe_gather(dev, x.xe.data(), x.stage.data(), x.to_peer.data(), Rr, C);
+  run_experts(x.offsets.data(), El, experts.as<const float>() + first, x.xe.data(), x.h.data(), x.act.data(),
+              x.ye.data(), Rr);
+  kernels::moe_gather(dev, x.stage.data(), x.ye.data(), x.from_peer.data(), Rr, C);
+  ep.exchange_rows(x.stage.data(), x.recv_rows.data(), a.yp.as<float>(), x.send_rows.data(), C);
+}
+
+void Moe::ep_backward(const MoeActs& a, const MoeScratch& sc, EpRegion& ep, MoeExpertSide& x) const {
+  const int P = ep.size(), El = shape.E / P, C = shape.C;
+  const int64_t first = int64_t(ep.rank()) * El * expert_stride(), Rr = int64_t(x.to_peer.size());
+  ep.exchange_rows(sc.dyp.as<const float>(), x.send_rows.data(), x.stage.data(), x.recv_rows.data(), C);
+  kernels::moe_gather(dev, x.ye.data(), x.stage.data(), x.to_peer.data(), Rr, C);
+  run_experts_backward(x.offsets.data(), El, experts.as<const float>() + first, dexperts.as<float>() + first,
+                       x.xe.data(), x.h.data(), x.act.data(), x.ye.data(), x.dact.data(), x.dh.data(), Rr);
+  kernels::moe_gather(dev, x.stage.data(), x.ye.data(), x.from_peer.data(), Rr, C);
+  ep.exchange_rows(x.stage.data(), x.recv_rows.data(), sc.dyp.as<float>(), x.send_rows.data(), C);
+}
+
+}  // namespace zt::nn
