@@ -311,7 +311,6 @@ void Block::residual_add(TensorView out, TensorView x) const {
 
 void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const BlockScratch& sc, int B, int T,
                      const RopeTable& rope, const Packing& pack, Recompute r) const {
-  const int64_t N = int64_t(B) * T;
   const BlockShape& s = shape;
   kernels::AttnDims ad{B, T, s.NH, s.KVH, s.HS, pack.doc_start, s.attn_scale, s.attn_softcap, s.window};
   // Refill what the forward did not keep. Every kernel is deterministic at a given thread
