@@ -186,8 +186,8 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
       };
       while (in_flight()) drain(inflight_.size() - 1);
       gbuf_[b] = get(size_t(buckets_[b].layout.padded) * kF32Bytes);
-      // An empty unit (LoRA's embedding and head units) has no buffer: nothing to clear.
-      if (gbuf_[b].bytes() > 0) std::memset(gbuf_[b].data(), 0, gbuf_[b].bytes());
+      // An empty unit (LoRA's embedding and head units) has no buffer (null): nothing to clear.
+      if (gbuf_[b].data()) std::memset(gbuf_[b].data(), 0, gbuf_[b].bytes());
     }
     return TensorView::of(gbuf_[b].as<float>() + rel, shape);
   }
@@ -206,10 +206,9 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   // ---- DataParallel ----
   void begin_step() override {
     if (stage_ == 1)
-      for (auto& g : full_g_)
-        if (g.bytes() > 0) std::memset(g.data(), 0, g.bytes());
+      for (auto& g : full_g_) std::memset(g.data(), 0, g.bytes());
     else
-      if (gshard_.bytes() > 0) std::memset(gshard_.data(), 0, gshard_.bytes());
+      std::memset(gshard_.data(), 0, gshard_.bytes());
   }
   void set_last_micro(bool last) override { last_ = last; }
   void end_backward() override {
@@ -276,12 +275,12 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const BucketInfo& k = buckets_[b];
       if (stage_ <= 2) {
-        if (k.end > k.begin) std::memcpy(P + k.begin, full_p_[b].data(), size_t(k.end - k.begin) * kF32Bytes);
+        std::memcpy(P + k.begin, full_p_[b].data(), size_t(k.end - k.begin) * kF32Bytes);
         continue;
       }
       Buffer buf = get(size_t(k.layout.padded) * kF32Bytes);
       group_->all_gather(pshard_.as<float>() + k.shard_off, buf.data(), size_t(k.layout.shard) * kF32Bytes);
-      if (k.end > k.begin) std::memcpy(P + k.begin, buf.data(), size_t(k.end - k.begin) * kF32Bytes);
+      std::memcpy(P + k.begin, buf.data(), size_t(k.end - k.begin) * kF32Bytes);
       put(std::move(buf));
     }
     // Pipeline: every unit from the stage that owns it.
