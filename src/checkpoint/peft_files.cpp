@@ -21,11 +21,7 @@ namespace {
 std::vector<std::string> stored_targets(const ModelConfig& cfg) {
   const std::vector<std::string> chosen = lora_resolve_targets(cfg);
   std::vector<std::string> all;
-  for (const ModuleSlot& m : block_modules(cfg, 0)) {
-    size_t at = 0;
-    for (int dots = 0; dots < 3; ++dots) at = m.path.find('.', at) + 1;
-    all.push_back(m.path.substr(at));
-  }
+  for (const ModuleSlot& m : block_modules(cfg, 0)) all.push_back(module_in_block(m.path));
   auto last = [](const std::string& p) { return p.substr(p.rfind('.') + 1); };
   std::vector<std::string> out;
   for (const std::string& c : chosen) {

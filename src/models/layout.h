@@ -98,6 +98,8 @@ struct ModuleSlot {
   int out_begin, out_size;
 };
 std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l);
+// A module's path within its block: after "transformer.h.<l>." or "model.layers.<l>.".
+std::string module_in_block(const std::string& path);
 // PEFT's target_modules resolved against layer 0's modules: the last dotted parts chosen (in
 // block order); an Error naming an unknown target and listing the valid names.
 std::vector<std::string> lora_resolve_targets(const ModelConfig& c);

@@ -12,6 +12,12 @@ namespace zt {
 
 float LoraSpec::scale() const { return float(rslora ? alpha / std::sqrt(double(r)) : alpha / double(r)); }
 
+std::string module_in_block(const std::string& path) {
+  size_t at = 0;
+  for (int dots = 0; dots < 3; ++dots) at = path.find('.', at) + 1;
+  return path.substr(at);
+}
+
 std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l) {
   const int C = c.n_embd, F = c.ffn;
   if (c.arch == Arch::gpt2) {
@@ -31,12 +37,6 @@ std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l) {
 
 namespace {
 std::string last_part(const std::string& path) { return path.substr(path.rfind('.') + 1); }
-// A module's path within its block: after "transformer.h.<l>." or "model.layers.<l>.".
-std::string in_block(const std::string& path) {
-  size_t at = 0;
-  for (int dots = 0; dots < 3; ++dots) at = path.find('.', at) + 1;
-  return path.substr(at);
-}
 
 // PEFT's rule for a list of names: a module matches when its name is the target or ends in
 // "." + target.
@@ -68,7 +68,7 @@ std::vector<std::string> lora_resolve_targets(const ModelConfig& c) {
     bool found = t == "all-linear";
     for (const ModuleSlot& m : mods) {
       // A target may name the module's path within the block ("self_attn.q_proj", "mlp.c_proj").
-      const std::string local = in_block(m.path);
+      const std::string local = module_in_block(m.path);
       if (t == "all-linear" || target_matches(m.path, t) || target_matches(local, t)) {
         found = true;
         if (std::find(chosen.begin(), chosen.end(), local) == chosen.end()) chosen.push_back(local);
@@ -80,7 +80,8 @@ std::vector<std::string> lora_resolve_targets(const ModelConfig& c) {
   // In block order, whatever order the targets came in.
   std::vector<std::string> ordered;
   for (const ModuleSlot& m : mods)
-    if (std::find(chosen.begin(), chosen.end(), in_block(m.path)) != chosen.end()) ordered.push_back(in_block(m.path));
+    if (std::find(chosen.begin(), chosen.end(), module_in_block(m.path)) != chosen.end())
+      ordered.push_back(module_in_block(m.path));
   return ordered;
 }
 
@@ -100,7 +101,7 @@ void lora_layout(const ModelConfig& c, ModelLayout& m) {
     for (int k = 0; k < 4; ++k) {
       for (const ModuleSlot& s : mods) {
         if (s.linear != k) continue;
-        if (std::find(chosen.begin(), chosen.end(), in_block(s.path)) == chosen.end()) continue;
+        if (std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) == chosen.end()) continue;
         AdapterPart p;
         p.module = s.path;
         p.out_begin = s.out_begin;

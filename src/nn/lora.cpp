@@ -54,6 +54,15 @@ const void* adapter_grad(const Linear& l, TensorView dy_c, int64_t N) {
   }
   return lowered(a, g, a.precision == Precision::bf16 ? a.scratch->g_c.sub(0, {N, R}) : TensorView());
 }
+// h (N, R) = x' A^T for every part at once, in the GEMMs' dtype (forward, and again in backward).
+const void* adapter_hidden(const Linear& l, const void* xin, int64_t N) {
+  const LinearLora& a = l.lora;
+  const DType t = l.wc.dtype;
+  const int R = int(a.parts.size()) * a.r;
+  TensorView h = a.scratch->h.sub(0, {N, R});
+  kernels::gemm_typed(l.dev, t, false, true, N, R, l.in, 1.0f, xin, l.in, a.ac.data, l.in, 0.0f, h.as<float>(), R);
+  return lowered(a, h, t == DType::bf16 ? a.scratch->h_c.sub(0, {N, R}) : TensorView());
+}
 }  // namespace
 
 void lora_forward(const Linear& l, TensorView y, TensorView x) {
@@ -63,9 +72,7 @@ void lora_forward(const Linear& l, TensorView y, TensorView x) {
   const int64_t N = rows(x);
   const int R = int(a.parts.size()) * a.r;
   const void* xin = adapter_input(l, x);
-  TensorView h = a.scratch->h.sub(0, {N, R});
-  kernels::gemm_typed(l.dev, t, false, true, N, R, l.in, 1.0f, xin, l.in, a.ac.data, l.in, 0.0f, h.as<float>(), R);
-  const void* hin = lowered(a, h, t == DType::bf16 ? a.scratch->h_c.sub(0, {N, R}) : TensorView());
+  const void* hin = adapter_hidden(l, xin, N);
   for (size_t i = 0; i < a.parts.size(); ++i) {
     const LoraPart& p = a.parts[i];
     kernels::gemm_typed(l.dev, t, false, true, N, p.out_size, a.r, a.scale, at(hin, int64_t(i) * a.r, t), R, p.bc.data,
@@ -96,9 +103,7 @@ void lora_backward_weight(const Linear& l, TensorView dy_c, TensorView x) {
   const int64_t N = rows(x);
   const int R = int(a.parts.size()) * a.r;
   const void* xin = adapter_input(l, x);
-  TensorView h = a.scratch->h.sub(0, {N, R});
-  kernels::gemm_typed(l.dev, t, false, true, N, R, l.in, 1.0f, xin, l.in, a.ac.data, l.in, 0.0f, h.as<float>(), R);
-  const void* hin = lowered(a, h, t == DType::bf16 ? a.scratch->h_c.sub(0, {N, R}) : TensorView());
+  const void* hin = adapter_hidden(l, xin, N);
   for (size_t i = 0; i < a.parts.size(); ++i) {
     const LoraPart& p = a.parts[i];
     kernels::gemm_typed(l.dev, t, true, false, p.out_size, a.r, N, a.scale, at(dy_c.data, p.out_begin, t), l.out,
