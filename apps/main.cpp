@@ -135,7 +135,11 @@ int cmd_train(const Args& args) {
         "modules that get adapters: names (q_proj,v_proj; c_attn) or all-linear (PEFT's default per architecture)");
   f.add("use_rslora", &a.use_rslora, "rank-stabilized LoRA: scale alpha / sqrt(r)");
   f.add("use_dora", &a.use_dora, "DoRA (refused for now: not implemented)");
-  f.add("peft_type", &a.peft_type, "lora (ia3 is refused for now) (lora)");
+  f.add("peft_type", &a.peft_type, "lora | ia3: PEFT's IA3, learned vectors scaling the targets (lora)");
+  f.add("target_modules", &a.target_modules,
+        "IA3's target modules (k_proj,v_proj,down_proj; PEFT's default per architecture)");
+  f.add("feedforward_modules", &a.feedforward_modules,
+        "IA3's targets whose input is scaled (down_proj; PEFT's default per architecture)");
   f.add("load_in_4bit", &a.load_in_4bit,
         "QLoRA: the frozen base's linear weights in NF4, blockwise as bitsandbytes (with --use_peft; docs/peft.md)");
   f.add("load_in_8bit", &a.load_in_8bit, "an 8-bit frozen base (refused for now: use --load_in_4bit)");

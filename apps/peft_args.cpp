@@ -71,16 +71,28 @@ void check_peft_flags(const TrainArgs& a) {
   if (!a.use_peft && a.adapter_name_or_path.empty()) {
     for (const char* f : kLoraFlags)
       ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to LoRA adapters; add --use_peft");
+    for (const char* f : {"peft_type", "target_modules", "feedforward_modules"})
+      ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to PEFT adapters; add --use_peft");
     ZT_CHECK(!a.use_dora, "--use_dora applies to LoRA adapters; add --use_peft");
     return;
   }
-  ZT_CHECK(a.peft_type == "lora", "--peft_type ", a.peft_type,
-           " is not supported yet; ztrain trains LoRA adapters (--peft_type lora)");
+  ZT_CHECK(a.peft_type == "lora" || a.peft_type == "ia3", "--peft_type ", a.peft_type,
+           " is not supported; ztrain trains lora and ia3 adapters");
+  if (a.peft_type == "ia3") {
+    for (const char* f : kLoraFlags)
+      ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to LoRA adapters, not --peft_type ia3",
+               std::string(f) == "lora_target_modules" ? "; IA3 takes --target_modules" : "");
+    ZT_CHECK(!a.use_dora, "--use_dora applies to LoRA adapters, not --peft_type ia3");
+  } else {
+    for (const char* f : {"target_modules", "feedforward_modules"})
+      ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to --peft_type ia3",
+               std::string(f) == "target_modules" ? "; LoRA takes --lora_target_modules" : "");
+  }
   ZT_CHECK(!a.use_dora, "--use_dora: DoRA is not implemented yet; train plain LoRA (drop --use_dora)");
   ZT_CHECK(a.tensor_model_parallel_size == 1 && a.context_parallel_size == 1,
            "--use_peft runs on one process, data parallel (DDP, ZeRO-1/2/3) and pipeline parallel for now; tensor and "
            "context parallelism are not supported with LoRA adapters");
-  ZT_CHECK(!a.adapter_name_or_path.empty() || a.lora_r >= 1, "--lora_r ", a.lora_r,
+  ZT_CHECK(!a.adapter_name_or_path.empty() || a.peft_type == "ia3" || a.lora_r >= 1, "--lora_r ", a.lora_r,
            ": the adapters' rank must be at least 1");
 }
 
@@ -92,8 +104,25 @@ void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
   LoraSpec s;
   if (adapter) {
     s = peft_read_config(a.adapter_name_or_path);
-    check_agrees(a, s, a.adapter_name_or_path);
-    s.dropout = a.lora_dropout;  // training's dropout is the run's choice, as PEFT's is_trainable load
+    ZT_CHECK(!a.explicit_flags.count("peft_type") || a.peft_type == (s.ia3() ? "ia3" : "lora"), "--peft_type ",
+             a.peft_type, " disagrees with ", a.adapter_name_or_path, "/adapter_config.json (peft_type ",
+             s.ia3() ? "IA3" : "LORA", "); drop the flag");
+    if (s.ia3()) {
+      for (const char* f : kLoraFlags)
+        ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to LoRA adapters; ", a.adapter_name_or_path,
+                 " holds IA3 vectors");
+      ZT_CHECK(!a.explicit_flags.count("target_modules") && !a.explicit_flags.count("feedforward_modules"),
+               "--target_modules / --feedforward_modules: ", a.adapter_name_or_path,
+               "/adapter_config.json sets them; drop the flags");
+    } else {
+      check_agrees(a, s, a.adapter_name_or_path);
+      s.dropout = a.lora_dropout;  // training's dropout is the run's choice, as PEFT's is_trainable load
+    }
+  } else if (a.peft_type == "ia3") {
+    s.type = PeftType::ia3;
+    s.targets = split_modules(a.target_modules);
+    s.feedforward = split_modules(a.feedforward_modules);
+    s.feedforward_named = a.explicit_flags.count("feedforward_modules") > 0;
   } else {
     s.r = a.lora_r;
     s.alpha = a.lora_alpha;
@@ -106,10 +135,12 @@ void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
   cfg.lora = s;
   if (!adapter) {
     lora_resolve_targets(cfg);  // an unknown target fails here, naming the valid ones
+    if (s.ia3()) ia3_feedforward_modules(cfg);
     return;
   }
   try {
     lora_resolve_targets(cfg);
+    if (s.ia3()) ia3_feedforward_modules(cfg);
   } catch (const Error& e) {
     throw Error(a.adapter_name_or_path + "/adapter_config.json: " + e.what() +
                 " (the adapter was made for another model)");

@@ -89,6 +89,8 @@ struct TrainArgs {
   bool use_rslora = false;
   bool use_dora = false;
   std::string peft_type = "lora";
+  // IA3 (PEFT's IA3Config names): its targets and the ones whose input it scales; "" = PEFT's default.
+  std::string target_modules, feedforward_modules;
   std::string adapter_name_or_path;  // a PEFT adapter folder to start from (its adapter_config.json)
   // QLoRA (transformers' BitsAndBytesConfig names): the frozen base in NF4.
   bool load_in_4bit = false;

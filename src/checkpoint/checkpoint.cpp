@@ -253,8 +253,9 @@ CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cf
     const LoraSpec had = peft_read_config(dir);
     ModelConfig was = cfg;
     was.lora = had;
-    ZT_CHECK(had.r == cfg.lora.r && had.alpha == cfg.lora.alpha && had.rslora == cfg.lora.rslora &&
-                 lora_resolve_targets(was) == lora_resolve_targets(cfg),
+    const bool same_ia3 = !had.ia3() || ia3_feedforward_modules(was) == ia3_feedforward_modules(cfg);
+    ZT_CHECK(had.type == cfg.lora.type && had.r == cfg.lora.r && had.alpha == cfg.lora.alpha &&
+                 had.rslora == cfg.lora.rslora && lora_resolve_targets(was) == lora_resolve_targets(cfg) && same_ia3,
              dir, ": its adapters (r ", had.r, ", lora_alpha ", had.alpha, ") differ from this run's (r ", cfg.lora.r,
              ", lora_alpha ", cfg.lora.alpha, ") or adapt other modules; resume with the checkpoint's LoRA settings");
   }

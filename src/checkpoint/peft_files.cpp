@@ -18,8 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 // The target_modules PEFT would store: each chosen module's last name, unless that name also
 // covers a module left out (GPT-2's attn.c_proj and mlp.c_proj), then its path within the block.
-std::vector<std::string> stored_targets(const ModelConfig& cfg) {
-  const std::vector<std::string> chosen = lora_resolve_targets(cfg);
+std::vector<std::string> stored_names(const ModelConfig& cfg, const std::vector<std::string>& chosen) {
   std::vector<std::string> all;
   for (const ModuleSlot& m : block_modules(cfg, 0)) all.push_back(module_in_block(m.path));
   auto last = [](const std::string& p) { return p.substr(p.rfind('.') + 1); };
@@ -33,10 +32,29 @@ std::vector<std::string> stored_targets(const ModelConfig& cfg) {
   }
   return out;
 }
+std::vector<std::string> stored_targets(const ModelConfig& cfg) { return stored_names(cfg, lora_resolve_targets(cfg)); }
+
+// IA3Config's fields as PEFT saves them.
+nlohmann::ordered_json ia3_config(const ModelConfig& cfg, const std::string& base) {
+  nlohmann::ordered_json j;
+  j["auto_mapping"] = nullptr;
+  j["base_model_name_or_path"] = base.empty() ? nlohmann::json(nullptr) : nlohmann::json(base);
+  j["fan_in_fan_out"] = cfg.arch == Arch::gpt2;
+  j["feedforward_modules"] = stored_names(cfg, ia3_feedforward_modules(cfg));
+  j["inference_mode"] = true;
+  j["init_ia3_weights"] = true;
+  j["modules_to_save"] = nullptr;
+  j["peft_type"] = "IA3";
+  j["revision"] = nullptr;
+  j["target_modules"] = stored_targets(cfg);
+  j["task_type"] = "CAUSAL_LM";
+  return j;
+}
 }  // namespace
 
 nlohmann::ordered_json peft_adapter_config(const ModelConfig& cfg, const std::string& base) {
   const LoraSpec& s = cfg.lora;
+  if (s.ia3()) return ia3_config(cfg, base);
   nlohmann::ordered_json j;
   j["alpha_pattern"] = nlohmann::json::object();
   j["auto_mapping"] = nullptr;
@@ -85,6 +103,34 @@ std::string peft_weights_file(const std::string& folder) {
   return p.string();
 }
 
+namespace {
+std::vector<std::string> names_of(const nlohmann::json& t) {
+  std::vector<std::string> out;
+  if (t.is_string())
+    out = {t.get<std::string>()};
+  else if (t.is_array())
+    for (const auto& x : t) out.push_back(x.get<std::string>());
+  return out;
+}
+
+template <class Field>
+LoraSpec read_ia3(const std::string& path, Field field) {
+  LoraSpec s;
+  s.type = PeftType::ia3;
+  ZT_CHECK(field("init_ia3_weights").is_null() || field("init_ia3_weights").is_boolean(), path,
+           ": init_ia3_weights must be true or false");
+  try {
+    s.targets = names_of(field("target_modules"));
+    s.feedforward = names_of(field("feedforward_modules"));
+    s.feedforward_named = !field("feedforward_modules").is_null();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": target_modules or feedforward_modules has the wrong type (" + e.what() + ")");
+  }
+  ZT_CHECK(!s.targets.empty(), path, ": target_modules is empty");
+  return s;
+}
+}  // namespace
+
 LoraSpec peft_read_config(const std::string& folder) {
   const std::string path = (fs::path(folder) / kAdapterConfig).string();
   std::ifstream in(path);
@@ -100,16 +146,17 @@ LoraSpec peft_read_config(const std::string& folder) {
   ZT_CHECK(j.is_object(), path, ": not a JSON object");
   auto field = [&](const char* k) { return j.contains(k) ? j[k] : nlohmann::json(); };
   const nlohmann::json type = field("peft_type");
-  ZT_CHECK(type.is_string() && type.get<std::string>() == "LORA", path, ": peft_type ", type.dump(),
-           " is not supported; ztrain reads LORA adapters");
+  ZT_CHECK(type.is_string() && (type.get<std::string>() == "LORA" || type.get<std::string>() == "IA3"), path,
+           ": peft_type ", type.dump(), " is not supported; ztrain reads LORA and IA3 adapters");
   auto off = [&](const char* k, const nlohmann::json& ok) {
     const nlohmann::json v = field(k);
     ZT_CHECK(v.is_null() || v == ok || (v.is_object() && v.empty()), path, ": ", k, " = ", v.dump(),
              " is not supported (ztrain's adapters have none)");
   };
+  off("modules_to_save", nullptr);
+  if (type.get<std::string>() == "IA3") return read_ia3(path, field);
   off("use_dora", false);
   off("bias", "none");
-  off("modules_to_save", nullptr);
   off("rank_pattern", nlohmann::json::object());
   off("alpha_pattern", nlohmann::json::object());
   off("layers_to_transform", nullptr);
@@ -119,11 +166,7 @@ LoraSpec peft_read_config(const std::string& folder) {
     s.alpha = field("lora_alpha").is_null() ? 8.0 : field("lora_alpha").get<double>();
     s.dropout = field("lora_dropout").is_null() ? 0.0 : field("lora_dropout").get<double>();
     s.rslora = field("use_rslora").is_boolean() && field("use_rslora").get<bool>();
-    const nlohmann::json t = field("target_modules");
-    if (t.is_string())
-      s.targets = {t.get<std::string>()};
-    else if (t.is_array())
-      for (const auto& x : t) s.targets.push_back(x.get<std::string>());
+    s.targets = names_of(field("target_modules"));
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": r, lora_alpha, lora_dropout or target_modules has the wrong type (" + e.what() + ")");
   }
@@ -150,16 +193,42 @@ void peft_check_adapter(const ModelConfig& cfg, const std::string& folder) {
     ZT_CHECK(e, folder, ": the adapter has no tensor ", p.name, ", which adapter_config.json's settings give this ",
              base, "; the adapter was made for a different base model or settings");
     ZT_CHECK(e->shape == p.global_shape, folder, ": tensor ", p.name, " has shape ", shape_text(e->shape), " but this ",
-             base, " with r ", cfg.lora.r, " needs ", shape_text(p.global_shape),
+             base, cfg.lora.ia3() ? " with IA3" : " with r " + std::to_string(cfg.lora.r), " needs ",
+             shape_text(p.global_shape),
              "; the adapter was made for a different base model");
   }
   for (const StEntry& e : file.entries()) {
     bool known = false;
     for (const ParamInfo& p : layout.table.list()) known |= p.name == e.name;
     ZT_CHECK(known, folder, ": tensor ", e.name, " has no place in this ", base,
-             " (ztrain reads lora_A / lora_B of the modules target_modules names)");
+             " (ztrain reads lora_A / lora_B or ia3_l of the modules target_modules names)");
   }
 }
+
+namespace {
+// IA3 merged: an output vector scales its rows of W (columns of GPT-2's (in, out) W) and its bias;
+// an input vector scales W's columns (rows of an (in, out) W).
+void merge_ia3(const ModelLayout& with, const ModelLayout& base, const float* adapters, float* w) {
+  for (size_t l = 0; l < with.adapters.size(); ++l) {
+    const BlockAdapters& ba = with.adapters[l];
+    const BlockOffsets& bo = base.offsets.blocks[l];
+    for (auto [parts, lin] :
+         {std::pair{&ba.qkv, &bo.qkv}, {&ba.proj, &bo.proj}, {&ba.fc_in, &bo.fc_in}, {&ba.fc_out, &bo.fc_out}})
+      for (const AdapterPart& p : *parts) {
+        const float* v = adapters + p.a;
+        float* W = w + lin->w;
+        // Element (row i of in, output j) of W sits at i * out + j ((in, out)) or j * in + i.
+        auto at = [&](int64_t i, int64_t j) -> float& { return lin->w_in_out ? W[i * lin->out + j] : W[j * lin->in + i]; };
+        for (int64_t i = 0; i < lin->in; ++i)
+          for (int64_t j = p.feedforward ? 0 : p.out_begin; j < (p.feedforward ? lin->out : p.out_begin + p.out_size);
+               ++j)
+            at(i, j) *= p.feedforward ? v[i] : v[j - p.out_begin];
+        if (!p.feedforward && lin->b >= 0)
+          for (int j = 0; j < p.out_size; ++j) w[lin->b + p.out_begin + j] *= v[j];
+      }
+  }
+}
+}  // namespace
 
 void peft_merge_into(Transformer& model, const std::string& adapter_folder) {
   ModelConfig cfg = model.config();
@@ -175,6 +244,7 @@ void peft_merge_into(Transformer& model, const std::string& adapter_folder) {
   std::vector<float> adapters(size_t(with.table.total()));
   HfWeights(peft_weights_file(adapter_folder), cfg).read(with.table, 0, with.table.total(), adapters.data());
   float* w = model.flat_params().as<float>();
+  if (cfg.lora.ia3()) return merge_ia3(with, model.layout(), adapters.data(), w);
   const float scale = cfg.lora.scale();
   const int r = cfg.lora.r;
   for (size_t l = 0; l < with.adapters.size(); ++l) {

@@ -13,7 +13,11 @@ namespace zt {
 
 // LoRA adapters (PEFT's LoraConfig; models/lora.h): a low-rank update B A, scaled, added to the
 // targeted linear layers of a frozen base. r = 0: none (the model trains all its parameters).
+enum class PeftType : uint8_t { lora, ia3 };
 struct LoraSpec {
+  // lora: B A updates (r, alpha, dropout, rslora, dora apply); ia3: PEFT's IA3, a learned vector
+  // scaling each target's outputs, or its input for the feedforward modules (r stays 0).
+  PeftType type = PeftType::lora;
   int r = 0;
   double alpha = 32;
   double dropout = 0;  // on the adapter's input only (PEFT's lora_dropout)
@@ -25,7 +29,12 @@ struct LoraSpec {
   // bitsandbytes' double quantization of the block scales when nf4_double_quant.
   bool nf4 = false;
   bool nf4_double_quant = false;
-  bool enabled() const { return r > 0; }
+  // IA3's feedforward_modules (a subset of the targets) when feedforward_named; else PEFT's
+  // default for the family.
+  std::vector<std::string> feedforward;
+  bool feedforward_named = false;
+  bool ia3() const { return type == PeftType::ia3; }
+  bool enabled() const { return r > 0 || ia3(); }
   float scale() const;
 };
 

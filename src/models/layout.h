@@ -83,8 +83,9 @@ ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const LayerCut& c
 // one GEMM computes every part's x A^T.
 struct AdapterPart {
   std::string module;  // the HF module path, e.g. "model.layers.0.self_attn.q_proj"
-  int64_t a = -1, b = -1;
+  int64_t a = -1, b = -1;  // IA3: a is the vector ia3_l, b unused
   int out_begin = 0, out_size = 0;
+  bool feedforward = false;  // IA3: the vector scales the module's input (1, in), not its outputs
 };
 struct BlockAdapters {
   std::vector<AdapterPart> qkv, proj, fc_in, fc_out;
@@ -103,6 +104,9 @@ std::string module_in_block(const std::string& path);
 // PEFT's target_modules resolved against layer 0's modules: the last dotted parts chosen (in
 // block order); an Error naming an unknown target and listing the valid names.
 std::vector<std::string> lora_resolve_targets(const ModelConfig& c);
+// IA3 (cfg.lora.ia3()): the targets whose input is scaled (feedforward_modules, PEFT's default for
+// the family when no targets are named), checked to be targets that own their Linear alone.
+std::vector<std::string> ia3_feedforward_modules(const ModelConfig& c);
 
 enum class UnitKind { embedding, block, head };
 const char* unit_kind_name(UnitKind k);

@@ -47,23 +47,33 @@ bool target_matches(const std::string& path, const std::string& target) {
 }
 }  // namespace
 
-std::vector<std::string> lora_resolve_targets(const ModelConfig& c) {
-  ZT_CHECK(c.model_type != "phi3",
-           "LoRA on Phi-3 is not supported yet: its HF modules fuse q/k/v (qkv_proj) and "
-           "gate/up (gate_up_proj), which ztrain's adapters do not model");
+namespace {
+// PEFT's default targets per family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING and
+// TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING / _FEEDFORWARD_MODULES_MAPPING); IA3 has no
+// default for the families PEFT's table leaves out, and PEFT then asks for target_modules.
+std::vector<std::string> default_targets(const ModelConfig& c, bool feedforward) {
+  using V = std::vector<std::string>;
+  if (!c.lora.ia3()) return c.arch == Arch::gpt2 ? V{"c_attn"} : V{"q_proj", "v_proj"};
+  if (c.arch == Arch::gpt2) return feedforward ? V{"mlp.c_proj"} : V{"c_attn", "mlp.c_proj"};
+  for (const char* known : {"llama", "mistral", "gemma", "gemma2", "qwen2"})
+    if (c.model_type == known) return feedforward ? V{"down_proj"} : V{"k_proj", "v_proj", "down_proj"};
+  throw Error("--peft_type ia3: PEFT has no default target modules for " + c.model_type +
+              "; name them with --target_modules (e.g. k_proj,v_proj,down_proj) and --feedforward_modules "
+              "(e.g. down_proj)");
+}
+
+// `names` resolved against layer 0's modules: the chosen modules' paths within the block, in
+// block order; an Error naming an unknown name and listing the valid ones.
+std::vector<std::string> resolve_modules(const ModelConfig& c, const std::vector<std::string>& names,
+                                         const char* flag) {
   const std::vector<ModuleSlot> mods = block_modules(c, 0);
-  std::vector<std::string> targets = c.lora.targets;
-  // PEFT's defaults (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): c_attn for GPT-2,
-  // q_proj and v_proj for the Llama-shaped families.
-  if (targets.empty())
-    targets = c.arch == Arch::gpt2 ? std::vector<std::string>{"c_attn"} : std::vector<std::string>{"q_proj", "v_proj"};
   std::string valid;
   for (const ModuleSlot& m : mods) valid += (valid.empty() ? "" : ", ") + last_part(m.path);
   std::vector<std::string> chosen;
-  for (const std::string& t : targets) {
-    ZT_CHECK(!t.empty(), "--lora_target_modules: an empty module name; valid names: ", valid, ", all-linear");
+  for (const std::string& t : names) {
+    ZT_CHECK(!t.empty(), flag, ": an empty module name; valid names: ", valid, ", all-linear");
     if (t == "lm_head" || t.find("embed") != std::string::npos || t == "wte")
-      throw Error("--lora_target_modules: " + t + " is not a linear layer ztrain adapts (the embedding and LM " +
+      throw Error(std::string(flag) + ": " + t + " is not a linear layer ztrain adapts (the embedding and LM " +
                   "head stay frozen); valid names: " + valid + ", all-linear");
     bool found = t == "all-linear";
     for (const ModuleSlot& m : mods) {
@@ -74,21 +84,86 @@ std::vector<std::string> lora_resolve_targets(const ModelConfig& c) {
         if (std::find(chosen.begin(), chosen.end(), local) == chosen.end()) chosen.push_back(local);
       }
     }
-    ZT_CHECK(found, "--lora_target_modules: no module named '", t, "' in this ", c.model_type,
-             " model; valid names: ", valid, ", all-linear");
+    ZT_CHECK(found, flag, ": no module named '", t, "' in this ", c.model_type, " model; valid names: ", valid,
+             ", all-linear");
   }
-  // In block order, whatever order the targets came in.
   std::vector<std::string> ordered;
   for (const ModuleSlot& m : mods)
     if (std::find(chosen.begin(), chosen.end(), module_in_block(m.path)) != chosen.end())
       ordered.push_back(module_in_block(m.path));
   return ordered;
 }
+const char* targets_flag(const ModelConfig& c) { return c.lora.ia3() ? "--target_modules" : "--lora_target_modules"; }
+}  // namespace
+
+std::vector<std::string> lora_resolve_targets(const ModelConfig& c) {
+  ZT_CHECK(c.model_type != "phi3",
+           "PEFT adapters on Phi-3 are not supported yet: its HF modules fuse q/k/v (qkv_proj) and "
+           "gate/up (gate_up_proj), which ztrain's adapters do not model");
+  const std::vector<std::string>& given = c.lora.targets;
+  return resolve_modules(c, given.empty() ? default_targets(c, false) : given, targets_flag(c));
+}
+
+std::vector<std::string> ia3_feedforward_modules(const ModelConfig& c) {
+  const std::vector<std::string> targets = lora_resolve_targets(c);
+  // As PEFT: named feedforward modules must be targets; the family's default applies to the
+  // targets it covers.
+  const bool named = c.lora.feedforward_named;
+  std::vector<std::string> ff;
+  for (const std::string& f :
+       resolve_modules(c, named ? c.lora.feedforward : default_targets(c, true), "--feedforward_modules")) {
+    const bool target = std::find(targets.begin(), targets.end(), f) != targets.end();
+    ZT_CHECK(target || !named, "--feedforward_modules: ", f,
+             " is not among the target modules; feedforward modules must be a subset of --target_modules");
+    if (target) ff.push_back(f);
+  }
+  for (const std::string& f : ff) {
+    // The input is scaled before the GEMM, so the Linear must hold this module alone.
+    int sharing = 0, linear = -1;
+    for (const ModuleSlot& m : block_modules(c, 0))
+      if (module_in_block(m.path) == f) linear = m.linear;
+    for (const ModuleSlot& m : block_modules(c, 0)) sharing += m.linear == linear;
+    ZT_CHECK(sharing == 1, "--feedforward_modules: ", f,
+             " shares its fused GEMM with other modules in ztrain (q/k/v, gate/up), so its input cannot be "
+             "scaled alone; IA3 scales the input of a layer's output projection (down_proj, c_proj, o_proj)");
+  }
+  return ff;
+}
+
+namespace {
+// IA3: per adapted module one vector, ones at the start: (out, 1) scaling its outputs, or (1, in)
+// scaling its input (feedforward modules), PEFT's shapes and names.
+void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, ModelLayout& m) {
+  const std::vector<std::string> ff = ia3_feedforward_modules(c);
+  m.adapters.resize(size_t(c.n_layer));
+  for (int l = 0; l < c.n_layer; ++l) {
+    const BlockOffsets& bo = m.offsets.blocks[size_t(l)];
+    BlockAdapters& ba = m.adapters[size_t(l)];
+    ba.begin = m.table.total();
+    std::vector<AdapterPart>* lists[4] = {&ba.qkv, &ba.proj, &ba.fc_in, &ba.fc_out};
+    const LinearOffsets* lins[4] = {&bo.qkv, &bo.proj, &bo.fc_in, &bo.fc_out};
+    for (const ModuleSlot& s : block_modules(c, l)) {
+      const std::string local = module_in_block(s.path);
+      if (std::find(chosen.begin(), chosen.end(), local) == chosen.end()) continue;
+      AdapterPart p;
+      p.module = s.path;
+      p.out_begin = s.out_begin;
+      p.out_size = s.out_size;
+      p.feedforward = std::find(ff.begin(), ff.end(), local) != ff.end();
+      const std::vector<int64_t> shape = p.feedforward ? std::vector<int64_t>{1, lins[s.linear]->in}
+                                                       : std::vector<int64_t>{s.out_size, 1};
+      p.a = m.table.add("base_model.model." + s.path + ".ia3_l", shape, ParamInit::ones);
+      lists[s.linear]->push_back(p);
+    }
+  }
+}
+}  // namespace
 
 // Lays out the adapters of every block in `m` (whose base layout is in m.base_table / m.offsets):
 // per block, per Linear, the chosen modules' A's back to back, then their B's.
 void lora_layout(const ModelConfig& c, ModelLayout& m) {
   const std::vector<std::string> chosen = lora_resolve_targets(c);
+  if (c.lora.ia3()) return ia3_layout(c, chosen, m);
   const int r = c.lora.r;
   m.adapters.resize(size_t(c.n_layer));
   for (int l = 0; l < c.n_layer; ++l) {

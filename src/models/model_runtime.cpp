@@ -244,6 +244,19 @@ void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C
     a = {};
     ++which;
     if (parts->empty()) continue;
+    a.precision = b.precision;
+    a.scratch = &scratch_views_.lora;
+    if (spec.ia3()) {  // fp32 vectors, used as they are (no compute copy)
+      for (const AdapterPart& p : *parts) {
+        if (p.feedforward) {
+          a.ia3_in = view(P, p.a, {lin->in});
+          a.ia3_din = view(G, p.a, {lin->in});
+        } else {
+          a.ia3_out.push_back({p.out_begin, p.out_size, view(P, p.a, {p.out_size}), view(G, p.a, {p.out_size})});
+        }
+      }
+      continue;
+    }
     a.r = spec.r;
     a.scale = spec.scale();
     // Dropout in training passes only; its mask is fixed for a pass, a layer and a Linear (so a
@@ -373,7 +386,15 @@ void ModelRuntime::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const n
   s->rope_local_cos = sc.take(DType::f32, {local});
   s->rope_local_sin = sc.take(DType::f32, {local});
   s->lora = {};
-  if (cfg.lora.enabled()) {
+  if (cfg.lora.ia3()) {
+    // The widest Linear's input and output (Llama's fused gate/up: 2 F outputs).
+    const int64_t in = std::max<int64_t>({C, cfg.ffn, int64_t(cfg.n_head) * cfg.head_size}),
+                  out = std::max<int64_t>(
+                      {2 * int64_t(cfg.ffn), int64_t(cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_size, 3 * int64_t(C)});
+    s->lora.ia3_x = sc.take(ct, {N * in});
+    s->lora.ia3_dy = sc.take(ct, {N * out});
+    s->lora.ia3_f32 = sc.take(DType::f32, {N * std::max(in, out)});
+  } else if (cfg.lora.enabled()) {
     // The widest adapter: Llama's q, k and v parts (3 r) on a Linear as wide as the MLP's input.
     const int64_t R = 3 * int64_t(cfg.lora.r),
                   in = std::max<int64_t>({C, cfg.ffn, int64_t(cfg.n_head) * cfg.head_size});

@@ -45,6 +45,7 @@ void Linear::forward(TensorView y, TensorView x) const {
   const DType t = wc.dtype;
   const void* xp = rows_of(x, N, in, t, "Linear input");
   float* yp = const_cast<float*>(rows_of(y, N, out, "Linear output"));
+  if (lora.ia3_in) xp = ia3_forward_input(*this, x);
   if (nf4)
     kernels::nf4_linear_forward(t, yp, xp, *nf4, N);
   else if (w_in_out)
@@ -53,6 +54,7 @@ void Linear::forward(TensorView y, TensorView x) const {
     kernels::gemm_typed(dev, t, false, true, N, out, in, 1.0f, xp, in, wc.data, in, 0.0f, yp, out);
   if (b) kernels::bias_forward(dev, yp, b.as<const float>(), N, out);
   if (lora.on()) lora_forward(*this, y, x);
+  if (!lora.ia3_out.empty()) ia3_forward_output(*this, y);
 }
 
 void Linear::backward_input(TensorView dx, TensorView dy_c) const {
@@ -61,6 +63,7 @@ void Linear::backward_input(TensorView dx, TensorView dy_c) const {
   const DType t = wc.dtype;
   const void* dyp = rows_of(dy_c, N, out, t, "Linear output gradient");
   float* dxp = const_cast<float*>(rows_of(dx, N, in, "Linear input gradient"));
+  if (!lora.ia3_out.empty()) dyp = ia3_backward_dy(*this, dy_c);
   if (nf4)
     kernels::nf4_linear_backward_input(t, dxp, dyp, *nf4, N);
   else if (w_in_out)
@@ -68,6 +71,7 @@ void Linear::backward_input(TensorView dx, TensorView dy_c) const {
   else
     kernels::gemm_typed(dev, t, false, false, N, in, out, 1.0f, dyp, out, wc.data, in, 0.0f, dxp, in);
   if (lora.on()) lora_backward_input(*this, dx, dy_c);
+  if (lora.ia3_in) ia3_backward_dx(*this, dx);
 }
 
 void Linear::backward_weight(TensorView dy, TensorView dy_c, TensorView x) const {
@@ -77,6 +81,7 @@ void Linear::backward_weight(TensorView dy, TensorView dy_c, TensorView x) const
   const void* dyp = rows_of(dy_c, N, out, t, "Linear output gradient");
   const void* xp = rows_of(x, N, in, t, "Linear input");
   if (lora.on()) lora_backward_weight(*this, dy_c, x);
+  if (lora.ia3_on()) ia3_backward_weight(*this, dy, dy_c, x);
   float* dwp = dw.as<float>();  // null: frozen (LoRA's base), no weight gradient
   if (dwp && w_in_out)
     kernels::gemm_typed(dev, t, true, false, in, out, N, 1.0f, xp, in, dyp, out, 1.0f, dwp, out);

@@ -48,6 +48,9 @@ void lower(Precision p, TensorView dst, TensorView land, DeviceKind dev = Device
 // the dropped input (N, in) in the GEMMs' dtype and its gradient (N, in) in fp32.
 struct LoraScratch {
   TensorView h, h_c, g, g_c, xd, dxd;
+  // IA3 (nn/ia3.cpp): the scaled input (N, in) and the scaled output gradient (N, out) in the
+  // GEMMs' dtype; a recomputed output or input gradient (N, max(in, out)) in fp32.
+  TensorView ia3_x, ia3_dy, ia3_f32;
 };
 struct LoraPart {
   int out_begin = 0, out_size = 0;  // the Linear's outputs this part adapts
@@ -62,7 +65,16 @@ struct LinearLora {
   TensorView a, da, ac;  // every part's A (r, in), back to back: (parts r, in)
   std::vector<LoraPart> parts;
   const LoraScratch* scratch = nullptr;
+  // IA3 (PEFT's ia3_l): vectors scaling the outputs [o, o + m) (bias included, as PEFT's), and
+  // for a feedforward module one scaling the input (in); fp32, with their gradients.
+  struct Ia3Out {
+    int out_begin = 0, out_size = 0;
+    TensorView l, dl;
+  };
+  std::vector<Ia3Out> ia3_out;
+  TensorView ia3_in, ia3_din;
   bool on() const { return r > 0; }
+  bool ia3_on() const { return !ia3_out.empty() || bool(ia3_in); }
 };
 
 struct Linear {
@@ -99,6 +111,15 @@ struct Linear {
 void lora_forward(const Linear& l, TensorView y, TensorView x);
 void lora_backward_input(const Linear& l, TensorView dx, TensorView dy_c);
 void lora_backward_weight(const Linear& l, TensorView dy_c, TensorView x);
+// IA3's share (nn/ia3.cpp). Forward: the GEMM's input (x scaled into the scratch, or x), then the
+// outputs scaled in place. Backward: the output gradient the GEMM reads (dy_c scaled, or dy_c);
+// the input gradient scaled in place; the vectors' gradients += (the unscaled output or input
+// gradient recomputed with one GEMM: nothing is kept from forward).
+const void* ia3_forward_input(const Linear& l, TensorView x);
+void ia3_forward_output(const Linear& l, TensorView y);
+const void* ia3_backward_dy(const Linear& l, TensorView dy_c);
+void ia3_backward_dx(const Linear& l, TensorView dx);
+void ia3_backward_weight(const Linear& l, TensorView dy, TensorView dy_c, TensorView x);
 
 // none: the identity (OLMo-2 has no norm before attention and the MLP): forward copies, backward
 // adds the gradient through, so a block without pre-norms runs the same code.

@@ -1,0 +1,21 @@
+// scale_columns.h: per-column scaling and per-column dot products of row-major matrices, IA3's
+// elementwise work (nn/ia3.cpp) beside the GEMMs. Memory-bound, so plain loops over OpenMP threads
+// serve on every ISA; each is its own reference (tests/test_lora.cpp checks them in double).
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace zt::kernels {
+
+// dst[i, begin + j] = src[i, begin + j] * s[j] for rows i < N and j < cols, rows `ld` elements
+// apart in both; dtype t is f32 or bf16 (bf16 rounds the product once). dst may be src.
+void scale_columns(DType t, void* dst, const void* src, int64_t N, int64_t ld, int64_t begin, int64_t cols,
+                   const float* s);
+// acc[j] += sum over rows i < N of a[i, j] * b[i, j], j < cols: a in dtype ta (f32 or bf16), rows
+// lda apart; b fp32, rows ldb apart. Each column sums in double, in row order, on one thread, so
+// the result does not depend on the thread count.
+void column_dot_add(float* acc, DType ta, const void* a, int64_t lda, const float* b, int64_t ldb, int64_t N,
+                    int64_t cols);
+
+}  // namespace zt::kernels

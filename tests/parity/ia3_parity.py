@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""IA3 parity: ztrain's IA3 vectors against a PyTorch transcription of PEFT's IA3 layer.
+
+PEFT's IA3 (IA3Config): each target module's output is multiplied by a learned vector ia3_l
+(out, 1), bias included; a feedforward module's input is multiplied instead (ia3_l (1, in)).
+For a tiny GPT-2 (Conv1D; PEFT's defaults c_attn + mlp.c_proj, mlp.c_proj feedforward) and a tiny
+Llama with grouped-query attention (PEFT's defaults k_proj, v_proj, down_proj, down_proj
+feedforward), from one random HF folder, one initial adapter folder (vectors 1 + noise, so every
+gradient and scale is live) and one token file:
+  - 5 AdamW steps (accumulation 2, clipping, weight decay): losses and gradient norms within 1e-4;
+  - ztrain trained from flags alone writes PEFT's key names, shapes and IA3Config fields;
+  - the trained vectors equal PyTorch's; `ztrain merge-adapter` logits equal the applied model's
+    within 1e-5 relative; `ztrain eval --adapter_name_or_path` gives the applied model's loss;
+  - trainable parameters equal PEFT's count.
+
+usage: ia3_parity.py --ztrain build/ztrain [--work DIR]
+"""
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import hfmodels  # noqa: E402
+import lora_parity as lp  # noqa: E402  (the shared harness: batches, training loop, commands)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+# name, make_model args, the block modules adapted, the feedforward ones
+CASES = [
+    ("gpt2_ia3", ["--arch", "gpt2", "--vocab_size", "300", "--n_embd", "64", "--n_layer", "2", "--n_head", "4"],
+     ["attn.c_attn", "mlp.c_proj"], ["mlp.c_proj"]),
+    ("llama_gqa_ia3", ["--arch", "llama", "--vocab_size", "300", "--hidden_size", "64", "--n_layer", "2",
+                       "--n_head", "4", "--n_kv_head", "2", "--ffn", "176"],
+     ["self_attn.k_proj", "self_attn.v_proj", "mlp.down_proj"], ["mlp.down_proj"]),
+]
+CONFIG_FIELDS = {"auto_mapping", "base_model_name_or_path", "fan_in_fan_out", "feedforward_modules",
+                 "inference_mode", "init_ia3_weights", "modules_to_save", "peft_type", "revision",
+                 "target_modules", "task_type"}
+
+
+class Ia3Wrap(torch.nn.Module):
+    """PEFT's IA3 Linear: base(x) * l, or base(x * l) for a feedforward module; the base frozen."""
+
+    def __init__(self, base, vec, feedforward):
+        super().__init__()
+        self.base = base
+        for p in self.base.parameters():
+            p.requires_grad_(False)
+        self.ia3_l = torch.nn.Parameter(vec.clone())
+        self.feedforward = feedforward
+
+    def forward(self, x):
+        if self.feedforward:
+            return self.base(x * self.ia3_l.flatten())
+        return self.base(x) * self.ia3_l.flatten()
+
+
+def apply_ia3(model, vectors, ff_paths):
+    for path, vec in vectors.items():
+        parent, name = path.rsplit(".", 1)
+        setattr(model.get_submodule(parent), name, Ia3Wrap(model.get_submodule(path), vec, path in ff_paths))
+
+
+def key(p):
+    return f"base_model.model.{p}.ia3_l"
+
+
+def case(name, make_args, modules, ff_modules, work, ztrain):
+    fails, d = 0, os.path.join(work, name)
+    model_dir, tokens_file, init = os.path.join(d, "model"), os.path.join(d, "train.bin"), os.path.join(d, "init")
+    lp.run([lp.PY, os.path.join(HERE, "make_model.py"), "--out", model_dir, "--seed", "3", "--tokens", tokens_file,
+            "--num_tokens", "6000"] + make_args)
+    base, config = hfmodels.load_model(model_dir)
+    arch = "gpt2" if config["model_type"] == "gpt2" else "llama"
+    L = config.get("n_layer", config.get("num_hidden_layers"))
+    paths = [f"{lp.block_prefix(arch, l)}.{m}" for l in range(L) for m in modules]
+    ff_paths = {f"{lp.block_prefix(arch, l)}.{m}" for l in range(L) for m in ff_modules}
+    want = {}
+    for p in paths:
+        n_in, n_out = lp.module_shape(base, p)
+        want[key(p)] = (1, n_in) if p in ff_paths else (n_out, 1)
+    g = torch.Generator().manual_seed(7)
+    vectors = {p: 1 + 0.2 * torch.randn(*want[key(p)], generator=g) for p in paths}
+    os.makedirs(init, exist_ok=True)
+    hfmodels.write_safetensors(os.path.join(init, "adapter_model.safetensors"), {key(p): v for p, v in vectors.items()})
+    targets = [m.split(".")[-1] if arch == "llama" else m.split(".")[-1] if m != "mlp.c_proj" else m for m in modules]
+    json.dump({"peft_type": "IA3", "task_type": "CAUSAL_LM", "target_modules": targets,
+               "feedforward_modules": [m.split(".")[-1] if arch == "llama" else m for m in ff_modules],
+               "fan_in_fan_out": arch == "gpt2", "init_ia3_weights": True},
+              open(os.path.join(init, "adapter_config.json"), "w"))
+    tokens = np.fromfile(tokens_file, dtype="<u2").astype(np.int64)
+
+    model, _ = hfmodels.load_model(model_dir)
+    apply_ia3(model, vectors, ff_paths)
+    model.train()
+    params = [p for n, p in model.named_parameters() if "ia3_l" in n]
+    peft_count = sum(p.numel() for p in params)
+    ref_losses, ref_norms = lp.torch_train(model, tokens, params)
+
+    out = os.path.join(d, "ztrain_out")
+    common = ["--train_file", tokens_file, "--overwrite_output_dir", "--no_shuffle", "--lr_scheduler_type",
+              "constant", "--logging_steps", "1", "--save_strategy", "no", "--per_device_train_batch_size",
+              str(lp.B), "--gradient_accumulation_steps", str(lp.G), "--model_max_length", str(lp.T),
+              "--max_steps", str(lp.STEPS)] + lp.HP
+    log = lp.run([ztrain, "train", "--model_name_or_path", model_dir, "--adapter_name_or_path", init,
+                  "--output_dir", out] + common)
+    hist = [e for e in json.load(open(os.path.join(out, "trainer_state.json")))["log_history"] if "loss" in e]
+    wl = max(lp.rel(h["loss"], x) for h, x in zip(hist, ref_losses))
+    wn = max(lp.rel(h["grad_norm"], x) for h, x in zip(hist, ref_norms))
+    ok = len(hist) == lp.STEPS and wl <= 1e-4 and wn <= 1e-4
+    print(f"{name:<16} losses ztrain {[round(h['loss'], 6) for h in hist]}")
+    print(f"{'':<16} losses torch  {[round(x, 6) for x in ref_losses]}")
+    print(f"{'':<16} worst relative difference: loss {wl:.2e}, grad_norm {wn:.2e} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+    zcount = int(re.search(r"Number of trainable parameters = (\d+)", log).group(1))
+    ok = zcount == peft_count
+    print(f"{'':<16} trainable parameters: ztrain {zcount}, PEFT {peft_count} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+    saved = hfmodels.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
+    diff = max(float((saved[key(p)] - model.get_submodule(p).ia3_l.detach()).abs().max()) for p in paths)
+    ok = diff < 5e-4
+    print(f"{'':<16} saved vectors vs PyTorch's trained: max |diff| {diff:.2e} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+
+    # From flags alone (PEFT's defaults for the family): PEFT's keys, shapes and config fields.
+    fresh = os.path.join(d, "fresh")
+    lp.run([ztrain, "train", "--model_name_or_path", model_dir, "--use_peft", "--peft_type", "ia3",
+            "--output_dir", fresh] + common[:-len(lp.HP) - 2] + ["--max_steps", "1"])
+    got = {k: tuple(v.shape) for k, v in hfmodels.read_safetensors(
+        os.path.join(fresh, "adapter_model.safetensors")).items()}
+    zcfg = json.load(open(os.path.join(fresh, "adapter_config.json")))
+    ok = got == want and set(zcfg) == CONFIG_FIELDS and zcfg["peft_type"] == "IA3" and \
+        zcfg["fan_in_fan_out"] == (arch == "gpt2")
+    print(f"{'':<16} adapter folder from --peft_type ia3: {len(got)} tensors, keys/shapes "
+          f"{'equal' if got == want else 'DIFFER'} to PEFT's, config fields "
+          f"{'equal' if set(zcfg) == CONFIG_FIELDS else sorted(set(zcfg) ^ CONFIG_FIELDS)}, target_modules "
+          f"{zcfg['target_modules']}, feedforward_modules {zcfg['feedforward_modules']} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+
+    merged = os.path.join(d, "merged")
+    lp.run([ztrain, "merge-adapter", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
+            "--output_dir", merged])
+    applied, _ = hfmodels.load_model(model_dir)
+    apply_ia3(applied, {p: saved[key(p)] for p in paths}, ff_paths)
+    mm, _ = hfmodels.load_model(merged)
+    x, y = lp.batches(tokens, 0, 0)
+    with torch.no_grad():
+        la, loss_applied = applied(x, y)
+        lm, _ = mm(x)
+    mrel = float((la - lm).abs().max() / la.abs().max())
+    ok = mrel <= 1e-5
+    print(f"{'':<16} merged vs adapter-applied logits: max relative {mrel:.2e} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+    vfile = os.path.join(d, "val.bin")
+    tokens[: lp.B * lp.T + 1].astype("<u2").tofile(vfile)
+    ev = lp.run([ztrain, "eval", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
+                 "--validation_file", vfile, "--per_device_eval_batch_size", "1", "--model_max_length", str(lp.T)])
+    zl = float(re.search(r"eval_loss\s+=\s+([0-9.]+)", ev).group(1))
+    ok = lp.rel(zl, float(loss_applied)) <= 1e-5
+    print(f"{'':<16} eval --adapter_name_or_path loss {zl:.6f} vs PyTorch {float(loss_applied):.6f} -> "
+          f"{'ok' if ok else 'FAIL'}")
+    fails += not ok
+    return fails
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--work", default="")
+    a = ap.parse_args()
+    torch.set_num_threads(2)
+    work = a.work or tempfile.mkdtemp(prefix="zt_ia3_")
+    fails = sum(case(*c, work, a.ztrain) for c in CASES)
+    print("ok" if not fails else f"{fails} FAILED")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
