@@ -113,7 +113,8 @@ int cmd_generate(const Args& args) {
   SamplingConfig sc;
   FlagSet f("generate");
   f.add("model_name_or_path", &model_dir, "HF model folder");
-  f.add("adapter_name_or_path", &adapter, "a PEFT LoRA adapter folder applied to the model (merged in; docs/peft.md)");
+  f.add("adapter_name_or_path", &adapter,
+        "a PEFT adapter folder (LoRA or IA3) applied to the model (merged in; docs/peft.md)");
   f.add("tokenizer_name_or_path", &tokenizer, "tokenizer folder or tokenizer.json (default: the model folder)");
   f.add("prompt", &prompt, "text to continue");
   f.add("split_special_tokens", &split_special,
@@ -254,7 +255,8 @@ int cmd_eval(const Args& args) {
   int64_t max_samples = 0;
   FlagSet f("eval");
   f.add("model_name_or_path", &model_dir, "HF model folder");
-  f.add("adapter_name_or_path", &adapter, "a PEFT LoRA adapter folder applied to the model (merged in; docs/peft.md)");
+  f.add("adapter_name_or_path", &adapter,
+        "a PEFT adapter folder (LoRA or IA3) applied to the model (merged in; docs/peft.md)");
   f.add("validation_file", &file, "token file (ztrain shard or uint16 train.bin)");
   f.add("text_file", &text_file, "or text: a .txt / .jsonl file or a folder of them, tokenized first");
   f.add("tasks", &tasks,

@@ -17,7 +17,7 @@ int cmd_merge_adapter(const Args& args) {
   std::string base, adapter, out, dtype = "fp32";
   FlagSet f("merge-adapter");
   f.add("model_name_or_path", &base, "the base model's HF folder");
-  f.add("adapter_name_or_path", &adapter, "the PEFT LoRA adapter folder (adapter_config.json + weights)");
+  f.add("adapter_name_or_path", &adapter, "the PEFT adapter folder, LoRA or IA3 (adapter_config.json + weights)");
   f.add("output_dir", &out, "where the merged HF folder goes");
   f.add("save_dtype", &dtype, "fp32 | bf16: the merged weights' dtype (fp32)");
   if (wants_help(args, f.help())) return 0;

@@ -1,8 +1,9 @@
 // test_lora.cpp: LoRA adapters (models/lora.cpp, nn/lora.cpp): the adapters' gradients against
 // finite differences of the whole model (GPT-2's fused c_attn, Llama's q/k/v and gate/up parts,
 // with dropout's masks held fixed), the frozen base untouched and without gradients, the adapter
-// table's names and PEFT's counts, the dropout kernel against its definition. PyTorch parity, the
-// folder format and merging: tests/parity/lora_parity.py.
+// table's names and PEFT's counts, the dropout kernel against its definition; IA3's vectors the
+// same way, and its column kernels against double sums. PyTorch parity, the folder format and
+// merging: tests/parity/lora_parity.py and ia3_parity.py.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "core/tensor.h"
 #include "kernels/dropout.h"
 #include "kernels/nf4.h"
+#include "kernels/scale_columns.h"
 #include "models/transformer.h"
 #include "test_util.h"
 
@@ -46,6 +48,9 @@ void expect_adapter_fd_grad(const ModelConfig& cfg) {
   for (const ParamInfo& p : m.params().list())  // B starts at zero in PEFT; random here
     if (p.name.find("lora_B") != std::string::npos)
       for (int64_t i = 0; i < p.numel; ++i) m.flat_params().as<float>()[p.offset + i] = 0.1f * b_init[p.offset + i];
+    else if (p.name.find("ia3_l") != std::string::npos)  // ones in PEFT; around one here
+      for (int64_t i = 0; i < p.numel; ++i)
+        m.flat_params().as<float>()[p.offset + i] = 1.f + 0.2f * b_init[p.offset + i];
   const std::vector<float> base(m.frozen_params().as<float>(),
                                 m.frozen_params().as<float>() + m.frozen_params().numel());
   const int B = 2, T = 9;
@@ -91,6 +96,67 @@ TEST(Lora, LlamaAdapterGradientsMatchFiniteDifferencesWithDropout) {
 
 TEST(Lora, LlamaPartialFusedTargets) {  // q and v of the fused q/k/v Linear, up of gate/up
   expect_adapter_fd_grad(tiny_lora(Arch::llama, {"q_proj", "v_proj", "up_proj"}, 0.0));
+}
+
+ModelConfig tiny_ia3(Arch a, std::vector<std::string> targets, std::vector<std::string> feedforward) {
+  ModelConfig c = tiny_lora(a, std::move(targets), 0.0);
+  c.lora.type = PeftType::ia3;
+  c.lora.r = 0;
+  c.lora.feedforward = std::move(feedforward);
+  c.lora.feedforward_named = !c.lora.feedforward.empty();
+  return c;
+}
+
+TEST(Ia3, Gpt2DefaultsGradientsMatchFiniteDifferences) {  // c_attn (bias scaled too), mlp.c_proj's input
+  const ModelConfig c = tiny_ia3(Arch::gpt2, {}, {});
+  expect_adapter_fd_grad(c);
+  EXPECT_EQ(ia3_feedforward_modules(c), std::vector<std::string>{"mlp.c_proj"});
+}
+
+TEST(Ia3, LlamaGradientsMatchFiniteDifferences) {  // k and v of the fused q/k/v, o_proj, down_proj's input
+  expect_adapter_fd_grad(tiny_ia3(Arch::llama, {"k_proj", "v_proj", "o_proj", "down_proj"}, {"down_proj"}));
+}
+
+TEST(Ia3, TableHasPeftNamesAndShapes) {
+  const ModelLayout l = model_layout(tiny_ia3(Arch::llama, {}, {}));  // PEFT's llama defaults
+  std::vector<std::pair<std::string, std::vector<int64_t>>> got;
+  for (const ParamInfo& p : l.table.list())
+    if (p.name.find("layers.0.") != std::string::npos) got.push_back({p.name, p.global_shape});
+  const std::string b = "base_model.model.model.layers.0.";
+  const decltype(got) want = {{b + "self_attn.k_proj.ia3_l", {16, 1}},
+                              {b + "self_attn.v_proj.ia3_l", {16, 1}},
+                              {b + "mlp.down_proj.ia3_l", {1, 40}}};
+  EXPECT_EQ(got, want);
+}
+
+TEST(Ia3, ScaleColumnsAndColumnDotsMatchDouble) {
+  const int64_t N = 37, ld = 150, begin = 11, cols = 130;
+  const auto x = test::randn<float>(size_t(N * ld), 1), g = test::randn<float>(size_t(N * ld), 2),
+             s = test::randn<float>(size_t(cols), 3);
+  std::vector<uint16_t> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+  for (DType t : {DType::f32, DType::bf16}) {
+    const void* src = t == DType::f32 ? static_cast<const void*>(x.data()) : xb.data();
+    auto val = [&](int64_t k) { return t == DType::f32 ? double(x[size_t(k)]) : double(bf16_to_f32(xb[size_t(k)])); };
+    std::vector<float> acc(size_t(cols), 0.5f);
+    kernels::column_dot_add(acc.data(), t, static_cast<const char*>(src) + begin * dtype_size(t), ld, g.data() + begin,
+                            ld, N, cols);
+    std::vector<uint16_t> ob(xb.size());
+    std::vector<float> of(x.size());
+    kernels::scale_columns(t, t == DType::f32 ? static_cast<void*>(of.data()) : ob.data(), src, N, ld, begin, cols,
+                           s.data());
+    for (int64_t j = 0; j < cols; ++j) {
+      double ref = 0.5;
+      for (int64_t i = 0; i < N; ++i) ref += val(i * ld + begin + j) * g[size_t(i * ld + begin + j)];
+      EXPECT_NEAR(acc[size_t(j)], ref, 1e-5 * (1 + std::fabs(ref))) << dtype_name(t) << " column " << j;
+      for (int64_t i = 0; i < N; ++i) {
+        const int64_t k = i * ld + begin + j;
+        const double want = val(k) * s[size_t(j)];
+        const double got = t == DType::f32 ? of[size_t(k)] : bf16_to_f32(ob[size_t(k)]);
+        EXPECT_NEAR(got, want, (t == DType::f32 ? 1e-6 : 8e-3) * (1e-3 + std::fabs(want)));
+      }
+    }
+  }
 }
 
 TEST(Lora, AdapterTableHasPeftNamesAndCounts) {

@@ -194,8 +194,7 @@ void peft_check_adapter(const ModelConfig& cfg, const std::string& folder) {
              base, "; the adapter was made for a different base model or settings");
     ZT_CHECK(e->shape == p.global_shape, folder, ": tensor ", p.name, " has shape ", shape_text(e->shape), " but this ",
              base, cfg.lora.ia3() ? " with IA3" : " with r " + std::to_string(cfg.lora.r), " needs ",
-             shape_text(p.global_shape),
-             "; the adapter was made for a different base model");
+             shape_text(p.global_shape), "; the adapter was made for a different base model");
   }
   for (const StEntry& e : file.entries()) {
     bool known = false;
@@ -218,7 +217,9 @@ void merge_ia3(const ModelLayout& with, const ModelLayout& base, const float* ad
         const float* v = adapters + p.a;
         float* W = w + lin->w;
         // Element (row i of in, output j) of W sits at i * out + j ((in, out)) or j * in + i.
-        auto at = [&](int64_t i, int64_t j) -> float& { return lin->w_in_out ? W[i * lin->out + j] : W[j * lin->in + i]; };
+        auto at = [&](int64_t i, int64_t j) -> float& {
+          return lin->w_in_out ? W[i * lin->out + j] : W[j * lin->in + i];
+        };
         for (int64_t i = 0; i < lin->in; ++i)
           for (int64_t j = p.feedforward ? 0 : p.out_begin; j < (p.feedforward ? lin->out : p.out_begin + p.out_size);
                ++j)

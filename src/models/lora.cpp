@@ -150,8 +150,8 @@ void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, Mo
       p.out_begin = s.out_begin;
       p.out_size = s.out_size;
       p.feedforward = std::find(ff.begin(), ff.end(), local) != ff.end();
-      const std::vector<int64_t> shape = p.feedforward ? std::vector<int64_t>{1, lins[s.linear]->in}
-                                                       : std::vector<int64_t>{s.out_size, 1};
+      const std::vector<int64_t> shape =
+          p.feedforward ? std::vector<int64_t>{1, lins[s.linear]->in} : std::vector<int64_t>{s.out_size, 1};
       p.a = m.table.add("base_model.model." + s.path + ".ia3_l", shape, ParamInit::ones);
       lists[s.linear]->push_back(p);
     }

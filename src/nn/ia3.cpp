@@ -73,7 +73,8 @@ const float* unscaled_outputs(const Linear& l, TensorView x, int o, int m, int64
     return z + o;
   }
   if (l.w_in_out)
-    kernels::gemm_typed(l.dev, t, false, false, N, m, l.in, 1.0f, x.data, l.in, elem_at(l.wc.data, o, t), l.out, 0.0f, z, m);
+    kernels::gemm_typed(l.dev, t, false, false, N, m, l.in, 1.0f, x.data, l.in, elem_at(l.wc.data, o, t), l.out, 0.0f,
+                        z, m);
   else
     kernels::gemm_typed(l.dev, t, false, true, N, m, l.in, 1.0f, x.data, l.in, elem_at(l.wc.data, int64_t(o) * l.in, t),
                         l.in, 0.0f, z, m);

@@ -2,8 +2,9 @@
 # lora.sh: LoRA runs end to end on a tiny random Llama (GQA) folder (the numbers against PyTorch are
 # tests/parity/lora_parity.py's): recomputation changes nothing; an interrupted run with dropout
 # resumes to the uninterrupted run's losses; a checkpoint holds only the adapters and their optimizer
-# state (adapter_model.safetensors + adapter_config.json, no base weights); bf16 trains; with mpirun, DDP and ZeRO-1/2/3 on 2 ranks give one process's losses; bad
-# input is one clear error line each and a non-zero exit.
+# state (adapter_model.safetensors + adapter_config.json, no base weights); bf16 trains; with mpirun, DDP and
+# ZeRO-1/2/3 on 2 ranks give one process's losses; IA3 the same (recomputation, resume, bf16, NF4 base,
+# ZeRO-3 and 2 pipeline stages); bad input is one clear error line each and a non-zero exit.
 # usage: lora.sh path/to/ztrain [path/to/mpirun]
 set -u
 Z=$1
@@ -56,6 +57,35 @@ run --max_steps 3 --save_strategy no --lora_dropout 0 --load_in_4bit --bnb_4bit_
   same "$(losses "$W/q")" "$(losses "$W/b")" 2e-2 && grep -q "QLoRA base: .* in NF4" "$W/last.out" &&
   ok "QLoRA (NF4 base, double quantization) trains (losses within 2e-2 of LoRA's)" || bad "QLoRA"
 
+# IA3 (--peft_type ia3, PEFT's defaults: k_proj, v_proj, down_proj; down_proj's input scaled).
+ia3=(--model_name_or_path "$W/model" --use_peft --peft_type ia3 --train_file "$W/t.bin" --overwrite_output_dir
+  --no_shuffle --logging_steps 1 --per_device_train_batch_size 2 --gradient_accumulation_steps 2
+  --model_max_length 32 --learning_rate 1e-2)
+irun() { "$Z" train "${ia3[@]}" "$@" >"$W/last.out" 2>&1 || { cat "$W/last.out"; return 1; }; }
+irun --max_steps 6 --save_strategy no --output_dir "$W/i" && i=$(losses "$W/i") || i="[]"
+irun --max_steps 6 --save_strategy no --gradient_checkpointing --output_dir "$W/ir" && same "$i" "$(losses "$W/ir")" 0 &&
+  ok "IA3: full recomputation gives the same losses" || bad "IA3 recomputation"
+irun --max_steps 6 --save_steps 3 --output_dir "$W/is" &&
+  irun --max_steps 6 --save_steps 3 --output_dir "$W/is" --resume_from_checkpoint "$W/is/checkpoint-3" &&
+  same "$i" "$(losses "$W/is")" 0 && ok "IA3: resume from step 3 repeats the uninterrupted run's losses" ||
+  bad "IA3 resume"
+irun --max_steps 3 --save_strategy no --bf16 --output_dir "$W/ib" &&
+  same "$(losses "$W/ib")" "$(losses "$W/i" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)[:3]))")" 2e-2 &&
+  ok "IA3: bf16 trains (losses within 2e-2 of fp32's)" || bad "IA3 bf16"
+irun --max_steps 3 --save_strategy no --load_in_4bit --output_dir "$W/iq" &&
+  same "$(losses "$W/iq")" "$(losses "$W/ib")" 2e-2 && ok "IA3 on an NF4 base trains (within 2e-2 of IA3's)" ||
+  bad "IA3 NF4"
+
+if [ -n "$MPI" ]; then
+  irun --max_steps 4 --save_strategy no --gradient_accumulation_steps 4 --output_dir "$W/i1"
+  for layout in "--zero_stage 3" "--pipeline-model-parallel-size 2"; do
+    "$Z" launch --nproc_per_node 2 -- train "${ia3[@]}" --max_steps 4 --save_strategy no \
+      --gradient_accumulation_steps $((${layout##* } == 3 ? 2 : 4)) $layout --output_dir "$W/i2" >"$W/i2.out" 2>&1 &&
+      same "$(losses "$W/i1")" "$(losses "$W/i2")" 1e-6 && ok "IA3, 2 ranks, $layout: one process's losses" ||
+      { bad "IA3 $layout"; tail -3 "$W/i2.out"; }
+  done
+fi
+
 if [ -n "$MPI" ]; then
   run --max_steps 4 --save_strategy no --lora_dropout 0 --per_device_train_batch_size 4 --output_dir "$W/one"
   one=$(losses "$W/one")
@@ -94,6 +124,13 @@ err "--bnb_4bit_compute_dtype against the run's precision" "differs from the run
   --use_peft --load_in_4bit --bnb_4bit_compute_dtype bfloat16
 err "--load_in_8bit is refused" "8-bit frozen base is not implemented" "${base[@]}" --use_peft --load_in_8bit
 err "--use_dora is refused" "DoRA is not implemented" "${base[@]}" --use_peft --use_dora
+err "IA3: a feedforward module that is not a target" "must be a subset of --target_modules" "${base[@]}" \
+  --use_peft --peft_type ia3 --target_modules k_proj,v_proj --feedforward_modules down_proj
+err "IA3: a feedforward module inside a fused GEMM" "cannot be scaled alone" "${base[@]}" --use_peft \
+  --peft_type ia3 --target_modules up_proj,down_proj --feedforward_modules up_proj
+err "IA3: a LoRA flag" "applies to LoRA adapters, not --peft_type ia3" "${base[@]}" --use_peft --peft_type ia3 \
+  --lora_r 8
+err "--peft_type prefix is refused" "ztrain trains lora and ia3" "${base[@]}" --use_peft --peft_type prefix
 err "tensor parallelism is refused" "tensor and context" "${base[@]}" --use_peft \
   --tensor-model-parallel-size 2
 # An adapter for a different base: the same modules at another rank's shapes.
