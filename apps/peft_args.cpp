@@ -37,6 +37,7 @@ void check_agrees(const TrainArgs& a, const LoraSpec& s, const std::string& fold
   if (given("lora_alpha") && std::fabs(a.lora_alpha - s.alpha) > 1e-6)
     clash("lora_alpha", std::to_string(a.lora_alpha), std::to_string(s.alpha));
   if (given("use_rslora") && a.use_rslora != s.rslora) clash("use_rslora", a.use_rslora ? "true" : "false", "");
+  if (given("use_dora") && a.use_dora != s.dora) clash("use_dora", a.use_dora ? "true" : "false", "its use_dora");
   if (given("lora_target_modules") && split_modules(a.lora_target_modules) != s.targets)
     clash("lora_target_modules", a.lora_target_modules, "its target_modules");
 }
@@ -88,7 +89,9 @@ void check_peft_flags(const TrainArgs& a) {
       ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to --peft_type ia3",
                std::string(f) == "target_modules" ? "; LoRA takes --lora_target_modules" : "");
   }
-  ZT_CHECK(!a.use_dora, "--use_dora: DoRA is not implemented yet; train plain LoRA (drop --use_dora)");
+  ZT_CHECK(!a.use_dora || !a.load_in_4bit,
+           "--use_dora with --load_in_4bit (QDoRA) is not supported yet: DoRA's weight norms read the fp32 base; "
+           "drop one of the two");
   ZT_CHECK(a.tensor_model_parallel_size == 1 && a.context_parallel_size == 1,
            "--use_peft runs on one process, data parallel (DDP, ZeRO-1/2/3) and pipeline parallel for now; tensor and "
            "context parallelism are not supported with LoRA adapters");
@@ -128,8 +131,12 @@ void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
     s.alpha = a.lora_alpha;
     s.dropout = a.lora_dropout;
     s.rslora = a.use_rslora;
+    s.dora = a.use_dora;
     s.targets = split_modules(a.lora_target_modules);
   }
+  ZT_CHECK(!s.dora || s.dropout == 0.0, "DoRA (",
+           adapter ? a.adapter_name_or_path + "'s use_dora" : std::string("--use_dora"), ") with --lora_dropout ",
+           s.dropout, ": DoRA with dropout is not supported yet; pass --lora_dropout 0 (TRL's default is 0.05)");
   s.nf4 = a.load_in_4bit;
   s.nf4_double_quant = a.bnb_4bit_use_double_quant;
   cfg.lora = s;

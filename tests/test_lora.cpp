@@ -3,7 +3,7 @@
 // with dropout's masks held fixed), the frozen base untouched and without gradients, the adapter
 // table's names and PEFT's counts, the dropout kernel against its definition; IA3's vectors the
 // same way, and its column kernels against double sums. PyTorch parity, the folder format and
-// merging: tests/parity/lora_parity.py and ia3_parity.py.
+// merging: tests/parity/lora_parity.py and ia3_dora_parity.py.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,13 +41,19 @@ ModelConfig tiny_lora(Arch a, std::vector<std::string> targets, double dropout) 
 
 // Every adapter tensor's gradient against central differences of training passes (dropout on,
 // its masks fixed by resetting the seed before each pass), B nonzero so A's gradient is live.
-void expect_adapter_fd_grad(const ModelConfig& cfg) {
+// DoRA holds its weight norm constant in backward (PEFT detaches it), so the loss's finite
+// differences along A and B differ from its gradient by design: `only` then names the tensors
+// checked (its magnitudes; A and B against PyTorch's detached DoRA in ia3_dora_parity.py).
+void expect_adapter_fd_grad(const ModelConfig& cfg, const char* only = "") {
   Transformer m(cfg);
   m.init_random(7);
   const auto b_init = test::randn<float>(size_t(m.num_params()), 3);
   for (const ParamInfo& p : m.params().list())  // B starts at zero in PEFT; random here
     if (p.name.find("lora_B") != std::string::npos)
       for (int64_t i = 0; i < p.numel; ++i) m.flat_params().as<float>()[p.offset + i] = 0.1f * b_init[p.offset + i];
+    else if (p.name.find("lora_magnitude_vector") != std::string::npos)  // the base's norms, moved off them
+      for (int64_t i = 0; i < p.numel; ++i)
+        m.flat_params().as<float>()[p.offset + i] *= 1.f + 0.1f * b_init[p.offset + i];
     else if (p.name.find("ia3_l") != std::string::npos)  // ones in PEFT; around one here
       for (int64_t i = 0; i < p.numel; ++i)
         m.flat_params().as<float>()[p.offset + i] = 1.f + 0.2f * b_init[p.offset + i];
@@ -72,6 +78,7 @@ void expect_adapter_fd_grad(const ModelConfig& cfg) {
     return l;
   };
   for (const ParamInfo& p : m.params().list()) {
+    if (p.name.find(only) == std::string::npos) continue;
     std::vector<double> dir(size_t(m.num_params()), 0.0);
     double n = 0;
     for (int64_t i = 0; i < p.numel; ++i) n += grad[p.offset + i] * grad[p.offset + i];
@@ -96,6 +103,34 @@ TEST(Lora, LlamaAdapterGradientsMatchFiniteDifferencesWithDropout) {
 
 TEST(Lora, LlamaPartialFusedTargets) {  // q and v of the fused q/k/v Linear, up of gate/up
   expect_adapter_fd_grad(tiny_lora(Arch::llama, {"q_proj", "v_proj", "up_proj"}, 0.0));
+}
+
+ModelConfig tiny_dora(Arch a, std::vector<std::string> targets) {
+  ModelConfig c = tiny_lora(a, std::move(targets), 0.0);
+  c.lora.dora = true;
+  return c;
+}
+
+TEST(Dora, Gpt2MagnitudeGradientsMatchFiniteDifferences) {  // Conv1D (in, out) weights, biases kept out of the scale
+  expect_adapter_fd_grad(tiny_dora(Arch::gpt2, {"c_attn", "c_proj", "c_fc"}), "lora_magnitude_vector");
+}
+
+TEST(Dora, LlamaPartialFusedMagnitudeGradientsMatchFiniteDifferences) {  // q and v of q/k/v, up of gate/up, down
+  expect_adapter_fd_grad(tiny_dora(Arch::llama, {"q_proj", "v_proj", "up_proj", "down_proj"}), "lora_magnitude_vector");
+}
+
+TEST(Dora, MagnitudeStartsAtTheBaseRowNorms) {  // B = 0 at the start: the model is the base
+  const ModelConfig c = tiny_dora(Arch::llama, {"q_proj"});
+  Transformer m(c);
+  m.init_random(7);
+  const ModelLayout& l = m.layout();
+  const AdapterPart& p = l.adapters[1].qkv[0];
+  const LinearOffsets& lin = l.offsets.blocks[1].qkv;
+  for (int j = 0; j < p.out_size; ++j) {
+    double s = 0;
+    for (int i = 0; i < lin.in; ++i) s += std::pow(double(m.frozen_params().as<float>()[lin.w + j * lin.in + i]), 2);
+    EXPECT_NEAR(m.flat_params().as<float>()[p.m + j], std::sqrt(s), 1e-5) << j;
+  }
 }
 
 ModelConfig tiny_ia3(Arch a, std::vector<std::string> targets, std::vector<std::string> feedforward) {

@@ -254,8 +254,9 @@ CheckpointReader::CheckpointReader(const std::string& dir, const ModelConfig& cf
     ModelConfig was = cfg;
     was.lora = had;
     const bool same_ia3 = !had.ia3() || ia3_feedforward_modules(was) == ia3_feedforward_modules(cfg);
-    ZT_CHECK(had.type == cfg.lora.type && had.r == cfg.lora.r && had.alpha == cfg.lora.alpha &&
-                 had.rslora == cfg.lora.rslora && lora_resolve_targets(was) == lora_resolve_targets(cfg) && same_ia3,
+    ZT_CHECK(had.type == cfg.lora.type && had.dora == cfg.lora.dora && had.r == cfg.lora.r &&
+                 had.alpha == cfg.lora.alpha && had.rslora == cfg.lora.rslora &&
+                 lora_resolve_targets(was) == lora_resolve_targets(cfg) && same_ia3,
              dir, ": its adapters (r ", had.r, ", lora_alpha ", had.alpha, ") differ from this run's (r ", cfg.lora.r,
              ", lora_alpha ", cfg.lora.alpha, ") or adapt other modules; resume with the checkpoint's LoRA settings");
   }

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "kernels/gemm.h"
+#include "kernels/scale_columns.h"
 
 namespace zt {
 
@@ -83,7 +84,7 @@ nlohmann::ordered_json peft_adapter_config(const ModelConfig& cfg, const std::st
   j["revision"] = nullptr;
   j["target_modules"] = stored_targets(cfg);
   j["task_type"] = "CAUSAL_LM";
-  j["use_dora"] = false;
+  j["use_dora"] = s.dora;
   j["use_rslora"] = s.rslora;
   return j;
 }
@@ -155,7 +156,6 @@ LoraSpec peft_read_config(const std::string& folder) {
   };
   off("modules_to_save", nullptr);
   if (type.get<std::string>() == "IA3") return read_ia3(path, field);
-  off("use_dora", false);
   off("bias", "none");
   off("rank_pattern", nlohmann::json::object());
   off("alpha_pattern", nlohmann::json::object());
@@ -166,6 +166,7 @@ LoraSpec peft_read_config(const std::string& folder) {
     s.alpha = field("lora_alpha").is_null() ? 8.0 : field("lora_alpha").get<double>();
     s.dropout = field("lora_dropout").is_null() ? 0.0 : field("lora_dropout").get<double>();
     s.rslora = field("use_rslora").is_boolean() && field("use_rslora").get<bool>();
+    s.dora = field("use_dora").is_boolean() && field("use_dora").get<bool>();
     s.targets = names_of(field("target_modules"));
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": r, lora_alpha, lora_dropout or target_modules has the wrong type (" + e.what() + ")");
@@ -248,6 +249,17 @@ void peft_merge_into(Transformer& model, const std::string& adapter_folder) {
   if (cfg.lora.ia3()) return merge_ia3(with, model.layout(), adapters.data(), w);
   const float scale = cfg.lora.scale();
   const int r = cfg.lora.r;
+  // DoRA merges as PEFT: W' = (m / ||W + s B A||_row) (W + s B A), rows per output.
+  auto dora_merge = [&](const LinearOffsets* lin, const AdapterPart& p) {
+    if (!cfg.lora.dora) return;
+    std::vector<float> n(size_t(p.out_size));
+    float* W = w + lin->w;
+    const int64_t wj = lin->w_in_out ? 1 : lin->in, wi = lin->w_in_out ? lin->out : 1;
+    float* rows = W + int64_t(p.out_begin) * wj;
+    kernels::row_norms_of_sum(n.data(), nullptr, rows, wj, wi, p.out_size, lin->in);
+    for (int j = 0; j < p.out_size; ++j)
+      for (int64_t i = 0; i < lin->in; ++i) rows[j * wj + i * wi] *= adapters[size_t(p.m + j)] / n[size_t(j)];
+  };
   for (size_t l = 0; l < with.adapters.size(); ++l) {
     const BlockAdapters& ba = with.adapters[l];
     const BlockOffsets& bo = model.layout().offsets.blocks[l];
@@ -262,6 +274,7 @@ void peft_merge_into(Transformer& model, const std::string& adapter_folder) {
         else  // W (out, in): rows [o, o + m) += scale B A
           kernels::gemm_typed(DType::f32, false, false, p.out_size, lin->in, r, scale, B, r, A, lin->in, 1.0f,
                               w + lin->w + int64_t(p.out_begin) * lin->in, lin->in);
+        dora_merge(lin, p);
       }
   }
 }

@@ -2,6 +2,7 @@
 #include "kernels/scale_columns.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -23,6 +24,25 @@ void scale_columns(DType t, void* dst, const void* src, int64_t N, int64_t ld, i
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i)
     for (int64_t j = 0; j < cols; ++j) d[i * ld + j] = f32_to_bf16(bf16_to_f32(x[i * ld + j]) * s[j]);
+}
+
+void scale_shift_columns(float* y, int64_t N, int64_t ld, int64_t begin, int64_t cols, const float* s,
+                         const float* shift) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < cols; ++j) y[i * ld + begin + j] = y[i * ld + begin + j] * s[j] + shift[j];
+}
+
+void row_norms_of_sum(float* n, const float* a, const float* w, int64_t wj, int64_t wi, int64_t rows, int64_t in) {
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < rows; ++j) {
+    double sum = 0;
+    for (int64_t i = 0; i < in; ++i) {
+      const double v = double(w[j * wj + i * wi]) + (a ? double(a[j * in + i]) : 0.0);
+      sum += v * v;
+    }
+    n[j] = float(std::sqrt(sum));
+  }
 }
 
 void column_dot_add(float* acc, DType ta, const void* a, int64_t lda, const float* b, int64_t ldb, int64_t N,

@@ -12,6 +12,13 @@ namespace zt::kernels {
 // apart in both; dtype t is f32 or bf16 (bf16 rounds the product once). dst may be src.
 void scale_columns(DType t, void* dst, const void* src, int64_t N, int64_t ld, int64_t begin, int64_t cols,
                    const float* s);
+// y[i, begin + j] = y[i, begin + j] * s[j] + shift[j], fp32, rows ld apart.
+void scale_shift_columns(float* y, int64_t N, int64_t ld, int64_t begin, int64_t cols, const float* s,
+                         const float* shift);
+// n[j] = || a[j, :] + w(j, :) || for rows j < rows over in columns: a fp32 (rows, in), contiguous, or
+// null (w alone); w's element (j, i) at w[j * wj + i * wi] (a row of an (out, in) weight, or a column
+// of an (in, out) one). Sums in double; DoRA's weight norms.
+void row_norms_of_sum(float* n, const float* a, const float* w, int64_t wj, int64_t wi, int64_t rows, int64_t in);
 // acc[j] += sum over rows i < N of a[i, j] * b[i, j], j < cols: a in dtype ta (f32 or bf16), rows
 // lda apart; b fp32, rows ldb apart. Each column sums in double, in row order, on one thread, so
 // the result does not depend on the thread count.

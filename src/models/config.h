@@ -20,8 +20,11 @@ struct LoraSpec {
   PeftType type = PeftType::lora;
   int r = 0;
   double alpha = 32;
-  double dropout = 0;  // on the adapter's input only (PEFT's lora_dropout)
+  double dropout = 0;   // on the adapter's input only (PEFT's lora_dropout)
   bool rslora = false;  // scale alpha / sqrt(r) instead of alpha / r
+  // DoRA (PEFT's use_dora): y = b + (m / ||W + s B A||_row) (x W^T + s x A^T B^T), the norm held
+  // constant in backward; m trains.
+  bool dora = false;
   // PEFT's target_modules: module names matched as a whole name or a last dotted part, or
   // "all-linear"; empty: PEFT's default for the architecture.
   std::vector<std::string> targets;

@@ -82,8 +82,9 @@ ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const LayerCut& c
 // (out_size, r) are offsets into the adapter table; a Linear's parts' A's are back to back, so
 // one GEMM computes every part's x A^T.
 struct AdapterPart {
-  std::string module;  // the HF module path, e.g. "model.layers.0.self_attn.q_proj"
+  std::string module;      // the HF module path, e.g. "model.layers.0.self_attn.q_proj"
   int64_t a = -1, b = -1;  // IA3: a is the vector ia3_l, b unused
+  int64_t m = -1;          // DoRA: the magnitude vector (out_size)
   int out_begin = 0, out_size = 0;
   bool feedforward = false;  // IA3: the vector scales the module's input (1, in), not its outputs
 };
@@ -143,5 +144,8 @@ struct ModelLayout {
 };
 // `cut` whole (the default): the one-device layout.
 ModelLayout model_layout(const ModelConfig& c, const LayerCut& cut = {});
+// DoRA: the magnitude vectors' starting values (the frozen base's weight rows' norms, B being zero)
+// at flat adapter elements [begin, begin + n) into dst; `base` the fp32 frozen base.
+void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int64_t n, float* dst);
 
 }  // namespace zt

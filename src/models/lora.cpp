@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/scale_columns.h"
 #include "models/layout.h"
 
 namespace zt {
@@ -159,6 +160,27 @@ void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, Mo
 }
 }  // namespace
 
+void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int64_t n, float* dst) {
+  for (size_t l = 0; l < m.adapters.size(); ++l) {
+    const BlockAdapters& ba = m.adapters[l];
+    const BlockOffsets& bo = m.offsets.blocks[l];
+    for (auto [parts, lin] :
+         {std::pair{&ba.qkv, &bo.qkv}, {&ba.proj, &bo.proj}, {&ba.fc_in, &bo.fc_in}, {&ba.fc_out, &bo.fc_out}})
+      for (const AdapterPart& p : *parts) {
+        const int64_t lo = std::max(begin, p.m), hi = std::min(begin + n, p.m + p.out_size);
+        if (p.m < 0 || lo >= hi) continue;
+        std::vector<float> norms(size_t(p.out_size));
+        const float* w = base + lin->w;
+        if (lin->w_in_out)  // (in, out): output j is column out_begin + j
+          kernels::row_norms_of_sum(norms.data(), nullptr, w + p.out_begin, 1, lin->out, p.out_size, lin->in);
+        else
+          kernels::row_norms_of_sum(norms.data(), nullptr, w + int64_t(p.out_begin) * lin->in, lin->in, 1, p.out_size,
+                                    lin->in);
+        std::copy(norms.begin() + (lo - p.m), norms.begin() + (hi - p.m), dst + (lo - begin));
+      }
+  }
+}
+
 // Lays out the adapters of every block in `m` (whose base layout is in m.base_table / m.offsets):
 // per block, per Linear, the chosen modules' A's back to back, then their B's.
 void lora_layout(const ModelConfig& c, ModelLayout& m) {
@@ -186,6 +208,10 @@ void lora_layout(const ModelConfig& c, ModelLayout& m) {
       }
       for (AdapterPart& p : *lists[k])
         p.b = m.table.add("base_model.model." + p.module + ".lora_B.weight", {p.out_size, r}, ParamInit::zeros);
+      if (c.lora.dora)  // PEFT's key (its ".weight" dropped when saved, as PEFT saves it)
+        for (AdapterPart& p : *lists[k])
+          p.m = m.table.add("base_model.model." + p.module + ".lora_magnitude_vector", {p.out_size},
+                            ParamInit::dora_magnitude);
     }
   }
 }

@@ -259,6 +259,7 @@ void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C
     }
     a.r = spec.r;
     a.scale = spec.scale();
+    a.dora = spec.dora;
     // Dropout in training passes only; its mask is fixed for a pass, a layer and a Linear (so a
     // recomputed forward and the backward see the forward's).
     a.dropout = backward_ ? float(spec.dropout) : 0.f;
@@ -275,6 +276,10 @@ void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C
       q.b = view(P, p.b, {p.out_size, spec.r});
       q.db = view(G, p.b, {p.out_size, spec.r});
       q.bc = C && C.data != P.data ? view(C, p.b, {p.out_size, spec.r}) : q.b;
+      if (spec.dora) {
+        q.m = view(P, p.m, {p.out_size});
+        q.dm = view(G, p.m, {p.out_size});
+      }
       a.parts.push_back(q);
     }
     a.scratch = &scratch_views_.lora;
@@ -386,15 +391,20 @@ void ModelRuntime::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const n
   s->rope_local_cos = sc.take(DType::f32, {local});
   s->rope_local_sin = sc.take(DType::f32, {local});
   s->lora = {};
-  if (cfg.lora.ia3()) {
-    // The widest Linear's input and output (Llama's fused gate/up: 2 F outputs).
-    const int64_t in = std::max<int64_t>({C, cfg.ffn, int64_t(cfg.n_head) * cfg.head_size}),
-                  out = std::max<int64_t>(
-                      {2 * int64_t(cfg.ffn), int64_t(cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_size, 3 * int64_t(C)});
-    s->lora.ia3_x = sc.take(ct, {N * in});
-    s->lora.ia3_dy = sc.take(ct, {N * out});
-    s->lora.ia3_f32 = sc.take(DType::f32, {N * std::max(in, out)});
-  } else if (cfg.lora.enabled()) {
+  // The widest Linear's input and output (Llama's fused gate/up: 2 F outputs).
+  const int64_t lin_in = std::max<int64_t>({C, cfg.ffn, int64_t(cfg.n_head) * cfg.head_size}),
+                lin_out = std::max<int64_t>(
+                    {2 * int64_t(cfg.ffn), int64_t(cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_size, 3 * int64_t(C)});
+  if (cfg.lora.ia3() || cfg.lora.dora) {
+    s->lora.ia3_x = sc.take(ct, {cfg.lora.ia3() ? N * lin_in : 0});
+    s->lora.ia3_dy = sc.take(ct, {N * lin_out});
+    s->lora.ia3_f32 = sc.take(DType::f32, {N * std::max(lin_in, lin_out)});
+  }
+  if (cfg.lora.dora) {
+    s->lora.dora_w = sc.take(DType::f32, {lin_out * lin_in});
+    for (TensorView* v : {&s->lora.dora_n, &s->lora.dora_c, &s->lora.dora_shift}) *v = sc.take(DType::f32, {lin_out});
+  }
+  if (cfg.lora.enabled() && !cfg.lora.ia3()) {
     // The widest adapter: Llama's q, k and v parts (3 r) on a Linear as wide as the MLP's input.
     const int64_t R = 3 * int64_t(cfg.lora.r),
                   in = std::max<int64_t>({C, cfg.ffn, int64_t(cfg.n_head) * cfg.head_size});

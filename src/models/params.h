@@ -13,7 +13,9 @@
 namespace zt {
 
 // lora_a: PEFT's default for lora_A, kaiming_uniform_(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)).
-enum class ParamInit { normal, residual_normal, zeros, ones, lora_a };
+// dora_magnitude: DoRA's magnitude vector, the row norms of the frozen base weight it adapts
+// (Transformer::init_values computes them from the base).
+enum class ParamInit { normal, residual_normal, zeros, ones, lora_a, dora_magnitude };
 
 // How a parameter is cut across the ranks of a tensor- (or expert-) parallel group.
 // none: every rank holds all of it; column: the output dimension is split (each rank

@@ -74,7 +74,7 @@ constexpr int64_t kInitChunk = 65536;  // values per random stream of a tensor
 // so a value depends on neither the thread count nor which rank (or slice, or shard) asks.
 void init_chunk(uint64_t seed, size_t param, const ParamInfo& p, double std_normal, double std_resid, int64_t begin,
                 int64_t end, float* dst) {
-  if (p.init == ParamInit::zeros || p.init == ParamInit::ones) {
+  if (p.init == ParamInit::zeros || p.init == ParamInit::ones || p.init == ParamInit::dora_magnitude) {
     std::fill(dst, dst + (end - begin), p.init == ParamInit::ones ? 1.f : 0.f);
     return;
   }
@@ -139,6 +139,7 @@ void Transformer::set_device(DeviceKind dev) {
 
 void Transformer::init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const {
   init_table_values(params(), seed, begin, n, dst);
+  if (cfg_.lora.dora) dora_magnitudes(layout_, frozen_params().as<const float>(), begin, n, dst);
 }
 
 void Transformer::init_table_values(const ParamTable& table, uint64_t seed, int64_t begin, int64_t n,

@@ -64,6 +64,10 @@ void Linear::backward_input(TensorView dx, TensorView dy_c) const {
   const void* dyp = rows_of(dy_c, N, out, t, "Linear output gradient");
   float* dxp = const_cast<float*>(rows_of(dx, N, in, "Linear input gradient"));
   if (!lora.ia3_out.empty()) dyp = ia3_backward_dy(*this, dy_c);
+  if (lora.dora) {  // the adapter's GEMMs read the scaled gradient too
+    dy_c = dora_backward_dy(*this, dy_c);
+    dyp = dy_c.data;
+  }
   if (nf4)
     kernels::nf4_linear_backward_input(t, dxp, dyp, *nf4, N);
   else if (w_in_out)
@@ -80,7 +84,8 @@ void Linear::backward_weight(TensorView dy, TensorView dy_c, TensorView x) const
   const DType t = wc.dtype;
   const void* dyp = rows_of(dy_c, N, out, t, "Linear output gradient");
   const void* xp = rows_of(x, N, in, t, "Linear input");
-  if (lora.on()) lora_backward_weight(*this, dy_c, x);
+  if (lora.on()) lora_backward_weight(*this, lora.dora ? dora_backward_dy(*this, dy_c) : dy_c, x);
+  if (lora.dora) dora_backward_magnitude(*this, dy, x);
   if (lora.ia3_on()) ia3_backward_weight(*this, dy, dy_c, x);
   float* dwp = dw.as<float>();  // null: frozen (LoRA's base), no weight gradient
   if (dwp && w_in_out)

@@ -50,11 +50,15 @@ struct LoraScratch {
   TensorView h, h_c, g, g_c, xd, dxd;
   // IA3 (nn/ia3.cpp): the scaled input (N, in) and the scaled output gradient (N, out) in the
   // GEMMs' dtype; a recomputed output or input gradient (N, max(in, out)) in fp32.
+  // DoRA uses ia3_dy (its scaled output gradient) and ia3_f32 (its recomputed outputs) too.
   TensorView ia3_x, ia3_dy, ia3_f32;
+  // DoRA: W + s B A of one part (rows, in), and per output its norm, scale m / norm and bias shift.
+  TensorView dora_w, dora_n, dora_c, dora_shift;
 };
 struct LoraPart {
   int out_begin = 0, out_size = 0;  // the Linear's outputs this part adapts
   TensorView b, db, bc;             // B (out_size, r); its gradient; its compute copy
+  TensorView m, dm;                 // DoRA: the magnitude vector (out_size) and its gradient
 };
 struct LinearLora {
   int r = 0;  // 0: no adapter
@@ -62,6 +66,7 @@ struct LinearLora {
   float dropout = 0.f;  // this pass's (0 in evaluation)
   uint64_t seed = 0;    // the dropout mask's, fixed for a pass, a layer and a Linear
   Precision precision = Precision::fp32;
+  bool dora = false;     // the parts' outputs rescaled by m / ||W + s B A|| (nn/lora.cpp)
   TensorView a, da, ac;  // every part's A (r, in), back to back: (parts r, in)
   std::vector<LoraPart> parts;
   const LoraScratch* scratch = nullptr;
@@ -111,6 +116,11 @@ struct Linear {
 void lora_forward(const Linear& l, TensorView y, TensorView x);
 void lora_backward_input(const Linear& l, TensorView dx, TensorView dy_c);
 void lora_backward_weight(const Linear& l, TensorView dy_c, TensorView x);
+// DoRA: the output gradient the base and adapter GEMMs read, dy_c with the parts' columns scaled
+// by m / ||W + s B A|| (in the scratch); the magnitudes' gradients += (the unscaled outputs
+// recomputed: one GEMM over the adapted columns).
+TensorView dora_backward_dy(const Linear& l, TensorView dy_c);
+void dora_backward_magnitude(const Linear& l, TensorView dy, TensorView x);
 // IA3's share (nn/ia3.cpp). Forward: the GEMM's input (x scaled into the scratch, or x), then the
 // outputs scaled in place. Backward: the output gradient the GEMM reads (dy_c scaled, or dy_c);
 // the input gradient scaled in place; the vectors' gradients += (the unscaled output or input

@@ -7,11 +7,14 @@
 // than kept, and the dropout mask is a function of (seed, element), so nothing is saved per pass.
 // GEMM inputs are in the Linear's compute dtype, outputs fp32, as the base's GEMMs.
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "core/profile.h"
 #include "kernels/dispatch.h"
 #include "kernels/dropout.h"
+#include "kernels/gemm.h"
+#include "kernels/scale_columns.h"
 #include "nn/layers.h"
 
 namespace zt::nn {
@@ -65,6 +68,87 @@ const void* adapter_hidden(const Linear& l, const void* xin, int64_t N) {
 }
 }  // namespace
 
+namespace {
+// DoRA: per part, the norms of W + s B A's output rows (fp32 masters; the norm is a constant of
+// backward, as PEFT detaches it) and the scales c = m / norm, into the scratch at the outputs.
+void dora_scales(const Linear& l) {
+  const LinearLora& a = l.lora;
+  ZT_ASSERT(l.w && l.w.dtype == DType::f32, "DoRA needs the base's fp32 weight");
+  float* n = a.scratch->dora_n.as<float>();
+  float* c = a.scratch->dora_c.as<float>();
+  float* sum = a.scratch->dora_w.as<float>();
+  const float* w = l.w.as<const float>();
+  for (size_t i = 0; i < a.parts.size(); ++i) {
+    const LoraPart& p = a.parts[i];
+    kernels::gemm_typed(DType::f32, false, false, p.out_size, l.in, a.r, a.scale, p.b.as<const float>(), a.r,
+                        a.a.as<const float>() + int64_t(i) * a.r * l.in, l.in, 0.0f, sum, l.in);
+    if (l.w_in_out)  // (in, out): output j is column out_begin + j
+      kernels::row_norms_of_sum(n + p.out_begin, sum, w + p.out_begin, 1, l.out, p.out_size, l.in);
+    else
+      kernels::row_norms_of_sum(n + p.out_begin, sum, w + int64_t(p.out_begin) * l.in, l.in, 1, p.out_size, l.in);
+    const float* m = p.m.as<const float>();
+    for (int j = 0; j < p.out_size; ++j) c[p.out_begin + j] = m[j] / n[p.out_begin + j];
+  }
+}
+
+// y = b + c (x W^T + s x A^T B^T) on the parts' outputs, from y = x W^T + b + s x A^T B^T.
+void dora_rescale(const Linear& l, TensorView y) {
+  const LinearLora& a = l.lora;
+  dora_scales(l);
+  const float* c = a.scratch->dora_c.as<const float>();
+  float* shift = a.scratch->dora_shift.as<float>();
+  for (const LoraPart& p : a.parts) {
+    for (int j = 0; j < p.out_size; ++j)
+      shift[p.out_begin + j] = l.b ? (1.f - c[p.out_begin + j]) * l.b.as<const float>()[p.out_begin + j] : 0.f;
+    kernels::scale_shift_columns(y.as<float>(), rows(y), l.out, p.out_begin, p.out_size, c + p.out_begin,
+                                 shift + p.out_begin);
+  }
+}
+}  // namespace
+
+TensorView dora_backward_dy(const Linear& l, TensorView dy_c) {
+  ZT_PROFILE("lora");
+  const LinearLora& a = l.lora;
+  const int64_t N = rows(dy_c);
+  dora_scales(l);
+  const float* c = a.scratch->dora_c.as<const float>();
+  TensorView d = a.scratch->ia3_dy.sub(0, {N, l.out});
+  std::memcpy(d.data, dy_c.data, size_t(N) * l.out * dtype_size(dy_c.dtype));
+  for (const LoraPart& p : a.parts)
+    kernels::scale_columns(dy_c.dtype, d.data, d.data, N, l.out, p.out_begin, p.out_size, c + p.out_begin);
+  if (a.precision == Precision::fp16) lower(a.precision, d, d);  // back on fp16's grid
+  return d;
+}
+
+void dora_backward_magnitude(const Linear& l, TensorView dy, TensorView x) {
+  ZT_PROFILE("lora");
+  const LinearLora& a = l.lora;
+  const DType t = l.wc.dtype;
+  const int64_t N = rows(x);
+  const int R = int(a.parts.size()) * a.r;
+  dora_scales(l);
+  const float* n = a.scratch->dora_n.as<const float>();
+  const void* hin = adapter_hidden(l, x.data, N);
+  float* z = a.scratch->ia3_f32.as<float>();
+  for (size_t i = 0; i < a.parts.size(); ++i) {
+    const LoraPart& p = a.parts[i];
+    const int o = p.out_begin, m = p.out_size;
+    // z (N, m) = x W^T + s x A^T B^T over the part's outputs (no bias: the scale multiplies only this).
+    if (l.w_in_out)
+      kernels::gemm_typed(l.dev, t, false, false, N, m, l.in, 1.0f, x.data, l.in, at(l.wc.data, o, t), l.out, 0.0f, z,
+                          m);
+    else
+      kernels::gemm_typed(l.dev, t, false, true, N, m, l.in, 1.0f, x.data, l.in, at(l.wc.data, int64_t(o) * l.in, t),
+                          l.in, 0.0f, z, m);
+    kernels::gemm_typed(l.dev, t, false, true, N, m, a.r, a.scale, at(hin, int64_t(i) * a.r, t), R, p.bc.data, a.r,
+                        1.0f, z, m);
+    std::vector<float> dots(size_t(m), 0.f);
+    kernels::column_dot_add(dots.data(), DType::f32, z, m, dy.as<const float>() + o, l.out, N, m);
+    float* dm = p.dm.as<float>();
+    for (int j = 0; j < m; ++j) dm[j] += dots[size_t(j)] / n[o + j];
+  }
+}
+
 void lora_forward(const Linear& l, TensorView y, TensorView x) {
   ZT_PROFILE("lora");
   const LinearLora& a = l.lora;
@@ -78,6 +162,7 @@ void lora_forward(const Linear& l, TensorView y, TensorView x) {
     kernels::gemm_typed(l.dev, t, false, true, N, p.out_size, a.r, a.scale, at(hin, int64_t(i) * a.r, t), R, p.bc.data,
                         a.r, 1.0f, y.as<float>() + p.out_begin, l.out);
   }
+  if (a.dora) dora_rescale(l, y);
 }
 
 void lora_backward_input(const Linear& l, TensorView dx, TensorView dy_c) {

@@ -114,8 +114,10 @@ def batches(tokens, step, micro):
 
 
 def torch_train(model, tokens, params):
-    decay = [p for p in params if p.dim() >= 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}], lr=LR, betas=(0.9, 0.95), eps=1e-8)
+    # ztrain decays tensors of 2 or more dimensions (DoRA's magnitude vectors are 1-D).
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=LR, betas=(0.9, 0.95), eps=1e-8)
     losses, norms = [], []
     for step in range(STEPS):
         opt.zero_grad(set_to_none=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""IA3 parity: ztrain's IA3 vectors against a PyTorch transcription of PEFT's IA3 layer.
+"""IA3 and DoRA parity: ztrain against PyTorch transcriptions of PEFT's IA3 and DoRA layers.
 
 PEFT's IA3 (IA3Config): each target module's output is multiplied by a learned vector ia3_l
 (out, 1), bias included; a feedforward module's input is multiplied instead (ia3_l (1, in)).
@@ -13,7 +13,11 @@ gradient and scale is live) and one token file:
     within 1e-5 relative; `ztrain eval --adapter_name_or_path` gives the applied model's loss;
   - trainable parameters equal PEFT's count.
 
-usage: ia3_parity.py --ztrain build/ztrain [--work DIR]
+DoRA (LoraConfig use_dora): y = base(x) + (c - 1)(base(x) - b) + c s B A x, c = m / ||W + s B A||_row
+with the norm detached, on a tiny GPT-2 (c_attn, attn.c_proj, c_fc) and the GQA Llama (q, v, up as
+parts of fused Linears, down): the same checks, the magnitude saved as lora_magnitude_vector (out,).
+
+usage: ia3_dora_parity.py --ztrain build/ztrain [--work DIR]
 """
 import argparse
 import json
@@ -167,14 +171,159 @@ def case(name, make_args, modules, ff_modules, work, ztrain):
     return fails
 
 
+# DoRA: name, make_model args, PEFT target_modules, r, alpha, the block modules adapted
+DORA_CASES = [
+    ("gpt2_dora", ["--arch", "gpt2", "--vocab_size", "300", "--n_embd", "64", "--n_layer", "2", "--n_head", "4"],
+     ["c_attn", "attn.c_proj", "c_fc"], 4, 8, ["attn.c_attn", "attn.c_proj", "mlp.c_fc"]),
+    ("llama_gqa_dora", ["--arch", "llama", "--vocab_size", "300", "--hidden_size", "64", "--n_layer", "2",
+                        "--n_head", "4", "--n_kv_head", "2", "--ffn", "176"],
+     ["q_proj", "v_proj", "up_proj", "down_proj"], 8, 16,
+     ["self_attn.q_proj", "self_attn.v_proj", "mlp.up_proj", "mlp.down_proj"]),
+]
+
+
+class DoraWrap(torch.nn.Module):
+    """PEFT's DoRA Linear (no dropout): base(x) + (c - 1)(base(x) - b) + c s B A x with
+    c = m / ||W + s B A||_row, the norm detached as PEFT's DoraLinearLayer does."""
+
+    def __init__(self, base, A, Bm, mag, scale, conv1d):
+        super().__init__()
+        self.base, self.scale, self.conv1d = base, scale, conv1d
+        for p in self.base.parameters():
+            p.requires_grad_(False)
+        self.lora_A = torch.nn.Parameter(A.clone())
+        self.lora_B = torch.nn.Parameter(Bm.clone())
+        self.lora_magnitude_vector = torch.nn.Parameter(mag.clone())
+
+    def forward(self, x):
+        W = self.base.weight.t() if self.conv1d else self.base.weight  # (out, in)
+        norm = (W + self.scale * (self.lora_B @ self.lora_A)).norm(dim=1).detach()
+        c = self.lora_magnitude_vector / norm
+        y = self.base(x)
+        y_nb = y - self.base.bias if self.base.bias is not None else y
+        return y + (c - 1) * y_nb + c * ((x @ self.lora_A.t()) @ self.lora_B.t()) * self.scale
+
+
+def apply_dora(model, tensors, paths, scale):
+    for path in paths:
+        parent, name = path.rsplit(".", 1)
+        mod = model.get_submodule(path)
+        k = f"base_model.model.{path}."
+        setattr(model.get_submodule(parent), name,
+                DoraWrap(mod, tensors[k + "lora_A.weight"], tensors[k + "lora_B.weight"],
+                         tensors[k + "lora_magnitude_vector"], scale, type(mod).__name__ == "Conv1D"))
+
+
+def dora_case(name, make_args, targets, r, alpha, modules, work, ztrain):
+    fails, d = 0, os.path.join(work, name)
+    model_dir, tokens_file, init = os.path.join(d, "model"), os.path.join(d, "train.bin"), os.path.join(d, "init")
+    lp.run([lp.PY, os.path.join(HERE, "make_model.py"), "--out", model_dir, "--seed", "3", "--tokens", tokens_file,
+            "--num_tokens", "6000"] + make_args)
+    base, config = hfmodels.load_model(model_dir)
+    arch = "gpt2" if config["model_type"] == "gpt2" else "llama"
+    L = config.get("n_layer", config.get("num_hidden_layers"))
+    paths = [f"{lp.block_prefix(arch, l)}.{m}" for l in range(L) for m in modules]
+    scale = alpha / r
+    # A as PEFT draws it, B random (PEFT: zero), m = the row norms of W + s B A (PEFT's initial
+    # magnitude for that B) moved by noise, so every gradient and the scale are live.
+    g = torch.Generator().manual_seed(7)
+    tensors, want = {}, {}
+    for p in paths:
+        n_in, n_out = lp.module_shape(base, p)
+        mod = base.get_submodule(p)
+        W = mod.weight.detach().t() if type(mod).__name__ == "Conv1D" else mod.weight.detach()
+        A = (torch.rand(r, n_in, generator=g) * 2 - 1) / n_in ** 0.5
+        Bm = torch.randn(n_out, r, generator=g) * 0.05
+        mag = (W + scale * Bm @ A).norm(dim=1) * (1 + 0.1 * torch.randn(n_out, generator=g))
+        k = f"base_model.model.{p}."
+        tensors.update({k + "lora_A.weight": A, k + "lora_B.weight": Bm, k + "lora_magnitude_vector": mag})
+        want.update({k + "lora_A.weight": (r, n_in), k + "lora_B.weight": (n_out, r),
+                     k + "lora_magnitude_vector": (n_out,)})
+    os.makedirs(init, exist_ok=True)
+    hfmodels.write_safetensors(os.path.join(init, "adapter_model.safetensors"), tensors)
+    json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": alpha, "lora_dropout": 0.0,
+               "target_modules": targets, "use_dora": True, "bias": "none", "fan_in_fan_out": arch == "gpt2"},
+              open(os.path.join(init, "adapter_config.json"), "w"))
+    tokens = np.fromfile(tokens_file, dtype="<u2").astype(np.int64)
+    model, _ = hfmodels.load_model(model_dir)
+    apply_dora(model, tensors, paths, scale)
+    model.train()
+    params = [p for n, p in model.named_parameters() if "lora_" in n]
+    ref_losses, ref_norms = lp.torch_train(model, tokens, params)
+    out = os.path.join(d, "ztrain_out")
+    common = ["--train_file", tokens_file, "--overwrite_output_dir", "--no_shuffle", "--lr_scheduler_type",
+              "constant", "--logging_steps", "1", "--save_strategy", "no", "--per_device_train_batch_size",
+              str(lp.B), "--gradient_accumulation_steps", str(lp.G), "--model_max_length", str(lp.T),
+              "--lora_dropout", "0"]
+    log = lp.run([ztrain, "train", "--model_name_or_path", model_dir, "--adapter_name_or_path", init,
+                  "--output_dir", out, "--max_steps", str(lp.STEPS)] + common + lp.HP)
+    hist = [e for e in json.load(open(os.path.join(out, "trainer_state.json")))["log_history"] if "loss" in e]
+    wl = max(lp.rel(h["loss"], x) for h, x in zip(hist, ref_losses))
+    wn = max(lp.rel(h["grad_norm"], x) for h, x in zip(hist, ref_norms))
+    ok = len(hist) == lp.STEPS and wl <= 1e-4 and wn <= 1e-4
+    print(f"{name:<16} losses ztrain {[round(h['loss'], 6) for h in hist]}")
+    print(f"{'':<16} losses torch  {[round(x, 6) for x in ref_losses]}")
+    print(f"{'':<16} worst relative difference: loss {wl:.2e}, grad_norm {wn:.2e} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+    zcount = int(re.search(r"Number of trainable parameters = (\d+)", log).group(1))
+    peft_count = sum(p.numel() for p in params)
+    ok = zcount == peft_count
+    print(f"{'':<16} trainable parameters: ztrain {zcount}, PEFT {peft_count} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+    saved = hfmodels.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
+    trained = {f"base_model.model.{p}.{n}": t.detach() for p in paths
+               for n, t in model.get_submodule(p).named_parameters() if n.startswith("lora_")}
+    trained = {k.replace("lora_A", "lora_A.weight").replace("lora_B", "lora_B.weight"): v for k, v in trained.items()}
+    diff = max(float((saved[k] - trained[k]).abs().max()) for k in want)
+    ok = diff < 5e-4 and {k: tuple(v.shape) for k, v in saved.items()} == want
+    print(f"{'':<16} saved tensors: PEFT's keys and shapes, vs PyTorch's trained max |diff| {diff:.2e} -> "
+          f"{'ok' if ok else 'FAIL'}")
+    fails += not ok
+    fresh = os.path.join(d, "fresh")
+    lp.run([ztrain, "train", "--model_name_or_path", model_dir, "--use_peft", "--use_dora", "--lora_r", str(r),
+            "--lora_target_modules", ",".join(targets), "--output_dir", fresh, "--max_steps", "1"] + common)
+    zcfg = json.load(open(os.path.join(fresh, "adapter_config.json")))
+    got = {k: tuple(v.shape) for k, v in hfmodels.read_safetensors(
+        os.path.join(fresh, "adapter_model.safetensors")).items()}
+    ok = got == want and zcfg["use_dora"] is True and set(zcfg) == lp.CONFIG_FIELDS
+    print(f"{'':<16} folder from --use_dora: keys/shapes {'equal' if got == want else 'DIFFER'} to PEFT's, use_dora "
+          f"{zcfg['use_dora']} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+    merged = os.path.join(d, "merged")
+    lp.run([ztrain, "merge-adapter", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
+            "--output_dir", merged])
+    applied, _ = hfmodels.load_model(model_dir)
+    apply_dora(applied, saved, paths, scale)
+    mm, _ = hfmodels.load_model(merged)
+    x, y = lp.batches(tokens, 0, 0)
+    with torch.no_grad():
+        la, loss_applied = applied(x, y)
+        lm, _ = mm(x)
+    mrel = float((la - lm).abs().max() / la.abs().max())
+    ok = mrel <= 1e-5
+    print(f"{'':<16} merged vs adapter-applied logits: max relative {mrel:.2e} -> {'ok' if ok else 'FAIL'}")
+    fails += not ok
+    vfile = os.path.join(d, "val.bin")
+    tokens[: lp.B * lp.T + 1].astype("<u2").tofile(vfile)
+    ev = lp.run([ztrain, "eval", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
+                 "--validation_file", vfile, "--per_device_eval_batch_size", "1", "--model_max_length", str(lp.T)])
+    zl = float(re.search(r"eval_loss\s+=\s+([0-9.]+)", ev).group(1))
+    ok = lp.rel(zl, float(loss_applied)) <= 1e-5
+    print(f"{'':<16} eval --adapter_name_or_path loss {zl:.6f} vs PyTorch {float(loss_applied):.6f} -> "
+          f"{'ok' if ok else 'FAIL'}")
+    fails += not ok
+    return fails
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ztrain", required=True)
     ap.add_argument("--work", default="")
     a = ap.parse_args()
     torch.set_num_threads(2)
-    work = a.work or tempfile.mkdtemp(prefix="zt_ia3_")
+    work = a.work or tempfile.mkdtemp(prefix="zt_ia3_dora_")
     fails = sum(case(*c, work, a.ztrain) for c in CASES)
+    fails += sum(dora_case(*c, work, a.ztrain) for c in DORA_CASES)
     print("ok" if not fails else f"{fails} FAILED")
     return 1 if fails else 0
 
