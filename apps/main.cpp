@@ -134,7 +134,7 @@ int cmd_train(const Args& args) {
   f.add("lora_target_modules", &a.lora_target_modules,
         "modules that get adapters: names (q_proj,v_proj; c_attn) or all-linear (PEFT's default per architecture)");
   f.add("use_rslora", &a.use_rslora, "rank-stabilized LoRA: scale alpha / sqrt(r)");
-  f.add("use_dora", &a.use_dora, "DoRA (refused for now: not implemented)");
+  f.add("use_dora", &a.use_dora, "DoRA: LoRA with PEFT's magnitude vector and weight-norm decomposition (false)");
   f.add("peft_type", &a.peft_type, "lora | ia3: PEFT's IA3, learned vectors scaling the targets (lora)");
   f.add("target_modules", &a.target_modules,
         "IA3's target modules (k_proj,v_proj,down_proj; PEFT's default per architecture)");

@@ -134,9 +134,6 @@ void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
     s.dora = a.use_dora;
     s.targets = split_modules(a.lora_target_modules);
   }
-  ZT_CHECK(!s.dora || s.dropout == 0.0, "DoRA (",
-           adapter ? a.adapter_name_or_path + "'s use_dora" : std::string("--use_dora"), ") with --lora_dropout ",
-           s.dropout, ": DoRA with dropout is not supported yet; pass --lora_dropout 0 (TRL's default is 0.05)");
   s.nf4 = a.load_in_4bit;
   s.nf4_double_quant = a.bnb_4bit_use_double_quant;
   cfg.lora = s;

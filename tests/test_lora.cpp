@@ -105,8 +105,8 @@ TEST(Lora, LlamaPartialFusedTargets) {  // q and v of the fused q/k/v Linear, up
   expect_adapter_fd_grad(tiny_lora(Arch::llama, {"q_proj", "v_proj", "up_proj"}, 0.0));
 }
 
-ModelConfig tiny_dora(Arch a, std::vector<std::string> targets) {
-  ModelConfig c = tiny_lora(a, std::move(targets), 0.0);
+ModelConfig tiny_dora(Arch a, std::vector<std::string> targets, double dropout = 0.0) {
+  ModelConfig c = tiny_lora(a, std::move(targets), dropout);
   c.lora.dora = true;
   return c;
 }
@@ -117,6 +117,10 @@ TEST(Dora, Gpt2MagnitudeGradientsMatchFiniteDifferences) {  // Conv1D (in, out) 
 
 TEST(Dora, LlamaPartialFusedMagnitudeGradientsMatchFiniteDifferences) {  // q and v of q/k/v, up of gate/up, down
   expect_adapter_fd_grad(tiny_dora(Arch::llama, {"q_proj", "v_proj", "up_proj", "down_proj"}), "lora_magnitude_vector");
+}
+
+TEST(Dora, LlamaMagnitudeGradientsWithDropoutMatchFiniteDifferences) {  // PEFT's dropout form, masks fixed
+  expect_adapter_fd_grad(tiny_dora(Arch::llama, {"all-linear"}, 0.25), "lora_magnitude_vector");
 }
 
 TEST(Dora, MagnitudeStartsAtTheBaseRowNorms) {  // B = 0 at the start: the model is the base

@@ -33,6 +33,13 @@ void scale_shift_columns(float* y, int64_t N, int64_t ld, int64_t begin, int64_t
     for (int64_t j = 0; j < cols; ++j) y[i * ld + begin + j] = y[i * ld + begin + j] * s[j] + shift[j];
 }
 
+void add_scaled_columns(float* y, int64_t ldy, int64_t begin, const float* z, int64_t ldz, int64_t N, int64_t cols,
+                        const float* s) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < cols; ++j) y[i * ldy + begin + j] += s[j] * z[i * ldz + j];
+}
+
 void row_norms_of_sum(float* n, const float* a, const float* w, int64_t wj, int64_t wi, int64_t rows, int64_t in) {
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < rows; ++j) {

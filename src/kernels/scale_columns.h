@@ -15,6 +15,9 @@ void scale_columns(DType t, void* dst, const void* src, int64_t N, int64_t ld, i
 // y[i, begin + j] = y[i, begin + j] * s[j] + shift[j], fp32, rows ld apart.
 void scale_shift_columns(float* y, int64_t N, int64_t ld, int64_t begin, int64_t cols, const float* s,
                          const float* shift);
+// y[i, begin + j] += s[j] * z[i, j], fp32; y's rows ldy apart, z's ldz.
+void add_scaled_columns(float* y, int64_t ldy, int64_t begin, const float* z, int64_t ldz, int64_t N, int64_t cols,
+                        const float* s);
 // n[j] = || a[j, :] + w(j, :) || for rows j < rows over in columns: a fp32 (rows, in), contiguous, or
 // null (w alone); w's element (j, i) at w[j * wj + i * wi] (a row of an (out, in) weight, or a column
 // of an (in, out) one). Sums in double; DoRA's weight norms.

@@ -64,17 +64,17 @@ void Linear::backward_input(TensorView dx, TensorView dy_c) const {
   const void* dyp = rows_of(dy_c, N, out, t, "Linear output gradient");
   float* dxp = const_cast<float*>(rows_of(dx, N, in, "Linear input gradient"));
   if (!lora.ia3_out.empty()) dyp = ia3_backward_dy(*this, dy_c);
-  if (lora.dora) {  // the adapter's GEMMs read the scaled gradient too
-    dy_c = dora_backward_dy(*this, dy_c);
-    dyp = dy_c.data;
-  }
+  // DoRA: the adapter's GEMMs read the scaled gradient, and so does the base's without dropout
+  // (with dropout, the scale's share of the base term goes through the dropped input).
+  const TensorView dz = lora.dora ? dora_backward_dy(*this, dy_c) : dy_c;
+  if (lora.dora && lora.dropout <= 0.f) dyp = dz.data;
   if (nf4)
     kernels::nf4_linear_backward_input(t, dxp, dyp, *nf4, N);
   else if (w_in_out)
     kernels::gemm_typed(dev, t, false, true, N, in, out, 1.0f, dyp, out, wc.data, out, 0.0f, dxp, in);
   else
     kernels::gemm_typed(dev, t, false, false, N, in, out, 1.0f, dyp, out, wc.data, in, 0.0f, dxp, in);
-  if (lora.on()) lora_backward_input(*this, dx, dy_c);
+  if (lora.on()) lora_backward_input(*this, dx, dz, dy_c);
   if (lora.ia3_in) ia3_backward_dx(*this, dx);
 }
 

@@ -114,7 +114,9 @@ struct Linear {
 // The adapter's share of Linear's passes (nn/lora.cpp): y += its output; dx += its input
 // gradient; its A and B gradients +=.
 void lora_forward(const Linear& l, TensorView y, TensorView x);
-void lora_backward_input(const Linear& l, TensorView dx, TensorView dy_c);
+// dy_c: the gradient the adapter reads (DoRA's scaled one); dy_unscaled: the Linear's own (DoRA with
+// dropout reads both).
+void lora_backward_input(const Linear& l, TensorView dx, TensorView dy_c, TensorView dy_unscaled);
 void lora_backward_weight(const Linear& l, TensorView dy_c, TensorView x);
 // DoRA: the output gradient the base and adapter GEMMs read, dy_c with the parts' columns scaled
 // by m / ||W + s B A|| (in the scratch); the magnitudes' gradients += (the unscaled outputs

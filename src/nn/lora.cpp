@@ -91,12 +91,42 @@ void dora_scales(const Linear& l) {
   }
 }
 
-// y = b + c (x W^T + s x A^T B^T) on the parts' outputs, from y = x W^T + b + s x A^T B^T.
-void dora_rescale(const Linear& l, TensorView y) {
+// z (N, m) = x' W^T + s x' A^T B^T over part i's outputs, into the scratch (no bias: the scale
+// multiplies only this); hin = x' A^T of every part.
+const float* dora_outputs(const Linear& l, const void* xin, const void* hin, size_t i, int64_t N) {
+  const LinearLora& a = l.lora;
+  const DType t = l.wc.dtype;
+  const LoraPart& p = a.parts[i];
+  const int o = p.out_begin, m = p.out_size, R = int(a.parts.size()) * a.r;
+  float* z = a.scratch->ia3_f32.as<float>();
+  if (l.w_in_out)
+    kernels::gemm_typed(l.dev, t, false, false, N, m, l.in, 1.0f, xin, l.in, at(l.wc.data, o, t), l.out, 0.0f, z, m);
+  else
+    kernels::gemm_typed(l.dev, t, false, true, N, m, l.in, 1.0f, xin, l.in, at(l.wc.data, int64_t(o) * l.in, t), l.in,
+                        0.0f, z, m);
+  kernels::gemm_typed(l.dev, t, false, true, N, m, a.r, a.scale, at(hin, int64_t(i) * a.r, t), R, p.bc.data, a.r, 1.0f,
+                      z, m);
+  return z;
+}
+
+// DoRA on y = x W^T + b + s x' A^T B^T (lora_forward's): without dropout (x' = x) y = b + c (y - b)
+// on the parts' outputs; with it, PEFT's y += (c - 1) (x' W^T + s x' A^T B^T), whose base term needs
+// one more GEMM over the parts' columns.
+void dora_rescale(const Linear& l, TensorView y, const void* xin, const void* hin) {
   const LinearLora& a = l.lora;
   dora_scales(l);
   const float* c = a.scratch->dora_c.as<const float>();
   float* shift = a.scratch->dora_shift.as<float>();
+  const int64_t N = rows(y);
+  if (a.dropout > 0.f) {
+    for (size_t i = 0; i < a.parts.size(); ++i) {
+      const LoraPart& p = a.parts[i];
+      for (int j = 0; j < p.out_size; ++j) shift[p.out_begin + j] = c[p.out_begin + j] - 1.f;
+      kernels::add_scaled_columns(y.as<float>(), l.out, p.out_begin, dora_outputs(l, xin, hin, i, N), p.out_size, N,
+                                  p.out_size, shift + p.out_begin);
+    }
+    return;
+  }
   for (const LoraPart& p : a.parts) {
     for (int j = 0; j < p.out_size; ++j)
       shift[p.out_begin + j] = l.b ? (1.f - c[p.out_begin + j]) * l.b.as<const float>()[p.out_begin + j] : 0.f;
@@ -123,29 +153,18 @@ TensorView dora_backward_dy(const Linear& l, TensorView dy_c) {
 void dora_backward_magnitude(const Linear& l, TensorView dy, TensorView x) {
   ZT_PROFILE("lora");
   const LinearLora& a = l.lora;
-  const DType t = l.wc.dtype;
   const int64_t N = rows(x);
-  const int R = int(a.parts.size()) * a.r;
   dora_scales(l);
   const float* n = a.scratch->dora_n.as<const float>();
-  const void* hin = adapter_hidden(l, x.data, N);
-  float* z = a.scratch->ia3_f32.as<float>();
+  const void* xin = adapter_input(l, x);
+  const void* hin = adapter_hidden(l, xin, N);
   for (size_t i = 0; i < a.parts.size(); ++i) {
     const LoraPart& p = a.parts[i];
-    const int o = p.out_begin, m = p.out_size;
-    // z (N, m) = x W^T + s x A^T B^T over the part's outputs (no bias: the scale multiplies only this).
-    if (l.w_in_out)
-      kernels::gemm_typed(l.dev, t, false, false, N, m, l.in, 1.0f, x.data, l.in, at(l.wc.data, o, t), l.out, 0.0f, z,
-                          m);
-    else
-      kernels::gemm_typed(l.dev, t, false, true, N, m, l.in, 1.0f, x.data, l.in, at(l.wc.data, int64_t(o) * l.in, t),
-                          l.in, 0.0f, z, m);
-    kernels::gemm_typed(l.dev, t, false, true, N, m, a.r, a.scale, at(hin, int64_t(i) * a.r, t), R, p.bc.data, a.r,
-                        1.0f, z, m);
-    std::vector<float> dots(size_t(m), 0.f);
-    kernels::column_dot_add(dots.data(), DType::f32, z, m, dy.as<const float>() + o, l.out, N, m);
+    std::vector<float> dots(size_t(p.out_size), 0.f);
+    kernels::column_dot_add(dots.data(), DType::f32, dora_outputs(l, xin, hin, i, N), p.out_size,
+                            dy.as<const float>() + p.out_begin, l.out, N, p.out_size);
     float* dm = p.dm.as<float>();
-    for (int j = 0; j < m; ++j) dm[j] += dots[size_t(j)] / n[o + j];
+    for (int j = 0; j < p.out_size; ++j) dm[j] += dots[size_t(j)] / n[p.out_begin + j];
   }
 }
 
@@ -162,10 +181,38 @@ void lora_forward(const Linear& l, TensorView y, TensorView x) {
     kernels::gemm_typed(l.dev, t, false, true, N, p.out_size, a.r, a.scale, at(hin, int64_t(i) * a.r, t), R, p.bc.data,
                         a.r, 1.0f, y.as<float>() + p.out_begin, l.out);
   }
-  if (a.dora) dora_rescale(l, y);
+  if (a.dora) dora_rescale(l, y, xin, hin);
 }
 
-void lora_backward_input(const Linear& l, TensorView dx, TensorView dy_c) {
+namespace {
+// DoRA with dropout: dxd += ((c - 1) dy) W over the parts' columns, the dropped input's share of
+// the base term. Writes (c - 1) dy into the scratch that held dora_backward_dy's result.
+void dora_dropped_base_grad(const Linear& l, float* dxd, TensorView dy_c) {
+  const LinearLora& a = l.lora;
+  const DType t = l.wc.dtype;
+  const int64_t N = rows(dy_c);
+  dora_scales(l);
+  const float* c = a.scratch->dora_c.as<const float>();
+  float* cm1 = a.scratch->dora_shift.as<float>();
+  TensorView d = a.scratch->ia3_dy.sub(0, {N, l.out});
+  for (const LoraPart& p : a.parts) {
+    for (int j = 0; j < p.out_size; ++j) cm1[p.out_begin + j] = c[p.out_begin + j] - 1.f;
+    kernels::scale_columns(t, d.data, dy_c.data, N, l.out, p.out_begin, p.out_size, cm1 + p.out_begin);
+  }
+  if (a.precision == Precision::fp16) lower(a.precision, d, d);
+  for (const LoraPart& p : a.parts) {
+    const char* dp = at(d.data, p.out_begin, t);
+    if (l.w_in_out)  // W (in, out): dxd += d_part W[:, part]^T
+      kernels::gemm_typed(l.dev, t, false, true, N, l.in, p.out_size, 1.0f, dp, l.out, at(l.wc.data, p.out_begin, t),
+                          l.out, 1.0f, dxd, l.in);
+    else
+      kernels::gemm_typed(l.dev, t, false, false, N, l.in, p.out_size, 1.0f, dp, l.out,
+                          at(l.wc.data, int64_t(p.out_begin) * l.in, t), l.in, 1.0f, dxd, l.in);
+  }
+}
+}  // namespace
+
+void lora_backward_input(const Linear& l, TensorView dx, TensorView dy_c, TensorView dy_unscaled) {
   ZT_PROFILE("lora");
   const LinearLora& a = l.lora;
   const DType t = l.wc.dtype;
@@ -178,6 +225,7 @@ void lora_backward_input(const Linear& l, TensorView dx, TensorView dy_c) {
   }
   float* dxd = a.scratch->dxd.as<float>();
   kernels::gemm_typed(l.dev, t, false, false, N, l.in, R, 1.0f, g, R, a.ac.data, l.in, 0.0f, dxd, l.in);
+  if (a.dora) dora_dropped_base_grad(l, dxd, dy_unscaled);
   kernels::dropout_backward_add(dx.as<float>(), dxd, N * l.in, a.dropout, a.seed);
 }
 

@@ -4,7 +4,7 @@
 # resumes to the uninterrupted run's losses; a checkpoint holds only the adapters and their optimizer
 # state (adapter_model.safetensors + adapter_config.json, no base weights); bf16 trains; with mpirun, DDP and
 # ZeRO-1/2/3 on 2 ranks give one process's losses; IA3 the same (recomputation, resume, bf16, NF4 base,
-# ZeRO-3 and 2 pipeline stages); bad input is one clear error line each and a non-zero exit.
+# ZeRO-3 and 2 pipeline stages), DoRA too; bad input is one clear error line each and a non-zero exit.
 # usage: lora.sh path/to/ztrain [path/to/mpirun]
 set -u
 Z=$1
@@ -76,7 +76,27 @@ irun --max_steps 3 --save_strategy no --load_in_4bit --output_dir "$W/iq" &&
   same "$(losses "$W/iq")" "$(losses "$W/ib")" 2e-2 && ok "IA3 on an NF4 base trains (within 2e-2 of IA3's)" ||
   bad "IA3 NF4"
 
+# DoRA (--use_dora, dropout on: PEFT's dropout form).
+drun() { run --use_dora --lora_dropout 0.1 "$@"; }
+drun --max_steps 6 --save_strategy no --output_dir "$W/d" && d=$(losses "$W/d") || d="[]"
+drun --max_steps 6 --save_strategy no --gradient_checkpointing --output_dir "$W/dr" && same "$d" "$(losses "$W/dr")" 0 &&
+  ok "DoRA: full recomputation gives the same losses (dropout on)" || bad "DoRA recomputation"
+drun --max_steps 6 --save_steps 3 --output_dir "$W/ds" &&
+  drun --max_steps 6 --save_steps 3 --output_dir "$W/ds" --resume_from_checkpoint "$W/ds/checkpoint-3" &&
+  same "$d" "$(losses "$W/ds")" 0 && ok "DoRA: resume from step 3 repeats the uninterrupted run's losses" ||
+  bad "DoRA resume"
+drun --max_steps 3 --save_strategy no --bf16 --output_dir "$W/db" &&
+  same "$(losses "$W/db")" "$(losses "$W/d" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)[:3]))")" 2e-2 &&
+  ok "DoRA: bf16 trains (losses within 2e-2 of fp32's)" || bad "DoRA bf16"
+
 if [ -n "$MPI" ]; then
+  run --use_dora --lora_dropout 0 --max_steps 4 --save_strategy no --gradient_accumulation_steps 4 --output_dir "$W/d1"
+  for layout in "--zero_stage 3" "--pipeline-model-parallel-size 2"; do
+    "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --use_dora --lora_dropout 0 --max_steps 4 \
+      --save_strategy no --gradient_accumulation_steps $((${layout##* } == 3 ? 2 : 4)) $layout --output_dir "$W/d2" \
+      >"$W/d2.out" 2>&1 && same "$(losses "$W/d1")" "$(losses "$W/d2")" 1e-6 &&
+      ok "DoRA, 2 ranks, $layout: one process's losses" || { bad "DoRA $layout"; tail -3 "$W/d2.out"; }
+  done
   irun --max_steps 4 --save_strategy no --gradient_accumulation_steps 4 --output_dir "$W/i1"
   for layout in "--zero_stage 3" "--pipeline-model-parallel-size 2"; do
     "$Z" launch --nproc_per_node 2 -- train "${ia3[@]}" --max_steps 4 --save_strategy no \
@@ -123,7 +143,7 @@ err "--bnb_4bit_quant_type fp4 is refused" "fp4 is not supported" "${base[@]}" -
 err "--bnb_4bit_compute_dtype against the run's precision" "differs from the run's GEMM dtype" "${base[@]}" \
   --use_peft --load_in_4bit --bnb_4bit_compute_dtype bfloat16
 err "--load_in_8bit is refused" "8-bit frozen base is not implemented" "${base[@]}" --use_peft --load_in_8bit
-err "--use_dora is refused" "DoRA is not implemented" "${base[@]}" --use_peft --use_dora
+err "--use_dora with --load_in_4bit is refused" "QDoRA" "${base[@]}" --use_peft --use_dora --load_in_4bit
 err "IA3: a feedforward module that is not a target" "must be a subset of --target_modules" "${base[@]}" \
   --use_peft --peft_type ia3 --target_modules k_proj,v_proj --feedforward_modules down_proj
 err "IA3: a feedforward module inside a fused GEMM" "cannot be scaled alone" "${base[@]}" --use_peft \

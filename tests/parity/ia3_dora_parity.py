@@ -265,6 +265,18 @@ def dora_case(name, make_args, targets, r, alpha, modules, work, ztrain):
     print(f"{'':<16} losses torch  {[round(x, 6) for x in ref_losses]}")
     print(f"{'':<16} worst relative difference: loss {wl:.2e}, grad_norm {wn:.2e} -> {'ok' if ok else 'FAIL'}")
     fails += not ok
+    # The dropout form (y += (c - 1)(x' W^T + s x' A^T B^T), its own backward) at a rate that keeps
+    # every element: the same function, so the same losses.
+    lp.run([ztrain, "train", "--model_name_or_path", model_dir, "--adapter_name_or_path", init, "--output_dir",
+            out + "_drop", "--max_steps", str(lp.STEPS)] + common[:-1] + ["1e-12"] + lp.HP)
+    hist_d = [e for e in json.load(open(os.path.join(out + "_drop", "trainer_state.json")))["log_history"]
+              if "loss" in e]
+    wd = max(lp.rel(h["loss"], x) for h, x in zip(hist_d, ref_losses))
+    wdn = max(lp.rel(h["grad_norm"], x) for h, x in zip(hist_d, ref_norms))
+    ok = len(hist_d) == lp.STEPS and wd <= 1e-4 and wdn <= 1e-4
+    print(f"{'':<16} dropout form (--lora_dropout 1e-12): loss {wd:.2e}, grad_norm {wdn:.2e} -> "
+          f"{'ok' if ok else 'FAIL'}")
+    fails += not ok
     zcount = int(re.search(r"Number of trainable parameters = (\d+)", log).group(1))
     peft_count = sum(p.numel() for p in params)
     ok = zcount == peft_count
