@@ -92,9 +92,12 @@ void check_peft_flags(const TrainArgs& a) {
   ZT_CHECK(!a.use_dora || !a.load_in_4bit,
            "--use_dora with --load_in_4bit (QDoRA) is not supported yet: DoRA's weight norms read the fp32 base; "
            "drop one of the two");
-  ZT_CHECK(a.tensor_model_parallel_size == 1 && a.context_parallel_size == 1,
-           "--use_peft runs on one process, data parallel (DDP, ZeRO-1/2/3) and pipeline parallel for now; tensor and "
-           "context parallelism are not supported with LoRA adapters");
+  ZT_CHECK(a.tensor_model_parallel_size <= 1 || (a.peft_type == "lora" && !a.use_dora),
+           a.use_dora ? "--use_dora" : "--peft_type ia3",
+           " under tensor parallelism is not supported yet (LoRA is); drop --tensor-model-parallel-size");
+  ZT_CHECK(a.context_parallel_size == 1,
+           "--use_peft with context parallelism is not supported yet; adapters train on one process, DDP, ZeRO-1/2/3, "
+           "tensor (LoRA) and pipeline parallelism");
   ZT_CHECK(!a.adapter_name_or_path.empty() || a.peft_type == "ia3" || a.lora_r >= 1, "--lora_r ", a.lora_r,
            ": the adapters' rank must be at least 1");
 }

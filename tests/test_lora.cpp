@@ -300,5 +300,23 @@ TEST(Lora, DropoutKernelKeepsItsMaskAndScale) {
                                  : uint16_t(0));
 }
 
+TEST(Lora, DropoutOfACutBlockDrawsTheWholeMatrixMask) {  // a row-parallel rank's columns [20, 50) of 100
+  const int64_t rows = 7, ld = 100, col0 = 20, cols = 30;
+  const float p = 0.4f;
+  const auto whole = test::randn<float>(size_t(rows * ld), 2);
+  std::vector<float> whole_out(whole.size()), block(size_t(rows * cols)), block_out(block.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) block[size_t(r * cols + c)] = whole[size_t(r * ld + col0 + c)];
+  kernels::dropout_forward(DType::f32, whole_out.data(), whole.data(), rows * ld, p, 9);
+  kernels::dropout_forward(DType::f32, block_out.data(), block.data(), rows * cols, p, 9, {cols, ld, col0});
+  std::vector<float> dblock(block.size(), 0.f), ones(block.size(), 1.f);
+  kernels::dropout_backward_add(dblock.data(), ones.data(), rows * cols, p, 9, {cols, ld, col0});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      EXPECT_EQ(block_out[size_t(r * cols + c)], whole_out[size_t(r * ld + col0 + c)]);
+      EXPECT_EQ(dblock[size_t(r * cols + c)], whole_out[size_t(r * ld + col0 + c)] != 0.f ? 1.f / (1.f - p) : 0.f);
+    }
+}
+
 }  // namespace
 }  // namespace zt

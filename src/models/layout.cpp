@@ -73,8 +73,6 @@ ModelLayout model_layout(const ModelConfig& c, const LayerCut& cut) {
     b.proj.kind = b.fc_out.kind = nn::LinearKind::row;
   }
   if (m.frozen_base) {
-    ZT_CHECK(cut.whole, "LoRA adapters run on one device or data parallel (DDP, ZeRO-1/2) for now: tensor, "
-             "sequence and pipeline parallelism are not supported with --use_peft");
     lora_layout(c, m);
     adapter_units(m);
     return m;

@@ -85,6 +85,7 @@ struct AdapterPart {
   std::string module;      // the HF module path, e.g. "model.layers.0.self_attn.q_proj"
   int64_t a = -1, b = -1;  // IA3: a is the vector ia3_l, b unused
   int64_t m = -1;          // DoRA: the magnitude vector (out_size)
+  int in_whole = 0, in_begin = 0;  // a row-parallel cut's inputs within the whole layer's
   int out_begin = 0, out_size = 0;
   bool feedforward = false;  // IA3: the vector scales the module's input (1, in), not its outputs
 };
@@ -98,8 +99,12 @@ struct ModuleSlot {
   std::string path;
   int linear;
   int out_begin, out_size;
+  // Under a tensor-parallel cut (block_modules' `cut`): a column layer's module holds outputs
+  // [held_begin, + out_size) of its out_whole (GPT-2's c_attn: that of each of its 3 parts); a row
+  // layer's holds inputs [held_begin, + in) of in_whole. Whole: held_begin 0, the sizes the same.
+  int out_whole = 0, in_whole = 0, held_begin = 0, parts = 1;
 };
-std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l);
+std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCut& cut = {});
 // A module's path within its block: after "transformer.h.<l>." or "model.layers.<l>.".
 std::string module_in_block(const std::string& path);
 // PEFT's target_modules resolved against layer 0's modules: the last dotted parts chosen (in

@@ -19,21 +19,32 @@ std::string module_in_block(const std::string& path) {
   return path.substr(at);
 }
 
-std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l) {
-  const int C = c.n_embd, F = c.ffn;
+std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCut& cut_in) {
+  const LayerCut cut = cut_in.whole ? whole_layers(c) : cut_in;
+  const int C = c.n_embd, F = c.ffn, HS = c.head_size;
+  const int H = cut.heads * HS, KV = cut.kv_heads * HS, Fl = cut.ffn;
+  // column: outputs [o, o + n) of n_whole, held from `begin`; row: the whole output, inputs held.
+  auto col = [&](std::string p, int lin, int o, int n, int n_whole, int begin, int parts = 1) {
+    return ModuleSlot{std::move(p), lin, o, n, n_whole, C, begin, parts};
+  };
+  auto row = [&](std::string p, int lin, int in, int in_whole, int begin) {
+    return ModuleSlot{std::move(p), lin, 0, C, C, in_whole, begin, 1};
+  };
   if (c.arch == Arch::gpt2) {
     const std::string p = "transformer.h." + std::to_string(l);
-    return {{p + ".attn.c_attn", 0, 0, 3 * C},
-            {p + ".attn.c_proj", 1, 0, C},
-            {p + ".mlp.c_fc", 2, 0, F},
-            {p + ".mlp.c_proj", 3, 0, C}};
+    return {col(p + ".attn.c_attn", 0, 0, 3 * H, 3 * C, cut.heads_begin * HS, 3),
+            row(p + ".attn.c_proj", 1, H, C, cut.heads_begin * HS), col(p + ".mlp.c_fc", 2, 0, Fl, F, cut.ffn_begin),
+            row(p + ".mlp.c_proj", 3, Fl, F, cut.ffn_begin)};
   }
   const std::string p = "model.layers." + std::to_string(l);
-  const int q = c.n_head * c.head_size, kv = c.n_kv_head * c.head_size;
-  return {{p + ".self_attn.q_proj", 0, 0, q},       {p + ".self_attn.k_proj", 0, q, kv},
-          {p + ".self_attn.v_proj", 0, q + kv, kv}, {p + ".self_attn.o_proj", 1, 0, C},
-          {p + ".mlp.gate_proj", 2, 0, F},          {p + ".mlp.up_proj", 2, F, F},
-          {p + ".mlp.down_proj", 3, 0, C}};
+  const int q = c.n_head * HS, kv = c.n_kv_head * HS;
+  return {col(p + ".self_attn.q_proj", 0, 0, H, q, cut.heads_begin * HS),
+          col(p + ".self_attn.k_proj", 0, H, KV, kv, cut.kv_heads_begin * HS),
+          col(p + ".self_attn.v_proj", 0, H + KV, KV, kv, cut.kv_heads_begin * HS),
+          row(p + ".self_attn.o_proj", 1, H, q, cut.heads_begin * HS),
+          col(p + ".mlp.gate_proj", 2, 0, Fl, F, cut.ffn_begin),
+          col(p + ".mlp.up_proj", 2, Fl, Fl, F, cut.ffn_begin),
+          row(p + ".mlp.down_proj", 3, Fl, F, cut.ffn_begin)};
 }
 
 namespace {
@@ -185,17 +196,25 @@ void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int
 // per block, per Linear, the chosen modules' A's back to back, then their B's.
 void lora_layout(const ModelConfig& c, ModelLayout& m) {
   const std::vector<std::string> chosen = lora_resolve_targets(c);
+  ZT_CHECK(m.cut.whole || (!c.lora.ia3() && !c.lora.dora),
+           c.lora.ia3() ? "--peft_type ia3" : "--use_dora",
+           " under tensor parallelism is not supported yet (LoRA is); drop --tensor-model-parallel-size");
+  ZT_CHECK(m.cut.whole || m.cut.kv_holders == 1, "LoRA under tensor parallelism with more ranks (",
+           c.n_kv_head * m.cut.kv_holders, ") than key/value heads (", c.n_kv_head,
+           ") is not supported yet; use at most ", c.n_kv_head, " tensor-parallel ranks");
   if (c.lora.ia3()) return ia3_layout(c, chosen, m);
   const int r = c.lora.r;
+  const bool split = !m.cut.whole;
   m.adapters.resize(size_t(c.n_layer));
   for (int l = 0; l < c.n_layer; ++l) {
-    const std::vector<ModuleSlot> mods = block_modules(c, l);
+    const std::vector<ModuleSlot> mods = block_modules(c, l, m.cut);
     const BlockOffsets& bo = m.offsets.blocks[size_t(l)];
     BlockAdapters& ba = m.adapters[size_t(l)];
     ba.begin = m.table.total();
     std::vector<AdapterPart>* lists[4] = {&ba.qkv, &ba.proj, &ba.fc_in, &ba.fc_out};
     const LinearOffsets* lins[4] = {&bo.qkv, &bo.proj, &bo.fc_in, &bo.fc_out};
     for (int k = 0; k < 4; ++k) {
+      std::vector<ModuleSlot> slots;  // the chosen modules of Linear k
       for (const ModuleSlot& s : mods) {
         if (s.linear != k) continue;
         if (std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) == chosen.end()) continue;
@@ -203,11 +222,26 @@ void lora_layout(const ModelConfig& c, ModelLayout& m) {
         p.module = s.path;
         p.out_begin = s.out_begin;
         p.out_size = s.out_size;
-        p.a = m.table.add("base_model.model." + s.path + ".lora_A.weight", {r, lins[k]->in}, ParamInit::lora_a);
+        p.in_whole = s.in_whole;
+        p.in_begin = lins[k]->kind == nn::LinearKind::row ? s.held_begin : 0;
+        // Tensor parallel: a row layer's A is cut with its inputs; a column layer's A is whole.
+        const std::string name = "base_model.model." + s.path + ".lora_A.weight";
+        p.a = split && lins[k]->kind == nn::LinearKind::row
+                  ? m.table.add_split(name, {r, lins[k]->in}, {r, s.in_whole}, Split::row, 1, s.held_begin,
+                                      ParamInit::lora_a)
+                  : m.table.add(name, {r, lins[k]->in}, ParamInit::lora_a);
         lists[k]->push_back(p);
+        slots.push_back(s);
       }
-      for (AdapterPart& p : *lists[k])
-        p.b = m.table.add("base_model.model." + p.module + ".lora_B.weight", {p.out_size, r}, ParamInit::zeros);
+      // A column layer's B is cut with its outputs (GPT-2's c_attn: each of q, k, v); a row layer's whole.
+      for (size_t i = 0; i < slots.size(); ++i) {
+        AdapterPart& p = (*lists[k])[i];
+        const std::string name = "base_model.model." + p.module + ".lora_B.weight";
+        p.b = split && lins[k]->kind == nn::LinearKind::column
+                  ? m.table.add_split(name, {p.out_size, r}, {slots[i].out_whole, r}, Split::column, 0,
+                                      slots[i].held_begin, ParamInit::zeros, slots[i].parts)
+                  : m.table.add(name, {p.out_size, r}, ParamInit::zeros);
+      }
       if (c.lora.dora)  // PEFT's key (its ".weight" dropped when saved, as PEFT saves it)
         for (AdapterPart& p : *lists[k])
           p.m = m.table.add("base_model.model." + p.module + ".lora_magnitude_vector", {p.out_size},

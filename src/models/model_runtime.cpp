@@ -260,6 +260,8 @@ void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C
     a.r = spec.r;
     a.scale = spec.scale();
     a.dora = spec.dora;
+    a.in_whole = parts->front().in_whole;
+    a.in_begin = parts->front().in_begin;
     // Dropout in training passes only; its mask is fixed for a pass, a layer and a Linear (so a
     // recomputed forward and the backward see the forward's).
     a.dropout = backward_ ? float(spec.dropout) : 0.f;

@@ -65,6 +65,7 @@ struct LinearLora {
   float scale = 0.f;
   float dropout = 0.f;  // this pass's (0 in evaluation)
   uint64_t seed = 0;    // the dropout mask's, fixed for a pass, a layer and a Linear
+  int in_whole = 0, in_begin = 0;  // a row-parallel cut's inputs within the whole (0: uncut)
   Precision precision = Precision::fp32;
   bool dora = false;     // the parts' outputs rescaled by m / ||W + s B A|| (nn/lora.cpp)
   TensorView a, da, ac;  // every part's A (r, in), back to back: (parts r, in)

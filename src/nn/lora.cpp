@@ -24,12 +24,18 @@ const char* at(const void* p, int64_t elements, DType t) {
   return static_cast<const char*>(p) + elements * int64_t(dtype_size(t));
 }
 
+// The mask's numbering: a row-parallel layer's inputs are columns of the whole layer's.
+kernels::DropoutCut dropout_cut(const Linear& l) {
+  const LinearLora& a = l.lora;
+  return a.in_whole > 0 ? kernels::DropoutCut{l.in, a.in_whole, a.in_begin} : kernels::DropoutCut{l.in, l.in, 0};
+}
+
 // The adapter's GEMM input: x itself, or (dropout in a training pass) x' in the scratch.
 const void* adapter_input(const Linear& l, TensorView x) {
   const LinearLora& a = l.lora;
   if (a.dropout <= 0.f) return x.data;
   ZT_ASSERT(a.scratch->xd.numel() >= x.numel(), "LoRA scratch too small for the dropped input");
-  kernels::dropout_forward(x.dtype, a.scratch->xd.data, x.data, x.numel(), a.dropout, a.seed);
+  kernels::dropout_forward(x.dtype, a.scratch->xd.data, x.data, x.numel(), a.dropout, a.seed, dropout_cut(l));
   return a.scratch->xd.data;
 }
 
@@ -226,7 +232,7 @@ void lora_backward_input(const Linear& l, TensorView dx, TensorView dy_c, Tensor
   float* dxd = a.scratch->dxd.as<float>();
   kernels::gemm_typed(l.dev, t, false, false, N, l.in, R, 1.0f, g, R, a.ac.data, l.in, 0.0f, dxd, l.in);
   if (a.dora) dora_dropped_base_grad(l, dxd, dy_unscaled);
-  kernels::dropout_backward_add(dx.as<float>(), dxd, N * l.in, a.dropout, a.seed);
+  kernels::dropout_backward_add(dx.as<float>(), dxd, N * l.in, a.dropout, a.seed, dropout_cut(l));
 }
 
 void lora_backward_weight(const Linear& l, TensorView dy_c, TensorView x) {

@@ -147,6 +147,14 @@ std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
     if (layout.cut.rows_split > 1) norm(b.ln1), norm(b.ln2), norm(b.post1), norm(b.post2);
   }
   if (layout.cut.rows_split > 1) norm(s.lnf);
+  // LoRA: a column layer's A and a row layer's B are whole on every rank, each rank's outputs (or
+  // inputs) adding their share to the gradient.
+  for (const BlockAdapters& ba : layout.adapters) {
+    for (const auto* parts : {&ba.qkv, &ba.fc_in})
+      for (const AdapterPart& p : *parts) offsets.push_back(p.a);
+    for (const auto* parts : {&ba.proj, &ba.fc_out})
+      for (const AdapterPart& p : *parts) offsets.push_back(p.b);
+  }
   std::vector<int> out;
   const auto& list = layout.table.list();
   for (size_t i = 0; i < list.size(); ++i)

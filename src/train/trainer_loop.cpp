@@ -48,10 +48,11 @@ StepResult Trainer::train_step(int64_t step) {
   // The loss scale multiplies the gradients (fp16); the loss itself is reported unscaled.
   const double loss_scale = scaler_ ? scaler_->scale_exact() : 1.0;
   parallel_->begin_step();
-  // LoRA's dropout masks: a function of the seed, the rank and the step (and the pass within it),
-  // so a resumed run draws the masks the uninterrupted one would have.
+  // LoRA's dropout masks: a function of the seed, the data rank and the step (and the pass within
+  // it), so a resumed run draws the masks the uninterrupted one would have, and the tensor-parallel
+  // ranks of one batch share them (the same input to a column layer, the same mask).
   model_->runtime().set_dropout_seed(uint64_t(config_.model.seed) * 0x9E3779B97F4A7C15ull ^
-                                     uint64_t(world_.rank()) << 48 ^ uint64_t(step) << 8);
+                                     uint64_t(grid_->dp_cp().rank()) << 48 ^ uint64_t(step) << 8);
   fail_for_test(step);
   const float corrupt = test_corruption(step);
   const MicroBatch& first = loader_->next();

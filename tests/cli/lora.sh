@@ -4,7 +4,8 @@
 # resumes to the uninterrupted run's losses; a checkpoint holds only the adapters and their optimizer
 # state (adapter_model.safetensors + adapter_config.json, no base weights); bf16 trains; with mpirun, DDP and
 # ZeRO-1/2/3 on 2 ranks give one process's losses; IA3 the same (recomputation, resume, bf16, NF4 base,
-# ZeRO-3 and 2 pipeline stages), DoRA too; bad input is one clear error line each and a non-zero exit.
+# ZeRO-3 and 2 pipeline stages), DoRA too; tensor parallel with sequence parallel and dropout gives one
+# process's losses and its checkpoint resumes in one process; bad input is one clear error line each and a non-zero exit.
 # usage: lora.sh path/to/ztrain [path/to/mpirun]
 set -u
 Z=$1
@@ -114,6 +115,15 @@ if [ -n "$MPI" ]; then
       --zero_stage $zs --output_dir "$W/z$zs" >"$W/z$zs.out" 2>&1 && same "$one" "$(losses "$W/z$zs")" 1e-6 &&
       ok "2 ranks, ZeRO stage $zs (0 = DDP): one process's losses within 1e-6" || { bad "ZeRO $zs"; tail -3 "$W/z$zs.out"; }
   done
+  # Tensor parallel (2 ranks, sequence parallel, dropout on: masks numbered as the whole layer's):
+  # one process's losses; its checkpoint resumes in one process.
+  run --max_steps 6 --save_steps 3 --lora_dropout 0.1 --output_dir "$W/t1" && t1=$(losses "$W/t1") || t1="[]"
+  "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --max_steps 6 --save_steps 3 --lora_dropout 0.1 \
+    --tensor-model-parallel-size 2 --sequence-parallel --output_dir "$W/t2" >"$W/t2.out" 2>&1 &&
+    same "$t1" "$(losses "$W/t2")" 1e-6 && ok "tensor parallel 2 + sequence parallel, dropout on: one process's losses" ||
+    { bad "tensor parallel"; tail -3 "$W/t2.out"; }
+  run --max_steps 6 --save_steps 3 --lora_dropout 0.1 --output_dir "$W/t2" --resume_from_checkpoint "$W/t2/checkpoint-3" &&
+    same "$t1" "$(losses "$W/t2")" 1e-6 && ok "a tensor-parallel checkpoint resumes in one process" || bad "TP resume"
   run --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 --output_dir "$W/pp1"
   "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 \
     --gradient_accumulation_steps 4 --pipeline-model-parallel-size 2 --output_dir "$W/pp2" >"$W/pp2.out" 2>&1 &&
@@ -151,8 +161,10 @@ err "IA3: a feedforward module inside a fused GEMM" "cannot be scaled alone" "${
 err "IA3: a LoRA flag" "applies to LoRA adapters, not --peft_type ia3" "${base[@]}" --use_peft --peft_type ia3 \
   --lora_r 8
 err "--peft_type prefix is refused" "ztrain trains lora and ia3" "${base[@]}" --use_peft --peft_type prefix
-err "tensor parallelism is refused" "tensor and context" "${base[@]}" --use_peft \
-  --tensor-model-parallel-size 2
+err "context parallelism is refused" "context parallelism is not supported" "${base[@]}" --use_peft \
+  --context-parallel-size 2
+err "DoRA under tensor parallelism is refused" "use_dora under tensor parallelism" "${base[@]}" --use_peft \
+  --use_dora --tensor-model-parallel-size 2
 # An adapter for a different base: the same modules at another rank's shapes.
 mkdir -p "$W/other"
 $PY - "$W/a" "$W/other" <<'P'
