@@ -95,9 +95,6 @@ void check_peft_flags(const TrainArgs& a) {
   ZT_CHECK(a.tensor_model_parallel_size <= 1 || (a.peft_type == "lora" && !a.use_dora),
            a.use_dora ? "--use_dora" : "--peft_type ia3",
            " under tensor parallelism is not supported yet (LoRA is); drop --tensor-model-parallel-size");
-  ZT_CHECK(a.context_parallel_size == 1,
-           "--use_peft with context parallelism is not supported yet; adapters train on one process, DDP, ZeRO-1/2/3, "
-           "tensor (LoRA) and pipeline parallelism");
   ZT_CHECK(!a.adapter_name_or_path.empty() || a.peft_type == "ia3" || a.lora_r >= 1, "--lora_r ", a.lora_r,
            ": the adapters' rank must be at least 1");
 }

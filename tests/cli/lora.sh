@@ -122,6 +122,10 @@ if [ -n "$MPI" ]; then
     --tensor-model-parallel-size 2 --sequence-parallel --output_dir "$W/t2" >"$W/t2.out" 2>&1 &&
     same "$t1" "$(losses "$W/t2")" 1e-6 && ok "tensor parallel 2 + sequence parallel, dropout on: one process's losses" ||
     { bad "tensor parallel"; tail -3 "$W/t2.out"; }
+  run --max_steps 4 --save_strategy no --lora_dropout 0 --output_dir "$W/c1"
+  "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 \
+    --context-parallel-size 2 --output_dir "$W/c2" >"$W/c2.out" 2>&1 && same "$(losses "$W/c1")" "$(losses "$W/c2")" 1e-6 &&
+    ok "context parallel 2: one process's losses" || { bad "context parallel"; tail -3 "$W/c2.out"; }
   run --max_steps 6 --save_steps 3 --lora_dropout 0.1 --output_dir "$W/t2" --resume_from_checkpoint "$W/t2/checkpoint-3" &&
     same "$t1" "$(losses "$W/t2")" 1e-6 && ok "a tensor-parallel checkpoint resumes in one process" || bad "TP resume"
   run --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 --output_dir "$W/pp1"
@@ -161,8 +165,6 @@ err "IA3: a feedforward module inside a fused GEMM" "cannot be scaled alone" "${
 err "IA3: a LoRA flag" "applies to LoRA adapters, not --peft_type ia3" "${base[@]}" --use_peft --peft_type ia3 \
   --lora_r 8
 err "--peft_type prefix is refused" "ztrain trains lora and ia3" "${base[@]}" --use_peft --peft_type prefix
-err "context parallelism is refused" "context parallelism is not supported" "${base[@]}" --use_peft \
-  --context-parallel-size 2
 err "DoRA under tensor parallelism is refused" "use_dora under tensor parallelism" "${base[@]}" --use_peft \
   --use_dora --tensor-model-parallel-size 2
 # An adapter for a different base: the same modules at another rank's shapes.
