@@ -10,7 +10,7 @@ namespace zt {
 
 // Splits PEFT's target_modules as a flag gives them: commas and/or spaces.
 std::vector<std::string> split_modules(const std::string& text);
-// The LoRA flags' checks that need no model (before the layout's): refused combinations (DoRA,
+// The PEFT flags' checks that need no model (before the layout's): refused combinations (QDoRA,
 // IA3 or DoRA under tensor parallelism), --lora_r 0, a LoRA flag without --use_peft.
 void check_peft_flags(const TrainArgs& a);
 // cfg.lora from --use_peft / --lora_* / --adapter_name_or_path (whose adapter_config.json sets
