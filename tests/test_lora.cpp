@@ -230,9 +230,14 @@ void expect_qlora_equals_dequantized(Arch arch, nn::Precision precision) {
   Transformer lora(c), qlora(q);
   lora.init_random(7);
   qlora.init_random(7);
+  const size_t held = mem_stats().current[size_t(MemCategory::parameters)];
+  const int64_t base_fp32 = qlora.frozen_params().numel();
   qlora.quantize_base();
   int64_t n4 = 0;
   EXPECT_LT(double(qlora.nf4_bytes(&n4)) / double(n4), 0.55);
+  // The memory report's parameters: the quantized weights' fp32 bytes gone, their NF4 bytes counted.
+  EXPECT_EQ(mem_stats().current[size_t(MemCategory::parameters)] + size_t(base_fp32) * 4,
+            held + size_t(qlora.frozen_params().numel()) * 4 + qlora.nf4_bytes());
   const ModelOffsets& s = lora.layout().offsets;
   for (size_t l = 0; l < s.blocks.size(); ++l) {
     const LinearOffsets* lins[4] = {&s.blocks[l].qkv, &s.blocks[l].proj, &s.blocks[l].fc_in, &s.blocks[l].fc_out};

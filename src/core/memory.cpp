@@ -106,6 +106,23 @@ const char* mem_category_name(MemCategory c) {
   }
 }
 
+MemCharge::MemCharge(size_t bytes, MemCategory cat) : bytes_(bytes), cat_(cat) {
+  charge(cat_, static_cast<long long>(bytes_));
+}
+MemCharge::~MemCharge() {
+  if (bytes_) charge(cat_, -static_cast<long long>(bytes_));
+}
+MemCharge::MemCharge(MemCharge&& o) noexcept : bytes_(o.bytes_), cat_(o.cat_) { o.bytes_ = 0; }
+MemCharge& MemCharge::operator=(MemCharge&& o) noexcept {
+  if (this != &o) {
+    if (bytes_) charge(cat_, -static_cast<long long>(bytes_));
+    bytes_ = o.bytes_;
+    cat_ = o.cat_;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
 MemStats mem_stats() {
   std::lock_guard<std::mutex> lk(g_mu);
   return g_stats;

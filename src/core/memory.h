@@ -66,6 +66,23 @@ class Buffer {
   DeviceKind dev_ = DeviceKind::cpu;
 };
 
+// Memory held outside a Buffer (a std::vector a library type owns: QLoRA's NF4 codes) charged to
+// a category for as long as this lives, so the memory report counts it.
+class MemCharge {
+ public:
+  MemCharge() = default;
+  MemCharge(size_t bytes, MemCategory cat);
+  ~MemCharge();
+  MemCharge(MemCharge&& o) noexcept;
+  MemCharge& operator=(MemCharge&& o) noexcept;
+  MemCharge(const MemCharge&) = delete;
+  MemCharge& operator=(const MemCharge&) = delete;
+
+ private:
+  size_t bytes_ = 0;
+  MemCategory cat_ = MemCategory::temporary;
+};
+
 // Carves a planned region into sub-arrays. Run once with a null base to learn the size,
 // then again over the real allocation: the same code computes both, so they cannot drift.
 class Carver {

@@ -60,6 +60,7 @@ void Transformer::quantize_base() {
   layout_.base_table = std::move(kept);
   frozen_ = std::move(compact);
   for (const kernels::Nf4Tensor& t : nf4_) nf4_views_.push_back(t.view());
+  nf4_charge_ = MemCharge(nf4_bytes(), MemCategory::parameters);
   base_changed();
   runtime_->bind_layers();
 }

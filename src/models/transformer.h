@@ -135,8 +135,9 @@ class Transformer {
   std::vector<nn::Block> blocks_;
   nn::Norm lnf_;
   Buffer params_, grads_;
-  Buffer frozen_;  // LoRA's base
+  Buffer frozen_;                        // LoRA's base
   std::vector<kernels::Nf4Tensor> nf4_;  // QLoRA: the base's block linear weights
+  MemCharge nf4_charge_;                 // their bytes, in the memory report's parameters
   std::vector<kernels::Nf4View> nf4_views_;
   uint64_t frozen_version_ = 0;
   DeviceKind dev_ = DeviceKind::cpu;
