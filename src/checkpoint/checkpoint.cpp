@@ -50,6 +50,7 @@ class ShardWriter final : public StateWriter {
     ZT_ASSERT(p.slice.dim < 0, "checkpoints do not store slices along a dimension yet (", p.tensor, ")");
     ZT_ASSERT(p.dtype == DType::f32 && p.slice.begin >= 0 && p.slice.begin + p.slice.count <= numel_of(p.shape),
               p.tensor);
+    ZT_ASSERT(p.data || p.fill, p.tensor, ": a piece without data");
     pieces_.push_back(p);
   }
   void put_json(const std::string& key, const nlohmann::json& value) override { json_.put_json(key, value); }
@@ -164,14 +165,14 @@ std::vector<ShardFile> checkpoint_shard_files(const StateShard& shard, const std
   for (size_t i = 0; i < pieces.size(); ++i) {
     const StatePiece& p = pieces[i];
     if (shard.count == 1 && p.slot == "params" && p.slice.begin == 0 && p.slice.count == numel_of(p.shape)) {
-      model_file.tensors.push_back({p.tensor, p.shape, p.data});
+      model_file.tensors.push_back({p.tensor, p.shape, p.data, p.fill});
       model_file.pieces.push_back(i);
       continue;
     }
     std::string name = p.slot + "." + p.tensor + "." + std::to_string(p.slice.begin);
     ZT_ASSERT(!desc.contains(name), "piece ", name, " written twice");
     desc[name] = {{"tensor", p.tensor}, {"slot", p.slot}, {"shape", p.shape}, {"begin", p.slice.begin}};
-    state_file.tensors.push_back({std::move(name), {p.slice.count}, p.data});
+    state_file.tensors.push_back({std::move(name), {p.slice.count}, p.data, p.fill});
     state_file.pieces.push_back(i);
   }
   std::vector<ShardFile> out;

@@ -45,6 +45,7 @@ struct FlashSnapshot::Header {
 
 void StateCollector::put_tensor(const StatePiece& p) {
   ZT_ASSERT(p.slice.dim < 0 && p.dtype == DType::f32, "flash snapshots hold fp32 element ranges (", p.tensor, ")");
+  ZT_ASSERT(p.data, "flash snapshots copy pieces in memory (", p.tensor, "): state on disk is refused before");
   pieces.push_back(p);
 }
 
@@ -82,7 +83,8 @@ FlashSnapshot::FlashSnapshot(std::string path) : path_(std::move(path)) {
   if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
     ::close(fd_);
     fd_ = -1;
-    throw Error(str_cat("the flash snapshot ", path_, " is not a regular file of this user; remove it, or run without "
+    throw Error(str_cat("the flash snapshot ", path_,
+                        " is not a regular file of this user; remove it, or run without "
                         "--flash_checkpoint"));
   }
   map_size(std::max<uint64_t>(uint64_t(st.st_size), kDataOffset));

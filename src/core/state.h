@@ -40,6 +40,10 @@ struct StatePiece {
   TensorSlice slice;
   float* data = nullptr;     // slice.count values (read-only when saving)
   DType dtype = DType::f32;  // fp32 today: masters and optimizer state are fp32
+  // Saving, instead of data: fills slice.count values when the checkpoint writes the piece (state
+  // kept on disk streams into the checkpoint one piece at a time instead of whole in memory).
+  // Writers that keep pieces past the save (flash snapshots) refuse it.
+  std::function<void(float*)> fill = {};
 };
 
 class StateWriter {

@@ -100,32 +100,28 @@ float* Optimizer::save_scratch(int64_t n) const {
   return scratch_.back().data();
 }
 
-void Optimizer::materialize() const {
-  auto* self = const_cast<Optimizer*>(this);
-  self->slots_.clear();
-  std::vector<void*> ptrs;
-  for (size_t i = 0; i < slot_names_.size(); ++i) {
-    self->slots_.emplace_back(size_t(numel_) * dtype_size(cfg_.state_dtype), MemCategory::temporary);
-    ptrs.push_back(self->slots_.back().data());
-  }
-  ZT_ASSERT(store_, "optimizer ", name_, ": external state without a store");
-  store_->read_all(ptrs);
-}
-
 void Optimizer::save_state(StateWriter& w) const {
-  scratch_.clear();                        // the previous checkpoint is written by now
-  if (cfg_.external_state) materialize();  // freed by release_external() at the next step
+  scratch_.clear();  // the previous checkpoint is written by now
   const bool bf16 = cfg_.state_dtype == DType::bf16;
-  for (size_t s = 0; s < slots_.size(); ++s)
+  for (size_t s = 0; s < slot_names_.size(); ++s)
     for (const StateSpan& sp : spans_) {
-      // bf16 state is saved widened to fp32 (exact both ways), so any run can read it.
-      float* data = slots_[s].as<float>() + (bf16 ? 0 : sp.state_offset);
-      if (bf16) {
-        data = save_scratch(sp.count);
+      StatePiece piece{sp.tensor, sp.shape, slot_names_[s], {sp.begin, sp.count}, nullptr};
+      if (cfg_.external_state) {
+        // State on disk streams into the checkpoint one piece at a time (bf16 widened as below).
+        piece.fill = [store = store_, s, sp, bf16](float* out) {
+          if (!bf16) return store->read_range(s, sp.state_offset, sp.count, out);
+          std::vector<uint16_t> h(size_t(sp.count));
+          store->read_range(s, sp.state_offset, sp.count, h.data());
+          for (int64_t i = 0; i < sp.count; ++i) out[i] = bf16_to_f32(h[size_t(i)]);
+        };
+      } else if (bf16) {  // bf16 state is saved widened to fp32 (exact both ways), so any run can read it
+        piece.data = save_scratch(sp.count);
         const uint16_t* h = slots_[s].as<uint16_t>() + sp.state_offset;
-        for (int64_t i = 0; i < sp.count; ++i) data[i] = bf16_to_f32(h[i]);
+        for (int64_t i = 0; i < sp.count; ++i) piece.data[i] = bf16_to_f32(h[i]);
+      } else {
+        piece.data = slots_[s].as<float>() + sp.state_offset;
       }
-      w.put_tensor({sp.tensor, sp.shape, slot_names_[s], {sp.begin, sp.count}, data});
+      w.put_tensor(piece);
     }
   save_own(w);
   // The hyper-parameters are recorded, not restored: a resumed run uses its own flags.
@@ -146,27 +142,28 @@ void Optimizer::load_state(StateReader& r) {
   const int64_t t = r.get_int("ztrain.optimizer.step");
   ZT_CHECK(t >= 0, r.source(), ": \"ztrain.optimizer.step\" is negative; the checkpoint is damaged");
   const bool bf16 = cfg_.state_dtype == DType::bf16;
-  if (cfg_.external_state) materialize();  // pieces not in the checkpoint keep the files' values
   std::vector<float> wide;
-  for (size_t s = 0; s < slots_.size(); ++s)
+  std::vector<uint16_t> narrow;
+  for (size_t s = 0; s < slot_names_.size(); ++s)
     for (const StateSpan& sp : spans_) {
-      if (!bf16) {
+      if (!bf16 && !cfg_.external_state) {
         r.get_tensor({sp.tensor, sp.shape, slot_names_[s], {sp.begin, sp.count}, slot(s) + sp.state_offset});
         continue;
       }
       wide.resize(size_t(sp.count));
       r.get_tensor({sp.tensor, sp.shape, slot_names_[s], {sp.begin, sp.count}, wide.data()});
-      uint16_t* h = slots_[s].as<uint16_t>() + sp.state_offset;
-      for (int64_t i = 0; i < sp.count; ++i) h[i] = f32_to_bf16(wide[size_t(i)]);
+      void* dst = wide.data();
+      if (bf16) {
+        narrow.resize(size_t(sp.count));
+        uint16_t* h = cfg_.external_state ? narrow.data() : slots_[s].as<uint16_t>() + sp.state_offset;
+        for (int64_t i = 0; i < sp.count; ++i) h[i] = f32_to_bf16(wide[size_t(i)]);
+        dst = h;
+      }
+      // State on disk: written back one piece at a time (pieces absent keep the files' values).
+      if (cfg_.external_state) store_->write_range(s, sp.state_offset, sp.count, dst);
     }
   load_own(r);
   t_ = t;
-  if (cfg_.external_state) {
-    std::vector<const void*> ptrs;
-    for (const Buffer& b : slots_) ptrs.push_back(b.data());
-    store_->write_all(ptrs);
-    slots_.clear();
-  }
 }
 
 double Optimizer::arg(const std::string& key, double fallback) const {

@@ -84,8 +84,10 @@ struct OptimizerLayout {
 class StateStore {
  public:
   virtual ~StateStore() = default;
-  virtual void read_all(const std::vector<void*>& slots) = 0;
-  virtual void write_all(const std::vector<const void*>& slots) = 0;
+  // Slot `slot`'s values at state coordinates [begin, begin + n), in the slot's dtype: what a
+  // checkpoint streams, one piece at a time, instead of the whole state.
+  virtual void read_range(size_t slot, int64_t begin, int64_t n, void* dst) = 0;
+  virtual void write_range(size_t slot, int64_t begin, int64_t n, const void* src) = 0;
 };
 
 // Where a stretch of the state belongs in the model, for checkpoints: count elements of the
@@ -119,11 +121,6 @@ class Optimizer : public Stateful {
   void unbind_window() { window_.clear(); }
   // External state: where checkpoints read and write it (the engine that holds the files).
   void set_state_store(StateStore* s) { store_ = s; }
-  // External state: frees the whole slots a checkpoint save read in (kept until then because a
-  // StateWriter keeps pointers until the checkpoint is written).
-  void release_external() {
-    if (cfg_.external_state) slots_.clear();
-  }
   // Whether it needs set_layout's tensors (per-tensor pieces) before stepping: the factored,
   // quantized and matrix optimizers. An engine that cannot describe them refuses it.
   virtual bool needs_layout() const { return false; }
@@ -186,7 +183,6 @@ class Optimizer : public Stateful {
   std::vector<void*> window_;
   int64_t window_begin_ = 0, window_n_ = 0;
   StateStore* store_ = nullptr;
-  void materialize() const;  // whole slots from the store, for a save
 };
 
 // The optimizer that HF's --optim `name` selects, with state for numel parameters. Known:

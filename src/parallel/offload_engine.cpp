@@ -142,7 +142,6 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
 
   // ---- DataParallel ----
   void begin_step() override {
-    opt_->release_external();  // whole slots a checkpoint read in
     // A step in flight zeroes each chunk's gradients once it has used them (before the pass that
     // follows can reach that unit's backward); otherwise (a skipped step, a save that borrowed
     // the buffer) they are zeroed here.
@@ -194,21 +193,15 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
   int64_t held_params() const override { return numel_; }
   nlohmann::json describe() const override;
 
-  // ---- optim::StateStore: checkpoints see the slots whole ----
-  void read_all(const std::vector<void*>& slots) override {
-    finish_stream();
-    for_each_record(false, [&](const Chunk& c, char* rec) {
-      for (int s = 0; s < slots_; ++s)
-        std::memcpy(static_cast<char*>(slots[size_t(s)]) + c.begin * slot_bytes_, slot_in(rec, c, s),
-                    size_t(c.n * slot_bytes_));
+  // ---- optim::StateStore: checkpoints stream the slots piece by piece ----
+  void read_range(size_t slot, int64_t begin, int64_t n, void* dst) override {
+    slot_range(slot, begin, n, false, [&](char* at, int64_t off, int64_t k) {
+      std::memcpy(static_cast<char*>(dst) + off * slot_bytes_, at, size_t(k * slot_bytes_));
     });
   }
-  void write_all(const std::vector<const void*>& slots) override {
-    finish_stream();
-    for_each_record(true, [&](const Chunk& c, char* rec) {
-      for (int s = 0; s < slots_; ++s)
-        std::memcpy(slot_in(rec, c, s), static_cast<const char*>(slots[size_t(s)]) + c.begin * slot_bytes_,
-                    size_t(c.n * slot_bytes_));
+  void write_range(size_t slot, int64_t begin, int64_t n, const void* src) override {
+    slot_range(slot, begin, n, true, [&](char* at, int64_t off, int64_t k) {
+      std::memcpy(at, static_cast<const char*>(src) + off * slot_bytes_, size_t(k * slot_bytes_));
     });
   }
 
@@ -233,6 +226,10 @@ class OffloadEngine final : public DataParallel, public ParamProvider, public op
   void wait_unit(int u, bool written);
   bool unit_ready(int u);
   void for_each_record(bool write_back, const std::function<void(const Chunk&, char*)>& f);
+  // For each chunk overlapping state coordinates [begin, begin + n): its slot `slot` read into a
+  // window, f(address of the overlap, its offset from begin, its length), written back if asked.
+  void slot_range(size_t slot, int64_t begin, int64_t n, bool write_back,
+                  const std::function<void(char*, int64_t, int64_t)>& f);
   std::vector<optim::StepPiece> chunk_pieces(const Chunk& c, char* rec) const;
 
   Transformer& model_;
@@ -430,6 +427,21 @@ void OffloadEngine::for_each_record(bool write_back, const std::function<void(co
     file_->wait(file_->read(rec, record_bytes(c.n), c.file_offset));
     f(c, rec);
     if (write_back) file_->wait(file_->write(rec, record_bytes(c.n), c.file_offset));
+  }
+}
+
+void OffloadEngine::slot_range(size_t slot, int64_t begin, int64_t n, bool write_back,
+                               const std::function<void(char*, int64_t, int64_t)>& f) {
+  finish_stream();
+  char* buf = windows_[0].as<char>();
+  for (const Chunk& c : chunks_) {
+    const int64_t lo = std::max(begin, c.begin), hi = std::min(begin + n, c.begin + c.n);
+    if (lo >= hi) continue;
+    // The slot's part of the record alone (aligned: each part starts on kAlign).
+    const int64_t at = c.file_offset + param_part(c.n) + int64_t(slot) * slot_part(c.n);
+    file_->wait(file_->read(buf, slot_part(c.n), at));
+    f(buf + (lo - c.begin) * slot_bytes_, lo - begin, hi - lo);
+    if (write_back) file_->wait(file_->write(buf, slot_part(c.n), at));
   }
 }
 

@@ -237,17 +237,15 @@ void Trainer::set_offload_budget(parallel::DiskOffload& d) const {
   const parallel::ModelMemoryInputs in = parallel::memory_inputs(cfg_, rows_, seq_len_, plan_);
   const int64_t rest = in.activation_bytes + in.temporary_bytes + in.compute_copy_bytes;
   d.host_budget = cap - rest - parallel::kOffloadProcessMargin;
-  // A checkpoint save holds the optimizer state whole while it is written (docs/offload.md).
-  const int64_t state =
-      int64_t(double(model_->num_params()) * optim::optimizer_state_bytes_per_param(
-                                                 config_.parallel.engine.optim, config_.parallel.engine.optim_config));
-  if (chief_ && config_.checkpoint.save != Interval::no && state > 0)
-    std::printf(
-        "ztrain: note: a checkpoint save holds the optimizer state whole while it is written (%s more than "
-        "training holds), which --max_host_memory %s does not bound; the final model export stays under it\n",
-        format_bytes(double(state)).c_str(), config_.parallel.host_memory_text.c_str());
+  // A checkpoint save streams the state from the file one tensor at a time (docs/offload.md): the
+  // largest tensor's fp32 values are held while it is written, so the budget leaves room for them.
+  int64_t largest = 0;
+  for (const ParamInfo& p : model_->params().list()) largest = std::max(largest, p.numel);
+  const int64_t save_buffer = config_.checkpoint.save != Interval::no ? largest * 4 : 0;
+  d.host_budget = *d.host_budget - save_buffer;
   d.budget_source = str_cat("--max_host_memory ", config_.parallel.host_memory_text, " less ",
-                            format_bytes(double(rest)), " of activations, temporaries and compute copy and ",
+                            format_bytes(double(rest)), " of activations, temporaries and compute copy, ",
+                            format_bytes(double(save_buffer)), " for a checkpoint's largest tensor and ",
                             format_bytes(double(parallel::kOffloadProcessMargin)), " for the process itself");
 }
 
