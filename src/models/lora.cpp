@@ -38,6 +38,10 @@ std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCu
   }
   const std::string p = "model.layers." + std::to_string(l);
   const int q = c.n_head * HS, kv = c.n_kv_head * HS;
+  if (c.model_type == "phi3")  // HF's Phi-3 fuses them as ztrain does: one module per fused Linear
+    return {col(p + ".self_attn.qkv_proj", 0, 0, H + 2 * KV, q + 2 * kv, 0),
+            row(p + ".self_attn.o_proj", 1, H, q, cut.heads_begin * HS),
+            col(p + ".mlp.gate_up_proj", 2, 0, 2 * Fl, 2 * F, 0), row(p + ".mlp.down_proj", 3, Fl, F, cut.ffn_begin)};
   return {col(p + ".self_attn.q_proj", 0, 0, H, q, cut.heads_begin * HS),
           col(p + ".self_attn.k_proj", 0, H, KV, kv, cut.kv_heads_begin * HS),
           col(p + ".self_attn.v_proj", 0, H + KV, KV, kv, cut.kv_heads_begin * HS),
@@ -65,6 +69,7 @@ namespace {
 // default for the families PEFT's table leaves out, and PEFT then asks for target_modules.
 std::vector<std::string> default_targets(const ModelConfig& c, bool feedforward) {
   using V = std::vector<std::string>;
+  if (!c.lora.ia3() && c.model_type == "phi3") return V{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
   if (!c.lora.ia3()) return c.arch == Arch::gpt2 ? V{"c_attn"} : V{"q_proj", "v_proj"};
   if (c.arch == Arch::gpt2) return feedforward ? V{"mlp.c_proj"} : V{"c_attn", "mlp.c_proj"};
   for (const char* known : {"llama", "mistral", "gemma", "gemma2", "qwen2"})
@@ -109,9 +114,6 @@ const char* targets_flag(const ModelConfig& c) { return c.lora.ia3() ? "--target
 }  // namespace
 
 std::vector<std::string> lora_resolve_targets(const ModelConfig& c) {
-  ZT_CHECK(c.model_type != "phi3",
-           "PEFT adapters on Phi-3 are not supported yet: its HF modules fuse q/k/v (qkv_proj) and "
-           "gate/up (gate_up_proj), which ztrain's adapters do not model");
   const std::vector<std::string>& given = c.lora.targets;
   return resolve_modules(c, given.empty() ? default_targets(c, false) : given, targets_flag(c));
 }
@@ -196,9 +198,11 @@ void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int
 // per block, per Linear, the chosen modules' A's back to back, then their B's.
 void lora_layout(const ModelConfig& c, ModelLayout& m) {
   const std::vector<std::string> chosen = lora_resolve_targets(c);
-  ZT_CHECK(m.cut.whole || (!c.lora.ia3() && !c.lora.dora),
-           c.lora.ia3() ? "--peft_type ia3" : "--use_dora",
+  ZT_CHECK(m.cut.whole || (!c.lora.ia3() && !c.lora.dora), c.lora.ia3() ? "--peft_type ia3" : "--use_dora",
            " under tensor parallelism is not supported yet (LoRA is); drop --tensor-model-parallel-size");
+  ZT_CHECK(m.cut.whole || c.model_type != "phi3",
+           "LoRA on Phi-3 under tensor parallelism is not supported yet (a rank's share of qkv_proj and "
+           "gate_up_proj is not one block of rows); drop --tensor-model-parallel-size");
   ZT_CHECK(m.cut.whole || m.cut.kv_holders == 1, "LoRA under tensor parallelism with more ranks (",
            c.n_kv_head * m.cut.kv_holders, ") than key/value heads (", c.n_kv_head,
            ") is not supported yet; use at most ", c.n_kv_head, " tensor-parallel ranks");

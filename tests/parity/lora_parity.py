@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """LoRA parity: ztrain's adapters against a PyTorch transcription of PEFT's LoRA.
 
-For a tiny GPT-2 (Conv1D, c_attn + c_proj, rank-stabilized) and a tiny Llama with grouped-query
-attention (all-linear), from one random HF folder, one initial adapter folder (A uniform as PEFT
+For a tiny GPT-2 (Conv1D, c_attn + c_proj, rank-stabilized), a tiny Llama with grouped-query
+attention (all-linear) and a tiny Phi-3 (fused qkv_proj / gate_up_proj, PEFT's default targets), from one random HF folder, one initial adapter folder (A uniform as PEFT
 draws it, B random so that every gradient is live) and one token file:
   - train 5 AdamW steps (gradient accumulation 2, clipping, weight decay) in both: every per-step
     loss and pre-clip gradient norm within 1e-4 relative;
@@ -47,6 +47,13 @@ CASES = [
                               "--n_head", "4", "--n_kv_head", "2", "--ffn", "176"],
      "all-linear", 8, 16, False, ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]),
+    # Phi-3: qkv_proj and gate_up_proj fused in HF as in ztrain; PEFT's default targets (none named).
+    ("phi3_fused_defaults", ["--config", os.path.join(HERE, "..", "fixtures", "configs", "phi3-mini-128k.json"),
+                             "--vocab_size", "300", "--hidden_size", "64", "--n_layer", "2", "--n_head", "4",
+                             "--n_kv_head", "2", "--ffn", "128", "--rope_scaling",
+                             json.dumps({"type": "longrope", "short_factor": [1.0 + 0.1 * i for i in range(8)],
+                                         "long_factor": [1.0 + i for i in range(8)]})],
+     None, 4, 8, False, ["self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"]),
 ]
 # PEFT's LoraConfig fields as a saved adapter_config.json carries them.
 CONFIG_FIELDS = {"alpha_pattern", "auto_mapping", "base_model_name_or_path", "bias", "fan_in_fan_out",
