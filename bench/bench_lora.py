@@ -3,8 +3,8 @@
 
 Trains bench/configs/llama-124m.json (random weights; the speed and memory do not depend on them) at
 B 8 x T 256 on the quickstart corpus's tokens (random tokens when the corpus is absent), full
-fine-tuning (AdamW) against LoRA r 8 on all linear layers and LoRA r 8 on PEFT's default q_proj /
-v_proj, in --precision fp32 and/or bf16. Per run: the median step time of steps 3..--steps
+fine-tuning (AdamW) against LoRA r 8 on all linear layers, LoRA r 8 on PEFT's default q_proj /
+v_proj, DoRA r 8 on all linear layers and IA3 with PEFT's defaults, in --precision fp32 and/or bf16. Per run: the median step time of steps 3..--steps
 (metrics.jsonl), the runs alternated over --repeats rounds and the median over rounds taken; tokens/s
 as a ratio to full fine-tuning's in the same round; the model states (parameters + gradients +
 optimizer state, memory_bytes in all_results.json) as a fraction of full fine-tuning's; MFU against
@@ -27,6 +27,9 @@ RUNS = {
     "full": [],
     "lora_all_linear": ["--use_peft", "--lora_r", "8", "--lora_target_modules", "all-linear", "--lora_dropout", "0"],
     "lora_q_v": ["--use_peft", "--lora_r", "8", "--lora_dropout", "0"],
+    "dora_all_linear": ["--use_peft", "--use_dora", "--lora_r", "8", "--lora_target_modules", "all-linear",
+                        "--lora_dropout", "0"],
+    "ia3": ["--use_peft", "--peft_type", "ia3"],
 }
 
 

@@ -156,7 +156,7 @@ void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, Mo
     ba.begin = m.table.total();
     std::vector<AdapterPart>* lists[4] = {&ba.qkv, &ba.proj, &ba.fc_in, &ba.fc_out};
     const LinearOffsets* lins[4] = {&bo.qkv, &bo.proj, &bo.fc_in, &bo.fc_out};
-    for (const ModuleSlot& s : block_modules(c, l)) {
+    for (const ModuleSlot& s : block_modules(c, l, m.cut)) {
       const std::string local = module_in_block(s.path);
       if (std::find(chosen.begin(), chosen.end(), local) == chosen.end()) continue;
       AdapterPart p;
@@ -164,9 +164,19 @@ void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, Mo
       p.out_begin = s.out_begin;
       p.out_size = s.out_size;
       p.feedforward = std::find(ff.begin(), ff.end(), local) != ff.end();
-      const std::vector<int64_t> shape =
-          p.feedforward ? std::vector<int64_t>{1, lins[s.linear]->in} : std::vector<int64_t>{s.out_size, 1};
-      p.a = m.table.add("base_model.model." + s.path + ".ia3_l", shape, ParamInit::ones);
+      const LinearOffsets& lin = *lins[s.linear];
+      const bool row = lin.kind == nn::LinearKind::row, split = !m.cut.whole;
+      const std::string name = "base_model.model." + s.path + ".ia3_l";
+      // Tensor parallel: an input vector is cut with a row layer's inputs, an output vector with a
+      // column layer's outputs; otherwise whole on every rank (its gradient then a partial sum).
+      if (p.feedforward)
+        p.a = split && row
+                  ? m.table.add_split(name, {1, lin.in}, {1, s.in_whole}, Split::row, 1, s.held_begin, ParamInit::ones)
+                  : m.table.add(name, {1, lin.in}, ParamInit::ones);
+      else
+        p.a = split && !row ? m.table.add_split(name, {s.out_size, 1}, {s.out_whole, 1}, Split::column, 0, s.held_begin,
+                                                ParamInit::ones, s.parts)
+                            : m.table.add(name, {s.out_size, 1}, ParamInit::ones);
       lists[s.linear]->push_back(p);
     }
   }
@@ -198,8 +208,9 @@ void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int
 // per block, per Linear, the chosen modules' A's back to back, then their B's.
 void lora_layout(const ModelConfig& c, ModelLayout& m) {
   const std::vector<std::string> chosen = lora_resolve_targets(c);
-  ZT_CHECK(m.cut.whole || (!c.lora.ia3() && !c.lora.dora), c.lora.ia3() ? "--peft_type ia3" : "--use_dora",
-           " under tensor parallelism is not supported yet (LoRA is); drop --tensor-model-parallel-size");
+  ZT_CHECK(m.cut.whole || !c.lora.dora,
+           "--use_dora under tensor parallelism is not supported yet (LoRA and IA3 are); drop "
+           "--tensor-model-parallel-size");
   ZT_CHECK(m.cut.whole || c.model_type != "phi3",
            "LoRA on Phi-3 under tensor parallelism is not supported yet (a rank's share of qkv_proj and "
            "gate_up_proj is not one block of rows); drop --tensor-model-parallel-size");

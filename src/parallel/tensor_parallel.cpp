@@ -148,12 +148,15 @@ std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
   }
   if (layout.cut.rows_split > 1) norm(s.lnf);
   // LoRA: a column layer's A and a row layer's B are whole on every rank, each rank's outputs (or
-  // inputs) adding their share to the gradient.
+  // inputs) adding their share to the gradient. IA3 (b < 0): a column layer's input vector and a
+  // row layer's output vector, likewise.
   for (const BlockAdapters& ba : layout.adapters) {
     for (const auto* parts : {&ba.qkv, &ba.fc_in})
-      for (const AdapterPart& p : *parts) offsets.push_back(p.a);
+      for (const AdapterPart& p : *parts)
+        if (p.b >= 0 || p.feedforward) offsets.push_back(p.a);
     for (const auto* parts : {&ba.proj, &ba.fc_out})
-      for (const AdapterPart& p : *parts) offsets.push_back(p.b);
+      for (const AdapterPart& p : *parts)
+        if (p.b >= 0 || !p.feedforward) offsets.push_back(p.b >= 0 ? p.b : p.a);
   }
   std::vector<int> out;
   const auto& list = layout.table.list();

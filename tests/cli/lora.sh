@@ -4,7 +4,7 @@
 # resumes to the uninterrupted run's losses; a checkpoint holds only the adapters and their optimizer
 # state (adapter_model.safetensors + adapter_config.json, no base weights); bf16 trains; with mpirun, DDP and
 # ZeRO-1/2/3 on 2 ranks give one process's losses; IA3 the same (recomputation, resume, bf16, NF4 base,
-# ZeRO-3 and 2 pipeline stages), DoRA too; tensor parallel with sequence parallel and dropout gives one
+# ZeRO-3, 2 pipeline stages, TP 2 + SP), DoRA too; tensor parallel with sequence parallel and dropout gives one
 # process's losses and its checkpoint resumes in one process; bad input is one clear error line each and a non-zero exit.
 # usage: lora.sh path/to/ztrain [path/to/mpirun]
 set -u
@@ -99,10 +99,12 @@ if [ -n "$MPI" ]; then
       ok "DoRA, 2 ranks, $layout: one process's losses" || { bad "DoRA $layout"; tail -3 "$W/d2.out"; }
   done
   irun --max_steps 4 --save_strategy no --gradient_accumulation_steps 4 --output_dir "$W/i1"
-  for layout in "--zero_stage 3" "--pipeline-model-parallel-size 2"; do
+  # ZeRO-3 splits the batch over 2 ranks (2 micro-batches each); the others see all 4 on both.
+  for layout in "2 --zero_stage 3" "4 --pipeline-model-parallel-size 2" \
+    "4 --tensor-model-parallel-size 2 --sequence-parallel"; do
     "$Z" launch --nproc_per_node 2 -- train "${ia3[@]}" --max_steps 4 --save_strategy no \
-      --gradient_accumulation_steps $((${layout##* } == 3 ? 2 : 4)) $layout --output_dir "$W/i2" >"$W/i2.out" 2>&1 &&
-      same "$(losses "$W/i1")" "$(losses "$W/i2")" 1e-6 && ok "IA3, 2 ranks, $layout: one process's losses" ||
+      --gradient_accumulation_steps $layout --output_dir "$W/i2" >"$W/i2.out" 2>&1 &&
+      same "$(losses "$W/i1")" "$(losses "$W/i2")" 1e-6 && ok "IA3, 2 ranks, ${layout#* }: one process's losses" ||
       { bad "IA3 $layout"; tail -3 "$W/i2.out"; }
   done
 fi
