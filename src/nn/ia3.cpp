@@ -16,9 +16,6 @@
 namespace zt::nn {
 
 namespace {
-const char* elem_at(const void* p, int64_t elements, DType t) {
-  return static_cast<const char*>(p) + elements * int64_t(dtype_size(t));
-}
 // fp16 runs keep GEMM inputs as fp32 values on fp16's grid: a scaled input goes back on it.
 void on_grid(const LinearLora& a, TensorView v) {
   if (a.precision == Precision::fp16) lower(a.precision, v, v);
@@ -72,12 +69,7 @@ const float* unscaled_outputs(const Linear& l, TensorView x, int o, int m, int64
     *ld = l.out;
     return z + o;
   }
-  if (l.w_in_out)
-    kernels::gemm_typed(l.dev, t, false, false, N, m, l.in, 1.0f, x.data, l.in, elem_at(l.wc.data, o, t), l.out, 0.0f,
-                        z, m);
-  else
-    kernels::gemm_typed(l.dev, t, false, true, N, m, l.in, 1.0f, x.data, l.in, elem_at(l.wc.data, int64_t(o) * l.in, t),
-                        l.in, 0.0f, z, m);
+  l.forward_columns(x.data, N, o, m, z);
   if (l.b) kernels::bias_forward(l.dev, z, l.b.as<const float>() + o, N, m);
   *ld = m;
   return z;
@@ -100,10 +92,8 @@ void ia3_backward_weight(const Linear& l, TensorView dy, TensorView dy_c, Tensor
   float* g = a.scratch->ia3_f32.as<float>();
   if (l.nf4)
     kernels::nf4_linear_backward_input(l.dev, t, g, dy_c.data, *l.nf4, N);
-  else if (l.w_in_out)
-    kernels::gemm_typed(l.dev, t, false, true, N, l.in, l.out, 1.0f, dy_c.data, l.out, l.wc.data, l.out, 0.0f, g, l.in);
   else
-    kernels::gemm_typed(l.dev, t, false, false, N, l.in, l.out, 1.0f, dy_c.data, l.out, l.wc.data, l.in, 0.0f, g, l.in);
+    l.backward_input_columns(dy_c.data, l.out, N, 0, l.out, 0.0f, g);
   kernels::column_dot_add(a.ia3_din.as<float>(), x.dtype, x.data, l.in, g, l.in, N, l.in);
 }
 

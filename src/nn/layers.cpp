@@ -95,6 +95,32 @@ void Linear::backward_weight(TensorView dy, TensorView dy_c, TensorView x) const
   if (db) kernels::bias_backward(dev, db.as<float>(), rows_of(dy, N, out, "Linear output gradient"), N, out);
 }
 
+namespace {
+const char* elements_in(const void* p, int64_t elements, DType t) {
+  return static_cast<const char*>(p) + elements * int64_t(dtype_size(t));
+}
+}  // namespace
+
+void Linear::forward_columns(const void* x, int64_t N, int o, int m, float* z) const {
+  const DType t = wc.dtype;
+  if (w_in_out)  // W (in, out): columns [o, o + m)
+    kernels::gemm_typed(dev, t, false, false, N, m, in, 1.0f, x, in, elements_in(wc.data, o, t), out, 0.0f, z, m);
+  else  // W (out, in): rows [o, o + m)
+    kernels::gemm_typed(dev, t, false, true, N, m, in, 1.0f, x, in, elements_in(wc.data, int64_t(o) * in, t), in, 0.0f,
+                        z, m);
+}
+
+void Linear::backward_input_columns(const void* dy, int64_t ld_dy, int64_t N, int o, int m, float beta,
+                                    float* dx) const {
+  const DType t = wc.dtype;
+  const void* d = elements_in(dy, o, t);
+  if (w_in_out)
+    kernels::gemm_typed(dev, t, false, true, N, in, m, 1.0f, d, ld_dy, elements_in(wc.data, o, t), out, beta, dx, in);
+  else
+    kernels::gemm_typed(dev, t, false, false, N, in, m, 1.0f, d, ld_dy, elements_in(wc.data, int64_t(o) * in, t), in,
+                        beta, dx, in);
+}
+
 void Linear::backward(TensorView dx, TensorView dy, TensorView x) const {
   if (dx) backward_input(dx, dy);
   backward_weight(dy, dy, x);

@@ -63,8 +63,8 @@ struct LoraPart {
 struct LinearLora {
   int r = 0;  // 0: no adapter
   float scale = 0.f;
-  float dropout = 0.f;  // this pass's (0 in evaluation)
-  uint64_t seed = 0;    // the dropout mask's, fixed for a pass, a layer and a Linear
+  float dropout = 0.f;             // this pass's (0 in evaluation)
+  uint64_t seed = 0;               // the dropout mask's, fixed for a pass, a layer and a Linear
   int in_whole = 0, in_begin = 0;  // a row-parallel cut's inputs within the whole (0: uncut)
   Precision precision = Precision::fp32;
   bool dora = false;     // the parts' outputs rescaled by m / ||W + s B A|| (nn/lora.cpp)
@@ -110,6 +110,11 @@ struct Linear {
   void backward_input(TensorView dx, TensorView dy_c) const;
   // dw += x^T dy_c; db += column sums of dy (fp32, so the bias keeps its digits).
   void backward_weight(TensorView dy, TensorView dy_c, TensorView x) const;
+  // The dense weight's GEMMs over outputs [o, o + m) alone, for the adapters' recomputations (inputs
+  // in the GEMMs' dtype): z (N, m) = x W[o:o+m]^T, and dx (N, in) = beta dx + dy[:, o:o+m] W[o:o+m]
+  // with dy's rows ld_dy apart.
+  void forward_columns(const void* x, int64_t N, int o, int m, float* z) const;
+  void backward_input_columns(const void* dy, int64_t ld_dy, int64_t N, int o, int m, float beta, float* dx) const;
 };
 
 // The adapter's share of Linear's passes (nn/lora.cpp): y += its output; dx += its input

@@ -105,11 +105,7 @@ const float* dora_outputs(const Linear& l, const void* xin, const void* hin, siz
   const LoraPart& p = a.parts[i];
   const int o = p.out_begin, m = p.out_size, R = int(a.parts.size()) * a.r;
   float* z = a.scratch->ia3_f32.as<float>();
-  if (l.w_in_out)
-    kernels::gemm_typed(l.dev, t, false, false, N, m, l.in, 1.0f, xin, l.in, at(l.wc.data, o, t), l.out, 0.0f, z, m);
-  else
-    kernels::gemm_typed(l.dev, t, false, true, N, m, l.in, 1.0f, xin, l.in, at(l.wc.data, int64_t(o) * l.in, t), l.in,
-                        0.0f, z, m);
+  l.forward_columns(xin, N, o, m, z);
   kernels::gemm_typed(l.dev, t, false, true, N, m, a.r, a.scale, at(hin, int64_t(i) * a.r, t), R, p.bc.data, a.r, 1.0f,
                       z, m);
   return z;
@@ -207,13 +203,7 @@ void dora_dropped_base_grad(const Linear& l, float* dxd, TensorView dy_c) {
   }
   if (a.precision == Precision::fp16) lower(a.precision, d, d);
   for (const LoraPart& p : a.parts) {
-    const char* dp = at(d.data, p.out_begin, t);
-    if (l.w_in_out)  // W (in, out): dxd += d_part W[:, part]^T
-      kernels::gemm_typed(l.dev, t, false, true, N, l.in, p.out_size, 1.0f, dp, l.out, at(l.wc.data, p.out_begin, t),
-                          l.out, 1.0f, dxd, l.in);
-    else
-      kernels::gemm_typed(l.dev, t, false, false, N, l.in, p.out_size, 1.0f, dp, l.out,
-                          at(l.wc.data, int64_t(p.out_begin) * l.in, t), l.in, 1.0f, dxd, l.in);
+    l.backward_input_columns(d.data, l.out, N, p.out_begin, p.out_size, 1.0f, dxd);
   }
 }
 }  // namespace

@@ -74,15 +74,10 @@ def key(p):
 
 
 def case(name, make_args, modules, ff_modules, work, ztrain):
-    fails, d = 0, os.path.join(work, name)
-    model_dir, tokens_file, init = os.path.join(d, "model"), os.path.join(d, "train.bin"), os.path.join(d, "init")
-    lp.run([lp.PY, os.path.join(HERE, "make_model.py"), "--out", model_dir, "--seed", "3", "--tokens", tokens_file,
-            "--num_tokens", "6000"] + make_args)
-    base, config = hfmodels.load_model(model_dir)
-    arch = "gpt2" if config["model_type"] == "gpt2" else "llama"
-    L = config.get("n_layer", config.get("num_hidden_layers"))
-    paths = [f"{lp.block_prefix(arch, l)}.{m}" for l in range(L) for m in modules]
-    ff_paths = {f"{lp.block_prefix(arch, l)}.{m}" for l in range(L) for m in ff_modules}
+    fails, S = 0, lp.Setup(name, make_args, modules, work)
+    d, model_dir, tokens_file, init, base, arch, paths = S.d, S.model_dir, S.tokens_file, S.init, S.base, S.arch, \
+        S.paths
+    ff_paths = {p for p in paths if any(p.endswith("." + m) for m in ff_modules)}
     want = {}
     for p in paths:
         n_in, n_out = lp.module_shape(base, p)
@@ -112,22 +107,11 @@ def case(name, make_args, modules, ff_modules, work, ztrain):
               "--max_steps", str(lp.STEPS)] + lp.HP
     log = lp.run([ztrain, "train", "--model_name_or_path", model_dir, "--adapter_name_or_path", init,
                   "--output_dir", out] + common)
-    hist = [e for e in json.load(open(os.path.join(out, "trainer_state.json")))["log_history"] if "loss" in e]
-    wl = max(lp.rel(h["loss"], x) for h, x in zip(hist, ref_losses))
-    wn = max(lp.rel(h["grad_norm"], x) for h, x in zip(hist, ref_norms))
-    ok = len(hist) == lp.STEPS and wl <= 1e-4 and wn <= 1e-4
-    print(f"{name:<16} losses ztrain {[round(h['loss'], 6) for h in hist]}")
-    print(f"{'':<16} losses torch  {[round(x, 6) for x in ref_losses]}")
-    print(f"{'':<16} worst relative difference: loss {wl:.2e}, grad_norm {wn:.2e} -> {'ok' if ok else 'FAIL'}")
-    fails += not ok
-    zcount = int(re.search(r"Number of trainable parameters = (\d+)", log).group(1))
-    ok = zcount == peft_count
-    print(f"{'':<16} trainable parameters: ztrain {zcount}, PEFT {peft_count} -> {'ok' if ok else 'FAIL'}")
-    fails += not ok
+    fails = lp.check_training(name, out, ref_losses, ref_norms, log, params, fails)
     saved = hfmodels.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
     diff = max(float((saved[key(p)] - model.get_submodule(p).ia3_l.detach()).abs().max()) for p in paths)
     ok = diff < 5e-4
-    print(f"{'':<16} saved vectors vs PyTorch's trained: max |diff| {diff:.2e} -> {'ok' if ok else 'FAIL'}")
+    print(f"{'':<22} saved vectors vs PyTorch's trained: max |diff| {diff:.2e} -> {'ok' if ok else 'FAIL'}")
     fails += not ok
 
     # From flags alone (PEFT's defaults for the family): PEFT's keys, shapes and config fields.
@@ -139,35 +123,14 @@ def case(name, make_args, modules, ff_modules, work, ztrain):
     zcfg = json.load(open(os.path.join(fresh, "adapter_config.json")))
     ok = got == want and set(zcfg) == CONFIG_FIELDS and zcfg["peft_type"] == "IA3" and \
         zcfg["fan_in_fan_out"] == (arch == "gpt2")
-    print(f"{'':<16} adapter folder from --peft_type ia3: {len(got)} tensors, keys/shapes "
+    print(f"{'':<22} adapter folder from --peft_type ia3: {len(got)} tensors, keys/shapes "
           f"{'equal' if got == want else 'DIFFER'} to PEFT's, config fields "
           f"{'equal' if set(zcfg) == CONFIG_FIELDS else sorted(set(zcfg) ^ CONFIG_FIELDS)}, target_modules "
           f"{zcfg['target_modules']}, feedforward_modules {zcfg['feedforward_modules']} -> {'ok' if ok else 'FAIL'}")
     fails += not ok
 
-    merged = os.path.join(d, "merged")
-    lp.run([ztrain, "merge-adapter", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
-            "--output_dir", merged])
-    applied, _ = hfmodels.load_model(model_dir)
-    apply_ia3(applied, {p: saved[key(p)] for p in paths}, ff_paths)
-    mm, _ = hfmodels.load_model(merged)
-    x, y = lp.batches(tokens, 0, 0)
-    with torch.no_grad():
-        la, loss_applied = applied(x, y)
-        lm, _ = mm(x)
-    mrel = float((la - lm).abs().max() / la.abs().max())
-    ok = mrel <= 1e-5
-    print(f"{'':<16} merged vs adapter-applied logits: max relative {mrel:.2e} -> {'ok' if ok else 'FAIL'}")
-    fails += not ok
-    vfile = os.path.join(d, "val.bin")
-    tokens[: lp.B * lp.T + 1].astype("<u2").tofile(vfile)
-    ev = lp.run([ztrain, "eval", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
-                 "--validation_file", vfile, "--per_device_eval_batch_size", "1", "--model_max_length", str(lp.T)])
-    zl = float(re.search(r"eval_loss\s+=\s+([0-9.]+)", ev).group(1))
-    ok = lp.rel(zl, float(loss_applied)) <= 1e-5
-    print(f"{'':<16} eval --adapter_name_or_path loss {zl:.6f} vs PyTorch {float(loss_applied):.6f} -> "
-          f"{'ok' if ok else 'FAIL'}")
-    fails += not ok
+    fails = lp.check_merge_and_eval(ztrain, d, model_dir, out,
+                                    lambda m: apply_ia3(m, {p: saved[key(p)] for p in paths}, ff_paths), tokens, fails)
     return fails
 
 
@@ -215,14 +178,9 @@ def apply_dora(model, tensors, paths, scale):
 
 
 def dora_case(name, make_args, targets, r, alpha, modules, work, ztrain):
-    fails, d = 0, os.path.join(work, name)
-    model_dir, tokens_file, init = os.path.join(d, "model"), os.path.join(d, "train.bin"), os.path.join(d, "init")
-    lp.run([lp.PY, os.path.join(HERE, "make_model.py"), "--out", model_dir, "--seed", "3", "--tokens", tokens_file,
-            "--num_tokens", "6000"] + make_args)
-    base, config = hfmodels.load_model(model_dir)
-    arch = "gpt2" if config["model_type"] == "gpt2" else "llama"
-    L = config.get("n_layer", config.get("num_hidden_layers"))
-    paths = [f"{lp.block_prefix(arch, l)}.{m}" for l in range(L) for m in modules]
+    fails, S = 0, lp.Setup(name, make_args, modules, work)
+    d, model_dir, tokens_file, init, base, arch, paths = S.d, S.model_dir, S.tokens_file, S.init, S.base, S.arch, \
+        S.paths
     scale = alpha / r
     # A as PEFT draws it, B random (PEFT: zero), m = the row norms of W + s B A (PEFT's initial
     # magnitude for that B) moved by noise, so every gradient and the scale are live.
@@ -257,14 +215,7 @@ def dora_case(name, make_args, targets, r, alpha, modules, work, ztrain):
               "--lora_dropout", "0"]
     log = lp.run([ztrain, "train", "--model_name_or_path", model_dir, "--adapter_name_or_path", init,
                   "--output_dir", out, "--max_steps", str(lp.STEPS)] + common + lp.HP)
-    hist = [e for e in json.load(open(os.path.join(out, "trainer_state.json")))["log_history"] if "loss" in e]
-    wl = max(lp.rel(h["loss"], x) for h, x in zip(hist, ref_losses))
-    wn = max(lp.rel(h["grad_norm"], x) for h, x in zip(hist, ref_norms))
-    ok = len(hist) == lp.STEPS and wl <= 1e-4 and wn <= 1e-4
-    print(f"{name:<16} losses ztrain {[round(h['loss'], 6) for h in hist]}")
-    print(f"{'':<16} losses torch  {[round(x, 6) for x in ref_losses]}")
-    print(f"{'':<16} worst relative difference: loss {wl:.2e}, grad_norm {wn:.2e} -> {'ok' if ok else 'FAIL'}")
-    fails += not ok
+    fails = lp.check_training(name, out, ref_losses, ref_norms, log, params, fails)
     # The dropout form (y += (c - 1)(x' W^T + s x' A^T B^T), its own backward) at a rate that keeps
     # every element: the same function, so the same losses.
     lp.run([ztrain, "train", "--model_name_or_path", model_dir, "--adapter_name_or_path", init, "--output_dir",
@@ -274,13 +225,8 @@ def dora_case(name, make_args, targets, r, alpha, modules, work, ztrain):
     wd = max(lp.rel(h["loss"], x) for h, x in zip(hist_d, ref_losses))
     wdn = max(lp.rel(h["grad_norm"], x) for h, x in zip(hist_d, ref_norms))
     ok = len(hist_d) == lp.STEPS and wd <= 1e-4 and wdn <= 1e-4
-    print(f"{'':<16} dropout form (--lora_dropout 1e-12): loss {wd:.2e}, grad_norm {wdn:.2e} -> "
+    print(f"{'':<22} dropout form (--lora_dropout 1e-12): loss {wd:.2e}, grad_norm {wdn:.2e} -> "
           f"{'ok' if ok else 'FAIL'}")
-    fails += not ok
-    zcount = int(re.search(r"Number of trainable parameters = (\d+)", log).group(1))
-    peft_count = sum(p.numel() for p in params)
-    ok = zcount == peft_count
-    print(f"{'':<16} trainable parameters: ztrain {zcount}, PEFT {peft_count} -> {'ok' if ok else 'FAIL'}")
     fails += not ok
     saved = hfmodels.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
     trained = {f"base_model.model.{p}.{n}": t.detach() for p in paths
@@ -288,7 +234,7 @@ def dora_case(name, make_args, targets, r, alpha, modules, work, ztrain):
     trained = {k.replace("lora_A", "lora_A.weight").replace("lora_B", "lora_B.weight"): v for k, v in trained.items()}
     diff = max(float((saved[k] - trained[k]).abs().max()) for k in want)
     ok = diff < 5e-4 and {k: tuple(v.shape) for k, v in saved.items()} == want
-    print(f"{'':<16} saved tensors: PEFT's keys and shapes, vs PyTorch's trained max |diff| {diff:.2e} -> "
+    print(f"{'':<22} saved tensors: PEFT's keys and shapes, vs PyTorch's trained max |diff| {diff:.2e} -> "
           f"{'ok' if ok else 'FAIL'}")
     fails += not ok
     fresh = os.path.join(d, "fresh")
@@ -298,32 +244,11 @@ def dora_case(name, make_args, targets, r, alpha, modules, work, ztrain):
     got = {k: tuple(v.shape) for k, v in hfmodels.read_safetensors(
         os.path.join(fresh, "adapter_model.safetensors")).items()}
     ok = got == want and zcfg["use_dora"] is True and set(zcfg) == lp.CONFIG_FIELDS
-    print(f"{'':<16} folder from --use_dora: keys/shapes {'equal' if got == want else 'DIFFER'} to PEFT's, use_dora "
+    print(f"{'':<22} folder from --use_dora: keys/shapes {'equal' if got == want else 'DIFFER'} to PEFT's, use_dora "
           f"{zcfg['use_dora']} -> {'ok' if ok else 'FAIL'}")
     fails += not ok
-    merged = os.path.join(d, "merged")
-    lp.run([ztrain, "merge-adapter", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
-            "--output_dir", merged])
-    applied, _ = hfmodels.load_model(model_dir)
-    apply_dora(applied, saved, paths, scale)
-    mm, _ = hfmodels.load_model(merged)
-    x, y = lp.batches(tokens, 0, 0)
-    with torch.no_grad():
-        la, loss_applied = applied(x, y)
-        lm, _ = mm(x)
-    mrel = float((la - lm).abs().max() / la.abs().max())
-    ok = mrel <= 1e-5
-    print(f"{'':<16} merged vs adapter-applied logits: max relative {mrel:.2e} -> {'ok' if ok else 'FAIL'}")
-    fails += not ok
-    vfile = os.path.join(d, "val.bin")
-    tokens[: lp.B * lp.T + 1].astype("<u2").tofile(vfile)
-    ev = lp.run([ztrain, "eval", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
-                 "--validation_file", vfile, "--per_device_eval_batch_size", "1", "--model_max_length", str(lp.T)])
-    zl = float(re.search(r"eval_loss\s+=\s+([0-9.]+)", ev).group(1))
-    ok = lp.rel(zl, float(loss_applied)) <= 1e-5
-    print(f"{'':<16} eval --adapter_name_or_path loss {zl:.6f} vs PyTorch {float(loss_applied):.6f} -> "
-          f"{'ok' if ok else 'FAIL'}")
-    fails += not ok
+    fails = lp.check_merge_and_eval(ztrain, d, model_dir, out, lambda m: apply_dora(m, saved, paths, scale), tokens,
+                                    fails)
     return fails
 
 

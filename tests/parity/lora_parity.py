@@ -140,15 +140,71 @@ def torch_train(model, tokens, params):
     return losses, norms
 
 
+def say(ok, text, fails):
+    """Prints one indented check line; returns fails plus one when the check failed."""
+    print(f"{'':<22} {text} -> {'ok' if ok else 'FAIL'}")
+    return fails + (not ok)
+
+
+def check_training(name, out, ref_losses, ref_norms, log, params, fails):
+    """ztrain's per-step losses and gradient norms (trainer_state.json) against PyTorch's, and its
+    trainable-parameter count against the reference's parameters."""
+    hist = [e for e in json.load(open(os.path.join(out, "trainer_state.json")))["log_history"] if "loss" in e]
+    wl = max(rel(h["loss"], x) for h, x in zip(hist, ref_losses))
+    wn = max(rel(h["grad_norm"], x) for h, x in zip(hist, ref_norms))
+    print(f"{name:<22} losses ztrain {[round(h['loss'], 6) for h in hist]}")
+    print(f"{'':<22} losses torch  {[round(x, 6) for x in ref_losses]}")
+    fails = say(len(hist) == STEPS and wl <= 1e-4 and wn <= 1e-4,
+                f"worst relative difference: loss {wl:.2e}, grad_norm {wn:.2e}", fails)
+    zcount = int(re.search(r"Number of trainable parameters = (\d+)", log).group(1))
+    count = sum(p.numel() for p in params)
+    return say(zcount == count, f"trainable parameters: ztrain {zcount}, PEFT {count}", fails)
+
+
+def check_merge_and_eval(ztrain, d, model_dir, out, apply, tokens, fails):
+    """`ztrain merge-adapter`'s logits against the adapter-applied reference (apply(model) wraps a
+    fresh base with ztrain's saved adapter), and `ztrain eval --adapter_name_or_path` against its loss."""
+    merged = os.path.join(d, "merged")
+    run([ztrain, "merge-adapter", "--model_name_or_path", model_dir, "--adapter_name_or_path", out, "--output_dir",
+         merged])
+    applied, _ = hfmodels.load_model(model_dir)
+    apply(applied)
+    mm, _ = hfmodels.load_model(merged)
+    x, y = batches(tokens, 0, 0)
+    with torch.no_grad():
+        la, loss_applied = applied(x, y)
+        lm, _ = mm(x)
+    mrel = float((la - lm).abs().max() / la.abs().max())
+    fails = say(mrel <= 1e-5, f"merged vs adapter-applied logits: max relative {mrel:.2e}", fails)
+    vfile = os.path.join(d, "val.bin")
+    tokens[: B * T + 1].astype("<u2").tofile(vfile)
+    ev = run([ztrain, "eval", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
+              "--validation_file", vfile, "--per_device_eval_batch_size", "1", "--model_max_length", str(T)])
+    zl, tl = float(re.search(r"eval_loss\s+=\s+([0-9.]+)", ev).group(1)), float(loss_applied)
+    return say(rel(zl, tl) <= 1e-5, f"eval --adapter_name_or_path loss {zl:.6f} vs PyTorch {tl:.6f}", fails)
+
+
+class Setup:
+    """A case's random HF folder and tokens under work/name, its reference base model, and the
+    adapted modules' paths in every layer."""
+
+    def __init__(self, name, make_args, modules, work):
+        self.d = os.path.join(work, name)
+        self.model_dir, self.tokens_file = os.path.join(self.d, "model"), os.path.join(self.d, "train.bin")
+        self.init = os.path.join(self.d, "init")
+        run([PY, os.path.join(HERE, "make_model.py"), "--out", self.model_dir, "--seed", "3", "--tokens",
+             self.tokens_file, "--num_tokens", "6000"] + make_args)
+        self.base, config = hfmodels.load_model(self.model_dir)
+        self.arch = "gpt2" if config["model_type"] == "gpt2" else "llama"
+        L = config.get("n_layer", config.get("num_hidden_layers"))
+        self.paths = [f"{block_prefix(self.arch, l)}.{m}" for l in range(L) for m in modules]
+        os.makedirs(self.init, exist_ok=True)
+
+
 def case(name, make_args, targets, r, alpha, rslora, modules, work, ztrain):
-    fails, d = 0, os.path.join(work, name)
-    model_dir, tokens_file, init = os.path.join(d, "model"), os.path.join(d, "train.bin"), os.path.join(d, "init")
-    run([PY, os.path.join(HERE, "make_model.py"), "--out", model_dir, "--seed", "3", "--tokens", tokens_file,
-         "--num_tokens", "6000"] + make_args)
-    base, config = hfmodels.load_model(model_dir)
-    arch = "gpt2" if config["model_type"] == "gpt2" else "llama"
-    L = config.get("n_layer", config.get("num_hidden_layers"))
-    paths = [f"{block_prefix(arch, l)}.{m}" for l in range(L) for m in modules]
+    fails, S = 0, Setup(name, make_args, modules, work)
+    d, model_dir, tokens_file, init, base, arch, paths = S.d, S.model_dir, S.tokens_file, S.init, S.base, S.arch, \
+        S.paths
     # The initial adapters: A as PEFT draws it (U(+-1/sqrt(in))), B random (PEFT starts it at zero,
     # which would leave A's first gradients zero and test less).
     g = torch.Generator().manual_seed(7)
@@ -172,7 +228,6 @@ def case(name, make_args, targets, r, alpha, rslora, modules, work, ztrain):
     apply_lora(model, adapters, paths, scale)
     model.train()
     params = [p for n, p in model.named_parameters() if "lora_" in n]
-    peft_count = sum(p.numel() for p in params)
     ref_losses, ref_norms = torch_train(model, tokens, params)
 
     out = os.path.join(d, "ztrain_out")
@@ -181,20 +236,7 @@ def case(name, make_args, targets, r, alpha, rslora, modules, work, ztrain):
                "--lr_scheduler_type", "constant", "--logging_steps", "1", "--save_strategy", "no",
                "--per_device_train_batch_size", str(B), "--gradient_accumulation_steps", str(G),
                "--model_max_length", str(T), "--max_steps", str(STEPS)] + HP)
-    hist = [e for e in json.load(open(os.path.join(out, "trainer_state.json")))["log_history"] if "loss" in e]
-    wl = max(rel(h["loss"], x) for h, x in zip(hist, ref_losses))
-    wn = max(rel(h["grad_norm"], x) for h, x in zip(hist, ref_norms))
-    ok = len(hist) == STEPS and wl <= 1e-4 and wn <= 1e-4
-    print(f"{name:<22} losses ztrain {[round(h['loss'], 6) for h in hist]}")
-    print(f"{'':<22} losses torch  {[round(x, 6) for x in ref_losses]}")
-    print(f"{'':<22} worst relative difference: loss {wl:.2e}, grad_norm {wn:.2e} -> {'ok' if ok else 'FAIL'}")
-    fails += not ok
-
-    # Trainable parameters as PEFT counts them: sum of r (in + out) over the adapted modules.
-    zcount = int(re.search(r"Number of trainable parameters = (\d+)", log).group(1))
-    ok = zcount == peft_count
-    print(f"{'':<22} trainable parameters: ztrain {zcount}, PEFT {peft_count} -> {'ok' if ok else 'FAIL'}")
-    fails += not ok
+    fails = check_training(name, out, ref_losses, ref_norms, log, params, fails)
 
     # The folder: PEFT's keys and shapes, its config fields, and PyTorch's trained values.
     saved = hfmodels.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
@@ -219,33 +261,10 @@ def case(name, make_args, targets, r, alpha, rslora, modules, work, ztrain):
     print(f"{'':<22} saved adapters vs PyTorch's trained: max |diff| {diff:.2e} -> {'ok' if ok else 'FAIL'}")
     fails += not ok
 
-    # merge-adapter: the merged folder's logits vs the adapter-applied model's (ztrain's adapters).
-    merged = os.path.join(d, "merged")
-    run([ztrain, "merge-adapter", "--model_name_or_path", model_dir, "--adapter_name_or_path", out, "--output_dir",
-         merged])
-    applied, _ = hfmodels.load_model(model_dir)
-    apply_lora(applied, {p: (saved[f"base_model.model.{p}.lora_A.weight"],
-                             saved[f"base_model.model.{p}.lora_B.weight"]) for p in paths}, paths, scale)
-    mm, _ = hfmodels.load_model(merged)
-    x, y = batches(tokens, 0, 0)
-    with torch.no_grad():
-        la, loss_applied = applied(x, y)
-        lm, _ = mm(x)
-    mrel = float((la - lm).abs().max() / la.abs().max())
-    ok = mrel <= 1e-5
-    print(f"{'':<22} merged vs adapter-applied logits: max relative {mrel:.2e} -> {'ok' if ok else 'FAIL'}")
-    fails += not ok
-
-    # ztrain eval with the adapter: the adapter-applied model's loss on the same rows.
-    vfile = os.path.join(d, "val.bin")
-    tokens[: B * T + 1].astype("<u2").tofile(vfile)
-    ev = run([ztrain, "eval", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
-              "--validation_file", vfile, "--per_device_eval_batch_size", "1", "--model_max_length", str(T)])
-    zl = float(re.search(r"eval_loss\s+=\s+([0-9.]+)", ev).group(1))
-    tl = float(loss_applied)  # the mean over the file's B windows of T
-    ok = rel(zl, tl) <= 1e-5
-    print(f"{'':<22} eval --adapter_name_or_path loss {zl:.6f} vs PyTorch {tl:.6f} -> {'ok' if ok else 'FAIL'}")
-    fails += not ok
+    saved_pairs = {p: (saved[f"base_model.model.{p}.lora_A.weight"], saved[f"base_model.model.{p}.lora_B.weight"])
+                   for p in paths}
+    fails = check_merge_and_eval(ztrain, d, model_dir, out, lambda m: apply_lora(m, saved_pairs, paths, scale),
+                                 tokens, fails)
     return fails
 
 
