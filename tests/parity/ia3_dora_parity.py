@@ -22,7 +22,6 @@ usage: ia3_dora_parity.py --ztrain build/ztrain [--work DIR]
 import argparse
 import json
 import os
-import re
 import sys
 import tempfile
 
@@ -97,7 +96,6 @@ def case(name, make_args, modules, ff_modules, work, ztrain):
     apply_ia3(model, vectors, ff_paths)
     model.train()
     params = [p for n, p in model.named_parameters() if "ia3_l" in n]
-    peft_count = sum(p.numel() for p in params)
     ref_losses, ref_norms = lp.torch_train(model, tokens, params)
 
     out = os.path.join(d, "ztrain_out")
