@@ -44,6 +44,7 @@ RUNS = {
     "sophia": ["--optim", "sophia", "--optim_args", "rho=0.05", "--weight_decay", "0.2", "--adam_beta1", "0.965",
                "--adam_beta2", "0.99"],
     "muon": ["--optim", "muon"],  # Moonlight's scaling: AdamW's LR and decay
+    "muon_fp32": ["--optim", "muon", "--optim_args", "ns_dtype=fp32"],  # timing: the iteration in fp32
 }
 
 

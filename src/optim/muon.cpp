@@ -165,6 +165,9 @@ void Muon::step(std::span<const StepPiece> pieces, double lr) {
 void Muon::orthogonalise(const std::vector<const StepPiece*>& ps, const std::vector<float*>& from,
                          const std::vector<float*>& to) {
   const std::vector<TensorInfo>& ts = layout().tensors;
+  // Matrices over the threads, each one's small GEMMs on one thread: a 128 x 344 product split
+  // over cores costs more in synchronisation than it saves.
+#pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < ps.size(); ++i) {
     const TensorInfo& ti = ts[size_t(ps[i]->tensor)];
     newton_schulz(from[i], ti.rows, ti.cols, ns_steps_, ns_dtype_, to[i]);
