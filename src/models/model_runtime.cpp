@@ -403,7 +403,7 @@ void ModelRuntime::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const n
     s->lora.ia3_f32 = sc.take(DType::f32, {N * std::max(lin_in, lin_out)});
   }
   if (cfg.lora.dora) {
-    s->lora.dora_w = sc.take(DType::f32, {lin_out * lin_in});
+    s->lora.dora_w = sc.take(DType::f32, {nn::kDoraRows * lin_in});
     for (TensorView* v : {&s->lora.dora_n, &s->lora.dora_c, &s->lora.dora_shift}) *v = sc.take(DType::f32, {lin_out});
   }
   if (cfg.lora.enabled() && !cfg.lora.ia3()) {

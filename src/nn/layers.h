@@ -52,9 +52,11 @@ struct LoraScratch {
   // GEMMs' dtype; a recomputed output or input gradient (N, max(in, out)) in fp32.
   // DoRA uses ia3_dy (its scaled output gradient) and ia3_f32 (its recomputed outputs) too.
   TensorView ia3_x, ia3_dy, ia3_f32;
-  // DoRA: W + s B A of one part (rows, in), and per output its norm, scale m / norm and bias shift.
+  // DoRA: W + s B A of kDoraRows rows of one part (kDoraRows, in), and per output its norm, scale
+  // m / norm and bias shift.
   TensorView dora_w, dora_n, dora_c, dora_shift;
 };
+inline constexpr int kDoraRows = 256;
 struct LoraPart {
   int out_begin = 0, out_size = 0;  // the Linear's outputs this part adapts
   TensorView b, db, bc;             // B (out_size, r); its gradient; its compute copy

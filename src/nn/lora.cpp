@@ -6,6 +6,7 @@
 // one small GEMM per part. h = x' A^T is recomputed in backward (N r values: a thin GEMM) rather
 // than kept, and the dropout mask is a function of (seed, element), so nothing is saved per pass.
 // GEMM inputs are in the Linear's compute dtype, outputs fp32, as the base's GEMMs.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -86,12 +87,17 @@ void dora_scales(const Linear& l) {
   const float* w = l.w.as<const float>();
   for (size_t i = 0; i < a.parts.size(); ++i) {
     const LoraPart& p = a.parts[i];
-    kernels::gemm_typed(DType::f32, false, false, p.out_size, l.in, a.r, a.scale, p.b.as<const float>(), a.r,
-                        a.a.as<const float>() + int64_t(i) * a.r * l.in, l.in, 0.0f, sum, l.in);
-    if (l.w_in_out)  // (in, out): output j is column out_begin + j
-      kernels::row_norms_of_sum(n + p.out_begin, sum, w + p.out_begin, 1, l.out, p.out_size, l.in);
-    else
-      kernels::row_norms_of_sum(n + p.out_begin, sum, w + int64_t(p.out_begin) * l.in, l.in, 1, p.out_size, l.in);
+    // s B A a panel of rows at a time (the scratch holds kDoraRows rows of `in`), then each row's
+    // norm with W's row added.
+    for (int j0 = 0; j0 < p.out_size; j0 += kDoraRows) {
+      const int rows_now = std::min(kDoraRows, p.out_size - j0), o = p.out_begin + j0;
+      kernels::gemm_typed(DType::f32, false, false, rows_now, l.in, a.r, a.scale, p.b.as<const float>() + j0 * a.r, a.r,
+                          a.a.as<const float>() + int64_t(i) * a.r * l.in, l.in, 0.0f, sum, l.in);
+      if (l.w_in_out)  // (in, out): output j is column j
+        kernels::row_norms_of_sum(n + o, sum, w + o, 1, l.out, rows_now, l.in);
+      else
+        kernels::row_norms_of_sum(n + o, sum, w + int64_t(o) * l.in, l.in, 1, rows_now, l.in);
+    }
     const float* m = p.m.as<const float>();
     for (int j = 0; j < p.out_size; ++j) c[p.out_begin + j] = m[j] / n[p.out_begin + j];
   }
