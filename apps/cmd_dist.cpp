@@ -23,6 +23,7 @@
 #include "flags.h"
 #include "models/config.h"
 #include "optim/optimizer.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/offload_engine.h"
 #include "plan/memory_estimate.h"
 #include "plan/memory_fit.h"
@@ -263,7 +264,7 @@ int print_offload_estimate(const parallel::ModelMemoryInputs& in, const std::str
 int cmd_estimate_memory(const Args& args) {
   std::string config_path, model_path, ranks = "1", optim = "adamw_torch", device = "cpu", offload = "none";
   std::string offload_param = "none", max_host_memory;
-  int B = 8, T = 0, G = 0;
+  int B = 8, T = 0, G = 0, ep = 1;
   double bucket_mb = 0;
   FlagSet f("estimate-memory");
   f.add("model_config_path", &config_path, "config.json of the model");
@@ -277,6 +278,10 @@ int cmd_estimate_memory(const Args& args) {
   f.add("bucket_cap_mb", &bucket_mb,
         "DDP / ZeRO-1/2 gradient bucket in MiB (0: train's default, DDP 25, ZeRO 5e8 elements)",
         range::closed(0, 1 << 20));
+  f.add("expert-model-parallel-size", &ep,
+        "mixture-of-experts models: each rank holds 1 / EP of the experts and the engine runs over N / EP "
+        "ranks (docs/moe.md) (1)",
+        range::closed(1, limits::kMaxBatch));
   f.add("optim", &optim, "optimizer whose state is counted, HF's names: adamw_torch | adamw (adamw_torch)");
   f.add("device", &device, "cpu: per-rank rows by strategy; cuda: what one GPU holds (docs/gpu.md) (cpu)");
   f.add("offload_optimizer", &offload,
@@ -305,7 +310,11 @@ int cmd_estimate_memory(const Args& args) {
            " needs more than 1 EiB of activations per rank; lower --per_device_train_batch_size or "
            "--model_max_length");
   const nn::ActPlan plan = act_plan_from_args(prec, cfg);
-  auto in = parallel::memory_inputs(cfg, B, T, plan);
+  ZT_CHECK(ep == 1 || cfg.moe.on(), "estimate-memory: --expert-model-parallel-size applies to mixture-of-experts ",
+           "models; ", cfg.model_type, " has no experts");
+  LayerCut cut;  // expert parallelism: what rank 0 of an expert group holds (every rank holds as much)
+  parallel::expert_parallel_cut(cfg, ep, 0, cut);
+  auto in = parallel::memory_inputs(cfg, B, T, plan, cut);
   std::printf("Estimated per-rank memory for training with fp32 %s (4 + 4 + %g bytes per parameter unsharded):\n",
               optim.c_str(), optim::optimizer_state_bytes_per_param(optim));
   std::printf("    precision %s (compute copy %s), recomputation %s", nn::precision_name(plan.precision),
@@ -313,12 +322,24 @@ int cmd_estimate_memory(const Args& args) {
   if (plan.recompute != nn::Recompute::none)
     std::printf(" of the first %d of %d blocks", plan.recompute_layers, cfg.n_layer);
   std::printf(".\n");
-  std::printf("SW: %s model (%s) with %.2fM total params, %.2fM largest gathered unit (%s).\n", cfg.arch_name(),
-              cfg_file.c_str(), in.num_params / 1e6, in.largest_unit_params / 1e6, in.largest_unit.c_str());
+  if (ep > 1) {
+    const parallel::ModelMemoryInputs whole = parallel::memory_inputs(cfg, 1, 1, {});
+    std::printf(
+        "SW: %s model (%s) with %.2fM total params; expert parallel %d: %.2fM per rank (%d of %d experts "
+        "per layer), %.2fM largest gathered unit (%s).\n",
+        cfg.arch_name(), cfg_file.c_str(), whole.num_params / 1e6, ep, in.num_params / 1e6, cut.experts,
+        cfg.moe.num_experts, in.largest_unit_params / 1e6, in.largest_unit.c_str());
+  } else {
+    std::printf("SW: %s model (%s) with %.2fM total params, %.2fM largest gathered unit (%s).\n", cfg.arch_name(),
+                cfg_file.c_str(), in.num_params / 1e6, in.largest_unit_params / 1e6, in.largest_unit.c_str());
+  }
   std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,
               mib(in.activation_bytes).c_str(), mib(in.temporary_bytes).c_str());
   ZT_CHECK(offload_param == "none" || (offload_param == "nvme" && offload == "nvme"),
            "estimate-memory: --offload_param ", quote(offload_param), " needs --offload_optimizer nvme (none | nvme)");
+  ZT_CHECK(ep == 1 || (device == "cpu" && offload == "none" && G == 0),
+           "estimate-memory: --expert-model-parallel-size estimates CPU ranks without offload or hpZ (as the trainer "
+           "runs it)");
   if (offload == "nvme") {
     ZT_CHECK(device == "cpu" && ranks == "1", "estimate-memory: offload to nvme runs in one process on the CPU");
     return print_offload_estimate(in, optim, offload_param == "nvme", max_host_memory);
@@ -351,13 +372,18 @@ int cmd_estimate_memory(const Args& args) {
     char* end = nullptr;
     long n = std::strtol(r.c_str(), &end, 10);
     ZT_CHECK(end && *end == 0 && n >= 1 && n <= INT_MAX, "--num_ranks: \"", r, "\" is not a positive integer");
-    opt.num_ranks = int(n);
-    opt.hpz_partition_size = G;
+    ZT_CHECK(n % ep == 0, "estimate-memory: --expert-model-parallel-size ", ep, " must divide --num_ranks ", n);
+    // Under expert parallelism the DP / ZeRO engine shards over the N / EP ranks holding the same experts.
+    opt.num_ranks = int(n / ep);
+    opt.hpz_partition_size = ep > 1 ? opt.num_ranks : G;  // the trainer runs no hpZ / hybrid rows under EP
     opt.bucket_bytes = int64_t(bucket_mb * (1 << 20));
     opt.optim = optim;
     auto rows = parallel::estimate_memory(in, opt);
     int g = parallel::resolved_group(opt);
-    std::printf("HW: %d rank(s)", opt.num_ranks);
+    if (ep > 1)
+      std::printf("HW: %ld ranks, expert parallel %d: the engine's %d rank(s)", n, ep, opt.num_ranks);
+    else
+      std::printf("HW: %d rank(s)", opt.num_ranks);
     if (g > 1 && g < opt.num_ranks)
       std::printf(", hpZ / hybrid group G=%d.\n", g);
     else

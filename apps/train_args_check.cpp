@@ -267,7 +267,7 @@ parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const 
 
 namespace zt {
 
-void apply_moe_args(const TrainArgs& a, const nn::ActPlan& plan, ModelConfig* cfg) {
+void apply_moe_args(const TrainArgs& a, ModelConfig* cfg) {
   MoeConfig& m = cfg->moe;
   if (!m.on()) {
     for (const char* flag : {"moe_capacity_factor", "router_z_loss_coef", "expert-model-parallel-size"})
@@ -282,15 +282,10 @@ void apply_moe_args(const TrainArgs& a, const nn::ActPlan& plan, ModelConfig* cf
   m.z_loss_coef = float(a.router_z_loss_coef);
   const char* what = "mixture-of-experts models";
   ZT_CHECK(a.tensor_model_parallel_size == 1, "--tensor-model-parallel-size does not support ", what,
-           " yet (expert parallelism is not implemented); use data parallelism or ZeRO");
+           " yet; use data parallelism, ZeRO or --expert-model-parallel-size");
   ZT_CHECK(a.context_parallel_size == 1, "--context-parallel-size does not support ", what, " yet");
   ZT_CHECK(a.pipeline_parallel_size == 1, "--pipeline-model-parallel-size does not support ", what,
            " yet (the load-balancing loss sums over every layer's router)");
-  ZT_CHECK(plan.recompute == nn::Recompute::none || plan.recompute_layers == 0,
-           "activation recomputation (--gradient_checkpointing / --recompute-granularity) does not support ", what,
-           " yet; train without it");
-  ZT_CHECK(plan.precision == nn::Precision::fp32, "--", nn::precision_name(plan.precision),
-           " mixed precision does not support ", what, " yet (the expert kernels are fp32); train in fp32");
 }
 
 }  // namespace zt

@@ -34,9 +34,9 @@ parallel::PipeSchedule check_pipeline_args(const TrainArgs& a, int world, const 
 int local_sgd_group(dist::Communicator& world, int given);
 dist::ParallelDims grid_dims(const TrainArgs& a, int world);
 // Mixture-of-experts models: the MoE flags into the config (refused for a dense model), and what
-// does not compose with the experts yet (tensor, context and pipeline parallelism, recomputation,
-// mixed precision): one error line each. plan: the activation plan the run resolved.
-void apply_moe_args(const TrainArgs& a, const nn::ActPlan& plan, ModelConfig* cfg);
+// does not compose with the experts yet (tensor, context and pipeline parallelism): one error line
+// each.
+void apply_moe_args(const TrainArgs& a, ModelConfig* cfg);
 // Every file or folder the command reads, with the flag that names it.
 std::vector<std::pair<std::string, std::string>> input_paths(const TrainArgs& a);
 

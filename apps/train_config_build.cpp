@@ -306,7 +306,7 @@ TrainConfig build_train_config(TrainArgs a, dist::Communicator& world) {
   check_ranks_agree(world, job_identity(a, cfg, c.data.identity));
   c.parallel.device = choose_device(a, world, cfg);
   const int64_t host_limit = fit_memory(a, world, cfg, &c.precision.plan);
-  apply_moe_args(a, c.precision.plan, &cfg);  // after the plan: what the experts cannot run yet is refused
+  apply_moe_args(a, &cfg);  // what the experts cannot run with yet is refused
   c.parallel.schedule = check_pipeline_args(a, world.size(), cfg);
   parallel::check_data_parallel_options(engine_options(a),
                                         world.size() / (a.tensor_model_parallel_size * a.pipeline_parallel_size));

@@ -491,6 +491,42 @@ TEST_P(ModelTest, InitValuesAreInitRandomsPieces) {
   }
 }
 
+// Expert parallelism's layout (LayerCut::experts): a rank holds the dense tensors and its experts
+// whole, under their global names, with the values one process draws for them.
+TEST(ModelExperts, ExpertCutHoldsOneProcessValues) {
+  for (int family : {10, 11}) {
+    const ModelConfig c = tiny_family(family);
+    Transformer one(c);
+    one.init_random(11);
+    const float* whole = one.flat_params().as<const float>();
+    const int E = c.moe.num_experts;
+    for (int rank = 0; rank < 2; ++rank) {
+      LayerCut cut;
+      cut.experts = E / 2;
+      cut.experts_begin = rank * E / 2;
+      Transformer m(c, cut);
+      m.init_random(11);
+      int64_t experts = 0;
+      for (const ParamInfo& p : m.params().list()) {
+        const ParamInfo* q = one.params().find(p.name);
+        ASSERT_TRUE(q) << p.name;
+        EXPECT_EQ(p.expert, p.name.find(".experts.") != std::string::npos) << p.name;
+        EXPECT_EQ(0, std::memcmp(m.flat_params().as<const float>() + p.offset, whole + q->offset,
+                                 size_t(p.numel) * sizeof(float)))
+            << p.name << " rank " << rank;
+        if (p.expert) {
+          experts += p.numel;
+          const int e = std::stoi(p.name.substr(p.name.find(".experts.") + 9));
+          EXPECT_TRUE(e >= cut.experts_begin && e < cut.experts_begin + cut.experts) << p.name;
+        }
+      }
+      const int64_t all = int64_t(c.n_layer) * E * 3 * c.moe.expert_ffn * c.n_embd;
+      EXPECT_EQ(experts, all / 2);
+      EXPECT_EQ(m.num_params(), one.num_params() - all / 2);
+    }
+  }
+}
+
 // HfWeights reads any flat range of a rank's layout from an HF folder (a TP rank's slices,
 // vocabulary padding zero; a ZeRO shard): the values of the saved model at those elements, which
 // for a model saved from init_random(seed) are init_values(seed) of that layout.

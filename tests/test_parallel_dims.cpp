@@ -119,6 +119,14 @@ TEST(DistGrid, GroupsOfTheEightRankExample) {
   EXPECT_EQ(group_ranks(e, Group::cp, 1), (std::vector<int>{1, 3}));
   const ParallelDims e2 = dims(1, 1, 4, 1, 2, 2).validate(8);
   EXPECT_EQ(group_ranks(e2, Group::ep, 5), (std::vector<int>{5, 7}));
+  // Expert data parallelism: the dp_cp / dp_shard_cp ranks at the same place in their ep runs.
+  EXPECT_EQ(group_ranks(e2, Group::edp_shard_cp, 5), (std::vector<int>{1, 5}));
+  EXPECT_EQ(group_ranks(e2, Group::edp_cp, 7), (std::vector<int>{3, 7}));
+  const ParallelDims e3 = dims(1, 2, 4, 1, 1, 2).validate(8);  // ranks: dp_replicate x dp_shard
+  EXPECT_EQ(group_ranks(e3, Group::edp_shard_cp, 6), (std::vector<int>{4, 6}));
+  EXPECT_EQ(group_ranks(e3, Group::edp_cp, 6), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(group_ranks(e3, Group::edp_cp, 1), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(group_ranks(e, Group::edp_cp, 6), (std::vector<int>{6}));
 }
 
 // Every group partitions the world, the sizes are the products of its axes, and every member
@@ -145,6 +153,8 @@ TEST(DistGrid, GroupsPartitionTheWorld) {
                        : g == Group::pp           ? d.pp
                        : g == Group::dp_cp        ? d.dp() * d.cp
                        : g == Group::dp_shard_cp  ? d.dp_shard * d.cp
+                       : g == Group::edp_cp       ? d.dp() * d.cp / d.ep
+                       : g == Group::edp_shard_cp ? d.dp_shard * d.cp / d.ep
                                                   : d.ep;
       for (int rank = 0; rank < n; ++rank) EXPECT_EQ(count[rank], want) << group_name(g) << " " << d.to_string();
     }
@@ -158,7 +168,7 @@ TEST(DistGrid, LocalWorldGetsSizeOneGroups) {
   EXPECT_EQ(grid.coords(), GridCoords{});
   EXPECT_EQ(&grid.world(), world.get());
   for (Communicator* c : {&grid.dp(), &grid.dp_replicate(), &grid.dp_shard(), &grid.cp(), &grid.tp(), &grid.pp(),
-                          &grid.dp_cp(), &grid.dp_shard_cp(), &grid.ep()}) {
+                          &grid.dp_cp(), &grid.dp_shard_cp(), &grid.ep(), &grid.edp_cp(), &grid.edp_shard_cp()}) {
     EXPECT_EQ(c->size(), 1);
     EXPECT_EQ(c->rank(), 0);
     float x = 3.f;

@@ -147,6 +147,18 @@ class RecomputeTest : public ::testing::TestWithParam<int> {
   // 4: OLMo-2 (its output norms' saved inputs and whole-projection q/k norms recompute too).
   ModelConfig cfg() const {
     if (GetParam() == 4) return tiny(Arch::llama, 3, false, "olmo2");
+    if (GetParam() >= 6) {  // Mixtral (load-balancing and z-loss on), Qwen2-MoE (the gated shared expert)
+      ModelConfig c = tiny(Arch::llama, 3, false, GetParam() == 6 ? "mixtral" : "qwen2_moe");
+      nlohmann::json j = c.raw;
+      j[GetParam() == 6 ? "num_local_experts" : "num_experts"] = 4;
+      j["num_experts_per_tok"] = 2;
+      j["output_router_logits"] = true;
+      j["router_aux_loss_coef"] = 0.05;
+      if (GetParam() == 7) j["moe_intermediate_size"] = 16, j["shared_expert_intermediate_size"] = 24;
+      c = config_from_json(j, "test");
+      c.moe.z_loss_coef = 0.01f;
+      return c;
+    }
     if (GetParam() == 5) {  // Gemma 3: four norms, per-head q/k norms, GeGLU, a sliding layer
       ModelConfig c = tiny(Arch::llama, 3, false, "gemma3_text");
       nlohmann::json j = c.raw;
@@ -195,7 +207,9 @@ TEST_P(RecomputeTest, MixedPrecisionIsCloseToFp32AndRecomputesExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, RecomputeTest, ::testing::Values(0, 1, 2, 3, 4, 5), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Archs, RecomputeTest, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7), [](const auto& info) {
+  if (info.param == 6) return std::string("Mixtral");
+  if (info.param == 7) return std::string("Qwen2Moe");
   if (info.param == 4) return std::string("Olmo2");
   if (info.param == 5) return std::string("Gemma3");
   return std::string(info.param % 2 == 0 ? "Gpt2" : "Llama") + (info.param >= 2 ? "Hs64" : "");

@@ -37,6 +37,8 @@ unsigned group_axes(Group g) {
     case Group::dp_shard_cp:
       return 1u << kDpShard | 1u << kCp;
     case Group::ep:
+    case Group::edp_cp:
+    case Group::edp_shard_cp:
     case Group::count:
       break;
   }
@@ -136,6 +138,10 @@ const char* group_name(Group g) {
       return "dp_shard_cp";
     case Group::ep:
       return "ep";
+    case Group::edp_cp:
+      return "edp_cp";
+    case Group::edp_shard_cp:
+      return "edp_shard_cp";
     case Group::count:
       break;
   }
@@ -145,6 +151,13 @@ const char* group_name(Group g) {
 std::vector<int> group_ranks(const ParallelDims& d, Group g, int rank) {
   const GridCoords home = grid_coords(d, rank);
   std::vector<int> ranks;
+  if (g == Group::edp_cp || g == Group::edp_shard_cp) {
+    // The dp_cp / dp_shard_cp ranks at this rank's position within its ep run.
+    const auto ep_position = [&](const GridCoords& c) { return (c.dp_shard * d.cp + c.cp) % d.ep; };
+    for (int r : group_ranks(d, g == Group::edp_cp ? Group::dp_cp : Group::dp_shard_cp, rank))
+      if (ep_position(grid_coords(d, r)) == ep_position(home)) ranks.push_back(r);
+    return ranks;
+  }
   if (g == Group::ep) {
     // Runs of ep consecutive positions of the flattened (dp_shard, cp) index.
     const int flat = home.dp_shard * d.cp + home.cp, first = flat - flat % d.ep;

@@ -75,6 +75,11 @@ enum class Group {
                  // and gradient reduction once cp > 1)
   dp_shard_cp,   // dp_shard x cp: the ZeRO shard group once cp > 1 (cp ranks hold the same weights)
   ep,            // expert parallel all-to-all (see above)
+  // Expert data parallelism (Megatron's expert-data-parallel group): the ranks of dp_cp / dp_shard_cp
+  // at this rank's position in its ep group, which hold the same experts. With ep 1 they are dp_cp
+  // and dp_shard_cp; under expert parallelism the DP / ZeRO engine runs over them.
+  edp_cp,
+  edp_shard_cp,
   count
 };
 constexpr size_t kNumGroups = static_cast<size_t>(Group::count);
@@ -103,6 +108,8 @@ class ProcessGrid {
   Communicator& dp_cp() const { return group(Group::dp_cp); }
   Communicator& dp_shard_cp() const { return group(Group::dp_shard_cp); }
   Communicator& ep() const { return group(Group::ep); }
+  Communicator& edp_cp() const { return group(Group::edp_cp); }
+  Communicator& edp_shard_cp() const { return group(Group::edp_shard_cp); }
 
  private:
   Communicator& world_;

@@ -11,7 +11,7 @@
 namespace zt {
 
 ModelOffsets gpt2_layout(const ModelConfig& c, ParamTable& t, const LayerCut& given) {
-  const LayerCut cut = given.whole ? whole_layers(c) : given;
+  const LayerCut cut = resolve_cut(c, given);
   const int64_t C = c.n_embd, F = c.ffn, HS = c.head_size;
   ModelOffsets s;
   s.shape = {c.n_embd,          cut.heads, cut.kv_heads, c.head_size, cut.ffn, nn::NormKind::layernorm,

@@ -23,7 +23,15 @@ LayerCut whole_layers(const ModelConfig& c) {
   w.kv_heads = c.n_kv_head;
   w.ffn = c.ffn;
   w.vocab_rows = c.vocab_size;
+  w.experts = c.moe.num_experts;
   return w;
+}
+
+LayerCut resolve_cut(const ModelConfig& c, const LayerCut& given) {
+  LayerCut r = given.whole ? whole_layers(c) : given;
+  if (given.experts > 0) r.experts = given.experts, r.experts_begin = given.experts_begin;
+  if (r.experts == 0) r.experts = c.moe.num_experts;
+  return r;
 }
 
 void lora_layout(const ModelConfig& c, ModelLayout& m);  // lora.cpp
@@ -59,7 +67,7 @@ void adapter_units(ModelLayout& m) {
 
 ModelLayout model_layout(const ModelConfig& c, const LayerCut& cut) {
   ModelLayout m;
-  m.cut = cut.whole ? whole_layers(c) : cut;
+  m.cut = resolve_cut(c, cut);
   m.vocab_rows = m.cut.vocab_rows;
   m.frozen_base = c.lora.enabled();
   ParamTable& base = m.frozen_base ? m.base_table : m.table;

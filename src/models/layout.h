@@ -69,9 +69,14 @@ struct LayerCut {
   int rows_split = 1;  // the residual stream's rows are split this many ways (nn::BlockShape::sp)
   // Of the held vocabulary rows, the real ones (none past the vocabulary).
   int vocab_valid(int V) const { return std::max(0, std::min(V - vocab_begin, vocab_rows)); }
+  // Expert parallelism (independent of `whole`, which is tensor parallelism's): each MoE layer's
+  // routed experts [experts_begin, + experts) are held; 0: every expert.
+  int experts = 0, experts_begin = 0;
 };
 // The whole model's cut: every layer whole (the sizes of `c`), rows unsplit.
 LayerCut whole_layers(const ModelConfig& c);
+// `given`, or when it is whole the sizes of `c` with given's experts: what a layout lays out.
+LayerCut resolve_cut(const ModelConfig& c, const LayerCut& given);
 
 // The architectures' tables (model_layout adds the units); `cut` whole: the one-device layout.
 ModelOffsets gpt2_layout(const ModelConfig& c, ParamTable& t, const LayerCut& cut = {});
@@ -82,9 +87,9 @@ ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const LayerCut& c
 // (out_size, r) are offsets into the adapter table; a Linear's parts' A's are back to back, so
 // one GEMM computes every part's x A^T.
 struct AdapterPart {
-  std::string module;      // the HF module path, e.g. "model.layers.0.self_attn.q_proj"
-  int64_t a = -1, b = -1;  // IA3: a is the vector ia3_l, b unused
-  int64_t m = -1;          // DoRA: the magnitude vector (out_size)
+  std::string module;              // the HF module path, e.g. "model.layers.0.self_attn.q_proj"
+  int64_t a = -1, b = -1;          // IA3: a is the vector ia3_l, b unused
+  int64_t m = -1;                  // DoRA: the magnitude vector (out_size)
   int in_whole = 0, in_begin = 0;  // a row-parallel cut's inputs within the whole layer's
   int out_begin = 0, out_size = 0;
   bool feedforward = false;  // IA3: the vector scales the module's input (1, in), not its outputs

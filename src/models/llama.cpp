@@ -72,6 +72,7 @@ class LlamaLayout {
       b.F = 0;  // no dense MLP
       b.moe = {int(C),       m.num_experts, m.top_k,     m.expert_ffn,
                m.shared_ffn, m.shared_gate, m.norm_topk, m.capacity_factor};
+      b.moe.held = cut_.experts;
     }
     return b;
   }
@@ -184,13 +185,19 @@ class LlamaLayout {
     const std::string pre = p + (mixtral ? ".block_sparse_moe." : ".mlp.");
     const int64_t E = m.num_experts, F = m.expert_ffn;
     b.moe.router = linear(t_.add(pre + "gate.weight", {E, C}, ParamInit::normal), C, E);
-    for (int64_t e = 0; e < E; ++e) {
+    // Expert parallelism: the held experts [e0, e1) only, each under its global name; the others'
+    // tensors are skipped so every tensor keeps the whole model's random stream.
+    const int64_t e0 = cut_.experts_begin, e1 = e0 + cut_.experts;
+    t_.skip(int(3 * e0));
+    for (int64_t e = e0; e < e1; ++e) {
       const std::string x = pre + "experts." + std::to_string(e) + ".";
       const int64_t g = t_.add(x + (mixtral ? "w1.weight" : "gate_proj.weight"), {F, C}, ParamInit::normal);
       t_.add(x + (mixtral ? "w3.weight" : "up_proj.weight"), {F, C}, ParamInit::normal);
       t_.add(x + (mixtral ? "w2.weight" : "down_proj.weight"), {C, F}, ParamInit::residual_normal);
-      if (e == 0) b.moe.experts = g;
+      for (int k = 1; k <= 3; ++k) t_.mutable_list().end()[-k].expert = true;
+      if (e == e0) b.moe.experts = g;
     }
+    t_.skip(int(3 * (E - e1)));
     if (m.shared_ffn > 0) {
       const int64_t Fs = m.shared_ffn;
       const std::string x = pre + "shared_expert.";
@@ -216,7 +223,7 @@ class LlamaLayout {
 }  // namespace
 
 ModelOffsets llama_layout(const ModelConfig& c, ParamTable& t, const LayerCut& given) {
-  const LayerCut cut = given.whole ? whole_layers(c) : given;
+  const LayerCut cut = resolve_cut(c, given);
   return LlamaLayout(c, t, cut).build();
 }
 

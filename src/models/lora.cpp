@@ -20,7 +20,7 @@ std::string module_in_block(const std::string& path) {
 }
 
 std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCut& cut_in) {
-  const LayerCut cut = cut_in.whole ? whole_layers(c) : cut_in;
+  const LayerCut cut = resolve_cut(c, cut_in);
   const int C = c.n_embd, F = c.ffn, HS = c.head_size;
   const int H = cut.heads * HS, KV = cut.kv_heads * HS, Fl = cut.ffn;
   // column: outputs [o, o + n) of n_whole, held from `begin`; row: the whole output, inputs held.

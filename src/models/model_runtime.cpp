@@ -53,13 +53,13 @@ struct UnitBinder {
     l.dev = dev;
     return l;
   }
-  // A mixture-of-experts MLP: the router, every expert's weights as one view, the shared expert.
+  // A mixture-of-experts MLP: the router, the held experts' weights as one view, the shared expert.
   nn::Moe moe(const MoeOffsets& o, const nn::MoeShape& sh) const {
     nn::Moe m;
     m.shape = sh;
     m.dev = dev;
     m.router = lin(o.router);
-    const int64_t n = int64_t(sh.E) * 3 * sh.F * sh.C;
+    const int64_t n = int64_t(sh.experts_held()) * 3 * sh.F * sh.C;
     m.experts = p(o.experts, {n});
     m.dexperts = g(o.experts, {n});
     if (sh.Fs > 0) {

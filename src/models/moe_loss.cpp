@@ -19,7 +19,7 @@ namespace zt {
 double ModelRuntime::moe_losses(int slot, float grad_scale, int64_t count, bool backward) {
   const MoeConfig& m = cfg_.moe;
   if (!m.on()) return 0.0;
-  const int L = cfg_.n_layer, E = m.num_experts, K = m.top_k;
+  const int L = cfg_.n_layer, E = m.num_experts;
   const int64_t N = int64_t(B_) * T_;
   const double M = double(L) * double(N);
   std::vector<double> C(size_t(E), 0.0), S(size_t(E), 0.0);
@@ -29,19 +29,15 @@ double ModelRuntime::moe_losses(int slot, float grad_scale, int64_t count, bool 
   if (st.load.empty()) st.load.assign(size_t(L) * E, 0);
   double z = 0;
   for (int l = 0; l < L; ++l) {
-    const nn::MoeActs& a = slots_[slot].blocks[l].moe;
-    const int32_t* idx = a.idx.as<const int32_t>();
-    const float* p = a.probs.as<const float>();
-    const float* lse = a.lse.as<const float>();
-    for (int64_t r = 0; r < N * K; ++r) {
-      C[size_t(idx[r])] += 1.0;
-      ++st.load[size_t(l) * E + size_t(idx[r])];
+    // The layer's summary (nn::MoeActs::summary): counts, probability sums, lse^2 sum, dropped.
+    const double* sum = slots_[slot].blocks[l].moe.summary.as<const double>();
+    for (int e = 0; e < E; ++e) {
+      C[size_t(e)] += sum[e];
+      st.load[size_t(l) * E + size_t(e)] += int64_t(sum[e]);
+      S[size_t(e)] += sum[E + e];
     }
-    for (int64_t t = 0; t < N; ++t) {
-      for (int e = 0; e < E; ++e) S[size_t(e)] += p[t * E + e];
-      z += double(lse[t]) * lse[t];
-    }
-    st.dropped += *a.dropped.as<const int64_t>();
+    z += sum[2 * E];
+    st.dropped += int64_t(sum[2 * E + 1]);
   }
   double aux = 0;
   for (int e = 0; e < E; ++e) aux += (C[size_t(e)] / M) * (S[size_t(e)] / M);

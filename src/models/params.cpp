@@ -12,6 +12,7 @@ int64_t ParamTable::add(const std::string& name, std::vector<int64_t> shape, Par
   for (auto s : p.shape) p.numel *= s;
   p.offset = total_;
   p.init = init;
+  p.stream = next_stream_++;
   total_ += p.numel;
   params_.push_back(std::move(p));
   return params_.back().offset;

@@ -17,11 +17,12 @@ namespace zt {
 // (Transformer::init_values computes them from the base).
 enum class ParamInit { normal, residual_normal, zeros, ones, lora_a, dora_magnitude };
 
-// How a parameter is cut across the ranks of a tensor- (or expert-) parallel group.
+// How a parameter is cut across the ranks of a tensor-parallel group.
 // none: every rank holds all of it; column: the output dimension is split (each rank
 // computes a slice of the outputs); row: the input dimension is split (partial sums, reduced
-// after the GEMM); vocab: the rows of an embedding / LM head; expert: whole experts.
-enum class Split { none, column, row, vocab, expert };
+// after the GEMM); vocab: the rows of an embedding / LM head. (Expert parallelism cuts no
+// tensor: a rank holds some experts' tensors whole, ParamInfo::expert.)
+enum class Split { none, column, row, vocab };
 
 struct ParamInfo {
   std::string name;                   // HF name, e.g. "transformer.h.0.attn.c_attn.weight"
@@ -41,6 +42,11 @@ struct ParamInfo {
   int64_t numel = 0;   // local elements
   ParamInit init = ParamInit::normal;
   int unit = -1;  // index into the model's unit list (layout.h)
+  // The tensor's index in the whole model's table (one device, every expert): its random stream,
+  // so a layout holding some experts draws the values one process would.
+  int stream = 0;
+  // A routed expert's tensor: under expert parallelism only its expert's rank holds it (whole).
+  bool expert = false;
   // AdamW decay applies to tensors of rank >= 2 only (HF Trainer / nanoGPT convention).
   bool decay() const { return shape.size() >= 2; }
   size_t bytes() const { return size_t(numel) * dtype_size(dtype); }
@@ -77,6 +83,9 @@ class ParamTable {
   // `dim` (in split_parts equal parts) starting at `split_offset` (see ParamInfo).
   int64_t add_split(const std::string& name, std::vector<int64_t> shape, std::vector<int64_t> global_shape, Split split,
                     int dim, int64_t split_offset, ParamInit init, int parts = 1);
+  // Tensors of the whole model this table does not hold (other ranks' experts): the next tensor
+  // added keeps the whole table's stream index.
+  void skip(int tensors) { next_stream_ += tensors; }
   const ParamInfo* find(const std::string& name) const;
   const std::vector<ParamInfo>& list() const { return params_; }
   std::vector<ParamInfo>& mutable_list() { return params_; }
@@ -85,6 +94,7 @@ class ParamTable {
  private:
   std::vector<ParamInfo> params_;
   int64_t total_ = 0;
+  int next_stream_ = 0;
 };
 
 }  // namespace zt

@@ -72,14 +72,14 @@ constexpr int64_t kInitChunk = 65536;  // values per random stream of a tensor
 // The initial values of elements [begin, end) of parameter `param` (global element numbering,
 // within one chunk of kInitChunk) into dst: each chunk of each whole tensor has its own stream,
 // so a value depends on neither the thread count nor which rank (or slice, or shard) asks.
-void init_chunk(uint64_t seed, size_t param, const ParamInfo& p, double std_normal, double std_resid, int64_t begin,
-                int64_t end, float* dst) {
+void init_chunk(uint64_t seed, const ParamInfo& p, double std_normal, double std_resid, int64_t begin, int64_t end,
+                float* dst) {
   if (p.init == ParamInit::zeros || p.init == ParamInit::ones || p.init == ParamInit::dora_magnitude) {
     std::fill(dst, dst + (end - begin), p.init == ParamInit::ones ? 1.f : 0.f);
     return;
   }
   const int64_t c0 = begin / kInitChunk * kInitChunk;  // the stream starts at its chunk's start
-  Rng rng(seed, (uint64_t(param) << 32) ^ uint64_t(begin / kInitChunk));
+  Rng rng(seed, (uint64_t(p.stream) << 32) ^ uint64_t(begin / kInitChunk));
   if (p.init == ParamInit::lora_a) {  // U(-1/sqrt(in), 1/sqrt(in)): PEFT's kaiming_uniform_(a = sqrt(5))
     const double bound = 1.0 / std::sqrt(double(p.global_shape.back()));
     for (int64_t k = c0; k < end; ++k) {
@@ -188,13 +188,13 @@ void Transformer::init_table_values(const ParamTable& table, uint64_t seed, int6
       const ParamInfo& p = list[job.param];
       if (job.last - job.first == 1) {  // one piece: drawn straight into place
         const Piece& q = pieces[job.first];
-        init_chunk(seed, job.param, p, std_normal, std_resid, q.g, q.g + q.count, q.out);
+        init_chunk(seed, p, std_normal, std_resid, q.g, q.g + q.count, q.out);
         continue;
       }
       // Several runs of a slice in one chunk: the chunk drawn once, each run copied from it.
       const int64_t c0 = job.chunk * kInitChunk, c1 = pieces[job.last - 1].g + pieces[job.last - 1].count;
       chunk.resize(size_t(c1 - c0));
-      init_chunk(seed, job.param, p, std_normal, std_resid, c0, c1, chunk.data());
+      init_chunk(seed, p, std_normal, std_resid, c0, c1, chunk.data());
       for (size_t k = job.first; k < job.last; ++k)
         std::copy_n(chunk.data() + (pieces[k].g - c0), pieces[k].count, pieces[k].out);
     }

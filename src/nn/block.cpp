@@ -16,7 +16,9 @@ BlockActs Block::carve_acts(Carver& c, const BlockShape& s, int B, int T, Precis
                             const BlockActs* shared) {
   if (r == Recompute::full) {
     ZT_ASSERT(shared, "full recomputation needs the shared activations");
-    return *shared;
+    BlockActs a = *shared;
+    a.moe.summary = Moe::carve_summary(c, s.moe);  // the auxiliary losses read every layer's after the forward
+    return a;
   }
   const int64_t N = int64_t(B) * T, n = s.rows_local(N);  // all rows; the residual stream's
   const bool ln = s.norm == NormKind::layernorm;
@@ -36,7 +38,7 @@ BlockActs Block::carve_acts(Carver& c, const BlockShape& s, int B, int T, Precis
   a.att = own_or(sh.att, ct, {N, int64_t(s.NH) * s.HS});
   a.lse = own_or(sh.lse, DType::f32, {N, s.NH});
   a.mid = own_or(sh.mid, DType::f32, {n, s.C});
-  a.ln2 = own_or(sh.ln2, ct, {N, s.C});
+  a.ln2 = own_or(sh.ln2, s.moe.on() ? DType::f32 : ct, {N, s.C});  // the MoE layer computes in fp32
   a.ln2_mean = c.take(DType::f32, {ln ? n : 0});
   a.ln2_rstd = c.take(DType::f32, {n});
   a.fc = c.take(ct, {N, s.fc_dim()});
@@ -64,7 +66,7 @@ BlockActs Block::carve_shared(Carver& c, const BlockShape& s, int B, int T, Prec
   a.att = c.take(ct, {N, int64_t(s.NH) * s.HS});
   a.lse = c.take(DType::f32, {N, s.NH});
   a.mid = c.take(DType::f32, {s.rows_local(N), s.C});
-  a.ln2 = c.take(ct, {N, s.C});
+  a.ln2 = c.take(s.moe.on() ? DType::f32 : ct, {N, s.C});
   a.act = c.take(ct, {N, s.F});
   return a;
 }
@@ -116,7 +118,8 @@ void Block::norm_forward(const Norm& n, TensorView out, TensorView mean, TensorV
                          TensorView land) const {
   const TensorView l = landing(out, land);
   n.forward(l, mean, rstd, x);
-  lower(out, l);
+  // An fp32 output under bf16 (a mixture-of-experts layer's input) stays fp32.
+  if (precision != Precision::bf16 || out.dtype != DType::f32) lower(out, l);
 }
 
 void Block::attention_forward(const BlockActs& a, TensorView qkv32, const BlockScratch& s,

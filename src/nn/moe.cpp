@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "core/profile.h"
 #include "kernels/dispatch.h"
 
@@ -37,7 +38,28 @@ MoeActs Moe::carve_acts(Carver& c, const MoeShape& s, int64_t N) {
   a.sh_act = c.take(DType::f32, {ns, s.Fs});
   a.sh_out = c.take(DType::f32, {ns, s.C});
   a.sh_gate = c.take(DType::f32, {s.shared_gate ? N : 0});
+  a.summary = carve_summary(c, s);
   return a;
+}
+
+TensorView Moe::carve_summary(Carver& c, const MoeShape& s) {
+  return c.take(DType::f64, {s.on() ? 2 * int64_t(s.E) + 2 : 0});
+}
+
+void Moe::summarize(const MoeActs& a, int64_t N) const {
+  if (!a.summary) return;
+  const int E = shape.E;
+  double* sum = a.summary.as<double>();
+  std::fill_n(sum, 2 * E + 2, 0.0);
+  const int32_t* idx = a.idx.as<const int32_t>();
+  const float* p = a.probs.as<const float>();
+  const float* lse = a.lse.as<const float>();
+  for (int64_t r = 0; r < N * shape.K; ++r) sum[idx[r]] += 1.0;
+  for (int64_t t = 0; t < N; ++t) {
+    for (int e = 0; e < E; ++e) sum[E + e] += p[t * E + e];
+    sum[2 * E] += double(lse[t]) * lse[t];
+  }
+  sum[2 * E + 1] = double(*a.dropped.as<const int64_t>());
 }
 
 MoeScratch Moe::carve_scratch(Carver& c, const MoeShape& s, int64_t N) {
@@ -78,9 +100,12 @@ void Moe::forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep, Mo
     *a.dropped.as<int64_t>() =
         kernels::moe_group_by_expert(a.counts.as<int32_t>(), a.offsets.as<int32_t>(), a.token_of.as<int32_t>(),
                                      a.slot_of.as<int32_t>(), a.idx.as<const int32_t>(), d, s.capacity(N));
+    summarize(a, N);
   }
   const int32_t* off = a.offsets.as<const int32_t>();
   const int64_t R = off[s.E];
+  ZT_ASSERT((ep && ep->size() > 1) || s.experts_held() == s.E, "an MoE layer holding ", s.experts_held(), " of ", s.E,
+            " experts runs without its expert-parallel group");
   {
     ZT_PROFILE("moe_experts");
     kernels::moe_gather(dev, a.xp.as<float>(), x.as<const float>(), a.token_of.as<const int32_t>(), R, s.C);

@@ -29,7 +29,10 @@ struct MoeShape {
   bool shared_gate = false;      // the shared expert's output times sigmoid(x Wg^T) (Qwen2-MoE)
   bool renorm = true;            // top-k weights divided by their sum (Mixtral; norm_topk_prob)
   double capacity_factor = 0.0;  // > 0: each expert keeps at most ceil(cf N K / E) rows; 0: dropless
+  // Experts the layer's views hold: E (0 means E), or under expert parallelism its rank's E / size.
+  int held = 0;
   bool on() const { return E > 0; }
+  int experts_held() const { return held > 0 ? held : E; }
   // Rows an expert keeps out of N tokens (0: all of them).
   int64_t capacity(int64_t N) const;
   kernels::MoeDims dims(int64_t N) const { return {N, C, E, K}; }
@@ -48,6 +51,11 @@ struct MoeActs {
   TensorView xp, h, act, yp;   // (R, C), (R, 2F), (R, F), (R, C)
   TensorView sh_h, sh_act;     // (N, 2 Fs), (N, Fs): the shared expert
   TensorView sh_out, sh_gate;  // (N, C), (N): its output before the gate, the gate's logits
+  // What the model's auxiliary losses and statistics read after the forward (models/moe_loss.cpp),
+  // f64 (2 E + 2): the assignments per expert (before any capacity drop), the sum of each expert's
+  // probability over the rows, the sum of lse^2, the dropped assignments. Its own per layer even
+  // when the rest is shared (full recomputation reruns the forward in backward, after the losses).
+  TensorView summary;
 };
 
 struct MoeScratch {
@@ -93,15 +101,18 @@ struct MoeExpertSide {
 
 struct Moe {
   MoeShape shape{};
-  Linear router;                 // (E, C), no bias
-  TensorView experts, dexperts;  // all experts, each [W_gate; W_up] (2F, C) then W_out (C, F)
-  Linear sh_in, sh_out;          // the shared expert: [gate; up] (2 Fs, C), down (C, Fs)
-  Linear sh_gate_lin;            // (1, C)
+  Linear router;  // (E, C), no bias
+  // The held experts (shape.experts_held(): all, or this expert-parallel rank's), each
+  // [W_gate; W_up] (2F, C) then W_out (C, F).
+  TensorView experts, dexperts;
+  Linear sh_in, sh_out;  // the shared expert: [gate; up] (2 Fs, C), down (C, Fs)
+  Linear sh_gate_lin;    // (1, C)
   MoeLossGrad loss_grad{};
   DeviceKind dev = DeviceKind::cpu;
 
   int64_t expert_stride() const { return 3 * int64_t(shape.F) * shape.C; }
   static MoeActs carve_acts(Carver& c, const MoeShape& s, int64_t N);
+  static TensorView carve_summary(Carver& c, const MoeShape& s);
   static MoeScratch carve_scratch(Carver& c, const MoeShape& s, int64_t N);
   // y (N, C) = the layer of x (N, C); saves into a. ep (null or size 1: every expert here): expert
   // parallelism, whose expert side lives in `side` until backward.
@@ -112,6 +123,7 @@ struct Moe {
                 EpRegion* ep = nullptr, MoeExpertSide* side = nullptr) const;
 
  private:
+  void summarize(const MoeActs& a, int64_t N) const;
   void shared_forward(TensorView y, TensorView x, const MoeActs& a) const;
   void shared_backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& s) const;
   // One group of experts (E_count of them from W / dW) on rows grouped by offsets: the forward
@@ -120,6 +132,8 @@ struct Moe {
                    int64_t R) const;
   void run_experts_backward(const int32_t* off, int E_count, const float* W, float* dW, const float* x, const float* h,
                             const float* act, float* dy, float* dact, float* dh, int64_t R) const;
+  // Where this rank's experts start in `experts`: 0 when it holds only them.
+  int64_t local_experts_offset(const EpRegion& ep) const;
   // Expert parallelism: this rank's rows out to the experts' ranks, the local experts on what
   // arrived, and the outputs back into yp (forward) / the gradients back into dyp (backward).
   void ep_forward(const MoeActs& a, EpRegion& ep, MoeExpertSide& x) const;

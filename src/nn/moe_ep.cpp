@@ -3,7 +3,9 @@
 // the block goes to p, and p's blocks for this rank's experts arrive in peer order (each in expert
 // order). The local experts need them grouped by expert (peers inside), so the rows are permuted
 // between the two orders (to_peer / from_peer) around the grouped GEMMs. Backward retraces the same
-// route with the gradients. The weight gradients of the experts other ranks compute stay zero here.
+// route with the gradients. The layer's views hold this rank's experts only (the layout's expert cut)
+// or, in unit tests, every expert (the others' gradients then stay zero here).
+#include "core/error.h"
 #include "core/profile.h"
 #include "kernels/dispatch.h"
 #include "nn/moe.h"
@@ -44,9 +46,16 @@ int64_t plan_expert_side(MoeExpertSide& x, const int32_t* counts, const std::vec
 }
 }  // namespace
 
+int64_t Moe::local_experts_offset(const EpRegion& ep) const {
+  const int El = shape.E / ep.size();
+  ZT_ASSERT(shape.experts_held() == shape.E || shape.experts_held() == El, "MoE layer holds ", shape.experts_held(),
+            " experts; expert parallelism over ", ep.size(), " ranks needs ", shape.E, " or ", El);
+  return shape.experts_held() == shape.E ? int64_t(ep.rank()) * El * expert_stride() : 0;
+}
+
 void Moe::ep_forward(const MoeActs& a, EpRegion& ep, MoeExpertSide& x) const {
   const int P = ep.size(), El = shape.E / P, C = shape.C;
-  const int64_t F = shape.F, first = int64_t(ep.rank()) * El * expert_stride();
+  const int64_t F = shape.F, first = local_experts_offset(ep);
   std::vector<int32_t> recv_counts(size_t(P) * El);
   ep.exchange_counts(a.counts.as<const int32_t>(), recv_counts.data(), El);
   const int64_t Rr = plan_expert_side(x, a.counts.as<const int32_t>(), recv_counts, P, El);
@@ -68,7 +77,7 @@ void Moe::ep_forward(const MoeActs& a, EpRegion& ep, MoeExpertSide& x) const {
 
 void Moe::ep_backward(const MoeActs& a, const MoeScratch& sc, EpRegion& ep, MoeExpertSide& x) const {
   const int P = ep.size(), El = shape.E / P, C = shape.C;
-  const int64_t first = int64_t(ep.rank()) * El * expert_stride(), Rr = int64_t(x.to_peer.size());
+  const int64_t first = local_experts_offset(ep), Rr = int64_t(x.to_peer.size());
   ep.exchange_rows(sc.dyp.as<const float>(), x.send_rows.data(), x.stage.data(), x.recv_rows.data(), C);
   kernels::moe_gather(dev, x.ye.data(), x.stage.data(), x.to_peer.data(), Rr, C);
   run_experts_backward(x.offsets.data(), El, experts.as<const float>() + first, dexperts.as<float>() + first,

@@ -152,7 +152,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
     // data-parallel rank (hybrid groups need a ZeRO stage), and carries only this engine's
     // traffic (the trainer's scalar reductions run on grid.dp_cp()).
     ZT_ASSERT(grid.dp_replicate().size() == 1 || o.local_sgd, "DDP takes no replicate groups (but local SGD's)");
-    dp_ = &grid.dp_shard_cp();
+    dp_ = engine_groups(grid, o.expert_sharded).shard;
     if (comm_dtype_ != DType::f32 && dp_->size() > 1)
       comm16_ = Buffer(size_t(held_numel_) * dtype_size(comm_dtype_), MemCategory::temporary);
     BucketOptions bo;
@@ -342,7 +342,7 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
   std::unique_ptr<optim::Optimizer> opt_;
   std::vector<optim::StepPiece> pieces_;  // decay runs of the flat buffers
   PieceState params_state_;
-  dist::Communicator* dp_ = nullptr;  // the grid's dp_shard_cp
+  dist::Communicator* dp_ = nullptr;  // the grid's dp_shard_cp (edp_shard_cp: engine_groups)
   BucketPlan plan_;
   std::unique_ptr<BucketTracker> tracker_;
   std::vector<std::vector<int>> unit_params_;
@@ -352,9 +352,18 @@ class DdpEngine final : public DataParallel, public FlatParamProvider {
 
 }  // namespace
 
+EngineGroups engine_groups(const dist::ProcessGrid& grid, bool expert_sharded) {
+  if (expert_sharded) return {&grid.edp_cp(), &grid.edp_shard_cp(), &grid.dp_replicate()};
+  return {&grid.dp_cp(), &grid.dp_shard_cp(), &grid.dp_replicate()};
+}
+
 std::unique_ptr<DataParallel> DataParallel::create(Transformer& model, const dist::ProcessGrid& grid,
                                                    const DataParallelOptions& opt) {
-  check_data_parallel_options(opt, grid.dp_cp().size());
+  check_data_parallel_options(opt, engine_groups(grid, opt.expert_sharded).all->size());
+  ZT_CHECK(!opt.expert_sharded || (model.device() == DeviceKind::cpu && !opt.disk_offload.on() && !opt.local_sgd &&
+                                   opt.hpz_partition_size == 1),
+           "--expert-model-parallel-size runs with DDP and ZeRO 1-3 on the CPU; it does not compose with offload to "
+           "disk, --local_sgd_steps or --zero_hpz_partition_size yet");
 #ifdef ZT_HAVE_CUDA
   if (model.device() == DeviceKind::cuda) return make_gpu_engine(model, grid, opt);
 #endif

@@ -93,6 +93,10 @@ struct DataParallelOptions {
   DiskOffload disk_offload;  // offload to disk (CPU runs of one process)
   optim::OptimizerConfig optim_config;
   StageUnits pipeline;  // pipeline parallel: this stage's units (DDP and ZeRO-1/2/3)
+  // Expert parallelism with the experts sharded (each rank holds its expert group's share): the
+  // engine runs over the ranks holding the same experts (engine_groups), and the caller sums the
+  // gradients of the tensors every rank holds over the expert group (parallel/parallelize.cpp).
+  bool expert_sharded = false;
   // ZeRO stages: where this rank's initial parameter values come from (models/param_provider.h);
   // null: the model's flat buffer. With it the model need not hold the whole buffer at all
   // (Transformer(..., hold_params = false)): a rank reads only what it keeps.
@@ -169,6 +173,15 @@ class DataParallel {
   virtual nlohmann::json describe() const = 0;
   virtual int64_t held_params() const = 0;
 };
+
+// The groups an engine runs over: `all` (every rank of its data parallelism: the gradient norm's
+// scalars), `shard` (the bulk traffic: DDP's all-reduce, ZeRO's shards) and `replicate` (hybrid
+// sharding's replicas). The grid's dp_cp, dp_shard_cp and dp_replicate; with expert_sharded,
+// edp_cp and edp_shard_cp (dp_replicate holds the same experts already).
+struct EngineGroups {
+  dist::Communicator *all, *shard, *replicate;
+};
+EngineGroups engine_groups(const dist::ProcessGrid& grid, bool expert_sharded);
 
 // Validates the options against the world size; throws zt::Error with a one-line message.
 void check_data_parallel_options(const DataParallelOptions& opt, int world_size);

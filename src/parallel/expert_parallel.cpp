@@ -4,9 +4,19 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "core/profile.h"
 
 namespace zt::parallel {
+
+void expert_parallel_cut(const ModelConfig& c, int size, int rank, LayerCut& cut) {
+  const int E = c.moe.num_experts;
+  if (size <= 1 || E == 0) return;
+  ZT_CHECK(E % size == 0, "--expert-model-parallel-size ", size, " does not divide the model's ", E,
+           " experts; use a divisor of ", E);
+  cut.experts = E / size;
+  cut.experts_begin = rank * cut.experts;
+}
 
 void ExpertParallel::exchange_counts(const int32_t* send, int32_t* recv, int per_peer) {
   group_.all_to_all(send, recv, size_t(per_peer) * sizeof(int32_t));
@@ -35,6 +45,32 @@ void ExpertParallel::exchange_rows(const float* send, const int64_t* send_rows, 
     std::memcpy(recv + recv_at[size_t(me)] * C, send + send_at[size_t(me)] * C, size_t(send_rows[me]) * row);
   for (dist::Request& r : pending) r.wait();
   row_bytes_ += double(send_at[size_t(P)]) * double(row);
+}
+
+namespace {
+class SharedOnceWriter final : public StateWriter {
+ public:
+  SharedOnceWriter(StateWriter& w, const std::unordered_set<std::string>& skip) : w_(w), skip_(skip) {}
+  void put_tensor(const StatePiece& piece) override {
+    if (!skip_.count(piece.tensor)) w_.put_tensor(piece);
+  }
+  void put_json(const std::string& key, const nlohmann::json& value) override { w_.put_json(key, value); }
+
+ private:
+  StateWriter& w_;
+  const std::unordered_set<std::string>& skip_;
+};
+}  // namespace
+
+EpStateAdapter::EpStateAdapter(Stateful& inner, const ParamTable& local, int ep_rank) : inner_(inner), rank_(ep_rank) {
+  for (const ParamInfo& p : local.list())
+    if (!p.expert) shared_.insert(p.name);
+}
+
+void EpStateAdapter::save_state(StateWriter& w) const {
+  static const std::unordered_set<std::string> none;
+  SharedOnceWriter once(w, rank_ == 0 ? none : shared_);
+  inner_.save_state(once);
 }
 
 }  // namespace zt::parallel

@@ -70,6 +70,18 @@ void ParallelModel::apply_expert_parallel() {
            " experts; use a divisor of ", E);
   ep_ = std::make_unique<ExpertParallel>(grid_.ep());
   for (nn::Block& b : model_.runtime().blocks()) b.ep = ep_.get();
+  const LayerCut& cut = model_.layout().cut;
+  ZT_ASSERT(cut.experts == E / P && cut.experts_begin == grid_.ep().rank() * (E / P), "the layout holds experts [",
+            cut.experts_begin, ", +", cut.experts, ") but expert-parallel rank ", grid_.ep().rank(), " of ", P,
+            " computes ", E / P);
+  // The engine runs over the ranks holding the same experts; the dense tensors' gradients are then
+  // summed over the expert group as well, and count once in the norm (the experts' P times).
+  plan_.data_parallel.expert_sharded = true;
+  const auto& list = model_.params().list();
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].expert) ep_shared_.push_back(int(i));
+    ep_norm_weights_.push_back(list[i].expert ? 1.0 : 1.0 / P);
+  }
 }
 
 void ParallelModel::apply_pipeline() {
@@ -162,6 +174,8 @@ void ParallelModel::finish_grads(StepLoss& loss) {
     tp_sum_partial_grads(grid_.tp(), tp_partial_, pieces);
     if (tp_->kv_group()) tp_sum_partial_grads(*tp_->kv_group(), tp_replicated_, pieces);
   }
+  if (ep_)  // the engine reduced over the ranks holding the same experts; the dense part over all
+    tp_sum_partial_grads(grid_.ep(), ep_shared_, [&](const auto& f) { engine_->for_each_grad_piece(f); });
   if (grid_.dp_cp().size() > 1) {
     double sums[2] = {loss.sum, loss.count};
     grid_.dp_cp().all_reduce(sums, 2);
@@ -170,6 +184,11 @@ void ParallelModel::finish_grads(StepLoss& loss) {
 }
 
 double ParallelModel::grad_norm() {
+  if (ep_) {  // MoE refuses tensor parallelism: the experts' squares summed over the group, the rest once
+    double sq = engine_->grad_sq(ep_norm_weights_);
+    grid_.ep().all_reduce(&sq, 1);
+    return std::sqrt(sq);
+  }
   if (!tp_) return engine_->grad_norm();
   // Split tensors' squares summed over the TP ranks, replicated ones counted once.
   double sq = engine_->grad_sq(tp_norm_weights_);
@@ -193,6 +212,13 @@ std::vector<Stateful*> ParallelModel::param_components() { return in_global_layo
 // Under tensor parallelism, components whose tensors are stored per TP slice, wrapped so their
 // pieces are the global tensors' (the first writes the TP size into the checkpoint's metadata).
 std::vector<Stateful*> ParallelModel::in_global_layout(std::vector<Stateful*> parts) {
+  if (ep_) {  // expert tensors are global ones already: the shared tensors written once per group
+    ep_adapters_.clear();
+    for (Stateful*& p : parts) {
+      ep_adapters_.push_back(std::make_unique<EpStateAdapter>(*p, model_.params(), grid_.ep().rank()));
+      p = ep_adapters_.back().get();
+    }
+  }
   if (!tp_) return parts;
   tp_adapters_.clear();
   for (Stateful*& p : parts) {
@@ -207,6 +233,10 @@ std::vector<Stateful*> ParallelModel::in_global_layout(std::vector<Stateful*> pa
 // rank writes its own slices; replicated tensors come from TP rank 0's file).
 StateShard ParallelModel::checkpoint_shard() const {
   const StateShard s = engine_->checkpoint_shard();
+  if (ep_) {  // every rank of the expert group writes its experts (MoE refuses tensor parallelism)
+    const int P = grid_.ep().size();
+    return {s.index < 0 ? -1 : s.index * P + grid_.ep().rank(), s.count * P};
+  }
   if (!tp_) return s;
   const int P = grid_.tp().size();
   return {s.index < 0 ? -1 : s.index * P + grid_.tp().rank(), s.count * P};
@@ -318,11 +348,18 @@ nlohmann::json ParallelModel::report(int64_t steps_run, const ModelConfig& cfg) 
     double sent = ep_->row_bytes();
     grid_.ep().all_reduce(&sent, 1);
     sent /= grid_.ep().size();
+    // A fully recomputed layer reruns its forward's exchanges in backward: 3 passes instead of 2.
+    int passes = 0;
+    for (int l = 0; l < cfg.n_layer; ++l) passes += 2 + (plan_.act_plan.of(l) == nn::Recompute::full);
     const double rows = double(plan_.rows) * plan_.seq_len * plan_.micro_batches;
-    const double formula = rows * cfg.moe.top_k * cfg.n_layer * cfg.n_embd * 4.0 * 2 * 2;
+    const double formula = rows * cfg.moe.top_k * passes * cfg.n_embd * 4.0 * 2;
+    int64_t expert_params = 0;
+    for (const ParamInfo& p : model_.params().list()) expert_params += p.expert ? p.numel : 0;
     r["expert_parallel"] = {{"size", grid_.ep().size()},
                             {"all_to_all_bytes_per_step", sent / double(steps_run)},
-                            {"formula_bytes_per_step", formula}};
+                            {"formula_bytes_per_step", formula},
+                            {"params_per_rank", model_.num_params()},
+                            {"expert_params_per_rank", expert_params}};
   }
   return r;
 }

@@ -145,6 +145,11 @@ class ParallelModel {
   int64_t bubble_steps_ = 0, steps_ = 0;
   std::unique_ptr<LocalSgd> local_sgd_;
   std::unique_ptr<ExpertParallel> ep_;  // expert parallelism (MoE models; null without)
+  // Its experts sharded: the tensors every rank of the expert group holds (their gradients summed
+  // over it), each tensor's weight in the norm, the checkpoint adapters.
+  std::vector<int> ep_shared_;
+  std::vector<double> ep_norm_weights_;
+  std::vector<std::unique_ptr<EpStateAdapter>> ep_adapters_;
 };
 
 // Applies `plan` to `model` over `grid` (a collective over the grid's groups). The model holds

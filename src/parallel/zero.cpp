@@ -73,16 +73,18 @@ class ZeroEngine final : public DataParallel, public ParamProvider {
   // The sharding group is the grid's dp_shard (dp_shard x cp: context-parallel ranks hold the
   // same weights and act as extra data-parallel ranks), the groups holding the same shards are
   // linked by dp_replicate (hybrid sharding when it has more than one rank): the grid's layout,
-  // not rank arithmetic here.
+  // not rank arithmetic here. Under sharded expert parallelism, the ranks holding the same experts.
   ZeroEngine(Transformer& model, const dist::ProcessGrid& grid, const DataParallelOptions& o)
+      : ZeroEngine(model, engine_groups(grid, o.expert_sharded), o) {}
+  ZeroEngine(Transformer& model, const EngineGroups& groups, const DataParallelOptions& o)
       : model_(model),
-        dp_(grid.dp_cp()),
+        dp_(*groups.all),
         options_(o),
         stage_(o.stage),
-        dp_ranks_(grid.dp_cp().size()),
-        shard_group_size_(grid.dp_shard_cp().size()),
-        group_(&grid.dp_shard_cp()),
-        replica_(grid.dp_replicate().size() > 1 ? &grid.dp_replicate() : nullptr),
+        dp_ranks_(groups.all->size()),
+        shard_group_size_(groups.shard->size()),
+        group_(groups.shard),
+        replica_(groups.replicate->size() > 1 ? groups.replicate : nullptr),
         stage_units_(o.pipeline) {
     ZT_ASSERT(shard_group_size_ == (o.hpz_partition_size > 1 ? o.hpz_partition_size : dp_ranks_),
               "grid and ZeRO options disagree");

@@ -19,12 +19,12 @@ std::string unit_name(const Unit& u) {
   return u.kind == UnitKind::block ? n + " " + std::to_string(u.layer) : n;
 }
 
-ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::ActPlan& plan) {
+ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::ActPlan& plan, const LayerCut& cut) {
   ZT_CHECK(B >= 1 && T >= 1, "batch size and sequence length must be positive, got B=", B, " T=", T);
   ZT_CHECK(T <= cfg.max_position, "sequence length ", T, " exceeds the model's context of ", cfg.max_position,
            " positions; lower --model_max_length");
   // The model's own unit list: what ZeRO-3 gathers, bucket by bucket.
-  const ModelLayout ml = model_layout(cfg);
+  const ModelLayout ml = model_layout(cfg, cut);
   ModelMemoryInputs in;
   in.num_params = ml.table.total();
   for (const Unit& u : ml.units) {
@@ -36,8 +36,16 @@ ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::
   }
   std::sort(in.unit_params.rbegin(), in.unit_params.rend());
   size_t acts = 0, temp = 0, copy = 0;
-  ModelRuntime::planned_bytes(cfg, B, T, &acts, &temp, 1, plan, &copy);
+  ModelRuntime::planned_bytes(cfg, B, T, &acts, &temp, 1, plan, &copy, cut);
   in.activation_bytes = int64_t(acts);
+  const MoeConfig& m = cfg.moe;
+  if (m.on() && cut.experts > 0 && cut.experts < m.num_experts) {
+    // Expert parallelism: each layer keeps its experts' side of the exchange outside the arena
+    // (nn::MoeExpertSide: the received rows, their hidden values and working rows, (3 C + 6 F)
+    // floats per row), about N K rows under balanced routing.
+    const int64_t rows = int64_t(B) * T * m.top_k;
+    in.activation_bytes += int64_t(cfg.n_layer) * rows * (3 * int64_t(cfg.n_embd) + 6 * int64_t(m.expert_ffn)) * 4;
+  }
   in.temporary_bytes = int64_t(temp);
   in.compute_copy_bytes = int64_t(copy);
   return in;

@@ -50,7 +50,9 @@ struct ModelMemoryInputs {
 // From a model config without allocating the model (the parameter table is built alone,
 // activations come from ModelRuntime::planned_bytes).
 // plan: precision and recomputation (activations, temporaries and the compute copy follow it).
-ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::ActPlan& plan = {});
+// cut: the layout a rank holds (expert parallelism: its experts only; default the whole model).
+ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::ActPlan& plan = {},
+                                const LayerCut& cut = {});
 // A unit's name in reports: its kind, and the layer for a block ("block 3").
 std::string unit_name(const Unit& u);
 

@@ -250,8 +250,9 @@ void Trainer::set_offload_budget(parallel::DiskOffload& d) const {
 }
 
 void Trainer::build_model_and_engine() {
-  const LayerCut cut =
+  LayerCut cut =
       parallel::tensor_parallel_cut(cfg_, grid_->tp().size(), grid_->tp().rank(), config_.parallel.sequence_parallel);
+  parallel::expert_parallel_cut(cfg_, grid_->ep().size(), grid_->ep().rank(), cut);  // this rank's experts only
   // Under ZeRO the model holds no flat buffer: the engine fills what this rank keeps (its shard, or
   // its stage's units) from the random streams (init_values), from the HF files (only those
   // elements), or from nothing on a resume (the checkpoint sets every parameter a rank keeps). So

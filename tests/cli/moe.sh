@@ -3,8 +3,9 @@
 # Mixtral-8x7B-v0.1, Qwen1.5-MoE-A2.7B and Qwen3-30B-A3B (tests/fixtures/configs) pass estimate-memory
 # with their published parameter counts; a shrunk Mixtral trains with capacity-limited routing and the
 # router z-loss, and its metrics.jsonl carries the auxiliary losses, the dropped assignments and each
-# layer's tokens per expert; bad input (more experts per token than experts, the MoE flags on a dense
-# model, what does not compose with experts yet) ends in one clear error line each.
+# layer's tokens per expert; bf16 with full recomputation trains with bf16's routing and losses near
+# fp32's; bad input (more experts per token than experts, the MoE flags on a dense model, what does not
+# compose with experts yet) ends in one clear error line each.
 # usage: moe.sh path/to/ztrain
 set -u
 Z=$1
@@ -23,6 +24,11 @@ for want in "mixtral-8x7b-v0.1 46702.79M" "qwen1.5-moe-a2.7b 14315.78M" "qwen3-3
   if "$Z" estimate-memory --model_config_path "$CFG/$1.json" | grep -q "$2 total params"; then ok "$1: $2 parameters"
   else bad "$1 is not $2 parameters"; fi
 done
+
+# Expert parallelism 8: a rank holds the dense 1605.63M and one expert per layer (45097.16M / 8).
+if "$Z" estimate-memory --model_config_path "$CFG/mixtral-8x7b-v0.1.json" --expert-model-parallel-size 8 \
+     --num_ranks 16 | grep -q "expert parallel 8: 7242.78M per rank"; then ok "mixtral-8x7b EP 8: 7242.78M per rank"
+else bad "mixtral-8x7b EP 8 is not 7242.78M per rank"; fi
 
 # A shrunk Mixtral (4 experts, top 2) and random tokens.
 $PY - "$CFG/mixtral-8x7b-v0.1.json" "$W" <<'P'
@@ -56,6 +62,26 @@ P
 then ok "mixtral trains with --moe_capacity_factor 0.5 and the z-loss; metrics.jsonl has the router statistics"
 else bad "mixtral training or its metrics"; cat "$W/log" | tail -5; fi
 
+# bf16 with full recomputation (the MoE layer in fp32, rerun in backward): the same router statistics
+# as bf16 without it, and losses within 2% of fp32's.
+for v in "f32" "b16 --bf16" "b16r --bf16 --gradient_checkpointing"; do
+  set -- $v; name=$1; shift
+  "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/p_$name" "${base[@]}" "$@" >"$W/log_$name" 2>&1 \
+    || { bad "mixtral $name: exit $?"; tail -3 "$W/log_$name"; }
+done
+if $PY - "$W" <<'P'
+import json, sys
+rows = {n: [json.loads(l) for l in open(f"{sys.argv[1]}/p_{n}/metrics.jsonl") if '"loss"' in l] for n in ("f32", "b16", "b16r")}
+for a, b in zip(rows["b16"], rows["b16r"]):
+    assert a["loss"] == b["loss"] and a["moe_tokens_per_expert"] == b["moe_tokens_per_expert"], (a, b)
+    assert a["aux_loss"] == b["aux_loss"], (a, b)
+worst = max(abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(rows["b16"], rows["f32"]))
+assert len(rows["b16"]) == 3 and worst < 0.02, worst
+print("bf16 vs fp32 worst loss difference", worst)
+P
+then ok "mixtral --bf16 with and without --gradient_checkpointing: identical losses and routing, within 2% of fp32"
+else bad "mixtral bf16 / recomputation"; fi
+
 # expect NAME PATTERN -- command...
 expect() {
   local name=$1 pattern=$2; shift 3
@@ -74,10 +100,8 @@ expect "capacity on a dense model" "moe_capacity_factor applies to mixture-of-ex
   "$Z" train --model_config_path "$W/gpt2.json" --output_dir "$W/o2" "${base[@]}" --moe_capacity_factor 1.25
 expect "z-loss on a dense model" "router_z_loss_coef applies to mixture-of-experts models" -- \
   "$Z" train --model_config_path "$W/gpt2.json" --output_dir "$W/o3" "${base[@]}" --router_z_loss_coef 0.001
-expect "bf16 with experts" "bf16 mixed precision does not support mixture-of-experts" -- \
-  "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/o4" "${base[@]}" --bf16
-expect "recomputation with experts" "recomputation .* does not support mixture-of-experts" -- \
-  "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/o5" "${base[@]}" --gradient_checkpointing
+expect "estimate-memory EP not dividing the ranks" "expert-model-parallel-size 8 must divide --num_ranks 12" -- \
+  "$Z" estimate-memory --model_config_path "$CFG/mixtral-8x7b-v0.1.json" --expert-model-parallel-size 8 --num_ranks 12
 expect "LoRA on experts" "use_peft: LoRA adapters on mixture-of-experts models" -- \
   "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/o7" "${base[@]}" --use_peft
 expect "negative capacity" "moe_capacity_factor" -- \
