@@ -281,8 +281,9 @@ void apply_moe_args(const TrainArgs& a, ModelConfig* cfg) {
   m.capacity_factor = a.moe_capacity_factor;
   m.z_loss_coef = float(a.router_z_loss_coef);
   const char* what = "mixture-of-experts models";
-  ZT_CHECK(a.tensor_model_parallel_size == 1, "--tensor-model-parallel-size does not support ", what,
-           " yet; use data parallelism, ZeRO or --expert-model-parallel-size");
+  ZT_CHECK(a.tensor_model_parallel_size == 1 || ep == 1, "--tensor-model-parallel-size with ",
+           "--expert-model-parallel-size is not supported for ", what,
+           " yet (tensor parallelism spreads the experts over its own ranks); use one of them");
   ZT_CHECK(a.context_parallel_size == 1, "--context-parallel-size does not support ", what, " yet");
   ZT_CHECK(a.pipeline_parallel_size == 1, "--pipeline-model-parallel-size does not support ", what,
            " yet (the load-balancing loss sums over every layer's router)");

@@ -195,6 +195,57 @@ TEST(MoeLayer, CapacityDropsForwardBackward) {
   check_moe_layer(c);
 }
 
+// Tensor parallelism's cut of the layer: parts holding experts [b, b + E / 2) compute their experts'
+// rows only, and one of them adds the auxiliary losses' gradients; the parts' outputs, input and
+// router gradients sum to the whole layer's, and their expert gradients are the whole's halves.
+TEST(MoeLayer, HeldExpertHalvesSumToTheWholeLayer) {
+  MoeCase c(4, 2, 6, 0, false, true, 0.0);
+  const nn::MoeShape whole = c.s;
+  const int64_t N = c.N, C = whole.C, stride = 3 * int64_t(whole.F) * C;
+  std::vector<float> x = cast<float>(c.x), dy = cast<float>(c.dy), dprob = cast<float>(c.dprob);
+  struct Out {
+    std::vector<float> y, dx, drouter, dexperts;
+  };
+  auto run = [&](int held, int begin, bool adds) {
+    std::vector<float> router = cast<float>(c.router), all = cast<float>(c.experts);
+    std::vector<float> experts(all.begin() + begin * stride, all.begin() + (begin + held) * stride);
+    Out o{std::vector<float>(x.size()), std::vector<float>(x.size()), std::vector<float>(router.size()),
+          std::vector<float>(experts.size())};
+    nn::Moe m;
+    m.shape = whole;
+    m.shape.held = held, m.shape.held_begin = begin;
+    m.adds_loss_grads = adds;
+    m.router = moe_linear(router, o.drouter, int(C), whole.E);
+    m.experts = TensorView::of(experts.data(), {int64_t(experts.size())});
+    m.dexperts = TensorView::of(o.dexperts.data(), {int64_t(experts.size())});
+    m.loss_grad = {dprob.data(), float(c.z_grad)};
+    Carver size;
+    nn::Moe::carve_acts(size, whole, N);
+    nn::Moe::carve_scratch(size, whole, N);
+    std::vector<double> mem(size.used() / sizeof(double) + 8);
+    Carver carve(mem.data());
+    const nn::MoeActs a = nn::Moe::carve_acts(carve, whole, N);
+    const nn::MoeScratch sc = nn::Moe::carve_scratch(carve, whole, N);
+    m.forward(TensorView::of(o.y.data(), {N, C}), TensorView::of(x.data(), {N, C}), a);
+    m.backward(TensorView::of(o.dx.data(), {N, C}), TensorView::of(dy.data(), {N, C}), TensorView::of(x.data(), {N, C}),
+               a, sc);
+    return o;
+  };
+  const Out w = run(whole.E, 0, true), p0 = run(whole.E / 2, 0, true), p1 = run(whole.E / 2, whole.E / 2, false);
+  auto sum = [](const std::vector<float>& a, const std::vector<float>& b) {
+    std::vector<float> s(a.size());
+    for (size_t i = 0; i < a.size(); ++i) s[i] = a[i] + b[i];
+    return s;
+  };
+  auto as_double = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  expect_close(sum(p0.y, p1.y), as_double(w.y), 1e-5, 1e-6, "y");
+  expect_close(sum(p0.dx, p1.dx), as_double(w.dx), 1e-5, 1e-6, "dx");
+  expect_close(sum(p0.drouter, p1.drouter), as_double(w.drouter), 1e-5, 1e-6, "d router");
+  std::vector<float> halves = p0.dexperts;
+  halves.insert(halves.end(), p1.dexperts.begin(), p1.dexperts.end());
+  expect_close(halves, as_double(w.dexperts), 1e-5, 1e-6, "d experts");
+}
+
 TEST(MoeKernels, GroupedGemmEqualsPerExpertProducts) {
   const int E = 3, n = 5, k = 7;
   const std::vector<int32_t> offsets{0, 4, 4, 9};  // expert 1 gets no rows

@@ -72,6 +72,9 @@ struct LayerCut {
   // Expert parallelism (independent of `whole`, which is tensor parallelism's): each MoE layer's
   // routed experts [experts_begin, + experts) are held; 0: every expert.
   int experts = 0, experts_begin = 0;
+  // Tensor parallelism of a mixture-of-experts layer (parallel/tensor_parallel.h): the shared
+  // expert's hidden units [shared_ffn_begin, + shared_ffn) held (0: all of them).
+  int shared_ffn = 0, shared_ffn_begin = 0;
 };
 // The whole model's cut: every layer whole (the sizes of `c`), rows unsplit.
 LayerCut whole_layers(const ModelConfig& c);

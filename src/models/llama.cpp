@@ -73,6 +73,8 @@ class LlamaLayout {
       b.moe = {int(C),       m.num_experts, m.top_k,     m.expert_ffn,
                m.shared_ffn, m.shared_gate, m.norm_topk, m.capacity_factor};
       b.moe.held = cut_.experts;
+      b.moe.held_begin = cut_.experts_begin;
+      if (cut_.shared_ffn > 0) b.moe.Fs = cut_.shared_ffn;
     }
     return b;
   }
@@ -199,12 +201,14 @@ class LlamaLayout {
     }
     t_.skip(int(3 * (E - e1)));
     if (m.shared_ffn > 0) {
-      const int64_t Fs = m.shared_ffn;
+      // Under tensor parallelism cut as a dense MLP: gate / up hold rows, down the matching columns.
+      const int64_t Fs = m.shared_ffn, Fl = cut_.shared_ffn > 0 ? cut_.shared_ffn : Fs, f0 = cut_.shared_ffn_begin;
       const std::string x = pre + "shared_expert.";
-      const int64_t g = t_.add(x + "gate_proj.weight", {Fs, C}, ParamInit::normal);
-      t_.add(x + "up_proj.weight", {Fs, C}, ParamInit::normal);
-      b.moe.shared_in = linear(g, C, 2 * Fs);
-      b.moe.shared_out = linear(t_.add(x + "down_proj.weight", {C, Fs}, ParamInit::residual_normal), Fs, C);
+      const int64_t g = col(x + "gate_proj.weight", Fl, Fs, C, f0, ParamInit::normal);
+      col(x + "up_proj.weight", Fl, Fs, C, f0, ParamInit::normal);
+      b.moe.shared_in = linear(g, C, 2 * Fl);
+      b.moe.shared_out = linear(
+          t_.add_split(x + "down_proj.weight", {C, Fl}, {C, Fs}, Split::row, 1, f0, ParamInit::residual_normal), Fl, C);
       if (m.shared_gate)
         b.moe.shared_gate = linear(t_.add(pre + "shared_expert_gate.weight", {1, C}, ParamInit::normal), C, 1);
     }

@@ -58,6 +58,7 @@ struct UnitBinder {
     nn::Moe m;
     m.shape = sh;
     m.dev = dev;
+    m.adds_loss_grads = adds_row_biases;  // one rank of a tensor-parallel group
     m.router = lin(o.router);
     const int64_t n = int64_t(sh.experts_held()) * 3 * sh.F * sh.C;
     m.experts = p(o.experts, {n});

@@ -172,7 +172,11 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
   if (tp) tp->column_parallel_input(a.ln2);
   const TensorView out = s.post_norm ? a.mlp_out : y;
   if (s.moe.on()) {
-    moe.forward(out, a.ln2, a.moe, ep, &ep_side);
+    // Tensor parallelism: each rank computes its experts' share of every token (a partial sum,
+    // reduced like a row-parallel layer's output).
+    const TensorView ym = tp ? row_out(out, sc) : out;
+    moe.forward(ym, a.ln2, a.moe, ep, &ep_side);
+    if (tp) tp->row_parallel_output(out, ym);
   } else {
     const TensorView fc32 = landing(a.fc, sc.fc32);
     fc_in.forward(fc32, a.ln2);
@@ -336,7 +340,7 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
     if (tp) tp->column_parallel_input(a.ln2);
     if (!s.moe.on()) activation_forward(a, fc32, sc);
   }
-  // MLP: the dense one, or the mixture of experts (fp32, no tensor parallelism).
+  // MLP: the dense one, or the mixture of experts (fp32; under TP its input gradient is partial too).
   TensorView dy = full_grad(post_norm_backward(post2, dres, a.mlp_out, a.post2_rstd, sc), sc);
   if (s.moe.on())
     moe.backward(sc.dln, dy, a.ln2, a.moe, sc.moe, ep, &ep_side);

@@ -85,6 +85,14 @@ void add_input_grad(const Linear& l, TensorView dx, const float* dy, int64_t N) 
   kernels::gemm_typed(l.dev, DType::f32, false, false, N, l.in, l.out, 1.f, dy, l.out, l.w.data, l.in, 1.f,
                       dx.as<float>(), l.in);
 }
+
+// Rows [0, r0) and [r1, R) of t (R rows) set to zero: the rows of experts another rank computes.
+void zero_rows_outside(TensorView t, int64_t r0, int64_t r1, int64_t R) {
+  const int64_t w = t.numel() / std::max<int64_t>(1, t.shape[0]);
+  float* p = t.as<float>();
+  if (r0 > 0) std::fill_n(p, r0 * w, 0.f);
+  if (r1 < R) std::fill_n(p + r1 * w, (R - r1) * w, 0.f);
+}
 }  // namespace
 
 void Moe::forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep, MoeExpertSide* side) const {
@@ -104,16 +112,18 @@ void Moe::forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep, Mo
   }
   const int32_t* off = a.offsets.as<const int32_t>();
   const int64_t R = off[s.E];
-  ZT_ASSERT((ep && ep->size() > 1) || s.experts_held() == s.E, "an MoE layer holding ", s.experts_held(), " of ", s.E,
-            " experts runs without its expert-parallel group");
   {
     ZT_PROFILE("moe_experts");
     kernels::moe_gather(dev, a.xp.as<float>(), x.as<const float>(), a.token_of.as<const int32_t>(), R, s.C);
-    if (ep && ep->size() > 1)
+    if (ep && ep->size() > 1) {
       ep_forward(a, *ep, *side);
-    else
-      run_experts(off, s.E, experts.as<const float>(), a.xp.as<const float>(), a.h.as<float>(), a.act.as<float>(),
-                  a.yp.as<float>(), R);
+    } else {
+      // Every expert, or (tensor parallelism) the held ones' rows, the others' outputs zero.
+      const int32_t* held = off + s.held_begin;
+      zero_rows_outside(a.yp, held[0], held[s.experts_held()], R);
+      run_experts(held, s.experts_held(), experts.as<const float>(), a.xp.as<const float>(), a.h.as<float>(),
+                  a.act.as<float>(), a.yp.as<float>());
+    }
     kernels::moe_combine(dev, y.as<float>(), a.yp.as<const float>(), a.w.as<const float>(),
                          a.slot_of.as<const int32_t>(), d);
   }
@@ -135,23 +145,23 @@ void Moe::shared_forward(TensorView y, TensorView x, const MoeActs& a) const {
   }
 }
 
-// h = x [W_gate; W_up]^T per expert; act = silu(gate) * up; y = act W_out^T.
-void Moe::run_experts(const int32_t* off, int E_count, const float* W, const float* x, float* h, float* act, float* y,
-                      int64_t R) const {
-  const int64_t F = shape.F, C = shape.C, st = expert_stride();
+// h = x [W_gate; W_up]^T per expert; act = silu(gate) * up; y = act W_out^T. Rows [off[0], off[E_count]).
+void Moe::run_experts(const int32_t* off, int E_count, const float* W, const float* x, float* h, float* act,
+                      float* y) const {
+  const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = off[0], rows = off[E_count] - r0;
   kernels::moe_grouped_gemm(dev, off, E_count, true, 2 * F, C, x, C, W, st, C, 0.f, h, 2 * F);
-  kernels::swiglu_forward(dev, act, h, R, shape.F);
+  kernels::swiglu_forward(dev, act + r0 * F, h + r0 * 2 * F, rows, shape.F);
   kernels::moe_grouped_gemm(dev, off, E_count, true, C, F, act, F, W + 2 * F * C, st, F, 0.f, y, C);
 }
 
 // From the output gradients dy to the input gradients (into dy, read no more by then).
 void Moe::run_experts_backward(const int32_t* off, int E_count, const float* W, float* dW, const float* x,
-                               const float* h, const float* act, float* dy, float* dact, float* dh, int64_t R) const {
-  const int64_t F = shape.F, C = shape.C, st = expert_stride();
+                               const float* h, const float* act, float* dy, float* dact, float* dh) const {
+  const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = off[0], rows = off[E_count] - r0;
   // W_out: dW_out += dy^T act; dact = dy W_out.
   kernels::moe_grouped_wgrad(dev, off, E_count, C, F, dy, C, act, F, dW + 2 * F * C, st, F);
   kernels::moe_grouped_gemm(dev, off, E_count, false, F, C, dy, C, W + 2 * F * C, st, F, 0.f, dact, F);
-  kernels::swiglu_backward(dev, dh, dact, h, R, shape.F);
+  kernels::swiglu_backward(dev, dh + r0 * 2 * F, dact + r0 * F, h + r0 * 2 * F, rows, shape.F);
   // [W_gate; W_up]: dW += dh^T x; dx = dh W.
   kernels::moe_grouped_wgrad(dev, off, E_count, 2 * F, C, dh, 2 * F, x, C, dW, st, C);
   kernels::moe_grouped_gemm(dev, off, E_count, false, C, 2 * F, dh, 2 * F, W, st, C, 0.f, dy, C);
@@ -167,12 +177,15 @@ void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a,
     ZT_PROFILE("moe_experts");
     kernels::moe_combine_backward(dev, sc.dyp.as<float>(), sc.dw.as<float>(), dy.as<const float>(),
                                   a.yp.as<const float>(), a.w.as<const float>(), a.slot_of.as<const int32_t>(), d);
-    if (ep && ep->size() > 1)
+    if (ep && ep->size() > 1) {
       ep_backward(a, sc, *ep, *side);
-    else
-      run_experts_backward(a.offsets.as<const int32_t>(), s.E, experts.as<const float>(), dexperts.as<float>(),
+    } else {
+      const int32_t* held = a.offsets.as<const int32_t>() + s.held_begin;
+      run_experts_backward(held, s.experts_held(), experts.as<const float>(), dexperts.as<float>(),
                            a.xp.as<const float>(), a.h.as<const float>(), a.act.as<const float>(), sc.dyp.as<float>(),
-                           sc.dact.as<float>(), sc.dh.as<float>(), R);
+                           sc.dact.as<float>(), sc.dh.as<float>());
+      zero_rows_outside(sc.dyp, held[0], held[s.experts_held()], R);  // the others' input gradients: none here
+    }
     kernels::fill_zero(dev, dx.data, size_t(dx.numel()) * sizeof(float));
     kernels::moe_gather_backward(dev, dx.as<float>(), sc.dyp.as<const float>(), a.slot_of.as<const int32_t>(), d);
   }
@@ -180,7 +193,8 @@ void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a,
     ZT_PROFILE("moe_router");
     kernels::moe_router_backward(dev, sc.dlogits.as<float>(), sc.dw.as<const float>(), a.probs.as<const float>(),
                                  a.idx.as<const int32_t>(), a.w.as<const float>(), a.lse.as<const float>(),
-                                 loss_grad.dprob, loss_grad.z_grad, d, s.renorm);
+                                 adds_loss_grads ? loss_grad.dprob : nullptr, adds_loss_grads ? loss_grad.z_grad : 0.f,
+                                 d, s.renorm);
     router.backward_weight(sc.dlogits, sc.dlogits, x);
     add_input_grad(router, dx, sc.dlogits.as<const float>(), N);
   }

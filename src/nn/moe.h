@@ -29,8 +29,10 @@ struct MoeShape {
   bool shared_gate = false;      // the shared expert's output times sigmoid(x Wg^T) (Qwen2-MoE)
   bool renorm = true;            // top-k weights divided by their sum (Mixtral; norm_topk_prob)
   double capacity_factor = 0.0;  // > 0: each expert keeps at most ceil(cf N K / E) rows; 0: dropless
-  // Experts the layer's views hold: E (0 means E), or under expert parallelism its rank's E / size.
-  int held = 0;
+  // Experts the layer's views hold: E (0 means E), or its rank's E / size under expert parallelism
+  // or tensor parallelism, the first of them held_begin. Under tensor parallelism (no EpRegion)
+  // the layer computes its held experts' rows only and its output is a partial sum over the group.
+  int held = 0, held_begin = 0;
   bool on() const { return E > 0; }
   int experts_held() const { return held > 0 ? held : E; }
   // Rows an expert keeps out of N tokens (0: all of them).
@@ -108,6 +110,9 @@ struct Moe {
   Linear sh_in, sh_out;  // the shared expert: [gate; up] (2 Fs, C), down (C, Fs)
   Linear sh_gate_lin;    // (1, C)
   MoeLossGrad loss_grad{};
+  // Whether the auxiliary losses' gradients enter here: under tensor parallelism every rank computes
+  // the same routing and the router's gradient is summed over the group, so one rank adds them.
+  bool adds_loss_grads = true;
   DeviceKind dev = DeviceKind::cpu;
 
   int64_t expert_stride() const { return 3 * int64_t(shape.F) * shape.C; }
@@ -128,10 +133,11 @@ struct Moe {
   void shared_backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& s) const;
   // One group of experts (E_count of them from W / dW) on rows grouped by offsets: the forward
   // into h, act, y; the backward from dy (overwritten with the input gradient) through dact, dh.
-  void run_experts(const int32_t* off, int E_count, const float* W, const float* x, float* h, float* act, float* y,
-                   int64_t R) const;
+  // Rows [off[0], off[E_count]) of the buffers.
+  void run_experts(const int32_t* off, int E_count, const float* W, const float* x, float* h, float* act,
+                   float* y) const;
   void run_experts_backward(const int32_t* off, int E_count, const float* W, float* dW, const float* x, const float* h,
-                            const float* act, float* dy, float* dact, float* dh, int64_t R) const;
+                            const float* act, float* dy, float* dact, float* dh) const;
   // Where this rank's experts start in `experts`: 0 when it holds only them.
   int64_t local_experts_offset(const EpRegion& ep) const;
   // Expert parallelism: this rank's rows out to the experts' ranks, the local experts on what

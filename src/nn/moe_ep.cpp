@@ -70,7 +70,7 @@ void Moe::ep_forward(const MoeActs& a, EpRegion& ep, MoeExpertSide& x) const {
   ep.exchange_rows(a.xp.as<const float>(), x.send_rows.data(), x.stage.data(), x.recv_rows.data(), C);
   kernels::moe_gather(dev, x.xe.data(), x.stage.data(), x.to_peer.data(), Rr, C);
   run_experts(x.offsets.data(), El, experts.as<const float>() + first, x.xe.data(), x.h.data(), x.act.data(),
-              x.ye.data(), Rr);
+              x.ye.data());
   kernels::moe_gather(dev, x.stage.data(), x.ye.data(), x.from_peer.data(), Rr, C);
   ep.exchange_rows(x.stage.data(), x.recv_rows.data(), a.yp.as<float>(), x.send_rows.data(), C);
 }
@@ -81,7 +81,7 @@ void Moe::ep_backward(const MoeActs& a, const MoeScratch& sc, EpRegion& ep, MoeE
   ep.exchange_rows(sc.dyp.as<const float>(), x.send_rows.data(), x.stage.data(), x.recv_rows.data(), C);
   kernels::moe_gather(dev, x.ye.data(), x.stage.data(), x.to_peer.data(), Rr, C);
   run_experts_backward(x.offsets.data(), El, experts.as<const float>() + first, dexperts.as<float>() + first,
-                       x.xe.data(), x.h.data(), x.act.data(), x.ye.data(), x.dact.data(), x.dh.data(), Rr);
+                       x.xe.data(), x.h.data(), x.act.data(), x.ye.data(), x.dact.data(), x.dh.data());
   kernels::moe_gather(dev, x.stage.data(), x.ye.data(), x.from_peer.data(), Rr, C);
   ep.exchange_rows(x.stage.data(), x.recv_rows.data(), sc.dyp.as<float>(), x.send_rows.data(), C);
 }

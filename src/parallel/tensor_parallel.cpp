@@ -33,6 +33,17 @@ LayerCut tensor_parallel_cut(const ModelConfig& c, int P, int rank, bool sequenc
   k.vocab_begin = rank * k.vocab_rows;
   k.adds_row_biases = rank == 0;
   k.rows_split = sequence_parallel ? P : 1;
+  if (c.moe.on()) {  // a rank's experts whole, the shared expert cut like a dense MLP
+    const MoeConfig& m = c.moe;
+    ZT_CHECK(m.num_experts % P == 0, "--tensor-model-parallel-size ", P, " does not divide the model's ", m.num_experts,
+             " experts; pick a divisor of ", m.num_experts);
+    ZT_CHECK(m.shared_ffn % P == 0, "--tensor-model-parallel-size ", P, " does not divide the shared expert's width ",
+             m.shared_ffn);
+    k.experts = m.num_experts / P;
+    k.experts_begin = rank * k.experts;
+    k.shared_ffn = m.shared_ffn / P;
+    k.shared_ffn_begin = rank * k.shared_ffn;
+  }
   return k;
 }
 
@@ -141,6 +152,10 @@ std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
       if (o >= 0) offsets.push_back(o);
   };
   for (const BlockOffsets& b : s.blocks) {
+    // A mixture-of-experts layer: every rank routes every token, the router's gradient (and the
+    // shared expert gate's) gathering each rank's experts' share.
+    for (int64_t o : {b.moe.router.w, b.moe.shared_gate.w})
+      if (o >= 0) offsets.push_back(o);
     // Per-head q / k norms are whole on every rank, each rank's heads adding to their gradient;
     // OLMo-2's are cut with the projections (a slice's gradient is whole on its rank).
     if (!s.shape.qk_norm_full) norm(b.q_norm), norm(b.k_norm);
@@ -184,7 +199,9 @@ void tp_sum_partial_grads(dist::Communicator& tp, const std::vector<int>& params
 std::vector<double> tp_norm_weights(const ParamTable& local_table, int tp_size) {
   std::vector<double> w;
   for (const ParamInfo& p : local_table.list())
-    w.push_back(p.split == Split::none ? 1.0 / tp_size : 1.0 / p.split_replicas);
+    w.push_back(p.expert                 ? 1.0
+                : p.split == Split::none ? 1.0 / tp_size
+                                         : 1.0 / p.split_replicas);  // experts: one rank's
   return w;
 }
 
@@ -225,7 +242,7 @@ const ParamInfo* TpStateAdapter::split_param(const std::string& name) const {
 
 bool TpStateAdapter::writes(const std::string& name) const {
   const ParamInfo* p = table_.find(name);
-  if (!p) return true;                             // not a parameter's tensor
+  if (!p || p->expert) return true;                // not a parameter's tensor; an expert this rank holds
   if (p->split == Split::none) return rank_ == 0;  // replicated: once
   return rank_ % p->split_replicas == 0;           // a replicated KV head: its first holder
 }

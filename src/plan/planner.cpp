@@ -185,8 +185,10 @@ std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc)
   } catch (const Error& e) {
     return e.what();
   }
-  if (c.moe.on() && (l.tp > 1 || l.cp > 1 || l.pp > 1))  // the trainer's refusals (apply_moe_args)
-    return "mixture-of-experts models run data parallel (ZeRO) only for now (docs/moe.md)";
+  // The trainer refuses cp and pp with experts (apply_moe_args); the cost model has no expert layers
+  // under tensor parallelism yet.
+  if (c.moe.on() && (l.tp > 1 || l.cp > 1 || l.pp > 1))
+    return "the planner offers mixture-of-experts models data parallelism (ZeRO) only for now (docs/moe.md)";
   if (l.sp && l.tp == 1) return "--sequence-parallel needs tensor parallelism";
   // SP splits a rank's rows: T / cp of each sequence under context parallelism.
   if (l.sp && int64_t(l.micro_batch) * (in.seq_len / l.cp) % l.tp != 0)

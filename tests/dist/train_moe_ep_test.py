@@ -9,13 +9,15 @@ recomputation (against one process with bf16 and full recomputation). Checks:
   - every per-step loss within 1e-5 relative of the reference (dropless routing);
   - the experts are sharded: a rank of EP P holds the dense parameters and E / P of the experts (its
     parameter bytes in train_results.json), and the exported folder equals the reference's;
-  - checkpoints reshard: EP 2's checkpoint at step 10 resumes under EP 4 and in one process, steps 11-20
-    within 1e-5 of the reference;
+  - checkpoints reshard: EP 2's checkpoint at step 10 resumes under EP 4 and in one process, TP 2's
+    under EP 2, steps 11-20 within 1e-5 of the reference;
   - the all-to-all row bytes per step (train_results.json's expert_parallel report) equal the routed
     tokens x hidden size x 4 bytes x 2 (dispatch + combine) x 2 (forward + backward; 3 with full
     recomputation, which reruns the forward) within 2%;
-  - bad input: EP not dividing the experts, EP on a dense model, tensor parallelism with experts, EP
-    with hybrid sharding: one error line each.
+  - tensor parallelism (TP 2 x DP 2, with and without sequence parallelism): each TP rank computes
+    half the experts for every token; losses within 1e-5, the exported folder equal;
+  - bad input: EP not dividing the experts, EP on a dense model, TP with EP, EP with hybrid sharding:
+    one error line each.
 usage: train_moe_ep_test.py ZTRAIN MPIRUN
 """
 import json
@@ -47,7 +49,9 @@ BF16_FULL = ["--bf16", "--gradient_checkpointing"]
 FP32_TOL, BF16_TOL = 1e-5, 1e-4
 CASES = sanitizer_cases([("ep1", 1, [], []), ("ep2", 2, [], []), ("ep4", 4, [], []),
                          ("ep2_zero1", 2, ["--zero_stage", "1"], []), ("ep2_zero3", 2, ["--zero_stage", "3"], []),
-                         ("ep2_bf16_full", 2, [], BF16_FULL)], {"ep2", "ep4"})
+                         ("ep2_bf16_full", 2, [], BF16_FULL), ("tp2", 1, ["--tensor-model-parallel-size", "2"], []),
+                         ("tp2_sp", 1, ["--tensor-model-parallel-size", "2", "--sequence-parallel"], [])],
+                        {"ep2", "ep4", "tp2_sp"})
 STEPS, SAVE = steps_and_save()
 
 
@@ -68,6 +72,11 @@ def check_sharding(name, cfg, case, ep, res, ref_res, out, ref_out, tol):
         experts = expert_params(cfg)
         check(held == whole - experts + experts // ep,
               f"{name} {case}: a rank holds {held} parameters = {whole} - {experts} experts + {experts // ep} of them")
+    check_export(name, case, out, ref_out, tol)
+
+
+def check_export(name, case, out, ref_out, tol):
+    """The run's exported folder holds the reference's tensors and values."""
     got, want = read_safetensors(out), read_safetensors(ref_out)
     worst = max(max(abs(a - b) for a, b in zip(got[k], want[k])) for k in want)
     check(sorted(got) == sorted(want) and worst <= 100 * tol,
@@ -75,12 +84,18 @@ def check_sharding(name, cfg, case, ep, res, ref_res, out, ref_out, tol):
           f"(bound {100 * tol:g})")
 
 
+def data_ranks(layout, np=4):
+    """The data-parallel ranks of np under the layout flags (tensor parallelism takes its share)."""
+    tp = int(layout[layout.index("--tensor-model-parallel-size") + 1]) if "--tensor-model-parallel-size" in layout else 1
+    return np // tp
+
+
 def run_case(name, cfg, model, work, case, reference):
     """One layout on 4 ranks against one process with the same precision flags: losses, sharding, bytes."""
     label, ep, layout, prec = case
     ref_out, ref, _, ref_res = reference
     out = os.path.join(work, f"{name}_{label}")
-    p = train(ZT, MPIRUN, 4, model, os.path.join(work, "train.bin"), out, STEPS, B, T, ACC // 4,
+    p = train(ZT, MPIRUN, 4, model, os.path.join(work, "train.bin"), out, STEPS, B, T, ACC // data_ranks(layout),
               ["--expert-model-parallel-size", str(ep)] + layout + prec)
     if p.returncode != 0:
         check(False, f"{name} {label}: exit {p.returncode}\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
@@ -92,40 +107,50 @@ def run_case(name, cfg, model, work, case, reference):
           f"{name} 4 ranks EP {ep} {' '.join(layout + prec)}: {len(hist)} steps, worst loss difference {worst:.2e} "
           f"(bound {tol:g})")
     if ep == 1:
+        if layout:  # tensor parallelism: a rank's experts, the shared expert cut; the folder is whole
+            check_export(name, label, out, ref_out, tol)
         return
     check_sharding(name, cfg, label, ep, res, ref_res, out, ref_out, tol)
     rep = res.get("data_parallel", {}).get("expert_parallel", {})
     got, want = rep.get("all_to_all_bytes_per_step", 0), rep.get("formula_bytes_per_step", 1)
     passes = 3 if prec == BF16_FULL else 2  # a fully recomputed layer reruns its forward's exchanges
-    exact = B * T * ACC // 4 * 2 * cfg["num_hidden_layers"] * cfg["hidden_size"] * 4 * 2 * passes
+    exact = B * T * ACC // data_ranks(layout) * 2 * cfg["num_hidden_layers"] * cfg["hidden_size"] * 4 * 2 * passes
     check(abs(got - want) <= 0.02 * want and want == exact,
           f"{name} {label}: all-to-all bytes per step {got:.0f}, routed tokens x K x C x 4 x 2 x {passes} passes "
           f"x layers = {want:.0f}")
 
 
+RESHARDS = [("EP 2", ["--expert-model-parallel-size", "2"],
+             [("EP 4 on 4 ranks", 4, ["--expert-model-parallel-size", "4"]), ("one process", 1, [])]),
+            ("TP 2", ["--tensor-model-parallel-size", "2"],
+             [("EP 2 on 4 ranks", 4, ["--expert-model-parallel-size", "2"])])]
+
+
 def check_reshard(name, model, work, ref):
-    """EP 2's checkpoint at step SAVE resumes under EP 4 (4 ranks) and in one process."""
-    saved = os.path.join(work, f"{name}_save")
-    p = train(ZT, MPIRUN, 4, model, os.path.join(work, "train.bin"), saved, STEPS, B, T, ACC // 4,
-              ["--expert-model-parallel-size", "2", "--save_strategy", "steps", "--save_steps", str(SAVE)])
-    if p.returncode != 0:
-        check(False, f"{name} EP 2 save: exit {p.returncode}\n{p.stderr[-1500:]}")
-        return
-    for label, np, ep in (("EP 4 on 4 ranks", 4, 4), ("one process", 1, 1)):
-        out = os.path.join(work, f"{name}_resume_ep{ep}")
-        os.makedirs(out)
-        shutil.copytree(os.path.join(saved, f"checkpoint-{SAVE}"), os.path.join(out, f"checkpoint-{SAVE}"))
-        p = train(ZT, MPIRUN, np, model, os.path.join(work, "train.bin"), out, STEPS, B, T, ACC // np,
-                  ["--expert-model-parallel-size", str(ep), "--resume_from_checkpoint", "latest"])
+    """A checkpoint at step SAVE of one layout resumes under others: EP 2's under EP 4 (4 ranks) and in
+    one process, TP 2's under EP 2."""
+    for saved_label, saved_flags, targets in RESHARDS:
+        saved = os.path.join(work, f"{name}_save_{saved_label.replace(' ', '')}")
+        p = train(ZT, MPIRUN, 4, model, os.path.join(work, "train.bin"), saved, STEPS, B, T,
+                  ACC // data_ranks(saved_flags), saved_flags + ["--save_strategy", "steps", "--save_steps", str(SAVE)])
         if p.returncode != 0:
-            check(False, f"{name} resume ({label}): exit {p.returncode}\n{p.stderr[-1500:]}")
+            check(False, f"{name} {saved_label} save: exit {p.returncode}\n{p.stderr[-1500:]}")
             continue
-        hist, _, _ = step_history(out)
-        got = [h["loss"] for h in hist if h["step"] > SAVE]
-        worst = max(rel(a, r["loss"]) for a, r in zip(got, ref[SAVE:]))
-        check(len(got) == STEPS - SAVE and worst <= 1e-5,
-              f"{name}: EP 2's checkpoint-{SAVE} resumed by {label}, steps {SAVE + 1}-{STEPS} worst loss "
-              f"difference {worst:.2e} (bound 1e-5)")
+        for label, np, flags in targets:
+            out = saved + "_resume_" + label.replace(" ", "")
+            os.makedirs(out)
+            shutil.copytree(os.path.join(saved, f"checkpoint-{SAVE}"), os.path.join(out, f"checkpoint-{SAVE}"))
+            p = train(ZT, MPIRUN, np, model, os.path.join(work, "train.bin"), out, STEPS, B, T, ACC // np,
+                      flags + ["--resume_from_checkpoint", "latest"])
+            if p.returncode != 0:
+                check(False, f"{name} resume ({label}): exit {p.returncode}\n{p.stderr[-1500:]}")
+                continue
+            hist, _, _ = step_history(out)
+            got = [h["loss"] for h in hist if h["step"] > SAVE]
+            worst = max(rel(a, r["loss"]) for a, r in zip(got, ref[SAVE:]))
+            check(len(got) == STEPS - SAVE and worst <= 1e-5,
+                  f"{name}: {saved_label}'s checkpoint-{SAVE} resumed by {label}, steps {SAVE + 1}-{STEPS} worst "
+                  f"loss difference {worst:.2e} (bound 1e-5)")
 
 
 def main():
@@ -161,9 +186,10 @@ def main():
         ("EP on a dense model", mpi(MPIRUN, 2) + bad_input_args(ZT, work, B) + [
             "--model_config_path", os.path.join(work, "dense.json"), "--expert-model-parallel-size", "2"],
          "applies to mixture-of-experts models"),
-        ("tensor parallelism with experts", mpi(MPIRUN, 2) + bad_input_args(ZT, work, B) + [
-            "--model_config_path", os.path.join(work, "mixtral.json"), "--tensor-model-parallel-size", "2"],
-         "--tensor-model-parallel-size does not support mixture-of-experts models yet"),
+        ("tensor with expert parallelism", mpi(MPIRUN, 4) + bad_input_args(ZT, work, B) + [
+            "--model_config_path", os.path.join(work, "mixtral.json"), "--tensor-model-parallel-size", "2",
+            "--expert-model-parallel-size", "2"],
+         "--tensor-model-parallel-size with --expert-model-parallel-size is not supported"),
         ("EP with hybrid sharding", mpi(MPIRUN, 4) + bad_input_args(ZT, work, B) + [
             "--model_config_path", os.path.join(work, "mixtral.json"), "--expert-model-parallel-size", "2",
             "--zero_stage", "1", "--zero_hpz_partition_size", "2"],
