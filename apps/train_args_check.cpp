@@ -284,9 +284,6 @@ void apply_moe_args(const TrainArgs& a, ModelConfig* cfg) {
   ZT_CHECK(a.tensor_model_parallel_size == 1 || ep == 1, "--tensor-model-parallel-size with ",
            "--expert-model-parallel-size is not supported for ", what,
            " yet (tensor parallelism spreads the experts over its own ranks); use one of them");
-  ZT_CHECK(a.context_parallel_size == 1, "--context-parallel-size does not support ", what, " yet");
-  ZT_CHECK(a.pipeline_parallel_size == 1, "--pipeline-model-parallel-size does not support ", what,
-           " yet (the load-balancing loss sums over every layer's router)");
 }
 
 }  // namespace zt

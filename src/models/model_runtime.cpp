@@ -463,6 +463,14 @@ void ModelRuntime::plan(int B, int T, bool training, int slots) {
   Carver a2(acts_.data()), s2(scratch_.data());
   carve(a2, s2, cfg_, layout_.offsets.shape, layout_.vocab_rows, B, T, slots, act_plan_, &slots_, &scratch_views_,
         held);
+  if (cfg_.moe.on() && slots > 1) {  // a pipeline's micro-batches in flight each keep their expert side
+    ep_sides_.clear();
+    for (SlotActs& sa : slots_)
+      for (nn::BlockActs& ba : sa.blocks) {
+        ep_sides_.push_back(std::make_unique<nn::MoeExpertSide>());
+        ba.ep_side = ep_sides_.back().get();
+      }
+  }
   inputs_.clear();
   inputs_.resize(size_t(slots));
   if (dev() == DeviceKind::cuda) {

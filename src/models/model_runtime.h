@@ -11,6 +11,8 @@
 // run by the same code.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/memory.h"
@@ -141,6 +143,19 @@ class ModelRuntime {
   // pipeline stage's blocks (set_held_layers), null = all.
   // The routers' statistics since the last call (empty when the model has no experts), and reset.
   MoeStats take_moe_stats();
+  // Pipeline parallelism with experts (parallel/pipeline.cpp): the auxiliary losses need every
+  // layer's routing. A stage's chunk receives with its input activations the routing totals of the
+  // layers before it (set_moe_incoming; null: none, the first chunk) and sends on the totals through
+  // its own layers (moe_totals: moe_totals_size() doubles); the last chunk's losses use them. Their
+  // gradients, the same at every router (dprob (E), z_grad: E + 1 floats), travel back with the
+  // residual gradient (moe_loss_grads: what the slot's blocks' backward reads).
+  int moe_totals_size() const { return cfg_.moe.on() ? 2 * cfg_.moe.num_experts + 2 : 0; }
+  void set_moe_incoming(int slot, const double* totals);
+  void moe_totals(int slot, int first, int last, double* out) const;
+  float* moe_loss_grads(int slot);
+  // Context parallelism: a micro-batch's rows are spread over the group, so the auxiliary losses sum
+  // their routing totals (and token counts) over it first: f all-reduces n doubles (a collective).
+  void set_moe_reduce(std::function<void(double*, int)> f) { moe_reduce_ = std::move(f); }
 
   static void planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary, int slots = 1,
                             const nn::ActPlan& plan = {}, size_t* compute_copy = nullptr, const LayerCut& cut = {},
@@ -217,8 +232,10 @@ class ModelRuntime {
   nn::EmbeddingPass embedding_pass(const SlotInput& in) const;
   // Mixture of experts: the auxiliary losses of a slot's pass, weighted by its counted tokens (what
   // head_forward_backward adds to the loss sum), and their gradients at the routers for backward
-  // (moe_dprob_, moe_z_grad_) scaled like the LM head's (models/moe_loss.cpp).
+  // (moe_grad_) scaled like the LM head's (models/moe_loss.cpp).
   double moe_losses(int slot, float grad_scale, int64_t count, bool backward);
+  // A training pass's per-layer loads and dropped assignments into moe_stats_.
+  void add_moe_layer_stats(int first, int last, const SlotActs& a);
 
   Transformer& model_;
   // The model's, by reference (the runtime binds its layers to each unit's views).
@@ -259,10 +276,14 @@ class ModelRuntime {
   Buffer rope_ext_, rope_local_ext_;
   int rope_ext_rows_ = 0;
   Buffer targets_;  // on a GPU: the head's targets there (N)
-  // Per activation slot: d loss / d p at every router (E; the load-balancing loss), and the z-loss's
-  // gradient scale, from the slot's head until its blocks' backward.
-  std::vector<std::vector<float>> moe_dprob_;
-  std::vector<float> moe_z_grad_;
+  // Per activation slot: d loss / d p at every router (E; the load-balancing loss) and the z-loss's
+  // gradient scale (E + 1), from the slot's head until its blocks' backward; the routing totals of
+  // the layers before the slot's chunk (pipeline: received, 2 E + 2) and that chunk's first layer.
+  std::vector<std::vector<float>> moe_grad_;
+  std::vector<std::vector<double>> moe_in_;
+  std::vector<int> moe_first_;
+  std::function<void(double*, int)> moe_reduce_;
+  std::vector<std::unique_ptr<nn::MoeExpertSide>> ep_sides_;  // per slot and layer when slots > 1
   MoeStats moe_stats_;
 };
 

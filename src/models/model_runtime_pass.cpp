@@ -194,6 +194,7 @@ void ModelRuntime::embed_forward(int slot, const int32_t* inputs, const int32_t*
 
 void ModelRuntime::blocks_forward(int slot, int first, int last) {
   SlotActs& a = slots_[slot];
+  if (first == 0 && cfg_.moe.on()) set_moe_incoming(slot, nullptr);  // no layers before the first
   const SlotInput& in = inputs_[slot];
   for (int l = first; l < last; ++l) {
     const int u = layout_.block_units[l];
@@ -202,6 +203,11 @@ void ModelRuntime::blocks_forward(int slot, int first, int last) {
     blocks_[l].forward(a.res[l + 1], a.res[l], a.blocks[l], scratch_views_.block, B_, T_, rope_of(in, l),
                        pack_of(in, l));
     provider().release(u);
+  }
+  if (cfg_.moe.on()) {  // the chunk the slot's losses sum from (after its incoming totals)
+    if (moe_first_.size() <= size_t(slot)) moe_first_.resize(size_t(slot) + 1, 0);
+    moe_first_[size_t(slot)] = first;
+    if (backward_) add_moe_layer_stats(first, last, a);
   }
 }
 
@@ -290,8 +296,10 @@ void ModelRuntime::blocks_backward(int slot, int first, int last) {
     const int u = layout_.block_units[l];
     const TensorView P = provider().acquire(u, true);
     bind_block(l, P, provider().grads(u), compute_view(u, P));
-    if (size_t(slot) < moe_dprob_.size())
-      blocks_[l].moe.loss_grad = {moe_dprob_[size_t(slot)].data(), moe_z_grad_[size_t(slot)]};
+    if (cfg_.moe.on()) {
+      const float* g = moe_loss_grads(slot);
+      blocks_[l].moe.loss_grad = {g, g[cfg_.moe.num_experts]};
+    }
     blocks_[l].backward(scratch_views_.dres, a.res[l], a.blocks[l], scratch_views_.block, B_, T_, rope_of(in, l),
                         pack_of(in, l), act_plan_.of(l));
     provider().release(u);

@@ -175,7 +175,7 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
     // Tensor parallelism: each rank computes its experts' share of every token (a partial sum,
     // reduced like a row-parallel layer's output).
     const TensorView ym = tp ? row_out(out, sc) : out;
-    moe.forward(ym, a.ln2, a.moe, ep, &ep_side);
+    moe.forward(ym, a.ln2, a.moe, ep, a.ep_side ? a.ep_side : &ep_side);
     if (tp) tp->row_parallel_output(out, ym);
   } else {
     const TensorView fc32 = landing(a.fc, sc.fc32);
@@ -343,7 +343,7 @@ void Block::backward(TensorView dres, TensorView x, const BlockActs& a, const Bl
   // MLP: the dense one, or the mixture of experts (fp32; under TP its input gradient is partial too).
   TensorView dy = full_grad(post_norm_backward(post2, dres, a.mlp_out, a.post2_rstd, sc), sc);
   if (s.moe.on())
-    moe.backward(sc.dln, dy, a.ln2, a.moe, sc.moe, ep, &ep_side);
+    moe.backward(sc.dln, dy, a.ln2, a.moe, sc.moe, ep, a.ep_side ? a.ep_side : &ep_side);
   else
     dense_mlp_backward(dy, a, fc32, sc);
   ln2.backward(dres, reduce_input_grad(sc.dln), a.mid, a.ln2_mean, a.ln2_rstd);  // dres is now dL/dmid

@@ -71,6 +71,9 @@ struct BlockActs {
   TensorView attn_out, mlp_out;       // (n, C)
   TensorView post1_rstd, post2_rstd;  // (n)
   MoeActs moe;                        // shape.moe.on() only
+  // Expert parallelism: this activation slot's expert side of the layer (a pipeline keeps several
+  // micro-batches between forward and backward); null: the block's own.
+  MoeExpertSide* ep_side = nullptr;
 };
 
 struct BlockScratch {
@@ -173,7 +176,7 @@ class Block {
   TpRegion* tp = nullptr;
   CpRegion* cp = nullptr;         // context parallel: attention runs through it (fp32 under every precision)
   EpRegion* ep = nullptr;         // expert parallel (MoE): the experts' rows travel through it (nn/moe.h)
-  mutable MoeExpertSide ep_side;  // with ep: the expert side's rows, kept from forward to backward
+  mutable MoeExpertSide ep_side;  // with ep and no slot's own (BlockActs::ep_side): kept from forward to backward
   // Whether a strategy attached a region (the above) to this block.
   bool has_regions() const { return tp || cp || ep; }
   Precision precision = Precision::fp32;

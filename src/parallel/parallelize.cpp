@@ -59,6 +59,8 @@ void ParallelModel::apply_context_parallel() {
     *in = s.inputs, *tg = s.targets, *pos = s.positions;
   };
   cp_eval_.reduce = [comm](double* v) { comm->all_reduce(v, 2); };
+  // The auxiliary losses of a mixture of experts run over the whole micro-batch's routing.
+  if (model_.config().moe.on()) model_.runtime().set_moe_reduce([comm](double* v, int n) { comm->all_reduce(v, n); });
 }
 
 // Each rank of the expert group computes its share of every MoE layer's experts (expert_parallel.h).
@@ -349,9 +351,11 @@ nlohmann::json ParallelModel::report(int64_t steps_run, const ModelConfig& cfg) 
     grid_.ep().all_reduce(&sent, 1);
     sent /= grid_.ep().size();
     // A fully recomputed layer reruns its forward's exchanges in backward: 3 passes instead of 2.
-    int passes = 0;
-    for (int l = 0; l < cfg.n_layer; ++l) passes += 2 + (plan_.act_plan.of(l) == nn::Recompute::full);
-    const double rows = double(plan_.rows) * plan_.seq_len * plan_.micro_batches;
+    int passes = 0;  // over this rank's layers (a pipeline stage's: its expert group's)
+    for (int l = 0; l < cfg.n_layer; ++l)
+      if (stage_layers_.empty() || stage_layers_[size_t(l)])
+        passes += 2 + (plan_.act_plan.of(l) == nn::Recompute::full);
+    const double rows = double(plan_.rows) * local_seq_len() * plan_.micro_batches;  // a CP rank's share
     const double formula = rows * cfg.moe.top_k * passes * cfg.n_embd * 4.0 * 2;
     int64_t expert_params = 0;
     for (const ParamInfo& p : model_.params().list()) expert_params += p.expert ? p.numel : 0;

@@ -13,6 +13,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 // Tags name the sending virtual stage and the kind, so each (link, kind) is one ordered stream.
 int tag_of(int sender_vs, bool grad) { return 2 * sender_vs + (grad ? 1 : 0); }
+// The mixture-of-experts side messages that travel with them (after all virtual stages' tags).
+int side_tag_of(int sender_vs, bool grad, int virtual_stages) { return tag_of(virtual_stages + sender_vs, grad); }
+constexpr int kSideKind = 16;  // a side message's Key::kind: its activation's or gradient's + kSideKind
 }  // namespace
 
 StageUnits stage_units(const Transformer& model, const StageCut& cut, dist::Communicator& pp,
@@ -81,12 +84,20 @@ void PipelineExecutor::post_recv(const Action& a, const std::vector<PipelineMicr
   for (auto& [k, r] : recvs_)
     if (k == key) return;  // posted already
   touch(a.mb, mbs);
-  const int s = slot_of_mb_[a.mb], v = vs(a);
+  const int s = slot_of_mb_[a.mb], v = vs(a), n = model_.runtime().moe_totals_size(), VS = P_ * V_;
+  const size_t idx = size_t(s * V_ + a.chunk);
+  const Key side{key.kind + kSideKind, a.mb, a.chunk};
   if (a.kind == ActionKind::recv_act) {
     const TensorView dst = model_.runtime().residual(s, cut_.layer_begin(v));
     recvs_.push_back({key, pp_.irecv(dst.data, bytes_, (v - 1) % P_, tag_of(v - 1, false))});
+    if (n)
+      recvs_.push_back({side, pp_.irecv(moe_in_[idx].data(), size_t(n) * sizeof(double), (v - 1) % P_,
+                                        side_tag_of(v - 1, false, VS))});
   } else {
     recvs_.push_back({key, pp_.irecv(grad_in_[s].data(), bytes_, (v + 1) % P_, tag_of(v + 1, true))});
+    if (n)
+      recvs_.push_back({side, pp_.irecv(moe_gin_[idx].data(), size_t(n / 2) * sizeof(float), (v + 1) % P_,
+                                        side_tag_of(v + 1, true, VS))});
   }
 }
 
@@ -96,9 +107,13 @@ void PipelineExecutor::compute(const Action& a, const std::vector<PipelineMicroB
   const int first = cut_.layer_begin(v), end = cut_.layer_end(v), L = model_.config().n_layer;
   const PipelineMicroBatch& in = mbs[a.mb];
   const auto t0 = Clock::now();
+  const int n = model_.runtime().moe_totals_size();
+  const size_t idx = size_t(s * V_ + a.chunk);
   if (a.kind == ActionKind::forward) {
     if (v == 0) model_.runtime().embed_forward(s, in.inputs, in.positions);
+    if (n) model_.runtime().set_moe_incoming(s, v == 0 ? nullptr : moe_in_[idx].data());
     model_.runtime().blocks_forward(s, first, end);
+    if (n && v < V_ - 1) model_.runtime().moe_totals(s, first, end, moe_out_[idx].data());  // sent with the output
     if (v == V_ - 1) {
       // The head's forward and backward at once (one fused kernel); its gradient waits in the
       // slot's last residual (read by nothing after the final norm's backward) for the
@@ -121,7 +136,10 @@ void PipelineExecutor::compute(const Action& a, const std::vector<PipelineMicroB
     }
     dres_holder_ = -1;
     set_last(a.mb == m_ - 1);
+    float* moe_grads = n ? model_.runtime().moe_loss_grads(s) : nullptr;
+    if (n && v < V_ - 1) std::copy(moe_gin_[idx].begin(), moe_gin_[idx].end(), moe_grads);  // the last chunk's own
     model_.runtime().blocks_backward(s, first, end);
+    if (n && v > 0) std::copy_n(moe_grads, moe_gout_[idx].size(), moe_gout_[idx].begin());  // sent with dres
     if (v == 0) {
       model_.runtime().embed_backward(s);
     } else {
@@ -140,6 +158,13 @@ PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& 
   bytes_ = model_.runtime().residual_grad().bytes();  // (B T, C) fp32, like every residual stream
   for (Buffer& b : grad_in_)
     if (b.bytes() != bytes_) b = Buffer(bytes_, MemCategory::activations);
+  if (const int n = model_.runtime().moe_totals_size()) {
+    const size_t chunks = size_t(slots_ * V_);
+    moe_in_.assign(chunks, std::vector<double>(size_t(n), 0.0));
+    moe_out_.assign(chunks, std::vector<double>(size_t(n), 0.0));
+    moe_gin_.assign(chunks, std::vector<float>(size_t(n / 2), 0.f));
+    moe_gout_.assign(chunks, std::vector<float>(size_t(n / 2), 0.f));
+  }
   std::fill(occupant_.begin(), occupant_.end(), -1);
   dres_holder_ = -1;
   model_.runtime().begin_pass(true);
@@ -154,6 +179,12 @@ PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& 
         ZT_PROFILE("pipeline_wait");
         it->second.wait();
         recvs_.erase(it);
+        const Key side{key.kind + kSideKind, a.mb, a.chunk};  // its mixture-of-experts side message
+        auto st_it = std::find_if(recvs_.begin(), recvs_.end(), [&](auto& p) { return p.first == side; });
+        if (st_it != recvs_.end()) {
+          st_it->second.wait();
+          recvs_.erase(st_it);
+        }
         break;
       }
       case ActionKind::send_act:
@@ -161,7 +192,14 @@ PipelineStepStats PipelineExecutor::step(const std::vector<PipelineMicroBatch>& 
         const int s = slot_of_mb_[a.mb], v = vs(a);
         const bool grad = a.kind == ActionKind::send_grad;
         const TensorView src = model_.runtime().residual(s, grad ? cut_.layer_begin(v) : cut_.layer_end(v));
-        sends_[s].push_back(pp_.isend(src.data, bytes_, ((grad ? v - 1 : v + 1) % P_ + P_) % P_, tag_of(v, grad)));
+        const int peer = ((grad ? v - 1 : v + 1) % P_ + P_) % P_;
+        sends_[s].push_back(pp_.isend(src.data, bytes_, peer, tag_of(v, grad)));
+        if (model_.runtime().moe_totals_size()) {  // the routing totals on, the losses' gradients back
+          const size_t idx = size_t(s * V_ + a.chunk);
+          const void* side = grad ? static_cast<const void*>(moe_gout_[idx].data()) : moe_out_[idx].data();
+          const size_t bytes = grad ? moe_gout_[idx].size() * sizeof(float) : moe_out_[idx].size() * sizeof(double);
+          sends_[s].push_back(pp_.isend(side, bytes, peer, side_tag_of(v, grad, P_ * V_)));
+        }
         break;
       }
       case ActionKind::forward:

@@ -90,6 +90,11 @@ class PipelineExecutor {
   std::vector<std::vector<dist::Request>> sends_;  // per slot: sends reading its buffers
   std::vector<Buffer> grad_in_;                    // per slot: the gradient received for a chunk
   std::vector<std::pair<Key, dist::Request>> recvs_;
+  // Mixture of experts, per (slot, chunk): the routing totals received with a chunk's activations
+  // and sent on with its output (ModelRuntime::moe_totals), and the auxiliary losses' gradients
+  // received with the residual gradient and sent on with it (moe_loss_grads).
+  std::vector<std::vector<double>> moe_in_, moe_out_;
+  std::vector<std::vector<float>> moe_gin_, moe_gout_;
   int dres_holder_ = -1;  // micro-batch whose head gradient is still in the model's residual_grad()
 };
 

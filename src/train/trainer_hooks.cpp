@@ -109,6 +109,17 @@ void moe_step_log(const MoeStats& s, int E, std::vector<std::pair<const char*, d
   extra->push_back({"moe_max_balance", worst});
   *row = {{"moe_tokens_per_expert", load}, {"moe_balance", balance}};
 }
+// Under a pipeline each stage counted its own layers' loads, and the last stage the losses: summed
+// over the stages (a collective over the pp group).
+void sum_over_stages(dist::Communicator& pp, const ModelConfig& cfg, MoeStats* s) {
+  const size_t LE = size_t(cfg.n_layer) * size_t(cfg.moe.num_experts);
+  s->load.resize(LE, 0);
+  std::vector<double> v{double(s->passes), s->aux_loss, s->z_loss, double(s->dropped)};
+  v.insert(v.end(), s->load.begin(), s->load.end());
+  pp.all_reduce(v.data(), v.size());
+  s->passes = int64_t(v[0]), s->aux_loss = v[1], s->z_loss = v[2], s->dropped = int64_t(v[3]);
+  for (size_t i = 0; i < LE; ++i) s->load[i] = int64_t(v[4 + i]);
+}
 }  // namespace
 
 void Trainer::LogHook::after_step(StepContext& c) {
@@ -125,7 +136,8 @@ void Trainer::LogHook::after_step(StepContext& c) {
       (t.config_.logging.strategy != Interval::no && (step + 1 == t.total_steps_ || (step + 1) % t.log_every_ == 0));
   // The loss per channel: a collective over the data-parallel ranks at logging steps.
   const auto* channel_losses = t.chan_ && log_now ? &t.chan_->reduce(t.grid_->dp_cp()) : nullptr;
-  const MoeStats moe = t.model_->runtime().take_moe_stats();  // every rank: the statistics restart each step
+  MoeStats moe = t.model_->runtime().take_moe_stats();  // every rank: the statistics restart each step
+  if (t.parallel_->pipelined() && t.model_->config().moe.on()) sum_over_stages(t.grid_->pp(), t.model_->config(), &moe);
   if (!t.log_) return;
   std::vector<std::pair<const char*, double>> extra;
   nlohmann::json moe_detail;

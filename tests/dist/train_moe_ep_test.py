@@ -16,6 +16,11 @@ recomputation (against one process with bf16 and full recomputation). Checks:
     recomputation, which reruns the forward) within 2%;
   - tensor parallelism (TP 2 x DP 2, with and without sequence parallelism): each TP rank computes
     half the experts for every token; losses within 1e-5, the exported folder equal;
+  - pipeline parallelism (PP 2 x DP 2, and PP 2 with EP 2 and ZeRO-1; a 4-layer Mixtral on an
+    interleaved PP 2 with 2 chunks per stage): losses within 1e-5, the router statistics of every
+    layer and the aux loss as one process's;
+  - context parallelism (CP 2 x DP 2, and CP 2 with EP 2: the expert group is the CP pair): the
+    auxiliary losses sum the routing over the group; losses within 1e-5;
   - bad input: EP not dividing the experts, EP on a dense model, TP with EP, EP with hybrid sharding:
     one error line each.
 usage: train_moe_ep_test.py ZTRAIN MPIRUN
@@ -50,8 +55,12 @@ FP32_TOL, BF16_TOL = 1e-5, 1e-4
 CASES = sanitizer_cases([("ep1", 1, [], []), ("ep2", 2, [], []), ("ep4", 4, [], []),
                          ("ep2_zero1", 2, ["--zero_stage", "1"], []), ("ep2_zero3", 2, ["--zero_stage", "3"], []),
                          ("ep2_bf16_full", 2, [], BF16_FULL), ("tp2", 1, ["--tensor-model-parallel-size", "2"], []),
-                         ("tp2_sp", 1, ["--tensor-model-parallel-size", "2", "--sequence-parallel"], [])],
-                        {"ep2", "ep4", "tp2_sp"})
+                         ("tp2_sp", 1, ["--tensor-model-parallel-size", "2", "--sequence-parallel"], []),
+                         ("pp2", 1, ["--pipeline-model-parallel-size", "2"], []),
+                         ("pp2_ep2_zero1", 2, ["--pipeline-model-parallel-size", "2", "--zero_stage", "1"], []),
+                         ("cp2", 1, ["--context-parallel-size", "2"], []),
+                         ("cp2_ep2", 2, ["--context-parallel-size", "2"], [])],
+                        {"ep2", "ep4", "tp2_sp", "pp2_ep2_zero1", "cp2_ep2"})
 STEPS, SAVE = steps_and_save()
 
 
@@ -85,9 +94,11 @@ def check_export(name, case, out, ref_out, tol):
 
 
 def data_ranks(layout, np=4):
-    """The data-parallel ranks of np under the layout flags (tensor parallelism takes its share)."""
-    tp = int(layout[layout.index("--tensor-model-parallel-size") + 1]) if "--tensor-model-parallel-size" in layout else 1
-    return np // tp
+    """The data-parallel ranks of np under the layout flags (tensor and pipeline parallelism take theirs)."""
+    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size"):
+        if flag in layout:
+            np //= int(layout[layout.index(flag) + 1])
+    return np
 
 
 def run_case(name, cfg, model, work, case, reference):
@@ -106,18 +117,49 @@ def run_case(name, cfg, model, work, case, reference):
     check(len(hist) == STEPS and worst <= tol,
           f"{name} 4 ranks EP {ep} {' '.join(layout + prec)}: {len(hist)} steps, worst loss difference {worst:.2e} "
           f"(bound {tol:g})")
-    if ep == 1:
-        if layout:  # tensor parallelism: a rank's experts, the shared expert cut; the folder is whole
+    pp = int(layout[layout.index("--pipeline-model-parallel-size") + 1]) if "--pipeline-model-parallel-size" in layout else 1
+    if ep == 1 or pp > 1:  # TP: a rank's experts, the shared expert cut; PP: a stage's layers; CP
+        if layout:
             check_export(name, label, out, ref_out, tol)
-        return
-    check_sharding(name, cfg, label, ep, res, ref_res, out, ref_out, tol)
+        if ep == 1:
+            return
+    else:
+        check_sharding(name, cfg, label, ep, res, ref_res, out, ref_out, tol)
     rep = res.get("data_parallel", {}).get("expert_parallel", {})
     got, want = rep.get("all_to_all_bytes_per_step", 0), rep.get("formula_bytes_per_step", 1)
     passes = 3 if prec == BF16_FULL else 2  # a fully recomputed layer reruns its forward's exchanges
-    exact = B * T * ACC // data_ranks(layout) * 2 * cfg["num_hidden_layers"] * cfg["hidden_size"] * 4 * 2 * passes
+    layers = cfg["num_hidden_layers"] // pp  # a stage's expert group moves its layers' rows
+    cp = int(layout[layout.index("--context-parallel-size") + 1]) if "--context-parallel-size" in layout else 1
+    exact = B * T // cp * ACC // data_ranks(layout) * 2 * layers * cfg["hidden_size"] * 4 * 2 * passes
     check(abs(got - want) <= 0.02 * want and want == exact,
           f"{name} {label}: all-to-all bytes per step {got:.0f}, routed tokens x K x C x 4 x 2 x {passes} passes "
           f"x layers = {want:.0f}")
+
+
+def check_interleaved(work):
+    """A 4-layer Mixtral on an interleaved pipeline (2 stages x 2 chunks of one layer, 2 ranks): the
+    routing totals and the auxiliary losses' gradients travel with every chunk's messages."""
+    path = os.path.join(work, "mixtral4.json")
+    json.dump(dict(MODELS["mixtral"], num_hidden_layers=4), open(path, "w"))
+    model, data = ["--model_config_path", path], os.path.join(work, "train.bin")
+    ref_out, out = os.path.join(work, "mixtral4_ref"), os.path.join(work, "mixtral4_pp2_interleaved")
+    p = train(ZT, MPIRUN, 1, model, data, ref_out, STEPS, B, T, ACC, [])
+    q = train(ZT, MPIRUN, 2, model, data, out, STEPS, B, T, ACC,
+              ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"])
+    if p.returncode != 0 or q.returncode != 0:
+        check(False, f"mixtral 4 layers, interleaved pipeline: exit {p.returncode} / {q.returncode}\n"
+              f"{(p.stderr + q.stderr)[-1500:]}")
+        return
+    ref, got = step_history(ref_out)[0], step_history(out)[0]
+    worst = max(rel(h["loss"], r["loss"]) for h, r in zip(got, ref))
+    check(len(got) == STEPS and worst <= FP32_TOL,
+          f"mixtral 4 layers, PP 2 interleaved (2 chunks per stage): worst loss difference {worst:.2e} (bound 1e-5)")
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in line]
+    ref_rows = [json.loads(line) for line in open(os.path.join(ref_out, "metrics.jsonl")) if '"loss"' in line]
+    check(rows[-1]["moe_tokens_per_expert"] == ref_rows[-1]["moe_tokens_per_expert"]
+          and rel(rows[-1]["aux_loss"], ref_rows[-1]["aux_loss"]) <= 1e-5,
+          f"mixtral 4 layers, PP 2 interleaved: every layer's tokens per expert and the aux loss as one process's "
+          f"({rows[-1]['aux_loss']:.6f})")
 
 
 RESHARDS = [("EP 2", ["--expert-model-parallel-size", "2"],
@@ -177,6 +219,7 @@ def main():
             continue
         ref = refs[()][1]
         check_reshard(name, model, work, ref)
+    check_interleaved(work)
     dense = {k: v for k, v in BASE.items() if k not in ("output_router_logits", "router_aux_loss_coef")}
     json.dump(dict(dense, model_type="llama"), open(os.path.join(work, "dense.json"), "w"))
     check_errors([
