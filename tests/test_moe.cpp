@@ -246,6 +246,37 @@ TEST(MoeLayer, HeldExpertHalvesSumToTheWholeLayer) {
   expect_close(halves, as_double(w.dexperts), 1e-5, 1e-6, "d experts");
 }
 
+// bf16 runs: the typed grouped GEMM and weight gradient on bf16 operands equal double products of
+// the bf16 values (fp32 accumulation), whichever bf16 path the machine has.
+TEST(MoeKernels, GroupedGemmBf16EqualsProductsOfTheRoundedValues) {
+  const int E = 3, n = 5, k = 7, R = 9;
+  const std::vector<int32_t> offsets{0, 4, 4, 9};
+  const std::vector<float> a = randn(size_t(R * k), 21), b = randn(size_t(E * n * k), 22),
+                           dy = randn(size_t(R * n), 23);
+  auto lowp = [](const std::vector<float>& v) {
+    std::vector<uint16_t> o(v.size());
+    for (size_t i = 0; i < v.size(); ++i) o[i] = f32_to_bf16(v[i]);
+    return o;
+  };
+  auto back = [](uint16_t h) { return double(bf16_to_f32(h)); };
+  const std::vector<uint16_t> a16 = lowp(a), b16 = lowp(b), dy16 = lowp(dy);
+  std::vector<float> c(size_t(R * n)), dw(size_t(E * n * k), 0.f);
+  kernels::moe_grouped_gemm_typed(DType::bf16, offsets.data(), E, true, n, k, a16.data(), k, b16.data(), int64_t(n) * k,
+                                  k, 0.f, c.data(), n);
+  kernels::moe_grouped_wgrad_typed(DType::bf16, offsets.data(), E, n, k, dy16.data(), n, a16.data(), k, dw.data(),
+                                   int64_t(n) * k, k);
+  std::vector<double> want_c(c.size(), 0.0), want_dw(dw.size(), 0.0);
+  for (int e = 0; e < E; ++e)
+    for (int r = offsets[size_t(e)]; r < offsets[size_t(e) + 1]; ++r)
+      for (int j = 0; j < n; ++j)
+        for (int p = 0; p < k; ++p) {
+          want_c[size_t(r * n + j)] += back(a16[size_t(r * k + p)]) * back(b16[size_t((e * n + j) * k + p)]);
+          want_dw[size_t((e * n + j) * k + p)] += back(dy16[size_t(r * n + j)]) * back(a16[size_t(r * k + p)]);
+        }
+  expect_close(c, want_c, 1e-5, 1e-5, "bf16 grouped gemm");
+  expect_close(dw, want_dw, 1e-5, 1e-5, "bf16 grouped wgrad");
+}
+
 TEST(MoeKernels, GroupedGemmEqualsPerExpertProducts) {
   const int E = 3, n = 5, k = 7;
   const std::vector<int32_t> offsets{0, 4, 4, 9};  // expert 1 gets no rows

@@ -257,6 +257,17 @@ void moe_grouped_wgrad(DeviceKind d, const int32_t* offsets, int E, int64_t n, i
   ZT_MOE_CPU_ONLY();
   moe_grouped_wgrad(offsets, E, n, k, dy, lddy, x, ldx, dw, dw_stride, lddw);
 }
+void moe_grouped_gemm_typed(DeviceKind d, DType t, const int32_t* offsets, int E, bool trans_b, int64_t n, int64_t k,
+                            const void* a, int64_t lda, const void* b, int64_t b_stride, int64_t ldb, float beta,
+                            float* c, int64_t ldc) {
+  ZT_MOE_CPU_ONLY();
+  moe_grouped_gemm_typed(t, offsets, E, trans_b, n, k, a, lda, b, b_stride, ldb, beta, c, ldc);
+}
+void moe_grouped_wgrad_typed(DeviceKind d, DType t, const int32_t* offsets, int E, int64_t n, int64_t k, const void* dy,
+                             int64_t lddy, const void* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw) {
+  ZT_MOE_CPU_ONLY();
+  moe_grouped_wgrad_typed(t, offsets, E, n, k, dy, lddy, x, ldx, dw, dw_stride, lddw);
+}
 
 void moe_shared_gate_forward(DeviceKind d, float* y, const float* o, const float* g, int64_t N, int C) {
   ZT_MOE_CPU_ONLY();

@@ -90,6 +90,11 @@ void moe_grouped_gemm(DeviceKind d, const int32_t* offsets, int E, bool trans_b,
 void moe_grouped_wgrad(DeviceKind d, const int32_t* offsets, int E, int64_t n, int64_t k, const float* dy, int64_t lddy,
                        const float* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw);
 
+void moe_grouped_gemm_typed(DeviceKind d, DType t, const int32_t* offsets, int E, bool trans_b, int64_t n, int64_t k,
+                            const void* a, int64_t lda, const void* b, int64_t b_stride, int64_t ldb, float beta,
+                            float* c, int64_t ldc);
+void moe_grouped_wgrad_typed(DeviceKind d, DType t, const int32_t* offsets, int E, int64_t n, int64_t k, const void* dy,
+                             int64_t lddy, const void* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw);
 void moe_shared_gate_forward(DeviceKind d, float* y, const float* o, const float* g, int64_t N, int C);
 void moe_shared_gate_backward(DeviceKind d, float* do_, float* dg, const float* dy, const float* o, const float* g,
                               int64_t N, int C);

@@ -162,23 +162,48 @@ void moe_combine_backward(float* dyp, float* dw, const float* dy, const float* y
   }
 }
 
+namespace {
+// f(e, first row, rows) for each expert that has rows.
+template <class F>
+void for_each_expert(const int32_t* offsets, int E, F f) {
+  for (int e = 0; e < E; ++e)
+    if (offsets[e + 1] > offsets[e]) f(e, int64_t(offsets[e]), int64_t(offsets[e + 1] - offsets[e]));
+}
+}  // namespace
+
 void moe_grouped_gemm(const int32_t* offsets, int E, bool trans_b, int64_t n, int64_t k, const float* a, int64_t lda,
                       const float* b, int64_t b_stride, int64_t ldb, float beta, float* c, int64_t ldc) {
-  // One GEMM per expert over its rows; oneDNN threads each one.
-  for (int e = 0; e < E; ++e) {
-    const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
-    if (rows == 0) continue;
-    gemm(false, trans_b, rows, n, k, 1.f, a + r0 * lda, lda, b + e * b_stride, ldb, beta, c + r0 * ldc, ldc);
-  }
+  moe_grouped_gemm_typed(DType::f32, offsets, E, trans_b, n, k, a, lda, b, b_stride, ldb, beta, c, ldc);
 }
 
 void moe_grouped_wgrad(const int32_t* offsets, int E, int64_t n, int64_t k, const float* dy, int64_t lddy,
                        const float* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw) {
-  for (int e = 0; e < E; ++e) {
-    const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
-    if (rows == 0) continue;
-    gemm(true, false, n, k, rows, 1.f, dy + r0 * lddy, lddy, x + r0 * ldx, ldx, 1.f, dw + e * dw_stride, lddw);
-  }
+  moe_grouped_wgrad_typed(DType::f32, offsets, E, n, k, dy, lddy, x, ldx, dw, dw_stride, lddw);
+}
+
+// One GEMM per expert over its rows (gemm_typed: f32 to gemm(), bf16 to oneDNN's bf16 matmul); oneDNN
+// threads each one.
+void moe_grouped_gemm_typed(DType t, const int32_t* offsets, int E, bool trans_b, int64_t n, int64_t k, const void* a,
+                            int64_t lda, const void* b, int64_t b_stride, int64_t ldb, float beta, float* c,
+                            int64_t ldc) {
+  const int64_t es = int64_t(dtype_size(t));
+  const char* A = static_cast<const char*>(a);
+  const char* B = static_cast<const char*>(b);
+  for_each_expert(offsets, E, [&](int e, int64_t r0, int64_t rows) {
+    gemm_typed(t, false, trans_b, rows, n, k, 1.f, A + r0 * lda * es, lda, B + e * b_stride * es, ldb, beta,
+               c + r0 * ldc, ldc);
+  });
+}
+
+void moe_grouped_wgrad_typed(DType t, const int32_t* offsets, int E, int64_t n, int64_t k, const void* dy, int64_t lddy,
+                             const void* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw) {
+  const int64_t es = int64_t(dtype_size(t));
+  const char* DY = static_cast<const char*>(dy);
+  const char* X = static_cast<const char*>(x);
+  for_each_expert(offsets, E, [&](int e, int64_t r0, int64_t rows) {
+    gemm_typed(t, true, false, n, k, rows, 1.f, DY + r0 * lddy * es, lddy, X + r0 * ldx * es, ldx, 1.f,
+               dw + e * dw_stride, lddw);
+  });
 }
 
 void moe_shared_gate_forward(float* y, const float* o, const float* g, int64_t N, int C) {

@@ -10,6 +10,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/tensor.h"
+
 namespace zt::kernels {
 
 struct MoeDims {
@@ -58,6 +60,14 @@ void moe_grouped_gemm(const int32_t* offsets, int E, bool trans_b, int64_t n, in
 // The weight gradients: dW_e (n, k) += dY_e^T (n x rows) X_e (rows, k), dW_e at dw + e * dw_stride.
 void moe_grouped_wgrad(const int32_t* offsets, int E, int64_t n, int64_t k, const float* dy, int64_t lddy,
                        const float* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw);
+
+// The same two with A and B (dy and x) of type t (bf16: oneDNN's bf16 matmul, fp32 accumulation and
+// output; kernels/gemm.h gemm_typed); leading dimensions and strides in elements.
+void moe_grouped_gemm_typed(DType t, const int32_t* offsets, int E, bool trans_b, int64_t n, int64_t k, const void* a,
+                            int64_t lda, const void* b, int64_t b_stride, int64_t ldb, float beta, float* c,
+                            int64_t ldc);
+void moe_grouped_wgrad_typed(DType t, const int32_t* offsets, int E, int64_t n, int64_t k, const void* dy, int64_t lddy,
+                             const void* x, int64_t ldx, float* dw, int64_t dw_stride, int64_t lddw);
 
 // Qwen2-MoE's gated shared expert: y (N, C) += sigmoid(g[t]) o[t] (g (N): the gate's logits).
 void moe_shared_gate_forward(float* y, const float* o, const float* g, int64_t N, int C);

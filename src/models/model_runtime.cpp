@@ -165,6 +165,9 @@ void ModelRuntime::bind_base_block(int l, TensorView params, TensorView grads, T
     for (auto [lin, slot] :
          {std::pair{&b.qkv, &bs.qkv}, {&b.proj, &bs.proj}, {&b.fc_in, &bs.fc_in}, {&b.fc_out, &bs.fc_out}})
       if (slot->w >= 0) lin->wc = compute.sub(slot->w - base, lin->w.shape);  // QLoRA's NF4 weights have none
+    // bf16: the experts' GEMMs read their compute copy too (fp16's fp32 copy is not used by them).
+    if (s.shape.moe.on() && compute.dtype == DType::bf16)
+      b.moe.experts_c = compute.sub(bs.moe.experts - base, b.moe.experts.shape);
   }
 }
 

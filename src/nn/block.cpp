@@ -95,7 +95,7 @@ BlockScratch Block::carve_scratch(Carver& c, const BlockShape& s, int B, int T, 
   r.dpost = c.take(DType::f32, {s.post_norm ? n : 0, s.C});
   r.qk_sums = c.take(DType::f32, {s.qk_norm_full ? N : 0});
   r.full = c.take(DType::f32, {s.sp > 1 ? N : 0, s.C});
-  r.moe = Moe::carve_scratch(c, s.moe, N);
+  r.moe = Moe::carve_scratch(c, s.moe, N, p == Precision::bf16);
   return r;
 }
 
@@ -175,7 +175,7 @@ void Block::forward(TensorView y, TensorView x, const BlockActs& a, const BlockS
     // Tensor parallelism: each rank computes its experts' share of every token (a partial sum,
     // reduced like a row-parallel layer's output).
     const TensorView ym = tp ? row_out(out, sc) : out;
-    moe.forward(ym, a.ln2, a.moe, ep, a.ep_side ? a.ep_side : &ep_side);
+    moe.forward(ym, a.ln2, a.moe, ep, a.ep_side ? a.ep_side : &ep_side, sc.moe.lo1.as<uint16_t>());
     if (tp) tp->row_parallel_output(out, ym);
   } else {
     const TensorView fc32 = landing(a.fc, sc.fc32);

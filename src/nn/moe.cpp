@@ -62,9 +62,12 @@ void Moe::summarize(const MoeActs& a, int64_t N) const {
   sum[2 * E + 1] = double(*a.dropped.as<const int64_t>());
 }
 
-MoeScratch Moe::carve_scratch(Carver& c, const MoeShape& s, int64_t N) {
+MoeScratch Moe::carve_scratch(Carver& c, const MoeShape& s, int64_t N, bool lowp) {
   MoeScratch r{};
   if (!s.on()) return r;
+  const int64_t lo_rows = lowp ? N * s.K : 0, lo_width = std::max<int64_t>(s.C, 2 * int64_t(s.F));
+  r.lo1 = c.take(DType::bf16, {lo_rows, lo_width});
+  r.lo2 = c.take(DType::bf16, {lo_rows, lo_width});
   const int64_t R = N * s.K, ns = s.Fs > 0 ? N : 0;
   r.dyp = c.take(DType::f32, {R, s.C});
   r.dact = c.take(DType::f32, {R, s.F});
@@ -95,7 +98,7 @@ void zero_rows_outside(TensorView t, int64_t r0, int64_t r1, int64_t R) {
 }
 }  // namespace
 
-void Moe::forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep, MoeExpertSide* side) const {
+void Moe::forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep, MoeExpertSide* side, uint16_t* lo) const {
   const MoeShape& s = shape;
   const int64_t N = rows(x);
   const kernels::MoeDims d = s.dims(N);
@@ -121,8 +124,9 @@ void Moe::forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep, Mo
       // Every expert, or (tensor parallelism) the held ones' rows, the others' outputs zero.
       const int32_t* held = off + s.held_begin;
       zero_rows_outside(a.yp, held[0], held[s.experts_held()], R);
-      run_experts(held, s.experts_held(), experts.as<const float>(), a.xp.as<const float>(), a.h.as<float>(),
-                  a.act.as<float>(), a.yp.as<float>());
+      ZT_ASSERT(!lowp() || lo, "a bf16 MoE layer needs its scratch's bf16 rows");
+      run_experts({held, s.experts_held(), 0, lo, nullptr}, a.xp.as<const float>(), a.h.as<float>(), a.act.as<float>(),
+                  a.yp.as<float>());
     }
     kernels::moe_combine(dev, y.as<float>(), a.yp.as<const float>(), a.w.as<const float>(),
                          a.slot_of.as<const int32_t>(), d);
@@ -145,26 +149,55 @@ void Moe::shared_forward(TensorView y, TensorView x, const MoeActs& a) const {
   }
 }
 
-// h = x [W_gate; W_up]^T per expert; act = silu(gate) * up; y = act W_out^T. Rows [off[0], off[E_count]).
-void Moe::run_experts(const int32_t* off, int E_count, const float* W, const float* x, float* h, float* act,
-                      float* y) const {
-  const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = off[0], rows = off[E_count] - r0;
-  kernels::moe_grouped_gemm(dev, off, E_count, true, 2 * F, C, x, C, W, st, C, 0.f, h, 2 * F);
+// h = x [W_gate; W_up]^T per expert; act = silu(gate) * up; y = act W_out^T. bf16 runs: the GEMMs'
+// operands in bf16 (x, act and the weights' compute copy), fp32 accumulation and outputs.
+void Moe::run_experts(const ExpertRun& r, const float* x, float* h, float* act, float* y) const {
+  const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = r.off[0], rows = r.off[r.E_count] - r0;
+  if (!lowp()) {
+    const float* W = experts.as<const float>() + r.first;
+    kernels::moe_grouped_gemm(dev, r.off, r.E_count, true, 2 * F, C, x, C, W, st, C, 0.f, h, 2 * F);
+    kernels::swiglu_forward(dev, act + r0 * F, h + r0 * 2 * F, rows, shape.F);
+    kernels::moe_grouped_gemm(dev, r.off, r.E_count, true, C, F, act, F, W + 2 * F * C, st, F, 0.f, y, C);
+    return;
+  }
+  const uint16_t* W = static_cast<const uint16_t*>(experts_c.data) + r.first;
+  kernels::to_lowp(dev, DType::bf16, r.lo1 + r0 * C, x + r0 * C, rows * C);
+  kernels::moe_grouped_gemm_typed(dev, DType::bf16, r.off, r.E_count, true, 2 * F, C, r.lo1, C, W, st, C, 0.f, h,
+                                  2 * F);
   kernels::swiglu_forward(dev, act + r0 * F, h + r0 * 2 * F, rows, shape.F);
-  kernels::moe_grouped_gemm(dev, off, E_count, true, C, F, act, F, W + 2 * F * C, st, F, 0.f, y, C);
+  kernels::to_lowp(dev, DType::bf16, r.lo1 + r0 * F, act + r0 * F, rows * F);
+  kernels::moe_grouped_gemm_typed(dev, DType::bf16, r.off, r.E_count, true, C, F, r.lo1, F, W + 2 * F * C, st, F, 0.f,
+                                  y, C);
 }
 
 // From the output gradients dy to the input gradients (into dy, read no more by then).
-void Moe::run_experts_backward(const int32_t* off, int E_count, const float* W, float* dW, const float* x,
-                               const float* h, const float* act, float* dy, float* dact, float* dh) const {
-  const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = off[0], rows = off[E_count] - r0;
-  // W_out: dW_out += dy^T act; dact = dy W_out.
-  kernels::moe_grouped_wgrad(dev, off, E_count, C, F, dy, C, act, F, dW + 2 * F * C, st, F);
-  kernels::moe_grouped_gemm(dev, off, E_count, false, F, C, dy, C, W + 2 * F * C, st, F, 0.f, dact, F);
+void Moe::run_experts_backward(const ExpertRun& r, const float* x, const float* h, const float* act, float* dy,
+                               float* dact, float* dh) const {
+  const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = r.off[0], rows = r.off[r.E_count] - r0;
+  float* dW = dexperts.as<float>() + r.first;
+  if (!lowp()) {
+    const float* W = experts.as<const float>() + r.first;
+    // W_out: dW_out += dy^T act; dact = dy W_out.
+    kernels::moe_grouped_wgrad(dev, r.off, r.E_count, C, F, dy, C, act, F, dW + 2 * F * C, st, F);
+    kernels::moe_grouped_gemm(dev, r.off, r.E_count, false, F, C, dy, C, W + 2 * F * C, st, F, 0.f, dact, F);
+    kernels::swiglu_backward(dev, dh + r0 * 2 * F, dact + r0 * F, h + r0 * 2 * F, rows, shape.F);
+    // [W_gate; W_up]: dW += dh^T x; dx = dh W.
+    kernels::moe_grouped_wgrad(dev, r.off, r.E_count, 2 * F, C, dh, 2 * F, x, C, dW, st, C);
+    kernels::moe_grouped_gemm(dev, r.off, r.E_count, false, C, 2 * F, dh, 2 * F, W, st, C, 0.f, dy, C);
+    return;
+  }
+  const uint16_t* W = static_cast<const uint16_t*>(experts_c.data) + r.first;
+  const DType b16 = DType::bf16;
+  kernels::to_lowp(dev, b16, r.lo1 + r0 * C, dy + r0 * C, rows * C);
+  kernels::to_lowp(dev, b16, r.lo2 + r0 * F, act + r0 * F, rows * F);
+  kernels::moe_grouped_wgrad_typed(dev, b16, r.off, r.E_count, C, F, r.lo1, C, r.lo2, F, dW + 2 * F * C, st, F);
+  kernels::moe_grouped_gemm_typed(dev, b16, r.off, r.E_count, false, F, C, r.lo1, C, W + 2 * F * C, st, F, 0.f, dact,
+                                  F);
   kernels::swiglu_backward(dev, dh + r0 * 2 * F, dact + r0 * F, h + r0 * 2 * F, rows, shape.F);
-  // [W_gate; W_up]: dW += dh^T x; dx = dh W.
-  kernels::moe_grouped_wgrad(dev, off, E_count, 2 * F, C, dh, 2 * F, x, C, dW, st, C);
-  kernels::moe_grouped_gemm(dev, off, E_count, false, C, 2 * F, dh, 2 * F, W, st, C, 0.f, dy, C);
+  kernels::to_lowp(dev, b16, r.lo1 + r0 * 2 * F, dh + r0 * 2 * F, rows * 2 * F);
+  kernels::to_lowp(dev, b16, r.lo2 + r0 * C, x + r0 * C, rows * C);
+  kernels::moe_grouped_wgrad_typed(dev, b16, r.off, r.E_count, 2 * F, C, r.lo1, 2 * F, r.lo2, C, dW, st, C);
+  kernels::moe_grouped_gemm_typed(dev, b16, r.off, r.E_count, false, C, 2 * F, r.lo1, 2 * F, W, st, C, 0.f, dy, C);
 }
 
 void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& sc, EpRegion* ep,
@@ -181,7 +214,7 @@ void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a,
       ep_backward(a, sc, *ep, *side);
     } else {
       const int32_t* held = a.offsets.as<const int32_t>() + s.held_begin;
-      run_experts_backward(held, s.experts_held(), experts.as<const float>(), dexperts.as<float>(),
+      run_experts_backward({held, s.experts_held(), 0, sc.lo1.as<uint16_t>(), sc.lo2.as<uint16_t>()},
                            a.xp.as<const float>(), a.h.as<const float>(), a.act.as<const float>(), sc.dyp.as<float>(),
                            sc.dact.as<float>(), sc.dh.as<float>());
       zero_rows_outside(sc.dyp, held[0], held[s.experts_held()], R);  // the others' input gradients: none here

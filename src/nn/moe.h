@@ -66,6 +66,8 @@ struct MoeScratch {
   TensorView dlogits, dw;     // (N, E), (N, K)
   TensorView sh_do, sh_dact;  // (N, C), (N, Fs)
   TensorView sh_dh, sh_dg;    // (N, 2 Fs), (N)
+  // bf16 runs: the expert GEMMs' bf16 operands, (R, max(C, 2F)) each (rows at their grouped index).
+  TensorView lo1, lo2;
 };
 
 // The gradients of the model's auxiliary losses at this layer's router: dprob (E) is added to
@@ -99,6 +101,7 @@ struct MoeExpertSide {
   std::vector<int32_t> to_peer, from_peer;    // (Rr): expert-grouped row <-> the peers' order
   std::vector<float> xe, h, act;              // (Rr, C), (Rr, 2F), (Rr, F): what backward reads
   std::vector<float> stage, ye, dact, dh;     // working rows: (Rr, C) twice, (Rr, F), (Rr, 2F)
+  std::vector<uint16_t> lo1, lo2;             // bf16 runs: the GEMMs' bf16 operands, (Rr, max(C, 2F))
 };
 
 struct Moe {
@@ -107,6 +110,9 @@ struct Moe {
   // The held experts (shape.experts_held(): all, or this expert-parallel rank's), each
   // [W_gate; W_up] (2F, C) then W_out (C, F).
   TensorView experts, dexperts;
+  // bf16 runs: the held experts' bf16 compute copy (the GEMMs read it, as Linear's read wc); empty:
+  // fp32 GEMMs (fp32 and fp16 runs).
+  TensorView experts_c;
   Linear sh_in, sh_out;  // the shared expert: [gate; up] (2 Fs, C), down (C, Fs)
   Linear sh_gate_lin;    // (1, C)
   MoeLossGrad loss_grad{};
@@ -118,11 +124,12 @@ struct Moe {
   int64_t expert_stride() const { return 3 * int64_t(shape.F) * shape.C; }
   static MoeActs carve_acts(Carver& c, const MoeShape& s, int64_t N);
   static TensorView carve_summary(Carver& c, const MoeShape& s);
-  static MoeScratch carve_scratch(Carver& c, const MoeShape& s, int64_t N);
+  // lowp: bf16 runs (the expert GEMMs' bf16 operands).
+  static MoeScratch carve_scratch(Carver& c, const MoeShape& s, int64_t N, bool lowp = false);
   // y (N, C) = the layer of x (N, C); saves into a. ep (null or size 1: every expert here): expert
-  // parallelism, whose expert side lives in `side` until backward.
-  void forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep = nullptr,
-               MoeExpertSide* side = nullptr) const;
+  // parallelism, whose expert side lives in `side` until backward. lo: bf16 runs, the scratch's lo1.
+  void forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep = nullptr, MoeExpertSide* side = nullptr,
+               uint16_t* lo = nullptr) const;
   // dx (N, C) = d loss / dx; parameter gradients +=.
   void backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& s,
                 EpRegion* ep = nullptr, MoeExpertSide* side = nullptr) const;
@@ -133,11 +140,18 @@ struct Moe {
   void shared_backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& s) const;
   // One group of experts (E_count of them from W / dW) on rows grouped by offsets: the forward
   // into h, act, y; the backward from dy (overwritten with the input gradient) through dact, dh.
-  // Rows [off[0], off[E_count]) of the buffers.
-  void run_experts(const int32_t* off, int E_count, const float* W, const float* x, float* h, float* act,
-                   float* y) const;
-  void run_experts_backward(const int32_t* off, int E_count, const float* W, float* dW, const float* x, const float* h,
-                            const float* act, float* dy, float* dact, float* dh) const;
+  // Rows [off[0], off[E_count]) of the buffers; W the first expert's weights (of experts), `first`
+  // its element in experts / experts_c; lo1, lo2 the bf16 operands' rows (bf16 runs; else null).
+  struct ExpertRun {
+    const int32_t* off;
+    int E_count;
+    int64_t first;
+    uint16_t *lo1, *lo2;
+  };
+  void run_experts(const ExpertRun& r, const float* x, float* h, float* act, float* y) const;
+  void run_experts_backward(const ExpertRun& r, const float* x, const float* h, const float* act, float* dy,
+                            float* dact, float* dh) const;
+  bool lowp() const { return experts_c && experts_c.dtype == DType::bf16; }
   // Where this rank's experts start in `experts`: 0 when it holds only them.
   int64_t local_experts_offset(const EpRegion& ep) const;
   // Expert parallelism: this rank's rows out to the experts' ranks, the local experts on what

@@ -5,6 +5,8 @@
 // between the two orders (to_peer / from_peer) around the grouped GEMMs. Backward retraces the same
 // route with the gradients. The layer's views hold this rank's experts only (the layout's expert cut)
 // or, in unit tests, every expert (the others' gradients then stay zero here).
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/profile.h"
 #include "kernels/dispatch.h"
@@ -69,7 +71,12 @@ void Moe::ep_forward(const MoeActs& a, EpRegion& ep, MoeExpertSide& x) const {
     buf->resize(size_t(Rr * width));
   ep.exchange_rows(a.xp.as<const float>(), x.send_rows.data(), x.stage.data(), x.recv_rows.data(), C);
   kernels::moe_gather(dev, x.xe.data(), x.stage.data(), x.to_peer.data(), Rr, C);
-  run_experts(x.offsets.data(), El, experts.as<const float>() + first, x.xe.data(), x.h.data(), x.act.data(),
+  if (lowp()) {  // the bf16 operands' rows, as many as arrived
+    const size_t width = size_t(std::max<int64_t>(C, 2 * F));
+    x.lo1.resize(size_t(Rr) * width);
+    x.lo2.resize(size_t(Rr) * width);
+  }
+  run_experts({x.offsets.data(), El, first, x.lo1.data(), x.lo2.data()}, x.xe.data(), x.h.data(), x.act.data(),
               x.ye.data());
   kernels::moe_gather(dev, x.stage.data(), x.ye.data(), x.from_peer.data(), Rr, C);
   ep.exchange_rows(x.stage.data(), x.recv_rows.data(), a.yp.as<float>(), x.send_rows.data(), C);
@@ -80,8 +87,8 @@ void Moe::ep_backward(const MoeActs& a, const MoeScratch& sc, EpRegion& ep, MoeE
   const int64_t first = local_experts_offset(ep), Rr = int64_t(x.to_peer.size());
   ep.exchange_rows(sc.dyp.as<const float>(), x.send_rows.data(), x.stage.data(), x.recv_rows.data(), C);
   kernels::moe_gather(dev, x.ye.data(), x.stage.data(), x.to_peer.data(), Rr, C);
-  run_experts_backward(x.offsets.data(), El, experts.as<const float>() + first, dexperts.as<float>() + first,
-                       x.xe.data(), x.h.data(), x.act.data(), x.ye.data(), x.dact.data(), x.dh.data());
+  run_experts_backward({x.offsets.data(), El, first, x.lo1.data(), x.lo2.data()}, x.xe.data(), x.h.data(), x.act.data(),
+                       x.ye.data(), x.dact.data(), x.dh.data());
   kernels::moe_gather(dev, x.stage.data(), x.ye.data(), x.from_peer.data(), Rr, C);
   ep.exchange_rows(x.stage.data(), x.recv_rows.data(), sc.dyp.as<float>(), x.send_rows.data(), C);
 }

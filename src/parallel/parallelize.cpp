@@ -245,12 +245,14 @@ StateShard ParallelModel::checkpoint_shard() const {
 }
 
 // A pipeline: every stage's units are gathered (a collective over the stages), then the chief
-// evaluates the whole model from its flat buffers, as one process would; under TP x PP the
-// first stage's ranks (whole TP groups) evaluate, each over its slices. Otherwise every rank
+// evaluates the whole model from its flat buffers, as one process would; under TP x PP (EP x PP)
+// the first stage's ranks (whole TP / expert groups) evaluate, each over its slices (experts). Otherwise every rank
 // of a tensor- or context-parallel forward, or of a collective one (ZeRO-3), evaluates; the
 // chief logs.
 bool ParallelModel::begin_eval(bool chief) {
-  const bool evaluator = chief || (tp_ && (!pipe_ || grid_.pp().rank() == 0));
+  // The chief's forward is a collective over its TP group and its expert group: under a pipeline the
+  // first stage's ranks (whole TP and expert groups) evaluate with it.
+  const bool evaluator = chief || ((tp_ || ep_) && (!pipe_ || grid_.pp().rank() == 0));
   if (!pipe_) return evaluator || cp_ || ep_ || engine_->forward_is_collective();
   engine_->export_params();
   model_.runtime().set_provider(nullptr);

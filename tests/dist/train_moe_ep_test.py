@@ -21,6 +21,7 @@ recomputation (against one process with bf16 and full recomputation). Checks:
     layer and the aux loss as one process's;
   - context parallelism (CP 2 x DP 2, and CP 2 with EP 2: the expert group is the CP pair): the
     auxiliary losses sum the routing over the group; losses within 1e-5;
+  - evaluation under EP 2, PP 2 x EP 2, TP 2 and CP 2 gives one process's eval_loss;
   - bad input: EP not dividing the experts, EP on a dense model, TP with EP, EP with hybrid sharding:
     one error line each.
 usage: train_moe_ep_test.py ZTRAIN MPIRUN
@@ -162,6 +163,28 @@ def check_interleaved(work):
           f"({rows[-1]['aux_loss']:.6f})")
 
 
+def check_eval(work):
+    """Evaluation (a collective forward under EP, TP and CP; the first stage's ranks under a pipeline)
+    gives one process's eval_loss."""
+    model, data = ["--model_config_path", os.path.join(work, "mixtral.json")], os.path.join(work, "train.bin")
+    evals = ["--validation_file", data, "--per_device_eval_batch_size", "2"]
+
+    def eval_loss(out, np, flags):
+        p = train(ZT, MPIRUN, np, model, data, out, 4, B, T, ACC // data_ranks(flags, np), flags + evals)
+        check(p.returncode == 0, f"mixtral evaluation {' '.join(flags)}: exit {p.returncode}" +
+              ("" if p.returncode == 0 else "\n" + p.stderr[-1500:]))
+        state = json.load(open(os.path.join(out, "trainer_state.json"))) if p.returncode == 0 else {}
+        return [h["eval_loss"] for h in state.get("log_history", []) if "eval_loss" in h]
+
+    ref = eval_loss(os.path.join(work, "eval_ref"), 1, [])
+    for label, flags in (("EP 2", ["--expert-model-parallel-size", "2"]),
+                         ("PP 2 x EP 2", ["--pipeline-model-parallel-size", "2", "--expert-model-parallel-size", "2"]),
+                         ("TP 2", ["--tensor-model-parallel-size", "2"]), ("CP 2", ["--context-parallel-size", "2"])):
+        got = eval_loss(os.path.join(work, "eval_" + label.replace(" ", "")), 4, flags)
+        check(bool(ref) and len(got) == len(ref) and rel(got[-1], ref[-1]) <= FP32_TOL,
+              f"mixtral {label}: eval_loss {got[-1:]} vs one process's {ref[-1:]} (bound 1e-5)")
+
+
 RESHARDS = [("EP 2", ["--expert-model-parallel-size", "2"],
              [("EP 4 on 4 ranks", 4, ["--expert-model-parallel-size", "4"]), ("one process", 1, [])]),
             ("TP 2", ["--tensor-model-parallel-size", "2"],
@@ -220,6 +243,7 @@ def main():
         ref = refs[()][1]
         check_reshard(name, model, work, ref)
     check_interleaved(work)
+    check_eval(work)
     dense = {k: v for k, v in BASE.items() if k not in ("output_router_logits", "router_aux_loss_coef")}
     json.dump(dict(dense, model_type="llama"), open(os.path.join(work, "dense.json"), "w"))
     check_errors([
