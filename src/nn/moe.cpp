@@ -149,55 +149,51 @@ void Moe::shared_forward(TensorView y, TensorView x, const MoeActs& a) const {
   }
 }
 
+// A GEMM operand: rows [off[0], off[E_count]) of src (ld columns) itself, or (bf16 runs) converted
+// into lo at the same rows.
+const void* Moe::operand(const ExpertRun& r, const float* src, uint16_t* lo, int64_t ld) const {
+  if (!lowp()) return src;
+  const int64_t r0 = r.off[0], rows = r.off[r.E_count] - r0;
+  kernels::to_lowp(dev, DType::bf16, lo + r0 * ld, src + r0 * ld, rows * ld);
+  return lo;
+}
+
+// The held experts' weights from element `at` on: the fp32 masters, or (bf16 runs) their compute copy.
+const void* Moe::weights(int64_t at) const {
+  return lowp() ? static_cast<const void*>(experts_c.as<const uint16_t>() + at) : experts.as<const float>() + at;
+}
+
 // h = x [W_gate; W_up]^T per expert; act = silu(gate) * up; y = act W_out^T. bf16 runs: the GEMMs'
 // operands in bf16 (x, act and the weights' compute copy), fp32 accumulation and outputs.
 void Moe::run_experts(const ExpertRun& r, const float* x, float* h, float* act, float* y) const {
   const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = r.off[0], rows = r.off[r.E_count] - r0;
-  if (!lowp()) {
-    const float* W = experts.as<const float>() + r.first;
-    kernels::moe_grouped_gemm(dev, r.off, r.E_count, true, 2 * F, C, x, C, W, st, C, 0.f, h, 2 * F);
-    kernels::swiglu_forward(dev, act + r0 * F, h + r0 * 2 * F, rows, shape.F);
-    kernels::moe_grouped_gemm(dev, r.off, r.E_count, true, C, F, act, F, W + 2 * F * C, st, F, 0.f, y, C);
-    return;
-  }
-  const uint16_t* W = static_cast<const uint16_t*>(experts_c.data) + r.first;
-  kernels::to_lowp(dev, DType::bf16, r.lo1 + r0 * C, x + r0 * C, rows * C);
-  kernels::moe_grouped_gemm_typed(dev, DType::bf16, r.off, r.E_count, true, 2 * F, C, r.lo1, C, W, st, C, 0.f, h,
-                                  2 * F);
+  const DType t = lowp() ? DType::bf16 : DType::f32;
+  kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, true, 2 * F, C, operand(r, x, r.lo1, C), C,
+                                  weights(r.first), st, C, 0.f, h, 2 * F);
   kernels::swiglu_forward(dev, act + r0 * F, h + r0 * 2 * F, rows, shape.F);
-  kernels::to_lowp(dev, DType::bf16, r.lo1 + r0 * F, act + r0 * F, rows * F);
-  kernels::moe_grouped_gemm_typed(dev, DType::bf16, r.off, r.E_count, true, C, F, r.lo1, F, W + 2 * F * C, st, F, 0.f,
-                                  y, C);
+  kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, true, C, F, operand(r, act, r.lo1, F), F,
+                                  weights(r.first + 2 * F * C), st, F, 0.f, y, C);
 }
 
 // From the output gradients dy to the input gradients (into dy, read no more by then).
 void Moe::run_experts_backward(const ExpertRun& r, const float* x, const float* h, const float* act, float* dy,
                                float* dact, float* dh) const {
   const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = r.off[0], rows = r.off[r.E_count] - r0;
+  const DType t = lowp() ? DType::bf16 : DType::f32;
   float* dW = dexperts.as<float>() + r.first;
-  if (!lowp()) {
-    const float* W = experts.as<const float>() + r.first;
-    // W_out: dW_out += dy^T act; dact = dy W_out.
-    kernels::moe_grouped_wgrad(dev, r.off, r.E_count, C, F, dy, C, act, F, dW + 2 * F * C, st, F);
-    kernels::moe_grouped_gemm(dev, r.off, r.E_count, false, F, C, dy, C, W + 2 * F * C, st, F, 0.f, dact, F);
-    kernels::swiglu_backward(dev, dh + r0 * 2 * F, dact + r0 * F, h + r0 * 2 * F, rows, shape.F);
-    // [W_gate; W_up]: dW += dh^T x; dx = dh W.
-    kernels::moe_grouped_wgrad(dev, r.off, r.E_count, 2 * F, C, dh, 2 * F, x, C, dW, st, C);
-    kernels::moe_grouped_gemm(dev, r.off, r.E_count, false, C, 2 * F, dh, 2 * F, W, st, C, 0.f, dy, C);
-    return;
-  }
-  const uint16_t* W = static_cast<const uint16_t*>(experts_c.data) + r.first;
-  const DType b16 = DType::bf16;
-  kernels::to_lowp(dev, b16, r.lo1 + r0 * C, dy + r0 * C, rows * C);
-  kernels::to_lowp(dev, b16, r.lo2 + r0 * F, act + r0 * F, rows * F);
-  kernels::moe_grouped_wgrad_typed(dev, b16, r.off, r.E_count, C, F, r.lo1, C, r.lo2, F, dW + 2 * F * C, st, F);
-  kernels::moe_grouped_gemm_typed(dev, b16, r.off, r.E_count, false, F, C, r.lo1, C, W + 2 * F * C, st, F, 0.f, dact,
-                                  F);
+  // W_out: dW_out += dy^T act; dact = dy W_out.
+  const void* dy_op = operand(r, dy, r.lo1, C);
+  kernels::moe_grouped_wgrad_typed(dev, t, r.off, r.E_count, C, F, dy_op, C, operand(r, act, r.lo2, F), F,
+                                   dW + 2 * F * C, st, F);
+  kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, false, F, C, dy_op, C, weights(r.first + 2 * F * C), st, F,
+                                  0.f, dact, F);
   kernels::swiglu_backward(dev, dh + r0 * 2 * F, dact + r0 * F, h + r0 * 2 * F, rows, shape.F);
-  kernels::to_lowp(dev, b16, r.lo1 + r0 * 2 * F, dh + r0 * 2 * F, rows * 2 * F);
-  kernels::to_lowp(dev, b16, r.lo2 + r0 * C, x + r0 * C, rows * C);
-  kernels::moe_grouped_wgrad_typed(dev, b16, r.off, r.E_count, 2 * F, C, r.lo1, 2 * F, r.lo2, C, dW, st, C);
-  kernels::moe_grouped_gemm_typed(dev, b16, r.off, r.E_count, false, C, 2 * F, r.lo1, 2 * F, W, st, C, 0.f, dy, C);
+  // [W_gate; W_up]: dW += dh^T x; dx = dh W.
+  const void* dh_op = operand(r, dh, r.lo1, 2 * F);
+  kernels::moe_grouped_wgrad_typed(dev, t, r.off, r.E_count, 2 * F, C, dh_op, 2 * F, operand(r, x, r.lo2, C), C, dW, st,
+                                   C);
+  kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, false, C, 2 * F, dh_op, 2 * F, weights(r.first), st, C, 0.f,
+                                  dy, C);
 }
 
 void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& sc, EpRegion* ep,

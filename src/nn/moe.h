@@ -152,6 +152,8 @@ struct Moe {
   void run_experts_backward(const ExpertRun& r, const float* x, const float* h, const float* act, float* dy,
                             float* dact, float* dh) const;
   bool lowp() const { return experts_c && experts_c.dtype == DType::bf16; }
+  const void* operand(const ExpertRun& r, const float* src, uint16_t* lo, int64_t ld) const;
+  const void* weights(int64_t at) const;
   // Where this rank's experts start in `experts`: 0 when it holds only them.
   int64_t local_experts_offset(const EpRegion& ep) const;
   // Expert parallelism: this rank's rows out to the experts' ranks, the local experts on what
