@@ -280,10 +280,10 @@ void apply_moe_args(const TrainArgs& a, ModelConfig* cfg) {
            " experts; use a divisor of ", m.num_experts);
   m.capacity_factor = a.moe_capacity_factor;
   m.z_loss_coef = float(a.router_z_loss_coef);
-  const char* what = "mixture-of-experts models";
-  ZT_CHECK(a.tensor_model_parallel_size == 1 || ep == 1, "--tensor-model-parallel-size with ",
-           "--expert-model-parallel-size is not supported for ", what,
-           " yet (tensor parallelism spreads the experts over its own ranks); use one of them");
+  const int tp = a.tensor_model_parallel_size;
+  ZT_CHECK(ep == 1 || tp <= 1 || m.num_experts % (int64_t(tp) * ep) == 0, "--expert-model-parallel-size ", ep,
+           " x --tensor-model-parallel-size ", tp, " does not divide the model's ", m.num_experts,
+           " experts (each rank computes E / (tp x ep) of them); use sizes whose product divides ", m.num_experts);
 }
 
 }  // namespace zt

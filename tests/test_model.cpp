@@ -20,6 +20,7 @@
 #include "models/decoder.h"
 #include "models/transformer.h"
 #include "optim/adamw.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "test_util.h"
 
@@ -525,6 +526,35 @@ TEST(ModelExperts, ExpertCutHoldsOneProcessValues) {
       EXPECT_EQ(experts, all / 2);
       EXPECT_EQ(m.num_params(), one.num_params() - all / 2);
     }
+  }
+}
+
+// TP x EP: the expert group of each TP rank splits that rank's block of E / tp experts, so the
+// (tp, ep) ranks' cuts tile the experts once, E / (tp ep) each; a product not dividing E is refused.
+TEST(ModelExperts, TensorTimesExpertCutsTileTheExperts) {
+  ModelConfig c = tiny_family(10);
+  c.moe.num_experts = 8;
+  for (auto [tp, ep] : {std::pair{2, 2}, {2, 4}, {4, 2}, {1, 4}, {2, 1}}) {
+    std::vector<int> holders(8, 0);
+    for (int t = 0; t < tp; ++t)
+      for (int e = 0; e < ep; ++e) {
+        LayerCut cut = parallel::tensor_parallel_cut(c, tp, t, false);
+        parallel::expert_parallel_cut(c, ep, e, cut);
+        ASSERT_EQ(cut.experts, 8 / (tp * ep)) << tp << " x " << ep;
+        EXPECT_EQ(cut.experts_begin, t * (8 / tp) + e * cut.experts) << tp << " x " << ep;
+        for (int k = cut.experts_begin; k < cut.experts_begin + cut.experts; ++k) ++holders[size_t(k)];
+      }
+    EXPECT_EQ(holders, std::vector<int>(8, 1)) << tp << " x " << ep;
+  }
+  LayerCut cut = parallel::tensor_parallel_cut(c, 4, 0, false);
+  try {
+    parallel::expert_parallel_cut(c, 4, 0, cut);
+    ADD_FAILURE() << "tp 4 x ep 4 cut 8 experts";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--expert-model-parallel-size 4 x --tensor-model-parallel-size 4 does not "
+                                         "divide the model's 8 experts"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -119,7 +119,9 @@ void Moe::forward(TensorView y, TensorView x, const MoeActs& a, EpRegion* ep, Mo
     ZT_PROFILE("moe_experts");
     kernels::moe_gather(dev, a.xp.as<float>(), x.as<const float>(), a.token_of.as<const int32_t>(), R, s.C);
     if (ep && ep->size() > 1) {
-      ep_forward(a, *ep, *side);
+      const Spread sp = spread(*ep);
+      zero_rows_outside(a.yp, off[sp.begin], off[sp.begin + sp.count], R);  // other TP ranks' experts
+      ep_forward(a, sp, *ep, *side);
     } else {
       // Every expert, or (tensor parallelism) the held ones' rows, the others' outputs zero.
       const int32_t* held = off + s.held_begin;
@@ -207,7 +209,10 @@ void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a,
     kernels::moe_combine_backward(dev, sc.dyp.as<float>(), sc.dw.as<float>(), dy.as<const float>(),
                                   a.yp.as<const float>(), a.w.as<const float>(), a.slot_of.as<const int32_t>(), d);
     if (ep && ep->size() > 1) {
-      ep_backward(a, sc, *ep, *side);
+      const Spread sp = spread(*ep);
+      const int32_t* off = a.offsets.as<const int32_t>();
+      ep_backward(a, sc, sp, *ep, *side);
+      zero_rows_outside(sc.dyp, off[sp.begin], off[sp.begin + sp.count], R);
     } else {
       const int32_t* held = a.offsets.as<const int32_t>() + s.held_begin;
       run_experts_backward({held, s.experts_held(), 0, sc.lo1.as<uint16_t>(), sc.lo2.as<uint16_t>()},

@@ -30,8 +30,9 @@ struct MoeShape {
   bool renorm = true;            // top-k weights divided by their sum (Mixtral; norm_topk_prob)
   double capacity_factor = 0.0;  // > 0: each expert keeps at most ceil(cf N K / E) rows; 0: dropless
   // Experts the layer's views hold: E (0 means E), or its rank's E / size under expert parallelism
-  // or tensor parallelism, the first of them held_begin. Under tensor parallelism (no EpRegion)
-  // the layer computes its held experts' rows only and its output is a partial sum over the group.
+  // or tensor parallelism (E / (tp ep) under both), the first of them held_begin. Under tensor
+  // parallelism the layer computes its TP block's rows only (its held experts', or under TP x EP
+  // those the expert group computes for it) and its output is a partial sum over the TP group.
   int held = 0, held_begin = 0;
   bool on() const { return E > 0; }
   int experts_held() const { return held > 0 ? held : E; }
@@ -78,8 +79,9 @@ struct MoeLossGrad {
 };
 
 // Where expert parallelism meets the layer (parallel/expert_parallel.h implements it; nn never
-// includes dist): the size() ranks of a group each compute experts [rank E / size, + E / size) for
-// the tokens of all of them. exchange_counts sends per_peer ints to each peer (peer order) and
+// includes dist): the size() ranks of a group each compute El = E / size experts, [rank El, + El),
+// for the tokens of all of them (under TP x EP, El = E / (tp size) of this TP rank's block: see
+// Moe::spread). exchange_counts sends per_peer ints to each peer (peer order) and
 // receives as many from each; exchange_rows sends send_rows[p] rows of C floats (contiguous, in peer
 // order) to peer p and receives recv_rows[p] rows from each. Collectives over the group.
 class EpRegion {
@@ -154,12 +156,19 @@ struct Moe {
   bool lowp() const { return experts_c && experts_c.dtype == DType::bf16; }
   const void* operand(const ExpertRun& r, const float* src, uint16_t* lo, int64_t ld) const;
   const void* weights(int64_t at) const;
-  // Where this rank's experts start in `experts`: 0 when it holds only them.
-  int64_t local_experts_offset(const EpRegion& ep) const;
+  // The experts an expert group spreads over its ranks, [begin, begin + count), El per rank: all E,
+  // or under TP x EP this TP rank's block, which its expert group's ranks split (the layout's cut:
+  // held_begin = block begin + ep rank El). first: where this rank's experts start in `experts` (0
+  // when the views hold only them; unit tests give every expert).
+  struct Spread {
+    int begin, count, El;
+    int64_t first;
+  };
+  Spread spread(const EpRegion& ep) const;
   // Expert parallelism: this rank's rows out to the experts' ranks, the local experts on what
   // arrived, and the outputs back into yp (forward) / the gradients back into dyp (backward).
-  void ep_forward(const MoeActs& a, EpRegion& ep, MoeExpertSide& x) const;
-  void ep_backward(const MoeActs& a, const MoeScratch& s, EpRegion& ep, MoeExpertSide& x) const;
+  void ep_forward(const MoeActs& a, const Spread& sp, EpRegion& ep, MoeExpertSide& x) const;
+  void ep_backward(const MoeActs& a, const MoeScratch& s, const Spread& sp, EpRegion& ep, MoeExpertSide& x) const;
 };
 
 }  // namespace zt::nn

@@ -12,10 +12,13 @@ namespace zt::parallel {
 void expert_parallel_cut(const ModelConfig& c, int size, int rank, LayerCut& cut) {
   const int E = c.moe.num_experts;
   if (size <= 1 || E == 0) return;
-  ZT_CHECK(E % size == 0, "--expert-model-parallel-size ", size, " does not divide the model's ", E,
-           " experts; use a divisor of ", E);
-  cut.experts = E / size;
-  cut.experts_begin = rank * cut.experts;
+  // Under tensor parallelism the cut holds this TP rank's block already; the group splits it.
+  const int block = cut.experts > 0 ? cut.experts : E, tp = E / block;
+  ZT_CHECK(block % size == 0, "--expert-model-parallel-size ", size,
+           tp > 1 ? str_cat(" x --tensor-model-parallel-size ", tp) : std::string(), " does not divide the model's ", E,
+           " experts; use sizes whose product divides ", E);
+  cut.experts = block / size;
+  cut.experts_begin += rank * cut.experts;
 }
 
 void ExpertParallel::exchange_counts(const int32_t* send, int32_t* recv, int per_peer) {

@@ -23,7 +23,9 @@
 namespace zt::parallel {
 
 // The layout's expert cut for rank `rank` of an expert group of `size` (models/layout.h): experts
-// [rank E / size, + E / size) of each MoE layer; nothing for size 1 or a dense model.
+// [rank E / size, + E / size) of each MoE layer; nothing for size 1 or a dense model. Given a tensor-
+// parallel cut (a TP rank's block of E / tp experts), the group splits that block: [block begin +
+// rank E / (tp size), + E / (tp size)) (Moe::spread reads the block back).
 void expert_parallel_cut(const ModelConfig& c, int size, int rank, LayerCut& cut);
 
 class ExpertParallel final : public nn::EpRegion {

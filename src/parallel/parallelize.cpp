@@ -68,14 +68,16 @@ void ParallelModel::apply_expert_parallel() {
   const int E = model_.config().moe.num_experts, P = grid_.ep().size();
   ZT_CHECK(E > 0, "--expert-model-parallel-size ", P, " needs a mixture-of-experts model; ", model_.config().model_type,
            " has no experts");
-  ZT_CHECK(E % P == 0, "--expert-model-parallel-size ", P, " does not divide the model's ", E,
-           " experts; use a divisor of ", E);
+  const int T = grid_.tp().size();  // under TP x EP the group splits a TP rank's block of E / T
+  ZT_CHECK(E % (P * T) == 0, "--expert-model-parallel-size ", P, " x --tensor-model-parallel-size ", T,
+           " does not divide the model's ", E, " experts; use sizes whose product divides ", E);
   ep_ = std::make_unique<ExpertParallel>(grid_.ep());
   for (nn::Block& b : model_.runtime().blocks()) b.ep = ep_.get();
   const LayerCut& cut = model_.layout().cut;
-  ZT_ASSERT(cut.experts == E / P && cut.experts_begin == grid_.ep().rank() * (E / P), "the layout holds experts [",
-            cut.experts_begin, ", +", cut.experts, ") but expert-parallel rank ", grid_.ep().rank(), " of ", P,
-            " computes ", E / P);
+  const int El = E / (P * T), begin = grid_.tp().rank() * (E / T) + grid_.ep().rank() * El;
+  ZT_ASSERT(cut.experts == El && cut.experts_begin == begin, "the layout holds experts [", cut.experts_begin, ", +",
+            cut.experts, ") but expert-parallel rank ", grid_.ep().rank(), " of ", P, " computes [", begin, ", +", El,
+            ")");
   // The engine runs over the ranks holding the same experts; the dense tensors' gradients are then
   // summed over the expert group as well, and count once in the norm (the experts' P times).
   plan_.data_parallel.expert_sharded = true;
@@ -186,9 +188,13 @@ void ParallelModel::finish_grads(StepLoss& loss) {
 }
 
 double ParallelModel::grad_norm() {
-  if (ep_) {  // MoE refuses tensor parallelism: the experts' squares summed over the group, the rest once
-    double sq = engine_->grad_sq(ep_norm_weights_);
+  if (ep_) {  // the experts' squares summed over the group (and TP), the rest counted once
+    std::vector<double> w = ep_norm_weights_;
+    if (tp_)
+      for (size_t i = 0; i < w.size(); ++i) w[i] *= tp_norm_weights_[i];
+    double sq = engine_->grad_sq(w);
     grid_.ep().all_reduce(&sq, 1);
+    if (tp_) grid_.tp().all_reduce(&sq, 1);
     return std::sqrt(sq);
   }
   if (!tp_) return engine_->grad_norm();
@@ -235,13 +241,10 @@ std::vector<Stateful*> ParallelModel::in_global_layout(std::vector<Stateful*> pa
 // rank writes its own slices; replicated tensors come from TP rank 0's file).
 StateShard ParallelModel::checkpoint_shard() const {
   const StateShard s = engine_->checkpoint_shard();
-  if (ep_) {  // every rank of the expert group writes its experts (MoE refuses tensor parallelism)
-    const int P = grid_.ep().size();
-    return {s.index < 0 ? -1 : s.index * P + grid_.ep().rank(), s.count * P};
-  }
-  if (!tp_) return s;
-  const int P = grid_.tp().size();
-  return {s.index < 0 ? -1 : s.index * P + grid_.tp().rank(), s.count * P};
+  // Every rank of the expert group writes its experts; every TP rank its slices.
+  const int E = grid_.ep().size(), T = grid_.tp().size();
+  const int me = grid_.ep().rank() * T + grid_.tp().rank();
+  return {s.index < 0 ? -1 : s.index * E * T + me, s.count * E * T};
 }
 
 // A pipeline: every stage's units are gathered (a collective over the stages), then the chief
@@ -349,8 +352,10 @@ nlohmann::json ParallelModel::report(int64_t steps_run, const ModelConfig& cfg) 
     // rows x K x layers x C x 4 bytes x 2 x 2 per micro-batch (evaluation's forward adds its own).
     // A rank sends its own rows out but the rows its experts received back, so ranks differ by the
     // routing's imbalance: the group's mean is what the formula gives.
+    // Under TP x EP a TP rank's group carries its block's rows only: the TP ranks' add up to it.
     double sent = ep_->row_bytes();
     grid_.ep().all_reduce(&sent, 1);
+    if (tp_) grid_.tp().all_reduce(&sent, 1);
     sent /= grid_.ep().size();
     // A fully recomputed layer reruns its forward's exchanges in backward: 3 passes instead of 2.
     int passes = 0;  // over this rank's layers (a pipeline stage's: its expert group's)

@@ -185,8 +185,8 @@ std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc)
   } catch (const Error& e) {
     return e.what();
   }
-  // The trainer refuses cp and pp with experts (apply_moe_args); the cost model has no expert layers
-  // under tensor parallelism yet.
+  // The cost model has no expert layers under tensor, context or pipeline parallelism yet (the
+  // trainer runs them: docs/moe.md).
   if (c.moe.on() && (l.tp > 1 || l.cp > 1 || l.pp > 1))
     return "the planner offers mixture-of-experts models data parallelism (ZeRO) only for now (docs/moe.md)";
   if (l.sp && l.tp == 1) return "--sequence-parallel needs tensor parallelism";

@@ -9,21 +9,24 @@ recomputation (against one process with bf16 and full recomputation). Checks:
   - every per-step loss within 1e-5 relative of the reference (dropless routing);
   - the experts are sharded: a rank of EP P holds the dense parameters and E / P of the experts (its
     parameter bytes in train_results.json), and the exported folder equals the reference's;
-  - checkpoints reshard: EP 2's checkpoint at step 10 resumes under EP 4 and in one process, TP 2's
+  - checkpoints reshard: EP 2's checkpoint at step 10 resumes under EP 4 and in one process, TP 2 x EP 2's
     under EP 2, steps 11-20 within 1e-5 of the reference;
   - the all-to-all row bytes per step (train_results.json's expert_parallel report) equal the routed
     tokens x hidden size x 4 bytes x 2 (dispatch + combine) x 2 (forward + backward; 3 with full
     recomputation, which reruns the forward) within 2%;
   - tensor parallelism (TP 2 x DP 2, with and without sequence parallelism): each TP rank computes
     half the experts for every token; losses within 1e-5, the exported folder equal;
+  - TP 2 x EP 2 (the expert group of each TP rank splits its half of the experts: one expert per
+    rank), with sequence parallelism and ZeRO-1 too: losses within 1e-5, a rank's experts, the export
+    and the all-to-all bytes (the TP ranks' summed) as above;
   - pipeline parallelism (PP 2 x DP 2, and PP 2 with EP 2 and ZeRO-1; a 4-layer Mixtral on an
     interleaved PP 2 with 2 chunks per stage): losses within 1e-5, the router statistics of every
     layer and the aux loss as one process's;
   - context parallelism (CP 2 x DP 2, and CP 2 with EP 2: the expert group is the CP pair): the
     auxiliary losses sum the routing over the group; losses within 1e-5;
   - evaluation under EP 2, PP 2 x EP 2, TP 2 and CP 2 gives one process's eval_loss;
-  - bad input: EP not dividing the experts, EP on a dense model, TP with EP, EP with hybrid sharding:
-    one error line each.
+  - bad input: EP not dividing the experts, EP on a dense model, TP x EP not dividing them, EP with
+    hybrid sharding: one error line each.
 usage: train_moe_ep_test.py ZTRAIN MPIRUN
 """
 import json
@@ -57,11 +60,14 @@ CASES = sanitizer_cases([("ep1", 1, [], []), ("ep2", 2, [], []), ("ep4", 4, [], 
                          ("ep2_zero1", 2, ["--zero_stage", "1"], []), ("ep2_zero3", 2, ["--zero_stage", "3"], []),
                          ("ep2_bf16_full", 2, [], BF16_FULL), ("tp2", 1, ["--tensor-model-parallel-size", "2"], []),
                          ("tp2_sp", 1, ["--tensor-model-parallel-size", "2", "--sequence-parallel"], []),
+                         ("tp2_ep2", 2, ["--tensor-model-parallel-size", "2"], []),
+                         ("tp2_sp_ep2_zero1", 2,
+                          ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--zero_stage", "1"], []),
                          ("pp2", 1, ["--pipeline-model-parallel-size", "2"], []),
                          ("pp2_ep2_zero1", 2, ["--pipeline-model-parallel-size", "2", "--zero_stage", "1"], []),
                          ("cp2", 1, ["--context-parallel-size", "2"], []),
                          ("cp2_ep2", 2, ["--context-parallel-size", "2"], [])],
-                        {"ep2", "ep4", "tp2_sp", "pp2_ep2_zero1", "cp2_ep2"})
+                        {"ep2", "ep4", "tp2_sp", "tp2_sp_ep2_zero1", "pp2_ep2_zero1", "cp2_ep2"})
 STEPS, SAVE = steps_and_save()
 
 
@@ -119,14 +125,19 @@ def run_case(name, cfg, model, work, case, reference):
           f"{name} 4 ranks EP {ep} {' '.join(layout + prec)}: {len(hist)} steps, worst loss difference {worst:.2e} "
           f"(bound {tol:g})")
     pp = int(layout[layout.index("--pipeline-model-parallel-size") + 1]) if "--pipeline-model-parallel-size" in layout else 1
-    if ep == 1 or pp > 1:  # TP: a rank's experts, the shared expert cut; PP: a stage's layers; CP
+    tp = int(layout[layout.index("--tensor-model-parallel-size") + 1]) if "--tensor-model-parallel-size" in layout else 1
+    rep = res.get("data_parallel", {}).get("expert_parallel", {})
+    if ep > 1 and tp > 1:  # a rank's experts: E / (tp ep) of them
+        held, experts = rep.get("expert_params_per_rank"), expert_params(cfg)
+        check(held == experts // (tp * ep), f"{name} {label}: a rank holds {held} expert parameters = "
+              f"{experts} / (tp {tp} x ep {ep})")
+    if ep == 1 or pp > 1 or tp > 1:  # TP: a rank's experts, the shared expert cut; PP: a stage's layers; CP
         if layout:
             check_export(name, label, out, ref_out, tol)
         if ep == 1:
             return
     else:
         check_sharding(name, cfg, label, ep, res, ref_res, out, ref_out, tol)
-    rep = res.get("data_parallel", {}).get("expert_parallel", {})
     got, want = rep.get("all_to_all_bytes_per_step", 0), rep.get("formula_bytes_per_step", 1)
     passes = 3 if prec == BF16_FULL else 2  # a fully recomputed layer reruns its forward's exchanges
     layers = cfg["num_hidden_layers"] // pp  # a stage's expert group moves its layers' rows
@@ -187,13 +198,13 @@ def check_eval(work):
 
 RESHARDS = [("EP 2", ["--expert-model-parallel-size", "2"],
              [("EP 4 on 4 ranks", 4, ["--expert-model-parallel-size", "4"]), ("one process", 1, [])]),
-            ("TP 2", ["--tensor-model-parallel-size", "2"],
+            ("TP 2 x EP 2", ["--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "2"],
              [("EP 2 on 4 ranks", 4, ["--expert-model-parallel-size", "2"])])]
 
 
 def check_reshard(name, model, work, ref):
     """A checkpoint at step SAVE of one layout resumes under others: EP 2's under EP 4 (4 ranks) and in
-    one process, TP 2's under EP 2."""
+    one process, TP 2 x EP 2's under EP 2."""
     for saved_label, saved_flags, targets in RESHARDS:
         saved = os.path.join(work, f"{name}_save_{saved_label.replace(' ', '')}")
         p = train(ZT, MPIRUN, 4, model, os.path.join(work, "train.bin"), saved, STEPS, B, T,
@@ -246,6 +257,7 @@ def main():
     check_eval(work)
     dense = {k: v for k, v in BASE.items() if k not in ("output_router_logits", "router_aux_loss_coef")}
     json.dump(dict(dense, model_type="llama"), open(os.path.join(work, "dense.json"), "w"))
+    json.dump(dict(MODELS["mixtral"], num_local_experts=6), open(os.path.join(work, "mixtral6.json"), "w"))
     check_errors([
         ("EP not dividing the experts", mpi(MPIRUN, 3) + bad_input_args(ZT, work, B) + [
             "--model_config_path", os.path.join(work, "mixtral.json"), "--expert-model-parallel-size", "3"],
@@ -253,10 +265,10 @@ def main():
         ("EP on a dense model", mpi(MPIRUN, 2) + bad_input_args(ZT, work, B) + [
             "--model_config_path", os.path.join(work, "dense.json"), "--expert-model-parallel-size", "2"],
          "applies to mixture-of-experts models"),
-        ("tensor with expert parallelism", mpi(MPIRUN, 4) + bad_input_args(ZT, work, B) + [
-            "--model_config_path", os.path.join(work, "mixtral.json"), "--tensor-model-parallel-size", "2",
+        ("TP x EP not dividing the experts", mpi(MPIRUN, 4) + bad_input_args(ZT, work, B) + [
+            "--model_config_path", os.path.join(work, "mixtral6.json"), "--tensor-model-parallel-size", "2",
             "--expert-model-parallel-size", "2"],
-         "--tensor-model-parallel-size with --expert-model-parallel-size is not supported"),
+         "--expert-model-parallel-size 2 x --tensor-model-parallel-size 2 does not divide the model's 6 experts"),
         ("EP with hybrid sharding", mpi(MPIRUN, 4) + bad_input_args(ZT, work, B) + [
             "--model_config_path", os.path.join(work, "mixtral.json"), "--expert-model-parallel-size", "2",
             "--zero_stage", "1", "--zero_hpz_partition_size", "2"],
