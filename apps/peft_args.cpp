@@ -92,9 +92,6 @@ void check_peft_flags(const TrainArgs& a) {
   ZT_CHECK(!a.use_dora || !a.load_in_4bit,
            "--use_dora with --load_in_4bit (QDoRA) is not supported yet: DoRA's weight norms read the fp32 base; "
            "drop one of the two");
-  ZT_CHECK(a.tensor_model_parallel_size <= 1 || !a.use_dora,
-           "--use_dora under tensor parallelism is not supported yet (LoRA and IA3 are); drop "
-           "--tensor-model-parallel-size");
   ZT_CHECK(!a.adapter_name_or_path.empty() || a.peft_type == "ia3" || a.lora_r >= 1, "--lora_r ", a.lora_r,
            ": the adapters' rank must be at least 1");
 }

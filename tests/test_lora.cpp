@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -134,6 +135,33 @@ TEST(Dora, MagnitudeStartsAtTheBaseRowNorms) {  // B = 0 at the start: the model
     double s = 0;
     for (int i = 0; i < lin.in; ++i) s += std::pow(double(m.frozen_params().as<float>()[lin.w + j * lin.in + i]), 2);
     EXPECT_NEAR(m.flat_params().as<float>()[p.m + j], std::sqrt(s), 1e-5) << j;
+  }
+}
+
+// The norms of W + A's rows against a double reference, for (out, in) and (in, out) weights; and under
+// tensor parallelism's row cut (two slices of the inputs) the slices' squared sums add to the squares.
+TEST(Dora, RowNormsOfSumMatchReferenceAndSlicesAddTheirSquares) {
+  const int rows = 5, in = 12;
+  const std::vector<float> w = randn(size_t(rows * in), 31), a = randn(size_t(rows * in), 32);
+  std::vector<float> n(rows), nt(rows), h0(rows), h1(rows);
+  std::vector<float> wt(size_t(rows * in));  // (in, out)
+  for (int j = 0; j < rows; ++j)
+    for (int i = 0; i < in; ++i) wt[size_t(i * rows + j)] = w[size_t(j * in + i)];
+  kernels::row_norms_of_sum(n.data(), a.data(), w.data(), in, 1, rows, in);
+  kernels::row_norms_of_sum(nt.data(), a.data(), wt.data(), 1, rows, rows, in);
+  // The row cut: inputs [0, 7) and [7, 12), each slice's A columns contiguous as a rank holds them.
+  for (auto [cut0, cut1, out] : {std::tuple{0, 7, &h0}, {7, in, &h1}}) {
+    std::vector<float> as;
+    for (int j = 0; j < rows; ++j)
+      for (int i = cut0; i < cut1; ++i) as.push_back(a[size_t(j * in + i)]);
+    kernels::row_norms_of_sum(out->data(), as.data(), w.data() + cut0, in, 1, rows, cut1 - cut0, /*squared=*/true);
+  }
+  for (int j = 0; j < rows; ++j) {
+    double s = 0;
+    for (int i = 0; i < in; ++i) s += std::pow(double(w[size_t(j * in + i)]) + a[size_t(j * in + i)], 2);
+    EXPECT_NEAR(n[size_t(j)], std::sqrt(s), 1e-5 * std::sqrt(s)) << j;
+    EXPECT_NEAR(nt[size_t(j)], std::sqrt(s), 1e-5 * std::sqrt(s)) << j;
+    EXPECT_NEAR(double(h0[size_t(j)]) + h1[size_t(j)], s, 1e-5 * s) << j;
   }
 }
 

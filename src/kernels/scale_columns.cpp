@@ -40,7 +40,8 @@ void add_scaled_columns(float* y, int64_t ldy, int64_t begin, const float* z, in
     for (int64_t j = 0; j < cols; ++j) y[i * ldy + begin + j] += s[j] * z[i * ldz + j];
 }
 
-void row_norms_of_sum(float* n, const float* a, const float* w, int64_t wj, int64_t wi, int64_t rows, int64_t in) {
+void row_norms_of_sum(float* n, const float* a, const float* w, int64_t wj, int64_t wi, int64_t rows, int64_t in,
+                      bool squared) {
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < rows; ++j) {
     double sum = 0;
@@ -48,7 +49,7 @@ void row_norms_of_sum(float* n, const float* a, const float* w, int64_t wj, int6
       const double v = double(w[j * wj + i * wi]) + (a ? double(a[j * in + i]) : 0.0);
       sum += v * v;
     }
-    n[j] = float(std::sqrt(sum));
+    n[j] = float(squared ? sum : std::sqrt(sum));
   }
 }
 

@@ -20,8 +20,10 @@ void add_scaled_columns(float* y, int64_t ldy, int64_t begin, const float* z, in
                         const float* s);
 // n[j] = || a[j, :] + w(j, :) || for rows j < rows over in columns: a fp32 (rows, in), contiguous, or
 // null (w alone); w's element (j, i) at w[j * wj + i * wi] (a row of an (out, in) weight, or a column
-// of an (in, out) one). Sums in double; DoRA's weight norms.
-void row_norms_of_sum(float* n, const float* a, const float* w, int64_t wj, int64_t wi, int64_t rows, int64_t in);
+// of an (in, out) one). Sums in double; DoRA's weight norms. squared: n[j] = the sum of squares (a
+// row-parallel slice's share, summed over the group before the root).
+void row_norms_of_sum(float* n, const float* a, const float* w, int64_t wj, int64_t wi, int64_t rows, int64_t in,
+                      bool squared = false);
 // acc[j] += sum over rows i < N of a[i, j] * b[i, j], j < cols: a in dtype ta (f32 or bf16), rows
 // lda apart; b fp32, rows ldb apart. Each column sums in double, in row order, on one thread, so
 // the result does not depend on the thread count.

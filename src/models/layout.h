@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,9 @@ struct ModelLayout {
 ModelLayout model_layout(const ModelConfig& c, const LayerCut& cut = {});
 // DoRA: the magnitude vectors' starting values (the frozen base's weight rows' norms, B being zero)
 // at flat adapter elements [begin, begin + n) into dst; `base` the fp32 frozen base.
-void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int64_t n, float* dst);
+// A cut layout's row layers hold slices of every weight row: slice_sum (null: whole rows) sums their
+// squared norms over the ranks holding the other slices, a collective (they call with the same ranges).
+void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int64_t n, float* dst,
+                     const std::function<void(float*, int64_t)>* slice_sum = nullptr);
 
 }  // namespace zt

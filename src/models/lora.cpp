@@ -183,7 +183,8 @@ void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, Mo
 }
 }  // namespace
 
-void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int64_t n, float* dst) {
+void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int64_t n, float* dst,
+                     const std::function<void(float*, int64_t)>* slice_sum) {
   for (size_t l = 0; l < m.adapters.size(); ++l) {
     const BlockAdapters& ba = m.adapters[l];
     const BlockOffsets& bo = m.offsets.blocks[l];
@@ -194,11 +195,17 @@ void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int
         if (p.m < 0 || lo >= hi) continue;
         std::vector<float> norms(size_t(p.out_size));
         const float* w = base + lin->w;
+        const bool sliced = !m.cut.whole && lin->kind == nn::LinearKind::row;
+        ZT_ASSERT(!sliced || slice_sum, "DoRA on a row layer's slices needs the sum over the other slices");
         if (lin->w_in_out)  // (in, out): output j is column out_begin + j
-          kernels::row_norms_of_sum(norms.data(), nullptr, w + p.out_begin, 1, lin->out, p.out_size, lin->in);
+          kernels::row_norms_of_sum(norms.data(), nullptr, w + p.out_begin, 1, lin->out, p.out_size, lin->in, sliced);
         else
           kernels::row_norms_of_sum(norms.data(), nullptr, w + int64_t(p.out_begin) * lin->in, lin->in, 1, p.out_size,
-                                    lin->in);
+                                    lin->in, sliced);
+        if (sliced) {
+          (*slice_sum)(norms.data(), p.out_size);
+          for (float& v : norms) v = std::sqrt(v);
+        }
         std::copy(norms.begin() + (lo - p.m), norms.begin() + (hi - p.m), dst + (lo - begin));
       }
   }
@@ -208,9 +215,6 @@ void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int
 // per block, per Linear, the chosen modules' A's back to back, then their B's.
 void lora_layout(const ModelConfig& c, ModelLayout& m) {
   const std::vector<std::string> chosen = lora_resolve_targets(c);
-  ZT_CHECK(m.cut.whole || !c.lora.dora,
-           "--use_dora under tensor parallelism is not supported yet (LoRA and IA3 are); drop "
-           "--tensor-model-parallel-size");
   ZT_CHECK(m.cut.whole || c.model_type != "phi3",
            "LoRA on Phi-3 under tensor parallelism is not supported yet (a rank's share of qkv_proj and "
            "gate_up_proj is not one block of rows); drop --tensor-model-parallel-size");
@@ -257,10 +261,17 @@ void lora_layout(const ModelConfig& c, ModelLayout& m) {
                                       slots[i].held_begin, ParamInit::zeros, slots[i].parts)
                   : m.table.add(name, {p.out_size, r}, ParamInit::zeros);
       }
-      if (c.lora.dora)  // PEFT's key (its ".weight" dropped when saved, as PEFT saves it)
-        for (AdapterPart& p : *lists[k])
-          p.m = m.table.add("base_model.model." + p.module + ".lora_magnitude_vector", {p.out_size},
-                            ParamInit::dora_magnitude);
+      // DoRA (PEFT's key; its ".weight" dropped when saved, as PEFT saves it): a column layer's
+      // magnitudes are cut with its outputs, a row layer's whole (their gradient a partial sum).
+      if (c.lora.dora)
+        for (size_t i = 0; i < slots.size(); ++i) {
+          AdapterPart& p = (*lists[k])[i];
+          const std::string name = "base_model.model." + p.module + ".lora_magnitude_vector";
+          p.m = split && lins[k]->kind == nn::LinearKind::column
+                    ? m.table.add_split(name, {p.out_size}, {slots[i].out_whole}, Split::column, 0, slots[i].held_begin,
+                                        ParamInit::dora_magnitude, slots[i].parts)
+                    : m.table.add(name, {p.out_size}, ParamInit::dora_magnitude);
+        }
     }
   }
 }

@@ -246,6 +246,7 @@ void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C
        {std::pair{&b.qkv, &ba.qkv}, {&b.proj, &ba.proj}, {&b.fc_in, &ba.fc_in}, {&b.fc_out, &ba.fc_out}}) {
     nn::LinearLora& a = lin->lora;
     a = {};
+    if (lin->kind == nn::LinearKind::row) a.row_group = b.row_slices();  // DoRA sums its rows' norms over it
     ++which;
     if (parts->empty()) continue;
     a.precision = b.precision;

@@ -139,7 +139,9 @@ void Transformer::set_device(DeviceKind dev) {
 
 void Transformer::init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const {
   init_table_values(params(), seed, begin, n, dst);
-  if (cfg_.lora.dora) dora_magnitudes(layout_, frozen_params().as<const float>(), begin, n, dst);
+  if (cfg_.lora.dora)
+    dora_magnitudes(layout_, frozen_params().as<const float>(), begin, n, dst,
+                    row_slice_sum_ ? &row_slice_sum_ : nullptr);
 }
 
 void Transformer::init_table_values(const ParamTable& table, uint64_t seed, int64_t begin, int64_t n,

@@ -5,6 +5,7 @@
 // compute copies, the parameter provider, the pass in stage-able pieces), never inside it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,10 @@ class Transformer {
   // The values init_random(seed) puts at flat elements [begin, begin + n) (this layout, a cut's
   // slices included), computed without the rest: a ZeRO rank initialises only its shard.
   void init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const;
+  // DoRA on a cut layout whose row layers hold slices of every weight row: sums their squared norms
+  // over the ranks holding the other slices (the magnitudes start at the whole rows' norms), set
+  // from outside; init_values is then a collective over those ranks.
+  void set_row_slice_sum(std::function<void(float*, int64_t)> sum) { row_slice_sum_ = std::move(sum); }
 
   // Allocates gradients (training) and the activation arena for batches of B x T, with
   // `slots` micro-batches' activations kept at once (pipeline schedules; 1 otherwise).
@@ -142,6 +147,7 @@ class Transformer {
   uint64_t frozen_version_ = 0;
   DeviceKind dev_ = DeviceKind::cpu;
   std::unique_ptr<ModelRuntime> runtime_;
+  std::function<void(float*, int64_t)> row_slice_sum_;  // set_row_slice_sum
 };
 
 // The model's random initialisation as a parameter source (models/param_provider.h).

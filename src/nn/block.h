@@ -179,6 +179,9 @@ class Block {
   mutable MoeExpertSide ep_side;  // with ep and no slot's own (BlockActs::ep_side): kept from forward to backward
   // Whether a strategy attached a region (the above) to this block.
   bool has_regions() const { return tp || cp || ep; }
+  // The group holding the other slices of the row layers' weight rows (the TP region; null: whole
+  // rows), which the adapters' bindings hand to LinearLora::row_group.
+  TpRegion* row_slices() const { return tp; }
   Precision precision = Precision::fp32;
   DeviceKind dev = DeviceKind::cpu;  // where its views live and its kernels run
 

@@ -15,6 +15,8 @@
 
 namespace zt::nn {
 
+class TpRegion;  // nn/block.h
+
 // Which tensor-parallel role a Linear plays (Megatron): column-parallel splits the outputs
 // (no communication in forward), row-parallel splits the inputs (its partial outputs are
 // reduced before the residual add: the TpRegion in block.h). plain: neither.
@@ -69,7 +71,10 @@ struct LinearLora {
   uint64_t seed = 0;               // the dropout mask's, fixed for a pass, a layer and a Linear
   int in_whole = 0, in_begin = 0;  // a row-parallel cut's inputs within the whole (0: uncut)
   Precision precision = Precision::fp32;
-  bool dora = false;     // the parts' outputs rescaled by m / ||W + s B A|| (nn/lora.cpp)
+  bool dora = false;  // the parts' outputs rescaled by m / ||W + s B A|| (nn/lora.cpp)
+  // A row-parallel cut's TP group, holding the other slices of every weight row: DoRA sums the rows'
+  // squared norms over it; null without a cut (the binding takes it from Block::row_slices).
+  TpRegion* row_group = nullptr;
   TensorView a, da, ac;  // every part's A (r, in), back to back: (parts r, in)
   std::vector<LoraPart> parts;
   const LoraScratch* scratch = nullptr;

@@ -7,6 +7,7 @@
 // than kept, and the dropout mask is a function of (seed, element), so nothing is saved per pass.
 // GEMM inputs are in the Linear's compute dtype, outputs fp32, as the base's GEMMs.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "kernels/dropout.h"
 #include "kernels/gemm.h"
 #include "kernels/scale_columns.h"
+#include "nn/block.h"
 #include "nn/layers.h"
 
 namespace zt::nn {
@@ -77,7 +79,9 @@ const void* adapter_hidden(const Linear& l, const void* xin, int64_t N) {
 
 namespace {
 // DoRA: per part, the norms of W + s B A's output rows (fp32 masters; the norm is a constant of
-// backward, as PEFT detaches it) and the scales c = m / norm, into the scratch at the outputs.
+// backward, as PEFT detaches it) and the scales c = m / norm, into the scratch at the outputs. A
+// row-parallel slice holds part of every row: its squared norms are summed over the TP group (one
+// all-reduce of the outputs' floats per call; every rank calls in the same order).
 void dora_scales(const Linear& l) {
   const LinearLora& a = l.lora;
   ZT_ASSERT(l.w && l.w.dtype == DType::f32, "DoRA needs the base's fp32 weight");
@@ -85,6 +89,7 @@ void dora_scales(const Linear& l) {
   float* c = a.scratch->dora_c.as<float>();
   float* sum = a.scratch->dora_w.as<float>();
   const float* w = l.w.as<const float>();
+  const bool sliced = a.row_group != nullptr;
   for (size_t i = 0; i < a.parts.size(); ++i) {
     const LoraPart& p = a.parts[i];
     // s B A a panel of rows at a time (the scratch holds kDoraRows rows of `in`), then each row's
@@ -94,9 +99,13 @@ void dora_scales(const Linear& l) {
       kernels::gemm_typed(DType::f32, false, false, rows_now, l.in, a.r, a.scale, p.b.as<const float>() + j0 * a.r, a.r,
                           a.a.as<const float>() + int64_t(i) * a.r * l.in, l.in, 0.0f, sum, l.in);
       if (l.w_in_out)  // (in, out): output j is column j
-        kernels::row_norms_of_sum(n + o, sum, w + o, 1, l.out, rows_now, l.in);
+        kernels::row_norms_of_sum(n + o, sum, w + o, 1, l.out, rows_now, l.in, sliced);
       else
-        kernels::row_norms_of_sum(n + o, sum, w + int64_t(o) * l.in, l.in, 1, rows_now, l.in);
+        kernels::row_norms_of_sum(n + o, sum, w + int64_t(o) * l.in, l.in, 1, rows_now, l.in, sliced);
+    }
+    if (sliced) {
+      a.row_group->all_reduce_sum(n + p.out_begin, p.out_size);
+      for (int j = 0; j < p.out_size; ++j) n[p.out_begin + j] = std::sqrt(n[p.out_begin + j]);
     }
     const float* m = p.m.as<const float>();
     for (int j = 0; j < p.out_size; ++j) c[p.out_begin + j] = m[j] / n[p.out_begin + j];

@@ -35,7 +35,11 @@ void ParallelModel::apply_tensor_parallel() {
   tp_replicated_ = tp_replicated_params(model_.params());
   // The blocks meet the group at their f / g points; the ends of the model become their
   // vocabulary-parallel variants over this rank's rows of the vocabulary.
-  for (nn::Block& b : model_.runtime().blocks()) b.tp = tp_.get();
+  // (A row layer's adapter binds to the region too: DoRA sums its weight rows' norms over it.)
+  for (nn::Block& b : model_.runtime().blocks()) {
+    b.tp = tp_.get();
+    for (nn::Linear* row : {&b.proj, &b.fc_out}) row->lora.row_group = tp_.get();
+  }
   const int V = model_.config().vocab_size;
   vocab_embedding_ = std::make_unique<VocabParallelEmbedding>(*tp_, cut.vocab_begin, cut.vocab_valid(V));
   vocab_lm_head_ = std::make_unique<VocabParallelLmHead>(*tp_, cut.vocab_begin, cut.vocab_valid(V));

@@ -170,8 +170,10 @@ std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
       for (const AdapterPart& p : *parts)
         if (p.b >= 0 || p.feedforward) offsets.push_back(p.a);
     for (const auto* parts : {&ba.proj, &ba.fc_out})
-      for (const AdapterPart& p : *parts)
+      for (const AdapterPart& p : *parts) {
         if (p.b >= 0 || !p.feedforward) offsets.push_back(p.b >= 0 ? p.b : p.a);
+        if (p.m >= 0) offsets.push_back(p.m);  // DoRA: each rank's slice of the outputs adds its share
+      }
   }
   std::vector<int> out;
   const auto& list = layout.table.list();

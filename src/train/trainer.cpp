@@ -260,6 +260,8 @@ void Trainer::build_model_and_engine() {
   // Offload to disk likewise: the engine writes the initial values straight into its file.
   const bool sharded_init = config_.parallel.engine.stage >= 1 || config_.parallel.engine.disk_offload.on();
   model_ = std::make_unique<Transformer>(cfg_, cut, /*hold_params=*/!sharded_init);
+  if (cfg_.lora.dora && grid_->tp().size() > 1)  // a row layer's magnitudes start at its whole rows' norms
+    model_->set_row_slice_sum([this](float* v, int64_t n) { grid_->tp().all_reduce(v, size_t(n)); });
   const auto t0 = Clock::now();
   const bool fresh = config_.checkpoint.resume_from.empty();
   std::unique_ptr<HfWeights> hf, adapters;

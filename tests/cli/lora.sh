@@ -4,7 +4,8 @@
 # resumes to the uninterrupted run's losses; a checkpoint holds only the adapters and their optimizer
 # state (adapter_model.safetensors + adapter_config.json, no base weights); bf16 trains; with mpirun, DDP and
 # ZeRO-1/2/3 on 2 ranks give one process's losses; IA3 the same (recomputation, resume, bf16, NF4 base,
-# ZeRO-3, 2 pipeline stages, TP 2 + SP), DoRA too; tensor parallel with sequence parallel and dropout gives one
+# ZeRO-3, 2 pipeline stages, TP 2 + SP), DoRA too (TP 2 + SP with dropout as well: losses, adapter folder,
+# resume in one process); tensor parallel with sequence parallel and dropout gives one
 # process's losses and its checkpoint resumes in one process; bad input is one clear error line each and a non-zero exit.
 # usage: lora.sh path/to/ztrain [path/to/mpirun]
 set -u
@@ -98,6 +99,31 @@ if [ -n "$MPI" ]; then
       >"$W/d2.out" 2>&1 && same "$(losses "$W/d1")" "$(losses "$W/d2")" 1e-6 &&
       ok "DoRA, 2 ranks, $layout: one process's losses" || { bad "DoRA $layout"; tail -3 "$W/d2.out"; }
   done
+  # DoRA under TP 2 + SP, dropout on (a row layer's weight rows are cut: their squared norms are summed
+  # over the group, its magnitudes whole): one process's losses and adapter folder (magnitudes included),
+  # and its checkpoint resumes in one process.
+  "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --use_dora --lora_dropout 0.1 --max_steps 6 --save_steps 3 \
+    --tensor-model-parallel-size 2 --sequence-parallel --output_dir "$W/dt" >"$W/dt.out" 2>&1 &&
+    same "$d" "$(losses "$W/dt")" 1e-6 && ok "DoRA, tensor parallel 2 + sequence parallel, dropout on: one process's losses" ||
+    { bad "DoRA tensor parallel"; tail -3 "$W/dt.out"; }
+  HERE=$HERE $PY - "$W/d" "$W/dt" <<'P' && ok "DoRA under TP 2: the adapter folder equals one process's" || bad "DoRA TP adapter folder"
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["HERE"], "..", "parity"))
+import hfmodels
+a, b = (hfmodels.read_safetensors(os.path.join(d, "adapter_model.safetensors")) for d in sys.argv[1:3])
+assert sorted(a) == sorted(b) and any("lora_magnitude_vector" in k for k in a), (sorted(a), sorted(b))
+worst = max(max(abs(x - y) for x, y in zip(a[k].reshape(-1).tolist(), b[k].reshape(-1).tolist())) for k in a)
+print(f"largest difference {worst:.2e}")
+assert worst <= 1e-5, worst
+P
+  # 4 ranks, TP 2 x ZeRO-3 (each rank draws its shard's magnitudes: the row layers' norms summed over TP).
+  "$Z" launch --nproc_per_node 4 -- train "${common[@]}" --use_dora --lora_dropout 0 --max_steps 4 --save_strategy no \
+    --gradient_accumulation_steps 2 --tensor-model-parallel-size 2 --zero_stage 3 --output_dir "$W/dz" >"$W/dz.out" 2>&1 &&
+    same "$(losses "$W/d1")" "$(losses "$W/dz")" 1e-6 && ok "DoRA, 4 ranks, TP 2 x ZeRO-3: one process's losses" ||
+    { bad "DoRA TP x ZeRO-3"; tail -3 "$W/dz.out"; }
+  drun --max_steps 6 --save_steps 3 --output_dir "$W/dt" --resume_from_checkpoint "$W/dt/checkpoint-3" &&
+    same "$d" "$(losses "$W/dt")" 1e-6 && ok "DoRA: a tensor-parallel checkpoint resumes in one process" ||
+    bad "DoRA TP resume"
   irun --max_steps 4 --save_strategy no --gradient_accumulation_steps 4 --output_dir "$W/i1"
   # ZeRO-3 splits the batch over 2 ranks (2 micro-batches each); the others see all 4 on both.
   for layout in "2 --zero_stage 3" "4 --pipeline-model-parallel-size 2" \
@@ -167,8 +193,6 @@ err "IA3: a feedforward module inside a fused GEMM" "cannot be scaled alone" "${
 err "IA3: a LoRA flag" "applies to LoRA adapters, not --peft_type ia3" "${base[@]}" --use_peft --peft_type ia3 \
   --lora_r 8
 err "--peft_type prefix is refused" "ztrain trains lora and ia3" "${base[@]}" --use_peft --peft_type prefix
-err "DoRA under tensor parallelism is refused" "use_dora under tensor parallelism" "${base[@]}" --use_peft \
-  --use_dora --tensor-model-parallel-size 2
 # An adapter for a different base: the same modules at another rank's shapes.
 mkdir -p "$W/other"
 $PY - "$W/a" "$W/other" <<'P'
