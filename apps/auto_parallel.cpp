@@ -18,7 +18,7 @@ namespace {
 // The layout as integers for the broadcast; status < 0: rank 0 found none.
 struct Choice {
   int status = 0, dp = 1, tp = 1, pp = 1, cp = 1, sp = 0, zero = 0, micro = 1, accumulation = 1, recompute = 0,
-      threads = 1;
+      threads = 1, ep = 1;
 };
 
 // What --auto_parallel refuses beside it: the flags that choose what it plans.
@@ -62,6 +62,7 @@ void plan_inputs(const TrainArgs& a, int N, parallel::PlanInputs* in_out, parall
   if (given("tensor-model-parallel-size")) c.tp = a.tensor_model_parallel_size;
   if (given("pipeline-model-parallel-size")) c.pp = a.pipeline_parallel_size;
   if (given("context-parallel-size")) c.cp = a.context_parallel_size;
+  if (given("expert-model-parallel-size")) c.ep = a.expert_model_parallel_size;
   if (given("zero_stage")) c.zero = a.zero_stage;
   if (given("sequence-parallel")) c.sp = a.sequence_parallel ? 1 : 0;
   if (given("gradient_checkpointing") || given("recompute-granularity"))
@@ -86,6 +87,7 @@ void apply_choice(const Choice& ch, TrainArgs& a) {
   a.sequence_parallel = ch.sp != 0;
   a.pipeline_parallel_size = ch.pp;
   a.context_parallel_size = ch.cp;
+  a.expert_model_parallel_size = ch.ep;
   a.zero_stage = ch.zero;
   a.per_device_train_batch_size = ch.micro;
   a.gradient_accumulation_steps = ch.accumulation;
@@ -93,7 +95,7 @@ void apply_choice(const Choice& ch, TrainArgs& a) {
   if (!given("threads")) a.threads = ch.threads;
   // The planner has checked --max_memory for the layout, tensor, pipeline and context parallelism
   // included; the trainer's own check models data parallelism only (it refuses TP and CP with it).
-  if ((ch.tp > 1 || ch.pp > 1 || ch.cp > 1) && !a.max_memory.empty()) a.max_memory.clear();
+  if ((ch.tp > 1 || ch.pp > 1 || ch.cp > 1 || ch.ep > 1) && !a.max_memory.empty()) a.max_memory.clear();
 }
 
 }  // namespace
@@ -121,7 +123,8 @@ std::string apply_auto_parallel(TrainArgs& a, dist::Communicator& world) {
                                   ->memory.total())),
           "; use more ranks, --bf16 or a shorter --model_max_length");
       const parallel::PlanLayout& l = best.layout;
-      ch = {0, l.dp, l.tp, l.pp, l.cp, l.sp, l.zero, l.micro_batch, l.accumulation, l.recompute, best.time.threads};
+      ch = {0,   l.dp, l.tp, l.pp, l.cp, l.sp, l.zero, l.micro_batch, l.accumulation, l.recompute, best.time.threads,
+            l.ep};
       line = str_cat("auto_parallel: ", N, " ranks -> ", l.name(), " (", l.flags(), " --threads ", best.time.threads,
                      "); predicted ", format_bytes(double(best.memory.total())), " per rank, ",
                      str_cat(int64_t(best.time.step_s * 1000)), " ms per step, global batch ", in.global_batch, " x ",

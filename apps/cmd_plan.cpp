@@ -34,6 +34,7 @@ nlohmann::json row_json(const parallel::PlanRow& r) {
           {"tp", l.tp},
           {"pp", l.pp},
           {"cp", l.cp},
+          {"ep", l.ep},
           {"sequence_parallel", l.sp},
           {"zero_stage", l.zero},
           {"micro_batch", l.micro_batch},
@@ -62,6 +63,7 @@ nlohmann::json row_json(const parallel::PlanRow& r) {
             {"tp_comm", t.tp_comm_s},
             {"pp_comm", t.pp_comm_s},
             {"cp_comm", t.cp_comm_s},
+            {"ep_comm", t.ep_comm_s},
             {"dp_comm", t.dp_comm_s},
             {"optimizer", t.optimizer_s},
             {"critical", t.critical_s},
@@ -74,7 +76,7 @@ nlohmann::json row_json(const parallel::PlanRow& r) {
 
 int cmd_plan(const Args& args) {
   std::string config_path, model_path, max_memory, optim = "adamw_torch";
-  int T = 0, N = 0, nodes = 1, top = 5, tp = -1, pp = -1, cp = -1, zero = -1;
+  int T = 0, N = 0, nodes = 1, top = 5, tp = -1, pp = -1, cp = -1, ep = -1, zero = -1;
   int64_t G = 0;
   double cores = 0, gemm = 0, half_rows = -1, over = parallel::kDefaultOversubscribedEfficiency, link = 0, mem = 0,
          eff = parallel::kDefaultEfficiency, runtime_mb = -1;
@@ -110,6 +112,8 @@ int cmd_plan(const Args& args) {
   f.add("tensor-model-parallel-size", &tp, "pin tp (-1: search)", range::closed(1, 1 << 16).or_value(-1));
   f.add("pipeline-model-parallel-size", &pp, "pin pp (-1: search)", range::closed(1, 1 << 16).or_value(-1));
   f.add("context-parallel-size", &cp, "pin cp (-1: search)", range::closed(1, 1 << 16).or_value(-1));
+  f.add("expert-model-parallel-size", &ep, "pin ep, mixture-of-experts models (-1: search)",
+        range::closed(1, 1 << 16).or_value(-1));
   f.add("zero_stage", &zero, "pin the ZeRO stage (-1: search)", range::closed(0, 3).or_value(-1));
   f.add("top", &top, "layouts printed (5)", range::closed(1, 1 << 20));
   f.add("json", &json, "print JSON (every layout, best first) instead of the table");
@@ -155,6 +159,7 @@ int cmd_plan(const Args& args) {
   c.tp = tp;
   c.pp = pp;
   c.cp = cp;
+  c.ep = ep;
   c.zero = zero;
   const std::vector<parallel::PlanRow> rows = parallel::plan_layouts(in, m, c);
   const parallel::PlanRow& best = rows.front();

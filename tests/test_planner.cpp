@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "models/config.h"
 #include "parallel/context_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "plan/memory_estimate.h"
 #include "plan/planner.h"
 
@@ -270,6 +271,58 @@ TEST(Planner, ContextParallelEnumerationPinsAndTime) {
   EXPECT_NEAR(cp.dp_comm_s, dp.dp_comm_s, 1e-12);
   EXPECT_NEAR(cp.cp_comm_s, 12 * cp_ring_seconds(in.cfg, 2, 256, 2, 1, false, m), 1e-12);
   EXPECT_NEAR(cp.critical_s, dp.critical_s + cp.cp_comm_s, 1e-9);
+}
+
+// Expert parallelism (a Mixtral-shaped MoE): EP 1, 2, 4 on 4 ranks are enumerated; a rank's state
+// is the estimator's row for its layout (dense + E / ep experts) over the dp / ep holders, plus the
+// dense gradients' buffer and the experts' side; the all-to-all is priced; dense models and EP not
+// dividing the experts are refused.
+TEST(Planner, ExpertParallelShardsTheExpertsAndPaysTheAllToAll) {
+  PlanInputs in;
+  in.cfg = config_from_json(nlohmann::json::parse(R"({"model_type": "mixtral", "vocab_size": 1024,
+      "max_position_embeddings": 512, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+      "num_attention_heads": 8, "num_key_value_heads": 4, "num_local_experts": 8, "num_experts_per_tok": 2})"),
+                            "test");
+  in.seq_len = 128;
+  in.global_batch = 8;
+  const PlanMachine m = machine(4, 4);
+  std::set<int> eps;
+  for (const PlanRow& r : plan_layouts(in, m)) {
+    eps.insert(r.layout.ep);
+    EXPECT_EQ(r.layout.tp * r.layout.pp * r.layout.cp, 1) << r.layout.name();  // MoE: DP / ZeRO and EP
+    EXPECT_EQ(r.time.ep_comm_s > 0, r.layout.ep > 1) << r.layout.name();
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
+  for (int zero : {0, 1, 3}) {
+    int64_t last = INT64_MAX;
+    for (int ep : {1, 2, 4}) {
+      const PlanLayout l{4, 1, 1, false, zero, 2, 1, false, 1, ep};
+      ASSERT_EQ(layout_refusal(in, l, 4), "") << l.name();
+      EXPECT_NE(l.flags().find(ep > 1 ? "--expert-model-parallel-size " + std::to_string(ep) : "--zero_stage"),
+                std::string::npos);
+      const LayoutMemory got = layout_memory(in, l, 0);
+      LayerCut cut;
+      expert_parallel_cut(in.cfg, ep, 0, cut);
+      MemoryEstimateOptions opt;
+      opt.num_ranks = 4 / ep;
+      opt.hpz_partition_size = 1;
+      const ModelMemoryInputs mi = memory_inputs(in.cfg, 2, in.seq_len, {}, cut);
+      const MemoryRow want = estimate_memory(mi, opt).at(size_t(zero));
+      EXPECT_EQ(got.params + got.grads + got.optim, want.params + want.grads + want.optim) << l.name();
+      EXPECT_EQ(got.activations, mi.activation_bytes) << l.name();  // the experts' side included
+      if (zero == 0) {                                              // DDP: E / ep experts
+        EXPECT_LT(got.params + got.grads + got.optim, last) << l.name();
+      }
+      last = got.params + got.grads + got.optim;
+    }
+  }
+  EXPECT_NE(layout_refusal(in, {4, 1, 1, false, 0, 2, 1, false, 1, 3}, 4), "");  // 3 does not divide 8 experts
+  const PlanInputs dense = gpt2_124m();
+  EXPECT_NE(layout_refusal(dense, {4, 1, 1, false, 0, 2, 1, false, 1, 2}, 4).find("has no experts"), std::string::npos);
+  for (const PlanRow& r : plan_layouts(dense, machine(4))) EXPECT_EQ(r.layout.ep, 1);
+  PlanConstraints pin;
+  pin.ep = 2;
+  for (const PlanRow& r : plan_layouts(in, m, pin)) EXPECT_EQ(r.layout.ep, 2);
 }
 
 }  // namespace

@@ -38,17 +38,20 @@ ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::
   size_t acts = 0, temp = 0, copy = 0;
   ModelRuntime::planned_bytes(cfg, B, T, &acts, &temp, 1, plan, &copy, cut);
   in.activation_bytes = int64_t(acts);
-  const MoeConfig& m = cfg.moe;
-  if (m.on() && cut.experts > 0 && cut.experts < m.num_experts) {
-    // Expert parallelism: each layer keeps its experts' side of the exchange outside the arena
-    // (nn::MoeExpertSide: the received rows, their hidden values and working rows, (3 C + 6 F)
-    // floats per row), about N K rows under balanced routing.
-    const int64_t rows = int64_t(B) * T * m.top_k;
-    in.activation_bytes += int64_t(cfg.n_layer) * rows * (3 * int64_t(cfg.n_embd) + 6 * int64_t(m.expert_ffn)) * 4;
-  }
+  in.activation_bytes += expert_side_bytes(cfg, B, T, cut);
   in.temporary_bytes = int64_t(temp);
   in.compute_copy_bytes = int64_t(copy);
   return in;
+}
+
+int64_t expert_side_bytes(const ModelConfig& cfg, int B, int T, const LayerCut& cut) {
+  const MoeConfig& m = cfg.moe;
+  if (!m.on() || cut.experts == 0 || cut.experts == m.num_experts) return 0;
+  // Each layer keeps its experts' side of the exchange outside the arena (nn::MoeExpertSide: the
+  // received rows, their hidden values and working rows, (3 C + 6 F) floats per row), about N K
+  // rows under balanced routing.
+  const int64_t rows = int64_t(B) * T * m.top_k;
+  return int64_t(cfg.n_layer) * rows * (3 * int64_t(cfg.n_embd) + 6 * int64_t(m.expert_ffn)) * 4;
 }
 
 const char* strategy_name(Strategy s) {

@@ -13,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "parallel/buckets.h"
 #include "parallel/context_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/shard.h"
 #include "parallel/tensor_parallel.h"
@@ -26,6 +27,7 @@ std::string PlanLayout::flags() const {
   if (tp > 1) s += str_cat("--tensor-model-parallel-size ", tp, sp ? " --sequence-parallel" : "", " ");
   if (pp > 1) s += str_cat("--pipeline-model-parallel-size ", pp, " ");
   if (cp > 1) s += str_cat("--context-parallel-size ", cp, " ");
+  if (ep > 1) s += str_cat("--expert-model-parallel-size ", ep, " ");
   s += str_cat("--zero_stage ", zero, " --per_device_train_batch_size ", micro_batch, " --gradient_accumulation_steps ",
                accumulation);
   if (recompute) s += " --gradient_checkpointing";
@@ -33,8 +35,9 @@ std::string PlanLayout::flags() const {
 }
 
 std::string PlanLayout::name() const {
-  return str_cat("dp", dp, " tp", tp, sp ? "+sp" : "", " pp", pp, cp > 1 ? str_cat(" cp", cp) : "", " zero", zero, " B",
-                 micro_batch, " m", accumulation, recompute ? " recompute" : "");
+  return str_cat("dp", dp, " tp", tp, sp ? "+sp" : "", " pp", pp, cp > 1 ? str_cat(" cp", cp) : "",
+                 ep > 1 ? str_cat(" ep", ep) : "", " zero", zero, " B", micro_batch, " m", accumulation,
+                 recompute ? " recompute" : "");
 }
 
 int PlanMachine::threads_per_rank() const {
@@ -58,9 +61,16 @@ struct StageView {
   std::vector<std::vector<char>> held_blocks;  // per stage, per layer
 };
 
+// Rank 0's cut: its TP slices and expert share (every rank holds as much).
+LayerCut plan_cut(const PlanInputs& in, const PlanLayout& l) {
+  LayerCut cut = parallel::tensor_parallel_cut(in.cfg, l.tp, 0, l.sp);
+  parallel::expert_parallel_cut(in.cfg, l.ep, 0, cut);
+  return cut;
+}
+
 StageView stage_view(const PlanInputs& in, const PlanLayout& l) {
   StageView v;
-  v.ml = model_layout(in.cfg, parallel::tensor_parallel_cut(in.cfg, l.tp, 0, l.sp));
+  v.ml = model_layout(in.cfg, plan_cut(in, l));
   const ModelLayout& ml = v.ml;
   const int L = in.cfg.n_layer, P = l.pp;
   if (P > 1) {
@@ -124,6 +134,13 @@ nn::ActPlan act_plan(const PlanInputs& in, const PlanLayout& l) {
   return p;
 }
 
+// The parameters every rank of an expert group holds (all but the experts).
+int64_t dense_params(const ModelLayout& ml) {
+  int64_t n = 0;
+  for (const ParamInfo& p : ml.table.list()) n += p.expert ? 0 : p.numel;
+  return n;
+}
+
 int64_t units_params(const ModelLayout& ml, const std::vector<char>& held) {
   int64_t n = 0;
   for (size_t u = 0; u < ml.units.size(); ++u)
@@ -142,6 +159,11 @@ UnitFlops unit_flops(const ModelConfig& c, int T) {
   const auto& b = whole.offsets.blocks.at(0);
   double gemm = 0;
   for (auto* lin : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) gemm += double(lin->in) * lin->out;
+  if (c.moe.on()) {  // a token's router, top-k experts and shared expert (Transformer::matmul_params)
+    const MoeConfig& m = c.moe;
+    gemm += double(c.n_embd) *
+            (m.num_experts + 3.0 * m.top_k * m.expert_ffn + 3.0 * m.shared_ffn + (m.shared_gate ? 1.0 : 0.0));
+  }
   return {6.0 * gemm + 12.0 * c.n_head * c.head_size * double(T), 6.0 * double(c.vocab_size) * c.n_embd};
 }
 
@@ -168,6 +190,35 @@ double cp_ring_seconds(const ModelConfig& c, int B, int T, int cp, int tp, bool 
   return blocks * (bytes / (std::max(1e-9, m.link_gbps) * 1e9) + m.latency_us * 1e-6);
 }
 
+namespace {
+// DP: a stage's local gradient bytes (Ps parameters), reduced once per step (ZeRO-2 every
+// micro-batch, ZeRO-3 also gathers parameters forward and backward every micro-batch) over the
+// engine's dp x cp / ep ranks, then gathered; under expert parallelism the dense gradients (this
+// rank's shard under ZeRO) are then all-reduced over the expert group.
+double dp_reduce_seconds(const PlanLayout& l, const ModelLayout& ml, int64_t Ps, int M, double link, double lat) {
+  const int Re = l.dp * l.cp / l.ep;
+  double s = 0;
+  if (Re > 1) {
+    const double rounds = l.zero <= 1 ? 2.0 : l.zero == 2 ? M + 1.0 : 3.0 * M;
+    s = rounds * (double(Re - 1) / Re * 4.0 * double(Ps) / link + lat);
+  }
+  if (l.ep > 1) {
+    const double dense = double(dense_params(ml)) / (l.zero >= 1 ? Re : 1);
+    s += 2.0 * (l.ep - 1) / l.ep * 4.0 * dense / link + lat;
+  }
+  return s;
+}
+}  // namespace
+
+double ep_exchange_seconds(const PlanInputs& in, const PlanLayout& l, double tokens, const PlanMachine& m) {
+  if (l.ep <= 1) return 0;
+  // Dispatch and combine, forward and backward (a recomputed forward's again): each moves the
+  // micro-batch's routed rows (tokens x top-k, C fp32), (ep - 1) / ep of them to other ranks.
+  const double exchanges = (l.recompute ? 3.0 : 2.0) * 2.0;
+  const double bytes = tokens * in.cfg.moe.top_k * in.cfg.n_embd * 4.0 * (l.ep - 1) / l.ep;
+  return exchanges * (bytes / (std::max(1e-9, m.link_gbps) * 1e9) + m.latency_us * 1e-6);
+}
+
 std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc) {
   const ModelConfig& c = in.cfg;
   if (l.cp < 1) return str_cat("context parallel size ", l.cp, " must be at least 1");
@@ -188,7 +239,17 @@ std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc)
   // The cost model has no expert layers under tensor, context or pipeline parallelism yet (the
   // trainer runs them: docs/moe.md).
   if (c.moe.on() && (l.tp > 1 || l.cp > 1 || l.pp > 1))
-    return "the planner offers mixture-of-experts models data parallelism (ZeRO) only for now (docs/moe.md)";
+    return "the planner offers mixture-of-experts models data parallelism (ZeRO) and expert parallelism only for now "
+           "(docs/moe.md)";
+  if (l.ep < 1) return str_cat("expert parallel size ", l.ep, " must be at least 1");
+  if (l.ep > 1 && !c.moe.on())
+    return str_cat("--expert-model-parallel-size applies to mixture-of-experts models; ", c.model_type,
+                   " has no experts");
+  if (l.ep > 1 && c.moe.num_experts % l.ep)
+    return str_cat("--expert-model-parallel-size ", l.ep, " does not divide the model's ", c.moe.num_experts,
+                   " experts");
+  if (l.ep > 1 && ((l.dp * l.cp) % l.ep || l.ep % l.cp))
+    return str_cat("parallel dim ep ", l.ep, " must divide dp ", l.dp, " x cp ", l.cp, " and be a multiple of cp");
   if (l.sp && l.tp == 1) return "--sequence-parallel needs tensor parallelism";
   // SP splits a rank's rows: T / cp of each sequence under context parallelism.
   if (l.sp && int64_t(l.micro_batch) * (in.seq_len / l.cp) % l.tp != 0)
@@ -232,7 +293,7 @@ void stage_state_memory(const PlanInputs& in, const PlanLayout& l, const StageVi
     mi.temporary_bytes = r.temporary;
     mi.compute_copy_bytes = copy;
     MemoryEstimateOptions opt;
-    opt.num_ranks = R;
+    opt.num_ranks = R / l.ep;  // expert parallelism: the engine runs over the ranks holding the same experts
     opt.hpz_partition_size = 1;
     opt.optim = in.optim;
     const MemoryRow row = estimate_memory(mi, opt).at(size_t(l.zero));
@@ -240,6 +301,10 @@ void stage_state_memory(const PlanInputs& in, const PlanLayout& l, const StageVi
     r.grads = row.grads;
     r.optim = row.optim;
     r.comm = row.comm;
+    if (l.ep > 1) {  // the dense gradients' all-reduce over the expert group gathers them in one buffer
+      const int64_t dense = dense_params(ml);
+      r.comm += W * (l.zero == 0 ? dense : shard_layout(dense, R / l.ep).shard);
+    }
   } else {
     // A stage's own units (docs/parallelism.md "What a stage holds"): gradients and optimizer
     // state per stage; DDP keeps the flat parameter buffer whole, ZeRO-1 the stage's.
@@ -283,7 +348,7 @@ int64_t export_extra_bytes(const PlanLayout& l, const StageView& v, int s, int64
 LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t runtime_bytes) {
   const StageView v = stage_view(in, l);
   const nn::ActPlan plan = act_plan(in, l);
-  const LayerCut cut = parallel::tensor_parallel_cut(in.cfg, l.tp, 0, l.sp);
+  const LayerCut cut = plan_cut(in, l);
   const int T = in.seq_len / l.cp;  // a cp rank's rows (the trainer plans the arena so)
   const double S = optim::optimizer_state_bytes_per_param(in.optim);
   const ModelLayout whole = model_layout(in.cfg);
@@ -298,7 +363,7 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
     size_t acts = 0, tmp = 0, copy = 0;
     ModelRuntime::planned_bytes(in.cfg, l.micro_batch, T, &acts, &tmp, r.slots, plan, &copy, cut,
                                 l.pp > 1 ? &v.held_blocks[s] : nullptr);
-    r.activations = int64_t(acts);
+    r.activations = int64_t(acts) + expert_side_bytes(in.cfg, l.micro_batch, T, cut);
     r.temporary = int64_t(tmp);
     r.runtime = runtime_bytes;
     r.cp_ring = cp_ring_bytes(in.cfg, l.micro_batch, in.seq_len, l.cp, l.tp, r.slots);
@@ -334,11 +399,13 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
   const double link = std::max(1e-9, m.link_gbps) * 1e9, lat = m.latency_us * 1e-6;
   const double tokens = double(l.micro_batch) * T;  // per micro-batch per rank group
   const double A = 4.0 * tokens * c.n_embd;         // one activation, bytes
-  const double r_tp = double(l.tp - 1) / l.tp, r_dp = double(R - 1) / R;
+  const double r_tp = double(l.tp - 1) / l.tp;
   const double recompute = l.recompute ? 8.0 / 6.0 : 1.0;  // forward again in backward
   const double ring_layer = cp_ring_seconds(c, l.micro_batch, in.seq_len, l.cp, l.tp, l.recompute, m);
+  const double ep_layer = ep_exchange_seconds(in, l, tokens, m);
+  const int Re = R / l.ep;  // the engine's ranks: those holding the same experts
   double worst_mb = 0, core_seconds = 0, worst_dp = 0, worst_opt = 0, worst_tp = 0, worst_pp = 0, worst_comp = 0,
-         worst_cp = 0;
+         worst_cp = 0, worst_ep = 0;
   for (int s = 0; s < P; ++s) {
     int blocks = 0;
     for (int b = 0; b < L; ++b) blocks += v.held_blocks[s][b];
@@ -353,15 +420,12 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
     const double pp_s = cross * (lat + (l.sp ? A / l.tp : A) / link);
     // CP: each block's ring, exposed (the kernels overlap part of it; not modelled).
     const double cp_s = blocks * ring_layer;
-    const double mb = comp + tp_s + pp_s + cp_s;
-    // DP: the stage's local gradient bytes, reduced once per step (ZeRO-2 every micro-batch,
-    // ZeRO-3 also gathers parameters forward and backward every micro-batch), then gathered.
+    const double ep_s = blocks * ep_layer;  // EP: each MoE layer's exchanges
+    const double mb = comp + tp_s + pp_s + cp_s + ep_s;
     const int64_t Ps = units_params(v.ml, v.held_units[s]);
-    double rounds = 0;
-    if (R > 1) rounds = l.zero <= 1 ? 2.0 : l.zero == 2 ? M + 1.0 : 3.0 * M;
-    const double dp_s = R > 1 ? rounds * (r_dp * 4.0 * double(Ps) / link + lat) : 0.0;
+    const double dp_s = dp_reduce_seconds(l, v.ml, Ps, M, link, lat);
     // AdamW: about 28 bytes read and written per updated parameter, memory bound.
-    const double updated = l.zero >= 1 ? double(Ps) / R : double(Ps);
+    const double updated = l.zero >= 1 ? double(Ps) / Re : double(Ps);
     const double opt_s = updated * 28.0 / (std::max(1e-9, m.mem_gbps) * 1e9 * share);
     if (mb > worst_mb) {
       worst_mb = mb;
@@ -369,17 +433,19 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
       worst_tp = tp_s;
       worst_pp = pp_s;
       worst_cp = cp_s;
+      worst_ep = ep_s;
     }
     worst_dp = std::max(worst_dp, dp_s);
     worst_opt = std::max(worst_opt, opt_s);
     // Work this stage's ranks put on their host's cores, in core-seconds (communication copies
     // through shared memory included).
-    core_seconds += double(R * l.tp) * (M * (comp * share + tp_s + pp_s + cp_s) + dp_s + opt_s * share);
+    core_seconds += double(R * l.tp) * (M * (comp * share + tp_s + pp_s + cp_s + ep_s) + dp_s + opt_s * share);
   }
   t.compute_s = worst_comp * M;
   t.tp_comm_s = worst_tp * M;
   t.pp_comm_s = worst_pp * M;
   t.cp_comm_s = worst_cp * M;
+  t.ep_comm_s = worst_ep * M;
   t.dp_comm_s = worst_dp;
   t.optimizer_s = worst_opt;
   t.bubble = P > 1 ? double(P - 1) / (M + P - 1) : 0.0;
@@ -388,6 +454,32 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
   t.step_s = std::max(t.critical_s, t.cpu_bound_s);
   return t;
 }
+
+namespace {
+// The process grids of N ranks under the constraints: tp x pp x cp x dp = N, and for a model with
+// experts ep dividing dp x cp (layout_refusal judges what the model and the trainer accept).
+std::vector<PlanLayout> plan_grids(int N, const PlanConstraints& cons, bool experts) {
+  auto pin = [](int want, int v) { return want < 0 || want == v; };
+  std::vector<PlanLayout> grids;
+  for (int tp = 1; tp <= N; ++tp) {
+    if (N % tp || !pin(cons.tp, tp)) continue;
+    for (int pp = 1; pp <= N / tp; ++pp) {
+      if ((N / tp) % pp || !pin(cons.pp, pp)) continue;
+      for (int cp = 1; cp <= N / (tp * pp); ++cp) {
+        if ((N / (tp * pp)) % cp || !pin(cons.cp, cp)) continue;
+        const int dp = N / (tp * pp * cp);
+        for (int ep = 1; ep <= (experts ? dp * cp : 1); ++ep) {
+          if ((dp * cp) % ep || !pin(cons.ep, ep)) continue;
+          PlanLayout g;
+          g.dp = dp, g.tp = tp, g.pp = pp, g.cp = cp, g.ep = ep;
+          grids.push_back(g);
+        }
+      }
+    }
+  }
+  return grids;
+}
+}  // namespace
 
 void check_plan_request(const PlanInputs& in, const PlanMachine& m) {
   ZT_CHECK(m.nproc >= 1, "--nproc must be at least 1, got ", m.nproc);
@@ -411,44 +503,41 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
   ZT_CHECK(cons.cp < 0 || N % cons.cp == 0, "--context-parallel-size ", cons.cp, " does not divide the ", N, " ranks");
   ZT_CHECK(N % (std::max(1, cons.tp) * std::max(1, cons.pp) * std::max(1, cons.cp)) == 0,
            "the pinned tensor x pipeline x context parallel sizes do not divide the ", N, " ranks");
+  ZT_CHECK(cons.ep <= 1 || in.cfg.moe.on(), "--expert-model-parallel-size applies to mixture-of-experts models; ",
+           in.cfg.model_type, " has no experts");
+  ZT_CHECK(cons.ep <= 1 || N % cons.ep == 0, "--expert-model-parallel-size ", cons.ep, " does not divide the ", N,
+           " ranks");
   std::vector<PlanRow> rows;
   std::string refused;  // the first refusal, for the error when nothing runs
   int dp_divides = 0;
   auto pin = [](int want, int v) { return want < 0 || want == v; };
-  for (int tp = 1; tp <= N; ++tp) {
-    if (N % tp || !pin(cons.tp, tp)) continue;
-    for (int pp = 1; pp <= N / tp; ++pp) {
-      if ((N / tp) % pp || !pin(cons.pp, pp)) continue;
-      for (int cp = 1; cp <= N / (tp * pp); ++cp) {
-        if ((N / (tp * pp)) % cp || !pin(cons.cp, cp)) continue;
-        const int dp = N / (tp * pp * cp);
-        if (in.global_batch % dp) continue;
-        ++dp_divides;
-        const int64_t per_dp = in.global_batch / dp;
-        const std::vector<int64_t> micro_batches = divisors_up_to(per_dp, int64_t(1) << 20);
-        for (int zero = 0; zero <= 3; ++zero) {
-          if (!pin(cons.zero, zero) || (cons.zero < 0 && dp * cp == 1 && zero > 0)) continue;  // nothing to shard
-          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-            if (!pin(cons.sp, sp) && !(cons.sp == 0 && sp == 0)) continue;
-            for (int rc = 0; rc <= 1; ++rc) {
-              if (!pin(cons.recompute, rc)) continue;
-              for (int64_t B : micro_batches) {
-                if (!pin(cons.micro_batch, int(B))) continue;
-                PlanLayout l{dp, tp, pp, sp == 1, zero, int(B), int(per_dp / B), rc == 1, cp};
-                const std::string why = layout_refusal(in, l, N);
-                if (!why.empty()) {
-                  if (refused.empty()) refused = l.name() + ": " + why;
-                  continue;
-                }
-                PlanRow row;
-                row.layout = l;
-                row.memory = layout_memory(in, l, m.runtime_bytes);
-                row.time = layout_time(in, l, m);
-                row.tokens_per_s = double(in.global_batch) * in.seq_len / row.time.step_s;
-                row.fits = m.memory_per_rank < 0 || row.memory.total() <= m.memory_per_rank;
-                rows.push_back(row);
-              }
+  for (const PlanLayout& g : plan_grids(N, cons, in.cfg.moe.on())) {
+    if (in.global_batch % g.dp) continue;
+    ++dp_divides;
+    const int64_t per_dp = in.global_batch / g.dp;
+    const std::vector<int64_t> micro_batches = divisors_up_to(per_dp, int64_t(1) << 20);
+    for (int zero = 0; zero <= 3; ++zero) {
+      // Nothing to shard with one engine rank (the dp x cp ranks holding the same experts).
+      if (!pin(cons.zero, zero) || (cons.zero < 0 && g.dp * g.cp / g.ep == 1 && zero > 0)) continue;
+      for (int sp = 0; sp <= (g.tp > 1 ? 1 : 0); ++sp) {
+        if (!pin(cons.sp, sp) && !(cons.sp == 0 && sp == 0)) continue;
+        for (int rc = 0; rc <= 1; ++rc) {
+          if (!pin(cons.recompute, rc)) continue;
+          for (int64_t B : micro_batches) {
+            if (!pin(cons.micro_batch, int(B))) continue;
+            PlanLayout l{g.dp, g.tp, g.pp, sp == 1, zero, int(B), int(per_dp / B), rc == 1, g.cp, g.ep};
+            const std::string why = layout_refusal(in, l, N);
+            if (!why.empty()) {
+              if (refused.empty()) refused = l.name() + ": " + why;
+              continue;
             }
+            PlanRow row;
+            row.layout = l;
+            row.memory = layout_memory(in, l, m.runtime_bytes);
+            row.time = layout_time(in, l, m);
+            row.tokens_per_s = double(in.global_batch) * in.seq_len / row.time.step_s;
+            row.fits = m.memory_per_rank < 0 || row.memory.total() <= m.memory_per_rank;
+            rows.push_back(row);
           }
         }
       }
@@ -472,6 +561,7 @@ std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, co
     if (t.tp_comm_s > 0) s += str_cat(", tp all-reduce ", fixed(t.tp_comm_s, 2), " s");
     if (t.pp_comm_s > 0) s += str_cat(", pp sends ", fixed(t.pp_comm_s, 2), " s");
     if (t.cp_comm_s > 0) s += str_cat(", cp ring ", fixed(t.cp_comm_s, 2), " s");
+    if (t.ep_comm_s > 0) s += str_cat(", ep all-to-all ", fixed(t.ep_comm_s, 2), " s");
     if (t.dp_comm_s > 0) s += str_cat(", dp reduce ", fixed(t.dp_comm_s, 2), " s");
     s += str_cat(", update ", fixed(t.optimizer_s, 2), " s");
     if (t.cpu_bound_s >= t.critical_s) s += "; bound by the host's cores";

@@ -17,6 +17,10 @@
 // outnumber the cores take turns: a waiting rank gives its core up: dist_wait_cpu).
 // It deliberately is not: a simulator of the kernels (one efficiency for all of them), a
 // model of overlap (communication is counted as exposed, the cp ring's too).
+// Expert parallelism (mixture-of-experts models, DP / ZeRO layouts): a rank holds the dense part and
+// E / ep of the experts (its state sharded over the dp / ep holders), keeps its experts' side of the
+// exchange, sends each routed row (C fp32) out and back forward and backward ((ep - 1) / ep of them
+// leave the rank, balanced routing) and all-reduces the dense gradients over the expert group.
 // Context parallelism: a cp rank computes and keeps the activations of T / cp rows (attention's
 // causal T^2 work split evenly by the zigzag chunks), holds the ring's buffers, sends its K / V
 // blocks around the ring (and dK / dV in backward) and reduces gradients over dp x cp ranks.
@@ -38,9 +42,12 @@ struct PlanLayout {
   int accumulation = 1;    // m: micro-batches per step (a pipeline's micro-batches)
   bool recompute = false;  // full activation recomputation
   int cp = 1;              // context parallel ranks (last: the aggregate initialisers above stay)
+  // Expert parallel ranks (mixture-of-experts models): folded over the dp x cp ranks, each holding
+  // E / ep of every layer's experts; the DP / ZeRO engine runs over the dp x cp / ep holders.
+  int ep = 1;
   // "--tensor-model-parallel-size 2 --zero_stage 1 ..." (the trainer's flags for it).
   std::string flags() const;
-  std::string name() const;  // "dp2 tp1 pp1 zero1 B4 m1" (" cp2" after pp with cp > 1)
+  std::string name() const;  // "dp2 tp1 pp1 zero1 B4 m1" (" cp2", " ep2" after pp when above 1)
 };
 
 // The machine a plan is for. Defaults: this repository's calibration (docs/planner.md).
@@ -83,6 +90,7 @@ struct PlanConstraints {
   int tp = -1, pp = -1, zero = -1, recompute = -1, sp = -1;
   int micro_batch = -1;
   int cp = -1;
+  int ep = -1;
 };
 
 struct PlanInputs {
@@ -114,6 +122,7 @@ struct LayoutTime {
   double bubble = 0;      // pipeline: idle fraction (P - 1) / (m + P - 1)
   double tp_comm_s = 0, pp_comm_s = 0, dp_comm_s = 0, optimizer_s = 0;
   double cp_comm_s = 0;    // the cp ring's K / V (and dK / dV) sends, every layer and micro-batch
+  double ep_comm_s = 0;    // the experts' all-to-all rows: dispatch and combine, forward and backward
   double critical_s = 0;   // the slowest rank's path: compute with the bubble, communication, update
   double cpu_bound_s = 0;  // the host's work over its cores
   double step_s = 0;       // max of the two
@@ -139,6 +148,9 @@ int64_t cp_ring_bytes(const ModelConfig& c, int B, int T, int cp, int tp, int sl
 // Seconds of one micro-batch's ring traffic per layer: (cp - 1) K / V blocks forward, twice
 // that backward (K / V and dK / dV), a recomputed forward's again; each block a message.
 double cp_ring_seconds(const ModelConfig& c, int B, int T, int cp, int tp, bool recompute, const PlanMachine& m);
+// Seconds of one micro-batch's expert-parallel exchanges per MoE layer (tokens: the micro-batch's
+// rows on this rank): dispatch and combine, forward and backward (three passes recomputed).
+double ep_exchange_seconds(const PlanInputs& in, const PlanLayout& l, double tokens, const PlanMachine& m);
 // Every layout of N ranks the trainer accepts under the constraints, fitting first, each group
 // by predicted step time (then memory). Throws zt::Error when nothing can run (naming why).
 std::vector<PlanRow> plan_layouts(const PlanInputs& in, const PlanMachine& m, const PlanConstraints& c = {});

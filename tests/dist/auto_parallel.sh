@@ -3,8 +3,8 @@
 # `ztrain plan --json` lists only layouts the trainer runs, keeping the global batch; bad requests
 # are one error line; 2 ranks with --auto_parallel print the chosen layout and train with it
 # (train_results.json shows the same dp / tp / pp / ZeRO stage / micro-batch); an explicit
-# --tensor-model-parallel-size pins tp, an explicit --context-parallel-size cp; --deepspeed with it
-# is refused.
+# --tensor-model-parallel-size pins tp, an explicit --context-parallel-size cp; a Mixtral's plan offers
+# expert parallelism and an explicit --expert-model-parallel-size pins it; --deepspeed with it is refused.
 # usage: auto_parallel.sh ZTRAIN MPIRUN CONFIG_DIR
 set -u
 Z=$1
@@ -93,6 +93,33 @@ grep -q "^auto_parallel: 2 ranks -> dp1 tp1 pp1 cp2 .*--context-parallel-size 2 
   bad "explicit --context-parallel-size 2 not kept: $(grep -m1 auto_parallel "$W/cp.log")"
 expect "pinned cp not dividing" "context-parallel-size 3 does not divide" "${p[@]}" --global_batch 8 --nproc 2 \
   --context-parallel-size 3
+# A mixture-of-experts model (a tiny Mixtral, 4 experts): the plan offers expert parallelism; pinned to
+# EP 2 on 2 ranks, the run holds half the experts per rank; EP on a dense model is one error line.
+cat > "$W/moe.json" <<'J'
+{"model_type": "mixtral", "vocab_size": 509, "max_position_embeddings": 64, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "num_local_experts": 4, "num_experts_per_tok": 2}
+J
+"$Z" plan --model_config_path "$W/moe.json" --model_max_length 32 --global_batch 8 --nproc 4 --gemm_gflops 100 \
+  --mem_gbps 10 --json > "$W/moe_plan.json" 2>&1 &&
+  /usr/bin/python3 -c "
+import json, sys; L = json.load(open(sys.argv[1]))['layouts']
+eps = sorted({r['ep'] for r in L}); assert eps == [1, 2, 4], eps
+assert all('--expert-model-parallel-size %d' % r['ep'] in r['flags'] for r in L if r['ep'] > 1)
+assert all(r['time_s']['ep_comm'] > 0 for r in L if r['ep'] > 1)" "$W/moe_plan.json" &&
+  ok "plan, a Mixtral on 4 ranks: expert parallel 1, 2 and 4 offered, the all-to-all priced" ||
+  bad "plan of a mixture-of-experts model: $(tail -c 300 "$W/moe_plan.json")"
+"$MPI" -np 2 --oversubscribe "$Z" train --model_config_path "$W/moe.json" --train_file "$W/tok.bin" \
+  --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --model_max_length 32 --max_steps 2 \
+  --report_to none --save_strategy no --auto_parallel --expert-model-parallel-size 2 --output_dir "$W/moe" \
+  > "$W/moe.log" 2>&1 || { bad "auto_parallel MoE run failed"; tail -5 "$W/moe.log"; }
+grep -q "^auto_parallel: 2 ranks -> dp2 tp1 pp1 ep2 .*--expert-model-parallel-size 2 " "$W/moe.log" &&
+  /usr/bin/python3 -c "
+import json, sys; e = json.load(open(sys.argv[1] + '/train_results.json'))['data_parallel']['expert_parallel']
+assert e['size'] == 2 and e['expert_params_per_rank'] == 2 * 4 * 3 * 96 * 64 // 2, e" "$W/moe" &&
+  ok "auto_parallel, a Mixtral pinned to EP 2: $(grep -m1 '^auto_parallel' "$W/moe.log" | cut -c1-90)" ||
+  bad "auto_parallel with --expert-model-parallel-size 2: $(grep -m1 auto_parallel "$W/moe.log")"
+expect "EP on a dense model" "has no experts" "${p[@]}" --global_batch 8 --nproc 2 --expert-model-parallel-size 2
 echo '{"train_micro_batch_size_per_gpu": "auto"}' > "$W/ds.json"
 expect "--deepspeed with --auto_parallel" "drop --deepspeed" "$Z" "${args[@]}" --deepspeed "$W/ds.json" --output_dir "$W/ds"
 exit $fail
