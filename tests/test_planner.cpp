@@ -287,12 +287,15 @@ TEST(Planner, ExpertParallelShardsTheExpertsAndPaysTheAllToAll) {
   in.global_batch = 8;
   const PlanMachine m = machine(4, 4);
   std::set<int> eps;
+  std::set<std::pair<int, int>> tp_ep;
   for (const PlanRow& r : plan_layouts(in, m)) {
     eps.insert(r.layout.ep);
-    EXPECT_EQ(r.layout.tp * r.layout.pp * r.layout.cp, 1) << r.layout.name();  // MoE: DP / ZeRO and EP
+    tp_ep.insert({r.layout.tp, r.layout.ep});
     EXPECT_EQ(r.time.ep_comm_s > 0, r.layout.ep > 1) << r.layout.name();
+    EXPECT_EQ(8 % (r.layout.tp * r.layout.ep), 0) << r.layout.name();  // TP x EP divides the experts
   }
   EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
+  EXPECT_TRUE(tp_ep.count({2, 2}) && tp_ep.count({4, 1})) << "TP (x EP) layouts for experts";
   for (int zero : {0, 1, 3}) {
     int64_t last = INT64_MAX;
     for (int ep : {1, 2, 4}) {
@@ -317,6 +320,10 @@ TEST(Planner, ExpertParallelShardsTheExpertsAndPaysTheAllToAll) {
     }
   }
   EXPECT_NE(layout_refusal(in, {4, 1, 1, false, 0, 2, 1, false, 1, 3}, 4), "");  // 3 does not divide 8 experts
+  EXPECT_EQ(layout_refusal(in, {2, 4, 1, false, 0, 2, 1, false, 1, 2}, 8), "");  // TP 4 x EP 2: one expert each
+  EXPECT_NE(layout_refusal(in, {4, 4, 1, false, 0, 2, 1, false, 1, 4}, 16).find("does not divide the model's 8"),
+            std::string::npos);  // TP 4 x EP 4 of 8 experts
+
   const PlanInputs dense = gpt2_124m();
   EXPECT_NE(layout_refusal(dense, {4, 1, 1, false, 0, 2, 1, false, 1, 2}, 4).find("has no experts"), std::string::npos);
   for (const PlanRow& r : plan_layouts(dense, machine(4))) EXPECT_EQ(r.layout.ep, 1);

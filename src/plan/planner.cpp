@@ -134,10 +134,13 @@ nn::ActPlan act_plan(const PlanInputs& in, const PlanLayout& l) {
   return p;
 }
 
-// The parameters every rank of an expert group holds (all but the experts).
-int64_t dense_params(const ModelLayout& ml) {
+// The parameters every rank of an expert group holds (all but the experts), of the held units
+// (null: every unit).
+int64_t dense_params(const ModelLayout& ml, const std::vector<char>* held = nullptr) {
   int64_t n = 0;
-  for (const ParamInfo& p : ml.table.list()) n += p.expert ? 0 : p.numel;
+  for (size_t u = 0; u < ml.units.size(); ++u)
+    if (!held || (*held)[u])
+      for (int p : ml.units[u].params) n += ml.table.list()[size_t(p)].expert ? 0 : ml.table.list()[size_t(p)].numel;
   return n;
 }
 
@@ -195,7 +198,8 @@ namespace {
 // micro-batch, ZeRO-3 also gathers parameters forward and backward every micro-batch) over the
 // engine's dp x cp / ep ranks, then gathered; under expert parallelism the dense gradients (this
 // rank's shard under ZeRO) are then all-reduced over the expert group.
-double dp_reduce_seconds(const PlanLayout& l, const ModelLayout& ml, int64_t Ps, int M, double link, double lat) {
+double dp_reduce_seconds(const PlanLayout& l, const ModelLayout& ml, const std::vector<char>& held, int64_t Ps, int M,
+                         double link, double lat) {
   const int Re = l.dp * l.cp / l.ep;
   double s = 0;
   if (Re > 1) {
@@ -203,7 +207,7 @@ double dp_reduce_seconds(const PlanLayout& l, const ModelLayout& ml, int64_t Ps,
     s = rounds * (double(Re - 1) / Re * 4.0 * double(Ps) / link + lat);
   }
   if (l.ep > 1) {
-    const double dense = double(dense_params(ml)) / (l.zero >= 1 ? Re : 1);
+    const double dense = double(dense_params(ml, &held)) / (l.zero >= 1 ? Re : 1);
     s += 2.0 * (l.ep - 1) / l.ep * 4.0 * dense / link + lat;
   }
   return s;
@@ -213,9 +217,10 @@ double dp_reduce_seconds(const PlanLayout& l, const ModelLayout& ml, int64_t Ps,
 double ep_exchange_seconds(const PlanInputs& in, const PlanLayout& l, double tokens, const PlanMachine& m) {
   if (l.ep <= 1) return 0;
   // Dispatch and combine, forward and backward (a recomputed forward's again): each moves the
-  // micro-batch's routed rows (tokens x top-k, C fp32), (ep - 1) / ep of them to other ranks.
+  // micro-batch's routed rows (tokens x top-k, C fp32), (ep - 1) / ep of them to other ranks; under
+  // TP x EP a TP rank's group carries its block's rows (1 / tp of them).
   const double exchanges = (l.recompute ? 3.0 : 2.0) * 2.0;
-  const double bytes = tokens * in.cfg.moe.top_k * in.cfg.n_embd * 4.0 * (l.ep - 1) / l.ep;
+  const double bytes = tokens * in.cfg.moe.top_k * in.cfg.n_embd * 4.0 * (l.ep - 1) / l.ep / l.tp;
   return exchanges * (bytes / (std::max(1e-9, m.link_gbps) * 1e9) + m.latency_us * 1e-6);
 }
 
@@ -238,16 +243,13 @@ std::string layout_refusal(const PlanInputs& in, const PlanLayout& l, int nproc)
   }
   // The cost model has no expert layers under tensor, context or pipeline parallelism yet (the
   // trainer runs them: docs/moe.md).
-  if (c.moe.on() && (l.tp > 1 || l.cp > 1 || l.pp > 1))
-    return "the planner offers mixture-of-experts models data parallelism (ZeRO) and expert parallelism only for now "
-           "(docs/moe.md)";
   if (l.ep < 1) return str_cat("expert parallel size ", l.ep, " must be at least 1");
   if (l.ep > 1 && !c.moe.on())
     return str_cat("--expert-model-parallel-size applies to mixture-of-experts models; ", c.model_type,
                    " has no experts");
-  if (l.ep > 1 && c.moe.num_experts % l.ep)
-    return str_cat("--expert-model-parallel-size ", l.ep, " does not divide the model's ", c.moe.num_experts,
-                   " experts");
+  if (l.ep > 1 && c.moe.num_experts % (l.ep * l.tp))
+    return str_cat("--expert-model-parallel-size ", l.ep, " x --tensor-model-parallel-size ", l.tp,
+                   " does not divide the model's ", c.moe.num_experts, " experts");
   if (l.ep > 1 && ((l.dp * l.cp) % l.ep || l.ep % l.cp))
     return str_cat("parallel dim ep ", l.ep, " must divide dp ", l.dp, " x cp ", l.cp, " and be a multiple of cp");
   if (l.sp && l.tp == 1) return "--sequence-parallel needs tensor parallelism";
@@ -276,7 +278,8 @@ namespace {
 void stage_state_memory(const PlanInputs& in, const PlanLayout& l, const StageView& v, int s, int64_t copy, double S,
                         LayoutMemory& r) {
   const ModelLayout& ml = v.ml;
-  const int T = in.seq_len / l.cp, R = l.dp * l.cp;
+  // The engine's ranks: dp x cp, or under expert parallelism those holding the same experts.
+  const int T = in.seq_len / l.cp, R = l.dp * l.cp / l.ep;
   const int64_t W = 4;
   const int64_t local = ml.table.total();
   if (l.pp == 1 || l.zero >= 2) {
@@ -293,7 +296,7 @@ void stage_state_memory(const PlanInputs& in, const PlanLayout& l, const StageVi
     mi.temporary_bytes = r.temporary;
     mi.compute_copy_bytes = copy;
     MemoryEstimateOptions opt;
-    opt.num_ranks = R / l.ep;  // expert parallelism: the engine runs over the ranks holding the same experts
+    opt.num_ranks = R;
     opt.hpz_partition_size = 1;
     opt.optim = in.optim;
     const MemoryRow row = estimate_memory(mi, opt).at(size_t(l.zero));
@@ -301,10 +304,6 @@ void stage_state_memory(const PlanInputs& in, const PlanLayout& l, const StageVi
     r.grads = row.grads;
     r.optim = row.optim;
     r.comm = row.comm;
-    if (l.ep > 1) {  // the dense gradients' all-reduce over the expert group gathers them in one buffer
-      const int64_t dense = dense_params(ml);
-      r.comm += W * (l.zero == 0 ? dense : shard_layout(dense, R / l.ep).shard);
-    }
   } else {
     // A stage's own units (docs/parallelism.md "What a stage holds"): gradients and optimizer
     // state per stage; DDP keeps the flat parameter buffer whole, ZeRO-1 the stage's.
@@ -315,6 +314,10 @@ void stage_state_memory(const PlanInputs& in, const PlanLayout& l, const StageVi
     if (R > 1)
       r.comm = l.zero == 0 ? std::min(W * Ps, 4 * reduce_bucket_elements(0, 0))
                            : std::min(W * Ps, 2 * int64_t(dist::kRingChunkBytes));
+  }
+  if (l.ep > 1) {  // the dense gradients' all-reduce over the expert group gathers them in one buffer
+    const int64_t dense = dense_params(ml, l.pp == 1 ? nullptr : &v.held_units[s]);
+    r.comm += W * (l.zero == 0 ? dense : shard_layout(dense, R).shard);
   }
   if (l.pp > 1) {  // the received gradient per slot (the activation lands in the arena's residual)
     const int64_t n = l.sp ? int64_t(l.micro_batch) * T / l.tp : int64_t(l.micro_batch) * T;
@@ -423,7 +426,7 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
     const double ep_s = blocks * ep_layer;  // EP: each MoE layer's exchanges
     const double mb = comp + tp_s + pp_s + cp_s + ep_s;
     const int64_t Ps = units_params(v.ml, v.held_units[s]);
-    const double dp_s = dp_reduce_seconds(l, v.ml, Ps, M, link, lat);
+    const double dp_s = dp_reduce_seconds(l, v.ml, v.held_units[s], Ps, M, link, lat);
     // AdamW: about 28 bytes read and written per updated parameter, memory bound.
     const double updated = l.zero >= 1 ? double(Ps) / Re : double(Ps);
     const double opt_s = updated * 28.0 / (std::max(1e-9, m.mem_gbps) * 1e9 * share);

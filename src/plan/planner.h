@@ -17,10 +17,10 @@
 // outnumber the cores take turns: a waiting rank gives its core up: dist_wait_cpu).
 // It deliberately is not: a simulator of the kernels (one efficiency for all of them), a
 // model of overlap (communication is counted as exposed, the cp ring's too).
-// Expert parallelism (mixture-of-experts models, DP / ZeRO layouts): a rank holds the dense part and
-// E / ep of the experts (its state sharded over the dp / ep holders), keeps its experts' side of the
-// exchange, sends each routed row (C fp32) out and back forward and backward ((ep - 1) / ep of them
-// leave the rank, balanced routing) and all-reduces the dense gradients over the expert group.
+// Expert parallelism (mixture-of-experts models): a rank holds the dense part and E / (tp ep) of the
+// experts (its state sharded over the dp x cp / ep holders), keeps its experts' side of the exchange,
+// sends each routed row (C fp32) of its TP block out and back forward and backward ((ep - 1) / ep of
+// them leave the rank, balanced routing) and all-reduces the dense gradients over the expert group.
 // Context parallelism: a cp rank computes and keeps the activations of T / cp rows (attention's
 // causal T^2 work split evenly by the zigzag chunks), holds the ring's buffers, sends its K / V
 // blocks around the ring (and dK / dV in backward) and reduces gradients over dp x cp ranks.
