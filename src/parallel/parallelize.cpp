@@ -179,11 +179,11 @@ void ParallelModel::finish_grads(StepLoss& loss) {
   engine_->end_backward();
   if (tp_) {
     const auto pieces = [&](const auto& f) { engine_->for_each_grad_piece(f); };
-    tp_sum_partial_grads(grid_.tp(), tp_partial_, pieces);
-    if (tp_->kv_group()) tp_sum_partial_grads(*tp_->kv_group(), tp_replicated_, pieces);
+    sum_partial_grads(grid_.tp(), tp_partial_, pieces);
+    if (tp_->kv_group()) sum_partial_grads(*tp_->kv_group(), tp_replicated_, pieces);
   }
   if (ep_)  // the engine reduced over the ranks holding the same experts; the dense part over all
-    tp_sum_partial_grads(grid_.ep(), ep_shared_, [&](const auto& f) { engine_->for_each_grad_piece(f); });
+    sum_partial_grads(grid_.ep(), ep_shared_, [&](const auto& f) { engine_->for_each_grad_piece(f); });
   if (grid_.dp_cp().size() > 1) {
     double sums[2] = {loss.sum, loss.count};
     grid_.dp_cp().all_reduce(sums, 2);

@@ -182,8 +182,8 @@ std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
   return out;
 }
 
-void tp_sum_partial_grads(dist::Communicator& tp, const std::vector<int>& params, const GradPieces& pieces) {
-  if (tp.size() == 1 || params.empty()) return;
+void sum_partial_grads(dist::Communicator& group, const std::vector<int>& params, const GradPieces& pieces) {
+  if (group.size() == 1 || params.empty()) return;
   ZT_PROFILE("tp_comm");
   std::vector<std::pair<float*, int64_t>> runs;
   int64_t total = 0;
@@ -193,7 +193,7 @@ void tp_sum_partial_grads(dist::Communicator& tp, const std::vector<int>& params
   std::vector<float> buf(static_cast<size_t>(total));
   int64_t at = 0;
   for (auto& [g, n] : runs) std::copy_n(g, n, buf.data() + at), at += n;
-  tp.all_reduce(buf.data(), buf.size());
+  group.all_reduce(buf.data(), buf.size());
   at = 0;
   for (auto& [g, n] : runs) std::copy_n(buf.data() + at, n, g), at += n;
 }

@@ -89,12 +89,13 @@ LayerCut tensor_parallel_cut(const ModelConfig& c, int size, int rank, bool sequ
 // Parameters (indices into the local ParamTable) whose gradient each TP rank holds only a
 // part of although the tensor is replicated: the per-head q/k norms (each rank's heads),
 // and under sequence parallelism every norm (each rank's rows). Their gradients are summed
-// over the tp group once per step (tp_sum_partial_grads).
+// over the tp group once per step (sum_partial_grads).
 std::vector<int> tp_partial_grad_params(const ModelLayout& layout);
 // Calls sum(param, grads, n) for each gradient piece a DP engine holds: the caller all-reduces
-// the pieces of `params` over the tp group (one message).
+// the pieces of `params` over a group (one message): the tp group's partial sums, and expert
+// parallelism's dense tensors over the expert group (parallelize.cpp).
 using GradPieces = std::function<void(const std::function<void(int param, float* g, int64_t n)>&)>;
-void tp_sum_partial_grads(dist::Communicator& tp, const std::vector<int>& params, const GradPieces& pieces);
+void sum_partial_grads(dist::Communicator& group, const std::vector<int>& params, const GradPieces& pieces);
 
 // Parameters held by several TP ranks at once (split_replicas > 1: replicated KV heads); each
 // rank computes part of their gradient (from its query heads), summed over kv_group().
