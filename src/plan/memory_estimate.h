@@ -48,8 +48,10 @@ struct ModelMemoryInputs {
   int64_t compute_copy_bytes = 0;
 };
 // Expert parallelism's expert side (outside the activation arena) for a cut holding some of the
-// experts: B x T rows' top-k assignments, (3 C + 6 F) floats each, every MoE layer; 0 otherwise.
-int64_t expert_side_bytes(const ModelConfig& cfg, int B, int T, const LayerCut& cut);
+// experts: B x T rows' top-k assignments, (3 C + 6 F) floats each (bf16 runs: two bf16 operand rows of
+// max(C, 2F) more), every MoE layer; 0 otherwise.
+int64_t expert_side_bytes(const ModelConfig& cfg, int B, int T, const LayerCut& cut,
+                          nn::Precision precision = nn::Precision::fp32);
 // From a model config without allocating the model (the parameter table is built alone,
 // activations come from ModelRuntime::planned_bytes).
 // plan: precision and recomputation (activations, temporaries and the compute copy follow it).
