@@ -25,6 +25,7 @@ recomputation (against one process with bf16 and full recomputation). Checks:
   - context parallelism (CP 2 x DP 2, and CP 2 with EP 2: the expert group is the CP pair): the
     auxiliary losses sum the routing over the group; losses within 1e-5;
   - evaluation under EP 2, PP 2 x EP 2, TP 2 and CP 2 gives one process's eval_loss;
+  - every axis at once: a Mixtral on 8 ranks, TP 2 x PP 2 x EP 2 (DP 2), losses within 1e-5;
   - under ZT_TEST_SUBSET=sanitizers: 6 steps, Mixtral's layouts of the subset below, Qwen2-MoE's EP 2 and
     TP 2 x EP 2 (+SP, ZeRO-1) only, the reshards for Mixtral;
   - bad input: EP not dividing the experts, EP on a dense model, TP x EP not dividing them, EP with
@@ -176,6 +177,22 @@ def check_interleaved(work):
           f"({rows[-1]['aux_loss']:.6f})")
 
 
+def check_eight_ranks(work, ref_out):
+    """Every axis at once: a Mixtral on 8 ranks, TP 2 x PP 2 x EP 2 (DP 2), against one process."""
+    model = ["--model_config_path", os.path.join(work, "mixtral.json")]
+    out = os.path.join(work, "mixtral_tp2_pp2_ep2")
+    p = train(ZT, MPIRUN, 8, model, os.path.join(work, "train.bin"), out, STEPS, B, T, ACC // 2,
+              ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+               "--expert-model-parallel-size", "2"])
+    if p.returncode != 0:
+        check(False, f"mixtral TP 2 x PP 2 x EP 2 on 8 ranks: exit {p.returncode}\n{p.stderr[-1500:]}")
+        return
+    got, ref = step_history(out)[0], step_history(ref_out)[0]
+    worst = max(rel(h["loss"], r["loss"]) for h, r in zip(got, ref))
+    check(len(got) == STEPS and worst <= FP32_TOL,
+          f"mixtral 8 ranks TP 2 x PP 2 x EP 2: {len(got)} steps, worst loss difference {worst:.2e} (bound 1e-5)")
+
+
 def check_eval(work):
     """Evaluation (a collective forward under EP, TP and CP; the first stage's ranks under a pipeline)
     gives one process's eval_loss."""
@@ -257,6 +274,8 @@ def main():
             continue
         ref = refs[()][1]
         check_reshard(name, model, work, ref)
+        if name == "mixtral":
+            check_eight_ranks(work, refs[()][0])
     check_interleaved(work)
     check_eval(work)
     dense = {k: v for k, v in BASE.items() if k not in ("output_router_logits", "router_aux_loss_coef")}
