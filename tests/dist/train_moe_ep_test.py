@@ -26,8 +26,9 @@ recomputation (against one process with bf16 and full recomputation). Checks:
     auxiliary losses sum the routing over the group; losses within 1e-5;
   - evaluation under EP 2, PP 2 x EP 2, TP 2 and CP 2 gives one process's eval_loss;
   - every axis at once: a Mixtral on 8 ranks, TP 2 x PP 2 x EP 2 (DP 2), losses within 1e-5;
-  - under ZT_TEST_SUBSET=sanitizers: 6 steps, Mixtral's layouts of the subset below, Qwen2-MoE's EP 2 and
-    TP 2 x EP 2 (+SP, ZeRO-1) only, the reshards for Mixtral;
+  - under ZT_TEST_SUBSET=sanitizers: 6 steps, Mixtral's layouts of the subset below (EP 2, TP 2 x EP 2
+    + SP + ZeRO-1, PP 2 x EP 2 + ZeRO-1, CP 2 x EP 2: every exchange path), Qwen2-MoE's EP 2 and TP 2 x
+    EP 2 (+SP, ZeRO-1) only, the reshards for Mixtral, not the 8-rank run;
   - bad input: EP not dividing the experts, EP on a dense model, TP x EP not dividing them, EP with
     hybrid sharding: one error line each.
 usage: train_moe_ep_test.py ZTRAIN MPIRUN
@@ -70,7 +71,7 @@ CASES = sanitizer_cases([("ep1", 1, [], []), ("ep2", 2, [], []), ("ep4", 4, [], 
                          ("pp2_ep2_zero1", 2, ["--pipeline-model-parallel-size", "2", "--zero_stage", "1"], []),
                          ("cp2", 1, ["--context-parallel-size", "2"], []),
                          ("cp2_ep2", 2, ["--context-parallel-size", "2"], [])],
-                        {"ep2", "ep4", "tp2_sp", "tp2_sp_ep2_zero1", "pp2_ep2_zero1", "cp2_ep2"})
+                        {"ep2", "tp2_sp_ep2_zero1", "pp2_ep2_zero1", "cp2_ep2"})
 STEPS, SAVE = steps_and_save()
 
 
@@ -274,7 +275,7 @@ def main():
             continue
         ref = refs[()][1]
         check_reshard(name, model, work, ref)
-        if name == "mixtral":
+        if name == "mixtral" and len(cases) == len(CASES):  # the plain pass (8 instrumented ranks are heavy)
             check_eight_ranks(work, refs[()][0])
     check_interleaved(work)
     check_eval(work)
