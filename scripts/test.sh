@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: the README's test command. Installs what is missing, builds, runs every test
-# tier through ctest (kernels, model, I/O, PyTorch parity), then all of it again under
-# AddressSanitizer + UBSan (scripts/test_sanitizers.sh).
+# tier through ctest (kernels, model, I/O, PyTorch parity), then the suite again under
+# AddressSanitizer + UBSan (scripts/test_sanitizers.sh, which names the few tests it leaves out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The tests' ztrain runs keep their caches (GEMM peak, SFT tokens) here, not in the user's cache:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test_sanitizers.sh: the whole ctest suite again, built with AddressSanitizer (+ LeakSanitizer)
-# and UndefinedBehaviorSanitizer (-DZT_SANITIZE=ON, UBSan fatal) in build-asan: every unit test
-# and the CLI scripts, which then drive the sanitized ztrain binary (the longest in their
-# ZT_TEST_SUBSET=sanitizers subset, below).
+# test_sanitizers.sh: the ctest suite again, built with AddressSanitizer (+ LeakSanitizer) and
+# UndefinedBehaviorSanitizer (-DZT_SANITIZE=ON, UBSan fatal) in build-asan: every unit test and the
+# CLI scripts, which then drive the sanitized ztrain binary (the longest in their
+# ZT_TEST_SUBSET=sanitizers subset, below; the few left out are named at the ctest call).
 # Any report aborts the process, so the test that triggered it fails. scripts/test.sh runs this
 # after the normal ctest run; alone it assumes the Debian packages are installed (scripts/setup.sh).
 # usage: scripts/test_sanitizers.sh [extra ctest args]     (ZT_ASAN_BUILD_DIR picks the folder)
