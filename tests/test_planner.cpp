@@ -11,6 +11,8 @@
 #include "models/config.h"
 #include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
+#include "models/model_runtime.h"
+#include "parallel/tensor_parallel.h"
 #include "plan/memory_estimate.h"
 #include "plan/planner.h"
 
@@ -319,6 +321,15 @@ TEST(Planner, ExpertParallelShardsTheExpertsAndPaysTheAllToAll) {
       last = got.params + got.grads + got.optim;
     }
   }
+  // TP alone exchanges no rows: a TP 2 layout's activations are the runtime's plan of its cut, no
+  // expert side; TP 2 x EP 2 adds the side of its TP block's rows (half of them).
+  const PlanLayout tp2{2, 2, 1, false, 0, 2, 1, false, 1, 1}, tp2ep2{2, 2, 1, false, 0, 2, 1, false, 1, 2};
+  size_t acts = 0, tmp = 0, copy = 0;
+  ModelRuntime::planned_bytes(in.cfg, 2, in.seq_len, &acts, &tmp, 1, {}, &copy,
+                              tensor_parallel_cut(in.cfg, 2, 0, false));
+  EXPECT_EQ(layout_memory(in, tp2, 0).activations, int64_t(acts));
+  const int64_t side = int64_t(in.cfg.n_layer) * 2 * in.seq_len * 2 / 2 * (3 * 256 + 6 * 512) * 4;
+  EXPECT_EQ(layout_memory(in, tp2ep2, 0).activations, int64_t(acts) + side);
   EXPECT_NE(layout_refusal(in, {4, 1, 1, false, 0, 2, 1, false, 1, 3}, 4), "");  // 3 does not divide 8 experts
   EXPECT_EQ(layout_refusal(in, {2, 4, 1, false, 0, 2, 1, false, 1, 2}, 8), "");  // TP 4 x EP 2: one expert each
   EXPECT_NE(layout_refusal(in, {4, 4, 1, false, 0, 2, 1, false, 1, 4}, 16).find("does not divide the model's 8"),

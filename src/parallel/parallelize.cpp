@@ -35,11 +35,7 @@ void ParallelModel::apply_tensor_parallel() {
   tp_replicated_ = tp_replicated_params(model_.params());
   // The blocks meet the group at their f / g points; the ends of the model become their
   // vocabulary-parallel variants over this rank's rows of the vocabulary.
-  // (A row layer's adapter binds to the region too: DoRA sums its weight rows' norms over it.)
-  for (nn::Block& b : model_.runtime().blocks()) {
-    b.tp = tp_.get();
-    for (nn::Linear* row : {&b.proj, &b.fc_out}) row->lora.row_group = tp_.get();
-  }
+  for (nn::Block& b : model_.runtime().blocks()) b.tp = tp_.get();
   const int V = model_.config().vocab_size;
   vocab_embedding_ = std::make_unique<VocabParallelEmbedding>(*tp_, cut.vocab_begin, cut.vocab_valid(V));
   vocab_lm_head_ = std::make_unique<VocabParallelLmHead>(*tp_, cut.vocab_begin, cut.vocab_valid(V));
@@ -88,7 +84,8 @@ void ParallelModel::apply_expert_parallel() {
   const auto& list = model_.params().list();
   for (size_t i = 0; i < list.size(); ++i) {
     if (!list[i].expert) ep_shared_.push_back(int(i));
-    ep_norm_weights_.push_back(list[i].expert ? 1.0 : 1.0 / P);
+    // Under TP x EP times TP's weight (applied first: its weights are known by now).
+    ep_norm_weights_.push_back((list[i].expert ? 1.0 : 1.0 / P) * (tp_ ? tp_norm_weights_[i] : 1.0));
   }
 }
 
@@ -193,10 +190,7 @@ void ParallelModel::finish_grads(StepLoss& loss) {
 
 double ParallelModel::grad_norm() {
   if (ep_) {  // the experts' squares summed over the group (and TP), the rest counted once
-    std::vector<double> w = ep_norm_weights_;
-    if (tp_)
-      for (size_t i = 0; i < w.size(); ++i) w[i] *= tp_norm_weights_[i];
-    double sq = engine_->grad_sq(w);
+    double sq = engine_->grad_sq(ep_norm_weights_);
     grid_.ep().all_reduce(&sq, 1);
     if (tp_) grid_.tp().all_reduce(&sq, 1);
     return std::sqrt(sq);

@@ -38,19 +38,21 @@ ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::
   size_t acts = 0, temp = 0, copy = 0;
   ModelRuntime::planned_bytes(cfg, B, T, &acts, &temp, 1, plan, &copy, cut);
   in.activation_bytes = int64_t(acts);
-  in.activation_bytes += expert_side_bytes(cfg, B, T, cut, plan.precision);
+  // estimate-memory's cut is expert parallelism's alone (no TP): E / cut.experts ranks per group.
+  const int ep = cut.experts > 0 ? cfg.moe.num_experts / cut.experts : 1;
+  in.activation_bytes += expert_side_bytes(cfg, B, T, ep, 1, plan.precision);
   in.temporary_bytes = int64_t(temp);
   in.compute_copy_bytes = int64_t(copy);
   return in;
 }
 
-int64_t expert_side_bytes(const ModelConfig& cfg, int B, int T, const LayerCut& cut, nn::Precision precision) {
+int64_t expert_side_bytes(const ModelConfig& cfg, int B, int T, int ep, int tp, nn::Precision precision) {
   const MoeConfig& m = cfg.moe;
-  if (!m.on() || cut.experts == 0 || cut.experts == m.num_experts) return 0;
+  if (!m.on() || ep <= 1) return 0;
   // Each layer keeps its experts' side of the exchange outside the arena (nn::MoeExpertSide: the
   // received rows, their hidden values and working rows, (3 C + 6 F) floats per row), about N K
   // rows under balanced routing.
-  const int64_t rows = int64_t(B) * T * m.top_k, C = cfg.n_embd, F = m.expert_ffn;
+  const int64_t rows = int64_t(B) * T * m.top_k / tp, C = cfg.n_embd, F = m.expert_ffn;
   const int64_t lowp = precision == nn::Precision::bf16 ? 2 * std::max(C, 2 * F) * 2 : 0;  // MoeExpertSide::lo1, lo2
   return int64_t(cfg.n_layer) * rows * ((3 * C + 6 * F) * 4 + lowp);
 }

@@ -47,10 +47,11 @@ struct ModelMemoryInputs {
   // parameter; fp16: 4, fp32 values rounded to fp16), counted with the parameters.
   int64_t compute_copy_bytes = 0;
 };
-// Expert parallelism's expert side (outside the activation arena) for a cut holding some of the
-// experts: B x T rows' top-k assignments, (3 C + 6 F) floats each (bf16 runs: two bf16 operand rows of
-// max(C, 2F) more), every MoE layer; 0 otherwise.
-int64_t expert_side_bytes(const ModelConfig& cfg, int B, int T, const LayerCut& cut,
+// Expert parallelism's expert side (outside the activation arena) on a rank of an expert group of
+// ep > 1: the B x T rows' top-k assignments of its TP block (1 / tp of them, balanced routing),
+// (3 C + 6 F) floats each (bf16 runs: two bf16 operand rows of max(C, 2F) more), every MoE layer; 0
+// for ep 1 (tensor parallelism alone exchanges no rows).
+int64_t expert_side_bytes(const ModelConfig& cfg, int B, int T, int ep, int tp,
                           nn::Precision precision = nn::Precision::fp32);
 // From a model config without allocating the model (the parameter table is built alone,
 // activations come from ModelRuntime::planned_bytes).

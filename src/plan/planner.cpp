@@ -366,7 +366,7 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
     size_t acts = 0, tmp = 0, copy = 0;
     ModelRuntime::planned_bytes(in.cfg, l.micro_batch, T, &acts, &tmp, r.slots, plan, &copy, cut,
                                 l.pp > 1 ? &v.held_blocks[s] : nullptr);
-    r.activations = int64_t(acts) + expert_side_bytes(in.cfg, l.micro_batch, T, cut, plan.precision);
+    r.activations = int64_t(acts) + expert_side_bytes(in.cfg, l.micro_batch, T, l.ep, l.tp, plan.precision);
     r.temporary = int64_t(tmp);
     r.runtime = runtime_bytes;
     r.cp_ring = cp_ring_bytes(in.cfg, l.micro_batch, in.seq_len, l.cp, l.tp, r.slots);
