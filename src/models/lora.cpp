@@ -42,13 +42,15 @@ std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCu
     return {col(p + ".self_attn.qkv_proj", 0, 0, H + 2 * KV, q + 2 * kv, 0),
             row(p + ".self_attn.o_proj", 1, H, q, cut.heads_begin * HS),
             col(p + ".mlp.gate_up_proj", 2, 0, 2 * Fl, 2 * F, 0), row(p + ".mlp.down_proj", 3, Fl, F, cut.ffn_begin)};
-  return {col(p + ".self_attn.q_proj", 0, 0, H, q, cut.heads_begin * HS),
-          col(p + ".self_attn.k_proj", 0, H, KV, kv, cut.kv_heads_begin * HS),
-          col(p + ".self_attn.v_proj", 0, H + KV, KV, kv, cut.kv_heads_begin * HS),
-          row(p + ".self_attn.o_proj", 1, H, q, cut.heads_begin * HS),
-          col(p + ".mlp.gate_proj", 2, 0, Fl, F, cut.ffn_begin),
-          col(p + ".mlp.up_proj", 2, Fl, Fl, F, cut.ffn_begin),
-          row(p + ".mlp.down_proj", 3, Fl, F, cut.ffn_begin)};
+  std::vector<ModuleSlot> mods{col(p + ".self_attn.q_proj", 0, 0, H, q, cut.heads_begin * HS),
+                               col(p + ".self_attn.k_proj", 0, H, KV, kv, cut.kv_heads_begin * HS),
+                               col(p + ".self_attn.v_proj", 0, H + KV, KV, kv, cut.kv_heads_begin * HS),
+                               row(p + ".self_attn.o_proj", 1, H, q, cut.heads_begin * HS)};
+  if (c.moe.on()) return mods;  // the MLP is the experts' (nn::Moe): no Linear module ztrain adapts there
+  mods.push_back(col(p + ".mlp.gate_proj", 2, 0, Fl, F, cut.ffn_begin));
+  mods.push_back(col(p + ".mlp.up_proj", 2, Fl, Fl, F, cut.ffn_begin));
+  mods.push_back(row(p + ".mlp.down_proj", 3, Fl, F, cut.ffn_begin));
+  return mods;
 }
 
 namespace {
@@ -84,14 +86,23 @@ std::vector<std::string> default_targets(const ModelConfig& c, bool feedforward)
 std::vector<std::string> resolve_modules(const ModelConfig& c, const std::vector<std::string>& names,
                                          const char* flag) {
   const std::vector<ModuleSlot> mods = block_modules(c, 0);
-  std::string valid;
-  for (const ModuleSlot& m : mods) valid += (valid.empty() ? "" : ", ") + last_part(m.path);
+  std::string names_here;
+  for (const ModuleSlot& m : mods) names_here += (names_here.empty() ? "" : ", ") + last_part(m.path);
+  // PEFT's all-linear on a mixture-of-experts model adapts the router and every expert too, which
+  // ztrain does not yet: it is refused rather than narrowed to the attention modules.
+  const std::string valid =
+      names_here + (c.moe.on() ? " (the router, experts and shared expert of a mixture-of-experts model take no "
+                                 "adapters yet)"
+                               : ", all-linear");
   std::vector<std::string> chosen;
   for (const std::string& t : names) {
-    ZT_CHECK(!t.empty(), flag, ": an empty module name; valid names: ", valid, ", all-linear");
+    ZT_CHECK(!t.empty(), flag, ": an empty module name; valid names: ", valid);
     if (t == "lm_head" || t.find("embed") != std::string::npos || t == "wte")
       throw Error(std::string(flag) + ": " + t + " is not a linear layer ztrain adapts (the embedding and LM " +
-                  "head stay frozen); valid names: " + valid + ", all-linear");
+                  "head stay frozen); valid names: " + valid);
+    ZT_CHECK(t != "all-linear" || !c.moe.on(), flag, ": all-linear on a mixture-of-experts model (", c.model_type,
+             ") would adapt the router and every expert, which ztrain does not yet; name the attention modules: ",
+             names_here);
     bool found = t == "all-linear";
     for (const ModuleSlot& m : mods) {
       // A target may name the module's path within the block ("self_attn.q_proj", "mlp.c_proj").
@@ -101,8 +112,7 @@ std::vector<std::string> resolve_modules(const ModelConfig& c, const std::vector
         if (std::find(chosen.begin(), chosen.end(), local) == chosen.end()) chosen.push_back(local);
       }
     }
-    ZT_CHECK(found, flag, ": no module named '", t, "' in this ", c.model_type, " model; valid names: ", valid,
-             ", all-linear");
+    ZT_CHECK(found, flag, ": no module named '", t, "' in this ", c.model_type, " model; valid names: ", valid);
   }
   std::vector<std::string> ordered;
   for (const ModuleSlot& m : mods)

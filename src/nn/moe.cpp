@@ -182,18 +182,21 @@ void Moe::run_experts_backward(const ExpertRun& r, const float* x, const float* 
                                float* dact, float* dh) const {
   const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = r.off[0], rows = r.off[r.E_count] - r0;
   const DType t = lowp() ? DType::bf16 : DType::f32;
-  float* dW = dexperts.as<float>() + r.first;
+  // Frozen experts (LoRA's base: dexperts empty) take no weight gradients.
+  float* dW = dexperts ? dexperts.as<float>() + r.first : nullptr;
   // W_out: dW_out += dy^T act; dact = dy W_out.
   const void* dy_op = operand(r, dy, r.lo1, C);
-  kernels::moe_grouped_wgrad_typed(dev, t, r.off, r.E_count, C, F, dy_op, C, operand(r, act, r.lo2, F), F,
-                                   dW + 2 * F * C, st, F);
+  if (dW)
+    kernels::moe_grouped_wgrad_typed(dev, t, r.off, r.E_count, C, F, dy_op, C, operand(r, act, r.lo2, F), F,
+                                     dW + 2 * F * C, st, F);
   kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, false, F, C, dy_op, C, weights(r.first + 2 * F * C), st, F,
                                   0.f, dact, F);
   kernels::swiglu_backward(dev, dh + r0 * 2 * F, dact + r0 * F, h + r0 * 2 * F, rows, shape.F);
   // [W_gate; W_up]: dW += dh^T x; dx = dh W.
   const void* dh_op = operand(r, dh, r.lo1, 2 * F);
-  kernels::moe_grouped_wgrad_typed(dev, t, r.off, r.E_count, 2 * F, C, dh_op, 2 * F, operand(r, x, r.lo2, C), C, dW, st,
-                                   C);
+  if (dW)
+    kernels::moe_grouped_wgrad_typed(dev, t, r.off, r.E_count, 2 * F, C, dh_op, 2 * F, operand(r, x, r.lo2, C), C, dW,
+                                     st, C);
   kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, false, C, 2 * F, dh_op, 2 * F, weights(r.first), st, C, 0.f,
                                   dy, C);
 }

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# lora_moe.sh: LoRA on mixture-of-experts models (tiny random Mixtral, Qwen2-MoE, Qwen3-MoE folders, the
+# attention modules adapted, router and experts frozen; the numbers against PyTorch are
+# tests/parity/lora_parity.py's mixtral_attention case): recomputation changes nothing, a resumed
+# run repeats the uninterrupted one, a checkpoint holds the adapters only, bf16 and DoRA train; with
+# mpirun, ZeRO-3, expert parallelism 2, tensor parallelism 2 + SP, 2 pipeline stages and context
+# parallelism 2 give one process's losses, an EP checkpoint resumes in one process; PEFT's
+# all-linear, an expert module and --load_in_4bit are one clear error line each.
+# usage: lora_moe.sh path/to/ztrain [path/to/mpirun]
+set -u
+Z=$1
+MPI=${2:-}
+W=$(mktemp -d)
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$W"' EXIT; echo "work: $W"
+PY=/usr/bin/python3
+HERE=$(cd "$(dirname "$0")" && pwd)
+CFG=$HERE/../fixtures/configs
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok    $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
+
+size=(--vocab_size 300 --hidden_size 64 --n_layer 2 --n_head 4 --n_kv_head 2 --seed 3 --num_tokens 6000 --perturb)
+$PY "$HERE/../parity/make_model.py" --config "$CFG/mixtral-8x7b-v0.1.json" --ffn 48 "${size[@]}" \
+  --set '{"num_local_experts": 4, "output_router_logits": true, "router_aux_loss_coef": 0.05}' \
+  --out "$W/mixtral" --tokens "$W/t.bin" >/dev/null || exit 1
+$PY "$HERE/../parity/make_model.py" --config "$CFG/qwen1.5-moe-a2.7b.json" "${size[@]}" \
+  --set '{"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48}' \
+  --out "$W/qwen" --tokens "$W/tq.bin" >/dev/null || exit 1
+$PY "$HERE/../parity/make_model.py" --config "$CFG/qwen3-30b-a3b.json" "${size[@]}" --head_dim 16 \
+  --set '{"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}' \
+  --out "$W/qwen3" --tokens "$W/tq.bin" >/dev/null || exit 1
+common=(--use_peft --lora_r 4 --lora_target_modules q_proj,k_proj,v_proj,o_proj --train_file "$W/t.bin"
+  --overwrite_output_dir --no_shuffle --logging_steps 1 --per_device_train_batch_size 2 --model_max_length 32
+  --learning_rate 1e-3)
+losses() { $PY -c "import json,sys; print(json.dumps([e['loss'] for e in json.load(open(sys.argv[1]+'/trainer_state.json'))['log_history'] if 'loss' in e]))" "$1"; }
+same() {  # same LOSSES_A LOSSES_B TOL
+  $PY -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2]); t=float(sys.argv[3]); sys.exit(0 if len(a)==len(b)>0 and all(abs(x-y)<=t*abs(y) for x,y in zip(a,b)) else 1)" "$1" "$2" "$3"
+}
+run() {  # run MODEL ARGS...: one process
+  local m=$1; shift
+  "$Z" train --model_name_or_path "$W/$m" "${common[@]}" "$@" >"$W/last.out" 2>&1 || { tail -3 "$W/last.out"; return 1; }
+}
+launch() {  # launch RANKS OUT MODEL ARGS...
+  local n=$1 out=$2 m=$3; shift 3
+  "$Z" launch --nproc_per_node "$n" -- train --model_name_or_path "$W/$m" "${common[@]}" "$@" --output_dir "$W/$out" \
+    >"$W/$out.out" 2>&1 || { tail -3 "$W/$out.out"; return 1; }
+}
+
+for m in mixtral qwen qwen3; do
+  run $m --max_steps 6 --save_steps 3 --lora_dropout 0.1 --gradient_accumulation_steps 2 --output_dir "$W/${m}_a" &&
+    a=$(losses "$W/${m}_a") || a="[]"
+  run $m --max_steps 6 --save_strategy no --lora_dropout 0.1 --gradient_accumulation_steps 2 --gradient_checkpointing \
+    --output_dir "$W/${m}_r" && same "$a" "$(losses "$W/${m}_r")" 0 &&
+    ok "$m: full recomputation gives the same losses (dropout on)" || bad "$m recomputation"
+  run $m --max_steps 6 --save_steps 3 --lora_dropout 0.1 --gradient_accumulation_steps 2 --output_dir "$W/${m}_a" \
+    --resume_from_checkpoint "$W/${m}_a/checkpoint-3" && same "$a" "$(losses "$W/${m}_a")" 0 &&
+    ok "$m: resume from step 3 repeats the uninterrupted run's losses" || bad "$m resume"
+  run $m --max_steps 3 --save_strategy no --lora_dropout 0.1 --gradient_accumulation_steps 2 --bf16 \
+    --output_dir "$W/${m}_b" &&
+    same "$(losses "$W/${m}_b")" "$($PY -c "import json,sys; print(json.dumps(json.loads(sys.argv[1])[:3]))" "$a")" 2e-2 &&
+    ok "$m: bf16 trains (losses within 2e-2 of fp32's)" || bad "$m bf16"
+done
+HERE=$HERE $PY - "$W/mixtral_a/checkpoint-3" <<'P' && ok "a checkpoint holds the attention adapters and their optimizer state only" || bad "checkpoint contents"
+import json, os, sys
+ck = sys.argv[1]
+sys.path.insert(0, os.path.join(os.environ["HERE"], "..", "parity"))
+import hfmodels
+names = list(hfmodels.read_safetensors(os.path.join(ck, "adapter_model.safetensors")))
+assert len(names) == 16 and all(".self_attn." in n and ".lora_" in n for n in names), names
+assert "model.safetensors" not in os.listdir(ck)
+for f in os.listdir(ck):
+    if f.startswith("state-"):
+        pieces = json.loads(hfmodels.read_safetensors_metadata(os.path.join(ck, f))["pieces"])
+        assert pieces and all(".lora_" in p["tensor"] for p in pieces.values()), pieces
+P
+run mixtral --max_steps 3 --save_strategy no --use_dora --output_dir "$W/dora" &&
+  grep -q "lora_magnitude_vector" <(strings "$W/dora/adapter_model.safetensors" | head -50) &&
+  ok "DoRA on the attention of a Mixtral trains and saves its magnitudes" || bad "DoRA on Mixtral"
+
+if [ -n "$MPI" ]; then
+  run mixtral --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 --output_dir "$W/one" &&
+    one=$(losses "$W/one") || one="[]"
+  # Each layout's run covers the same 8 sequences per step as the one-process run.
+  for layout in "2 z3 --zero_stage 3 --gradient_accumulation_steps 2" \
+    "2 ep --expert-model-parallel-size 2 --gradient_accumulation_steps 2" \
+    "2 tp --tensor-model-parallel-size 2 --sequence-parallel --gradient_accumulation_steps 4" \
+    "2 pp --pipeline-model-parallel-size 2 --gradient_accumulation_steps 4" \
+    "2 cp --context-parallel-size 2 --gradient_accumulation_steps 4"; do
+    set -- $layout; n=$1 name=$2; shift 2
+    launch "$n" "$name" mixtral --max_steps 4 --save_strategy no --lora_dropout 0 "$@" &&
+      same "$one" "$(losses "$W/$name")" 1e-5 && ok "Mixtral LoRA, $n ranks, $*: one process's losses" ||
+      bad "Mixtral LoRA $*"
+  done
+  # Expert parallelism shards the frozen experts; the adapters are every rank's: its checkpoint
+  # resumes in one process.
+  run mixtral --max_steps 6 --save_steps 3 --lora_dropout 0 --gradient_accumulation_steps 4 --output_dir "$W/e1" &&
+    e1=$(losses "$W/e1") || e1="[]"
+  launch 2 e2 mixtral --max_steps 6 --save_steps 3 --lora_dropout 0 --gradient_accumulation_steps 2 \
+    --expert-model-parallel-size 2 && same "$e1" "$(losses "$W/e2")" 1e-5 &&
+    run mixtral --max_steps 6 --save_steps 3 --lora_dropout 0 --gradient_accumulation_steps 4 --output_dir "$W/e2" \
+      --resume_from_checkpoint "$W/e2/checkpoint-3" && same "$e1" "$(losses "$W/e2")" 1e-5 &&
+    ok "an expert-parallel LoRA checkpoint resumes in one process" || bad "EP LoRA resume"
+fi
+
+err() {  # err NAME PATTERN ARGS...: one "ztrain: error:" line matching PATTERN, non-zero exit
+  local name=$1 pat=$2; shift 2
+  "$Z" "$@" >"$W/e.out" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ] && [ "$(grep -c 'ztrain: error:' "$W/e.out")" = 1 ] && grep -q -- "$pat" "$W/e.out"; then
+    ok "bad input: $name"
+  else
+    bad "bad input: $name (rc $rc): $(cat "$W/e.out")"
+  fi
+}
+base=(train --model_name_or_path "$W/mixtral" --train_file "$W/t.bin" --max_steps 1 --model_max_length 32
+  --output_dir "$W/e" --overwrite_output_dir --use_peft)
+err "all-linear on an MoE model (PEFT would adapt the experts)" "would adapt the router and every expert" \
+  "${base[@]}" --lora_target_modules all-linear
+err "an expert's module lists the valid names" "valid names: q_proj, k_proj, v_proj, o_proj" \
+  "${base[@]}" --lora_target_modules q_proj,w1
+err "--load_in_4bit on an MoE model" "the experts would stay fp32" "${base[@]}" --load_in_4bit
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
