@@ -112,6 +112,9 @@ struct ModuleSlot {
   // [held_begin, + out_size) of its out_whole (GPT-2's c_attn: that of each of its 3 parts); a row
   // layer's holds inputs [held_begin, + in) of in_whole. Whole: held_begin 0, the sizes the same.
   int out_whole = 0, in_whole = 0, held_begin = 0, parts = 1;
+  // Runs of `replicas` consecutive tensor-parallel ranks hold the same outputs (k / v with more
+  // ranks than key/value heads: ParamInfo::split_replicas).
+  int replicas = 1;
 };
 std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCut& cut = {});
 // A module's path within its block: after "transformer.h.<l>." or "model.layers.<l>.".

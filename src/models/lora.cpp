@@ -46,6 +46,7 @@ std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCu
                                col(p + ".self_attn.k_proj", 0, H, KV, kv, cut.kv_heads_begin * HS),
                                col(p + ".self_attn.v_proj", 0, H + KV, KV, kv, cut.kv_heads_begin * HS),
                                row(p + ".self_attn.o_proj", 1, H, q, cut.heads_begin * HS)};
+  mods[1].replicas = mods[2].replicas = cut.kv_holders;
   if (c.moe.on()) return mods;  // the MLP is the experts' (nn::Moe): no Linear module ztrain adapts there
   mods.push_back(col(p + ".mlp.gate_proj", 2, 0, Fl, F, cut.ffn_begin));
   mods.push_back(col(p + ".mlp.up_proj", 2, Fl, Fl, F, cut.ffn_begin));
@@ -157,6 +158,12 @@ std::vector<std::string> ia3_feedforward_modules(const ModelConfig& c) {
 namespace {
 // IA3: per adapted module one vector, ones at the start: (out, 1) scaling its outputs, or (1, in)
 // scaling its input (feedforward modules), PEFT's shapes and names.
+// The table's last tensor cut with a column module's outputs: held by runs of the module's replicas
+// TP ranks (k / v with more ranks than KV heads), whose gradients the tensor-parallel group sums.
+void replicate_last(ModelLayout& m, bool column_cut, const ModuleSlot& s) {
+  if (column_cut) m.table.mutable_list().back().split_replicas = s.replicas;
+}
+
 void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, ModelLayout& m) {
   const std::vector<std::string> ff = ia3_feedforward_modules(c);
   m.adapters.resize(size_t(c.n_layer));
@@ -187,6 +194,7 @@ void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, Mo
         p.a = split && !row ? m.table.add_split(name, {s.out_size, 1}, {s.out_whole, 1}, Split::column, 0, s.held_begin,
                                                 ParamInit::ones, s.parts)
                             : m.table.add(name, {s.out_size, 1}, ParamInit::ones);
+      replicate_last(m, split && !row && !p.feedforward, s);
       lists[s.linear]->push_back(p);
     }
   }
@@ -228,9 +236,6 @@ void lora_layout(const ModelConfig& c, ModelLayout& m) {
   ZT_CHECK(m.cut.whole || c.model_type != "phi3",
            "LoRA on Phi-3 under tensor parallelism is not supported yet (a rank's share of qkv_proj and "
            "gate_up_proj is not one block of rows); drop --tensor-model-parallel-size");
-  ZT_CHECK(m.cut.whole || m.cut.kv_holders == 1, "LoRA under tensor parallelism with more ranks (",
-           c.n_kv_head * m.cut.kv_holders, ") than key/value heads (", c.n_kv_head,
-           ") is not supported yet; use at most ", c.n_kv_head, " tensor-parallel ranks");
   if (c.lora.ia3()) return ia3_layout(c, chosen, m);
   const int r = c.lora.r;
   const bool split = !m.cut.whole;
@@ -270,6 +275,7 @@ void lora_layout(const ModelConfig& c, ModelLayout& m) {
                   ? m.table.add_split(name, {p.out_size, r}, {slots[i].out_whole, r}, Split::column, 0,
                                       slots[i].held_begin, ParamInit::zeros, slots[i].parts)
                   : m.table.add(name, {p.out_size, r}, ParamInit::zeros);
+        replicate_last(m, split && lins[k]->kind == nn::LinearKind::column, slots[i]);
       }
       // DoRA (PEFT's key; its ".weight" dropped when saved, as PEFT saves it): a column layer's
       // magnitudes are cut with its outputs, a row layer's whole (their gradient a partial sum).
@@ -281,6 +287,7 @@ void lora_layout(const ModelConfig& c, ModelLayout& m) {
                     ? m.table.add_split(name, {p.out_size}, {slots[i].out_whole}, Split::column, 0, slots[i].held_begin,
                                         ParamInit::dora_magnitude, slots[i].parts)
                     : m.table.add(name, {p.out_size}, ParamInit::dora_magnitude);
+          replicate_last(m, split && lins[k]->kind == nn::LinearKind::column, slots[i]);
         }
     }
   }

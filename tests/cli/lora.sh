@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # lora.sh: LoRA runs end to end on a tiny random Llama (GQA) folder (the numbers against PyTorch are
 # tests/parity/lora_parity.py's): recomputation changes nothing; an interrupted run with dropout
-# resumes to the uninterrupted run's losses; a checkpoint holds only the adapters and their optimizer
+# resumes to the uninterrupted run's losses; TP 4 over 2 KV heads (LoRA, DoRA, IA3) gives one process's
+# losses and folder; a checkpoint holds only the adapters and their optimizer
 # state (adapter_model.safetensors + adapter_config.json, no base weights); bf16 trains; with mpirun, DDP and
 # ZeRO-1/2/3 on 2 ranks give one process's losses; IA3 the same (recomputation, resume, bf16, NF4 base,
 # ZeRO-3, 2 pipeline stages, TP 2 + SP), DoRA too (TP 2 + SP with dropout as well: losses, adapter folder,
@@ -30,6 +31,18 @@ same() {  # same LOSSES_A LOSSES_B TOL
 }
 
 run() { "$Z" train "${common[@]}" "$@" >"$W/last.out" 2>&1 || { cat "$W/last.out"; return 1; }; }
+folders_close() {  # folders_close DIR_A DIR_B TOL: the same adapter tensors, elementwise within TOL
+  HERE=$HERE $PY - "$1" "$2" "$3" <<'P'
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["HERE"], "..", "parity"))
+import hfmodels
+a, b = (hfmodels.read_safetensors(os.path.join(d, "adapter_model.safetensors")) for d in sys.argv[1:3])
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+print(f"largest difference {worst:.2e}")
+sys.exit(0 if worst <= float(sys.argv[3]) else 1)
+P
+}
 run --max_steps 6 --save_strategy no --lora_dropout 0.1 --output_dir "$W/a" && a=$(losses "$W/a") || a="[]"
 run --max_steps 6 --save_strategy no --lora_dropout 0.1 --gradient_checkpointing --output_dir "$W/ar" &&
   same "$a" "$(losses "$W/ar")" 0 && ok "full recomputation gives the same losses (dropout on)" || bad "recomputation"
@@ -156,6 +169,23 @@ if [ -n "$MPI" ]; then
     ok "context parallel 2: one process's losses" || { bad "context parallel"; tail -3 "$W/c2.out"; }
   run --max_steps 6 --save_steps 3 --lora_dropout 0.1 --output_dir "$W/t2" --resume_from_checkpoint "$W/t2/checkpoint-3" &&
     same "$t1" "$(losses "$W/t2")" 1e-6 && ok "a tensor-parallel checkpoint resumes in one process" || bad "TP resume"
+  # More TP ranks (4) than KV heads (2): each pair of ranks holds the same k / v rows of B (DoRA's
+  # magnitudes, IA3's vectors), their gradients summed over the pair: one process's losses and folder.
+  "$Z" launch --nproc_per_node 4 -- train "${common[@]}" --max_steps 6 --save_steps 3 --lora_dropout 0.1 \
+    --tensor-model-parallel-size 4 --output_dir "$W/t4" >"$W/t4.out" 2>&1 && same "$t1" "$(losses "$W/t4")" 1e-6 &&
+    folders_close "$W/t1" "$W/t4" 1e-5 && ok "TP 4 over 2 KV heads, dropout on: one process's losses and adapter folder" ||
+    { bad "TP 4 over 2 KV heads"; tail -3 "$W/t4.out"; }
+  run --max_steps 6 --save_steps 3 --lora_dropout 0.1 --output_dir "$W/t4" --resume_from_checkpoint "$W/t4/checkpoint-3" &&
+    same "$t1" "$(losses "$W/t4")" 1e-6 && ok "TP 4 over 2 KV heads: its checkpoint resumes in one process" ||
+    bad "TP 4 resume"
+  "$Z" launch --nproc_per_node 4 -- train "${common[@]}" --use_dora --lora_dropout 0.1 --max_steps 6 --save_strategy no \
+    --tensor-model-parallel-size 4 --output_dir "$W/dt4" >"$W/dt4.out" 2>&1 && same "$d" "$(losses "$W/dt4")" 1e-6 &&
+    folders_close "$W/d" "$W/dt4" 1e-5 && ok "DoRA, TP 4 over 2 KV heads: one process's losses and folder" ||
+    { bad "DoRA TP 4"; tail -3 "$W/dt4.out"; }
+  "$Z" launch --nproc_per_node 4 -- train "${ia3[@]}" --max_steps 6 --save_strategy no --tensor-model-parallel-size 4 \
+    --output_dir "$W/it4" >"$W/it4.out" 2>&1 && same "$i" "$(losses "$W/it4")" 1e-6 &&
+    folders_close "$W/i" "$W/it4" 1e-5 && ok "IA3, TP 4 over 2 KV heads: one process's losses and folder" ||
+    { bad "IA3 TP 4"; tail -3 "$W/it4.out"; }
   run --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 --output_dir "$W/pp1"
   "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 \
     --gradient_accumulation_steps 4 --pipeline-model-parallel-size 2 --output_dir "$W/pp2" >"$W/pp2.out" 2>&1 &&
