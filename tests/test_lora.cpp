@@ -351,5 +351,21 @@ TEST(Lora, DropoutOfACutBlockDrawsTheWholeMatrixMask) {  // a row-parallel rank'
     }
 }
 
+// Phi-3's fused qkv_proj adapters under grouped-query attention and tensor parallelism: the rank's
+// rows of q, k and v (parts of unequal size) map to each part's held rows of the whole tensor.
+TEST(Lora, UnequalFusedPartsMapEachPartsHeldRows) {
+  ParamInfo p;  // (q 8 + k 4 + v 4, r 2); TP rank 1 of 2 holds q rows [4, 8), k and v rows [2, 4)
+  p.shape = {8, 2};
+  p.global_shape = {16, 2};
+  p.numel = 16;
+  p.split = Split::column;
+  p.split_dim = 0;
+  p.split_part_list = {{8, 4, 4}, {4, 2, 2}, {4, 2, 2}};
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> runs;
+  for_each_slice_run(p, p.split_offset, [&](int64_t g, int64_t l, int64_t n) { runs.emplace_back(g, l, n); });
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> want = {{8, 0, 8}, {20, 8, 4}, {28, 12, 4}};
+  EXPECT_EQ(runs, want);
+}
+
 }  // namespace
 }  // namespace zt

@@ -115,6 +115,8 @@ struct ModuleSlot {
   // Runs of `replicas` consecutive tensor-parallel ranks hold the same outputs (k / v with more
   // ranks than key/value heads: ParamInfo::split_replicas).
   int replicas = 1;
+  // Parts of unequal size (Phi-3's qkv_proj under grouped-query attention): ParamInfo's list.
+  std::vector<ParamInfo::Part> part_list;
 };
 std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCut& cut = {});
 // A module's path within its block: after "transformer.h.<l>." or "model.layers.<l>.".

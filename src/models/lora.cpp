@@ -38,10 +38,20 @@ std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCu
   }
   const std::string p = "model.layers." + std::to_string(l);
   const int q = c.n_head * HS, kv = c.n_kv_head * HS;
-  if (c.model_type == "phi3")  // HF's Phi-3 fuses them as ztrain does: one module per fused Linear
-    return {col(p + ".self_attn.qkv_proj", 0, 0, H + 2 * KV, q + 2 * kv, 0),
-            row(p + ".self_attn.o_proj", 1, H, q, cut.heads_begin * HS),
-            col(p + ".mlp.gate_up_proj", 2, 0, 2 * Fl, 2 * F, 0), row(p + ".mlp.down_proj", 3, Fl, F, cut.ffn_begin)};
+  // HF's Phi-3 fuses them as ztrain does: one module per fused Linear. Under tensor parallelism a rank
+  // holds the same rows of each part (gate and up; q, k and v when there are as many KV heads as heads).
+  if (c.model_type == "phi3") {
+    std::vector<ModuleSlot> mods{col(p + ".self_attn.qkv_proj", 0, 0, H + 2 * KV, q + 2 * kv, cut.heads_begin * HS, 3),
+                                 row(p + ".self_attn.o_proj", 1, H, q, cut.heads_begin * HS),
+                                 col(p + ".mlp.gate_up_proj", 2, 0, 2 * Fl, 2 * F, cut.ffn_begin, 2),
+                                 row(p + ".mlp.down_proj", 3, Fl, F, cut.ffn_begin)};
+    if (c.n_kv_head != c.n_head) {  // q, k and v parts of different sizes
+      const int qb = cut.heads_begin * HS, kb = cut.kv_heads_begin * HS;
+      mods[0].part_list = {{q, H, qb}, {kv, KV, kb}, {kv, KV, kb}};
+      mods[0].parts = 1;
+    }
+    return mods;
+  }
   std::vector<ModuleSlot> mods{col(p + ".self_attn.q_proj", 0, 0, H, q, cut.heads_begin * HS),
                                col(p + ".self_attn.k_proj", 0, H, KV, kv, cut.kv_heads_begin * HS),
                                col(p + ".self_attn.v_proj", 0, H + KV, KV, kv, cut.kv_heads_begin * HS),
@@ -159,9 +169,13 @@ namespace {
 // IA3: per adapted module one vector, ones at the start: (out, 1) scaling its outputs, or (1, in)
 // scaling its input (feedforward modules), PEFT's shapes and names.
 // The table's last tensor cut with a column module's outputs: held by runs of the module's replicas
-// TP ranks (k / v with more ranks than KV heads), whose gradients the tensor-parallel group sums.
+// TP ranks (k / v with more ranks than KV heads), whose gradients the tensor-parallel group sums;
+// a fused module's unequal parts (Phi-3's qkv_proj under GQA) described part by part.
 void replicate_last(ModelLayout& m, bool column_cut, const ModuleSlot& s) {
-  if (column_cut) m.table.mutable_list().back().split_replicas = s.replicas;
+  if (!column_cut) return;
+  ParamInfo& p = m.table.mutable_list().back();
+  p.split_replicas = s.replicas;
+  if (p.split != Split::none) p.split_part_list = s.part_list;
 }
 
 void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, ModelLayout& m) {
@@ -233,9 +247,10 @@ void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int
 // per block, per Linear, the chosen modules' A's back to back, then their B's.
 void lora_layout(const ModelConfig& c, ModelLayout& m) {
   const std::vector<std::string> chosen = lora_resolve_targets(c);
-  ZT_CHECK(m.cut.whole || c.model_type != "phi3",
-           "LoRA on Phi-3 under tensor parallelism is not supported yet (a rank's share of qkv_proj and "
-           "gate_up_proj is not one block of rows); drop --tensor-model-parallel-size");
+  ZT_CHECK(m.cut.whole || c.model_type != "phi3" || m.cut.kv_holders == 1, "LoRA on a Phi-3 under tensor parallelism",
+           " with more ranks (", c.n_kv_head * m.cut.kv_holders, ") than key/value heads (", c.n_kv_head,
+           ") is not supported yet (the fused qkv_proj's k and v rows would be shared, its q rows not); use at most ",
+           c.n_kv_head, " tensor-parallel ranks");
   if (c.lora.ia3()) return ia3_layout(c, chosen, m);
   const int r = c.lora.r;
   const bool split = !m.cut.whole;

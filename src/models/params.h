@@ -38,6 +38,13 @@ struct ParamInfo {
   // Grouped-query attention with more TP ranks than KV heads: runs of split_replicas
   // consecutive TP ranks hold the same slice (rank r holds slice r / split_replicas).
   int split_replicas = 1;
+  // Fused tensors whose parts differ in size (Phi-3's qkv_proj adapters under grouped-query
+  // attention): per part along split_dim, its whole size, the rows this rank holds and where they
+  // start in the part. Empty: split_parts equal parts.
+  struct Part {
+    int64_t whole = 0, held = 0, begin = 0;
+  };
+  std::vector<Part> split_part_list;
   int64_t offset = 0;  // elements into the flat buffer
   int64_t numel = 0;   // local elements
   ParamInit init = ParamInit::normal;
@@ -65,6 +72,17 @@ void for_each_slice_run(const ParamInfo& p, int64_t offset, F f) {
   int64_t outer = 1, inner = 1;
   for (size_t i = 0; i < d; ++i) outer *= p.global_shape[i];
   for (size_t i = d + 1; i < p.global_shape.size(); ++i) inner *= p.global_shape[i];
+  if (!p.split_part_list.empty()) {  // unequal parts: each part's held rows, the offset is theirs
+    for (int64_t o = 0; o < outer; ++o) {
+      int64_t g = o * p.global_shape[d], l = o * p.shape[d];
+      for (const ParamInfo::Part& q : p.split_part_list) {
+        f((g + q.begin) * inner, l * inner, q.held * inner);
+        g += q.whole;
+        l += q.held;
+      }
+    }
+    return;
+  }
   const int64_t parts = p.split_parts, g_part = p.global_shape[d] / parts, l_part = p.shape[d] / parts;
   const int64_t rows = g_part - offset < 0 ? 0 : g_part - offset < l_part ? g_part - offset : l_part;
   if (rows == 0) return;

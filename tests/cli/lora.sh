@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # lora.sh: LoRA runs end to end on a tiny random Llama (GQA) folder (the numbers against PyTorch are
 # tests/parity/lora_parity.py's): recomputation changes nothing; an interrupted run with dropout
-# resumes to the uninterrupted run's losses; TP 4 over 2 KV heads (LoRA, DoRA, IA3) gives one process's
-# losses and folder; a checkpoint holds only the adapters and their optimizer
+# resumes to the uninterrupted run's losses; TP 4 over 2 KV heads (LoRA, DoRA, IA3) and a GQA Phi-3 (fused
+# qkv_proj) under TP 2 give one process's losses and folder; a checkpoint holds only the adapters and their optimizer
 # state (adapter_model.safetensors + adapter_config.json, no base weights); bf16 trains; with mpirun, DDP and
 # ZeRO-1/2/3 on 2 ranks give one process's losses; IA3 the same (recomputation, resume, bf16, NF4 base,
 # ZeRO-3, 2 pipeline stages, TP 2 + SP), DoRA too (TP 2 + SP with dropout as well: losses, adapter folder,
@@ -186,6 +186,30 @@ if [ -n "$MPI" ]; then
     --output_dir "$W/it4" >"$W/it4.out" 2>&1 && same "$i" "$(losses "$W/it4")" 1e-6 &&
     folders_close "$W/i" "$W/it4" 1e-5 && ok "IA3, TP 4 over 2 KV heads: one process's losses and folder" ||
     { bad "IA3 TP 4"; tail -3 "$W/it4.out"; }
+  # Phi-3 with grouped-query attention (4 heads, 2 KV heads) under TP 2: a rank holds rows of each of
+  # the fused qkv_proj's parts (q, k, v, of unequal sizes) and of gate_up_proj's two.
+  $PY "$HERE/../parity/make_model.py" --config "$HERE/../fixtures/configs/phi3-mini-128k.json" --vocab_size 300 \
+    --hidden_size 64 --n_layer 2 --n_head 4 --n_kv_head 2 --ffn 128 --out "$W/phi3" --seed 3 --rope_scaling \
+    '{"type": "longrope", "short_factor": [1, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7], "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]}' \
+    >/dev/null
+  for v in "lora --lora_dropout 0.1" "dora --lora_dropout 0.1 --use_dora" \
+    "ia3 --peft_type ia3 --target_modules qkv_proj,down_proj --feedforward_modules down_proj --learning_rate 1e-2"; do
+    set -- $v; name=$1; shift
+    phi=(train --model_name_or_path "$W/phi3" --use_peft --train_file "$W/t.bin" --overwrite_output_dir --no_shuffle
+      --logging_steps 1 --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --model_max_length 32
+      --max_steps 6 --save_steps 3 "$@")
+    "$Z" "${phi[@]}" --output_dir "$W/ph1" >"$W/ph1.out" 2>&1 &&
+      "$Z" launch --nproc_per_node 2 -- "${phi[@]}" --tensor-model-parallel-size 2 --output_dir "$W/ph2" \
+        >"$W/ph2.out" 2>&1 && same "$(losses "$W/ph1")" "$(losses "$W/ph2")" 1e-6 &&
+      folders_close "$W/ph1" "$W/ph2" 1e-5 && "$Z" "${phi[@]}" --output_dir "$W/ph2" \
+        --resume_from_checkpoint "$W/ph2/checkpoint-3" >"$W/ph3.out" 2>&1 && same "$(losses "$W/ph1")" "$(losses "$W/ph2")" 1e-6 &&
+      ok "Phi-3 (GQA, fused qkv_proj / gate_up_proj) $name under TP 2: one process's losses and folder, resumed in one" ||
+      { bad "Phi-3 $name TP 2"; tail -3 "$W/ph2.out"; }
+  done
+  "$Z" launch --nproc_per_node 4 -- train --model_name_or_path "$W/phi3" --use_peft --train_file "$W/t.bin" \
+    --max_steps 1 --model_max_length 32 --output_dir "$W/ph4" --tensor-model-parallel-size 4 >"$W/ph4.out" 2>&1
+  [ $? -ne 0 ] && grep -q "LoRA on a Phi-3 under tensor parallelism with more ranks (4) than key/value heads" "$W/ph4.out" &&
+    ok "bad input: Phi-3 LoRA with more TP ranks than KV heads is one clear error" || bad "Phi-3 TP 4 refusal"
   run --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 --output_dir "$W/pp1"
   "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 \
     --gradient_accumulation_steps 4 --pipeline-model-parallel-size 2 --output_dir "$W/pp2" >"$W/pp2.out" 2>&1 &&
