@@ -99,9 +99,6 @@ void check_peft_flags(const TrainArgs& a) {
 void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
   const bool adapter = !a.adapter_name_or_path.empty();
   if (!a.use_peft && !adapter) return;
-  // The experts' weights are not Linear layers: QLoRA would leave them (most of the model) in fp32.
-  ZT_CHECK(!cfg.moe.on() || !a.load_in_4bit, "--load_in_4bit on a mixture-of-experts model (", cfg.model_type,
-           ") is not supported yet: the experts would stay fp32; drop --load_in_4bit (LoRA on a full-precision base)");
   LoraSpec s;
   if (adapter) {
     s = peft_read_config(a.adapter_name_or_path);

@@ -251,9 +251,10 @@ TEST(Lora, AdapterTableHasPeftNamesAndCounts) {
 
 // QLoRA: the model with an NF4 base computes what the LoRA model computes with the base's linear
 // weights replaced by their dequantized values (loss and adapter gradients), for GPT-2's Conv1D
-// (quantized transposed) and Llama's fused Linears; the NF4 weights take under 0.55 bytes each.
-void expect_qlora_equals_dequantized(Arch arch, nn::Precision precision) {
-  ModelConfig c = tiny_lora(arch, {"all-linear"}, 0.0), q = c;
+// (quantized transposed), Llama's fused Linears and Mixtral's experts; the NF4 weights take under
+// 0.55 bytes each.
+void expect_qlora_equals_dequantized(const ModelConfig& c, nn::Precision precision) {
+  ModelConfig q = c;
   q.lora.nf4 = q.lora.nf4_double_quant = true;
   Transformer lora(c), qlora(q);
   lora.init_random(7);
@@ -271,12 +272,20 @@ void expect_qlora_equals_dequantized(Arch arch, nn::Precision precision) {
     const LinearOffsets* lins[4] = {&s.blocks[l].qkv, &s.blocks[l].proj, &s.blocks[l].fc_in, &s.blocks[l].fc_out};
     for (int k = 0; k < 4; ++k) {
       const LinearOffsets& lo = *lins[k];
+      if (lo.w < 0) continue;  // a mixture-of-experts block has no dense MLP
       std::vector<float> w(size_t(lo.in) * size_t(lo.out));
       kernels::nf4_dequantize(*qlora.nf4_weight(int(l), k), w.data());  // (out, in)
       float* dst = lora.frozen_params().as<float>() + lo.w;
       for (int64_t o = 0; o < lo.out; ++o)
         for (int64_t i = 0; i < lo.in; ++i)
           (lo.w_in_out ? dst[i * lo.out + o] : dst[o * lo.in + i]) = w[size_t(o * lo.in + i)];
+    }
+    // The routed experts: [W_gate; W_up] then W_out per expert, each its own NF4 tensor.
+    const int64_t F = c.moe.expert_ffn, C = c.n_embd;
+    for (int e = 0; c.moe.on() && e < c.moe.num_experts; ++e) {
+      float* dst = lora.frozen_params().as<float>() + s.blocks[l].moe.experts + e * 3 * F * C;
+      kernels::nf4_dequantize(qlora.nf4_experts(int(l))[2 * e], dst);
+      kernels::nf4_dequantize(qlora.nf4_experts(int(l))[2 * e + 1], dst + 2 * F * C);
     }
   }
   lora.base_changed();
@@ -305,9 +314,41 @@ void expect_qlora_equals_dequantized(Arch arch, nn::Precision precision) {
   EXPECT_LT(std::sqrt(num / den), precision == nn::Precision::fp32 ? 1e-4 : 2e-2);
 }
 
-TEST(Lora, QloraGpt2EqualsDequantizedBase) { expect_qlora_equals_dequantized(Arch::gpt2, nn::Precision::fp32); }
-TEST(Lora, QloraLlamaEqualsDequantizedBase) { expect_qlora_equals_dequantized(Arch::llama, nn::Precision::fp32); }
-TEST(Lora, QloraLlamaBf16EqualsDequantizedBase) { expect_qlora_equals_dequantized(Arch::llama, nn::Precision::bf16); }
+TEST(Lora, QloraGpt2EqualsDequantizedBase) {
+  expect_qlora_equals_dequantized(tiny_lora(Arch::gpt2, {"all-linear"}, 0.0), nn::Precision::fp32);
+}
+TEST(Lora, QloraLlamaEqualsDequantizedBase) {
+  expect_qlora_equals_dequantized(tiny_lora(Arch::llama, {"all-linear"}, 0.0), nn::Precision::fp32);
+}
+TEST(Lora, QloraLlamaBf16EqualsDequantizedBase) {
+  expect_qlora_equals_dequantized(tiny_lora(Arch::llama, {"all-linear"}, 0.0), nn::Precision::bf16);
+}
+
+// A tiny Mixtral (4 experts, top 2, the load-balancing loss on), its attention adapted: the
+// experts' NF4 weights go through the layer one expert at a time.
+ModelConfig tiny_moe_lora() {
+  nlohmann::json j = {{"model_type", "mixtral"},
+                      {"vocab_size", 67},
+                      {"hidden_size", 32},
+                      {"intermediate_size", 64},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},
+                      {"num_local_experts", 4},
+                      {"num_experts_per_tok", 2},
+                      {"output_router_logits", true},
+                      {"router_aux_loss_coef", 0.05},
+                      {"max_position_embeddings", 32}};
+  ModelConfig c = config_from_json(j, "test");
+  c.lora.r = 3;
+  c.lora.alpha = 6;
+  c.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  return c;
+}
+TEST(Lora, QloraMixtralEqualsDequantizedBase) { expect_qlora_equals_dequantized(tiny_moe_lora(), nn::Precision::fp32); }
+TEST(Lora, QloraMixtralBf16EqualsDequantizedBase) {
+  expect_qlora_equals_dequantized(tiny_moe_lora(), nn::Precision::bf16);
+}
 
 TEST(Lora, DropoutKernelKeepsItsMaskAndScale) {
   const int64_t n = 20000;

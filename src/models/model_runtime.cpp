@@ -127,6 +127,10 @@ void ModelRuntime::bind_block(int l, TensorView params, TensorView grads, Tensor
         lin->w = lin->wc = TensorView(nullptr, nn::compute_dtype(b.precision), {0});
       }
     }
+    if (const kernels::Nf4View* experts = model_.nf4_experts(l)) {  // QLoRA on a mixture of experts
+      b.moe.experts_nf4 = experts;
+      b.moe.nf4_scratch = moe_nf4_scratch(b.precision == nn::Precision::bf16 ? DType::bf16 : DType::f32);
+    }
     bind_adapters(l, params, grads, compute);
     return;
   }
@@ -166,7 +170,7 @@ void ModelRuntime::bind_base_block(int l, TensorView params, TensorView grads, T
          {std::pair{&b.qkv, &bs.qkv}, {&b.proj, &bs.proj}, {&b.fc_in, &bs.fc_in}, {&b.fc_out, &bs.fc_out}})
       if (slot->w >= 0) lin->wc = compute.sub(slot->w - base, lin->w.shape);  // QLoRA's NF4 weights have none
     // bf16: the experts' GEMMs read their compute copy too (fp16's fp32 copy is not used by them).
-    if (s.shape.moe.on() && compute.dtype == DType::bf16)
+    if (s.shape.moe.on() && compute.dtype == DType::bf16 && bs.moe.experts >= 0)  // (QLoRA's are NF4)
       b.moe.experts_c = compute.sub(bs.moe.experts - base, b.moe.experts.shape);
   }
 }
@@ -214,6 +218,13 @@ TensorView ModelRuntime::compute_view(int u, TensorView P) {
     converted_in_pass_[u] = pass_;
   }
   return C;
+}
+
+TensorView ModelRuntime::moe_nf4_scratch(DType t) {
+  const int64_t n = 3 * int64_t(cfg_.moe.expert_ffn) * cfg_.n_embd;
+  if (moe_nf4_scratch_.bytes() != size_t(n) * dtype_size(t))
+    moe_nf4_scratch_ = Buffer(size_t(n) * dtype_size(t), MemCategory::temporary, dev());
+  return TensorView(moe_nf4_scratch_.data(), t, {n});
 }
 
 TensorView ModelRuntime::frozen_compute() {

@@ -207,6 +207,9 @@ class ModelRuntime {
   // LoRA: the frozen base in the compute dtype, converted once per change of the base (the
   // fp32 view itself under fp32).
   TensorView frozen_compute();
+  // QLoRA on a mixture of experts: one expert's weights dequantized (nn::Moe::nf4_scratch), shared by
+  // every layer (the layers run one at a time).
+  TensorView moe_nf4_scratch(DType t);
   void bind_head(TensorView params, TensorView grads);
   ParamProvider& provider() { return provider_ ? *provider_ : flat_; }
   TensorView lm_head_slice(TensorView unit_view, int unit) const;
@@ -249,6 +252,7 @@ class ModelRuntime {
   // at the unit's offsets, and the pass in which each unit was last converted.
   Buffer compute_params_;
   Buffer frozen_compute_;  // LoRA: the frozen base's compute copy
+  Buffer moe_nf4_scratch_;
   uint64_t frozen_converted_ = ~uint64_t(0);
   uint64_t dropout_seed_ = 0x5EEDu;  // set_dropout_seed
   uint64_t dropout_passes_ = 0;      // training passes since it

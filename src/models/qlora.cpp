@@ -1,6 +1,7 @@
-// qlora.cpp: QLoRA's frozen base (Transformer::quantize_base): every block's linear weights
-// quantized to NF4 as bitsandbytes' Linear4bit stores them (kernels/nf4.h), and the fp32 base
-// buffer compacted to what stays in fp32 (embeddings, norms, biases, the LM head).
+// qlora.cpp: QLoRA's frozen base (Transformer::quantize_base): every block's linear weights (and a
+// mixture-of-experts block's routed experts) quantized to NF4 as bitsandbytes' Linear4bit stores
+// them (kernels/nf4.h), and the fp32 base buffer compacted to what stays in fp32 (embeddings, norms,
+// biases, the LM head, an MoE layer's router and shared expert).
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -19,6 +20,10 @@ void Transformer::quantize_base() {
   std::vector<float> transposed;
   for (BlockOffsets& b : s.blocks)
     for (LinearOffsets* lo : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) {
+      if (lo->w < 0) {  // a mixture-of-experts block has no dense MLP: an empty slot keeps the indexing
+        nf4_.emplace_back();
+        continue;
+      }
       const int64_t n = int64_t(lo->in) * lo->out;
       const float* w = F + lo->w;
       if (lo->w_in_out) {  // GPT-2's Conv1D (in, out): quantized as the (out, in) matrix bitsandbytes holds
@@ -34,6 +39,7 @@ void Transformer::quantize_base() {
       dropped.push_back({lo->w, lo->w + n});
       lo->w = -1;
     }
+  if (cfg_.moe.on()) quantize_experts(dropped);
   // What stays fp32, compacted, and every remaining offset moved to it.
   ParamTable kept;
   std::map<int64_t, int64_t> moved;
@@ -55,19 +61,41 @@ void Transformer::quantize_base() {
   for (BlockOffsets& b : s.blocks) {
     for (NormOffsets* n : {&b.ln1, &b.ln2, &b.q_norm, &b.k_norm, &b.post1, &b.post2}) norm(*n);
     for (LinearOffsets* lo : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) re(lo->b);
+    // The router and the shared expert stay fp32 (the layer reads them as fp32 Linears).
+    for (LinearOffsets* lo : {&b.moe.router, &b.moe.shared_in, &b.moe.shared_out, &b.moe.shared_gate})
+      re(lo->w), re(lo->b);
     b.begin = -1;  // units are the adapters'; the base has none
   }
   layout_.base_table = std::move(kept);
   frozen_ = std::move(compact);
   for (const kernels::Nf4Tensor& t : nf4_) nf4_views_.push_back(t.view());
+  for (const kernels::Nf4Tensor& t : nf4_experts_) nf4_expert_views_.push_back(t.view());
   nf4_charge_ = MemCharge(nf4_bytes(), MemCategory::parameters);
   base_changed();
   runtime_->bind_layers();
 }
 
+// Each held expert's [W_gate; W_up] (2F, C) and W_out (C, F) as two NF4 tensors (bitsandbytes
+// quantizes transformers' w1, w3, w2 Linears; w1 and w3 back to back give the same blocks of 64
+// wherever F C is a multiple of 64), the experts' fp32 range dropped.
+void Transformer::quantize_experts(std::vector<std::pair<int64_t, int64_t>>& dropped) {
+  const float* F = frozen_.as<float>();
+  const int64_t C = cfg_.n_embd, Fe = cfg_.moe.expert_ffn, held = layout_.cut.experts, stride = 3 * Fe * C;
+  for (BlockOffsets& b : layout_.offsets.blocks) {
+    for (int64_t e = 0; e < held; ++e) {
+      const float* w = F + b.moe.experts + e * stride;
+      nf4_experts_.push_back(kernels::nf4_quantize_weight(w, 2 * Fe, C, 64, cfg_.lora.nf4_double_quant));
+      nf4_experts_.push_back(kernels::nf4_quantize_weight(w + 2 * Fe * C, C, Fe, 64, cfg_.lora.nf4_double_quant));
+    }
+    dropped.push_back({b.moe.experts, b.moe.experts + held * stride});
+    b.moe.experts = -1;
+  }
+}
+
 size_t Transformer::nf4_bytes(int64_t* params) const {
   size_t bytes = 0;
   int64_t n = 0;
+  for (const kernels::Nf4Tensor& t : nf4_experts_) bytes += t.bytes(), n += t.numel();
   for (const kernels::Nf4Tensor& t : nf4_) bytes += t.bytes(), n += t.numel();
   if (params) *params = n;
   return bytes;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/memory.h"
@@ -62,9 +63,15 @@ class Transformer {
   // the NF4 storage's bytes (and *params its parameters).
   void quantize_base();
   const kernels::Nf4View* nf4_weight(int l, int k) const {
-    return nf4_views_.empty() ? nullptr : &nf4_views_[size_t(l) * 4 + size_t(k)];
+    if (nf4_views_.empty() || nf4_views_[size_t(l) * 4 + size_t(k)].numel() == 0) return nullptr;
+    return &nf4_views_[size_t(l) * 4 + size_t(k)];
   }
   size_t nf4_bytes(int64_t* params = nullptr) const;
+  // Block l's held experts in NF4 (2 per expert, nn::Moe::experts_nf4); null without them.
+  const kernels::Nf4View* nf4_experts(int l) const {
+    const size_t per_layer = size_t(2 * layout_.cut.experts);
+    return nf4_expert_views_.empty() ? nullptr : &nf4_expert_views_[size_t(l) * per_layer];
+  }
   TensorView flat_grads() const { return flat_view(grads_); }
   int64_t num_params() const { return params().total(); }
 
@@ -144,6 +151,10 @@ class Transformer {
   std::vector<kernels::Nf4Tensor> nf4_;  // QLoRA: the base's block linear weights
   MemCharge nf4_charge_;                 // their bytes, in the memory report's parameters
   std::vector<kernels::Nf4View> nf4_views_;
+  // QLoRA on a mixture-of-experts model: each layer's held experts, two tensors each (nn::Moe::experts_nf4).
+  std::vector<kernels::Nf4Tensor> nf4_experts_;
+  std::vector<kernels::Nf4View> nf4_expert_views_;
+  void quantize_experts(std::vector<std::pair<int64_t, int64_t>>& dropped);
   uint64_t frozen_version_ = 0;
   DeviceKind dev_ = DeviceKind::cpu;
   std::unique_ptr<ModelRuntime> runtime_;

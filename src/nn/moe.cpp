@@ -160,14 +160,36 @@ const void* Moe::operand(const ExpertRun& r, const float* src, uint16_t* lo, int
   return lo;
 }
 
-// The held experts' weights from element `at` on: the fp32 masters, or (bf16 runs) their compute copy.
+// The held experts' weights from element `at` on: the fp32 masters, or (bf16 runs) their compute copy;
+// QLoRA: the one expert dequantized into the scratch (at within its 3 F C).
 const void* Moe::weights(int64_t at) const {
+  if (experts_nf4) {
+    const int64_t k = at % expert_stride();
+    return lowp() ? static_cast<const void*>(nf4_scratch.as<const uint16_t>() + k) : nf4_scratch.as<const float>() + k;
+  }
   return lowp() ? static_cast<const void*>(experts_c.as<const uint16_t>() + at) : experts.as<const float>() + at;
+}
+
+template <class F>
+bool Moe::per_expert(const ExpertRun& r, F run_one) const {
+  if (!experts_nf4) return false;
+  const int64_t st = expert_stride(), F2 = 2 * int64_t(shape.F), C = shape.C;
+  const DType t = lowp() ? DType::bf16 : DType::f32;
+  char* scratch = static_cast<char*>(nf4_scratch.data);
+  for (int e = 0; e < r.E_count; ++e) {
+    if (r.off[e + 1] == r.off[e]) continue;  // no rows: nothing to dequantize
+    const int64_t held = r.first / st + e;
+    kernels::nf4_dequantize_rows(experts_nf4[2 * held], 0, F2, t, scratch);
+    kernels::nf4_dequantize_rows(experts_nf4[2 * held + 1], 0, C, t, scratch + F2 * C * int64_t(dtype_size(t)));
+    run_one(ExpertRun{r.off + e, 1, r.first + e * st, r.lo1, r.lo2, true});
+  }
+  return true;
 }
 
 // h = x [W_gate; W_up]^T per expert; act = silu(gate) * up; y = act W_out^T. bf16 runs: the GEMMs'
 // operands in bf16 (x, act and the weights' compute copy), fp32 accumulation and outputs.
 void Moe::run_experts(const ExpertRun& r, const float* x, float* h, float* act, float* y) const {
+  if (!r.dequantized && per_expert(r, [&](const ExpertRun& one) { run_experts(one, x, h, act, y); })) return;
   const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = r.off[0], rows = r.off[r.E_count] - r0;
   const DType t = lowp() ? DType::bf16 : DType::f32;
   kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, true, 2 * F, C, operand(r, x, r.lo1, C), C,
@@ -180,6 +202,9 @@ void Moe::run_experts(const ExpertRun& r, const float* x, float* h, float* act, 
 // From the output gradients dy to the input gradients (into dy, read no more by then).
 void Moe::run_experts_backward(const ExpertRun& r, const float* x, const float* h, const float* act, float* dy,
                                float* dact, float* dh) const {
+  if (!r.dequantized &&
+      per_expert(r, [&](const ExpertRun& one) { run_experts_backward(one, x, h, act, dy, dact, dh); }))
+    return;
   const int64_t F = shape.F, C = shape.C, st = expert_stride(), r0 = r.off[0], rows = r.off[r.E_count] - r0;
   const DType t = lowp() ? DType::bf16 : DType::f32;
   // Frozen experts (LoRA's base: dexperts empty) take no weight gradients.

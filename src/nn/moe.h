@@ -115,6 +115,11 @@ struct Moe {
   // bf16 runs: the held experts' bf16 compute copy (the GEMMs read it, as Linear's read wc); empty:
   // fp32 GEMMs (fp32 and fp16 runs).
   TensorView experts_c;
+  // QLoRA: the held experts' frozen weights in NF4, two per expert ([W_gate; W_up] (2F, C), W_out
+  // (C, F)); experts / experts_c are then empty and each expert's weights are dequantized into
+  // nf4_scratch (3 F C values in the GEMMs' dtype: bf16 runs bf16, else fp32) before its GEMMs.
+  const kernels::Nf4View* experts_nf4 = nullptr;
+  TensorView nf4_scratch;
   Linear sh_in, sh_out;  // the shared expert: [gate; up] (2 Fs, C), down (C, Fs)
   Linear sh_gate_lin;    // (1, C)
   MoeLossGrad loss_grad{};
@@ -149,11 +154,18 @@ struct Moe {
     int E_count;
     int64_t first;
     uint16_t *lo1, *lo2;
+    bool dequantized = false;  // QLoRA: one expert, its weights already in nf4_scratch
   };
   void run_experts(const ExpertRun& r, const float* x, float* h, float* act, float* y) const;
   void run_experts_backward(const ExpertRun& r, const float* x, const float* h, const float* act, float* dy,
                             float* dact, float* dh) const;
-  bool lowp() const { return experts_c && experts_c.dtype == DType::bf16; }
+  bool lowp() const {
+    return experts_nf4 ? nf4_scratch.dtype == DType::bf16 : experts_c && experts_c.dtype == DType::bf16;
+  }
+  // QLoRA: a run over several experts as one run per expert, each through its dequantized weights;
+  // true when it did (the caller returns).
+  template <class F>
+  bool per_expert(const ExpertRun& r, F run_one) const;
   const void* operand(const ExpertRun& r, const float* src, uint16_t* lo, int64_t ld) const;
   const void* weights(int64_t at) const;
   // The experts an expert group spreads over its ranks, [begin, begin + count), El per rank: all E,
