@@ -89,9 +89,6 @@ void check_peft_flags(const TrainArgs& a) {
       ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to --peft_type ia3",
                std::string(f) == "target_modules" ? "; LoRA takes --lora_target_modules" : "");
   }
-  ZT_CHECK(!a.use_dora || !a.load_in_4bit,
-           "--use_dora with --load_in_4bit (QDoRA) is not supported yet: DoRA's weight norms read the fp32 base; "
-           "drop one of the two");
   ZT_CHECK(!a.adapter_name_or_path.empty() || a.peft_type == "ia3" || a.lora_r >= 1, "--lora_r ", a.lora_r,
            ": the adapters' rank must be at least 1");
 }

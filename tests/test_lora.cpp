@@ -345,6 +345,18 @@ ModelConfig tiny_moe_lora() {
   c.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
   return c;
 }
+// QDoRA: DoRA's weight norms read the NF4 rows (dequantized a panel at a time), its dropout-free
+// form the NF4 GEMMs; GPT-2's Conv1D weights are quantized transposed.
+TEST(Dora, QdoraLlamaEqualsDequantizedBase) {
+  expect_qlora_equals_dequantized(tiny_dora(Arch::llama, {"all-linear"}), nn::Precision::fp32);
+}
+TEST(Dora, QdoraGpt2Bf16EqualsDequantizedBase) {
+  expect_qlora_equals_dequantized(tiny_dora(Arch::gpt2, {"c_attn", "c_proj", "c_fc"}), nn::Precision::bf16);
+}
+TEST(Dora, QdoraLlamaWithDropoutEqualsDequantizedBase) {  // PEFT's dropout form: per-part NF4 output columns
+  expect_qlora_equals_dequantized(tiny_dora(Arch::llama, {"all-linear"}, 0.25), nn::Precision::fp32);
+}
+
 TEST(Lora, QloraMixtralEqualsDequantizedBase) { expect_qlora_equals_dequantized(tiny_moe_lora(), nn::Precision::fp32); }
 TEST(Lora, QloraMixtralBf16EqualsDequantizedBase) {
   expect_qlora_equals_dequantized(tiny_moe_lora(), nn::Precision::bf16);

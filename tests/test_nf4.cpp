@@ -4,6 +4,7 @@
 // the storage's bytes per parameter.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -356,10 +357,27 @@ void check_linear(int64_t N, int64_t out, int64_t in, DType t, int64_t tile_rows
   std::vector<float> y(size_t(N * out), NAN), dx(size_t(N * in), 1.f);
   kernels::nf4_linear_forward(DeviceKind::cpu, t, y.data(), xp, q.view(), N);
   kernels::nf4_linear_backward_input(t, dx.data(), dyp, q.view(), N, 1.f);  // accumulates onto 1
+  // A range of W's rows [r0, r0 + m) (DoRA's per-part outputs): y's columns of those rows, and the
+  // reduction over them alone with dy's columns (leading dimension out).
+  const int64_t r0 = out / 3, m = std::max<int64_t>(1, out / 2);
+  std::vector<float> ys(size_t(N * m), NAN), dxs(size_t(N * in), NAN);
+  const size_t elt = bf ? 2 : 4;
+  kernels::nf4_linear_forward_rows(DeviceKind::cpu, t, ys.data(), m, xp, q.view(), r0, m, N);
+  kernels::nf4_linear_backward_input_rows(DeviceKind::cpu, t, dxs.data(), static_cast<const char*>(dyp) + r0 * elt, out,
+                                          q.view(), r0, m, N);
   kernels::nf4_tile_rows_for_tests(0);
+  std::vector<double> ysr(ys.size()), dxsr(dxs.size(), 0.0);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      ysr[size_t(i * m + j)] = yr[size_t(i * out + r0 + j)];
+      for (int64_t k = 0; k < in; ++k)
+        dxsr[size_t(i * in + k)] += dyd[size_t(i * out + r0 + j)] * wdd[size_t((r0 + j) * in + k)];
+    }
   for (double& e : dxr) e += 1.0;
   test::expect_close(y, yr, 1e-4, 1e-4, "y = x W^T");
   test::expect_close(dx, dxr, 1e-4, 1e-4, "dx = dy W");
+  test::expect_close(ys, ysr, 1e-4, 1e-4, "y = x W[rows]^T");
+  test::expect_close(dxs, dxsr, 1e-4, 1e-4, "dx = dy[:, rows] W[rows]");
 }
 }  // namespace
 

@@ -186,6 +186,16 @@ void nf4_linear_backward_input(DeviceKind d, DType t, float* dx, const void* dy,
   nf4_cpu_only(d);
   nf4_linear_backward_input(t, dx, dy, w, N, beta);
 }
+void nf4_linear_forward_rows(DeviceKind d, DType t, float* y, int64_t ldy, const void* x, const Nf4View& w,
+                             int64_t row0, int64_t rows, int64_t N, float beta) {
+  nf4_cpu_only(d);
+  nf4_linear_forward_rows(t, y, ldy, x, w, row0, rows, N, beta);
+}
+void nf4_linear_backward_input_rows(DeviceKind d, DType t, float* dx, const void* dy, int64_t ld_dy, const Nf4View& w,
+                                    int64_t row0, int64_t rows, int64_t N, float beta) {
+  nf4_cpu_only(d);
+  nf4_linear_backward_input_rows(t, dx, dy, ld_dy, w, row0, rows, N, beta);
+}
 void nf4_dequantize_rows(DeviceKind d, const Nf4View& q, int64_t r0, int64_t r1, DType t, void* tile) {
   nf4_cpu_only(d);
   nf4_dequantize_rows(q, r0, r1, t, tile);

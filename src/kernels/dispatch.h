@@ -63,6 +63,10 @@ double lmhead_ce(DeviceKind d, float* dx, float* dw, const float* x, const float
 void nf4_linear_forward(DeviceKind d, DType t, float* y, const void* x, const Nf4View& w, int64_t N, float beta = 0.f);
 void nf4_linear_backward_input(DeviceKind d, DType t, float* dx, const void* dy, const Nf4View& w, int64_t N,
                                float beta = 0.f);
+void nf4_linear_forward_rows(DeviceKind d, DType t, float* y, int64_t ldy, const void* x, const Nf4View& w,
+                             int64_t row0, int64_t rows, int64_t N, float beta = 0.f);
+void nf4_linear_backward_input_rows(DeviceKind d, DType t, float* dx, const void* dy, int64_t ld_dy, const Nf4View& w,
+                                    int64_t row0, int64_t rows, int64_t N, float beta = 0.f);
 void nf4_dequantize_rows(DeviceKind d, const Nf4View& q, int64_t r0, int64_t r1, DType t, void* tile);
 // Memory on the device: zeroing, and a strided copy of `rows` rows of `row_bytes` bytes.
 void fill_zero(DeviceKind d, void* dst, size_t bytes);

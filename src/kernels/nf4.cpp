@@ -216,34 +216,48 @@ void nf4_dequantize_rows(const Nf4View& q, int64_t r0, int64_t r1, DType t, void
   }
 }
 
-void nf4_linear_forward(DType t, float* y, const void* x, const Nf4View& w, int64_t N, float beta) {
+void nf4_linear_forward_rows(DType t, float* y, int64_t ldy, const void* x, const Nf4View& w, int64_t row0,
+                             int64_t rows, int64_t N, float beta) {
   check_compute_type(t);
   check_view(w);
-  if (N == 0) return;
-  const int64_t tr = tile_rows(w, t);
+  ZT_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= w.rows, "nf4: rows [", row0, ", ", row0 + rows,
+           ") outside the weight's ", w.rows);
+  if (N == 0 || rows == 0) return;
+  const int64_t tr = tile_rows(w, t), end = row0 + rows;
   void* tile = tile_buffer(t, tr * w.cols);
   // Each tile of W's rows gives the matching columns of y: y[:, r0:r1] = x W[r0:r1]^T.
-  for (int64_t r0 = 0; r0 < w.rows; r0 += tr) {
-    const int64_t r1 = std::min(w.rows, r0 + tr);
+  for (int64_t r0 = row0; r0 < end; r0 += tr) {
+    const int64_t r1 = std::min(end, r0 + tr);
     nf4_dequantize_rows(w, r0, r1, t, tile);
-    gemm_typed(t, false, true, N, r1 - r0, w.cols, 1.f, x, w.cols, tile, w.cols, beta, y + r0, w.rows);
+    gemm_typed(t, false, true, N, r1 - r0, w.cols, 1.f, x, w.cols, tile, w.cols, beta, y + (r0 - row0), ldy);
+  }
+}
+
+void nf4_linear_forward(DType t, float* y, const void* x, const Nf4View& w, int64_t N, float beta) {
+  nf4_linear_forward_rows(t, y, w.rows, x, w, 0, w.rows, N, beta);
+}
+
+void nf4_linear_backward_input_rows(DType t, float* dx, const void* dy, int64_t ld_dy, const Nf4View& w, int64_t row0,
+                                    int64_t rows, int64_t N, float beta) {
+  check_compute_type(t);
+  check_view(w);
+  ZT_CHECK(row0 >= 0 && rows > 0 && row0 + rows <= w.rows, "nf4: rows [", row0, ", ", row0 + rows,
+           ") outside the weight's ", w.rows);
+  if (N == 0) return;
+  const int64_t tr = tile_rows(w, t), elt = int64_t(dtype_size(t)), end = row0 + rows;
+  void* tile = tile_buffer(t, tr * w.cols);
+  // A tile of W's rows is a slice of the reduction: dx += dy[:, r0:r1] W[r0:r1] (beta on the first).
+  for (int64_t r0 = row0; r0 < end; r0 += tr) {
+    const int64_t r1 = std::min(end, r0 + tr);
+    nf4_dequantize_rows(w, r0, r1, t, tile);
+    const void* dy_cols = static_cast<const char*>(dy) + (r0 - row0) * elt;
+    gemm_typed(t, false, false, N, w.cols, r1 - r0, 1.f, dy_cols, ld_dy, tile, w.cols, r0 == row0 ? beta : 1.f, dx,
+               w.cols);
   }
 }
 
 void nf4_linear_backward_input(DType t, float* dx, const void* dy, const Nf4View& w, int64_t N, float beta) {
-  check_compute_type(t);
-  check_view(w);
-  if (N == 0) return;
-  const int64_t tr = tile_rows(w, t), elt = int64_t(dtype_size(t));
-  void* tile = tile_buffer(t, tr * w.cols);
-  // A tile of W's rows is a slice of the reduction: dx += dy[:, r0:r1] W[r0:r1] (beta on the first).
-  for (int64_t r0 = 0; r0 < w.rows; r0 += tr) {
-    const int64_t r1 = std::min(w.rows, r0 + tr);
-    nf4_dequantize_rows(w, r0, r1, t, tile);
-    const void* dy_cols = static_cast<const char*>(dy) + r0 * elt;
-    gemm_typed(t, false, false, N, w.cols, r1 - r0, 1.f, dy_cols, w.rows, tile, w.cols, r0 == 0 ? beta : 1.f, dx,
-               w.cols);
-  }
+  nf4_linear_backward_input_rows(t, dx, dy, w.rows, w, 0, w.rows, N, beta);
 }
 
 void nf4_tile_rows_for_tests(int64_t rows) { g_tile_rows = rows; }

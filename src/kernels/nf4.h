@@ -123,6 +123,13 @@ void nf4_dequantize_rows(const Nf4View& q, int64_t r0, int64_t r1, DType t, void
 void nf4_linear_forward(DType t, float* y, const void* x, const Nf4View& w, int64_t N, float beta = 0.f);
 // dx (N, in) = dy (N, out) W + beta * dx. No weight gradient: the base is frozen.
 void nf4_linear_backward_input(DType t, float* dx, const void* dy, const Nf4View& w, int64_t N, float beta = 0.f);
+// The same over W's rows [row0, row0 + rows) (DoRA's and IA3's per-part outputs): y[:, 0:rows]
+// (leading dimension ldy) = x W[row0:row0+rows]^T + beta y; dx = dy[:, 0:rows] (leading dimension
+// ld_dy) W[row0:row0+rows] + beta dx (rows > 0).
+void nf4_linear_forward_rows(DType t, float* y, int64_t ldy, const void* x, const Nf4View& w, int64_t row0,
+                             int64_t rows, int64_t N, float beta = 0.f);
+void nf4_linear_backward_input_rows(DType t, float* dx, const void* dy, int64_t ld_dy, const Nf4View& w, int64_t row0,
+                                    int64_t rows, int64_t N, float beta = 0.f);
 
 // Tests: tiles of `rows` rows (0 = the default size), to run many tiles on small matrices.
 void nf4_tile_rows_for_tests(int64_t rows);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/nf4.h"
 #include "models/config.h"
 #include "models/params.h"
 #include "nn/block.h"
@@ -167,7 +168,9 @@ ModelLayout model_layout(const ModelConfig& c, const LayerCut& cut = {});
 // at flat adapter elements [begin, begin + n) into dst; `base` the fp32 frozen base.
 // A cut layout's row layers hold slices of every weight row: slice_sum (null: whole rows) sums their
 // squared norms over the ranks holding the other slices, a collective (they call with the same ranges).
+// QLoRA (nf4: 4 per block, Transformer's): the norms of the NF4 weights' dequantized rows.
 void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int64_t n, float* dst,
-                     const std::function<void(float*, int64_t)>* slice_sum = nullptr);
+                     const std::function<void(float*, int64_t)>* slice_sum = nullptr,
+                     const std::vector<kernels::Nf4View>* nf4 = nullptr);
 
 }  // namespace zt

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/nf4.h"
 #include "kernels/scale_columns.h"
 #include "models/layout.h"
 
@@ -216,24 +217,32 @@ void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, Mo
 }  // namespace
 
 void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int64_t n, float* dst,
-                     const std::function<void(float*, int64_t)>* slice_sum) {
+                     const std::function<void(float*, int64_t)>* slice_sum, const std::vector<kernels::Nf4View>* nf4) {
   for (size_t l = 0; l < m.adapters.size(); ++l) {
     const BlockAdapters& ba = m.adapters[l];
     const BlockOffsets& bo = m.offsets.blocks[l];
-    for (auto [parts, lin] :
-         {std::pair{&ba.qkv, &bo.qkv}, {&ba.proj, &bo.proj}, {&ba.fc_in, &bo.fc_in}, {&ba.fc_out, &bo.fc_out}})
-      for (const AdapterPart& p : *parts) {
+    const std::vector<AdapterPart>* lists[4] = {&ba.qkv, &ba.proj, &ba.fc_in, &ba.fc_out};
+    const LinearOffsets* lins[4] = {&bo.qkv, &bo.proj, &bo.fc_in, &bo.fc_out};
+    for (int k = 0; k < 4; ++k)
+      for (const AdapterPart& p : *lists[k]) {
         const int64_t lo = std::max(begin, p.m), hi = std::min(begin + n, p.m + p.out_size);
         if (p.m < 0 || lo >= hi) continue;
+        const LinearOffsets* lin = lins[k];
         std::vector<float> norms(size_t(p.out_size));
-        const float* w = base + lin->w;
         const bool sliced = !m.cut.whole && lin->kind == nn::LinearKind::row;
         ZT_ASSERT(!sliced || slice_sum, "DoRA on a row layer's slices needs the sum over the other slices");
-        if (lin->w_in_out)  // (in, out): output j is column out_begin + j
-          kernels::row_norms_of_sum(norms.data(), nullptr, w + p.out_begin, 1, lin->out, p.out_size, lin->in, sliced);
-        else
-          kernels::row_norms_of_sum(norms.data(), nullptr, w + int64_t(p.out_begin) * lin->in, lin->in, 1, p.out_size,
+        if (nf4) {  // QDoRA: the norms of the dequantized weight's rows, as PEFT starts them
+          const kernels::Nf4View& q = (*nf4)[l * 4 + size_t(k)];
+          std::vector<float> rows(size_t(p.out_size) * size_t(q.cols));
+          kernels::nf4_dequantize_rows(q, p.out_begin, p.out_begin + p.out_size, DType::f32, rows.data());
+          kernels::row_norms_of_sum(norms.data(), nullptr, rows.data(), q.cols, 1, p.out_size, q.cols, sliced);
+        } else if (lin->w_in_out) {  // (in, out): output j is column out_begin + j
+          kernels::row_norms_of_sum(norms.data(), nullptr, base + lin->w + p.out_begin, 1, lin->out, p.out_size,
                                     lin->in, sliced);
+        } else {
+          kernels::row_norms_of_sum(norms.data(), nullptr, base + lin->w + int64_t(p.out_begin) * lin->in, lin->in, 1,
+                                    p.out_size, lin->in, sliced);
+        }
         if (sliced) {
           (*slice_sum)(norms.data(), p.out_size);
           for (float& v : norms) v = std::sqrt(v);

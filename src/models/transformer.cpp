@@ -141,7 +141,7 @@ void Transformer::init_values(uint64_t seed, int64_t begin, int64_t n, float* ds
   init_table_values(params(), seed, begin, n, dst);
   if (cfg_.lora.dora)
     dora_magnitudes(layout_, frozen_params().as<const float>(), begin, n, dst,
-                    row_slice_sum_ ? &row_slice_sum_ : nullptr);
+                    row_slice_sum_ ? &row_slice_sum_ : nullptr, nf4_views_.empty() ? nullptr : &nf4_views_);
 }
 
 void Transformer::init_table_values(const ParamTable& table, uint64_t seed, int64_t begin, int64_t n,

@@ -103,7 +103,8 @@ const char* elements_in(const void* p, int64_t elements, DType t) {
 
 void Linear::forward_columns(const void* x, int64_t N, int o, int m, float* z) const {
   const DType t = wc.dtype;
-  if (w_in_out)  // W (in, out): columns [o, o + m)
+  if (nf4) return kernels::nf4_linear_forward_rows(dev, t, z, m, x, *nf4, o, m, N);  // (out, in) rows
+  if (w_in_out)                                                                      // W (in, out): columns [o, o + m)
     kernels::gemm_typed(dev, t, false, false, N, m, in, 1.0f, x, in, elements_in(wc.data, o, t), out, 0.0f, z, m);
   else  // W (out, in): rows [o, o + m)
     kernels::gemm_typed(dev, t, false, true, N, m, in, 1.0f, x, in, elements_in(wc.data, int64_t(o) * in, t), in, 0.0f,
@@ -114,6 +115,7 @@ void Linear::backward_input_columns(const void* dy, int64_t ld_dy, int64_t N, in
                                     float* dx) const {
   const DType t = wc.dtype;
   const void* d = elements_in(dy, o, t);
+  if (nf4) return kernels::nf4_linear_backward_input_rows(dev, t, dx, d, ld_dy, *nf4, o, m, N, beta);
   if (w_in_out)
     kernels::gemm_typed(dev, t, false, true, N, in, m, 1.0f, d, ld_dy, elements_in(wc.data, o, t), out, beta, dx, in);
   else

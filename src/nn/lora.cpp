@@ -84,11 +84,11 @@ namespace {
 // all-reduce of the outputs' floats per call; every rank calls in the same order).
 void dora_scales(const Linear& l) {
   const LinearLora& a = l.lora;
-  ZT_ASSERT(l.w && l.w.dtype == DType::f32, "DoRA needs the base's fp32 weight");
+  ZT_ASSERT(l.nf4 || (l.w && l.w.dtype == DType::f32), "DoRA needs the base's fp32 or NF4 weight");
   float* n = a.scratch->dora_n.as<float>();
   float* c = a.scratch->dora_c.as<float>();
   float* sum = a.scratch->dora_w.as<float>();
-  const float* w = l.w.as<const float>();
+  const float* w = l.nf4 ? nullptr : l.w.as<const float>();
   const bool sliced = a.row_group != nullptr;
   for (size_t i = 0; i < a.parts.size(); ++i) {
     const LoraPart& p = a.parts[i];
@@ -96,9 +96,13 @@ void dora_scales(const Linear& l) {
     // norm with W's row added.
     for (int j0 = 0; j0 < p.out_size; j0 += kDoraRows) {
       const int rows_now = std::min(kDoraRows, p.out_size - j0), o = p.out_begin + j0;
+      // QDoRA: W's rows dequantized (fp32, (out, in)) into the panel, s B A added onto them.
+      if (l.nf4) kernels::nf4_dequantize_rows(l.dev, *l.nf4, o, o + rows_now, DType::f32, sum);
       kernels::gemm_typed(DType::f32, false, false, rows_now, l.in, a.r, a.scale, p.b.as<const float>() + j0 * a.r, a.r,
-                          a.a.as<const float>() + int64_t(i) * a.r * l.in, l.in, 0.0f, sum, l.in);
-      if (l.w_in_out)  // (in, out): output j is column j
+                          a.a.as<const float>() + int64_t(i) * a.r * l.in, l.in, l.nf4 ? 1.0f : 0.0f, sum, l.in);
+      if (l.nf4)
+        kernels::row_norms_of_sum(n + o, nullptr, sum, l.in, 1, rows_now, l.in, sliced);
+      else if (l.w_in_out)  // (in, out): output j is column j
         kernels::row_norms_of_sum(n + o, sum, w + o, 1, l.out, rows_now, l.in, sliced);
       else
         kernels::row_norms_of_sum(n + o, sum, w + int64_t(o) * l.in, l.in, 1, rows_now, l.in, sliced);

@@ -179,8 +179,8 @@ bool Moe::per_expert(const ExpertRun& r, F run_one) const {
   for (int e = 0; e < r.E_count; ++e) {
     if (r.off[e + 1] == r.off[e]) continue;  // no rows: nothing to dequantize
     const int64_t held = r.first / st + e;
-    kernels::nf4_dequantize_rows(experts_nf4[2 * held], 0, F2, t, scratch);
-    kernels::nf4_dequantize_rows(experts_nf4[2 * held + 1], 0, C, t, scratch + F2 * C * int64_t(dtype_size(t)));
+    kernels::nf4_dequantize_rows(dev, experts_nf4[2 * held], 0, F2, t, scratch);
+    kernels::nf4_dequantize_rows(dev, experts_nf4[2 * held + 1], 0, C, t, scratch + F2 * C * int64_t(dtype_size(t)));
     run_one(ExpertRun{r.off + e, 1, r.first + e * st, r.lo1, r.lo2, true});
   }
   return true;

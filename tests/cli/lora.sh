@@ -91,6 +91,17 @@ irun --max_steps 3 --save_strategy no --load_in_4bit --output_dir "$W/iq" &&
   same "$(losses "$W/iq")" "$(losses "$W/ib")" 2e-2 && ok "IA3 on an NF4 base trains (within 2e-2 of IA3's)" ||
   bad "IA3 NF4"
 
+# QDoRA (--use_dora --load_in_4bit): the magnitudes start at the NF4 rows' norms (PEFT's dequantized
+# weight), so with B = 0 the first step is QLoRA's; recomputation exact with dropout.
+run --use_dora --lora_dropout 0 --max_steps 3 --save_strategy no --load_in_4bit --bnb_4bit_use_double_quant \
+  --output_dir "$W/dq" && same "$(losses "$W/dq" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)[:1]))")" \
+  "$(losses "$W/q" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)[:1]))")" 1e-6 &&
+  ok "QDoRA: the first step's loss is QLoRA's (magnitudes at the NF4 rows' norms)" || bad "QDoRA start"
+run --use_dora --lora_dropout 0.1 --max_steps 3 --save_strategy no --load_in_4bit --output_dir "$W/dq1" &&
+  run --use_dora --lora_dropout 0.1 --max_steps 3 --save_strategy no --load_in_4bit --gradient_checkpointing \
+    --output_dir "$W/dq2" && same "$(losses "$W/dq1")" "$(losses "$W/dq2")" 0 &&
+  ok "QDoRA with dropout: full recomputation gives the same losses" || bad "QDoRA recomputation"
+
 # DoRA (--use_dora, dropout on: PEFT's dropout form).
 drun() { run --use_dora --lora_dropout 0.1 "$@"; }
 drun --max_steps 6 --save_strategy no --output_dir "$W/d" && d=$(losses "$W/d") || d="[]"
@@ -239,7 +250,6 @@ err "--bnb_4bit_quant_type fp4 is refused" "fp4 is not supported" "${base[@]}" -
 err "--bnb_4bit_compute_dtype against the run's precision" "differs from the run's GEMM dtype" "${base[@]}" \
   --use_peft --load_in_4bit --bnb_4bit_compute_dtype bfloat16
 err "--load_in_8bit is refused" "8-bit frozen base is not implemented" "${base[@]}" --use_peft --load_in_8bit
-err "--use_dora with --load_in_4bit is refused" "QDoRA" "${base[@]}" --use_peft --use_dora --load_in_4bit
 err "IA3: a feedforward module that is not a target" "must be a subset of --target_modules" "${base[@]}" \
   --use_peft --peft_type ia3 --target_modules k_proj,v_proj --feedforward_modules down_proj
 err "IA3: a feedforward module inside a fused GEMM" "cannot be scaled alone" "${base[@]}" --use_peft \
