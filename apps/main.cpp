@@ -142,7 +142,9 @@ int cmd_train(const Args& args) {
         "IA3's targets whose input is scaled (down_proj; PEFT's default per architecture)");
   f.add("load_in_4bit", &a.load_in_4bit,
         "QLoRA: the frozen base's linear weights in NF4, blockwise as bitsandbytes (with --use_peft; docs/peft.md)");
-  f.add("load_in_8bit", &a.load_in_8bit, "an 8-bit frozen base (refused for now: use --load_in_4bit)");
+  f.add(
+      "load_in_8bit", &a.load_in_8bit,
+      "the frozen base's linear weights in int8, row-wise as bitsandbytes' Int8Params (with --use_peft; docs/peft.md)");
   f.add("bnb_4bit_quant_type", &a.bnb_4bit_quant_type, "nf4 (fp4 is refused) (nf4)");
   f.add("bnb_4bit_use_double_quant", &a.bnb_4bit_use_double_quant,
         "quantize the NF4 block scales to 8 bits as bitsandbytes' double quantization (false)");

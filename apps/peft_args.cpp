@@ -46,7 +46,10 @@ void check_agrees(const TrainArgs& a, const LoraSpec& s, const std::string& fold
 namespace {
 // QLoRA's flags (transformers' BitsAndBytesConfig names).
 void check_quant_flags(const TrainArgs& a, bool peft) {
-  ZT_CHECK(!a.load_in_8bit, "--load_in_8bit: an 8-bit frozen base is not implemented; use --load_in_4bit (NF4)");
+  ZT_CHECK(!a.load_in_8bit || !a.load_in_4bit, "--load_in_8bit and --load_in_4bit: pick one");
+  ZT_CHECK(!a.load_in_8bit || peft,
+           "--load_in_8bit quantizes the frozen base of LoRA training; add --use_peft (a quantized base cannot be "
+           "trained itself)");
   if (!a.load_in_4bit) {
     for (const char* f : {"bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype"})
       ZT_CHECK(!a.explicit_flags.count(f), "--", f, " applies to a 4-bit base; add --load_in_4bit");
@@ -127,6 +130,7 @@ void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
     s.targets = split_modules(a.lora_target_modules);
   }
   s.nf4 = a.load_in_4bit;
+  s.int8 = a.load_in_8bit;
   s.nf4_double_quant = a.bnb_4bit_use_double_quant;
   cfg.lora = s;
   if (!adapter) {

@@ -254,16 +254,18 @@ TEST(Lora, AdapterTableHasPeftNamesAndCounts) {
 // (quantized transposed), Llama's fused Linears and Mixtral's experts; the NF4 weights take under
 // 0.55 bytes each.
 void expect_qlora_equals_dequantized(const ModelConfig& c, nn::Precision precision) {
-  ModelConfig q = c;
-  q.lora.nf4 = q.lora.nf4_double_quant = true;
-  Transformer lora(c), qlora(q);
+  ModelConfig q = c, plain = c;
+  plain.lora.int8 = false;
+  if (!c.lora.int8) q.lora.nf4 = q.lora.nf4_double_quant = true;
+  const double bytes_bound = c.lora.int8 ? 1.0 + 4.0 / 32 : 0.55;  // int8: a byte and a row's fp32 absmax (in >= 32)
+  Transformer lora(plain), qlora(q);
   lora.init_random(7);
   qlora.init_random(7);
   const size_t held = mem_stats().current[size_t(MemCategory::parameters)];
   const int64_t base_fp32 = qlora.frozen_params().numel();
   qlora.quantize_base();
   int64_t n4 = 0;
-  EXPECT_LT(double(qlora.nf4_bytes(&n4)) / double(n4), 0.55);
+  EXPECT_LE(double(qlora.nf4_bytes(&n4)) / double(n4), bytes_bound);
   // The memory report's parameters: the quantized weights' fp32 bytes gone, their NF4 bytes counted.
   EXPECT_EQ(mem_stats().current[size_t(MemCategory::parameters)] + size_t(base_fp32) * 4,
             held + size_t(qlora.frozen_params().numel()) * 4 + qlora.nf4_bytes());
@@ -355,6 +357,18 @@ TEST(Dora, QdoraGpt2Bf16EqualsDequantizedBase) {
 }
 TEST(Dora, QdoraLlamaWithDropoutEqualsDequantizedBase) {  // PEFT's dropout form: per-part NF4 output columns
   expect_qlora_equals_dequantized(tiny_dora(Arch::llama, {"all-linear"}, 0.25), nn::Precision::fp32);
+}
+
+// --load_in_8bit: the same with bitsandbytes' Int8Params (row-wise int8) in place of NF4.
+TEST(Lora, Int8LlamaEqualsDequantizedBase) {
+  ModelConfig c = tiny_lora(Arch::llama, {"all-linear"}, 0.0);
+  c.lora.int8 = true;
+  expect_qlora_equals_dequantized(c, nn::Precision::fp32);
+}
+TEST(Lora, Int8MixtralBf16EqualsDequantizedBase) {
+  ModelConfig c = tiny_moe_lora();
+  c.lora.int8 = true;
+  expect_qlora_equals_dequantized(c, nn::Precision::bf16);
 }
 
 TEST(Lora, QloraMixtralEqualsDequantizedBase) { expect_qlora_equals_dequantized(tiny_moe_lora(), nn::Precision::fp32); }

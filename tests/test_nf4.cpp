@@ -333,11 +333,12 @@ TEST(Nf4, DequantizeRangesAndRows) {
 namespace {
 // The tiled GEMMs against the naive ones in double on the dequantized weight (rounded to bf16
 // when the inputs are bf16, as the tiles are).
-void check_linear(int64_t N, int64_t out, int64_t in, DType t, int64_t tile_rows) {
+void check_linear(int64_t N, int64_t out, int64_t in, DType t, int64_t tile_rows, bool int8 = false) {
   SCOPED_TRACE("N " + std::to_string(N) + " W " + std::to_string(out) + "x" + std::to_string(in) + " " + dtype_name(t) +
-               " tile rows " + std::to_string(tile_rows));
+               " tile rows " + std::to_string(tile_rows) + (int8 ? " int8" : " nf4"));
   const std::vector<float> w = test::randn(size_t(out * in), uint64_t(out * 31 + in), 0.05);
-  const Nf4Tensor q = kernels::nf4_quantize_weight(w.data(), out, in, 64, true);
+  const Nf4Tensor q = int8 ? kernels::int8_quantize_weight(w.data(), out, in)
+                           : kernels::nf4_quantize_weight(w.data(), out, in, 64, true);
   std::vector<float> wd = dequantize(q), x = test::randn(size_t(N * in), 7), dy = test::randn(size_t(N * out), 8);
   std::vector<uint16_t> x16(x.size()), dy16(dy.size());
   const bool bf = t == DType::bf16;
@@ -384,12 +385,36 @@ void check_linear(int64_t N, int64_t out, int64_t in, DType t, int64_t tile_rows
 TEST(Nf4, TiledLinearMatchesDequantizedGemm) {
   test::for_each_isa([&] {
     for (DType t : {DType::f32, DType::bf16}) {
-      check_linear(13, 37, 45, t, 8);    // odd shapes, 5 tiles with a short last one
-      check_linear(7, 100, 129, t, 0);   // the default tile (one)
-      check_linear(33, 130, 64, t, 16);  // blocks aligned to rows
-      check_linear(1, 200, 33, t, 64);   // one token
+      check_linear(13, 37, 45, t, 8);        // odd shapes, 5 tiles with a short last one
+      check_linear(7, 100, 129, t, 0);       // the default tile (one)
+      check_linear(33, 130, 64, t, 16);      // blocks aligned to rows
+      check_linear(1, 200, 33, t, 64);       // one token
+      check_linear(13, 37, 45, t, 8, true);  // --load_in_8bit's Int8Params, tiles of rows
+      check_linear(7, 100, 129, t, 0, true);
     }
   });
+}
+
+// bitsandbytes' int8_vectorwise_quant / dequant: per row absmax (SCB), code round(w (127 / SCB)) half
+// to even, value code SCB / 127; a zero row codes 0. Hand-checked rows and a random matrix's bound.
+TEST(Nf4, Int8RowwiseQuantizationAsBitsandbytes) {
+  const std::vector<float> w = {0.5f, -1.0f, 0.25f, 0.f, 0.f, 0.f, 0.f, 0.f, 2.f, -0.5f, 1.f, 0.1f};
+  const Nf4Tensor q = kernels::int8_quantize_weight(w.data(), 3, 4);
+  EXPECT_EQ(q.bytes(), size_t(12 + 3 * 4));  // a byte a value, an fp32 absmax a row
+  const std::vector<float> absmax = {1.f, 0.f, 2.f};
+  EXPECT_EQ(q.absmax, absmax);
+  // 0.5 * 127 = 63.5 -> 64 (even); 0.25 * 127 = 31.75 -> 32; -0.5 * 63.5 = -31.75 -> -32; 0.1 * 63.5 = 6.35 -> 6.
+  const std::vector<int> want = {64, -127, 32, 0, 0, 0, 0, 0, 127, -32, 64, 6};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(int(int8_t(q.codes[i])), want[i]) << i;
+  std::vector<float> back(w.size());
+  kernels::nf4_dequantize(q.view(), back.data());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(back[i], float(want[i]) * (absmax[i / 4] * 7.874015718698502e-3f)) << i;
+  const std::vector<float> r = test::randn(64 * 96, 5, 0.05);
+  const Nf4Tensor big = kernels::int8_quantize_weight(r.data(), 64, 96);
+  std::vector<float> rb(r.size());
+  kernels::nf4_dequantize(big.view(), rb.data());
+  for (size_t i = 0; i < r.size(); ++i) EXPECT_LE(std::fabs(rb[i] - r[i]), 0.5f * big.absmax[i / 96] / 127.f * 1.0001f);
 }
 
 // ≤ 0.55 bytes per parameter with double quantization (the bound) on GPT-2-sized

@@ -113,7 +113,34 @@ Nf4View Nf4Tensor::view() const {
   v.rows = rows;
   v.cols = cols;
   v.blocksize = blocksize;
+  v.int8 = int8;
   return v;
+}
+
+Nf4Tensor int8_quantize_weight(const float* w, int64_t rows, int64_t cols) {
+  ZT_CHECK(rows > 0 && cols > 0, "int8 quantization of an empty tensor (", rows, " x ", cols, ")");
+  ZT_CHECK(cols <= (int64_t(1) << 30), "int8 quantization: rows of ", cols, " values are too long");
+  Nf4Tensor t;
+  t.int8 = true;
+  t.rows = rows;
+  t.cols = cols;
+  t.blocksize = int(cols);
+  t.codes.assign(size_t(rows * cols), 0);
+  t.absmax.assign(size_t(rows), 0.f);
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t(1) << 16))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = w + r * cols;
+    float am = 0.f;
+    for (int64_t j = 0; j < cols; ++j) am = std::max(am, std::fabs(row[j]));
+    t.absmax[size_t(r)] = am;
+    if (am == 0.f) continue;
+    const float scale = 127.0f / am;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float c = std::clamp(std::nearbyint(row[j] * scale), -127.f, 127.f);
+      t.codes[size_t(r * cols + j)] = uint8_t(int8_t(c));
+    }
+  }
+  return t;
 }
 
 Nf4Tensor nf4_quantize_weight(const float* w, int64_t rows, int64_t cols, int blocksize, bool double_quant) {
@@ -165,6 +192,14 @@ namespace {
 // conversion would, without a second pass over the output.
 template <class T, class Convert>
 void dequantize_range_as(const Nf4View& q, int64_t i0, int64_t i1, T* out, Convert convert) {
+  if (q.int8) {  // int8_vectorwise_dequant: code * (SCB * (1 / 127)), one scale a row
+    for (int64_t i = i0; i < i1;) {
+      const int64_t r = i / q.cols, end = std::min(i1, (r + 1) * q.cols);
+      const float scale = q.absmax[r] * 7.874015718698502e-3f;
+      for (; i < end; ++i) out[i - i0] = convert(float(int8_t(q.codes[i])) * scale);
+    }
+    return;
+  }
   const int64_t bs = q.blocksize;
   const uint8_t* codes = q.codes;
   for (int64_t b = i0 / bs; b * bs < i1; ++b) {

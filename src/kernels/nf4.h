@@ -61,7 +61,11 @@ inline uint8_t nf4_code(float x) {
 
 // Raw pointers to NF4 storage: host memory here, device memory for a GPU twin (kernels/cuda).
 // Exactly one of `absmax` (single quantization) and `qabsmax` + `absmax_scale` (double) is set.
+// int8 (--load_in_8bit): bitsandbytes' Int8Params instead, one int8 code a value and one absmax a
+// row (its SCB), value = code * absmax / 127; blocksize is then the row's length. Every function
+// below reads both formats.
 struct Nf4View {
+  bool int8 = false;
   const uint8_t* codes = nullptr;       // (numel + 1) / 2 bytes
   const float* absmax = nullptr;        // blocks() fp32 values
   const uint8_t* qabsmax = nullptr;     // blocks() codes of the signed dynamic map
@@ -77,6 +81,7 @@ struct Nf4View {
 
 // NF4 storage owned on the host, what nf4_quantize returns.
 struct Nf4Tensor {
+  bool int8 = false;  // Int8Params (int8_quantize_weight): codes one a value, absmax one a row
   std::vector<uint8_t> codes;
   std::vector<float> absmax;        // empty when double-quantized
   std::vector<uint8_t> qabsmax;     // empty unless double-quantized
@@ -101,6 +106,11 @@ Nf4Tensor nf4_quantize(const float* w, int64_t n, int blocksize = 64, bool doubl
 // block may span two rows, as in bitsandbytes.
 Nf4Tensor nf4_quantize_weight(const float* w, int64_t rows, int64_t cols, int blocksize = 64,
                               bool double_quant = false);
+
+// bitsandbytes' int8_vectorwise_quant of a (rows, cols) weight, as Int8Params holds a frozen
+// Linear8bitLt's weight: per row absmax (SCB) and code round(w * (127 / absmax)) (half to even); a
+// zero row codes 0.
+Nf4Tensor int8_quantize_weight(const float* w, int64_t rows, int64_t cols);
 
 // The fp32 absmax of blocks [b0, b1): stored, or decoded as bitsandbytes' dequantize_blockwise
 // then `+= offset` (two float32 roundings).

@@ -32,6 +32,10 @@ struct LoraSpec {
   // bitsandbytes' double quantization of the block scales when nf4_double_quant.
   bool nf4 = false;
   bool nf4_double_quant = false;
+  // --load_in_8bit: bitsandbytes' Int8Params instead (row-wise int8 codes and absmax), in the same
+  // storage (kernels/nf4.h's int8 format).
+  bool int8 = false;
+  bool quantized() const { return nf4 || int8; }
   // IA3's feedforward_modules (a subset of the targets) when feedforward_named; else PEFT's
   // default for the family.
   std::vector<std::string> feedforward;

@@ -11,8 +11,14 @@
 
 namespace zt {
 
+// A frozen (out, in) weight as --load_in_4bit (NF4, blocks of 64) or --load_in_8bit (Int8Params) stores it.
+kernels::Nf4Tensor Transformer::quantize_weight(const float* w, int64_t rows, int64_t cols) const {
+  if (cfg_.lora.int8) return kernels::int8_quantize_weight(w, rows, cols);
+  return kernels::nf4_quantize_weight(w, rows, cols, 64, cfg_.lora.nf4_double_quant);
+}
+
 void Transformer::quantize_base() {
-  ZT_ASSERT(layout_.frozen_base && cfg_.lora.nf4 && nf4_.empty(), "quantize_base: a QLoRA model, once");
+  ZT_ASSERT(layout_.frozen_base && cfg_.lora.quantized() && nf4_.empty(), "quantize_base: a QLoRA model, once");
   ModelOffsets& s = layout_.offsets;
   const float* F = frozen_.as<float>();
   std::vector<std::pair<int64_t, int64_t>> dropped;  // the quantized weights' element ranges
@@ -35,7 +41,7 @@ void Transformer::quantize_base() {
       // A fused Linear (Llama's q/k/v, gate/up) is quantized as one tensor: the same blocks of 64
       // as per module wherever a module's size is a multiple of 64; the double quantization's
       // groups of 256 scales and their mean span the modules.
-      nf4_.push_back(kernels::nf4_quantize_weight(w, lo->out, lo->in, 64, cfg_.lora.nf4_double_quant));
+      nf4_.push_back(quantize_weight(w, lo->out, lo->in));
       dropped.push_back({lo->w, lo->w + n});
       lo->w = -1;
     }
@@ -84,8 +90,8 @@ void Transformer::quantize_experts(std::vector<std::pair<int64_t, int64_t>>& dro
   for (BlockOffsets& b : layout_.offsets.blocks) {
     for (int64_t e = 0; e < held; ++e) {
       const float* w = F + b.moe.experts + e * stride;
-      nf4_experts_.push_back(kernels::nf4_quantize_weight(w, 2 * Fe, C, 64, cfg_.lora.nf4_double_quant));
-      nf4_experts_.push_back(kernels::nf4_quantize_weight(w + 2 * Fe * C, C, Fe, 64, cfg_.lora.nf4_double_quant));
+      nf4_experts_.push_back(quantize_weight(w, 2 * Fe, C));
+      nf4_experts_.push_back(quantize_weight(w + 2 * Fe * C, C, Fe));
     }
     dropped.push_back({b.moe.experts, b.moe.experts + held * stride});
     b.moe.experts = -1;

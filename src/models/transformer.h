@@ -155,6 +155,7 @@ class Transformer {
   std::vector<kernels::Nf4Tensor> nf4_experts_;
   std::vector<kernels::Nf4View> nf4_expert_views_;
   void quantize_experts(std::vector<std::pair<int64_t, int64_t>>& dropped);
+  kernels::Nf4Tensor quantize_weight(const float* w, int64_t rows, int64_t cols) const;
   uint64_t frozen_version_ = 0;
   DeviceKind dev_ = DeviceKind::cpu;
   std::unique_ptr<ModelRuntime> runtime_;

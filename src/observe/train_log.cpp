@@ -158,9 +158,9 @@ void TrainLog::print_header(int64_t num_examples, int64_t seqs_per_step) const {
     std::printf("  trainable params: %lld || all params: %lld || trainable%%: %.4f\n", (long long)model_.num_params(),
                 (long long)all, 100.0 * double(model_.num_params()) / double(all));
     if (nf4_params > 0)
-      std::printf("  QLoRA base: %lld linear weights in NF4, %.2f MiB = %.4f bytes each; %lld others fp32\n",
-                  (long long)nf4_params, double(nf4_bytes) / 1048576.0, double(nf4_bytes) / double(nf4_params),
-                  (long long)model_.base_params().total());
+      std::printf("  QLoRA base: %lld linear weights in %s, %.2f MiB = %.4f bytes each; %lld others fp32\n",
+                  (long long)nf4_params, model_.config().lora.int8 ? "int8" : "NF4", double(nf4_bytes) / 1048576.0,
+                  double(nf4_bytes) / double(nf4_params), (long long)model_.base_params().total());
   }
   std::printf("  Sequence length = %d, model = %s, threads = %d\n", T_, model_.config().arch_name(),
               options_.threads > 0 ? options_.threads : 0);

@@ -332,7 +332,7 @@ std::unique_ptr<HfWeights> Trainer::load_frozen_base(const HfWeights* hf) {
   else
     model_->init_base(uint64_t(config_.model.seed));
   model_->base_changed();
-  if (cfg_.lora.nf4) model_->quantize_base();  // QLoRA: the block weights to NF4, the fp32 copies freed
+  if (cfg_.lora.quantized()) model_->quantize_base();  // QLoRA: the block weights to NF4 / int8, fp32 freed
   if (config_.model.adapter_dir.empty()) return nullptr;
   return std::make_unique<HfWeights>(peft_weights_file(config_.model.adapter_dir), cfg_);
 }

@@ -3,7 +3,7 @@
 # tests/parity/lora_parity.py's): recomputation changes nothing; an interrupted run with dropout
 # resumes to the uninterrupted run's losses; TP 4 over 2 KV heads (LoRA, DoRA, IA3) and a GQA Phi-3 (fused
 # qkv_proj) under TP 2 give one process's losses and folder; a checkpoint holds only the adapters and their optimizer
-# state (adapter_model.safetensors + adapter_config.json, no base weights); bf16 trains; with mpirun, DDP and
+# state (adapter_model.safetensors + adapter_config.json, no base weights); bf16, QDoRA and an int8 base train; with mpirun, DDP and
 # ZeRO-1/2/3 on 2 ranks give one process's losses; IA3 the same (recomputation, resume, bf16, NF4 base,
 # ZeRO-3, 2 pipeline stages, TP 2 + SP), DoRA too (TP 2 + SP with dropout as well: losses, adapter folder,
 # resume in one process); tensor parallel with sequence parallel and dropout gives one
@@ -90,6 +90,13 @@ irun --max_steps 3 --save_strategy no --bf16 --output_dir "$W/ib" &&
 irun --max_steps 3 --save_strategy no --load_in_4bit --output_dir "$W/iq" &&
   same "$(losses "$W/iq")" "$(losses "$W/ib")" 2e-2 && ok "IA3 on an NF4 base trains (within 2e-2 of IA3's)" ||
   bad "IA3 NF4"
+
+# --load_in_8bit (bitsandbytes' Int8Params, row-wise int8): within 1e-4 of LoRA on the fp32 base.
+run --max_steps 3 --save_strategy no --lora_dropout 0 --output_dir "$W/l0" &&
+  run --max_steps 3 --save_strategy no --lora_dropout 0 --load_in_8bit --output_dir "$W/l8" &&
+  grep -q "QLoRA base: .* in int8, .* = 1.0[0-9]* bytes each" "$W/last.out" &&
+  same "$(losses "$W/l8")" "$(losses "$W/l0")" 1e-4 && ok "an int8 base (--load_in_8bit) trains within 1e-4 of fp32's" ||
+  bad "int8 base"
 
 # QDoRA (--use_dora --load_in_4bit): the magnitudes start at the NF4 rows' norms (PEFT's dequantized
 # weight), so with B = 0 the first step is QLoRA's; recomputation exact with dropout.
@@ -249,7 +256,8 @@ err "--bnb_4bit_quant_type fp4 is refused" "fp4 is not supported" "${base[@]}" -
   --bnb_4bit_quant_type fp4
 err "--bnb_4bit_compute_dtype against the run's precision" "differs from the run's GEMM dtype" "${base[@]}" \
   --use_peft --load_in_4bit --bnb_4bit_compute_dtype bfloat16
-err "--load_in_8bit is refused" "8-bit frozen base is not implemented" "${base[@]}" --use_peft --load_in_8bit
+err "--load_in_8bit without --use_peft" "add --use_peft" "${base[@]}" --load_in_8bit
+err "--load_in_8bit with --load_in_4bit" "pick one" "${base[@]}" --use_peft --load_in_8bit --load_in_4bit
 err "IA3: a feedforward module that is not a target" "must be a subset of --target_modules" "${base[@]}" \
   --use_peft --peft_type ia3 --target_modules k_proj,v_proj --feedforward_modules down_proj
 err "IA3: a feedforward module inside a fused GEMM" "cannot be scaled alone" "${base[@]}" --use_peft \
