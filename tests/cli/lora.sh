@@ -16,33 +16,15 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok    $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
+. "$HERE/lora_common.sh"
 
 $PY "$HERE/../parity/make_model.py" --arch llama --vocab_size 300 --hidden_size 64 --n_layer 2 --n_head 4 \
   --n_kv_head 2 --ffn 176 --out "$W/model" --seed 3 --tokens "$W/t.bin" --num_tokens 6000 >/dev/null || exit 1
 common=(--model_name_or_path "$W/model" --use_peft --lora_r 4 --lora_target_modules all-linear --train_file "$W/t.bin"
   --overwrite_output_dir --no_shuffle --logging_steps 1 --per_device_train_batch_size 2
   --gradient_accumulation_steps 2 --model_max_length 32 --learning_rate 1e-3)
-losses() { $PY -c "import json,sys; print(json.dumps([e['loss'] for e in json.load(open(sys.argv[1]+'/trainer_state.json'))['log_history'] if 'loss' in e]))" "$1"; }
-same() {  # same LOSSES_A LOSSES_B TOL
-  $PY -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2]); t=float(sys.argv[3]); sys.exit(0 if len(a)==len(b)>0 and all(abs(x-y)<=t*abs(y) for x,y in zip(a,b)) else 1)" "$1" "$2" "$3"
-}
 
 run() { "$Z" train "${common[@]}" "$@" >"$W/last.out" 2>&1 || { cat "$W/last.out"; return 1; }; }
-folders_close() {  # folders_close DIR_A DIR_B TOL: the same adapter tensors, elementwise within TOL
-  HERE=$HERE $PY - "$1" "$2" "$3" <<'P'
-import os, sys
-sys.path.insert(0, os.path.join(os.environ["HERE"], "..", "parity"))
-import hfmodels
-a, b = (hfmodels.read_safetensors(os.path.join(d, "adapter_model.safetensors")) for d in sys.argv[1:3])
-assert sorted(a) == sorted(b), (sorted(a), sorted(b))
-worst = max(float((a[k] - b[k]).abs().max()) for k in a)
-print(f"largest difference {worst:.2e}")
-sys.exit(0 if worst <= float(sys.argv[3]) else 1)
-P
-}
 run --max_steps 6 --save_strategy no --lora_dropout 0.1 --output_dir "$W/a" && a=$(losses "$W/a") || a="[]"
 run --max_steps 6 --save_strategy no --lora_dropout 0.1 --gradient_checkpointing --output_dir "$W/ar" &&
   same "$a" "$(losses "$W/ar")" 0 && ok "full recomputation gives the same losses (dropout on)" || bad "recomputation"
@@ -164,6 +146,19 @@ P
       same "$(losses "$W/i1")" "$(losses "$W/i2")" 1e-6 && ok "IA3, 2 ranks, ${layout#* }: one process's losses" ||
       { bad "IA3 $layout"; tail -3 "$W/i2.out"; }
   done
+  # QDoRA on 2 ranks: under TP 2 a row layer's NF4 slices give partial squared norms (summed over the
+  # group), under ZeRO-3 each rank starts its shard's magnitudes; with B = 0 the first step is QLoRA's
+  # under the same layout either way.
+  for layout in "--tensor-model-parallel-size 2" "--zero_stage 3"; do
+    for v in qlora "qdora --use_dora"; do
+      set -- $v; name=$1; shift
+      "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --lora_dropout 0 --max_steps 2 --save_strategy no \
+        --load_in_4bit $layout "$@" --output_dir "$W/$name" >"$W/$name.out" 2>&1 || { tail -3 "$W/$name.out"; }
+    done
+    first() { losses "$1" | $PY -c "import json,sys; print(json.dumps(json.load(sys.stdin)[:1]))"; }
+    same "$(first "$W/qdora")" "$(first "$W/qlora")" 1e-6 && ok "QDoRA, 2 ranks, $layout: the first step is QLoRA's" ||
+      bad "QDoRA $layout"
+  done
 fi
 
 if [ -n "$MPI" ]; then
@@ -235,16 +230,6 @@ if [ -n "$MPI" ]; then
     { bad "pipeline"; tail -3 "$W/pp2.out"; }
 fi
 
-err() {  # err NAME PATTERN ARGS...: one "ztrain: error:" line matching PATTERN, non-zero exit
-  local name=$1 pat=$2; shift 2
-  "$Z" "$@" >"$W/e.out" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ] && [ "$(grep -c 'ztrain: error:' "$W/e.out")" = 1 ] && grep -q -- "$pat" "$W/e.out"; then
-    ok "bad input: $name"
-  else
-    bad "bad input: $name (rc $rc): $(cat "$W/e.out")"
-  fi
-}
 base=(train --model_name_or_path "$W/model" --train_file "$W/t.bin" --max_steps 1 --model_max_length 32
   --output_dir "$W/e" --overwrite_output_dir)
 err "unknown target module lists the valid names" "valid names: q_proj, k_proj, v_proj, o_proj, gate_proj" \

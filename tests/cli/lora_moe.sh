@@ -12,13 +12,11 @@ set -u
 Z=$1
 MPI=${2:-}
 W=$(mktemp -d)
-[ -n "${KEEP:-}" ] || trap 'rm -rf "$W"' EXIT; echo "work: $W"
+trap 'rm -rf "$W"' EXIT
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lora_common.sh"
 CFG=$HERE/../fixtures/configs
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok    $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
 
 size=(--vocab_size 300 --hidden_size 64 --n_layer 2 --n_head 4 --n_kv_head 2 --seed 3 --num_tokens 6000 --perturb)
 $PY "$HERE/../parity/make_model.py" --config "$CFG/mixtral-8x7b-v0.1.json" --ffn 48 "${size[@]}" \
@@ -33,10 +31,6 @@ $PY "$HERE/../parity/make_model.py" --config "$CFG/qwen3-30b-a3b.json" "${size[@
 common=(--use_peft --lora_r 4 --lora_target_modules q_proj,k_proj,v_proj,o_proj --train_file "$W/t.bin"
   --overwrite_output_dir --no_shuffle --logging_steps 1 --per_device_train_batch_size 2 --model_max_length 32
   --learning_rate 1e-3)
-losses() { $PY -c "import json,sys; print(json.dumps([e['loss'] for e in json.load(open(sys.argv[1]+'/trainer_state.json'))['log_history'] if 'loss' in e]))" "$1"; }
-same() {  # same LOSSES_A LOSSES_B TOL
-  $PY -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2]); t=float(sys.argv[3]); sys.exit(0 if len(a)==len(b)>0 and all(abs(x-y)<=t*abs(y) for x,y in zip(a,b)) else 1)" "$1" "$2" "$3"
-}
 run() {  # run MODEL ARGS...: one process
   local m=$1; shift
   "$Z" train --model_name_or_path "$W/$m" "${common[@]}" "$@" >"$W/last.out" 2>&1 || { tail -3 "$W/last.out"; return 1; }
@@ -106,6 +100,11 @@ if [ -n "$MPI" ]; then
     --expert-model-parallel-size 2 --load_in_4bit --bnb_4bit_use_double_quant &&
     same "$(losses "$W/q4")" "$(losses "$W/q4ep")" 1e-5 && ok "QLoRA on Mixtral under EP 2: one process's losses" ||
     bad "QLoRA Mixtral EP 2"
+  launch 2 q4tp mixtral --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 \
+    --tensor-model-parallel-size 2 --load_in_4bit --bnb_4bit_use_double_quant &&
+    same "$(losses "$W/q4")" "$(losses "$W/q4tp")" 2e-3 &&
+    ok "QLoRA on Mixtral under TP 2: within 2e-3 of one process's (a rank's attention slices quantize alone)" ||
+    bad "QLoRA Mixtral TP 2"
   # Expert parallelism shards the frozen experts; the adapters are every rank's: its checkpoint
   # resumes in one process.
   run mixtral --max_steps 6 --save_steps 3 --lora_dropout 0 --gradient_accumulation_steps 4 --output_dir "$W/e1" &&
@@ -117,16 +116,6 @@ if [ -n "$MPI" ]; then
     ok "an expert-parallel LoRA checkpoint resumes in one process" || bad "EP LoRA resume"
 fi
 
-err() {  # err NAME PATTERN ARGS...: one "ztrain: error:" line matching PATTERN, non-zero exit
-  local name=$1 pat=$2; shift 2
-  "$Z" "$@" >"$W/e.out" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ] && [ "$(grep -c 'ztrain: error:' "$W/e.out")" = 1 ] && grep -q -- "$pat" "$W/e.out"; then
-    ok "bad input: $name"
-  else
-    bad "bad input: $name (rc $rc): $(cat "$W/e.out")"
-  fi
-}
 base=(train --model_name_or_path "$W/mixtral" --train_file "$W/t.bin" --max_steps 1 --model_max_length 32
   --output_dir "$W/e" --overwrite_output_dir --use_peft)
 err "all-linear on an MoE model (PEFT would adapt the experts)" "would adapt the router and every expert" \
