@@ -167,8 +167,6 @@ std::vector<std::string> ia3_feedforward_modules(const ModelConfig& c) {
 }
 
 namespace {
-// IA3: per adapted module one vector, ones at the start: (out, 1) scaling its outputs, or (1, in)
-// scaling its input (feedforward modules), PEFT's shapes and names.
 // The table's last tensor cut with a column module's outputs: held by runs of the module's replicas
 // TP ranks (k / v with more ranks than KV heads), whose gradients the tensor-parallel group sums;
 // a fused module's unequal parts (Phi-3's qkv_proj under GQA) described part by part.
@@ -179,6 +177,8 @@ void replicate_last(ModelLayout& m, bool column_cut, const ModuleSlot& s) {
   if (p.split != Split::none) p.split_part_list = s.part_list;
 }
 
+// IA3: per adapted module one vector, ones at the start: (out, 1) scaling its outputs, or (1, in)
+// scaling its input (feedforward modules), PEFT's shapes and names.
 void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, ModelLayout& m) {
   const std::vector<std::string> ff = ia3_feedforward_modules(c);
   m.adapters.resize(size_t(c.n_layer));
