@@ -22,6 +22,7 @@
 #include "dist/communicator.h"
 #include "flags.h"
 #include "models/config.h"
+#include "models/layout.h"
 #include "optim/optimizer.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/offload_engine.h"
@@ -261,6 +262,40 @@ int print_offload_estimate(const parallel::ModelMemoryInputs& in, const std::str
 
 }  // namespace
 
+namespace {
+// estimate-memory's PEFT flags (train's names and defaults): LoRA adapters over a frozen base, which
+// may be quantized (QLoRA).
+struct PeftEstimate {
+  bool use_peft = false, use_dora = false, load_in_4bit = false, double_quant = false, load_in_8bit = false;
+  int lora_r = 16;
+  std::string targets;
+  void add_to(FlagSet& f) {
+    f.add("use_peft", &use_peft, "LoRA adapters on a frozen base: only they train (docs/peft.md) (false)");
+    f.add("lora_r", &lora_r, "the adapters' rank (16)", range::closed(1, 1 << 16));
+    f.add("lora_target_modules", &targets, "module names or all-linear (PEFT's default per architecture)");
+    f.add("use_dora", &use_dora, "DoRA: a magnitude vector per adapted module (false)");
+    f.add("load_in_4bit", &load_in_4bit, "QLoRA: the frozen base's linear weights in NF4 (false)");
+    f.add("bnb_4bit_use_double_quant", &double_quant, "with --load_in_4bit: 8-bit block scales (false)");
+    f.add("load_in_8bit", &load_in_8bit, "the frozen base's linear weights in int8 (false)");
+  }
+  void apply(const FlagSet& f, ModelConfig& cfg) const {
+    for (const char* name : {"lora_r", "lora_target_modules", "use_dora", "load_in_4bit", "load_in_8bit"})
+      ZT_CHECK(use_peft || !f.given().count(name), "estimate-memory: --", name,
+               " applies to LoRA adapters; add --use_peft");
+    ZT_CHECK(!(load_in_4bit && load_in_8bit), "estimate-memory: --load_in_8bit and --load_in_4bit: pick one");
+    ZT_CHECK(!double_quant || load_in_4bit, "estimate-memory: --bnb_4bit_use_double_quant needs --load_in_4bit");
+    if (!use_peft) return;
+    cfg.lora.r = lora_r;
+    cfg.lora.dora = use_dora;
+    cfg.lora.nf4 = load_in_4bit;
+    cfg.lora.nf4_double_quant = double_quant;
+    cfg.lora.int8 = load_in_8bit;
+    cfg.lora.targets = split_list(targets);
+    lora_resolve_targets(cfg);  // an unknown module is one error naming the valid ones
+  }
+};
+}  // namespace
+
 int cmd_estimate_memory(const Args& args) {
   std::string config_path, model_path, ranks = "1", optim = "adamw_torch", device = "cpu", offload = "none";
   std::string offload_param = "none", max_host_memory;
@@ -297,6 +332,8 @@ int cmd_estimate_memory(const Args& args) {
   f.add("recompute-granularity", &prec.recompute_granularity, "activation recomputation: full | selective (none)");
   f.add("recompute-num-layers", &prec.recompute_num_layers, "recompute only the first N blocks (-1: all)",
         range::closed(0, 1 << 20).or_value(-1));
+  PeftEstimate peft;
+  peft.add_to(f);
   if (wants_help(args, f.help())) return 0;
   f.parse(args);
   ZT_CHECK(device == "cpu" || device == "cuda", "estimate-memory: --device ", quote(device),
@@ -305,6 +342,9 @@ int cmd_estimate_memory(const Args& args) {
            "estimate-memory: give exactly one of --model_config_path or --model_name_or_path");
   std::string cfg_file = config_path.empty() ? model_path + "/config.json" : config_path;
   ModelConfig cfg = config_from_file(cfg_file);
+  peft.apply(f, cfg);
+  ZT_CHECK(!peft.use_peft || (device == "cpu" && offload == "none"),
+           "estimate-memory: --use_peft estimates CPU ranks without offload (as the trainer runs LoRA)");
   if (T <= 0) T = std::min(1024, cfg.max_position);
   ZT_CHECK(parallel::activation_bytes_bound(cfg, B, T) <= parallel::kExactPlanLimit, "estimate-memory: B=", B, " T=", T,
            " needs more than 1 EiB of activations per rank; lower --per_device_train_batch_size or "
@@ -335,6 +375,13 @@ int cmd_estimate_memory(const Args& args) {
   }
   std::printf("    B=%d T=%d: activations %s and temporaries %s per rank under every strategy.\n", B, T,
               mib(in.activation_bytes).c_str(), mib(in.temporary_bytes).c_str());
+  if (peft.use_peft)
+    std::printf("    LoRA r %d: %.2fM trainable adapter params; the frozen base %s on every rank (%s%s), in params.\n",
+                peft.lora_r, in.num_params / 1e6, mib(in.frozen_bytes).c_str(),
+                peft.load_in_4bit   ? "NF4 linear weights"
+                : peft.load_in_8bit ? "int8 linear weights"
+                                    : "fp32",
+                plan.precision == nn::Precision::fp32 ? "" : " + its compute copy");
   ZT_CHECK(offload_param == "none" || (offload_param == "nvme" && offload == "nvme"),
            "estimate-memory: --offload_param ", quote(offload_param), " needs --offload_optimizer nvme (none | nvme)");
   ZT_CHECK(ep == 1 || (device == "cpu" && offload == "none" && G == 0),

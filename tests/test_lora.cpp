@@ -17,6 +17,7 @@
 #include "kernels/nf4.h"
 #include "kernels/scale_columns.h"
 #include "models/transformer.h"
+#include "plan/memory_estimate.h"
 #include "test_util.h"
 
 namespace zt {
@@ -369,6 +370,35 @@ TEST(Lora, Int8MixtralBf16EqualsDequantizedBase) {
   ModelConfig c = tiny_moe_lora();
   c.lora.int8 = true;
   expect_qlora_equals_dequantized(c, nn::Precision::bf16);
+}
+
+// estimate-memory's frozen base (plan/memory_estimate.h) against what a quantized model holds:
+// NF4 (single and double quantization) and int8 weights plus the fp32 rest, and the rest's bf16
+// compute copy; a Mixtral's experts included.
+TEST(Lora, EstimatedFrozenBaseBytesEqualTheQuantizedModels) {
+  struct Case {
+    ModelConfig c;
+    const char* what;
+  };
+  std::vector<Case> cases;
+  for (int k = 0; k < 3; ++k) {
+    ModelConfig c = k < 2 ? tiny_lora(Arch::llama, {"all-linear"}, 0.0) : tiny_moe_lora();
+    if (k == 1)
+      c.lora.int8 = true;
+    else
+      c.lora.nf4 = true, c.lora.nf4_double_quant = k == 2;
+    cases.push_back({c, k == 0 ? "llama nf4" : k == 1 ? "llama int8" : "mixtral nf4 + double quantization"});
+  }
+  cases.push_back({tiny_lora(Arch::gpt2, {"all-linear"}, 0.0), "gpt2 fp32 base"});
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    Transformer m(k.c);
+    m.init_random(7);
+    if (k.c.lora.quantized()) m.quantize_base();
+    const int64_t rest = m.frozen_params().numel(), held = int64_t(m.nf4_bytes()) + 4 * rest;
+    EXPECT_EQ(parallel::frozen_base_bytes(k.c, model_layout(k.c), nn::Precision::fp32), held);
+    EXPECT_EQ(parallel::frozen_base_bytes(k.c, model_layout(k.c), nn::Precision::bf16), held + 2 * rest);
+  }
 }
 
 TEST(Lora, QloraMixtralEqualsDequantizedBase) { expect_qlora_equals_dequantized(tiny_moe_lora(), nn::Precision::fp32); }

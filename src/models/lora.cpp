@@ -26,10 +26,10 @@ std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCu
   const int H = cut.heads * HS, KV = cut.kv_heads * HS, Fl = cut.ffn;
   // column: outputs [o, o + n) of n_whole, held from `begin`; row: the whole output, inputs held.
   auto col = [&](std::string p, int lin, int o, int n, int n_whole, int begin, int parts = 1) {
-    return ModuleSlot{std::move(p), lin, o, n, n_whole, C, begin, parts};
+    return ModuleSlot{std::move(p), lin, o, n, n_whole, C, begin, parts, 1, {}};
   };
   auto row = [&](std::string p, int lin, int in, int in_whole, int begin) {
-    return ModuleSlot{std::move(p), lin, 0, C, C, in_whole, begin, 1};
+    return ModuleSlot{std::move(p), lin, 0, C, C, in_whole, begin, 1, 1, {}};
   };
   if (c.arch == Arch::gpt2) {
     const std::string p = "transformer.h." + std::to_string(l);

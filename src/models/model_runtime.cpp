@@ -229,13 +229,15 @@ TensorView ModelRuntime::moe_nf4_scratch(DType t) {
 
 TensorView ModelRuntime::frozen_compute() {
   const TensorView F = model_.frozen_params();
-  if (act_plan_.precision == nn::Precision::fp32) return F;
+  if (act_plan_.precision == nn::Precision::fp32 || !F) return F;  // (QLoRA before its base is streamed in: none)
   const DType ct = nn::compute_dtype(act_plan_.precision);
+  const size_t bytes = size_t(F.numel()) * dtype_size(ct);
   const TensorView C(frozen_compute_.data(), ct, {F.numel()});
   // Once per change of the base (a load): it never changes while it trains.
-  if (frozen_compute_.data() && frozen_converted_ == model_.frozen_version_) return C;
-  if (!frozen_compute_.data())
-    frozen_compute_ = Buffer(size_t(F.numel()) * dtype_size(ct), MemCategory::parameters, dev());
+  if (frozen_compute_.data() && frozen_compute_.bytes() == bytes && frozen_converted_ == model_.frozen_version_)
+    return C;
+  if (frozen_compute_.bytes() != bytes)  // QLoRA's compacted base is smaller than the loaded one
+    frozen_compute_ = Buffer(bytes, MemCategory::parameters, dev());
   const TensorView D(frozen_compute_.data(), ct, {F.numel()});
   ZT_PROFILE("convert");
   if (ct == DType::bf16)

@@ -18,12 +18,17 @@ kernels::Nf4Tensor Transformer::quantize_weight(const float* w, int64_t rows, in
 }
 
 void Transformer::quantize_base() {
+  ZT_ASSERT(frozen_.data(), "quantize_base: the fp32 base is loaded first (init_base)");
+  const float* F = frozen_.as<float>();
+  quantize_base_from([F](int64_t begin, int64_t n, float* dst) { std::copy_n(F + begin, n, dst); });
+}
+
+void Transformer::quantize_base_from(const BaseFill& fill) {
   ZT_ASSERT(layout_.frozen_base && cfg_.lora.quantized() && nf4_.empty(), "quantize_base: a QLoRA model, once");
   ModelOffsets& s = layout_.offsets;
-  const float* F = frozen_.as<float>();
   std::vector<std::pair<int64_t, int64_t>> dropped;  // the quantized weights' element ranges
   nf4_.reserve(s.blocks.size() * 4);
-  std::vector<float> transposed;
+  std::vector<float> w, transposed;  // one weight at a time
   for (BlockOffsets& b : s.blocks)
     for (LinearOffsets* lo : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) {
       if (lo->w < 0) {  // a mixture-of-experts block has no dense MLP: an empty slot keeps the indexing
@@ -31,21 +36,23 @@ void Transformer::quantize_base() {
         continue;
       }
       const int64_t n = int64_t(lo->in) * lo->out;
-      const float* w = F + lo->w;
+      w.resize(size_t(n));
+      fill(lo->w, n, w.data());
+      const float* q = w.data();
       if (lo->w_in_out) {  // GPT-2's Conv1D (in, out): quantized as the (out, in) matrix bitsandbytes holds
         transposed.resize(size_t(n));
         for (int64_t i = 0; i < lo->in; ++i)
-          for (int64_t o = 0; o < lo->out; ++o) transposed[size_t(o * lo->in + i)] = w[i * lo->out + o];
-        w = transposed.data();
+          for (int64_t o = 0; o < lo->out; ++o) transposed[size_t(o * lo->in + i)] = w[size_t(i * lo->out + o)];
+        q = transposed.data();
       }
       // A fused Linear (Llama's q/k/v, gate/up) is quantized as one tensor: the same blocks of 64
       // as per module wherever a module's size is a multiple of 64; the double quantization's
       // groups of 256 scales and their mean span the modules.
-      nf4_.push_back(quantize_weight(w, lo->out, lo->in));
+      nf4_.push_back(quantize_weight(q, lo->out, lo->in));
       dropped.push_back({lo->w, lo->w + n});
       lo->w = -1;
     }
-  if (cfg_.moe.on()) quantize_experts(dropped);
+  if (cfg_.moe.on()) quantize_experts(fill, dropped);
   // What stays fp32, compacted, and every remaining offset moved to it.
   ParamTable kept;
   std::map<int64_t, int64_t> moved;
@@ -58,7 +65,7 @@ void Transformer::quantize_base() {
     if (!quantized(p)) moved[p.offset] = kept.add(p.name, p.shape, p.init);
   Buffer compact(size_t(kept.total()) * sizeof(float), MemCategory::parameters);
   for (const ParamInfo& p : layout_.base_table.list())
-    if (!quantized(p)) std::copy_n(F + p.offset, p.numel, compact.as<float>() + moved.at(p.offset));
+    if (!quantized(p)) fill(p.offset, p.numel, compact.as<float>() + moved.at(p.offset));
   auto re = [&](int64_t& off) {
     if (off >= 0) off = moved.at(off);
   };
@@ -73,7 +80,7 @@ void Transformer::quantize_base() {
     b.begin = -1;  // units are the adapters'; the base has none
   }
   layout_.base_table = std::move(kept);
-  frozen_ = std::move(compact);
+  frozen_ = std::move(compact);  // (quantize_base: frees the whole fp32 base the values came from)
   for (const kernels::Nf4Tensor& t : nf4_) nf4_views_.push_back(t.view());
   for (const kernels::Nf4Tensor& t : nf4_experts_) nf4_expert_views_.push_back(t.view());
   nf4_charge_ = MemCharge(nf4_bytes(), MemCategory::parameters);
@@ -84,14 +91,14 @@ void Transformer::quantize_base() {
 // Each held expert's [W_gate; W_up] (2F, C) and W_out (C, F) as two NF4 tensors (bitsandbytes
 // quantizes transformers' w1, w3, w2 Linears; w1 and w3 back to back give the same blocks of 64
 // wherever F C is a multiple of 64), the experts' fp32 range dropped.
-void Transformer::quantize_experts(std::vector<std::pair<int64_t, int64_t>>& dropped) {
-  const float* F = frozen_.as<float>();
+void Transformer::quantize_experts(const BaseFill& fill, std::vector<std::pair<int64_t, int64_t>>& dropped) {
   const int64_t C = cfg_.n_embd, Fe = cfg_.moe.expert_ffn, held = layout_.cut.experts, stride = 3 * Fe * C;
+  std::vector<float> w(static_cast<size_t>(stride));  // one expert at a time
   for (BlockOffsets& b : layout_.offsets.blocks) {
     for (int64_t e = 0; e < held; ++e) {
-      const float* w = F + b.moe.experts + e * stride;
-      nf4_experts_.push_back(quantize_weight(w, 2 * Fe, C));
-      nf4_experts_.push_back(quantize_weight(w + 2 * Fe * C, C, Fe));
+      fill(b.moe.experts + e * stride, stride, w.data());
+      nf4_experts_.push_back(quantize_weight(w.data(), 2 * Fe, C));
+      nf4_experts_.push_back(quantize_weight(w.data() + 2 * Fe * C, C, Fe));
     }
     dropped.push_back({b.moe.experts, b.moe.experts + held * stride});
     b.moe.experts = -1;

@@ -24,7 +24,10 @@ Transformer::Transformer(const ModelConfig& cfg, const LayerCut& cut, bool hold_
     rope_local_ = rope_freqs(local);
   }
   runtime_ = std::make_unique<ModelRuntime>(*this);
-  if (layout_.frozen_base)  // every rank holds the whole frozen base (it has no optimizer state to shard)
+  // Every rank holds the whole frozen base (it has no optimizer state to shard). A quantized one
+  // (QLoRA) is streamed into its NF4 / int8 form by quantize_base_from and never held whole in fp32;
+  // init_base allocates it for the fp32 path (quantize_base).
+  if (layout_.frozen_base && !cfg_.lora.quantized())
     frozen_ = Buffer(size_t(layout_.base_table.total()) * sizeof(float), MemCategory::parameters);
   if (hold_params)
     params_ = Buffer(size_t(num_params()) * sizeof(float), MemCategory::parameters);
@@ -100,6 +103,7 @@ void init_chunk(uint64_t seed, const ParamInfo& p, double std_normal, double std
 
 void Transformer::init_base(uint64_t seed) {
   if (!layout_.frozen_base) return;
+  if (!frozen_.data()) frozen_ = Buffer(size_t(layout_.base_table.total()) * sizeof(float), MemCategory::parameters);
   // The base's values are those of the same model without adapters (the same table, seed, streams).
   init_table_values(layout_.base_table, seed, 0, layout_.base_table.total(), frozen_.as<float>());
   base_changed();

@@ -62,6 +62,10 @@ class Transformer {
   // block l's Linear k (0 qkv, 1 proj, 2 fc_in, 3 fc_out), null before or without it; nf4_bytes:
   // the NF4 storage's bytes (and *params its parameters).
   void quantize_base();
+  // The same from a source of the base's values (fill(begin, n, dst): flat elements [begin, begin + n)
+  // of base_params()), one weight at a time: the fp32 base is never whole in memory.
+  using BaseFill = std::function<void(int64_t begin, int64_t n, float* dst)>;
+  void quantize_base_from(const BaseFill& fill);
   const kernels::Nf4View* nf4_weight(int l, int k) const {
     if (nf4_views_.empty() || nf4_views_[size_t(l) * 4 + size_t(k)].numel() == 0) return nullptr;
     return &nf4_views_[size_t(l) * 4 + size_t(k)];
@@ -80,6 +84,10 @@ class Transformer {
   // LoRA: the frozen base's random initialisation (init_random's values of the model without
   // adapters); init_random does it too.
   void init_base(uint64_t seed);
+  // Elements [begin, begin + n) of the frozen base as init_base draws them (QLoRA streams them).
+  void init_base_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const {
+    init_table_values(layout_.base_table, seed, begin, n, dst);
+  }
   // The values init_random(seed) puts at flat elements [begin, begin + n) (this layout, a cut's
   // slices included), computed without the rest: a ZeRO rank initialises only its shard.
   void init_values(uint64_t seed, int64_t begin, int64_t n, float* dst) const;
@@ -154,7 +162,7 @@ class Transformer {
   // QLoRA on a mixture-of-experts model: each layer's held experts, two tensors each (nn::Moe::experts_nf4).
   std::vector<kernels::Nf4Tensor> nf4_experts_;
   std::vector<kernels::Nf4View> nf4_expert_views_;
-  void quantize_experts(std::vector<std::pair<int64_t, int64_t>>& dropped);
+  void quantize_experts(const BaseFill& fill, std::vector<std::pair<int64_t, int64_t>>& dropped);
   kernels::Nf4Tensor quantize_weight(const float* w, int64_t rows, int64_t cols) const;
   uint64_t frozen_version_ = 0;
   DeviceKind dev_ = DeviceKind::cpu;

@@ -43,7 +43,44 @@ ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::
   in.activation_bytes += expert_side_bytes(cfg, B, T, ep, 1, plan.precision);
   in.temporary_bytes = int64_t(temp);
   in.compute_copy_bytes = int64_t(copy);
+  in.frozen_bytes = frozen_base_bytes(cfg, ml, plan.precision);
+  if (cfg.lora.quantized() && cfg.moe.on())  // one expert dequantized at a time (nn::Moe::nf4_scratch)
+    in.temporary_bytes +=
+        3 * int64_t(cfg.moe.expert_ffn) * cfg.n_embd * (plan.precision == nn::Precision::bf16 ? 2 : 4);
   return in;
+}
+
+namespace {
+// One quantized (rows, cols) weight's stored bytes: NF4 (kernels/nf4.h: codes, blocks of 64 with an
+// fp32 absmax, or double quantization's 8-bit codes, a scale per 256 blocks and the offset) or int8
+// (a byte a value and an fp32 absmax a row).
+int64_t quantized_bytes(const LoraSpec& s, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols, blocks = (n + 63) / 64;
+  if (s.int8) return n + 4 * rows;
+  return (n + 1) / 2 + (s.nf4_double_quant ? blocks + (blocks + 255) / 256 * 4 + 4 : 4 * blocks);
+}
+}  // namespace
+
+int64_t frozen_base_bytes(const ModelConfig& cfg, const ModelLayout& ml, nn::Precision precision) {
+  if (!ml.frozen_base) return 0;
+  int64_t quantized = 0, bytes = 0;
+  auto add = [&](int64_t rows, int64_t cols) {
+    quantized += rows * cols;
+    bytes += quantized_bytes(cfg.lora, rows, cols);
+  };
+  if (cfg.lora.quantized())
+    for (const BlockOffsets& b : ml.offsets.blocks) {
+      for (const LinearOffsets* lo : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out})
+        if (lo->w >= 0) add(lo->out, lo->in);
+      for (int e = 0; cfg.moe.on() && e < ml.cut.experts; ++e) {  // [W_gate; W_up] and W_out per held expert
+        add(2 * int64_t(cfg.moe.expert_ffn), cfg.n_embd);
+        add(cfg.n_embd, cfg.moe.expert_ffn);
+      }
+    }
+  const int64_t rest = ml.base_table.total() - quantized;  // what stays fp32
+  bytes += 4 * rest;
+  if (precision != nn::Precision::fp32) bytes += rest * int64_t(dtype_size(nn::compute_dtype(precision)));
+  return bytes;
 }
 
 int64_t expert_side_bytes(const ModelConfig& cfg, int B, int T, int ep, int tp, nn::Precision precision) {
@@ -108,7 +145,7 @@ std::vector<MemoryRow> estimate_memory(const ModelMemoryInputs& in, const Memory
     r.strategy = s;
     r.num_ranks = N;
     r.group = group;
-    r.params = params + in.compute_copy_bytes;
+    r.params = params + in.compute_copy_bytes + in.frozen_bytes;
     r.grads = grads;
     r.optim = optim;
     r.activations = in.activation_bytes;

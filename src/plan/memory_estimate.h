@@ -46,7 +46,13 @@ struct ModelMemoryInputs {
   // Mixed precision: the weights' compute copy every rank holds whole (bf16: 2 bytes per
   // parameter; fp16: 4, fp32 values rounded to fp16), counted with the parameters.
   int64_t compute_copy_bytes = 0;
+  // LoRA (cfg.lora): the frozen base every rank holds whole beside the trainable adapters
+  // (num_params): fp32, or its block linear weights (and routed experts) in NF4 / int8 as QLoRA
+  // stores them (models/qlora.cpp), plus under mixed precision the compute copy of its fp32 rest.
+  int64_t frozen_bytes = 0;
 };
+// The bytes of frozen_bytes above for a layout of cfg (0 without LoRA).
+int64_t frozen_base_bytes(const ModelConfig& cfg, const ModelLayout& ml, nn::Precision precision);
 // Expert parallelism's expert side (outside the activation arena) on a rank of an expert group of
 // ep > 1: the B x T rows' top-k assignments of its TP block (1 / tp of them, balanced routing),
 // (3 C + 6 F) floats each (bf16 runs: two bf16 operand rows of max(C, 2F) more), every MoE layer; 0

@@ -327,12 +327,20 @@ void Trainer::build_model_and_engine() {
 // resume too (a checkpoint holds only the adapters); returns the adapter folder's weights
 // (--adapter_name_or_path), or null for PEFT's initialisation (A uniform, B zero).
 std::unique_ptr<HfWeights> Trainer::load_frozen_base(const HfWeights* hf) {
-  if (hf)
+  const uint64_t seed = uint64_t(config_.model.seed);
+  if (cfg_.lora.quantized()) {  // QLoRA: weight after weight into NF4 / int8; the fp32 base is never whole
+    model_->quantize_base_from([&](int64_t begin, int64_t n, float* dst) {
+      if (hf)
+        hf->read(model_->base_params(), begin, n, dst);
+      else
+        model_->init_base_values(seed, begin, n, dst);
+    });
+  } else if (hf) {
     hf->read(model_->base_params(), 0, model_->base_params().total(), model_->frozen_params().as<float>());
-  else
-    model_->init_base(uint64_t(config_.model.seed));
-  model_->base_changed();
-  if (cfg_.lora.quantized()) model_->quantize_base();  // QLoRA: the block weights to NF4 / int8, fp32 freed
+    model_->base_changed();
+  } else {
+    model_->init_base(seed);
+  }
   if (config_.model.adapter_dir.empty()) return nullptr;
   return std::make_unique<HfWeights>(peft_weights_file(config_.model.adapter_dir), cfg_);
 }

@@ -250,6 +250,15 @@ err "IA3: a feedforward module inside a fused GEMM" "cannot be scaled alone" "${
 err "IA3: a LoRA flag" "applies to LoRA adapters, not --peft_type ia3" "${base[@]}" --use_peft --peft_type ia3 \
   --lora_r 8
 err "--peft_type prefix is refused" "ztrain trains lora and ia3" "${base[@]}" --use_peft --peft_type prefix
+err "estimate-memory: a LoRA flag without --use_peft" "add --use_peft" estimate-memory --model_name_or_path \
+  "$W/model" --lora_r 8
+err "estimate-memory: an unknown target module lists the valid ones" "valid names: q_proj" estimate-memory \
+  --model_name_or_path "$W/model" --use_peft --lora_target_modules qkv
+"$Z" estimate-memory --model_name_or_path "$W/model" --use_peft --lora_r 4 --lora_target_modules all-linear \
+  --load_in_4bit --bnb_4bit_use_double_quant --model_max_length 32 >"$W/est.out" 2>&1 &&
+  grep -q "LoRA r 4: 0.01M trainable adapter params; the frozen base .* on every rank (NF4 linear weights)" "$W/est.out" &&
+  ok "estimate-memory --use_peft --load_in_4bit counts the adapters and the NF4 base" ||
+  bad "estimate-memory LoRA: $(cat "$W/est.out")"
 # An adapter for a different base: the same modules at another rank's shapes.
 mkdir -p "$W/other"
 $PY - "$W/a" "$W/other" <<'P'
