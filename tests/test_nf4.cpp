@@ -401,6 +401,7 @@ TEST(Nf4, Int8RowwiseQuantizationAsBitsandbytes) {
   const std::vector<float> w = {0.5f, -1.0f, 0.25f, 0.f, 0.f, 0.f, 0.f, 0.f, 2.f, -0.5f, 1.f, 0.1f};
   const Nf4Tensor q = kernels::int8_quantize_weight(w.data(), 3, 4);
   EXPECT_EQ(q.bytes(), size_t(12 + 3 * 4));  // a byte a value, an fp32 absmax a row
+  EXPECT_EQ(q.bytes(), size_t(kernels::int8_stored_bytes(3, 4)));
   const std::vector<float> absmax = {1.f, 0.f, 2.f};
   EXPECT_EQ(q.absmax, absmax);
   // 0.5 * 127 = 63.5 -> 64 (even); 0.25 * 127 = 31.75 -> 32; -0.5 * 63.5 = -31.75 -> -32; 0.1 * 63.5 = 6.35 -> 6.
@@ -432,6 +433,8 @@ TEST(Nf4, BytesPerParameter) {
     const int64_t nb = (R * C + 63) / 64;
     EXPECT_EQ(dq.bytes(), size_t(R * C / 2 + nb + (nb + 255) / 256 * 4 + 4));
     EXPECT_EQ(single.bytes(), size_t(R * C / 2 + nb * 4));
+    EXPECT_EQ(dq.bytes(), size_t(kernels::nf4_stored_bytes(R * C, 64, true)));  // what estimates use
+    EXPECT_EQ(single.bytes(), size_t(kernels::nf4_stored_bytes(R * C, 64, false)));
   }
 }
 

@@ -103,6 +103,14 @@ size_t Nf4Tensor::bytes() const {
   return b;
 }
 
+int64_t nf4_stored_bytes(int64_t n, int blocksize, bool double_quant) {
+  const int64_t blocks = (n + blocksize - 1) / blocksize;
+  const int64_t scales = double_quant ? blocks + (blocks + kNf4NestedBlock - 1) / kNf4NestedBlock * 4 + 4 : 4 * blocks;
+  return (n + 1) / 2 + scales;
+}
+
+int64_t int8_stored_bytes(int64_t rows, int64_t cols) { return rows * cols + 4 * rows; }
+
 Nf4View Nf4Tensor::view() const {
   Nf4View v;
   v.codes = codes.data();

@@ -111,6 +111,10 @@ Nf4Tensor nf4_quantize_weight(const float* w, int64_t rows, int64_t cols, int bl
 // Linear8bitLt's weight: per row absmax (SCB) and code round(w * (127 / absmax)) (half to even); a
 // zero row codes 0.
 Nf4Tensor int8_quantize_weight(const float* w, int64_t rows, int64_t cols);
+// What Nf4Tensor::bytes() will be, from the shape alone (memory estimates): NF4 of n values in
+// blocks of `blocksize` (single or double quantization), or int8 of a (rows, cols) weight.
+int64_t nf4_stored_bytes(int64_t n, int blocksize, bool double_quant);
+int64_t int8_stored_bytes(int64_t rows, int64_t cols);
 
 // The fp32 absmax of blocks [b0, b1): stored, or decoded as bitsandbytes' dequantize_blockwise
 // then `+= offset` (two float32 roundings).

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "kernels/nf4.h"
 #include "models/layout.h"
 #include "models/transformer.h"
 #include "optim/optimizer.h"
@@ -50,23 +51,14 @@ ModelMemoryInputs memory_inputs(const ModelConfig& cfg, int B, int T, const nn::
   return in;
 }
 
-namespace {
-// One quantized (rows, cols) weight's stored bytes: NF4 (kernels/nf4.h: codes, blocks of 64 with an
-// fp32 absmax, or double quantization's 8-bit codes, a scale per 256 blocks and the offset) or int8
-// (a byte a value and an fp32 absmax a row).
-int64_t quantized_bytes(const LoraSpec& s, int64_t rows, int64_t cols) {
-  const int64_t n = rows * cols, blocks = (n + 63) / 64;
-  if (s.int8) return n + 4 * rows;
-  return (n + 1) / 2 + (s.nf4_double_quant ? blocks + (blocks + 255) / 256 * 4 + 4 : 4 * blocks);
-}
-}  // namespace
-
 int64_t frozen_base_bytes(const ModelConfig& cfg, const ModelLayout& ml, nn::Precision precision) {
   if (!ml.frozen_base) return 0;
   int64_t quantized = 0, bytes = 0;
   auto add = [&](int64_t rows, int64_t cols) {
     quantized += rows * cols;
-    bytes += quantized_bytes(cfg.lora, rows, cols);
+    // As models/qlora.cpp stores it: NF4 in blocks of 64, or int8 a row at a time.
+    bytes += cfg.lora.int8 ? kernels::int8_stored_bytes(rows, cols)
+                           : kernels::nf4_stored_bytes(rows * cols, 64, cfg.lora.nf4_double_quant);
   };
   if (cfg.lora.quantized())
     for (const BlockOffsets& b : ml.offsets.blocks) {
