@@ -82,11 +82,14 @@ MoeScratch Moe::carve_scratch(Carver& c, const MoeShape& s, int64_t N, bool lowp
 }
 
 namespace {
-// dx (N, in) += dy (N, out) W (nn.Linear's [out, in] weight, fp32): the input gradient of a
-// layer whose input also feeds others (the router, the shared expert and its gate read x too).
-void add_input_grad(const Linear& l, TensorView dx, const float* dy, int64_t N) {
-  kernels::gemm_typed(l.dev, DType::f32, false, false, N, l.in, l.out, 1.f, dy, l.out, l.w.data, l.in, 1.f,
+// dx (N, in) += dy (N, out) W (nn.Linear's [out, in] weight, fp32), and its LoRA adapter's share:
+// the input gradient of a layer whose input also feeds others (the router, the shared expert and its
+// gate read x too).
+void add_input_grad(const Linear& l, TensorView dx, TensorView dy) {
+  const int64_t N = rows(dy);
+  kernels::gemm_typed(l.dev, DType::f32, false, false, N, l.in, l.out, 1.f, dy.data, l.out, l.w.data, l.in, 1.f,
                       dx.as<float>(), l.in);
+  if (l.lora.on()) lora_backward_input(l, dx, dy, dy);
 }
 
 // Rows [0, r0) and [r1, R) of t (R rows) set to zero: the rows of experts another rank computes.
@@ -194,9 +197,11 @@ void Moe::run_experts(const ExpertRun& r, const float* x, float* h, float* act, 
   const DType t = lowp() ? DType::bf16 : DType::f32;
   kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, true, 2 * F, C, operand(r, x, r.lo1, C), C,
                                   weights(r.first), st, C, 0.f, h, 2 * F);
+  lora_forward_in(r, x, h);
   kernels::swiglu_forward(dev, act + r0 * F, h + r0 * 2 * F, rows, shape.F);
   kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, true, C, F, operand(r, act, r.lo1, F), F,
                                   weights(r.first + 2 * F * C), st, F, 0.f, y, C);
+  lora_forward_down(r, act, y);
 }
 
 // From the output gradients dy to the input gradients (into dy, read no more by then).
@@ -216,6 +221,7 @@ void Moe::run_experts_backward(const ExpertRun& r, const float* x, const float* 
                                      dW + 2 * F * C, st, F);
   kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, false, F, C, dy_op, C, weights(r.first + 2 * F * C), st, F,
                                   0.f, dact, F);
+  lora_backward_down(r, act, dy, dact);
   kernels::swiglu_backward(dev, dh + r0 * 2 * F, dact + r0 * F, h + r0 * 2 * F, rows, shape.F);
   // [W_gate; W_up]: dW += dh^T x; dx = dh W.
   const void* dh_op = operand(r, dh, r.lo1, 2 * F);
@@ -224,6 +230,7 @@ void Moe::run_experts_backward(const ExpertRun& r, const float* x, const float* 
                                      st, C);
   kernels::moe_grouped_gemm_typed(dev, t, r.off, r.E_count, false, C, 2 * F, dh_op, 2 * F, weights(r.first), st, C, 0.f,
                                   dy, C);
+  lora_backward_in(r, x, dh, dy);
 }
 
 void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a, const MoeScratch& sc, EpRegion* ep,
@@ -258,7 +265,7 @@ void Moe::backward(TensorView dx, TensorView dy, TensorView x, const MoeActs& a,
                                  adds_loss_grads ? loss_grad.dprob : nullptr, adds_loss_grads ? loss_grad.z_grad : 0.f,
                                  d, s.renorm);
     router.backward_weight(sc.dlogits, sc.dlogits, x);
-    add_input_grad(router, dx, sc.dlogits.as<const float>(), N);
+    add_input_grad(router, dx, sc.dlogits);
   }
   if (s.Fs > 0) shared_backward(dx, dy, x, a, sc);
 }
@@ -272,7 +279,7 @@ void Moe::shared_backward(TensorView dx, TensorView dy, TensorView x, const MoeA
                                       a.sh_out.as<const float>(), a.sh_gate.as<const float>(), N, shape.C);
     const TensorView dg = sc.sh_dg.sub(0, {N, 1});
     sh_gate_lin.backward_weight(dg, dg, x);
-    add_input_grad(sh_gate_lin, dx, dg.as<const float>(), N);
+    add_input_grad(sh_gate_lin, dx, dg);
     d_out = sc.sh_do;
   }
   sh_out.backward_weight(d_out, d_out, a.sh_act);
@@ -280,7 +287,7 @@ void Moe::shared_backward(TensorView dx, TensorView dy, TensorView x, const MoeA
   kernels::swiglu_backward(dev, sc.sh_dh.as<float>(), sc.sh_dact.as<const float>(), a.sh_h.as<const float>(), N,
                            shape.Fs);
   sh_in.backward_weight(sc.sh_dh, sc.sh_dh, x);
-  add_input_grad(sh_in, dx, sc.sh_dh.as<const float>(), N);
+  add_input_grad(sh_in, dx, sc.sh_dh);
 }
 
 }  // namespace zt::nn

@@ -106,6 +106,31 @@ struct MoeExpertSide {
   std::vector<uint16_t> lo1, lo2;             // bf16 runs: the GEMMs' bf16 operands, (Rr, max(C, 2F))
 };
 
+// LoRA on the routed experts (PEFT's adapters on each expert's w1 / w3 / w2, or gate_proj / up_proj /
+// down_proj): per held expert one block of stride() floats, [A_in (parts_in() r, C): the gate's A then
+// the up's | B_gate (F, r) | B_up (F, r) | A_down (r, F) | B_down (C, r)], the modules not adapted
+// absent. The adapters' GEMMs are fp32 (bf16 runs too: the layer's inputs and outputs are fp32 and
+// r is small). The temporaries live in `scratch` (sized by the rows of each call, which under
+// expert parallelism is what arrived).
+struct MoeLoraScratch {
+  std::vector<float> h, g, xd, dxd;
+  float* take(std::vector<float>& v, int64_t n);
+};
+struct MoeExpertLora {
+  int r = 0;
+  float scale = 0.f, dropout = 0.f;  // dropout: this pass's (0 in evaluation)
+  uint64_t seed = 0;                 // the dropout masks', fixed for a pass and a layer
+  bool gate = false, up = false, down = false;
+  TensorView p, g;  // (held experts, stride): the adapters and their gradients (empty: none)
+  MoeLoraScratch* scratch = nullptr;
+  bool on() const { return r > 0; }
+  int parts_in() const { return int(gate) + int(up); }
+  int64_t b_in(int C) const { return int64_t(parts_in()) * r * C; }
+  int64_t a_down(int C, int F) const { return b_in(C) + int64_t(parts_in()) * F * r; }
+  int64_t b_down(int C, int F) const { return a_down(C, F) + (down ? int64_t(r) * F : 0); }
+  int64_t stride(int C, int F) const { return b_down(C, F) + (down ? int64_t(C) * r : 0); }
+};
+
 struct Moe {
   MoeShape shape{};
   Linear router;  // (E, C), no bias
@@ -122,6 +147,7 @@ struct Moe {
   TensorView nf4_scratch;
   Linear sh_in, sh_out;  // the shared expert: [gate; up] (2 Fs, C), down (C, Fs)
   Linear sh_gate_lin;    // (1, C)
+  MoeExpertLora lora{};  // the experts' adapters (router and shared expert: their Linears' own)
   MoeLossGrad loss_grad{};
   // Whether the auxiliary losses' gradients enter here: under tensor parallelism every rank computes
   // the same routing and the router's gradient is summed over the group, so one rank adds them.
@@ -166,6 +192,13 @@ struct Moe {
   // true when it did (the caller returns).
   template <class F>
   bool per_expert(const ExpertRun& r, F run_one) const;
+  // The experts' adapters (nn/moe_lora.cpp) around run_experts' two GEMMs: h += s x' A_in^T B^T per
+  // adapted part, y += s act' A_down^T B_down^T; in backward dact and (after the base's input GEMM) dx
+  // take the adapters' shares, and their gradients +=.
+  void lora_forward_in(const ExpertRun& r, const float* x, float* h) const;
+  void lora_forward_down(const ExpertRun& r, const float* act, float* y) const;
+  void lora_backward_down(const ExpertRun& r, const float* act, const float* dy, float* dact) const;
+  void lora_backward_in(const ExpertRun& r, const float* x, const float* dh, float* dx) const;
   const void* operand(const ExpertRun& r, const float* src, uint16_t* lo, int64_t ld) const;
   const void* weights(int64_t at) const;
   // The experts an expert group spreads over its ranks, [begin, begin + count), El per rank: all E,
