@@ -232,6 +232,31 @@ void merge_ia3(const ModelLayout& with, const ModelLayout& base, const float* ad
 }
 }  // namespace
 
+namespace {
+// The routed experts' adapters merged: per expert W_gate / W_up (F, C) and W_down (C, F) += s B A
+// (w + at: the first expert's [gate; up] rows, each expert 3 F C elements on).
+void merge_experts(const ModelConfig& cfg, const ExpertAdapters& ex, const float* adapters, float* w, int64_t at) {
+  if (!ex.on()) return;
+  float* experts = w + at;
+  nn::MoeExpertLora L;
+  L.r = cfg.lora.r, L.gate = ex.gate, L.up = ex.up, L.down = ex.down;
+  const int C = cfg.n_embd, F = cfg.moe.expert_ffn, r = L.r;
+  const float s = cfg.lora.scale();
+  for (int e = 0; e < cfg.moe.num_experts; ++e) {
+    const float* P = adapters + ex.first + e * ex.stride;
+    float* W = experts + int64_t(e) * 3 * F * C;
+    for (int j = 0; j < L.parts_in(); ++j) {
+      const int64_t row0 = (j == 0 && L.gate) ? 0 : F;  // the gate's rows, then the up's
+      kernels::gemm_typed(DType::f32, false, false, F, C, r, s, P + L.b_in(C) + int64_t(j) * F * r, r,
+                          P + int64_t(j) * r * C, C, 1.0f, W + row0 * C, C);
+    }
+    if (L.down)
+      kernels::gemm_typed(DType::f32, false, false, C, F, r, s, P + L.b_down(C, F), r, P + L.a_down(C, F), F, 1.0f,
+                          W + 2 * int64_t(F) * C, F);
+  }
+}
+}  // namespace
+
 void peft_merge_into(Transformer& model, const std::string& adapter_folder) {
   ModelConfig cfg = model.config();
   ZT_CHECK(!cfg.lora.enabled(), "merging adapters needs the base model without adapters");
@@ -263,9 +288,11 @@ void peft_merge_into(Transformer& model, const std::string& adapter_folder) {
   for (size_t l = 0; l < with.adapters.size(); ++l) {
     const BlockAdapters& ba = with.adapters[l];
     const BlockOffsets& bo = model.layout().offsets.blocks[l];
-    for (auto [parts, lin] :
-         {std::pair{&ba.qkv, &bo.qkv}, {&ba.proj, &bo.proj}, {&ba.fc_in, &bo.fc_in}, {&ba.fc_out, &bo.fc_out}})
-      for (const AdapterPart& p : *parts) {
+    const auto lins = linear_offsets(bo);
+    merge_experts(cfg, ba.experts, adapters.data(), w, bo.moe.experts);
+    for (int k = 0; k < kLinears; ++k)
+      for (const AdapterPart& p : *ba.linears()[size_t(k)]) {
+        const LinearOffsets* lin = lins[size_t(k)];
         const float* A = adapters.data() + p.a;  // (r, in)
         const float* B = adapters.data() + p.b;  // (out_size, r)
         if (lin->w_in_out)                       // W (in, out): columns [o, o + m) += scale A^T B^T

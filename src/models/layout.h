@@ -8,6 +8,7 @@
 // LM head). Code finds a unit by its kind and layer, never by index arithmetic.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -98,11 +99,39 @@ struct AdapterPart {
   int in_whole = 0, in_begin = 0;  // a row-parallel cut's inputs within the whole layer's
   int out_begin = 0, out_size = 0;
   bool feedforward = false;  // IA3: the vector scales the module's input (1, in), not its outputs
+  // Its tensor-parallel role (ModuleSlot::kind): column modules hold some outputs, row modules some
+  // inputs, plain ones (a mixture of experts' router and shared-expert gate) are whole everywhere.
+  nn::LinearKind kind = nn::LinearKind::plain;
 };
+// LoRA on a mixture of experts' routed experts (nn::MoeExpertLora's layout): per held expert one block
+// of `stride` elements, the first held expert's at `first`; gate / up / down: the modules adapted
+// (Mixtral's w1 / w3 / w2, Qwen-MoE's gate_proj / up_proj / down_proj), every expert alike.
+struct ExpertAdapters {
+  bool gate = false, up = false, down = false;
+  int64_t first = -1, stride = 0;
+  bool on() const { return gate || up || down; }
+};
+// Which Linear a ModuleSlot's `linear` names: a block's four, then a mixture of experts' router,
+// shared expert [gate; up], its down and its gate; then the routed experts' [gate; up] and down.
+enum : int { kLinQkv, kLinProj, kLinFcIn, kLinFcOut, kLinRouter, kLinSharedIn, kLinSharedOut, kLinSharedGate, kLinears };
+enum : int { kExpertIn = kLinears, kExpertDown };
 struct BlockAdapters {
   std::vector<AdapterPart> qkv, proj, fc_in, fc_out;
+  std::vector<AdapterPart> router, sh_in, sh_out, sh_gate;  // mixture of experts (all-linear, or named)
+  ExpertAdapters experts;
   int64_t begin = 0;  // the block's first adapter element
+  // The adapted Linears' parts, indexed as ModuleSlot::linear (kLinQkv ... kLinSharedGate).
+  std::array<const std::vector<AdapterPart>*, kLinears> linears() const {
+    return {&qkv, &proj, &fc_in, &fc_out, &router, &sh_in, &sh_out, &sh_gate};
+  }
+  std::array<std::vector<AdapterPart>*, kLinears> linears() {
+    return {&qkv, &proj, &fc_in, &fc_out, &router, &sh_in, &sh_out, &sh_gate};
+  }
 };
+// A block's Linears' offsets in the same order (absent MoE ones have w = -1).
+inline std::array<const LinearOffsets*, kLinears> linear_offsets(const BlockOffsets& b) {
+  return {&b.qkv, &b.proj, &b.fc_in, &b.fc_out, &b.moe.router, &b.moe.shared_in, &b.moe.shared_out, &b.moe.shared_gate};
+}
 // The modules a block's Linears hold, in HF's order: (module name, which Linear: 0 qkv, 1 proj,
 // 2 fc_in, 3 fc_out, out_begin, out_size), for layer l.
 struct ModuleSlot {
@@ -118,6 +147,8 @@ struct ModuleSlot {
   int replicas = 1;
   // Parts of unequal size (Phi-3's qkv_proj under grouped-query attention): ParamInfo's list.
   std::vector<ParamInfo::Part> part_list;
+  nn::LinearKind kind = nn::LinearKind::plain;  // the module's tensor-parallel role
+  int expert = -1;                              // a routed expert's module (kExpertIn / kExpertDown): which
 };
 std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCut& cut = {});
 // A module's path within its block: after "transformer.h.<l>." or "model.layers.<l>.".

@@ -20,16 +20,46 @@ std::string module_in_block(const std::string& path) {
   return path.substr(at);
 }
 
+namespace {
+// A mixture of experts' modules (transformers 4.x's Linears, as PEFT's all-linear finds them): the
+// router (gate), each held routed expert's three (Mixtral's w1 / w3 / w2, Qwen-MoE's gate_proj /
+// up_proj / down_proj), and Qwen2-MoE's shared expert, cut like a dense MLP, and its gate.
+void moe_modules(const ModelConfig& c, const std::string& p, const LayerCut& cut, std::vector<ModuleSlot>& mods) {
+  const MoeConfig& m = c.moe;
+  const int C = c.n_embd, F = m.expert_ffn, E = m.num_experts;
+  const bool mixtral = c.model_type == "mixtral";
+  const std::string pre = p + (mixtral ? ".block_sparse_moe." : ".mlp.");
+  auto plain = [&](std::string path, int lin, int o, int n, int in, int expert = -1) {
+    return ModuleSlot{std::move(path), lin, o, n, n, in, 0, 1, 1, {}, nn::LinearKind::plain, expert};
+  };
+  mods.push_back(plain(pre + "gate", kLinRouter, 0, E, C));
+  const int e0 = cut.experts > 0 ? cut.experts_begin : 0, e1 = cut.experts > 0 ? e0 + cut.experts : E;
+  for (int e = e0; e < e1; ++e) {
+    const std::string x = pre + "experts." + std::to_string(e) + ".";
+    mods.push_back(plain(x + (mixtral ? "w1" : "gate_proj"), kExpertIn, 0, F, C, e));
+    mods.push_back(plain(x + (mixtral ? "w3" : "up_proj"), kExpertIn, F, F, C, e));
+    mods.push_back(plain(x + (mixtral ? "w2" : "down_proj"), kExpertDown, 0, C, F, e));
+  }
+  if (m.shared_ffn <= 0) return;
+  const int Fs = m.shared_ffn, Fl = cut.shared_ffn > 0 ? cut.shared_ffn : Fs, f0 = cut.shared_ffn_begin;
+  const std::string x = pre + "shared_expert.";
+  mods.push_back({x + "gate_proj", kLinSharedIn, 0, Fl, Fs, C, f0, 1, 1, {}, nn::LinearKind::column});
+  mods.push_back({x + "up_proj", kLinSharedIn, Fl, Fl, Fs, C, f0, 1, 1, {}, nn::LinearKind::column});
+  mods.push_back({x + "down_proj", kLinSharedOut, 0, C, C, Fs, f0, 1, 1, {}, nn::LinearKind::row});
+  if (m.shared_gate) mods.push_back(plain(pre + "shared_expert_gate", kLinSharedGate, 0, 1, C));
+}
+}  // namespace
+
 std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCut& cut_in) {
   const LayerCut cut = resolve_cut(c, cut_in);
   const int C = c.n_embd, F = c.ffn, HS = c.head_size;
   const int H = cut.heads * HS, KV = cut.kv_heads * HS, Fl = cut.ffn;
   // column: outputs [o, o + n) of n_whole, held from `begin`; row: the whole output, inputs held.
   auto col = [&](std::string p, int lin, int o, int n, int n_whole, int begin, int parts = 1) {
-    return ModuleSlot{std::move(p), lin, o, n, n_whole, C, begin, parts, 1, {}};
+    return ModuleSlot{std::move(p), lin, o, n, n_whole, C, begin, parts, 1, {}, nn::LinearKind::column};
   };
   auto row = [&](std::string p, int lin, int in, int in_whole, int begin) {
-    return ModuleSlot{std::move(p), lin, 0, C, C, in_whole, begin, 1, 1, {}};
+    return ModuleSlot{std::move(p), lin, 0, C, C, in_whole, begin, 1, 1, {}, nn::LinearKind::row};
   };
   if (c.arch == Arch::gpt2) {
     const std::string p = "transformer.h." + std::to_string(l);
@@ -58,7 +88,10 @@ std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCu
                                col(p + ".self_attn.v_proj", 0, H + KV, KV, kv, cut.kv_heads_begin * HS),
                                row(p + ".self_attn.o_proj", 1, H, q, cut.heads_begin * HS)};
   mods[1].replicas = mods[2].replicas = cut.kv_holders;
-  if (c.moe.on()) return mods;  // the MLP is the experts' (nn::Moe): no Linear module ztrain adapts there
+  if (c.moe.on()) {
+    moe_modules(c, p, cut, mods);
+    return mods;
+  }
   mods.push_back(col(p + ".mlp.gate_proj", 2, 0, Fl, F, cut.ffn_begin));
   mods.push_back(col(p + ".mlp.up_proj", 2, Fl, Fl, F, cut.ffn_begin));
   mods.push_back(row(p + ".mlp.down_proj", 3, Fl, F, cut.ffn_begin));
@@ -98,23 +131,20 @@ std::vector<std::string> default_targets(const ModelConfig& c, bool feedforward)
 std::vector<std::string> resolve_modules(const ModelConfig& c, const std::vector<std::string>& names,
                                          const char* flag) {
   const std::vector<ModuleSlot> mods = block_modules(c, 0);
-  std::string names_here;
-  for (const ModuleSlot& m : mods) names_here += (names_here.empty() ? "" : ", ") + last_part(m.path);
-  // PEFT's all-linear on a mixture-of-experts model adapts the router and every expert too, which
-  // ztrain does not yet: it is refused rather than narrowed to the attention modules.
-  const std::string valid =
-      names_here + (c.moe.on() ? " (the router, experts and shared expert of a mixture-of-experts model take no "
-                                 "adapters yet)"
-                               : ", all-linear");
+  std::vector<std::string> names_seen;  // each last part once (every expert has the same three)
+  std::string valid;
+  for (const ModuleSlot& m : mods) {
+    if (std::find(names_seen.begin(), names_seen.end(), last_part(m.path)) != names_seen.end()) continue;
+    names_seen.push_back(last_part(m.path));
+    valid += (valid.empty() ? "" : ", ") + last_part(m.path);
+  }
+  valid += ", all-linear";
   std::vector<std::string> chosen;
   for (const std::string& t : names) {
     ZT_CHECK(!t.empty(), flag, ": an empty module name; valid names: ", valid);
     if (t == "lm_head" || t.find("embed") != std::string::npos || t == "wte")
       throw Error(std::string(flag) + ": " + t + " is not a linear layer ztrain adapts (the embedding and LM " +
                   "head stay frozen); valid names: " + valid);
-    ZT_CHECK(t != "all-linear" || !c.moe.on(), flag, ": all-linear on a mixture-of-experts model (", c.model_type,
-             ") would adapt the router and every expert, which ztrain does not yet; name the attention modules: ",
-             names_here);
     bool found = t == "all-linear";
     for (const ModuleSlot& m : mods) {
       // A target may name the module's path within the block ("self_attn.q_proj", "mlp.c_proj").
@@ -196,6 +226,7 @@ void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, Mo
       p.out_begin = s.out_begin;
       p.out_size = s.out_size;
       p.feedforward = std::find(ff.begin(), ff.end(), local) != ff.end();
+      p.kind = s.kind;
       const LinearOffsets& lin = *lins[s.linear];
       const bool row = lin.kind == nn::LinearKind::row, split = !m.cut.whole;
       const std::string name = "base_model.model." + s.path + ".ia3_l";
@@ -252,68 +283,145 @@ void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int
   }
 }
 
+namespace {
+bool is_moe_mlp_module(const ModuleSlot& s) { return s.linear >= kLinRouter; }
+
+// The routed experts' chosen modules: every expert or none per module (the grouped GEMMs share one
+// adapter layout); DoRA and IA3 take no mixture-of-experts MLP module yet.
+void check_moe_targets(const ModelConfig& c, const std::vector<std::string>& chosen) {
+  if (!c.moe.on()) return;
+  const std::vector<ModuleSlot> mods = block_modules(c, 0);
+  for (const ModuleSlot& s : mods) {
+    if (!is_moe_mlp_module(s)) continue;
+    const bool picked = std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) != chosen.end();
+    ZT_CHECK(!picked || (!c.lora.dora && !c.lora.ia3()), c.lora.ia3() ? "--peft_type ia3" : "--use_dora",
+             " on a mixture-of-experts model's MLP module ", last_part(s.path),
+             " is not supported yet (LoRA is); target the attention modules (q_proj, k_proj, v_proj, o_proj)");
+    if (s.expert < 0) continue;
+    for (const ModuleSlot& o : mods) {
+      if (o.expert < 0 || last_part(o.path) != last_part(s.path)) continue;
+      const bool other = std::find(chosen.begin(), chosen.end(), module_in_block(o.path)) != chosen.end();
+      ZT_CHECK(picked == other, targets_flag(c), ": ", module_in_block(picked ? s.path : o.path),
+               " is chosen but not ", module_in_block(picked ? o.path : s.path),
+               "; ztrain adapts a routed expert module in every expert or in none (name it as ", last_part(s.path),
+               ")");
+    }
+  }
+}
+
+// The routed experts' adapters of block l (held experts only), laid out as nn::MoeExpertLora reads
+// them: per expert the chosen of [gate's A, up's A, gate's B, up's B, down's A, down's B], PEFT's names.
+void expert_layout(const ModelConfig& c, const std::vector<ModuleSlot>& mods, const std::vector<std::string>& chosen,
+                   ModelLayout& m, ExpertAdapters& ex) {
+  const int r = c.lora.r, C = c.n_embd, F = c.moe.expert_ffn;
+  std::vector<const ModuleSlot*> in, down;  // of the first held expert, in block order
+  int first_expert = -1;
+  for (const ModuleSlot& s : mods) {
+    if (s.expert < 0 || std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) == chosen.end()) continue;
+    if (first_expert < 0) first_expert = s.expert;
+    if (s.expert != first_expert) continue;
+    (s.linear == kExpertIn ? in : down).push_back(&s);
+    if (s.linear == kExpertIn) (s.out_begin == 0 ? ex.gate : ex.up) = true;
+    if (s.linear == kExpertDown) ex.down = true;
+  }
+  if (!ex.on()) return;
+  const int per_expert = 2 * int(in.size() + down.size());  // tensors
+  const int e0 = m.cut.experts > 0 ? m.cut.experts_begin : 0;
+  const int e1 = m.cut.experts > 0 ? e0 + m.cut.experts : c.moe.num_experts;
+  m.table.skip(per_expert * e0);  // the other experts' tensors keep one process's random streams
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, ParamInit init) {
+    const int64_t at = m.table.add(name, shape, init);
+    m.table.mutable_list().back().expert = true;
+    return at;
+  };
+  for (int e = e0; e < e1; ++e) {
+    // This expert's module paths: the first held expert's with its number replaced.
+    auto path = [&](const ModuleSlot* s) {
+      const std::string from = ".experts." + std::to_string(first_expert) + ".", to = ".experts." + std::to_string(e) + ".";
+      std::string p = s->path;
+      return "base_model.model." + p.replace(p.find(from), from.size(), to);
+    };
+    const int64_t begin = m.table.total();
+    for (const ModuleSlot* s : in) add(path(s) + ".lora_A.weight", {r, C}, ParamInit::lora_a);
+    for (const ModuleSlot* s : in) add(path(s) + ".lora_B.weight", {F, r}, ParamInit::zeros);
+    for (const ModuleSlot* s : down) add(path(s) + ".lora_A.weight", {r, F}, ParamInit::lora_a);
+    for (const ModuleSlot* s : down) add(path(s) + ".lora_B.weight", {C, r}, ParamInit::zeros);
+    if (e == e0) ex.first = begin;
+    ex.stride = m.table.total() - begin;
+  }
+  m.table.skip(per_expert * (c.moe.num_experts - e1));
+}
+
+// One Linear's chosen modules (slots, all of Linear k): their A's back to back, then their B's, then
+// (DoRA) their magnitudes. Under a tensor-parallel cut a column module's A and a row module's B are
+// whole, the others cut with the module's outputs / inputs.
+void linear_layout(const ModelConfig& c, const LinearOffsets& lin, const std::vector<ModuleSlot>& slots, bool split,
+                   ModelLayout& m, std::vector<AdapterPart>& parts) {
+  const int r = c.lora.r;
+  for (const ModuleSlot& s : slots) {
+    AdapterPart p;
+    p.module = s.path;
+    p.out_begin = s.out_begin;
+    p.out_size = s.out_size;
+    p.in_whole = s.in_whole;
+    p.kind = s.kind;
+    p.in_begin = s.kind == nn::LinearKind::row ? s.held_begin : 0;
+    const std::string name = "base_model.model." + s.path + ".lora_A.weight";
+    p.a = split && s.kind == nn::LinearKind::row
+              ? m.table.add_split(name, {r, lin.in}, {r, s.in_whole}, Split::row, 1, s.held_begin, ParamInit::lora_a)
+              : m.table.add(name, {r, lin.in}, ParamInit::lora_a);
+    parts.push_back(p);
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    AdapterPart& p = parts[i];
+    const bool col = split && slots[i].kind == nn::LinearKind::column;
+    const std::string name = "base_model.model." + p.module + ".lora_B.weight";
+    p.b = col ? m.table.add_split(name, {p.out_size, r}, {slots[i].out_whole, r}, Split::column, 0, slots[i].held_begin,
+                                  ParamInit::zeros, slots[i].parts)
+              : m.table.add(name, {p.out_size, r}, ParamInit::zeros);
+    replicate_last(m, col, slots[i]);
+  }
+  // DoRA (PEFT's key; its ".weight" dropped when saved, as PEFT saves it): a column layer's
+  // magnitudes are cut with its outputs, a row layer's whole (their gradient a partial sum).
+  if (!c.lora.dora) return;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    AdapterPart& p = parts[i];
+    const bool col = split && slots[i].kind == nn::LinearKind::column;
+    const std::string name = "base_model.model." + p.module + ".lora_magnitude_vector";
+    p.m = col ? m.table.add_split(name, {p.out_size}, {slots[i].out_whole}, Split::column, 0, slots[i].held_begin,
+                                  ParamInit::dora_magnitude, slots[i].parts)
+              : m.table.add(name, {p.out_size}, ParamInit::dora_magnitude);
+    replicate_last(m, col, slots[i]);
+  }
+}
+}  // namespace
+
 // Lays out the adapters of every block in `m` (whose base layout is in m.base_table / m.offsets):
-// per block, per Linear, the chosen modules' A's back to back, then their B's.
+// per block, per Linear, the chosen modules' A's back to back, then their B's; then the routed
+// experts' (expert_layout).
 void lora_layout(const ModelConfig& c, ModelLayout& m) {
   const std::vector<std::string> chosen = lora_resolve_targets(c);
   ZT_CHECK(m.cut.whole || c.model_type != "phi3" || m.cut.kv_holders == 1, "LoRA on a Phi-3 under tensor parallelism",
            " with more ranks (", c.n_kv_head * m.cut.kv_holders, ") than key/value heads (", c.n_kv_head,
            ") is not supported yet (the fused qkv_proj's k and v rows would be shared, its q rows not); use at most ",
            c.n_kv_head, " tensor-parallel ranks");
+  check_moe_targets(c, chosen);
   if (c.lora.ia3()) return ia3_layout(c, chosen, m);
-  const int r = c.lora.r;
-  const bool split = !m.cut.whole;
   m.adapters.resize(size_t(c.n_layer));
   for (int l = 0; l < c.n_layer; ++l) {
     const std::vector<ModuleSlot> mods = block_modules(c, l, m.cut);
-    const BlockOffsets& bo = m.offsets.blocks[size_t(l)];
     BlockAdapters& ba = m.adapters[size_t(l)];
     ba.begin = m.table.total();
-    std::vector<AdapterPart>* lists[4] = {&ba.qkv, &ba.proj, &ba.fc_in, &ba.fc_out};
-    const LinearOffsets* lins[4] = {&bo.qkv, &bo.proj, &bo.fc_in, &bo.fc_out};
-    for (int k = 0; k < 4; ++k) {
+    const auto lists = ba.linears();
+    const auto lins = linear_offsets(m.offsets.blocks[size_t(l)]);
+    for (int k = 0; k < kLinears; ++k) {
       std::vector<ModuleSlot> slots;  // the chosen modules of Linear k
-      for (const ModuleSlot& s : mods) {
-        if (s.linear != k) continue;
-        if (std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) == chosen.end()) continue;
-        AdapterPart p;
-        p.module = s.path;
-        p.out_begin = s.out_begin;
-        p.out_size = s.out_size;
-        p.in_whole = s.in_whole;
-        p.in_begin = lins[k]->kind == nn::LinearKind::row ? s.held_begin : 0;
-        // Tensor parallel: a row layer's A is cut with its inputs; a column layer's A is whole.
-        const std::string name = "base_model.model." + s.path + ".lora_A.weight";
-        p.a = split && lins[k]->kind == nn::LinearKind::row
-                  ? m.table.add_split(name, {r, lins[k]->in}, {r, s.in_whole}, Split::row, 1, s.held_begin,
-                                      ParamInit::lora_a)
-                  : m.table.add(name, {r, lins[k]->in}, ParamInit::lora_a);
-        lists[k]->push_back(p);
-        slots.push_back(s);
-      }
-      // A column layer's B is cut with its outputs (GPT-2's c_attn: each of q, k, v); a row layer's whole.
-      for (size_t i = 0; i < slots.size(); ++i) {
-        AdapterPart& p = (*lists[k])[i];
-        const std::string name = "base_model.model." + p.module + ".lora_B.weight";
-        p.b = split && lins[k]->kind == nn::LinearKind::column
-                  ? m.table.add_split(name, {p.out_size, r}, {slots[i].out_whole, r}, Split::column, 0,
-                                      slots[i].held_begin, ParamInit::zeros, slots[i].parts)
-                  : m.table.add(name, {p.out_size, r}, ParamInit::zeros);
-        replicate_last(m, split && lins[k]->kind == nn::LinearKind::column, slots[i]);
-      }
-      // DoRA (PEFT's key; its ".weight" dropped when saved, as PEFT saves it): a column layer's
-      // magnitudes are cut with its outputs, a row layer's whole (their gradient a partial sum).
-      if (c.lora.dora)
-        for (size_t i = 0; i < slots.size(); ++i) {
-          AdapterPart& p = (*lists[k])[i];
-          const std::string name = "base_model.model." + p.module + ".lora_magnitude_vector";
-          p.m = split && lins[k]->kind == nn::LinearKind::column
-                    ? m.table.add_split(name, {p.out_size}, {slots[i].out_whole}, Split::column, 0, slots[i].held_begin,
-                                        ParamInit::dora_magnitude, slots[i].parts)
-                    : m.table.add(name, {p.out_size}, ParamInit::dora_magnitude);
-          replicate_last(m, split && lins[k]->kind == nn::LinearKind::column, slots[i]);
-        }
+      for (const ModuleSlot& s : mods)
+        if (s.linear == k && std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) != chosen.end())
+          slots.push_back(s);
+      linear_layout(c, *lins[size_t(k)], slots, !m.cut.whole, m, *lists[size_t(k)]);
     }
+    expert_layout(c, mods, chosen, m, ba.experts);
   }
 }
 

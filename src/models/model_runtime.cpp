@@ -254,15 +254,25 @@ void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C
   const BlockAdapters& ba = layout_.adapters[size_t(l)];
   nn::Block& b = blocks_[size_t(l)];
   const LoraSpec& spec = cfg_.lora;
-  int which = 0;
-  for (auto [lin, parts] :
-       {std::pair{&b.qkv, &ba.qkv}, {&b.proj, &ba.proj}, {&b.fc_in, &ba.fc_in}, {&b.fc_out, &ba.fc_out}}) {
+  const std::array<nn::Linear*, kLinears> lins{&b.qkv,       &b.proj,     &b.fc_in,      &b.fc_out,
+                                               &b.moe.router, &b.moe.sh_in, &b.moe.sh_out, &b.moe.sh_gate_lin};
+  const auto lists = ba.linears();
+  // Dropout in training passes only; its mask is fixed for a pass, a layer and a Linear (so a
+  // recomputed forward and the backward see the forward's).
+  const float dropout = backward_ ? float(spec.dropout) : 0.f;
+  auto seed = [&](int which) {
+    return dropout_seed_ ^ (dropout_passes_ * 0x9E3779B97F4A7C15ull) ^ (uint64_t(l) << 40) ^ (uint64_t(which) << 56);
+  };
+  for (int k = 0; k < kLinears; ++k) {
+    nn::Linear* lin = lins[size_t(k)];
+    const std::vector<AdapterPart>* parts = lists[size_t(k)];
     nn::LinearLora& a = lin->lora;
     a = {};
     if (lin->kind == nn::LinearKind::row) a.row_group = b.row_slices();  // DoRA sums its rows' norms over it
-    ++which;
     if (parts->empty()) continue;
-    a.precision = b.precision;
+    // The mixture of experts' Linears compute in fp32 (nn/moe.h), their adapters too.
+    const bool moe = k >= kLinRouter;
+    a.precision = moe ? nn::Precision::fp32 : b.precision;
     a.scratch = &scratch_views_.lora;
     if (spec.ia3()) {  // fp32 vectors, used as they are (no compute copy)
       for (const AdapterPart& p : *parts) {
@@ -280,30 +290,46 @@ void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C
     a.dora = spec.dora;
     a.in_whole = parts->front().in_whole;
     a.in_begin = parts->front().in_begin;
-    // Dropout in training passes only; its mask is fixed for a pass, a layer and a Linear (so a
-    // recomputed forward and the backward see the forward's).
-    a.dropout = backward_ ? float(spec.dropout) : 0.f;
-    a.seed = dropout_seed_ ^ (dropout_passes_ * 0x9E3779B97F4A7C15ull) ^ (uint64_t(l) << 40) ^ (uint64_t(which) << 56);
-    a.precision = b.precision;
+    a.dropout = dropout;
+    a.seed = seed(k + 1);
     const int64_t R = int64_t(parts->size()) * spec.r;
+    const bool copy = C && C.data != P.data && !moe;  // the GEMMs read the compute copy
     a.a = view(P, parts->front().a, {R, lin->in});
     a.da = view(G, parts->front().a, {R, lin->in});
-    a.ac = C && C.data != P.data ? view(C, parts->front().a, {R, lin->in}) : a.a;
+    a.ac = copy ? view(C, parts->front().a, {R, lin->in}) : a.a;
     for (const AdapterPart& p : *parts) {
       nn::LoraPart q;
       q.out_begin = p.out_begin;
       q.out_size = p.out_size;
       q.b = view(P, p.b, {p.out_size, spec.r});
       q.db = view(G, p.b, {p.out_size, spec.r});
-      q.bc = C && C.data != P.data ? view(C, p.b, {p.out_size, spec.r}) : q.b;
+      q.bc = copy ? view(C, p.b, {p.out_size, spec.r}) : q.b;
       if (spec.dora) {
         q.m = view(P, p.m, {p.out_size});
         q.dm = view(G, p.m, {p.out_size});
       }
       a.parts.push_back(q);
     }
-    a.scratch = &scratch_views_.lora;
   }
+  const int64_t held = ba.experts.on() ? int64_t(b.moe.shape.experts_held()) * ba.experts.stride : 0;
+  bind_expert_adapters(b, ba.experts, held ? view(P, ba.experts.first, {held}) : TensorView(),
+                       held ? view(G, ba.experts.first, {held}) : TensorView(), dropout, seed(kLinears + 1));
+}
+
+void ModelRuntime::bind_expert_adapters(nn::Block& b, const ExpertAdapters& ex, TensorView P, TensorView G,
+                                        float dropout, uint64_t seed) {
+  nn::MoeExpertLora& L = b.moe.lora;
+  L = {};
+  if (!ex.on()) return;
+  L.r = cfg_.lora.r;
+  L.scale = cfg_.lora.scale();
+  L.gate = ex.gate, L.up = ex.up, L.down = ex.down;
+  L.dropout = dropout;
+  L.seed = seed;
+  ZT_ASSERT(ex.stride == L.stride(b.moe.shape.C, b.moe.shape.F), "the experts' adapter layout and the layer disagree");
+  L.p = P;
+  L.g = G;
+  L.scratch = &moe_lora_scratch_;
 }
 
 void ModelRuntime::bind_head(TensorView params, TensorView grads) {
@@ -426,14 +452,16 @@ void ModelRuntime::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const n
   }
   if (cfg.lora.enabled() && !cfg.lora.ia3()) {
     // The widest adapter: Llama's q, k and v parts (3 r) on a Linear as wide as the MLP's input.
+    // A mixture of experts' shared expert down_proj reads Fs inputs.
     const int64_t R = 3 * int64_t(cfg.lora.r),
-                  in = std::max<int64_t>({C, cfg.ffn, int64_t(cfg.n_head) * cfg.head_size});
+                  in = std::max<int64_t>({C, cfg.ffn, int64_t(cfg.n_head) * cfg.head_size, cfg.moe.shared_ffn});
     const int64_t dropped = cfg.lora.dropout > 0.f ? N * in : 0;
     s->lora.h = sc.take(DType::f32, {N * R});
     s->lora.g = sc.take(DType::f32, {N * R});
     s->lora.h_c = sc.take(ct, {ct == DType::f32 ? 0 : N * R});
     s->lora.g_c = sc.take(ct, {ct == DType::f32 ? 0 : N * R});
-    s->lora.xd = sc.take(ct, {dropped});
+    // The dropped input in the GEMMs' dtype, or fp32 for a mixture of experts' Linears (fp32 layers).
+    s->lora.xd = sc.take(cfg.moe.on() ? DType::f32 : ct, {dropped});
     s->lora.dxd = sc.take(DType::f32, {dropped});
   }
 }

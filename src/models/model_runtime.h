@@ -204,6 +204,9 @@ class ModelRuntime {
   // bound to the unit's views (the frozen base then binds the frozen buffer).
   void bind_base_block(int l, TensorView params, TensorView grads, TensorView compute, int64_t base);
   void bind_adapters(int l, TensorView params, TensorView grads, TensorView compute);
+  // The routed experts' adapters (P, G: the held experts' blocks, G empty without gradients).
+  void bind_expert_adapters(nn::Block& b, const ExpertAdapters& ex, TensorView P, TensorView G, float dropout,
+                            uint64_t seed);
   // LoRA: the frozen base in the compute dtype, converted once per change of the base (the
   // fp32 view itself under fp32).
   TensorView frozen_compute();
@@ -253,6 +256,7 @@ class ModelRuntime {
   Buffer compute_params_;
   Buffer frozen_compute_;  // LoRA: the frozen base's compute copy
   Buffer moe_nf4_scratch_;
+  nn::MoeLoraScratch moe_lora_scratch_;  // the routed experts' adapters' temporaries (sized per call)
   uint64_t frozen_converted_ = ~uint64_t(0);
   uint64_t dropout_seed_ = 0x5EEDu;  // set_dropout_seed
   uint64_t dropout_passes_ = 0;      // training passes since it

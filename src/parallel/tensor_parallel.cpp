@@ -165,16 +165,20 @@ std::vector<int> tp_partial_grad_params(const ModelLayout& layout) {
   // LoRA: a column layer's A and a row layer's B are whole on every rank, each rank's outputs (or
   // inputs) adding their share to the gradient. IA3 (b < 0): a column layer's input vector and a
   // row layer's output vector, likewise.
-  for (const BlockAdapters& ba : layout.adapters) {
-    for (const auto* parts : {&ba.qkv, &ba.fc_in})
-      for (const AdapterPart& p : *parts)
-        if (p.b >= 0 || p.feedforward) offsets.push_back(p.a);
-    for (const auto* parts : {&ba.proj, &ba.fc_out})
+  // A mixture of experts' router and shared-expert gate adapters (plain: whole everywhere) both, as
+  // their weights' gradients; the routed experts' are whole on their one rank.
+  for (const BlockAdapters& ba : layout.adapters)
+    for (const std::vector<AdapterPart>* parts : ba.linears())
       for (const AdapterPart& p : *parts) {
-        if (p.b >= 0 || !p.feedforward) offsets.push_back(p.b >= 0 ? p.b : p.a);
-        if (p.m >= 0) offsets.push_back(p.m);  // DoRA: each rank's slice of the outputs adds its share
+        const bool column = p.kind == nn::LinearKind::column, row = p.kind == nn::LinearKind::row;
+        if (p.b < 0) {  // IA3
+          if ((column && p.feedforward) || (row && !p.feedforward)) offsets.push_back(p.a);
+          continue;
+        }
+        if (!row) offsets.push_back(p.a);
+        if (!column) offsets.push_back(p.b);
+        if (row && p.m >= 0) offsets.push_back(p.m);  // DoRA: each rank's slice of the outputs adds its share
       }
-  }
   std::vector<int> out;
   const auto& list = layout.table.list();
   for (size_t i = 0; i < list.size(); ++i)

@@ -63,6 +63,25 @@ CASES = [
                            "--n_layer", "2", "--n_head", "4", "--n_kv_head", "2", "--ffn", "48", "--perturb"],
      ["q_proj", "k_proj", "v_proj", "o_proj"], 4, 8, False,
      ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"]),
+    # PEFT's all-linear on a Mixtral (transformers 4.x's modules): attention, the router and each
+    # expert's w1 / w3 / w2 adapted (ztrain runs the experts' adapters as grouped GEMMs).
+    ("mixtral_all_linear", ["--config", os.path.join(HERE, "..", "fixtures", "configs", "mixtral-8x7b-v0.1.json"),
+                            "--set", '{"num_local_experts": 4, "output_router_logits": true, '
+                                     '"router_aux_loss_coef": 0.05}', "--vocab_size", "300", "--hidden_size", "64",
+                            "--n_layer", "2", "--n_head", "4", "--n_kv_head", "2", "--ffn", "48", "--perturb"],
+     "all-linear", 4, 8, False,
+     ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "block_sparse_moe.gate"] +
+     [f"block_sparse_moe.experts.{e}.{m}" for e in range(4) for m in ("w1", "w3", "w2")]),
+    # Qwen2-MoE, named modules: the experts' up_proj and down_proj (not gate_proj: the adapted columns of
+    # the fused [gate; up] GEMM), the shared expert's three and its gate.
+    ("qwen2moe_experts", ["--config", os.path.join(HERE, "..", "fixtures", "configs", "qwen1.5-moe-a2.7b.json"),
+                          "--set", '{"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, '
+                                   '"shared_expert_intermediate_size": 48}', "--vocab_size", "300",
+                          "--hidden_size", "64", "--n_layer", "2", "--n_head", "4", "--n_kv_head", "2", "--perturb"],
+     ["up_proj", "down_proj", "shared_expert.gate_proj", "shared_expert_gate", "gate"], 4, 8, False,
+     ["mlp.gate"] + [f"mlp.experts.{e}.{m}" for e in range(4) for m in ("up_proj", "down_proj")] +
+     ["mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj",
+      "mlp.shared_expert_gate"]),
 ]
 # PEFT's LoraConfig fields as a saved adapter_config.json carries them.
 CONFIG_FIELDS = {"alpha_pattern", "auto_mapping", "base_model_name_or_path", "bias", "fan_in_fan_out",
