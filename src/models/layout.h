@@ -113,7 +113,17 @@ struct ExpertAdapters {
 };
 // Which Linear a ModuleSlot's `linear` names: a block's four, then a mixture of experts' router,
 // shared expert [gate; up], its down and its gate; then the routed experts' [gate; up] and down.
-enum : int { kLinQkv, kLinProj, kLinFcIn, kLinFcOut, kLinRouter, kLinSharedIn, kLinSharedOut, kLinSharedGate, kLinears };
+enum : int {
+  kLinQkv,
+  kLinProj,
+  kLinFcIn,
+  kLinFcOut,
+  kLinRouter,
+  kLinSharedIn,
+  kLinSharedOut,
+  kLinSharedGate,
+  kLinears
+};
 enum : int { kExpertIn = kLinears, kExpertDown };
 struct BlockAdapters {
   std::vector<AdapterPart> qkv, proj, fc_in, fc_out;

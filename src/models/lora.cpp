@@ -301,8 +301,8 @@ void check_moe_targets(const ModelConfig& c, const std::vector<std::string>& cho
     for (const ModuleSlot& o : mods) {
       if (o.expert < 0 || last_part(o.path) != last_part(s.path)) continue;
       const bool other = std::find(chosen.begin(), chosen.end(), module_in_block(o.path)) != chosen.end();
-      ZT_CHECK(picked == other, targets_flag(c), ": ", module_in_block(picked ? s.path : o.path),
-               " is chosen but not ", module_in_block(picked ? o.path : s.path),
+      ZT_CHECK(picked == other, targets_flag(c), ": ", module_in_block(picked ? s.path : o.path), " is chosen but not ",
+               module_in_block(picked ? o.path : s.path),
                "; ztrain adapts a routed expert module in every expert or in none (name it as ", last_part(s.path),
                ")");
     }
@@ -337,7 +337,8 @@ void expert_layout(const ModelConfig& c, const std::vector<ModuleSlot>& mods, co
   for (int e = e0; e < e1; ++e) {
     // This expert's module paths: the first held expert's with its number replaced.
     auto path = [&](const ModuleSlot* s) {
-      const std::string from = ".experts." + std::to_string(first_expert) + ".", to = ".experts." + std::to_string(e) + ".";
+      const std::string from = ".experts." + std::to_string(first_expert) + ".",
+                        to = ".experts." + std::to_string(e) + ".";
       std::string p = s->path;
       return "base_model.model." + p.replace(p.find(from), from.size(), to);
     };

@@ -254,7 +254,7 @@ void ModelRuntime::bind_adapters(int l, TensorView P, TensorView G, TensorView C
   const BlockAdapters& ba = layout_.adapters[size_t(l)];
   nn::Block& b = blocks_[size_t(l)];
   const LoraSpec& spec = cfg_.lora;
-  const std::array<nn::Linear*, kLinears> lins{&b.qkv,       &b.proj,     &b.fc_in,      &b.fc_out,
+  const std::array<nn::Linear*, kLinears> lins{&b.qkv,        &b.proj,      &b.fc_in,      &b.fc_out,
                                                &b.moe.router, &b.moe.sh_in, &b.moe.sh_out, &b.moe.sh_gate_lin};
   const auto lists = ba.linears();
   // Dropout in training passes only; its mask is fixed for a pass, a layer and a Linear (so a
@@ -466,6 +466,18 @@ void ModelRuntime::carve(Carver& ac, Carver& sc, const ModelConfig& cfg, const n
   }
 }
 
+namespace {
+// The routed experts' adapters' temporaries (nn::MoeLoraScratch, outside the arena), for a call over
+// the N K grouped rows of N tokens (under expert parallelism the rows that arrive vary about that).
+size_t expert_adapter_scratch_bytes(const ModelConfig& cfg, const ModelLayout& layout, int64_t N) {
+  if (layout.adapters.empty() || !layout.adapters[0].experts.on()) return 0;
+  const ExpertAdapters& ex = layout.adapters[0].experts;
+  const int64_t rows = N * cfg.moe.top_k, R = std::max(int(ex.gate) + int(ex.up), 1) * int64_t(cfg.lora.r);
+  const int64_t dropped = cfg.lora.dropout > 0 ? 2 * std::max<int64_t>(cfg.n_embd, cfg.moe.expert_ffn) : 0;
+  return size_t(rows * (2 * R + dropped)) * sizeof(float);
+}
+}  // namespace
+
 void ModelRuntime::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* activations, size_t* temporary,
                                  int slots, const nn::ActPlan& plan, size_t* compute_copy, const LayerCut& cut,
                                  const std::vector<char>* held) {
@@ -475,7 +487,7 @@ void ModelRuntime::planned_bytes(const ModelConfig& cfg, int B, int T, size_t* a
   Scratch scratch;
   carve(a, sc, cfg, layout.offsets.shape, layout.vocab_rows, B, T, slots, plan, &sa, &scratch, held);
   *activations = a.used();
-  *temporary = sc.used();
+  *temporary = sc.used() + expert_adapter_scratch_bytes(cfg, layout, int64_t(B) * T);
   if (compute_copy)
     *compute_copy = plan.precision == nn::Precision::fp32
                         ? 0

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# lora_moe.sh: LoRA on mixture-of-experts models (tiny random Mixtral, Qwen2-MoE, Qwen3-MoE folders, the
-# attention modules adapted, router and experts frozen; the numbers against PyTorch are
-# tests/parity/lora_parity.py's mixtral_attention case): recomputation changes nothing, a resumed
-# run repeats the uninterrupted one, a checkpoint holds the adapters only, bf16 and DoRA train; with
-# mpirun, ZeRO-3, expert parallelism 2, tensor parallelism 2 + SP, 2 pipeline stages and context
-# parallelism 2 give one process's losses, an EP checkpoint resumes in one process; QLoRA (the experts
-# in NF4) trains, recomputes exactly and gives one process's losses under EP 2; PEFT's all-linear and
-# an expert module are one clear error line each.
+# lora_moe.sh: LoRA on mixture-of-experts models (tiny random Mixtral, Qwen2-MoE, Qwen3-MoE folders; the
+# numbers against PyTorch are tests/parity/lora_parity.py's mixtral_attention, mixtral_all_linear and
+# qwen2moe_experts cases). The attention modules adapted (router and experts frozen): recomputation
+# changes nothing, a resumed run repeats the uninterrupted one, a checkpoint holds the adapters only,
+# bf16 and DoRA train; with mpirun, ZeRO-3, expert parallelism 2, tensor parallelism 2 + SP, 2 pipeline
+# stages and context parallelism 2 give one process's losses, an EP checkpoint resumes in one process;
+# QLoRA (the experts in NF4) trains, recomputes exactly and gives one process's losses under EP 2.
+# PEFT's all-linear (router, every expert's modules, the shared expert too): recomputation with dropout
+# exact, resume exact, bf16 and QLoRA train; EP 2, TP 2 + SP, ZeRO-3 and PP 2 give one process's
+# losses and an EP 2 checkpoint (each rank holding its experts' adapters) resumes in one process.
+# One expert's module alone, DoRA on an MoE module and an unknown name are one clear error line each.
 # usage: lora_moe.sh path/to/ztrain [path/to/mpirun]
 set -u
 Z=$1
@@ -78,6 +81,25 @@ run mixtral --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumul
 run mixtral --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 --load_in_4bit \
   --bnb_4bit_use_double_quant --gradient_checkpointing --output_dir "$W/q4r" && same "$(losses "$W/q4")" "$(losses "$W/q4r")" 0 &&
   ok "QLoRA on Mixtral: full recomputation gives the same losses" || bad "QLoRA Mixtral recomputation"
+# PEFT's all-linear: the router and every expert's w1 / w3 / w2 (Qwen2-MoE: and its shared expert) too.
+AL=(--lora_target_modules all-linear)
+run mixtral "${AL[@]}" --max_steps 6 --save_steps 3 --lora_dropout 0.1 --gradient_accumulation_steps 2 \
+  --output_dir "$W/al_a" && al=$(losses "$W/al_a") || al="[]"
+run mixtral "${AL[@]}" --max_steps 6 --save_strategy no --lora_dropout 0.1 --gradient_accumulation_steps 2 \
+  --gradient_checkpointing --output_dir "$W/al_r" && same "$al" "$(losses "$W/al_r")" 0 &&
+  run mixtral "${AL[@]}" --max_steps 6 --save_steps 3 --lora_dropout 0.1 --gradient_accumulation_steps 2 \
+    --output_dir "$W/al_a" --resume_from_checkpoint "$W/al_a/checkpoint-3" && same "$al" "$(losses "$W/al_a")" 0 &&
+  ok "Mixtral all-linear (experts' adapters, dropout on): recomputation and resume repeat the run's losses" ||
+  bad "Mixtral all-linear recomputation / resume"
+run qwen "${AL[@]}" --max_steps 3 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 2 \
+  --output_dir "$W/alq" && run qwen "${AL[@]}" --max_steps 3 --save_strategy no --lora_dropout 0 \
+  --gradient_accumulation_steps 2 --bf16 --output_dir "$W/alqb" && same "$(losses "$W/alq")" "$(losses "$W/alqb")" 2e-2 &&
+  ok "Qwen2-MoE all-linear (shared expert too) trains in fp32 and bf16 (within 2e-2)" || bad "Qwen2-MoE all-linear"
+run mixtral "${AL[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 \
+  --output_dir "$W/al1" && al1=$(losses "$W/al1") || al1="[]"
+run mixtral "${AL[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 \
+  --load_in_4bit --bnb_4bit_use_double_quant --output_dir "$W/alq4" && same "$al1" "$(losses "$W/alq4")" 2e-2 &&
+  ok "QLoRA all-linear on Mixtral (adapters on NF4 experts) trains (within 2e-2 of LoRA's)" || bad "QLoRA all-linear"
 run mixtral --max_steps 3 --save_strategy no --use_dora --output_dir "$W/dora" &&
   grep -q "lora_magnitude_vector" <(strings "$W/dora/adapter_model.safetensors" | head -50) &&
   ok "DoRA on the attention of a Mixtral trains and saves its magnitudes" || bad "DoRA on Mixtral"
@@ -105,8 +127,37 @@ if [ -n "$MPI" ]; then
     same "$(losses "$W/q4")" "$(losses "$W/q4tp")" 2e-3 &&
     ok "QLoRA on Mixtral under TP 2: within 2e-3 of one process's (a rank's attention slices quantize alone)" ||
     bad "QLoRA Mixtral TP 2"
-  # Expert parallelism shards the frozen experts; the adapters are every rank's: its checkpoint
-  # resumes in one process.
+  for layout in "2 alep --expert-model-parallel-size 2 --gradient_accumulation_steps 2" \
+    "2 altp --tensor-model-parallel-size 2 --sequence-parallel --gradient_accumulation_steps 4" \
+    "2 alz3 --zero_stage 3 --gradient_accumulation_steps 2" \
+    "2 alpp --pipeline-model-parallel-size 2 --gradient_accumulation_steps 4"; do
+    set -- $layout; n=$1 name=$2; shift 2
+    launch "$n" "$name" mixtral "${AL[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 "$@" &&
+      same "$al1" "$(losses "$W/$name")" 1e-5 && ok "Mixtral all-linear, $n ranks, $*: one process's losses" ||
+      bad "Mixtral all-linear $*"
+  done
+  # Qwen2-MoE under TP 2: the shared expert's adapters cut as a dense MLP's (gate / up column, down row).
+  launch 2 alqtp qwen "${AL[@]}" --max_steps 3 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 \
+    --tensor-model-parallel-size 2 --sequence-parallel &&
+    run qwen "${AL[@]}" --max_steps 3 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 4 \
+      --output_dir "$W/alq1" && same "$(losses "$W/alq1")" "$(losses "$W/alqtp")" 1e-5 &&
+    ok "Qwen2-MoE all-linear (shared expert's adapters cut) under TP 2 + SP: one process's losses" ||
+    bad "Qwen2-MoE all-linear TP 2"
+  launch 2 alq4ep mixtral "${AL[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 --gradient_accumulation_steps 2 \
+    --expert-model-parallel-size 2 --load_in_4bit --bnb_4bit_use_double_quant &&
+    same "$(losses "$W/alq4")" "$(losses "$W/alq4ep")" 1e-5 && ok "QLoRA all-linear under EP 2: one process's losses" ||
+    bad "QLoRA all-linear EP 2"
+  # Each EP rank holds its experts' adapters: the checkpoint resumes in one process.
+  run mixtral "${AL[@]}" --max_steps 6 --save_steps 3 --lora_dropout 0 --gradient_accumulation_steps 4 \
+    --output_dir "$W/ale1" && ale1=$(losses "$W/ale1") || ale1="[]"
+  launch 2 ale2 mixtral "${AL[@]}" --max_steps 6 --save_steps 3 --lora_dropout 0 --gradient_accumulation_steps 2 \
+    --expert-model-parallel-size 2 && same "$ale1" "$(losses "$W/ale2")" 1e-5 &&
+    run mixtral "${AL[@]}" --max_steps 6 --save_steps 3 --lora_dropout 0 --gradient_accumulation_steps 4 \
+      --output_dir "$W/ale2" --resume_from_checkpoint "$W/ale2/checkpoint-3" && same "$ale1" "$(losses "$W/ale2")" 1e-5 &&
+    ok "an expert-parallel all-linear checkpoint (experts' adapters on their ranks) resumes in one process" ||
+    bad "EP all-linear resume"
+  # Expert parallelism shards the frozen experts; the attention adapters are every rank's: its
+  # checkpoint resumes in one process.
   run mixtral --max_steps 6 --save_steps 3 --lora_dropout 0 --gradient_accumulation_steps 4 --output_dir "$W/e1" &&
     e1=$(losses "$W/e1") || e1="[]"
   launch 2 e2 mixtral --max_steps 6 --save_steps 3 --lora_dropout 0 --gradient_accumulation_steps 2 \
@@ -118,10 +169,11 @@ fi
 
 base=(train --model_name_or_path "$W/mixtral" --train_file "$W/t.bin" --max_steps 1 --model_max_length 32
   --output_dir "$W/e" --overwrite_output_dir --use_peft)
-err "all-linear on an MoE model (PEFT would adapt the experts)" "would adapt the router and every expert" \
-  "${base[@]}" --lora_target_modules all-linear
-err "an expert's module lists the valid names" "valid names: q_proj, k_proj, v_proj, o_proj" \
-  "${base[@]}" --lora_target_modules q_proj,w1
+err "one expert's module alone" "in every expert or in none" "${base[@]}" --lora_target_modules q_proj,experts.0.w1
+err "DoRA on the experts" "use_dora on a mixture-of-experts model's MLP module" "${base[@]}" --use_dora \
+  --lora_target_modules all-linear
+err "an unknown module lists the valid names" "valid names: q_proj, k_proj, v_proj, o_proj, gate, w1, w3, w2, all-linear" \
+  "${base[@]}" --lora_target_modules q_proj,w4
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
