@@ -165,9 +165,40 @@ std::vector<std::string> resolve_modules(const ModelConfig& c, const std::vector
 const char* targets_flag(const ModelConfig& c) { return c.lora.ia3() ? "--target_modules" : "--lora_target_modules"; }
 }  // namespace
 
+namespace {
+bool is_moe_mlp_module(const ModuleSlot& s) { return s.linear >= kLinRouter; }
+
+// The routed experts' chosen modules: every expert or none per module (the grouped GEMMs share one
+// adapter layout); DoRA and IA3 take no mixture-of-experts MLP module yet.
+void check_moe_targets(const ModelConfig& c, const std::vector<std::string>& chosen) {
+  if (!c.moe.on()) return;
+  const std::vector<ModuleSlot> mods = block_modules(c, 0);
+  for (const ModuleSlot& s : mods) {
+    if (!is_moe_mlp_module(s)) continue;
+    const bool picked = std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) != chosen.end();
+    ZT_CHECK(!picked || (!c.lora.dora && !c.lora.ia3()), c.lora.ia3() ? "--peft_type ia3" : "--use_dora",
+             " on a mixture-of-experts model's MLP module ", last_part(s.path),
+             " is not supported yet (LoRA is); target the attention modules (q_proj, k_proj, v_proj, o_proj)");
+    if (s.expert < 0) continue;
+    for (const ModuleSlot& o : mods) {
+      if (o.expert < 0 || last_part(o.path) != last_part(s.path)) continue;
+      const bool other = std::find(chosen.begin(), chosen.end(), module_in_block(o.path)) != chosen.end();
+      ZT_CHECK(picked == other, targets_flag(c), ": ", module_in_block(picked ? s.path : o.path), " is chosen but not ",
+               module_in_block(picked ? o.path : s.path),
+               "; ztrain adapts a routed expert module in every expert or in none (name it as ", last_part(s.path),
+               ")");
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> lora_resolve_targets(const ModelConfig& c) {
   const std::vector<std::string>& given = c.lora.targets;
-  return resolve_modules(c, given.empty() ? default_targets(c, false) : given, targets_flag(c));
+  std::vector<std::string> chosen =
+      resolve_modules(c, given.empty() ? default_targets(c, false) : given, targets_flag(c));
+  check_moe_targets(c, chosen);
+  return chosen;
 }
 
 std::vector<std::string> ia3_feedforward_modules(const ModelConfig& c) {
@@ -284,31 +315,6 @@ void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int
 }
 
 namespace {
-bool is_moe_mlp_module(const ModuleSlot& s) { return s.linear >= kLinRouter; }
-
-// The routed experts' chosen modules: every expert or none per module (the grouped GEMMs share one
-// adapter layout); DoRA and IA3 take no mixture-of-experts MLP module yet.
-void check_moe_targets(const ModelConfig& c, const std::vector<std::string>& chosen) {
-  if (!c.moe.on()) return;
-  const std::vector<ModuleSlot> mods = block_modules(c, 0);
-  for (const ModuleSlot& s : mods) {
-    if (!is_moe_mlp_module(s)) continue;
-    const bool picked = std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) != chosen.end();
-    ZT_CHECK(!picked || (!c.lora.dora && !c.lora.ia3()), c.lora.ia3() ? "--peft_type ia3" : "--use_dora",
-             " on a mixture-of-experts model's MLP module ", last_part(s.path),
-             " is not supported yet (LoRA is); target the attention modules (q_proj, k_proj, v_proj, o_proj)");
-    if (s.expert < 0) continue;
-    for (const ModuleSlot& o : mods) {
-      if (o.expert < 0 || last_part(o.path) != last_part(s.path)) continue;
-      const bool other = std::find(chosen.begin(), chosen.end(), module_in_block(o.path)) != chosen.end();
-      ZT_CHECK(picked == other, targets_flag(c), ": ", module_in_block(picked ? s.path : o.path), " is chosen but not ",
-               module_in_block(picked ? o.path : s.path),
-               "; ztrain adapts a routed expert module in every expert or in none (name it as ", last_part(s.path),
-               ")");
-    }
-  }
-}
-
 // The routed experts' adapters of block l (held experts only), laid out as nn::MoeExpertLora reads
 // them: per expert the chosen of [gate's A, up's A, gate's B, up's B, down's A, down's B], PEFT's names.
 void expert_layout(const ModelConfig& c, const std::vector<ModuleSlot>& mods, const std::vector<std::string>& chosen,
@@ -406,7 +412,6 @@ void lora_layout(const ModelConfig& c, ModelLayout& m) {
            " with more ranks (", c.n_kv_head * m.cut.kv_holders, ") than key/value heads (", c.n_kv_head,
            ") is not supported yet (the fused qkv_proj's k and v rows would be shared, its q rows not); use at most ",
            c.n_kv_head, " tensor-parallel ranks");
-  check_moe_targets(c, chosen);
   if (c.lora.ia3()) return ia3_layout(c, chosen, m);
   m.adapters.resize(size_t(c.n_layer));
   for (int l = 0; l < c.n_layer; ++l) {

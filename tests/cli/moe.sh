@@ -102,9 +102,9 @@ expect "z-loss on a dense model" "router_z_loss_coef applies to mixture-of-exper
   "$Z" train --model_config_path "$W/gpt2.json" --output_dir "$W/o3" "${base[@]}" --router_z_loss_coef 0.001
 expect "estimate-memory EP not dividing the ranks" "expert-model-parallel-size 8 must divide --num_ranks 12" -- \
   "$Z" estimate-memory --model_config_path "$CFG/mixtral-8x7b-v0.1.json" --expert-model-parallel-size 8 --num_ranks 12
-expect "LoRA on the experts (PEFT's all-linear)" "would adapt the router and every expert" -- \
-  "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/o7" "${base[@]}" --use_peft \
-  --lora_target_modules all-linear
+expect "IA3 on the experts" "peft_type ia3 on a mixture-of-experts model's MLP module" -- \
+  "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/o7" "${base[@]}" --use_peft --peft_type ia3 \
+  --target_modules k_proj,w2 --feedforward_modules w2
 expect "negative capacity" "moe_capacity_factor" -- \
   "$Z" train --model_config_path "$W/mixtral.json" --output_dir "$W/o6" "${base[@]}" --moe_capacity_factor -1
 echo "$pass passed, $fail failed"
