@@ -156,18 +156,20 @@ int64_t units_params(const ModelLayout& ml, const std::vector<char>& held) {
 // (Transformer::flops_per_token's convention, split per unit).
 struct UnitFlops {
   double block = 0, head = 0;
+  double expert = 0;  // of block: the routed experts' GEMMs (run at their own rows per expert)
 };
 UnitFlops unit_flops(const ModelConfig& c, int T) {
   const ModelLayout whole = model_layout(c);
   const auto& b = whole.offsets.blocks.at(0);
   double gemm = 0;
   for (auto* lin : {&b.qkv, &b.proj, &b.fc_in, &b.fc_out}) gemm += double(lin->in) * lin->out;
+  double expert = 0;
   if (c.moe.on()) {  // a token's router, top-k experts and shared expert (Transformer::matmul_params)
     const MoeConfig& m = c.moe;
-    gemm += double(c.n_embd) *
-            (m.num_experts + 3.0 * m.top_k * m.expert_ffn + 3.0 * m.shared_ffn + (m.shared_gate ? 1.0 : 0.0));
+    expert = 3.0 * m.top_k * m.expert_ffn * double(c.n_embd);
+    gemm += expert + double(c.n_embd) * (m.num_experts + 3.0 * m.shared_ffn + (m.shared_gate ? 1.0 : 0.0));
   }
-  return {6.0 * gemm + 12.0 * c.n_head * c.head_size * double(T), 6.0 * double(c.vocab_size) * c.n_embd};
+  return {6.0 * gemm + 12.0 * c.n_head * c.head_size * double(T), 6.0 * double(c.vocab_size) * c.n_embd, 6.0 * expert};
 }
 
 }  // namespace
@@ -378,6 +380,24 @@ LayoutMemory layout_memory(const PlanInputs& in, const PlanLayout& l, int64_t ru
   return best;
 }
 
+namespace {
+// FLOP/s of one core on GEMMs of r rows.
+double gemm_rate(const PlanMachine& m, double r) {
+  return std::max(1e-9, m.gemm_gflops_core * m.efficiency * r / (r + m.gemm_half_rows)) * 1e9;
+}
+
+// One core's seconds for a stage's FLOPs of a micro-batch (tokens rows; blocks held, and the LM head):
+// the dense GEMMs at the micro-batch's rows, the routed experts' at each expert's rows (the K / E share
+// of them, times ep: a rank's experts take the rows of its expert group's ranks).
+double compute_seconds(const ModelConfig& c, const UnitFlops& f, const PlanLayout& l, const PlanMachine& m,
+                       double tokens, int blocks, bool head, double recompute) {
+  const double dense = tokens * (blocks * (f.block - f.expert) * recompute + (head ? f.head : 0.0)) / l.tp;
+  const double expert = tokens * blocks * f.expert * recompute / l.tp;
+  const double expert_rows = c.moe.on() ? tokens * l.ep * c.moe.top_k / c.moe.num_experts : tokens;
+  return dense / gemm_rate(m, tokens) + expert / gemm_rate(m, expert_rows);
+}
+}  // namespace
+
 LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMachine& m) {
   const ModelConfig& c = in.cfg;
   const StageView v = stage_view(in, l);
@@ -395,10 +415,7 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
   const double share = double(t.threads);
   t.core_share = std::min(per_rank, share);
   const double over = per_rank < 1 ? m.oversubscribed_efficiency : 1.0;
-  // FLOP/s of one core at this micro-batch's GEMM rows.
   const int T = in.seq_len / l.cp, R = l.dp * l.cp;
-  const double rows = double(l.micro_batch) * T;
-  const double core = std::max(1e-9, m.gemm_gflops_core * m.efficiency * rows / (rows + m.gemm_half_rows)) * 1e9;
   const double link = std::max(1e-9, m.link_gbps) * 1e9, lat = m.latency_us * 1e-6;
   const double tokens = double(l.micro_batch) * T;  // per micro-batch per rank group
   const double A = 4.0 * tokens * c.n_embd;         // one activation, bytes
@@ -412,8 +429,7 @@ LayoutTime layout_time(const PlanInputs& in, const PlanLayout& l, const PlanMach
   for (int s = 0; s < P; ++s) {
     int blocks = 0;
     for (int b = 0; b < L; ++b) blocks += v.held_blocks[s][b];
-    const double flops = tokens * (blocks * f.block * recompute + (s == P - 1 ? f.head : 0.0)) / l.tp;
-    const double comp = flops / (core * share);
+    const double comp = compute_seconds(c, f, l, m, tokens, blocks, s == P - 1, recompute) / share;
     // TP: 4 all-reduces of an activation per block, the embedding's and the LM head input's,
     // each 2 r A bus bytes (SP: reduce-scatter + all-gather, the same bytes).
     const int calls = l.tp > 1 ? 4 * blocks + (s == 0) + (s == P - 1 ? 3 : 0) : 0;
