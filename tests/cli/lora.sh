@@ -10,6 +10,10 @@
 # process's losses and its checkpoint resumes in one process; bad input is one clear error line each and a non-zero exit.
 # usage: lora.sh path/to/ztrain [path/to/mpirun]
 set -u
+# The sanitizer pass (ZT_TEST_SUBSET=sanitizers, scripts/test_sanitizers.sh) runs each code path once:
+# ZeRO-3 of the ZeRO stages, DoRA's ZeRO-3 of its layouts, IA3 and QDoRA under TP 2 only, Phi-3's LoRA
+# only, no IA3 at TP 4 (the plain pass runs them all).
+full() { [ "${ZT_TEST_SUBSET:-}" != sanitizers ]; }
 Z=$1
 MPI=${2:-}
 W=$(mktemp -d)
@@ -107,6 +111,7 @@ drun --max_steps 3 --save_strategy no --bf16 --output_dir "$W/db" &&
 if [ -n "$MPI" ]; then
   run --use_dora --lora_dropout 0 --max_steps 4 --save_strategy no --gradient_accumulation_steps 4 --output_dir "$W/d1"
   for layout in "--zero_stage 3" "--pipeline-model-parallel-size 2"; do
+    [ "$layout" = "--zero_stage 3" ] || full || continue
     "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --use_dora --lora_dropout 0 --max_steps 4 \
       --save_strategy no --gradient_accumulation_steps $((${layout##* } == 3 ? 2 : 4)) $layout --output_dir "$W/d2" \
       >"$W/d2.out" 2>&1 && same "$(losses "$W/d1")" "$(losses "$W/d2")" 1e-6 &&
@@ -141,6 +146,7 @@ P
   # ZeRO-3 splits the batch over 2 ranks (2 micro-batches each); the others see all 4 on both.
   for layout in "2 --zero_stage 3" "4 --pipeline-model-parallel-size 2" \
     "4 --tensor-model-parallel-size 2 --sequence-parallel"; do
+    [ "${layout#* }" = "--tensor-model-parallel-size 2 --sequence-parallel" ] || full || continue
     "$Z" launch --nproc_per_node 2 -- train "${ia3[@]}" --max_steps 4 --save_strategy no \
       --gradient_accumulation_steps $layout --output_dir "$W/i2" >"$W/i2.out" 2>&1 &&
       same "$(losses "$W/i1")" "$(losses "$W/i2")" 1e-6 && ok "IA3, 2 ranks, ${layout#* }: one process's losses" ||
@@ -150,6 +156,7 @@ P
   # group), under ZeRO-3 each rank starts its shard's magnitudes; with B = 0 the first step is QLoRA's
   # under the same layout either way.
   for layout in "--tensor-model-parallel-size 2" "--zero_stage 3"; do
+    [ "$layout" = "--tensor-model-parallel-size 2" ] || full || continue
     for v in qlora "qdora --use_dora"; do
       set -- $v; name=$1; shift
       "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --lora_dropout 0 --max_steps 2 --save_strategy no \
@@ -165,6 +172,7 @@ if [ -n "$MPI" ]; then
   run --max_steps 4 --save_strategy no --lora_dropout 0 --per_device_train_batch_size 4 --output_dir "$W/one"
   one=$(losses "$W/one")
   for zs in 0 1 2 3; do
+    [ $zs = 3 ] || full || continue
     "$Z" launch --nproc_per_node 2 -- train "${common[@]}" --max_steps 4 --save_strategy no --lora_dropout 0 \
       --zero_stage $zs --output_dir "$W/z$zs" >"$W/z$zs.out" 2>&1 && same "$one" "$(losses "$W/z$zs")" 1e-6 &&
       ok "2 ranks, ZeRO stage $zs (0 = DDP): one process's losses within 1e-6" || { bad "ZeRO $zs"; tail -3 "$W/z$zs.out"; }
@@ -195,10 +203,12 @@ if [ -n "$MPI" ]; then
     --tensor-model-parallel-size 4 --output_dir "$W/dt4" >"$W/dt4.out" 2>&1 && same "$d" "$(losses "$W/dt4")" 1e-6 &&
     folders_close "$W/d" "$W/dt4" 1e-5 && ok "DoRA, TP 4 over 2 KV heads: one process's losses and folder" ||
     { bad "DoRA TP 4"; tail -3 "$W/dt4.out"; }
-  "$Z" launch --nproc_per_node 4 -- train "${ia3[@]}" --max_steps 6 --save_strategy no --tensor-model-parallel-size 4 \
-    --output_dir "$W/it4" >"$W/it4.out" 2>&1 && same "$i" "$(losses "$W/it4")" 1e-6 &&
-    folders_close "$W/i" "$W/it4" 1e-5 && ok "IA3, TP 4 over 2 KV heads: one process's losses and folder" ||
-    { bad "IA3 TP 4"; tail -3 "$W/it4.out"; }
+  if full; then
+    "$Z" launch --nproc_per_node 4 -- train "${ia3[@]}" --max_steps 6 --save_strategy no --tensor-model-parallel-size 4 \
+      --output_dir "$W/it4" >"$W/it4.out" 2>&1 && same "$i" "$(losses "$W/it4")" 1e-6 &&
+      folders_close "$W/i" "$W/it4" 1e-5 && ok "IA3, TP 4 over 2 KV heads: one process's losses and folder" ||
+      { bad "IA3 TP 4"; tail -3 "$W/it4.out"; }
+  fi
   # Phi-3 with grouped-query attention (4 heads, 2 KV heads) under TP 2: a rank holds rows of each of
   # the fused qkv_proj's parts (q, k, v, of unequal sizes) and of gate_up_proj's two.
   $PY "$HERE/../parity/make_model.py" --config "$HERE/../fixtures/configs/phi3-mini-128k.json" --vocab_size 300 \
@@ -208,6 +218,7 @@ if [ -n "$MPI" ]; then
   for v in "lora --lora_dropout 0.1" "dora --lora_dropout 0.1 --use_dora" \
     "ia3 --peft_type ia3 --target_modules qkv_proj,down_proj --feedforward_modules down_proj --learning_rate 1e-2"; do
     set -- $v; name=$1; shift
+    [ $name = lora ] || full || continue
     phi=(train --model_name_or_path "$W/phi3" --use_peft --train_file "$W/t.bin" --overwrite_output_dir --no_shuffle
       --logging_steps 1 --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --model_max_length 32
       --max_steps 6 --save_steps 3 "$@")
