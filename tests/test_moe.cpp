@@ -9,6 +9,7 @@
 #include "kernels/moe.h"
 #include "kernels/moe_reference.h"
 #include "nn/moe.h"
+#include "moe_test_util.h"
 #include "test_util.h"
 
 namespace zt {
@@ -139,13 +140,9 @@ void check_moe_layer(MoeCase& c) {
   }
   const std::vector<float> dprob = cast<float>(c.dprob);
   m.loss_grad = {dprob.data(), float(c.z_grad)};
-  Carver size;
-  nn::Moe::carve_acts(size, s, c.N);
-  nn::Moe::carve_scratch(size, s, c.N);
-  std::vector<double> mem(size.used() / sizeof(double) + 8);
-  Carver carve(mem.data());
-  const nn::MoeActs a = nn::Moe::carve_acts(carve, s, c.N);
-  const nn::MoeScratch sc = nn::Moe::carve_scratch(carve, s, c.N);
+  const test::MoeBuffers buf = test::moe_buffers(s, c.N);
+  const nn::MoeActs& a = buf.acts;
+  const nn::MoeScratch& sc = buf.scratch;
   std::vector<float> y(x.size()), dx(x.size());
   const std::vector<float> dy = cast<float>(c.dy);
   m.forward(TensorView::of(y.data(), {c.N, s.C}), TensorView::of(x.data(), {c.N, s.C}), a);
@@ -158,17 +155,7 @@ void check_moe_layer(MoeCase& c) {
   m.backward(TensorView::of(dx.data(), {c.N, s.C}), TensorView::of(const_cast<float*>(dy.data()), {c.N, s.C}),
              TensorView::of(x.data(), {c.N, s.C}), a, sc);
   auto fd = [&](std::vector<double>& v, const std::vector<float>& g, const char* what) {
-    std::vector<double> want(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      const double v0 = v[i], h = 1e-6;
-      v[i] = v0 + h;
-      const double fp = c.objective();
-      v[i] = v0 - h;
-      const double fm = c.objective();
-      v[i] = v0;
-      want[i] = (fp - fm) / (2 * h);
-    }
-    expect_close(g, want, 2e-3, 2e-4, what);
+    expect_close(g, test::central_differences(v, [&] { return c.objective(); }), 2e-3, 2e-4, what);
   };
   fd(c.x, dx, "dx");
   fd(c.router, drouter, "d router");
@@ -219,13 +206,9 @@ TEST(MoeLayer, HeldExpertHalvesSumToTheWholeLayer) {
     m.experts = TensorView::of(experts.data(), {int64_t(experts.size())});
     m.dexperts = TensorView::of(o.dexperts.data(), {int64_t(experts.size())});
     m.loss_grad = {dprob.data(), float(c.z_grad)};
-    Carver size;
-    nn::Moe::carve_acts(size, whole, N);
-    nn::Moe::carve_scratch(size, whole, N);
-    std::vector<double> mem(size.used() / sizeof(double) + 8);
-    Carver carve(mem.data());
-    const nn::MoeActs a = nn::Moe::carve_acts(carve, whole, N);
-    const nn::MoeScratch sc = nn::Moe::carve_scratch(carve, whole, N);
+    const test::MoeBuffers buf = test::moe_buffers(whole, N);
+    const nn::MoeActs& a = buf.acts;
+    const nn::MoeScratch& sc = buf.scratch;
     m.forward(TensorView::of(o.y.data(), {N, C}), TensorView::of(x.data(), {N, C}), a);
     m.backward(TensorView::of(o.dx.data(), {N, C}), TensorView::of(dy.data(), {N, C}), TensorView::of(x.data(), {N, C}),
                a, sc);

@@ -6,6 +6,7 @@
 
 #include "kernels/moe_reference.h"
 #include "nn/moe.h"
+#include "moe_test_util.h"
 #include "test_util.h"
 
 namespace zt {
@@ -89,13 +90,9 @@ void check_expert_lora(LoraMoeCase& c) {
   L.g = TensorView::of(dp.data(), {int64_t(dp.size())});
   L.scratch = &scratch;
   m.lora = L;
-  Carver size;
-  nn::Moe::carve_acts(size, s, c.N);
-  nn::Moe::carve_scratch(size, s, c.N);
-  std::vector<double> mem(size.used() / sizeof(double) + 8);
-  Carver carve(mem.data());
-  const nn::MoeActs a = nn::Moe::carve_acts(carve, s, c.N);
-  const nn::MoeScratch sc = nn::Moe::carve_scratch(carve, s, c.N);
+  const test::MoeBuffers buf = test::moe_buffers(s, c.N);
+  const nn::MoeActs& a = buf.acts;
+  const nn::MoeScratch& sc = buf.scratch;
   std::vector<float> y(x.size()), dx(x.size());
   std::vector<float> dy = cast<float>(c.dy);
   m.forward(TensorView::of(y.data(), {c.N, s.C}), TensorView::of(x.data(), {c.N, s.C}), a);
@@ -108,17 +105,7 @@ void check_expert_lora(LoraMoeCase& c) {
   m.backward(TensorView::of(dx.data(), {c.N, s.C}), TensorView::of(dy.data(), {c.N, s.C}),
              TensorView::of(x.data(), {c.N, s.C}), a, sc);
   auto fd = [&](std::vector<double>& v, const std::vector<float>& g, const char* what) {
-    std::vector<double> want(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      const double v0 = v[i], h = 1e-6;
-      v[i] = v0 + h;
-      const double fp = c.objective();
-      v[i] = v0 - h;
-      const double fm = c.objective();
-      v[i] = v0;
-      want[i] = (fp - fm) / (2 * h);
-    }
-    expect_close(g, want, 2e-3, 2e-4, what);
+    expect_close(g, test::central_differences(v, [&] { return c.objective(); }), 2e-3, 2e-4, what);
   };
   fd(c.x, dx, "dx");
   fd(c.lora, dp, "d adapters");

@@ -74,6 +74,22 @@ void expect_close(const std::vector<A>& a, const std::vector<B>& b, double rtol,
   EXPECT_LE(worst, 1.0) << what << ": worst at " << wi << ": " << double(a[wi]) << " vs " << double(b[wi]);
 }
 
+// Central finite differences in double of f (a scalar function of x) at every index of x.
+template <class F>
+std::vector<double> central_differences(std::vector<double>& x, F f, double h = 1e-6) {
+  std::vector<double> d(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double fp = f();
+    x[i] = x0 - h;
+    const double fm = f();
+    x[i] = x0;
+    d[i] = (fp - fm) / (2 * h);
+  }
+  return d;
+}
+
 // Central finite differences in double of f (a scalar function of x) at every index of x,
 // compared to the analytic gradient g.
 template <class F>
