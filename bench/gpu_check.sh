@@ -60,6 +60,13 @@ else
   note "(no .gpu/run.tar.xz: run bench/gpu_pack.sh first)"
 fi
 
+note "== PEFT loads ztrain's adapter folders (bench/gpu_peft_check.py)"
+if [ -d .gpu/peft ]; then
+  timeout 240 python3 bench/gpu_peft_check.py .gpu/peft 2>&1 | tee "$out/peft.log" | grep -E '^peft_check' >>"$summary"
+else
+  note "(no .gpu/peft: run bench/gpu_pack.sh first)"
+fi
+
 note "== kernel benchmark"
 timeout 180 "$bin/zt_cuda_bench" 2>&1 | tee "$out/bench.log" >>"$summary"
 

@@ -16,13 +16,14 @@ draws it, B random so that every gradient is live) and one token file:
   - trainable parameters: ztrain's count equals PEFT's (sum of r (in + out) over the adapted
     modules), here and for the Llama 124M config with r = 8 on all linear layers.
 
-usage: lora_parity.py --ztrain build/ztrain [--work DIR] [--only CASE]
+usage: lora_parity.py --ztrain build/ztrain [--work DIR] [--only CASE] [--pack DIR]
 """
 import argparse
 import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,7 @@ sys.path.insert(0, HERE)
 import hfmodels  # noqa: E402
 
 PY = "/usr/bin/python3"
+PACK = None  # --pack DIR
 B, G, T, STEPS, LR = 4, 2, 32, 5, 1e-3
 HP = ["--learning_rate", str(LR), "--weight_decay", "0.1", "--adam_beta1", "0.9", "--adam_beta2", "0.95",
       "--adam_epsilon", "1e-8", "--max_grad_norm", "1.0"]
@@ -204,6 +206,13 @@ def check_merge_and_eval(ztrain, d, model_dir, out, apply, tokens, fails):
         lm, _ = mm(x)
     mrel = float((la - lm).abs().max() / la.abs().max())
     fails = say(mrel <= 1e-5, f"merged vs adapter-applied logits: max relative {mrel:.2e}", fails)
+    if PACK:  # for bench/gpu_peft_check.py: PEFT's PeftModel on this folder must give these logits
+        dst = os.path.join(PACK, os.path.basename(d))
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(model_dir, os.path.join(dst, "model"))
+        shutil.copytree(out, os.path.join(dst, "adapter"),
+                        ignore=lambda _, names: [n for n in names if not n.startswith("adapter_")])
+        np.savez(os.path.join(dst, "reference.npz"), input_ids=x.numpy(), logits=la.numpy())
     vfile = os.path.join(d, "val.bin")  # one batch of B windows, as the reference's (an MoE aux loss is per batch)
     tokens[: B * T + 1].astype("<u2").tofile(vfile)
     ev = run([ztrain, "eval", "--model_name_or_path", model_dir, "--adapter_name_or_path", out,
@@ -324,7 +333,11 @@ def main():
     ap.add_argument("--ztrain", required=True)
     ap.add_argument("--work", default="")
     ap.add_argument("--only", default="", help="run this case alone (and not the 124M count)")
+    ap.add_argument("--pack", default="", help="also keep each case's model, ztrain's adapter folder and the "
+                    "adapter-applied logits under DIR/case (bench/gpu_peft_check.py reads them)")
     a = ap.parse_args()
+    global PACK
+    PACK = os.path.abspath(a.pack) if a.pack else None
     torch.set_num_threads(2)
     work = a.work or tempfile.mkdtemp(prefix="zt_lora_")
     fails = sum(case(*c, work, a.ztrain) for c in CASES if not a.only or c[0] == a.only)
