@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
 #include "checkpoint/hf_model.h"
 #include "core/error.h"
@@ -20,16 +21,16 @@ namespace {
 // The target_modules PEFT would store: each chosen module's last name, unless that name also
 // covers a module left out (GPT-2's attn.c_proj and mlp.c_proj), then its path within the block.
 std::vector<std::string> stored_names(const ModelConfig& cfg, const std::vector<std::string>& chosen) {
-  std::vector<std::string> all;
-  for (const ModuleSlot& m : block_modules(cfg, 0)) all.push_back(module_in_block(m.path));
   auto last = [](const std::string& p) { return p.substr(p.rfind('.') + 1); };
+  const std::unordered_set<std::string> picked(chosen.begin(), chosen.end());
+  std::unordered_set<std::string> left_out;  // last names some module not chosen also has
+  for (const ModuleSlot& m : block_modules(cfg, 0))
+    if (!picked.count(module_in_block(m.path))) left_out.insert(last(m.path));
   std::vector<std::string> out;
+  std::unordered_set<std::string> stored;
   for (const std::string& c : chosen) {
-    bool ambiguous = false;
-    for (const std::string& a : all)
-      ambiguous |= last(a) == last(c) && std::find(chosen.begin(), chosen.end(), a) == chosen.end();
-    const std::string name = ambiguous ? c : last(c);
-    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+    const std::string name = left_out.count(last(c)) ? c : last(c);
+    if (stored.insert(name).second) out.push_back(name);
   }
   return out;
 }

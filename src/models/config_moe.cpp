@@ -13,6 +13,8 @@ std::string dump60(const nlohmann::json& v) {
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
+constexpr int kMaxExperts = 65536;
+
 int moe_int(const nlohmann::json& j, const char* key, int def, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return def;
   ZT_CHECK(j[key].is_number_integer() && j[key].get<long long>() > 0 && j[key].get<long long>() <= (1 << 24), where,
@@ -52,6 +54,10 @@ void parse_moe_config(const nlohmann::json& j, const std::string& mt, const std:
   const bool mixtral = mt == "mixtral";
   const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
   m.num_experts = moe_int(j, experts_key, mixtral ? 8 : mt == "qwen2_moe" ? 60 : 128, where);
+  // Published models have at most a few hundred; the bound keeps an untrusted config's per-expert tables
+  // (tensor names, adapter modules) small.
+  ZT_CHECK(m.num_experts <= kMaxExperts, where, ": ", experts_key, " = ", m.num_experts, " is more than ztrain's ",
+           kMaxExperts, " experts per layer");
   m.top_k = moe_int(j, "num_experts_per_tok", mixtral ? 2 : mt == "qwen2_moe" ? 4 : 8, where);
   ZT_CHECK(m.top_k <= m.num_experts, where, ": num_experts_per_tok (", m.top_k, ") is larger than the number of ",
            "experts (", experts_key, " = ", m.num_experts, "); each token picks that many distinct experts");

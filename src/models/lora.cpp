@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "kernels/nf4.h"
@@ -101,13 +103,6 @@ std::vector<ModuleSlot> block_modules(const ModelConfig& c, int l, const LayerCu
 namespace {
 std::string last_part(const std::string& path) { return path.substr(path.rfind('.') + 1); }
 
-// PEFT's rule for a list of names: a module matches when its name is the target or ends in
-// "." + target.
-bool target_matches(const std::string& path, const std::string& target) {
-  return path == target ||
-         (path.size() > target.size() && path.compare(path.size() - target.size(), target.size(), target) == 0 &&
-          path[path.size() - target.size() - 1] == '.');
-}
 }  // namespace
 
 namespace {
@@ -127,39 +122,43 @@ std::vector<std::string> default_targets(const ModelConfig& c, bool feedforward)
 }
 
 // `names` resolved against layer 0's modules: the chosen modules' paths within the block, in
-// block order; an Error naming an unknown name and listing the valid ones.
+// block order; an Error naming an unknown name and listing the valid ones. PEFT's rule for a list of
+// names: a module matches when its path is the target or ends in "." + target. Linear in the modules and
+// names (a mixture of experts has three modules per expert; an adapter_config.json may list each):
+// every dotted suffix of every module's path is indexed once.
 std::vector<std::string> resolve_modules(const ModelConfig& c, const std::vector<std::string>& names,
                                          const char* flag) {
   const std::vector<ModuleSlot> mods = block_modules(c, 0);
-  std::vector<std::string> names_seen;  // each last part once (every expert has the same three)
+  std::unordered_set<std::string> names_seen;  // each last part once (every expert has the same three)
   std::string valid;
-  for (const ModuleSlot& m : mods) {
-    if (std::find(names_seen.begin(), names_seen.end(), last_part(m.path)) != names_seen.end()) continue;
-    names_seen.push_back(last_part(m.path));
-    valid += (valid.empty() ? "" : ", ") + last_part(m.path);
+  std::unordered_map<std::string, std::vector<int>> by_suffix;  // PEFT's rule: a target is a dotted suffix
+  for (size_t i = 0; i < mods.size(); ++i) {
+    const std::string& path = mods[i].path;
+    if (names_seen.insert(last_part(path)).second) valid += (valid.empty() ? "" : ", ") + last_part(path);
+    by_suffix[path].push_back(int(i));
+    for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1))
+      by_suffix[path.substr(dot + 1)].push_back(int(i));
   }
   valid += ", all-linear";
-  std::vector<std::string> chosen;
+  std::vector<char> chosen(mods.size(), 0);
   for (const std::string& t : names) {
     ZT_CHECK(!t.empty(), flag, ": an empty module name; valid names: ", valid);
     if (t == "lm_head" || t.find("embed") != std::string::npos || t == "wte")
       throw Error(std::string(flag) + ": " + t + " is not a linear layer ztrain adapts (the embedding and LM " +
                   "head stay frozen); valid names: " + valid);
-    bool found = t == "all-linear";
-    for (const ModuleSlot& m : mods) {
-      // A target may name the module's path within the block ("self_attn.q_proj", "mlp.c_proj").
-      const std::string local = module_in_block(m.path);
-      if (t == "all-linear" || target_matches(m.path, t) || target_matches(local, t)) {
-        found = true;
-        if (std::find(chosen.begin(), chosen.end(), local) == chosen.end()) chosen.push_back(local);
-      }
+    if (t == "all-linear") {
+      std::fill(chosen.begin(), chosen.end(), 1);
+      continue;
     }
-    ZT_CHECK(found, flag, ": no module named '", t, "' in this ", c.model_type, " model; valid names: ", valid);
+    // A target may name the module's path within the block ("self_attn.q_proj", "mlp.c_proj").
+    const auto hit = by_suffix.find(t);
+    ZT_CHECK(hit != by_suffix.end(), flag, ": no module named '", t, "' in this ", c.model_type,
+             " model; valid names: ", valid);
+    for (int i : hit->second) chosen[size_t(i)] = 1;
   }
   std::vector<std::string> ordered;
-  for (const ModuleSlot& m : mods)
-    if (std::find(chosen.begin(), chosen.end(), module_in_block(m.path)) != chosen.end())
-      ordered.push_back(module_in_block(m.path));
+  for (size_t i = 0; i < mods.size(); ++i)
+    if (chosen[i]) ordered.push_back(module_in_block(mods[i].path));
   return ordered;
 }
 const char* targets_flag(const ModelConfig& c) { return c.lora.ia3() ? "--target_modules" : "--lora_target_modules"; }
@@ -170,25 +169,27 @@ bool is_moe_mlp_module(const ModuleSlot& s) { return s.linear >= kLinRouter; }
 
 // The routed experts' chosen modules: every expert or none per module (the grouped GEMMs share one
 // adapter layout); DoRA and IA3 take no mixture-of-experts MLP module yet.
-void check_moe_targets(const ModelConfig& c, const std::vector<std::string>& chosen) {
+void check_moe_targets(const ModelConfig& c, const std::vector<std::string>& chosen_list) {
   if (!c.moe.on()) return;
-  const std::vector<ModuleSlot> mods = block_modules(c, 0);
-  for (const ModuleSlot& s : mods) {
+  const std::unordered_set<std::string> chosen(chosen_list.begin(), chosen_list.end());
+  struct Kind {
+    std::string picked, left;  // an expert's module of this name chosen / not chosen
+  };
+  std::unordered_map<std::string, Kind> kinds;  // by the module's last name (w1, gate_proj, ...)
+  for (const ModuleSlot& s : block_modules(c, 0)) {
     if (!is_moe_mlp_module(s)) continue;
-    const bool picked = std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) != chosen.end();
+    const bool picked = chosen.count(module_in_block(s.path)) > 0;
     ZT_CHECK(!picked || (!c.lora.dora && !c.lora.ia3()), c.lora.ia3() ? "--peft_type ia3" : "--use_dora",
              " on a mixture-of-experts model's MLP module ", last_part(s.path),
              " is not supported yet (LoRA is); target the attention modules (q_proj, k_proj, v_proj, o_proj)");
     if (s.expert < 0) continue;
-    for (const ModuleSlot& o : mods) {
-      if (o.expert < 0 || last_part(o.path) != last_part(s.path)) continue;
-      const bool other = std::find(chosen.begin(), chosen.end(), module_in_block(o.path)) != chosen.end();
-      ZT_CHECK(picked == other, targets_flag(c), ": ", module_in_block(picked ? s.path : o.path), " is chosen but not ",
-               module_in_block(picked ? o.path : s.path),
-               "; ztrain adapts a routed expert module in every expert or in none (name it as ", last_part(s.path),
-               ")");
-    }
+    Kind& k = kinds[last_part(s.path)];
+    std::string& example = picked ? k.picked : k.left;
+    if (example.empty()) example = module_in_block(s.path);
   }
+  for (const auto& [name, k] : kinds)
+    ZT_CHECK(k.picked.empty() || k.left.empty(), targets_flag(c), ": ", k.picked, " is chosen but not ", k.left,
+             "; ztrain adapts a routed expert module in every expert or in none (name it as ", name, ")");
 }
 
 }  // namespace
@@ -240,7 +241,7 @@ void replicate_last(ModelLayout& m, bool column_cut, const ModuleSlot& s) {
 
 // IA3: per adapted module one vector, ones at the start: (out, 1) scaling its outputs, or (1, in)
 // scaling its input (feedforward modules), PEFT's shapes and names.
-void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, ModelLayout& m) {
+void ia3_layout(const ModelConfig& c, const std::unordered_set<std::string>& chosen, ModelLayout& m) {
   const std::vector<std::string> ff = ia3_feedforward_modules(c);
   m.adapters.resize(size_t(c.n_layer));
   for (int l = 0; l < c.n_layer; ++l) {
@@ -251,7 +252,7 @@ void ia3_layout(const ModelConfig& c, const std::vector<std::string>& chosen, Mo
     const LinearOffsets* lins[4] = {&bo.qkv, &bo.proj, &bo.fc_in, &bo.fc_out};
     for (const ModuleSlot& s : block_modules(c, l, m.cut)) {
       const std::string local = module_in_block(s.path);
-      if (std::find(chosen.begin(), chosen.end(), local) == chosen.end()) continue;
+      if (!chosen.count(local)) continue;
       AdapterPart p;
       p.module = s.path;
       p.out_begin = s.out_begin;
@@ -317,13 +318,13 @@ void dora_magnitudes(const ModelLayout& m, const float* base, int64_t begin, int
 namespace {
 // The routed experts' adapters of block l (held experts only), laid out as nn::MoeExpertLora reads
 // them: per expert the chosen of [gate's A, up's A, gate's B, up's B, down's A, down's B], PEFT's names.
-void expert_layout(const ModelConfig& c, const std::vector<ModuleSlot>& mods, const std::vector<std::string>& chosen,
-                   ModelLayout& m, ExpertAdapters& ex) {
+void expert_layout(const ModelConfig& c, const std::vector<ModuleSlot>& mods,
+                   const std::unordered_set<std::string>& chosen, ModelLayout& m, ExpertAdapters& ex) {
   const int r = c.lora.r, C = c.n_embd, F = c.moe.expert_ffn;
   std::vector<const ModuleSlot*> in, down;  // of the first held expert, in block order
   int first_expert = -1;
   for (const ModuleSlot& s : mods) {
-    if (s.expert < 0 || std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) == chosen.end()) continue;
+    if (s.expert < 0 || !chosen.count(module_in_block(s.path))) continue;
     if (first_expert < 0) first_expert = s.expert;
     if (s.expert != first_expert) continue;
     (s.linear == kExpertIn ? in : down).push_back(&s);
@@ -407,7 +408,8 @@ void linear_layout(const ModelConfig& c, const LinearOffsets& lin, const std::ve
 // per block, per Linear, the chosen modules' A's back to back, then their B's; then the routed
 // experts' (expert_layout).
 void lora_layout(const ModelConfig& c, ModelLayout& m) {
-  const std::vector<std::string> chosen = lora_resolve_targets(c);
+  const std::vector<std::string> targets = lora_resolve_targets(c);
+  const std::unordered_set<std::string> chosen(targets.begin(), targets.end());
   ZT_CHECK(m.cut.whole || c.model_type != "phi3" || m.cut.kv_holders == 1, "LoRA on a Phi-3 under tensor parallelism",
            " with more ranks (", c.n_kv_head * m.cut.kv_holders, ") than key/value heads (", c.n_kv_head,
            ") is not supported yet (the fused qkv_proj's k and v rows would be shared, its q rows not); use at most ",
@@ -423,8 +425,7 @@ void lora_layout(const ModelConfig& c, ModelLayout& m) {
     for (int k = 0; k < kLinears; ++k) {
       std::vector<ModuleSlot> slots;  // the chosen modules of Linear k
       for (const ModuleSlot& s : mods)
-        if (s.linear == k && std::find(chosen.begin(), chosen.end(), module_in_block(s.path)) != chosen.end())
-          slots.push_back(s);
+        if (s.linear == k && chosen.count(module_in_block(s.path))) slots.push_back(s);
       linear_layout(c, *lins[size_t(k)], slots, !m.cut.whole, m, *lists[size_t(k)]);
     }
     expert_layout(c, mods, chosen, m, ba.experts);

@@ -38,6 +38,7 @@ c.update(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attentio
          num_local_experts=4, vocab_size=200, max_position_embeddings=64, output_router_logits=True)
 json.dump(c, open(sys.argv[2] + "/mixtral.json", "w"))
 json.dump(dict(c, num_experts_per_tok=5), open(sys.argv[2] + "/topk5.json", "w"))
+json.dump(dict(c, num_local_experts=100000), open(sys.argv[2] + "/e100k.json", "w"))
 json.dump({"model_type": "gpt2", "vocab_size": 200, "n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 64},
           open(sys.argv[2] + "/gpt2.json", "w"))
 random.seed(1)
@@ -96,6 +97,8 @@ expect() {
 }
 expect "top-k above the experts" "num_experts_per_tok (5) is larger than the number of experts" -- \
   "$Z" train --model_config_path "$W/topk5.json" --output_dir "$W/o1" "${base[@]}"
+expect "more experts than the bound" "num_local_experts = 100000 is more than ztrain's 65536 experts per layer" -- \
+  "$Z" train --model_config_path "$W/e100k.json" --output_dir "$W/o8" "${base[@]}"
 expect "capacity on a dense model" "moe_capacity_factor applies to mixture-of-experts models" -- \
   "$Z" train --model_config_path "$W/gpt2.json" --output_dir "$W/o2" "${base[@]}" --moe_capacity_factor 1.25
 expect "z-loss on a dense model" "router_z_loss_coef applies to mixture-of-experts models" -- \
