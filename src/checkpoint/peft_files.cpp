@@ -198,12 +198,11 @@ void peft_check_adapter(const ModelConfig& cfg, const std::string& folder) {
              base, cfg.lora.ia3() ? " with IA3" : " with r " + std::to_string(cfg.lora.r), " needs ",
              shape_text(p.global_shape), "; the adapter was made for a different base model");
   }
-  for (const StEntry& e : file.entries()) {
-    bool known = false;
-    for (const ParamInfo& p : layout.table.list()) known |= p.name == e.name;
-    ZT_CHECK(known, folder, ": tensor ", e.name, " has no place in this ", base,
+  std::unordered_set<std::string> names;
+  for (const ParamInfo& p : layout.table.list()) names.insert(p.name);
+  for (const StEntry& e : file.entries())
+    ZT_CHECK(names.count(e.name), folder, ": tensor ", e.name, " has no place in this ", base,
              " (ztrain reads lora_A / lora_B or ia3_l of the modules target_modules names)");
-  }
 }
 
 namespace {

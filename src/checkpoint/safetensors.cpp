@@ -97,7 +97,8 @@ class StHeaderSax {
       key_ = std::move(k);
       return true;
     }
-    if (in_meta_) key_ = std::move(k);
+    if (in_meta_)
+      key_ = std::move(k);
     else
       field_ = k == "dtype"          ? Field::dtype
                : k == "shape"        ? Field::shape
@@ -141,7 +142,7 @@ class StHeaderSax {
     if (++depth_ > kMaxDepth)
       return fail(str_cat("its header nests deeper than ", kMaxDepth, " levels; the file is damaged"));
     if (skip_) return ++skip_, true;
-    if (depth_ == 1) return true;  // the header itself
+    if (depth_ == 1) return true;          // the header itself
     if (depth_ >= 4) return bad_number();  // inside shape or data_offsets (other depth-3 values are skipped)
     if (depth_ == 2) {
       in_meta_ = key_ == "__metadata__";
@@ -251,10 +252,12 @@ SafetensorsFile::~SafetensorsFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+// The entries are sorted by name (the constructor): a binary search, so reading a model's T tensors
+// costs T log T name comparisons, not T^2 (tens of thousands of tensors for the large MoE models).
 const StEntry* SafetensorsFile::find(const std::string& name) const {
-  for (auto& e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
+  const auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+                                   [](const StEntry& e, const std::string& n) { return e.name < n; });
+  return it != entries_.end() && it->name == name ? &*it : nullptr;
 }
 
 void SafetensorsFile::read_f32(const StEntry& e, float* dst, int64_t begin, int64_t count) const {
