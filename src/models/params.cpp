@@ -14,6 +14,7 @@ int64_t ParamTable::add(const std::string& name, std::vector<int64_t> shape, Par
   p.init = init;
   p.stream = next_stream_++;
   total_ += p.numel;
+  by_name_.emplace(p.name, params_.size());  // the first of a name, as a scan would find
   params_.push_back(std::move(p));
   return params_.back().offset;
 }
@@ -33,9 +34,8 @@ int64_t ParamTable::add_split(const std::string& name, std::vector<int64_t> shap
 }
 
 const ParamInfo* ParamTable::find(const std::string& name) const {
-  for (auto& p : params_)
-    if (p.name == name) return &p;
-  return nullptr;
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &params_[it->second];
 }
 
 }  // namespace zt

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/tensor.h"
@@ -111,6 +112,9 @@ class ParamTable {
 
  private:
   std::vector<ParamInfo> params_;
+  // find's index (names are never changed through mutable_list): a large mixture of experts has tens
+  // of thousands of tensors, and checkpoints look each piece up by name.
+  std::unordered_map<std::string, size_t> by_name_;
   int64_t total_ = 0;
   int next_stream_ = 0;
 };
