@@ -142,8 +142,7 @@ void apply_peft_args(const TrainArgs& a, ModelConfig& cfg) {
     lora_resolve_targets(cfg);
     if (s.ia3()) ia3_feedforward_modules(cfg);
   } catch (const Error& e) {
-    throw Error(a.adapter_name_or_path + "/adapter_config.json: " + e.what() +
-                " (the adapter was made for another model)");
+    throw peft_config_error(a.adapter_name_or_path, e);
   }
   peft_check_adapter(cfg, a.adapter_name_or_path);
 }

@@ -257,6 +257,12 @@ void merge_experts(const ModelConfig& cfg, const ExpertAdapters& ex, const float
 }
 }  // namespace
 
+Error peft_config_error(const std::string& folder, const Error& why) {
+  const std::string w = why.what();
+  const bool elsewhere = w.find("no module named") != std::string::npos;
+  return Error(folder + "/adapter_config.json: " + w + (elsewhere ? " (the adapter was made for another model)" : ""));
+}
+
 void peft_merge_into(Transformer& model, const std::string& adapter_folder) {
   ModelConfig cfg = model.config();
   ZT_CHECK(!cfg.lora.enabled(), "merging adapters needs the base model without adapters");
@@ -264,7 +270,7 @@ void peft_merge_into(Transformer& model, const std::string& adapter_folder) {
   try {
     lora_resolve_targets(cfg);
   } catch (const Error& e) {
-    throw Error(adapter_folder + "/adapter_config.json: " + e.what() + " (the adapter was made for another model)");
+    throw peft_config_error(adapter_folder, e);
   }
   peft_check_adapter(cfg, adapter_folder);
   const ModelLayout with = model_layout(cfg);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
+#include "core/error.h"
 #include "models/config.h"
 #include "models/transformer.h"
 
@@ -26,6 +27,9 @@ void peft_save_adapters(const ModelConfig& cfg, const std::vector<StTensorOut>& 
 LoraSpec peft_read_config(const std::string& folder);
 // The folder's adapter weights file (an Error naming the folder when it has none).
 std::string peft_weights_file(const std::string& folder);
+// An adapter_config.json the model cannot take, as one error: the file, the reason, and (when a
+// target module does not exist here) that the adapter was made for another model.
+Error peft_config_error(const std::string& folder, const Error& why);
 // Checks an adapter folder's tensors against cfg (cfg.lora its settings): every name the settings
 // give this base present with its shape, no other; an Error naming the tensor and both shapes.
 void peft_check_adapter(const ModelConfig& cfg, const std::string& folder);
