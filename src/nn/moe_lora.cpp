@@ -27,11 +27,6 @@ uint64_t mask_seed(const MoeExpertLora& L, int64_t r0, Module m) {
   return L.seed ^ (uint64_t(m) << 60) ^ (uint64_t(r0) * 0x9E3779B97F4A7C15ull);
 }
 
-// Rows [r0, r1) of the (rows, w) v times s.
-void scale_rows(float* v, int64_t r0, int64_t r1, int64_t w, float s) {
-  for (int64_t i = r0 * w; i < r1 * w; ++i) v[i] *= s;
-}
-
 // The adapters' GEMM input: x itself, or (dropout in a training pass) x' at the same rows of buf.
 const float* adapter_rows(const MoeExpertLora& L, const int32_t* off, int E, const float* x, int64_t w,
                           std::vector<float>& buf, Module m) {
@@ -58,7 +53,7 @@ void Moe::lora_forward_in(const ExpertRun& r, const float* x, float* h) const {
   const float* xin = adapter_rows(L, r.off, r.E_count, x, C, L.scratch->xd, kIn);
   float* H = L.scratch->take(L.scratch->h, r1 * R);
   kernels::moe_grouped_gemm_typed(dev, DType::f32, r.off, r.E_count, true, R, C, xin, C, P, st, C, 0.f, H, R);
-  scale_rows(H, r0, r1, R, L.scale);
+  kernels::scale(dev, H + r0 * R, (r1 - r0) * R, L.scale);
   for (int j = 0; j < L.parts_in(); ++j)
     kernels::moe_grouped_gemm_typed(dev, DType::f32, r.off, r.E_count, true, F, L.r, H + j * L.r, R,
                                     P + L.b_in(C) + int64_t(j) * F * L.r, st, L.r, 1.f, h + part_column(L, j, F),
@@ -76,7 +71,7 @@ void Moe::lora_forward_down(const ExpertRun& r, const float* act, float* y) cons
   float* H = L.scratch->take(L.scratch->h, r1 * L.r);
   kernels::moe_grouped_gemm_typed(dev, DType::f32, r.off, r.E_count, true, L.r, F, ain, F, P + L.a_down(C, F), st, F,
                                   0.f, H, L.r);
-  scale_rows(H, r0, r1, L.r, L.scale);
+  kernels::scale(dev, H + r0 * L.r, (r1 - r0) * L.r, L.scale);
   kernels::moe_grouped_gemm_typed(dev, DType::f32, r.off, r.E_count, true, C, L.r, H, L.r, P + L.b_down(C, F), st, L.r,
                                   1.f, y, C);
 }
@@ -93,14 +88,14 @@ void Moe::lora_backward_down(const ExpertRun& r, const float* act, const float* 
   float* G = S.take(S.g, r1 * L.r);
   kernels::moe_grouped_gemm_typed(dev, DType::f32, r.off, r.E_count, false, L.r, C, dy, C, P + L.b_down(C, F), st, L.r,
                                   0.f, G, L.r);
-  scale_rows(G, r0, r1, L.r, L.scale);
+  kernels::scale(dev, G + r0 * L.r, (r1 - r0) * L.r, L.scale);
   if (L.g) {
     float* dP = L.g.as<float>() + held * st;
     const float* ain = adapter_rows(L, r.off, r.E_count, act, F, S.xd, kDown);
     float* H = S.take(S.h, r1 * L.r);
     kernels::moe_grouped_gemm_typed(dev, DType::f32, r.off, r.E_count, true, L.r, F, ain, F, P + L.a_down(C, F), st, F,
                                     0.f, H, L.r);
-    scale_rows(H, r0, r1, L.r, L.scale);
+    kernels::scale(dev, H + r0 * L.r, (r1 - r0) * L.r, L.scale);
     kernels::moe_grouped_wgrad_typed(dev, DType::f32, r.off, r.E_count, C, L.r, dy, C, H, L.r, dP + L.b_down(C, F), st,
                                      L.r);
     kernels::moe_grouped_wgrad_typed(dev, DType::f32, r.off, r.E_count, L.r, F, G, L.r, ain, F, dP + L.a_down(C, F), st,
@@ -131,13 +126,13 @@ void Moe::lora_backward_in(const ExpertRun& r, const float* x, const float* dh, 
   for (int j = 0; j < L.parts_in(); ++j)
     kernels::moe_grouped_gemm_typed(dev, DType::f32, r.off, r.E_count, false, L.r, F, dh + part_column(L, j, F), 2 * F,
                                     P + L.b_in(C) + int64_t(j) * F * L.r, st, L.r, 0.f, G + j * L.r, R);
-  scale_rows(G, r0, r1, R, L.scale);
+  kernels::scale(dev, G + r0 * R, (r1 - r0) * R, L.scale);
   if (L.g) {
     float* dP = L.g.as<float>() + held * st;
     const float* xin = adapter_rows(L, r.off, r.E_count, x, C, S.xd, kIn);
     float* H = S.take(S.h, r1 * R);
     kernels::moe_grouped_gemm_typed(dev, DType::f32, r.off, r.E_count, true, R, C, xin, C, P, st, C, 0.f, H, R);
-    scale_rows(H, r0, r1, R, L.scale);
+    kernels::scale(dev, H + r0 * R, (r1 - r0) * R, L.scale);
     for (int j = 0; j < L.parts_in(); ++j)
       kernels::moe_grouped_wgrad_typed(dev, DType::f32, r.off, r.E_count, F, L.r, dh + part_column(L, j, F), 2 * F,
                                        H + j * L.r, R, dP + L.b_in(C) + int64_t(j) * F * L.r, st, L.r);
